@@ -1,0 +1,79 @@
+// flashattn: exact, IO-aware attention (FlashAttention) for CPUs and NVIDIA GPUs.
+//
+// Two entry points, forward() and backward(). Every tensor is passed as a non-owning
+// TensorView; outputs are preallocated by the caller. The backend is chosen from the device of
+// the tensors (all must be on one device). The full contract is in docs/SEMANTICS.md.
+#pragma once
+
+#include <cstdint>
+
+#include "flashattn/types.h"
+
+namespace flashattn {
+
+// Options shared by forward and backward. They must be identical in the two calls of one
+// training step (the backward recomputes P from them).
+struct AttentionOptions {
+  // Scores are s = softmax_scale * q.k. A value <= 0 (the default) means 1/sqrt(head_dim).
+  float softmax_scale = 0.0f;
+  // Bottom-right aligned causal mask; equivalent to window (-1, 0).
+  bool causal = false;
+  // Sliding window (left, right) around the bottom-right diagonal; -1 means unbounded.
+  int32_t window_left = -1;
+  int32_t window_right = -1;
+  // softcap > 0: s = softcap * tanh(s / softcap), applied after scaling.
+  float softcap = 0.0f;
+  // float32 (heads) or (batch, heads); s += -slope * |i + seqlen_k - seqlen_q - j|. Optional.
+  TensorView alibi_slopes;
+  // Dropout probability on P; the keep mask is Philox4x32-10 keyed by (seed, offset).
+  float dropout_p = 0.0f;
+  uint64_t seed = 0;
+  uint64_t offset = 0;
+  // Varlen: int32 (batch + 1) prefix sums of sequence lengths. Both given or neither.
+  TensorView cu_seqlens_q;
+  TensorView cu_seqlens_k;
+  // With varlen: the largest sequence lengths (used to size grids); 0 = read from cu_seqlens
+  // on the CPU, required (> 0) for CUDA tensors, where cu_seqlens live on the device.
+  int32_t max_seqlen_q = 0;
+  int32_t max_seqlen_k = 0;
+  // Check that cu_seqlens start at 0, are non-decreasing and end at the token count
+  // (reads device memory synchronously for CUDA tensors).
+  bool check_cu_seqlens = false;
+  // CUDA stream (cudaStream_t) to run on; nullptr = the legacy default stream.
+  void* stream = nullptr;
+  // CPU backend: worker threads; 0 = all hardware threads (or FLASHATTN_NUM_THREADS).
+  int32_t num_threads = 0;
+};
+
+struct ForwardArgs : AttentionOptions {
+  TensorView q;    // (batch, seqlen_q, heads, head_dim)     varlen: (total_q, heads, head_dim)
+  TensorView k;    // (batch, seqlen_k, heads_k, head_dim)   varlen: (total_k, heads_k, head_dim)
+  TensorView v;    // (batch, seqlen_k, heads_k, head_dim_v) varlen: (total_k, heads_k, head_dim_v)
+  TensorView out;  // (batch, seqlen_q, heads, head_dim_v)   varlen: (total_q, heads, head_dim_v)
+  // Optional float32 log-sum-exp (natural log): (batch, heads, seqlen_q), varlen (heads, total_q).
+  TensorView lse;
+  // CUDA: number of key/value splits (flash-decoding); 0 = heuristic, 1 = never split.
+  int32_t num_splits = 0;
+};
+
+struct BackwardArgs : AttentionOptions {
+  TensorView q, k, v, out;  // as in ForwardArgs; out is the forward output
+  TensorView dout;          // like out
+  TensorView lse;           // required: the forward's LSE
+  TensorView dq;            // like q
+  TensorView dk;            // like k (summed over the query heads of each GQA group)
+  TensorView dv;            // like v
+  // Bitwise reproducible gradients run to run (fixed reduction order).
+  bool deterministic = false;
+};
+
+Status forward(const ForwardArgs& args);
+Status backward(const BackwardArgs& args);
+
+// Whether this build has the CUDA backend and at least one usable GPU.
+bool cuda_available();
+
+// Library version string, e.g. "0.1.0".
+const char* version();
+
+}  // namespace flashattn

@@ -1,0 +1,55 @@
+// Naive float64 attention that materialises S and P, for tests and benchmarks only.
+// Written independently of the backends: its own mask code, its own softmax. The only shared
+// piece is src/core/philox.h, which *defines* the dropout keep-mask (the contract itself).
+//
+// Layout: every tensor is a contiguous host float64 array in the varlen layout
+//   q   (total_q, heads,   head_dim)      total_q = cu_seqlens_q[batch]
+//   k   (total_k, heads_k, head_dim)
+//   v   (total_k, heads_k, head_dim_v)
+//   out (total_q, heads,   head_dim_v)
+//   lse (heads, total_q)                  natural log; -inf for a row with no visible key
+// A dense problem is the varlen one with cu_seqlens = {0, s, 2s, ...}.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace flashattn::reference {
+
+struct Shape {
+  int batch = 1;
+  int heads = 1;
+  int heads_k = 1;
+  int head_dim = 64;
+  int head_dim_v = 64;
+  std::vector<int64_t> cu_seqlens_q;  // (batch + 1)
+  std::vector<int64_t> cu_seqlens_k;  // (batch + 1)
+
+  int64_t total_q() const { return cu_seqlens_q.back(); }
+  int64_t total_k() const { return cu_seqlens_k.back(); }
+  // Dense helper: batch sequences of equal lengths.
+  static Shape dense(int batch, int seqlen_q, int seqlen_k, int heads, int heads_k, int head_dim,
+                     int head_dim_v);
+};
+
+struct Options {
+  double scale = 0.0;    // must be set (> 0)
+  int window_left = -1;  // -1 = unbounded; causal = (-1, 0)
+  int window_right = -1;
+  double softcap = 0.0;        // 0 = off
+  std::vector<double> alibi;   // empty = off, else (batch * heads) slopes, index b * heads + h
+  double dropout_p = 0.0;
+  uint64_t seed = 0;
+  uint64_t offset = 0;
+};
+
+// out and lse are written in full.
+void forward(const Shape& shape, const Options& opt, const double* q, const double* k,
+             const double* v, double* out, double* lse);
+
+// Gradients of sum(out * dout) with respect to q, k, v (dk/dv summed over GQA groups).
+// dq, dk, dv are written in full.
+void backward(const Shape& shape, const Options& opt, const double* q, const double* k,
+              const double* v, const double* dout, double* dq, double* dk, double* dv);
+
+}  // namespace flashattn::reference

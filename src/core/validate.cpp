@@ -1,0 +1,445 @@
+// Argument validation: public Args -> backend Params. Every message names the argument and
+// says what was expected and what was given.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/backend.h"
+#include "core/params.h"
+#include "core/philox.h"
+#include "flashattn/flashattn.h"
+
+namespace flashattn {
+namespace {
+
+constexpr double kLog2e = 1.4426950408889634;
+// The CPU backend handles any head dim up to this; the CUDA backend narrows it further.
+constexpr int64_t kMaxHeadDim = 512;
+
+std::string shape_str(const TensorView& t) {
+  std::ostringstream os;
+  os << "(";
+  for (int i = 0; i < t.ndim; ++i) os << (i ? ", " : "") << t.shape[i];
+  os << ")";
+  return os.str();
+}
+
+std::string device_str(const Device& d) {
+  return d.type == DeviceType::kCPU ? std::string("cpu") : "cuda:" + std::to_string(d.index);
+}
+
+// Collects the first error; later checks are skipped once one failed.
+class Checker {
+ public:
+  bool ok() const { return status_.ok(); }
+  Status status() const { return status_; }
+
+  void fail(StatusCode code, const std::string& msg) {
+    if (status_.ok()) status_ = Status(code, msg);
+  }
+  void invalid(const std::string& msg) { fail(StatusCode::kInvalidArgument, msg); }
+
+  // A required tensor: defined, rank, dtype, device, non-null data, unit last stride,
+  // non-negative sizes.
+  void tensor(const char* name, const TensorView& t, int ndim, const char* layout) {
+    if (!ok()) return;
+    if (!t.defined()) {
+      invalid(std::string(name) + " is required but was not given (expected " + layout + ")");
+      return;
+    }
+    if (t.ndim != ndim) {
+      invalid(std::string(name) + " must have " + std::to_string(ndim) + " dimensions " + layout +
+              ", got " + std::to_string(t.ndim) + " with shape " + shape_str(t));
+      return;
+    }
+    for (int i = 0; i < t.ndim; ++i) {
+      if (t.shape[i] < 0) {
+        invalid(std::string(name) + " has a negative size in shape " + shape_str(t));
+        return;
+      }
+      if (t.strides[i] < 0) {
+        invalid(std::string(name) + " has a negative stride " + std::to_string(t.strides[i]) +
+                " in dimension " + std::to_string(i));
+        return;
+      }
+    }
+    if (t.shape[ndim - 1] > 1 && t.strides[ndim - 1] != 1) {
+      invalid(std::string(name) + " must be contiguous in its last dimension (stride 1), got stride " +
+              std::to_string(t.strides[ndim - 1]));
+      return;
+    }
+    if (t.numel() > 0 && t.data == nullptr) {
+      invalid(std::string(name) + " has a null data pointer but " + std::to_string(t.numel()) +
+              " elements");
+    }
+  }
+
+  void dtype(const char* name, const TensorView& t, DType expected) {
+    if (ok() && t.dtype != expected) {
+      invalid(std::string(name) + " must have dtype " + dtype_name(expected) + ", got " +
+              dtype_name(t.dtype));
+    }
+  }
+
+  void device(const char* name, const TensorView& t, const Device& expected) {
+    if (ok() && !(t.device == expected)) {
+      invalid(std::string(name) + " is on " + device_str(t.device) + " but q is on " +
+              device_str(expected) + "; all tensors must be on one device");
+    }
+  }
+
+  void shape(const char* name, const TensorView& t, const std::vector<int64_t>& expected,
+             const char* layout) {
+    if (!ok()) return;
+    bool same = static_cast<int>(expected.size()) == t.ndim;
+    for (int i = 0; same && i < t.ndim; ++i) same = t.shape[i] == expected[i];
+    if (!same) {
+      TensorView e;
+      e.ndim = static_cast<int32_t>(expected.size());
+      for (int i = 0; i < e.ndim; ++i) e.shape[i] = expected[i];
+      invalid(std::string(name) + " must have shape " + shape_str(e) + " " + layout + ", got " +
+              shape_str(t));
+    }
+  }
+
+ private:
+  Status status_;
+};
+
+Strides3 strides_of(const TensorView& t, bool varlen) {
+  // Dense (b, s, h, d) or varlen (t, h, d).
+  if (varlen) return Strides3{0, t.strides[0], t.strides[1]};
+  return Strides3{t.strides[0], t.strides[1], t.strides[2]};
+}
+
+// Shared part of forward and backward: q, k, v and the options.
+Status make_qkv_params(const AttentionOptions& o, const TensorView& q, const TensorView& k,
+                       const TensorView& v, QKVParams* p) {
+  Checker c;
+  const bool varlen = o.cu_seqlens_q.defined() || o.cu_seqlens_k.defined();
+  if (o.cu_seqlens_q.defined() != o.cu_seqlens_k.defined()) {
+    c.invalid(std::string("cu_seqlens_q and cu_seqlens_k must be given together; got only ") +
+              (o.cu_seqlens_q.defined() ? "cu_seqlens_q" : "cu_seqlens_k"));
+    return c.status();
+  }
+  const int rank = varlen ? 3 : 4;
+  const char* q_layout = varlen ? "(total_q, heads, head_dim)" : "(batch, seqlen_q, heads, head_dim)";
+  const char* k_layout =
+      varlen ? "(total_k, heads_k, head_dim)" : "(batch, seqlen_k, heads_k, head_dim)";
+  const char* v_layout =
+      varlen ? "(total_k, heads_k, head_dim_v)" : "(batch, seqlen_k, heads_k, head_dim_v)";
+  c.tensor("q", q, rank, q_layout);
+  c.tensor("k", k, rank, k_layout);
+  c.tensor("v", v, rank, v_layout);
+  if (!c.ok()) return c.status();
+
+  const Device dev = q.device;
+  c.device("k", k, dev);
+  c.device("v", v, dev);
+  if (dev.type == DeviceType::kCUDA && dev.index < 0) {
+    c.invalid("q is on cuda:" + std::to_string(dev.index) + "; the device index must be >= 0");
+  }
+  if (q.dtype != DType::kFloat32 && q.dtype != DType::kFloat16 && q.dtype != DType::kBFloat16) {
+    c.fail(StatusCode::kNotSupported, std::string("q has dtype ") + dtype_name(q.dtype) +
+                                          "; supported: float32 (cpu), float16, bfloat16");
+  }
+  c.dtype("k", k, q.dtype);
+  c.dtype("v", v, q.dtype);
+  if (!c.ok()) return c.status();
+
+  const int off = varlen ? 1 : 0;  // dimension shift for varlen
+  const int64_t heads = q.shape[2 - off];
+  const int64_t head_dim = q.shape[3 - off];
+  const int64_t heads_k = k.shape[2 - off];
+  const int64_t head_dim_v = v.shape[3 - off];
+  if (head_dim < 1 || head_dim > kMaxHeadDim) {
+    c.fail(StatusCode::kNotSupported, "q has head_dim " + std::to_string(head_dim) +
+                                          "; supported: 1.." + std::to_string(kMaxHeadDim));
+  } else if (head_dim_v < 1 || head_dim_v > kMaxHeadDim) {
+    c.fail(StatusCode::kNotSupported, "v has head_dim_v " + std::to_string(head_dim_v) +
+                                          "; supported: 1.." + std::to_string(kMaxHeadDim));
+  } else if (heads < 1) {
+    c.invalid("q must have at least one head, got shape " + shape_str(q));
+  } else if (heads_k < 1 || heads % heads_k != 0) {
+    c.invalid("heads (" + std::to_string(heads) + ", from q) must be a positive multiple of heads_k (" +
+              std::to_string(heads_k) + ", from k)");
+  } else if (k.shape[3 - off] != head_dim) {
+    c.invalid("k must have head_dim " + std::to_string(head_dim) + " like q, got " +
+              std::to_string(k.shape[3 - off]));
+  }
+  if (!c.ok()) return c.status();
+
+  int64_t batch = 0, seqlen_q = 0, seqlen_k = 0;
+  if (varlen) {
+    c.tensor("cu_seqlens_q", o.cu_seqlens_q, 1, "(batch + 1)");
+    c.tensor("cu_seqlens_k", o.cu_seqlens_k, 1, "(batch + 1)");
+    c.dtype("cu_seqlens_q", o.cu_seqlens_q, DType::kInt32);
+    c.dtype("cu_seqlens_k", o.cu_seqlens_k, DType::kInt32);
+    c.device("cu_seqlens_q", o.cu_seqlens_q, dev);
+    c.device("cu_seqlens_k", o.cu_seqlens_k, dev);
+    if (!c.ok()) return c.status();
+    if (o.cu_seqlens_q.shape[0] < 1) {
+      c.invalid("cu_seqlens_q must have batch + 1 >= 1 entries, got 0");
+    } else if (o.cu_seqlens_k.shape[0] != o.cu_seqlens_q.shape[0]) {
+      c.invalid("cu_seqlens_k must have " + std::to_string(o.cu_seqlens_q.shape[0]) +
+                " entries like cu_seqlens_q, got " + std::to_string(o.cu_seqlens_k.shape[0]));
+    }
+    if (!c.ok()) return c.status();
+    batch = o.cu_seqlens_q.shape[0] - 1;
+    seqlen_q = o.max_seqlen_q;
+    seqlen_k = o.max_seqlen_k;
+    if (o.max_seqlen_q < 0 || o.max_seqlen_k < 0) {
+      c.invalid("max_seqlen_q and max_seqlen_k must be >= 0, got " + std::to_string(o.max_seqlen_q) +
+                " and " + std::to_string(o.max_seqlen_k));
+      return c.status();
+    }
+    const bool on_cpu = dev.type == DeviceType::kCPU;
+    if (!on_cpu && (o.max_seqlen_q == 0 || o.max_seqlen_k == 0) && batch > 0) {
+      c.invalid("max_seqlen_q and max_seqlen_k are required (> 0) with varlen CUDA tensors, got " +
+                std::to_string(o.max_seqlen_q) + " and " + std::to_string(o.max_seqlen_k));
+      return c.status();
+    }
+    // Read cu_seqlens when we must (CPU defaults) or were asked to check them.
+    if (on_cpu || o.check_cu_seqlens) {
+      std::vector<int32_t> cq(batch + 1), ck(batch + 1);
+      const size_t bytes = sizeof(int32_t) * static_cast<size_t>(batch + 1);
+      const bool strided_q = o.cu_seqlens_q.shape[0] > 1 && o.cu_seqlens_q.strides[0] != 1;
+      const bool strided_k = o.cu_seqlens_k.shape[0] > 1 && o.cu_seqlens_k.strides[0] != 1;
+      if (strided_q || strided_k) {
+        c.invalid("cu_seqlens_q and cu_seqlens_k must be contiguous");
+        return c.status();
+      }
+      if (on_cpu) {
+        std::copy_n(static_cast<const int32_t*>(o.cu_seqlens_q.data), batch + 1, cq.begin());
+        std::copy_n(static_cast<const int32_t*>(o.cu_seqlens_k.data), batch + 1, ck.begin());
+      } else {
+#if defined(FLASHATTN_WITH_CUDA)
+        if (Status s = cuda_copy_to_host(cq.data(), o.cu_seqlens_q.data, bytes, o.stream); !s.ok())
+          return s;
+        if (Status s = cuda_copy_to_host(ck.data(), o.cu_seqlens_k.data, bytes, o.stream); !s.ok())
+          return s;
+#else
+        (void)bytes;
+#endif
+      }
+      const struct {
+        const char* name;
+        const std::vector<int32_t>& cu;
+        int64_t total;
+        int32_t max_given;
+      } sides[2] = {{"cu_seqlens_q", cq, q.shape[0], o.max_seqlen_q},
+                    {"cu_seqlens_k", ck, k.shape[0], o.max_seqlen_k}};
+      int64_t longest[2] = {0, 0};
+      for (int s = 0; s < 2 && c.ok(); ++s) {
+        const auto& cu = sides[s].cu;
+        if (cu[0] != 0) {
+          c.invalid(std::string(sides[s].name) + "[0] must be 0, got " + std::to_string(cu[0]));
+          break;
+        }
+        for (int64_t b = 0; b < batch; ++b) {
+          if (cu[b + 1] < cu[b]) {
+            c.invalid(std::string(sides[s].name) + " must be non-decreasing, but entry " +
+                      std::to_string(b + 1) + " (" + std::to_string(cu[b + 1]) + ") < entry " +
+                      std::to_string(b) + " (" + std::to_string(cu[b]) + ")");
+            break;
+          }
+          longest[s] = std::max<int64_t>(longest[s], cu[b + 1] - cu[b]);
+        }
+        if (!c.ok()) break;
+        if (cu[batch] > sides[s].total) {
+          c.invalid(std::string(sides[s].name) + "[batch] = " + std::to_string(cu[batch]) +
+                    " exceeds the " + std::to_string(sides[s].total) + " rows of " +
+                    (s == 0 ? "q" : "k"));
+        } else if (sides[s].max_given > 0 && longest[s] > sides[s].max_given) {
+          c.invalid(std::string(s == 0 ? "max_seqlen_q" : "max_seqlen_k") + " is " +
+                    std::to_string(sides[s].max_given) + " but " + sides[s].name +
+                    " holds a sequence of length " + std::to_string(longest[s]));
+        }
+      }
+      if (!c.ok()) return c.status();
+      if (o.max_seqlen_q == 0) seqlen_q = longest[0];
+      if (o.max_seqlen_k == 0) seqlen_k = longest[1];
+    }
+  } else {
+    batch = q.shape[0];
+    seqlen_q = q.shape[1];
+    seqlen_k = k.shape[1];
+    if (k.shape[0] != batch) {
+      c.invalid("k must have batch " + std::to_string(batch) + " like q, got " +
+                std::to_string(k.shape[0]));
+    }
+  }
+  if (!c.ok()) return c.status();
+  const std::vector<int64_t> v_expect =
+      varlen ? std::vector<int64_t>{k.shape[0], heads_k, head_dim_v}
+             : std::vector<int64_t>{batch, seqlen_k, heads_k, head_dim_v};
+  c.shape("v", v, v_expect, v_layout);
+  if (!c.ok()) return c.status();
+
+  constexpr int64_t kIntMax = std::numeric_limits<int32_t>::max();
+  if (batch > kIntMax || seqlen_q > kIntMax || seqlen_k > kIntMax) {
+    c.invalid("batch and sequence lengths must fit in int32, got batch " + std::to_string(batch) +
+              ", seqlen_q " + std::to_string(seqlen_q) + ", seqlen_k " + std::to_string(seqlen_k));
+    return c.status();
+  }
+
+  // Options.
+  if (!std::isfinite(o.softmax_scale)) {
+    c.invalid("softmax_scale must be finite, got " + std::to_string(o.softmax_scale));
+  } else if (!(o.softcap >= 0.0f) || !std::isfinite(o.softcap)) {
+    c.invalid("softcap must be >= 0 and finite (0 = off), got " + std::to_string(o.softcap));
+  } else if (!(o.dropout_p >= 0.0f && o.dropout_p < 1.0f)) {
+    c.invalid("dropout_p must be in [0, 1), got " + std::to_string(o.dropout_p));
+  } else if (o.window_left < -1 || o.window_right < -1) {
+    c.invalid("window_left and window_right must be >= -1 (-1 = unbounded), got (" +
+              std::to_string(o.window_left) + ", " + std::to_string(o.window_right) + ")");
+  } else if (o.causal && o.window_right > 0) {
+    c.invalid("causal=true requires window_right to be -1 or 0, got " +
+              std::to_string(o.window_right));
+  } else if (o.num_threads < 0) {
+    c.invalid("num_threads must be >= 0 (0 = all hardware threads), got " +
+              std::to_string(o.num_threads));
+  }
+  if (!c.ok()) return c.status();
+
+  if (o.alibi_slopes.defined()) {
+    const TensorView& a = o.alibi_slopes;
+    if (a.ndim != 1 && a.ndim != 2) {
+      c.invalid("alibi_slopes must have shape (heads) or (batch, heads), got " + shape_str(a));
+      return c.status();
+    }
+    c.tensor("alibi_slopes", a, a.ndim, "(heads) or (batch, heads)");
+    c.dtype("alibi_slopes", a, DType::kFloat32);
+    c.device("alibi_slopes", a, dev);
+    if (a.ndim == 1) c.shape("alibi_slopes", a, {heads}, "(heads)");
+    if (a.ndim == 2) c.shape("alibi_slopes", a, {batch, heads}, "(batch, heads)");
+    if (!c.ok()) return c.status();
+    p->alibi = static_cast<const float*>(a.data);
+    p->alibi_batch_stride = a.ndim == 2 ? a.strides[0] : 0;
+  }
+
+  p->dtype = q.dtype;
+  p->device = dev;
+  p->q = q.data;
+  p->k = k.data;
+  p->v = v.data;
+  p->q_strides = strides_of(q, varlen);
+  p->k_strides = strides_of(k, varlen);
+  p->v_strides = strides_of(v, varlen);
+  p->batch = static_cast<int32_t>(batch);
+  p->heads = static_cast<int32_t>(heads);
+  p->heads_k = static_cast<int32_t>(heads_k);
+  p->head_dim = static_cast<int32_t>(head_dim);
+  p->head_dim_v = static_cast<int32_t>(head_dim_v);
+  p->seqlen_q = static_cast<int32_t>(seqlen_q);
+  p->seqlen_k = static_cast<int32_t>(seqlen_k);
+  p->total_q = varlen ? q.shape[0] : batch * seqlen_q;
+  p->total_k = varlen ? k.shape[0] : batch * seqlen_k;
+  if (varlen) {
+    p->cu_seqlens_q = static_cast<const int32_t*>(o.cu_seqlens_q.data);
+    p->cu_seqlens_k = static_cast<const int32_t*>(o.cu_seqlens_k.data);
+  }
+  p->scale = o.softmax_scale > 0.0f ? o.softmax_scale
+                                    : static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim)));
+  p->softcap = o.softcap;
+  // With softcap the exponent is taken after tanh, so the log2(e) factor cannot be folded into
+  // the scale; backends use scale_log2 only when softcap == 0.
+  p->scale_log2 = static_cast<float>(p->scale * kLog2e);
+  p->window_left = o.causal ? -1 : o.window_left;
+  p->window_right = o.causal ? 0 : o.window_right;
+  p->is_causal = p->window_left < 0 && p->window_right == 0;
+  p->dropout_p = o.dropout_p;
+  p->dropout_threshold = dropout_threshold(o.dropout_p);
+  p->dropout_rescale = static_cast<float>(1.0 / (1.0 - static_cast<double>(o.dropout_p)));
+  p->seed = o.seed;
+  p->offset = o.offset;
+  p->stream = o.stream;
+  p->num_threads = o.num_threads;
+  return Status::Ok();
+}
+
+// Checks an output/input tensor that must look like `like_shape` in the same layout.
+void check_like(Checker& c, const char* name, const TensorView& t, const std::vector<int64_t>& shape,
+                DType dtype, const Device& dev, const char* layout) {
+  c.tensor(name, t, static_cast<int>(shape.size()), layout);
+  c.dtype(name, t, dtype);
+  c.device(name, t, dev);
+  c.shape(name, t, shape, layout);
+}
+
+void check_lse(Checker& c, const char* name, const TensorView& lse, const QKVParams& p, QKVParams* out) {
+  const bool varlen = p.is_varlen();
+  const char* layout = varlen ? "(heads, total_q)" : "(batch, heads, seqlen_q)";
+  const std::vector<int64_t> shape = varlen ? std::vector<int64_t>{p.heads, p.total_q}
+                                            : std::vector<int64_t>{p.batch, p.heads, p.seqlen_q};
+  check_like(c, name, lse, shape, DType::kFloat32, p.device, layout);
+  if (!c.ok()) return;
+  out->lse = static_cast<float*>(lse.data);
+  out->lse_batch_stride = varlen ? 0 : lse.strides[0];
+  out->lse_head_stride = varlen ? lse.strides[0] : lse.strides[1];
+}
+
+std::vector<int64_t> q_like_shape(const QKVParams& p, int64_t head_dim) {
+  if (p.is_varlen()) return {p.total_q, p.heads, head_dim};
+  return {p.batch, p.seqlen_q, p.heads, head_dim};
+}
+
+std::vector<int64_t> k_like_shape(const QKVParams& p, int64_t head_dim) {
+  if (p.is_varlen()) return {p.total_k, p.heads_k, head_dim};
+  return {p.batch, p.seqlen_k, p.heads_k, head_dim};
+}
+
+}  // namespace
+
+Status make_forward_params(const ForwardArgs& args, ForwardParams* p) {
+  if (Status s = make_qkv_params(args, args.q, args.k, args.v, p); !s.ok()) return s;
+  Checker c;
+  const bool varlen = p->is_varlen();
+  const char* o_layout = varlen ? "(total_q, heads, head_dim_v)" : "(batch, seqlen_q, heads, head_dim_v)";
+  check_like(c, "out", args.out, q_like_shape(*p, p->head_dim_v), p->dtype, p->device, o_layout);
+  if (args.lse.defined()) check_lse(c, "lse", args.lse, *p, p);
+  if (c.ok() && args.num_splits < 0) {
+    c.invalid("num_splits must be >= 0 (0 = heuristic), got " + std::to_string(args.num_splits));
+  }
+  if (!c.ok()) return c.status();
+  p->out = args.out.data;
+  p->out_strides = strides_of(args.out, varlen);
+  p->num_splits = args.num_splits;
+  return Status::Ok();
+}
+
+Status make_backward_params(const BackwardArgs& args, BackwardParams* p) {
+  if (Status s = make_qkv_params(args, args.q, args.k, args.v, p); !s.ok()) return s;
+  Checker c;
+  const bool varlen = p->is_varlen();
+  const char* q_layout = varlen ? "(total_q, heads, head_dim)" : "(batch, seqlen_q, heads, head_dim)";
+  const char* o_layout = varlen ? "(total_q, heads, head_dim_v)" : "(batch, seqlen_q, heads, head_dim_v)";
+  const char* k_layout = varlen ? "(total_k, heads_k, head_dim)" : "(batch, seqlen_k, heads_k, head_dim)";
+  const char* v_layout =
+      varlen ? "(total_k, heads_k, head_dim_v)" : "(batch, seqlen_k, heads_k, head_dim_v)";
+  const auto o_shape = q_like_shape(*p, p->head_dim_v);
+  check_like(c, "out", args.out, o_shape, p->dtype, p->device, o_layout);
+  check_like(c, "dout", args.dout, o_shape, p->dtype, p->device, o_layout);
+  check_lse(c, "lse", args.lse, *p, p);
+  check_like(c, "dq", args.dq, q_like_shape(*p, p->head_dim), p->dtype, p->device, q_layout);
+  check_like(c, "dk", args.dk, k_like_shape(*p, p->head_dim), p->dtype, p->device, k_layout);
+  check_like(c, "dv", args.dv, k_like_shape(*p, p->head_dim_v), p->dtype, p->device, v_layout);
+  if (!c.ok()) return c.status();
+  p->out = args.out.data;
+  p->dout = args.dout.data;
+  p->dq = args.dq.data;
+  p->dk = args.dk.data;
+  p->dv = args.dv.data;
+  p->out_strides = strides_of(args.out, varlen);
+  p->dout_strides = strides_of(args.dout, varlen);
+  p->dq_strides = strides_of(args.dq, varlen);
+  p->dk_strides = strides_of(args.dk, varlen);
+  p->dv_strides = strides_of(args.dv, varlen);
+  p->deterministic = args.deterministic;
+  return Status::Ok();
+}
+
+}  // namespace flashattn
