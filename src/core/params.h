@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include "core/host_device.h"
 #include "flashattn/types.h"
 
 namespace flashattn {
@@ -42,7 +43,7 @@ struct QKVParams {
   // Varlen: int32 (batch + 1), on the tensors' device. Null when dense.
   const int32_t* cu_seqlens_q = nullptr;
   const int32_t* cu_seqlens_k = nullptr;
-  bool is_varlen() const { return cu_seqlens_q != nullptr; }
+  FLASHATTN_HOST_DEVICE bool is_varlen() const { return cu_seqlens_q != nullptr; }
 
   float scale = 0.0f;       // softmax_scale
   float scale_log2 = 0.0f;  // softmax_scale * log2(e) (softcap == 0), used with exp2
@@ -52,7 +53,7 @@ struct QKVParams {
   int32_t window_left = -1;
   int32_t window_right = -1;
   bool is_causal = false;  // window == (-1, 0)
-  bool has_window() const { return window_left >= 0 || window_right >= 0; }
+  FLASHATTN_HOST_DEVICE bool has_window() const { return window_left >= 0 || window_right >= 0; }
 
   // ALiBi slopes, float32: slope(b, h) = alibi[b * alibi_batch_stride + h]. Null when off.
   const float* alibi = nullptr;
@@ -63,7 +64,7 @@ struct QKVParams {
   float dropout_rescale = 1.0f;    // 1 / (1 - p)
   uint64_t seed = 0;
   uint64_t offset = 0;
-  bool has_dropout() const { return dropout_p > 0.0f; }
+  FLASHATTN_HOST_DEVICE bool has_dropout() const { return dropout_p > 0.0f; }
 
   // float32 log-sum-exp: lse[b * lse_batch_stride + h * lse_head_stride + row_offset(b) + i].
   float* lse = nullptr;

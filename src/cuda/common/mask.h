@@ -1,0 +1,50 @@
+// Visibility of key j from query i inside one sequence (docs/SEMANTICS.md): with
+// d = i + seqlen_k - seqlen_q, key j is visible iff j < seqlen_k, and
+// (left < 0 || j >= d - left) and (right < 0 || j <= d + right). Causal is (-1, 0).
+#pragma once
+
+#include <cstdint>
+
+namespace flashattn::cuda {
+
+struct WindowMask {
+  int seqlen_q;
+  int seqlen_k;
+  int left;   // -1 = unbounded
+  int right;  // -1 = unbounded
+
+  __device__ __forceinline__ int diag(int i) const { return i + seqlen_k - seqlen_q; }
+
+  __device__ __forceinline__ bool visible(int i, int j) const {
+    const int d = diag(i);
+    return j < seqlen_k && (left < 0 || j >= d - left) && (right < 0 || j <= d + right);
+  }
+
+  // Key blocks [lo, hi) that hold at least one key visible from rows [row_begin, row_end).
+  __device__ __forceinline__ void block_range(int row_begin, int row_end, int block_n, int* lo,
+                                              int* hi) const {
+    int h = (seqlen_k + block_n - 1) / block_n;
+    int l = 0;
+    if (right >= 0) {
+      const int last_col = diag(row_end - 1) + right;  // rightmost visible key of the last row
+      h = min(h, last_col < 0 ? 0 : last_col / block_n + 1);
+    }
+    if (left >= 0) {
+      const int first_col = diag(row_begin) - left;  // leftmost visible key of the first row
+      l = first_col <= 0 ? 0 : first_col / block_n;
+    }
+    *lo = l;
+    *hi = h;
+  }
+
+  // Whether some key in [col_begin, col_end) is hidden from some row of [row_begin, row_end).
+  __device__ __forceinline__ bool block_needs_mask(int row_begin, int row_end, int col_begin,
+                                                   int col_end) const {
+    if (col_end > seqlen_k) return true;
+    if (right >= 0 && col_end - 1 > diag(row_begin) + right) return true;
+    if (left >= 0 && col_begin < diag(row_end - 1) - left) return true;
+    return false;
+  }
+};
+
+}  // namespace flashattn::cuda

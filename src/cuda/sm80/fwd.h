@@ -1,0 +1,17 @@
+// Declarations shared by the forward dispatch and the generated instantiations.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "core/params.h"
+
+namespace flashattn::cuda {
+
+// Defined in fwd_launch.h; each traits is instantiated in its own generated .cu file.
+template <typename Traits>
+Status run_fwd(const ForwardParams& params, cudaStream_t stream);
+
+// Picks the instantiation for params (dtype, head dim, mask, score modifiers) and launches it.
+Status dispatch_fwd(const ForwardParams& params, cudaStream_t stream);
+
+}  // namespace flashattn::cuda

@@ -1,0 +1,395 @@
+// FlashAttention-2-class forward kernel for sm80+ (mma.sync, ldmatrix, cp.async).
+//
+// One CTA per (query block, head, batch). Warps split the query rows, so each warp owns whole
+// rows: its online-softmax statistics never leave the warp. Per key block:
+//   wait K_j -> prefetch V_j -> S = Q K_j^T -> scores (scale, softcap, ALiBi, mask)
+//   -> wait V_j -> prefetch K_{j-1} -> online softmax (rescale O) -> O += P V_j
+// so each tile's copy overlaps the other operand's matrix product. Key blocks are visited from
+// the last to the first, blocks wholly outside the window are skipped, and only blocks that
+// straddle a boundary pay for the mask. O is normalised once, at the end, and LSE written.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "core/params.h"
+#include "core/philox.h"
+#include "cuda/common/mask.h"
+#include "cuda/common/tile_size.h"
+#include "cuda/ptx/cp_async.h"
+#include "cuda/ptx/ldmatrix.h"
+#include "cuda/ptx/math.h"
+#include "cuda/ptx/mma.h"
+
+namespace flashattn::cuda {
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+// Which masking a kernel instantiation is compiled for.
+enum class MaskMode {
+  kNone,    // only the seqlen_k boundary
+  kWindow,  // causal or sliding window, around the bottom-right diagonal
+};
+
+// Score modifiers beyond scale + mask. kNone keeps the inner loop lean; kAny handles softcap,
+// ALiBi and dropout with uniform run-time branches.
+enum class ScoreMods { kNone, kAny };
+
+template <typename Element_, int kHeadDim_, MaskMode kMask_, ScoreMods kMods_>
+struct FwdTraits {
+  using Element = Element_;
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr MaskMode kMask = kMask_;
+  static constexpr ScoreMods kMods = kMods_;
+
+  static constexpr FwdTile kTile = fwd_tile(kHeadDim);
+  static constexpr int kBlockM = kTile.block_m;
+  static constexpr int kBlockN = kTile.block_n;
+  static constexpr int kWarps = kTile.warps;
+  static constexpr int kThreads = kWarps * 32;
+  static constexpr int kRowsPerWarp = kBlockM / kWarps;
+  static constexpr int kMTiles = kRowsPerWarp / 16;  // 16-row MMA tiles per warp
+  static constexpr int kNTiles = kBlockN / 8;        // 8-key MMA tiles of S
+  static constexpr int kDTiles = kHeadDim / 8;       // 8-column MMA tiles of O
+  // Rows are padded by 16 bytes: consecutive rows then start 16 bytes apart modulo 128, so the
+  // eight row addresses of every ldmatrix hit distinct banks, for every supported head dim.
+  static constexpr int kSmemStride = kHeadDim + 8;
+  static constexpr int kChunksPerRow = kHeadDim / 8;  // 16-byte chunks
+  static constexpr int kSmemQ = kBlockM * kSmemStride;
+  static constexpr int kSmemKV = kBlockN * kSmemStride;
+  static constexpr size_t kSmemBytes = sizeof(Element) * (kSmemQ + 2 * kSmemKV);
+
+  static_assert(kRowsPerWarp % 16 == 0, "each warp owns whole 16-row tiles");
+  static_assert(kNTiles % 2 == 0 && kDTiles % 2 == 0, "x4 ldmatrix loads two 8-wide tiles");
+  static_assert(kHeadDim % 16 == 0, "head_dim must be a multiple of 16");
+};
+
+// Row addressing of one (batch, head) slice of a (batch, seq, head, dim) operand.
+struct RowPtr {
+  const char* base;    // first element of row 0 of this sequence and head
+  int64_t row_bytes;   // stride between rows
+
+  __device__ __forceinline__ const void* row(int r) const { return base + r * row_bytes; }
+};
+
+template <typename Element>
+__device__ __forceinline__ RowPtr row_ptr(const void* p, const Strides3& s, int b, int64_t row0,
+                                          int head) {
+  const char* base = static_cast<const char*>(p) +
+                     sizeof(Element) * (b * s.batch + row0 * s.row + int64_t(head) * s.head);
+  return {base, int64_t(sizeof(Element)) * s.row};
+}
+
+// Copies rows [0, rows) of a tile (rows beyond `valid_rows` are zero-filled) into shared memory.
+template <typename Traits, int kRows>
+__device__ __forceinline__ void load_tile(typename Traits::Element* smem, const RowPtr& src,
+                                          int valid_rows, int tid) {
+  constexpr int kChunks = kRows * Traits::kChunksPerRow;
+#pragma unroll
+  for (int c = tid; c < kChunks; c += Traits::kThreads) {
+    const int r = c / Traits::kChunksPerRow;
+    const int col = (c % Traits::kChunksPerRow) * 8;
+    const bool valid = r < valid_rows;
+    const void* g = valid ? static_cast<const char*>(src.row(r)) + col * sizeof(typename Traits::Element)
+                          : src.base;
+    ptx::cp_async_16(ptx::smem_addr(smem + r * Traits::kSmemStride + col), g, valid);
+  }
+}
+
+template <typename Traits>
+__global__ void __launch_bounds__(Traits::kThreads, 1)
+    fwd_kernel(const __grid_constant__ ForwardParams params) {
+  using Element = typename Traits::Element;
+  constexpr int kBlockM = Traits::kBlockM;
+  constexpr int kBlockN = Traits::kBlockN;
+  constexpr int kMTiles = Traits::kMTiles;
+  constexpr int kNTiles = Traits::kNTiles;
+  constexpr int kDTiles = Traits::kDTiles;
+  constexpr int kStride = Traits::kSmemStride;
+  constexpr bool kMods = Traits::kMods == ScoreMods::kAny;
+
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  Element* sQ = reinterpret_cast<Element*>(smem_raw);  // (kBlockM, kStride)
+  Element* sK = sQ + Traits::kSmemQ;                   // (kBlockN, kStride)
+  Element* sV = sK + Traits::kSmemKV;                  // (kBlockN, kStride)
+
+  const int tid = threadIdx.x;
+  const int warp = tid / 32;
+  const int lane = tid % 32;
+  // Heavier query blocks first: under a causal mask the last blocks see the most keys.
+  const int m_block = gridDim.x - 1 - blockIdx.x;
+  const int head = blockIdx.y;
+  const int batch = blockIdx.z;
+  const int head_k = head / (params.heads / params.heads_k);
+
+  // Sequence extents (varlen: this sequence's rows inside the packed tensors).
+  int64_t row0_q = 0, row0_k = 0;
+  int seqlen_q = params.seqlen_q, seqlen_k = params.seqlen_k;
+  if (params.is_varlen()) {
+    row0_q = params.cu_seqlens_q[batch];
+    row0_k = params.cu_seqlens_k[batch];
+    seqlen_q = params.cu_seqlens_q[batch + 1] - int(row0_q);
+    seqlen_k = params.cu_seqlens_k[batch + 1] - int(row0_k);
+  }
+  const int m0 = m_block * kBlockM;
+  if (m0 >= seqlen_q) return;
+  const int rows_here = min(kBlockM, seqlen_q - m0);
+
+  const WindowMask mask{seqlen_q, seqlen_k, params.window_left, params.window_right};
+  int n_lo = 0, n_hi = (seqlen_k + kBlockN - 1) / kBlockN;
+  if constexpr (Traits::kMask == MaskMode::kWindow) {
+    mask.block_range(m0, m0 + rows_here, kBlockN, &n_lo, &n_hi);
+  }
+
+  const RowPtr gQ = row_ptr<Element>(params.q, params.q_strides, batch, row0_q + m0, head);
+  const RowPtr gK = row_ptr<Element>(params.k, params.k_strides, batch, row0_k, head_k);
+  const RowPtr gV = row_ptr<Element>(params.v, params.v_strides, batch, row0_k, head_k);
+  char* gO = static_cast<char*>(params.out) +
+             sizeof(Element) * (batch * params.out_strides.batch + (row0_q + m0) * params.out_strides.row +
+                                int64_t(head) * params.out_strides.head);
+  const int64_t o_row_bytes = sizeof(Element) * params.out_strides.row;
+
+  // Per-thread fragment coordinates: rows g and g + 8 of each 16-row tile, columns 2t, 2t + 1.
+  const int g = lane / 4;
+  const int t = lane % 4;
+  const int warp_row0 = warp * Traits::kRowsPerWarp;
+  // Shared-memory byte addresses of this lane's ldmatrix rows; every fragment load below adds a
+  // compile-time offset. Q (A operand): rows lane%8 (+8 for lanes 8-15, 24-31), column half
+  // lane/16. K (B operand, 2 key tiles per x4): keys lane%8 (+8 for lanes 16-31), column half
+  // (lane/8)%2. V (B operand, transposed): keys lane%8 (+8 for lanes 8-15, 24-31), column
+  // half lane/16.
+  constexpr uint32_t kElem = sizeof(Element);
+  const uint32_t q_frag_addr =
+      ptx::smem_addr(sQ + (warp_row0 + lane % 8 + ((lane / 8) % 2) * 8) * kStride + (lane / 16) * 8);
+  const uint32_t k_frag_addr =
+      ptx::smem_addr(sK + (lane % 8 + (lane / 16) * 8) * kStride + ((lane / 8) % 2) * 8);
+  const uint32_t v_frag_addr =
+      ptx::smem_addr(sV + (lane % 8 + ((lane / 8) % 2) * 8) * kStride + (lane / 16) * 8);
+
+  float o_acc[kMTiles][kDTiles][4];
+  float row_max[kMTiles][2];
+  float row_sum[kMTiles][2];
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt) {
+#pragma unroll
+    for (int dt = 0; dt < kDTiles; ++dt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o_acc[mt][dt][e] = 0.0f;
+    }
+    row_max[mt][0] = row_max[mt][1] = -INFINITY;
+    row_sum[mt][0] = row_sum[mt][1] = 0.0f;
+  }
+
+  // Scores live in log2 units after `to_log2`: the lean path folds scale * log2(e) into the
+  // exponent's FMA; the modifier path converts each score explicitly (softcap needs the tanh of
+  // the scaled score) and then uses a unit factor.
+  const bool use_softcap = kMods && params.softcap > 0.0f;
+  const float exp_scale = kMods ? 1.0f : params.scale_log2;
+  const float softcap_in = use_softcap ? params.scale / params.softcap : 0.0f;
+  const float softcap_out = use_softcap ? params.softcap * kLog2e : 0.0f;
+  const float alibi_slope_log2 =
+      kMods && params.alibi != nullptr
+          ? params.alibi[batch * params.alibi_batch_stride + head] * kLog2e
+          : 0.0f;
+  const bool use_dropout = kMods && params.has_dropout();
+  const uint32_t dropout_bh = uint32_t(batch) * uint32_t(params.heads) + uint32_t(head);
+
+  if (n_hi > n_lo) {
+    load_tile<Traits, kBlockM>(sQ, gQ, rows_here, tid);
+    load_tile<Traits, kBlockN>(sK, RowPtr{static_cast<const char*>(gK.row((n_hi - 1) * kBlockN)), gK.row_bytes},
+                               seqlen_k - (n_hi - 1) * kBlockN, tid);
+    ptx::cp_async_commit();
+  }
+
+  for (int n_block = n_hi - 1; n_block >= n_lo; --n_block) {
+    const int n0 = n_block * kBlockN;
+    ptx::cp_async_wait<0>();
+    __syncthreads();  // K_j (and Q) landed; every warp is done with the V buffer
+    load_tile<Traits, kBlockN>(sV, RowPtr{static_cast<const char*>(gV.row(n0)), gV.row_bytes},
+                               seqlen_k - n0, tid);
+    ptx::cp_async_commit();
+
+    // S = Q K^T for this warp's rows.
+    float s[kMTiles][kNTiles][4];
+#pragma unroll
+    for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < kNTiles; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[mt][nt][e] = 0.0f;
+
+#pragma unroll
+    for (int kk = 0; kk < Traits::kHeadDim / 16; ++kk) {
+      uint32_t a[kMTiles][4];
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt) {
+        ptx::ldmatrix_x4(a[mt], q_frag_addr + kElem * (mt * 16 * kStride + kk * 16));
+      }
+#pragma unroll
+      for (int nt = 0; nt < kNTiles; nt += 2) {
+        uint32_t b[4];
+        ptx::ldmatrix_x4(b, k_frag_addr + kElem * (nt * 8 * kStride + kk * 16));
+        const uint32_t b0[2] = {b[0], b[1]};
+        const uint32_t b1[2] = {b[2], b[3]};
+#pragma unroll
+        for (int mt = 0; mt < kMTiles; ++mt) {
+          ptx::mma_m16n8k16<Element>(s[mt][nt], a[mt], b0);
+          ptx::mma_m16n8k16<Element>(s[mt][nt + 1], a[mt], b1);
+        }
+      }
+    }
+
+    // Score modifiers, then the mask (only on blocks that straddle a boundary).
+    const bool needs_mask = mask.block_needs_mask(m0, m0 + rows_here, n0, n0 + kBlockN);
+    if (kMods || needs_mask) {
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt) {
+#pragma unroll
+        for (int nt = 0; nt < kNTiles; ++nt) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int i = m0 + warp_row0 + mt * 16 + g + (e >= 2 ? 8 : 0);
+            const int j = n0 + nt * 8 + 2 * t + (e & 1);
+            float x = s[mt][nt][e];
+            if constexpr (kMods) {
+              x = use_softcap ? ptx::tanh_approx(x * softcap_in) * softcap_out : x * params.scale_log2;
+              x -= alibi_slope_log2 * fabsf(float(mask.diag(i) - j));
+            }
+            if (needs_mask && !mask.visible(i, j)) x = -INFINITY;
+            s[mt][nt][e] = x;
+          }
+        }
+      }
+    }
+
+    ptx::cp_async_wait<0>();
+    __syncthreads();  // V_j landed; every warp is done with the K buffer
+    if (n_block > n_lo) {
+      const int np = n0 - kBlockN;
+      load_tile<Traits, kBlockN>(sK, RowPtr{static_cast<const char*>(gK.row(np)), gK.row_bytes},
+                                 seqlen_k - np, tid);
+      ptx::cp_async_commit();
+    }
+
+    // Online softmax: new row maxima, rescale of O and of the partial sums, P = exp2(S - max).
+#pragma unroll
+    for (int mt = 0; mt < kMTiles; ++mt) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float mx = row_max[mt][h];
+#pragma unroll
+        for (int nt = 0; nt < kNTiles; ++nt) mx = fmaxf(mx, fmaxf(s[mt][nt][2 * h], s[mt][nt][2 * h + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        // A row that has seen no visible key keeps max -inf; subtract 0 instead so that
+        // exp2(-inf - (-inf)) never forms a NaN.
+        const float m_scaled = mx == -INFINITY ? 0.0f : mx * exp_scale;
+        const float correction = ptx::exp2_approx(row_max[mt][h] * exp_scale - m_scaled);
+        row_max[mt][h] = mx;
+        row_sum[mt][h] *= correction;
+#pragma unroll
+        for (int dt = 0; dt < kDTiles; ++dt) {
+          o_acc[mt][dt][2 * h] *= correction;
+          o_acc[mt][dt][2 * h + 1] *= correction;
+        }
+        const int i = m0 + warp_row0 + mt * 16 + g + 8 * h;
+#pragma unroll
+        for (int nt = 0; nt < kNTiles; ++nt) {
+          float p0 = ptx::exp2_approx(fmaf(s[mt][nt][2 * h], exp_scale, -m_scaled));
+          float p1 = ptx::exp2_approx(fmaf(s[mt][nt][2 * h + 1], exp_scale, -m_scaled));
+          row_sum[mt][h] += p0 + p1;
+          if (use_dropout) {
+            // Columns 2t and 2t + 1 share one Philox call (four draws per four columns).
+            const int j = n0 + nt * 8 + 2 * t;
+            const Philox4 r = dropout_draws(params.seed, params.offset, dropout_bh, uint32_t(i),
+                                            uint32_t(j) >> 2);
+            const bool upper = (j & 2) != 0;
+            p0 = (upper ? r.z : r.x) >= params.dropout_threshold ? p0 : 0.0f;
+            p1 = (upper ? r.w : r.y) >= params.dropout_threshold ? p1 : 0.0f;
+          }
+          s[mt][nt][2 * h] = p0;
+          s[mt][nt][2 * h + 1] = p1;
+        }
+      }
+    }
+
+    // O += P V: the S accumulators of two adjacent key tiles form one A fragment.
+#pragma unroll
+    for (int kk = 0; kk < kBlockN / 16; ++kk) {
+      uint32_t a[kMTiles][4];
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt) {
+        a[mt][0] = ptx::pack2<Element>(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+        a[mt][1] = ptx::pack2<Element>(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+        a[mt][2] = ptx::pack2<Element>(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+        a[mt][3] = ptx::pack2<Element>(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+      }
+#pragma unroll
+      for (int dt = 0; dt < kDTiles; dt += 2) {
+        uint32_t b[4];
+        ptx::ldmatrix_x4_trans(b, v_frag_addr + kElem * (kk * 16 * kStride + dt * 8));
+        const uint32_t b0[2] = {b[0], b[1]};
+        const uint32_t b1[2] = {b[2], b[3]};
+#pragma unroll
+        for (int mt = 0; mt < kMTiles; ++mt) {
+          ptx::mma_m16n8k16<Element>(o_acc[mt][dt], a[mt], b0);
+          ptx::mma_m16n8k16<Element>(o_acc[mt][dt + 1], a[mt], b1);
+        }
+      }
+    }
+  }
+
+  // Epilogue: finish the row sums across the quad, normalise, write LSE, stage O through this
+  // warp's own rows of sQ (no other warp reads them) and store 16-byte chunks.
+  const float out_scale = use_dropout ? params.dropout_rescale : 1.0f;
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float l = row_sum[mt][h];
+      l += __shfl_xor_sync(0xffffffffu, l, 1);
+      l += __shfl_xor_sync(0xffffffffu, l, 2);
+      const bool empty = !(l > 0.0f);  // no visible key (or nothing processed)
+      const float inv = empty ? 0.0f : out_scale / l;
+#pragma unroll
+      for (int dt = 0; dt < kDTiles; ++dt) {
+        o_acc[mt][dt][2 * h] *= inv;
+        o_acc[mt][dt][2 * h + 1] *= inv;
+      }
+      const int r = warp_row0 + mt * 16 + g + 8 * h;
+      if (params.lse != nullptr && t == 0 && r < rows_here) {
+        const float lse = empty ? -INFINITY : (row_max[mt][h] * exp_scale + __log2f(l)) * kLn2;
+        params.lse[batch * params.lse_batch_stride + int64_t(head) * params.lse_head_stride + row0_q +
+                   m0 + r] = lse;
+      }
+    }
+  }
+  __syncwarp();  // this warp's last reads of its own Q rows are done before they hold O
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt) {
+#pragma unroll
+    for (int dt = 0; dt < kDTiles; ++dt) {
+      const int r = warp_row0 + mt * 16 + g;
+      const int c = dt * 8 + 2 * t;
+      *reinterpret_cast<uint32_t*>(sQ + r * kStride + c) = ptx::pack2<Element>(o_acc[mt][dt][0], o_acc[mt][dt][1]);
+      *reinterpret_cast<uint32_t*>(sQ + (r + 8) * kStride + c) =
+          ptx::pack2<Element>(o_acc[mt][dt][2], o_acc[mt][dt][3]);
+    }
+  }
+  __syncwarp();
+  constexpr int kWarpChunks = Traits::kRowsPerWarp * Traits::kChunksPerRow;
+#pragma unroll
+  for (int c = lane; c < kWarpChunks; c += 32) {
+    const int r = warp_row0 + c / Traits::kChunksPerRow;
+    const int col = (c % Traits::kChunksPerRow) * 8;
+    if (r < rows_here) {
+      const uint4 v = *reinterpret_cast<const uint4*>(sQ + r * kStride + col);
+      *reinterpret_cast<uint4*>(gO + r * o_row_bytes + col * sizeof(Element)) = v;
+    }
+  }
+}
+
+}  // namespace flashattn::cuda
