@@ -1,0 +1,31 @@
+"""Times PyTorch SDPA (cuDNN and flash backends) forward at the dev/fwd_check bench shapes."""
+import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
+import torch.nn.functional as F
+
+def bench(fn, reps=30):
+    for _ in range(5):
+        fn()
+    ts = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record(); fn(); b.record(); b.synchronize()
+        ts.append(a.elapsed_time(b))
+    ts.sort()
+    return ts[len(ts) // 2]
+
+for d in (64, 128, 256):
+    for n in (512, 2048, 8192, 16384):
+        for causal in (False, True):
+            b, h = 16384 // n, 2048 // d
+            q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+            flops = 4 * b * h * n * n * d / (2 if causal else 1)
+            row = f"sdpa d{d} n{n} causal{int(causal)}:"
+            for name, be in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("flash", SDPBackend.FLASH_ATTENTION)):
+                try:
+                    with sdpa_kernel([be]):
+                        ms = bench(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal))
+                    row += f" {name} {ms:.3f} ms {flops / ms / 1e9:.1f} TF"
+                except RuntimeError as e:
+                    row += f" {name} n/a"
+            print(row, flush=True)
