@@ -39,6 +39,7 @@ struct Case {
   float dropout;
   bool varlen;
   bool bf16;
+  int splits = 0;  // 0 = heuristic
 };
 
 static Status run_cuda_forward(const ForwardArgs& a) {
@@ -197,6 +198,7 @@ static bool run_case(const Case& c, std::mt19937& rng) {
   a.dropout_p = c.dropout;
   a.seed = 0x1234567890ull;
   a.offset = 77;
+  a.num_splits = c.splits;
   Status st = run_cuda_forward(a);
   CK(cudaDeviceSynchronize());
   if (!st.ok()) {
@@ -236,9 +238,9 @@ static bool run_case(const Case& c, std::mt19937& rng) {
   const double tol = 4 * eps * std::max(1.0, max_ref) * (c.dropout > 0 ? 2 : 1);
   const bool ok = !nan && max_err <= tol && lse_err <= 1e-2;
   std::printf("%s b%d sq%d sk%d h%d/%d d%d %s causal%d win(%d,%d) cap%.0f alibi%d drop%.2f varlen%d: "
-              "max_err %.3g (tol %.3g) lse_err %.3g%s\n",
+              "splits%d max_err %.3g (tol %.3g) lse_err %.3g%s\n",
               ok ? "ok  " : "FAIL", c.b, c.sq, c.sk, c.h, c.hk, c.d, c.bf16 ? "bf16" : "fp16", c.causal,
-              c.wl, c.wr, c.softcap, c.alibi, c.dropout, c.varlen, max_err, tol, lse_err, nan ? " NaN!" : "");
+              c.wl, c.wr, c.softcap, c.alibi, c.dropout, c.varlen, c.splits, max_err, tol, lse_err, nan ? " NaN!" : "");
   for (void* ptr : {gq, gk, gv, go, gl, gcq, gck, gs}) CK(cudaFree(ptr));
   return ok;
 }
@@ -315,6 +317,11 @@ int main(int argc, char** argv) {
     cases.push_back({1, 1, 1, 1, 1, d, false, -1, -1, 0, false, 0, false, true});
     cases.push_back({1, 300, 64, 2, 2, d, false, 0, 0, 0, false, 0, false, true});
     cases.push_back({1, 64, 300, 2, 2, d, false, 5, -1, 0, false, 0, false, false});
+    // Split-KV: forced split counts, decode shapes under the heuristic, varlen + splits.
+    cases.push_back({2, 129, 700, 4, 2, d, false, -1, -1, 0, false, 0, false, true, 3});
+    cases.push_back({2, 70, 500, 4, 1, d, true, -1, -1, 0, false, 0, false, true, 4});
+    cases.push_back({2, 1, 3000, 8, 2, d, false, -1, -1, 0, false, 0, false, true, 0});
+    cases.push_back({3, 50, 900, 2, 2, d, false, 100, 0, 20, true, 0.1f, true, true, 5});
   }
   for (const Case& c : cases) {
     ++total;

@@ -78,7 +78,14 @@ struct QKVParams {
 struct ForwardParams : QKVParams {
   void* out = nullptr;  // (batch, seqlen_q, heads, head_dim_v)
   Strides3 out_strides;
+  // Requested key/value splits (0 = heuristic). The CUDA backend resolves it to >= 1 and, when
+  // > 1, points split_out / split_lse at its workspace:
+  //   split_out (num_splits, total_q, heads, head_dim_v) f32, normalised per split
+  //   split_lse (num_splits, heads, total_q) f32
+  // where a row's global index is cu_seqlens_q[b] + i (varlen) or b * seqlen_q + i (dense).
   int32_t num_splits = 0;
+  float* split_out = nullptr;
+  float* split_lse = nullptr;
 };
 
 struct BackwardParams : QKVParams {

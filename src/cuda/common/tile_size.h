@@ -24,3 +24,55 @@ constexpr FwdTile fwd_tile(int head_dim) {
 }
 
 }  // namespace flashattn::cuda
+
+// Backward (FlashAttention-2 algorithm, sm80-class). One CTA per key block accumulates dK and dV
+// in registers over the query blocks, so block_n * head_dim * 2 floats per CTA live in registers
+// for the whole kernel: at 8 warps that is block_n * head_dim / 128 per thread, which is why
+// block_n shrinks as head_dim grows. The three matrix products per step use their own warp grids:
+//   S = Q K^T and dP = dO V^T   (block_m x block_n):   sdp_warps_m  x (warps / sdp_warps_m)
+//   dV += P^T dO, dK += dS^T Q  (block_n x head_dim):  kv_warps_n   x (warps / kv_warps_n)
+//   dQ = dS K                   (block_m x head_dim):  dq_warps_m   x (warps / dq_warps_m),
+//                                                      in dq_chunks column passes
+// Each warp tile must be a multiple of 16 rows and 16 columns (x4 ldmatrix loads two 8-wide
+// tiles). Shared memory holds K, V, double-buffered Q and dO, P and dS: at most ~222 KB (d256),
+// inside the 227 KB an sm90 CTA may use; A100 (163 KB) runs d <= 32 only, see run_bwd.
+struct BwdTile {
+  int block_m;      // query rows per step
+  int block_n;      // keys per CTA
+  int warps;        // warps per CTA
+  int sdp_warps_m;  // warps along query rows for S and dP
+  int kv_warps_n;   // warps along keys for dK and dV
+  int dq_warps_m;   // warps along query rows for dQ
+  int dq_chunks;    // dQ is produced in this many column passes (bounds its registers)
+};
+
+constexpr BwdTile bwd_tile(int head_dim) {
+  // d32: dK+dV take 32 registers per thread, so S and dP can be 128 x 128 (64 each); big tiles
+  //      halve the shared-memory traffic per MMA compared with 64-row steps.
+  if (head_dim <= 32) return {128, 128, 8, 4, 4, 4, 1};
+  // d64: dK+dV 64 registers, S and dP 64 each: the 128 x 128 FlashAttention-2 uses on sm80/sm90.
+  if (head_dim <= 64) return {128, 128, 8, 4, 4, 4, 1};
+  // d96/128: dK+dV take 96/128 registers, so the query step drops to 64 rows (S and dP 32
+  //          each); 32 x 32 S tiles per warp, 32 keys x 64 columns of dK/dV per warp.
+  if (head_dim <= 96) return {64, 128, 8, 2, 4, 4, 1};
+  if (head_dim <= 128) return {64, 128, 8, 2, 4, 2, 1};
+  // d192/256: 64 keys per CTA keep dK+dV at 96/128 registers; dQ in two column passes at d256
+  //           so its accumulator (32 per pass) fits next to them.
+  if (head_dim <= 192) return {64, 64, 8, 2, 2, 2, 1};
+  return {64, 64, 8, 2, 2, 2, 2};
+}
+
+// Deterministic dQ kernel of the backward: one CTA per query block recomputes S, P, dP and dS
+// against every visible key block and keeps dQ in registers (no atomics, fixed order). Warps
+// own 16-row slices like the forward; dQ takes head_dim / 8 registers per thread, S and dP
+// block_n / 8 each, so block_n halves at d > 128.
+struct BwdDqTile {
+  int block_m;
+  int block_n;
+  int warps;
+};
+
+constexpr BwdDqTile bwd_dq_tile(int head_dim) {
+  if (head_dim <= 128) return {64, 64, 4};
+  return {64, 32, 4};
+}

@@ -27,6 +27,9 @@ namespace flashattn::cuda {
 
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
+// Lazy rescaling threshold in log2 units: unnormalised P stays below 2^8 = 256, far from the
+// f16 limit (65504), while most key blocks skip rescaling O.
+constexpr float kRescaleThreshold = 8.0f;
 
 // Which masking a kernel instantiation is compiled for.
 enum class MaskMode {
@@ -88,8 +91,11 @@ template <typename Traits, int kRows>
 __device__ __forceinline__ void load_tile(typename Traits::Element* smem, const RowPtr& src,
                                           int valid_rows, int tid) {
   constexpr int kChunks = kRows * Traits::kChunksPerRow;
+  constexpr int kIters = (kChunks + Traits::kThreads - 1) / Traits::kThreads;
 #pragma unroll
-  for (int c = tid; c < kChunks; c += Traits::kThreads) {
+  for (int it = 0; it < kIters; ++it) {
+    const int c = tid + it * Traits::kThreads;
+    if (kChunks % Traits::kThreads != 0 && c >= kChunks) break;
     const int r = c / Traits::kChunksPerRow;
     const int col = (c % Traits::kChunksPerRow) * 8;
     const bool valid = r < valid_rows;
@@ -122,7 +128,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   // Heavier query blocks first: under a causal mask the last blocks see the most keys.
   const int m_block = gridDim.x - 1 - blockIdx.x;
   const int head = blockIdx.y;
-  const int batch = blockIdx.z;
+  const int num_splits = params.num_splits;  // resolved by the launcher, >= 1
+  const int batch = blockIdx.z / num_splits;
+  const int split = blockIdx.z % num_splits;
   const int head_k = head / (params.heads / params.heads_k);
 
   // Sequence extents (varlen: this sequence's rows inside the packed tensors).
@@ -142,6 +150,12 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   int n_lo = 0, n_hi = (seqlen_k + kBlockN - 1) / kBlockN;
   if constexpr (Traits::kMask == MaskMode::kWindow) {
     mask.block_range(m0, m0 + rows_here, kBlockN, &n_lo, &n_hi);
+  }
+  if (num_splits > 1) {
+    // Split-KV: this CTA takes an equal share of the key blocks of the longest sequence.
+    const int per_split = ((params.seqlen_k + kBlockN - 1) / kBlockN + num_splits - 1) / num_splits;
+    n_lo = max(n_lo, split * per_split);
+    n_hi = min(n_hi, (split + 1) * per_split);
   }
 
   const RowPtr gQ = row_ptr<Element>(params.q, params.q_strides, batch, row0_q + m0, head);
@@ -274,27 +288,50 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       ptx::cp_async_commit();
     }
 
-    // Online softmax: new row maxima, rescale of O and of the partial sums, P = exp2(S - max).
+    // Online softmax with lazy rescaling (FlashAttention-4): a row adopts a new maximum only
+    // when it exceeds the kept one by more than kRescaleThreshold (log2 units), so most blocks
+    // skip the O rescale; P = exp2(S - kept max) then stays below 2^threshold, and the result is
+    // exact because the final normalisation uses the same kept maximum.
+    bool any_rescale = false;
+    float correction[kMTiles][2];
 #pragma unroll
     for (int mt = 0; mt < kMTiles; ++mt) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        float mx = row_max[mt][h];
+        float mx = -INFINITY;
 #pragma unroll
         for (int nt = 0; nt < kNTiles; ++nt) mx = fmaxf(mx, fmaxf(s[mt][nt][2 * h], s[mt][nt][2 * h + 1]));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const float kept = row_max[mt][h];
+        // From -inf, any finite maximum is adopted ((mx - -inf) = +inf); -inf stays (NaN > x).
+        const bool adopt = (mx - kept) * exp_scale > kRescaleThreshold;
+        correction[mt][h] = adopt ? ptx::exp2_approx((kept - mx) * exp_scale) : 1.0f;
+        row_max[mt][h] = adopt ? mx : kept;
+        any_rescale |= adopt;
+      }
+    }
+    if (__any_sync(0xffffffffu, any_rescale)) {
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          row_sum[mt][h] *= correction[mt][h];
+#pragma unroll
+          for (int dt = 0; dt < kDTiles; ++dt) {
+            o_acc[mt][dt][2 * h] *= correction[mt][h];
+            o_acc[mt][dt][2 * h + 1] *= correction[mt][h];
+          }
+        }
+      }
+    }
+#pragma unroll
+    for (int mt = 0; mt < kMTiles; ++mt) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
         // A row that has seen no visible key keeps max -inf; subtract 0 instead so that
         // exp2(-inf - (-inf)) never forms a NaN.
-        const float m_scaled = mx == -INFINITY ? 0.0f : mx * exp_scale;
-        const float correction = ptx::exp2_approx(row_max[mt][h] * exp_scale - m_scaled);
-        row_max[mt][h] = mx;
-        row_sum[mt][h] *= correction;
-#pragma unroll
-        for (int dt = 0; dt < kDTiles; ++dt) {
-          o_acc[mt][dt][2 * h] *= correction;
-          o_acc[mt][dt][2 * h + 1] *= correction;
-        }
+        const float m_scaled = row_max[mt][h] == -INFINITY ? 0.0f : row_max[mt][h] * exp_scale;
         const int i = m0 + warp_row0 + mt * 16 + g + 8 * h;
 #pragma unroll
         for (int nt = 0; nt < kNTiles; ++nt) {
@@ -343,8 +380,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   }
 
   // Epilogue: finish the row sums across the quad, normalise, write LSE, stage O through this
-  // warp's own rows of sQ (no other warp reads them) and store 16-byte chunks.
+  // warp's own rows of sQ (no other warp reads them) and store 16-byte chunks. Split-KV CTAs
+  // write float32 partials instead, merged by fwd_combine_kernel.
   const float out_scale = use_dropout ? params.dropout_rescale : 1.0f;
+  const int64_t global_row0 = params.is_varlen() ? row0_q + m0 : int64_t(batch) * params.seqlen_q + m0;
 #pragma unroll
   for (int mt = 0; mt < kMTiles; ++mt) {
 #pragma unroll
@@ -360,13 +399,25 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
         o_acc[mt][dt][2 * h + 1] *= inv;
       }
       const int r = warp_row0 + mt * 16 + g + 8 * h;
-      if (params.lse != nullptr && t == 0 && r < rows_here) {
-        const float lse = empty ? -INFINITY : (row_max[mt][h] * exp_scale + __log2f(l)) * kLn2;
+      const float lse = empty ? -INFINITY : (row_max[mt][h] * exp_scale + __log2f(l)) * kLn2;
+      if (num_splits > 1) {
+        if (r < rows_here) {
+          const int64_t row = global_row0 + r;
+          if (t == 0) params.split_lse[(int64_t(split) * params.heads + head) * params.total_q + row] = lse;
+          float* dst = params.split_out +
+                       ((int64_t(split) * params.total_q + row) * params.heads + head) * Traits::kHeadDim + 2 * t;
+#pragma unroll
+          for (int dt = 0; dt < kDTiles; ++dt) {
+            *reinterpret_cast<float2*>(dst + dt * 8) = make_float2(o_acc[mt][dt][2 * h], o_acc[mt][dt][2 * h + 1]);
+          }
+        }
+      } else if (params.lse != nullptr && t == 0 && r < rows_here) {
         params.lse[batch * params.lse_batch_stride + int64_t(head) * params.lse_head_stride + row0_q +
                    m0 + r] = lse;
       }
     }
   }
+  if (num_splits > 1) return;
   __syncwarp();  // this warp's last reads of its own Q rows are done before they hold O
 #pragma unroll
   for (int mt = 0; mt < kMTiles; ++mt) {
@@ -389,6 +440,60 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       const uint4 v = *reinterpret_cast<const uint4*>(sQ + r * kStride + col);
       *reinterpret_cast<uint4*>(gO + r * o_row_bytes + col * sizeof(Element)) = v;
     }
+  }
+}
+
+// Merges split-KV partials: with per-split (O_s, LSE_s), LSE = log sum_s exp(LSE_s) and
+// O = sum_s exp(LSE_s - LSE) O_s. One warp per (row, head); splits whose LSE is -inf (no visible
+// key) weigh 0, and a row with no visible key anywhere gets O = 0, LSE = -inf.
+template <typename Element, int kHeadDim>
+__global__ void __launch_bounds__(128) fwd_combine_kernel(const __grid_constant__ ForwardParams params) {
+  constexpr int kPerLane = (kHeadDim + 31) / 32;
+  const int64_t row = int64_t(blockIdx.x) * 4 + threadIdx.x / 32;  // global row
+  const int head = blockIdx.y;
+  const int lane = threadIdx.x % 32;
+  // Varlen rows past cu_seqlens_q[batch] belong to no sequence: leave them untouched.
+  const int64_t rows = params.is_varlen() ? params.cu_seqlens_q[params.batch] : params.total_q;
+  if (row >= rows) return;
+  const int splits = params.num_splits;
+  const float* lse_s = params.split_lse + int64_t(head) * params.total_q + row;
+  const int64_t lse_split_stride = int64_t(params.heads) * params.total_q;
+  float mx = -INFINITY;
+  for (int s = 0; s < splits; ++s) mx = fmaxf(mx, lse_s[s * lse_split_stride]);
+  float sum = 0.0f;
+  if (mx != -INFINITY) {
+    for (int s = 0; s < splits; ++s) sum += __expf(lse_s[s * lse_split_stride] - mx);
+  }
+  const float lse = mx == -INFINITY ? -INFINITY : mx + __logf(sum);
+  float acc[kPerLane];
+#pragma unroll
+  for (int e = 0; e < kPerLane; ++e) acc[e] = 0.0f;
+  if (lse != -INFINITY) {
+    for (int s = 0; s < splits; ++s) {
+      const float w = __expf(lse_s[s * lse_split_stride] - lse);
+      const float* o = params.split_out + ((int64_t(s) * params.total_q + row) * params.heads + head) * kHeadDim;
+#pragma unroll
+      for (int e = 0; e < kPerLane; ++e) {
+        const int c = lane + 32 * e;
+        if (c < kHeadDim) acc[e] += w * o[c];
+      }
+    }
+  }
+  // Global row -> (batch, position) for the strided output and LSE.
+  int64_t b = 0, pos = row;
+  if (!params.is_varlen()) {
+    b = row / params.seqlen_q;
+    pos = row % params.seqlen_q;
+  }
+  Element* out = static_cast<Element*>(params.out) + b * params.out_strides.batch +
+                 pos * params.out_strides.row + int64_t(head) * params.out_strides.head;
+#pragma unroll
+  for (int e = 0; e < kPerLane; ++e) {
+    const int c = lane + 32 * e;
+    if (c < kHeadDim) out[c] = Element(acc[e]);
+  }
+  if (params.lse != nullptr && lane == 0) {
+    params.lse[b * params.lse_batch_stride + int64_t(head) * params.lse_head_stride + pos] = lse;
   }
 }
 

@@ -5,22 +5,55 @@
 #include <cuda_runtime.h>
 
 #include "cuda/common/cuda_check.h"
+#include "cuda/common/split_heuristic.h"
 #include "cuda/sm80/fwd_kernel.h"
 
 namespace flashattn::cuda {
 
 template <typename Traits>
-Status run_fwd(const ForwardParams& params, cudaStream_t stream) {
+Status run_fwd(const ForwardParams& params_in, cudaStream_t stream) {
   const auto kernel = fwd_kernel<Traits>;
   constexpr size_t kSmem = Traits::kSmemBytes;
   if constexpr (kSmem > 48 * 1024) {
     FLASHATTN_CUDA_TRY(
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmem)));
   }
-  const dim3 grid((params.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM, params.heads,
-                  params.batch);
+  ForwardParams params = params_in;
+  const int m_blocks = (params.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM;
+  const int n_blocks = (params.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN;
+  int splits = params.num_splits;
+  if (splits == 0) {
+    int device = 0, sms = 0, per_sm = 0;
+    FLASHATTN_CUDA_TRY(cudaGetDevice(&device));
+    FLASHATTN_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    FLASHATTN_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, Traits::kThreads, kSmem));
+    splits = choose_num_splits(static_cast<long long>(m_blocks) * params.heads * params.batch, n_blocks, sms,
+                               per_sm);
+  }
+  splits = std::max(1, std::min({splits, n_blocks, 65535 / std::max(1, params.batch)}));
+  params.num_splits = splits;
+
+  float* workspace = nullptr;
+  if (splits > 1) {
+    const size_t rows = size_t(params.total_q) * params.heads * splits;
+    FLASHATTN_CUDA_TRY(cudaMallocAsync(reinterpret_cast<void**>(&workspace),
+                                       rows * (Traits::kHeadDim + 1) * sizeof(float), stream));
+    params.split_out = workspace;
+    params.split_lse = workspace + rows * Traits::kHeadDim;
+  }
+  const dim3 grid(m_blocks, params.heads, params.batch * splits);
   kernel<<<grid, Traits::kThreads, kSmem, stream>>>(params);
-  return cuda_status(cudaGetLastError(), "launching the sm80 forward kernel");
+  Status status = cuda_status(cudaGetLastError(), "launching the sm80 forward kernel");
+  if (splits > 1) {
+    if (status.ok() && params.total_q > 0) {
+      const dim3 cgrid(unsigned((params.total_q + 3) / 4), params.heads);
+      fwd_combine_kernel<typename Traits::Element, Traits::kHeadDim><<<cgrid, 128, 0, stream>>>(params);
+      status = cuda_status(cudaGetLastError(), "launching the split-KV combine kernel");
+    }
+    Status freed = cuda_status(cudaFreeAsync(workspace, stream), "freeing the split-KV workspace");
+    if (status.ok()) status = freed;
+  }
+  return status;
 }
 
 }  // namespace flashattn::cuda
