@@ -299,6 +299,45 @@ static void bench(int d, int seqlen, bool causal, bool bf16) {
   for (void* p : {q, k, v, o, l}) CK(cudaFree(p));
 }
 
+// Decode: one query token, 32 query heads over 8 KV heads, d128, bf16; effective KV bytes/s.
+static void bench_decode(int b, int sk) {
+  const int h = 32, hk = 8, d = 128;
+  const size_t nkv = size_t(b) * sk * hk * d;
+  const Device dev{DeviceType::kCUDA, 0};
+  void *q, *k, *v, *o;
+  CK(cudaMalloc(&q, size_t(b) * h * d * 2));
+  CK(cudaMalloc(&k, nkv * 2));
+  CK(cudaMalloc(&v, nkv * 2));
+  CK(cudaMalloc(&o, size_t(b) * h * d * 2));
+  CK(cudaMemset(q, 0x3c, size_t(b) * h * d * 2));
+  CK(cudaMemset(k, 0x3c, nkv * 2));
+  CK(cudaMemset(v, 0x3c, nkv * 2));
+  ForwardArgs a;
+  a.q = make_contiguous_view(q, DType::kBFloat16, dev, {b, 1, h, d});
+  a.k = make_contiguous_view(k, DType::kBFloat16, dev, {b, sk, hk, d});
+  a.v = make_contiguous_view(v, DType::kBFloat16, dev, {b, sk, hk, d});
+  a.out = make_contiguous_view(o, DType::kBFloat16, dev, {b, 1, h, d});
+  cudaEvent_t e0, e1;
+  CK(cudaEventCreate(&e0));
+  CK(cudaEventCreate(&e1));
+  for (int i = 0; i < 5; ++i) (void)run_cuda_forward(a);
+  std::vector<float> ms;
+  for (int i = 0; i < 30; ++i) {
+    CK(cudaEventRecord(e0));
+    Status st = run_cuda_forward(a);
+    CK(cudaEventRecord(e1));
+    CK(cudaEventSynchronize(e1));
+    if (!st.ok()) { std::printf("decode error %s\n", st.message().c_str()); return; }
+    float t;
+    CK(cudaEventElapsedTime(&t, e0, e1));
+    ms.push_back(t);
+  }
+  std::sort(ms.begin(), ms.end());
+  const double med = ms[ms.size() / 2];
+  std::printf("decode b%d sk%d: %.1f us  %.2f TB/s (KV bytes)\n", b, sk, med * 1e3, 2.0 * nkv * 2 / med / 1e9);
+  for (void* p : {q, k, v, o}) CK(cudaFree(p));
+}
+
 int main(int argc, char** argv) {
   std::mt19937 rng(std::random_device{}());
   int fails = 0, total = 0;
@@ -332,6 +371,11 @@ int main(int argc, char** argv) {
     for (int d : {64, 128, 256})
       for (int n : {512, 2048, 8192, 16384})
         for (bool causal : {false, true}) bench(d, n, causal, true);
+    bench_decode(1, 4096);
+    bench_decode(8, 65536);
+    bench_decode(8, 131072);
+    bench_decode(64, 4096);
+    bench_decode(64, 16384);
   }
   return fails == 0 ? 0 : 1;
 }

@@ -29,3 +29,18 @@ for d in (64, 128, 256):
                 except RuntimeError as e:
                     row += f" {name} n/a"
             print(row, flush=True)
+
+# Decode: q length 1, 32 query heads over 8 KV heads (expanded for SDPA), d128, bf16.
+for b, sk in ((1, 4096), (8, 65536), (8, 131072), (64, 4096), (64, 16384)):
+    q = torch.randn(b, 32, 1, 128, device="cuda", dtype=torch.bfloat16)
+    k, v = (torch.randn(b, 8, sk, 128, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    kv_bytes = 2 * k.numel() * 2
+    row = f"sdpa decode b{b} sk{sk}:"
+    for name, be in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("flash", SDPBackend.FLASH_ATTENTION)):
+        try:
+            with sdpa_kernel([be]):
+                ms = bench(lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=True))
+            row += f" {name} {ms * 1e3:.1f} us {kv_bytes / ms / 1e9:.2f} TB/s"
+        except RuntimeError:
+            row += f" {name} n/a"
+    print(row, flush=True)
