@@ -48,9 +48,35 @@ Status dispatch_head_dim(const ForwardParams& p, cudaStream_t stream) {
   }
 }
 
+// Decode with grouped KV heads: a single query token per sequence would fill one row of a
+// 128-row tile. Folding the `heads / heads_k` query heads that share a KV head into the query
+// sequence (q viewed as (batch, group, heads_k, d)) gives each CTA `group` useful rows and reads
+// each KV head once instead of once per query head. Exact only when every folded row sees the
+// same keys with the same scores: no left window, no ALiBi (per-head slopes), no dropout (the
+// mask is indexed by head and row); LSE must have a unit head stride to keep unit row stride.
+ForwardParams fold_gqa_decode(const ForwardParams& p) {
+  const bool foldable = p.seqlen_q == 1 && p.heads > p.heads_k && !p.is_varlen() && p.alibi == nullptr &&
+                        !p.has_dropout() && p.window_left < 0 && (p.lse == nullptr || p.lse_head_stride == 1);
+  if (!foldable) return p;
+  const int group = p.heads / p.heads_k;
+  ForwardParams f = p;
+  f.seqlen_q = group;
+  f.heads = p.heads_k;
+  f.total_q = int64_t(p.batch) * group;
+  f.q_strides = Strides3{p.q_strides.batch, p.q_strides.head, p.q_strides.head * group};
+  f.out_strides = Strides3{p.out_strides.batch, p.out_strides.head, p.out_strides.head * group};
+  f.lse_head_stride = p.lse_head_stride * group;
+  // With one query, a right window (causal included) hides no key: seqlen_k - 1 + right >= the
+  // last key. Drop it, since the folded rows would otherwise be masked differently.
+  f.window_left = f.window_right = -1;
+  f.is_causal = false;
+  return f;
+}
+
 }  // namespace
 
-Status dispatch_fwd(const ForwardParams& p, cudaStream_t stream) {
+Status dispatch_fwd(const ForwardParams& params, cudaStream_t stream) {
+  const ForwardParams p = fold_gqa_decode(params);
   switch (p.dtype) {
 #ifdef FLASHATTN_CUDA_DTYPE_FP16
     case DType::kFloat16: return dispatch_head_dim<__half>(p, stream);
