@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# On the GPU machine (device tool): build with all cores, run the GPU tests (C++ and Python),
+# benchmark against PyTorch SDPA (cuDNN and flash backends) in the same process, write logs and
+# JSON under $OUT, and print a short table last.
+#   SUITE=quick|full|decode|none   benchmark suite (default quick); several: SUITE="quick decode"
+#   SANITIZE=1                     also run compute-sanitizer memcheck + racecheck on a reduced set
+#   TESTS=0                        skip the test suites
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/flashattn-out}
+mkdir -p "$OUT"
+jobs=$(nproc)
+status=0
+log() { printf '\n== %s\n' "$*"; }
+
+log "build (C++, $jobs jobs)"
+start=$(date +%s)
+cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DFLASHATTN_CUDA_ARCHITECTURES="80;90" \
+  >"$OUT/build.log" 2>&1 && cmake --build build-gpu -j "$jobs" >>"$OUT/build.log" 2>&1 || {
+  tail -40 "$OUT/build.log"; exit 1; }
+echo "C++ build: $(( $(date +%s) - start )) s"
+grep -h "spill" "$OUT/build.log" | sort | uniq -c | head -5 || true
+
+log "python package"
+start=$(date +%s)
+CMAKE_BUILD_PARALLEL_LEVEL=$jobs python3 -m pip install --no-build-isolation --no-deps -q \
+  -Cbuild-dir=build-gpu/python . >"$OUT/pip.log" 2>&1 || { tail -40 "$OUT/pip.log"; exit 1; }
+echo "pip install (full kernel set): $(( $(date +%s) - start )) s"
+
+if [ "${TESTS:-1}" = 1 ]; then
+  log "ctest"
+  ctest --test-dir build-gpu -j 4 --output-on-failure >"$OUT/ctest.log" 2>&1 || status=1
+  tail -15 "$OUT/ctest.log"
+  log "pytest"
+  python3 -m pytest tests/python -q -rs -x >"$OUT/pytest.log" 2>&1 || status=1
+  tail -15 "$OUT/pytest.log"
+fi
+
+if [ "${SANITIZE:-0}" = 1 ]; then
+  log "compute-sanitizer"
+  for tool in memcheck racecheck; do
+    compute-sanitizer --tool $tool --error-exitcode 9 build-gpu/tests/cpp/flashattn_tests \
+      --gtest_filter='*Cuda*Sanity*' >"$OUT/sanitizer-$tool.log" 2>&1
+    echo "$tool: exit $? ($(grep -c 'ERROR SUMMARY: 0 errors' "$OUT/sanitizer-$tool.log") clean summaries)"
+  done
+fi
+
+for suite in ${SUITE:-quick}; do
+  [ "$suite" = none ] && continue
+  log "bench $suite"
+  python3 bench/bench.py --suite "$suite" --out "$OUT/bench-$suite.json" 2>&1 | tee "$OUT/bench-$suite.txt" || status=1
+done
+exit $status

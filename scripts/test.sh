@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Builds everything and runs every test: the C++ suite (ctest) and the Python suite (pytest).
+# GPU tests run when a CUDA GPU is present and are reported as skipped otherwise.
+#   BUILD_DIR            build folder (default: build)
+#   FLASHATTN_CMAKE_ARGS extra CMake arguments, e.g. -DFLASHATTN_CUDA_HEAD_DIMS=128
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${BUILD_DIR:-build}
+jobs=${JOBS:-$(nproc)}
+# shellcheck disable=SC2086
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DFLASHATTN_WERROR=ON ${FLASHATTN_CMAKE_ARGS:-}
+cmake --build "$build" -j "$jobs"
+ctest --test-dir "$build" --output-on-failure -j "$jobs"
+
+# Python package: same options, its own build folder.
+py_defines=()
+for arg in ${FLASHATTN_CMAKE_ARGS:-}; do
+  case "$arg" in -D*) py_defines+=("-Ccmake.define.${arg#-D}") ;; esac
+done
+CMAKE_BUILD_PARALLEL_LEVEL=$jobs python3 -m pip install --no-build-isolation --no-deps -q \
+  -Cbuild-dir="$build/python" "${py_defines[@]}" .
+python3 -m pytest tests/python -q -rs
