@@ -1,0 +1,53 @@
+"""flashattn: exact, IO-aware attention (FlashAttention) on CPUs and NVIDIA GPUs.
+
+The flash_attn 2.x functions (``flash_attn_func``, ``flash_attn_varlen_func`` and the packed
+variants) take torch tensors (autograd, ``torch.compile``) or any DLPack array (forward only),
+so ``import flashattn as flash_attn`` runs existing model code. The device of the tensors picks
+the backend: CPU (float32, float16, bfloat16) or CUDA (float16, bfloat16).
+
+``forward``/``backward`` are the low-level entry points for any DLPack framework: they write
+into outputs the caller preallocated, on the caller's stream.
+
+Errors: ``TypeError`` for a dtype problem (naming the argument), ``ValueError`` for any other
+invalid argument (shape, stride, device, option), ``NotImplementedError`` for a valid request
+this build or backend cannot run (e.g. CUDA tensors with a CPU-only build, an unsupported head
+dim), ``RuntimeError`` for CUDA and internal errors. See python/README.md.
+"""
+
+from . import _C
+from ._lowlevel import backward, forward
+from .flash_attn_interface import (
+    flash_attn_func,
+    flash_attn_kvpacked_func,
+    flash_attn_qkvpacked_func,
+    flash_attn_varlen_func,
+    flash_attn_varlen_kvpacked_func,
+    flash_attn_varlen_qkvpacked_func,
+)
+
+__version__: str = _C.version()
+
+
+def cuda_available() -> bool:
+    """Whether this build has the CUDA backend and at least one usable GPU."""
+    return bool(_C.cuda_available())
+
+
+def cuda_built() -> bool:
+    """Whether this build contains the CUDA backend (whether or not a GPU is present)."""
+    return bool(_C.cuda_built())
+
+
+__all__ = [
+    "__version__",
+    "backward",
+    "cuda_available",
+    "cuda_built",
+    "flash_attn_func",
+    "flash_attn_kvpacked_func",
+    "flash_attn_qkvpacked_func",
+    "flash_attn_varlen_func",
+    "flash_attn_varlen_kvpacked_func",
+    "flash_attn_varlen_qkvpacked_func",
+    "forward",
+]

@@ -1,0 +1,163 @@
+"""Low-level API for users of any DLPack framework (numpy, CuPy, PyTorch without autograd...):
+``forward`` and ``backward`` write into outputs the caller preallocated.
+
+Nothing here imports torch or CuPy; a tensor's framework is recognised by the module of its
+type, and only then is that framework asked for its current CUDA stream.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, Optional
+
+from . import _C
+
+_DLPACK_CUDA = 2
+_U64 = (1 << 64) - 1  # seeds and offsets are 64-bit unsigned; negative ints wrap
+
+
+def _framework(x: Any) -> str:
+    return type(x).__module__.split(".", 1)[0]
+
+
+def _is_cuda(x: Any) -> bool:
+    dev = getattr(x, "__dlpack_device__", None)
+    if dev is None:
+        return False
+    try:
+        return int(dev()[0]) == _DLPACK_CUDA
+    except Exception:  # noqa: BLE001 - an odd producer: let the extension report on it
+        return False
+
+
+def current_stream(x: Any) -> int:
+    """The stream a CUDA array's framework is using now (0 = legacy default stream).
+
+    torch: ``torch.cuda.current_stream(x.device).cuda_stream``; CuPy:
+    ``cupy.cuda.get_current_stream().ptr``; any other framework: 0.
+    """
+    if not _is_cuda(x):
+        return 0
+    fw = _framework(x)
+    if fw == "torch":
+        import torch
+
+        return torch.cuda.current_stream(x.device).cuda_stream
+    if fw == "cupy" and "cupy" in sys.modules:
+        return sys.modules["cupy"].cuda.get_current_stream().ptr
+    return 0
+
+
+def _plain(x: Any) -> Any:
+    """torch tensors are detached: DLPack refuses tensors that require grad."""
+    if x is not None and _framework(x) == "torch" and getattr(x, "requires_grad", False):
+        return x.detach()
+    return x
+
+
+class _DeviceGuard:
+    """For torch CUDA tensors: make the tensor's GPU current (torch exports a CUDA tensor by
+    DLPack only from its own device)."""
+
+    def __init__(self, x: Any):
+        self._guard = None
+        if _is_cuda(x) and _framework(x) == "torch":
+            import torch
+
+            self._guard = torch.cuda.device(x.device)
+
+    def __enter__(self):
+        if self._guard is not None:
+            self._guard.__enter__()
+
+    def __exit__(self, *exc):
+        if self._guard is not None:
+            self._guard.__exit__(*exc)
+
+
+def check_rank(name: str, shape, varlen: bool) -> None:
+    """The rank q must have before outputs can be shaped (the library checks the rest)."""
+    rank = 3 if varlen else 4
+    if len(shape) != rank:
+        layout = "(total, heads, head_dim)" if varlen else "(batch, seqlen, heads, head_dim)"
+        raise ValueError(f"{name} must have {rank} dimensions {layout}, got shape {tuple(shape)}")
+
+
+def resolve_scale(softmax_scale: Optional[float]) -> float:
+    """None -> 0.0, which the library reads as 1/sqrt(head_dim)."""
+    if softmax_scale is None:
+        return 0.0
+    scale = float(softmax_scale)
+    if not scale > 0.0:
+        raise ValueError(f"softmax_scale must be > 0 (or None for 1/sqrt(head_dim)), got {scale}")
+    return scale
+
+
+def resolve_window(window_size) -> tuple[int, int]:
+    try:
+        left, right = window_size
+        return int(left), int(right)
+    except (TypeError, ValueError):
+        raise ValueError(
+            f"window_size must be a pair (left, right) of ints (-1 = unbounded), "
+            f"got {window_size!r}") from None
+
+
+def forward(q, k, v, out, lse=None, *, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=0,
+            max_seqlen_k=0, softmax_scale=None, causal=False, window_size=(-1, -1),
+            softcap=0.0, alibi_slopes=None, dropout_p=0.0, seed=0, offset=0, num_splits=0,
+            check_cu_seqlens=False, stream=None, num_threads=0) -> None:
+    """Attention forward into preallocated ``out`` (and ``lse`` unless None).
+
+    Layouts (strides arbitrary, last dimension contiguous):
+      q (batch, seqlen_q, heads, head_dim), k (batch, seqlen_k, heads_k, head_dim),
+      v (batch, seqlen_k, heads_k, head_dim_v), out like q with head_dim_v,
+      lse float32 (batch, heads, seqlen_q). Varlen (cu_seqlens_q/k int32 (batch + 1) given):
+      (total, heads, head_dim) and lse (heads, total_q).
+    ``dropout_p`` > 0 draws the keep mask from Philox keyed by (``seed``, ``offset``); pass
+    the same values to ``backward``. ``stream``: CUDA stream handle as an int; None = the
+    array framework's current stream (torch, CuPy), else the legacy default stream.
+    ``num_threads``: CPU worker threads, 0 = all. Returns None; raises ValueError, TypeError,
+    NotImplementedError or RuntimeError (see flashattn's package docs).
+    """
+    window_left, window_right = resolve_window(window_size)
+    if stream is None:
+        stream = current_stream(q)
+    with _DeviceGuard(q):
+        _C.forward(_plain(q), _plain(k), _plain(v), _plain(out), _plain(lse),
+                   cu_seqlens_q=_plain(cu_seqlens_q), cu_seqlens_k=_plain(cu_seqlens_k),
+                   alibi_slopes=_plain(alibi_slopes), max_seqlen_q=int(max_seqlen_q),
+                   max_seqlen_k=int(max_seqlen_k), softmax_scale=resolve_scale(softmax_scale),
+                   causal=bool(causal), window_left=window_left, window_right=window_right,
+                   softcap=float(softcap), dropout_p=float(dropout_p), seed=int(seed) & _U64,
+                   offset=int(offset) & _U64, num_splits=int(num_splits),
+                   check_cu_seqlens=bool(check_cu_seqlens), stream=int(stream),
+                   num_threads=int(num_threads))
+
+
+def backward(dout, q, k, v, out, lse, dq, dk, dv, *, cu_seqlens_q=None, cu_seqlens_k=None,
+             max_seqlen_q=0, max_seqlen_k=0, softmax_scale=None, causal=False,
+             window_size=(-1, -1), softcap=0.0, alibi_slopes=None, dropout_p=0.0, seed=0,
+             offset=0, deterministic=False, check_cu_seqlens=False, stream=None,
+             num_threads=0) -> None:
+    """Attention backward into preallocated ``dq``, ``dk``, ``dv`` (like q, k, v).
+
+    ``out`` and ``lse`` are the forward's outputs; every option must match the forward call
+    (same ``seed``/``offset`` with dropout). dk/dv are summed over the query heads of each GQA
+    group. ``deterministic``: bitwise reproducible run to run. Other arguments as in
+    ``forward``.
+    """
+    window_left, window_right = resolve_window(window_size)
+    if stream is None:
+        stream = current_stream(q)
+    with _DeviceGuard(q):
+        _C.backward(_plain(dout), _plain(q), _plain(k), _plain(v), _plain(out), _plain(lse),
+                    _plain(dq), _plain(dk), _plain(dv), cu_seqlens_q=_plain(cu_seqlens_q),
+                    cu_seqlens_k=_plain(cu_seqlens_k), alibi_slopes=_plain(alibi_slopes),
+                    max_seqlen_q=int(max_seqlen_q), max_seqlen_k=int(max_seqlen_k),
+                    softmax_scale=resolve_scale(softmax_scale), causal=bool(causal),
+                    window_left=window_left, window_right=window_right,
+                    softcap=float(softcap), dropout_p=float(dropout_p), seed=int(seed) & _U64,
+                    offset=int(offset) & _U64, deterministic=bool(deterministic),
+                    check_cu_seqlens=bool(check_cu_seqlens), stream=int(stream),
+                    num_threads=int(num_threads))

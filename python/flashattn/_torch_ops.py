@@ -1,0 +1,340 @@
+"""PyTorch integration: ``torch.library`` custom ops ``flashattn::*`` with fake (meta)
+implementations and autograd formulas, so the public functions run eagerly, under autograd and
+under ``torch.compile(fullgraph=True)`` without graph breaks.
+
+Design
+------
+* Forward ops return ``(out, lse)``; backward ops return the gradients. Every output is
+  allocated here with ``torch.empty`` on the input's device (contiguous), then filled by the
+  extension, which never allocates. The fake implementations allocate the same shapes, dtypes
+  and (contiguous) strides, so compiled graphs see exactly what eager execution produces.
+* The packed layouts have their own ops (``fwd_qkvpacked``/``bwd_qkvpacked``,
+  ``fwd_kvpacked``/``bwd_kvpacked``): q, k and v are strided views of the packed tensor (no
+  copy), and the backward writes dq, dk, dv straight into one packed gradient tensor.
+* Autograd is attached with ``torch.library.register_autograd`` (which builds the
+  ``torch.autograd.Function`` for us). ``lse`` is marked non-differentiable: gradients flow
+  through ``out`` only, as in flash_attn.
+* Dropout: the wrapper draws a fresh 64-bit seed per call from torch's default CPU generator
+  (``torch.manual_seed`` seeds it) as a CPU int64 tensor ``rng_state = [seed_hi32, seed_lo32]``.
+  It is an input of the forward op and is saved for the backward, which therefore regenerates
+  the same Philox keep mask. Being a CPU tensor it is read inside the op without a device sync.
+  Under CUDA graph capture the seed is drawn once at capture time, so every replay uses the
+  same dropout mask.
+* Kernels run on ``torch.cuda.current_stream(device)`` under a device guard for the tensors'
+  GPU; inputs whose last dimension is not contiguous are copied (flash_attn does the same).
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+if not hasattr(torch.library, "register_autograd"):
+    raise ImportError(f"flashattn's torch integration needs torch >= 2.4, found {torch.__version__}")
+
+from . import _C
+from ._lowlevel import check_rank
+
+_U64 = (1 << 64) - 1
+_U32 = 1 << 32
+
+
+def draw_rng_state(dropout_p: float) -> Optional[Tensor]:
+    """A fresh dropout seed as a CPU int64 tensor [hi32, lo32], or None without dropout."""
+    if dropout_p <= 0.0:
+        return None
+    return torch.randint(0, _U32, (2,), dtype=torch.int64, device="cpu")
+
+
+def _seed_of(rng_state: Optional[Tensor]) -> int:
+    if rng_state is None:
+        return 0
+    hi, lo = rng_state.tolist()
+    return ((int(hi) << 32) | int(lo)) & _U64
+
+
+def _contig_last(t: Tensor) -> Tensor:
+    return t if t.stride(-1) == 1 or t.shape[-1] <= 1 else t.contiguous()
+
+
+def _plain(t: Optional[Tensor]) -> Optional[Tensor]:
+    """What the extension sees: detached (DLPack refuses tensors that require grad)."""
+    return None if t is None else t.detach()
+
+
+def _lse_shape(q: Tensor, varlen: bool) -> tuple:
+    # Dense (batch, heads, seqlen_q); varlen (heads, total_q).
+    if varlen:
+        return (q.shape[1], q.shape[0])
+    return (q.shape[0], q.shape[2], q.shape[1])
+
+
+def _out_shape(q: Tensor, v: Tensor) -> tuple:
+    return (*q.shape[:-1], v.shape[-1])
+
+
+class _Launch:
+    """Device guard + the current stream of the tensors' device, for one extension call."""
+
+    def __init__(self, t: Tensor):
+        self.cuda = t.device.type == "cuda"
+        self.device = t.device
+        self._guard = None
+
+    def __enter__(self) -> int:
+        if not self.cuda:
+            return 0
+        self._guard = torch.cuda.device(self.device)
+        self._guard.__enter__()
+        return torch.cuda.current_stream(self.device).cuda_stream
+
+    def __exit__(self, *exc) -> None:
+        if self._guard is not None:
+            self._guard.__exit__(*exc)
+
+
+def _options(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, alibi_slopes,
+             softmax_scale, causal, window_left, window_right, softcap, dropout_p,
+             rng_state, stream) -> dict:
+    return dict(
+        cu_seqlens_q=_plain(cu_seqlens_q), cu_seqlens_k=_plain(cu_seqlens_k),
+        max_seqlen_q=int(max_seqlen_q), max_seqlen_k=int(max_seqlen_k),
+        alibi_slopes=_plain(alibi_slopes), softmax_scale=float(softmax_scale),
+        causal=bool(causal), window_left=int(window_left), window_right=int(window_right),
+        softcap=float(softcap), dropout_p=float(dropout_p), seed=_seed_of(rng_state),
+        offset=0, stream=stream)
+
+
+def _run_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, alibi_slopes,
+             softmax_scale, causal, window_left, window_right, softcap, dropout_p, rng_state):
+    varlen = cu_seqlens_q is not None
+    check_rank("q", q.shape, varlen)
+    q, k, v = _contig_last(q), _contig_last(k), _contig_last(v)
+    out = torch.empty(_out_shape(q, v), dtype=q.dtype, device=q.device)
+    lse = torch.empty(_lse_shape(q, varlen), dtype=torch.float32, device=q.device)
+    with _Launch(q) as stream:
+        _C.forward(_plain(q), _plain(k), _plain(v), out, lse,
+                   **_options(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                              alibi_slopes, softmax_scale, causal, window_left, window_right,
+                              softcap, dropout_p, rng_state, stream))
+    return out, lse
+
+
+def _run_bwd(dout, q, k, v, out, lse, dq, dk, dv, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+             max_seqlen_k, alibi_slopes, softmax_scale, causal, window_left, window_right,
+             softcap, dropout_p, rng_state, deterministic):
+    q, k, v = _contig_last(q), _contig_last(k), _contig_last(v)
+    dout = _contig_last(dout)
+    with _Launch(q) as stream:
+        _C.backward(_plain(dout), _plain(q), _plain(k), _plain(v), _plain(out), _plain(lse),
+                    dq, dk, dv, deterministic=bool(deterministic),
+                    **_options(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                               alibi_slopes, softmax_scale, causal, window_left, window_right,
+                               softcap, dropout_p, rng_state, stream))
+
+
+def _empty(shape, like: Tensor) -> Tensor:
+    return torch.empty(shape, dtype=like.dtype, device=like.device)
+
+
+def _unpack(packed: Tensor, n: int, name: str) -> tuple:
+    """Views q, k, v (or k, v) of a packed (..., n, heads, head_dim) tensor; no copy."""
+    if packed.dim() < 3 or packed.shape[-3] != n:
+        raise ValueError(
+            f"{name} must have shape (..., {n}, heads, head_dim), got {tuple(packed.shape)}")
+    return packed.unbind(-3)
+
+
+# ---- unpacked q, k, v -------------------------------------------------------------------------
+
+@torch.library.custom_op("flashattn::fwd", mutates_args=())
+def fwd(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Optional[Tensor],
+        cu_seqlens_k: Optional[Tensor], max_seqlen_q: int, max_seqlen_k: int,
+        alibi_slopes: Optional[Tensor], softmax_scale: float, causal: bool, window_left: int,
+        window_right: int, softcap: float, dropout_p: float, rng_state: Optional[Tensor],
+        deterministic: bool) -> tuple[Tensor, Tensor]:
+    """Attention forward; returns (out, lse)."""
+    return _run_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                    alibi_slopes, softmax_scale, causal, window_left, window_right, softcap,
+                    dropout_p, rng_state)
+
+
+@fwd.register_fake
+def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, alibi_slopes,
+      softmax_scale, causal, window_left, window_right, softcap, dropout_p, rng_state,
+      deterministic):
+    varlen = cu_seqlens_q is not None
+    check_rank("q", q.shape, varlen)
+    return (q.new_empty(_out_shape(q, v)),
+            q.new_empty(_lse_shape(q, varlen), dtype=torch.float32))
+
+
+@torch.library.custom_op("flashattn::bwd", mutates_args=())
+def bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor,
+        cu_seqlens_q: Optional[Tensor], cu_seqlens_k: Optional[Tensor], max_seqlen_q: int,
+        max_seqlen_k: int, alibi_slopes: Optional[Tensor], softmax_scale: float, causal: bool,
+        window_left: int, window_right: int, softcap: float, dropout_p: float,
+        rng_state: Optional[Tensor], deterministic: bool) -> tuple[Tensor, Tensor, Tensor]:
+    """Attention backward; returns (dq, dk, dv)."""
+    dq, dk, dv = _empty(q.shape, q), _empty(k.shape, k), _empty(v.shape, v)
+    _run_bwd(dout, q, k, v, out, lse, dq, dk, dv, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+             max_seqlen_k, alibi_slopes, softmax_scale, causal, window_left, window_right,
+             softcap, dropout_p, rng_state, deterministic)
+    return dq, dk, dv
+
+
+@bwd.register_fake
+def _(dout, q, k, v, *args):
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+
+
+def _setup_fwd(ctx, inputs, output):
+    (q, k, v, cu_q, cu_k, max_q, max_k, alibi, scale, causal, wl, wr, softcap, p, rng,
+     det) = inputs
+    out, lse = output
+    ctx.save_for_backward(q, k, v, out, lse, cu_q, cu_k, alibi, rng)
+    ctx.options = (max_q, max_k, scale, causal, wl, wr, softcap, p, det)
+    ctx.mark_non_differentiable(lse)
+
+
+def _backward_fwd(ctx, dout, dlse):
+    q, k, v, out, lse, cu_q, cu_k, alibi, rng = ctx.saved_tensors
+    max_q, max_k, scale, causal, wl, wr, softcap, p, det = ctx.options
+    dq, dk, dv = bwd(dout, q, k, v, out, lse, cu_q, cu_k, max_q, max_k, alibi, scale, causal,
+                     wl, wr, softcap, p, rng, det)
+    return (dq, dk, dv) + (None,) * 13
+
+
+fwd.register_autograd(_backward_fwd, setup_context=_setup_fwd)
+
+
+# ---- packed qkv: (batch, seqlen, 3, heads, head_dim) or varlen (total, 3, heads, head_dim) --
+
+@torch.library.custom_op("flashattn::fwd_qkvpacked", mutates_args=())
+def fwd_qkvpacked(qkv: Tensor, cu_seqlens: Optional[Tensor], max_seqlen: int,
+                  alibi_slopes: Optional[Tensor], softmax_scale: float, causal: bool,
+                  window_left: int, window_right: int, softcap: float, dropout_p: float,
+                  rng_state: Optional[Tensor], deterministic: bool) -> tuple[Tensor, Tensor]:
+    """Attention forward on packed qkv; returns (out, lse)."""
+    q, k, v = _unpack(qkv, 3, "qkv")
+    return _run_fwd(q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen, alibi_slopes,
+                    softmax_scale, causal, window_left, window_right, softcap, dropout_p,
+                    rng_state)
+
+
+@fwd_qkvpacked.register_fake
+def _(qkv, cu_seqlens, *args):
+    q, _, v = _unpack(qkv, 3, "qkv")
+    varlen = cu_seqlens is not None
+    check_rank("q", q.shape, varlen)
+    return (q.new_empty(_out_shape(q, v)),
+            q.new_empty(_lse_shape(q, varlen), dtype=torch.float32))
+
+
+@torch.library.custom_op("flashattn::bwd_qkvpacked", mutates_args=())
+def bwd_qkvpacked(dout: Tensor, qkv: Tensor, out: Tensor, lse: Tensor,
+                  cu_seqlens: Optional[Tensor], max_seqlen: int,
+                  alibi_slopes: Optional[Tensor], softmax_scale: float, causal: bool,
+                  window_left: int, window_right: int, softcap: float, dropout_p: float,
+                  rng_state: Optional[Tensor], deterministic: bool) -> Tensor:
+    """Attention backward on packed qkv; returns dqkv (written through views, no copy)."""
+    q, k, v = _unpack(qkv, 3, "qkv")
+    dqkv = _empty(qkv.shape, qkv)
+    dq, dk, dv = dqkv.unbind(-3)
+    _run_bwd(dout, q, k, v, out, lse, dq, dk, dv, cu_seqlens, cu_seqlens, max_seqlen,
+             max_seqlen, alibi_slopes, softmax_scale, causal, window_left, window_right,
+             softcap, dropout_p, rng_state, deterministic)
+    return dqkv
+
+
+@bwd_qkvpacked.register_fake
+def _(dout, qkv, *args):
+    return qkv.new_empty(qkv.shape)
+
+
+def _setup_fwd_qkvpacked(ctx, inputs, output):
+    qkv, cu, max_s, alibi, scale, causal, wl, wr, softcap, p, rng, det = inputs
+    out, lse = output
+    ctx.save_for_backward(qkv, out, lse, cu, alibi, rng)
+    ctx.options = (max_s, scale, causal, wl, wr, softcap, p, det)
+    ctx.mark_non_differentiable(lse)
+
+
+def _backward_fwd_qkvpacked(ctx, dout, dlse):
+    qkv, out, lse, cu, alibi, rng = ctx.saved_tensors
+    max_s, scale, causal, wl, wr, softcap, p, det = ctx.options
+    dqkv = bwd_qkvpacked(dout, qkv, out, lse, cu, max_s, alibi, scale, causal, wl, wr, softcap,
+                         p, rng, det)
+    return (dqkv,) + (None,) * 11
+
+
+fwd_qkvpacked.register_autograd(_backward_fwd_qkvpacked, setup_context=_setup_fwd_qkvpacked)
+
+
+# ---- packed kv: kv (batch, seqlen_k, 2, heads_k, head_dim) or varlen (total_k, 2, ...) ----
+
+@torch.library.custom_op("flashattn::fwd_kvpacked", mutates_args=())
+def fwd_kvpacked(q: Tensor, kv: Tensor, cu_seqlens_q: Optional[Tensor],
+                 cu_seqlens_k: Optional[Tensor], max_seqlen_q: int, max_seqlen_k: int,
+                 alibi_slopes: Optional[Tensor], softmax_scale: float, causal: bool,
+                 window_left: int, window_right: int, softcap: float, dropout_p: float,
+                 rng_state: Optional[Tensor], deterministic: bool) -> tuple[Tensor, Tensor]:
+    """Attention forward on q and packed kv; returns (out, lse)."""
+    k, v = _unpack(kv, 2, "kv")
+    return _run_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                    alibi_slopes, softmax_scale, causal, window_left, window_right, softcap,
+                    dropout_p, rng_state)
+
+
+@fwd_kvpacked.register_fake
+def _(q, kv, cu_seqlens_q, *args):
+    _, v = _unpack(kv, 2, "kv")
+    varlen = cu_seqlens_q is not None
+    check_rank("q", q.shape, varlen)
+    return (q.new_empty(_out_shape(q, v)),
+            q.new_empty(_lse_shape(q, varlen), dtype=torch.float32))
+
+
+@torch.library.custom_op("flashattn::bwd_kvpacked", mutates_args=())
+def bwd_kvpacked(dout: Tensor, q: Tensor, kv: Tensor, out: Tensor, lse: Tensor,
+                 cu_seqlens_q: Optional[Tensor], cu_seqlens_k: Optional[Tensor],
+                 max_seqlen_q: int, max_seqlen_k: int, alibi_slopes: Optional[Tensor],
+                 softmax_scale: float, causal: bool, window_left: int, window_right: int,
+                 softcap: float, dropout_p: float, rng_state: Optional[Tensor],
+                 deterministic: bool) -> tuple[Tensor, Tensor]:
+    """Attention backward on q and packed kv; returns (dq, dkv)."""
+    k, v = _unpack(kv, 2, "kv")
+    dq = _empty(q.shape, q)
+    dkv = _empty(kv.shape, kv)
+    dk, dv = dkv.unbind(-3)
+    _run_bwd(dout, q, k, v, out, lse, dq, dk, dv, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+             max_seqlen_k, alibi_slopes, softmax_scale, causal, window_left, window_right,
+             softcap, dropout_p, rng_state, deterministic)
+    return dq, dkv
+
+
+@bwd_kvpacked.register_fake
+def _(dout, q, kv, *args):
+    return q.new_empty(q.shape), kv.new_empty(kv.shape)
+
+
+def _setup_fwd_kvpacked(ctx, inputs, output):
+    (q, kv, cu_q, cu_k, max_q, max_k, alibi, scale, causal, wl, wr, softcap, p, rng,
+     det) = inputs
+    out, lse = output
+    ctx.save_for_backward(q, kv, out, lse, cu_q, cu_k, alibi, rng)
+    ctx.options = (max_q, max_k, scale, causal, wl, wr, softcap, p, det)
+    ctx.mark_non_differentiable(lse)
+
+
+def _backward_fwd_kvpacked(ctx, dout, dlse):
+    q, kv, out, lse, cu_q, cu_k, alibi, rng = ctx.saved_tensors
+    max_q, max_k, scale, causal, wl, wr, softcap, p, det = ctx.options
+    dq, dkv = bwd_kvpacked(dout, q, kv, out, lse, cu_q, cu_k, max_q, max_k, alibi, scale,
+                           causal, wl, wr, softcap, p, rng, det)
+    return (dq, dkv) + (None,) * 13
+
+
+fwd_kvpacked.register_autograd(_backward_fwd_kvpacked, setup_context=_setup_fwd_kvpacked)

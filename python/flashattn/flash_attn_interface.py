@@ -1,0 +1,216 @@
+"""The flash_attn 2.x functions, same names and arguments, so that model code can switch with
+``import flashattn as flash_attn`` (or ``from flashattn.flash_attn_interface import ...``).
+
+torch tensors go through the ``flashattn::*`` custom ops (autograd, torch.compile). Any other
+array (numpy on the CPU, CuPy, ...) runs the forward pass only: outputs are allocated with the
+array's own namespace (``__array_namespace__``, else numpy) and there is no autograd.
+
+Differences from flash_attn, all deliberate:
+* ``return_attn_probs=True`` returns ``(out, softmax_lse, None)``: the attention matrix is never
+  materialised (flash_attn returns it, with dropout encoded in the sign, for its tests only).
+* Dropout seeds: torch calls draw a fresh 64-bit seed per call from torch's default CPU
+  generator (``torch.manual_seed`` makes runs reproducible); the backward reuses it, so it sees
+  the same mask. Non-torch arrays draw the seed from numpy's global generator
+  (``numpy.random.seed``). Use ``flashattn.forward``/``backward`` to pass a seed yourself.
+* ``causal=True`` with ``window_size[1] > 0`` is an error (flash_attn silently uses 0).
+* ``softmax_scale`` must be None or > 0.
+* ``block_table`` (paged KV) is not supported yet: passing one raises ValueError.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy
+
+from . import _lowlevel
+
+try:  # torch is optional
+    import torch
+except ImportError:  # pragma: no cover - exercised where torch is absent
+    torch = None
+    _torch_ops = None
+else:
+    from . import _torch_ops
+
+__all__ = [
+    "flash_attn_func",
+    "flash_attn_qkvpacked_func",
+    "flash_attn_kvpacked_func",
+    "flash_attn_varlen_func",
+    "flash_attn_varlen_qkvpacked_func",
+    "flash_attn_varlen_kvpacked_func",
+]
+
+
+def _is_torch(x: Any) -> bool:
+    return torch is not None and isinstance(x, torch.Tensor)
+
+
+def _finish(out, lse, return_attn_probs: bool):
+    return (out, lse, None) if return_attn_probs else out
+
+
+# ---- non-torch arrays -------------------------------------------------------------------------
+
+def _shape(name: str, x: Any) -> tuple:
+    shape = getattr(x, "shape", None)
+    if shape is None:
+        raise TypeError(f"{name} must be an array (numpy.ndarray, torch.Tensor, ...), "
+                        f"got {type(x).__qualname__}")
+    return tuple(shape)
+
+
+def _empty(like: Any, shape: tuple, dtype: Any = None) -> Any:
+    """An uninitialised array in like's namespace and on like's device."""
+    ns = like.__array_namespace__() if hasattr(like, "__array_namespace__") else numpy
+    kwargs = {"device": like.device} if hasattr(like, "device") else {}
+    return ns.empty(shape, dtype=like.dtype if dtype is None else getattr(ns, dtype), **kwargs)
+
+
+def _select(packed: Any, index: int, n: int, name: str) -> Any:
+    shape = _shape(name, packed)
+    if len(shape) < 3 or shape[-3] != n:
+        raise ValueError(f"{name} must have shape (..., {n}, heads, head_dim), got {shape}")
+    return packed[(Ellipsis, index, slice(None), slice(None))]
+
+
+def _array_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                     dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
+                     return_attn_probs):
+    varlen = cu_seqlens_q is not None
+    q_shape, v_shape = _shape("q", q), _shape("v", v)
+    _lowlevel.check_rank("q", q_shape, varlen)
+    out = _empty(q, q_shape[:-1] + v_shape[-1:])
+    lse_shape = (q_shape[1], q_shape[0]) if varlen else (q_shape[0], q_shape[2], q_shape[1])
+    lse = _empty(q, lse_shape, "float32")
+    seed = int(numpy.random.randint(0, 2**64, dtype=numpy.uint64)) if dropout_p > 0 else 0
+    _lowlevel.forward(q, k, v, out, lse, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
+                      max_seqlen_q=max_seqlen_q or 0, max_seqlen_k=max_seqlen_k or 0,
+                      softmax_scale=softmax_scale, causal=causal, window_size=window_size,
+                      softcap=softcap, alibi_slopes=alibi_slopes, dropout_p=dropout_p,
+                      seed=seed)
+    return _finish(out, lse, return_attn_probs)
+
+
+# ---- public functions -------------------------------------------------------------------------
+
+def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
+                    window_size=(-1, -1), softcap=0.0, alibi_slopes=None, deterministic=False,
+                    return_attn_probs=False):
+    """Exact attention softmax(q k^T * scale) v.
+
+    q: (batch, seqlen_q, nheads, headdim); k, v: (batch, seqlen_k, nheads_k, headdim), nheads a
+    multiple of nheads_k (MQA/GQA). Last dimension contiguous, other strides arbitrary.
+    dropout_p: dropout probability on P (pass 0.0 in eval). softmax_scale: default
+    1/sqrt(headdim). causal: bottom-right aligned causal mask. window_size (left, right):
+    sliding window, -1 = unbounded. softcap: > 0 applies softcap * tanh(s / softcap).
+    alibi_slopes: float32 (nheads,) or (batch, nheads). deterministic: reproducible backward.
+    return_attn_probs: also return softmax_lse (batch, nheads, seqlen_q) float32 and None.
+
+    Returns out (batch, seqlen_q, nheads, headdim_v), or (out, softmax_lse, None).
+    """
+    if not _is_torch(q):
+        return _array_attention(q, k, v, None, None, 0, 0, dropout_p, softmax_scale, causal,
+                                window_size, softcap, alibi_slopes, return_attn_probs)
+    wl, wr = _lowlevel.resolve_window(window_size)
+    out, lse = _torch_ops.fwd(
+        q, k, v, None, None, 0, 0, alibi_slopes, _lowlevel.resolve_scale(softmax_scale),
+        bool(causal), wl, wr, float(softcap), float(dropout_p),
+        _torch_ops.draw_rng_state(dropout_p), bool(deterministic))
+    return _finish(out, lse, return_attn_probs)
+
+
+def flash_attn_qkvpacked_func(qkv, dropout_p=0.0, softmax_scale=None, causal=False,
+                              window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
+                              deterministic=False, return_attn_probs=False):
+    """flash_attn_func on packed qkv (batch, seqlen, 3, nheads, headdim); q, k and v are
+    strided views of qkv (no copy) and the gradient is written into one dqkv tensor."""
+    if not _is_torch(qkv):
+        q, k, v = (_select(qkv, i, 3, "qkv") for i in range(3))
+        return _array_attention(q, k, v, None, None, 0, 0, dropout_p, softmax_scale, causal,
+                                window_size, softcap, alibi_slopes, return_attn_probs)
+    wl, wr = _lowlevel.resolve_window(window_size)
+    out, lse = _torch_ops.fwd_qkvpacked(
+        qkv, None, 0, alibi_slopes, _lowlevel.resolve_scale(softmax_scale), bool(causal), wl,
+        wr, float(softcap), float(dropout_p), _torch_ops.draw_rng_state(dropout_p),
+        bool(deterministic))
+    return _finish(out, lse, return_attn_probs)
+
+
+def flash_attn_kvpacked_func(q, kv, dropout_p=0.0, softmax_scale=None, causal=False,
+                             window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
+                             deterministic=False, return_attn_probs=False):
+    """flash_attn_func with packed kv (batch, seqlen_k, 2, nheads_k, headdim)."""
+    if not _is_torch(q):
+        k, v = (_select(kv, i, 2, "kv") for i in range(2))
+        return _array_attention(q, k, v, None, None, 0, 0, dropout_p, softmax_scale, causal,
+                                window_size, softcap, alibi_slopes, return_attn_probs)
+    wl, wr = _lowlevel.resolve_window(window_size)
+    out, lse = _torch_ops.fwd_kvpacked(
+        q, kv, None, None, 0, 0, alibi_slopes, _lowlevel.resolve_scale(softmax_scale),
+        bool(causal), wl, wr, float(softcap), float(dropout_p),
+        _torch_ops.draw_rng_state(dropout_p), bool(deterministic))
+    return _finish(out, lse, return_attn_probs)
+
+
+def _no_paged(block_table) -> None:
+    if block_table is not None:
+        raise ValueError("paged KV not supported yet: block_table must be None")
+
+
+def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                           dropout_p=0.0, softmax_scale=None, causal=False,
+                           window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
+                           deterministic=False, return_attn_probs=False, block_table=None):
+    """Variable-length batch: q (total_q, nheads, headdim), k, v (total_k, nheads_k, headdim),
+    cu_seqlens_q/k int32 (batch + 1) prefix sums, max_seqlen_q/k the longest sequences.
+    softmax_lse is (nheads, total_q). block_table (paged KV) is not supported yet."""
+    _no_paged(block_table)
+    if not _is_torch(q):
+        return _array_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                                max_seqlen_k, dropout_p, softmax_scale, causal, window_size,
+                                softcap, alibi_slopes, return_attn_probs)
+    wl, wr = _lowlevel.resolve_window(window_size)
+    out, lse = _torch_ops.fwd(
+        q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, alibi_slopes,
+        _lowlevel.resolve_scale(softmax_scale), bool(causal), wl, wr, float(softcap),
+        float(dropout_p), _torch_ops.draw_rng_state(dropout_p), bool(deterministic))
+    return _finish(out, lse, return_attn_probs)
+
+
+def flash_attn_varlen_qkvpacked_func(qkv, cu_seqlens, max_seqlen, dropout_p=0.0,
+                                     softmax_scale=None, causal=False, window_size=(-1, -1),
+                                     softcap=0.0, alibi_slopes=None, deterministic=False,
+                                     return_attn_probs=False):
+    """flash_attn_varlen_func on packed qkv (total, 3, nheads, headdim)."""
+    if not _is_torch(qkv):
+        q, k, v = (_select(qkv, i, 3, "qkv") for i in range(3))
+        return _array_attention(q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen,
+                                dropout_p, softmax_scale, causal, window_size, softcap,
+                                alibi_slopes, return_attn_probs)
+    wl, wr = _lowlevel.resolve_window(window_size)
+    out, lse = _torch_ops.fwd_qkvpacked(
+        qkv, cu_seqlens, max_seqlen, alibi_slopes, _lowlevel.resolve_scale(softmax_scale),
+        bool(causal), wl, wr, float(softcap), float(dropout_p),
+        _torch_ops.draw_rng_state(dropout_p), bool(deterministic))
+    return _finish(out, lse, return_attn_probs)
+
+
+def flash_attn_varlen_kvpacked_func(q, kv, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                                    max_seqlen_k, dropout_p=0.0, softmax_scale=None,
+                                    causal=False, window_size=(-1, -1), softcap=0.0,
+                                    alibi_slopes=None, deterministic=False,
+                                    return_attn_probs=False):
+    """flash_attn_varlen_func with packed kv (total_k, 2, nheads_k, headdim)."""
+    if not _is_torch(q):
+        k, v = (_select(kv, i, 2, "kv") for i in range(2))
+        return _array_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                                max_seqlen_k, dropout_p, softmax_scale, causal, window_size,
+                                softcap, alibi_slopes, return_attn_probs)
+    wl, wr = _lowlevel.resolve_window(window_size)
+    out, lse = _torch_ops.fwd_kvpacked(
+        q, kv, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, alibi_slopes,
+        _lowlevel.resolve_scale(softmax_scale), bool(causal), wl, wr, float(softcap),
+        float(dropout_p), _torch_ops.draw_rng_state(dropout_p), bool(deterministic))
+    return _finish(out, lse, return_attn_probs)

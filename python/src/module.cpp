@@ -1,0 +1,344 @@
+// flashattn._C: the nanobind extension behind the Python package.
+//
+// Tensors arrive through DLPack (or the buffer protocol) as nb::ndarray, are turned into
+// non-owning flashattn::TensorView's, and the C++ entry points run with the GIL released. The
+// extension never allocates a tensor: outputs are preallocated by the caller (the Python layer
+// allocates them with torch or numpy). It does not link against any array framework.
+//
+// Errors: argument problems found here and every non-ok Status become Python exceptions whose
+// message names the argument (see raise_status for the mapping).
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "flashattn/flashattn.h"
+
+namespace nb = nanobind;
+namespace fa = flashattn;
+
+namespace {
+
+// ---- DLPack vocabulary for messages --------------------------------------------------------
+
+std::string dlpack_dtype_name(nb::dlpack::dtype dt) {
+  using Code = nb::dlpack::dtype_code;
+  std::string base;
+  switch (static_cast<Code>(dt.code)) {
+    case Code::Int: base = "int" + std::to_string(dt.bits); break;
+    case Code::UInt: base = "uint" + std::to_string(dt.bits); break;
+    case Code::Float: base = "float" + std::to_string(dt.bits); break;
+    case Code::Bfloat: base = "bfloat" + std::to_string(dt.bits); break;
+    case Code::Complex: base = "complex" + std::to_string(dt.bits); break;
+    case Code::Bool: base = "bool"; break;
+    case Code::Float8_E4M3FN: base = "float8_e4m3fn"; break;
+    case Code::Float8_E5M2: base = "float8_e5m2"; break;
+    default: base = "dlpack_code" + std::to_string(dt.code) + "_bits" + std::to_string(dt.bits);
+  }
+  if (dt.lanes != 1) base += "x" + std::to_string(dt.lanes);
+  return base;
+}
+
+std::string dlpack_device_name(int device_type) {
+  // DLDeviceType values from dlpack.h.
+  switch (device_type) {
+    case 1: return "cpu";
+    case 2: return "cuda";
+    case 3: return "cuda_host (pinned)";
+    case 4: return "opencl";
+    case 7: return "vulkan";
+    case 8: return "metal";
+    case 10: return "rocm";
+    case 11: return "rocm_host";
+    case 13: return "cuda_managed";
+    case 14: return "oneapi";
+    default: return "DLPack device type " + std::to_string(device_type);
+  }
+}
+
+// DLPack dtype -> flashattn::DType. Returns false for types the library has no name for.
+bool to_dtype(nb::dlpack::dtype dt, fa::DType* out) {
+  using Code = nb::dlpack::dtype_code;
+  if (dt.lanes != 1) return false;
+  const auto code = static_cast<Code>(dt.code);
+  if (code == Code::Float && dt.bits == 32) *out = fa::DType::kFloat32;
+  else if (code == Code::Float && dt.bits == 16) *out = fa::DType::kFloat16;
+  else if (code == Code::Bfloat && dt.bits == 16) *out = fa::DType::kBFloat16;
+  else if (code == Code::Int && dt.bits == 32) *out = fa::DType::kInt32;
+  // Reserved for the FP8 forward path: mapped so that the library, not the binding, says
+  // which backends accept it.
+  else if (code == Code::Float8_E4M3FN && dt.bits == 8) *out = fa::DType::kFloat8E4M3;
+  else return false;
+  return true;
+}
+
+// "list", "numpy.ndarray", ...
+std::string python_type_name(nb::handle obj) { return Py_TYPE(obj.ptr())->tp_name; }
+
+std::string shape_str(const int64_t* shape, size_t ndim) {
+  std::string s = "(";
+  for (size_t i = 0; i < ndim; ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + ")";
+}
+
+[[noreturn]] void raise(PyObject* type, const std::string& message) {
+  PyErr_SetString(type, message.c_str());
+  throw nb::python_error();
+}
+
+// Status -> Python exception. A message about a dtype is a TypeError whatever the code (this
+// covers "k must have dtype float16, got float32" and "q has dtype float32; supported: ...").
+// Otherwise: kInvalidArgument -> ValueError, kNotSupported -> NotImplementedError (a valid
+// request this build/backend/GPU cannot run; a subclass of RuntimeError), kCudaError and
+// kInternal -> RuntimeError.
+[[noreturn]] void raise_status(const fa::Status& s) {
+  const std::string& m = s.message();
+  const bool about_dtype = m.find("dtype") != std::string::npos;
+  switch (s.code()) {
+    case fa::StatusCode::kInvalidArgument:
+      raise(about_dtype ? PyExc_TypeError : PyExc_ValueError, m);
+    case fa::StatusCode::kNotSupported:
+      raise(about_dtype ? PyExc_TypeError : PyExc_NotImplementedError, m);
+    case fa::StatusCode::kCudaError:
+      raise(PyExc_RuntimeError, "CUDA error: " + m);
+    case fa::StatusCode::kInternal:
+      raise(PyExc_RuntimeError, "flashattn internal error (please report): " + m);
+    case fa::StatusCode::kOk:
+      break;
+  }
+  raise(PyExc_RuntimeError, "flashattn: unexpected status code " +
+                                std::to_string(static_cast<int>(s.code())) + ": " + m);
+}
+
+// ---- DLPack -> TensorView ------------------------------------------------------------------
+
+// Imports arrays and keeps each one alive until the call returns (a TensorView owns nothing).
+class Imports {
+ public:
+  // A tensor the library only reads. None gives an undefined view ("not given").
+  fa::TensorView input(const char* name, nb::handle obj) {
+    if (obj.is_none()) return {};
+    nb::ndarray<nb::ro> a;
+    if (!nb::try_cast(obj, a, /*convert=*/false)) fail_import(name, obj, /*writable=*/false);
+    fa::TensorView t = view(name, a.ndim(), a.shape_ptr(), a.stride_ptr(), a.dtype(),
+                            a.device_type(), a.device_id(), const_cast<void*>(a.data()));
+    inputs_.push_back(std::move(a));
+    return t;
+  }
+
+  // A tensor the library writes; it must be writable.
+  fa::TensorView output(const char* name, nb::handle obj) {
+    if (obj.is_none()) return {};
+    nb::ndarray<> a;
+    if (!nb::try_cast(obj, a, /*convert=*/false)) fail_import(name, obj, /*writable=*/true);
+    fa::TensorView t = view(name, a.ndim(), a.shape_ptr(), a.stride_ptr(), a.dtype(),
+                            a.device_type(), a.device_id(), a.data());
+    outputs_.push_back(std::move(a));
+    return t;
+  }
+
+ private:
+  [[noreturn]] static void fail_import(const char* name, nb::handle obj, bool writable) {
+    if (writable) {
+      nb::ndarray<nb::ro> probe;
+      if (nb::try_cast(obj, probe, false)) {
+        raise(PyExc_ValueError, std::string(name) + " is read-only, but flashattn writes it");
+      }
+    }
+    // The producer refused to export (nanobind swallows the reason): ask again to show its message
+    // in the error.
+    if (nb::hasattr(obj, "__dlpack__")) {
+      try {
+        obj.attr("__dlpack__")();
+      } catch (nb::python_error& e) {
+        raise(PyExc_ValueError, std::string(name) + " could not be exported by DLPack: " +
+                                    nb::str(e.value()).c_str());
+      }
+    }
+    raise(PyExc_TypeError, std::string(name) +
+                               " must be an array that supports DLPack or the buffer protocol "
+                               "(numpy.ndarray, torch.Tensor, cupy.ndarray, ...), got " +
+                               python_type_name(obj));
+  }
+
+  static fa::TensorView view(const char* name, size_t ndim, const int64_t* shape,
+                             const int64_t* strides, nb::dlpack::dtype dt, int device_type,
+                             int device_id, void* data) {
+    fa::TensorView t;
+    if (!to_dtype(dt, &t.dtype)) {
+      raise(PyExc_TypeError, std::string(name) + " has dtype " + dlpack_dtype_name(dt) +
+                                 ", which flashattn does not support (float32, float16, bfloat16; "
+                                 "int32 for cu_seqlens)");
+    }
+    if (device_type == nb::device::cpu::value) {
+      t.device = fa::Device{fa::DeviceType::kCPU, 0};
+    } else if (device_type == nb::device::cuda::value) {
+      t.device = fa::Device{fa::DeviceType::kCUDA, device_id};
+    } else {
+      raise(PyExc_ValueError, std::string(name) + " is on " + dlpack_device_name(device_type) +
+                                  "; flashattn supports cpu and cuda tensors");
+    }
+    if (ndim == 0 || ndim > static_cast<size_t>(fa::TensorView::kMaxDims)) {
+      raise(PyExc_ValueError, std::string(name) + " must have 1 to " +
+                                  std::to_string(fa::TensorView::kMaxDims) + " dimensions, got " +
+                                  std::to_string(ndim) + " with shape " + shape_str(shape, ndim));
+    }
+    t.ndim = static_cast<int32_t>(ndim);
+    for (size_t i = 0; i < ndim; ++i) {
+      t.shape[i] = shape[i];
+      t.strides[i] = strides[i];  // DLPack strides are in elements, like TensorView's
+    }
+    t.data = data;
+    return t;
+  }
+
+  std::vector<nb::ndarray<nb::ro>> inputs_;
+  std::vector<nb::ndarray<>> outputs_;
+};
+
+// Options shared by forward and backward, as they come from Python.
+struct Options {
+  nb::handle cu_seqlens_q, cu_seqlens_k, alibi_slopes;
+  int32_t max_seqlen_q = 0, max_seqlen_k = 0;
+  float softmax_scale = 0.0f;
+  bool causal = false;
+  int32_t window_left = -1, window_right = -1;
+  float softcap = 0.0f;
+  float dropout_p = 0.0f;
+  uint64_t seed = 0, offset = 0;
+  bool check_cu_seqlens = false;
+  uintptr_t stream = 0;
+  int32_t num_threads = 0;
+
+  void fill(Imports& im, fa::AttentionOptions* o) const {
+    o->cu_seqlens_q = im.input("cu_seqlens_q", cu_seqlens_q);
+    o->cu_seqlens_k = im.input("cu_seqlens_k", cu_seqlens_k);
+    o->alibi_slopes = im.input("alibi_slopes", alibi_slopes);
+    o->max_seqlen_q = max_seqlen_q;
+    o->max_seqlen_k = max_seqlen_k;
+    o->softmax_scale = softmax_scale;
+    o->causal = causal;
+    o->window_left = window_left;
+    o->window_right = window_right;
+    o->softcap = softcap;
+    o->dropout_p = dropout_p;
+    o->seed = seed;
+    o->offset = offset;
+    o->check_cu_seqlens = check_cu_seqlens;
+    o->stream = reinterpret_cast<void*>(stream);
+    o->num_threads = num_threads;
+  }
+};
+
+void forward(nb::handle q, nb::handle k, nb::handle v, nb::handle out, nb::handle lse,
+             const Options& opt, int32_t num_splits) {
+  Imports im;
+  fa::ForwardArgs args;
+  args.q = im.input("q", q);
+  args.k = im.input("k", k);
+  args.v = im.input("v", v);
+  args.out = im.output("out", out);
+  args.lse = im.output("lse", lse);
+  opt.fill(im, &args);
+  args.num_splits = num_splits;
+  fa::Status s;
+  {
+    nb::gil_scoped_release release;
+    s = fa::forward(args);
+  }
+  if (!s.ok()) raise_status(s);
+}
+
+void backward(nb::handle dout, nb::handle q, nb::handle k, nb::handle v, nb::handle out,
+              nb::handle lse, nb::handle dq, nb::handle dk, nb::handle dv, const Options& opt,
+              bool deterministic) {
+  Imports im;
+  fa::BackwardArgs args;
+  args.dout = im.input("dout", dout);
+  args.q = im.input("q", q);
+  args.k = im.input("k", k);
+  args.v = im.input("v", v);
+  args.out = im.input("out", out);
+  args.lse = im.input("lse", lse);
+  args.dq = im.output("dq", dq);
+  args.dk = im.output("dk", dk);
+  args.dv = im.output("dv", dv);
+  opt.fill(im, &args);
+  args.deterministic = deterministic;
+  fa::Status s;
+  {
+    nb::gil_scoped_release release;
+    s = fa::backward(args);
+  }
+  if (!s.ok()) raise_status(s);
+}
+
+}  // namespace
+
+NB_MODULE(_C, m) {
+  m.doc() = "flashattn C++ extension (DLPack in, preallocated outputs, no allocation). "
+            "Use the flashattn package, not this module.";
+
+  m.def(
+      "forward",
+      [](nb::handle q, nb::handle k, nb::handle v, nb::handle out, nb::handle lse,
+         nb::handle cu_seqlens_q, nb::handle cu_seqlens_k, nb::handle alibi_slopes,
+         int32_t max_seqlen_q, int32_t max_seqlen_k, float softmax_scale, bool causal,
+         int32_t window_left, int32_t window_right, float softcap, float dropout_p,
+         uint64_t seed, uint64_t offset, int32_t num_splits, bool check_cu_seqlens,
+         uintptr_t stream, int32_t num_threads) {
+        Options o{cu_seqlens_q, cu_seqlens_k, alibi_slopes, max_seqlen_q, max_seqlen_k,
+                  softmax_scale, causal, window_left, window_right, softcap, dropout_p,
+                  seed, offset, check_cu_seqlens, stream, num_threads};
+        forward(q, k, v, out, lse, o, num_splits);
+      },
+      nb::arg("q").none(), nb::arg("k").none(), nb::arg("v").none(), nb::arg("out").none(), nb::arg("lse").none(),
+      nb::kw_only(), nb::arg("cu_seqlens_q").none() = nb::none(),
+      nb::arg("cu_seqlens_k").none() = nb::none(), nb::arg("alibi_slopes").none() = nb::none(),
+      nb::arg("max_seqlen_q") = 0, nb::arg("max_seqlen_k") = 0, nb::arg("softmax_scale") = 0.0f,
+      nb::arg("causal") = false, nb::arg("window_left") = -1, nb::arg("window_right") = -1,
+      nb::arg("softcap") = 0.0f, nb::arg("dropout_p") = 0.0f, nb::arg("seed") = 0,
+      nb::arg("offset") = 0, nb::arg("num_splits") = 0, nb::arg("check_cu_seqlens") = false,
+      nb::arg("stream") = 0, nb::arg("num_threads") = 0,
+      "Attention forward into preallocated out (and lse, when not None). See flashattn.forward.");
+
+  m.def(
+      "backward",
+      [](nb::handle dout, nb::handle q, nb::handle k, nb::handle v, nb::handle out,
+         nb::handle lse, nb::handle dq, nb::handle dk, nb::handle dv, nb::handle cu_seqlens_q,
+         nb::handle cu_seqlens_k, nb::handle alibi_slopes, int32_t max_seqlen_q,
+         int32_t max_seqlen_k, float softmax_scale, bool causal, int32_t window_left,
+         int32_t window_right, float softcap, float dropout_p, uint64_t seed, uint64_t offset,
+         bool deterministic, bool check_cu_seqlens, uintptr_t stream, int32_t num_threads) {
+        Options o{cu_seqlens_q, cu_seqlens_k, alibi_slopes, max_seqlen_q, max_seqlen_k,
+                  softmax_scale, causal, window_left, window_right, softcap, dropout_p,
+                  seed, offset, check_cu_seqlens, stream, num_threads};
+        backward(dout, q, k, v, out, lse, dq, dk, dv, o, deterministic);
+      },
+      nb::arg("dout").none(), nb::arg("q").none(), nb::arg("k").none(), nb::arg("v").none(), nb::arg("out").none(), nb::arg("lse").none(),
+      nb::arg("dq").none(), nb::arg("dk").none(), nb::arg("dv").none(), nb::kw_only(),
+      nb::arg("cu_seqlens_q").none() = nb::none(), nb::arg("cu_seqlens_k").none() = nb::none(),
+      nb::arg("alibi_slopes").none() = nb::none(), nb::arg("max_seqlen_q") = 0,
+      nb::arg("max_seqlen_k") = 0, nb::arg("softmax_scale") = 0.0f, nb::arg("causal") = false,
+      nb::arg("window_left") = -1, nb::arg("window_right") = -1, nb::arg("softcap") = 0.0f,
+      nb::arg("dropout_p") = 0.0f, nb::arg("seed") = 0, nb::arg("offset") = 0,
+      nb::arg("deterministic") = false, nb::arg("check_cu_seqlens") = false,
+      nb::arg("stream") = 0, nb::arg("num_threads") = 0,
+      "Attention backward into preallocated dq, dk, dv. See flashattn.backward.");
+
+  m.def("cuda_available", &fa::cuda_available,
+        "Whether this build has the CUDA backend and at least one usable GPU.");
+  m.def(
+      "cuda_built",
+      [] {
+#if defined(FLASHATTN_WITH_CUDA)
+        return true;
+#else
+        return false;
+#endif
+      },
+      "Whether this build contains the CUDA backend (whatever the GPUs present).");
+  m.def("version", &fa::version, "Library version string.");
+}

@@ -1,0 +1,197 @@
+"""CUDA: bf16/fp16 values and gradients against float64, torch.compile, CUDA graphs, streams,
+strided inputs, device checks, dropout mask shared with the CPU backend. Skipped (with the
+reason) without a CUDA build, a GPU or torch with CUDA."""
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import attn_ref  # noqa: E402
+import flashattn  # noqa: E402
+import torch_ref  # noqa: E402
+
+if not flashattn.cuda_built():
+    pytest.skip("flashattn was built without the CUDA backend", allow_module_level=True)
+if not flashattn.cuda_available():
+    pytest.skip("no usable CUDA GPU for flashattn", allow_module_level=True)
+if not torch.cuda.is_available():
+    pytest.skip("torch has no CUDA support here", allow_module_level=True)
+
+DEV = torch.device("cuda", torch.cuda.current_device())
+# Absolute slack of the criterion; the 2 * naive-bf16/fp16 error term dominates.
+ATOL = {torch.bfloat16: 1e-3, torch.float16: 2e-4}
+
+SHAPES = [
+    dict(b=2, sq=128, sk=128, h=4, hk=4, d=64),
+    dict(b=2, sq=113, sk=203, h=6, hk=2, d=128),
+    dict(b=1, sq=1, sk=257, h=8, hk=1, d=128),
+    dict(b=3, sq=77, sk=45, h=4, hk=2, d=64),
+    dict(b=2, sq=65, sk=65, h=2, hk=2, d=256),
+]
+OPTIONS = [
+    dict(),
+    dict(causal=True),
+    dict(window=(32, 8)),
+    dict(softcap=30.0, causal=True),
+    dict(alibi=True),
+]
+
+
+def make(s, dtype, seed=0):
+    g = torch.Generator(device=DEV).manual_seed(seed)
+    def r(*shape):
+        return torch.randn(*shape, generator=g, device=DEV, dtype=dtype)
+    return (r(s["b"], s["sq"], s["h"], s["d"]), r(s["b"], s["sk"], s["hk"], s["d"]),
+            r(s["b"], s["sk"], s["hk"], s["d"]), r(s["b"], s["sq"], s["h"], s["d"]))
+
+
+def check(fa_fn, ref_fn, inputs, dout, dtype):
+    ours = torch_ref.values_and_grads(fa_fn, inputs, dout)
+    ref = torch_ref.values_and_grads(ref_fn, [t.double() for t in inputs], dout)
+    naive = torch_ref.values_and_grads(ref_fn, inputs, dout)
+    for name, o, r, n in zip(["out", "dq", "dk", "dv"], ours, ref, naive):
+        attn_ref.assert_fa_close(name, o, r, n, ATOL[dtype] * (1 if name == "out" else 4))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "b{b}_sq{sq}_sk{sk}_h{h}_hk{hk}_d{d}".format(**s))
+@pytest.mark.parametrize("opt", OPTIONS, ids=lambda o: "-".join(f"{k}={v}" for k, v in o.items()) or "plain")
+def test_values_and_grads_match_float64(dtype, shape, opt):
+    q, k, v, dout = make(shape, dtype)
+    alibi = (torch.rand(shape["h"], device=DEV) * 0.2 + 0.01) if opt.get("alibi") else None
+    kw = dict(causal=opt.get("causal", False), softcap=opt.get("softcap", 0.0), alibi_slopes=alibi)
+    window = opt.get("window", (-1, -1))
+    check(lambda q, k, v: flashattn.flash_attn_func(q, k, v, window_size=window, **kw),
+          lambda q, k, v: torch_ref.attention(q, k, v, causal=kw["causal"], window=window,
+                                              softcap=kw["softcap"], alibi=alibi)[0],
+          [q, k, v], dout, dtype)
+
+
+def test_varlen_matches_per_sequence():
+    lens_q, lens_k = [65, 1, 130, 17], [70, 33, 130, 200]
+    h, hk, d = 4, 2, 128
+    g = torch.Generator(device=DEV).manual_seed(1)
+    q = torch.randn(sum(lens_q), h, d, generator=g, device=DEV, dtype=torch.bfloat16)
+    k = torch.randn(sum(lens_k), hk, d, generator=g, device=DEV, dtype=torch.bfloat16)
+    v = torch.randn(sum(lens_k), hk, d, generator=g, device=DEV, dtype=torch.bfloat16)
+    cu_q = torch.tensor(np.cumsum([0] + lens_q), dtype=torch.int32, device=DEV)
+    cu_k = torch.tensor(np.cumsum([0] + lens_k), dtype=torch.int32, device=DEV)
+    out = flashattn.flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(lens_q), max(lens_k), causal=True)
+    for i in range(len(lens_q)):
+        sq, sk = slice(cu_q[i].item(), cu_q[i + 1].item()), slice(cu_k[i].item(), cu_k[i + 1].item())
+        ref = flashattn.flash_attn_func(q[None, sq], k[None, sk], v[None, sk], causal=True)[0]
+        torch.testing.assert_close(out[sq], ref, rtol=0, atol=2e-2)
+
+
+def test_noncontiguous_inputs():
+    b, sq, sk, h, d = 2, 100, 150, 4, 64
+    g = torch.Generator(device=DEV).manual_seed(2)
+    def r(*shape):
+        return torch.randn(*shape, generator=g, device=DEV, dtype=torch.bfloat16)
+    q = r(b, h, sq, d).transpose(1, 2)
+    k = r(b, sk, 2 * h, d)[:, :, ::2]
+    v = r(b, sk + 7, h, d)[:, 7:]
+    dout = r(b, h, sq, d).transpose(1, 2)
+    check(lambda q, k, v: flashattn.flash_attn_func(q, k, v, causal=True),
+          lambda q, k, v: torch_ref.attention(q, k, v, causal=True)[0],
+          [q, k, v], dout, torch.bfloat16)
+
+
+def test_mismatched_devices_are_a_value_error():
+    q, k, v, _ = make(SHAPES[0], torch.bfloat16)
+    with pytest.raises(ValueError, match=r"\bk\b.*cpu"):
+        flashattn.flash_attn_func(q, k.cpu(), v)
+    with pytest.raises(ValueError, match="alibi_slopes"):
+        flashattn.flash_attn_func(q, k, v, alibi_slopes=torch.ones(4))
+
+
+def test_float32_on_cuda_is_a_type_error():
+    q, k, v, _ = make(SHAPES[0], torch.float32)
+    with pytest.raises(TypeError, match=r"\bq\b.*float32"):
+        flashattn.flash_attn_func(q, k, v)
+
+
+def test_compile_fullgraph_forward_and_backward():
+    q, k, v, dout = make(SHAPES[1], torch.bfloat16, seed=3)
+
+    def f(q, k, v):
+        return flashattn.flash_attn_func(q * 1.5, k, v, causal=True).float().square().to(q.dtype)
+
+    torch._dynamo.reset()
+    compiled = torch.compile(f, fullgraph=True)
+    for x, y in zip(torch_ref.values_and_grads(f, [q, k, v], dout),
+                    torch_ref.values_and_grads(compiled, [q, k, v], dout)):
+        np.testing.assert_allclose(x, y, rtol=2e-2, atol=2e-2)
+
+
+def test_cuda_graph_capture_and_replay():
+    q, k, v, _ = make(SHAPES[1], torch.bfloat16, seed=4)
+    static = [t.clone() for t in (q, k, v)]
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up outside the capture, as CUDA graphs require
+        flashattn.flash_attn_func(*static, causal=True)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_out = flashattn.flash_attn_func(*static, causal=True)
+    for seed in (5, 6):
+        new = make(SHAPES[1], torch.bfloat16, seed=seed)[:3]
+        for dst, src in zip(static, new):
+            dst.copy_(src)
+        graph.replay()
+        torch.cuda.synchronize()
+        eager = flashattn.flash_attn_func(*new, causal=True)
+        assert torch.equal(static_out, eager)
+
+
+def test_runs_on_the_current_stream():
+    # The inputs are written on a side stream after a long sleep; reading them on any other
+    # stream would race with the copy and see the old values.
+    q, k, v, _ = make(SHAPES[1], torch.bfloat16, seed=7)
+    q_new = make(SHAPES[1], torch.bfloat16, seed=8)[0]
+    expected = flashattn.flash_attn_func(q_new, k, v)
+    torch.cuda.synchronize()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(100_000_000)
+        q.copy_(q_new)
+        out = flashattn.flash_attn_func(q, k, v)
+        out.record_stream(side)
+    side.synchronize()
+    assert torch.equal(out, expected)
+
+
+def test_lowlevel_api_on_cuda_uses_the_torch_stream():
+    q, k, v, _ = make(SHAPES[0], torch.bfloat16, seed=9)
+    out = torch.empty_like(q)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(50_000_000)
+        q2 = q * 2
+        flashattn.forward(q2, k, v, out)
+    side.synchronize()
+    assert torch.equal(out, flashattn.flash_attn_func(q * 2, k, v))
+
+
+def test_dropout_mask_matches_cpu_backend():
+    b, h, sq, sk, p, seed = 2, 3, 70, 96, 0.3, 4242
+    masks = []
+    for device, dtype in (("cpu", torch.float32), (DEV, torch.bfloat16)):
+        # head_dim = head_dim_v = sk, a size the CUDA kernels are built for
+        q = torch.zeros(b, sq, h, sk, device=device, dtype=dtype)
+        k = torch.randn(b, sk, h, sk, device=device).to(dtype)
+        v = torch.eye(sk, device=device, dtype=dtype)[None, :, None, :].expand(b, sk, h, sk).contiguous()
+        out = torch.empty(b, sq, h, sk, device=device, dtype=dtype)
+        flashattn.forward(q, k, v, out, dropout_p=p, seed=seed)
+        masks.append((out > 0).cpu())
+    assert torch.equal(masks[0], masks[1])
+
+
+def test_gpt_block_bf16_matches_sdpa():
+    import gpt_block
+
+    gpt_block.run_check(DEV, torch.bfloat16, 2e-3, dim=256, heads=4)  # head_dim 64

@@ -1,0 +1,194 @@
+"""Every bad-input path raises the documented exception with a message naming the argument:
+TypeError for dtype problems, ValueError for other invalid arguments, NotImplementedError for
+valid requests this build cannot run."""
+
+import numpy as np
+import pytest
+
+import flashattn
+
+RNG = np.random.default_rng(7)
+
+
+def randn(*shape, dtype=np.float32):
+    return RNG.standard_normal(shape).astype(dtype)
+
+
+def qkv(b=2, sq=8, sk=8, h=4, hk=4, d=16, dtype=np.float32):
+    return randn(b, sq, h, d, dtype=dtype), randn(b, sk, hk, d, dtype=dtype), randn(b, sk, hk, d, dtype=dtype)
+
+
+def low_forward(q, k, v, out=None, lse=None, **kw):
+    if out is None:
+        out = np.empty(q.shape[:-1] + v.shape[-1:], dtype=q.dtype)
+    flashattn.forward(q, k, v, out, lse, **kw)
+
+
+# ---- dtype -> TypeError ---------------------------------------------------------------------
+
+def test_float64_q_is_a_type_error_naming_q():
+    q, k, v = qkv(dtype=np.float64)
+    with pytest.raises(TypeError, match=r"\bq\b.*float64"):
+        flashattn.flash_attn_func(q, k, v)
+
+
+def test_mixed_dtypes_name_the_odd_argument():
+    q, k, v = qkv()
+    with pytest.raises(TypeError, match=r"\bk\b.*dtype"):
+        flashattn.flash_attn_func(q, k.astype(np.float16), v)
+    with pytest.raises(TypeError, match=r"\bv\b.*dtype"):
+        flashattn.flash_attn_func(q, k, v.astype(np.float16))
+
+
+def test_unsupported_dtypes_name_the_argument():
+    q, k, v = qkv()
+    for bad in (np.int64, np.int32, np.complex64, np.bool_):
+        with pytest.raises(TypeError, match=r"\bq\b"):
+            flashattn.flash_attn_func(q.astype(bad), k, v)
+
+
+def test_output_dtypes():
+    q, k, v = qkv()
+    with pytest.raises(TypeError, match=r"\bout\b.*dtype"):
+        low_forward(q, k, v, out=np.empty(q.shape, dtype=np.float16))
+    with pytest.raises(TypeError, match=r"\blse\b.*float64"):
+        low_forward(q, k, v, lse=np.empty((2, 4, 8), dtype=np.float64))
+
+
+def test_cu_seqlens_and_alibi_dtypes():
+    q, k, v = (t.reshape(16, 4, 16) for t in qkv())
+    cu = np.array([0, 8, 16], dtype=np.int32)
+    with pytest.raises(TypeError, match="cu_seqlens_q"):
+        flashattn.flash_attn_varlen_func(q, k, v, cu.astype(np.int64), cu, 8, 8)
+    with pytest.raises(TypeError, match="cu_seqlens_k.*int32"):
+        flashattn.flash_attn_varlen_func(q, k, v, cu, cu.astype(np.float32), 8, 8)
+    q4, k4, v4 = qkv()
+    with pytest.raises(TypeError, match="alibi_slopes"):
+        flashattn.flash_attn_func(q4, k4, v4, alibi_slopes=np.ones(4, dtype=np.float64))
+    with pytest.raises(TypeError, match="alibi_slopes.*float32"):
+        flashattn.flash_attn_func(q4, k4, v4, alibi_slopes=np.ones(4, dtype=np.float16))
+
+
+def test_not_an_array_is_a_type_error():
+    q, k, v = qkv()
+    with pytest.raises(TypeError, match=r"\bk\b.*list"):
+        flashattn.forward(q, k.tolist(), v, np.empty_like(q))
+    with pytest.raises(TypeError, match=r"\bq\b"):
+        flashattn.flash_attn_func("q", k, v)
+
+
+# ---- shapes, strides, options -> ValueError -------------------------------------------------
+
+def test_wrong_rank_names_q():
+    q, k, v = qkv()
+    with pytest.raises(ValueError, match=r"\bq\b.*4 dimensions"):
+        flashattn.flash_attn_func(q[0], k, v)
+    with pytest.raises(ValueError, match=r"\bq\b"):
+        low_forward(np.float32(1.0), k, v, out=np.empty_like(q))
+    with pytest.raises(ValueError, match=r"\bq\b.*dimensions"):
+        low_forward(q[None], k, v, out=np.empty_like(q))
+
+
+def test_shape_mismatches_name_the_argument():
+    q, k, v = qkv()
+    with pytest.raises(ValueError, match=r"\bk\b.*head_dim"):
+        flashattn.flash_attn_func(q, randn(2, 8, 4, 8), v)
+    with pytest.raises(ValueError, match=r"\bv\b.*shape"):
+        flashattn.flash_attn_func(q, k, randn(2, 9, 4, 16))
+    with pytest.raises(ValueError, match=r"\bk\b.*batch"):
+        flashattn.flash_attn_func(q, randn(3, 8, 4, 16), randn(3, 8, 4, 16))
+    with pytest.raises(ValueError, match="heads"):
+        flashattn.flash_attn_func(q, randn(2, 8, 3, 16), randn(2, 8, 3, 16))
+    with pytest.raises(ValueError, match=r"\bout\b.*shape"):
+        low_forward(q, k, v, out=np.empty((2, 8, 4, 8), dtype=np.float32))
+    with pytest.raises(ValueError, match=r"\blse\b.*shape"):
+        low_forward(q, k, v, lse=np.empty((2, 8, 4), dtype=np.float32))
+    with pytest.raises(ValueError, match="alibi_slopes"):
+        flashattn.flash_attn_func(q, k, v, alibi_slopes=np.ones(3, dtype=np.float32))
+
+
+def test_backward_arguments_are_named():
+    q, k, v = qkv()
+    out, lse = np.empty_like(q), np.empty((2, 4, 8), dtype=np.float32)
+    flashattn.forward(q, k, v, out, lse)
+    dq, dk, dv = np.zeros_like(q), np.zeros_like(k), np.zeros_like(v)
+    with pytest.raises(ValueError, match=r"\bdout\b"):
+        flashattn.backward(out[:, :4], q, k, v, out, lse, dq, dk, dv)
+    with pytest.raises(ValueError, match=r"\bdk\b"):
+        flashattn.backward(out, q, k, v, out, lse, dq, dk[:, :4], dv)
+    with pytest.raises(TypeError, match=r"\bdv\b.*dtype"):
+        flashattn.backward(out, q, k, v, out, lse, dq, dk, dv.astype(np.float16))
+    with pytest.raises(ValueError, match=r"\blse\b.*required"):
+        flashattn.backward(out, q, k, v, out, None, dq, dk, dv)
+
+
+def test_strides():
+    q, k, v = qkv(d=32)
+    with pytest.raises(ValueError, match=r"\bq\b.*contiguous in its last dimension"):
+        flashattn.flash_attn_func(q[..., ::2], k[..., ::2], v[..., ::2])
+    with pytest.raises(ValueError, match=r"\bk\b.*negative stride"):
+        flashattn.flash_attn_func(q, k[:, ::-1], v)
+
+
+def test_read_only_output():
+    q, k, v = qkv()
+    out = np.empty_like(q)
+    out.flags.writeable = False
+    with pytest.raises(ValueError, match=r"\bout\b.*read-only"):
+        flashattn.forward(q, k, v, out)
+    # Read-only inputs are fine.
+    for t in (q, k, v):
+        t.flags.writeable = False
+    flashattn.flash_attn_func(q, k, v)
+
+
+def test_options():
+    q, k, v = qkv()
+    with pytest.raises(ValueError, match="dropout_p"):
+        flashattn.flash_attn_func(q, k, v, dropout_p=1.0)
+    with pytest.raises(ValueError, match="window"):
+        flashattn.flash_attn_func(q, k, v, window_size=(-2, 0))
+    with pytest.raises(ValueError, match="window_size"):
+        flashattn.flash_attn_func(q, k, v, window_size=3)
+    with pytest.raises(ValueError, match="causal"):
+        flashattn.flash_attn_func(q, k, v, causal=True, window_size=(-1, 2))
+    with pytest.raises(ValueError, match="softmax_scale"):
+        flashattn.flash_attn_func(q, k, v, softmax_scale=0.0)
+    with pytest.raises(ValueError, match="softcap"):
+        flashattn.flash_attn_func(q, k, v, softcap=-1.0)
+    with pytest.raises(ValueError, match="num_threads"):
+        low_forward(q, k, v, num_threads=-1)
+
+
+def test_paged_kv_not_supported_yet():
+    q, k, v = (t.reshape(16, 4, 16) for t in qkv())
+    cu = np.array([0, 8, 16], dtype=np.int32)
+    with pytest.raises(ValueError, match="paged KV not supported yet"):
+        flashattn.flash_attn_varlen_func(q, k, v, cu, cu, 8, 8,
+                                         block_table=np.zeros((2, 1), dtype=np.int32))
+
+
+def test_bad_cu_seqlens():
+    q, k, v = (t.reshape(16, 4, 16) for t in qkv())
+    good = np.array([0, 8, 16], dtype=np.int32)
+    with pytest.raises(ValueError, match=r"cu_seqlens_q\[0\] must be 0"):
+        flashattn.flash_attn_varlen_func(q, k, v, np.array([1, 8, 16], np.int32), good, 8, 8)
+    with pytest.raises(ValueError, match="cu_seqlens_k.*non-decreasing"):
+        flashattn.flash_attn_varlen_func(q, k, v, good, np.array([0, 9, 8], np.int32), 9, 8)
+    with pytest.raises(ValueError, match="cu_seqlens_q.*exceeds"):
+        flashattn.flash_attn_varlen_func(q, k, v, np.array([0, 8, 17], np.int32), good, 9, 8)
+    with pytest.raises(ValueError, match="cu_seqlens_k must have 3 entries"):
+        flashattn.flash_attn_varlen_func(q, k, v, good, good[:2], 8, 8)
+    with pytest.raises(ValueError, match="max_seqlen_q"):
+        flashattn.flash_attn_varlen_func(q, k, v, good, good, 4, 8)
+    with pytest.raises(ValueError, match=r"\bq\b.*3 dimensions"):
+        flashattn.flash_attn_varlen_func(q[None], k, v, good, good, 8, 8)
+
+
+# ---- valid but not runnable -> NotImplementedError -------------------------------------------
+
+def test_head_dim_too_large_is_not_implemented():
+    q, k, v = qkv(d=1024)
+    with pytest.raises(NotImplementedError, match="head_dim"):
+        flashattn.flash_attn_func(q, k, v)
+    assert issubclass(NotImplementedError, RuntimeError)
