@@ -1,0 +1,107 @@
+// Storage types of the CPU backend: float16 and bfloat16 <-> float32 conversion (round to
+// nearest even), and row/tile copies between the caller's tensors and float32 scratch.
+//
+// The widening conversions are branch-free so that loops over them vectorise; they are
+// always_inline so that inside an ISA-specific kernel they compile for that ISA.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#include "cpu/simd.h"
+#include "flashattn/types.h"
+
+namespace flashattn::cpu {
+
+FLASHATTN_CPU_INLINE uint32_t float_bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  return u;
+}
+FLASHATTN_CPU_INLINE float bits_float(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+// IEEE binary16 -> float32, exact for every input (subnormals, infinities, NaN payloads).
+FLASHATTN_CPU_INLINE float half_to_float(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t em = h & 0x7fffu;  // exponent and mantissa
+  // Normal: move the fields into place and re-bias the exponent by 127 - 15 = 112.
+  const uint32_t normal = (em << 13) + (112u << 23);
+  // Subnormal (exponent 0): the value is mantissa * 2^-24, exact in float32.
+  const uint32_t subnormal = float_bits(static_cast<float>(em) * 0x1p-24f);
+  // Infinity / NaN (exponent 31): float exponent all ones, mantissa carried over.
+  const uint32_t special = (em << 13) | 0x7f800000u;
+  const uint32_t mag = em < 0x0400u ? subnormal : (em >= 0x7c00u ? special : normal);
+  return bits_float(sign | mag);
+}
+
+// float32 -> IEEE binary16, round to nearest even; overflow gives infinity, NaN stays NaN.
+inline uint16_t float_to_half(float f) {
+  const uint32_t x = float_bits(f);
+  const uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000u);
+  const uint32_t a = x & 0x7fffffffu;
+  if (a > 0x7f800000u) {  // NaN: quiet, keep the top of the payload
+    return static_cast<uint16_t>(sign | 0x7e00u | ((a >> 13) & 0x03ffu));
+  }
+  // 65520 = 0x477ff000 is halfway between the largest half (65504) and 2^16; ties go to the
+  // even neighbour, which is infinity.
+  if (a >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);
+  if (a >= 0x38800000u) {  // >= 2^-14: a normal half
+    const uint32_t rebiased = a - (112u << 23);
+    const uint32_t rounded = rebiased + 0x0fffu + ((rebiased >> 13) & 1u);
+    return static_cast<uint16_t>(sign | (rounded >> 13));
+  }
+  // Subnormal half or zero: round |f| * 2^24 (< 1024, exact) to an integer, ties to even,
+  // by adding and subtracting 2^23. 1024 correctly becomes the smallest normal half.
+  const float scaled = bits_float(a) * 0x1p24f;
+  const float rounded = (scaled + 0x1p23f) - 0x1p23f;
+  return static_cast<uint16_t>(sign | static_cast<uint16_t>(rounded));
+}
+
+FLASHATTN_CPU_INLINE float bf16_to_float(uint16_t b) {
+  return bits_float(static_cast<uint32_t>(b) << 16);
+}
+
+// float32 -> bfloat16, round to nearest even; NaN stays (quiet) NaN.
+inline uint16_t float_to_bf16(float f) {
+  const uint32_t x = float_bits(f);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x0040u);
+  return static_cast<uint16_t>((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
+}
+
+// dst[i] = src[i] (src of dtype dt, dst float32), n elements.
+FLASHATTN_CPU_INLINE void load_row(DType dt, const void* src, int64_t n, float* __restrict dst) {
+  if (dt == DType::kFloat32) {
+    std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+  } else if (dt == DType::kFloat16) {
+    const uint16_t* __restrict s = static_cast<const uint16_t*>(src);
+    for (int64_t i = 0; i < n; ++i) dst[i] = half_to_float(s[i]);
+  } else {
+    const uint16_t* __restrict s = static_cast<const uint16_t*>(src);
+    for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_float(s[i]);
+  }
+}
+
+// dst[i] = scale * src[i] converted to dtype dt, n elements.
+inline void store_row(DType dt, const float* src, float scale, int64_t n, void* dst) {
+  if (dt == DType::kFloat32) {
+    float* d = static_cast<float*>(dst);
+    for (int64_t i = 0; i < n; ++i) d[i] = scale * src[i];
+  } else if (dt == DType::kFloat16) {
+    uint16_t* d = static_cast<uint16_t*>(dst);
+    for (int64_t i = 0; i < n; ++i) d[i] = float_to_half(scale * src[i]);
+  } else {
+    uint16_t* d = static_cast<uint16_t*>(dst);
+    for (int64_t i = 0; i < n; ++i) d[i] = float_to_bf16(scale * src[i]);
+  }
+}
+
+// Writes n zeros of dtype dt.
+inline void zero_row(DType dt, int64_t n, void* dst) {
+  std::memset(dst, 0, static_cast<size_t>(n) * static_cast<size_t>(dtype_size(dt)));
+}
+
+}  // namespace flashattn::cpu

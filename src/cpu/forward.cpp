@@ -1,0 +1,300 @@
+// CPU forward pass: FlashAttention tiling with an online softmax.
+//
+// Work item = (sequence b, head h, block of kBlockQ queries); items run in parallel on the
+// thread pool and each writes only its own rows of out and lse. Per item:
+//
+//   Q^T (d x cols) <- the query block, transposed to float32 (cols = queries padded to W)
+//   for each key block of kBlockK keys that the mask window reaches:
+//     S^T = K . Q^T                  (keys x cols: key rows, vectors along queries)
+//     x = transform(S^T)             (scale*log2e, softcap, ALiBi; -inf where masked; only
+//                                     blocks that straddle the window edge are masked)
+//     m_new = max(m, colmax(x)); P = exp2(x - m_new); l = l * 2^(m - m_new) + colsum(P)
+//     O^T = O^T * 2^(m - m_new) + V^T . (P * dropout)   (skipped when no maximum moved)
+//   O = O^T / l, LSE = (m + log2 l) * ln 2
+//
+// Scratch per worker: O((d + dv + kBlockK) * kBlockQ + kBlockK * (d + dv)) floats; nothing
+// grows with the sequence length except the O(batch * heads * seqlen / kBlockQ) item list.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <exception>
+#include <new>
+#include <string>
+#include <vector>
+
+#include "core/backend.h"
+#include "core/params.h"
+#include "cpu/attention_common.h"
+#include "cpu/convert.h"
+#include "cpu/gemm.h"
+#include "cpu/isa.h"
+#include "cpu/simd.h"
+#include "cpu/thread_pool.h"
+
+namespace flashattn {
+namespace cpu {
+namespace {
+
+struct ForwardItem {
+  int32_t batch;
+  int32_t head;
+  int32_t q_block;
+};
+
+// Offsets (in floats) of the per-worker scratch regions.
+struct ForwardScratch {
+  int64_t qt;    // (d, kBlockQ)        Q^T of the block
+  int64_t ot;    // (dv, kBlockQ)       unnormalised O^T
+  int64_t s;     // (kBlockK, kBlockQ)  scores, then probabilities, of one key block
+  int64_t mult;  // (kBlockK, kBlockQ)  dropout multipliers
+  int64_t k;     // (kBlockK, d)        K rows in float32 (float16/bfloat16 inputs)
+  int64_t v;     // (kBlockK, dv)       V rows in float32
+  int64_t row;   // (max(d, dv))        one converted row
+  int64_t m;     // (kBlockQ)           running max (log2 domain)
+  int64_t l;     // (kBlockQ)           running sum
+  int64_t alpha; // (kBlockQ)           2^(m_old - m_new)
+  int64_t m_use; // (kBlockQ)           m_new, or 0 while the column has seen no visible key
+  int64_t size;
+
+  explicit ForwardScratch(const ForwardParams& p) {
+    ScratchLayout lay;
+    const int64_t d = p.head_dim, dv = p.head_dim_v;
+    qt = lay.add(d * kBlockQ);
+    ot = lay.add(dv * kBlockQ);
+    s = lay.add(kBlockK * kBlockQ);
+    mult = lay.add(p.has_dropout() ? kBlockK * kBlockQ : 0);
+    const bool convert = p.dtype != DType::kFloat32;
+    k = lay.add(convert ? kBlockK * d : 0);
+    v = lay.add(convert ? kBlockK * dv : 0);
+    row = lay.add(std::max(d, dv));
+    m = lay.add(kBlockQ);
+    l = lay.add(kBlockQ);
+    alpha = lay.add(kBlockQ);
+    m_use = lay.add(kBlockQ);
+    size = lay.size();
+  }
+};
+
+struct ForwardContext {
+  const ForwardParams* params;
+  const ForwardScratch* scratch;
+};
+
+template <class Isa>
+FLASHATTN_CPU_INLINE void forward_item(const ForwardContext& ctx, const ForwardItem& item,
+                                       float* ws) {
+  constexpr int W = Isa::kWidth;
+  using V = VecF<W>;
+  const ForwardParams& p = *ctx.params;
+  const ForwardScratch& sc = *ctx.scratch;
+  const int64_t b = item.batch, h = item.head;
+  const int64_t hk = h / (p.heads / p.heads_k);
+  const int64_t d = p.head_dim, dv = p.head_dim_v;
+  const Sequence seq = sequence_of(p, b);
+  const Visibility vis(p, seq);
+  const ScoreTransform tf(p, b, h);
+  const int64_t i0 = static_cast<int64_t>(item.q_block) * kBlockQ;
+  const int64_t nq = std::min(kBlockQ, seq.len_q - i0);
+  const int64_t cols = round_up(nq, W);
+
+  float* qt = ws + sc.qt;        // (d, cols)
+  float* ot = ws + sc.ot;        // (dv, cols)
+  float* st = ws + sc.s;         // (nk, cols)
+  float* mult = ws + sc.mult;    // (nk, cols)
+  float* row = ws + sc.row;      // (max(d, dv))
+  float* m = ws + sc.m;          // (cols)
+  float* l = ws + sc.l;          // (cols)
+  float* alpha = ws + sc.alpha;  // (cols)
+  float* m_use = ws + sc.m_use;  // (cols)
+
+  rows_transposed(p.dtype, p.q, p.q_strides, b, seq.q_row0, i0, nq, h, d, row, qt, cols);
+  std::fill(ot, ot + dv * cols, 0.0f);
+  std::fill(m, m + cols, kNegInf);
+  std::fill(l, l + cols, 0.0f);
+
+  const int64_t j_first = vis.first_key(i0);
+  const int64_t j_last = vis.last_key(i0 + nq - 1);
+  const uint32_t batch_head = static_cast<uint32_t>(b * p.heads + h);
+  for (int64_t kb = j_first / kBlockK; j_first <= j_last && kb <= j_last / kBlockK; ++kb) {
+    const int64_t j0 = kb * kBlockK;
+    const int64_t nk = std::min(kBlockK, seq.len_k - j0);
+    int64_t kld = 0, vld = 0;
+    const float* kp = rows_as_float(p.dtype, p.k, p.k_strides, b, seq.k_row0, j0, nk, hk, d, ws + sc.k, &kld);
+    const float* vp = rows_as_float(p.dtype, p.v, p.v_strides, b, seq.k_row0, j0, nk, hk, dv, ws + sc.v, &vld);
+
+    // S^T = K . Q^T, then logits in the log2 domain.
+    gemm<Isa, false>(nk, cols, d, kp, kld, 1, qt, cols, st, cols);
+    const bool masked = !vis.all_visible(i0, i0 + nq, j0, j0 + nk);
+    for (int64_t jr = 0; jr < nk; ++jr) {
+      float* x = st + jr * cols;
+      transform_scores<W>(tf, x, nullptr, cols, i0 + vis.diag - (j0 + jr), 1.0f);
+      if (masked) {
+        const int64_t j = j0 + jr;
+        mask_outside(x, cols, vis.first_query(j) - i0, vis.last_query(j) - i0);
+      }
+    }
+
+    // Online softmax, one vector of query columns at a time.
+    bool rescale = false;
+    for (int64_t c = 0; c < cols; c += W) {
+      V mx;
+      vsplat<W>(mx, kNegInf);
+      for (int64_t jr = 0; jr < nk; ++jr) {
+        V x;
+        vload<W>(x, st + jr * cols + c);
+        vmax_inplace<W>(mx, x);
+      }
+      V m_old, m_new, a, use;
+      vload<W>(m_old, m + c);
+      m_new = m_old;
+      vmax_inplace<W>(m_new, mx);
+      // A column that has seen only masked keys keeps m = -inf; subtracting 0 instead keeps
+      // exp2(-inf - m) = 0 and avoids -inf - -inf.
+      use = m_new == kNegInf ? V{} : m_new;
+      a = m_old - use;
+      vexp2_inplace<W>(a);
+      rescale |= vany_ne<W>(a, 1.0f);
+      vstore<W>(m + c, m_new);
+      vstore<W>(m_use + c, use);
+      vstore<W>(alpha + c, a);
+      V sum{};
+      for (int64_t jr = 0; jr < nk; ++jr) {
+        V x;
+        vload<W>(x, st + jr * cols + c);
+        x -= use;
+        vexp2_inplace<W>(x);
+        sum += x;
+        vstore<W>(st + jr * cols + c, x);
+      }
+      V lv;
+      vload<W>(lv, l + c);
+      lv = lv * a + sum;
+      vstore<W>(l + c, lv);
+    }
+
+    if (p.has_dropout()) {
+      dropout_key_rows(p, batch_head, i0, nq, j0, nk, mult, cols);
+      for (int64_t jr = 0; jr < nk; ++jr) {
+        for (int64_t c = 0; c < cols; c += W) {
+          V x, f;
+          vload<W>(x, st + jr * cols + c);
+          vload<W>(f, mult + jr * cols + c);
+          x *= f;
+          vstore<W>(st + jr * cols + c, x);
+        }
+      }
+    }
+
+    // O^T = O^T * alpha + V^T . P^T.
+    if (rescale) {
+      for (int64_t c = 0; c < cols; c += W) {
+        V a;
+        vload<W>(a, alpha + c);
+        for (int64_t r = 0; r < dv; ++r) {
+          V o;
+          vload<W>(o, ot + r * cols + c);
+          o *= a;
+          vstore<W>(ot + r * cols + c, o);
+        }
+      }
+    }
+    gemm<Isa, true>(dv, cols, nk, vp, 1, vld, st, cols, ot, cols);
+  }
+
+  // Normalise, write O and LSE. A query with no visible key has l = 0: O = 0, LSE = -inf.
+  for (int64_t ir = 0; ir < nq; ++ir) {
+    const float inv = l[ir] > 0.0f ? 1.0f / l[ir] : 0.0f;
+    for (int64_t c = 0; c < dv; ++c) row[c] = ot[c * cols + ir];
+    store_row(p.dtype, row, inv, dv,
+              element_ptr(p.out, p.dtype, p.out_strides, b, seq.q_row0, i0 + ir, h));
+  }
+  if (p.lse != nullptr) {
+    float* lse = p.lse + b * p.lse_batch_stride + h * p.lse_head_stride + seq.q_row0 + i0;
+    for (int64_t ir = 0; ir < nq; ++ir) {
+      lse[ir] = l[ir] > 0.0f ? (m[ir] + std::log2(l[ir])) * kLn2 : kNegInf;
+    }
+  }
+}
+
+using ForwardItemFn = void (*)(const ForwardContext&, const ForwardItem&, float*);
+
+void forward_item_generic(const ForwardContext& ctx, const ForwardItem& item, float* ws) {
+  forward_item<GenericIsa>(ctx, item, ws);
+}
+#if FLASHATTN_CPU_X86
+FLASHATTN_TARGET_AVX2 void forward_item_avx2(const ForwardContext& ctx, const ForwardItem& item,
+                                             float* ws) {
+  forward_item<Avx2Isa>(ctx, item, ws);
+}
+FLASHATTN_TARGET_AVX512 void forward_item_avx512(const ForwardContext& ctx,
+                                                 const ForwardItem& item, float* ws) {
+  forward_item<Avx512Isa>(ctx, item, ws);
+}
+#endif
+
+ForwardItemFn select_forward_item() {
+#if FLASHATTN_CPU_X86
+  switch (cpu_isa()) {
+    case CpuIsa::kAvx512: return forward_item_avx512;
+    case CpuIsa::kAvx2: return forward_item_avx2;
+    case CpuIsa::kGeneric: break;
+  }
+#endif
+  return forward_item_generic;
+}
+
+// Varlen rows past cu_seqlens_q[batch] belong to no sequence: O = 0, LSE = -inf.
+void clear_unused_rows(const ForwardParams& p) {
+  if (!p.is_varlen()) return;
+  const int64_t used = p.cu_seqlens_q[p.batch];
+  for (int64_t r = used; r < p.total_q; ++r) {
+    for (int64_t h = 0; h < p.heads; ++h) {
+      zero_row(p.dtype, p.head_dim_v, element_ptr(p.out, p.dtype, p.out_strides, 0, 0, r, h));
+      if (p.lse != nullptr) p.lse[h * p.lse_head_stride + r] = kNegInf;
+    }
+  }
+}
+
+Status run_forward(const ForwardParams& p) {
+  // Items: heaviest first under a causal-like mask (later query blocks see more keys).
+  std::vector<ForwardItem> items;
+  for (int64_t b = 0; b < p.batch; ++b) {
+    const Sequence seq = sequence_of(p, b);
+    const int64_t blocks = ceil_div(seq.len_q, kBlockQ);
+    for (int64_t h = 0; h < p.heads; ++h) {
+      for (int64_t qb = blocks - 1; qb >= 0; --qb) {
+        items.push_back({static_cast<int32_t>(b), static_cast<int32_t>(h),
+                         static_cast<int32_t>(qb)});
+      }
+    }
+  }
+  clear_unused_rows(p);
+  if (items.empty()) return Status::Ok();
+
+  const ForwardScratch scratch(p);
+  const int threads = resolve_num_threads(p.num_threads);
+  const int64_t count = static_cast<int64_t>(items.size());
+  const int workers = parallel_workers(count, threads);
+  ScratchBuffer buffer(scratch.size, workers);
+  const ForwardContext ctx{&p, &scratch};
+  const ForwardItemFn fn = select_forward_item();
+  auto body = [&](int64_t i, int worker) { fn(ctx, items[static_cast<size_t>(i)], buffer.worker(worker)); };
+  parallel_for(count, threads, ItemFunction(body));
+  return Status::Ok();
+}
+
+}  // namespace
+}  // namespace cpu
+
+Status cpu_forward(const ForwardParams& params) {
+  try {
+    return cpu::run_forward(params);
+  } catch (const std::bad_alloc&) {
+    return Status::Internal("cpu forward: out of memory while allocating scratch buffers");
+  } catch (const std::exception& e) {
+    return Status::Internal(std::string("cpu forward: ") + e.what());
+  }
+}
+
+}  // namespace flashattn

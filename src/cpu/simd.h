@@ -1,0 +1,132 @@
+// SIMD vocabulary of the CPU backend: GCC/Clang vector extensions of a compile-time width W
+// (in floats) and the few helpers the kernels need (load, store, broadcast, max, exp2).
+//
+// The kernels are templates on an ISA config (isa.h) that are instantiated inside functions
+// carrying a `target` attribute, so one source compiles to SSE2, AVX2+FMA and AVX-512 code.
+// Rules that make this work:
+//   * every helper is always_inline, so its body is compiled with the caller's target;
+//   * vectors cross helper boundaries by reference only: a vector wider than the default ISA
+//     passed or returned by value changes the calling convention (GCC -Wpsabi), and these
+//     helpers are shared by all ISAs;
+//   * vector types come from explicit specialisations: GCC ignores `vector_size` on an alias
+//     template whose size depends on a template parameter.
+#pragma once
+
+#include <cstdint>
+
+#define FLASHATTN_CPU_INLINE inline __attribute__((always_inline))
+
+namespace flashattn::cpu {
+
+template <int W>
+struct VecTypes;
+
+template <>
+struct VecTypes<4> {
+  typedef float F __attribute__((vector_size(16)));
+  typedef float FUnaligned __attribute__((vector_size(16), aligned(4), may_alias));
+  typedef int32_t I __attribute__((vector_size(16)));
+};
+template <>
+struct VecTypes<8> {
+  typedef float F __attribute__((vector_size(32)));
+  typedef float FUnaligned __attribute__((vector_size(32), aligned(4), may_alias));
+  typedef int32_t I __attribute__((vector_size(32)));
+};
+template <>
+struct VecTypes<16> {
+  typedef float F __attribute__((vector_size(64)));
+  typedef float FUnaligned __attribute__((vector_size(64), aligned(4), may_alias));
+  typedef int32_t I __attribute__((vector_size(64)));
+};
+
+template <int W>
+using VecF = typename VecTypes<W>::F;  // W floats
+template <int W>
+using VecI = typename VecTypes<W>::I;  // W int32 (comparison results: -1 true, 0 false)
+
+// Unaligned load / store of W floats.
+template <int W>
+FLASHATTN_CPU_INLINE void vload(VecF<W>& v, const float* p) {
+  v = *reinterpret_cast<const typename VecTypes<W>::FUnaligned*>(p);
+}
+template <int W>
+FLASHATTN_CPU_INLINE void vstore(float* p, const VecF<W>& v) {
+  *reinterpret_cast<typename VecTypes<W>::FUnaligned*>(p) = v;
+}
+
+// v = (s, s, ..., s). `s - 0` is exact for every s (also -0), so it folds to a broadcast.
+template <int W>
+FLASHATTN_CPU_INLINE void vsplat(VecF<W>& v, float s) {
+  v = s - VecF<W>{};
+}
+
+// v = (base, base + 1, ..., base + W - 1).
+template <int W>
+FLASHATTN_CPU_INLINE void viota(VecF<W>& v, float base) {
+  for (int i = 0; i < W; ++i) v[i] = base + static_cast<float>(i);
+}
+
+// a = max(a, b) lane-wise (b wins when a is NaN; scores are never NaN for finite inputs).
+template <int W>
+FLASHATTN_CPU_INLINE void vmax_inplace(VecF<W>& a, const VecF<W>& b) {
+  a = a > b ? a : b;
+}
+
+// |v| lane-wise.
+template <int W>
+FLASHATTN_CPU_INLINE void vabs_inplace(VecF<W>& v) {
+  v = v < 0.0f ? -v : v;
+}
+
+// Whether any lane of v differs from s.
+template <int W>
+FLASHATTN_CPU_INLINE bool vany_ne(const VecF<W>& v, float s) {
+  bool any = false;
+  for (int i = 0; i < W; ++i) any |= v[i] != s;
+  return any;
+}
+
+// Polynomial for 2^f on f in [-1/2, 1/2]: the Taylor series of e^(f ln 2) to degree 7,
+// coefficients ln(2)^k / k!. The first omitted term is below 5.3e-9 relative, under half an
+// ulp of float32, so the error is that of the Horner evaluation (about one ulp).
+namespace exp2_detail {
+constexpr float kC1 = 0.693147180559945f;
+constexpr float kC2 = 0.240226506959101f;
+constexpr float kC3 = 0.0555041086648216f;
+constexpr float kC4 = 0.00961812910762848f;
+constexpr float kC5 = 0.00133335581464284f;
+constexpr float kC6 = 0.000154035303933816f;
+constexpr float kC7 = 1.52527338040598e-05f;
+// Adding then subtracting 1.5 * 2^23 rounds a float of magnitude < 2^22 to an integer
+// (round to nearest even, the default mode).
+constexpr float kRoundMagic = 12582912.0f;
+// Below this the result is flushed to 0; keeps 2^n a normal float.
+constexpr float kMinExponent = -125.0f;
+constexpr float kMaxExponent = 127.0f;
+}  // namespace exp2_detail
+
+// x = 2^x lane-wise. Exact 0 for x < -125 (and for -inf, the masked-score value).
+template <int W>
+FLASHATTN_CPU_INLINE void vexp2_inplace(VecF<W>& x) {
+  using namespace exp2_detail;
+  using F = VecF<W>;
+  using I = VecI<W>;
+  const I keep = x >= kMinExponent;
+  F xc = x < kMinExponent ? kMinExponent - F{} : x;
+  xc = xc > kMaxExponent ? kMaxExponent - F{} : xc;
+  const F n = (xc + kRoundMagic) - kRoundMagic;
+  const F f = xc - n;  // in [-1/2, 1/2]
+  F p = f * kC7 + kC6;
+  p = p * f + kC5;
+  p = p * f + kC4;
+  p = p * f + kC3;
+  p = p * f + kC2;
+  p = p * f + kC1;
+  p = p * f + 1.0f;
+  // Scale by 2^n by adding n to the exponent field.
+  const I bits = __builtin_bit_cast(I, p) + (__builtin_convertvector(n, I) << 23);
+  x = __builtin_bit_cast(F, bits & keep);
+}
+
+}  // namespace flashattn::cpu
