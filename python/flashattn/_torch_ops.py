@@ -21,21 +21,20 @@ Design
   Under CUDA graph capture the seed is drawn once at capture time, so every replay uses the
   same dropout mask.
 * Kernels run on ``torch.cuda.current_stream(device)`` under a device guard for the tensors'
-  GPU; inputs whose last dimension is not contiguous are copied (flash_attn does the same).
+  GPU; CPU tensors use ``torch.get_num_threads()`` worker threads. Inputs whose last dimension
+  is not contiguous are copied (flash_attn does the same).
 """
-
-from __future__ import annotations
 
 from typing import Optional
 
 import torch
 from torch import Tensor
 
-if not hasattr(torch.library, "register_autograd"):
-    raise ImportError(f"flashattn's torch integration needs torch >= 2.4, found {torch.__version__}")
-
 from . import _C
 from ._lowlevel import check_rank
+
+if not hasattr(torch.library, "register_autograd"):
+    raise ImportError(f"flashattn's torch integration needs torch >= 2.4, found {torch.__version__}")
 
 _U64 = (1 << 64) - 1
 _U32 = 1 << 32
@@ -76,19 +75,19 @@ def _out_shape(q: Tensor, v: Tensor) -> tuple:
 
 
 class _Launch:
-    """Device guard + the current stream of the tensors' device, for one extension call."""
+    """Where one extension call runs: for CUDA tensors a device guard and the current stream of
+    their device; for CPU tensors torch's intra-op thread count (torch.set_num_threads)."""
 
     def __init__(self, t: Tensor):
-        self.cuda = t.device.type == "cuda"
         self.device = t.device
         self._guard = None
 
-    def __enter__(self) -> int:
-        if not self.cuda:
-            return 0
+    def __enter__(self) -> dict:
+        if self.device.type != "cuda":
+            return dict(stream=0, num_threads=torch.get_num_threads())
         self._guard = torch.cuda.device(self.device)
         self._guard.__enter__()
-        return torch.cuda.current_stream(self.device).cuda_stream
+        return dict(stream=torch.cuda.current_stream(self.device).cuda_stream, num_threads=0)
 
     def __exit__(self, *exc) -> None:
         if self._guard is not None:
@@ -97,14 +96,14 @@ class _Launch:
 
 def _options(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, alibi_slopes,
              softmax_scale, causal, window_left, window_right, softcap, dropout_p,
-             rng_state, stream) -> dict:
+             rng_state, launch) -> dict:
     return dict(
         cu_seqlens_q=_plain(cu_seqlens_q), cu_seqlens_k=_plain(cu_seqlens_k),
         max_seqlen_q=int(max_seqlen_q), max_seqlen_k=int(max_seqlen_k),
         alibi_slopes=_plain(alibi_slopes), softmax_scale=float(softmax_scale),
         causal=bool(causal), window_left=int(window_left), window_right=int(window_right),
         softcap=float(softcap), dropout_p=float(dropout_p), seed=_seed_of(rng_state),
-        offset=0, stream=stream)
+        offset=0, **launch)
 
 
 def _run_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, alibi_slopes,
@@ -114,11 +113,11 @@ def _run_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, al
     q, k, v = _contig_last(q), _contig_last(k), _contig_last(v)
     out = torch.empty(_out_shape(q, v), dtype=q.dtype, device=q.device)
     lse = torch.empty(_lse_shape(q, varlen), dtype=torch.float32, device=q.device)
-    with _Launch(q) as stream:
+    with _Launch(q) as launch:
         _C.forward(_plain(q), _plain(k), _plain(v), out, lse,
                    **_options(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                               alibi_slopes, softmax_scale, causal, window_left, window_right,
-                              softcap, dropout_p, rng_state, stream))
+                              softcap, dropout_p, rng_state, launch))
     return out, lse
 
 
@@ -127,12 +126,12 @@ def _run_bwd(dout, q, k, v, out, lse, dq, dk, dv, cu_seqlens_q, cu_seqlens_k, ma
              softcap, dropout_p, rng_state, deterministic):
     q, k, v = _contig_last(q), _contig_last(k), _contig_last(v)
     dout = _contig_last(dout)
-    with _Launch(q) as stream:
+    with _Launch(q) as launch:
         _C.backward(_plain(dout), _plain(q), _plain(k), _plain(v), _plain(out), _plain(lse),
                     dq, dk, dv, deterministic=bool(deterministic),
                     **_options(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                                alibi_slopes, softmax_scale, causal, window_left, window_right,
-                               softcap, dropout_p, rng_state, stream))
+                               softcap, dropout_p, rng_state, launch))
 
 
 def _empty(shape, like: Tensor) -> Tensor:
