@@ -142,6 +142,9 @@ struct Visibility {
 //   softcap  > 0:  t = tanh(dot * cap_in), x = cap_out * t   (cap_in = scale / softcap,
 //                                                              cap_out = softcap * log2(e))
 //   ALiBi:         x += -slope * log2(e) * |i + diag - j|
+// Without softcap and ALiBi (`plain`) the tiles keep the raw dot products and the scale is
+// folded into the exponent: exp2(dot * exp_scale - m) in one multiply-add. Otherwise tiles hold
+// x and exp_scale is 1. Either way max(tile) * exp_scale is the maximum logit (exp_scale > 0).
 struct ScoreTransform {
   float scale_log2 = 0.0f;
   bool softcap = false;
@@ -149,6 +152,8 @@ struct ScoreTransform {
   float cap_out = 0.0f;
   bool alibi = false;
   float alibi_log2 = 0.0f;  // -slope(b, h) * log2(e)
+  bool plain = true;
+  float exp_scale = 1.0f;
 
   ScoreTransform(const QKVParams& p, int64_t b, int64_t h) {
     scale_log2 = p.scale_log2;
@@ -159,17 +164,21 @@ struct ScoreTransform {
     }
     alibi = p.alibi != nullptr;
     if (alibi) alibi_log2 = -p.alibi[b * p.alibi_batch_stride + h] * kLog2e;
+    plain = !softcap && !alibi;
+    exp_scale = plain ? scale_log2 : 1.0f;
   }
 };
 
-// Transforms n (a multiple of W) raw dot products in place. Element c has ALiBi distance
-// dist0 + step * c (step = +1 for key rows, -1 for query rows). With softcap, tanh values are
-// also written to `tanh_out` when given (the backward needs 1 - t^2).
+// Transforms n (a multiple of W) raw dot products in place (nothing to do when tf.plain).
+// Element c has ALiBi distance dist0 + step * c (step = +1 for key rows, -1 for query rows).
+// With softcap, tanh values are also written to `tanh_out` when given (the backward needs
+// 1 - t^2).
 template <int W>
 FLASHATTN_CPU_INLINE void transform_scores(const ScoreTransform& tf, float* __restrict x,
                                            float* __restrict tanh_out, int64_t n, int64_t dist0,
                                            float step) {
   using V = VecF<W>;
+  if (tf.plain) return;
   if (tf.softcap) {
     for (int64_t c = 0; c < n; ++c) {
       const float t = std::tanh(x[c] * tf.cap_in);

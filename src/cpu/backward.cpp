@@ -1,27 +1,27 @@
 // CPU backward pass: FlashAttention-2 recomputation from the saved LSE, deterministic by
-// construction (every output element is produced by one work item in a fixed order, so results
-// are bitwise identical run to run and for any thread count).
+// construction: every accumulation happens in a fixed order inside one work item, and the work
+// split depends only on the problem shape, so results are bitwise identical run to run and for
+// any thread count.
 //
 // Pass 0, per (b, h, query block):  Delta_i = sum_c dO[i, c] * O[i, c]  and  lse2_i = lse_i *
 //   log2(e) (+inf for a row with no visible key, so that its P is exactly 0).
-// Pass 1 and 2 run as one parallel loop (they read the same inputs, write different outputs):
-//   dK/dV item (b, kv head, block of kBlockK keys): vectors along keys. For every query head of
-//   the GQA group and every query block the mask window lets see the keys:
-//     S = Q . K^T, P = exp2(x(S) - lse2)          (queries x keys)
-//     dP = dO . V^T; with dropout Pd = P * m, dPd = dP * m   (m = keep * 1/(1-p))
+// Pass 1, per (b, kv head, chunk of key blocks): vectors along keys. For each key block of the
+//   chunk, each query head of the GQA group and each query block the mask window lets see it:
+//     S = Q . K^T, P = exp2(x(S) - lse2)                      (queries x keys)
+//     dP = dO . V^T; with dropout Pd = P * m, dPd = dP * m     (m = keep / (1 - p))
 //     dS = P * (dPd - Delta)  (* (1 - tanh^2) with softcap)
-//     dV^T += dO^T . Pd,  dK^T += Q^T . dS;  finally dK = scale * dK
-//   dQ item (b, head, block of kBlockQ queries): vectors along queries. For every key block:
-//     S^T = K . Q^T, P^T, dP^T = V . dO^T, dS^T as above; dQ^T += K^T . dS^T; dQ = scale * dQ
-// The dQ pass recomputes S and dP once more (7 matrix products instead of FlashAttention-2's
-// 5) in exchange for needing no atomics and no per-thread dQ copies.
+//     dV^T += dO^T . Pd,  dK^T += Q^T . dS,  dQ_chunk += dS . K
+//   then dK = scale * dK^T^T and dV are written for the key block.
+// Pass 2, per (b, h, query block): dQ = scale * sum over chunks (in chunk order) of dQ_chunk.
 //
-// Memory: per worker O((d + dv) * kBlock + kBlock^2) floats, plus 2 floats per (head, query row)
-// for Delta and lse2.
+// The chunk count depends on the shape only (enough items to keep a many-core machine busy);
+// each chunk owns a float32 dQ partial, so memory is chunks x (heads x query rows x head_dim)
+// floats: O(N d), never O(N^2). Scratch per worker is O((d + dv) * kBlock + kBlock^2) floats.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <exception>
+#include <memory>
 #include <new>
 #include <string>
 #include <vector>
@@ -39,55 +39,75 @@ namespace flashattn {
 namespace cpu {
 namespace {
 
-enum class BackwardPass : int32_t { kDkDv = 0, kDq = 1 };
-
-struct BackwardItem {
-  BackwardPass pass;
+// Pass 1 work item: key blocks [block_begin, block_end) of (sequence b, kv head), chunk
+// `chunk` of that sequence.
+struct ChunkItem {
   int32_t batch;
-  int32_t head;   // kv head for kDkDv, query head for kDq (and for the Delta pre-pass)
-  int32_t block;  // key block for kDkDv, query block otherwise
+  int32_t head_k;
+  int32_t chunk;
+  int32_t block_begin;
+  int32_t block_end;
+  double cost;  // visible (query, key) pairs, for scheduling heavy items first
 };
 
-// Offsets (in floats) of the per-worker scratch regions. kBlockQ == kBlockK, so one tile size.
+// Pass 0 and pass 2 work item: one block of kBlockQ queries of (sequence b, head h).
+struct RowItem {
+  int32_t batch;
+  int32_t head;
+  int32_t q_block;
+};
+
+// Number of key chunks per (sequence, kv head): enough pass-1 items to keep a many-core machine
+// busy even under a causal mask (kTargetItems), chosen from the shape alone so that results do
+// not depend on the thread count. Each chunk costs one float32 copy of dQ, bounded by
+// kPartialBudgetBytes (a single chunk is always allowed: it is the dQ accumulator itself).
+constexpr int64_t kTargetItems = 64;
+constexpr int64_t kMaxChunks = 16;
+constexpr double kPartialBudgetBytes = 1024.0 * 1024.0 * 1024.0;
+
+// Key blocks [*begin, *end) of chunk s when `blocks` blocks are split into `chunks` chunks.
+void chunk_blocks(int64_t blocks, int64_t chunks, int64_t s, int64_t* begin, int64_t* end) {
+  *begin = s * blocks / chunks;
+  *end = (s + 1) * blocks / chunks;
+}
+
+// Offsets (in floats) of the per-worker scratch regions.
 struct BackwardScratch {
-  static_assert(kBlockQ == kBlockK, "the backward shares tile buffers between its two passes");
   static constexpr int64_t kTile = kBlockQ * kBlockK;
-  int64_t at;    // (d, kBlock)   dK/dV pass: K^T;  dQ pass: Q^T
-  int64_t bt;    // (dv, kBlock)  dK/dV pass: V^T;  dQ pass: dO^T
-  int64_t acc1;  // (d, kBlock)   dK/dV pass: dK^T; dQ pass: dQ^T
-  int64_t acc2;  // (dv, kBlock)  dK/dV pass: dV^T
-  int64_t p;     // tile: P
-  int64_t ds;    // tile: dP, then dS
-  int64_t pd;    // tile: P * dropout multiplier (dK/dV pass with dropout)
-  int64_t mult;  // tile: dropout multipliers
-  int64_t tanh;  // tile: tanh of the capped scores (softcap)
-  int64_t rows1; // (kBlock, d)   rows of Q (dK/dV pass) or K (dQ pass) in float32
-  int64_t rows2; // (kBlock, dv)  rows of dO (dK/dV pass) or V (dQ pass) in float32
-  int64_t row;   // (max(d, dv))  one converted row
-  int64_t row2;  // (max(d, dv))
-  int64_t vec1;  // (kBlock)      lse2 of the query block (dQ pass)
-  int64_t vec2;  // (kBlock)      Delta of the query block (dQ pass)
+  int64_t kt;     // (d, kBlockK)      K^T of the key block
+  int64_t vt;     // (dv, kBlockK)     V^T
+  int64_t dkt;    // (d, kBlockK)      dK^T accumulator
+  int64_t dvt;    // (dv, kBlockK)     dV^T accumulator
+  int64_t krows;  // (kBlockK, dpad)   K rows, zero-padded to dpad (B operand of dS . K)
+  int64_t p;      // tile (queries x keys): P
+  int64_t ds;     // tile: dP, then dS
+  int64_t pd;     // tile: P * dropout multiplier
+  int64_t mult;   // tile: dropout multipliers
+  int64_t tanh;   // tile: tanh of the capped scores (softcap)
+  int64_t qrows;  // (kBlockQ, d)      Q rows in float32 (float16/bfloat16 inputs)
+  int64_t grows;  // (kBlockQ, dv)     dO rows in float32
+  int64_t row;    // (max(dpad, dv))   one converted row
+  int64_t row2;   // (max(dpad, dv))
   int64_t size;
 
-  explicit BackwardScratch(const BackwardParams& prm) {
+  BackwardScratch(const BackwardParams& prm, int64_t dpad) {
     ScratchLayout lay;
     const int64_t d = prm.head_dim, dv = prm.head_dim_v;
     const bool convert = prm.dtype != DType::kFloat32;
-    at = lay.add(d * kBlockK);
-    bt = lay.add(dv * kBlockK);
-    acc1 = lay.add(d * kBlockK);
-    acc2 = lay.add(dv * kBlockK);
+    kt = lay.add(d * kBlockK);
+    vt = lay.add(dv * kBlockK);
+    dkt = lay.add(d * kBlockK);
+    dvt = lay.add(dv * kBlockK);
+    krows = lay.add(kBlockK * dpad);
     p = lay.add(kTile);
     ds = lay.add(kTile);
     pd = lay.add(prm.has_dropout() ? kTile : 0);
     mult = lay.add(prm.has_dropout() ? kTile : 0);
     tanh = lay.add(prm.softcap > 0.0f ? kTile : 0);
-    rows1 = lay.add(convert ? kBlockQ * d : 0);
-    rows2 = lay.add(convert ? kBlockQ * dv : 0);
-    row = lay.add(std::max(d, dv));
-    row2 = lay.add(std::max(d, dv));
-    vec1 = lay.add(kBlockQ);
-    vec2 = lay.add(kBlockQ);
+    qrows = lay.add(convert ? kBlockQ * d : 0);
+    grows = lay.add(convert ? kBlockQ * dv : 0);
+    row = lay.add(std::max(dpad, dv));
+    row2 = lay.add(std::max(dpad, dv));
     size = lay.size();
   }
 };
@@ -95,24 +115,34 @@ struct BackwardScratch {
 struct BackwardContext {
   const BackwardParams* params;
   const BackwardScratch* scratch;
-  const BackwardItem* items;
   // (heads, rows): Delta and lse * log2(e) per query row; row = row_base(b) + i.
   float* delta;
   float* lse2;
   int64_t rows;
+  // (chunks, heads, rows, dpad): float32 dQ partial sums, one per key chunk.
+  float* dq_partial;
+  int64_t chunks;
+  int64_t dpad;
 
   int64_t row_base(int64_t b) const {
     return params->is_varlen() ? params->cu_seqlens_q[b] : b * params->seqlen_q;
   }
+  float* partial(int64_t chunk, int64_t h, int64_t row) const {
+    return dq_partial + ((chunk * params->heads + h) * rows + row) * dpad;
+  }
+  // Chunks of sequence b (at most `chunks`, at most one per key block).
+  int64_t chunks_of(const Sequence& seq) const {
+    return std::min(chunks, ceil_div(seq.len_k, kBlockK));
+  }
 };
 
 // Pass 0 for one (b, h, query block).
-void delta_item(const BackwardContext& ctx, const BackwardItem& item, float* ws) {
+void delta_item(const BackwardContext& ctx, const RowItem& item, float* ws) {
   const BackwardParams& p = *ctx.params;
   const BackwardScratch& sc = *ctx.scratch;
   const int64_t b = item.batch, h = item.head;
   const Sequence seq = sequence_of(p, b);
-  const int64_t i0 = static_cast<int64_t>(item.block) * kBlockQ;
+  const int64_t i0 = static_cast<int64_t>(item.q_block) * kBlockQ;
   const int64_t nq = std::min(kBlockQ, seq.len_q - i0);
   const int64_t dv = p.head_dim_v;
   float* o = ws + sc.row;
@@ -128,6 +158,36 @@ void delta_item(const BackwardContext& ctx, const BackwardItem& item, float* ws)
     for (int64_t c = 0; c < dv; ++c) sum += o[c] * g[c];
     delta[ir] = sum;
     lse2[ir] = lse[ir] == kNegInf ? kPosInf : lse[ir] * kLog2e;
+  }
+}
+
+// Pass 2 for one (b, h, query block): dQ = scale * (sum of the chunk partials, in chunk order).
+void dq_item(const BackwardContext& ctx, const RowItem& item, float* ws) {
+  const BackwardParams& p = *ctx.params;
+  const BackwardScratch& sc = *ctx.scratch;
+  const int64_t b = item.batch, h = item.head;
+  const int64_t d = p.head_dim;
+  const Sequence seq = sequence_of(p, b);
+  const Visibility vis(p, seq);
+  const int64_t i0 = static_cast<int64_t>(item.q_block) * kBlockQ;
+  const int64_t nq = std::min(kBlockQ, seq.len_q - i0);
+  const int64_t blocks = ceil_div(seq.len_k, kBlockK);
+  const int64_t chunks = ctx.chunks_of(seq);
+  float* sum = ws + sc.row;
+  for (int64_t ir = 0; ir < nq; ++ir) {
+    const int64_t i = i0 + ir;
+    std::fill(sum, sum + d, 0.0f);
+    for (int64_t s = 0; s < chunks; ++s) {
+      int64_t kb0 = 0, kb1 = 0;
+      chunk_blocks(blocks, chunks, s, &kb0, &kb1);
+      const int64_t j_end = std::min(kb1 * kBlockK, seq.len_k);
+      // Rows outside the chunk's reach were never written (nor zeroed) by it.
+      if (i < vis.first_query(kb0 * kBlockK) || i > vis.last_query(j_end - 1)) continue;
+      const float* part = ctx.partial(s, h, ctx.row_base(b) + i);
+      for (int64_t c = 0; c < d; ++c) sum[c] += part[c];
+    }
+    store_row(p.dtype, sum, p.scale, d,
+              element_ptr(p.dq, p.dtype, p.dq_strides, b, seq.q_row0, i, h));
   }
 }
 
@@ -150,13 +210,13 @@ FLASHATTN_CPU_INLINE void softmax_grad(const float* __restrict prob, float* __re
   }
 }
 
-// x = exp2(x - l) over n (multiple of W) elements.
+// x = exp2(x * k - l) over n (multiple of W) elements.
 template <int W>
-FLASHATTN_CPU_INLINE void exp2_minus(float* x, const VecF<W>& l, int64_t n) {
+FLASHATTN_CPU_INLINE void exp2_minus(float* x, const VecF<W>& k, const VecF<W>& l, int64_t n) {
   for (int64_t c = 0; c < n; c += W) {
     VecF<W> v;
     vload<W>(v, x + c);
-    v -= l;
+    v = v * k - l;
     vexp2_inplace<W>(v);
     vstore<W>(x + c, v);
   }
@@ -185,230 +245,145 @@ FLASHATTN_CPU_INLINE void store_transposed(DType dt, void* base, const Strides3&
   }
 }
 
-// Pass 1: dK and dV of one key block of one kv head.
+// Pass 1: dK and dV of the chunk's key blocks, and the chunk's dQ partial.
 template <class Isa>
-FLASHATTN_CPU_INLINE void dkdv_item(const BackwardContext& ctx, const BackwardItem& item,
-                                    float* ws) {
+FLASHATTN_CPU_INLINE void chunk_item(const BackwardContext& ctx, const ChunkItem& item,
+                                     float* ws) {
   constexpr int W = Isa::kWidth;
   using V = VecF<W>;
   const BackwardParams& p = *ctx.params;
   const BackwardScratch& sc = *ctx.scratch;
-  const int64_t b = item.batch, hk = item.head;
+  const int64_t b = item.batch, hk = item.head_k;
   const int64_t group = p.heads / p.heads_k;
-  const int64_t d = p.head_dim, dv = p.head_dim_v;
+  const int64_t d = p.head_dim, dv = p.head_dim_v, dpad = ctx.dpad;
   const Sequence seq = sequence_of(p, b);
   const Visibility vis(p, seq);
-  const int64_t j0 = static_cast<int64_t>(item.block) * kBlockK;
-  const int64_t nk = std::min(kBlockK, seq.len_k - j0);
-  const int64_t kc = round_up(nk, W);  // key columns
+  const int64_t row_base = ctx.row_base(b);
 
-  float* kt = ws + sc.at;     // (d, kc)
-  float* vt = ws + sc.bt;     // (dv, kc)
-  float* dkt = ws + sc.acc1;  // (d, kc)
-  float* dvt = ws + sc.acc2;  // (dv, kc)
-  float* prob = ws + sc.p;    // (nq, kc)
-  float* ds = ws + sc.ds;     // (nq, kc)
+  float* kt = ws + sc.kt;        // (d, kc)
+  float* vt = ws + sc.vt;        // (dv, kc)
+  float* dkt = ws + sc.dkt;      // (d, kc)
+  float* dvt = ws + sc.dvt;      // (dv, kc)
+  float* krows = ws + sc.krows;  // (nk, dpad)
+  float* prob = ws + sc.p;       // (nq, kc)
+  float* ds = ws + sc.ds;        // (nq, kc)
   float* pd = p.has_dropout() ? ws + sc.pd : prob;
   float* mult = ws + sc.mult;
   float* tanh_vals = p.softcap > 0.0f ? ws + sc.tanh : nullptr;
   float* row = ws + sc.row;
 
-  rows_transposed(p.dtype, p.k, p.k_strides, b, seq.k_row0, j0, nk, hk, d, row, kt, kc);
-  rows_transposed(p.dtype, p.v, p.v_strides, b, seq.k_row0, j0, nk, hk, dv, row, vt, kc);
-  std::fill(dkt, dkt + d * kc, 0.0f);
-  std::fill(dvt, dvt + dv * kc, 0.0f);
-
-  const int64_t i_first = vis.first_query(j0);
-  const int64_t i_last = vis.last_query(j0 + nk - 1);
-  for (int64_t g = 0; g < group; ++g) {
-    const int64_t h = hk * group + g;
-    const ScoreTransform tf(p, b, h);
-    const uint32_t batch_head = static_cast<uint32_t>(b * p.heads + h);
-    const float* lse2 = ctx.lse2 + h * ctx.rows + ctx.row_base(b);
-    const float* delta = ctx.delta + h * ctx.rows + ctx.row_base(b);
-    for (int64_t i0 = i_first; i0 <= i_last; i0 += kBlockQ) {
-      const int64_t nq = std::min(kBlockQ, i_last + 1 - i0);
-      int64_t qld = 0, dold = 0;
-      const float* qp =
-          rows_as_float(p.dtype, p.q, p.q_strides, b, seq.q_row0, i0, nq, h, d, ws + sc.rows1, &qld);
-      const float* dop = rows_as_float(p.dtype, p.dout, p.dout_strides, b, seq.q_row0, i0, nq, h,
-                                       dv, ws + sc.rows2, &dold);
-
-      // P = exp2(x(Q . K^T) - lse2), queries as rows.
-      gemm<Isa, false>(nq, kc, d, qp, qld, 1, kt, kc, prob, kc);
-      const bool masked = !vis.all_visible(i0, i0 + nq, j0, j0 + nk) || kc != nk;
-      for (int64_t ir = 0; ir < nq; ++ir) {
-        const int64_t i = i0 + ir;
-        float* x = prob + ir * kc;
-        transform_scores<W>(tf, x, tanh_vals != nullptr ? tanh_vals + ir * kc : nullptr, kc,
-                            i + vis.diag - j0, -1.0f);
-        if (masked) {
-          mask_outside(x, kc, vis.first_key(i) - j0, std::min(vis.last_key(i), j0 + nk - 1) - j0);
-        }
-        V l;
-        vsplat<W>(l, lse2[i]);
-        exp2_minus<W>(x, l, kc);
-      }
-
-      // dP = dO . V^T, dropout, dS.
-      gemm<Isa, false>(nq, kc, dv, dop, dold, 1, vt, kc, ds, kc);
-      if (p.has_dropout()) {
-        dropout_query_rows(p, batch_head, i0, nq, j0, nk, mult, kc);
-        multiply<W>(prob, mult, pd, nq * kc);
-        multiply<W>(ds, mult, ds, nq * kc);
-      }
-      for (int64_t ir = 0; ir < nq; ++ir) {
-        V dl;
-        vsplat<W>(dl, delta[i0 + ir]);
-        softmax_grad<W>(prob + ir * kc, ds + ir * kc,
-                        tanh_vals != nullptr ? tanh_vals + ir * kc : nullptr, dl, kc);
-      }
-
-      // dV^T += dO^T . Pd, dK^T += Q^T . dS.
-      gemm<Isa, true>(dv, kc, nq, dop, 1, dold, pd, kc, dvt, kc);
-      gemm<Isa, true>(d, kc, nq, qp, 1, qld, ds, kc, dkt, kc);
+  // Zero the rows of this chunk's dQ partial that its keys can reach.
+  {
+    const int64_t j_begin = static_cast<int64_t>(item.block_begin) * kBlockK;
+    const int64_t j_end = std::min(static_cast<int64_t>(item.block_end) * kBlockK, seq.len_k);
+    const int64_t q_lo = vis.first_query(j_begin), q_hi = vis.last_query(j_end - 1);
+    for (int64_t g = 0; g < group && q_lo <= q_hi; ++g) {
+      float* part = ctx.partial(item.chunk, hk * group + g, row_base + q_lo);
+      std::fill(part, part + (q_hi - q_lo + 1) * dpad, 0.0f);
     }
   }
-  store_transposed(p.dtype, p.dk, p.dk_strides, b, seq.k_row0, j0, nk, hk, d, dkt, kc, p.scale,
-                   row);
-  store_transposed(p.dtype, p.dv, p.dv_strides, b, seq.k_row0, j0, nk, hk, dv, dvt, kc, 1.0f, row);
-}
 
-// Pass 2: dQ of one query block of one head.
-template <class Isa>
-FLASHATTN_CPU_INLINE void dq_item(const BackwardContext& ctx, const BackwardItem& item,
-                                  float* ws) {
-  constexpr int W = Isa::kWidth;
-  using V = VecF<W>;
-  const BackwardParams& p = *ctx.params;
-  const BackwardScratch& sc = *ctx.scratch;
-  const int64_t b = item.batch, h = item.head;
-  const int64_t hk = h / (p.heads / p.heads_k);
-  const int64_t d = p.head_dim, dv = p.head_dim_v;
-  const Sequence seq = sequence_of(p, b);
-  const Visibility vis(p, seq);
-  const ScoreTransform tf(p, b, h);
-  const int64_t i0 = static_cast<int64_t>(item.block) * kBlockQ;
-  const int64_t nq = std::min(kBlockQ, seq.len_q - i0);
-  const int64_t cols = round_up(nq, W);  // query columns
-  const uint32_t batch_head = static_cast<uint32_t>(b * p.heads + h);
-
-  float* qt = ws + sc.at;     // (d, cols)
-  float* dot = ws + sc.bt;    // (dv, cols)
-  float* dqt = ws + sc.acc1;  // (d, cols)
-  float* pt = ws + sc.p;      // (nk, cols)
-  float* dst = ws + sc.ds;    // (nk, cols)
-  float* mult = ws + sc.mult;
-  float* tanh_vals = p.softcap > 0.0f ? ws + sc.tanh : nullptr;
-  float* row = ws + sc.row;
-  float* lse2 = ws + sc.vec1;   // (cols)
-  float* delta = ws + sc.vec2;  // (cols)
-
-  rows_transposed(p.dtype, p.q, p.q_strides, b, seq.q_row0, i0, nq, h, d, row, qt, cols);
-  rows_transposed(p.dtype, p.dout, p.dout_strides, b, seq.q_row0, i0, nq, h, dv, row, dot, cols);
-  std::fill(dqt, dqt + d * cols, 0.0f);
-  {
-    const int64_t base = h * ctx.rows + ctx.row_base(b) + i0;
-    std::copy(ctx.lse2 + base, ctx.lse2 + base + nq, lse2);
-    std::copy(ctx.delta + base, ctx.delta + base + nq, delta);
-    std::fill(lse2 + nq, lse2 + cols, kPosInf);  // padding columns: P = 0
-    std::fill(delta + nq, delta + cols, 0.0f);
-  }
-
-  const int64_t j_first = vis.first_key(i0);
-  const int64_t j_last = vis.last_key(i0 + nq - 1);
-  for (int64_t kb = j_first / kBlockK; j_first <= j_last && kb <= j_last / kBlockK; ++kb) {
+  for (int64_t kb = item.block_begin; kb < item.block_end; ++kb) {
     const int64_t j0 = kb * kBlockK;
     const int64_t nk = std::min(kBlockK, seq.len_k - j0);
-    int64_t kld = 0, vld = 0;
-    const float* kp =
-        rows_as_float(p.dtype, p.k, p.k_strides, b, seq.k_row0, j0, nk, hk, d, ws + sc.rows1, &kld);
-    const float* vp =
-        rows_as_float(p.dtype, p.v, p.v_strides, b, seq.k_row0, j0, nk, hk, dv, ws + sc.rows2, &vld);
-
-    // P^T = exp2(x(K . Q^T) - lse2), keys as rows.
-    gemm<Isa, false>(nk, cols, d, kp, kld, 1, qt, cols, pt, cols);
-    const bool masked = !vis.all_visible(i0, i0 + nq, j0, j0 + nk);
-    for (int64_t jr = 0; jr < nk; ++jr) {
-      const int64_t j = j0 + jr;
-      float* x = pt + jr * cols;
-      transform_scores<W>(tf, x, tanh_vals != nullptr ? tanh_vals + jr * cols : nullptr, cols,
-                          i0 + vis.diag - j, 1.0f);
-      if (masked) mask_outside(x, cols, vis.first_query(j) - i0, vis.last_query(j) - i0);
-      for (int64_t c = 0; c < cols; c += W) {
-        V v, l;
-        vload<W>(v, x + c);
-        vload<W>(l, lse2 + c);
-        v -= l;
-        vexp2_inplace<W>(v);
-        vstore<W>(x + c, v);
-      }
+    const int64_t kc = round_up(nk, W);  // key columns
+    rows_transposed(p.dtype, p.k, p.k_strides, b, seq.k_row0, j0, nk, hk, d, row, kt, kc);
+    rows_transposed(p.dtype, p.v, p.v_strides, b, seq.k_row0, j0, nk, hk, dv, row, vt, kc);
+    for (int64_t r = 0; r < nk; ++r) {
+      load_row(p.dtype, element_ptr(p.k, p.dtype, p.k_strides, b, seq.k_row0, j0 + r, hk), d,
+               krows + r * dpad);
+      std::fill(krows + r * dpad + d, krows + (r + 1) * dpad, 0.0f);
     }
+    std::fill(dkt, dkt + d * kc, 0.0f);
+    std::fill(dvt, dvt + dv * kc, 0.0f);
 
-    // dP^T = V . dO^T, dropout, dS^T.
-    gemm<Isa, false>(nk, cols, dv, vp, vld, 1, dot, cols, dst, cols);
-    if (p.has_dropout()) {
-      dropout_key_rows(p, batch_head, i0, nq, j0, nk, mult, cols);
-      multiply<W>(dst, mult, dst, nk * cols);
-    }
-    for (int64_t jr = 0; jr < nk; ++jr) {
-      for (int64_t c = 0; c < cols; c += W) {
-        V pv, g, dl;
-        vload<W>(pv, pt + jr * cols + c);
-        vload<W>(g, dst + jr * cols + c);
-        vload<W>(dl, delta + c);
-        g = pv * (g - dl);
-        if (tanh_vals != nullptr) {
-          V t;
-          vload<W>(t, tanh_vals + jr * cols + c);
-          g *= 1.0f - t * t;
+    const int64_t i_first = vis.first_query(j0);
+    const int64_t i_last = vis.last_query(j0 + nk - 1);
+    for (int64_t g = 0; g < group; ++g) {
+      const int64_t h = hk * group + g;
+      const ScoreTransform tf(p, b, h);
+      const uint32_t batch_head = static_cast<uint32_t>(b * p.heads + h);
+      const float* lse2 = ctx.lse2 + h * ctx.rows + row_base;
+      const float* delta = ctx.delta + h * ctx.rows + row_base;
+      float* dq_rows = ctx.partial(item.chunk, h, row_base);  // (len_q, dpad)
+      for (int64_t i0 = i_first; i0 <= i_last; i0 += kBlockQ) {
+        const int64_t nq = std::min(kBlockQ, i_last + 1 - i0);
+        int64_t qld = 0, gld = 0;
+        const float* qp = rows_as_float(p.dtype, p.q, p.q_strides, b, seq.q_row0, i0, nq, h, d,
+                                        ws + sc.qrows, &qld);
+        const float* gp = rows_as_float(p.dtype, p.dout, p.dout_strides, b, seq.q_row0, i0, nq, h,
+                                        dv, ws + sc.grows, &gld);
+
+        // P = exp2(x(Q . K^T) - lse2), queries as rows.
+        gemm<Isa, false>(nq, kc, d, qp, qld, 1, kt, kc, prob, kc);
+        const bool masked = !vis.all_visible(i0, i0 + nq, j0, j0 + nk) || kc != nk;
+        for (int64_t ir = 0; ir < nq; ++ir) {
+          const int64_t i = i0 + ir;
+          float* x = prob + ir * kc;
+          transform_scores<W>(tf, x, tanh_vals != nullptr ? tanh_vals + ir * kc : nullptr, kc,
+                              i + vis.diag - j0, -1.0f);
+          if (masked) {
+            mask_outside(x, kc, vis.first_key(i) - j0,
+                         std::min(vis.last_key(i), j0 + nk - 1) - j0);
+          }
+          V l, k;
+          vsplat<W>(l, lse2[i]);
+          vsplat<W>(k, tf.exp_scale);
+          exp2_minus<W>(x, k, l, kc);
         }
-        vstore<W>(dst + jr * cols + c, g);
+
+        // dP = dO . V^T, dropout, dS.
+        gemm<Isa, false>(nq, kc, dv, gp, gld, 1, vt, kc, ds, kc);
+        if (p.has_dropout()) {
+          dropout_query_rows(p, batch_head, i0, nq, j0, nk, mult, kc);
+          multiply<W>(prob, mult, pd, nq * kc);
+          multiply<W>(ds, mult, ds, nq * kc);
+        }
+        for (int64_t ir = 0; ir < nq; ++ir) {
+          V dl;
+          vsplat<W>(dl, delta[i0 + ir]);
+          softmax_grad<W>(prob + ir * kc, ds + ir * kc,
+                          tanh_vals != nullptr ? tanh_vals + ir * kc : nullptr, dl, kc);
+        }
+
+        // dV^T += dO^T . Pd,  dK^T += Q^T . dS,  dQ_chunk += dS . K.
+        gemm<Isa, true>(dv, kc, nq, gp, 1, gld, pd, kc, dvt, kc);
+        gemm<Isa, true>(d, kc, nq, qp, 1, qld, ds, kc, dkt, kc);
+        gemm<Isa, true>(nq, dpad, nk, ds, kc, 1, krows, dpad, dq_rows + i0 * dpad, dpad);
       }
     }
-
-    // dQ^T += K^T . dS^T.
-    gemm<Isa, true>(d, cols, nk, kp, 1, kld, dst, cols, dqt, cols);
-  }
-  store_transposed(p.dtype, p.dq, p.dq_strides, b, seq.q_row0, i0, nq, h, d, dqt, cols, p.scale,
-                   row);
-}
-
-template <class Isa>
-FLASHATTN_CPU_INLINE void backward_item(const BackwardContext& ctx, int64_t index, float* ws) {
-  const BackwardItem& item = ctx.items[index];
-  if (item.pass == BackwardPass::kDkDv) {
-    dkdv_item<Isa>(ctx, item, ws);
-  } else {
-    dq_item<Isa>(ctx, item, ws);
+    store_transposed(p.dtype, p.dk, p.dk_strides, b, seq.k_row0, j0, nk, hk, d, dkt, kc, p.scale,
+                     row);
+    store_transposed(p.dtype, p.dv, p.dv_strides, b, seq.k_row0, j0, nk, hk, dv, dvt, kc, 1.0f,
+                     row);
   }
 }
 
-using BackwardItemFn = void (*)(const BackwardContext&, int64_t, float*);
+using ChunkItemFn = void (*)(const BackwardContext&, const ChunkItem&, float*);
 
-void backward_item_generic(const BackwardContext& ctx, int64_t index, float* ws) {
-  backward_item<GenericIsa>(ctx, index, ws);
+void chunk_item_generic(const BackwardContext& ctx, const ChunkItem& item, float* ws) {
+  chunk_item<GenericIsa>(ctx, item, ws);
 }
 #if FLASHATTN_CPU_X86
-FLASHATTN_TARGET_AVX2 void backward_item_avx2(const BackwardContext& ctx, int64_t index,
-                                              float* ws) {
-  backward_item<Avx2Isa>(ctx, index, ws);
+FLASHATTN_TARGET_AVX2 void chunk_item_avx2(const BackwardContext& ctx, const ChunkItem& item,
+                                           float* ws) {
+  chunk_item<Avx2Isa>(ctx, item, ws);
 }
-FLASHATTN_TARGET_AVX512 void backward_item_avx512(const BackwardContext& ctx, int64_t index,
-                                                  float* ws) {
-  backward_item<Avx512Isa>(ctx, index, ws);
+FLASHATTN_TARGET_AVX512 void chunk_item_avx512(const BackwardContext& ctx, const ChunkItem& item,
+                                               float* ws) {
+  chunk_item<Avx512Isa>(ctx, item, ws);
 }
 #endif
 
-BackwardItemFn select_backward_item() {
+ChunkItemFn select_chunk_item() {
 #if FLASHATTN_CPU_X86
   switch (cpu_isa()) {
-    case CpuIsa::kAvx512: return backward_item_avx512;
-    case CpuIsa::kAvx2: return backward_item_avx2;
+    case CpuIsa::kAvx512: return chunk_item_avx512;
+    case CpuIsa::kAvx2: return chunk_item_avx2;
     case CpuIsa::kGeneric: break;
   }
 #endif
-  return backward_item_generic;
+  return chunk_item_generic;
 }
 
 // Varlen rows past cu_seqlens[batch] belong to no sequence: their gradients are 0.
@@ -429,47 +404,79 @@ void clear_unused_rows(const BackwardParams& p) {
 
 Status run_backward(const BackwardParams& p) {
   clear_unused_rows(p);
-  // dQ items (also the Delta pre-pass items) and dK/dV items, heaviest first under a
-  // causal-like mask: late query blocks see the most keys, early key blocks the most queries.
-  std::vector<BackwardItem> q_items, items;
+  const int64_t rows = p.is_varlen() ? p.total_q : static_cast<int64_t>(p.batch) * p.seqlen_q;
+  const int64_t dpad = round_up(p.head_dim, kMaxWidth);
+
+  // Chunks per (sequence, kv head), from the shape only.
+  int64_t max_blocks = 0;
+  for (int64_t b = 0; b < p.batch; ++b) {
+    max_blocks = std::max(max_blocks, ceil_div(sequence_of(p, b).len_k, kBlockK));
+  }
+  const int64_t pairs = std::max<int64_t>(1, static_cast<int64_t>(p.batch) * p.heads_k);
+  int64_t chunks = std::clamp<int64_t>(ceil_div(kTargetItems, pairs), 1,
+                                       std::max<int64_t>(1, std::min(kMaxChunks, max_blocks)));
+  const double partial_bytes = 4.0 * static_cast<double>(p.heads) * rows * dpad;
+  while (chunks > 1 && chunks * partial_bytes > kPartialBudgetBytes) --chunks;
+
+  // Items. Pass 1 heaviest first (visible pairs); passes 0 and 2 in (b, h, block) order.
+  std::vector<ChunkItem> chunk_items;
+  std::vector<RowItem> row_items;
   for (int64_t b = 0; b < p.batch; ++b) {
     const Sequence seq = sequence_of(p, b);
-    const int64_t q_blocks = ceil_div(seq.len_q, kBlockQ);
-    const int64_t k_blocks = ceil_div(seq.len_k, kBlockK);
-    for (int64_t h = 0; h < p.heads; ++h) {
-      for (int64_t qb = q_blocks - 1; qb >= 0; --qb) {
-        q_items.push_back({BackwardPass::kDq, static_cast<int32_t>(b), static_cast<int32_t>(h),
-                           static_cast<int32_t>(qb)});
+    const Visibility vis(p, seq);
+    const int64_t blocks = ceil_div(seq.len_k, kBlockK);
+    const int64_t n_chunks = std::min(chunks, blocks);
+    for (int64_t s = 0; s < n_chunks; ++s) {
+      int64_t kb0 = 0, kb1 = 0;
+      chunk_blocks(blocks, n_chunks, s, &kb0, &kb1);
+      double cost = 0.0;
+      for (int64_t j = kb0 * kBlockK; j < std::min(kb1 * kBlockK, seq.len_k); ++j) {
+        cost += static_cast<double>(std::max<int64_t>(0, vis.last_query(j) - vis.first_query(j) + 1));
+      }
+      for (int64_t hk = 0; hk < p.heads_k; ++hk) {
+        chunk_items.push_back({static_cast<int32_t>(b), static_cast<int32_t>(hk),
+                               static_cast<int32_t>(s), static_cast<int32_t>(kb0),
+                               static_cast<int32_t>(kb1), cost});
       }
     }
-    for (int64_t hk = 0; hk < p.heads_k; ++hk) {
-      for (int64_t kb = 0; kb < k_blocks; ++kb) {
-        items.push_back({BackwardPass::kDkDv, static_cast<int32_t>(b), static_cast<int32_t>(hk),
-                         static_cast<int32_t>(kb)});
+    const int64_t q_blocks = ceil_div(seq.len_q, kBlockQ);
+    for (int64_t h = 0; h < p.heads; ++h) {
+      for (int64_t qb = 0; qb < q_blocks; ++qb) {
+        row_items.push_back({static_cast<int32_t>(b), static_cast<int32_t>(h),
+                             static_cast<int32_t>(qb)});
       }
     }
   }
-  items.insert(items.end(), q_items.begin(), q_items.end());
-  if (items.empty()) return Status::Ok();
+  std::stable_sort(chunk_items.begin(), chunk_items.end(),
+                   [](const ChunkItem& x, const ChunkItem& y) { return x.cost > y.cost; });
+  if (chunk_items.empty() && row_items.empty()) return Status::Ok();
 
-  const BackwardScratch scratch(p);
+  const BackwardScratch scratch(p, dpad);
   const int threads = resolve_num_threads(p.num_threads);
-  const int64_t count = static_cast<int64_t>(items.size());
-  const int workers = parallel_workers(count, threads);
-  ScratchBuffer buffer(scratch.size, workers);
-  const int64_t rows = p.is_varlen() ? p.total_q : static_cast<int64_t>(p.batch) * p.seqlen_q;
-  std::vector<float> per_row(static_cast<size_t>(2 * p.heads * rows));
-  BackwardContext ctx{&p, &scratch, items.data(), per_row.data(), per_row.data() + p.heads * rows,
-                      rows};
+  const int64_t max_items = std::max(chunk_items.size(), row_items.size());
+  ScratchBuffer buffer(scratch.size, parallel_workers(max_items, threads));
+  // Written before read (each chunk zeroes the partial rows it reaches), so left uninitialised.
+  const auto per_row = std::make_unique_for_overwrite<float[]>(static_cast<size_t>(2 * p.heads * rows));
+  const auto partials =
+      std::make_unique_for_overwrite<float[]>(static_cast<size_t>(chunks * p.heads * rows * dpad));
+  const BackwardContext ctx{&p,   &scratch,       per_row.get(), per_row.get() + p.heads * rows,
+                            rows, partials.get(), chunks,        dpad};
 
   auto delta_body = [&](int64_t i, int worker) {
-    delta_item(ctx, q_items[static_cast<size_t>(i)], buffer.worker(worker));
+    delta_item(ctx, row_items[static_cast<size_t>(i)], buffer.worker(worker));
   };
-  parallel_for(static_cast<int64_t>(q_items.size()), threads, ItemFunction(delta_body));
+  parallel_for(static_cast<int64_t>(row_items.size()), threads, ItemFunction(delta_body));
 
-  const BackwardItemFn fn = select_backward_item();
-  auto body = [&](int64_t i, int worker) { fn(ctx, i, buffer.worker(worker)); };
-  parallel_for(count, threads, ItemFunction(body));
+  const ChunkItemFn fn = select_chunk_item();
+  auto chunk_body = [&](int64_t i, int worker) {
+    fn(ctx, chunk_items[static_cast<size_t>(i)], buffer.worker(worker));
+  };
+  parallel_for(static_cast<int64_t>(chunk_items.size()), threads, ItemFunction(chunk_body));
+
+  auto dq_body = [&](int64_t i, int worker) {
+    dq_item(ctx, row_items[static_cast<size_t>(i)], buffer.worker(worker));
+  };
+  parallel_for(static_cast<int64_t>(row_items.size()), threads, ItemFunction(dq_body));
   return Status::Ok();
 }
 

@@ -137,6 +137,8 @@ FLASHATTN_CPU_INLINE void forward_item(const ForwardContext& ctx, const ForwardI
 
     // Online softmax, one vector of query columns at a time.
     bool rescale = false;
+    V exp_scale;
+    vsplat<W>(exp_scale, tf.exp_scale);
     for (int64_t c = 0; c < cols; c += W) {
       V mx;
       vsplat<W>(mx, kNegInf);
@@ -145,6 +147,7 @@ FLASHATTN_CPU_INLINE void forward_item(const ForwardContext& ctx, const ForwardI
         vload<W>(x, st + jr * cols + c);
         vmax_inplace<W>(mx, x);
       }
+      mx *= exp_scale;
       V m_old, m_new, a, use;
       vload<W>(m_old, m + c);
       m_new = m_old;
@@ -162,7 +165,7 @@ FLASHATTN_CPU_INLINE void forward_item(const ForwardContext& ctx, const ForwardI
       for (int64_t jr = 0; jr < nk; ++jr) {
         V x;
         vload<W>(x, st + jr * cols + c);
-        x -= use;
+        x = x * exp_scale - use;
         vexp2_inplace<W>(x);
         sum += x;
         vstore<W>(st + jr * cols + c, x);
