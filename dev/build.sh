@@ -10,7 +10,7 @@ defs="-DFLASHATTN_CUDA_DTYPE_FP16 -DFLASHATTN_CUDA_DTYPE_BF16 -DFLASHATTN_VERSIO
 srcs=("$root"/src/cuda/*.cu "$root"/src/cuda/sm80/*.cu "$root"/dev/fwd_check.cu)
 for d in $dims; do
   defs="$defs -DFLASHATTN_CUDA_HDIM_$d"
-  srcs+=("$root"/src/cuda/instantiations/fwd_hdim${d}_*.cu)
+  srcs+=("$root"/src/cuda/instantiations/*_hdim${d}_*.cu)
 done
 host=("$root"/src/core/api.cpp "$root"/src/core/validate.cpp)
 if [ -f "$root/src/cpu/forward.cpp" ] && [ -f "$root/src/cpu/backward.cpp" ]; then
@@ -18,7 +18,7 @@ if [ -f "$root/src/cpu/forward.cpp" ] && [ -f "$root/src/cpu/backward.cpp" ]; th
 else
   host+=("$root"/dev/cpu_unavailable.cpp)
 fi
-flags="-std=c++20 -O3 -I$root/include -I$root/src -DFLASHATTN_WITH_CUDA $defs"
+flags="-std=c++20 -O3 -I$root/include -I$root/src -DFLASHATTN_WITH_CUDA $defs ${DEV_FLAGS:-}"
 nvflags="$flags -gencode arch=compute_90,code=sm_90 -lineinfo --expt-relaxed-constexpr -Xptxas=--warn-on-spills"
 printf '%s\n' "${srcs[@]}" | xargs -P "$(nproc)" -I{} sh -c 'nvcc '"$nvflags"' -c {} -o '"$out"'/obj/$(basename {}).o'
 for f in "${host[@]}"; do g++ $flags -I/usr/local/cuda/include -c "$f" -o "$out/obj/$(basename "$f").o" & done
