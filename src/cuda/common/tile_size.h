@@ -19,7 +19,7 @@ constexpr FwdTile fwd_tile(int head_dim) {
 #endif
   // d <= 64: 32 rows per warp halves shared-memory traffic per MMA (K/V fragments are reused
   //          by two row tiles); O (<= 64 regs) and S (64 regs) fit comfortably.
-  if (head_dim <= 64) return {128, 128, 8, 4, 4, 4, 2};
+  if (head_dim <= 64) return {128, 64, 4};
   // d 96/128: same shape; O takes 96/128 registers, S 64, which is the most that fits under
   //           255 without spills (FlashAttention-2 settled on the same 128 x 64 x 4 warps).
   if (head_dim <= 128) return {128, 64, 4};
@@ -55,7 +55,7 @@ constexpr BwdTile bwd_tile(int head_dim) {
   //      halve the shared-memory traffic per MMA compared with 64-row steps.
   if (head_dim <= 32) return {128, 128, 8, 4, 4, 4, 1};
   // d64: dK+dV 64 registers, S and dP 64 each: the 128 x 128 FlashAttention-2 uses on sm80/sm90.
-  if (head_dim <= 64) return {128, 128, 8, 4, 4, 4, 2};
+  if (head_dim <= 64) return {128, 128, 8, 4, 4, 4, 1};
   // d96/128: dK+dV take 96/128 registers, so the query step drops to 64 rows (S and dP 32
   //          each); 32 x 32 S tiles per warp, 32 keys x 64 columns of dK/dV per warp.
   if (head_dim <= 96) return {64, 128, 8, 2, 4, 4, 1};
