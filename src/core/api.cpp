@@ -5,6 +5,7 @@
 
 namespace flashattn {
 
+#if !defined(FLASHATTN_WITH_CUDA)
 namespace {
 Status no_cuda_backend() {
   return Status::NotSupported(
@@ -12,6 +13,7 @@ Status no_cuda_backend() {
       "(configure with nvcc on PATH)");
 }
 }  // namespace
+#endif
 
 Status forward(const ForwardArgs& args) {
   ForwardParams params;

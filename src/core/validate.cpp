@@ -348,7 +348,7 @@ Status make_qkv_params(const AttentionOptions& o, const TensorView& q, const Ten
   // With softcap the exponent is taken after tanh, so the log2(e) factor cannot be folded into
   // the scale; backends use scale_log2 only when softcap == 0.
   p->scale_log2 = static_cast<float>(p->scale * kLog2e);
-  p->window_left = o.causal ? -1 : o.window_left;
+  p->window_left = o.window_left;  // causal + window_left = the local-causal window (left, 0)
   p->window_right = o.causal ? 0 : o.window_right;
   p->is_causal = p->window_left < 0 && p->window_right == 0;
   p->dropout_p = o.dropout_p;

@@ -1,0 +1,233 @@
+// The C ABI (flashattn/c_api.h): converts the plain C structs to ForwardArgs / BackwardArgs and
+// forwards to the C++ entry points. No exception crosses the C boundary.
+#include "flashattn/c_api.h"
+
+#include <cstddef>
+#include <cstring>
+#include <exception>
+#include <string>
+#include <type_traits>
+#include <utility>
+
+#include "flashattn/flashattn.h"
+
+namespace flashattn {
+namespace {
+
+// The C enums are defined to equal the C++ ones; keep them in lock step.
+static_assert(FLASHATTN_DTYPE_FLOAT32 == static_cast<int>(DType::kFloat32));
+static_assert(FLASHATTN_DTYPE_FLOAT16 == static_cast<int>(DType::kFloat16));
+static_assert(FLASHATTN_DTYPE_BFLOAT16 == static_cast<int>(DType::kBFloat16));
+static_assert(FLASHATTN_DTYPE_FLOAT8_E4M3 == static_cast<int>(DType::kFloat8E4M3));
+static_assert(FLASHATTN_DTYPE_INT32 == static_cast<int>(DType::kInt32));
+static_assert(FLASHATTN_DEVICE_CPU == static_cast<int>(DeviceType::kCPU));
+static_assert(FLASHATTN_DEVICE_CUDA == static_cast<int>(DeviceType::kCUDA));
+static_assert(FLASHATTN_OK == static_cast<int>(StatusCode::kOk));
+static_assert(FLASHATTN_ERROR_INVALID_ARGUMENT == static_cast<int>(StatusCode::kInvalidArgument));
+static_assert(FLASHATTN_ERROR_NOT_SUPPORTED == static_cast<int>(StatusCode::kNotSupported));
+static_assert(FLASHATTN_ERROR_CUDA == static_cast<int>(StatusCode::kCudaError));
+static_assert(FLASHATTN_ERROR_INTERNAL == static_cast<int>(StatusCode::kInternal));
+static_assert(FLASHATTN_MAX_DIMS == TensorView::kMaxDims);
+static_assert(std::is_standard_layout_v<flashattn_forward_args> &&
+              std::is_trivially_copyable_v<flashattn_forward_args>);
+static_assert(std::is_standard_layout_v<flashattn_backward_args> &&
+              std::is_trivially_copyable_v<flashattn_backward_args>);
+
+// The smallest struct_size each entry point accepts: the first published layout, which is the
+// current one. When fields are appended, these stay and the code below defaults the new fields
+// for callers compiled against an older header.
+constexpr size_t kForwardArgsMinSize = sizeof(flashattn_forward_args);
+constexpr size_t kBackwardArgsMinSize = sizeof(flashattn_backward_args);
+
+thread_local std::string g_last_error;
+
+int fail(StatusCode code, std::string message) {
+  g_last_error = std::move(message);
+  return static_cast<int>(code);
+}
+
+int report(const Status& s) {
+  if (s.ok()) return FLASHATTN_OK;
+  return fail(s.code(), s.message());
+}
+
+// Converts one C tensor; rejects codes that have no C++ enumerator (the C++ side could not
+// represent them).
+Status to_view(const char* name, const flashattn_tensor& t, TensorView* out) {
+  *out = TensorView{};
+  if (t.ndim == 0) return Status::Ok();  // not given
+  if (t.ndim < 0 || t.ndim > TensorView::kMaxDims) {
+    return Status::InvalidArgument(std::string(name) + ".ndim must be in [0, " +
+                                   std::to_string(TensorView::kMaxDims) + "], got " +
+                                   std::to_string(t.ndim));
+  }
+  if (t.dtype < FLASHATTN_DTYPE_FLOAT32 || t.dtype > FLASHATTN_DTYPE_INT32) {
+    return Status::InvalidArgument(std::string(name) + ".dtype must be a FLASHATTN_DTYPE_* code " +
+                                   "(0..4), got " + std::to_string(t.dtype));
+  }
+  if (t.device_type != FLASHATTN_DEVICE_CPU && t.device_type != FLASHATTN_DEVICE_CUDA) {
+    return Status::InvalidArgument(std::string(name) +
+                                   ".device_type must be FLASHATTN_DEVICE_CPU (0) or "
+                                   "FLASHATTN_DEVICE_CUDA (1), got " +
+                                   std::to_string(t.device_type));
+  }
+  out->data = t.data;
+  out->dtype = static_cast<DType>(t.dtype);
+  out->device = Device{static_cast<DeviceType>(t.device_type), t.device_index};
+  out->ndim = t.ndim;
+  for (int i = 0; i < t.ndim; ++i) {
+    out->shape[i] = t.shape[i];
+    out->strides[i] = t.strides[i];
+  }
+  return Status::Ok();
+}
+
+Status struct_size_ok(const char* what, size_t given, size_t min_size, size_t max_size) {
+  if (given >= min_size && given <= max_size) return Status::Ok();
+  return Status::InvalidArgument(std::string(what) + ".struct_size must be sizeof(" + what +
+                                 ") = " + std::to_string(max_size) + " (call " + what +
+                                 "_init first), got " + std::to_string(given));
+}
+
+// The options common to both structs; C is the C struct type.
+template <typename C>
+Status to_options(const C& a, AttentionOptions* o) {
+  o->softmax_scale = a.softmax_scale;
+  o->causal = a.causal != 0;
+  o->window_left = a.window_left;
+  o->window_right = a.window_right;
+  o->softcap = a.softcap;
+  if (Status s = to_view("alibi_slopes", a.alibi_slopes, &o->alibi_slopes); !s.ok()) return s;
+  o->dropout_p = a.dropout_p;
+  o->seed = a.seed;
+  o->offset = a.offset;
+  if (Status s = to_view("cu_seqlens_q", a.cu_seqlens_q, &o->cu_seqlens_q); !s.ok()) return s;
+  if (Status s = to_view("cu_seqlens_k", a.cu_seqlens_k, &o->cu_seqlens_k); !s.ok()) return s;
+  o->max_seqlen_q = a.max_seqlen_q;
+  o->max_seqlen_k = a.max_seqlen_k;
+  o->check_cu_seqlens = a.check_cu_seqlens != 0;
+  o->stream = a.stream;
+  o->num_threads = a.num_threads;
+  return Status::Ok();
+}
+
+template <typename C>
+void init_options(C* a) {
+  const AttentionOptions d;
+  a->softmax_scale = d.softmax_scale;
+  a->causal = d.causal ? 1 : 0;
+  a->window_left = d.window_left;
+  a->window_right = d.window_right;
+  a->softcap = d.softcap;
+  a->dropout_p = d.dropout_p;
+  a->seed = d.seed;
+  a->offset = d.offset;
+  a->max_seqlen_q = d.max_seqlen_q;
+  a->max_seqlen_k = d.max_seqlen_k;
+  a->check_cu_seqlens = d.check_cu_seqlens ? 1 : 0;
+  a->num_threads = d.num_threads;
+  a->stream = d.stream;
+}
+
+Status run_forward(const flashattn_forward_args* c) {
+  if (c == nullptr) return Status::InvalidArgument("args is a null pointer (flashattn_forward)");
+  if (Status s = struct_size_ok("flashattn_forward_args", c->struct_size, kForwardArgsMinSize,
+                                sizeof(flashattn_forward_args));
+      !s.ok()) {
+    return s;
+  }
+  ForwardArgs a;
+  if (Status s = to_options(*c, &a); !s.ok()) return s;
+  const struct {
+    const char* name;
+    const flashattn_tensor& from;
+    TensorView& to;
+  } tensors[] = {{"q", c->q, a.q},
+                 {"k", c->k, a.k},
+                 {"v", c->v, a.v},
+                 {"out", c->out, a.out},
+                 {"lse", c->lse, a.lse}};
+  for (const auto& t : tensors) {
+    if (Status s = to_view(t.name, t.from, &t.to); !s.ok()) return s;
+  }
+  a.num_splits = c->num_splits;
+  return forward(a);
+}
+
+Status run_backward(const flashattn_backward_args* c) {
+  if (c == nullptr) return Status::InvalidArgument("args is a null pointer (flashattn_backward)");
+  if (Status s = struct_size_ok("flashattn_backward_args", c->struct_size, kBackwardArgsMinSize,
+                                sizeof(flashattn_backward_args));
+      !s.ok()) {
+    return s;
+  }
+  BackwardArgs a;
+  if (Status s = to_options(*c, &a); !s.ok()) return s;
+  const struct {
+    const char* name;
+    const flashattn_tensor& from;
+    TensorView& to;
+  } tensors[] = {{"q", c->q, a.q},       {"k", c->k, a.k},          {"v", c->v, a.v},
+                 {"out", c->out, a.out}, {"dout", c->dout, a.dout}, {"lse", c->lse, a.lse},
+                 {"dq", c->dq, a.dq},    {"dk", c->dk, a.dk},       {"dv", c->dv, a.dv}};
+  for (const auto& t : tensors) {
+    if (Status s = to_view(t.name, t.from, &t.to); !s.ok()) return s;
+  }
+  a.deterministic = c->deterministic != 0;
+  return backward(a);
+}
+
+// Runs f, turning any escaping exception into an error code.
+template <typename F>
+int guarded(F&& f) {
+  try {
+    return report(f());
+  } catch (const std::exception& e) {
+    return fail(StatusCode::kInternal, std::string("unexpected exception: ") + e.what());
+  } catch (...) {
+    return fail(StatusCode::kInternal, "unexpected exception");
+  }
+}
+
+}  // namespace
+}  // namespace flashattn
+
+extern "C" {
+
+void flashattn_forward_args_init(flashattn_forward_args* args) {
+  if (args == nullptr) return;
+  std::memset(args, 0, sizeof(*args));
+  args->struct_size = sizeof(*args);
+  flashattn::init_options(args);
+  args->num_splits = flashattn::ForwardArgs{}.num_splits;
+}
+
+void flashattn_backward_args_init(flashattn_backward_args* args) {
+  if (args == nullptr) return;
+  std::memset(args, 0, sizeof(*args));
+  args->struct_size = sizeof(*args);
+  flashattn::init_options(args);
+  args->deterministic = flashattn::BackwardArgs{}.deterministic ? 1 : 0;
+}
+
+int flashattn_forward(const flashattn_forward_args* args) {
+  return flashattn::guarded([&] { return flashattn::run_forward(args); });
+}
+
+int flashattn_backward(const flashattn_backward_args* args) {
+  return flashattn::guarded([&] { return flashattn::run_backward(args); });
+}
+
+const char* flashattn_last_error(void) { return flashattn::g_last_error.c_str(); }
+
+const char* flashattn_version(void) { return flashattn::version(); }
+
+int flashattn_cuda_available(void) {
+  try {
+    return flashattn::cuda_available() ? 1 : 0;
+  } catch (...) {
+    return 0;
+  }
+}
+
+}  // extern "C"

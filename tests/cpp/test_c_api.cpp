@@ -1,0 +1,239 @@
+// The C ABI: a forward driven from C99 code (c_api_check.c), error reporting, defaults, and a
+// forward + backward with every option set, converted from the C++ views, against the reference.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "c_api_check.h"
+#include "flashattn/c_api.h"
+#include "test_util.h"
+
+namespace flashattn::test {
+namespace {
+
+flashattn_tensor to_c(const TensorView& t) {
+  flashattn_tensor c;
+  std::memset(&c, 0, sizeof(c));
+  c.data = t.data;
+  c.dtype = static_cast<int32_t>(t.dtype);
+  c.device_type = static_cast<int32_t>(t.device.type);
+  c.device_index = t.device.index;
+  c.ndim = t.ndim;
+  for (int i = 0; i < t.ndim; ++i) {
+    c.shape[i] = t.shape[i];
+    c.strides[i] = t.strides[i];
+  }
+  return c;
+}
+
+template <typename C, typename Cpp>
+void options_to_c(const Cpp& a, C* c) {
+  c->softmax_scale = a.softmax_scale;
+  c->causal = a.causal;
+  c->window_left = a.window_left;
+  c->window_right = a.window_right;
+  c->softcap = a.softcap;
+  c->alibi_slopes = to_c(a.alibi_slopes);
+  c->dropout_p = a.dropout_p;
+  c->seed = a.seed;
+  c->offset = a.offset;
+  c->cu_seqlens_q = to_c(a.cu_seqlens_q);
+  c->cu_seqlens_k = to_c(a.cu_seqlens_k);
+  c->max_seqlen_q = a.max_seqlen_q;
+  c->max_seqlen_k = a.max_seqlen_k;
+  c->check_cu_seqlens = a.check_cu_seqlens;
+  c->num_threads = a.num_threads;
+  c->stream = a.stream;
+}
+
+TEST(CApi, ForwardFromCMatchesReference) {
+  const int B = 2, Sq = 33, Sk = 47, H = 4, Hk = 2, D = 16;
+  ProblemSpec s = ProblemSpec::dense(DType::kFloat32, B, Sq, Sk, H, Hk, D, D);
+  s.causal = true;
+  s.softcap = 3.0f;
+  s.q_scale = 2.0;
+  s.data_seed = 2024;
+  const HostProblem host = make_host_problem(s);
+  const std::vector<float> q(host.q.begin(), host.q.end()), k(host.k.begin(), host.k.end()),
+      v(host.v.begin(), host.v.end());
+  std::vector<float> out(q.size(), -1.0f), lse(static_cast<size_t>(B * H * Sq), -1.0f);
+  ASSERT_EQ(fa_c_forward_f32(q.data(), k.data(), v.data(), out.data(), lse.data(), B, Sq, Sk, H, Hk,
+                             D, 1, 3.0f),
+            FLASHATTN_OK)
+      << flashattn_last_error();
+  const Results ref = run_reference(host, false);
+  EXPECT_TRUE(meets_criterion("out", DType::kFloat32, std::vector<double>(out.begin(), out.end()),
+                              ref.out, {}));
+  // lse: (batch, heads, seqlen_q) -> the reference's (heads, total_q).
+  std::vector<double> l(lse.size());
+  for (int b = 0; b < B; ++b)
+    for (int h = 0; h < H; ++h)
+      for (int i = 0; i < Sq; ++i)
+        l[static_cast<size_t>(h * B * Sq + b * Sq + i)] =
+            lse[static_cast<size_t>((b * H + h) * Sq + i)];
+  EXPECT_TRUE(meets_criterion("lse", DType::kFloat32, l, ref.lse, {}));
+}
+
+TEST(CApi, InitSetsDefaults) { EXPECT_EQ(fa_c_defaults_ok(), 1); }
+
+TEST(CApi, ErrorCodeAndLastErrorFromC) {
+  char msg[512];
+  EXPECT_EQ(fa_c_missing_q(msg, sizeof(msg)), FLASHATTN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(msg).find("q is required"), std::string::npos) << msg;
+  EXPECT_EQ(fa_c_null_args(msg, sizeof(msg)), FLASHATTN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(msg).find("null"), std::string::npos) << msg;
+  EXPECT_NE(std::string(msg).find("flashattn_backward"), std::string::npos) << msg;
+  EXPECT_EQ(flashattn_forward(nullptr), FLASHATTN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(flashattn_last_error()).find("flashattn_forward"), std::string::npos);
+}
+
+TEST(CApi, VersionAndCudaAvailability) {
+  EXPECT_STREQ(fa_c_version(), flashattn::version());
+  EXPECT_EQ(fa_c_cuda_available(), flashattn::cuda_available() ? 1 : 0);
+}
+
+// Every option crosses the C boundary: varlen, window, softcap, ALiBi (batch, heads), dropout,
+// explicit scale, strided views; forward and backward checked against the reference.
+TEST(CApi, EveryOptionForwardAndBackward) {
+  ProblemSpec s;
+  s.dtype = DType::kFloat32, s.varlen = true;
+  s.seqlens_q = {17, 0, 40}, s.seqlens_k = {23, 9, 31};
+  s.heads = 4, s.heads_k = 2, s.head_dim = 24, s.head_dim_v = 24;
+  s.layout = Layout::kPadded;
+  s.softmax_scale = 0.3f;
+  s.window_left = 9, s.window_right = 4;
+  s.softcap = 4.0f;
+  s.alibi = Alibi::kBatchHeads;
+  s.dropout_p = 0.2f, s.dropout_seed = 0xabcdef0123ull, s.dropout_offset = 0x100000002ull;
+  s.num_threads = 2;
+  s.deterministic = true;
+  s.data_seed = 31337;
+  const HostProblem host = make_host_problem(s);
+  DeviceProblem dev(Backend::kCpu, s, host);
+
+  const ForwardArgs fa = dev.forward_args();
+  flashattn_forward_args cf;
+  flashattn_forward_args_init(&cf);
+  options_to_c(fa, &cf);
+  cf.q = to_c(fa.q), cf.k = to_c(fa.k), cf.v = to_c(fa.v), cf.out = to_c(fa.out),
+  cf.lse = to_c(fa.lse);
+  cf.num_splits = 1;
+  ASSERT_EQ(flashattn_forward(&cf), FLASHATTN_OK) << flashattn_last_error();
+  dev.download_forward();
+
+  const BackwardArgs ba = dev.backward_args();
+  flashattn_backward_args cb;
+  flashattn_backward_args_init(&cb);
+  options_to_c(ba, &cb);
+  cb.q = to_c(ba.q), cb.k = to_c(ba.k), cb.v = to_c(ba.v), cb.out = to_c(ba.out);
+  cb.dout = to_c(ba.dout), cb.lse = to_c(ba.lse);
+  cb.dq = to_c(ba.dq), cb.dk = to_c(ba.dk), cb.dv = to_c(ba.dv);
+  cb.deterministic = ba.deterministic;
+  ASSERT_EQ(flashattn_backward(&cb), FLASHATTN_OK) << flashattn_last_error();
+  dev.download_backward();
+
+  const Results ref = run_reference(host, true);
+  EXPECT_TRUE(meets_criterion("out", s.dtype, dev.out(), ref.out, {}));
+  EXPECT_TRUE(meets_criterion("lse", s.dtype, dev.lse(), ref.lse, {}));
+  EXPECT_TRUE(meets_criterion("dq", s.dtype, dev.dq(), ref.dq, {}, grad_magnitude(ref)));
+  EXPECT_TRUE(meets_criterion("dk", s.dtype, dev.dk(), ref.dk, {}, grad_magnitude(ref)));
+  EXPECT_TRUE(meets_criterion("dv", s.dtype, dev.dv(), ref.dv, {}, grad_magnitude(ref)));
+  EXPECT_TRUE(dev.outputs_padding_untouched());
+}
+
+// A valid small forward to mutate.
+struct Small {
+  std::vector<float> x = std::vector<float>(64, 0.5f), out = std::vector<float>(64);
+  flashattn_forward_args a;
+  Small() {
+    flashattn_forward_args_init(&a);
+    for (flashattn_tensor* t : {&a.q, &a.k, &a.v, &a.out}) {
+      *t = to_c(make_contiguous_view(t == &a.out ? out.data() : x.data(), DType::kFloat32, Device{},
+                                     {1, 4, 2, 8}));
+    }
+  }
+};
+
+TEST(CApi, ValidSmallCallSucceeds) {
+  Small s;
+  EXPECT_EQ(flashattn_forward(&s.a), FLASHATTN_OK) << flashattn_last_error();
+}
+
+TEST(CApi, StructSizeIsChecked) {
+  Small s;
+  s.a.struct_size = sizeof(s.a) - 8;
+  EXPECT_EQ(flashattn_forward(&s.a), FLASHATTN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(flashattn_last_error()).find("struct_size"), std::string::npos)
+      << flashattn_last_error();
+  s.a.struct_size = 0;  // never initialised
+  EXPECT_EQ(flashattn_forward(&s.a), FLASHATTN_ERROR_INVALID_ARGUMENT);
+}
+
+TEST(CApi, BadEnumCodesAndRanksAreRejected) {
+  {
+    Small s;
+    s.a.k.dtype = 9;
+    EXPECT_EQ(flashattn_forward(&s.a), FLASHATTN_ERROR_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(flashattn_last_error()).find("k.dtype"), std::string::npos)
+        << flashattn_last_error();
+  }
+  {
+    Small s;
+    s.a.v.device_type = 7;
+    EXPECT_EQ(flashattn_forward(&s.a), FLASHATTN_ERROR_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(flashattn_last_error()).find("v.device_type"), std::string::npos)
+        << flashattn_last_error();
+  }
+  {
+    Small s;
+    s.a.q.ndim = 5;
+    EXPECT_EQ(flashattn_forward(&s.a), FLASHATTN_ERROR_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(flashattn_last_error()).find("q.ndim"), std::string::npos)
+        << flashattn_last_error();
+  }
+  {
+    Small s;
+    s.a.alibi_slopes.ndim = -1;
+    EXPECT_EQ(flashattn_forward(&s.a), FLASHATTN_ERROR_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(flashattn_last_error()).find("alibi_slopes.ndim"), std::string::npos)
+        << flashattn_last_error();
+  }
+  {
+    Small s;
+    for (flashattn_tensor* t : {&s.a.q, &s.a.k, &s.a.v, &s.a.out})
+      t->dtype = FLASHATTN_DTYPE_FLOAT8_E4M3;
+    EXPECT_EQ(flashattn_forward(&s.a), FLASHATTN_ERROR_NOT_SUPPORTED);
+    EXPECT_NE(std::string(flashattn_last_error()).find("float8"), std::string::npos)
+        << flashattn_last_error();
+  }
+}
+
+TEST(CApi, LastErrorIsPerThreadAndSurvivesSuccess) {
+  Small bad;
+  bad.a.dropout_p = 2.0f;
+  ASSERT_EQ(flashattn_forward(&bad.a), FLASHATTN_ERROR_INVALID_ARGUMENT);
+  const std::string mine = flashattn_last_error();
+  EXPECT_NE(mine.find("dropout_p"), std::string::npos) << mine;
+  std::string other_before, other_after;
+  std::thread t([&] {
+    other_before = flashattn_last_error();
+    Small b2;
+    b2.a.softcap = -1.0f;
+    (void)flashattn_forward(&b2.a);
+    other_after = flashattn_last_error();
+  });
+  t.join();
+  EXPECT_EQ(other_before, "");
+  EXPECT_NE(other_after.find("softcap"), std::string::npos) << other_after;
+  EXPECT_EQ(std::string(flashattn_last_error()), mine);
+  Small good;
+  ASSERT_EQ(flashattn_forward(&good.a), FLASHATTN_OK);
+  EXPECT_EQ(std::string(flashattn_last_error()), mine);  // documented: success does not clear it
+}
+
+}  // namespace
+}  // namespace flashattn::test
