@@ -38,8 +38,9 @@ constexpr FwdTile fwd_tile(int head_dim) {
 //   dQ = dS K                   (block_m x head_dim):  dq_warps_m   x (warps / dq_warps_m),
 //                                                      in dq_chunks column passes
 // Each warp tile must be a multiple of 16 rows and 16 columns (x4 ldmatrix loads two 8-wide
-// tiles). Shared memory holds K, V, double-buffered Q and dO, P and dS: at most ~222 KB (d256),
-// inside the 227 KB an sm90 CTA may use; A100 (163 KB) runs d <= 32 only, see run_bwd.
+// tiles). Shared memory holds K, V, double-buffered Q and dO, P and dS: 130 / 178 / 139 / 171 /
+// 169 / 217 KB for d 32 / 64 / 96 / 128 / 192 / 256, inside the 227 KB an sm90 CTA may use. On
+// A100 (163 KB) only d32 and d96 fit; run_bwd reports NotSupported for the others.
 struct BwdTile {
   int block_m;      // query rows per step
   int block_n;      // keys per CTA

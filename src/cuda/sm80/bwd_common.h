@@ -1,0 +1,475 @@
+// Pieces shared by the sm80-class backward kernels (bwd_kernel.h, bwd_dq_kernel.h,
+// bwd_preprocess.h): compile-time traits, the kernel parameters with the workspace, and the
+// element-wise step that turns S and dP into the dropped probabilities and the score gradients.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "core/params.h"
+#include "core/philox.h"
+#include "cuda/common/mask.h"
+#include "cuda/common/tile_size.h"
+#include "cuda/ptx/cp_async.h"
+#include "cuda/ptx/ldmatrix.h"
+#include "cuda/ptx/math.h"
+#include "cuda/ptx/mma.h"
+#include "cuda/sm80/fwd_kernel.h"  // MaskMode, ScoreMods, kLog2e, RowPtr, row_ptr, load_tile
+
+namespace flashattn::cuda {
+
+// Backward parameters as the kernels see them: the validated BackwardParams plus the workspace
+// that run_bwd allocates (stream-ordered) for one call.
+//
+// Workspace rows. Per-row f32 data (LSE, D, the dQ accumulator) is indexed by a workspace row:
+// sequence b's query row i lives at ws_row0(b) + i, and every sequence owns the rows
+// [ws_row0(b), ws_row0(b) + round_up(seqlen_b, ws_block)) exclusively, so kernels may read and
+// write whole block_m tiles without bounds checks. Dense: ws_row0(b) = b * round_up(seqlen_q,
+// ws_block). Varlen: ws_row0(b) = round_down(cu_seqlens_q[b], 4) + b * (ws_block + 4), which
+// is a multiple of 4 (16-byte aligned rows of floats for cp.async) and at least
+// round_up(seqlen_b, ws_block) past the previous sequence's start.
+struct BwdKernelParams : BackwardParams {
+  int64_t ws_rows = 0;       // workspace rows per head
+  int32_t ws_block = 0;      // = the main kernel's block_m
+  int32_t ws_seq_rows = 0;   // dense: round_up(seqlen_q, ws_block)
+  float* lse_log2 = nullptr;  // (heads, ws_rows): LSE * log2(e); +inf where LSE = -inf and on padding
+  float* dsum = nullptr;      // (heads, ws_rows): D = rowsum(dO * O); 0 on padding
+  float* dq_accum = nullptr;  // (heads, ws_rows, head_dim) f32, unscaled; null when deterministic
+  // GQA: the query heads of one kv head are split into kv_splits chunks, one CTA per chunk and key
+  // block. With kv_splits > 1 each chunk writes unscaled f32 partials, summed by a reduction:
+  //   dk_partial, dv_partial (kv_splits, total_k, heads_k, head_dim), row = k_row0(b) + j.
+  int32_t kv_splits = 1;
+  float* dk_partial = nullptr;
+  float* dv_partial = nullptr;
+
+  __device__ __forceinline__ int64_t ws_row0(int b, int64_t row0_q) const {
+    return is_varlen() ? (row0_q & ~int64_t(3)) + int64_t(b) * (ws_block + 4) : int64_t(b) * ws_seq_rows;
+  }
+  // Global row of key j = 0 of sequence b in the (total_k, ...) partials.
+  __device__ __forceinline__ int64_t k_row0(int b, int64_t row0_k) const {
+    return is_varlen() ? row0_k : int64_t(b) * seqlen_k;
+  }
+};
+
+// One sequence of a batch entry: where its rows start in the packed tensors (varlen) and its
+// lengths. Dense tensors have row offsets 0 and the common lengths.
+struct SeqExtent {
+  int64_t row0_q = 0, row0_k = 0;
+  int seqlen_q = 0, seqlen_k = 0;
+};
+
+__device__ __forceinline__ SeqExtent seq_extent(const BackwardParams& p, int batch) {
+  SeqExtent e;
+  e.seqlen_q = p.seqlen_q;
+  e.seqlen_k = p.seqlen_k;
+  if (p.is_varlen()) {
+    e.row0_q = p.cu_seqlens_q[batch];
+    e.row0_k = p.cu_seqlens_k[batch];
+    e.seqlen_q = p.cu_seqlens_q[batch + 1] - int(e.row0_q);
+    e.seqlen_k = p.cu_seqlens_k[batch + 1] - int(e.row0_k);
+  }
+  return e;
+}
+
+// Compile-time configuration of the main backward kernel (one CTA per key block).
+template <typename Element_, int kHeadDim_, MaskMode kMask_, ScoreMods kMods_>
+struct BwdTraits {
+  using Element = Element_;
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr MaskMode kMask = kMask_;
+  static constexpr ScoreMods kMods = kMods_;
+
+  static constexpr BwdTile kTile = bwd_tile(kHeadDim);
+  static constexpr int kBlockM = kTile.block_m;
+  static constexpr int kBlockN = kTile.block_n;
+  static constexpr int kWarps = kTile.warps;
+  static constexpr int kThreads = kWarps * 32;
+
+  // S = Q K^T and dP = dO V^T: warp tile kSdpRows x kSdpCols of the kBlockM x kBlockN block.
+  static constexpr int kSdpWarpsM = kTile.sdp_warps_m;
+  static constexpr int kSdpWarpsN = kWarps / kSdpWarpsM;
+  static constexpr int kSdpRows = kBlockM / kSdpWarpsM;
+  static constexpr int kSdpCols = kBlockN / kSdpWarpsN;
+  static constexpr int kSdpMTiles = kSdpRows / 16;
+  static constexpr int kSdpNTiles = kSdpCols / 8;
+  // dV += P^T dO and dK += dS^T Q: warp tile kKvRows keys x kKvCols columns.
+  static constexpr int kKvWarpsN = kTile.kv_warps_n;
+  static constexpr int kKvWarpsD = kWarps / kKvWarpsN;
+  static constexpr int kKvRows = kBlockN / kKvWarpsN;
+  static constexpr int kKvCols = kHeadDim / kKvWarpsD;
+  static constexpr int kKvMTiles = kKvRows / 16;
+  static constexpr int kKvDTiles = kKvCols / 8;
+  // dQ = dS K: warp tile kDqRows x kDqCols per column pass of kDqPassCols columns.
+  static constexpr int kDqWarpsM = kTile.dq_warps_m;
+  static constexpr int kDqWarpsD = kWarps / kDqWarpsM;
+  static constexpr int kDqPasses = kTile.dq_chunks;
+  static constexpr int kDqPassCols = kHeadDim / kDqPasses;
+  static constexpr int kDqRows = kBlockM / kDqWarpsM;
+  static constexpr int kDqCols = kDqPassCols / kDqWarpsD;
+  static constexpr int kDqMTiles = kDqRows / 16;
+  static constexpr int kDqDTiles = kDqCols / 8;
+
+  // Shared memory, 16-bit rows padded by 16 bytes (consecutive rows start 16 bytes apart modulo
+  // 128, so the eight row addresses of every ldmatrix hit distinct banks):
+  //   sK, sV      (kBlockN, kSmemStride)        loaded once
+  //   sQ, sdO     2 x (kBlockM, kSmemStride)    double-buffered over query steps
+  //   sP, sdS     (kBlockM, kPStride)           dropped P and dS of the current step
+  //   sStats      2 x (2, kBlockM) f32           LSE * log2(e) and D of each buffered step
+  static constexpr int kSmemStride = kHeadDim + 8;
+  static constexpr int kChunksPerRow = kHeadDim / 8;  // 16-byte chunks
+  static constexpr int kPStride = kBlockN + 8;
+  static constexpr int kSmemKV = kBlockN * kSmemStride;
+  static constexpr int kSmemQ = kBlockM * kSmemStride;
+  static constexpr int kSmemP = kBlockM * kPStride;
+  static constexpr size_t kSmemBytes =
+      sizeof(Element) * (2 * kSmemKV + 4 * kSmemQ + 2 * kSmemP) + sizeof(float) * 4 * kBlockM;
+
+  static_assert(kHeadDim % 32 == 0, "head_dim must be a multiple of 32");
+  static_assert(kSdpRows % 16 == 0 && kSdpCols % 16 == 0, "S/dP warp tiles are whole 16 x 16 tiles");
+  static_assert(kKvRows % 16 == 0 && kKvCols % 16 == 0, "dK/dV warp tiles are whole 16 x 16 tiles");
+  static_assert(kDqRows % 16 == 0 && kDqCols % 16 == 0, "dQ warp tiles are whole 16 x 16 tiles");
+  static_assert(kBlockM % 16 == 0 && kBlockN % 16 == 0, "blocks are whole MMA tiles");
+  static_assert(kThreads >= kBlockM / 2, "one 16-byte statistics chunk per thread at most");
+};
+
+// Compile-time configuration of the deterministic dQ kernel (one CTA per query block, warps
+// own 16-row slices like the forward).
+template <typename Traits>
+struct BwdDqTraits {
+  using Element = typename Traits::Element;
+  static constexpr int kHeadDim = Traits::kHeadDim;
+  static constexpr MaskMode kMask = Traits::kMask;
+  static constexpr ScoreMods kMods = Traits::kMods;
+
+  static constexpr BwdDqTile kTile = bwd_dq_tile(kHeadDim);
+  static constexpr int kBlockM = kTile.block_m;
+  static constexpr int kBlockN = kTile.block_n;
+  static constexpr int kWarps = kTile.warps;
+  static constexpr int kThreads = kWarps * 32;
+  static constexpr int kRowsPerWarp = kBlockM / kWarps;
+  static constexpr int kMTiles = kRowsPerWarp / 16;
+  static constexpr int kNTiles = kBlockN / 8;
+  static constexpr int kDTiles = kHeadDim / 8;
+
+  // sQ, sdO (kBlockM, kSmemStride); sK, sV 2 x (kBlockN, kSmemStride); sStats (2, kBlockM) f32.
+  static constexpr int kSmemStride = kHeadDim + 8;
+  static constexpr int kChunksPerRow = kHeadDim / 8;
+  static constexpr int kSmemQ = kBlockM * kSmemStride;
+  static constexpr int kSmemKV = kBlockN * kSmemStride;
+  static constexpr size_t kSmemBytes =
+      sizeof(Element) * (2 * kSmemQ + 4 * kSmemKV) + sizeof(float) * 2 * kBlockM;
+
+  static_assert(kRowsPerWarp % 16 == 0, "each warp owns whole 16-row tiles");
+  static_assert(kNTiles % 2 == 0 && kDTiles % 2 == 0, "x4 ldmatrix loads two 8-wide tiles");
+  // The workspace is laid out in Traits::kBlockM rows; whole kBlockM tiles must stay inside it.
+  static_assert(Traits::kBlockM % kBlockM == 0, "dQ kernel blocks tile the workspace blocks");
+  static_assert(kThreads >= kBlockM / 2, "one 16-byte statistics chunk per thread at most");
+};
+
+// ldmatrix row/column offsets of this lane inside a 16 x 16 tile (see ptx/ldmatrix.h: lanes
+// 8q..8q+7 address the rows of matrix q). Two addressings cover every operand of the backward:
+//   kind A: row lane%8 + 8*((lane/8)%2), column 8*(lane/16). Plain ldmatrix of an A operand
+//           stored [m][k]; .trans ldmatrix of a B operand stored [k][n] (two 8-wide n tiles).
+//   kind B: row lane%8 + 8*(lane/16), column 8*((lane/8)%2). Plain ldmatrix of a B operand
+//           stored [n][k] (two 8-wide n tiles); .trans ldmatrix of an A operand stored [k][m].
+// With .trans each 8x8 matrix arrives transposed, so lane l holds stored (rows 2(l%4), 2(l%4)+1;
+// column l/4): for [k][m] that is A(m = g, k = 2t..2t+1), for [k][n] B(k = 2t..2t+1, n = g).
+__device__ __forceinline__ int ldsm_row_a(int lane) { return lane % 8 + ((lane / 8) % 2) * 8; }
+__device__ __forceinline__ int ldsm_col_a(int lane) { return (lane / 16) * 8; }
+__device__ __forceinline__ int ldsm_row_b(int lane) { return lane % 8 + (lane / 16) * 8; }
+__device__ __forceinline__ int ldsm_col_b(int lane) { return ((lane / 8) % 2) * 8; }
+
+template <int kMT, int kNT>
+__device__ __forceinline__ void zero_acc(float (&acc)[kMT][kNT][4]) {
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.0f;
+}
+
+// Warp-level products over shared memory, acc[kMT][kNT] (16 x 8 tiles) += A * B with K = 16 *
+// kKSteps. a_addr / b_addr are this lane's byte addresses of tile (0, 0) built with the offsets
+// above; strides are in elements.
+//
+// A stored [m][k], B stored [n][k] (acc += A B^T): a_addr kind A, b_addr kind B.
+template <typename Element, int kMT, int kNT, int kKSteps, int kStrideA, int kStrideB>
+__device__ __forceinline__ void warp_gemm_abt(float (&acc)[kMT][kNT][4], uint32_t a_addr, uint32_t b_addr) {
+  static_assert(kNT % 2 == 0, "B tiles load in pairs");
+  constexpr uint32_t kElem = sizeof(Element);
+#pragma unroll
+  for (int kk = 0; kk < kKSteps; ++kk) {
+    uint32_t a[kMT][4];
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt) ptx::ldmatrix_x4(a[mt], a_addr + kElem * (mt * 16 * kStrideA + kk * 16));
+#pragma unroll
+    for (int nt = 0; nt < kNT; nt += 2) {
+      uint32_t b[4];
+      ptx::ldmatrix_x4(b, b_addr + kElem * (nt * 8 * kStrideB + kk * 16));
+      const uint32_t b0[2] = {b[0], b[1]};
+      const uint32_t b1[2] = {b[2], b[3]};
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt) {
+        ptx::mma_m16n8k16<Element>(acc[mt][nt], a[mt], b0);
+        ptx::mma_m16n8k16<Element>(acc[mt][nt + 1], a[mt], b1);
+      }
+    }
+  }
+}
+
+// A stored transposed as [k][m], B stored [k][n] (acc(m, n) += sum_k A[k][m] B[k][n]):
+// a_addr kind B (.trans), b_addr kind A (.trans).
+template <typename Element, int kMT, int kNT, int kKSteps, int kStrideA, int kStrideB>
+__device__ __forceinline__ void warp_gemm_atb(float (&acc)[kMT][kNT][4], uint32_t a_addr, uint32_t b_addr) {
+  static_assert(kNT % 2 == 0, "B tiles load in pairs");
+  constexpr uint32_t kElem = sizeof(Element);
+#pragma unroll
+  for (int kk = 0; kk < kKSteps; ++kk) {
+    uint32_t a[kMT][4];
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt) ptx::ldmatrix_x4_trans(a[mt], a_addr + kElem * (kk * 16 * kStrideA + mt * 16));
+#pragma unroll
+    for (int nt = 0; nt < kNT; nt += 2) {
+      uint32_t b[4];
+      ptx::ldmatrix_x4_trans(b, b_addr + kElem * (kk * 16 * kStrideB + nt * 8));
+      const uint32_t b0[2] = {b[0], b[1]};
+      const uint32_t b1[2] = {b[2], b[3]};
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt) {
+        ptx::mma_m16n8k16<Element>(acc[mt][nt], a[mt], b0);
+        ptx::mma_m16n8k16<Element>(acc[mt][nt + 1], a[mt], b1);
+      }
+    }
+  }
+}
+
+// A stored [m][k], B stored [k][n] (acc += A B): a_addr kind A, b_addr kind A (.trans).
+template <typename Element, int kMT, int kNT, int kKSteps, int kStrideA, int kStrideB>
+__device__ __forceinline__ void warp_gemm_ab(float (&acc)[kMT][kNT][4], uint32_t a_addr, uint32_t b_addr) {
+  static_assert(kNT % 2 == 0, "B tiles load in pairs");
+  constexpr uint32_t kElem = sizeof(Element);
+#pragma unroll
+  for (int kk = 0; kk < kKSteps; ++kk) {
+    uint32_t a[kMT][4];
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt) ptx::ldmatrix_x4(a[mt], a_addr + kElem * (mt * 16 * kStrideA + kk * 16));
+#pragma unroll
+    for (int nt = 0; nt < kNT; nt += 2) {
+      uint32_t b[4];
+      ptx::ldmatrix_x4_trans(b, b_addr + kElem * (kk * 16 * kStrideB + nt * 8));
+      const uint32_t b0[2] = {b[0], b[1]};
+      const uint32_t b1[2] = {b[2], b[3]};
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt) {
+        ptx::mma_m16n8k16<Element>(acc[mt][nt], a[mt], b0);
+        ptx::mma_m16n8k16<Element>(acc[mt][nt + 1], a[mt], b1);
+      }
+    }
+  }
+}
+
+// Stores a warp's f32 accumulator tile, converted to 16-bit pairs, at smem[row0.., col0..]
+// (row-major, stride in elements): element (mt, nt, e) goes to row mt*16 + g + 8*(e/2), column
+// nt*8 + 2t + e%2. Conflict-free when the stride is 8 elements past a multiple of 64.
+template <typename Element, int kMT, int kNT, int kStride>
+__device__ __forceinline__ void store_acc_16bit(Element* smem, const float (&acc)[kMT][kNT][4], int row0,
+                                                int col0, int lane, float scale = 1.0f) {
+  const int g = lane / 4;
+  const int t = lane % 4;
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt) {
+      Element* p = smem + (row0 + mt * 16 + g) * kStride + col0 + nt * 8 + 2 * t;
+      *reinterpret_cast<uint32_t*>(p) = ptx::pack2<Element>(acc[mt][nt][0] * scale, acc[mt][nt][1] * scale);
+      *reinterpret_cast<uint32_t*>(p + 8 * kStride) =
+          ptx::pack2<Element>(acc[mt][nt][2] * scale, acc[mt][nt][3] * scale);
+    }
+  }
+}
+
+// Query blocks [lo, hi) holding at least one row that sees a key of [col_begin, col_end) (the
+// transpose of WindowMask::block_range). Row i sees keys [i + off - left, i + off + right] with
+// off = seqlen_k - seqlen_q, so it meets the block iff i >= col_begin - off - right and
+// i <= col_end - 1 - off + left.
+__device__ __forceinline__ void query_block_range(const WindowMask& mask, int col_begin, int col_end,
+                                                  int block_m, int* lo, int* hi) {
+  const int64_t off = int64_t(mask.seqlen_k) - mask.seqlen_q;
+  int64_t row_begin = 0, row_end = mask.seqlen_q;
+  if (mask.right >= 0) row_begin = max(row_begin, int64_t(col_begin) - off - mask.right);
+  if (mask.left >= 0) row_end = min(row_end, int64_t(col_end) - off + mask.left);
+  if (row_end <= row_begin) {
+    *lo = *hi = 0;
+    return;
+  }
+  *lo = int(row_begin / block_m);
+  *hi = int((row_end + block_m - 1) / block_m);
+}
+
+// Run-time state of the score modifiers for one (batch, head).
+struct BwdScoreState {
+  float scale_log2;         // plain path: exponent = s * scale_log2 - lse_log2
+  bool use_softcap;
+  float softcap_in;         // scale / softcap
+  float softcap_out;        // softcap * log2(e)
+  float alibi_slope_log2;   // 0 when off
+  bool use_dropout;
+  uint32_t dropout_threshold;
+  float dropout_rescale;
+  uint64_t seed, offset;
+  uint32_t batch_head;      // Philox counter word: batch * heads + head
+};
+
+template <ScoreMods kMods>
+__device__ __forceinline__ BwdScoreState score_state(const BackwardParams& p, int batch, int head) {
+  constexpr bool kAny = kMods == ScoreMods::kAny;
+  BwdScoreState st;
+  st.scale_log2 = p.scale_log2;
+  st.use_softcap = kAny && p.softcap > 0.0f;
+  st.softcap_in = st.use_softcap ? p.scale / p.softcap : 0.0f;
+  st.softcap_out = st.use_softcap ? p.softcap * kLog2e : 0.0f;
+  st.alibi_slope_log2 =
+      kAny && p.alibi != nullptr ? p.alibi[batch * p.alibi_batch_stride + head] * kLog2e : 0.0f;
+  st.use_dropout = kAny && p.has_dropout();
+  st.dropout_threshold = p.dropout_threshold;
+  st.dropout_rescale = p.dropout_rescale;
+  st.seed = p.seed;
+  st.offset = p.offset;
+  st.batch_head = uint32_t(batch) * uint32_t(p.heads) + uint32_t(head);
+  return st;
+}
+
+// The element-wise heart of the backward, in two passes over one warp's accumulator tiles.
+// Element (mt, nt, e) sits at block row row0 + mt*16 + g + 8*(e/2) and block column
+// col0 + nt*8 + 2t + e%2 (g = lane/4, t = lane%4); m0 and n0 place the block in the sequence;
+// stat_* arrays are indexed by block row. With x the score in log2 units (scale, softcap, ALiBi
+// as in the forward; -inf where masked), keep the forward's dropout mask and r = 1/(1-p):
+//
+//   pass 1 (S = Q K^T in s):  P = exp2(x - LSE*log2(e))   (LSE*log2(e) = +inf for rows without
+//                             keys: P = 0, never NaN)
+//                             Pd = keep ? P : 0 -> stored to sP (dV = r * Pd^T dO; r is applied
+//                             in the epilogue)
+//                             s <- P * (softcap ? 1 - tanh^2 : 1), keep -> keep_bits
+//   pass 2 (dP = dO V^T in dp): dp <- s * ((keep ? r * dP : 0) - D)
+//
+// dp then holds dS with respect to the raw product q.k divided by the softmax scale (the scale
+// is applied once to dK and dQ at the end). Splitting the passes around the dP product keeps
+// the dropout and softcap temporaries out of the region where S and dP are both live.
+template <int kMT, int kNT>
+struct KeepBits {
+  static constexpr int kWords = (kMT * kNT * 4 + 31) / 32;
+  uint32_t w[kWords];
+  __device__ __forceinline__ static int bit(int mt, int nt, int e) { return (mt * kNT + nt) * 4 + e; }
+  __device__ __forceinline__ bool get(int mt, int nt, int e) const {
+    const int b = bit(mt, nt, e);
+    return (w[b / 32] >> (b % 32)) & 1u;
+  }
+};
+
+// kPStride = 0: Pd is not stored (the deterministic dQ kernel needs dS only).
+template <ScoreMods kMods, typename Element, int kMT, int kNT, int kPStride>
+__device__ __forceinline__ void scores_to_probs(float (&s)[kMT][kNT][4], KeepBits<kMT, kNT>& keep_bits,
+                                                Element* sP, int row0, int col0, int m0, int n0,
+                                                const float* stat_lse, bool needs_mask, const WindowMask& mask,
+                                                const BwdScoreState& st, int lane) {
+  constexpr bool kAny = kMods == ScoreMods::kAny;
+  const int g = lane / 4;
+  const int t = lane % 4;
+#pragma unroll
+  for (int k = 0; k < KeepBits<kMT, kNT>::kWords; ++k) keep_bits.w[k] = 0xffffffffu;
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = row0 + mt * 16 + g + 8 * h;
+      const int i = m0 + r;
+      const float lse2 = stat_lse[r];
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt) {
+        const int j = n0 + col0 + nt * 8 + 2 * t;  // key of element e = 0; e = 1 is j + 1
+        float p[2], dtanh[2] = {1.0f, 1.0f};
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          float x = s[mt][nt][2 * h + e];
+          if constexpr (kAny) {
+            if (st.use_softcap) {
+              const float th = ptx::tanh_approx(x * st.softcap_in);
+              x = th * st.softcap_out;
+              dtanh[e] = fmaf(-th, th, 1.0f);
+            } else {
+              x *= st.scale_log2;
+            }
+            x -= st.alibi_slope_log2 * fabsf(float(mask.diag(i) - (j + e)));
+            if (needs_mask && !mask.visible(i, j + e)) x = -INFINITY;
+            p[e] = ptx::exp2_approx(x - lse2);
+          } else {
+            if (needs_mask && !mask.visible(i, j + e)) x = -INFINITY;
+            p[e] = ptx::exp2_approx(fmaf(x, st.scale_log2, -lse2));
+          }
+        }
+        bool keep[2] = {true, true};
+        if (kAny && st.use_dropout) {
+          // Columns 2t and 2t + 1 share one Philox call (four draws per four columns).
+          const Philox4 rnd = dropout_draws(st.seed, st.offset, st.batch_head, uint32_t(i), uint32_t(j) >> 2);
+          const bool upper = (j & 2) != 0;
+          keep[0] = (upper ? rnd.z : rnd.x) >= st.dropout_threshold;
+          keep[1] = (upper ? rnd.w : rnd.y) >= st.dropout_threshold;
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int b = KeepBits<kMT, kNT>::bit(mt, nt, 2 * h + e);
+            if (!keep[e]) keep_bits.w[b / 32] &= ~(1u << (b % 32));
+          }
+        }
+        if constexpr (kPStride > 0) {
+          *reinterpret_cast<uint32_t*>(sP + r * kPStride + col0 + nt * 8 + 2 * t) =
+              ptx::pack2<Element>(keep[0] ? p[0] : 0.0f, keep[1] ? p[1] : 0.0f);
+        }
+        s[mt][nt][2 * h] = p[0] * dtanh[0];
+        s[mt][nt][2 * h + 1] = p[1] * dtanh[1];
+      }
+    }
+  }
+}
+
+template <ScoreMods kMods, int kMT, int kNT>
+__device__ __forceinline__ void probs_to_grads(const float (&s)[kMT][kNT][4], float (&dp)[kMT][kNT][4],
+                                               const KeepBits<kMT, kNT>& keep_bits, int row0,
+                                               const float* stat_dsum, const BwdScoreState& st, int lane) {
+  constexpr bool kAny = kMods == ScoreMods::kAny;
+  const int g = lane / 4;
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float dsum = stat_dsum[row0 + mt * 16 + g + 8 * h];
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          float dpv = dp[mt][nt][2 * h + e];
+          if (kAny && st.use_dropout) dpv = keep_bits.get(mt, nt, 2 * h + e) ? dpv * st.dropout_rescale : 0.0f;
+          dp[mt][nt][2 * h + e] = s[mt][nt][2 * h + e] * (dpv - dsum);
+        }
+      }
+    }
+  }
+}
+
+// Copies one step's LSE*log2(e) and D (kRows floats each, 16-byte chunks) into
+// stats[0 .. kRows) and stats[kRows .. 2 kRows). Workspace rows are padded, so no bounds.
+template <int kRows, int kThreads>
+__device__ __forceinline__ void load_stats(float* stats, const float* lse_log2, const float* dsum, int tid) {
+  constexpr int kChunks = kRows / 4;
+  static_assert(2 * kChunks <= kThreads, "one chunk per thread");
+  if (tid < 2 * kChunks) {
+    const bool second = tid >= kChunks;
+    const int c = second ? tid - kChunks : tid;
+    const float* src = (second ? dsum : lse_log2) + 4 * c;
+    ptx::cp_async_16(ptx::smem_addr(stats + (second ? kRows : 0) + 4 * c), src, true);
+  }
+}
+
+}  // namespace flashattn::cuda

@@ -1,0 +1,163 @@
+// Deterministic dQ for the sm80-class backward (BackwardParams::deterministic).
+//
+// One CTA per (query block, head, batch) walks the key blocks its rows can see, recomputes
+// S = Q K_j^T and dP = dO V_j^T, turns them into dS exactly like the main kernel
+// (scores_to_probs, probs_to_grads), and accumulates dQ += dS K_j in registers: no atomics, a fixed order, so
+// dQ is bitwise reproducible. It costs the S and dP products a second time (the main kernel
+// skips its dQ product in this mode). Warps own 16-row slices, as in the forward: dS leaves the
+// S/dP accumulators as an A fragment without touching shared memory. K_j and V_j are
+// double-buffered; Q, dO and the row statistics are loaded once.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "cuda/sm80/bwd_common.h"
+
+namespace flashattn::cuda {
+
+template <typename Traits>  // BwdDqTraits
+__global__ void __launch_bounds__(Traits::kThreads, 1)
+    bwd_dq_kernel(const __grid_constant__ BwdKernelParams params) {
+  using Element = typename Traits::Element;
+  constexpr int kBlockM = Traits::kBlockM;
+  constexpr int kBlockN = Traits::kBlockN;
+  constexpr int kHeadDim = Traits::kHeadDim;
+  constexpr int kMTiles = Traits::kMTiles;
+  constexpr int kNTiles = Traits::kNTiles;
+  constexpr int kDTiles = Traits::kDTiles;
+  constexpr int kStride = Traits::kSmemStride;
+  constexpr uint32_t kElem = sizeof(Element);
+
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  Element* sQ = reinterpret_cast<Element*>(smem_raw);  // (kBlockM, kStride)
+  Element* sdO = sQ + Traits::kSmemQ;                  // (kBlockM, kStride)
+  Element* sK = sdO + Traits::kSmemQ;                  // 2 x (kBlockN, kStride)
+  Element* sV = sK + 2 * Traits::kSmemKV;              // 2 x (kBlockN, kStride)
+  float* sStats = reinterpret_cast<float*>(sV + 2 * Traits::kSmemKV);  // (lse_log2, dsum) x kBlockM
+
+  const int tid = threadIdx.x;
+  const int warp = tid / 32;
+  const int lane = tid % 32;
+  // Heavier query blocks first: under a causal mask the last blocks see the most keys.
+  const int m_block = gridDim.x - 1 - blockIdx.x;
+  const int head = blockIdx.y;
+  const int batch = blockIdx.z;
+  const int head_k = head / (params.heads / params.heads_k);
+
+  const SeqExtent seq = seq_extent(params, batch);
+  const int m0 = m_block * kBlockM;
+  if (m0 >= seq.seqlen_q) return;
+  const int rows_here = min(kBlockM, seq.seqlen_q - m0);
+
+  const WindowMask mask{seq.seqlen_q, seq.seqlen_k, params.window_left, params.window_right};
+  int n_lo = 0, n_hi = (seq.seqlen_k + kBlockN - 1) / kBlockN;
+  if constexpr (Traits::kMask == MaskMode::kWindow) {
+    mask.block_range(m0, m0 + rows_here, kBlockN, &n_lo, &n_hi);
+  }
+
+  const RowPtr gK = row_ptr<Element>(params.k, params.k_strides, batch, seq.row0_k, head_k);
+  const RowPtr gV = row_ptr<Element>(params.v, params.v_strides, batch, seq.row0_k, head_k);
+  auto load_kv = [&](int n_block, int buf) {
+    const int n = n_block * kBlockN;
+    load_tile<Traits, kBlockN>(sK + buf * Traits::kSmemKV, RowPtr{static_cast<const char*>(gK.row(n)), gK.row_bytes},
+                               seq.seqlen_k - n, tid);
+    load_tile<Traits, kBlockN>(sV + buf * Traits::kSmemKV, RowPtr{static_cast<const char*>(gV.row(n)), gV.row_bytes},
+                               seq.seqlen_k - n, tid);
+  };
+
+  const int warp_row0 = warp * Traits::kRowsPerWarp;
+  const uint32_t q_a_addr = ptx::smem_addr(sQ + (warp_row0 + ldsm_row_a(lane)) * kStride + ldsm_col_a(lane));
+  const uint32_t do_a_addr = ptx::smem_addr(sdO + (warp_row0 + ldsm_row_a(lane)) * kStride + ldsm_col_a(lane));
+  const uint32_t k_b_addr = ptx::smem_addr(sK + ldsm_row_b(lane) * kStride + ldsm_col_b(lane));
+  const uint32_t v_b_addr = ptx::smem_addr(sV + ldsm_row_b(lane) * kStride + ldsm_col_b(lane));
+  const uint32_t k_bt_addr = ptx::smem_addr(sK + ldsm_row_a(lane) * kStride + ldsm_col_a(lane));
+  constexpr uint32_t kKVBufBytes = kElem * Traits::kSmemKV;
+
+  float dq_acc[kMTiles][kDTiles][4];
+  zero_acc(dq_acc);
+
+  if (n_hi > n_lo) {
+    const int64_t row = seq.row0_q + m0;
+    load_tile<Traits, kBlockM>(sQ, row_ptr<Element>(params.q, params.q_strides, batch, row, head), rows_here, tid);
+    load_tile<Traits, kBlockM>(sdO, row_ptr<Element>(params.dout, params.dout_strides, batch, row, head), rows_here,
+                               tid);
+    const int64_t ws = int64_t(head) * params.ws_rows + params.ws_row0(batch, seq.row0_q) + m0;
+    load_stats<kBlockM, Traits::kThreads>(sStats, params.lse_log2 + ws, params.dsum + ws, tid);
+    load_kv(n_lo, 0);
+    ptx::cp_async_commit();
+  }
+  const BwdScoreState st = score_state<Traits::kMods>(params, batch, head);
+
+  for (int n_block = n_lo; n_block < n_hi; ++n_block) {
+    const int buf = (n_block - n_lo) & 1;
+    const int n0 = n_block * kBlockN;
+    ptx::cp_async_wait<0>();
+    __syncthreads();  // K_j, V_j (and Q, dO, stats) landed; every warp is done with the other buffer
+    if (n_block + 1 < n_hi) {
+      load_kv(n_block + 1, buf ^ 1);
+      ptx::cp_async_commit();
+    }
+
+    const bool needs_mask = mask.block_needs_mask(m0, m0 + rows_here, n0, n0 + kBlockN);
+    float s[kMTiles][kNTiles][4];
+    zero_acc(s);
+    warp_gemm_abt<Element, kMTiles, kNTiles, kHeadDim / 16, kStride, kStride>(s, q_a_addr, k_b_addr + buf * kKVBufBytes);
+    KeepBits<kMTiles, kNTiles> keep;
+    scores_to_probs<Traits::kMods, Element, kMTiles, kNTiles, 0>(s, keep, nullptr, warp_row0, 0, m0, n0, sStats,
+                                                                 needs_mask, mask, st, lane);
+    float dp[kMTiles][kNTiles][4];
+    zero_acc(dp);
+    warp_gemm_abt<Element, kMTiles, kNTiles, kHeadDim / 16, kStride, kStride>(dp, do_a_addr, v_b_addr + buf * kKVBufBytes);
+    probs_to_grads<Traits::kMods>(s, dp, keep, warp_row0, sStats + kBlockM, st, lane);
+
+    // dQ += dS K_j: the dS accumulators of two adjacent key tiles form one A fragment; K_j is
+    // stored [key][d] = [k][n], read with ldmatrix.trans.
+#pragma unroll
+    for (int kk = 0; kk < kBlockN / 16; ++kk) {
+      uint32_t a[kMTiles][4];
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt) {
+        a[mt][0] = ptx::pack2<Element>(dp[mt][2 * kk][0], dp[mt][2 * kk][1]);
+        a[mt][1] = ptx::pack2<Element>(dp[mt][2 * kk][2], dp[mt][2 * kk][3]);
+        a[mt][2] = ptx::pack2<Element>(dp[mt][2 * kk + 1][0], dp[mt][2 * kk + 1][1]);
+        a[mt][3] = ptx::pack2<Element>(dp[mt][2 * kk + 1][2], dp[mt][2 * kk + 1][3]);
+      }
+#pragma unroll
+      for (int dt = 0; dt < kDTiles; dt += 2) {
+        uint32_t b[4];
+        ptx::ldmatrix_x4_trans(b, k_bt_addr + buf * kKVBufBytes + kElem * (kk * 16 * kStride + dt * 8));
+        const uint32_t b0[2] = {b[0], b[1]};
+        const uint32_t b1[2] = {b[2], b[3]};
+#pragma unroll
+        for (int mt = 0; mt < kMTiles; ++mt) {
+          ptx::mma_m16n8k16<Element>(dq_acc[mt][dt], a[mt], b0);
+          ptx::mma_m16n8k16<Element>(dq_acc[mt][dt + 1], a[mt], b1);
+        }
+      }
+    }
+  }
+
+  // Epilogue: dQ * scale, staged through this warp's own rows of sQ (no other warp reads them;
+  // every copy into sQ completed at the last wait), stored as 16-byte chunks.
+  __syncwarp();
+  store_acc_16bit<Element, kMTiles, kDTiles, kStride>(sQ, dq_acc, warp_row0, 0, lane, params.scale);
+  __syncwarp();
+  char* gdQ = static_cast<char*>(params.dq) +
+              kElem * (batch * params.dq_strides.batch + (seq.row0_q + m0) * params.dq_strides.row +
+                       int64_t(head) * params.dq_strides.head);
+  const int64_t dq_row_bytes = kElem * params.dq_strides.row;
+  constexpr int kWarpChunks = Traits::kRowsPerWarp * Traits::kChunksPerRow;
+#pragma unroll
+  for (int c = lane; c < kWarpChunks; c += 32) {
+    const int r = warp_row0 + c / Traits::kChunksPerRow;
+    const int col = (c % Traits::kChunksPerRow) * 8;
+    if (r < rows_here) {
+      *reinterpret_cast<uint4*>(gdQ + r * dq_row_bytes + col * kElem) =
+          *reinterpret_cast<const uint4*>(sQ + r * kStride + col);
+    }
+  }
+}
+
+}  // namespace flashattn::cuda

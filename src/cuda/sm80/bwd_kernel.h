@@ -1,0 +1,275 @@
+// FlashAttention-2-class backward kernel for sm80+ (mma.sync, ldmatrix, cp.async).
+//
+// Data flow of one backward call (run_bwd in bwd_launch.h):
+//   1. bwd_preprocess_kernel: D_i = sum_d dO_i O_i and LSE_i * log2(e) per query row, into the
+//      f32 workspace (padding rows: D = 0, LSE = +inf, so their P is exactly 0); the f32 dQ
+//      accumulator is zeroed.
+//   2. bwd_kernel (this file): one CTA per (key block j, kv head [, query-head chunk], batch).
+//      K_j and V_j stay in shared memory; dK_j and dV_j accumulate in registers (f32) over every
+//      (query head of the chunk, query block i) whose rows see a key of block j. Per step:
+//
+//        [wait Q_i, dO_i, stats; barrier A]  prefetch the next step's Q, dO, stats (cp.async)
+//        S  = Q_i K_j^T                 registers, warp grid over (i, j)
+//        P  = exp2(S' - LSE log2 e)     S' = scores in log2 units (scale, softcap, ALiBi, mask)
+//        Pd = P * keep        -> sP     16-bit, row-major [query row][key]
+//        dP = dO_i V_j^T                same warp grid
+//        dS = P * (keep * dP / (1-p) - D) * (softcap: 1 - tanh^2)   -> sdS (like sP)
+//        [barrier B]
+//        dV += Pd^T dO_i   A = Pd^T: .trans ldmatrix of sP;   B = dO_i: .trans ldmatrix of sdO
+//        dK += dS^T Q_i    A = dS^T: .trans ldmatrix of sdS;  B = Q_i: .trans ldmatrix of sQ
+//        dQ_i += dS K_j    A = dS: ldmatrix of sdS;  B = K_j: .trans ldmatrix of sK
+//                          -> f32 atomicAdd into the (unscaled) dQ accumulator
+//
+//      The transposes P^T and dS^T never exist in memory: they are row-major P and dS read
+//      with ldmatrix.trans, which hands each lane the A fragment of the transposed tile. Barrier
+//      A of the next step orders that step's writes of sP/sdS and its prefetch into the other
+//      Q/dO buffer after every warp's reads of this step, so two barriers per step suffice.
+//      In deterministic mode the dQ product is skipped here (dq_accum == nullptr).
+//      Epilogue: dK * scale and dV * (1/(1-p)) staged through shared memory as 16-bit and
+//      stored with 16-byte writes; or, when a kv head's query heads are split over several CTAs
+//      (GQA with few key blocks), unscaled f32 partials that bwd_reduce_dkv_kernel sums in a
+//      fixed order.
+//   3. bwd_convert_dq_kernel: dQ = scale * accumulator -> element type (strided). Deterministic
+//      mode instead runs bwd_dq_kernel (bwd_dq_kernel.h), which recomputes S, P, dP and dS per
+//      query block over all visible key blocks and keeps dQ in registers: no atomics.
+//
+// Padding and masking: rows of Q/dO past seqlen_q and keys past seqlen_k are zero-filled by
+// cp.async (src-size 0), so no garbage enters an MMA. Padding rows have LSE = +inf (P = 0, dS = 0,
+// their atomics add zeros into rows the workspace reserves for this sequence); keys past
+// seqlen_k are masked to -inf (P = 0) and their dK/dV rows are not stored. A query row with no
+// visible key (LSE = -inf, stored as +inf) gets P = 0 everywhere: zero gradients, never NaN.
+//
+// Query blocks that see no key of block j are skipped (query_block_range); blocks that straddle
+// the window or the end of the keys pay for the element-wise mask.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "cuda/sm80/bwd_common.h"
+
+namespace flashattn::cuda {
+
+template <typename Traits>
+__global__ void __launch_bounds__(Traits::kThreads, 1)
+    bwd_kernel(const __grid_constant__ BwdKernelParams params) {
+  using Element = typename Traits::Element;
+  constexpr int kBlockM = Traits::kBlockM;
+  constexpr int kBlockN = Traits::kBlockN;
+  constexpr int kHeadDim = Traits::kHeadDim;
+  constexpr int kStride = Traits::kSmemStride;
+  constexpr int kPStride = Traits::kPStride;
+  constexpr uint32_t kElem = sizeof(Element);
+
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  Element* sK = reinterpret_cast<Element*>(smem_raw);  // (kBlockN, kStride)
+  Element* sV = sK + Traits::kSmemKV;                  // (kBlockN, kStride)
+  Element* sQ = sV + Traits::kSmemKV;                  // 2 x (kBlockM, kStride)
+  Element* sdO = sQ + 2 * Traits::kSmemQ;              // 2 x (kBlockM, kStride)
+  Element* sP = sdO + 2 * Traits::kSmemQ;              // (kBlockM, kPStride)
+  Element* sdS = sP + Traits::kSmemP;                  // (kBlockM, kPStride)
+  float* sStats = reinterpret_cast<float*>(sdS + Traits::kSmemP);  // 2 x (lse_log2, dsum) x kBlockM
+
+  const int tid = threadIdx.x;
+  const int warp = tid / 32;
+  const int lane = tid % 32;
+  const int n_block = blockIdx.x;  // block 0 first: under a causal mask it sees the most rows
+  const int kv_head = blockIdx.y / params.kv_splits;
+  const int split = blockIdx.y % params.kv_splits;
+  const int batch = blockIdx.z;
+  const int group = params.heads / params.heads_k;
+  const int heads_per_split = group / params.kv_splits;
+  const int head_begin = kv_head * group + split * heads_per_split;
+
+  const SeqExtent seq = seq_extent(params, batch);
+  const int n0 = n_block * kBlockN;
+  if (n0 >= seq.seqlen_k) return;  // past this sequence's keys (varlen)
+  const int keys_here = min(kBlockN, seq.seqlen_k - n0);
+
+  const WindowMask mask{seq.seqlen_q, seq.seqlen_k, params.window_left, params.window_right};
+  int m_lo = 0, m_hi = (seq.seqlen_q + kBlockM - 1) / kBlockM;
+  if constexpr (Traits::kMask == MaskMode::kWindow) {
+    query_block_range(mask, n0, n0 + keys_here, kBlockM, &m_lo, &m_hi);
+  }
+  const int n_m = max(m_hi - m_lo, 0);
+  const int head_end = n_m > 0 ? head_begin + heads_per_split : head_begin;
+  // Steps walk (query head, query block) pairs: every query block of head_begin, then of the
+  // next head, and so on. Key blocks start at different query blocks (m_rot) so that they do
+  // not all add into the same dQ rows at once; the order is fixed per CTA, so dK/dV stay
+  // reproducible.
+  const int m_rot = n_m > 0 ? n_block % n_m : 0;
+  const int64_t ws_row0 = params.ws_row0(batch, seq.row0_q);
+
+  // Issues the cp.async copies of one step's Q, dO (zero-filled past seqlen_q) and stats.
+  auto load_step = [&](int head, int m0, int buf) {
+    const int64_t row = seq.row0_q + m0;
+    load_tile<Traits, kBlockM>(sQ + buf * Traits::kSmemQ, row_ptr<Element>(params.q, params.q_strides, batch, row, head),
+                               seq.seqlen_q - m0, tid);
+    load_tile<Traits, kBlockM>(sdO + buf * Traits::kSmemQ,
+                               row_ptr<Element>(params.dout, params.dout_strides, batch, row, head),
+                               seq.seqlen_q - m0, tid);
+    const int64_t ws = int64_t(head) * params.ws_rows + ws_row0 + m0;
+    load_stats<kBlockM, Traits::kThreads>(sStats + buf * 2 * kBlockM, params.lse_log2 + ws, params.dsum + ws, tid);
+  };
+
+  // Warp tiles of the three products (see BwdTraits).
+  const int sdp_row0 = (warp % Traits::kSdpWarpsM) * Traits::kSdpRows;
+  const int sdp_col0 = (warp / Traits::kSdpWarpsM) * Traits::kSdpCols;
+  const int kv_row0 = (warp % Traits::kKvWarpsN) * Traits::kKvRows;
+  const int kv_col0 = (warp / Traits::kKvWarpsN) * Traits::kKvCols;
+  const int dq_row0 = (warp % Traits::kDqWarpsM) * Traits::kDqRows;
+  const int dq_col0 = (warp / Traits::kDqWarpsM) * Traits::kDqCols;
+
+  // This lane's ldmatrix addresses (buffer 0 of Q/dO; the other buffer adds kQBufBytes). Operand
+  // pairs that share an addressing (Q/dO, K/V, P/dS) differ by a compile-time offset, which
+  // ends up in the instructions' immediates instead of in registers.
+  constexpr uint32_t kQBufBytes = kElem * Traits::kSmemQ;     // Q/dO buffer 0 -> 1
+  constexpr uint32_t kDoOffset = kElem * 2 * Traits::kSmemQ;  // sQ -> sdO
+  constexpr uint32_t kVOffset = kElem * Traits::kSmemKV;      // sK -> sV
+  constexpr uint32_t kDsOffset = kElem * Traits::kSmemP;      // sP -> sdS
+  const uint32_t q_a_addr = ptx::smem_addr(sQ + (sdp_row0 + ldsm_row_a(lane)) * kStride + ldsm_col_a(lane));
+  const uint32_t k_b_addr = ptx::smem_addr(sK + (sdp_col0 + ldsm_row_b(lane)) * kStride + ldsm_col_b(lane));
+  const uint32_t pt_a_addr = ptx::smem_addr(sP + ldsm_row_b(lane) * kPStride + kv_row0 + ldsm_col_b(lane));
+  const uint32_t q_b_addr = ptx::smem_addr(sQ + ldsm_row_a(lane) * kStride + kv_col0 + ldsm_col_a(lane));
+  const uint32_t ds_a_addr = ptx::smem_addr(sdS + (dq_row0 + ldsm_row_a(lane)) * kPStride + ldsm_col_a(lane));
+  const uint32_t k_bt_addr = ptx::smem_addr(sK + ldsm_row_a(lane) * kStride + dq_col0 + ldsm_col_a(lane));
+
+  float dk_acc[Traits::kKvMTiles][Traits::kKvDTiles][4];
+  float dv_acc[Traits::kKvMTiles][Traits::kKvDTiles][4];
+  zero_acc(dk_acc);
+  zero_acc(dv_acc);
+
+  if (head_begin < head_end) {
+    load_tile<Traits, kBlockN>(sK, row_ptr<Element>(params.k, params.k_strides, batch, seq.row0_k + n0, kv_head),
+                               keys_here, tid);
+    load_tile<Traits, kBlockN>(sV, row_ptr<Element>(params.v, params.v_strides, batch, seq.row0_k + n0, kv_head),
+                               keys_here, tid);
+    load_step(head_begin, (m_lo + m_rot) * kBlockM, 0);
+    ptx::cp_async_commit();
+  }
+
+  int buf = 0;
+  for (int head = head_begin, mi = m_rot; head < head_end; buf ^= 1) {
+    const int m0 = (m_lo + mi) * kBlockM;
+    const int next_mi = mi + 1 == n_m ? 0 : mi + 1;
+    const int next_head = next_mi == m_rot ? head + 1 : head;
+    ptx::cp_async_wait<0>();
+    __syncthreads();  // A: this step's Q, dO, stats (and K, V) landed; the previous step is done
+    if (next_head < head_end) {
+      load_step(next_head, (m_lo + next_mi) * kBlockM, buf ^ 1);
+      ptx::cp_async_commit();
+    }
+
+    // S = Q K^T -> P (Pd to sP), then dP = dO V^T -> dS (to sdS), on this warp's
+    // (kSdpRows x kSdpCols) tile.
+    const bool needs_mask = mask.block_needs_mask(m0, min(m0 + kBlockM, seq.seqlen_q), n0, n0 + kBlockN);
+    const float* stats = sStats + buf * 2 * kBlockM;
+    const BwdScoreState st = score_state<Traits::kMods>(params, batch, head);
+    float s[Traits::kSdpMTiles][Traits::kSdpNTiles][4];
+    zero_acc(s);
+    warp_gemm_abt<Element, Traits::kSdpMTiles, Traits::kSdpNTiles, kHeadDim / 16, kStride, kStride>(
+        s, q_a_addr + buf * kQBufBytes, k_b_addr);
+    KeepBits<Traits::kSdpMTiles, Traits::kSdpNTiles> keep;
+    scores_to_probs<Traits::kMods, Element, Traits::kSdpMTiles, Traits::kSdpNTiles, kPStride>(
+        s, keep, sP, sdp_row0, sdp_col0, m0, n0, stats, needs_mask, mask, st, lane);
+    float dp[Traits::kSdpMTiles][Traits::kSdpNTiles][4];
+    zero_acc(dp);
+    warp_gemm_abt<Element, Traits::kSdpMTiles, Traits::kSdpNTiles, kHeadDim / 16, kStride, kStride>(
+        dp, q_a_addr + buf * kQBufBytes + kDoOffset, k_b_addr + kVOffset);
+    probs_to_grads<Traits::kMods>(s, dp, keep, sdp_row0, stats + kBlockM, st, lane);
+    store_acc_16bit<Element, Traits::kSdpMTiles, Traits::kSdpNTiles, kPStride>(sdS, dp, sdp_row0, sdp_col0, lane);
+    __syncthreads();  // B: sP and sdS are complete
+
+    // dV += Pd^T dO and dK += dS^T Q: k runs over the kBlockM query rows of the step.
+    warp_gemm_atb<Element, Traits::kKvMTiles, Traits::kKvDTiles, kBlockM / 16, kPStride, kStride>(
+        dv_acc, pt_a_addr, q_b_addr + buf * kQBufBytes + kDoOffset);
+    warp_gemm_atb<Element, Traits::kKvMTiles, Traits::kKvDTiles, kBlockM / 16, kPStride, kStride>(
+        dk_acc, pt_a_addr + kDsOffset, q_b_addr + buf * kQBufBytes);
+
+    // dQ_i += dS K_j into the f32 accumulator (rows of this sequence's workspace block).
+    if (params.dq_accum != nullptr) {
+      // This lane's first element; every other one is a compile-time offset from it.
+      float* dq_lane = params.dq_accum + (int64_t(head) * params.ws_rows + ws_row0 + m0) * kHeadDim +
+                       (dq_row0 + lane / 4) * kHeadDim + dq_col0 + 2 * (lane % 4);
+#pragma unroll
+      for (int pass = 0; pass < Traits::kDqPasses; ++pass) {
+        float dq[Traits::kDqMTiles][Traits::kDqDTiles][4];
+        zero_acc(dq);
+        warp_gemm_ab<Element, Traits::kDqMTiles, Traits::kDqDTiles, kBlockN / 16, kPStride, kStride>(
+            dq, ds_a_addr, k_bt_addr + kElem * pass * Traits::kDqPassCols);
+#pragma unroll
+        for (int mt = 0; mt < Traits::kDqMTiles; ++mt) {
+#pragma unroll
+          for (int dt = 0; dt < Traits::kDqDTiles; ++dt) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              float* dst = dq_lane + (mt * 16 + 8 * h) * kHeadDim + pass * Traits::kDqPassCols + dt * 8;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+              atomicAdd(reinterpret_cast<float2*>(dst), make_float2(dq[mt][dt][2 * h], dq[mt][dt][2 * h + 1]));
+#else
+              atomicAdd(dst, dq[mt][dt][2 * h]);
+              atomicAdd(dst + 1, dq[mt][dt][2 * h + 1]);
+#endif
+            }
+          }
+        }
+      }
+    }
+    head = next_head;
+    mi = next_mi;
+  }
+
+  // Epilogue. dK = scale * sum dS^T Q; dV = sum Pd^T dO / (1 - p).
+  const float dk_scale = params.scale;
+  const float dv_scale = Traits::kMods == ScoreMods::kAny && params.has_dropout() ? params.dropout_rescale : 1.0f;
+  if (params.kv_splits > 1) {
+    // Unscaled f32 partials of this chunk of query heads, written straight from registers.
+    const int g = lane / 4;
+    const int t = lane % 4;
+    const int64_t row_base = int64_t(split) * params.total_k + params.k_row0(batch, seq.row0_k) + n0;
+#pragma unroll
+    for (int mt = 0; mt < Traits::kKvMTiles; ++mt) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int r = kv_row0 + mt * 16 + g + 8 * h;
+        if (r >= keys_here) continue;
+        const int64_t off = ((row_base + r) * params.heads_k + kv_head) * kHeadDim + kv_col0 + 2 * t;
+#pragma unroll
+        for (int dt = 0; dt < Traits::kKvDTiles; ++dt) {
+          *reinterpret_cast<float2*>(params.dk_partial + off + dt * 8) =
+              make_float2(dk_acc[mt][dt][2 * h], dk_acc[mt][dt][2 * h + 1]);
+          *reinterpret_cast<float2*>(params.dv_partial + off + dt * 8) =
+              make_float2(dv_acc[mt][dt][2 * h], dv_acc[mt][dt][2 * h + 1]);
+        }
+      }
+    }
+    return;
+  }
+  __syncthreads();  // every warp is done reading sK and sV; they now stage dK and dV
+  store_acc_16bit<Element, Traits::kKvMTiles, Traits::kKvDTiles, kStride>(sK, dk_acc, kv_row0, kv_col0, lane, dk_scale);
+  store_acc_16bit<Element, Traits::kKvMTiles, Traits::kKvDTiles, kStride>(sV, dv_acc, kv_row0, kv_col0, lane, dv_scale);
+  __syncthreads();
+  char* gdK = static_cast<char*>(params.dk) +
+              kElem * (batch * params.dk_strides.batch + (seq.row0_k + n0) * params.dk_strides.row +
+                       int64_t(kv_head) * params.dk_strides.head);
+  char* gdV = static_cast<char*>(params.dv) +
+              kElem * (batch * params.dv_strides.batch + (seq.row0_k + n0) * params.dv_strides.row +
+                       int64_t(kv_head) * params.dv_strides.head);
+  const int64_t dk_row_bytes = kElem * params.dk_strides.row;
+  const int64_t dv_row_bytes = kElem * params.dv_strides.row;
+  constexpr int kChunks = kBlockN * Traits::kChunksPerRow;
+#pragma unroll
+  for (int c = tid; c < kChunks; c += Traits::kThreads) {
+    const int r = c / Traits::kChunksPerRow;
+    const int col = (c % Traits::kChunksPerRow) * 8;
+    if (r < keys_here) {
+      *reinterpret_cast<uint4*>(gdK + r * dk_row_bytes + col * kElem) =
+          *reinterpret_cast<const uint4*>(sK + r * kStride + col);
+      *reinterpret_cast<uint4*>(gdV + r * dv_row_bytes + col * kElem) =
+          *reinterpret_cast<const uint4*>(sV + r * kStride + col);
+    }
+  }
+}
+
+}  // namespace flashattn::cuda

@@ -1,0 +1,147 @@
+// Host side of the sm80-class backward for one traits: workspace, then the kernel sequence
+// preprocess -> main -> (dQ convert | deterministic dQ) -> (GQA reduction), all on `stream`.
+// Included only by the generated src/cuda/instantiations/bwd_*.cu files.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+
+#include "cuda/common/cuda_check.h"
+#include "cuda/sm80/bwd_common.h"
+#include "cuda/sm80/bwd_dq_kernel.h"
+#include "cuda/sm80/bwd_kernel.h"
+#include "cuda/sm80/bwd_preprocess.h"
+
+namespace flashattn::cuda {
+
+namespace bwd_detail {
+
+constexpr int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+constexpr int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
+constexpr size_t kWsAlign = 256;  // byte alignment of each workspace array
+
+// Query-head chunks per kv head (GQA). One chunk keeps all of a kv head's dK/dV in one CTA's
+// registers (no partials); more chunks add CTAs when key blocks x kv heads x batch would leave
+// SMs idle, at the price of f32 partials and a reduction. Picks the smallest divisor of the
+// group size that fills the SMs once.
+inline int kv_splits_for(const BackwardParams& p, int block_n, int num_sms) {
+  const int group = p.heads / p.heads_k;
+  const int64_t ctas = ceil_div(p.seqlen_k, block_n) * p.heads_k * p.batch;
+  int splits = 1;
+  while (splits < group && ctas * splits < num_sms) {
+    ++splits;
+    while (group % splits != 0) ++splits;
+  }
+  return splits;
+}
+
+// Launches the kernels; the workspace pointers in kp are set.
+template <typename Traits>
+Status launch_bwd_kernels(const BwdKernelParams& kp, cudaStream_t stream) {
+  using Element = typename Traits::Element;
+  using DqTraits = BwdDqTraits<Traits>;
+  constexpr int kHeadDim = Traits::kHeadDim;
+
+  if (kp.seqlen_q > 0) {
+    constexpr int kRows = bwd_preprocess_rows_per_cta<kHeadDim>();
+    const dim3 grid(unsigned(ceil_div(round_up(kp.seqlen_q, Traits::kBlockM), kRows)), kp.heads, kp.batch);
+    bwd_preprocess_kernel<Element, kHeadDim><<<grid, kBwdAuxThreads, 0, stream>>>(kp);
+    FLASHATTN_CUDA_TRY(cudaGetLastError());
+  }
+  if (kp.dq_accum != nullptr) {
+    FLASHATTN_CUDA_TRY(cudaMemsetAsync(kp.dq_accum, 0, sizeof(float) * size_t(kp.heads) * kp.ws_rows * kHeadDim,
+                                       stream));
+  }
+  if (kp.seqlen_k > 0) {
+    const auto kernel = bwd_kernel<Traits>;
+    constexpr size_t kSmem = Traits::kSmemBytes;
+    if constexpr (kSmem > 48 * 1024) {
+      FLASHATTN_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmem)));
+    }
+    const dim3 grid(unsigned(ceil_div(kp.seqlen_k, Traits::kBlockN)), kp.heads_k * kp.kv_splits, kp.batch);
+    kernel<<<grid, Traits::kThreads, kSmem, stream>>>(kp);
+    FLASHATTN_CUDA_TRY(cudaGetLastError());
+  }
+  if (kp.seqlen_q > 0) {
+    if (kp.deterministic) {
+      const auto kernel = bwd_dq_kernel<DqTraits>;
+      constexpr size_t kSmem = DqTraits::kSmemBytes;
+      if constexpr (kSmem > 48 * 1024) {
+        FLASHATTN_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmem)));
+      }
+      const dim3 grid(unsigned(ceil_div(kp.seqlen_q, DqTraits::kBlockM)), kp.heads, kp.batch);
+      kernel<<<grid, DqTraits::kThreads, kSmem, stream>>>(kp);
+    } else {
+      const dim3 grid(unsigned(ceil_div(kp.seqlen_q, kBwdAuxRows)), kp.heads, kp.batch);
+      bwd_convert_dq_kernel<Element, kHeadDim><<<grid, kBwdAuxThreads, 0, stream>>>(kp);
+    }
+    FLASHATTN_CUDA_TRY(cudaGetLastError());
+  }
+  if (kp.kv_splits > 1 && kp.seqlen_k > 0) {
+    const dim3 grid(unsigned(ceil_div(kp.seqlen_k, kBwdAuxRows)), kp.heads_k, kp.batch);
+    bwd_reduce_dkv_kernel<Element, kHeadDim><<<grid, kBwdAuxThreads, 0, stream>>>(kp);
+    FLASHATTN_CUDA_TRY(cudaGetLastError());
+  }
+  return Status::Ok();
+}
+
+}  // namespace bwd_detail
+
+template <typename Traits>
+Status run_bwd(const BackwardParams& params, cudaStream_t stream) {
+  using namespace bwd_detail;
+  using DqTraits = BwdDqTraits<Traits>;
+  constexpr int kHeadDim = Traits::kHeadDim;
+  constexpr int kBlockM = Traits::kBlockM;
+
+  int device = 0;
+  FLASHATTN_CUDA_TRY(cudaGetDevice(&device));
+  int smem_optin = 0;
+  FLASHATTN_CUDA_TRY(cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  const size_t smem_needed = std::max(Traits::kSmemBytes, params.deterministic ? DqTraits::kSmemBytes : size_t(0));
+  if (smem_needed > size_t(smem_optin)) {
+    return Status::NotSupported("the CUDA backward for head_dim " + std::to_string(kHeadDim) + " needs " +
+                                std::to_string(smem_needed) + " bytes of shared memory per block; device " +
+                                std::to_string(device) + " allows " + std::to_string(smem_optin));
+  }
+  int num_sms = 0;
+  FLASHATTN_CUDA_TRY(cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, device));
+
+  BwdKernelParams kp;
+  static_cast<BackwardParams&>(kp) = params;
+  kp.ws_block = kBlockM;
+  kp.ws_seq_rows = int32_t(round_up(params.seqlen_q, kBlockM));
+  kp.ws_rows = params.is_varlen() ? round_up(params.total_q, 4) + int64_t(params.batch) * (kBlockM + 4)
+                                  : int64_t(params.batch) * kp.ws_seq_rows;
+  kp.kv_splits = kv_splits_for(params, Traits::kBlockN, num_sms);
+
+  // Workspace, O(rows * head_dim): LSE*log2(e) and D per (head, row); the f32 dQ accumulator
+  // (atomics path only); f32 dK/dV partials when query heads are split.
+  const size_t stat_bytes = round_up(sizeof(float) * size_t(params.heads) * kp.ws_rows, kWsAlign);
+  const size_t dq_bytes =
+      params.deterministic ? 0 : round_up(sizeof(float) * size_t(params.heads) * kp.ws_rows * kHeadDim, kWsAlign);
+  const size_t part_bytes =
+      kp.kv_splits > 1
+          ? round_up(sizeof(float) * size_t(kp.kv_splits) * params.total_k * params.heads_k * kHeadDim, kWsAlign)
+          : 0;
+  const size_t total = std::max<size_t>(2 * stat_bytes + dq_bytes + 2 * part_bytes, kWsAlign);
+  void* ws = nullptr;
+  FLASHATTN_CUDA_TRY(cudaMallocAsync(&ws, total, stream));
+  char* base = static_cast<char*>(ws);
+  kp.lse_log2 = reinterpret_cast<float*>(base);
+  kp.dsum = reinterpret_cast<float*>(base + stat_bytes);
+  kp.dq_accum = params.deterministic ? nullptr : reinterpret_cast<float*>(base + 2 * stat_bytes);
+  if (kp.kv_splits > 1) {
+    kp.dk_partial = reinterpret_cast<float*>(base + 2 * stat_bytes + dq_bytes);
+    kp.dv_partial = reinterpret_cast<float*>(base + 2 * stat_bytes + dq_bytes + part_bytes);
+  }
+
+  const Status launched = launch_bwd_kernels<Traits>(kp, stream);
+  const Status freed = cuda_status(cudaFreeAsync(ws, stream), "cudaFreeAsync(backward workspace)");
+  return launched.ok() ? freed : launched;
+}
+
+}  // namespace flashattn::cuda
