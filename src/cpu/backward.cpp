@@ -315,7 +315,7 @@ FLASHATTN_CPU_INLINE void chunk_item(const BackwardContext& ctx, const ChunkItem
                                         dv, ws + sc.grows, &gld);
 
         // P = exp2(x(Q . K^T) - lse2), queries as rows.
-        gemm<Isa, false>(nq, kc, d, qp, qld, 1, kt, kc, prob, kc);
+        gemm<Isa, GemmMode::kStore>(nq, kc, d, qp, qld, 1, kt, kc, prob, kc);
         const bool masked = !vis.all_visible(i0, i0 + nq, j0, j0 + nk) || kc != nk;
         for (int64_t ir = 0; ir < nq; ++ir) {
           const int64_t i = i0 + ir;
@@ -333,7 +333,7 @@ FLASHATTN_CPU_INLINE void chunk_item(const BackwardContext& ctx, const ChunkItem
         }
 
         // dP = dO . V^T, dropout, dS.
-        gemm<Isa, false>(nq, kc, dv, gp, gld, 1, vt, kc, ds, kc);
+        gemm<Isa, GemmMode::kStore>(nq, kc, dv, gp, gld, 1, vt, kc, ds, kc);
         if (p.has_dropout()) {
           dropout_query_rows(p, batch_head, i0, nq, j0, nk, mult, kc);
           multiply<W>(prob, mult, pd, nq * kc);
@@ -347,9 +347,9 @@ FLASHATTN_CPU_INLINE void chunk_item(const BackwardContext& ctx, const ChunkItem
         }
 
         // dV^T += dO^T . Pd,  dK^T += Q^T . dS,  dQ_chunk += dS . K.
-        gemm<Isa, true>(dv, kc, nq, gp, 1, gld, pd, kc, dvt, kc);
-        gemm<Isa, true>(d, kc, nq, qp, 1, qld, ds, kc, dkt, kc);
-        gemm<Isa, true>(nq, dpad, nk, ds, kc, 1, krows, dpad, dq_rows + i0 * dpad, dpad);
+        gemm<Isa, GemmMode::kAccumulate>(dv, kc, nq, gp, 1, gld, pd, kc, dvt, kc);
+        gemm<Isa, GemmMode::kAccumulate>(d, kc, nq, qp, 1, qld, ds, kc, dkt, kc);
+        gemm<Isa, GemmMode::kAccumulate>(nq, dpad, nk, ds, kc, 1, krows, dpad, dq_rows + i0 * dpad, dpad);
       }
     }
     store_transposed(p.dtype, p.dk, p.dk_strides, b, seq.k_row0, j0, nk, hk, d, dkt, kc, p.scale,

@@ -54,7 +54,7 @@ struct ForwardScratch {
   int64_t m;     // (kBlockQ)           running max (log2 domain)
   int64_t l;     // (kBlockQ)           running sum
   int64_t alpha; // (kBlockQ)           2^(m_old - m_new)
-  int64_t m_use; // (kBlockQ)           m_new, or 0 while the column has seen no visible key
+  int64_t mx;    // (kBlockQ)           maximum of the current tile, per query column
   int64_t size;
 
   explicit ForwardScratch(const ForwardParams& p) {
@@ -71,7 +71,7 @@ struct ForwardScratch {
     m = lay.add(kBlockQ);
     l = lay.add(kBlockQ);
     alpha = lay.add(kBlockQ);
-    m_use = lay.add(kBlockQ);
+    mx = lay.add(kBlockQ);
     size = lay.size();
   }
 };
@@ -106,7 +106,7 @@ FLASHATTN_CPU_INLINE void forward_item(const ForwardContext& ctx, const ForwardI
   float* m = ws + sc.m;          // (cols)
   float* l = ws + sc.l;          // (cols)
   float* alpha = ws + sc.alpha;  // (cols)
-  float* m_use = ws + sc.m_use;  // (cols)
+  float* mx = ws + sc.mx;        // (cols)
 
   rows_transposed(p.dtype, p.q, p.q_strides, b, seq.q_row0, i0, nq, h, d, row, qt, cols);
   std::fill(ot, ot + dv * cols, 0.0f);
@@ -123,35 +123,46 @@ FLASHATTN_CPU_INLINE void forward_item(const ForwardContext& ctx, const ForwardI
     const float* kp = rows_as_float(p.dtype, p.k, p.k_strides, b, seq.k_row0, j0, nk, hk, d, ws + sc.k, &kld);
     const float* vp = rows_as_float(p.dtype, p.v, p.v_strides, b, seq.k_row0, j0, nk, hk, dv, ws + sc.v, &vld);
 
-    // S^T = K . Q^T, then logits in the log2 domain.
-    gemm<Isa, false>(nk, cols, d, kp, kld, 1, qt, cols, st, cols);
+    // S^T = K . Q^T: raw dot products (logits after transform_scores unless tf.plain), and
+    // the maximum of each query column. Without masking or transform the maximum comes out of
+    // the matrix product's registers.
     const bool masked = !vis.all_visible(i0, i0 + nq, j0, j0 + nk);
-    for (int64_t jr = 0; jr < nk; ++jr) {
-      float* x = st + jr * cols;
-      transform_scores<W>(tf, x, nullptr, cols, i0 + vis.diag - (j0 + jr), 1.0f);
-      if (masked) {
-        const int64_t j = j0 + jr;
-        mask_outside(x, cols, vis.first_query(j) - i0, vis.last_query(j) - i0);
+    std::fill(mx, mx + cols, kNegInf);
+    if (tf.plain && !masked) {
+      gemm<Isa, GemmMode::kStoreColMax>(nk, cols, d, kp, kld, 1, qt, cols, st, cols, mx);
+    } else {
+      gemm<Isa, GemmMode::kStore>(nk, cols, d, kp, kld, 1, qt, cols, st, cols);
+      for (int64_t jr = 0; jr < nk; ++jr) {
+        float* x = st + jr * cols;
+        transform_scores<W>(tf, x, nullptr, cols, i0 + vis.diag - (j0 + jr), 1.0f);
+        if (masked) {
+          const int64_t j = j0 + jr;
+          mask_outside(x, cols, vis.first_query(j) - i0, vis.last_query(j) - i0);
+        }
+      }
+      for (int64_t c = 0; c < cols; c += W) {
+        V cm;
+        vload<W>(cm, mx + c);
+        for (int64_t jr = 0; jr < nk; ++jr) {
+          V x;
+          vload<W>(x, st + jr * cols + c);
+          vmax_inplace<W>(cm, x);
+        }
+        vstore<W>(mx + c, cm);
       }
     }
 
-    // Online softmax, one vector of query columns at a time.
+    // Online softmax, one vector of query columns at a time: m_new = max(m, tile max),
+    // P = exp2(s * exp_scale - m_new), l = l * 2^(m - m_new) + rowsum(P).
     bool rescale = false;
     V exp_scale;
     vsplat<W>(exp_scale, tf.exp_scale);
     for (int64_t c = 0; c < cols; c += W) {
-      V mx;
-      vsplat<W>(mx, kNegInf);
-      for (int64_t jr = 0; jr < nk; ++jr) {
-        V x;
-        vload<W>(x, st + jr * cols + c);
-        vmax_inplace<W>(mx, x);
-      }
-      mx *= exp_scale;
       V m_old, m_new, a, use;
+      vload<W>(m_new, mx + c);
+      m_new *= exp_scale;
       vload<W>(m_old, m + c);
-      m_new = m_old;
-      vmax_inplace<W>(m_new, mx);
+      vmax_inplace<W>(m_new, m_old);
       // A column that has seen only masked keys keeps m = -inf; subtracting 0 instead keeps
       // exp2(-inf - m) = 0 and avoids -inf - -inf.
       use = m_new == kNegInf ? V{} : m_new;
@@ -159,7 +170,6 @@ FLASHATTN_CPU_INLINE void forward_item(const ForwardContext& ctx, const ForwardI
       vexp2_inplace<W>(a);
       rescale |= vany_ne<W>(a, 1.0f);
       vstore<W>(m + c, m_new);
-      vstore<W>(m_use + c, use);
       vstore<W>(alpha + c, a);
       V sum{};
       for (int64_t jr = 0; jr < nk; ++jr) {
@@ -189,20 +199,12 @@ FLASHATTN_CPU_INLINE void forward_item(const ForwardContext& ctx, const ForwardI
       }
     }
 
-    // O^T = O^T * alpha + V^T . P^T.
+    // O^T = O^T * alpha + V^T . P^T (the rescale is skipped when no column maximum moved).
     if (rescale) {
-      for (int64_t c = 0; c < cols; c += W) {
-        V a;
-        vload<W>(a, alpha + c);
-        for (int64_t r = 0; r < dv; ++r) {
-          V o;
-          vload<W>(o, ot + r * cols + c);
-          o *= a;
-          vstore<W>(ot + r * cols + c, o);
-        }
-      }
+      gemm<Isa, GemmMode::kScaleAccumulate>(dv, cols, nk, vp, 1, vld, st, cols, ot, cols, alpha);
+    } else {
+      gemm<Isa, GemmMode::kAccumulate>(dv, cols, nk, vp, 1, vld, st, cols, ot, cols);
     }
-    gemm<Isa, true>(dv, cols, nk, vp, 1, vld, st, cols, ot, cols);
   }
 
   // Normalise, write O and LSE. A query with no visible key has l = 0: O = 0, LSE = -inf.
