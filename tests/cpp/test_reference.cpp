@@ -376,5 +376,79 @@ TEST(ReferenceGradient, EmptyRowsHaveZeroGradientsAndNoNaN) {
   }
 }
 
+// ---- the test utilities themselves ---------------------------------------------------------
+
+TEST(TestUtil, HalfAndBfloat16Rounding) {
+  EXPECT_EQ(float_to_half_bits(1.0f), 0x3C00u);
+  EXPECT_EQ(float_to_half_bits(-2.0f), 0xC000u);
+  EXPECT_EQ(float_to_half_bits(65504.0f), 0x7BFFu);  // largest half
+  EXPECT_EQ(float_to_half_bits(65519.0f), 0x7BFFu);  // below the midpoint to 2^16
+  EXPECT_EQ(float_to_half_bits(65520.0f), 0x7C00u);  // the midpoint rounds to inf (even)
+  EXPECT_EQ(float_to_half_bits(std::ldexp(1.0f, -24)), 0x0001u);         // smallest subnormal
+  EXPECT_EQ(float_to_half_bits(std::ldexp(1.0f, -25)), 0x0000u);         // tie to even: 0
+  EXPECT_EQ(float_to_half_bits(std::ldexp(3.0f, -25)), 0x0002u);         // tie to even: 2
+  EXPECT_EQ(float_to_half_bits(1.0f + std::ldexp(1.0f, -11)), 0x3C00u);  // tie to even
+  EXPECT_EQ(float_to_half_bits(1.0f + std::ldexp(3.0f, -11)), 0x3C02u);  // tie to even
+  EXPECT_EQ(half_bits_to_float(0x3555u), 0.333251953125f);
+  EXPECT_EQ(half_bits_to_float(0x0200u), std::ldexp(1.0f, -15));  // subnormal
+  EXPECT_TRUE(std::isnan(half_bits_to_float(float_to_half_bits(std::nanf("")))));
+  EXPECT_EQ(float_to_bf16_bits(1.0f), 0x3F80u);
+  EXPECT_EQ(float_to_bf16_bits(1.0f + std::ldexp(1.0f, -8)), 0x3F80u);  // tie to even
+  EXPECT_EQ(float_to_bf16_bits(1.0f + std::ldexp(3.0f, -8)), 0x3F82u);  // tie to even
+  EXPECT_EQ(bf16_bits_to_float(0xC040u), -3.0f);
+  EXPECT_TRUE(std::isnan(bf16_bits_to_float(float_to_bf16_bits(std::nanf("")))));
+  // Every half round-trips exactly.
+  for (uint32_t h = 0; h < 0x7C00u; ++h) {
+    ASSERT_EQ(float_to_half_bits(half_bits_to_float(static_cast<uint16_t>(h))), h);
+  }
+  EXPECT_EQ(round_to(DType::kBFloat16, 1.00390625), 1.0);
+  EXPECT_EQ(round_to(DType::kFloat16, 0.1), 0.0999755859375);
+}
+
+TEST(TestUtil, StridedViewsAndGuardedPadding) {
+  // A padded (b, s, h, d) view is not contiguous, and its padding is watched.
+  View v = alloc_view(Backend::kCpu, DType::kFloat32, Layout::kPadded, {2, 3, 4, 5});
+  EXPECT_EQ(v.strides[3], 1);
+  EXPECT_EQ(v.strides[2], 5 + 8);
+  EXPECT_EQ(v.strides[1], 4 * 13 + 8);
+  EXPECT_EQ(v.strides[0], 3 * 60 + 8);
+  std::vector<double> x(static_cast<size_t>(v.numel()));
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<double>(i);
+  v.write(x);
+  EXPECT_EQ(v.read(), x);
+  v.arena->upload();
+  EXPECT_TRUE(v.arena->padding_untouched("v"));
+  // Write one padding element behind the arena's back: detected.
+  float* base = static_cast<float*>(v.arena->device_data());
+  base[v.offset + 5] = 1.0f;  // between head 0 and head 1 of row 0
+  v.arena->download();
+  EXPECT_FALSE(v.arena->padding_untouched("v"));
+
+  // Head-major: memory order (b, h, s, d).
+  View hm = alloc_view(Backend::kCpu, DType::kFloat16, Layout::kHeadMajor, {2, 3, 4, 5});
+  EXPECT_EQ(hm.strides[1], 5);
+  EXPECT_EQ(hm.strides[2], 15);
+  EXPECT_EQ(hm.strides[0], 60);
+  // Packed: q, k, v are slices of one (b, s, h + 2 hk, d) buffer.
+  std::vector<View> qkv = alloc_packed(Backend::kCpu, DType::kBFloat16, {2, 3}, {4, 2, 2}, 8);
+  EXPECT_EQ(qkv[0].arena, qkv[2].arena);
+  EXPECT_EQ(qkv[1].offset, 4 * 8);
+  EXPECT_EQ(qkv[2].offset, 6 * 8);
+  EXPECT_EQ(qkv[2].strides[1], 8 * 8);
+  EXPECT_EQ(qkv[2].tensor().shape[2], 2);
+}
+
+TEST(TestUtil, CriterionRejectsNaNAndMismatchedInfinities) {
+  const std::vector<double> ref = {1.0, -kInf, 0.5};
+  EXPECT_TRUE(meets_criterion("x", DType::kFloat32, {1.0, -kInf, 0.5}, ref, {}));
+  EXPECT_FALSE(meets_criterion("x", DType::kFloat32, {1.0, -kInf, std::nan("")}, ref, {}));
+  EXPECT_FALSE(meets_criterion("x", DType::kFloat32, {1.0, -1e30, 0.5}, ref, {}));
+  EXPECT_FALSE(meets_criterion("x", DType::kFloat32, {1.001, -kInf, 0.5}, ref, {}));
+  // Low precision: twice the naive error plus atol (2 * 2^-11 * (1 + 0.3) for float16).
+  const std::vector<double> lowp = {1.001, -kInf, 0.5};
+  EXPECT_TRUE(meets_criterion("x", DType::kFloat16, {1.0025, -kInf, 0.5}, ref, lowp));
+  EXPECT_FALSE(meets_criterion("x", DType::kFloat16, {1.0035, -kInf, 0.5}, ref, lowp));
+}
+
 }  // namespace
 }  // namespace flashattn::test
