@@ -361,6 +361,44 @@ TEST_P(Special, VarlenMatchesPerSequenceDense) {
   }
 }
 
+// ---- split-KV vs unsplit --------------------------------------------------------------------
+
+TEST_P(Special, SplitKvMatchesUnsplit) {
+  const Backend backend = GetParam();
+  FLASHATTN_SKIP_IF_UNAVAILABLE(backend);
+  const DType dt = dtypes_for(backend).back();
+  for (const auto& [sq, causal] : {std::pair{1, false}, std::pair{7, true}, std::pair{64, false}}) {
+    ProblemSpec s = ProblemSpec::dense(dt, 2, sq, 300, 8, 2, 64, 64);
+    s.causal = causal;
+    s.data_seed = 6100u + static_cast<uint32_t>(sq);
+    std::vector<std::vector<double>> outs, lses;
+    for (int splits : {1, 3, 0}) {
+      s.num_splits = splits;
+      SCOPED_TRACE(s.describe());
+      const HostProblem host = make_host_problem(s);
+      DeviceProblem dev(backend, s, host);
+      std::string skip;
+      if (!run(backend, s, dev, false, &skip)) {
+        if (!skip.empty()) GTEST_SKIP() << skip;
+        return;
+      }
+      const Results ref = run_reference(host, false);
+      const Results low = run_naive_lowp(host, dt, false);
+      EXPECT_TRUE(meets_criterion("out", dt, dev.out(), ref.out, low.out));
+      EXPECT_TRUE(meets_criterion("lse", dt, dev.lse(), ref.lse, low.lse));
+      outs.push_back(dev.out());
+      lses.push_back(dev.lse());
+    }
+    // The split results agree with the unsplit one to within a couple of roundings.
+    const double tol = 4.0 * unit_roundoff(dt) * (max_abs(outs[0]) + 1.0);
+    for (size_t i = 1; i < outs.size(); ++i) {
+      EXPECT_LE(error_stats(outs[i], outs[0]).max_abs, tol) << "out, run " << i;
+      EXPECT_LE(error_stats(lses[i], lses[0]).max_abs, 1e-4 * (max_abs(lses[0]) + 1.0))
+          << "lse, run " << i;
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, Special, testing::ValuesIn(all_backends()),
                          [](const testing::TestParamInfo<Backend>& param_info) {
                            return std::string(backend_name(param_info.param));

@@ -506,6 +506,7 @@ std::string ProblemSpec::describe() const {
     os << " dropout=" << dropout_p << " seed=" << dropout_seed << " offset=" << dropout_offset;
   if (deterministic) os << " deterministic";
   if (num_threads > 0) os << " threads=" << num_threads;
+  if (num_splits > 0) os << " splits=" << num_splits;
   os << " data_seed=" << data_seed;
   return os.str();
 }
@@ -715,6 +716,7 @@ ForwardArgs DeviceProblem::forward_args() const {
   a.v = v_.tensor();
   a.out = out_.tensor();
   a.lse = lse_.tensor();
+  a.num_splits = spec_.num_splits;
   return a;
 }
 

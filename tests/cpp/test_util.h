@@ -169,6 +169,7 @@ struct ProblemSpec {
   uint64_t dropout_offset = 0;
   bool deterministic = false;
   int num_threads = 0;  // CPU workers; 0 = all
+  int num_splits = 0;   // forward split-KV (CUDA); 0 = heuristic
 
   uint32_t data_seed = 1;  // seeds the random inputs
   double q_scale = 1.0;    // q ~ q_scale * N(0, 1): sharper or flatter softmax
