@@ -12,7 +12,7 @@ struct FwdTile {
   int warps;    // warps per CTA
 };
 
-constexpr FwdTile fwd_tile(int head_dim) {
+constexpr FwdTile fwd_tile(int head_dim, bool score_mods) {
 #if defined(FLASHATTN_DEV_FWD_BM)
   // dev/ experiments only: -DFLASHATTN_DEV_FWD_{BM,BN,WARPS}=... override every head dim.
   if (head_dim > 0) return {FLASHATTN_DEV_FWD_BM, FLASHATTN_DEV_FWD_BN, FLASHATTN_DEV_FWD_WARPS};
@@ -22,7 +22,10 @@ constexpr FwdTile fwd_tile(int head_dim) {
   if (head_dim <= 64) return {128, 64, 4};
   // d 96/128: same shape; O takes 96/128 registers, S 64, which is the most that fits under
   //           255 without spills (FlashAttention-2 settled on the same 128 x 64 x 4 warps).
-  if (head_dim <= 128) return {128, 64, 4};
+  //           With score modifiers (softcap, ALiBi, dropout) the per-element work needs more
+  //           live registers: 64-key tiles spill 200+ bytes there (ptxas, sm_90), 32-key tiles
+  //           none.
+  if (head_dim <= 128) return score_mods ? FwdTile{128, 32, 4} : FwdTile{128, 64, 4};
   // d 192/256: 16 rows per warp over 8 warps; 32 rows would need 192-256 registers for O alone.
   return {128, 64, 8};
 }

@@ -48,7 +48,7 @@ struct FwdTraits {
   static constexpr MaskMode kMask = kMask_;
   static constexpr ScoreMods kMods = kMods_;
 
-  static constexpr FwdTile kTile = fwd_tile(kHeadDim);
+  static constexpr FwdTile kTile = fwd_tile(kHeadDim, kMods == ScoreMods::kAny);
   static constexpr int kBlockM = kTile.block_m;
   static constexpr int kBlockN = kTile.block_n;
   static constexpr int kWarps = kTile.warps;
