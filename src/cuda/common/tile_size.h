@@ -55,19 +55,19 @@ struct BwdTile {
 };
 
 constexpr BwdTile bwd_tile(int head_dim) {
-  // d32: dK+dV take 32 registers per thread, so S and dP can be 128 x 128 (64 each); big tiles
-  //      halve the shared-memory traffic per MMA compared with 64-row steps.
-  if (head_dim <= 32) return {128, 128, 8, 4, 4, 4, 1};
-  // d64: dK+dV 64 registers, S and dP 64 each: the 128 x 128 FlashAttention-2 uses on sm80/sm90.
-  if (head_dim <= 64) return {128, 128, 8, 4, 4, 4, 1};
+  // d32/64: dK+dV take 32/64 registers, so S and dP can be 128 x 128 (64 each): 128-row steps
+  //         halve the barriers and per-step overhead per FLOP. S/dP warp tiles of 64 rows x 32
+  //         keys; the 32 x 64 alternative (same shared-memory traffic) spills at d64 (ptxas sm90).
+  if (head_dim <= 64) return {128, 128, 8, 2, 4, 4, 1};
   // d96/128: dK+dV take 96/128 registers, so the query step drops to 64 rows (S and dP 32
-  //          each); 32 x 32 S tiles per warp, 32 keys x 64 columns of dK/dV per warp.
+  //          each); 32 x 32 S tiles per warp, 32 keys x 48/64 columns of dK/dV per warp, and
+  //          32 x 32 dQ tiles at d128 (the fewest ldmatrix per MMA that fit).
   if (head_dim <= 96) return {64, 128, 8, 2, 4, 4, 1};
   if (head_dim <= 128) return {64, 128, 8, 2, 4, 2, 1};
-  // d192/256: 64 keys per CTA keep dK+dV at 96/128 registers; dQ in two column passes at d256
-  //           so its accumulator (32 per pass) fits next to them.
+  // d192/256: 64 keys per CTA keep dK+dV at 96/128 registers; at d256 dQ goes in four column
+  //           passes (16 registers each), which removes most of the spilling next to them.
   if (head_dim <= 192) return {64, 64, 8, 2, 2, 2, 1};
-  return {64, 64, 8, 2, 2, 2, 2};
+  return {64, 64, 8, 2, 2, 2, 4};
 }
 
 // Deterministic dQ kernel of the backward: one CTA per query block recomputes S, P, dP and dS

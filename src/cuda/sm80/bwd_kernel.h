@@ -192,7 +192,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       // This lane's first element; every other one is a compile-time offset from it.
       float* dq_lane = params.dq_accum + (int64_t(head) * params.ws_rows + ws_row0 + m0) * kHeadDim +
                        (dq_row0 + lane / 4) * kHeadDim + dq_col0 + 2 * (lane % 4);
-#pragma unroll
+#pragma unroll 1
       for (int pass = 0; pass < Traits::kDqPasses; ++pass) {
         float dq[Traits::kDqMTiles][Traits::kDqDTiles][4];
         zero_acc(dq);
