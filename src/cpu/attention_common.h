@@ -180,10 +180,17 @@ FLASHATTN_CPU_INLINE void transform_scores(const ScoreTransform& tf, float* __re
   using V = VecF<W>;
   if (tf.plain) return;
   if (tf.softcap) {
-    for (int64_t c = 0; c < n; ++c) {
-      const float t = std::tanh(x[c] * tf.cap_in);
-      if (tanh_out != nullptr) tanh_out[c] = t;
-      x[c] = tf.cap_out * t;
+    V cap_in, cap_out;
+    vsplat<W>(cap_in, tf.cap_in);
+    vsplat<W>(cap_out, tf.cap_out);
+    for (int64_t c = 0; c < n; c += W) {
+      V t;
+      vload<W>(t, x + c);
+      t *= cap_in;
+      vtanh_inplace<W>(t);
+      if (tanh_out != nullptr) vstore<W>(tanh_out + c, t);
+      t *= cap_out;
+      vstore<W>(x + c, t);
     }
   } else {
     V scale;
@@ -220,42 +227,62 @@ inline void mask_outside(float* row, int64_t n, int64_t lo, int64_t hi) {
   for (int64_t c = b; c < n; ++c) row[c] = kNegInf;
 }
 
+// Dropout keep decisions of queries [i0, i0 + n) (n <= kBlockQ) for the 4 keys of Philox
+// column group `group`: words[w][r] is the draw of query i0 + r, key 4 * group + w. A plain loop
+// over independent queries, so that it vectorises (the 32x32->64-bit products become vpmuludq).
+FLASHATTN_CPU_INLINE void dropout_draw_queries(const QKVParams& p, uint32_t batch_head, int64_t i0,
+                                               int64_t n, uint32_t group,
+                                               uint32_t (&words)[4][kBlockQ]) {
+  uint32_t* __restrict w0 = words[0];
+  uint32_t* __restrict w1 = words[1];
+  uint32_t* __restrict w2 = words[2];
+  uint32_t* __restrict w3 = words[3];
+  const uint32_t row0 = static_cast<uint32_t>(i0);
+  for (int64_t r = 0; r < n; ++r) {
+    const Philox4 d = dropout_draws(p.seed, p.offset, batch_head, row0 + static_cast<uint32_t>(r),
+                                    group);
+    w0[r] = d.x;
+    w1[r] = d.y;
+    w2[r] = d.z;
+    w3[r] = d.w;
+  }
+}
+
 // Dropout: mult = dropout_rescale where the keep mask keeps (query i, key j), else 0.
 // Key-rows tile: mult[jr * ld + c] for key j0 + jr (jr < nk), query i0 + c (c < nq); the
 // padding columns [nq, ld) are set to 0. j0 must be a multiple of 4 (each Philox call draws 4
 // consecutive keys).
-inline void dropout_key_rows(const QKVParams& p, uint32_t batch_head, int64_t i0, int64_t nq,
-                             int64_t j0, int64_t nk, float* mult, int64_t ld) {
-  for (int64_t jr = 0; jr < nk; ++jr) std::fill(mult + jr * ld + nq, mult + (jr + 1) * ld, 0.0f);
-  for (int64_t c = 0; c < nq; ++c) {
-    const uint32_t row = static_cast<uint32_t>(i0 + c);
-    for (int64_t g = 0; g < nk; g += 4) {
-      const Philox4 r = dropout_draws(p.seed, p.offset, batch_head, row,
-                                      static_cast<uint32_t>((j0 + g) >> 2));
-      const uint32_t words[4] = {r.x, r.y, r.z, r.w};
-      const int64_t nw = std::min<int64_t>(4, nk - g);
-      for (int64_t w = 0; w < nw; ++w) {
-        mult[(g + w) * ld + c] = words[w] >= p.dropout_threshold ? p.dropout_rescale : 0.0f;
+FLASHATTN_CPU_INLINE void dropout_key_rows(const QKVParams& p, uint32_t batch_head, int64_t i0,
+                                           int64_t nq, int64_t j0, int64_t nk, float* mult,
+                                           int64_t ld) {
+  uint32_t words[4][kBlockQ];
+  for (int64_t g = 0; g < nk; g += 4) {
+    dropout_draw_queries(p, batch_head, i0, nq, static_cast<uint32_t>((j0 + g) >> 2), words);
+    const int64_t nw = std::min<int64_t>(4, nk - g);
+    for (int64_t w = 0; w < nw; ++w) {
+      float* __restrict out = mult + (g + w) * ld;
+      const uint32_t* __restrict draw = words[w];
+      for (int64_t c = 0; c < nq; ++c) {
+        out[c] = draw[c] >= p.dropout_threshold ? p.dropout_rescale : 0.0f;
       }
+      std::fill(out + nq, out + ld, 0.0f);
     }
   }
 }
 
 // Query-rows tile: mult[ir * ld + c] for query i0 + ir (ir < nq), key j0 + c (c < nk); the
 // padding columns [nk, ld) are set to 0.
-inline void dropout_query_rows(const QKVParams& p, uint32_t batch_head, int64_t i0, int64_t nq,
-                               int64_t j0, int64_t nk, float* mult, int64_t ld) {
-  for (int64_t ir = 0; ir < nq; ++ir) {
-    const uint32_t row = static_cast<uint32_t>(i0 + ir);
-    float* out = mult + ir * ld;
-    std::fill(out + nk, out + ld, 0.0f);
-    for (int64_t g = 0; g < nk; g += 4) {
-      const Philox4 r = dropout_draws(p.seed, p.offset, batch_head, row,
-                                      static_cast<uint32_t>((j0 + g) >> 2));
-      const uint32_t words[4] = {r.x, r.y, r.z, r.w};
-      const int64_t nw = std::min<int64_t>(4, nk - g);
+FLASHATTN_CPU_INLINE void dropout_query_rows(const QKVParams& p, uint32_t batch_head, int64_t i0,
+                                             int64_t nq, int64_t j0, int64_t nk, float* mult,
+                                             int64_t ld) {
+  uint32_t words[4][kBlockQ];
+  for (int64_t ir = 0; ir < nq; ++ir) std::fill(mult + ir * ld + nk, mult + (ir + 1) * ld, 0.0f);
+  for (int64_t g = 0; g < nk; g += 4) {
+    dropout_draw_queries(p, batch_head, i0, nq, static_cast<uint32_t>((j0 + g) >> 2), words);
+    const int64_t nw = std::min<int64_t>(4, nk - g);
+    for (int64_t ir = 0; ir < nq; ++ir) {
       for (int64_t w = 0; w < nw; ++w) {
-        out[g + w] = words[w] >= p.dropout_threshold ? p.dropout_rescale : 0.0f;
+        mult[ir * ld + g + w] = words[w][ir] >= p.dropout_threshold ? p.dropout_rescale : 0.0f;
       }
     }
   }

@@ -136,4 +136,41 @@ FLASHATTN_CPU_INLINE void vexp2_inplace(VecF<W>& x) {
   x = __builtin_bit_cast(F, bits & keep);
 }
 
+// Odd polynomial for tanh on |y| < kSmall: tanh(y) = y + y^3 * Q(y^2), Q of degree 4 (a
+// relative-error least-squares fit reweighted towards minimax, rounded to float32). Measured in
+// float32: below 0.8 ulp on [0, kSmall).
+namespace tanh_detail {
+constexpr float kSmall = 0.625f;
+constexpr float kQ0 = -0.3333328068256378f;
+constexpr float kQ1 = 0.13331441581249237f;
+constexpr float kQ2 = -0.05373971536755562f;
+constexpr float kQ3 = 0.0206390880048275f;
+constexpr float kQ4 = -0.00570498825982213f;
+constexpr float kTwoLog2e = 2.88539008177792681f;  // 2 * log2(e)
+}  // namespace tanh_detail
+
+// y = tanh(y) lane-wise, within about 2 ulp: the polynomial above for |y| < 0.625, else
+// 1 - 2 / (e^(2|y|) + 1) (no cancellation there: the subtracted term is below 0.45), with the
+// sign of y restored; NaN stays NaN.
+template <int W>
+FLASHATTN_CPU_INLINE void vtanh_inplace(VecF<W>& y) {
+  using namespace tanh_detail;
+  using F = VecF<W>;
+  using I = VecI<W>;
+  const I bits = __builtin_bit_cast(I, y);
+  const F a = __builtin_bit_cast(F, bits & 0x7fffffff);
+  const F z = a * a;
+  F q = z * kQ4 + kQ3;
+  q = q * z + kQ2;
+  q = q * z + kQ1;
+  q = q * z + kQ0;
+  const F small = a + (a * z) * q;
+  F e = a * kTwoLog2e;
+  vexp2_inplace<W>(e);
+  const F large = 1.0f - 2.0f / (e + 1.0f);
+  F t = a < kSmall ? small : large;
+  t = a == a ? t : a;  // NaN
+  y = __builtin_bit_cast(F, __builtin_bit_cast(I, t) | (bits & static_cast<int32_t>(0x80000000u)));
+}
+
 }  // namespace flashattn::cpu
