@@ -7,6 +7,8 @@
 // a causal mask with Nq == Nk; other windows count the visible (query, key) pairs exactly;
 // backward is 2.5x the forward. Exit codes: 0 ok, 1 library/CUDA error or failed check, 2 bad
 // command line.
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -21,8 +23,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <unistd.h>
 
 #include "flashattn/flashattn.h"
 #include "reference/reference.h"
@@ -48,7 +48,7 @@ struct Config {
   int seqlen_q = 4096;
   int seqlen_k = -1;  // -1: = seqlen_q
   int heads = 8;
-  int heads_k = -1;   // -1: = heads
+  int heads_k = -1;  // -1: = heads
   int head_dim = 64;
   int head_dim_v = -1;  // -1: = head_dim
   DType dtype = DType::kFloat32;
@@ -72,31 +72,32 @@ struct Config {
 };
 
 void usage(const char* prog) {
-  std::fprintf(stderr,
-               "usage: %s [options]\n"
-               "  --device cpu|cuda      default: cuda when available, else cpu\n"
-               "  --batch B              default 1 (cpu), 4 (cuda)\n"
-               "  --seqlen-q N           default 4096\n"
-               "  --seqlen-k N           default = seqlen-q\n"
-               "  --heads H              default 8 (cpu), 16 (cuda)\n"
-               "  --heads-k H            default = heads (GQA/MQA when smaller)\n"
-               "  --head-dim D           default 64 (cpu), 128 (cuda)\n"
-               "  --head-dim-v D         default = head-dim\n"
-               "  --dtype f32|f16|bf16   default f32 (cpu), bf16 (cuda)\n"
-               "  --causal               bottom-right causal mask\n"
-               "  --window L,R           sliding window, -1 = unbounded side\n"
-               "  --softcap X            tanh soft-capping of the scores\n"
-               "  --alibi                ALiBi with the standard slopes 2^(-8 (h+1) / H)\n"
-               "  --dropout P            dropout probability\n"
-               "  --seed S               seed of the inputs and of dropout (default 0)\n"
-               "  --threads T            cpu worker threads (default: all)\n"
-               "  --repeats N            timed runs, median reported (default 10 cpu, 30 cuda)\n"
-               "  --warmup N             untimed runs first (default 2 cpu, 5 cuda)\n"
-               "  --no-backward          time the forward only\n"
-               "  --no-check             skip the comparison with the float64 reference\n"
-               "  --reference-speed      also time the float64 reference forward on the full shape\n"
-               "  --json                 print one JSON object on stdout instead of text\n",
-               prog);
+  std::fprintf(
+      stderr,
+      "usage: %s [options]\n"
+      "  --device cpu|cuda      default: cuda when available, else cpu\n"
+      "  --batch B              default 1 (cpu), 4 (cuda)\n"
+      "  --seqlen-q N           default 4096\n"
+      "  --seqlen-k N           default = seqlen-q\n"
+      "  --heads H              default 8 (cpu), 16 (cuda)\n"
+      "  --heads-k H            default = heads (GQA/MQA when smaller)\n"
+      "  --head-dim D           default 64 (cpu), 128 (cuda)\n"
+      "  --head-dim-v D         default = head-dim\n"
+      "  --dtype f32|f16|bf16   default f32 (cpu), bf16 (cuda)\n"
+      "  --causal               bottom-right causal mask\n"
+      "  --window L,R           sliding window, -1 = unbounded side\n"
+      "  --softcap X            tanh soft-capping of the scores\n"
+      "  --alibi                ALiBi with the standard slopes 2^(-8 (h+1) / H)\n"
+      "  --dropout P            dropout probability\n"
+      "  --seed S               seed of the inputs and of dropout (default 0)\n"
+      "  --threads T            cpu worker threads (default: all)\n"
+      "  --repeats N            timed runs, median reported (default 10 cpu, 30 cuda)\n"
+      "  --warmup N             untimed runs first (default 2 cpu, 5 cuda)\n"
+      "  --no-backward          time the forward only\n"
+      "  --no-check             skip the comparison with the float64 reference\n"
+      "  --reference-speed      also time the float64 reference forward on the full shape\n"
+      "  --json                 print one JSON object on stdout instead of text\n",
+      prog);
 }
 
 bool parse_int(const char* s, long lo, long hi, int* out) {
@@ -237,10 +238,14 @@ void cuda_check(cudaError_t e, const char* what) {
 
 const char* dtype_short(DType t) {
   switch (t) {
-    case DType::kFloat32: return "f32";
-    case DType::kFloat16: return "f16";
-    case DType::kBFloat16: return "bf16";
-    default: return "?";
+    case DType::kFloat32:
+      return "f32";
+    case DType::kFloat16:
+      return "f16";
+    case DType::kBFloat16:
+      return "bf16";
+    default:
+      return "?";
   }
 }
 
@@ -513,8 +518,7 @@ double forward_flops(const Config& c) {
 struct Compared {
   std::string what;  // which part of the problem was compared
   double ref_forward_ms = 0.0;
-  double max_err_out = 0.0, max_err_lse = 0.0, max_err_dq = 0.0, max_err_dk = 0.0,
-         max_err_dv = 0.0;
+  double max_err_out = 0.0, max_err_lse = 0.0, max_err_dq = 0.0, max_err_dk = 0.0, max_err_dv = 0.0;
   double max_ref_out = 0.0, max_ref_dq = 0.0, max_ref_dk = 0.0, max_ref_dv = 0.0;
   bool nan = false;
   bool done = false;
@@ -572,8 +576,8 @@ std::vector<double> slice(const HostTensor& t, int seqlen, int heads, int dim, i
   return o;
 }
 
-void max_err(const HostTensor& ours, const std::vector<double>& ref, int seqlen, int heads,
-             int dim, int nh, double* err, double* ref_max, bool* nan) {
+void max_err(const HostTensor& ours, const std::vector<double>& ref, int seqlen, int heads, int dim,
+             int nh, double* err, double* ref_max, bool* nan) {
   for (int64_t s = 0; s < seqlen; ++s) {
     for (int h = 0; h < nh; ++h) {
       for (int e = 0; e < dim; ++e) {
@@ -756,12 +760,11 @@ int main(int argc, char** argv) {
   fa.k = view4(d_k, c.dtype, dev, c.batch, c.seqlen_k, c.heads_k, c.head_dim);
   fa.v = view4(d_v, c.dtype, dev, c.batch, c.seqlen_k, c.heads_k, c.head_dim_v);
   fa.out = view4(d_out, c.dtype, dev, c.batch, c.seqlen_q, c.heads, c.head_dim_v);
-  fa.lse = flashattn::make_contiguous_view(d_lse, DType::kFloat32, dev,
-                                           {c.batch, c.heads, c.seqlen_q});
+  fa.lse =
+      flashattn::make_contiguous_view(d_lse, DType::kFloat32, dev, {c.batch, c.heads, c.seqlen_q});
   fa.causal = c.causal;
   fa.window_left = c.window_left;
   fa.window_right = c.window_right;
-  if (c.causal && c.window_right > 0) fa.window_right = 0;
   fa.softcap = c.softcap;
   if (c.alibi) {
     fa.alibi_slopes = flashattn::make_contiguous_view(d_slopes, DType::kFloat32, dev, {c.heads});
@@ -771,7 +774,8 @@ int main(int argc, char** argv) {
   fa.num_threads = c.threads;
 
   BackwardArgs ba;
-  static_cast<flashattn::AttentionOptions&>(ba) = static_cast<const flashattn::AttentionOptions&>(fa);
+  static_cast<flashattn::AttentionOptions&>(ba) =
+      static_cast<const flashattn::AttentionOptions&>(fa);
   ba.q = fa.q;
   ba.k = fa.k;
   ba.v = fa.v;
@@ -783,14 +787,12 @@ int main(int argc, char** argv) {
   ba.dv = view4(d_dv, c.dtype, dev, c.batch, c.seqlen_k, c.heads_k, c.head_dim_v);
 
   // Timing.
-  const std::vector<double> fwd_ms = time_calls(dev, c.warmup, c.repeats, [&] {
-    check_status(flashattn::forward(fa), "forward");
-  });
+  const std::vector<double> fwd_ms = time_calls(
+      dev, c.warmup, c.repeats, [&] { check_status(flashattn::forward(fa), "forward"); });
   std::vector<double> bwd_ms;
   if (c.backward) {
-    bwd_ms = time_calls(dev, c.warmup, c.repeats, [&] {
-      check_status(flashattn::backward(ba), "backward");
-    });
+    bwd_ms = time_calls(dev, c.warmup, c.repeats,
+                        [&] { check_status(flashattn::backward(ba), "backward"); });
   }
 #if defined(FLASHATTN_WITH_CUDA)
   if (cuda) cuda_check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
@@ -816,17 +818,18 @@ int main(int argc, char** argv) {
   if (c.reference_speed) ref_full_ms = reference_forward_ms(c, pb);
 
   const int threads = cuda ? 0 : cpu_threads_used(c.threads);
-  const std::string mask = c.causal ? "causal"
-                           : (c.window_left >= 0 || c.window_right >= 0)
-                               ? "window(" + std::to_string(c.window_left) + "," +
-                                     std::to_string(c.window_right) + ")"
-                               : "none";
+  const std::string mask =
+      c.causal ? "causal"
+      : (c.window_left >= 0 || c.window_right >= 0)
+          ? "window(" + std::to_string(c.window_left) + "," + std::to_string(c.window_right) + ")"
+          : "none";
   if (c.json) {
     std::printf("{");
     std::printf("\"device\": \"%s\", ", c.device.c_str());
     if (cuda) std::printf("\"gpu\": \"%s\", ", json_escape(gpu_name).c_str());
-    std::printf("\"batch\": %d, \"seqlen_q\": %d, \"seqlen_k\": %d, \"heads\": %d, \"heads_k\": %d, ",
-                c.batch, c.seqlen_q, c.seqlen_k, c.heads, c.heads_k);
+    std::printf(
+        "\"batch\": %d, \"seqlen_q\": %d, \"seqlen_k\": %d, \"heads\": %d, \"heads_k\": %d, ",
+        c.batch, c.seqlen_q, c.seqlen_k, c.heads, c.heads_k);
     std::printf("\"head_dim\": %d, \"head_dim_v\": %d, \"dtype\": \"%s\", ", c.head_dim,
                 c.head_dim_v, dtype_short(c.dtype));
     std::printf("\"causal\": %s, \"window_left\": %d, \"window_right\": %d, \"mask\": \"%s\", ",
@@ -834,11 +837,13 @@ int main(int argc, char** argv) {
     std::printf("\"softcap\": %g, \"alibi\": %s, \"dropout\": %g, \"seed\": %llu, ", c.softcap,
                 c.alibi ? "true" : "false", c.dropout, static_cast<unsigned long long>(c.seed));
     std::printf("\"threads\": %d, \"repeats\": %d, \"warmup\": %d, ", threads, c.repeats, c.warmup);
-    std::printf("\"fwd_flops\": %.6g, \"fwd_ms\": %.6g, \"fwd_ms_min\": %.6g, \"fwd_tflops\": %.6g, ",
-                fwd_flops, fwd_med, fwd_min, tflops(fwd_flops, fwd_med));
+    std::printf(
+        "\"fwd_flops\": %.6g, \"fwd_ms\": %.6g, \"fwd_ms_min\": %.6g, \"fwd_tflops\": %.6g, ",
+        fwd_flops, fwd_med, fwd_min, tflops(fwd_flops, fwd_med));
     if (c.backward) {
-      std::printf("\"bwd_flops\": %.6g, \"bwd_ms\": %.6g, \"bwd_ms_min\": %.6g, \"bwd_tflops\": %.6g, ",
-                  bwd_flops, bwd_med, bwd_min, tflops(bwd_flops, bwd_med));
+      std::printf(
+          "\"bwd_flops\": %.6g, \"bwd_ms\": %.6g, \"bwd_ms_min\": %.6g, \"bwd_tflops\": %.6g, ",
+          bwd_flops, bwd_med, bwd_min, tflops(bwd_flops, bwd_med));
     } else {
       std::printf("\"bwd_ms\": null, ");
     }
@@ -847,14 +852,15 @@ int main(int argc, char** argv) {
       std::printf("{\"compared\": \"%s\", \"max_abs_err_out\": %.6g, \"max_abs_err_lse\": %.6g, ",
                   json_escape(cmp.what).c_str(), cmp.max_err_out, cmp.max_err_lse);
       if (c.backward) {
-        std::printf("\"max_abs_err_dq\": %.6g, \"max_abs_err_dk\": %.6g, \"max_abs_err_dv\": %.6g, ",
-                    cmp.max_err_dq, cmp.max_err_dk, cmp.max_err_dv);
+        std::printf(
+            "\"max_abs_err_dq\": %.6g, \"max_abs_err_dk\": %.6g, \"max_abs_err_dv\": %.6g, ",
+            cmp.max_err_dq, cmp.max_err_dk, cmp.max_err_dv);
       }
       std::printf("\"nan\": %s, \"reference_fwd_ms_compared_part\": %.6g}, ",
                   cmp.nan ? "true" : "false", cmp.ref_forward_ms);
     } else {
-      std::printf("%s, ", c.check ? ("{\"compared\": \"" + json_escape(cmp.what) + "\"}").c_str()
-                                  : "null");
+      std::printf("%s, ",
+                  c.check ? ("{\"compared\": \"" + json_escape(cmp.what) + "\"}").c_str() : "null");
     }
     if (c.reference_speed) {
       std::printf("\"reference_fwd_ms\": %.6g, \"speedup_vs_reference\": %.6g, ", ref_full_ms,
@@ -868,10 +874,12 @@ int main(int argc, char** argv) {
   } else {
     std::printf("flashattn %s  device %s%s%s  threads %d\n", flashattn::version(), c.device.c_str(),
                 cuda ? " " : "", cuda ? gpu_name.c_str() : "", threads);
-    std::printf("host %s  cpu %s  %s\n", hostname().c_str(), cpu_model().c_str(), utc_now().c_str());
-    std::printf("shape batch %d  seqlen_q %d  seqlen_k %d  heads %d/%d  head_dim %d/%d  %s  mask %s",
-                c.batch, c.seqlen_q, c.seqlen_k, c.heads, c.heads_k, c.head_dim, c.head_dim_v,
-                dtype_short(c.dtype), mask.c_str());
+    std::printf("host %s  cpu %s  %s\n", hostname().c_str(), cpu_model().c_str(),
+                utc_now().c_str());
+    std::printf(
+        "shape batch %d  seqlen_q %d  seqlen_k %d  heads %d/%d  head_dim %d/%d  %s  mask %s",
+        c.batch, c.seqlen_q, c.seqlen_k, c.heads, c.heads_k, c.head_dim, c.head_dim_v,
+        dtype_short(c.dtype), mask.c_str());
     if (c.softcap > 0) std::printf("  softcap %g", c.softcap);
     if (c.alibi) std::printf("  alibi");
     if (c.dropout > 0) std::printf("  dropout %g", c.dropout);
@@ -899,9 +907,10 @@ int main(int argc, char** argv) {
       }
     }
     if (c.reference_speed) {
-      std::printf("reference forward (float64, 1 thread) on the full shape: %.1f ms -> flashattn "
-                  "is %.1fx faster\n",
-                  ref_full_ms, fwd_med > 0 ? ref_full_ms / fwd_med : 0.0);
+      std::printf(
+          "reference forward (float64, 1 thread) on the full shape: %.1f ms -> flashattn "
+          "is %.1fx faster\n",
+          ref_full_ms, fwd_med > 0 ? ref_full_ms / fwd_med : 0.0);
     }
   }
   return cmp.nan ? 1 : 0;

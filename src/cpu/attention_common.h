@@ -93,10 +93,9 @@ FLASHATTN_CPU_INLINE const float* rows_as_float(DType dt, const void* base, cons
 
 // Rows [i0, i0 + n) of an operand transposed into float32 buf (width x ld): buf[c * ld + r];
 // columns [n, ld) are zero. `row` is scratch for one converted row.
-FLASHATTN_CPU_INLINE void rows_transposed(DType dt, const void* base, const Strides3& st,
-                                          int64_t b, int64_t row0, int64_t i0, int64_t n,
-                                          int64_t hh, int64_t width, float* row, float* buf,
-                                          int64_t ld) {
+FLASHATTN_CPU_INLINE void rows_transposed(DType dt, const void* base, const Strides3& st, int64_t b,
+                                          int64_t row0, int64_t i0, int64_t n, int64_t hh,
+                                          int64_t width, float* row, float* buf, int64_t ld) {
   for (int64_t c = 0; c < width; ++c) std::fill(buf + c * ld + n, buf + (c + 1) * ld, 0.0f);
   for (int64_t r = 0; r < n; ++r) {
     load_row(dt, element_ptr(base, dt, st, b, row0, i0 + r, hh), width, row);
@@ -115,11 +114,16 @@ struct Visibility {
   int32_t right = -1;
 
   Visibility(const QKVParams& p, const Sequence& s)
-      : diag(s.len_k - s.len_q), len_q(s.len_q), len_k(s.len_k), left(p.window_left),
+      : diag(s.len_k - s.len_q),
+        len_q(s.len_q),
+        len_k(s.len_k),
+        left(p.window_left),
         right(p.window_right) {}
 
   // Visible keys of query i: [first_key(i), last_key(i)], empty when first > last.
-  int64_t first_key(int64_t i) const { return left < 0 ? 0 : std::max<int64_t>(0, i + diag - left); }
+  int64_t first_key(int64_t i) const {
+    return left < 0 ? 0 : std::max<int64_t>(0, i + diag - left);
+  }
   int64_t last_key(int64_t i) const {
     return right < 0 ? len_k - 1 : std::min<int64_t>(len_k - 1, i + diag + right);
   }
@@ -239,8 +243,8 @@ FLASHATTN_CPU_INLINE void dropout_draw_queries(const QKVParams& p, uint32_t batc
   uint32_t* __restrict w3 = words[3];
   const uint32_t row0 = static_cast<uint32_t>(i0);
   for (int64_t r = 0; r < n; ++r) {
-    const Philox4 d = dropout_draws(p.seed, p.offset, batch_head, row0 + static_cast<uint32_t>(r),
-                                    group);
+    const Philox4 d =
+        dropout_draws(p.seed, p.offset, batch_head, row0 + static_cast<uint32_t>(r), group);
     w0[r] = d.x;
     w1[r] = d.y;
     w2[r] = d.z;

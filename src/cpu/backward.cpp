@@ -63,7 +63,7 @@ struct RowItem {
 // kPartialBudgetBytes (a single chunk is always allowed: it is the dQ accumulator itself).
 constexpr int64_t kTargetItems = 64;
 constexpr int64_t kMaxChunks = 16;
-constexpr double kPartialBudgetBytes = 1024.0 * 1024.0 * 1024.0;
+constexpr double kPartialBudgetBytes = 256.0 * 1024.0 * 1024.0;
 
 // Key blocks [*begin, *end) of chunk s when `blocks` blocks are split into `chunks` chunks.
 void chunk_blocks(int64_t blocks, int64_t chunks, int64_t s, int64_t* begin, int64_t* end) {
@@ -237,8 +237,8 @@ FLASHATTN_CPU_INLINE void multiply(const float* a, const float* m, float* out, i
 // Writes rows [i0, i0 + n) of a gradient from its transpose acc (width x ld), times scale.
 FLASHATTN_CPU_INLINE void store_transposed(DType dt, void* base, const Strides3& st, int64_t b,
                                            int64_t row0, int64_t i0, int64_t n, int64_t hh,
-                                           int64_t width, const float* acc, int64_t ld,
-                                           float scale, float* row) {
+                                           int64_t width, const float* acc, int64_t ld, float scale,
+                                           float* row) {
   for (int64_t r = 0; r < n; ++r) {
     for (int64_t c = 0; c < width; ++c) row[c] = acc[c * ld + r];
     store_row(dt, row, scale, width, element_ptr(base, dt, st, b, row0, i0 + r, hh));
@@ -247,8 +247,7 @@ FLASHATTN_CPU_INLINE void store_transposed(DType dt, void* base, const Strides3&
 
 // Pass 1: dK and dV of the chunk's key blocks, and the chunk's dQ partial.
 template <class Isa>
-FLASHATTN_CPU_INLINE void chunk_item(const BackwardContext& ctx, const ChunkItem& item,
-                                     float* ws) {
+FLASHATTN_CPU_INLINE void chunk_item(const BackwardContext& ctx, const ChunkItem& item, float* ws) {
   constexpr int W = Isa::kWidth;
   using V = VecF<W>;
   const BackwardParams& p = *ctx.params;
@@ -323,8 +322,7 @@ FLASHATTN_CPU_INLINE void chunk_item(const BackwardContext& ctx, const ChunkItem
           transform_scores<W>(tf, x, tanh_vals != nullptr ? tanh_vals + ir * kc : nullptr, kc,
                               i + vis.diag - j0, -1.0f);
           if (masked) {
-            mask_outside(x, kc, vis.first_key(i) - j0,
-                         std::min(vis.last_key(i), j0 + nk - 1) - j0);
+            mask_outside(x, kc, vis.first_key(i) - j0, std::min(vis.last_key(i), j0 + nk - 1) - j0);
           }
           V l, k;
           vsplat<W>(l, lse2[i]);
@@ -349,7 +347,8 @@ FLASHATTN_CPU_INLINE void chunk_item(const BackwardContext& ctx, const ChunkItem
         // dV^T += dO^T . Pd,  dK^T += Q^T . dS,  dQ_chunk += dS . K.
         gemm<Isa, GemmMode::kAccumulate>(dv, kc, nq, gp, 1, gld, pd, kc, dvt, kc);
         gemm<Isa, GemmMode::kAccumulate>(d, kc, nq, qp, 1, qld, ds, kc, dkt, kc);
-        gemm<Isa, GemmMode::kAccumulate>(nq, dpad, nk, ds, kc, 1, krows, dpad, dq_rows + i0 * dpad, dpad);
+        gemm<Isa, GemmMode::kAccumulate>(nq, dpad, nk, ds, kc, 1, krows, dpad, dq_rows + i0 * dpad,
+                                         dpad);
       }
     }
     store_transposed(p.dtype, p.dk, p.dk_strides, b, seq.k_row0, j0, nk, hk, d, dkt, kc, p.scale,
@@ -378,9 +377,12 @@ FLASHATTN_TARGET_AVX512 void chunk_item_avx512(const BackwardContext& ctx, const
 ChunkItemFn select_chunk_item() {
 #if FLASHATTN_CPU_X86
   switch (cpu_isa()) {
-    case CpuIsa::kAvx512: return chunk_item_avx512;
-    case CpuIsa::kAvx2: return chunk_item_avx2;
-    case CpuIsa::kGeneric: break;
+    case CpuIsa::kAvx512:
+      return chunk_item_avx512;
+    case CpuIsa::kAvx2:
+      return chunk_item_avx2;
+    case CpuIsa::kGeneric:
+      break;
   }
 #endif
   return chunk_item_generic;
@@ -431,7 +433,8 @@ Status run_backward(const BackwardParams& p) {
       chunk_blocks(blocks, n_chunks, s, &kb0, &kb1);
       double cost = 0.0;
       for (int64_t j = kb0 * kBlockK; j < std::min(kb1 * kBlockK, seq.len_k); ++j) {
-        cost += static_cast<double>(std::max<int64_t>(0, vis.last_query(j) - vis.first_query(j) + 1));
+        cost +=
+            static_cast<double>(std::max<int64_t>(0, vis.last_query(j) - vis.first_query(j) + 1));
       }
       for (int64_t hk = 0; hk < p.heads_k; ++hk) {
         chunk_items.push_back({static_cast<int32_t>(b), static_cast<int32_t>(hk),
@@ -442,8 +445,8 @@ Status run_backward(const BackwardParams& p) {
     const int64_t q_blocks = ceil_div(seq.len_q, kBlockQ);
     for (int64_t h = 0; h < p.heads; ++h) {
       for (int64_t qb = 0; qb < q_blocks; ++qb) {
-        row_items.push_back({static_cast<int32_t>(b), static_cast<int32_t>(h),
-                             static_cast<int32_t>(qb)});
+        row_items.push_back(
+            {static_cast<int32_t>(b), static_cast<int32_t>(h), static_cast<int32_t>(qb)});
       }
     }
   }
@@ -456,7 +459,8 @@ Status run_backward(const BackwardParams& p) {
   const int64_t max_items = std::max(chunk_items.size(), row_items.size());
   ScratchBuffer buffer(scratch.size, parallel_workers(max_items, threads));
   // Written before read (each chunk zeroes the partial rows it reaches), so left uninitialised.
-  const auto per_row = std::make_unique_for_overwrite<float[]>(static_cast<size_t>(2 * p.heads * rows));
+  const auto per_row =
+      std::make_unique_for_overwrite<float[]>(static_cast<size_t>(2 * p.heads * rows));
   const auto partials =
       std::make_unique_for_overwrite<float[]>(static_cast<size_t>(chunks * p.heads * rows * dpad));
   const BackwardContext ctx{&p,   &scratch,       per_row.get(), per_row.get() + p.heads * rows,

@@ -9,8 +9,12 @@
 //     x = transform(S^T)             (scale*log2e, softcap, ALiBi; -inf where masked; only
 //                                     blocks that straddle the window edge are masked)
 //     m_new = max(m, colmax(x)); P = exp2(x - m_new); l = l * 2^(m - m_new) + colsum(P)
-//     O^T = O^T * 2^(m - m_new) + V^T . (P * dropout)   (skipped when no maximum moved)
+//     O^T = O^T * 2^(m - m_new) + V^T . (P * dropout)
 //   O = O^T / l, LSE = (m + log2 l) * ln 2
+// Without softcap/ALiBi the scale is folded into the exponent and, for unmasked blocks, the
+// column maximum comes out of the S product's registers; the O^T rescale is folded into the
+// P.V product and skipped when no column maximum moved (FlashAttention-4's conditional
+// rescaling, at block granularity).
 //
 // Scratch per worker: O((d + dv + kBlockK) * kBlockQ + kBlockK * (d + dv)) floats; nothing
 // grows with the sequence length except the O(batch * heads * seqlen / kBlockQ) item list.
@@ -44,17 +48,17 @@ struct ForwardItem {
 
 // Offsets (in floats) of the per-worker scratch regions.
 struct ForwardScratch {
-  int64_t qt;    // (d, kBlockQ)        Q^T of the block
-  int64_t ot;    // (dv, kBlockQ)       unnormalised O^T
-  int64_t s;     // (kBlockK, kBlockQ)  scores, then probabilities, of one key block
-  int64_t mult;  // (kBlockK, kBlockQ)  dropout multipliers
-  int64_t k;     // (kBlockK, d)        K rows in float32 (float16/bfloat16 inputs)
-  int64_t v;     // (kBlockK, dv)       V rows in float32
-  int64_t row;   // (max(d, dv))        one converted row
-  int64_t m;     // (kBlockQ)           running max (log2 domain)
-  int64_t l;     // (kBlockQ)           running sum
-  int64_t alpha; // (kBlockQ)           2^(m_old - m_new)
-  int64_t mx;    // (kBlockQ)           maximum of the current tile, per query column
+  int64_t qt;     // (d, kBlockQ)        Q^T of the block
+  int64_t ot;     // (dv, kBlockQ)       unnormalised O^T
+  int64_t s;      // (kBlockK, kBlockQ)  scores, then probabilities, of one key block
+  int64_t mult;   // (kBlockK, kBlockQ)  dropout multipliers
+  int64_t k;      // (kBlockK, d)        K rows in float32 (float16/bfloat16 inputs)
+  int64_t v;      // (kBlockK, dv)       V rows in float32
+  int64_t row;    // (max(d, dv))        one converted row
+  int64_t m;      // (kBlockQ)           running max (log2 domain)
+  int64_t l;      // (kBlockQ)           running sum
+  int64_t alpha;  // (kBlockQ)           2^(m_old - m_new)
+  int64_t mx;     // (kBlockQ)           maximum of the current tile, per query column
   int64_t size;
 
   explicit ForwardScratch(const ForwardParams& p) {
@@ -120,8 +124,10 @@ FLASHATTN_CPU_INLINE void forward_item(const ForwardContext& ctx, const ForwardI
     const int64_t j0 = kb * kBlockK;
     const int64_t nk = std::min(kBlockK, seq.len_k - j0);
     int64_t kld = 0, vld = 0;
-    const float* kp = rows_as_float(p.dtype, p.k, p.k_strides, b, seq.k_row0, j0, nk, hk, d, ws + sc.k, &kld);
-    const float* vp = rows_as_float(p.dtype, p.v, p.v_strides, b, seq.k_row0, j0, nk, hk, dv, ws + sc.v, &vld);
+    const float* kp =
+        rows_as_float(p.dtype, p.k, p.k_strides, b, seq.k_row0, j0, nk, hk, d, ws + sc.k, &kld);
+    const float* vp =
+        rows_as_float(p.dtype, p.v, p.v_strides, b, seq.k_row0, j0, nk, hk, dv, ws + sc.v, &vld);
 
     // S^T = K . Q^T: raw dot products (logits after transform_scores unless tf.plain), and
     // the maximum of each query column. Without masking or transform the maximum comes out of
@@ -153,7 +159,10 @@ FLASHATTN_CPU_INLINE void forward_item(const ForwardContext& ctx, const ForwardI
     }
 
     // Online softmax, one vector of query columns at a time: m_new = max(m, tile max),
-    // P = exp2(s * exp_scale - m_new), l = l * 2^(m - m_new) + rowsum(P).
+    // P = exp2(s * exp_scale - m_new), l = l * 2^(m - m_new) + colsum(P); the tile then holds
+    // P times the dropout multipliers (l sums P before dropout, as the LSE requires).
+    const bool dropout = p.has_dropout();
+    if (dropout) dropout_key_rows(p, batch_head, i0, nq, j0, nk, mult, cols);
     bool rescale = false;
     V exp_scale;
     vsplat<W>(exp_scale, tf.exp_scale);
@@ -178,25 +187,17 @@ FLASHATTN_CPU_INLINE void forward_item(const ForwardContext& ctx, const ForwardI
         x = x * exp_scale - use;
         vexp2_inplace<W>(x);
         sum += x;
+        if (dropout) {
+          V f;
+          vload<W>(f, mult + jr * cols + c);
+          x *= f;
+        }
         vstore<W>(st + jr * cols + c, x);
       }
       V lv;
       vload<W>(lv, l + c);
       lv = lv * a + sum;
       vstore<W>(l + c, lv);
-    }
-
-    if (p.has_dropout()) {
-      dropout_key_rows(p, batch_head, i0, nq, j0, nk, mult, cols);
-      for (int64_t jr = 0; jr < nk; ++jr) {
-        for (int64_t c = 0; c < cols; c += W) {
-          V x, f;
-          vload<W>(x, st + jr * cols + c);
-          vload<W>(f, mult + jr * cols + c);
-          x *= f;
-          vstore<W>(st + jr * cols + c, x);
-        }
-      }
     }
 
     // O^T = O^T * alpha + V^T . P^T (the rescale is skipped when no column maximum moved).
@@ -232,8 +233,8 @@ FLASHATTN_TARGET_AVX2 void forward_item_avx2(const ForwardContext& ctx, const Fo
                                              float* ws) {
   forward_item<Avx2Isa>(ctx, item, ws);
 }
-FLASHATTN_TARGET_AVX512 void forward_item_avx512(const ForwardContext& ctx,
-                                                 const ForwardItem& item, float* ws) {
+FLASHATTN_TARGET_AVX512 void forward_item_avx512(const ForwardContext& ctx, const ForwardItem& item,
+                                                 float* ws) {
   forward_item<Avx512Isa>(ctx, item, ws);
 }
 #endif
@@ -241,9 +242,12 @@ FLASHATTN_TARGET_AVX512 void forward_item_avx512(const ForwardContext& ctx,
 ForwardItemFn select_forward_item() {
 #if FLASHATTN_CPU_X86
   switch (cpu_isa()) {
-    case CpuIsa::kAvx512: return forward_item_avx512;
-    case CpuIsa::kAvx2: return forward_item_avx2;
-    case CpuIsa::kGeneric: break;
+    case CpuIsa::kAvx512:
+      return forward_item_avx512;
+    case CpuIsa::kAvx2:
+      return forward_item_avx2;
+    case CpuIsa::kGeneric:
+      break;
   }
 #endif
   return forward_item_generic;
@@ -269,8 +273,8 @@ Status run_forward(const ForwardParams& p) {
     const int64_t blocks = ceil_div(seq.len_q, kBlockQ);
     for (int64_t h = 0; h < p.heads; ++h) {
       for (int64_t qb = blocks - 1; qb >= 0; --qb) {
-        items.push_back({static_cast<int32_t>(b), static_cast<int32_t>(h),
-                         static_cast<int32_t>(qb)});
+        items.push_back(
+            {static_cast<int32_t>(b), static_cast<int32_t>(h), static_cast<int32_t>(qb)});
       }
     }
   }
@@ -284,7 +288,9 @@ Status run_forward(const ForwardParams& p) {
   ScratchBuffer buffer(scratch.size, workers);
   const ForwardContext ctx{&p, &scratch};
   const ForwardItemFn fn = select_forward_item();
-  auto body = [&](int64_t i, int worker) { fn(ctx, items[static_cast<size_t>(i)], buffer.worker(worker)); };
+  auto body = [&](int64_t i, int worker) {
+    fn(ctx, items[static_cast<size_t>(i)], buffer.worker(worker));
+  };
   parallel_for(count, threads, ItemFunction(body));
   return Status::Ok();
 }

@@ -110,8 +110,8 @@ FLASHATTN_CPU_INLINE void gemm_strip(int64_t m, int64_t k, const float* a, int64
     gemm_tile<Isa, R, kVecs, kMode>(k, a + r * a_rs, a_rs, a_ks, b, ldb, c + r * ldc, ldc, col);
   }
   if (r < m) {
-    gemm_strip_tail<Isa, kVecs, kMode>(static_cast<int>(m - r), k, a + r * a_rs, a_rs, a_ks, b,
-                                       ldb, c + r * ldc, ldc, col);
+    gemm_strip_tail<Isa, kVecs, kMode>(static_cast<int>(m - r), k, a + r * a_rs, a_rs, a_ks, b, ldb,
+                                       c + r * ldc, ldc, col);
   }
 }
 

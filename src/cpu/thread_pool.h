@@ -18,9 +18,8 @@ class ItemFunction {
  public:
   template <class F>
   explicit ItemFunction(F& f)
-      : object_(&f), call_([](void* o, int64_t item, int worker) {
-          (*static_cast<F*>(o))(item, worker);
-        }) {}
+      : object_(&f),
+        call_([](void* o, int64_t item, int worker) { (*static_cast<F*>(o))(item, worker); }) {}
   void operator()(int64_t item, int worker) const { call_(object_, item, worker); }
 
  private:
