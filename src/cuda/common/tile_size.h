@@ -52,22 +52,27 @@ struct BwdTile {
   int kv_warps_n;   // warps along keys for dK and dV
   int dq_warps_m;   // warps along query rows for dQ
   int dq_chunks;    // dQ is produced in this many column passes (bounds its registers)
+  int mods_splits;  // with softcap / ALiBi / dropout, S and dP are produced in this many row
+                    // slices of the warp tile (their temporaries need the registers)
 };
 
 constexpr BwdTile bwd_tile(int head_dim) {
   // d32/64: dK+dV take 32/64 registers, so S and dP can be 128 x 128 (64 each): 128-row steps
   //         halve the barriers and per-step overhead per FLOP. S/dP warp tiles of 64 rows x 32
   //         keys; the 32 x 64 alternative (same shared-memory traffic) spills at d64 (ptxas sm90).
-  if (head_dim <= 64) return {128, 128, 8, 2, 4, 4, 1};
+  //         With score modifiers the 64 rows go in two slices (d64: 136 -> 24 bytes of spills).
+  if (head_dim <= 64) return {128, 128, 8, 2, 4, 4, 1, 2};
   // d96/128: dK+dV take 96/128 registers, so the query step drops to 64 rows (S and dP 32
   //          each); 32 x 32 S tiles per warp, 32 keys x 48/64 columns of dK/dV per warp, and
-  //          32 x 32 dQ tiles at d128 (the fewest ldmatrix per MMA that fit).
-  if (head_dim <= 96) return {64, 128, 8, 2, 4, 4, 1};
-  if (head_dim <= 128) return {64, 128, 8, 2, 4, 2, 1};
+  //          32 x 32 dQ tiles at d128 (the fewest ldmatrix per MMA that fit). Slicing S/dP for
+  //          the modifiers removes the d96 spills but barely changes d128's (40 -> 32 bytes),
+  //          where it would cost 50% more ldmatrix on S and dP.
+  if (head_dim <= 96) return {64, 128, 8, 2, 4, 4, 1, 2};
+  if (head_dim <= 128) return {64, 128, 8, 2, 4, 2, 1, 1};
   // d192/256: 64 keys per CTA keep dK+dV at 96/128 registers; at d256 dQ goes in four column
-  //           passes (16 registers each), which removes most of the spilling next to them.
-  if (head_dim <= 192) return {64, 64, 8, 2, 2, 2, 1};
-  return {64, 64, 8, 2, 2, 2, 4};
+  //           passes (16 registers each) so nothing spills next to them in the plain kernels.
+  if (head_dim <= 192) return {64, 64, 8, 2, 2, 2, 1, 1};
+  return {64, 64, 8, 2, 2, 2, 4, 1};
 }
 
 // Deterministic dQ kernel of the backward: one CTA per query block recomputes S, P, dP and dS

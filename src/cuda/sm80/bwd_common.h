@@ -94,6 +94,11 @@ struct BwdTraits {
   static constexpr int kSdpCols = kBlockN / kSdpWarpsN;
   static constexpr int kSdpMTiles = kSdpRows / 16;
   static constexpr int kSdpNTiles = kSdpCols / 8;
+  // With score modifiers the warp tile may be processed in row slices: the softcap, ALiBi and
+  // dropout temporaries need the registers that part of S and dP gives back (at the price of
+  // reading the K / V fragments once per slice).
+  static constexpr int kSdpSplits = kMods == ScoreMods::kAny ? kTile.mods_splits : 1;
+  static constexpr int kSdpSubMTiles = kSdpMTiles / kSdpSplits;
   // dV += P^T dO and dK += dS^T Q: warp tile kKvRows keys x kKvCols columns.
   static constexpr int kKvWarpsN = kTile.kv_warps_n;
   static constexpr int kKvWarpsD = kWarps / kKvWarpsN;
@@ -128,6 +133,7 @@ struct BwdTraits {
 
   static_assert(kHeadDim % 32 == 0, "head_dim must be a multiple of 32");
   static_assert(kSdpRows % 16 == 0 && kSdpCols % 16 == 0, "S/dP warp tiles are whole 16 x 16 tiles");
+  static_assert(kSdpMTiles % kSdpSplits == 0, "S/dP slices are whole 16-row tiles");
   static_assert(kKvRows % 16 == 0 && kKvCols % 16 == 0, "dK/dV warp tiles are whole 16 x 16 tiles");
   static_assert(kDqRows % 16 == 0 && kDqCols % 16 == 0, "dQ warp tiles are whole 16 x 16 tiles");
   static_assert(kBlockM % 16 == 0 && kBlockN % 16 == 0, "blocks are whole MMA tiles");
@@ -352,34 +358,33 @@ __device__ __forceinline__ BwdScoreState score_state(const BackwardParams& p, in
 //                             keys: P = 0, never NaN)
 //                             Pd = keep ? P : 0 -> stored to sP (dV = r * Pd^T dO; r is applied
 //                             in the epilogue)
-//                             s <- P * (softcap ? 1 - tanh^2 : 1), keep -> keep_bits
+//                             s <- P * (softcap ? 1 - tanh^2 : 1)
 //   pass 2 (dP = dO V^T in dp): dp <- s * ((keep ? r * dP : 0) - D)
 //
 // dp then holds dS with respect to the raw product q.k divided by the softmax scale (the scale
 // is applied once to dK and dQ at the end). Splitting the passes around the dP product keeps
 // the dropout and softcap temporaries out of the region where S and dP are both live.
+
+// One bit per element of a warp's kMT x kNT accumulator tiles (at most 64).
 template <int kMT, int kNT>
 struct KeepBits {
-  static constexpr int kWords = (kMT * kNT * 4 + 31) / 32;
-  uint32_t w[kWords];
+  static_assert(kMT * kNT * 4 <= 64, "keep bits fit one 64-bit word");
+  uint64_t bits;
   __device__ __forceinline__ static int bit(int mt, int nt, int e) { return (mt * kNT + nt) * 4 + e; }
-  __device__ __forceinline__ bool get(int mt, int nt, int e) const {
-    const int b = bit(mt, nt, e);
-    return (w[b / 32] >> (b % 32)) & 1u;
-  }
+  __device__ __forceinline__ bool get(int mt, int nt, int e) const { return (bits >> bit(mt, nt, e)) & 1u; }
 };
 
-// kPStride = 0: Pd is not stored (the deterministic dQ kernel needs dS only).
+// Pass 1. Also records the dropout keep mask in `keep` for pass 2 (written only when dropout is
+// on). kPStride = 0: Pd is not stored (the deterministic dQ kernel needs dS only).
 template <ScoreMods kMods, typename Element, int kMT, int kNT, int kPStride>
-__device__ __forceinline__ void scores_to_probs(float (&s)[kMT][kNT][4], KeepBits<kMT, kNT>& keep_bits,
+__device__ __forceinline__ void scores_to_probs(float (&s)[kMT][kNT][4], KeepBits<kMT, kNT>& keep,
                                                 Element* sP, int row0, int col0, int m0, int n0,
                                                 const float* stat_lse, bool needs_mask, const WindowMask& mask,
                                                 const BwdScoreState& st, int lane) {
   constexpr bool kAny = kMods == ScoreMods::kAny;
   const int g = lane / 4;
   const int t = lane % 4;
-#pragma unroll
-  for (int k = 0; k < KeepBits<kMT, kNT>::kWords; ++k) keep_bits.w[k] = 0xffffffffu;
+  keep.bits = 0;
 #pragma unroll
   for (int mt = 0; mt < kMT; ++mt) {
 #pragma unroll
@@ -391,6 +396,7 @@ __device__ __forceinline__ void scores_to_probs(float (&s)[kMT][kNT][4], KeepBit
       for (int nt = 0; nt < kNT; ++nt) {
         const int j = n0 + col0 + nt * 8 + 2 * t;  // key of element e = 0; e = 1 is j + 1
         float p[2], dtanh[2] = {1.0f, 1.0f};
+        bool kept[2] = {true, true};
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           float x = s[mt][nt][2 * h + e];
@@ -410,22 +416,18 @@ __device__ __forceinline__ void scores_to_probs(float (&s)[kMT][kNT][4], KeepBit
             p[e] = ptx::exp2_approx(fmaf(x, st.scale_log2, -lse2));
           }
         }
-        bool keep[2] = {true, true};
         if (kAny && st.use_dropout) {
           // Columns 2t and 2t + 1 share one Philox call (four draws per four columns).
           const Philox4 rnd = dropout_draws(st.seed, st.offset, st.batch_head, uint32_t(i), uint32_t(j) >> 2);
           const bool upper = (j & 2) != 0;
-          keep[0] = (upper ? rnd.z : rnd.x) >= st.dropout_threshold;
-          keep[1] = (upper ? rnd.w : rnd.y) >= st.dropout_threshold;
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const int b = KeepBits<kMT, kNT>::bit(mt, nt, 2 * h + e);
-            if (!keep[e]) keep_bits.w[b / 32] &= ~(1u << (b % 32));
-          }
+          kept[0] = (upper ? rnd.z : rnd.x) >= st.dropout_threshold;
+          kept[1] = (upper ? rnd.w : rnd.y) >= st.dropout_threshold;
+          const uint64_t two = uint64_t(kept[0]) | uint64_t(kept[1]) << 1;
+          keep.bits |= two << KeepBits<kMT, kNT>::bit(mt, nt, 2 * h);
         }
         if constexpr (kPStride > 0) {
           *reinterpret_cast<uint32_t*>(sP + r * kPStride + col0 + nt * 8 + 2 * t) =
-              ptx::pack2<Element>(keep[0] ? p[0] : 0.0f, keep[1] ? p[1] : 0.0f);
+              ptx::pack2<Element>(kept[0] ? p[0] : 0.0f, kept[1] ? p[1] : 0.0f);
         }
         s[mt][nt][2 * h] = p[0] * dtanh[0];
         s[mt][nt][2 * h + 1] = p[1] * dtanh[1];
@@ -455,6 +457,34 @@ __device__ __forceinline__ void probs_to_grads(const float (&s)[kMT][kNT][4], fl
         }
       }
     }
+  }
+}
+
+// Copies rows [0, kRows) of a (rows, kChunksPerRow * 8) 16-bit tile into shared memory (row
+// stride kStride elements) with cp.async; rows >= valid_rows are zero-filled. Thread tid owns
+// column chunk tid % kChunksPerRow of rows tid / kChunksPerRow + p * kRowsPerPass, so one global
+// pointer per thread walks down the tile by a fixed byte step: the per-chunk 64-bit offsets of a
+// generic c -> (row, chunk) loop would otherwise stay live across the main loop. Threads beyond
+// a whole number of rows per pass (head_dim 96 / 192) idle. g_row0 must be a valid row.
+template <typename Element, int kRows, int kThreads, int kChunksPerRow, int kStride>
+__device__ __forceinline__ void load_rows(Element* smem, const char* g_row0, int64_t row_bytes, int valid_rows,
+                                          int tid) {
+  constexpr int kRowsPerPass = kThreads / kChunksPerRow;
+  constexpr int kPasses = (kRows + kRowsPerPass - 1) / kRowsPerPass;
+  static_assert(kRowsPerPass > 0, "a pass covers at least one row");
+  const int r0 = tid / kChunksPerRow;
+  const int col = (tid % kChunksPerRow) * 8;
+  if (kThreads % kChunksPerRow != 0 && r0 >= kRowsPerPass) return;
+  const char* g = g_row0 + r0 * row_bytes + col * int(sizeof(Element));
+  const int64_t pass_bytes = kRowsPerPass * row_bytes;
+  const uint32_t s = ptx::smem_addr(smem + r0 * kStride + col);
+#pragma unroll
+  for (int p = 0; p < kPasses; ++p) {
+    const int r = r0 + p * kRowsPerPass;
+    if (kRows % kRowsPerPass != 0 && r >= kRows) break;
+    const bool valid = r < valid_rows;
+    ptx::cp_async_16(s + uint32_t(sizeof(Element) * p * kRowsPerPass * kStride), valid ? g : g_row0, valid);
+    g += pass_bytes;
   }
 }
 

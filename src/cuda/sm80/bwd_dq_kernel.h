@@ -61,10 +61,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   const RowPtr gV = row_ptr<Element>(params.v, params.v_strides, batch, seq.row0_k, head_k);
   auto load_kv = [&](int n_block, int buf) {
     const int n = n_block * kBlockN;
-    load_tile<Traits, kBlockN>(sK + buf * Traits::kSmemKV, RowPtr{static_cast<const char*>(gK.row(n)), gK.row_bytes},
-                               seq.seqlen_k - n, tid);
-    load_tile<Traits, kBlockN>(sV + buf * Traits::kSmemKV, RowPtr{static_cast<const char*>(gV.row(n)), gV.row_bytes},
-                               seq.seqlen_k - n, tid);
+    load_rows<Element, kBlockN, Traits::kThreads, Traits::kChunksPerRow, kStride>(
+        sK + buf * Traits::kSmemKV, static_cast<const char*>(gK.row(n)), gK.row_bytes, seq.seqlen_k - n, tid);
+    load_rows<Element, kBlockN, Traits::kThreads, Traits::kChunksPerRow, kStride>(
+        sV + buf * Traits::kSmemKV, static_cast<const char*>(gV.row(n)), gV.row_bytes, seq.seqlen_k - n, tid);
   };
 
   const int warp_row0 = warp * Traits::kRowsPerWarp;
@@ -80,9 +80,12 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
 
   if (n_hi > n_lo) {
     const int64_t row = seq.row0_q + m0;
-    load_tile<Traits, kBlockM>(sQ, row_ptr<Element>(params.q, params.q_strides, batch, row, head), rows_here, tid);
-    load_tile<Traits, kBlockM>(sdO, row_ptr<Element>(params.dout, params.dout_strides, batch, row, head), rows_here,
-                               tid);
+    const RowPtr gq = row_ptr<Element>(params.q, params.q_strides, batch, row, head);
+    const RowPtr gdo = row_ptr<Element>(params.dout, params.dout_strides, batch, row, head);
+    load_rows<Element, kBlockM, Traits::kThreads, Traits::kChunksPerRow, kStride>(sQ, gq.base, gq.row_bytes,
+                                                                                  rows_here, tid);
+    load_rows<Element, kBlockM, Traits::kThreads, Traits::kChunksPerRow, kStride>(sdO, gdo.base, gdo.row_bytes,
+                                                                                  rows_here, tid);
     const int64_t ws = int64_t(head) * params.ws_rows + params.ws_row0(batch, seq.row0_q) + m0;
     load_stats<kBlockM, Traits::kThreads>(sStats, params.lse_log2 + ws, params.dsum + ws, tid);
     load_kv(n_lo, 0);
@@ -101,10 +104,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     }
 
     const bool needs_mask = mask.block_needs_mask(m0, m0 + rows_here, n0, n0 + kBlockN);
+    KeepBits<kMTiles, kNTiles> keep;
     float s[kMTiles][kNTiles][4];
     zero_acc(s);
     warp_gemm_abt<Element, kMTiles, kNTiles, kHeadDim / 16, kStride, kStride>(s, q_a_addr, k_b_addr + buf * kKVBufBytes);
-    KeepBits<kMTiles, kNTiles> keep;
     scores_to_probs<Traits::kMods, Element, kMTiles, kNTiles, 0>(s, keep, nullptr, warp_row0, 0, m0, n0, sStats,
                                                                  needs_mask, mask, st, lane);
     float dp[kMTiles][kNTiles][4];

@@ -72,7 +72,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   float* sStats = reinterpret_cast<float*>(sdS + Traits::kSmemP);  // 2 x (lse_log2, dsum) x kBlockM
 
   const int tid = threadIdx.x;
-  const int warp = tid / 32;
+  // The shuffle tells the compiler the warp index is warp-uniform, so everything derived from
+  // it (warp tile offsets) can live in uniform registers.
+  const int warp = __shfl_sync(0xffffffffu, tid / 32, 0);
   const int lane = tid % 32;
   const int n_block = blockIdx.x;  // block 0 first: under a causal mask it sees the most rows
   const int kv_head = blockIdx.y / params.kv_splits;
@@ -104,11 +106,12 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   // Issues the cp.async copies of one step's Q, dO (zero-filled past seqlen_q) and stats.
   auto load_step = [&](int head, int m0, int buf) {
     const int64_t row = seq.row0_q + m0;
-    load_tile<Traits, kBlockM>(sQ + buf * Traits::kSmemQ, row_ptr<Element>(params.q, params.q_strides, batch, row, head),
-                               seq.seqlen_q - m0, tid);
-    load_tile<Traits, kBlockM>(sdO + buf * Traits::kSmemQ,
-                               row_ptr<Element>(params.dout, params.dout_strides, batch, row, head),
-                               seq.seqlen_q - m0, tid);
+    const RowPtr gq = row_ptr<Element>(params.q, params.q_strides, batch, row, head);
+    const RowPtr gdo = row_ptr<Element>(params.dout, params.dout_strides, batch, row, head);
+    load_rows<Element, kBlockM, Traits::kThreads, Traits::kChunksPerRow, kStride>(
+        sQ + buf * Traits::kSmemQ, gq.base, gq.row_bytes, seq.seqlen_q - m0, tid);
+    load_rows<Element, kBlockM, Traits::kThreads, Traits::kChunksPerRow, kStride>(
+        sdO + buf * Traits::kSmemQ, gdo.base, gdo.row_bytes, seq.seqlen_q - m0, tid);
     const int64_t ws = int64_t(head) * params.ws_rows + ws_row0 + m0;
     load_stats<kBlockM, Traits::kThreads>(sStats + buf * 2 * kBlockM, params.lse_log2 + ws, params.dsum + ws, tid);
   };
@@ -141,10 +144,12 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   zero_acc(dv_acc);
 
   if (head_begin < head_end) {
-    load_tile<Traits, kBlockN>(sK, row_ptr<Element>(params.k, params.k_strides, batch, seq.row0_k + n0, kv_head),
-                               keys_here, tid);
-    load_tile<Traits, kBlockN>(sV, row_ptr<Element>(params.v, params.v_strides, batch, seq.row0_k + n0, kv_head),
-                               keys_here, tid);
+    const RowPtr gk = row_ptr<Element>(params.k, params.k_strides, batch, seq.row0_k + n0, kv_head);
+    const RowPtr gv = row_ptr<Element>(params.v, params.v_strides, batch, seq.row0_k + n0, kv_head);
+    load_rows<Element, kBlockN, Traits::kThreads, Traits::kChunksPerRow, kStride>(sK, gk.base, gk.row_bytes,
+                                                                                  keys_here, tid);
+    load_rows<Element, kBlockN, Traits::kThreads, Traits::kChunksPerRow, kStride>(sV, gv.base, gv.row_bytes,
+                                                                                  keys_here, tid);
     load_step(head_begin, (m_lo + m_rot) * kBlockM, 0);
     ptx::cp_async_commit();
   }
@@ -166,19 +171,24 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     const bool needs_mask = mask.block_needs_mask(m0, min(m0 + kBlockM, seq.seqlen_q), n0, n0 + kBlockN);
     const float* stats = sStats + buf * 2 * kBlockM;
     const BwdScoreState st = score_state<Traits::kMods>(params, batch, head);
-    float s[Traits::kSdpMTiles][Traits::kSdpNTiles][4];
-    zero_acc(s);
-    warp_gemm_abt<Element, Traits::kSdpMTiles, Traits::kSdpNTiles, kHeadDim / 16, kStride, kStride>(
-        s, q_a_addr + buf * kQBufBytes, k_b_addr);
-    KeepBits<Traits::kSdpMTiles, Traits::kSdpNTiles> keep;
-    scores_to_probs<Traits::kMods, Element, Traits::kSdpMTiles, Traits::kSdpNTiles, kPStride>(
-        s, keep, sP, sdp_row0, sdp_col0, m0, n0, stats, needs_mask, mask, st, lane);
-    float dp[Traits::kSdpMTiles][Traits::kSdpNTiles][4];
-    zero_acc(dp);
-    warp_gemm_abt<Element, Traits::kSdpMTiles, Traits::kSdpNTiles, kHeadDim / 16, kStride, kStride>(
-        dp, q_a_addr + buf * kQBufBytes + kDoOffset, k_b_addr + kVOffset);
-    probs_to_grads<Traits::kMods>(s, dp, keep, sdp_row0, stats + kBlockM, st, lane);
-    store_acc_16bit<Element, Traits::kSdpMTiles, Traits::kSdpNTiles, kPStride>(sdS, dp, sdp_row0, sdp_col0, lane);
+#pragma unroll
+    for (int half = 0; half < Traits::kSdpSplits; ++half) {
+      constexpr int kMT = Traits::kSdpSubMTiles;
+      constexpr int kNT = Traits::kSdpNTiles;
+      const int row0 = sdp_row0 + half * kMT * 16;
+      const uint32_t q_addr = q_a_addr + buf * kQBufBytes + kElem * half * kMT * 16 * kStride;
+      float s[kMT][kNT][4];
+      zero_acc(s);
+      warp_gemm_abt<Element, kMT, kNT, kHeadDim / 16, kStride, kStride>(s, q_addr, k_b_addr);
+      KeepBits<kMT, kNT> keep;
+      scores_to_probs<Traits::kMods, Element, kMT, kNT, kPStride>(s, keep, sP, row0, sdp_col0, m0, n0, stats,
+                                                                 needs_mask, mask, st, lane);
+      float dp[kMT][kNT][4];
+      zero_acc(dp);
+      warp_gemm_abt<Element, kMT, kNT, kHeadDim / 16, kStride, kStride>(dp, q_addr + kDoOffset, k_b_addr + kVOffset);
+      probs_to_grads<Traits::kMods>(s, dp, keep, row0, stats + kBlockM, st, lane);
+      store_acc_16bit<Element, kMT, kNT, kPStride>(sdS, dp, row0, sdp_col0, lane);
+    }
     __syncthreads();  // B: sP and sdS are complete
 
     // dV += Pd^T dO and dK += dS^T Q: k runs over the kBlockM query rows of the step.
