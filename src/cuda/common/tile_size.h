@@ -30,8 +30,6 @@ constexpr FwdTile fwd_tile(int head_dim, bool score_mods) {
   return {128, 64, 8};
 }
 
-}  // namespace flashattn::cuda
-
 // Backward (FlashAttention-2 algorithm, sm80-class). One CTA per key block accumulates dK and dV
 // in registers over the query blocks, so block_n * head_dim * 2 floats per CTA live in registers
 // for the whole kernel: at 8 warps that is block_n * head_dim / 128 per thread, which is why
@@ -89,3 +87,5 @@ constexpr BwdDqTile bwd_dq_tile(int head_dim) {
   if (head_dim <= 128) return {64, 64, 4};
   return {64, 32, 4};
 }
+
+}  // namespace flashattn::cuda

@@ -16,7 +16,7 @@
 #include "cuda/ptx/ldmatrix.h"
 #include "cuda/ptx/math.h"
 #include "cuda/ptx/mma.h"
-#include "cuda/sm80/fwd_kernel.h"  // MaskMode, ScoreMods, kLog2e, RowPtr, row_ptr, load_tile
+#include "cuda/sm80/fwd_kernel.h"  // MaskMode, ScoreMods, kLog2e, RowPtr, row_ptr
 
 namespace flashattn::cuda {
 
