@@ -20,6 +20,8 @@
 //        dQ_i += dS K_j    A = dS: ldmatrix of sdS;  B = K_j: .trans ldmatrix of sK
 //                          -> f32 atomicAdd into the (unscaled) dQ accumulator
 //
+//      With score modifiers (softcap, ALiBi, dropout) the S/dP part may run in row slices of
+//      the warp tile (BwdTile::mods_splits) to leave registers for their temporaries.
 //      The transposes P^T and dS^T never exist in memory: they are row-major P and dS read
 //      with ldmatrix.trans, which hands each lane the A fragment of the transposed tile. Barrier
 //      A of the next step orders that step's writes of sP/sdS and its prefetch into the other
