@@ -10,6 +10,7 @@
 #include <string>
 
 #include "cuda/common/cuda_check.h"
+#include "cuda/common/workspace.h"
 #include "cuda/sm80/bwd_common.h"
 #include "cuda/sm80/bwd_dq_kernel.h"
 #include "cuda/sm80/bwd_kernel.h"
@@ -129,7 +130,7 @@ Status run_bwd(const BackwardParams& params, cudaStream_t stream) {
           : 0;
   const size_t total = std::max<size_t>(2 * stat_bytes + dq_bytes + 2 * part_bytes, kWsAlign);
   void* ws = nullptr;
-  FLASHATTN_CUDA_TRY(cudaMallocAsync(&ws, total, stream));
+  if (Status s = workspace_alloc(&ws, total, stream); !s.ok()) return s;
   char* base = static_cast<char*>(ws);
   kp.lse_log2 = reinterpret_cast<float*>(base);
   kp.dsum = reinterpret_cast<float*>(base + stat_bytes);
@@ -140,7 +141,7 @@ Status run_bwd(const BackwardParams& params, cudaStream_t stream) {
   }
 
   const Status launched = launch_bwd_kernels<Traits>(kp, stream);
-  const Status freed = cuda_status(cudaFreeAsync(ws, stream), "cudaFreeAsync(backward workspace)");
+  const Status freed = workspace_free(ws, stream);
   return launched.ok() ? freed : launched;
 }
 

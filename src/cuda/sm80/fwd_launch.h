@@ -6,6 +6,7 @@
 
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/split_heuristic.h"
+#include "cuda/common/workspace.h"
 #include "cuda/sm80/fwd_kernel.h"
 
 namespace flashattn::cuda {
@@ -36,8 +37,11 @@ Status run_fwd(const ForwardParams& params_in, cudaStream_t stream) {
   float* workspace = nullptr;
   if (splits > 1) {
     const size_t rows = size_t(params.total_q) * params.heads * splits;
-    FLASHATTN_CUDA_TRY(cudaMallocAsync(reinterpret_cast<void**>(&workspace),
-                                       rows * (Traits::kHeadDim + 1) * sizeof(float), stream));
+    if (Status s = workspace_alloc(reinterpret_cast<void**>(&workspace),
+                                   rows * (Traits::kHeadDim + 1) * sizeof(float), stream);
+        !s.ok()) {
+      return s;
+    }
     params.split_out = workspace;
     params.split_lse = workspace + rows * Traits::kHeadDim;
   }
@@ -50,7 +54,7 @@ Status run_fwd(const ForwardParams& params_in, cudaStream_t stream) {
       fwd_combine_kernel<typename Traits::Element, Traits::kHeadDim><<<cgrid, 128, 0, stream>>>(params);
       status = cuda_status(cudaGetLastError(), "launching the split-KV combine kernel");
     }
-    Status freed = cuda_status(cudaFreeAsync(workspace, stream), "freeing the split-KV workspace");
+    Status freed = workspace_free(workspace, stream);
     if (status.ok()) status = freed;
   }
   return status;
