@@ -186,9 +186,11 @@ class Imports {
                                   std::to_string(ndim) + " with shape " + shape_str(shape, ndim));
     }
     t.ndim = static_cast<int32_t>(ndim);
-    for (size_t i = 0; i < ndim; ++i) {
+    int64_t compact = 1;  // DLPack allows NULL strides for a compact row-major tensor
+    for (size_t i = ndim; i-- > 0;) {
       t.shape[i] = shape[i];
-      t.strides[i] = strides[i];  // DLPack strides are in elements, like TensorView's
+      t.strides[i] = strides != nullptr ? strides[i] : compact;  // in elements, like TensorView's
+      compact *= shape[i];
     }
     t.data = data;
     return t;
