@@ -17,6 +17,7 @@
 #include "core/backend.h"
 #include "core/params.h"
 #include "core/philox.h"
+#include "cuda/common/build_config.h"
 #include "flashattn/flashattn.h"
 
 #define CK(x)                                                                       \
@@ -41,30 +42,6 @@ struct Case {
   bool bf16;
   int splits = 0;  // 0 = heuristic
 };
-
-static bool head_dim_compiled(int d) {
-  switch (d) {
-#ifdef FLASHATTN_CUDA_HDIM_32
-    case 32: return true;
-#endif
-#ifdef FLASHATTN_CUDA_HDIM_64
-    case 64: return true;
-#endif
-#ifdef FLASHATTN_CUDA_HDIM_96
-    case 96: return true;
-#endif
-#ifdef FLASHATTN_CUDA_HDIM_128
-    case 128: return true;
-#endif
-#ifdef FLASHATTN_CUDA_HDIM_192
-    case 192: return true;
-#endif
-#ifdef FLASHATTN_CUDA_HDIM_256
-    case 256: return true;
-#endif
-    default: return false;
-  }
-}
 
 static Status run_cuda_forward(const ForwardArgs& a) {
   ForwardParams p;
@@ -408,7 +385,7 @@ int main(int argc, char** argv) {
       cases.push_back({3, 50, 900, 2, 2, d, false, 100, 0, 20, true, 0.1f, true, true, 5});
     }
     for (const Case& c : cases) {
-      if (!head_dim_compiled(c.d)) continue;
+      if (!cuda::head_dim_built(c.d)) continue;
       ++total;
       if (!run_case(c, rng)) ++fails;
     }

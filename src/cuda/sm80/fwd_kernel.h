@@ -18,6 +18,7 @@
 #include "core/philox.h"
 #include "cuda/common/mask.h"
 #include "cuda/common/tile_size.h"
+#include "cuda/common/variants.h"
 #include "cuda/ptx/cp_async.h"
 #include "cuda/ptx/ldmatrix.h"
 #include "cuda/ptx/math.h"
@@ -30,16 +31,6 @@ constexpr float kLn2 = 0.6931471805599453f;
 // Lazy rescaling threshold in log2 units: unnormalised P stays below 2^8 = 256, far from the
 // f16 limit (65504), while most key blocks skip rescaling O.
 constexpr float kRescaleThreshold = 8.0f;
-
-// Which masking a kernel instantiation is compiled for.
-enum class MaskMode {
-  kNone,    // only the seqlen_k boundary
-  kWindow,  // causal or sliding window, around the bottom-right diagonal
-};
-
-// Score modifiers beyond scale + mask. kNone keeps the inner loop lean; kAny handles softcap,
-// ALiBi and dropout with uniform run-time branches.
-enum class ScoreMods { kNone, kAny };
 
 template <typename Element_, int kHeadDim_, MaskMode kMask_, ScoreMods kMods_>
 struct FwdTraits {

@@ -1,0 +1,85 @@
+// The compile-time variants of every kernel family, and the one place (dispatch_variant) where
+// run-time options become those template arguments.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <string>
+
+#include "core/params.h"
+
+namespace flashattn::cuda {
+
+// Which masking a kernel instantiation is compiled for.
+enum class MaskMode {
+  kNone,    // only the seqlen_k boundary
+  kWindow,  // causal or sliding window, around the bottom-right diagonal
+};
+
+// Score modifiers beyond scale + mask. kNone keeps the inner loop lean; kAny handles softcap,
+// ALiBi and dropout with uniform run-time branches.
+enum class ScoreMods { kNone, kAny };
+
+namespace variants_detail {
+
+template <typename Element, int kHeadDim, typename Launch>
+Status by_mask(const QKVParams& p, Launch& launch) {
+  const bool mods = p.softcap > 0.0f || p.alibi != nullptr || p.has_dropout();
+  if (p.has_window()) {
+    if (mods) return launch.template operator()<Element, kHeadDim, MaskMode::kWindow, ScoreMods::kAny>();
+    return launch.template operator()<Element, kHeadDim, MaskMode::kWindow, ScoreMods::kNone>();
+  }
+  if (mods) return launch.template operator()<Element, kHeadDim, MaskMode::kNone, ScoreMods::kAny>();
+  return launch.template operator()<Element, kHeadDim, MaskMode::kNone, ScoreMods::kNone>();
+}
+
+template <typename Element, typename Launch>
+Status by_head_dim(const QKVParams& p, Launch& launch) {
+  switch (p.head_dim) {
+#ifdef FLASHATTN_CUDA_HDIM_32
+    case 32: return by_mask<Element, 32>(p, launch);
+#endif
+#ifdef FLASHATTN_CUDA_HDIM_64
+    case 64: return by_mask<Element, 64>(p, launch);
+#endif
+#ifdef FLASHATTN_CUDA_HDIM_96
+    case 96: return by_mask<Element, 96>(p, launch);
+#endif
+#ifdef FLASHATTN_CUDA_HDIM_128
+    case 128: return by_mask<Element, 128>(p, launch);
+#endif
+#ifdef FLASHATTN_CUDA_HDIM_192
+    case 192: return by_mask<Element, 192>(p, launch);
+#endif
+#ifdef FLASHATTN_CUDA_HDIM_256
+    case 256: return by_mask<Element, 256>(p, launch);
+#endif
+    default:
+      return Status::NotSupported("head_dim " + std::to_string(p.head_dim) +
+                                  " was not built into this flashattn (FLASHATTN_CUDA_HEAD_DIMS)");
+  }
+}
+
+}  // namespace variants_detail
+
+// Calls launch.template operator()<Element, kHeadDim, kMask, kMods>() for p's dtype, head dim,
+// mask and score modifiers, among the instantiations this build contains (CMake defines
+// FLASHATTN_CUDA_HDIM_<d> and FLASHATTN_CUDA_DTYPE_<T>; see build_config.h).
+template <typename Launch>
+Status dispatch_variant(const QKVParams& p, Launch&& launch) {
+  switch (p.dtype) {
+#ifdef FLASHATTN_CUDA_DTYPE_FP16
+    case DType::kFloat16: return variants_detail::by_head_dim<__half>(p, launch);
+#endif
+#ifdef FLASHATTN_CUDA_DTYPE_BF16
+    case DType::kBFloat16: return variants_detail::by_head_dim<__nv_bfloat16>(p, launch);
+#endif
+    default:
+      return Status::NotSupported(std::string("q has dtype ") + dtype_name(p.dtype) +
+                                  ", which this flashattn CUDA build does not include "
+                                  "(FLASHATTN_CUDA_DTYPES)");
+  }
+}
+
+}  // namespace flashattn::cuda
