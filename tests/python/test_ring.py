@@ -1,0 +1,224 @@
+"""Ring attention in Python (flashattn.ring) on CPU tensors.
+
+* The schedule port: every (query, key) pair covered exactly once by the derived local calls
+  (the same brute-force check as tests/cpp/test_ring.cpp, on the Python port), one call per
+  step, zig-zag balance.
+* The merge against a softmax over the union of key sets.
+* ring_flash_attn_func over gloo (3 processes, torch.multiprocessing): a ring of 3 on the
+  default group and a ring of 2 on a subgroup, against one flash_attn_func call on the whole
+  sequence: out, lse and the gradients of q, k, v.
+
+Skipped without torch or without torch.distributed's gloo backend. The NCCL path (CUDA
+tensors, several GPUs) is not exercised here.
+"""
+
+import importlib.util
+import os
+import pathlib
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch")
+dist = pytest.importorskip("torch.distributed")
+
+import flashattn  # noqa: E402
+
+
+def _import_ring():
+    """flashattn.ring, from the installed package or else from this checkout's python/."""
+    try:
+        from flashattn import ring  # noqa: PLC0415
+        return ring
+    except ImportError:
+        path = pathlib.Path(__file__).resolve().parents[2] / "python" / "flashattn" / "ring.py"
+        spec = importlib.util.spec_from_file_location("flashattn.ring", path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["flashattn.ring"] = module
+        spec.loader.exec_module(module)
+        flashattn.ring = module
+        return module
+
+
+ring = _import_ring()
+
+needs_gloo = pytest.mark.skipif(
+    not (dist.is_available() and dist.is_gloo_available()), reason="no torch.distributed gloo")
+
+
+# ---- schedule ---------------------------------------------------------------------------------
+
+def _call_sees(i, j, sq, sk, left, right):
+    diag = i + sk - sq
+    return (left < 0 or j >= diag - left) and (right < 0 or j <= diag + right)
+
+
+def _coverage(n, world, layout, causal):
+    sh = ring._Sharding(n, world, layout)
+    rows = [[p for i in range(sh.chunks_per_rank)
+             for p in range(*sh.global_span(r, i))] for r in range(world)]
+    count = {}
+    work = [0] * world
+    max_calls = 0
+    for r in range(world):
+        for s in range(world):
+            kv = (r - s) % world
+            calls = ring._plan_step(sh, r, s, causal)
+            max_calls = max(max_calls, len(calls))
+            for (q0, q1), (k0, k1), wl, wr in calls:
+                sq, sk = q1 - q0, k1 - k0
+                for i in range(sq):
+                    for j in range(sk):
+                        if _call_sees(i, j, sq, sk, wl, wr):
+                            key = (rows[r][q0 + i], rows[kv][k0 + j])
+                            count[key] = count.get(key, 0) + 1
+                            work[r] += 1
+    for i in range(n):
+        for j in range(n):
+            want = 1 if (not causal or j <= i) else 0
+            assert count.get((i, j), 0) == want, (n, world, layout, causal, i, j)
+    return work, max_calls
+
+
+@pytest.mark.parametrize("world", [1, 2, 3, 4])
+def test_schedule_covers_every_pair_once(world):
+    for layout in ("zigzag", "contiguous"):
+        for causal in (True, False):
+            for n in (2 * world, 2 * world + 1, 7 * world + 3, 24):
+                _, max_calls = _coverage(n, world, layout, causal)
+                assert max_calls <= 1
+
+
+def test_zigzag_balance():
+    for world in (2, 3, 4):
+        work, _ = _coverage(4 * world, world, "zigzag", True)
+        assert len(set(work)) == 1, work
+
+
+def test_shard_spans_match_the_cpp_layout():
+    assert ring.ring_shard_spans(10, 2, 0, causal=True) == [(0, 2), (7, 10)]
+    assert ring.ring_shard_spans(10, 2, 1, causal=True) == [(2, 5), (5, 7)]
+    assert ring.ring_shard_spans(10, 3, 2, causal=False) == [(6, 10)]
+    with pytest.raises(ValueError, match="at least the number of chunks"):
+        ring.ring_shard_spans(5, 3, 0, causal=True)
+
+
+def test_merge_matches_softmax_over_the_union():
+    g = torch.Generator().manual_seed(3)
+    s = torch.randn(2, 3, 5, 17, generator=g, dtype=torch.float64) * 3  # (b, h, rows, keys)
+    v = torch.randn(2, 17, 3, 4, generator=g, dtype=torch.float64)      # (b, keys, h, dv)
+
+    def part(keys):
+        if not keys:
+            return (torch.zeros(2, 5, 3, 4, dtype=torch.float32),
+                    torch.full((2, 3, 5), float("-inf")))
+        sk = s[..., keys]
+        lse = torch.logsumexp(sk, dim=-1)
+        p = torch.exp(sk - lse[..., None])
+        o = torch.einsum("bhik,bkhd->bihd", p, v[:, keys])
+        return o.float(), lse.float()
+
+    o_ref, lse_ref = part(list(range(17)))
+    o_acc, lse_acc = part([])
+    o_acc[:] = float("nan")  # a part with no visible key weighs 0 whatever its O holds
+    for keys in ([0, 5, 6], [], [1, 2, 3, 4, 16], list(range(7, 16))):
+        o_p, lse_p = part(keys)
+        ring._merge_(o_acc, lse_acc, o_p, lse_p)
+    torch.testing.assert_close(o_acc, o_ref, rtol=0, atol=1e-5)
+    torch.testing.assert_close(lse_acc, lse_ref, rtol=0, atol=1e-5)
+
+    o_none, lse_none = part([])
+    ring._merge_(o_none, lse_none, *part([]))
+    assert torch.all(o_none == 0) and torch.all(lse_none == float("-inf"))
+
+
+# ---- the ring over gloo ------------------------------------------------------------------------
+
+CASES = [
+    dict(n=16, causal=True, h=4, hk=2, d=16, dv=16),
+    dict(n=16, causal=False, h=4, hk=2, d=16, dv=16),
+    dict(n=19, causal=True, h=2, hk=1, d=8, dv=12),   # uneven shards (needs global_seqlen)
+    dict(n=23, causal=False, h=3, hk=3, d=16, dv=16),
+]
+
+
+def _rel_err(got, want):
+    return ((got.double() - want.double()).abs().max() /
+            want.double().abs().max().clamp_min(1e-30)).item()
+
+
+def _check_cases(group, world, rank, failures):
+    """Every case on `group` (this process is its rank `rank` of `world`)."""
+    for ci, c in enumerate(CASES):
+        g = torch.Generator().manual_seed(100 + ci)
+        b, n = 2, c["n"]
+        q = torch.randn(b, n, c["h"], c["d"], generator=g)
+        k = torch.randn(b, n, c["hk"], c["d"], generator=g)
+        v = torch.randn(b, n, c["hk"], c["dv"], generator=g)
+        dout = torch.randn(b, n, c["h"], c["dv"], generator=g)
+
+        # One call on the whole sequence.
+        qf, kf, vf = (t.clone().requires_grad_() for t in (q, k, v))
+        out, lse, _ = flashattn.flash_attn_func(qf, kf, vf, causal=c["causal"],
+                                                return_attn_probs=True)
+        out.backward(dout)
+
+        def shard(t, dim=1):
+            return ring.ring_shard(t, world, rank, causal=c["causal"], dim=dim)
+
+        ql, kl, vl = (shard(t).clone().requires_grad_() for t in (q, k, v))
+        out_l, lse_l = ring.ring_flash_attn_func(ql, kl, vl, group, causal=c["causal"],
+                                                 global_seqlen=n, return_lse=True)
+        out_l.backward(shard(dout))
+        checks = dict(out=(out_l, shard(out.detach())), lse=(lse_l, shard(lse, dim=2)),
+                      dq=(ql.grad, shard(qf.grad)), dk=(kl.grad, shard(kf.grad)),
+                      dv=(vl.grad, shard(vf.grad)))
+        for name, (got, want) in checks.items():
+            err = _rel_err(got, want)
+            if not err <= 1e-5:
+                failures.put(f"world {world} rank {rank} case {c}: {name} rel err {err}")
+
+
+def _worker(rank, world, init_file, failures):
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank,
+                            world_size=world)
+    try:
+        torch.set_num_threads(1)
+        # The whole world on the default group (group=None) ...
+        _check_cases(None, world, rank, failures)
+        # ... and a ring of global ranks 1 .. world-1 on a subgroup, whose group ranks differ
+        # from the global ones.
+        members = list(range(1, world))
+        sub = dist.new_group(members)
+        if rank in members:
+            _check_cases(sub, len(members), members.index(rank), failures)
+    except Exception as e:  # reported to the parent, which fails the test
+        failures.put(f"world {world} rank {rank}: {type(e).__name__}: {e}")
+        raise
+    finally:
+        dist.destroy_process_group()
+
+
+@needs_gloo
+def test_ring_matches_one_call_over_gloo(tmp_path):
+    """3 processes: a ring of 3 on the default group, then a ring of 2 on a subgroup."""
+    import torch.multiprocessing as mp  # noqa: PLC0415
+
+    world = 3
+    ctx = mp.get_context("spawn")
+    failures = ctx.SimpleQueue()
+    init_file = os.path.join(tmp_path, "rendezvous")
+    mp.start_processes(_worker, args=(world, init_file, failures), nprocs=world, join=True,
+                       start_method="spawn")
+    messages = []
+    while not failures.empty():
+        messages.append(failures.get())
+    assert not messages, "\n".join(messages)
+
+
+def test_ring_rejects_a_wrong_shard_without_a_group():
+    q = torch.randn(1, 8, 2, 8)
+    with pytest.raises(RuntimeError, match="process group"):
+        ring.ring_flash_attn_func(q, q, q, None, causal=True)
+    with pytest.raises(ValueError, match="same shard"):
+        ring.ring_flash_attn_func(q, q[:, :4], q, None, causal=True)
