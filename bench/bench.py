@@ -1,28 +1,171 @@
-"""Benchmarks flashattn against PyTorch SDPA (cuDNN and flash backends) in one process.
+"""Benchmarks flashattn against every attention peer present in the same process.
 
-    python3 bench/bench.py --suite quick --out bench/results/h200-quick.json
+    python3 bench/bench.py --suite quick --out bench/results/h200-$(date +%F)-quick.json
 
-Suites: quick (a few rows for gpu-check), full (the issue's matrix: bf16/fp16, head dims
-64/128/256, seqlen 512..16k with batch = 16k/seqlen and 2048/head_dim heads, causal or not,
-forward and backward), decode (one query token, 32 query heads over 8 KV heads, d128).
-FLOPs: forward 4*B*H*Nq*Nk*d (halved for causal when Nq == Nk); backward 2.5x forward.
-Times: CUDA events, median of --repeats after warm-up, on random inputs.
+Peers: PyTorch SDPA with each backend forced (sdpa_cudnn, sdpa_flash = FlashAttention-2,
+sdpa_efficient = memory-efficient, sdpa_math = the materialised reference: it stores the Nq x Nk
+scores, so it runs only for Nq * Nk <= --math-max-seqlen^2 and when they fit in free memory),
+and triton = bench/triton_attention.py, this project's own small Triton forward kernel (forward
+only; marked unavailable when Triton cannot be imported). A peer that cannot run a
+configuration gets {"error": ...} or {"skipped": ...} in that row instead of figures.
+
+Suites: quick (5 rows for gpu-check), full (bf16/fp16, head dims 64/128/256, seqlen 512..16k with
+batch = 16k/seqlen and 2048/head_dim heads, causal or not), decode (one query token, 32 query heads
+over 8 KV heads, d128, bf16). --dtypes/--head-dims/--seqlens keep a subset of a suite's rows.
+
+FLOPs: forward 4*B*H*Nq*Nk*d (halved for causal when Nq == Nk); backward 2.5x forward;
+forward+backward 3.5x forward. Times: CUDA events around one call, median of --repeats after
+warm-up, fresh random inputs per peer. bwd = torch.autograd.grad of a saved output (no gradient
+accumulation); fwd+bwd = forward with autograd recording, then that backward, timed as one.
+Decode rows also carry *_graph figures: the same call captured in a CUDA graph and replayed,
+which removes the host launch overhead that dominates the smallest decode shapes.
+
+Device time on an H200 (estimates): quick ~1.5 min, decode ~1 min, full ~5 min (sdpa_math
+is ~1/4 of full; --impls drops peers; --dtypes bf16 then fp16 splits full in two).
+
+The JSON (format 2) keeps every key of format 1 and adds peers, fwdbwd_* figures, *_graph decode
+figures, "implementations", "unavailable" and more environment fields (driver, git commit).
+This module imports torch only inside functions, so its helpers load without torch.
 """
 import argparse
 import datetime
 import json
+import os
 import platform
 import socket
+import subprocess
 import sys
 
-import torch
-import torch.nn.functional as F
-from torch.nn.attention import SDPBackend, sdpa_kernel
+IMPLS = ("flashattn", "sdpa_cudnn", "sdpa_flash", "sdpa_efficient", "sdpa_math", "triton")
+DECODE_IMPLS = ("flashattn", "sdpa_cudnn", "sdpa_flash", "sdpa_efficient", "sdpa_math")
+DESCRIPTIONS = {
+    "flashattn": "this library: flashattn.flash_attn_func (layout B, N, H, d)",
+    "sdpa_cudnn": "torch SDPA, cuDNN backend (SDPBackend.CUDNN_ATTENTION)",
+    "sdpa_flash": "torch SDPA, flash backend = FlashAttention-2 (SDPBackend.FLASH_ATTENTION)",
+    "sdpa_efficient": "torch SDPA, memory-efficient backend (SDPBackend.EFFICIENT_ATTENTION)",
+    "sdpa_math": "torch SDPA, math backend: materialises the N x N scores (standard attention)",
+    "triton": "bench/triton_attention.py: this project's Triton forward kernel (not upstream's); forward only",
+}
+FLOPS_NOTE = "fwd 4*B*H*Nq*Nk*d (causal /2), bwd 2.5x fwd, fwdbwd 3.5x fwd; TFLOP/s"
+TIMING_NOTE = ("CUDA events around one call, median of repeats after 5 warm-up calls; bwd: autograd.grad "
+               "of a saved output; fwdbwd: forward + backward as one timed call; *_graph: CUDA graph replay")
 
-import flashattn
 
+# ---- helpers that need no torch ----------------------------------------------------------------
+
+def flops(b, h, sq, sk, d, causal):
+    f = 4.0 * b * h * sq * sk * d
+    return f / 2 if causal and sq == sk else f
+
+
+def suite_rows(suite, dtypes=None, head_dims=None, seqlens=None):
+    """The (dtype, d, n, causal) rows of an attention suite, optionally filtered."""
+    if suite == "quick":
+        rows = [dict(dtype="bf16", d=d, n=n, causal=causal) for d, n, causal in (
+            (128, 2048, False), (128, 16384, False), (128, 16384, True), (64, 16384, False), (256, 16384, False))]
+    elif suite == "full":
+        rows = [dict(dtype=dtype, d=d, n=n, causal=causal) for dtype in ("bf16", "fp16") for d in (64, 128, 256)
+                for n in (512, 1024, 2048, 4096, 8192, 16384) for causal in (False, True)]
+    else:
+        raise ValueError(f"suite_rows: no attention rows for suite {suite!r}")
+    return [r for r in rows if (not dtypes or r["dtype"] in dtypes) and (not head_dims or r["d"] in head_dims)
+            and (not seqlens or r["n"] in seqlens)]
+
+
+def decode_rows():
+    """(batch, seqlen_k) of the decode suite: 32 query heads over 8 KV heads, d128, bf16."""
+    return ((1, 4096), (8, 65536), (8, 131072), (64, 4096), (64, 16384))
+
+
+def add_rates(result, fl):
+    """Adds *_tflops next to each *_ms figure of one peer's result (fl = forward FLOPs)."""
+    for key, mult in (("fwd", 1.0), ("bwd", 2.5), ("fwdbwd", 3.5)):
+        if f"{key}_ms" in result:
+            result[f"{key}_tflops"] = mult * fl / result[f"{key}_ms"] / 1e9
+    return result
+
+
+def format_row(row):
+    """One console line: TFLOP/s fwd/bwd/fwd+bwd per peer, then ours vs FA2 and cuDNN."""
+    parts = [f"{row['dtype']} d{row['d']} n{row['n']} {'causal' if row['causal'] else 'full  '}"]
+    for name in IMPLS:
+        r = row.get(name)
+        if not isinstance(r, dict):
+            continue
+        if "fwd_tflops" in r:
+            figs = [r.get(k) for k in ("fwd_tflops", "bwd_tflops", "fwdbwd_tflops")]
+            parts.append(f"{name} " + "/".join("-" if x is None else f"{x:.0f}" for x in figs))
+        else:
+            parts.append(f"{name} n/a")
+    ours = row.get("flashattn", {})
+    for peer, label in (("sdpa_flash", "FA2"), ("sdpa_cudnn", "cuDNN")):
+        other = row.get(peer, {})
+        ratios = [f"{key} {ours[key + '_tflops'] / other[key + '_tflops']:.2f}x" for key in ("fwd", "bwd", "fwdbwd")
+                  if key + "_tflops" in ours and key + "_tflops" in other]
+        if ratios:
+            parts.append(f"vs {label} " + " ".join(ratios))
+    return "  ".join(parts)
+
+
+def format_decode_row(row):
+    parts = [f"decode b{row['batch']} sk{row['seqlen_k']}:"]
+    for name in DECODE_IMPLS:
+        r = row.get(name, {})
+        if "fwd_ms" in r:
+            s = f"{name} {r['fwd_ms'] * 1e3:.1f}us {r['kv_tb_per_s']:.2f}TB/s"
+            if "fwd_ms_graph" in r:
+                s += f" (graph {r['fwd_ms_graph'] * 1e3:.1f}us {r['kv_tb_per_s_graph']:.2f}TB/s)"
+            parts.append(s)
+    return "  ".join(parts)
+
+
+def short_error(e):
+    text = str(e).strip().splitlines()
+    return (text[0] if text else type(e).__name__)[:200]
+
+
+def git_state():
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    try:
+        commit = subprocess.run(["git", "-C", root, "rev-parse", "HEAD"], capture_output=True, text=True,
+                                timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "-C", root, "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return {"commit": commit, "dirty": bool(dirty)} if commit else None
+
+
+def nvidia_smi(fields=("driver_version", "clocks.max.sm", "power.limit")):
+    """{field: value} from nvidia-smi for GPU 0; {} when nvidia-smi is missing or fails."""
+    try:
+        out = subprocess.run(["nvidia-smi", "-i", "0", "--query-gpu=" + ",".join(fields),
+                              "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    values = [v.strip() for v in out.stdout.strip().split(",")]
+    if out.returncode != 0 or len(values) != len(fields):
+        return nvidia_smi(fields[:1]) if len(fields) > 1 else {}
+    return dict(zip(fields, values))
+
+
+def cuda_driver_api_version():
+    """The CUDA version the driver supports (cuDriverGetVersion), e.g. "13.0"; None if unknown."""
+    import ctypes
+    try:
+        lib = ctypes.CDLL("libcuda.so.1")
+        v = ctypes.c_int()
+        if lib.cuDriverGetVersion(ctypes.byref(v)) != 0:
+            return None
+    except OSError:
+        return None
+    return f"{v.value // 1000}.{v.value % 1000 // 10}"
+
+
+# ---- timing (torch) ----------------------------------------------------------------------------
 
 def median_ms(fn, repeats, warmup=5):
+    import torch
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
@@ -38,111 +181,169 @@ def median_ms(fn, repeats, warmup=5):
     return times[len(times) // 2]
 
 
-def attention_impls():
-    """name -> (layout, function(q, k, v, causal) -> out). Layout bshd = flash_attn's, bhsd = SDPA's."""
-    impls = {"flashattn": ("bshd", lambda q, k, v, causal: flashattn.flash_attn_func(q, k, v, causal=causal))}
-    for name, backend in (("sdpa_cudnn", SDPBackend.CUDNN_ATTENTION), ("sdpa_flash", SDPBackend.FLASH_ATTENTION)):
+def graph_median_ms(fn, repeats):
+    """Median time of replaying fn captured in a CUDA graph (fn runs 3 times first, on a side
+    stream, as capture requires)."""
+    import torch
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return median_ms(graph.replay, repeats)
+
+
+class Impl:
+    """One peer: layout "bshd" (flash_attn's) or "bhsd" (SDPA's), fn(q, k, v, causal) -> out,
+    whether it has a backward, and skip(b, h, hk, sq, sk, dtype) -> reason or None."""
+
+    def __init__(self, layout, fn, backward=True, skip=None):
+        self.layout, self.fn, self.backward = layout, fn, backward
+        self.skip = skip or (lambda *args: None)
+
+
+def attention_impls(names, math_max_seqlen=4096):
+    """({name: Impl} for the requested peers that load, {name: reason} for those that do not)."""
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    impls, unavailable = {}, {}
+    if "flashattn" in names:
+        import flashattn
+        impls["flashattn"] = Impl("bshd", lambda q, k, v, causal: flashattn.flash_attn_func(q, k, v, causal=causal))
+
+    def math_skip(b, h, hk, sq, sk, dtype):
+        if sq * sk > math_max_seqlen ** 2:
+            return f"math backend materialises Nq x Nk scores; run only for Nq * Nk <= {math_max_seqlen}^2"
+        # Scores, probabilities and (backward) their gradients, in float32 to be safe.
+        need = 4 * b * h * sq * sk * 4
+        free, _ = torch.cuda.mem_get_info()
+        if need > 0.8 * free:
+            return f"math backend needs ~{need / 2**30:.0f} GiB for N x N matrices, {free / 2**30:.0f} GiB free"
+        return None
+
+    for name, backend in (("sdpa_cudnn", SDPBackend.CUDNN_ATTENTION), ("sdpa_flash", SDPBackend.FLASH_ATTENTION),
+                          ("sdpa_efficient", SDPBackend.EFFICIENT_ATTENTION), ("sdpa_math", SDPBackend.MATH)):
+        if name not in names:
+            continue
+
         def run(q, k, v, causal, backend=backend):
             with sdpa_kernel([backend]):
                 return F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=q.shape[1] != k.shape[1])
-        impls[name] = ("bhsd", run)
-    return impls
+        impls[name] = Impl("bhsd", run, skip=math_skip if name == "sdpa_math" else None)
+
+    if "triton" in names:
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        try:
+            import triton_attention
+        except Exception as e:  # ImportError, or Triton failing to initialise
+            unavailable["triton"] = "not available: " + short_error(e)
+        else:
+            impls["triton"] = Impl("bhsd", lambda q, k, v, causal: triton_attention.attention(q, k, v, causal=causal),
+                                   backward=False)
+    return impls, unavailable
 
 
-def bench_row(impl, layout, b, h, hk, sq, sk, d, causal, dtype, backward, repeats):
-    shape_q = (b, sq, h, d) if layout == "bshd" else (b, h, sq, d)
-    shape_k = (b, sk, hk, d) if layout == "bshd" else (b, hk, sk, d)
-    q = torch.randn(shape_q, device="cuda", dtype=dtype, requires_grad=backward)
-    k = torch.randn(shape_k, device="cuda", dtype=dtype, requires_grad=backward)
-    v = torch.randn(shape_k, device="cuda", dtype=dtype, requires_grad=backward)
+def bench_row(impl, b, h, hk, sq, sk, d, causal, dtype, backward, repeats, graph=False):
+    """{"fwd_ms", ["bwd_ms", "fwdbwd_ms"], ["fwd_ms_graph"]} for one peer and shape."""
+    import torch
+    shape_q = (b, sq, h, d) if impl.layout == "bshd" else (b, h, sq, d)
+    shape_k = (b, sk, hk, d) if impl.layout == "bshd" else (b, hk, sk, d)
+    grad_inputs = backward and impl.backward
+    q = torch.randn(shape_q, device="cuda", dtype=dtype, requires_grad=grad_inputs)
+    k = torch.randn(shape_k, device="cuda", dtype=dtype, requires_grad=grad_inputs)
+    v = torch.randn(shape_k, device="cuda", dtype=dtype, requires_grad=grad_inputs)
     result = {}
     with torch.no_grad():
-        result["fwd_ms"] = median_ms(lambda: impl(q, k, v, causal), repeats)
-    if backward:
-        out = impl(q, k, v, causal)
+        result["fwd_ms"] = median_ms(lambda: impl.fn(q, k, v, causal), repeats)
+        if graph:
+            try:
+                result["fwd_ms_graph"] = graph_median_ms(lambda: impl.fn(q, k, v, causal), repeats)
+            except Exception as e:  # a peer that cannot be captured: keep the eager figure
+                result["graph_error"] = short_error(e)
+    if grad_inputs:
+        out = impl.fn(q, k, v, causal)
         grad = torch.randn_like(out)
-        result["bwd_ms"] = median_ms(lambda: torch.autograd.backward(out, grad, retain_graph=True), repeats)
+        result["bwd_ms"] = median_ms(lambda: torch.autograd.grad(out, (q, k, v), grad, retain_graph=True), repeats)
+        del out
+        result["fwdbwd_ms"] = median_ms(lambda: torch.autograd.grad(impl.fn(q, k, v, causal), (q, k, v), grad),
+                                        repeats)
+    elif backward:
+        result["bwd_skipped"] = "forward only"
     return result
 
 
-def flops(b, h, sq, sk, d, causal):
-    f = 4.0 * b * h * sq * sk * d
-    return f / 2 if causal and sq == sk else f
+def measure(impl, name, shape, dtype, backward, repeats, graph=False):
+    """Runs bench_row for one peer and shape (b, h, hk, sq, sk, d, causal), turning a peer's
+    refusal or an out-of-memory error into {"skipped": ...} or {"error": ...}."""
+    import torch
+    b, h, hk, sq, sk, d, causal = shape
+    reason = impl.skip(b, h, hk, sq, sk, dtype)
+    if reason:
+        return {"skipped": reason}
+    try:
+        return bench_row(impl, b, h, hk, sq, sk, d, causal, dtype, backward, repeats, graph)
+    except (RuntimeError, ValueError, TypeError, NotImplementedError) as e:  # a peer without this shape
+        return {"error": short_error(e)}
+    finally:
+        if name == "sdpa_math":
+            torch.cuda.empty_cache()
 
 
-def suite_rows(suite):
-    if suite == "quick":
-        for d, n, causal in ((128, 2048, False), (128, 16384, False), (128, 16384, True), (64, 16384, False), (256, 16384, False)):
-            yield dict(dtype="bf16", d=d, n=n, causal=causal)
-    elif suite == "full":
-        for dtype in ("bf16", "fp16"):
-            for d in (64, 128, 256):
-                for n in (512, 1024, 2048, 4096, 8192, 16384):
-                    for causal in (False, True):
-                        yield dict(dtype=dtype, d=d, n=n, causal=causal)
-
-
-def run_attention_suite(suite, repeats, backward):
-    impls = attention_impls()
+def run_attention_suite(rows_cfg, impls, repeats, backward):
+    import torch
     rows = []
-    for cfg in suite_rows(suite):
-        d, n = cfg["d"], cfg["n"]
+    for cfg in rows_cfg:
+        d, n, causal = cfg["d"], cfg["n"], cfg["causal"]
         b, h = 16384 // n, 2048 // d
         dtype = torch.bfloat16 if cfg["dtype"] == "bf16" else torch.float16
         row = dict(cfg, batch=b, heads=h)
-        fl = flops(b, h, n, n, d, cfg["causal"])
-        for name, (layout, fn) in impls.items():
-            try:
-                r = bench_row(fn, layout, b, h, h, n, n, d, cfg["causal"], dtype, backward, repeats)
-            except (RuntimeError, ValueError) as e:  # a peer without this configuration
-                row[name] = {"error": str(e).splitlines()[0][:200]}
-                continue
-            r["fwd_tflops"] = fl / r["fwd_ms"] / 1e9
-            if "bwd_ms" in r:
-                r["bwd_tflops"] = 2.5 * fl / r["bwd_ms"] / 1e9
-            row[name] = r
+        fl = flops(b, h, n, n, d, causal)
+        for name, impl in impls.items():
+            r = measure(impl, name, (b, h, h, n, n, d, causal), dtype, backward, repeats)
+            row[name] = add_rates(r, fl) if "fwd_ms" in r else r
         rows.append(row)
         print(format_row(row), flush=True)
     return rows
 
 
-def run_decode_suite(repeats):
-    impls = attention_impls()
+def run_decode_suite(impls, repeats):
+    import torch
     rows = []
-    for b, sk in ((1, 4096), (8, 65536), (8, 131072), (64, 4096), (64, 16384)):
+    for b, sk in decode_rows():
         row = dict(kind="decode", batch=b, seqlen_k=sk, heads=32, heads_k=8, d=128, dtype="bf16")
         kv_bytes = 2 * b * sk * 8 * 128 * 2
-        for name, (layout, fn) in impls.items():
-            try:
-                r = bench_row(fn, layout, b, 32, 8, 1, sk, 128, False, torch.bfloat16, False, repeats)
-            except (RuntimeError, ValueError) as e:
-                row[name] = {"error": str(e).splitlines()[0][:200]}
-                continue
-            r["kv_tb_per_s"] = kv_bytes / r["fwd_ms"] / 1e9
+        for name, impl in impls.items():
+            r = measure(impl, name, (b, 32, 8, 1, sk, 128, False), torch.bfloat16, False, repeats, graph=True)
+            if "fwd_ms" in r:
+                r["kv_tb_per_s"] = kv_bytes / r["fwd_ms"] / 1e9
+                if "fwd_ms_graph" in r:
+                    r["kv_tb_per_s_graph"] = kv_bytes / r["fwd_ms_graph"] / 1e9
             row[name] = r
         rows.append(row)
-        print("decode b%d sk%d: " % (b, sk) + "  ".join(
-            f"{k} {v['fwd_ms'] * 1e3:.1f}us {v['kv_tb_per_s']:.2f}TB/s" for k, v in row.items()
-            if isinstance(v, dict) and "fwd_ms" in v), flush=True)
+        print(format_decode_row(row), flush=True)
     return rows
 
 
-def format_row(row):
-    parts = [f"{row['dtype']} d{row['d']} n{row['n']} {'causal' if row['causal'] else 'full  '}"]
-    for name in ("flashattn", "sdpa_flash", "sdpa_cudnn"):
-        r = row.get(name, {})
-        if "fwd_tflops" in r:
-            parts.append(f"{name} {r['fwd_tflops']:.0f}/{r.get('bwd_tflops', float('nan')):.0f}")
-    ours, fa2 = row.get("flashattn", {}), row.get("sdpa_flash", {})
-    if "fwd_tflops" in ours and "fwd_tflops" in fa2:
-        parts.append(f"vs FA2 fwd {ours['fwd_tflops'] / fa2['fwd_tflops']:.2f}x")
-        if "bwd_tflops" in ours and "bwd_tflops" in fa2:
-            parts.append(f"bwd {ours['bwd_tflops'] / fa2['bwd_tflops']:.2f}x")
-    return "  ".join(parts)
-
-
 def environment():
+    import torch
     props = torch.cuda.get_device_properties(0)
+    try:
+        import flashattn
+        version = flashattn.__version__
+    except ImportError:
+        version = None
+    try:
+        import triton
+        triton_version = triton.__version__
+    except Exception:
+        triton_version = None
+    smi = nvidia_smi()
     return {
         "date_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "host": socket.gethostname(),
@@ -151,30 +352,80 @@ def environment():
         "cuda_runtime": torch.version.cuda,
         "torch": torch.__version__,
         "cudnn": torch.backends.cudnn.version(),
-        "flashattn": flashattn.__version__,
+        "flashattn": version,
         "python": platform.python_version(),
+        "driver": smi.get("driver_version"),
+        "cuda_driver_api": cuda_driver_api_version(),
+        "gpu_clock_max_mhz": smi.get("clocks.max.sm"),
+        "gpu_power_limit_w": smi.get("power.limit"),
+        "compute_capability": f"{props.major}.{props.minor}",
+        "gpu_memory_bytes": props.total_memory,
+        "l2_bytes": getattr(props, "L2_cache_size", None),
+        "smem_per_sm_bytes": getattr(props, "shared_memory_per_multiprocessor", None),
+        "triton": triton_version,
+        "git": git_state(),
+        "argv": sys.argv[1:],
     }
+
+
+def int_list(text):
+    return [int(x) for x in text.split(",") if x]
+
+
+def str_list(text):
+    return [x for x in text.split(",") if x]
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--suite", choices=("quick", "full", "decode"), default="quick")
-    ap.add_argument("--repeats", type=int, default=30)
-    ap.add_argument("--no-backward", action="store_true")
+    ap.add_argument("--repeats", type=int, default=30, help="timed calls per figure (median), default 30")
+    ap.add_argument("--no-backward", action="store_true", help="forward only")
     ap.add_argument("--out", help="JSON file to write")
+    ap.add_argument("--impls", type=str_list, default=list(IMPLS),
+                    help="comma-separated peers (default all: %s)" % ",".join(IMPLS))
+    ap.add_argument("--math-max-seqlen", type=int, default=4096,
+                    help="sdpa_math (which stores the Nq x Nk scores) runs only where Nq * Nk <= this^2 (default 4096)")
+    ap.add_argument("--dtypes", type=str_list, help="keep only these dtypes of the suite (bf16,fp16)")
+    ap.add_argument("--head-dims", type=int_list, help="keep only these head dims of the suite, e.g. 64,128")
+    ap.add_argument("--seqlens", type=int_list, help="keep only these seqlens of the suite, e.g. 2048,16384")
     args = ap.parse_args()
-    if not torch.cuda.is_available() or not flashattn.cuda_available():
+    unknown = sorted(set(args.impls) - set(IMPLS))
+    if unknown:
+        ap.error(f"unknown --impls {','.join(unknown)}; choose from {','.join(IMPLS)}")
+    if args.repeats < 1:
+        ap.error("--repeats must be >= 1")
+
+    import torch
+    try:
+        import flashattn
+        ours_ok = flashattn.cuda_available()
+    except ImportError:
+        ours_ok = False
+    if not torch.cuda.is_available() or ("flashattn" in args.impls and not ours_ok):
         sys.exit("bench.py needs a CUDA GPU and a flashattn build with the CUDA backend")
     env = environment()
+    names = [n for n in args.impls if args.suite != "decode" or n in DECODE_IMPLS]
+    impls, unavailable = attention_impls(names, args.math_max_seqlen)
+    for name, reason in unavailable.items():
+        print(f"{name}: {reason}", flush=True)
     if args.suite == "decode":
-        rows = run_decode_suite(args.repeats)
+        rows = run_decode_suite(impls, args.repeats)
     else:
-        rows = run_attention_suite(args.suite, args.repeats, not args.no_backward)
-    result = {"suite": args.suite, "environment": env, "repeats": args.repeats,
-              "flops": "fwd 4*B*H*Nq*Nk*d (causal /2), bwd 2.5x fwd; TFLOP/s", "rows": rows}
+        rows_cfg = suite_rows(args.suite, args.dtypes, args.head_dims, args.seqlens)
+        if not rows_cfg:
+            ap.error("the filters leave no row of the suite")
+        rows = run_attention_suite(rows_cfg, impls, args.repeats, not args.no_backward)
+    result = {"suite": args.suite, "environment": env, "repeats": args.repeats, "flops": FLOPS_NOTE,
+              "rows": rows, "format": 2, "timing": TIMING_NOTE,
+              "implementations": {n: DESCRIPTIONS[n] for n in impls}, "unavailable": unavailable,
+              "math_max_seqlen": args.math_max_seqlen}
     if args.out:
+        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
         with open(args.out, "w") as f:
             json.dump(result, f, indent=1)
+            f.write("\n")
+        print(f"wrote {args.out}")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,350 @@
+"""Tests of the benchmark tooling: bench/bench.py helpers, bench/io_repro.py's ncu parsing and IO
+model, bench/plot.py and scripts/gen_performance.py, fed with the JSON/CSV fixtures in
+tests/python/data/. They need neither a GPU nor torch (bench.py is checked to import without
+torch); plot tests skip without matplotlib, the Triton kernel check without torch and Triton."""
+import importlib.util
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
+GEN = os.path.join(ROOT, "scripts", "gen_performance.py")
+
+
+def load_module(name, relpath):
+    spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, relpath))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+bench = load_module("fa_bench", "bench/bench.py")
+io_repro = load_module("fa_io_repro", "bench/io_repro.py")
+gen = load_module("fa_gen_performance", "scripts/gen_performance.py")
+plot = gen.plot  # bench/plot.py as gen_performance.py loads it
+
+
+def fixture(name):
+    with open(os.path.join(DATA, name)) as f:
+        return json.load(f)
+
+
+def results_dir(tmp_path, names):
+    d = tmp_path / "results"
+    d.mkdir()
+    for n in names:
+        shutil.copy(os.path.join(DATA, n), d / n)
+    return d
+
+
+ALL_RESULTS = ["bench_v1_quick.json", "bench_v2_full.json", "bench_v2_decode.json", "io.json", "memory.json",
+               "cpu_vs_torch.json", "flashattn_bench_cpu.json", "not_results.json"]
+
+
+@pytest.fixture
+def page(tmp_path):
+    d = results_dir(tmp_path, ALL_RESULTS)
+    return gen.generate(str(d), str(tmp_path / "docs" / "PERFORMANCE.md"), str(tmp_path / "docs" / "plots"))
+
+
+def section(text, title):
+    """The text of one '## title' section."""
+    m = re.search(r"^## " + re.escape(title) + r".*?$(.*?)(?=^## |\Z)", text, re.S | re.M)
+    assert m, f"no section {title!r}"
+    return m.group(1)
+
+
+# ---- bench.py ----------------------------------------------------------------------------------
+
+def test_bench_modules_import_without_torch():
+    code = ("import sys; sys.modules['torch'] = None\n"
+            "sys.path[:0] = [%r, %r]\n"
+            "import bench, io_repro, memory, plot, gen_performance\n"
+            "print('ok')" % (os.path.join(ROOT, "bench"), os.path.join(ROOT, "scripts")))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ok"
+
+
+def test_suite_rows_and_filters():
+    assert len(bench.suite_rows("quick")) == 5
+    full = bench.suite_rows("full")
+    assert len(full) == 2 * 3 * 6 * 2
+    assert {r["n"] for r in full} == {512, 1024, 2048, 4096, 8192, 16384}
+    some = bench.suite_rows("full", dtypes=["bf16"], head_dims=[128], seqlens=[2048, 16384])
+    assert [(r["dtype"], r["d"], r["n"]) for r in some] == [("bf16", 128, 2048)] * 2 + [("bf16", 128, 16384)] * 2
+    with pytest.raises(ValueError):
+        bench.suite_rows("decode")
+
+
+def test_flops_and_rates():
+    assert bench.flops(2, 3, 5, 7, 11, False) == 4 * 2 * 3 * 5 * 7 * 11
+    assert bench.flops(2, 3, 5, 5, 11, True) == 4 * 2 * 3 * 5 * 5 * 11 / 2
+    assert bench.flops(2, 3, 5, 7, 11, True) == 4 * 2 * 3 * 5 * 7 * 11  # Nq != Nk: not halved
+    r = bench.add_rates({"fwd_ms": 2.0, "bwd_ms": 4.0, "fwdbwd_ms": 7.0}, 1e12)
+    assert r["fwd_tflops"] == pytest.approx(500.0)
+    assert r["bwd_tflops"] == pytest.approx(625.0)
+    assert r["fwdbwd_tflops"] == pytest.approx(500.0)
+    assert "bwd_tflops" not in bench.add_rates({"fwd_ms": 1.0}, 1e12)
+
+
+def test_format_row_lists_every_peer_and_ratios():
+    row = fixture("bench_v2_full.json")["rows"][0]
+    line = bench.format_row(row)
+    assert line.startswith("bf16 d128 n1024 full")
+    assert "flashattn 111/123/135" in line
+    assert "sdpa_efficient n/a" in line
+    assert "triton 156/-/-" in line
+    assert "vs FA2 fwd 0.80x bwd 0.80x fwdbwd 0.80x" in line
+    assert "vs cuDNN fwd 0.50x" in line
+
+
+# ---- io_repro.py -------------------------------------------------------------------------------
+
+def test_parse_ncu_raw_page():
+    with open(os.path.join(DATA, "ncu_raw.csv")) as f:
+        kernels = io_repro.parse_ncu_csv(f.read())
+    assert [k["id"] for k in kernels] == list(range(7))
+    k = kernels[1]
+    assert k["metrics"]["dram__bytes_read.sum"] == 30e9  # thousands separators removed
+    assert k["metrics"]["gpu__time_duration.sum"] == 10e6
+    assert kernels[4]["grid"] == "(8, 16, 64)"
+    # A column in a unit the script does not convert is kept aside, not fatal...
+    assert kernels[4]["unparsed"] == {"launch__registers_per_thread": "128 register/thread"}
+    # ...but a metric the summary needs must be there.
+    assert io_repro.metric(kernels[4], "dram__bytes_write.sum") == 134217728
+    with pytest.raises(ValueError, match="launch__registers_per_thread"):
+        io_repro.metric(kernels[4], "launch__registers_per_thread")
+
+
+def test_parse_ncu_details_page_with_units():
+    with open(os.path.join(DATA, "ncu_details.csv")) as f:
+        kernels = io_repro.parse_ncu_csv(f.read())
+    assert len(kernels) == 2
+    m = kernels[1]["metrics"]
+    assert m["dram__bytes_read.sum"] == pytest.approx(402.65e6)
+    assert m["dram__bytes_write.sum"] == pytest.approx(134217.73e3)
+    assert m["gpu__time_duration.sum"] == pytest.approx(0.9e6)  # msecond -> ns
+    assert kernels[0]["metrics"]["gpu__time_duration.sum"] == pytest.approx(1020)
+
+
+def test_parse_ncu_rejects_non_csv():
+    with pytest.raises(ValueError):
+        io_repro.parse_ncu_csv("==PROF== nothing profiled\n")
+
+
+def test_split_by_marker_counts_configurations():
+    with open(os.path.join(DATA, "ncu_raw.csv")) as f:
+        kernels = io_repro.parse_ncu_csv(f.read())
+    marker, groups = io_repro.split_by_marker(kernels, 3)
+    assert "spin_kernel" in marker
+    assert [len(g) for g in groups] == [2, 1, 1]
+    with pytest.raises(ValueError, match="3 marker kernels"):
+        io_repro.split_by_marker(kernels, 4)
+    with pytest.raises(ValueError):
+        io_repro.split_by_marker([], 1)
+
+
+def test_io_model_and_compulsory_bytes():
+    cfg = dict(setting="gpt2-medium", impl="flashattn", pass_="fwd", dtype="fp16", causal=False, **io_repro.GPT2)
+    tensor = 64 * 16 * 1024 * 64 * 2
+    assert io_repro.compulsory_bytes(cfg) == 4 * tensor
+    assert io_repro.compulsory_bytes(dict(cfg, pass_="fwdbwd")) == 12 * tensor
+    assert io_repro.gflop(cfg) == pytest.approx(4 * 64 * 16 * 1024 * 1024 * 64 / 1e9)
+    m = io_repro.model(cfg, 128, 233472)
+    assert m["kv_passes"] == 8
+    assert m["l2_read_bytes"] == tensor * (1 + 2 * 8)
+    # The paper's block choice: B_c = ceil(M / 4d) with M in elements, B_r = min(B_c, d).
+    assert m["paper_block"] == {"B_c": 456, "B_r": 64, "M_bytes": 233472}
+    assert m["paper_model_bytes"] == tensor * (2 + 2 * 16)
+    assert io_repro.model(dict(cfg, pass_="fwdbwd"), 128, 233472) is None
+
+
+def test_infer_block_m_from_grid():
+    cfg = dict(n=1024)
+    kernel = {"name": "void flashattn::cuda::fwd_kernel<X>(P)", "grid": "(8, 16, 64)"}
+    assert io_repro.infer_block_m(cfg, [kernel]) == 128
+    assert io_repro.infer_block_m(cfg, [{"name": "fwd_kernel", "grid": "(16, 16, 64)"}]) == 64
+    assert io_repro.infer_block_m(cfg, [{"name": "other", "grid": "(8, 16, 64)"}]) is None
+
+
+def test_io_plan():
+    configs = io_repro.plan("all", ["sdpa_math", "flashattn"], ["fwd", "fwdbwd"], ["fwd"], [1024, 8192], [64], 4096)
+    gpt2 = [c for c in configs if c["setting"] == "gpt2-medium"]
+    sweep = [c for c in configs if c["setting"] == "sweep"]
+    assert len(gpt2) == 4 and all(c["batch"] == 64 and c["n"] == 1024 and c["heads"] == 16 for c in gpt2)
+    assert [(c["impl"], c["n"], c["batch"]) for c in sweep] == [("sdpa_math", 1024, 64), ("flashattn", 1024, 64),
+                                                                 ("flashattn", 8192, 8)]
+
+
+# ---- gen_performance.py ------------------------------------------------------------------------
+
+def test_kinds():
+    assert plot.kind(fixture("bench_v1_quick.json")) == "attention"
+    assert plot.kind(fixture("bench_v2_full.json")) == "attention"
+    assert plot.kind(fixture("bench_v2_decode.json")) == "decode"
+    assert plot.kind(fixture("io.json")) == "io"
+    assert plot.kind(fixture("memory.json")) == "memory"
+    assert plot.kind(fixture("cpu_vs_torch.json")) == "cpu_vs_torch"
+    assert plot.kind(fixture("flashattn_bench_cpu.json")) is None
+    assert gen.is_flashattn_bench(fixture("flashattn_bench_cpu.json"))
+    assert plot.kind(fixture("not_results.json")) is None
+    assert plot.cudnn_version(91900) == "9.19.0"
+    assert plot.cudnn_version(8907) == "8.9.7"
+
+
+def test_every_table_names_its_run(page):
+    for name, device in (("bench_v1_quick.json", "NVIDIA H200"), ("bench_v2_full.json", "Fixture GPU X1"),
+                         ("bench_v2_decode.json", "Fixture GPU X1"), ("io.json", "Fixture GPU X1"),
+                         ("memory.json", "Fixture GPU X1")):
+        date = "2026-11-29" if "v1" in name else "2030-01-02"
+        assert f"### `{name}` — {device}, {date}" in page
+    assert "cuDNN 9.19.0" in page
+    assert "commit 0123456789 " in page or "commit 0123456789;" in page or "commit 0123456789," in page
+    runs = section(page, "Runs")
+    for name in ALL_RESULTS[:-1]:
+        assert f"`{name}`" in runs
+    assert "`not_results.json`" in section(page, "Files not recognised")
+
+
+def test_attention_tables_and_ratios(page):
+    text = section(page, "Training shapes")
+    # bench_v2_full.json, forward, N=1024: ours 111.11, cuDNN 222.22, FA2 138.89, math 12.345, triton 155.55
+    assert "| bf16 | 128 | 1024 | full | 16×16 | 111 | 222 | 139 | n/a [1] | 12.3 | 156 | 0.50× | 0.80× |" in text
+    assert "[1] error: No available kernel. Aborting execution." in text
+    assert "skipped: math backend materialises Nq x Nk scores" in text
+    # Backward: Triton is forward only ("—"), not an error.
+    assert "| bf16 | 128 | 1024 | full | 16×16 | 123 | 247 | 154 | n/a [1] | 13.5 | — | 0.50× | 0.80× |" in text
+    assert "**Forward + backward**, TFLOP/s:" in text
+    # The real format-1 run has no fwd+bwd figure: nothing is derived from fwd_ms + bwd_ms.
+    v1 = text[text.index("`bench_v1_quick.json`"):text.index("`bench_v2_full.json`")]
+    assert "**Forward + backward**: not measured in this run." in v1
+    assert "| bf16 | 128 | 2048 | full | 8×16 | 260 | 598 | 307 | 0.44× | 0.85× |" in v1
+
+
+def test_decode_tables(page):
+    text = section(page, "Decode")
+    assert "**per-call CUDA events**:" in text and "**CUDA graph replay**:" in text
+    assert ("| 8 | 65536 | 1,000 µs, 2.15 TB/s | 500 µs, 4.30 TB/s | 500 µs, 4.29 TB/s | 5,000 µs, 0.43 TB/s "
+            "| 0.50× | 0.50× |") in text
+    graph = text[text.index("**CUDA graph replay**"):]
+    assert "| 1 | 4096 | 20.0 µs, 0.84 TB/s | 17.0 µs, 0.99 TB/s | — | n/a [1] | 0.85× | — |" in graph
+
+
+def test_io_table_next_to_paper(page):
+    text = section(page, "IO")
+    assert "| paper (A100): standard attention | fwd+bwd | 66.6 | 40.3 | — | 41.7 | — |" in text
+    assert "| paper (A100): FlashAttention | fwd+bwd | 75.2 | 4.4 | — | 7.3 | — |" in text
+    assert "| this run: flashattn (ours) | fwd | 274.9 | 0.537 | 1.00× | 0.950 | 0.900 |" in text
+    assert "| this run: SDPA math (standard) | fwd | 274.9 | 42.1 | 78.4× | 17.0 | 15.0 |" in text
+    assert "fwd: standard / flashattn HBM bytes = 78.4×" in text
+    assert "paper (fwd+bwd): 9.16×" in text
+    assert "cuDNN refused this configuration" in text
+    # model: 32*16*2 bytes*(N d + 2*16 N d); paper model, B_r = min(ceil(M/4d), d) = 128: (2 + 2*16) N d
+    assert "| flashattn (ours) | fwd | 128 | 2048 | 32 | 1.07 | 1.07 | 9.13 | 16 | 8.86 | 9.13 |" in text
+
+
+def test_memory_and_cpu_tables(page):
+    text = section(page, "Peak memory")
+    assert "| 4096 | 0.129 (0.0664) | out of memory |" in text
+    assert "| 1024 | 0.0322 (0.0166) | 0.266 (0.250) |" in text
+    cpu = section(page, "CPU backend")
+    assert "| 16 | 32.1 | 44.0 | 1.37× | 81.4 | 213 | 2.61× |" in cpu
+    assert "| `flashattn_bench_cpu.json` | Fixture CPU, 2030-01-02 | 2 |" in cpu
+    assert "0.180 | 526 | 0.163 | 6.2e-07 |" in cpu
+
+
+def test_not_measured_notes_for_an_empty_folder(tmp_path):
+    d = tmp_path / "results"
+    d.mkdir()
+    text = gen.generate(str(d), str(tmp_path / "P.md"), str(tmp_path / "plots"))
+    for title in ("Training shapes", "Decode", "IO", "Peak memory", "CPU backend"):
+        assert "Not measured" in section(text, title)
+    assert "No results files yet." in text
+    tables = [line for line in text.splitlines() if line.startswith("| ")]
+    assert tables == []
+
+
+def test_notes_block_is_preserved(tmp_path):
+    d = results_dir(tmp_path, ["bench_v1_quick.json"])
+    out = tmp_path / "P.md"
+    first = gen.generate(str(d), str(out), str(tmp_path / "plots"))
+    assert gen.DEFAULT_NOTES in first
+    notes = "The lead's analysis.\n\n| a | table | kept |\n|---|---|---|\n| 1 | 2 | 3 |"
+    out.write_text(first.replace(gen.DEFAULT_NOTES, notes))
+    second = gen.generate(str(d), str(out), str(tmp_path / "plots"))
+    assert f"{gen.NOTES_BEGIN}\n{notes}\n{gen.NOTES_END}" in second
+    assert gen.DEFAULT_NOTES not in second
+
+
+def test_cli_writes_and_checks(tmp_path):
+    d = results_dir(tmp_path, ["bench_v2_full.json", "bench_v2_decode.json"])
+    out = tmp_path / "docs" / "PERFORMANCE.md"
+    args = [sys.executable, GEN, "--results", str(d), "--out", str(out), "--plot-dir", str(tmp_path / "plots")]
+    assert subprocess.run(args, capture_output=True).returncode == 0
+    first = out.read_text()
+    assert subprocess.run(args, capture_output=True).returncode == 0
+    assert out.read_text() == first  # idempotent
+    assert subprocess.run(args + ["--check"], capture_output=True).returncode == 0
+    shutil.copy(os.path.join(DATA, "memory.json"), d / "memory.json")
+    assert subprocess.run(args + ["--check"], capture_output=True).returncode == 1
+    assert out.read_text() == first  # --check writes nothing
+
+
+def test_help_of_every_script():
+    for script in ("bench/bench.py", "bench/io_repro.py", "bench/memory.py", "bench/plot.py",
+                   "scripts/gen_performance.py"):
+        out = subprocess.run([sys.executable, os.path.join(ROOT, script), "--help"], capture_output=True, text=True,
+                             env=dict(os.environ, PYTHONPATH=""))
+        assert out.returncode == 0, (script, out.stderr)
+        assert "usage:" in out.stdout
+
+
+# ---- plot.py -----------------------------------------------------------------------------------
+
+def test_plots_are_written_and_name_their_run(tmp_path):
+    pytest.importorskip("matplotlib")
+    paths = [os.path.join(DATA, n) for n in ("bench_v1_quick.json", "bench_v2_full.json", "bench_v2_decode.json",
+                                             "io.json", "memory.json", "cpu_vs_torch.json")]
+    written = plot.render(paths, str(tmp_path), log=lambda *a: None)
+    names = sorted(os.path.basename(p) for p, _ in written)
+    expected = sorted(n for p in paths for n in plot.png_names(plot.load(p), p))
+    assert names == expected
+    assert "bench_v2_full-bf16-d128-full-fwdbwd.png" in names
+    assert "bench_v1_quick-bf16-d128-full-fwdbwd.png" not in names  # not measured in that run
+    assert {"bench_v2_decode-decode.png", "bench_v2_decode-decode-graph.png", "io-io-gpt2.png", "io-io-sweep.png",
+            "memory-memory.png"} <= set(names)
+    for png, title in written:
+        with open(png, "rb") as f:
+            assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+        assert ("NVIDIA H200, 2026-11-29" in title) or ("Fixture GPU X1, 2030-01-02" in title)
+
+
+def test_generated_page_links_existing_plots(tmp_path):
+    pytest.importorskip("matplotlib")
+    d = results_dir(tmp_path, ["bench_v2_full.json", "memory.json"])
+    plots = tmp_path / "docs" / "plots"
+    plot.render([str(d / "bench_v2_full.json"), str(d / "memory.json")], str(plots), log=lambda *a: None)
+    text = gen.generate(str(d), str(tmp_path / "docs" / "PERFORMANCE.md"), str(plots))
+    section_text = section(text, "Plots")
+    assert "(plots/bench_v2_full-bf16-d128-full-fwd.png)" in section_text
+    assert "(plots/memory-memory.png)" in section_text
+    for link in re.findall(r"\]\((plots/[^)]+)\)", section_text):
+        assert (tmp_path / "docs" / link).exists()
+
+
+# ---- bench/triton_attention.py -----------------------------------------------------------------
+
+def test_triton_kernel_in_the_interpreter():
+    pytest.importorskip("torch")
+    pytest.importorskip("triton")
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "triton_attention.py")], capture_output=True,
+                         text=True, env=dict(os.environ, TRITON_INTERPRET="1"), timeout=600)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.strip().endswith("ok")
