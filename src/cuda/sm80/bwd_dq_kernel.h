@@ -115,31 +115,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     warp_gemm_abt<Element, kMTiles, kNTiles, kHeadDim / 16, kStride, kStride>(dp, do_a_addr, v_b_addr + buf * kKVBufBytes);
     probs_to_grads<Traits::kMods>(s, dp, keep, warp_row0, sStats + kBlockM, st, lane);
 
-    // dQ += dS K_j: the dS accumulators of two adjacent key tiles form one A fragment; K_j is
-    // stored [key][d] = [k][n], read with ldmatrix.trans.
-#pragma unroll
-    for (int kk = 0; kk < kBlockN / 16; ++kk) {
-      uint32_t a[kMTiles][4];
-#pragma unroll
-      for (int mt = 0; mt < kMTiles; ++mt) {
-        a[mt][0] = ptx::pack2<Element>(dp[mt][2 * kk][0], dp[mt][2 * kk][1]);
-        a[mt][1] = ptx::pack2<Element>(dp[mt][2 * kk][2], dp[mt][2 * kk][3]);
-        a[mt][2] = ptx::pack2<Element>(dp[mt][2 * kk + 1][0], dp[mt][2 * kk + 1][1]);
-        a[mt][3] = ptx::pack2<Element>(dp[mt][2 * kk + 1][2], dp[mt][2 * kk + 1][3]);
-      }
-#pragma unroll
-      for (int dt = 0; dt < kDTiles; dt += 2) {
-        uint32_t b[4];
-        ptx::ldmatrix_x4_trans(b, k_bt_addr + buf * kKVBufBytes + kElem * (kk * 16 * kStride + dt * 8));
-        const uint32_t b0[2] = {b[0], b[1]};
-        const uint32_t b1[2] = {b[2], b[3]};
-#pragma unroll
-        for (int mt = 0; mt < kMTiles; ++mt) {
-          ptx::mma_m16n8k16<Element>(dq_acc[mt][dt], a[mt], b0);
-          ptx::mma_m16n8k16<Element>(dq_acc[mt][dt + 1], a[mt], b1);
-        }
-      }
-    }
+    // dQ += dS K_j: dS stays in registers (A operand); K_j is stored [key][d] = [k][n], read
+    // with ldmatrix.trans.
+    warp_gemm_rs<Element, kMTiles, kDTiles, kBlockN / 16, kStride>(dq_acc, dp, k_bt_addr + buf * kKVBufBytes);
   }
 
   // Epilogue: dQ * scale, staged through this warp's own rows of sQ (no other warp reads them;

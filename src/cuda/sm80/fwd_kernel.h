@@ -19,6 +19,7 @@
 #include "cuda/common/mask.h"
 #include "cuda/common/tile_size.h"
 #include "cuda/common/variants.h"
+#include "cuda/common/warp_gemm.h"
 #include "cuda/ptx/cp_async.h"
 #include "cuda/ptx/ldmatrix.h"
 #include "cuda/ptx/math.h"
@@ -161,18 +162,13 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   const int g = lane / 4;
   const int t = lane % 4;
   const int warp_row0 = warp * Traits::kRowsPerWarp;
-  // Shared-memory byte addresses of this lane's ldmatrix rows; every fragment load below adds a
-  // compile-time offset. Q (A operand): rows lane%8 (+8 for lanes 8-15, 24-31), column half
-  // lane/16. K (B operand, 2 key tiles per x4): keys lane%8 (+8 for lanes 16-31), column half
-  // (lane/8)%2. V (B operand, transposed): keys lane%8 (+8 for lanes 8-15, 24-31), column
-  // half lane/16.
-  constexpr uint32_t kElem = sizeof(Element);
+  // Shared-memory byte addresses of this lane's ldmatrix rows (warp_gemm.h): Q is an A operand
+  // stored [m][k] (kind A), K a B operand stored [n][k] (kind B), V a B operand stored [k][n]
+  // read with .trans (kind A). The products add compile-time offsets to these.
   const uint32_t q_frag_addr =
-      ptx::smem_addr(sQ + (warp_row0 + lane % 8 + ((lane / 8) % 2) * 8) * kStride + (lane / 16) * 8);
-  const uint32_t k_frag_addr =
-      ptx::smem_addr(sK + (lane % 8 + (lane / 16) * 8) * kStride + ((lane / 8) % 2) * 8);
-  const uint32_t v_frag_addr =
-      ptx::smem_addr(sV + (lane % 8 + ((lane / 8) % 2) * 8) * kStride + (lane / 16) * 8);
+      ptx::smem_addr(sQ + (warp_row0 + ldsm_row_a(lane)) * kStride + ldsm_col_a(lane));
+  const uint32_t k_frag_addr = ptx::smem_addr(sK + ldsm_row_b(lane) * kStride + ldsm_col_b(lane));
+  const uint32_t v_frag_addr = ptx::smem_addr(sV + ldsm_row_a(lane) * kStride + ldsm_col_a(lane));
 
   float o_acc[kMTiles][kDTiles][4];
   float row_max[kMTiles][2];
@@ -219,33 +215,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
 
     // S = Q K^T for this warp's rows.
     float s[kMTiles][kNTiles][4];
-#pragma unroll
-    for (int mt = 0; mt < kMTiles; ++mt)
-#pragma unroll
-      for (int nt = 0; nt < kNTiles; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) s[mt][nt][e] = 0.0f;
-
-#pragma unroll
-    for (int kk = 0; kk < Traits::kHeadDim / 16; ++kk) {
-      uint32_t a[kMTiles][4];
-#pragma unroll
-      for (int mt = 0; mt < kMTiles; ++mt) {
-        ptx::ldmatrix_x4(a[mt], q_frag_addr + kElem * (mt * 16 * kStride + kk * 16));
-      }
-#pragma unroll
-      for (int nt = 0; nt < kNTiles; nt += 2) {
-        uint32_t b[4];
-        ptx::ldmatrix_x4(b, k_frag_addr + kElem * (nt * 8 * kStride + kk * 16));
-        const uint32_t b0[2] = {b[0], b[1]};
-        const uint32_t b1[2] = {b[2], b[3]};
-#pragma unroll
-        for (int mt = 0; mt < kMTiles; ++mt) {
-          ptx::mma_m16n8k16<Element>(s[mt][nt], a[mt], b0);
-          ptx::mma_m16n8k16<Element>(s[mt][nt + 1], a[mt], b1);
-        }
-      }
-    }
+    zero_acc(s);
+    warp_gemm_abt<Element, kMTiles, kNTiles, Traits::kHeadDim / 16, kStride, kStride>(s, q_frag_addr, k_frag_addr);
 
     // Score modifiers, then the mask (only on blocks that straddle a boundary).
     const bool needs_mask = mask.block_needs_mask(m0, m0 + rows_here, n0, n0 + kBlockN);
@@ -344,30 +315,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       }
     }
 
-    // O += P V: the S accumulators of two adjacent key tiles form one A fragment.
-#pragma unroll
-    for (int kk = 0; kk < kBlockN / 16; ++kk) {
-      uint32_t a[kMTiles][4];
-#pragma unroll
-      for (int mt = 0; mt < kMTiles; ++mt) {
-        a[mt][0] = ptx::pack2<Element>(s[mt][2 * kk][0], s[mt][2 * kk][1]);
-        a[mt][1] = ptx::pack2<Element>(s[mt][2 * kk][2], s[mt][2 * kk][3]);
-        a[mt][2] = ptx::pack2<Element>(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
-        a[mt][3] = ptx::pack2<Element>(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
-      }
-#pragma unroll
-      for (int dt = 0; dt < kDTiles; dt += 2) {
-        uint32_t b[4];
-        ptx::ldmatrix_x4_trans(b, v_frag_addr + kElem * (kk * 16 * kStride + dt * 8));
-        const uint32_t b0[2] = {b[0], b[1]};
-        const uint32_t b1[2] = {b[2], b[3]};
-#pragma unroll
-        for (int mt = 0; mt < kMTiles; ++mt) {
-          ptx::mma_m16n8k16<Element>(o_acc[mt][dt], a[mt], b0);
-          ptx::mma_m16n8k16<Element>(o_acc[mt][dt + 1], a[mt], b1);
-        }
-      }
-    }
+    // O += P V: P stays in registers (two adjacent S tiles form one A fragment).
+    warp_gemm_rs<Element, kMTiles, kDTiles, kBlockN / 16, kStride>(o_acc, s, v_frag_addr);
   }
 
   // Epilogue: finish the row sums across the quad, normalise, write LSE, stage O through this
