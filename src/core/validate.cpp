@@ -350,6 +350,12 @@ Status make_qkv_params(const AttentionOptions& o, const TensorView& q, const Ten
   p->scale_log2 = static_cast<float>(p->scale * kLog2e);
   p->window_left = o.window_left;  // causal + window_left = the local-causal window (left, 0)
   p->window_right = o.causal ? 0 : o.window_right;
+  // A side at least as wide as the sequences hides nothing (right >= seqlen_q: every row's
+  // bound i + seqlen_k - seqlen_q + right >= seqlen_k - 1; left >= seqlen_k likewise), so make it
+  // unbounded: backends then never form d + right or d - left near the int32 limits. Varlen
+  // lengths are maxima, so this holds for every sequence.
+  if (p->window_right >= seqlen_q) p->window_right = -1;
+  if (p->window_left >= seqlen_k) p->window_left = -1;
   p->is_causal = p->window_left < 0 && p->window_right == 0;
   p->dropout_p = o.dropout_p;
   p->dropout_threshold = dropout_threshold(o.dropout_p);

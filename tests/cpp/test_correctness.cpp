@@ -297,6 +297,14 @@ std::vector<Case> edge_cases() {
   s.causal = true;
   s.window_left = 20;  // causal + window_left: the local-causal window (20, 0)
   add("causal_with_window_left_bf16", s);
+  // Windows wider than the sequences (INT32_MAX): equivalent to unbounded; arithmetic on them
+  // must not overflow (d + right, d - left) in any backend.
+  s = ProblemSpec::dense(D::kBFloat16, 1, 129, 129, 2, 1, 64, 64);
+  s.window_left = -1, s.window_right = 2147483647;
+  add("window_right_int32_max_bf16", s);
+  s = ProblemSpec::dense(D::kFloat16, 1, 140, 70, 2, 2, 64, 64);
+  s.window_left = 2147483647, s.window_right = -1;
+  add("window_left_int32_max_f16", s);
 
   // Softcap, ALiBi, dropout.
   s = ProblemSpec::dense(D::kFloat16, 2, 129, 129, 4, 2, 64, 64);
