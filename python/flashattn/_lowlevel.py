@@ -93,14 +93,29 @@ def resolve_scale(softmax_scale: Optional[float]) -> float:
     return scale
 
 
+_INT32_MIN, _INT32_MAX = -(1 << 31), (1 << 31) - 1
+
+
+def int32(name: str, value: Any) -> int:
+    """value as a Python int that fits the library's int32 fields; ValueError naming the
+    argument otherwise (instead of the binding's TypeError)."""
+    try:
+        result = int(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be an integer, got {value!r}") from None
+    if not _INT32_MIN <= result <= _INT32_MAX:
+        raise ValueError(f"{name} must fit in int32, got {result}")
+    return result
+
+
 def resolve_window(window_size) -> tuple[int, int]:
     try:
         left, right = window_size
-        return int(left), int(right)
     except (TypeError, ValueError):
         raise ValueError(
             f"window_size must be a pair (left, right) of ints (-1 = unbounded), "
             f"got {window_size!r}") from None
+    return int32("window_size[0]", left), int32("window_size[1]", right)
 
 
 def forward(q, k, v, out, lse=None, *, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=0,
@@ -126,13 +141,15 @@ def forward(q, k, v, out, lse=None, *, cu_seqlens_q=None, cu_seqlens_k=None, max
     with _DeviceGuard(q):
         _C.forward(_plain(q), _plain(k), _plain(v), _plain(out), _plain(lse),
                    cu_seqlens_q=_plain(cu_seqlens_q), cu_seqlens_k=_plain(cu_seqlens_k),
-                   alibi_slopes=_plain(alibi_slopes), max_seqlen_q=int(max_seqlen_q),
-                   max_seqlen_k=int(max_seqlen_k), softmax_scale=resolve_scale(softmax_scale),
+                   alibi_slopes=_plain(alibi_slopes),
+                   max_seqlen_q=int32("max_seqlen_q", max_seqlen_q),
+                   max_seqlen_k=int32("max_seqlen_k", max_seqlen_k),
+                   softmax_scale=resolve_scale(softmax_scale),
                    causal=bool(causal), window_left=window_left, window_right=window_right,
                    softcap=float(softcap), dropout_p=float(dropout_p), seed=int(seed) & _U64,
-                   offset=int(offset) & _U64, num_splits=int(num_splits),
+                   offset=int(offset) & _U64, num_splits=int32("num_splits", num_splits),
                    check_cu_seqlens=bool(check_cu_seqlens), stream=int(stream),
-                   num_threads=int(num_threads))
+                   num_threads=int32("num_threads", num_threads))
 
 
 def backward(dout, q, k, v, out, lse, dq, dk, dv, *, cu_seqlens_q=None, cu_seqlens_k=None,
@@ -154,10 +171,11 @@ def backward(dout, q, k, v, out, lse, dq, dk, dv, *, cu_seqlens_q=None, cu_seqle
         _C.backward(_plain(dout), _plain(q), _plain(k), _plain(v), _plain(out), _plain(lse),
                     _plain(dq), _plain(dk), _plain(dv), cu_seqlens_q=_plain(cu_seqlens_q),
                     cu_seqlens_k=_plain(cu_seqlens_k), alibi_slopes=_plain(alibi_slopes),
-                    max_seqlen_q=int(max_seqlen_q), max_seqlen_k=int(max_seqlen_k),
+                    max_seqlen_q=int32("max_seqlen_q", max_seqlen_q),
+                    max_seqlen_k=int32("max_seqlen_k", max_seqlen_k),
                     softmax_scale=resolve_scale(softmax_scale), causal=bool(causal),
                     window_left=window_left, window_right=window_right,
                     softcap=float(softcap), dropout_p=float(dropout_p), seed=int(seed) & _U64,
                     offset=int(offset) & _U64, deterministic=bool(deterministic),
                     check_cu_seqlens=bool(check_cu_seqlens), stream=int(stream),
-                    num_threads=int(num_threads))
+                    num_threads=int32("num_threads", num_threads))

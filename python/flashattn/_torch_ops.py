@@ -31,7 +31,7 @@ import torch
 from torch import Tensor
 
 from . import _C
-from ._lowlevel import check_rank
+from ._lowlevel import check_rank, int32
 
 if not hasattr(torch.library, "register_autograd"):
     raise ImportError(f"flashattn's torch integration needs torch >= 2.4, found {torch.__version__}")
@@ -99,7 +99,8 @@ def _options(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, alibi_slope
              rng_state, launch) -> dict:
     return dict(
         cu_seqlens_q=_plain(cu_seqlens_q), cu_seqlens_k=_plain(cu_seqlens_k),
-        max_seqlen_q=int(max_seqlen_q), max_seqlen_k=int(max_seqlen_k),
+        max_seqlen_q=int32("max_seqlen_q", max_seqlen_q),
+        max_seqlen_k=int32("max_seqlen_k", max_seqlen_k),
         alibi_slopes=_plain(alibi_slopes), softmax_scale=float(softmax_scale),
         causal=bool(causal), window_left=int(window_left), window_right=int(window_right),
         softcap=float(softcap), dropout_p=float(dropout_p), seed=_seed_of(rng_state),

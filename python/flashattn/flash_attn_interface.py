@@ -19,6 +19,7 @@ Differences from flash_attn, all deliberate:
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import numpy
@@ -63,8 +64,16 @@ def _shape(name: str, x: Any) -> tuple:
 
 def _empty(like: Any, shape: tuple, dtype: Any = None) -> Any:
     """An uninitialised array in like's namespace and on like's device."""
-    ns = like.__array_namespace__() if hasattr(like, "__array_namespace__") else numpy
-    kwargs = {"device": like.device} if hasattr(like, "device") else {}
+    if hasattr(like, "__array_namespace__"):
+        ns = like.__array_namespace__()
+        kwargs = {"device": like.device} if hasattr(like, "device") else {}
+    else:
+        # No array API (e.g. older CuPy): use the array's own module, whose empty() allocates on
+        # the current device, which is where a CUDA array's framework works; numpy otherwise.
+        ns = sys.modules.get(type(like).__module__.split(".", 1)[0], numpy)
+        if not hasattr(ns, "empty"):
+            ns = numpy
+        kwargs = {}
     return ns.empty(shape, dtype=like.dtype if dtype is None else getattr(ns, dtype), **kwargs)
 
 

@@ -192,3 +192,20 @@ def test_head_dim_too_large_is_not_implemented():
     with pytest.raises(NotImplementedError, match="head_dim"):
         flashattn.flash_attn_func(q, k, v)
     assert issubclass(NotImplementedError, RuntimeError)
+
+
+def test_integers_outside_int32_are_value_errors_naming_the_argument():
+    q, k, v = qkv()
+    with pytest.raises(ValueError, match=r"window_size\[1\].*int32"):
+        flashattn.flash_attn_func(q, k, v, window_size=(0, 2**31))
+    with pytest.raises(ValueError, match=r"num_threads.*int32"):
+        low_forward(q, k, v, num_threads=2**40)
+    with pytest.raises(ValueError, match=r"max_seqlen_q.*integer"):
+        low_forward(q, k, v, max_seqlen_q="many")
+
+
+def test_window_wider_than_the_sequence_equals_unbounded():
+    q, k, v = qkv(sq=8, sk=8)
+    wide = flashattn.flash_attn_func(q, k, v, window_size=(2**31 - 1, 2**31 - 1))
+    full = flashattn.flash_attn_func(q, k, v)
+    np.testing.assert_array_equal(wide, full)
