@@ -14,8 +14,9 @@ batch = 16k/seqlen and 2048/head_dim heads, causal or not), decode (one query to
 over 8 KV heads, d128, bf16). --dtypes/--head-dims/--seqlens keep a subset of a suite's rows.
 
 FLOPs: forward 4*B*H*Nq*Nk*d (halved for causal when Nq == Nk); backward 2.5x forward;
-forward+backward 3.5x forward. Times: CUDA events around one call, median of --repeats after
-warm-up, fresh random inputs per peer. bwd = torch.autograd.grad of a saved output (no gradient
+forward+backward 3.5x forward. Times: CUDA events around one call (a GPU sleep queued first, so
+host dispatch is hidden; --timing eager drops it), median of --repeats after warm-up, fresh
+random inputs per peer. bwd = torch.autograd.grad of a saved output (no gradient
 accumulation); fwd+bwd = forward with autograd recording, then that backward, timed as one.
 Decode rows also carry *_graph figures: the same call captured in a CUDA graph and replayed,
 which removes the host launch overhead that dominates the smallest decode shapes.
@@ -23,8 +24,12 @@ which removes the host launch overhead that dominates the smallest decode shapes
 Device time on an H200 (estimates): quick ~1.5 min, decode ~1 min, full ~5 min (sdpa_math
 is ~1/4 of full; --impls drops peers; --dtypes bf16 then fp16 splits full in two).
 
-The JSON (format 2) keeps every key of format 1 and adds peers, fwdbwd_* figures, *_graph decode
-figures, "implementations", "unavailable" and more environment fields (driver, git commit).
+The JSON (format 3) keeps every key of format 1 and adds peers, fwdbwd_* figures, *_graph decode
+figures, "implementations", "unavailable" and more environment fields (driver, git commit)
+(format 2), then "timing_mode" and "host_overhead_us" (format 3). Format 3 times GPU execution
+by default (--timing device): a GPU sleep queued before the start event hides each peer's
+host dispatch, which formats 1-2 included and which dominated the short rows for peers with a
+slow Python path. host_overhead_us states that dispatch cost separately.
 This module imports torch only inside functions, so its helpers load without torch.
 """
 import argparse
@@ -47,8 +52,10 @@ DESCRIPTIONS = {
     "triton": "bench/triton_attention.py: this project's Triton forward kernel (not upstream's); forward only",
 }
 FLOPS_NOTE = "fwd 4*B*H*Nq*Nk*d (causal /2), bwd 2.5x fwd, fwdbwd 3.5x fwd; TFLOP/s"
-TIMING_NOTE = ("CUDA events around one call, median of repeats after 5 warm-up calls; bwd: autograd.grad "
-               "of a saved output; fwdbwd: forward + backward as one timed call; *_graph: CUDA graph replay")
+TIMING_NOTE = ("CUDA events around one call, median of repeats after 5 warm-up calls; timing 'device': a GPU "
+               "sleep queued before the start event hides host dispatch, 'eager': it does not; bwd: "
+               "autograd.grad of a saved output; fwdbwd: forward + backward as one timed call; *_graph: CUDA "
+               "graph replay; host_overhead_us: host time per forward call at B1 H1 N128 d64")
 
 
 # ---- helpers that need no torch ----------------------------------------------------------------
@@ -168,14 +175,40 @@ def cuda_driver_api_version():
 
 # ---- timing (torch) ----------------------------------------------------------------------------
 
+# "device": a GPU-side sleep is queued before the start event, so the host has enqueued the whole
+# call before the GPU reaches it and the events time GPU execution alone (every kernel of the call
+# and the gaps between them). "eager": the GPU is idle when the call starts, so the figure also
+# holds the host's dispatch time up to the first kernel (format 1 and 2 results were taken so).
+TIMING = {"mode": "device"}
+LEAD_MS = 1.0  # the sleep: longer than any peer's host dispatch (the slowest measured ~0.2 ms)
+
+
+def sleep_cycles_per_ms():
+    """GPU clock cycles per millisecond of torch.cuda._sleep, measured once."""
+    import torch
+    if "cycles_per_ms" not in TIMING:
+        probe = 2_000_000
+        torch.cuda._sleep(probe)  # warm-up
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        torch.cuda._sleep(probe)
+        end.record()
+        end.synchronize()
+        TIMING["cycles_per_ms"] = probe / start.elapsed_time(end)
+    return TIMING["cycles_per_ms"]
+
+
 def median_ms(fn, repeats, warmup=5):
     import torch
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
+    lead = int(LEAD_MS * sleep_cycles_per_ms()) if TIMING["mode"] == "device" else 0
     times = []
     for _ in range(repeats):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        if lead:
+            torch.cuda._sleep(lead)
         start.record()
         fn()
         end.record()
@@ -183,6 +216,24 @@ def median_ms(fn, repeats, warmup=5):
         times.append(start.elapsed_time(end))
     times.sort()
     return times[len(times) // 2]
+
+
+def host_overhead_us(impl, calls=200):
+    """Host time per forward call (microseconds) at a tiny shape (B1 H1 N128 d64 bf16), where the
+    GPU work is a few microseconds: wall time of `calls` back-to-back calls, then a synchronize."""
+    import time
+    import torch
+    shape = (1, 128, 1, 64) if impl.layout == "bshd" else (1, 1, 128, 64)
+    q, k, v = (torch.randn(shape, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    with torch.no_grad():
+        for _ in range(20):
+            impl.fn(q, k, v, False)
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        for _ in range(calls):
+            impl.fn(q, k, v, False)
+        torch.cuda.synchronize()
+    return (time.perf_counter() - start) / calls * 1e6
 
 
 def graph_median_ms(fn, repeats):
@@ -393,7 +444,11 @@ def main():
     ap.add_argument("--dtypes", type=str_list, help="keep only these dtypes of the suite (bf16,fp16)")
     ap.add_argument("--head-dims", type=int_list, help="keep only these head dims of the suite, e.g. 64,128")
     ap.add_argument("--seqlens", type=int_list, help="keep only these seqlens of the suite, e.g. 2048,16384")
+    ap.add_argument("--timing", choices=("device", "eager"), default="device",
+                    help="device (default): GPU execution time, host dispatch hidden behind a GPU sleep; "
+                         "eager: the GPU idles while the host dispatches, as formats 1-2 measured")
     args = ap.parse_args()
+    TIMING["mode"] = args.timing
     unknown = sorted(set(args.impls) - set(IMPLS))
     if unknown:
         ap.error(f"unknown --impls {','.join(unknown)}; choose from {','.join(IMPLS)}")
@@ -413,6 +468,13 @@ def main():
     impls, unavailable = attention_impls(names, args.math_max_seqlen)
     for name, reason in unavailable.items():
         print(f"{name}: {reason}", flush=True)
+    host_us = {}
+    for name, impl in impls.items():
+        try:
+            host_us[name] = round(host_overhead_us(impl), 1)
+        except Exception as e:  # a peer without bf16 d64: leave it out
+            host_us[name] = short_error(e)
+    print("host dispatch per forward call (us): " + ", ".join(f"{n} {v}" for n, v in host_us.items()), flush=True)
     if args.suite == "decode":
         rows = run_decode_suite(impls, args.repeats)
     else:
@@ -421,7 +483,8 @@ def main():
             ap.error("the filters leave no row of the suite")
         rows = run_attention_suite(rows_cfg, impls, args.repeats, not args.no_backward)
     result = {"suite": args.suite, "environment": env, "repeats": args.repeats, "flops": FLOPS_NOTE,
-              "rows": rows, "format": 2, "timing": TIMING_NOTE,
+              "rows": rows, "format": 3, "timing": TIMING_NOTE,
+              "timing_mode": args.timing, "host_overhead_us": host_us,
               "implementations": {n: DESCRIPTIONS[n] for n in impls}, "unavailable": unavailable,
               "math_max_seqlen": args.math_max_seqlen}
     if args.out:

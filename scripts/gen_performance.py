@@ -47,7 +47,11 @@ same run and row; "—" means the run has no figure there.
   causal mask when `Nq == Nk`; backward 2.5× the forward; forward + backward 3.5× the forward.
   TFLOP/s = FLOPs / median time.
 - **Timing** (`bench/bench.py`): CUDA events around one call, median of the run's repeats (30 by
-  default) after 5 warm-up calls; fresh random inputs per implementation (q, k, v: 64 MiB each
+  default) after 5 warm-up calls. Runs marked *device timing* queue a 1 ms GPU sleep before the
+  start event, so the figure is GPU execution alone; runs marked *eager timing* (results format
+  1-2) started each call on an idle GPU, so their figures also hold the host's dispatch time up
+  to the first kernel. Each device-timed run states every peer's host time per forward call
+  separately. Fresh random inputs per implementation (q, k, v: 64 MiB each
   at the training shapes, above the L2 cache; the smallest decode cache is not). Backward:
   `torch.autograd.grad` of a saved output.
   Forward + backward: one call of both, timed together (runs from before this figure existed
@@ -107,6 +111,15 @@ def table(header, rows):
     return "\n".join(lines)
 
 
+def timing_label(doc):
+    """How a bench.py run timed its calls, with the host dispatch figures of device-timed runs."""
+    if doc.get("timing_mode") != "device":
+        return "eager timing (host dispatch included)"
+    host = doc.get("host_overhead_us") or {}
+    per = ", ".join(f"{n} {v} µs" for n, v in host.items() if isinstance(v, (int, float)))
+    return "device timing (host dispatch hidden" + (f"; host time per forward call: {per})" if per else ")")
+
+
 def run_heading(doc, path, extra=""):
     info = plot.run_info(doc)
     head = f"### `{os.path.basename(path)}` — {info['device']}, {info['date']}"
@@ -147,7 +160,7 @@ def attention_section(files):
     for path, doc in files:
         rows = doc["rows"]
         names = plot.impls_in(rows)
-        extra = f"suite {doc.get('suite', '?')}, {doc.get('repeats', '?')} repeats"
+        extra = f"suite {doc.get('suite', '?')}, {doc.get('repeats', '?')} repeats, {timing_label(doc)}"
         out += [run_heading(doc, path, extra), ""]
         unavailable = doc.get("unavailable") or {}
         if unavailable:
@@ -191,7 +204,7 @@ def decode_section(files):
         names = plot.impls_in(rows)
         r0 = rows[0]
         extra = (f"{r0['heads']} query heads over {r0['heads_k']} KV heads, d{r0['d']}, {r0['dtype']}, "
-                 f"one query token, {doc.get('repeats', '?')} repeats")
+                 f"one query token, {doc.get('repeats', '?')} repeats, {timing_label(doc)}")
         out += [run_heading(doc, path, extra), ""]
         peers = [p for p in ("sdpa_cudnn", "sdpa_flash") if p in names]
         for suffix, how in (("", "per-call CUDA events"), ("_graph", "CUDA graph replay")):
