@@ -20,6 +20,9 @@ Design
   the same Philox keep mask. Being a CPU tensor it is read inside the op without a device sync.
   Under CUDA graph capture the seed is drawn once at capture time, so every replay uses the
   same dropout mask.
+* Eager inference (no autograd graph to record, not compiling, no torch function or dispatch
+  mode, plain tensors) calls the forward ops' implementations directly (``call_forward``): the
+  same code without the dispatcher's host time. Everything else goes through the ops.
 * Kernels run on ``torch.cuda.current_stream(device)`` under a device guard for the tensors'
   GPU; CPU tensors use ``torch.get_num_threads()`` worker threads. Inputs whose last dimension
   is not contiguous are copied (flash_attn does the same).
@@ -149,8 +152,7 @@ def _unpack(packed: Tensor, n: int, name: str) -> tuple:
 
 # ---- unpacked q, k, v -------------------------------------------------------------------------
 
-@torch.library.custom_op("flashattn::fwd", mutates_args=())
-def fwd(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Optional[Tensor],
+def _fwd_impl(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Optional[Tensor],
         cu_seqlens_k: Optional[Tensor], max_seqlen_q: int, max_seqlen_k: int,
         alibi_slopes: Optional[Tensor], softmax_scale: float, causal: bool, window_left: int,
         window_right: int, softcap: float, dropout_p: float, rng_state: Optional[Tensor],
@@ -159,6 +161,9 @@ def fwd(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Optional[Tensor],
     return _run_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                     alibi_slopes, softmax_scale, causal, window_left, window_right, softcap,
                     dropout_p, rng_state)
+
+
+fwd = torch.library.custom_op("flashattn::fwd", mutates_args=())(_fwd_impl)
 
 
 @fwd.register_fake
@@ -212,8 +217,7 @@ fwd.register_autograd(_backward_fwd, setup_context=_setup_fwd)
 
 # ---- packed qkv: (batch, seqlen, 3, heads, head_dim) or varlen (total, 3, heads, head_dim) --
 
-@torch.library.custom_op("flashattn::fwd_qkvpacked", mutates_args=())
-def fwd_qkvpacked(qkv: Tensor, cu_seqlens: Optional[Tensor], max_seqlen: int,
+def _fwd_qkvpacked_impl(qkv: Tensor, cu_seqlens: Optional[Tensor], max_seqlen: int,
                   alibi_slopes: Optional[Tensor], softmax_scale: float, causal: bool,
                   window_left: int, window_right: int, softcap: float, dropout_p: float,
                   rng_state: Optional[Tensor], deterministic: bool) -> tuple[Tensor, Tensor]:
@@ -222,6 +226,9 @@ def fwd_qkvpacked(qkv: Tensor, cu_seqlens: Optional[Tensor], max_seqlen: int,
     return _run_fwd(q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen, alibi_slopes,
                     softmax_scale, causal, window_left, window_right, softcap, dropout_p,
                     rng_state)
+
+
+fwd_qkvpacked = torch.library.custom_op("flashattn::fwd_qkvpacked", mutates_args=())(_fwd_qkvpacked_impl)
 
 
 @fwd_qkvpacked.register_fake
@@ -275,8 +282,7 @@ fwd_qkvpacked.register_autograd(_backward_fwd_qkvpacked, setup_context=_setup_fw
 
 # ---- packed kv: kv (batch, seqlen_k, 2, heads_k, head_dim) or varlen (total_k, 2, ...) ----
 
-@torch.library.custom_op("flashattn::fwd_kvpacked", mutates_args=())
-def fwd_kvpacked(q: Tensor, kv: Tensor, cu_seqlens_q: Optional[Tensor],
+def _fwd_kvpacked_impl(q: Tensor, kv: Tensor, cu_seqlens_q: Optional[Tensor],
                  cu_seqlens_k: Optional[Tensor], max_seqlen_q: int, max_seqlen_k: int,
                  alibi_slopes: Optional[Tensor], softmax_scale: float, causal: bool,
                  window_left: int, window_right: int, softcap: float, dropout_p: float,
@@ -286,6 +292,9 @@ def fwd_kvpacked(q: Tensor, kv: Tensor, cu_seqlens_q: Optional[Tensor],
     return _run_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                     alibi_slopes, softmax_scale, causal, window_left, window_right, softcap,
                     dropout_p, rng_state)
+
+
+fwd_kvpacked = torch.library.custom_op("flashattn::fwd_kvpacked", mutates_args=())(_fwd_kvpacked_impl)
 
 
 @fwd_kvpacked.register_fake
@@ -338,3 +347,30 @@ def _backward_fwd_kvpacked(ctx, dout, dlse):
 
 
 fwd_kvpacked.register_autograd(_backward_fwd_kvpacked, setup_context=_setup_fwd_kvpacked)
+
+
+# ---- eager inference without the dispatcher ---------------------------------------------------
+
+_IMPLS = {fwd: _fwd_impl, fwd_qkvpacked: _fwd_qkvpacked_impl, fwd_kvpacked: _fwd_kvpacked_impl}
+
+
+def _direct_ok(args) -> bool:
+    """Whether nothing needs the registered op: not tracing or compiling, no torch function or
+    dispatch mode active, every tensor a plain torch.Tensor, and no autograd graph to record."""
+    if (torch.compiler.is_compiling() or torch._C._is_torch_function_mode_enabled()
+            or torch._C._len_torch_dispatch_stack() > 0):
+        return False
+    grad = torch.is_grad_enabled()
+    for a in args:
+        if isinstance(a, Tensor) and (type(a) is not Tensor or (grad and a.requires_grad)):
+            return False
+    return True
+
+
+def call_forward(op, *args):
+    """Runs a forward op. In eager inference (see _direct_ok) it calls the op's implementation
+    directly: the same code, without the custom-op dispatcher's host time (tens of microseconds
+    per call, which decides the latency of small calls). Otherwise it goes through the op, so
+    autograd, torch.compile and dispatch modes see it."""
+    return _IMPLS[op](*args) if _direct_ok(args) else op(*args)
+

@@ -123,7 +123,8 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
         return _array_attention(q, k, v, None, None, 0, 0, dropout_p, softmax_scale, causal,
                                 window_size, softcap, alibi_slopes, return_attn_probs)
     wl, wr = _lowlevel.resolve_window(window_size)
-    out, lse = _torch_ops.fwd(
+    out, lse = _torch_ops.call_forward(
+        _torch_ops.fwd,
         q, k, v, None, None, 0, 0, alibi_slopes, _lowlevel.resolve_scale(softmax_scale),
         bool(causal), wl, wr, float(softcap), float(dropout_p),
         _torch_ops.draw_rng_state(dropout_p), bool(deterministic))
@@ -140,7 +141,8 @@ def flash_attn_qkvpacked_func(qkv, dropout_p=0.0, softmax_scale=None, causal=Fal
         return _array_attention(q, k, v, None, None, 0, 0, dropout_p, softmax_scale, causal,
                                 window_size, softcap, alibi_slopes, return_attn_probs)
     wl, wr = _lowlevel.resolve_window(window_size)
-    out, lse = _torch_ops.fwd_qkvpacked(
+    out, lse = _torch_ops.call_forward(
+        _torch_ops.fwd_qkvpacked,
         qkv, None, 0, alibi_slopes, _lowlevel.resolve_scale(softmax_scale), bool(causal), wl,
         wr, float(softcap), float(dropout_p), _torch_ops.draw_rng_state(dropout_p),
         bool(deterministic))
@@ -156,7 +158,8 @@ def flash_attn_kvpacked_func(q, kv, dropout_p=0.0, softmax_scale=None, causal=Fa
         return _array_attention(q, k, v, None, None, 0, 0, dropout_p, softmax_scale, causal,
                                 window_size, softcap, alibi_slopes, return_attn_probs)
     wl, wr = _lowlevel.resolve_window(window_size)
-    out, lse = _torch_ops.fwd_kvpacked(
+    out, lse = _torch_ops.call_forward(
+        _torch_ops.fwd_kvpacked,
         q, kv, None, None, 0, 0, alibi_slopes, _lowlevel.resolve_scale(softmax_scale),
         bool(causal), wl, wr, float(softcap), float(dropout_p),
         _torch_ops.draw_rng_state(dropout_p), bool(deterministic))
@@ -181,7 +184,8 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
                                 max_seqlen_k, dropout_p, softmax_scale, causal, window_size,
                                 softcap, alibi_slopes, return_attn_probs)
     wl, wr = _lowlevel.resolve_window(window_size)
-    out, lse = _torch_ops.fwd(
+    out, lse = _torch_ops.call_forward(
+        _torch_ops.fwd,
         q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, alibi_slopes,
         _lowlevel.resolve_scale(softmax_scale), bool(causal), wl, wr, float(softcap),
         float(dropout_p), _torch_ops.draw_rng_state(dropout_p), bool(deterministic))
@@ -199,7 +203,8 @@ def flash_attn_varlen_qkvpacked_func(qkv, cu_seqlens, max_seqlen, dropout_p=0.0,
                                 dropout_p, softmax_scale, causal, window_size, softcap,
                                 alibi_slopes, return_attn_probs)
     wl, wr = _lowlevel.resolve_window(window_size)
-    out, lse = _torch_ops.fwd_qkvpacked(
+    out, lse = _torch_ops.call_forward(
+        _torch_ops.fwd_qkvpacked,
         qkv, cu_seqlens, max_seqlen, alibi_slopes, _lowlevel.resolve_scale(softmax_scale),
         bool(causal), wl, wr, float(softcap), float(dropout_p),
         _torch_ops.draw_rng_state(dropout_p), bool(deterministic))
@@ -218,7 +223,8 @@ def flash_attn_varlen_kvpacked_func(q, kv, cu_seqlens_q, cu_seqlens_k, max_seqle
                                 max_seqlen_k, dropout_p, softmax_scale, causal, window_size,
                                 softcap, alibi_slopes, return_attn_probs)
     wl, wr = _lowlevel.resolve_window(window_size)
-    out, lse = _torch_ops.fwd_kvpacked(
+    out, lse = _torch_ops.call_forward(
+        _torch_ops.fwd_kvpacked,
         q, kv, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, alibi_slopes,
         _lowlevel.resolve_scale(softmax_scale), bool(causal), wl, wr, float(softcap),
         float(dropout_p), _torch_ops.draw_rng_state(dropout_p), bool(deterministic))

@@ -15,9 +15,19 @@ struct WindowMask {
 
   __device__ __forceinline__ int diag(int i) const { return i + seqlen_k - seqlen_q; }
 
-  __device__ __forceinline__ bool visible(int i, int j) const {
+  // The keys visible from row i form one interval [*lo, *hi) (empty when *hi <= *lo). Kernels
+  // compute it once per row and test each key with two compares, without branches. Windows at
+  // least as wide as the sequences arrive as -1 (validate.cpp), so d + right + 1 cannot overflow.
+  __device__ __forceinline__ void row_range(int i, int* lo, int* hi) const {
     const int d = diag(i);
-    return j < seqlen_k && (left < 0 || j >= d - left) && (right < 0 || j <= d + right);
+    *lo = left < 0 ? 0 : max(0, d - left);
+    *hi = right < 0 ? seqlen_k : min(seqlen_k, d + right + 1);
+  }
+
+  __device__ __forceinline__ bool visible(int i, int j) const {
+    int lo, hi;
+    row_range(i, &lo, &hi);
+    return j >= lo && j < hi;
   }
 
   // Key blocks [lo, hi) that hold at least one key visible from rows [row_begin, row_end).
@@ -46,5 +56,12 @@ struct WindowMask {
     return false;
   }
 };
+
+// The mask of one kernel instantiation: kernels compiled without a window get compile-time
+// unbounded sides, so only the key-count bound j < seqlen_k remains in their code.
+template <bool kWindowed>
+__device__ __forceinline__ WindowMask make_window_mask(int seqlen_q, int seqlen_k, int left, int right) {
+  return WindowMask{seqlen_q, seqlen_k, kWindowed ? left : -1, kWindowed ? right : -1};
+}
 
 }  // namespace flashattn::cuda

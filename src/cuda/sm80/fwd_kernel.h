@@ -78,22 +78,72 @@ __device__ __forceinline__ RowPtr row_ptr(const void* p, const Strides3& s, int 
   return {base, int64_t(sizeof(Element)) * s.row};
 }
 
-// Copies rows [0, rows) of a tile (rows beyond `valid_rows` are zero-filled) into shared memory.
-template <typename Traits, int kRows>
+// Reduces v[0..n) pairwise (depth log2 n instead of a chain of n - 1 dependent operations);
+// overwrites v.
+template <int n, typename Op>
+__device__ __forceinline__ float tree_reduce(float (&v)[n], Op op) {
+#pragma unroll
+  for (int w = 1; w < n; w *= 2) {
+#pragma unroll
+    for (int i = 0; i + w < n; i += 2 * w) v[i] = op(v[i], v[i + w]);
+  }
+  return v[0];
+}
+
+// Copies rows [0, kRows) of a tile into shared memory with 16-byte cp.async chunks. kFull: every
+// row exists (no predicate); otherwise rows at or beyond `valid_rows` are zero-filled. When the
+// threads cover whole rows per pass (every head dim but 96 at 4 warps), each thread keeps one
+// global pointer and steps it by a fixed number of rows, so a chunk costs one 64-bit add.
+template <typename Traits, int kRows, bool kFull>
 __device__ __forceinline__ void load_tile(typename Traits::Element* smem, const RowPtr& src,
                                           int valid_rows, int tid) {
-  constexpr int kChunks = kRows * Traits::kChunksPerRow;
+  using Element = typename Traits::Element;
+  constexpr int kPerRow = Traits::kChunksPerRow;
+  constexpr int kChunks = kRows * kPerRow;
   constexpr int kIters = (kChunks + Traits::kThreads - 1) / Traits::kThreads;
+  if constexpr (Traits::kThreads % kPerRow == 0) {
+    constexpr int kRowStep = Traits::kThreads / kPerRow;  // rows covered per pass
+    const int r0 = tid / kPerRow;
+    const int col = (tid % kPerRow) * 8;
+    const char* g = static_cast<const char*>(src.row(r0)) + col * sizeof(Element);
+    const int64_t step = kRowStep * src.row_bytes;
+    const uint32_t s0 = ptx::smem_addr(smem + r0 * Traits::kSmemStride + col);
 #pragma unroll
-  for (int it = 0; it < kIters; ++it) {
-    const int c = tid + it * Traits::kThreads;
-    if (kChunks % Traits::kThreads != 0 && c >= kChunks) break;
-    const int r = c / Traits::kChunksPerRow;
-    const int col = (c % Traits::kChunksPerRow) * 8;
-    const bool valid = r < valid_rows;
-    const void* g = valid ? static_cast<const char*>(src.row(r)) + col * sizeof(typename Traits::Element)
-                          : src.base;
-    ptx::cp_async_16(ptx::smem_addr(smem + r * Traits::kSmemStride + col), g, valid);
+    for (int it = 0; it < kIters; ++it) {
+      const int r = r0 + it * kRowStep;
+      if (kRows % kRowStep != 0 && r >= kRows) break;
+      const uint32_t s = s0 + uint32_t(it * kRowStep * Traits::kSmemStride * sizeof(Element));
+      if constexpr (kFull) {
+        ptx::cp_async_16(s, g, true);
+      } else {
+        const bool valid = r < valid_rows;
+        ptx::cp_async_16(s, valid ? g : src.base, valid);
+      }
+      g += step;
+    }
+  } else {
+#pragma unroll
+    for (int it = 0; it < kIters; ++it) {
+      const int c = tid + it * Traits::kThreads;
+      if (kChunks % Traits::kThreads != 0 && c >= kChunks) break;
+      const int r = c / kPerRow;
+      const int col = (c % kPerRow) * 8;
+      const bool valid = kFull || r < valid_rows;
+      const void* g = valid ? static_cast<const char*>(src.row(r)) + col * sizeof(Element) : src.base;
+      ptx::cp_async_16(ptx::smem_addr(smem + r * Traits::kSmemStride + col), g, valid);
+    }
+  }
+}
+
+// A K or V tile starting at key n0: the unpredicated copy when all kBlockN keys exist.
+template <typename Traits>
+__device__ __forceinline__ void load_kv_tile(typename Traits::Element* smem, const RowPtr& src, int n0,
+                                             int seqlen_k, int tid) {
+  const RowPtr tile{static_cast<const char*>(src.row(n0)), src.row_bytes};
+  if (n0 + Traits::kBlockN <= seqlen_k) {
+    load_tile<Traits, Traits::kBlockN, true>(smem, tile, Traits::kBlockN, tid);
+  } else {
+    load_tile<Traits, Traits::kBlockN, false>(smem, tile, seqlen_k - n0, tid);
   }
 }
 
@@ -138,7 +188,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   if (m0 >= seqlen_q) return;
   const int rows_here = min(kBlockM, seqlen_q - m0);
 
-  const WindowMask mask{seqlen_q, seqlen_k, params.window_left, params.window_right};
+  const WindowMask mask = make_window_mask<Traits::kMask == MaskMode::kWindow>(
+      seqlen_q, seqlen_k, params.window_left, params.window_right);
   int n_lo = 0, n_hi = (seqlen_k + kBlockN - 1) / kBlockN;
   if constexpr (Traits::kMask == MaskMode::kWindow) {
     mask.block_range(m0, m0 + rows_here, kBlockN, &n_lo, &n_hi);
@@ -199,9 +250,12 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   const uint32_t dropout_bh = uint32_t(batch) * uint32_t(params.heads) + uint32_t(head);
 
   if (n_hi > n_lo) {
-    load_tile<Traits, kBlockM>(sQ, gQ, rows_here, tid);
-    load_tile<Traits, kBlockN>(sK, RowPtr{static_cast<const char*>(gK.row((n_hi - 1) * kBlockN)), gK.row_bytes},
-                               seqlen_k - (n_hi - 1) * kBlockN, tid);
+    if (rows_here == kBlockM) {
+      load_tile<Traits, kBlockM, true>(sQ, gQ, kBlockM, tid);
+    } else {
+      load_tile<Traits, kBlockM, false>(sQ, gQ, rows_here, tid);
+    }
+    load_kv_tile<Traits>(sK, gK, (n_hi - 1) * kBlockN, seqlen_k, tid);
     ptx::cp_async_commit();
   }
 
@@ -209,8 +263,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     const int n0 = n_block * kBlockN;
     ptx::cp_async_wait<0>();
     __syncthreads();  // K_j (and Q) landed; every warp is done with the V buffer
-    load_tile<Traits, kBlockN>(sV, RowPtr{static_cast<const char*>(gV.row(n0)), gV.row_bytes},
-                               seqlen_k - n0, tid);
+    load_kv_tile<Traits>(sV, gV, n0, seqlen_k, tid);
     ptx::cp_async_commit();
 
     // S = Q K^T for this warp's rows.
@@ -224,18 +277,27 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
 #pragma unroll
       for (int mt = 0; mt < kMTiles; ++mt) {
 #pragma unroll
-        for (int nt = 0; nt < kNTiles; ++nt) {
+        for (int h = 0; h < 2; ++h) {
+          const int i = m0 + warp_row0 + mt * 16 + g + 8 * h;
+          // Visible keys of row i relative to this lane's first column n0 + 2t: one interval,
+          // so each element costs two compares and a select.
+          int lo, hi;
+          mask.row_range(i, &lo, &hi);
+          lo -= n0 + 2 * t;
+          hi -= n0 + 2 * t;
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int i = m0 + warp_row0 + mt * 16 + g + (e >= 2 ? 8 : 0);
-            const int j = n0 + nt * 8 + 2 * t + (e & 1);
-            float x = s[mt][nt][e];
-            if constexpr (kMods) {
-              x = use_softcap ? ptx::tanh_approx(x * softcap_in) * softcap_out : x * params.scale_log2;
-              x -= alibi_slope_log2 * fabsf(float(mask.diag(i) - j));
+          for (int nt = 0; nt < kNTiles; ++nt) {
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              const int c = nt * 8 + e;  // column offset from n0 + 2t
+              float x = s[mt][nt][2 * h + e];
+              if constexpr (kMods) {
+                x = use_softcap ? ptx::tanh_approx(x * softcap_in) * softcap_out : x * params.scale_log2;
+                x -= alibi_slope_log2 * fabsf(float(mask.diag(i) - (n0 + 2 * t + c)));
+              }
+              if (needs_mask && (c < lo || c >= hi)) x = -INFINITY;
+              s[mt][nt][2 * h + e] = x;
             }
-            if (needs_mask && !mask.visible(i, j)) x = -INFINITY;
-            s[mt][nt][e] = x;
           }
         }
       }
@@ -244,9 +306,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     ptx::cp_async_wait<0>();
     __syncthreads();  // V_j landed; every warp is done with the K buffer
     if (n_block > n_lo) {
-      const int np = n0 - kBlockN;
-      load_tile<Traits, kBlockN>(sK, RowPtr{static_cast<const char*>(gK.row(np)), gK.row_bytes},
-                                 seqlen_k - np, tid);
+      // Blocks below the last are whole: no predicate.
+      const RowPtr tile{static_cast<const char*>(gK.row(n0 - kBlockN)), gK.row_bytes};
+      load_tile<Traits, kBlockN, true>(sK, tile, kBlockN, tid);
       ptx::cp_async_commit();
     }
 
@@ -260,9 +322,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     for (int mt = 0; mt < kMTiles; ++mt) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        float mx = -INFINITY;
+        float part[kNTiles];
 #pragma unroll
-        for (int nt = 0; nt < kNTiles; ++nt) mx = fmaxf(mx, fmaxf(s[mt][nt][2 * h], s[mt][nt][2 * h + 1]));
+        for (int nt = 0; nt < kNTiles; ++nt) part[nt] = fmaxf(s[mt][nt][2 * h], s[mt][nt][2 * h + 1]);
+        float mx = tree_reduce(part, [](float a, float b) { return fmaxf(a, b); });
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
         const float kept = row_max[mt][h];
@@ -295,11 +358,12 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
         // exp2(-inf - (-inf)) never forms a NaN.
         const float m_scaled = row_max[mt][h] == -INFINITY ? 0.0f : row_max[mt][h] * exp_scale;
         const int i = m0 + warp_row0 + mt * 16 + g + 8 * h;
+        float part[kNTiles];
 #pragma unroll
         for (int nt = 0; nt < kNTiles; ++nt) {
           float p0 = ptx::exp2_approx(fmaf(s[mt][nt][2 * h], exp_scale, -m_scaled));
           float p1 = ptx::exp2_approx(fmaf(s[mt][nt][2 * h + 1], exp_scale, -m_scaled));
-          row_sum[mt][h] += p0 + p1;
+          part[nt] = p0 + p1;
           if (use_dropout) {
             // Columns 2t and 2t + 1 share one Philox call (four draws per four columns).
             const int j = n0 + nt * 8 + 2 * t;
@@ -312,6 +376,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
           s[mt][nt][2 * h] = p0;
           s[mt][nt][2 * h + 1] = p1;
         }
+        row_sum[mt][h] += tree_reduce(part, [](float a, float b) { return a + b; });
       }
     }
 
