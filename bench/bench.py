@@ -350,7 +350,7 @@ def measure(impl, name, shape, dtype, backward, repeats, graph=False):
             torch.cuda.empty_cache()
 
 
-def run_attention_suite(rows_cfg, impls, repeats, backward):
+def run_attention_suite(rows_cfg, impls, repeats, backward, save=lambda rows: None):
     import torch
     rows = []
     for cfg in rows_cfg:
@@ -363,11 +363,12 @@ def run_attention_suite(rows_cfg, impls, repeats, backward):
             r = measure(impl, name, (b, h, h, n, n, d, causal), dtype, backward, repeats)
             row[name] = add_rates(r, fl) if "fwd_ms" in r else r
         rows.append(row)
+        save(rows)
         print(format_row(row), flush=True)
     return rows
 
 
-def run_decode_suite(impls, repeats):
+def run_decode_suite(impls, repeats, save=lambda rows: None):
     import torch
     rows = []
     for b, sk in decode_rows():
@@ -381,6 +382,7 @@ def run_decode_suite(impls, repeats):
                     r["kv_tb_per_s_graph"] = kv_bytes / r["fwd_ms_graph"] / 1e9
             row[name] = r
         rows.append(row)
+        save(rows)
         print(format_decode_row(row), flush=True)
     return rows
 
@@ -475,23 +477,32 @@ def main():
         except Exception as e:  # a peer without bf16 d64: leave it out
             host_us[name] = short_error(e)
     print("host dispatch per forward call (us): " + ", ".join(f"{n} {v}" for n, v in host_us.items()), flush=True)
+    result = {"suite": args.suite, "environment": env, "repeats": args.repeats, "flops": FLOPS_NOTE,
+              "rows": [], "format": 3, "timing": TIMING_NOTE,
+              "timing_mode": args.timing, "host_overhead_us": host_us,
+              "implementations": {n: DESCRIPTIONS[n] for n in impls}, "unavailable": unavailable,
+              "math_max_seqlen": args.math_max_seqlen, "complete": False}
+
+    def save(rows, complete=False):
+        """Writes the rows so far (a run cut short keeps them, marked "complete": false)."""
+        if not args.out:
+            return
+        result.update(rows=rows, complete=complete)
+        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+        with open(args.out + ".tmp", "w") as f:
+            json.dump(result, f, indent=1)
+            f.write("\n")
+        os.replace(args.out + ".tmp", args.out)
+
     if args.suite == "decode":
-        rows = run_decode_suite(impls, args.repeats)
+        rows = run_decode_suite(impls, args.repeats, save)
     else:
         rows_cfg = suite_rows(args.suite, args.dtypes, args.head_dims, args.seqlens)
         if not rows_cfg:
             ap.error("the filters leave no row of the suite")
-        rows = run_attention_suite(rows_cfg, impls, args.repeats, not args.no_backward)
-    result = {"suite": args.suite, "environment": env, "repeats": args.repeats, "flops": FLOPS_NOTE,
-              "rows": rows, "format": 3, "timing": TIMING_NOTE,
-              "timing_mode": args.timing, "host_overhead_us": host_us,
-              "implementations": {n: DESCRIPTIONS[n] for n in impls}, "unavailable": unavailable,
-              "math_max_seqlen": args.math_max_seqlen}
+        rows = run_attention_suite(rows_cfg, impls, args.repeats, not args.no_backward, save)
+    save(rows, complete=True)
     if args.out:
-        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-        with open(args.out, "w") as f:
-            json.dump(result, f, indent=1)
-            f.write("\n")
         print(f"wrote {args.out}")
 
 
