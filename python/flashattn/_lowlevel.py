@@ -75,6 +75,17 @@ class _DeviceGuard:
             self._guard.__exit__(*exc)
 
 
+_ERRORS = {"ValueError": ValueError, "TypeError": TypeError,
+           "NotImplementedError": NotImplementedError, "RuntimeError": RuntimeError}
+
+
+def raise_error(error) -> None:
+    """Raises what an extension entry point returned: None, or (exception class name, message)."""
+    if error is not None:
+        kind, message = error
+        raise _ERRORS.get(kind, RuntimeError)(message)
+
+
 def check_rank(name: str, shape, varlen: bool) -> None:
     """The rank q must have before outputs can be shaped (the library checks the rest)."""
     rank = 3 if varlen else 4
@@ -139,7 +150,7 @@ def forward(q, k, v, out, lse=None, *, cu_seqlens_q=None, cu_seqlens_k=None, max
     if stream is None:
         stream = current_stream(q)
     with _DeviceGuard(q):
-        _C.forward(_plain(q), _plain(k), _plain(v), _plain(out), _plain(lse),
+        raise_error(_C.forward(_plain(q), _plain(k), _plain(v), _plain(out), _plain(lse),
                    cu_seqlens_q=_plain(cu_seqlens_q), cu_seqlens_k=_plain(cu_seqlens_k),
                    alibi_slopes=_plain(alibi_slopes),
                    max_seqlen_q=int32("max_seqlen_q", max_seqlen_q),
@@ -149,7 +160,7 @@ def forward(q, k, v, out, lse=None, *, cu_seqlens_q=None, cu_seqlens_k=None, max
                    softcap=float(softcap), dropout_p=float(dropout_p), seed=int(seed) & _U64,
                    offset=int(offset) & _U64, num_splits=int32("num_splits", num_splits),
                    check_cu_seqlens=bool(check_cu_seqlens), stream=int(stream),
-                   num_threads=int32("num_threads", num_threads))
+                   num_threads=int32("num_threads", num_threads)))
 
 
 def backward(dout, q, k, v, out, lse, dq, dk, dv, *, cu_seqlens_q=None, cu_seqlens_k=None,
@@ -168,7 +179,7 @@ def backward(dout, q, k, v, out, lse, dq, dk, dv, *, cu_seqlens_q=None, cu_seqle
     if stream is None:
         stream = current_stream(q)
     with _DeviceGuard(q):
-        _C.backward(_plain(dout), _plain(q), _plain(k), _plain(v), _plain(out), _plain(lse),
+        raise_error(_C.backward(_plain(dout), _plain(q), _plain(k), _plain(v), _plain(out), _plain(lse),
                     _plain(dq), _plain(dk), _plain(dv), cu_seqlens_q=_plain(cu_seqlens_q),
                     cu_seqlens_k=_plain(cu_seqlens_k), alibi_slopes=_plain(alibi_slopes),
                     max_seqlen_q=int32("max_seqlen_q", max_seqlen_q),
@@ -178,4 +189,4 @@ def backward(dout, q, k, v, out, lse, dq, dk, dv, *, cu_seqlens_q=None, cu_seqle
                     softcap=float(softcap), dropout_p=float(dropout_p), seed=int(seed) & _U64,
                     offset=int(offset) & _U64, deterministic=bool(deterministic),
                     check_cu_seqlens=bool(check_cu_seqlens), stream=int(stream),
-                    num_threads=int32("num_threads", num_threads))
+                    num_threads=int32("num_threads", num_threads)))

@@ -34,7 +34,7 @@ import torch
 from torch import Tensor
 
 from . import _C
-from ._lowlevel import check_rank, int32
+from ._lowlevel import check_rank, int32, raise_error
 
 if not hasattr(torch.library, "register_autograd"):
     raise ImportError(f"flashattn's torch integration needs torch >= 2.4, found {torch.__version__}")
@@ -118,10 +118,10 @@ def _run_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, al
     out = torch.empty(_out_shape(q, v), dtype=q.dtype, device=q.device)
     lse = torch.empty(_lse_shape(q, varlen), dtype=torch.float32, device=q.device)
     with _Launch(q) as launch:
-        _C.forward(_plain(q), _plain(k), _plain(v), out, lse,
-                   **_options(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                              alibi_slopes, softmax_scale, causal, window_left, window_right,
-                              softcap, dropout_p, rng_state, launch))
+        raise_error(_C.forward(_plain(q), _plain(k), _plain(v), out, lse,
+                               **_options(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                                          alibi_slopes, softmax_scale, causal, window_left,
+                                          window_right, softcap, dropout_p, rng_state, launch)))
     return out, lse
 
 
@@ -131,11 +131,11 @@ def _run_bwd(dout, q, k, v, out, lse, dq, dk, dv, cu_seqlens_q, cu_seqlens_k, ma
     q, k, v = _contig_last(q), _contig_last(k), _contig_last(v)
     dout = _contig_last(dout)
     with _Launch(q) as launch:
-        _C.backward(_plain(dout), _plain(q), _plain(k), _plain(v), _plain(out), _plain(lse),
-                    dq, dk, dv, deterministic=bool(deterministic),
-                    **_options(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                               alibi_slopes, softmax_scale, causal, window_left, window_right,
-                               softcap, dropout_p, rng_state, launch))
+        raise_error(_C.backward(_plain(dout), _plain(q), _plain(k), _plain(v), _plain(out),
+                                _plain(lse), dq, dk, dv, deterministic=bool(deterministic),
+                                **_options(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                                           alibi_slopes, softmax_scale, causal, window_left,
+                                           window_right, softcap, dropout_p, rng_state, launch)))
 
 
 def _empty(shape, like: Tensor) -> Tensor:

@@ -5,8 +5,9 @@
 // extension never allocates a tensor: outputs are preallocated by the caller (the Python layer
 // allocates them with torch or numpy). It does not link against any array framework.
 //
-// Errors: argument problems found here and every non-ok Status become Python exceptions whose
-// message names the argument (see raise_status for the mapping).
+// Errors: argument problems found here and every non-ok Status come back as (exception class
+// name, message), which flashattn._lowlevel raises; every message names the argument (see
+// status_error for the mapping).
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 
@@ -83,33 +84,39 @@ std::string shape_str(const int64_t* shape, size_t ndim) {
   return s + ")";
 }
 
-[[noreturn]] void raise(PyObject* type, const std::string& message) {
-  PyErr_SetString(type, message.c_str());
-  throw nb::python_error();
+// An error for Python: the name of the exception class and its message. The entry points return
+// it (as a (name, message) tuple; None on success) and flashattn._lowlevel raises it, so errors
+// never travel as C++ exceptions. When they did (nb::python_error), an extension built on the
+// GPU machine image (GCC 13.3 from /opt/gcc, system Python 3.12) segfaulted at the second
+// argument error of a process, every time; other builds did not.
+struct Error {
+  const char* kind = nullptr;  // "ValueError", "TypeError", "NotImplementedError", "RuntimeError"
+  std::string message;
+  explicit operator bool() const { return kind != nullptr; }
+};
+
+nb::object to_python(const Error& e) {
+  if (!e) return nb::none();
+  return nb::make_tuple(nb::str(e.kind), nb::str(e.message.c_str(), e.message.size()));
 }
 
-// Status -> Python exception. A message about a dtype is a TypeError whatever the code (this
-// covers "k must have dtype float16, got float32" and "q has dtype float32; supported: ...").
-// Otherwise: kInvalidArgument -> ValueError, kNotSupported -> NotImplementedError (a valid
-// request this build/backend/GPU cannot run; a subclass of RuntimeError), kCudaError and
-// kInternal -> RuntimeError.
-[[noreturn]] void raise_status(const fa::Status& s) {
+// Status -> Error. A message about a dtype is a TypeError whatever the code (this covers "k must
+// have dtype float16, got float32" and "q has dtype float32; supported: ..."). Otherwise:
+// kInvalidArgument -> ValueError, kNotSupported -> NotImplementedError (a valid request this
+// build/backend/GPU cannot run; a subclass of RuntimeError), kCudaError and kInternal ->
+// RuntimeError.
+Error status_error(const fa::Status& s) {
   const std::string& m = s.message();
   const bool about_dtype = m.find("dtype") != std::string::npos;
   switch (s.code()) {
-    case fa::StatusCode::kInvalidArgument:
-      raise(about_dtype ? PyExc_TypeError : PyExc_ValueError, m);
-    case fa::StatusCode::kNotSupported:
-      raise(about_dtype ? PyExc_TypeError : PyExc_NotImplementedError, m);
-    case fa::StatusCode::kCudaError:
-      raise(PyExc_RuntimeError, "CUDA error: " + m);
-    case fa::StatusCode::kInternal:
-      raise(PyExc_RuntimeError, "flashattn internal error (please report): " + m);
-    case fa::StatusCode::kOk:
-      break;
+    case fa::StatusCode::kOk: return {};
+    case fa::StatusCode::kInvalidArgument: return {about_dtype ? "TypeError" : "ValueError", m};
+    case fa::StatusCode::kNotSupported: return {about_dtype ? "TypeError" : "NotImplementedError", m};
+    case fa::StatusCode::kCudaError: return {"RuntimeError", "CUDA error: " + m};
+    case fa::StatusCode::kInternal: return {"RuntimeError", "flashattn internal error (please report): " + m};
   }
-  raise(PyExc_RuntimeError, "flashattn: unexpected status code " +
-                                std::to_string(static_cast<int>(s.code())) + ": " + m);
+  return {"RuntimeError",
+          "flashattn: unexpected status code " + std::to_string(static_cast<int>(s.code())) + ": " + m};
 }
 
 // ---- DLPack -> TensorView ------------------------------------------------------------------
@@ -118,10 +125,14 @@ std::string shape_str(const int64_t* shape, size_t ndim) {
 class Imports {
  public:
   // A tensor the library only reads. None gives an undefined view ("not given").
+  // After the first failure every later call is a no-op and error() holds the reason.
   fa::TensorView input(const char* name, nb::handle obj) {
-    if (obj.is_none()) return {};
+    if (error_ || obj.is_none()) return {};
     nb::ndarray<nb::ro> a;
-    if (!nb::try_cast(obj, a, /*convert=*/false)) fail_import(name, obj, /*writable=*/false);
+    if (!nb::try_cast(obj, a, /*convert=*/false)) {
+      error_ = import_error(name, obj, /*writable=*/false);
+      return {};
+    }
     fa::TensorView t = view(name, a.ndim(), a.shape_ptr(), a.stride_ptr(), a.dtype(),
                             a.device_type(), a.device_id(), const_cast<void*>(a.data()));
     inputs_.push_back(std::move(a));
@@ -130,60 +141,77 @@ class Imports {
 
   // A tensor the library writes; it must be writable.
   fa::TensorView output(const char* name, nb::handle obj) {
-    if (obj.is_none()) return {};
+    if (error_ || obj.is_none()) return {};
     nb::ndarray<> a;
-    if (!nb::try_cast(obj, a, /*convert=*/false)) fail_import(name, obj, /*writable=*/true);
+    if (!nb::try_cast(obj, a, /*convert=*/false)) {
+      error_ = import_error(name, obj, /*writable=*/true);
+      return {};
+    }
     fa::TensorView t = view(name, a.ndim(), a.shape_ptr(), a.stride_ptr(), a.dtype(),
                             a.device_type(), a.device_id(), a.data());
     outputs_.push_back(std::move(a));
     return t;
   }
 
+  const Error& error() const { return error_; }
+
  private:
-  [[noreturn]] static void fail_import(const char* name, nb::handle obj, bool writable) {
+  static Error import_error(const char* name, nb::handle obj, bool writable) {
     if (writable) {
       nb::ndarray<nb::ro> probe;
       if (nb::try_cast(obj, probe, false)) {
-        raise(PyExc_ValueError, std::string(name) + " is read-only, but flashattn writes it");
+        return {"ValueError", std::string(name) + " is read-only, but flashattn writes it"};
       }
     }
-    // The producer refused to export (nanobind swallows the reason): ask again to show its message
-    // in the error.
-    if (nb::hasattr(obj, "__dlpack__")) {
-      try {
-        obj.attr("__dlpack__")();
-      } catch (nb::python_error& e) {
-        raise(PyExc_ValueError, std::string(name) + " could not be exported by DLPack: " +
-                                    nb::str(e.value()).c_str());
+    // The producer refused to export (nanobind swallows the reason): ask again, through the C
+    // API (no C++ exception), to show its message.
+    if (PyObject_HasAttrString(obj.ptr(), "__dlpack__")) {
+      PyObject* capsule = PyObject_CallMethod(obj.ptr(), "__dlpack__", nullptr);
+      if (capsule == nullptr) {
+        PyObject *type = nullptr, *value = nullptr, *trace = nullptr;
+        PyErr_Fetch(&type, &value, &trace);
+        std::string reason = "unknown reason";
+        if (PyObject* text = value != nullptr ? PyObject_Str(value) : nullptr) {
+          if (const char* c = PyUnicode_AsUTF8(text)) reason = c;
+          Py_DECREF(text);
+        }
+        PyErr_Clear();
+        Py_XDECREF(type);
+        Py_XDECREF(value);
+        Py_XDECREF(trace);
+        return {"ValueError", std::string(name) + " could not be exported by DLPack: " + reason};
       }
+      Py_DECREF(capsule);
     }
-    raise(PyExc_TypeError, std::string(name) +
-                               " must be an array that supports DLPack or the buffer protocol "
-                               "(numpy.ndarray, torch.Tensor, cupy.ndarray, ...), got " +
-                               python_type_name(obj));
+    return {"TypeError", std::string(name) +
+                             " must be an array that supports DLPack or the buffer protocol "
+                             "(numpy.ndarray, torch.Tensor, cupy.ndarray, ...), got " +
+                             python_type_name(obj)};
   }
 
-  static fa::TensorView view(const char* name, size_t ndim, const int64_t* shape,
-                             const int64_t* strides, nb::dlpack::dtype dt, int device_type,
-                             int device_id, void* data) {
+  fa::TensorView view(const char* name, size_t ndim, const int64_t* shape, const int64_t* strides,
+                      nb::dlpack::dtype dt, int device_type, int device_id, void* data) {
     fa::TensorView t;
     if (!to_dtype(dt, &t.dtype)) {
-      raise(PyExc_TypeError, std::string(name) + " has dtype " + dlpack_dtype_name(dt) +
+      error_ = {"TypeError", std::string(name) + " has dtype " + dlpack_dtype_name(dt) +
                                  ", which flashattn does not support (float32, float16, bfloat16; "
-                                 "int32 for cu_seqlens)");
+                                 "int32 for cu_seqlens)"};
+      return {};
     }
     if (device_type == nb::device::cpu::value) {
       t.device = fa::Device{fa::DeviceType::kCPU, 0};
     } else if (device_type == nb::device::cuda::value) {
       t.device = fa::Device{fa::DeviceType::kCUDA, device_id};
     } else {
-      raise(PyExc_ValueError, std::string(name) + " is on " + dlpack_device_name(device_type) +
-                                  "; flashattn supports cpu and cuda tensors");
+      error_ = {"ValueError", std::string(name) + " is on " + dlpack_device_name(device_type) +
+                                  "; flashattn supports cpu and cuda tensors"};
+      return {};
     }
     if (ndim == 0 || ndim > static_cast<size_t>(fa::TensorView::kMaxDims)) {
-      raise(PyExc_ValueError, std::string(name) + " must have 1 to " +
+      error_ = {"ValueError", std::string(name) + " must have 1 to " +
                                   std::to_string(fa::TensorView::kMaxDims) + " dimensions, got " +
-                                  std::to_string(ndim) + " with shape " + shape_str(shape, ndim));
+                                  std::to_string(ndim) + " with shape " + shape_str(shape, ndim)};
+      return {};
     }
     t.ndim = static_cast<int32_t>(ndim);
     int64_t compact = 1;  // DLPack allows NULL strides for a compact row-major tensor
@@ -198,6 +226,7 @@ class Imports {
 
   std::vector<nb::ndarray<nb::ro>> inputs_;
   std::vector<nb::ndarray<>> outputs_;
+  Error error_;
 };
 
 // Options shared by forward and backward, as they come from Python.
@@ -234,8 +263,8 @@ struct Options {
   }
 };
 
-void forward(nb::handle q, nb::handle k, nb::handle v, nb::handle out, nb::handle lse,
-             const Options& opt, int32_t num_splits) {
+nb::object forward(nb::handle q, nb::handle k, nb::handle v, nb::handle out, nb::handle lse,
+                   const Options& opt, int32_t num_splits) {
   Imports im;
   fa::ForwardArgs args;
   args.q = im.input("q", q);
@@ -245,17 +274,18 @@ void forward(nb::handle q, nb::handle k, nb::handle v, nb::handle out, nb::handl
   args.lse = im.output("lse", lse);
   opt.fill(im, &args);
   args.num_splits = num_splits;
+  if (im.error()) return to_python(im.error());
   fa::Status s;
   {
     nb::gil_scoped_release release;
     s = fa::forward(args);
   }
-  if (!s.ok()) raise_status(s);
+  return to_python(status_error(s));
 }
 
-void backward(nb::handle dout, nb::handle q, nb::handle k, nb::handle v, nb::handle out,
-              nb::handle lse, nb::handle dq, nb::handle dk, nb::handle dv, const Options& opt,
-              bool deterministic) {
+nb::object backward(nb::handle dout, nb::handle q, nb::handle k, nb::handle v, nb::handle out,
+                    nb::handle lse, nb::handle dq, nb::handle dk, nb::handle dv, const Options& opt,
+                    bool deterministic) {
   Imports im;
   fa::BackwardArgs args;
   args.dout = im.input("dout", dout);
@@ -269,12 +299,13 @@ void backward(nb::handle dout, nb::handle q, nb::handle k, nb::handle v, nb::han
   args.dv = im.output("dv", dv);
   opt.fill(im, &args);
   args.deterministic = deterministic;
+  if (im.error()) return to_python(im.error());
   fa::Status s;
   {
     nb::gil_scoped_release release;
     s = fa::backward(args);
   }
-  if (!s.ok()) raise_status(s);
+  return to_python(status_error(s));
 }
 
 }  // namespace
@@ -294,7 +325,7 @@ NB_MODULE(_C, m) {
         Options o{cu_seqlens_q, cu_seqlens_k, alibi_slopes, max_seqlen_q, max_seqlen_k,
                   softmax_scale, causal, window_left, window_right, softcap, dropout_p,
                   seed, offset, check_cu_seqlens, stream, num_threads};
-        forward(q, k, v, out, lse, o, num_splits);
+        return forward(q, k, v, out, lse, o, num_splits);
       },
       nb::arg("q").none(), nb::arg("k").none(), nb::arg("v").none(), nb::arg("out").none(), nb::arg("lse").none(),
       nb::kw_only(), nb::arg("cu_seqlens_q").none() = nb::none(),
@@ -304,7 +335,8 @@ NB_MODULE(_C, m) {
       nb::arg("softcap") = 0.0f, nb::arg("dropout_p") = 0.0f, nb::arg("seed") = 0,
       nb::arg("offset") = 0, nb::arg("num_splits") = 0, nb::arg("check_cu_seqlens") = false,
       nb::arg("stream") = 0, nb::arg("num_threads") = 0,
-      "Attention forward into preallocated out (and lse, when not None). See flashattn.forward.");
+      "Attention forward into preallocated out (and lse, when not None). Returns None, or "
+      "(exception class name, message) for the caller to raise. See flashattn.forward.");
 
   m.def(
       "backward",
@@ -317,7 +349,7 @@ NB_MODULE(_C, m) {
         Options o{cu_seqlens_q, cu_seqlens_k, alibi_slopes, max_seqlen_q, max_seqlen_k,
                   softmax_scale, causal, window_left, window_right, softcap, dropout_p,
                   seed, offset, check_cu_seqlens, stream, num_threads};
-        backward(dout, q, k, v, out, lse, dq, dk, dv, o, deterministic);
+        return backward(dout, q, k, v, out, lse, dq, dk, dv, o, deterministic);
       },
       nb::arg("dout").none(), nb::arg("q").none(), nb::arg("k").none(), nb::arg("v").none(), nb::arg("out").none(), nb::arg("lse").none(),
       nb::arg("dq").none(), nb::arg("dk").none(), nb::arg("dv").none(), nb::kw_only(),
@@ -328,7 +360,8 @@ NB_MODULE(_C, m) {
       nb::arg("dropout_p") = 0.0f, nb::arg("seed") = 0, nb::arg("offset") = 0,
       nb::arg("deterministic") = false, nb::arg("check_cu_seqlens") = false,
       nb::arg("stream") = 0, nb::arg("num_threads") = 0,
-      "Attention backward into preallocated dq, dk, dv. See flashattn.backward.");
+      "Attention backward into preallocated dq, dk, dv. Returns None, or (exception class name, "
+      "message) for the caller to raise. See flashattn.backward.");
 
   m.def("cuda_available", &fa::cuda_available,
         "Whether this build has the CUDA backend and at least one usable GPU.");

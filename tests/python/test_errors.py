@@ -142,6 +142,38 @@ def test_read_only_output():
     flashattn.flash_attn_func(q, k, v)
 
 
+def test_refused_dlpack_export_names_the_argument_and_the_reason():
+    class Refuses:
+        def __dlpack_device__(self):
+            return (1, 0)
+
+        def __dlpack__(self, *args, **kwargs):
+            raise BufferError("this producer never exports")
+
+    q, k, v = qkv()
+    with pytest.raises(ValueError, match=r"\bk\b could not be exported by DLPack: this producer never exports"):
+        low_forward(q, Refuses(), v, out=np.empty_like(q))
+
+
+def test_many_errors_in_one_process():
+    # On the GPU machine image the extension once segfaulted at the second argument error of a
+    # process (errors travelled as C++ exceptions then); every kind of error, repeatedly.
+    q, k, v = qkv()
+    bad_calls = [
+        (ValueError, lambda: flashattn.flash_attn_func(q, randn(2, 8, 4, 8), v)),
+        (ValueError, lambda: flashattn.flash_attn_func(q, k, randn(2, 9, 4, 16))),
+        (TypeError, lambda: flashattn.flash_attn_func(q, k, v.astype(np.float64))),
+        (TypeError, lambda: low_forward(q, [1.0], v, out=np.empty_like(q))),
+        (NotImplementedError, lambda: flashattn.flash_attn_func(randn(1, 4, 1, 600), randn(1, 4, 1, 600),
+                                                                randn(1, 4, 1, 600))),
+    ]
+    for _ in range(3):
+        for kind, call in bad_calls:
+            with pytest.raises(kind):
+                call()
+    assert np.isfinite(flashattn.flash_attn_func(q, k, v)).all()
+
+
 def test_options():
     q, k, v = qkv()
     with pytest.raises(ValueError, match="dropout_p"):

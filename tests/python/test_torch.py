@@ -413,6 +413,6 @@ def test_extension_reads_tensors_that_require_grad():
     # torch's __dlpack__ refuses them; nanobind falls back to torch.utils.dlpack.to_dlpack.
     q, k, v = make_inputs(SHAPES[0], gen(18))
     a, b = torch.empty(q.shape), torch.empty(q.shape)
-    flashattn._C.forward(q, k, v, a, None)
-    flashattn._C.forward(q.requires_grad_(), k.requires_grad_(), v, b, None)
+    assert flashattn._C.forward(q, k, v, a, None) is None
+    assert flashattn._C.forward(q.requires_grad_(), k.requires_grad_(), v, b, None) is None
     assert torch.equal(a, b)
