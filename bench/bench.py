@@ -136,7 +136,17 @@ def short_error(e):
 
 
 def git_state():
+    """{"commit", "dirty"} of the tree this script runs from. A git-archive snapshot (how runs
+    reach the GPU machine) has no .git of its own, so git would answer for whatever repository
+    encloses it; its SOURCE_COMMIT file (written when the snapshot is made) names the commit
+    instead, and without one the state is unknown (None)."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    marker = os.path.join(root, "SOURCE_COMMIT")
+    if os.path.exists(marker):
+        with open(marker) as f:
+            return {"commit": f.read().strip(), "dirty": False, "source": "SOURCE_COMMIT (git archive snapshot)"}
+    if not os.path.exists(os.path.join(root, ".git")):
+        return None
     try:
         commit = subprocess.run(["git", "-C", root, "rev-parse", "HEAD"], capture_output=True, text=True,
                                 timeout=10).stdout.strip()

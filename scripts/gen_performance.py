@@ -16,6 +16,7 @@ running it twice changes nothing. Needs only the standard library (matplotlib fo
 """
 import argparse
 import glob
+import json
 import os
 import re
 import sys
@@ -490,11 +491,33 @@ def runs_index(groups):
             else "No results files yet.", ""]
 
 
+def superseded_index(results_dir):
+    """One line per file in <results>/superseded/: runs kept for the record (cited by notes and
+    closing notes) whose tables the runs above replace."""
+    paths = sorted(glob.glob(os.path.join(results_dir, "superseded", "*.json")))
+    if not paths:
+        return []
+    lines = ["Superseded runs, kept in `bench/results/superseded/` for the record (no tables here):", ""]
+    for path in paths:
+        try:
+            with open(path) as f:
+                doc = json.load(f)
+        except (OSError, ValueError):
+            continue
+        git = (doc.get("environment") or {}).get("git") or {}
+        what = [f"suite {doc['suite']}" if doc.get("suite") else None,
+                "device timing" if doc.get("timing_mode") == "device" else "eager timing",
+                f"commit {git['commit'][:10]}" if git.get("commit") else None, doc.get("note")]
+        lines.append(f"- `{os.path.basename(path)}`: " + "; ".join(w for w in what if w) + ".")
+    return lines + [""]
+
+
 def generate(results_dir, out_path, plot_dir):
     groups = classify(results_dir)
     notes = existing_notes(out_path)
     lines = [PREAMBLE.rstrip("\n"), "", NOTES_BEGIN, notes, NOTES_END, ""]
     lines += runs_index(groups)
+    lines += superseded_index(results_dir)
     lines += attention_section(groups.get("attention", [])) + [""]
     lines += decode_section(groups.get("decode", [])) + [""]
     lines += io_section(groups.get("io", [])) + [""]

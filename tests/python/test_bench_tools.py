@@ -346,5 +346,14 @@ def test_triton_kernel_in_the_interpreter():
     pytest.importorskip("triton")
     out = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "triton_attention.py")], capture_output=True,
                          text=True, env=dict(os.environ, TRITON_INTERPRET="1"), timeout=600)
+    # Triton 3.6's interpreter turns a computed loop bound into an int with int() of a
+    # one-element array, which numpy 2.4+ rejects; later Triton squeezes it first. The compiled
+    # kernel is unaffected (bench.py runs it on the GPU).
+    import triton
+    old_interpreter = tuple(int(x) for x in triton.__version__.split(".")[:2]) < (3, 7)
+    if (out.returncode != 0 and old_interpreter
+            and "only 0-dimensional arrays can be converted to Python scalars" in out.stderr):
+        pytest.skip(f"Triton {triton.__version__}'s interpreter cannot take a computed loop bound "
+                    "with this numpy (fixed in later Triton)")
     assert out.returncode == 0, out.stdout + out.stderr
     assert out.stdout.strip().endswith("ok")
