@@ -17,6 +17,7 @@
 #include "core/params.h"
 #include "core/philox.h"
 #include "cuda/common/mask.h"
+#include "cuda/common/tile_copy.h"
 #include "cuda/common/tile_size.h"
 #include "cuda/common/variants.h"
 #include "cuda/common/warp_gemm.h"
@@ -90,49 +91,13 @@ __device__ __forceinline__ float tree_reduce(float (&v)[n], Op op) {
   return v[0];
 }
 
-// Copies rows [0, kRows) of a tile into shared memory with 16-byte cp.async chunks. kFull: every
-// row exists (no predicate); otherwise rows at or beyond `valid_rows` are zero-filled. When the
-// threads cover whole rows per pass (every head dim but 96 at 4 warps), each thread keeps one
-// global pointer and steps it by a fixed number of rows, so a chunk costs one 64-bit add.
+// Copies rows [0, kRows) of a Q, K or V tile into shared memory (tile_copy.h): kFull when every
+// row exists, else rows at or beyond `valid_rows` are zero-filled.
 template <typename Traits, int kRows, bool kFull>
 __device__ __forceinline__ void load_tile(typename Traits::Element* smem, const RowPtr& src,
                                           int valid_rows, int tid) {
-  using Element = typename Traits::Element;
-  constexpr int kPerRow = Traits::kChunksPerRow;
-  constexpr int kChunks = kRows * kPerRow;
-  constexpr int kIters = (kChunks + Traits::kThreads - 1) / Traits::kThreads;
-  if constexpr (Traits::kThreads % kPerRow == 0) {
-    constexpr int kRowStep = Traits::kThreads / kPerRow;  // rows covered per pass
-    const int r0 = tid / kPerRow;
-    const int col = (tid % kPerRow) * 8;
-    const char* g = static_cast<const char*>(src.row(r0)) + col * sizeof(Element);
-    const int64_t step = kRowStep * src.row_bytes;
-    const uint32_t s0 = ptx::smem_addr(smem + r0 * Traits::kSmemStride + col);
-#pragma unroll
-    for (int it = 0; it < kIters; ++it) {
-      const int r = r0 + it * kRowStep;
-      if (kRows % kRowStep != 0 && r >= kRows) break;
-      const uint32_t s = s0 + uint32_t(it * kRowStep * Traits::kSmemStride * sizeof(Element));
-      if constexpr (kFull) {
-        ptx::cp_async_16(s, g, true);
-      } else {
-        const bool valid = r < valid_rows;
-        ptx::cp_async_16(s, valid ? g : src.base, valid);
-      }
-      g += step;
-    }
-  } else {
-#pragma unroll
-    for (int it = 0; it < kIters; ++it) {
-      const int c = tid + it * Traits::kThreads;
-      if (kChunks % Traits::kThreads != 0 && c >= kChunks) break;
-      const int r = c / kPerRow;
-      const int col = (c % kPerRow) * 8;
-      const bool valid = kFull || r < valid_rows;
-      const void* g = valid ? static_cast<const char*>(src.row(r)) + col * sizeof(Element) : src.base;
-      ptx::cp_async_16(ptx::smem_addr(smem + r * Traits::kSmemStride + col), g, valid);
-    }
-  }
+  load_rows<typename Traits::Element, kRows, Traits::kThreads, Traits::kChunksPerRow, Traits::kSmemStride, kFull>(
+      smem, src.base, src.row_bytes, valid_rows, tid);
 }
 
 // A K or V tile starting at key n0: the unpredicated copy when all kBlockN keys exist.
