@@ -141,6 +141,38 @@ def test_no_grad_and_inference_mode():
     assert not a.requires_grad and torch.equal(a, b)
 
 
+def test_eager_inference_skips_the_dispatcher_and_nothing_else_does(monkeypatch):
+    """call_forward runs the op's implementation directly only when nothing needs the op: no
+    autograd graph to record, no dispatch mode, not compiling. Both paths give equal results."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from flashattn import _torch_ops
+
+    seen = []
+
+    class Count(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            seen.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    g = gen(6)
+    q, k, v = make_inputs(SHAPES[0], g)
+    direct = []
+    real = _torch_ops._IMPLS[_torch_ops.fwd]
+    monkeypatch.setitem(_torch_ops._IMPLS, _torch_ops.fwd, lambda *a: direct.append(1) or real(*a))
+    plain = flashattn.flash_attn_func(q, k, v, causal=True)  # no tensor requires grad
+    assert direct == [1]
+    with torch.no_grad():
+        flashattn.flash_attn_func(q.requires_grad_(), k, v, causal=True)
+    assert direct == [1, 1]
+    graphed = flashattn.flash_attn_func(q, k, v, causal=True)  # q requires grad: the op, with autograd
+    assert direct == [1, 1] and graphed.grad_fn is not None
+    with Count():
+        moded = flashattn.flash_attn_func(q.detach(), k, v, causal=True)
+    assert direct == [1, 1] and any("flashattn" in f for f in seen)
+    assert torch.equal(plain, graphed.detach()) and torch.equal(plain, moded)
+
+
 # ---- layouts --------------------------------------------------------------------------------
 
 def test_noncontiguous_inputs():
