@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <string>
 #include <vector>
@@ -496,6 +497,45 @@ TEST(Philox, KeepFractionAndIndependence) {
     EXPECT_NEAR(same_other_offset / n, agree, 0.01) << "p " << p;
   }
   EXPECT_TRUE(dropout_keep(1, 2, 3, 4, 5, dropout_threshold(0.0f)));
+}
+
+// ---- CUDA only -------------------------------------------------------------------------------
+
+// The backward with one Q/dO step buffer: the variant for GPUs whose shared memory cannot hold
+// two (A100 at head dim >= 64). FLASHATTN_DEV_BWD_SINGLE_BUFFER=1 forces it on this GPU; every
+// head dim of the build, plain, causal, with window + softcap + ALiBi + dropout, and
+// deterministic, against the float64 reference. (Each test runs in its own process under
+// ctest, so the variable does not reach other tests.)
+TEST(Cuda, SingleStepBufferBackwardMatchesReference) {
+  if (!backend_available(Backend::kCuda)) GTEST_SKIP() << "no usable CUDA GPU";
+  ASSERT_EQ(setenv("FLASHATTN_DEV_BWD_SINGLE_BUFFER", "1", 1), 0);
+  int ran = 0;
+  std::string last_skip;
+  for (int d : {32, 64, 96, 128, 192, 256}) {
+    for (int variant = 0; variant < 4; ++variant) {
+      ProblemSpec s = ProblemSpec::dense(DType::kBFloat16, 2, 150, 170, 4, 2, d, d);
+      s.causal = variant == 1 || variant == 3;
+      if (variant == 2) {
+        s.window_left = 40;
+        s.window_right = 8;
+        s.softcap = 20.0f;
+        s.alibi = Alibi::kHeads;
+        s.dropout_p = 0.15f;
+        s.dropout_seed = 99;
+      }
+      s.deterministic = variant == 3;
+      s.data_seed = 7000u + static_cast<uint32_t>(d * 4 + variant);
+      SCOPED_TRACE(s.describe());
+      const CaseOutcome o = check_problem(Backend::kCuda, s, /*with_backward=*/true);
+      if (o.skipped) {
+        last_skip = o.skip_reason;  // a head dim this build trims away
+      } else {
+        ++ran;
+      }
+    }
+  }
+  unsetenv("FLASHATTN_DEV_BWD_SINGLE_BUFFER");
+  if (ran == 0) GTEST_SKIP() << last_skip;
 }
 
 }  // namespace

@@ -45,6 +45,9 @@ struct BwdKernelParams : BackwardParams {
   int32_t kv_splits = 1;
   float* dk_partial = nullptr;
   float* dv_partial = nullptr;
+  // Q/dO step buffers of the main kernel: 2, or 1 where the GPU's shared memory is too small
+  // (run_bwd picks; see BwdTraits).
+  int32_t step_buffers = 2;
 
   __device__ __forceinline__ int64_t ws_row0(int b, int64_t row0_q) const {
     return is_varlen() ? (row0_q & ~int64_t(3)) + int64_t(b) * (ws_block + 4) : int64_t(b) * ws_seq_rows;
@@ -121,17 +124,22 @@ struct BwdTraits {
   // Shared memory, 16-bit rows padded by 16 bytes (consecutive rows start 16 bytes apart modulo
   // 128, so the eight row addresses of every ldmatrix hit distinct banks):
   //   sK, sV      (kBlockN, kSmemStride)        loaded once
-  //   sQ, sdO     2 x (kBlockM, kSmemStride)    double-buffered over query steps
   //   sP, sdS     (kBlockM, kPStride)           dropped P and dS of the current step
-  //   sStats      2 x (2, kBlockM) f32           LSE * log2(e) and D of each buffered step
+  //   step buffers, 2 (double-buffered: the next step's copies overlap this step) or 1 (where
+  //   the GPU's shared memory cannot hold two, e.g. A100 at head dim >= 64), each
+  //     sQ, sdO   (kBlockM, kSmemStride)
+  //     stats     (2, kBlockM) f32              LSE * log2(e) and D
   static constexpr int kSmemStride = kHeadDim + 8;
   static constexpr int kChunksPerRow = kHeadDim / 8;  // 16-byte chunks
   static constexpr int kPStride = kBlockN + 8;
   static constexpr int kSmemKV = kBlockN * kSmemStride;
   static constexpr int kSmemQ = kBlockM * kSmemStride;
   static constexpr int kSmemP = kBlockM * kPStride;
-  static constexpr size_t kSmemBytes =
-      sizeof(Element) * (2 * kSmemKV + 4 * kSmemQ + 2 * kSmemP) + sizeof(float) * 4 * kBlockM;
+  static constexpr uint32_t kStepBufBytes = sizeof(Element) * 2 * kSmemQ + sizeof(float) * 2 * kBlockM;
+  static constexpr size_t kSmemFixedBytes = sizeof(Element) * (2 * kSmemKV + 2 * kSmemP);
+  static constexpr size_t kSmemBytes = kSmemFixedBytes + 2 * kStepBufBytes;        // double-buffered
+  static constexpr size_t kSmemBytesSingle = kSmemFixedBytes + kStepBufBytes;      // one step buffer
+  static_assert(kSmemFixedBytes % 16 == 0 && kStepBufBytes % 16 == 0, "16-byte aligned cp.async targets");
 
   static_assert(kHeadDim % 32 == 0, "head_dim must be a multiple of 32");
   static_assert(kSdpRows % 16 == 0 && kSdpCols % 16 == 0, "S/dP warp tiles are whole 16 x 16 tiles");

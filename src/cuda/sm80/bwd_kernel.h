@@ -26,6 +26,9 @@
 //      with ldmatrix.trans, which hands each lane the A fragment of the transposed tile. Barrier
 //      A of the next step orders that step's writes of sP/sdS and its prefetch into the other
 //      Q/dO buffer after every warp's reads of this step, so two barriers per step suffice.
+//      Where a GPU cannot hold two Q/dO step buffers (A100 at head dim >= 64), one is used: the
+//      next step's copies then wait for a third barrier at the end of the step
+//      (BwdKernelParams::step_buffers).
 //      In deterministic mode the dQ product is skipped here (dq_accum == nullptr).
 //      Epilogue: dK * scale and dV * (1/(1-p)) staged through shared memory as 16-bit and
 //      stored with 16-byte writes; or, when a kv head's query heads are split over several CTAs
@@ -67,11 +70,12 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   extern __shared__ __align__(128) unsigned char smem_raw[];
   Element* sK = reinterpret_cast<Element*>(smem_raw);  // (kBlockN, kStride)
   Element* sV = sK + Traits::kSmemKV;                  // (kBlockN, kStride)
-  Element* sQ = sV + Traits::kSmemKV;                  // 2 x (kBlockM, kStride)
-  Element* sdO = sQ + 2 * Traits::kSmemQ;              // 2 x (kBlockM, kStride)
-  Element* sP = sdO + 2 * Traits::kSmemQ;              // (kBlockM, kPStride)
+  Element* sP = sV + Traits::kSmemKV;                  // (kBlockM, kPStride)
   Element* sdS = sP + Traits::kSmemP;                  // (kBlockM, kPStride)
-  float* sStats = reinterpret_cast<float*>(sdS + Traits::kSmemP);  // 2 x (lse_log2, dsum) x kBlockM
+  // Step buffer b (BwdTraits): sQ, then sdO, then (lse_log2, dsum) x kBlockM floats.
+  unsigned char* step_bufs = reinterpret_cast<unsigned char*>(sdS + Traits::kSmemP);
+  Element* sQ = reinterpret_cast<Element*>(step_bufs);  // buffer 0; buffer b adds kStepBufBytes
+  constexpr uint32_t kStatsOffset = kElem * 2 * Traits::kSmemQ;  // step buffer -> its stats
 
   const int tid = threadIdx.x;
   // The shuffle tells the compiler the warp index is warp-uniform, so everything derived from
@@ -110,12 +114,14 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     const int64_t row = seq.row0_q + m0;
     const RowPtr gq = row_ptr<Element>(params.q, params.q_strides, batch, row, head);
     const RowPtr gdo = row_ptr<Element>(params.dout, params.dout_strides, batch, row, head);
+    unsigned char* b = step_bufs + buf * Traits::kStepBufBytes;
     load_rows<Element, kBlockM, Traits::kThreads, Traits::kChunksPerRow, kStride>(
-        sQ + buf * Traits::kSmemQ, gq.base, gq.row_bytes, seq.seqlen_q - m0, tid);
+        reinterpret_cast<Element*>(b), gq.base, gq.row_bytes, seq.seqlen_q - m0, tid);
     load_rows<Element, kBlockM, Traits::kThreads, Traits::kChunksPerRow, kStride>(
-        sdO + buf * Traits::kSmemQ, gdo.base, gdo.row_bytes, seq.seqlen_q - m0, tid);
+        reinterpret_cast<Element*>(b) + Traits::kSmemQ, gdo.base, gdo.row_bytes, seq.seqlen_q - m0, tid);
     const int64_t ws = int64_t(head) * params.ws_rows + ws_row0 + m0;
-    load_stats<kBlockM, Traits::kThreads>(sStats + buf * 2 * kBlockM, params.lse_log2 + ws, params.dsum + ws, tid);
+    load_stats<kBlockM, Traits::kThreads>(reinterpret_cast<float*>(b + kStatsOffset), params.lse_log2 + ws,
+                                          params.dsum + ws, tid);
   };
 
   // Warp tiles of the three products (see BwdTraits).
@@ -129,8 +135,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   // This lane's ldmatrix addresses (buffer 0 of Q/dO; the other buffer adds kQBufBytes). Operand
   // pairs that share an addressing (Q/dO, K/V, P/dS) differ by a compile-time offset, which
   // ends up in the instructions' immediates instead of in registers.
-  constexpr uint32_t kQBufBytes = kElem * Traits::kSmemQ;     // Q/dO buffer 0 -> 1
-  constexpr uint32_t kDoOffset = kElem * 2 * Traits::kSmemQ;  // sQ -> sdO
+  constexpr uint32_t kQBufBytes = Traits::kStepBufBytes;  // Q/dO buffer 0 -> 1
+  constexpr uint32_t kDoOffset = kElem * Traits::kSmemQ;   // sQ -> sdO
   constexpr uint32_t kVOffset = kElem * Traits::kSmemKV;      // sK -> sV
   constexpr uint32_t kDsOffset = kElem * Traits::kSmemP;      // sP -> sdS
   const uint32_t q_a_addr = ptx::smem_addr(sQ + (sdp_row0 + ldsm_row_a(lane)) * kStride + ldsm_col_a(lane));
@@ -156,14 +162,19 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     ptx::cp_async_commit();
   }
 
+  // Two step buffers: the next step's copies are issued at the top and overlap the whole step.
+  // One: they are issued at the end of the step, after barrier C (every warp is done with this
+  // step's Q, dO and stats), and overlap nothing; the double-buffered loop stays as it was.
+  const bool single = params.step_buffers == 1;
+  const int buf_flip = single ? 0 : 1;
   int buf = 0;
-  for (int head = head_begin, mi = m_rot; head < head_end; buf ^= 1) {
+  for (int head = head_begin, mi = m_rot; head < head_end; buf ^= buf_flip) {
     const int m0 = (m_lo + mi) * kBlockM;
     const int next_mi = mi + 1 == n_m ? 0 : mi + 1;
     const int next_head = next_mi == m_rot ? head + 1 : head;
     ptx::cp_async_wait<0>();
     __syncthreads();  // A: this step's Q, dO, stats (and K, V) landed; the previous step is done
-    if (next_head < head_end) {
+    if (!single && next_head < head_end) {
       load_step(next_head, (m_lo + next_mi) * kBlockM, buf ^ 1);
       ptx::cp_async_commit();
     }
@@ -171,7 +182,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     // S = Q K^T -> P (Pd to sP), then dP = dO V^T -> dS (to sdS), on this warp's
     // (kSdpRows x kSdpCols) tile.
     const bool needs_mask = mask.block_needs_mask(m0, min(m0 + kBlockM, seq.seqlen_q), n0, n0 + kBlockN);
-    const float* stats = sStats + buf * 2 * kBlockM;
+    const float* stats = reinterpret_cast<const float*>(step_bufs + buf * Traits::kStepBufBytes + kStatsOffset);
     const BwdScoreState st = score_state<Traits::kMods>(params, batch, head);
 #pragma unroll
     for (int half = 0; half < Traits::kSdpSplits; ++half) {
@@ -227,6 +238,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
           }
         }
       }
+    }
+    if (single && next_head < head_end) {
+      __syncthreads();  // C: every warp is done with this step's Q, dO and stats
+      load_step(next_head, (m_lo + next_mi) * kBlockM, 0);
+      ptx::cp_async_commit();
     }
     head = next_head;
     mi = next_mi;

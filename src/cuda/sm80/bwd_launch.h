@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 
 #include "cuda/common/cuda_check.h"
@@ -39,6 +40,17 @@ inline int kv_splits_for(const BackwardParams& p, int block_n, int num_sms) {
   return splits;
 }
 
+// The single-step-buffer main kernel (BwdTraits) is chosen on GPUs too small for two buffers
+// only after it has passed the GPU tests; until then such GPUs get NotSupported as before.
+// Written 2026-11-29 without a GPU: compiled and read in SASS, never run.
+constexpr bool kSingleStepBufferVerified = false;
+
+// FLASHATTN_DEV_BWD_SINGLE_BUFFER=1 forces one step buffer on any GPU (tests of that variant).
+inline bool dev_bwd_single_buffer() {
+  const char* v = std::getenv("FLASHATTN_DEV_BWD_SINGLE_BUFFER");
+  return v != nullptr && v[0] == '1';
+}
+
 // Launches the kernels; the workspace pointers in kp are set.
 template <typename Traits>
 Status launch_bwd_kernels(const BwdKernelParams& kp, cudaStream_t stream) {
@@ -58,12 +70,12 @@ Status launch_bwd_kernels(const BwdKernelParams& kp, cudaStream_t stream) {
   }
   if (kp.seqlen_k > 0) {
     const auto kernel = bwd_kernel<Traits>;
-    constexpr size_t kSmem = Traits::kSmemBytes;
-    if constexpr (kSmem > 48 * 1024) {
-      FLASHATTN_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmem)));
+    const size_t smem = kp.step_buffers == 1 ? Traits::kSmemBytesSingle : Traits::kSmemBytes;
+    if (smem > 48 * 1024) {
+      FLASHATTN_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     }
     const dim3 grid(unsigned(ceil_div(kp.seqlen_k, Traits::kBlockN)), kp.heads_k * kp.kv_splits, kp.batch);
-    kernel<<<grid, Traits::kThreads, kSmem, stream>>>(kp);
+    kernel<<<grid, Traits::kThreads, smem, stream>>>(kp);
     FLASHATTN_CUDA_TRY(cudaGetLastError());
   }
   if (kp.seqlen_q > 0) {
@@ -102,7 +114,19 @@ Status run_bwd(const BackwardParams& params, cudaStream_t stream) {
   FLASHATTN_CUDA_TRY(cudaGetDevice(&device));
   int smem_optin = 0;
   FLASHATTN_CUDA_TRY(cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  const size_t smem_needed = std::max(Traits::kSmemBytes, params.deterministic ? DqTraits::kSmemBytes : size_t(0));
+  // Two Q/dO step buffers where they fit. One step buffer (BwdTraits) is what fits an A100 at
+  // head dim >= 64; it is used there only once kSingleStepBufferVerified says it has passed
+  // the GPU tests, which force it on any GPU (FLASHATTN_DEV_BWD_SINGLE_BUFFER=1, see
+  // tests/cpp/test_special.cpp).
+  const bool force_single = dev_bwd_single_buffer();
+  int step_buffers = 2;
+  if (force_single ||
+      (kSingleStepBufferVerified && Traits::kSmemBytes > size_t(smem_optin) &&
+       Traits::kSmemBytesSingle <= size_t(smem_optin))) {
+    step_buffers = 1;
+  }
+  const size_t main_smem = step_buffers == 1 ? Traits::kSmemBytesSingle : Traits::kSmemBytes;
+  const size_t smem_needed = std::max(main_smem, params.deterministic ? DqTraits::kSmemBytes : size_t(0));
   if (smem_needed > size_t(smem_optin)) {
     return Status::NotSupported("the CUDA backward for head_dim " + std::to_string(kHeadDim) + " needs " +
                                 std::to_string(smem_needed) + " bytes of shared memory per block; device " +
@@ -118,6 +142,7 @@ Status run_bwd(const BackwardParams& params, cudaStream_t stream) {
   kp.ws_rows = params.is_varlen() ? round_up(params.total_q, 4) + int64_t(params.batch) * (kBlockM + 4)
                                   : int64_t(params.batch) * kp.ws_seq_rows;
   kp.kv_splits = kv_splits_for(params, Traits::kBlockN, num_sms);
+  kp.step_buffers = step_buffers;
 
   // Workspace, O(rows * head_dim): LSE*log2(e) and D per (head, row); the f32 dQ accumulator
   // (atomics path only); f32 dK/dV partials when query heads are split.
