@@ -5,6 +5,9 @@
 #   SUITE=quick|full|decode|none   benchmark suite (default quick); several: SUITE="quick decode"
 #   SANITIZE=1                     also run compute-sanitizer memcheck + racecheck on a reduced set
 #   TESTS=0                        skip the test suites
+#   LARGE=0                        skip ctest's `large` label (2^31-element and 100k-token tests, ~40 s)
+# From this machine: `bash scripts/snapshot.sh` (HEAD into .carry/snap, with SOURCE_COMMIT), then the
+# device tool with carry [".carry/snap"] and command "cd .carry/snap && OUT=$OUT bash scripts/gpu-check.sh".
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/flashattn-out}
@@ -31,7 +34,8 @@ echo "pip install (full kernel set): $(( $(date +%s) - start )) s"
 
 if [ "${TESTS:-1}" = 1 ]; then
   log "ctest"
-  ctest --test-dir build-gpu -j 4 --output-on-failure >"$OUT/ctest.log" 2>&1 || status=1
+  large=(); [ "${LARGE:-1}" = 0 ] && large=(-LE large)
+  ctest --test-dir build-gpu -j 4 --output-on-failure "${large[@]}" >"$OUT/ctest.log" 2>&1 || status=1
   tail -15 "$OUT/ctest.log"
   log "pytest (one process per file, so a crash names its file)"
   : >"$OUT/pytest.log"
