@@ -20,9 +20,10 @@ Design
   the same Philox keep mask. Being a CPU tensor it is read inside the op without a device sync.
   Under CUDA graph capture the seed is drawn once at capture time, so every replay uses the
   same dropout mask.
-* Eager inference (no autograd graph to record, not compiling, no torch function or dispatch
-  mode, plain tensors) calls the forward ops' implementations directly (``call_forward``): the
-  same code without the dispatcher's host time. Everything else goes through the ops.
+* Eager inference (no autograd graph to record; not compiling, jit-tracing, profiling or under a
+  torch.func transform; no torch function or dispatch mode; plain cpu/cuda tensors) calls the
+  forward ops' implementations directly (``call_forward``): the same code without the
+  dispatcher's host time. Everything else goes through the ops.
 * Kernels run on ``torch.cuda.current_stream(device)`` under a device guard for the tensors'
   GPU; CPU tensors use ``torch.get_num_threads()`` worker threads. Inputs whose last dimension
   is not contiguous are copied (flash_attn does the same).
@@ -354,15 +355,25 @@ fwd_kvpacked.register_autograd(_backward_fwd_kvpacked, setup_context=_setup_fwd_
 _IMPLS = {fwd: _fwd_impl, fwd_qkvpacked: _fwd_qkvpacked_impl, fwd_kvpacked: _fwd_kvpacked_impl}
 
 
+# torch.func transforms wrap plain-looking tensors; without the query (older or odd builds) the
+# direct path is never taken.
+_functorch_active = getattr(torch._C, "_are_functorch_transforms_active", lambda: True)
+
+
 def _direct_ok(args) -> bool:
-    """Whether nothing needs the registered op: not tracing or compiling, no torch function or
-    dispatch mode active, every tensor a plain torch.Tensor, and no autograd graph to record."""
-    if (torch.compiler.is_compiling() or torch._C._is_torch_function_mode_enabled()
-            or torch._C._len_torch_dispatch_stack() > 0):
+    """Whether nothing needs the registered op: not compiling, not tracing with torch.jit, no
+    torch.func transform, no torch function or dispatch mode, no profiler (which should show the
+    op), every tensor a plain torch.Tensor on cpu or cuda (meta tensors need the fake kernel),
+    and no autograd graph to record."""
+    if (torch.compiler.is_compiling() or torch.jit.is_tracing()
+            or _functorch_active()
+            or torch._C._is_torch_function_mode_enabled() or torch._C._len_torch_dispatch_stack() > 0
+            or torch.autograd._profiler_enabled()):
         return False
     grad = torch.is_grad_enabled()
     for a in args:
-        if isinstance(a, Tensor) and (type(a) is not Tensor or (grad and a.requires_grad)):
+        if isinstance(a, Tensor) and (type(a) is not Tensor or a.device.type not in ("cpu", "cuda")
+                                      or (grad and a.requires_grad)):
             return False
     return True
 

@@ -171,6 +171,21 @@ def test_eager_inference_skips_the_dispatcher_and_nothing_else_does(monkeypatch)
         moded = flashattn.flash_attn_func(q.detach(), k, v, causal=True)
     assert direct == [1, 1] and any("flashattn" in f for f in seen)
     assert torch.equal(plain, graphed.detach()) and torch.equal(plain, moded)
+    # Tracers, meta tensors, torch.func transforms and the profiler need the op too.
+    with torch.no_grad():
+        traced = torch.jit.trace(lambda a, b, c: flashattn.flash_attn_func(a, b, c, causal=True), (q.detach(), k, v))
+        q2 = randn(*q.shape, g=g)
+        assert torch.equal(traced(q2, k, v), flashattn.flash_attn_func(q2, k, v, causal=True))
+    meta = flashattn.flash_attn_func(*(t.detach().to("meta") for t in (q, k, v)))
+    assert meta.device.type == "meta" and meta.shape == q.shape
+    batched = torch.vmap(lambda a, b, c: flashattn.flash_attn_func(a, b, c, causal=True))(
+        q.detach()[None], k[None], v[None])
+    assert torch.equal(batched[0], plain)
+    with torch.profiler.profile() as prof:
+        flashattn.flash_attn_func(q.detach(), k, v, causal=True)
+    assert any("flashattn" in e.name for e in prof.events())
+    # Direct since: torch.jit.trace's check and the comparison call, both outside tracing.
+    assert direct == [1, 1, 1, 1]
 
 
 # ---- layouts --------------------------------------------------------------------------------
