@@ -170,6 +170,7 @@ class Imports {
       if (capsule == nullptr) {
         PyObject *type = nullptr, *value = nullptr, *trace = nullptr;
         PyErr_Fetch(&type, &value, &trace);
+        PyErr_NormalizeException(&type, &value, &trace);  // value an exception object, not a tuple
         std::string reason = "unknown reason";
         if (PyObject* text = value != nullptr ? PyObject_Str(value) : nullptr) {
           if (const char* c = PyUnicode_AsUTF8(text)) reason = c;

@@ -48,6 +48,7 @@ struct BwdKernelParams : BackwardParams {
   // Q/dO step buffers of the main kernel: 2, or 1 where the GPU's shared memory is too small
   // (run_bwd picks; see BwdTraits).
   int32_t step_buffers = 2;
+  size_t smem_limit = 0;  // the main kernel's dynamic shared-memory limit on this device
 
   __device__ __forceinline__ int64_t ws_row0(int b, int64_t row0_q) const {
     return is_varlen() ? (row0_q & ~int64_t(3)) + int64_t(b) * (ws_block + 4) : int64_t(b) * ws_seq_rows;

@@ -71,8 +71,11 @@ Status launch_bwd_kernels(const BwdKernelParams& kp, cudaStream_t stream) {
   if (kp.seqlen_k > 0) {
     const auto kernel = bwd_kernel<Traits>;
     const size_t smem = kp.step_buffers == 1 ? Traits::kSmemBytesSingle : Traits::kSmemBytes;
-    if (smem > 48 * 1024) {
-      FLASHATTN_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    // The kernel's limit is the same for every call on a device (the largest variant that fits),
+    // so calls of either variant from several host threads never lower it under one another.
+    if (kp.smem_limit > 48 * 1024) {
+      FLASHATTN_CUDA_TRY(
+          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kp.smem_limit)));
     }
     const dim3 grid(unsigned(ceil_div(kp.seqlen_k, Traits::kBlockN)), kp.heads_k * kp.kv_splits, kp.batch);
     kernel<<<grid, Traits::kThreads, smem, stream>>>(kp);
@@ -143,6 +146,7 @@ Status run_bwd(const BackwardParams& params, cudaStream_t stream) {
                                   : int64_t(params.batch) * kp.ws_seq_rows;
   kp.kv_splits = kv_splits_for(params, Traits::kBlockN, num_sms);
   kp.step_buffers = step_buffers;
+  kp.smem_limit = Traits::kSmemBytes <= size_t(smem_optin) ? Traits::kSmemBytes : Traits::kSmemBytesSingle;
 
   // Workspace, O(rows * head_dim): LSE*log2(e) and D per (head, row); the f32 dQ accumulator
   // (atomics path only); f32 dK/dV partials when query heads are split.
