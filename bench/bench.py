@@ -435,6 +435,16 @@ def environment():
     }
 
 
+def write_json(path, doc):
+    """Writes a results document (creating its folder) through a temporary file, so a reader
+    never sees half a file."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path + ".tmp", "w") as f:
+        json.dump(doc, f, indent=1)
+        f.write("\n")
+    os.replace(path + ".tmp", path)
+
+
 def int_list(text):
     return [int(x) for x in text.split(",") if x]
 
@@ -495,14 +505,9 @@ def main():
 
     def save(rows, complete=False):
         """Writes the rows so far (a run cut short keeps them, marked "complete": false)."""
-        if not args.out:
-            return
-        result.update(rows=rows, complete=complete)
-        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-        with open(args.out + ".tmp", "w") as f:
-            json.dump(result, f, indent=1)
-            f.write("\n")
-        os.replace(args.out + ".tmp", args.out)
+        if args.out:
+            result.update(rows=rows, complete=complete)
+            write_json(args.out, result)
 
     if args.suite == "decode":
         rows = run_decode_suite(impls, args.repeats, save)

@@ -382,6 +382,9 @@ def ncu_has_metric(ncu, metric):
 
 
 def main():
+    sys.path.insert(0, HERE)
+    import bench  # write_json; bench.py imports torch only inside its functions
+
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", help="JSON file to write (e.g. bench/results/h200-DATE-io.json)")
     ap.add_argument("--setting", choices=("gpt2", "sweep", "all"), default="gpt2",
@@ -500,10 +503,7 @@ def main():
         "compulsory": "fwd: Q, K, V read + O written; fwdbwd: + Q, K, V, O, dO read + dQ, dK, dV written",
         "rows": rows,
     }
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(result, f, indent=1)
-        f.write("\n")
+    bench.write_json(args.out, result)
     print(f"wrote {args.out}")
     if not args.keep_report:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -176,10 +176,7 @@ def main():
         "note": pool_note,
         "rows": rows,
     }
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(result, f, indent=1)
-        f.write("\n")
+    bench.write_json(args.out, result)
     print(f"wrote {args.out}")
     if args.plot_dir:
         try:

@@ -105,6 +105,14 @@ def test_format_row_lists_every_peer_and_ratios():
     assert "vs cuDNN fwd 0.50x" in line
 
 
+def test_write_json_creates_the_folder_and_leaves_no_temporary(tmp_path):
+    path = tmp_path / "new" / "run.json"
+    bench.write_json(str(path), {"rows": [1, 2], "complete": False})
+    bench.write_json(str(path), {"rows": [1, 2, 3], "complete": True})
+    assert json.loads(path.read_text()) == {"rows": [1, 2, 3], "complete": True}
+    assert sorted(p.name for p in path.parent.iterdir()) == ["run.json"]
+
+
 # ---- io_repro.py -------------------------------------------------------------------------------
 
 def test_parse_ncu_raw_page():

@@ -34,84 +34,74 @@ __device__ __forceinline__ void zero_acc(float (&acc)[kMT][kNT][4]) {
       for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.0f;
 }
 
-// Warp-level products over shared memory, acc[kMT][kNT] (16 x 8 tiles) += A * B with K = 16 *
-// kKSteps. a_addr / b_addr are this lane's byte addresses of tile (0, 0) built with the offsets
-// above; strides are in elements.
-//
-// A stored [m][k], B stored [n][k] (acc += A B^T): a_addr kind A, b_addr kind B.
-template <typename Element, int kMT, int kNT, int kKSteps, int kStrideA, int kStrideB>
-__device__ __forceinline__ void warp_gemm_abt(float (&acc)[kMT][kNT][4], uint32_t a_addr, uint32_t b_addr) {
-  static_assert(kNT % 2 == 0, "B tiles load in pairs");
+// How an operand tile sits in shared memory (row stride kStride elements): kOuter rows are
+// [m or n][k] and read with plain ldmatrix; kK rows are [k][m or n] and read with .trans.
+enum class SmemMajor { kOuter, kK };
+
+// The x4 ldmatrix of the 16 x 16 operand tile at (outer, k); base is this lane's address of
+// tile (0, 0), built with the offsets above (kind A or B as each product below says).
+template <typename Element, SmemMajor kMajor, int kStride>
+__device__ __forceinline__ void load_frag(uint32_t (&r)[4], uint32_t base, int outer, int k) {
   constexpr uint32_t kElem = sizeof(Element);
+  if constexpr (kMajor == SmemMajor::kOuter) {
+    ptx::ldmatrix_x4(r, base + kElem * (outer * kStride + k));
+  } else {
+    ptx::ldmatrix_x4_trans(r, base + kElem * (k * kStride + outer));
+  }
+}
+
+// One 16-deep k step: acc[kMT][kNT] += a (kMT A fragments) * B, the B tiles of step kk loaded
+// from shared memory in pairs (one x4 ldmatrix serves two 8-wide tiles).
+template <typename Element, int kMT, int kNT, SmemMajor kBMajor, int kStrideB>
+__device__ __forceinline__ void mma_k_step(float (&acc)[kMT][kNT][4], const uint32_t (&a)[kMT][4], uint32_t b_addr,
+                                           int kk) {
+  static_assert(kNT % 2 == 0, "B tiles load in pairs");
+#pragma unroll
+  for (int nt = 0; nt < kNT; nt += 2) {
+    uint32_t b[4];
+    load_frag<Element, kBMajor, kStrideB>(b, b_addr, nt * 8, kk * 16);
+    const uint32_t b0[2] = {b[0], b[1]};
+    const uint32_t b1[2] = {b[2], b[3]};
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt) {
+      ptx::mma_m16n8k16<Element>(acc[mt][nt], a[mt], b0);
+      ptx::mma_m16n8k16<Element>(acc[mt][nt + 1], a[mt], b1);
+    }
+  }
+}
+
+// acc[kMT][kNT] (16 x 8 tiles) += A * B with K = 16 * kKSteps, both operands in shared memory.
+// a_addr / b_addr are this lane's byte addresses of tile (0, 0); strides are in elements.
+template <typename Element, int kMT, int kNT, int kKSteps, int kStrideA, int kStrideB, SmemMajor kAMajor,
+          SmemMajor kBMajor>
+__device__ __forceinline__ void warp_gemm(float (&acc)[kMT][kNT][4], uint32_t a_addr, uint32_t b_addr) {
 #pragma unroll
   for (int kk = 0; kk < kKSteps; ++kk) {
     uint32_t a[kMT][4];
 #pragma unroll
-    for (int mt = 0; mt < kMT; ++mt) ptx::ldmatrix_x4(a[mt], a_addr + kElem * (mt * 16 * kStrideA + kk * 16));
-#pragma unroll
-    for (int nt = 0; nt < kNT; nt += 2) {
-      uint32_t b[4];
-      ptx::ldmatrix_x4(b, b_addr + kElem * (nt * 8 * kStrideB + kk * 16));
-      const uint32_t b0[2] = {b[0], b[1]};
-      const uint32_t b1[2] = {b[2], b[3]};
-#pragma unroll
-      for (int mt = 0; mt < kMT; ++mt) {
-        ptx::mma_m16n8k16<Element>(acc[mt][nt], a[mt], b0);
-        ptx::mma_m16n8k16<Element>(acc[mt][nt + 1], a[mt], b1);
-      }
-    }
+    for (int mt = 0; mt < kMT; ++mt) load_frag<Element, kAMajor, kStrideA>(a[mt], a_addr, mt * 16, kk * 16);
+    mma_k_step<Element, kMT, kNT, kBMajor, kStrideB>(acc, a, b_addr, kk);
   }
+}
+
+// The three layouts the kernels use:
+// A stored [m][k], B stored [n][k] (acc += A B^T): a_addr kind A, b_addr kind B.
+template <typename Element, int kMT, int kNT, int kKSteps, int kStrideA, int kStrideB>
+__device__ __forceinline__ void warp_gemm_abt(float (&acc)[kMT][kNT][4], uint32_t a_addr, uint32_t b_addr) {
+  warp_gemm<Element, kMT, kNT, kKSteps, kStrideA, kStrideB, SmemMajor::kOuter, SmemMajor::kOuter>(acc, a_addr, b_addr);
 }
 
 // A stored transposed as [k][m], B stored [k][n] (acc(m, n) += sum_k A[k][m] B[k][n]):
 // a_addr kind B (.trans), b_addr kind A (.trans).
 template <typename Element, int kMT, int kNT, int kKSteps, int kStrideA, int kStrideB>
 __device__ __forceinline__ void warp_gemm_atb(float (&acc)[kMT][kNT][4], uint32_t a_addr, uint32_t b_addr) {
-  static_assert(kNT % 2 == 0, "B tiles load in pairs");
-  constexpr uint32_t kElem = sizeof(Element);
-#pragma unroll
-  for (int kk = 0; kk < kKSteps; ++kk) {
-    uint32_t a[kMT][4];
-#pragma unroll
-    for (int mt = 0; mt < kMT; ++mt) ptx::ldmatrix_x4_trans(a[mt], a_addr + kElem * (kk * 16 * kStrideA + mt * 16));
-#pragma unroll
-    for (int nt = 0; nt < kNT; nt += 2) {
-      uint32_t b[4];
-      ptx::ldmatrix_x4_trans(b, b_addr + kElem * (kk * 16 * kStrideB + nt * 8));
-      const uint32_t b0[2] = {b[0], b[1]};
-      const uint32_t b1[2] = {b[2], b[3]};
-#pragma unroll
-      for (int mt = 0; mt < kMT; ++mt) {
-        ptx::mma_m16n8k16<Element>(acc[mt][nt], a[mt], b0);
-        ptx::mma_m16n8k16<Element>(acc[mt][nt + 1], a[mt], b1);
-      }
-    }
-  }
+  warp_gemm<Element, kMT, kNT, kKSteps, kStrideA, kStrideB, SmemMajor::kK, SmemMajor::kK>(acc, a_addr, b_addr);
 }
 
 // A stored [m][k], B stored [k][n] (acc += A B): a_addr kind A, b_addr kind A (.trans).
 template <typename Element, int kMT, int kNT, int kKSteps, int kStrideA, int kStrideB>
 __device__ __forceinline__ void warp_gemm_ab(float (&acc)[kMT][kNT][4], uint32_t a_addr, uint32_t b_addr) {
-  static_assert(kNT % 2 == 0, "B tiles load in pairs");
-  constexpr uint32_t kElem = sizeof(Element);
-#pragma unroll
-  for (int kk = 0; kk < kKSteps; ++kk) {
-    uint32_t a[kMT][4];
-#pragma unroll
-    for (int mt = 0; mt < kMT; ++mt) ptx::ldmatrix_x4(a[mt], a_addr + kElem * (mt * 16 * kStrideA + kk * 16));
-#pragma unroll
-    for (int nt = 0; nt < kNT; nt += 2) {
-      uint32_t b[4];
-      ptx::ldmatrix_x4_trans(b, b_addr + kElem * (kk * 16 * kStrideB + nt * 8));
-      const uint32_t b0[2] = {b[0], b[1]};
-      const uint32_t b1[2] = {b[2], b[3]};
-#pragma unroll
-      for (int mt = 0; mt < kMT; ++mt) {
-        ptx::mma_m16n8k16<Element>(acc[mt][nt], a[mt], b0);
-        ptx::mma_m16n8k16<Element>(acc[mt][nt + 1], a[mt], b1);
-      }
-    }
-  }
+  warp_gemm<Element, kMT, kNT, kKSteps, kStrideA, kStrideB, SmemMajor::kOuter, SmemMajor::kK>(acc, a_addr, b_addr);
 }
 
 // Stores a warp's f32 accumulator tile, converted to 16-bit pairs, at smem[row0.., col0..]
@@ -141,8 +131,6 @@ __device__ __forceinline__ void store_acc_16bit(Element* smem, const float (&acc
 template <typename Element, int kMT, int kNT, int kKSteps, int kStrideB>
 __device__ __forceinline__ void warp_gemm_rs(float (&acc)[kMT][kNT][4], const float (&a_acc)[kMT][2 * kKSteps][4],
                                              uint32_t b_addr) {
-  static_assert(kNT % 2 == 0, "B tiles load in pairs");
-  constexpr uint32_t kElem = sizeof(Element);
 #pragma unroll
   for (int kk = 0; kk < kKSteps; ++kk) {
     uint32_t a[kMT][4];
@@ -153,18 +141,7 @@ __device__ __forceinline__ void warp_gemm_rs(float (&acc)[kMT][kNT][4], const fl
       a[mt][2] = ptx::pack2<Element>(a_acc[mt][2 * kk + 1][0], a_acc[mt][2 * kk + 1][1]);
       a[mt][3] = ptx::pack2<Element>(a_acc[mt][2 * kk + 1][2], a_acc[mt][2 * kk + 1][3]);
     }
-#pragma unroll
-    for (int nt = 0; nt < kNT; nt += 2) {
-      uint32_t b[4];
-      ptx::ldmatrix_x4_trans(b, b_addr + kElem * (kk * 16 * kStrideB + nt * 8));
-      const uint32_t b0[2] = {b[0], b[1]};
-      const uint32_t b1[2] = {b[2], b[3]};
-#pragma unroll
-      for (int mt = 0; mt < kMT; ++mt) {
-        ptx::mma_m16n8k16<Element>(acc[mt][nt], a[mt], b0);
-        ptx::mma_m16n8k16<Element>(acc[mt][nt + 1], a[mt], b1);
-      }
-    }
+    mma_k_step<Element, kMT, kNT, SmemMajor::kK, kStrideB>(acc, a, b_addr, kk);
   }
 }
 

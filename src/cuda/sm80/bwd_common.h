@@ -11,6 +11,7 @@
 #include "core/params.h"
 #include "core/philox.h"
 #include "cuda/common/mask.h"
+#include "cuda/common/seq_extent.h"
 #include "cuda/common/tile_copy.h"
 #include "cuda/common/tile_size.h"
 #include "cuda/ptx/cp_async.h"
@@ -58,26 +59,6 @@ struct BwdKernelParams : BackwardParams {
     return is_varlen() ? row0_k : int64_t(b) * seqlen_k;
   }
 };
-
-// One sequence of a batch entry: where its rows start in the packed tensors (varlen) and its
-// lengths. Dense tensors have row offsets 0 and the common lengths.
-struct SeqExtent {
-  int64_t row0_q = 0, row0_k = 0;
-  int seqlen_q = 0, seqlen_k = 0;
-};
-
-__device__ __forceinline__ SeqExtent seq_extent(const BackwardParams& p, int batch) {
-  SeqExtent e;
-  e.seqlen_q = p.seqlen_q;
-  e.seqlen_k = p.seqlen_k;
-  if (p.is_varlen()) {
-    e.row0_q = p.cu_seqlens_q[batch];
-    e.row0_k = p.cu_seqlens_k[batch];
-    e.seqlen_q = p.cu_seqlens_q[batch + 1] - int(e.row0_q);
-    e.seqlen_k = p.cu_seqlens_k[batch + 1] - int(e.row0_k);
-  }
-  return e;
-}
 
 // Compile-time configuration of the main backward kernel (one CTA per key block).
 template <typename Element_, int kHeadDim_, MaskMode kMask_, ScoreMods kMods_>

@@ -17,6 +17,7 @@
 #include "core/params.h"
 #include "core/philox.h"
 #include "cuda/common/mask.h"
+#include "cuda/common/seq_extent.h"
 #include "cuda/common/tile_copy.h"
 #include "cuda/common/tile_size.h"
 #include "cuda/common/variants.h"
@@ -141,14 +142,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   const int head_k = head / (params.heads / params.heads_k);
 
   // Sequence extents (varlen: this sequence's rows inside the packed tensors).
-  int64_t row0_q = 0, row0_k = 0;
-  int seqlen_q = params.seqlen_q, seqlen_k = params.seqlen_k;
-  if (params.is_varlen()) {
-    row0_q = params.cu_seqlens_q[batch];
-    row0_k = params.cu_seqlens_k[batch];
-    seqlen_q = params.cu_seqlens_q[batch + 1] - int(row0_q);
-    seqlen_k = params.cu_seqlens_k[batch + 1] - int(row0_k);
-  }
+  const auto [row0_q, row0_k, seqlen_q, seqlen_k] = seq_extent(params, batch);
   const int m0 = m_block * kBlockM;
   if (m0 >= seqlen_q) return;
   const int rows_here = min(kBlockM, seqlen_q - m0);
