@@ -42,8 +42,7 @@ constexpr FwdTile fwd_tile(int head_dim, bool score_mods) {
 // tiles). Shared memory holds K, V, double-buffered Q and dO, P and dS: 130 / 178 / 139 / 171 /
 // 169 / 217 KB for d 32 / 64 / 96 / 128 / 192 / 256, inside the 227 KB an sm90 CTA may use. On
 // A100 (163 KB) only d32 and d96 fit. With one Q/dO step buffer instead of two every head dim
-// fits (BwdTraits::kSmemBytesSingle); run_bwd uses it there once it has passed the GPU tests
-// (kSingleStepBufferVerified), and reports NotSupported until then.
+// fits (BwdTraits::kSmemBytesSingle), and run_bwd uses it there.
 struct BwdTile {
   int block_m;      // query rows per step
   int block_n;      // keys per CTA
