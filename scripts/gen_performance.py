@@ -320,6 +320,51 @@ def io_section(files):
     return out
 
 
+def block_size_section(files):
+    """flashattn's forward sweep rows of every io_repro.py run, side by side per block_m (builds with
+    the tile_size.h dev override give other block sizes): the model says L2->SM reads scale with
+    ceil(N / block_m) while HBM traffic stays at the compulsory bytes as long as L2 holds K and V."""
+    by_shape = {}
+    block_ms = set()
+    for path, doc in files:
+        for r in doc["rows"]:
+            if r.get("setting") != "sweep" or r["impl"] != "flashattn" or "error" in r or not r.get("block_m"):
+                continue
+            key = (r["dtype"], r["pass"], r["d"], r["n"])
+            by_shape.setdefault(key, {})[r["block_m"]] = (r, os.path.basename(path))
+            block_ms.add(r["block_m"])
+    if len(block_ms) < 2:
+        return []
+    bms = sorted(block_ms, reverse=True)
+    out = ["### Measured bytes vs block size", "",
+           "flashattn's forward at each block_m (query rows per CTA) the runs above measured, per shape: "
+           "HBM (DRAM read + write) GB, L2→SM read GB (`lts__t_sectors_srcunit_tex_op_read`), "
+           "that figure over the model's (Q once + K, V once per query block), and kernel time. "
+           "Files: " + ", ".join(sorted({f"`{name}`" for v in by_shape.values() for _, name in v.values()})) + ".", ""]
+    body = []
+    for key in sorted(by_shape):
+        cells = by_shape[key]
+        if len(cells) < 2:
+            continue
+        dtype, pass_, d, n = key
+        row = [dtype, pass_, d, n]
+        for bm in bms:
+            if bm not in cells:
+                row += ["—"] * 4
+                continue
+            r, _ = cells[bm]
+            model = (r.get("model") or {}).get("l2_read_bytes")
+            row += [fmt_sig((r["dram_read_bytes"] + r["dram_write_bytes"]) / 1e9),
+                    fmt_sig(r["l2_read_bytes"] / 1e9) if "l2_read_bytes" in r else "—",
+                    fmt_ratio(r.get("l2_read_bytes"), model),
+                    fmt_sig(r.get("kernel_time_ms"))]
+        body.append(row)
+    header = ["dtype", "pass", "d", "N"]
+    for bm in bms:
+        header += [f"HBM GB (bm {bm})", f"L2→SM GB (bm {bm})", f"L2→SM / model (bm {bm})", f"kernel ms (bm {bm})"]
+    return out + [table(header, body), ""]
+
+
 def memory_section(files):
     out = ["## Peak memory vs sequence length", ""]
     if not files:
@@ -521,6 +566,7 @@ def generate(results_dir, out_path, plot_dir):
     lines += attention_section(groups.get("attention", [])) + [""]
     lines += decode_section(groups.get("decode", [])) + [""]
     lines += io_section(groups.get("io", [])) + [""]
+    lines += block_size_section(groups.get("io", []))
     lines += memory_section(groups.get("memory", [])) + [""]
     lines += cpu_section(groups.get("cpu_vs_torch", []), groups.get("flashattn_bench", [])) + [""]
     plottable = sorted(((p, d) for k, files in groups.items() if k in plot.PLOTTERS for p, d in files),
