@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# A/B of kernel variants in one GPU session: builds the Python package once per variant (trimmed
+# to bf16 and the given head dims, each into its own --target folder, in parallel), runs
+# tests/python/test_cuda.py on the first variant, then bench.py (flashattn vs SDPA flash, same
+# process) on each. Variants are "name=CUDA flags" ("" = the default code). Writes
+# $OUT/ab-NAME.json and $OUT/ab.log (keep under the device tool's 8 returned files).
+# Usage: dev/ab_bwd.sh "64,128,256" "4096,16384" "new=" "old=-DFLASHATTN_DEV_BWD_DQ_LAST"
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/flashattn-out}
+mkdir -p "$OUT"
+dims=$1 seqlens=$2; shift 2
+jobs=$(( $(nproc) / $# ))
+names=()
+for v in "$@"; do
+  name=${v%%=*} flags=${v#*=}
+  names+=("$name")
+  CMAKE_BUILD_PARALLEL_LEVEL=$jobs python3 -m pip install --no-build-isolation --no-deps -q --target /tmp/ab-$name \
+    -Cbuild-dir=build-ab-$name -Ccmake.define.FLASHATTN_CUDA_ARCHITECTURES=90 \
+    "-Ccmake.define.FLASHATTN_CUDA_HEAD_DIMS=${dims//,/;}" -Ccmake.define.FLASHATTN_CUDA_DTYPES=bf16 \
+    "-Ccmake.define.CMAKE_CUDA_FLAGS=$flags" . >"/tmp/ab-pip-$name.log" 2>&1 &
+done
+start=$(date +%s); wait; echo "builds: $(( $(date +%s) - start )) s"
+for name in "${names[@]}"; do [ -d /tmp/ab-$name/flashattn ] || { tail -20 /tmp/ab-pip-$name.log; exit 1; }; done
+PYTHONPATH=/tmp/ab-${names[0]} python3 -m pytest tests/python/test_cuda.py -q -p no:cacheprovider 2>&1 | tail -2
+for name in "${names[@]}"; do
+  echo "== $name"
+  PYTHONPATH=/tmp/ab-$name python3 bench/bench.py --suite issue3 --impls flashattn,sdpa_flash --dtypes bf16 \
+    --head-dims "$dims" --seqlens "$seqlens" --repeats 20 --out "$OUT/ab-$name.json" 2>&1 | grep -E "vs FA2|error" 
+done
