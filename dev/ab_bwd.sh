@@ -4,7 +4,9 @@
 # tests/python/test_cuda.py on the first variant, then bench.py (flashattn vs SDPA flash, same
 # process) on each. Variants are "name=CUDA flags" ("" = the default code). Writes
 # $OUT/ab-NAME.json and $OUT/ab.log (keep under the device tool's 8 returned files).
-# Usage: dev/ab_bwd.sh "64,128,256" "4096,16384" "new=" "old=-DFLASHATTN_DEV_BWD_DQ_LAST"
+# Usage: dev/ab_bwd.sh "64,128,256" "4096,16384" "new=" "old=-DSOME_DEV_MACRO"
+# (the kernel keeps the old code under a dev macro for the run; dev/NOTES.md records results,
+# dev/results/ keeps their JSON).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/flashattn-out}

@@ -204,9 +204,14 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     }
     __syncthreads();  // B: sP and sdS are complete
 
+    // dV += Pd^T dO and dK += dS^T Q: k runs over the kBlockM query rows of the step.
+    warp_gemm_atb<Element, Traits::kKvMTiles, Traits::kKvDTiles, kBlockM / 16, kPStride, kStride>(
+        dv_acc, pt_a_addr, q_b_addr + buf * kQBufBytes + kDoOffset);
+    warp_gemm_atb<Element, Traits::kKvMTiles, Traits::kKvDTiles, kBlockM / 16, kPStride, kStride>(
+        dk_acc, pt_a_addr + kDsOffset, q_b_addr + buf * kQBufBytes);
+
     // dQ_i += dS K_j into the f32 accumulator (rows of this sequence's workspace block).
-    auto accumulate_dq = [&]() {
-      if (params.dq_accum == nullptr) return;  // deterministic mode: bwd_dq_kernel makes dQ
+    if (params.dq_accum != nullptr) {
       // This lane's first element; every other one is a compile-time offset from it.
       float* dq_lane = params.dq_accum + (int64_t(head) * params.ws_rows + ws_row0 + m0) * kHeadDim +
                        (dq_row0 + lane / 4) * kHeadDim + dq_col0 + 2 * (lane % 4);
@@ -233,22 +238,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
           }
         }
       }
-    };
-    // dQ first: its reductions (fire-and-forget red.global) drain while the dK/dV products
-    // run, instead of queueing in front of the next step's cp.async copies (ncu on the old
-    // order: LSU-queue stalls at the reductions, barrier waits at the top of the step).
-    // FLASHATTN_DEV_BWD_DQ_LAST keeps the old order for A/B runs (dev/ab_bwd.sh).
-#if !defined(FLASHATTN_DEV_BWD_DQ_LAST)
-    accumulate_dq();
-#endif
-    // dV += Pd^T dO and dK += dS^T Q: k runs over the kBlockM query rows of the step.
-    warp_gemm_atb<Element, Traits::kKvMTiles, Traits::kKvDTiles, kBlockM / 16, kPStride, kStride>(
-        dv_acc, pt_a_addr, q_b_addr + buf * kQBufBytes + kDoOffset);
-    warp_gemm_atb<Element, Traits::kKvMTiles, Traits::kKvDTiles, kBlockM / 16, kPStride, kStride>(
-        dk_acc, pt_a_addr + kDsOffset, q_b_addr + buf * kQBufBytes);
-#if defined(FLASHATTN_DEV_BWD_DQ_LAST)
-    accumulate_dq();
-#endif
+    }
     if (single && next_head < head_end) {
       __syncthreads();  // C: every warp is done with this step's Q, dO and stats
       load_step(next_head, (m_lo + next_mi) * kBlockM, 0);
