@@ -3,35 +3,37 @@
 
 #include <cstdint>
 
+#include "cuda/common/smem_layout.h"
 #include "cuda/ptx/cp_async.h"
 #include "cuda/ptx/ldmatrix.h"  // smem_addr
 
 namespace flashattn::cuda {
 
-// Copies rows [0, kRows) of a (rows, kChunksPerRow * 8) 16-bit tile into shared memory (row
-// stride kStride elements) with cp.async; rows >= valid_rows are zero-filled, and with kFull
+// Copies rows [0, kRows) of a (rows, kChunksPerRow * 8) 16-bit tile into shared memory (rows
+// laid out by Layout, smem_layout.h) with cp.async; rows >= valid_rows are zero-filled, and with kFull
 // (every row exists) the copies carry no predicate. Thread tid owns column chunk
 // tid % kChunksPerRow of rows tid / kChunksPerRow + p * kRowsPerPass, so one global pointer per
 // thread walks down the tile by a fixed byte step: the per-chunk 64-bit offsets of a generic
 // c -> (row, chunk) loop would otherwise stay live across the main loop. Threads beyond a whole
 // number of rows per pass (head_dim 96 / 192) idle. g_row0 must be a valid row.
-template <typename Element, int kRows, int kThreads, int kChunksPerRow, int kStride, bool kFull = false>
+template <typename Element, int kRows, int kThreads, int kChunksPerRow, typename Layout, bool kFull = false>
 __device__ __forceinline__ void load_rows(Element* smem, const char* g_row0, int64_t row_bytes, int valid_rows,
                                           int tid) {
   constexpr int kRowsPerPass = kThreads / kChunksPerRow;
   constexpr int kPasses = (kRows + kRowsPerPass - 1) / kRowsPerPass;
   static_assert(kRowsPerPass > 0, "a pass covers at least one row");
+  static_assert(!Layout::kSwizzled || kRowsPerPass % 8 == 0, "a pass keeps row % 8 (the swizzle phase)");
   const int r0 = tid / kChunksPerRow;
   const int col = (tid % kChunksPerRow) * 8;
   if (kThreads % kChunksPerRow != 0 && r0 >= kRowsPerPass) return;
   const char* g = g_row0 + r0 * row_bytes + col * int(sizeof(Element));
   const int64_t pass_bytes = kRowsPerPass * row_bytes;
-  const uint32_t s = ptx::smem_addr(smem + r0 * kStride + col);
+  const uint32_t s = Layout::smem_at(smem, r0, col);
 #pragma unroll
   for (int p = 0; p < kPasses; ++p) {
     const int r = r0 + p * kRowsPerPass;
     if (kRows % kRowsPerPass != 0 && r >= kRows) break;
-    const uint32_t dst = s + uint32_t(sizeof(Element) * p * kRowsPerPass * kStride);
+    const uint32_t dst = s + uint32_t(p * kRowsPerPass * Layout::kRowBytes);
     if constexpr (kFull) {
       ptx::cp_async_16(dst, g, true);
     } else {

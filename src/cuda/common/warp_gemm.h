@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "cuda/common/smem_layout.h"
 #include "cuda/ptx/ldmatrix.h"
 #include "cuda/ptx/math.h"
 #include "cuda/ptx/mma.h"
@@ -34,32 +35,32 @@ __device__ __forceinline__ void zero_acc(float (&acc)[kMT][kNT][4]) {
       for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.0f;
 }
 
-// How an operand tile sits in shared memory (row stride kStride elements): kOuter rows are
-// [m or n][k] and read with plain ldmatrix; kK rows are [k][m or n] and read with .trans.
+// How an operand tile sits in shared memory (rows laid out by a smem_layout.h Layout): kOuter
+// rows are [m or n][k] and read with plain ldmatrix; kK rows are [k][m or n] and read with .trans.
 enum class SmemMajor { kOuter, kK };
 
 // The x4 ldmatrix of the 16 x 16 operand tile at (outer, k); base is this lane's address of
 // tile (0, 0), built with the offsets above (kind A or B as each product below says).
-template <typename Element, SmemMajor kMajor, int kStride>
+template <typename Element, SmemMajor kMajor, typename Layout>
 __device__ __forceinline__ void load_frag(uint32_t (&r)[4], uint32_t base, int outer, int k) {
-  constexpr uint32_t kElem = sizeof(Element);
+  static_assert(sizeof(Element) == 2, "16-bit operands");
   if constexpr (kMajor == SmemMajor::kOuter) {
-    ptx::ldmatrix_x4(r, base + kElem * (outer * kStride + k));
+    ptx::ldmatrix_x4(r, Layout::advance(base, outer, k));
   } else {
-    ptx::ldmatrix_x4_trans(r, base + kElem * (k * kStride + outer));
+    ptx::ldmatrix_x4_trans(r, Layout::advance(base, k, outer));
   }
 }
 
 // One 16-deep k step: acc[kMT][kNT] += a (kMT A fragments) * B, the B tiles of step kk loaded
 // from shared memory in pairs (one x4 ldmatrix serves two 8-wide tiles).
-template <typename Element, int kMT, int kNT, SmemMajor kBMajor, int kStrideB>
+template <typename Element, int kMT, int kNT, SmemMajor kBMajor, typename LayoutB>
 __device__ __forceinline__ void mma_k_step(float (&acc)[kMT][kNT][4], const uint32_t (&a)[kMT][4], uint32_t b_addr,
                                            int kk) {
   static_assert(kNT % 2 == 0, "B tiles load in pairs");
 #pragma unroll
   for (int nt = 0; nt < kNT; nt += 2) {
     uint32_t b[4];
-    load_frag<Element, kBMajor, kStrideB>(b, b_addr, nt * 8, kk * 16);
+    load_frag<Element, kBMajor, LayoutB>(b, b_addr, nt * 8, kk * 16);
     const uint32_t b0[2] = {b[0], b[1]};
     const uint32_t b1[2] = {b[2], b[3]};
 #pragma unroll
@@ -71,43 +72,44 @@ __device__ __forceinline__ void mma_k_step(float (&acc)[kMT][kNT][4], const uint
 }
 
 // acc[kMT][kNT] (16 x 8 tiles) += A * B with K = 16 * kKSteps, both operands in shared memory.
-// a_addr / b_addr are this lane's byte addresses of tile (0, 0); strides are in elements.
-template <typename Element, int kMT, int kNT, int kKSteps, int kStrideA, int kStrideB, SmemMajor kAMajor,
+// a_addr / b_addr are this lane's byte addresses of tile (0, 0) in layouts LayoutA / LayoutB.
+template <typename Element, int kMT, int kNT, int kKSteps, typename LayoutA, typename LayoutB, SmemMajor kAMajor,
           SmemMajor kBMajor>
 __device__ __forceinline__ void warp_gemm(float (&acc)[kMT][kNT][4], uint32_t a_addr, uint32_t b_addr) {
 #pragma unroll
   for (int kk = 0; kk < kKSteps; ++kk) {
     uint32_t a[kMT][4];
 #pragma unroll
-    for (int mt = 0; mt < kMT; ++mt) load_frag<Element, kAMajor, kStrideA>(a[mt], a_addr, mt * 16, kk * 16);
-    mma_k_step<Element, kMT, kNT, kBMajor, kStrideB>(acc, a, b_addr, kk);
+    for (int mt = 0; mt < kMT; ++mt) load_frag<Element, kAMajor, LayoutA>(a[mt], a_addr, mt * 16, kk * 16);
+    mma_k_step<Element, kMT, kNT, kBMajor, LayoutB>(acc, a, b_addr, kk);
   }
 }
 
 // The three layouts the kernels use:
 // A stored [m][k], B stored [n][k] (acc += A B^T): a_addr kind A, b_addr kind B.
-template <typename Element, int kMT, int kNT, int kKSteps, int kStrideA, int kStrideB>
+template <typename Element, int kMT, int kNT, int kKSteps, typename LayoutA, typename LayoutB>
 __device__ __forceinline__ void warp_gemm_abt(float (&acc)[kMT][kNT][4], uint32_t a_addr, uint32_t b_addr) {
-  warp_gemm<Element, kMT, kNT, kKSteps, kStrideA, kStrideB, SmemMajor::kOuter, SmemMajor::kOuter>(acc, a_addr, b_addr);
+  warp_gemm<Element, kMT, kNT, kKSteps, LayoutA, LayoutB, SmemMajor::kOuter, SmemMajor::kOuter>(acc, a_addr, b_addr);
 }
 
 // A stored transposed as [k][m], B stored [k][n] (acc(m, n) += sum_k A[k][m] B[k][n]):
 // a_addr kind B (.trans), b_addr kind A (.trans).
-template <typename Element, int kMT, int kNT, int kKSteps, int kStrideA, int kStrideB>
+template <typename Element, int kMT, int kNT, int kKSteps, typename LayoutA, typename LayoutB>
 __device__ __forceinline__ void warp_gemm_atb(float (&acc)[kMT][kNT][4], uint32_t a_addr, uint32_t b_addr) {
-  warp_gemm<Element, kMT, kNT, kKSteps, kStrideA, kStrideB, SmemMajor::kK, SmemMajor::kK>(acc, a_addr, b_addr);
+  warp_gemm<Element, kMT, kNT, kKSteps, LayoutA, LayoutB, SmemMajor::kK, SmemMajor::kK>(acc, a_addr, b_addr);
 }
 
 // A stored [m][k], B stored [k][n] (acc += A B): a_addr kind A, b_addr kind A (.trans).
-template <typename Element, int kMT, int kNT, int kKSteps, int kStrideA, int kStrideB>
+template <typename Element, int kMT, int kNT, int kKSteps, typename LayoutA, typename LayoutB>
 __device__ __forceinline__ void warp_gemm_ab(float (&acc)[kMT][kNT][4], uint32_t a_addr, uint32_t b_addr) {
-  warp_gemm<Element, kMT, kNT, kKSteps, kStrideA, kStrideB, SmemMajor::kOuter, SmemMajor::kK>(acc, a_addr, b_addr);
+  warp_gemm<Element, kMT, kNT, kKSteps, LayoutA, LayoutB, SmemMajor::kOuter, SmemMajor::kK>(acc, a_addr, b_addr);
 }
 
-// Stores a warp's f32 accumulator tile, converted to 16-bit pairs, at smem[row0.., col0..]
-// (row-major, stride in elements): element (mt, nt, e) goes to row mt*16 + g + 8*(e/2), column
-// nt*8 + 2t + e%2. Conflict-free when the stride is 8 elements past a multiple of 64.
-template <typename Element, int kMT, int kNT, int kStride>
+// Stores a warp's f32 accumulator tile, converted to 16-bit pairs, at tile (row0.., col0..) of
+// smem in Layout: element (mt, nt, e) goes to row mt*16 + g + 8*(e/2), column nt*8 + 2t + e%2.
+// Conflict-free for PaddedRows with a stride 8 elements past a multiple of 64, and for
+// SwizzledRows.
+template <typename Element, int kMT, int kNT, typename Layout>
 __device__ __forceinline__ void store_acc_16bit(Element* smem, const float (&acc)[kMT][kNT][4], int row0,
                                                 int col0, int lane, float scale = 1.0f) {
   const int g = lane / 4;
@@ -116,9 +118,10 @@ __device__ __forceinline__ void store_acc_16bit(Element* smem, const float (&acc
   for (int mt = 0; mt < kMT; ++mt) {
 #pragma unroll
     for (int nt = 0; nt < kNT; ++nt) {
-      Element* p = smem + (row0 + mt * 16 + g) * kStride + col0 + nt * 8 + 2 * t;
+      Element* p = Layout::at(smem, row0 + mt * 16 + g, col0 + nt * 8 + 2 * t);
       *reinterpret_cast<uint32_t*>(p) = ptx::pack2<Element>(acc[mt][nt][0] * scale, acc[mt][nt][1] * scale);
-      *reinterpret_cast<uint32_t*>(p + 8 * kStride) =
+      // Eight rows down: the same swizzle phase, so a plain row step.
+      *reinterpret_cast<uint32_t*>(p + 8 * Layout::kStride) =
           ptx::pack2<Element>(acc[mt][nt][2] * scale, acc[mt][nt][3] * scale);
     }
   }
@@ -128,7 +131,7 @@ __device__ __forceinline__ void store_acc_16bit(Element* smem, const float (&acc
 // (e.g. P = softmax(S), or dS), rounded to 16 bits, and B is stored [k][n] in shared memory
 // (b_addr kind A, read with .trans). Two adjacent 8-wide accumulator tiles of A form one 16-wide
 // A fragment once packed, so nothing leaves registers.
-template <typename Element, int kMT, int kNT, int kKSteps, int kStrideB>
+template <typename Element, int kMT, int kNT, int kKSteps, typename LayoutB>
 __device__ __forceinline__ void warp_gemm_rs(float (&acc)[kMT][kNT][4], const float (&a_acc)[kMT][2 * kKSteps][4],
                                              uint32_t b_addr) {
 #pragma unroll
@@ -141,7 +144,7 @@ __device__ __forceinline__ void warp_gemm_rs(float (&acc)[kMT][kNT][4], const fl
       a[mt][2] = ptx::pack2<Element>(a_acc[mt][2 * kk + 1][0], a_acc[mt][2 * kk + 1][1]);
       a[mt][3] = ptx::pack2<Element>(a_acc[mt][2 * kk + 1][2], a_acc[mt][2 * kk + 1][3]);
     }
-    mma_k_step<Element, kMT, kNT, SmemMajor::kK, kStrideB>(acc, a, b_addr, kk);
+    mma_k_step<Element, kMT, kNT, SmemMajor::kK, LayoutB>(acc, a, b_addr, kk);
   }
 }
 

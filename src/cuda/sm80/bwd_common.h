@@ -7,11 +7,13 @@
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "core/params.h"
 #include "core/philox.h"
 #include "cuda/common/mask.h"
 #include "cuda/common/seq_extent.h"
+#include "cuda/common/smem_layout.h"
 #include "cuda/common/tile_copy.h"
 #include "cuda/common/tile_size.h"
 #include "cuda/ptx/cp_async.h"
@@ -103,17 +105,31 @@ struct BwdTraits {
   static constexpr int kDqMTiles = kDqRows / 16;
   static constexpr int kDqDTiles = kDqCols / 8;
 
-  // Shared memory, 16-bit rows padded by 16 bytes (consecutive rows start 16 bytes apart modulo
-  // 128, so the eight row addresses of every ldmatrix hit distinct banks):
+  // Shared memory (smem_layout.h):
   //   sK, sV      (kBlockN, kSmemStride)        loaded once
   //   sP, sdS     (kBlockM, kPStride)           dropped P and dS of the current step
   //   step buffers, 2 (double-buffered: the next step's copies overlap this step) or 1 (where
   //   the GPU's shared memory cannot hold two, e.g. A100 at head dim >= 64), each
   //     sQ, sdO   (kBlockM, kSmemStride)
   //     stats     (2, kBlockM) f32              LSE * log2(e) and D
-  static constexpr int kSmemStride = kHeadDim + 8;
+  // sP and sdS are written from registers and use PaddedRows. The copied tiles (K, V, Q, dO)
+  // use PaddedRows too, or SwizzledRows where kSwizzle says (dev experiment, off by default:
+  // -DFLASHATTN_DEV_BWD_SWIZZLE), which needs whole 128-byte rows and warp column offsets
+  // that the swizzle's XOR steps can reach without carries.
+#if defined(FLASHATTN_DEV_BWD_SWIZZLE)
+  static constexpr bool kSwizzle = kHeadDim % 64 == 0 && kBlockM % 8 == 0 && kBlockN % 8 == 0 &&
+                                   (kThreads / (kHeadDim / 8)) % 8 == 0 &&
+                                   swizzle_steps_ok(kKvCols / 8, kKvWarpsD, kKvDTiles) &&
+                                   swizzle_steps_ok(kDqCols / 8, kDqWarpsD, kDqDTiles) &&
+                                   kDqPassCols % 64 == 0;
+#else
+  static constexpr bool kSwizzle = false;
+#endif
+  using RowLayout = std::conditional_t<kSwizzle, SwizzledRows<kHeadDim>, PaddedRows<kHeadDim + 8>>;
+  using PLayout = PaddedRows<kBlockN + 8>;
+  static constexpr int kSmemStride = RowLayout::kStride;
   static constexpr int kChunksPerRow = kHeadDim / 8;  // 16-byte chunks
-  static constexpr int kPStride = kBlockN + 8;
+  static constexpr int kPStride = PLayout::kStride;
   static constexpr int kSmemKV = kBlockN * kSmemStride;
   static constexpr int kSmemQ = kBlockM * kSmemStride;
   static constexpr int kSmemP = kBlockM * kPStride;
@@ -122,6 +138,9 @@ struct BwdTraits {
   static constexpr size_t kSmemBytes = kSmemFixedBytes + 2 * kStepBufBytes;        // double-buffered
   static constexpr size_t kSmemBytesSingle = kSmemFixedBytes + kStepBufBytes;      // one step buffer
   static_assert(kSmemFixedBytes % 16 == 0 && kStepBufBytes % 16 == 0, "16-byte aligned cp.async targets");
+  static_assert(!kSwizzle || (sizeof(Element) * kSmemKV % 128 == 0 && sizeof(Element) * kSmemQ % 128 == 0 &&
+                              sizeof(Element) * kSmemP % 128 == 0 && kStepBufBytes % 128 == 0),
+                "swizzled tiles start on 128-byte boundaries");
 
   static_assert(kHeadDim % 32 == 0, "head_dim must be a multiple of 32");
   static_assert(kSdpRows % 16 == 0 && kSdpCols % 16 == 0, "S/dP warp tiles are whole 16 x 16 tiles");
@@ -152,7 +171,8 @@ struct BwdDqTraits {
   static constexpr int kDTiles = kHeadDim / 8;
 
   // sQ, sdO (kBlockM, kSmemStride); sK, sV 2 x (kBlockN, kSmemStride); sStats (2, kBlockM) f32.
-  static constexpr int kSmemStride = kHeadDim + 8;
+  using RowLayout = PaddedRows<kHeadDim + 8>;
+  static constexpr int kSmemStride = RowLayout::kStride;
   static constexpr int kChunksPerRow = kHeadDim / 8;
   static constexpr int kSmemQ = kBlockM * kSmemStride;
   static constexpr int kSmemKV = kBlockN * kSmemStride;

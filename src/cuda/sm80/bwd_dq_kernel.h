@@ -28,6 +28,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   constexpr int kNTiles = Traits::kNTiles;
   constexpr int kDTiles = Traits::kDTiles;
   constexpr int kStride = Traits::kSmemStride;
+  using Layout = typename Traits::RowLayout;
   constexpr uint32_t kElem = sizeof(Element);
 
   extern __shared__ __align__(128) unsigned char smem_raw[];
@@ -61,9 +62,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   const RowPtr gV = row_ptr<Element>(params.v, params.v_strides, batch, seq.row0_k, head_k);
   auto load_kv = [&](int n_block, int buf) {
     const int n = n_block * kBlockN;
-    load_rows<Element, kBlockN, Traits::kThreads, Traits::kChunksPerRow, kStride>(
+    load_rows<Element, kBlockN, Traits::kThreads, Traits::kChunksPerRow, Layout>(
         sK + buf * Traits::kSmemKV, static_cast<const char*>(gK.row(n)), gK.row_bytes, seq.seqlen_k - n, tid);
-    load_rows<Element, kBlockN, Traits::kThreads, Traits::kChunksPerRow, kStride>(
+    load_rows<Element, kBlockN, Traits::kThreads, Traits::kChunksPerRow, Layout>(
         sV + buf * Traits::kSmemKV, static_cast<const char*>(gV.row(n)), gV.row_bytes, seq.seqlen_k - n, tid);
   };
 
@@ -82,9 +83,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     const int64_t row = seq.row0_q + m0;
     const RowPtr gq = row_ptr<Element>(params.q, params.q_strides, batch, row, head);
     const RowPtr gdo = row_ptr<Element>(params.dout, params.dout_strides, batch, row, head);
-    load_rows<Element, kBlockM, Traits::kThreads, Traits::kChunksPerRow, kStride>(sQ, gq.base, gq.row_bytes,
+    load_rows<Element, kBlockM, Traits::kThreads, Traits::kChunksPerRow, Layout>(sQ, gq.base, gq.row_bytes,
                                                                                   rows_here, tid);
-    load_rows<Element, kBlockM, Traits::kThreads, Traits::kChunksPerRow, kStride>(sdO, gdo.base, gdo.row_bytes,
+    load_rows<Element, kBlockM, Traits::kThreads, Traits::kChunksPerRow, Layout>(sdO, gdo.base, gdo.row_bytes,
                                                                                   rows_here, tid);
     const int64_t ws = int64_t(head) * params.ws_rows + params.ws_row0(batch, seq.row0_q) + m0;
     load_stats<kBlockM, Traits::kThreads>(sStats, params.lse_log2 + ws, params.dsum + ws, tid);
@@ -107,23 +108,23 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     KeepBits<kMTiles, kNTiles> keep;
     float s[kMTiles][kNTiles][4];
     zero_acc(s);
-    warp_gemm_abt<Element, kMTiles, kNTiles, kHeadDim / 16, kStride, kStride>(s, q_a_addr, k_b_addr + buf * kKVBufBytes);
+    warp_gemm_abt<Element, kMTiles, kNTiles, kHeadDim / 16, Layout, Layout>(s, q_a_addr, k_b_addr + buf * kKVBufBytes);
     scores_to_probs<Traits::kMods, Element, kMTiles, kNTiles, 0>(s, keep, nullptr, warp_row0, 0, m0, n0, sStats,
                                                                  needs_mask, mask, st, lane);
     float dp[kMTiles][kNTiles][4];
     zero_acc(dp);
-    warp_gemm_abt<Element, kMTiles, kNTiles, kHeadDim / 16, kStride, kStride>(dp, do_a_addr, v_b_addr + buf * kKVBufBytes);
+    warp_gemm_abt<Element, kMTiles, kNTiles, kHeadDim / 16, Layout, Layout>(dp, do_a_addr, v_b_addr + buf * kKVBufBytes);
     probs_to_grads<Traits::kMods>(s, dp, keep, warp_row0, sStats + kBlockM, st, lane);
 
     // dQ += dS K_j: dS stays in registers (A operand); K_j is stored [key][d] = [k][n], read
     // with ldmatrix.trans.
-    warp_gemm_rs<Element, kMTiles, kDTiles, kBlockN / 16, kStride>(dq_acc, dp, k_bt_addr + buf * kKVBufBytes);
+    warp_gemm_rs<Element, kMTiles, kDTiles, kBlockN / 16, Layout>(dq_acc, dp, k_bt_addr + buf * kKVBufBytes);
   }
 
   // Epilogue: dQ * scale, staged through this warp's own rows of sQ (no other warp reads them;
   // every copy into sQ completed at the last wait), stored as 16-byte chunks.
   __syncwarp();
-  store_acc_16bit<Element, kMTiles, kDTiles, kStride>(sQ, dq_acc, warp_row0, 0, lane, params.scale);
+  store_acc_16bit<Element, kMTiles, kDTiles, Layout>(sQ, dq_acc, warp_row0, 0, lane, params.scale);
   __syncwarp();
   char* gdQ = static_cast<char*>(params.dq) +
               kElem * (batch * params.dq_strides.batch + (seq.row0_q + m0) * params.dq_strides.row +

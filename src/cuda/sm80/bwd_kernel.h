@@ -63,8 +63,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   constexpr int kBlockM = Traits::kBlockM;
   constexpr int kBlockN = Traits::kBlockN;
   constexpr int kHeadDim = Traits::kHeadDim;
-  constexpr int kStride = Traits::kSmemStride;
   constexpr int kPStride = Traits::kPStride;
+  using RowLayout = typename Traits::RowLayout;  // sK, sV, sQ, sdO
+  using PLayout = typename Traits::PLayout;      // sP, sdS
   constexpr uint32_t kElem = sizeof(Element);
 
   extern __shared__ __align__(128) unsigned char smem_raw[];
@@ -115,9 +116,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     const RowPtr gq = row_ptr<Element>(params.q, params.q_strides, batch, row, head);
     const RowPtr gdo = row_ptr<Element>(params.dout, params.dout_strides, batch, row, head);
     unsigned char* b = step_bufs + buf * Traits::kStepBufBytes;
-    load_rows<Element, kBlockM, Traits::kThreads, Traits::kChunksPerRow, kStride>(
+    load_rows<Element, kBlockM, Traits::kThreads, Traits::kChunksPerRow, RowLayout>(
         reinterpret_cast<Element*>(b), gq.base, gq.row_bytes, seq.seqlen_q - m0, tid);
-    load_rows<Element, kBlockM, Traits::kThreads, Traits::kChunksPerRow, kStride>(
+    load_rows<Element, kBlockM, Traits::kThreads, Traits::kChunksPerRow, RowLayout>(
         reinterpret_cast<Element*>(b) + Traits::kSmemQ, gdo.base, gdo.row_bytes, seq.seqlen_q - m0, tid);
     const int64_t ws = int64_t(head) * params.ws_rows + ws_row0 + m0;
     load_stats<kBlockM, Traits::kThreads>(reinterpret_cast<float*>(b + kStatsOffset), params.lse_log2 + ws,
@@ -139,12 +140,16 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   constexpr uint32_t kDoOffset = kElem * Traits::kSmemQ;   // sQ -> sdO
   constexpr uint32_t kVOffset = kElem * Traits::kSmemKV;      // sK -> sV
   constexpr uint32_t kDsOffset = kElem * Traits::kSmemP;      // sP -> sdS
-  const uint32_t q_a_addr = ptx::smem_addr(sQ + (sdp_row0 + ldsm_row_a(lane)) * kStride + ldsm_col_a(lane));
-  const uint32_t k_b_addr = ptx::smem_addr(sK + (sdp_col0 + ldsm_row_b(lane)) * kStride + ldsm_col_b(lane));
-  const uint32_t pt_a_addr = ptx::smem_addr(sP + ldsm_row_b(lane) * kPStride + kv_row0 + ldsm_col_b(lane));
-  const uint32_t q_b_addr = ptx::smem_addr(sQ + ldsm_row_a(lane) * kStride + kv_col0 + ldsm_col_a(lane));
-  const uint32_t ds_a_addr = ptx::smem_addr(sdS + (dq_row0 + ldsm_row_a(lane)) * kPStride + ldsm_col_a(lane));
-  const uint32_t k_bt_addr = ptx::smem_addr(sK + ldsm_row_a(lane) * kStride + dq_col0 + ldsm_col_a(lane));
+  const uint32_t q_a_addr = RowLayout::smem_at(sQ, sdp_row0 + ldsm_row_a(lane), ldsm_col_a(lane));
+  const uint32_t k_b_addr = RowLayout::smem_at(sK, sdp_col0 + ldsm_row_b(lane), ldsm_col_b(lane));
+  const uint32_t pt_a_addr = PLayout::smem_at(sP, ldsm_row_b(lane), kv_row0, ldsm_col_b(lane));
+  // (PaddedRows: the expression the measured kernels were compiled from; the layout call is the
+  // same address but moves ptxas's schedule, 8 instructions and a 4-byte spill at d128.)
+  const uint32_t q_b_addr =
+      RowLayout::kSwizzled ? RowLayout::smem_at(sQ, ldsm_row_a(lane), kv_col0 + ldsm_col_a(lane))
+                           : ptx::smem_addr(sQ + ldsm_row_a(lane) * Traits::kSmemStride + kv_col0 + ldsm_col_a(lane));
+  const uint32_t ds_a_addr = PLayout::smem_at(sdS, dq_row0 + ldsm_row_a(lane), ldsm_col_a(lane));
+  const uint32_t k_bt_addr = RowLayout::smem_at(sK, ldsm_row_a(lane), dq_col0, ldsm_col_a(lane));
 
   float dk_acc[Traits::kKvMTiles][Traits::kKvDTiles][4];
   float dv_acc[Traits::kKvMTiles][Traits::kKvDTiles][4];
@@ -154,9 +159,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   if (head_begin < head_end) {
     const RowPtr gk = row_ptr<Element>(params.k, params.k_strides, batch, seq.row0_k + n0, kv_head);
     const RowPtr gv = row_ptr<Element>(params.v, params.v_strides, batch, seq.row0_k + n0, kv_head);
-    load_rows<Element, kBlockN, Traits::kThreads, Traits::kChunksPerRow, kStride>(sK, gk.base, gk.row_bytes,
+    load_rows<Element, kBlockN, Traits::kThreads, Traits::kChunksPerRow, RowLayout>(sK, gk.base, gk.row_bytes,
                                                                                   keys_here, tid);
-    load_rows<Element, kBlockN, Traits::kThreads, Traits::kChunksPerRow, kStride>(sV, gv.base, gv.row_bytes,
+    load_rows<Element, kBlockN, Traits::kThreads, Traits::kChunksPerRow, RowLayout>(sV, gv.base, gv.row_bytes,
                                                                                   keys_here, tid);
     load_step(head_begin, (m_lo + m_rot) * kBlockM, 0);
     ptx::cp_async_commit();
@@ -189,25 +194,25 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       constexpr int kMT = Traits::kSdpSubMTiles;
       constexpr int kNT = Traits::kSdpNTiles;
       const int row0 = sdp_row0 + half * kMT * 16;
-      const uint32_t q_addr = q_a_addr + buf * kQBufBytes + kElem * half * kMT * 16 * kStride;
+      const uint32_t q_addr = RowLayout::advance(q_a_addr + buf * kQBufBytes, half * kMT * 16, 0);
       float s[kMT][kNT][4];
       zero_acc(s);
-      warp_gemm_abt<Element, kMT, kNT, kHeadDim / 16, kStride, kStride>(s, q_addr, k_b_addr);
+      warp_gemm_abt<Element, kMT, kNT, kHeadDim / 16, RowLayout, RowLayout>(s, q_addr, k_b_addr);
       KeepBits<kMT, kNT> keep;
       scores_to_probs<Traits::kMods, Element, kMT, kNT, kPStride>(s, keep, sP, row0, sdp_col0, m0, n0, stats,
                                                                  needs_mask, mask, st, lane);
       float dp[kMT][kNT][4];
       zero_acc(dp);
-      warp_gemm_abt<Element, kMT, kNT, kHeadDim / 16, kStride, kStride>(dp, q_addr + kDoOffset, k_b_addr + kVOffset);
+      warp_gemm_abt<Element, kMT, kNT, kHeadDim / 16, RowLayout, RowLayout>(dp, q_addr + kDoOffset, k_b_addr + kVOffset);
       probs_to_grads<Traits::kMods>(s, dp, keep, row0, stats + kBlockM, st, lane);
-      store_acc_16bit<Element, kMT, kNT, kPStride>(sdS, dp, row0, sdp_col0, lane);
+      store_acc_16bit<Element, kMT, kNT, PLayout>(sdS, dp, row0, sdp_col0, lane);
     }
     __syncthreads();  // B: sP and sdS are complete
 
     // dV += Pd^T dO and dK += dS^T Q: k runs over the kBlockM query rows of the step.
-    warp_gemm_atb<Element, Traits::kKvMTiles, Traits::kKvDTiles, kBlockM / 16, kPStride, kStride>(
+    warp_gemm_atb<Element, Traits::kKvMTiles, Traits::kKvDTiles, kBlockM / 16, PLayout, RowLayout>(
         dv_acc, pt_a_addr, q_b_addr + buf * kQBufBytes + kDoOffset);
-    warp_gemm_atb<Element, Traits::kKvMTiles, Traits::kKvDTiles, kBlockM / 16, kPStride, kStride>(
+    warp_gemm_atb<Element, Traits::kKvMTiles, Traits::kKvDTiles, kBlockM / 16, PLayout, RowLayout>(
         dk_acc, pt_a_addr + kDsOffset, q_b_addr + buf * kQBufBytes);
 
     // dQ_i += dS K_j into the f32 accumulator (rows of this sequence's workspace block).
@@ -219,8 +224,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       for (int pass = 0; pass < Traits::kDqPasses; ++pass) {
         float dq[Traits::kDqMTiles][Traits::kDqDTiles][4];
         zero_acc(dq);
-        warp_gemm_ab<Element, Traits::kDqMTiles, Traits::kDqDTiles, kBlockN / 16, kPStride, kStride>(
-            dq, ds_a_addr, k_bt_addr + kElem * pass * Traits::kDqPassCols);
+        warp_gemm_ab<Element, Traits::kDqMTiles, Traits::kDqDTiles, kBlockN / 16, PLayout, RowLayout>(
+            dq, ds_a_addr, RowLayout::advance(k_bt_addr, 0, pass * Traits::kDqPassCols));
 #pragma unroll
         for (int mt = 0; mt < Traits::kDqMTiles; ++mt) {
 #pragma unroll
@@ -275,8 +280,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     return;
   }
   __syncthreads();  // every warp is done reading sK and sV; they now stage dK and dV
-  store_acc_16bit<Element, Traits::kKvMTiles, Traits::kKvDTiles, kStride>(sK, dk_acc, kv_row0, kv_col0, lane, dk_scale);
-  store_acc_16bit<Element, Traits::kKvMTiles, Traits::kKvDTiles, kStride>(sV, dv_acc, kv_row0, kv_col0, lane, dv_scale);
+  store_acc_16bit<Element, Traits::kKvMTiles, Traits::kKvDTiles, RowLayout>(sK, dk_acc, kv_row0, kv_col0, lane, dk_scale);
+  store_acc_16bit<Element, Traits::kKvMTiles, Traits::kKvDTiles, RowLayout>(sV, dv_acc, kv_row0, kv_col0, lane, dv_scale);
   __syncthreads();
   char* gdK = static_cast<char*>(params.dk) +
               kElem * (batch * params.dk_strides.batch + (seq.row0_k + n0) * params.dk_strides.row +
@@ -293,9 +298,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     const int col = (c % Traits::kChunksPerRow) * 8;
     if (r < keys_here) {
       *reinterpret_cast<uint4*>(gdK + r * dk_row_bytes + col * kElem) =
-          *reinterpret_cast<const uint4*>(sK + r * kStride + col);
+          *reinterpret_cast<const uint4*>(RowLayout::at(sK, r, col));
       *reinterpret_cast<uint4*>(gdV + r * dv_row_bytes + col * kElem) =
-          *reinterpret_cast<const uint4*>(sV + r * kStride + col);
+          *reinterpret_cast<const uint4*>(RowLayout::at(sV, r, col));
     }
   }
 }

@@ -13,11 +13,13 @@
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "core/params.h"
 #include "core/philox.h"
 #include "cuda/common/mask.h"
 #include "cuda/common/seq_extent.h"
+#include "cuda/common/smem_layout.h"
 #include "cuda/common/tile_copy.h"
 #include "cuda/common/tile_size.h"
 #include "cuda/common/variants.h"
@@ -53,7 +55,15 @@ struct FwdTraits {
   static constexpr int kDTiles = kHeadDim / 8;       // 8-column MMA tiles of O
   // Rows are padded by 16 bytes: consecutive rows then start 16 bytes apart modulo 128, so the
   // eight row addresses of every ldmatrix hit distinct banks, for every supported head dim.
-  static constexpr int kSmemStride = kHeadDim + 8;
+  // PaddedRows, or SwizzledRows (smem_layout.h) for the dev experiment
+  // -DFLASHATTN_DEV_FWD_SWIZZLE where rows are whole 128-byte lines and a copy pass keeps row % 8.
+#if defined(FLASHATTN_DEV_FWD_SWIZZLE)
+  static constexpr bool kSwizzle = kHeadDim % 64 == 0 && (kThreads / (kHeadDim / 8)) % 8 == 0;
+#else
+  static constexpr bool kSwizzle = false;
+#endif
+  using SmemLayout = std::conditional_t<kSwizzle, SwizzledRows<kHeadDim>, PaddedRows<kHeadDim + 8>>;
+  static constexpr int kSmemStride = SmemLayout::kStride;
   static constexpr int kChunksPerRow = kHeadDim / 8;  // 16-byte chunks
   static constexpr int kSmemQ = kBlockM * kSmemStride;
   static constexpr int kSmemKV = kBlockN * kSmemStride;
@@ -97,7 +107,7 @@ __device__ __forceinline__ float tree_reduce(float (&v)[n], Op op) {
 template <typename Traits, int kRows, bool kFull>
 __device__ __forceinline__ void load_tile(typename Traits::Element* smem, const RowPtr& src,
                                           int valid_rows, int tid) {
-  load_rows<typename Traits::Element, kRows, Traits::kThreads, Traits::kChunksPerRow, Traits::kSmemStride, kFull>(
+  load_rows<typename Traits::Element, kRows, Traits::kThreads, Traits::kChunksPerRow, typename Traits::SmemLayout, kFull>(
       smem, src.base, src.row_bytes, valid_rows, tid);
 }
 
@@ -122,13 +132,13 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   constexpr int kMTiles = Traits::kMTiles;
   constexpr int kNTiles = Traits::kNTiles;
   constexpr int kDTiles = Traits::kDTiles;
-  constexpr int kStride = Traits::kSmemStride;
+  using Layout = typename Traits::SmemLayout;
   constexpr bool kMods = Traits::kMods == ScoreMods::kAny;
 
   extern __shared__ __align__(128) unsigned char smem_raw[];
-  Element* sQ = reinterpret_cast<Element*>(smem_raw);  // (kBlockM, kStride)
-  Element* sK = sQ + Traits::kSmemQ;                   // (kBlockN, kStride)
-  Element* sV = sK + Traits::kSmemKV;                  // (kBlockN, kStride)
+  Element* sQ = reinterpret_cast<Element*>(smem_raw);  // kBlockM rows (Layout)
+  Element* sK = sQ + Traits::kSmemQ;                   // kBlockN rows
+  Element* sV = sK + Traits::kSmemKV;                  // kBlockN rows
 
   const int tid = threadIdx.x;
   const int warp = tid / 32;
@@ -175,10 +185,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   // Shared-memory byte addresses of this lane's ldmatrix rows (warp_gemm.h): Q is an A operand
   // stored [m][k] (kind A), K a B operand stored [n][k] (kind B), V a B operand stored [k][n]
   // read with .trans (kind A). The products add compile-time offsets to these.
-  const uint32_t q_frag_addr =
-      ptx::smem_addr(sQ + (warp_row0 + ldsm_row_a(lane)) * kStride + ldsm_col_a(lane));
-  const uint32_t k_frag_addr = ptx::smem_addr(sK + ldsm_row_b(lane) * kStride + ldsm_col_b(lane));
-  const uint32_t v_frag_addr = ptx::smem_addr(sV + ldsm_row_a(lane) * kStride + ldsm_col_a(lane));
+  const uint32_t q_frag_addr = Layout::smem_at(sQ, warp_row0 + ldsm_row_a(lane), ldsm_col_a(lane));
+  const uint32_t k_frag_addr = Layout::smem_at(sK, ldsm_row_b(lane), ldsm_col_b(lane));
+  const uint32_t v_frag_addr = Layout::smem_at(sV, ldsm_row_a(lane), ldsm_col_a(lane));
 
   float o_acc[kMTiles][kDTiles][4];
   float row_max[kMTiles][2];
@@ -228,7 +237,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     // S = Q K^T for this warp's rows.
     float s[kMTiles][kNTiles][4];
     zero_acc(s);
-    warp_gemm_abt<Element, kMTiles, kNTiles, Traits::kHeadDim / 16, kStride, kStride>(s, q_frag_addr, k_frag_addr);
+    warp_gemm_abt<Element, kMTiles, kNTiles, Traits::kHeadDim / 16, Layout, Layout>(s, q_frag_addr, k_frag_addr);
 
     // Score modifiers, then the mask (only on blocks that straddle a boundary).
     const bool needs_mask = mask.block_needs_mask(m0, m0 + rows_here, n0, n0 + kBlockN);
@@ -340,7 +349,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     }
 
     // O += P V: P stays in registers (two adjacent S tiles form one A fragment).
-    warp_gemm_rs<Element, kMTiles, kDTiles, kBlockN / 16, kStride>(o_acc, s, v_frag_addr);
+    warp_gemm_rs<Element, kMTiles, kDTiles, kBlockN / 16, Layout>(o_acc, s, v_frag_addr);
   }
 
   // Epilogue: finish the row sums across the quad, normalise, write LSE, stage O through this
@@ -389,8 +398,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     for (int dt = 0; dt < kDTiles; ++dt) {
       const int r = warp_row0 + mt * 16 + g;
       const int c = dt * 8 + 2 * t;
-      *reinterpret_cast<uint32_t*>(sQ + r * kStride + c) = ptx::pack2<Element>(o_acc[mt][dt][0], o_acc[mt][dt][1]);
-      *reinterpret_cast<uint32_t*>(sQ + (r + 8) * kStride + c) =
+      *reinterpret_cast<uint32_t*>(Layout::at(sQ, r, c)) = ptx::pack2<Element>(o_acc[mt][dt][0], o_acc[mt][dt][1]);
+      *reinterpret_cast<uint32_t*>(Layout::at(sQ, r + 8, c)) =
           ptx::pack2<Element>(o_acc[mt][dt][2], o_acc[mt][dt][3]);
     }
   }
@@ -401,7 +410,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     const int r = warp_row0 + c / Traits::kChunksPerRow;
     const int col = (c % Traits::kChunksPerRow) * 8;
     if (r < rows_here) {
-      const uint4 v = *reinterpret_cast<const uint4*>(sQ + r * kStride + col);
+      const uint4 v = *reinterpret_cast<const uint4*>(Layout::at(sQ, r, col));
       *reinterpret_cast<uint4*>(gO + r * o_row_bytes + col * sizeof(Element)) = v;
     }
   }

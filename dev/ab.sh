@@ -3,10 +3,10 @@
 # to bf16 and the given head dims, each into its own --target folder, in parallel), runs
 # tests/python/test_cuda.py on the first variant, then bench.py (flashattn vs SDPA flash, same
 # process) on each. Variants are "name=CUDA flags" ("" = the default code). Writes
-# $OUT/ab-NAME.json and $OUT/ab.log (keep under the device tool's 8 returned files).
-# Usage: dev/ab_bwd.sh "64,128,256" "4096,16384" "new=" "old=-DSOME_DEV_MACRO"
-# (the kernel keeps the old code under a dev macro for the run; dev/NOTES.md records results,
-# dev/results/ keeps their JSON).
+# $OUT/ab-NAME.json (one per variant: keep under the device tool's 8 returned files).
+# Usage: dev/ab.sh "64,128,256" "4096,16384" "swz=-DFLASHATTN_DEV_BWD_SWIZZLE -DFLASHATTN_DEV_FWD_SWIZZLE" "base="
+# (a variant lives in the kernels under a dev macro; bench.py times forward and backward of
+# each; dev/NOTES.md records results and dev/results/ keeps their JSON).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/flashattn-out}

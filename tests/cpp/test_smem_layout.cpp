@@ -1,0 +1,138 @@
+// The shared-memory layouts of src/cuda/common/smem_layout.h, checked on the host: the swizzle
+// is a permutation of each row's 16-byte chunks, ldmatrix reads stay free of bank conflicts,
+// a row's cp.async copy fills whole 128-byte lines, and the one-register-plus-immediate address
+// steps (advance) land where offset() says, for every step the kernels take.
+#include <gtest/gtest.h>
+
+#include <set>
+#include <vector>
+
+#include "cuda/common/smem_layout.h"
+
+namespace {
+
+using flashattn::cuda::PaddedRows;
+using flashattn::cuda::SwizzledRows;
+using flashattn::cuda::swizzle_steps_ok;
+
+// ldmatrix lane rows / chunks of kinds A and B (src/cuda/common/warp_gemm.h).
+int row_a(int lane) { return lane % 8 + ((lane / 8) % 2) * 8; }
+int chunk_a(int lane) { return lane / 16; }
+int row_b(int lane) { return lane % 8 + (lane / 16) * 8; }
+int chunk_b(int lane) { return (lane / 8) % 2; }
+
+template <typename Layout>
+void check_permutation(int rows) {
+  constexpr int kChunks = Layout::kStride / 8;
+  for (int r = 0; r < rows; ++r) {
+    std::set<uint32_t> seen;
+    for (int c = 0; c < kChunks; ++c) {
+      const uint32_t off = Layout::offset(r, 8 * c);
+      EXPECT_EQ(off % 16, 0u);
+      EXPECT_GE(off, uint32_t(r * Layout::kRowBytes)) << "row " << r << " chunk " << c;
+      EXPECT_LT(off, uint32_t((r + 1) * Layout::kRowBytes)) << "row " << r << " chunk " << c;
+      seen.insert(off);
+      for (int e = 0; e < 8; ++e) EXPECT_EQ(Layout::offset(r, 8 * c + e), off + 2 * e);
+    }
+    EXPECT_EQ(int(seen.size()), kChunks) << "row " << r;
+  }
+}
+
+// An 8x8 ldmatrix phase: eight rows at one logical chunk must use eight distinct 16-byte bank
+// groups (address / 16 mod 8).
+template <typename Layout>
+void check_ldmatrix_banks() {
+  constexpr int kChunks = Layout::kStride / 8;
+  for (int r0 = 0; r0 < 64; r0 += 8) {
+    for (int c = 0; c < kChunks; ++c) {
+      std::set<uint32_t> groups;
+      for (int i = 0; i < 8; ++i) groups.insert((Layout::offset(r0 + i, 8 * c) / 16) % 8);
+      EXPECT_EQ(groups.size(), 8u) << "rows " << r0 << ".. chunk " << c;
+    }
+  }
+}
+
+TEST(SmemLayout, SwizzleIsAPermutationOfEachRow) {
+  check_permutation<SwizzledRows<64>>(32);
+  check_permutation<SwizzledRows<128>>(32);
+  check_permutation<SwizzledRows<256>>(32);
+}
+
+TEST(SmemLayout, LdmatrixIsConflictFreeInBothLayouts) {
+  check_ldmatrix_banks<SwizzledRows<64>>();
+  check_ldmatrix_banks<SwizzledRows<128>>();
+  check_ldmatrix_banks<SwizzledRows<256>>();
+  check_ldmatrix_banks<PaddedRows<64 + 8>>();
+  check_ldmatrix_banks<PaddedRows<128 + 8>>();
+  check_ldmatrix_banks<PaddedRows<256 + 8>>();
+}
+
+// Eight threads copy one 128-byte logical segment of a row: swizzled, their 16-byte chunks fill
+// exactly one 128-byte line; padded, most rows straddle two (the excess ncu measured).
+TEST(SmemLayout, SwizzledCopyGroupsFillWholeLines) {
+  using L = SwizzledRows<128>;
+  using P = PaddedRows<136>;
+  int padded_straddles = 0;
+  for (int r = 0; r < 64; ++r) {
+    for (int seg = 0; seg < 2; ++seg) {
+      std::set<uint32_t> lines, padded_lines;
+      for (int i = 0; i < 8; ++i) {
+        lines.insert(L::offset(r, 64 * seg + 8 * i) / 128);
+        padded_lines.insert(P::offset(r, 64 * seg + 8 * i) / 128);
+      }
+      EXPECT_EQ(lines.size(), 1u) << "row " << r << " segment " << seg;
+      padded_straddles += padded_lines.size() > 1;
+    }
+  }
+  EXPECT_EQ(padded_straddles, 2 * 64 - 2 * 8);  // every row but those 1024 bytes apart
+}
+
+// advance(offset(r, c), dr, dc) == offset(r + dr, c + dc) for the lane bases of ldmatrix kinds
+// A and B at warp column offsets c0 = w * step and every step the warp products take, whenever
+// swizzle_steps_ok accepts (step, warps, span); and the predicate rejects what would break.
+template <typename Layout>
+bool advance_agrees(int step_chunks, int warps, int span_chunks, int row_steps) {
+  for (int w = 0; w < warps; ++w) {
+    for (int lane = 0; lane < 32; ++lane) {
+      for (int kind = 0; kind < 2; ++kind) {
+        const int r = kind == 0 ? row_a(lane) : row_b(lane);
+        const int c = 8 * (w * step_chunks + (kind == 0 ? chunk_a(lane) : chunk_b(lane)));
+        const uint32_t base = Layout::offset(r, c);
+        for (int d = 0; d < span_chunks; d += 2) {
+          for (int dr = 0; dr < row_steps; dr += 16) {
+            if (Layout::advance(base, dr, 8 * d) != Layout::offset(r + dr, c + 8 * d)) return false;
+          }
+        }
+      }
+    }
+  }
+  return true;
+}
+
+TEST(SmemLayout, AdvanceMatchesOffsetWhereverTheTraitsAllowIt) {
+  // The backward's uses (BwdTraits): S/dP over the whole row from column 0; dK/dV and dQ with
+  // per-warp column offsets. Brute force over plausible tile shapes.
+  int accepted = 0, rejected = 0;
+  for (int step : {0, 2, 4, 6, 8, 12, 16, 24, 32}) {
+    for (int warps : {1, 2, 4, 8}) {
+      for (int span : {2, 4, 6, 8, 16, 32}) {
+        if (!swizzle_steps_ok(step, warps, span)) {
+          ++rejected;
+          continue;
+        }
+        ++accepted;
+        EXPECT_TRUE((advance_agrees<SwizzledRows<256>>(step, warps, span, 64)))
+            << "step " << step << " warps " << warps << " span " << span;
+      }
+    }
+  }
+  EXPECT_GT(accepted, 0);
+  EXPECT_GT(rejected, 0);
+  // A case the predicate must reject: warp columns at chunk 2 with steps of 2 chunks carry.
+  EXPECT_FALSE(swizzle_steps_ok(2, 2, 4));
+  EXPECT_FALSE((advance_agrees<SwizzledRows<128>>(2, 2, 4, 16)));
+  // Padded rows: advance is plain addition, always.
+  EXPECT_TRUE((advance_agrees<PaddedRows<136>>(2, 2, 4, 64)));
+}
+
+}  // namespace
