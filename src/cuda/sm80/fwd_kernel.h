@@ -70,6 +70,8 @@ struct FwdTraits {
   static constexpr size_t kSmemBytes = sizeof(Element) * (kSmemQ + 2 * kSmemKV);
 
   static_assert(kRowsPerWarp % 16 == 0, "each warp owns whole 16-row tiles");
+  static_assert(!kSwizzle || (sizeof(Element) * kSmemQ % 128 == 0 && sizeof(Element) * kSmemKV % 128 == 0),
+                "swizzled tiles start on 128-byte boundaries");
   static_assert(kNTiles % 2 == 0 && kDTiles % 2 == 0, "x4 ldmatrix loads two 8-wide tiles");
   static_assert(kHeadDim % 16 == 0, "head_dim must be a multiple of 16");
 };
