@@ -233,7 +233,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
               float* dst = dq_lane + (mt * 16 + 8 * h) * kHeadDim + pass * Traits::kDqPassCols + dt * 8;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+              // sm90 has a two-float reduction (one red.global.add.v2.f32); FA2 issues scalar ones.
+              // -DFLASHATTN_DEV_BWD_RED_SCALAR: scalar here too (dev A/B: ncu puts LSU-queue
+              // stalls on these reductions, 0.55 cycles per instruction against FA2's 0.01).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && !defined(FLASHATTN_DEV_BWD_RED_SCALAR)
               atomicAdd(reinterpret_cast<float2*>(dst), make_float2(dq[mt][dt][2 * h], dq[mt][dt][2 * h + 1]));
 #else
               atomicAdd(dst, dq[mt][dt][2 * h]);
