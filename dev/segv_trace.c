@@ -1,5 +1,5 @@
-/* LD_PRELOAD helper for crash diagnosis on the GPU machine (no gdb there is assumed): on SIGSEGV,
- * SIGBUS or SIGABRT prints the native backtrace (backtrace_symbols_fd: library(+offset)) and the
+/* LD_PRELOAD helper for crash diagnosis on the GPU machine (no gdb there is assumed): on SIGSEGV
+ * or SIGBUS prints the native backtrace (backtrace_symbols_fd: library(+offset)) and the
  * mapped libraries, then re-raises. Offsets inside _C*.so resolve with addr2line on a copy of that
  * file. Build: gcc -shared -fPIC -O0 -g dev/segv_trace.c -o /tmp/segv_trace.so */
 #define _GNU_SOURCE

@@ -85,10 +85,9 @@ std::string shape_str(const int64_t* shape, size_t ndim) {
 }
 
 // An error for Python: the name of the exception class and its message. The entry points return
-// it (as a (name, message) tuple; None on success) and flashattn._lowlevel raises it, so errors
-// never travel as C++ exceptions. When they did (nb::python_error), an extension built on the
-// GPU machine image (GCC 13.3 from /opt/gcc, system Python 3.12) segfaulted at the second
-// argument error of a process, every time; other builds did not.
+// it (as a (name, message) tuple; None on success) and flashattn._lowlevel raises it, so no C++
+// exception crosses the binding. (An earlier crash blamed on exceptions here turned out to be
+// the exported static libstdc++; python/src/exports.map fixes that.)
 struct Error {
   const char* kind = nullptr;  // "ValueError", "TypeError", "NotImplementedError", "RuntimeError"
   std::string message;

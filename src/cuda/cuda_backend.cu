@@ -14,21 +14,6 @@
 namespace flashattn {
 namespace {
 
-// Restores the caller's current device on scope exit.
-class DeviceGuard {
- public:
-  DeviceGuard() { have_ = cudaGetDevice(&saved_) == cudaSuccess; }
-  ~DeviceGuard() {
-    if (have_) (void)cudaSetDevice(saved_);
-  }
-  DeviceGuard(const DeviceGuard&) = delete;
-  DeviceGuard& operator=(const DeviceGuard&) = delete;
-
- private:
-  int saved_ = 0;
-  bool have_ = false;
-};
-
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
 Status check_operand(const char* name, const void* ptr, const Strides3& s) {
@@ -92,7 +77,7 @@ Status prepare(const QKVParams& p) {
 }  // namespace
 
 Status cuda_forward(const ForwardParams& p) {
-  DeviceGuard guard;
+  cuda::DeviceScope restore_device;  // prepare() selects the tensors' device
   if (Status s = prepare(p); !s.ok()) return s;
   if (Status s = check_operand("out", p.out, p.out_strides); !s.ok()) return s;
   if (p.batch == 0 || p.seqlen_q == 0) return Status::Ok();
@@ -100,7 +85,7 @@ Status cuda_forward(const ForwardParams& p) {
 }
 
 Status cuda_backward(const BackwardParams& p) {
-  DeviceGuard guard;
+  cuda::DeviceScope restore_device;  // prepare() selects the tensors' device
   if (Status s = prepare(p); !s.ok()) return s;
   const struct {
     const char* name;

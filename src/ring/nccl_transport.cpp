@@ -23,6 +23,8 @@
 #if defined(FLASHATTN_WITH_NCCL)
 #include <cuda_runtime.h>
 #include <nccl.h>
+
+#include "cuda/common/cuda_check.h"
 #endif
 
 namespace flashattn {
@@ -40,33 +42,13 @@ Status nccl_error(ncclResult_t r, const char* what) {
                            ncclGetErrorString(r));
 }
 
-// Makes `device` current for a scope and restores the caller's device.
-class DeviceScope {
- public:
-  explicit DeviceScope(int device) {
-    have_ = cudaGetDevice(&saved_) == cudaSuccess;
-    status_ = cudaSetDevice(device);
-  }
-  ~DeviceScope() {
-    if (have_) (void)cudaSetDevice(saved_);
-  }
-  DeviceScope(const DeviceScope&) = delete;
-  DeviceScope& operator=(const DeviceScope&) = delete;
-  cudaError_t status() const { return status_; }
-
- private:
-  int saved_ = 0;
-  bool have_ = false;
-  cudaError_t status_ = cudaSuccess;
-};
-
 class NcclRingTransport final : public RingTransport {
  public:
   NcclRingTransport(ncclComm_t comm, bool owns_comm, int device, int rank, int world)
       : comm_(comm), owns_comm_(owns_comm), device_(device), rank_(rank), world_(world) {}
 
   ~NcclRingTransport() override {
-    DeviceScope scope(device_);
+    cuda::DeviceScope scope(device_);
     if (done_ != nullptr) (void)cudaEventDestroy(done_);
     if (ready_ != nullptr) (void)cudaEventDestroy(ready_);
     if (stream_ != nullptr) (void)cudaStreamDestroy(stream_);
@@ -74,7 +56,7 @@ class NcclRingTransport final : public RingTransport {
   }
 
   Status init() {
-    DeviceScope scope(device_);
+    cuda::DeviceScope scope(device_);
     if (scope.status() != cudaSuccess) return cuda_error(scope.status(), "selecting the device");
     // A high-priority stream so that the small transfer kernels of NCCL get scheduled between
     // the attention kernel's blocks rather than after them.
@@ -108,7 +90,7 @@ class NcclRingTransport final : public RingTransport {
     if (in_exchange_) {
       return Status::Internal("ring NCCL transport: exchange started before waiting for the last");
     }
-    DeviceScope scope(device_);
+    cuda::DeviceScope scope(device_);
     if (scope.status() != cudaSuccess) return cuda_error(scope.status(), "selecting the device");
     const auto compute = static_cast<cudaStream_t>(stream);
     cudaError_t e = cudaEventRecord(ready_, compute);
@@ -140,7 +122,7 @@ class NcclRingTransport final : public RingTransport {
       return Status::Internal("ring NCCL transport: wait without an exchange in flight");
     }
     in_exchange_ = false;
-    DeviceScope scope(device_);
+    cuda::DeviceScope scope(device_);
     if (scope.status() != cudaSuccess) return cuda_error(scope.status(), "selecting the device");
     const cudaError_t e = cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), done_, 0);
     if (e != cudaSuccess) return cuda_error(e, "ordering the compute after the exchange");
@@ -154,7 +136,7 @@ class NcclRingTransport final : public RingTransport {
   void abort(const Status& /*why*/) override {
     if (!in_exchange_) return;
     in_exchange_ = false;
-    DeviceScope scope(device_);
+    cuda::DeviceScope scope(device_);
     (void)cudaStreamWaitEvent(compute_, done_, 0);
   }
 

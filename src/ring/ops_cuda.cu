@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <string>
 
+#include "cuda/common/cuda_check.h"
 #include "ring/merge.h"
 #include "ring/ops.h"
 
@@ -124,14 +125,14 @@ class CudaOps final : public RingOps {
   CudaOps(int device, void* stream) : device_(device), stream_(static_cast<cudaStream_t>(stream)) {}
 
   Status alloc(size_t bytes, void** ptr) override {
-    DeviceScope scope(device_);
+    cuda::DeviceScope scope(device_);
     const cudaError_t e = cudaMallocAsync(ptr, bytes > 0 ? bytes : 1, stream_);
     return check(e, "allocating the ring workspace (" + std::to_string(bytes) + " bytes)");
   }
 
   void free(void* ptr) override {
     if (ptr == nullptr) return;
-    DeviceScope scope(device_);
+    cuda::DeviceScope scope(device_);
     (void)cudaFreeAsync(ptr, stream_);
   }
 
@@ -139,7 +140,7 @@ class CudaOps final : public RingOps {
     const View4 s = view4(src), d = view4(dst);
     const int64_t n = numel(s);
     if (n == 0) return Status::Ok();
-    DeviceScope scope(device_);
+    cuda::DeviceScope scope(device_);
     copy_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(s, d, n);
     return check(cudaGetLastError(), "launching the ring copy kernel");
   }
@@ -148,7 +149,7 @@ class CudaOps final : public RingOps {
     const View4 d = view4(dst);
     const int64_t n = numel(d);
     if (n == 0) return Status::Ok();
-    DeviceScope scope(device_);
+    cuda::DeviceScope scope(device_);
     fill_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(d, value, n);
     return check(cudaGetLastError(), "launching the ring fill kernel");
   }
@@ -157,7 +158,7 @@ class CudaOps final : public RingOps {
     const View4 a = view4(acc), s = view4(src);
     const int64_t n = numel(a);
     if (n == 0) return Status::Ok();
-    DeviceScope scope(device_);
+    cuda::DeviceScope scope(device_);
     accumulate_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(a, s, n);
     return check(cudaGetLastError(), "launching the ring accumulate kernel");
   }
@@ -167,31 +168,13 @@ class CudaOps final : public RingOps {
     const View4 oa = view4(o_acc), op = view4(o_part);
     const int64_t rows = oa.shape[0] * oa.shape[1] * oa.shape[2];
     if (rows == 0) return Status::Ok();
-    DeviceScope scope(device_);
+    cuda::DeviceScope scope(device_);
     merge_kernel<<<blocks_for(rows), kThreads, 0, stream_>>>(oa, view4(lse_acc), op,
                                                              view4(lse_part), rows);
     return check(cudaGetLastError(), "launching the ring merge kernel");
   }
 
  private:
-  // Makes the ops' device current for a scope and restores the caller's.
-  class DeviceScope {
-   public:
-    explicit DeviceScope(int device) {
-      have_ = cudaGetDevice(&saved_) == cudaSuccess;
-      if (!have_ || saved_ != device) (void)cudaSetDevice(device);
-    }
-    ~DeviceScope() {
-      if (have_) (void)cudaSetDevice(saved_);
-    }
-    DeviceScope(const DeviceScope&) = delete;
-    DeviceScope& operator=(const DeviceScope&) = delete;
-
-   private:
-    int saved_ = 0;
-    bool have_ = false;
-  };
-
   static Status check(cudaError_t e, const std::string& what) {
     if (e == cudaSuccess) return Status::Ok();
     return Status::CudaError("ring: " + what + ": " + cudaGetErrorString(e));

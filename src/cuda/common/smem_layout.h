@@ -49,11 +49,7 @@ struct PaddedRows {
     return tile + row * kStride + col;
   }
   template <typename E>
-  __device__ __forceinline__ static uint32_t smem_at(E* tile, int row, int col) {
-    return ptx::smem_addr(tile + row * kStride + col);
-  }
-  template <typename E>
-  __device__ __forceinline__ static uint32_t smem_at(E* tile, int row, int col, int col2) {
+  __device__ __forceinline__ static uint32_t smem_at(E* tile, int row, int col, int col2 = 0) {
     return ptx::smem_addr(tile + row * kStride + col + col2);
   }
 #endif

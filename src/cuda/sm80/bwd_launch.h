@@ -40,11 +40,6 @@ inline int kv_splits_for(const BackwardParams& p, int block_n, int num_sms) {
   return splits;
 }
 
-// The single-step-buffer main kernel (BwdTraits) is chosen on GPUs too small for two buffers.
-// It passed Cuda.SingleStepBufferBackwardMatchesReference (every head dim, masks, modifiers,
-// dropout, deterministic; forced on an H200) on 2026-11-29 at de8c33c. Not yet run on an A100.
-constexpr bool kSingleStepBufferVerified = true;
-
 // FLASHATTN_DEV_BWD_SINGLE_BUFFER=1 forces one step buffer on any GPU (tests of that variant).
 inline bool dev_bwd_single_buffer() {
   const char* v = std::getenv("FLASHATTN_DEV_BWD_SINGLE_BUFFER");
@@ -118,12 +113,13 @@ Status run_bwd(const BackwardParams& params, cudaStream_t stream) {
   int smem_optin = 0;
   FLASHATTN_CUDA_TRY(cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
   // Two Q/dO step buffers where they fit. One step buffer (BwdTraits) is what fits an A100 at
-  // head dim >= 64 (kSingleStepBufferVerified); the GPU tests force it on any GPU
-  // (FLASHATTN_DEV_BWD_SINGLE_BUFFER=1, see tests/cpp/test_special.cpp).
+  // head dim >= 64; the GPU tests force it on any GPU (FLASHATTN_DEV_BWD_SINGLE_BUFFER=1,
+  // tests/cpp/test_special.cpp), where it passed at every head dim with masks, modifiers,
+  // dropout and deterministic mode (H200, 2026-11-29). Not yet run on an A100 itself.
   const bool force_single = dev_bwd_single_buffer();
   int step_buffers = 2;
   if (force_single ||
-      (kSingleStepBufferVerified && Traits::kSmemBytes > size_t(smem_optin) &&
+      (Traits::kSmemBytes > size_t(smem_optin) &&
        Traits::kSmemBytesSingle <= size_t(smem_optin))) {
     step_buffers = 1;
   }
