@@ -71,6 +71,10 @@ constexpr BwdTile bwd_tile(int head_dim) {
   // d192/256: 64 keys per CTA keep dK+dV at 96/128 registers; at d256 dQ goes in four column
   //           passes (16 registers each) so nothing spills next to them in the plain kernels.
   if (head_dim <= 192) return {64, 64, 8, 2, 2, 2, 1, 1};
+#if defined(FLASHATTN_DEV_BWD256_SDP_WARPS_M)
+  // dev A/B only: FA2's S/dP warp grid at d256 is 4 x 2 (16 x 32 warp tiles).
+  return {64, 64, 8, FLASHATTN_DEV_BWD256_SDP_WARPS_M, 2, 2, 4, 1};
+#endif
   return {64, 64, 8, 2, 2, 2, 4, 1};
 }
 

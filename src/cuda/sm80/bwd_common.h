@@ -32,16 +32,31 @@ namespace flashattn::cuda {
 // sequence b's query row i lives at ws_row0(b) + i, and every sequence owns the rows
 // [ws_row0(b), ws_row0(b) + round_up(seqlen_b, ws_block)) exclusively, so kernels may read and
 // write whole block_m tiles without bounds checks. Dense: ws_row0(b) = b * round_up(seqlen_q,
-// ws_block). Varlen: ws_row0(b) = round_down(cu_seqlens_q[b], 4) + b * (ws_block + 4), which
-// is a multiple of 4 (16-byte aligned rows of floats for cp.async) and at least
-// round_up(seqlen_b, ws_block) past the previous sequence's start.
+// ws_block). Varlen: ws_row0(b) = round_down(cu_seqlens_q[b], 16) + b * (ws_block + 16), which
+// is a multiple of 16 (whole dQ fragment groups, below; 16-byte aligned statistics for
+// cp.async) and at least round_up(seqlen_b, ws_block) past the previous sequence's start.
+constexpr int kWsRowAlign = 16;
+
+// The dQ accumulator holds each group of 16 workspace rows (16 * head_dim floats) in MMA
+// fragment order instead of row-major: the 16 x 8 tile of columns [8t, 8t + 8) takes 128
+// consecutive floats, in which lane l of a warp owns floats 4l .. 4l + 3 = its accumulator
+// fragment (rows l/4 and l/4 + 8, columns 2(l%4) and 2(l%4) + 1). The main kernel then adds a
+// whole fragment with one 16-byte reduction, a warp covering 512 contiguous bytes (on sm90:
+// red.global.add.v4.f32; half the reductions of row-major float2 ones), and
+// bwd_convert_dq_kernel reads it back with 16-byte loads.
+__host__ __device__ constexpr int64_t dq_frag_offset(int64_t row, int col, int head_dim) {
+  const int r = int(row % 16), c = col % 8;
+  return (row - r) * head_dim + (col - c) * 16 + ((r % 8) * 4 + c / 2) * 4 + (r / 8) * 2 + c % 2;
+}
+
 struct BwdKernelParams : BackwardParams {
   int64_t ws_rows = 0;       // workspace rows per head
   int32_t ws_block = 0;      // = the main kernel's block_m
   int32_t ws_seq_rows = 0;   // dense: round_up(seqlen_q, ws_block)
   float* lse_log2 = nullptr;  // (heads, ws_rows): LSE * log2(e); +inf where LSE = -inf and on padding
   float* dsum = nullptr;      // (heads, ws_rows): D = rowsum(dO * O); 0 on padding
-  float* dq_accum = nullptr;  // (heads, ws_rows, head_dim) f32, unscaled; null when deterministic
+  float* dq_accum = nullptr;  // (heads, ws_rows, head_dim) f32 in fragment order (dq_frag_offset),
+                              // unscaled; null when deterministic
   // GQA: the query heads of one kv head are split into kv_splits chunks, one CTA per chunk and key
   // block. With kv_splits > 1 each chunk writes unscaled f32 partials, summed by a reduction:
   //   dk_partial, dv_partial (kv_splits, total_k, heads_k, head_dim), row = k_row0(b) + j.
@@ -54,7 +69,8 @@ struct BwdKernelParams : BackwardParams {
   size_t smem_limit = 0;  // the main kernel's dynamic shared-memory limit on this device
 
   __device__ __forceinline__ int64_t ws_row0(int b, int64_t row0_q) const {
-    return is_varlen() ? (row0_q & ~int64_t(3)) + int64_t(b) * (ws_block + 4) : int64_t(b) * ws_seq_rows;
+    return is_varlen() ? (row0_q & ~int64_t(kWsRowAlign - 1)) + int64_t(b) * (ws_block + kWsRowAlign)
+                       : int64_t(b) * ws_seq_rows;
   }
   // Global row of key j = 0 of sequence b in the (total_k, ...) partials.
   __device__ __forceinline__ int64_t k_row0(int b, int64_t row0_k) const {
@@ -113,18 +129,14 @@ struct BwdTraits {
   //     sQ, sdO   (kBlockM, kSmemStride)
   //     stats     (2, kBlockM) f32              LSE * log2(e) and D
   // sP and sdS are written from registers and use PaddedRows. The copied tiles (K, V, Q, dO)
-  // use PaddedRows too, or SwizzledRows where kSwizzle says (dev experiment, off by default:
-  // -DFLASHATTN_DEV_BWD_SWIZZLE), which needs whole 128-byte rows and warp column offsets
-  // that the swizzle's XOR steps can reach without carries.
-#if defined(FLASHATTN_DEV_BWD_SWIZZLE)
+  // use SwizzledRows where kSwizzle says (whole 128-byte rows, and warp column offsets that the
+  // swizzle's XOR steps reach without carries; measured on H200: backward 2-5% faster than
+  // padded rows), else PaddedRows.
   static constexpr bool kSwizzle = kHeadDim % 64 == 0 && kBlockM % 8 == 0 && kBlockN % 8 == 0 &&
                                    (kThreads / (kHeadDim / 8)) % 8 == 0 &&
                                    swizzle_steps_ok(kKvCols / 8, kKvWarpsD, kKvDTiles) &&
                                    swizzle_steps_ok(kDqCols / 8, kDqWarpsD, kDqDTiles) &&
                                    kDqPassCols % 64 == 0;
-#else
-  static constexpr bool kSwizzle = false;
-#endif
   using RowLayout = std::conditional_t<kSwizzle, SwizzledRows<kHeadDim>, PaddedRows<kHeadDim + 8>>;
   using PLayout = PaddedRows<kBlockN + 8>;
   static constexpr int kSmemStride = RowLayout::kStride;

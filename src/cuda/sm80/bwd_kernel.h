@@ -212,14 +212,17 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     // dV += Pd^T dO and dK += dS^T Q: k runs over the kBlockM query rows of the step.
     warp_gemm_atb<Element, Traits::kKvMTiles, Traits::kKvDTiles, kBlockM / 16, PLayout, RowLayout>(
         dv_acc, pt_a_addr, q_b_addr + buf * kQBufBytes + kDoOffset);
+#if !defined(FLASHATTN_DEV_BWD_DQ_MID)
     warp_gemm_atb<Element, Traits::kKvMTiles, Traits::kKvDTiles, kBlockM / 16, PLayout, RowLayout>(
         dk_acc, pt_a_addr + kDsOffset, q_b_addr + buf * kQBufBytes);
+#endif
 
     // dQ_i += dS K_j into the f32 accumulator (rows of this sequence's workspace block).
     if (params.dq_accum != nullptr) {
-      // This lane's first element; every other one is a compile-time offset from it.
+      // This lane's first fragment (dq_frag_offset: fragment order); every other one is a
+      // compile-time offset from it.
       float* dq_lane = params.dq_accum + (int64_t(head) * params.ws_rows + ws_row0 + m0) * kHeadDim +
-                       (dq_row0 + lane / 4) * kHeadDim + dq_col0 + 2 * (lane % 4);
+                       dq_frag_offset(dq_row0, dq_col0, kHeadDim) + 4 * lane;
 #pragma unroll 1
       for (int pass = 0; pass < Traits::kDqPasses; ++pass) {
         float dq[Traits::kDqMTiles][Traits::kDqDTiles][4];
@@ -230,23 +233,25 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
         for (int mt = 0; mt < Traits::kDqMTiles; ++mt) {
 #pragma unroll
           for (int dt = 0; dt < Traits::kDqDTiles; ++dt) {
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-              float* dst = dq_lane + (mt * 16 + 8 * h) * kHeadDim + pass * Traits::kDqPassCols + dt * 8;
-              // sm90 has a two-float reduction (one red.global.add.v2.f32); FA2 issues scalar ones.
-              // -DFLASHATTN_DEV_BWD_RED_SCALAR: scalar here too (dev A/B: ncu puts LSU-queue
-              // stalls on these reductions, 0.55 cycles per instruction against FA2's 0.01).
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && !defined(FLASHATTN_DEV_BWD_RED_SCALAR)
-              atomicAdd(reinterpret_cast<float2*>(dst), make_float2(dq[mt][dt][2 * h], dq[mt][dt][2 * h + 1]));
+            float* dst = dq_lane + dq_frag_offset(mt * 16, pass * Traits::kDqPassCols + dt * 8, kHeadDim);
+            // sm90: one red.global.add.v4.f32 per fragment. The row-major accumulator needed two
+            // float2 ones; scalar ones (FA2) made the backward 15-30% slower on H200
+            // (dev/results/*-ab-s4-red1.json).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+            atomicAdd(reinterpret_cast<float4*>(dst), make_float4(dq[mt][dt][0], dq[mt][dt][1], dq[mt][dt][2], dq[mt][dt][3]));
 #else
-              atomicAdd(dst, dq[mt][dt][2 * h]);
-              atomicAdd(dst + 1, dq[mt][dt][2 * h + 1]);
+#pragma unroll
+            for (int e = 0; e < 4; ++e) atomicAdd(dst + e, dq[mt][dt][e]);
 #endif
-            }
           }
         }
       }
     }
+#if defined(FLASHATTN_DEV_BWD_DQ_MID)
+    // dev A/B (FA2's order): dK after dQ, so its products run while the reductions drain.
+    warp_gemm_atb<Element, Traits::kKvMTiles, Traits::kKvDTiles, kBlockM / 16, PLayout, RowLayout>(
+        dk_acc, pt_a_addr + kDsOffset, q_b_addr + buf * kQBufBytes);
+#endif
     if (single && next_head < head_end) {
       __syncthreads();  // C: every warp is done with this step's Q, dO and stats
       load_step(next_head, (m_lo + next_mi) * kBlockM, 0);

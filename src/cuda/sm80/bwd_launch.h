@@ -137,7 +137,8 @@ Status run_bwd(const BackwardParams& params, cudaStream_t stream) {
   static_cast<BackwardParams&>(kp) = params;
   kp.ws_block = kBlockM;
   kp.ws_seq_rows = int32_t(round_up(params.seqlen_q, kBlockM));
-  kp.ws_rows = params.is_varlen() ? round_up(params.total_q, 4) + int64_t(params.batch) * (kBlockM + 4)
+  kp.ws_rows = params.is_varlen() ? round_up(params.total_q, kWsRowAlign) +
+                                        int64_t(params.batch) * (kBlockM + kWsRowAlign)
                                   : int64_t(params.batch) * kp.ws_seq_rows;
   kp.kv_splits = kv_splits_for(params, Traits::kBlockN, num_sms);
   kp.step_buffers = step_buffers;

@@ -87,29 +87,40 @@ __global__ void __launch_bounds__(kBwdAuxThreads) bwd_preprocess_kernel(const __
 }
 
 // Grid (ceil(seqlen_q / kBwdAuxRows), heads, batch): dq = scale * dq_accum for rows < seqlen.
+// A thread takes one 16 x 8 fragment tile's rows r and r + 8 (dq_frag_offset): 64 contiguous
+// bytes of the accumulator, two 16-byte rows of dq.
 template <typename Element, int kHeadDim>
 __global__ void __launch_bounds__(kBwdAuxThreads) bwd_convert_dq_kernel(const __grid_constant__ BwdKernelParams params) {
+  static_assert(kBwdAuxRows % 16 == 0, "whole 16-row fragment groups per CTA");
   constexpr int kChunksPerRow = kHeadDim / 8;
   const int head = blockIdx.y;
   const int batch = blockIdx.z;
   const SeqExtent seq = seq_extent(params, batch);
   const int64_t ws_row0 = int64_t(head) * params.ws_rows + params.ws_row0(batch, seq.row0_q);
-  for (int c = threadIdx.x; c < kBwdAuxRows * kChunksPerRow; c += kBwdAuxThreads) {
-    const int r = blockIdx.x * kBwdAuxRows + c / kChunksPerRow;
+  const float s = params.scale;
+  for (int c = threadIdx.x; c < kBwdAuxRows / 2 * kChunksPerRow; c += kBwdAuxThreads) {
+    const int pair = c / kChunksPerRow;  // rows r and r + 8 of a 16-row group
+    const int r = blockIdx.x * kBwdAuxRows + (pair / 8) * 16 + pair % 8;
     const int col = (c % kChunksPerRow) * 8;
     if (r >= seq.seqlen_q) continue;
-    const float4* src = reinterpret_cast<const float4*>(params.dq_accum + (ws_row0 + r) * kHeadDim + col);
-    const float4 a = src[0];
-    const float4 b = src[1];
-    const float s = params.scale;
-    uint4 out;
-    out.x = ptx::pack2<Element>(a.x * s, a.y * s);
-    out.y = ptx::pack2<Element>(a.z * s, a.w * s);
-    out.z = ptx::pack2<Element>(b.x * s, b.y * s);
-    out.w = ptx::pack2<Element>(b.z * s, b.w * s);
+    const float4* src = reinterpret_cast<const float4*>(params.dq_accum + ws_row0 * kHeadDim +
+                                                        dq_frag_offset(r, col, kHeadDim));
+    float4 f[4];  // f[q] = rows (r, r + 8) x columns (col + 2q, col + 2q + 1)
+#pragma unroll
+    for (int q = 0; q < 4; ++q) f[q] = src[q];
     Element* dst = static_cast<Element*>(params.dq) + batch * params.dq_strides.batch +
                    (seq.row0_q + r) * params.dq_strides.row + int64_t(head) * params.dq_strides.head + col;
-    *reinterpret_cast<uint4*>(dst) = out;
+    uint4 lo, hi;
+    lo.x = ptx::pack2<Element>(f[0].x * s, f[0].y * s);
+    lo.y = ptx::pack2<Element>(f[1].x * s, f[1].y * s);
+    lo.z = ptx::pack2<Element>(f[2].x * s, f[2].y * s);
+    lo.w = ptx::pack2<Element>(f[3].x * s, f[3].y * s);
+    hi.x = ptx::pack2<Element>(f[0].z * s, f[0].w * s);
+    hi.y = ptx::pack2<Element>(f[1].z * s, f[1].w * s);
+    hi.z = ptx::pack2<Element>(f[2].z * s, f[2].w * s);
+    hi.w = ptx::pack2<Element>(f[3].z * s, f[3].w * s);
+    *reinterpret_cast<uint4*>(dst) = lo;
+    if (r + 8 < seq.seqlen_q) *reinterpret_cast<uint4*>(dst + 8 * params.dq_strides.row) = hi;
   }
 }
 

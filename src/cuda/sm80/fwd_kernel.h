@@ -53,15 +53,13 @@ struct FwdTraits {
   static constexpr int kMTiles = kRowsPerWarp / 16;  // 16-row MMA tiles per warp
   static constexpr int kNTiles = kBlockN / 8;        // 8-key MMA tiles of S
   static constexpr int kDTiles = kHeadDim / 8;       // 8-column MMA tiles of O
-  // Rows are padded by 16 bytes: consecutive rows then start 16 bytes apart modulo 128, so the
-  // eight row addresses of every ldmatrix hit distinct banks, for every supported head dim.
-  // PaddedRows, or SwizzledRows (smem_layout.h) for the dev experiment
-  // -DFLASHATTN_DEV_FWD_SWIZZLE where rows are whole 128-byte lines and a copy pass keeps row % 8.
-#if defined(FLASHATTN_DEV_FWD_SWIZZLE)
+  // Copied tiles use SwizzledRows (smem_layout.h) where rows are whole 128-byte lines and one
+  // copy pass covers a multiple of 8 rows: 16-byte chunks are XOR-permuted within each 8-row
+  // group, so the eight row addresses of every ldmatrix hit distinct banks and every cp.async
+  // writes whole lines (measured on H200: forward 4-10% faster than padded rows, and the
+  // padded layout's excess L2 sectors are gone; dev/results/h200-2026-11-29-ab-s4-*.json).
+  // Other head dims (32, 96) pad rows by 16 bytes, which keeps ldmatrix conflict-free too.
   static constexpr bool kSwizzle = kHeadDim % 64 == 0 && (kThreads / (kHeadDim / 8)) % 8 == 0;
-#else
-  static constexpr bool kSwizzle = false;
-#endif
   using SmemLayout = std::conditional_t<kSwizzle, SwizzledRows<kHeadDim>, PaddedRows<kHeadDim + 8>>;
   static constexpr int kSmemStride = SmemLayout::kStride;
   static constexpr int kChunksPerRow = kHeadDim / 8;  // 16-byte chunks
