@@ -39,10 +39,11 @@ constexpr FwdTile fwd_tile(int head_dim, bool score_mods) {
 //   dQ = dS K                   (block_m x head_dim):  dq_warps_m   x (warps / dq_warps_m),
 //                                                      in dq_chunks column passes
 // Each warp tile must be a multiple of 16 rows and 16 columns (x4 ldmatrix loads two 8-wide
-// tiles). Shared memory holds K, V, double-buffered Q and dO, P and dS: 130 / 178 / 139 / 171 /
-// 169 / 217 KB for d 32 / 64 / 96 / 128 / 192 / 256, inside the 227 KB an sm90 CTA may use. On
-// A100 (163 KB) only d32 and d96 fit. With one Q/dO step buffer instead of two every head dim
-// fits (BwdTraits::kSmemBytesSingle), and run_bwd uses it there.
+// tiles). Shared memory holds K, V, double-buffered Q and dO, P and dS: 130 / 166 / 139 / 163 /
+// 169 / 211 KB for d 32 / 64 / 96 / 128 / 192 / 256 (d64/128/256 in swizzled rows without
+// padding), inside the 227 KB an sm90 CTA may use. On A100 (163 KB) d32, d96 and d128 fit.
+// With one Q/dO step buffer instead of two every head dim fits (BwdTraits::kSmemBytesSingle),
+// and run_bwd uses it there.
 struct BwdTile {
   int block_m;      // query rows per step
   int block_n;      // keys per CTA
@@ -70,12 +71,11 @@ constexpr BwdTile bwd_tile(int head_dim) {
   if (head_dim <= 128) return {64, 128, 8, 2, 4, 2, 1, 1};
   // d192/256: 64 keys per CTA keep dK+dV at 96/128 registers; at d256 dQ goes in four column
   //           passes (16 registers each) so nothing spills next to them in the plain kernels.
+  //           S/dP warp tiles: 32 x 16 at d192, 16 x 32 at d256 (the same ldmatrix bytes per
+  //           MMA; at d256 the 16 x 32 grid measured 1-3% faster on H200, dev/results/
+  //           h200-2026-11-29-ab-s5-sdp4.json, d192 is unmeasured).
   if (head_dim <= 192) return {64, 64, 8, 2, 2, 2, 1, 1};
-#if defined(FLASHATTN_DEV_BWD256_SDP_WARPS_M)
-  // dev A/B only: FA2's S/dP warp grid at d256 is 4 x 2 (16 x 32 warp tiles).
-  return {64, 64, 8, FLASHATTN_DEV_BWD256_SDP_WARPS_M, 2, 2, 4, 1};
-#endif
-  return {64, 64, 8, 2, 2, 2, 4, 1};
+  return {64, 64, 8, 4, 2, 2, 4, 1};
 }
 
 // Deterministic dQ kernel of the backward: one CTA per query block recomputes S, P, dP and dS

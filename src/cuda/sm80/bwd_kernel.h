@@ -212,10 +212,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     // dV += Pd^T dO and dK += dS^T Q: k runs over the kBlockM query rows of the step.
     warp_gemm_atb<Element, Traits::kKvMTiles, Traits::kKvDTiles, kBlockM / 16, PLayout, RowLayout>(
         dv_acc, pt_a_addr, q_b_addr + buf * kQBufBytes + kDoOffset);
-#if !defined(FLASHATTN_DEV_BWD_DQ_MID)
     warp_gemm_atb<Element, Traits::kKvMTiles, Traits::kKvDTiles, kBlockM / 16, PLayout, RowLayout>(
         dk_acc, pt_a_addr + kDsOffset, q_b_addr + buf * kQBufBytes);
-#endif
 
     // dQ_i += dS K_j into the f32 accumulator (rows of this sequence's workspace block).
     if (params.dq_accum != nullptr) {
@@ -247,11 +245,6 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
         }
       }
     }
-#if defined(FLASHATTN_DEV_BWD_DQ_MID)
-    // dev A/B (FA2's order): dK after dQ, so its products run while the reductions drain.
-    warp_gemm_atb<Element, Traits::kKvMTiles, Traits::kKvDTiles, kBlockM / 16, PLayout, RowLayout>(
-        dk_acc, pt_a_addr + kDsOffset, q_b_addr + buf * kQBufBytes);
-#endif
     if (single && next_head < head_end) {
       __syncthreads();  // C: every warp is done with this step's Q, dO and stats
       load_step(next_head, (m_lo + next_mi) * kBlockM, 0);
