@@ -135,4 +135,26 @@ TEST(SmemLayout, AdvanceMatchesOffsetWhereverTheTraitsAllowIt) {
   EXPECT_TRUE((advance_agrees<PaddedRows<136>>(2, 2, 4, 64)));
 }
 
+// load_rows (tile_copy.h) steps a thread's swizzled destination by whole passes of rows: a pass
+// of 4 rows (d256 with 4 warps) moves the swizzle phase row % 8 by 4, which the copy applies as
+// an XOR of chunk bit 2 on top of the row step. Check that against offset() for every start.
+TEST(SmemLayout, FourRowCopyPassesStepByXor) {
+  using L = SwizzledRows<256>;
+  for (int rows_per_pass : {4, 8, 12, 16}) {
+    for (int r0 = 0; r0 < rows_per_pass; ++r0) {
+      for (int c = 0; c < 32; ++c) {
+        for (int p = 0; p < 6; ++p) {
+          const uint32_t step = uint32_t(p * rows_per_pass * L::kRowBytes);
+          const uint32_t dst = (L::offset(r0, 8 * c) + step) ^ uint32_t(((p * rows_per_pass) & 7) << 4);
+          EXPECT_EQ(dst, L::offset(r0 + p * rows_per_pass, 8 * c))
+              << "pass " << rows_per_pass << " rows, r0 " << r0 << " chunk " << c << " p " << p;
+        }
+      }
+    }
+  }
+  // Two-row passes are not an XOR step (rows 2 -> 4 move the phase by a carry): rejected by the
+  // copy's static_assert.
+  EXPECT_NE(L::offset(2, 0) + 2 * L::kRowBytes, L::offset(4, 0));
+}
+
 }  // namespace

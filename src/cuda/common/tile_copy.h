@@ -22,7 +22,9 @@ __device__ __forceinline__ void load_rows(Element* smem, const char* g_row0, int
   constexpr int kRowsPerPass = kThreads / kChunksPerRow;
   constexpr int kPasses = (kRows + kRowsPerPass - 1) / kRowsPerPass;
   static_assert(kRowsPerPass > 0, "a pass covers at least one row");
-  static_assert(!Layout::kSwizzled || kRowsPerPass % 8 == 0, "a pass keeps row % 8 (the swizzle phase)");
+  // Swizzled rows: a pass of 8k rows keeps the swizzle phase row % 8; one of 8k + 4 rows flips
+  // its bit 2, which XORs chunk bit 2 of the address (adding 4 mod 8 is XOR 4).
+  static_assert(!Layout::kSwizzled || kRowsPerPass % 4 == 0, "a pass moves row % 8 by 0 or 4");
   const int r0 = tid / kChunksPerRow;
   const int col = (tid % kChunksPerRow) * 8;
   if (kThreads % kChunksPerRow != 0 && r0 >= kRowsPerPass) return;
@@ -33,7 +35,8 @@ __device__ __forceinline__ void load_rows(Element* smem, const char* g_row0, int
   for (int p = 0; p < kPasses; ++p) {
     const int r = r0 + p * kRowsPerPass;
     if (kRows % kRowsPerPass != 0 && r >= kRows) break;
-    const uint32_t dst = s + uint32_t(p * kRowsPerPass * Layout::kRowBytes);
+    uint32_t dst = s + uint32_t(p * kRowsPerPass * Layout::kRowBytes);
+    if constexpr (Layout::kSwizzled) dst ^= uint32_t(((p * kRowsPerPass) & 7) << 4);
     if constexpr (kFull) {
       ptx::cp_async_16(dst, g, true);
     } else {

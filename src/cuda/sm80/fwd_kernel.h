@@ -54,12 +54,12 @@ struct FwdTraits {
   static constexpr int kNTiles = kBlockN / 8;        // 8-key MMA tiles of S
   static constexpr int kDTiles = kHeadDim / 8;       // 8-column MMA tiles of O
   // Copied tiles use SwizzledRows (smem_layout.h) where rows are whole 128-byte lines and one
-  // copy pass covers a multiple of 8 rows: 16-byte chunks are XOR-permuted within each 8-row
+  // copy pass covers a multiple of 4 rows: 16-byte chunks are XOR-permuted within each 8-row
   // group, so the eight row addresses of every ldmatrix hit distinct banks and every cp.async
   // writes whole lines (measured on H200: forward 4-10% faster than padded rows, and the
   // padded layout's excess L2 sectors are gone; dev/results/h200-2026-11-29-ab-s4-*.json).
   // Other head dims (32, 96) pad rows by 16 bytes, which keeps ldmatrix conflict-free too.
-  static constexpr bool kSwizzle = kHeadDim % 64 == 0 && (kThreads / (kHeadDim / 8)) % 8 == 0;
+  static constexpr bool kSwizzle = kHeadDim % 64 == 0 && (kThreads / (kHeadDim / 8)) % 4 == 0;
   using SmemLayout = std::conditional_t<kSwizzle, SwizzledRows<kHeadDim>, PaddedRows<kHeadDim + 8>>;
   static constexpr int kSmemStride = SmemLayout::kStride;
   static constexpr int kChunksPerRow = kHeadDim / 8;  // 16-byte chunks
