@@ -26,7 +26,13 @@ constexpr FwdTile fwd_tile(int head_dim, bool score_mods) {
   //           live registers: 64-key tiles spill 200+ bytes there (ptxas, sm_90), 32-key tiles
   //           none.
   if (head_dim <= 128) return score_mods ? FwdTile{128, 32, 4} : FwdTile{128, 64, 4};
-  // d 192/256: 16 rows per warp over 8 warps; 32 rows would need 192-256 registers for O alone.
+  // d 192/256: 16 rows per warp; 32 rows would need 192-256 registers for O alone.
+  //           d256: 64 x 64 over 4 warps (FA2's shape): 96 KB of shared memory, so two CTAs
+  //           share an SM and one's prologue and epilogue overlap the other's loop. With
+  //           swizzled rows it measured 1.03-1.20x FA2 against 0.92-1.14x for 128 x 64 x 8
+  //           (H200, bf16, 1k-16k; dev/results/h200-2026-11-29-ab-s6-*.json; padded rows had
+  //           made it slower from 2k up). d192 (rows not swizzlable, unmeasured) keeps 128 x 64 x 8.
+  if (head_dim > 192) return {64, 64, 4};
   return {128, 64, 8};
 }
 
