@@ -4,7 +4,7 @@
 # tests/python/test_cuda.py on the first variant, then bench.py (flashattn vs SDPA flash, same
 # process) on each. Variants are "name=CUDA flags" ("" = the default code). Writes
 # $OUT/ab-NAME.json (one per variant: keep under the device tool's 8 returned files).
-# Usage: dev/ab.sh "64,128,256" "4096,16384" "swz=-DFLASHATTN_DEV_BWD_SWIZZLE -DFLASHATTN_DEV_FWD_SWIZZLE" "base="
+# Usage: dev/ab.sh "256" "1024,4096" "t64=-DFLASHATTN_DEV_FWD_BM=64 -DFLASHATTN_DEV_FWD_BN=64 -DFLASHATTN_DEV_FWD_WARPS=4" "base="
 # (a variant lives in the kernels under a dev macro; bench.py times forward and backward of
 # each; dev/NOTES.md records results and dev/results/ keeps their JSON).
 set -uo pipefail

@@ -321,26 +321,31 @@ def io_section(files):
 
 
 def block_size_section(files):
-    """flashattn's forward sweep rows of every io_repro.py run, side by side per block_m (builds with
-    the tile_size.h dev override give other block sizes): the model says L2->SM reads scale with
-    ceil(N / block_m) while HBM traffic stays at the compulsory bytes as long as L2 holds K and V."""
+    """flashattn's forward sweep rows of every io_repro.py run, side by side per run (builds with
+    the tile_size.h dev override give other block sizes; runs at different commits show layout
+    changes): the model says L2->SM reads scale with ceil(N / block_m) while HBM traffic stays at
+    the compulsory bytes as long as L2 holds K and V. A column is one run, labelled with its
+    block_m and its tag (io_repro.py --tag) or else its commit."""
     by_shape = {}
-    block_ms = set()
+    columns = {}
     for path, doc in files:
+        commit = ((doc.get("environment") or {}).get("git") or {}).get("commit") or "?"
+        label = doc.get("tag") or commit[:7]
         for r in doc["rows"]:
             if r.get("setting") != "sweep" or r["impl"] != "flashattn" or "error" in r or not r.get("block_m"):
                 continue
+            col = (r["block_m"], os.path.basename(path))
+            columns[col] = f"bm {r['block_m']}, {label}"
             key = (r["dtype"], r["pass"], r["d"], r["n"])
-            by_shape.setdefault(key, {})[r["block_m"]] = (r, os.path.basename(path))
-            block_ms.add(r["block_m"])
-    if len(block_ms) < 2:
+            by_shape.setdefault(key, {})[col] = (r, os.path.basename(path))
+    if len(columns) < 2:
         return []
-    bms = sorted(block_ms, reverse=True)
-    out = ["### Measured bytes vs block size", "",
-           "flashattn's forward at each block_m (query rows per CTA) the runs above measured, per shape: "
-           "HBM (DRAM read + write) GB, L2→SM read GB (`lts__t_sectors_srcunit_tex_op_read`), "
-           "that figure over the model's (Q once + K, V once per query block), and kernel time. "
-           "Files: " + ", ".join(sorted({f"`{name}`" for v in by_shape.values() for _, name in v.values()})) + ".", ""]
+    cols = sorted(columns, key=lambda c: (-c[0], c[1]))
+    out = ["### Measured bytes vs block size and layout", "",
+           "flashattn's forward in each run above that swept it, per shape: HBM (DRAM read + write) GB, "
+           "L2→SM read GB (`lts__t_sectors_srcunit_tex_op_read`), that figure over the model's (Q once + "
+           "K, V once per query block), and kernel time. Columns: block_m (query rows per CTA) and the "
+           "run's tag or commit. Files: " + ", ".join(f"`{c[1]}` ({columns[c]})" for c in cols) + ".", ""]
     body = []
     for key in sorted(by_shape):
         cells = by_shape[key]
@@ -348,11 +353,11 @@ def block_size_section(files):
             continue
         dtype, pass_, d, n = key
         row = [dtype, pass_, d, n]
-        for bm in bms:
-            if bm not in cells:
+        for col in cols:
+            if col not in cells:
                 row += ["—"] * 4
                 continue
-            r, _ = cells[bm]
+            r, _ = cells[col]
             model = (r.get("model") or {}).get("l2_read_bytes")
             row += [fmt_sig((r["dram_read_bytes"] + r["dram_write_bytes"]) / 1e9),
                     fmt_sig(r["l2_read_bytes"] / 1e9) if "l2_read_bytes" in r else "—",
@@ -360,8 +365,9 @@ def block_size_section(files):
                     fmt_sig(r.get("kernel_time_ms"))]
         body.append(row)
     header = ["dtype", "pass", "d", "N"]
-    for bm in bms:
-        header += [f"HBM GB (bm {bm})", f"L2→SM GB (bm {bm})", f"L2→SM / model (bm {bm})", f"kernel ms (bm {bm})"]
+    for col in cols:
+        lab = columns[col]
+        header += [f"HBM GB ({lab})", f"L2→SM GB ({lab})", f"L2→SM / model ({lab})", f"kernel ms ({lab})"]
     return out + [table(header, body), ""]
 
 

@@ -258,6 +258,36 @@ def test_io_table_next_to_paper(page):
     assert "| flashattn (ours) | fwd | 128 | 2048 | 32 | 1.07 | 1.07 | 9.13 | 16 | 8.86 | 9.13 |" in text
 
 
+def test_block_size_table_keeps_runs_of_one_block_m_apart(tmp_path):
+    # Three sweeps of the same shape: two at block_m 128 (two layouts, one tagged, one known by its
+    # commit) and one at 64. Each must get its own columns; rows of one run must never fill
+    # another run's cells.
+    base = fixture("io.json")
+    sweep = next(r for r in base["rows"] if r.get("setting") == "sweep" and r["impl"] == "flashattn")
+    d = tmp_path / "results"
+    d.mkdir()
+    for name, tag, commit, block_m, l2 in (("io-a.json", None, "a88bf1da0d", 128, 15e9),
+                                           ("io-b.json", "swizzled", "ef37f75d43", 128, 9e9),
+                                           ("io-c.json", "bm64", "70a8cf6fd9", 64, 30e9)):
+        doc = json.loads(json.dumps(base))
+        doc["environment"]["git"] = {"commit": commit}
+        if tag:
+            doc["tag"] = tag
+        row = json.loads(json.dumps(sweep))
+        row.update(block_m=block_m, l2_read_bytes=l2)
+        doc["rows"] = [row]
+        (d / name).write_text(json.dumps(doc))
+    text = gen.generate(str(d), str(tmp_path / "PERFORMANCE.md"), str(tmp_path / "plots"))
+    block = text[text.index("### Measured bytes vs block size"):]
+    header = next(line for line in block.splitlines() if line.startswith("| dtype"))
+    assert "L2→SM GB (bm 128, swizzled)" in header and "L2→SM GB (bm 128, a88bf1d)" in header
+    assert "L2→SM GB (bm 64, bm64)" in header
+    row = next(line for line in block.splitlines() if line.startswith(f"| {sweep['dtype']} | fwd |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    # columns sorted by block_m (descending) then file: io-a, io-b, io-c; L2 GB is each run's 2nd cell
+    assert [cells[4 + 4 * i + 1] for i in range(3)] == ["15.0", "9.00", "30.0"]
+
+
 def test_memory_and_cpu_tables(page):
     text = section(page, "Peak memory")
     assert "| 4096 | 0.129 (0.0664) | out of memory |" in text
