@@ -22,6 +22,14 @@ __device__ __forceinline__ float tanh_approx(float x) {
   return y;
 }
 
+// The lane index from %laneid. volatile: read where it is written, never hoisted, which keeps a
+// value derived from it out of the registers live across a loop (one S2R per use).
+__device__ __forceinline__ uint32_t lane_id() {
+  uint32_t lane;
+  asm volatile("mov.u32 %0, %%laneid;\n" : "=r"(lane));
+  return lane;
+}
+
 // Packs two floats into one register of two 16-bit values (lo = a, hi = b), round to nearest.
 template <typename Element>
 __device__ __forceinline__ uint32_t pack2(float a, float b);

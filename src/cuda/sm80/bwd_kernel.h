@@ -219,8 +219,16 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     if (params.dq_accum != nullptr) {
       // This lane's first fragment (dq_frag_offset: fragment order); every other one is a
       // compile-time offset from it.
+#if defined(FLASHATTN_DEV_BWD_DQ_LANEID)
+      // dev A/B: the lane index read here (%laneid, volatile, so not hoisted) keeps the 64-bit
+      // per-lane dQ pointer out of the registers live across the step; ptxas sm_90, d128 plain:
+      // 16 bytes of spills (4 LDL per step) -> none, window 24 -> 16 bytes. Not yet measured.
+      const int dq_lane_idx = int(ptx::lane_id());
+#else
+      const int dq_lane_idx = lane;
+#endif
       float* dq_lane = params.dq_accum + (int64_t(head) * params.ws_rows + ws_row0 + m0) * kHeadDim +
-                       dq_frag_offset(dq_row0, dq_col0, kHeadDim) + 4 * lane;
+                       dq_frag_offset(dq_row0, dq_col0, kHeadDim) + 4 * dq_lane_idx;
 #pragma unroll 1
       for (int pass = 0; pass < Traits::kDqPasses; ++pass) {
         float dq[Traits::kDqMTiles][Traits::kDqDTiles][4];
