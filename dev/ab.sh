@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A/B of kernel variants in one GPU session: builds the Python package once per variant (trimmed
 # to bf16 and the given head dims, each into its own --target folder, in parallel), runs
-# tests/python/test_cuda.py on the first variant, then bench.py (flashattn vs SDPA flash, same
+# tests/python/test_cuda.py on every variant but "base", then bench.py (flashattn vs SDPA flash, same
 # process) on each. Variants are "name=CUDA flags" ("" = the default code). Writes
 # $OUT/ab-NAME.json (one per variant: keep under the device tool's 8 returned files).
 # Usage: dev/ab.sh "256" "1024,4096" "t64=-DFLASHATTN_DEV_FWD_BM=64 -DFLASHATTN_DEV_FWD_BN=64 -DFLASHATTN_DEV_FWD_WARPS=4" "base="
@@ -24,7 +24,12 @@ for v in "$@"; do
 done
 start=$(date +%s); wait; echo "builds: $(( $(date +%s) - start )) s"
 for name in "${names[@]}"; do [ -d /tmp/ab-$name/flashattn ] || { tail -20 /tmp/ab-pip-$name.log; exit 1; }; done
-PYTHONPATH=/tmp/ab-${names[0]} python3 -m pytest tests/python/test_cuda.py -q -p no:cacheprovider 2>&1 | tail -2
+# Every variant but one named "base" (the current default, tested by gpu-check) is checked
+# against the float64 reference before it is timed.
+for name in "${names[@]}"; do
+  [ "$name" = base ] && continue
+  echo "test_cuda $name: $(PYTHONPATH=/tmp/ab-$name python3 -m pytest tests/python/test_cuda.py -q -p no:cacheprovider 2>&1 | tail -1)"
+done
 for name in "${names[@]}"; do
   echo "== $name"
   PYTHONPATH=/tmp/ab-$name python3 bench/bench.py --suite issue3 --impls flashattn,sdpa_flash --dtypes bf16 \

@@ -105,6 +105,38 @@ __device__ __forceinline__ void warp_gemm_ab(float (&acc)[kMT][kNT][4], uint32_t
   warp_gemm<Element, kMT, kNT, kKSteps, LayoutA, LayoutB, SmemMajor::kOuter, SmemMajor::kK>(acc, a_addr, b_addr);
 }
 
+// B held in registers across calls (an operand that stays fixed, e.g. V of a backward CTA):
+// load_b_frags reads the kNT x (16 * kKSteps) B tile stored [n][k] once (b_addr kind B), and
+// warp_gemm_abt_breg runs acc += A B^T with A from shared memory (a_addr kind A) against it.
+template <typename Element, int kNT, int kKSteps, typename LayoutB>
+__device__ __forceinline__ void load_b_frags(uint32_t (&b)[kKSteps][kNT / 2][4], uint32_t b_addr) {
+#pragma unroll
+  for (int kk = 0; kk < kKSteps; ++kk)
+#pragma unroll
+    for (int np = 0; np < kNT / 2; ++np) load_frag<Element, SmemMajor::kOuter, LayoutB>(b[kk][np], b_addr, np * 16, kk * 16);
+}
+
+template <typename Element, int kMT, int kNT, int kKSteps, typename LayoutA>
+__device__ __forceinline__ void warp_gemm_abt_breg(float (&acc)[kMT][kNT][4], uint32_t a_addr,
+                                                   const uint32_t (&b)[kKSteps][kNT / 2][4]) {
+#pragma unroll
+  for (int kk = 0; kk < kKSteps; ++kk) {
+    uint32_t a[kMT][4];
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt) load_frag<Element, SmemMajor::kOuter, LayoutA>(a[mt], a_addr, mt * 16, kk * 16);
+#pragma unroll
+    for (int np = 0; np < kNT / 2; ++np) {
+      const uint32_t b0[2] = {b[kk][np][0], b[kk][np][1]};
+      const uint32_t b1[2] = {b[kk][np][2], b[kk][np][3]};
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt) {
+        ptx::mma_m16n8k16<Element>(acc[mt][2 * np], a[mt], b0);
+        ptx::mma_m16n8k16<Element>(acc[mt][2 * np + 1], a[mt], b1);
+      }
+    }
+  }
+}
+
 // Stores a warp's f32 accumulator tile, converted to 16-bit pairs, at tile (row0.., col0..) of
 // smem in Layout: element (mt, nt, e) goes to row mt*16 + g + 8*(e/2), column nt*8 + 2t + e%2.
 // Conflict-free for PaddedRows with a stride 8 elements past a multiple of 64, and for

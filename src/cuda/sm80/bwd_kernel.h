@@ -167,6 +167,22 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     ptx::cp_async_commit();
   }
 
+#if defined(FLASHATTN_DEV_BWD_V_IN_REGS)
+  // dev A/B (FA2 keeps V in registers at d64): this warp's B fragments of dP = dO V^T are fixed
+  // for the CTA, so they are read from shared memory once instead of every step.
+  constexpr bool kVInRegs = kHeadDim <= 64;
+#else
+  constexpr bool kVInRegs = false;
+#endif
+  uint32_t v_frags[kVInRegs ? kHeadDim / 16 : 1][kVInRegs ? Traits::kSdpNTiles / 2 : 1][4];
+  if constexpr (kVInRegs) {
+    if (head_begin < head_end) {
+      ptx::cp_async_wait<0>();
+      __syncthreads();  // K, V (and the first step) landed
+      load_b_frags<Element, Traits::kSdpNTiles, kHeadDim / 16, RowLayout>(v_frags, k_b_addr + kVOffset);
+    }
+  }
+
   // Two step buffers: the next step's copies are issued at the top and overlap the whole step.
   // One: they are issued at the end of the step, after barrier C (every warp is done with this
   // step's Q, dO and stats), and overlap nothing; the double-buffered loop stays as it was.
@@ -203,7 +219,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
                                                                  needs_mask, mask, st, lane);
       float dp[kMT][kNT][4];
       zero_acc(dp);
-      warp_gemm_abt<Element, kMT, kNT, kHeadDim / 16, RowLayout, RowLayout>(dp, q_addr + kDoOffset, k_b_addr + kVOffset);
+      if constexpr (kVInRegs) {
+        warp_gemm_abt_breg<Element, kMT, kNT, kHeadDim / 16, RowLayout>(dp, q_addr + kDoOffset, v_frags);
+      } else {
+        warp_gemm_abt<Element, kMT, kNT, kHeadDim / 16, RowLayout, RowLayout>(dp, q_addr + kDoOffset, k_b_addr + kVOffset);
+      }
       probs_to_grads<Traits::kMods>(s, dp, keep, row0, stats + kBlockM, st, lane);
       store_acc_16bit<Element, kMT, kNT, PLayout>(sdS, dp, row0, sdp_col0, lane);
     }
