@@ -11,6 +11,7 @@
 
 #include "core/params.h"
 #include "core/philox.h"
+#include "cuda/common/dq_layout.h"
 #include "cuda/common/mask.h"
 #include "cuda/common/seq_extent.h"
 #include "cuda/common/smem_layout.h"
@@ -33,22 +34,8 @@ namespace flashattn::cuda {
 // [ws_row0(b), ws_row0(b) + round_up(seqlen_b, ws_block)) exclusively, so kernels may read and
 // write whole block_m tiles without bounds checks. Dense: ws_row0(b) = b * round_up(seqlen_q,
 // ws_block). Varlen: ws_row0(b) = round_down(cu_seqlens_q[b], 16) + b * (ws_block + 16), which
-// is a multiple of 16 (whole dQ fragment groups, below; 16-byte aligned statistics for
+// is a multiple of 16 (whole dQ fragment groups; 16-byte aligned statistics for
 // cp.async) and at least round_up(seqlen_b, ws_block) past the previous sequence's start.
-constexpr int kWsRowAlign = 16;
-
-// The dQ accumulator holds each group of 16 workspace rows (16 * head_dim floats) in MMA
-// fragment order instead of row-major: the 16 x 8 tile of columns [8t, 8t + 8) takes 128
-// consecutive floats, in which lane l of a warp owns floats 4l .. 4l + 3 = its accumulator
-// fragment (rows l/4 and l/4 + 8, columns 2(l%4) and 2(l%4) + 1). The main kernel then adds a
-// whole fragment with one 16-byte reduction, a warp covering 512 contiguous bytes (on sm90:
-// red.global.add.v4.f32; half the reductions of row-major float2 ones), and
-// bwd_convert_dq_kernel reads it back with 16-byte loads.
-__host__ __device__ constexpr int64_t dq_frag_offset(int64_t row, int col, int head_dim) {
-  const int r = int(row % 16), c = col % 8;
-  return (row - r) * head_dim + (col - c) * 16 + ((r % 8) * 4 + c / 2) * 4 + (r / 8) * 2 + c % 2;
-}
-
 struct BwdKernelParams : BackwardParams {
   int64_t ws_rows = 0;       // workspace rows per head
   int32_t ws_block = 0;      // = the main kernel's block_m
