@@ -51,6 +51,26 @@ __device__ __forceinline__ void load_frag(uint32_t (&r)[4], uint32_t base, int o
   }
 }
 
+// The kMT A fragments of k step kk (16-row tiles of this warp's A, stored [m][k]).
+template <typename Element, int kMT, SmemMajor kAMajor, typename LayoutA>
+__device__ __forceinline__ void load_a_frags(uint32_t (&a)[kMT][4], uint32_t a_addr, int kk) {
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt) load_frag<Element, kAMajor, LayoutA>(a[mt], a_addr, mt * 16, kk * 16);
+}
+
+// acc[.][nt] and acc[.][nt + 1] += a * (the two 8-wide B tiles of one x4 ldmatrix).
+template <typename Element, int kMT, int kNT>
+__device__ __forceinline__ void mma_b_pair(float (&acc)[kMT][kNT][4], const uint32_t (&a)[kMT][4],
+                                           const uint32_t (&b)[4], int nt) {
+  const uint32_t b0[2] = {b[0], b[1]};
+  const uint32_t b1[2] = {b[2], b[3]};
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt) {
+    ptx::mma_m16n8k16<Element>(acc[mt][nt], a[mt], b0);
+    ptx::mma_m16n8k16<Element>(acc[mt][nt + 1], a[mt], b1);
+  }
+}
+
 // One 16-deep k step: acc[kMT][kNT] += a (kMT A fragments) * B, the B tiles of step kk loaded
 // from shared memory in pairs (one x4 ldmatrix serves two 8-wide tiles).
 template <typename Element, int kMT, int kNT, SmemMajor kBMajor, typename LayoutB>
@@ -61,13 +81,7 @@ __device__ __forceinline__ void mma_k_step(float (&acc)[kMT][kNT][4], const uint
   for (int nt = 0; nt < kNT; nt += 2) {
     uint32_t b[4];
     load_frag<Element, kBMajor, LayoutB>(b, b_addr, nt * 8, kk * 16);
-    const uint32_t b0[2] = {b[0], b[1]};
-    const uint32_t b1[2] = {b[2], b[3]};
-#pragma unroll
-    for (int mt = 0; mt < kMT; ++mt) {
-      ptx::mma_m16n8k16<Element>(acc[mt][nt], a[mt], b0);
-      ptx::mma_m16n8k16<Element>(acc[mt][nt + 1], a[mt], b1);
-    }
+    mma_b_pair<Element>(acc, a, b, nt);
   }
 }
 
@@ -79,8 +93,7 @@ __device__ __forceinline__ void warp_gemm(float (&acc)[kMT][kNT][4], uint32_t a_
 #pragma unroll
   for (int kk = 0; kk < kKSteps; ++kk) {
     uint32_t a[kMT][4];
-#pragma unroll
-    for (int mt = 0; mt < kMT; ++mt) load_frag<Element, kAMajor, LayoutA>(a[mt], a_addr, mt * 16, kk * 16);
+    load_a_frags<Element, kMT, kAMajor, LayoutA>(a, a_addr, kk);
     mma_k_step<Element, kMT, kNT, kBMajor, LayoutB>(acc, a, b_addr, kk);
   }
 }
@@ -122,18 +135,9 @@ __device__ __forceinline__ void warp_gemm_abt_breg(float (&acc)[kMT][kNT][4], ui
 #pragma unroll
   for (int kk = 0; kk < kKSteps; ++kk) {
     uint32_t a[kMT][4];
+    load_a_frags<Element, kMT, SmemMajor::kOuter, LayoutA>(a, a_addr, kk);
 #pragma unroll
-    for (int mt = 0; mt < kMT; ++mt) load_frag<Element, SmemMajor::kOuter, LayoutA>(a[mt], a_addr, mt * 16, kk * 16);
-#pragma unroll
-    for (int np = 0; np < kNT / 2; ++np) {
-      const uint32_t b0[2] = {b[kk][np][0], b[kk][np][1]};
-      const uint32_t b1[2] = {b[kk][np][2], b[kk][np][3]};
-#pragma unroll
-      for (int mt = 0; mt < kMT; ++mt) {
-        ptx::mma_m16n8k16<Element>(acc[mt][2 * np], a[mt], b0);
-        ptx::mma_m16n8k16<Element>(acc[mt][2 * np + 1], a[mt], b1);
-      }
-    }
+    for (int np = 0; np < kNT / 2; ++np) mma_b_pair<Element>(acc, a, b[kk][np], 2 * np);
   }
 }
 
