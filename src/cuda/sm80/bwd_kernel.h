@@ -167,13 +167,12 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     ptx::cp_async_commit();
   }
 
-#if defined(FLASHATTN_DEV_BWD_V_IN_REGS)
-  // dev A/B (FA2 keeps V in registers at d64): this warp's B fragments of dP = dO V^T are fixed
-  // for the CTA, so they are read from shared memory once instead of every step.
+  // d <= 64 (FA2's choice): this warp's B fragments of dP = dO V^T are the same every step, so
+  // they are read from shared memory once per CTA. The d64 backward is bound by shared-memory
+  // reads (ldmatrix bytes per step exceed the mma.sync time); this removes 5.6% of them. H200,
+  // bf16, d64 4k-16k: backward +1-2% (dev/results/h200-2026-11-29-ab-s7-vreg.json); ptxas sm_90:
+  // plain 253 registers without spills, with modifiers 28 -> 12 bytes of spills.
   constexpr bool kVInRegs = kHeadDim <= 64;
-#else
-  constexpr bool kVInRegs = false;
-#endif
   uint32_t v_frags[kVInRegs ? kHeadDim / 16 : 1][kVInRegs ? Traits::kSdpNTiles / 2 : 1][4];
   if constexpr (kVInRegs) {
     if (head_begin < head_end) {
@@ -239,14 +238,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     if (params.dq_accum != nullptr) {
       // This lane's first fragment (dq_frag_offset: fragment order); every other one is a
       // compile-time offset from it.
-#if defined(FLASHATTN_DEV_BWD_DQ_LANEID)
-      // dev A/B: the lane index read here (%laneid, volatile, so not hoisted) keeps the 64-bit
-      // per-lane dQ pointer out of the registers live across the step; ptxas sm_90, d128 plain:
-      // 16 bytes of spills (4 LDL per step) -> none, window 24 -> 16 bytes. Not yet measured.
+      // The lane index is read here (%laneid, volatile, so not hoisted out of the loop): the
+      // 64-bit per-lane pointer is then rebuilt each step instead of living across it, which
+      // took d128 plain from 16 bytes of spills (4 LDL per step) to none and the window kernel
+      // from 24 to 16 bytes (ptxas sm_90); backward +0-2% at d128 (ab-s7-lane.json).
       const int dq_lane_idx = int(ptx::lane_id());
-#else
-      const int dq_lane_idx = lane;
-#endif
       float* dq_lane = params.dq_accum + (int64_t(head) * params.ws_rows + ws_row0 + m0) * kHeadDim +
                        dq_frag_offset(dq_row0, dq_col0, kHeadDim) + 4 * dq_lane_idx;
 #pragma unroll 1
