@@ -26,7 +26,8 @@ Design
   dispatcher's host time. Everything else goes through the ops.
 * Kernels run on ``torch.cuda.current_stream(device)`` under a device guard for the tensors'
   GPU; CPU tensors use ``torch.get_num_threads()`` worker threads. Inputs whose last dimension
-  is not contiguous are copied (flash_attn does the same).
+  is not contiguous are copied (flash_attn does the same), and so are GPU inputs whose pointer
+  or strides break the CUDA kernels' 16-byte copies.
 """
 
 from typing import Optional
@@ -59,7 +60,14 @@ def _seed_of(rng_state: Optional[Tensor]) -> int:
 
 
 def _contig_last(t: Tensor) -> Tensor:
-    return t if t.stride(-1) == 1 or t.shape[-1] <= 1 else t.contiguous()
+    """t as the kernels read it: last dimension contiguous (flash_attn copies otherwise too) and,
+    on a GPU, a 16-byte aligned pointer with strides in whole 16-byte chunks (8 elements: the
+    CUDA kernels copy 16 bytes at a time). Anything else becomes a contiguous copy."""
+    if t.stride(-1) != 1 and t.shape[-1] > 1:
+        return t.contiguous()
+    if t.is_cuda and (t.data_ptr() % 16 != 0 or any(st % 8 != 0 for st in t.stride()[:-1])):
+        return t.clone(memory_format=torch.contiguous_format)
+    return t
 
 
 def _plain(t: Optional[Tensor]) -> Optional[Tensor]:

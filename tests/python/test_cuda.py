@@ -98,6 +98,35 @@ def test_noncontiguous_inputs():
           [q, k, v], dout, torch.bfloat16)
 
 
+def test_misaligned_inputs_are_copied():
+    # A 2-byte storage offset (pointer not 16-byte aligned) and an odd row stride: the CUDA
+    # kernels' 16-byte copies cannot read these in place, so the wrapper copies them (the C ABI
+    # reports NotSupported naming the argument instead).
+    b, sq, sk, h, d = 2, 70, 90, 4, 64
+    g = torch.Generator(device=DEV).manual_seed(3)
+    def r(*shape):
+        return torch.randn(*shape, generator=g, device=DEV, dtype=torch.bfloat16)
+    q = r(b * sq * h * d + 1)[1:].view(b, sq, h, d)
+    k = r(b, sk, h, d + 1)[..., :d]
+    v = r(b, sk, h, d)
+    dout = r(b, sq, h, d + 3)[..., 3:]
+    assert q.data_ptr() % 16 != 0 and k.stride(1) % 8 != 0 and dout.data_ptr() % 16 != 0
+    check(lambda q, k, v: flashattn.flash_attn_func(q, k, v, causal=True),
+          lambda q, k, v: torch_ref.attention(q, k, v, causal=True)[0],
+          [q, k, v], dout, torch.bfloat16)
+
+
+def test_causal_grid_with_several_cta_groups():
+    # Enough (head, batch) planes that a causal launch starts its CTAs in several groups of
+    # planes, the last one smaller (cuda/common/cta_order.h; 132 SMs: forward groups of 33 and
+    # 7 planes at d64, backward 17 + 17 + 6).
+    s = dict(b=1, sq=2048, sk=2048, h=40, hk=40, d=64)
+    q, k, v, dout = make(s, torch.bfloat16, seed=4)
+    check(lambda q, k, v: flashattn.flash_attn_func(q, k, v, causal=True),
+          lambda q, k, v: torch_ref.attention(q, k, v, causal=True)[0],
+          [q, k, v], dout, torch.bfloat16)
+
+
 def test_mismatched_devices_are_a_value_error():
     q, k, v, _ = make(SHAPES[0], torch.bfloat16)
     with pytest.raises(ValueError, match=r"\bk\b.*cpu"):

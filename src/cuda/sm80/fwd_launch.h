@@ -23,16 +23,26 @@ Status run_fwd(const ForwardParams& params_in, cudaStream_t stream) {
   const int m_blocks = (params.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM;
   const int n_blocks = (params.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN;
   int splits = params.num_splits;
-  if (splits == 0) {
-    int device = 0, sms = 0, per_sm = 0;
+#if defined(FLASHATTN_DEV_CTA_ORDER)
+  const bool grouped = params.is_causal;
+#else
+  const bool grouped = false;
+#endif
+  int sms = 0, per_sm = 0;
+  if (splits == 0 || grouped) {
+    int device = 0;
     FLASHATTN_CUDA_TRY(cudaGetDevice(&device));
     FLASHATTN_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
     FLASHATTN_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, Traits::kThreads, kSmem));
+  }
+  if (splits == 0) {
     splits = choose_num_splits(static_cast<long long>(m_blocks) * params.heads * params.batch, n_blocks, sms,
                                per_sm);
   }
   splits = std::max(1, std::min({splits, n_blocks, 65535 / std::max(1, params.batch)}));
   params.num_splits = splits;
+  params.cta_group_planes = causal_group_planes(grouped, m_blocks, static_cast<long long>(params.heads) * params.batch * splits,
+                                                sms * std::max(1, per_sm));
 
   float* workspace = nullptr;
   if (splits > 1) {
