@@ -11,7 +11,6 @@
 
 #include "core/params.h"
 #include "core/philox.h"
-#include "cuda/common/cta_order.h"
 #include "cuda/common/dq_layout.h"
 #include "cuda/common/mask.h"
 #include "cuda/common/seq_extent.h"
@@ -55,9 +54,6 @@ struct BwdKernelParams : BackwardParams {
   // (run_bwd picks; see BwdTraits).
   int32_t step_buffers = 2;
   size_t smem_limit = 0;  // the main kernel's dynamic shared-memory limit on this device
-  // Causal: the main kernel's CTAs start in groups of this many (kv head [, split], batch)
-  // planes, key block 0 of each first (cuda/common/cta_order.h); 1 = plain order.
-  int32_t cta_group_planes = 1;
 
   __device__ __forceinline__ int64_t ws_row0(int b, int64_t row0_q) const {
     return is_varlen() ? (row0_q & ~int64_t(kWsRowAlign - 1)) + int64_t(b) * (ws_block + kWsRowAlign)

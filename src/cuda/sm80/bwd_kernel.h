@@ -83,20 +83,13 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   // it (warp tile offsets) can live in uniform registers.
   const int warp = __shfl_sync(0xffffffffu, tid / 32, 0);
   const int lane = tid % 32;
-  // Block 0 first: under a causal mask it sees the most rows; causal launches interleave the
-  // blocks of cta_group_planes planes (cta_order.h).
-#if defined(FLASHATTN_DEV_CTA_ORDER)
-  const CtaSlot slot = this_cta_slot(params.cta_group_planes);
-  const int n_block = slot.block;
-  const int kv_head = slot.plane % gridDim.y / params.kv_splits;
-  const int split = slot.plane % gridDim.y % params.kv_splits;
-  const int batch = slot.plane / gridDim.y;
-#else
+  // Block 0 first: under a causal mask it sees the most rows. (Interleaving the planes as the
+  // forward does, cta_order.h, measured slower here: the remapped indices cost 28 bytes of
+  // spills at d128 and the backward lost 2-7%; dev/results/h200-2026-11-29-ab-s8-order.json.)
   const int n_block = blockIdx.x;
   const int kv_head = blockIdx.y / params.kv_splits;
   const int split = blockIdx.y % params.kv_splits;
   const int batch = blockIdx.z;
-#endif
   const int group = params.heads / params.heads_k;
   const int heads_per_split = group / params.kv_splits;
   const int head_begin = kv_head * group + split * heads_per_split;

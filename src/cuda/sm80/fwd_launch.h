@@ -41,8 +41,20 @@ Status run_fwd(const ForwardParams& params_in, cudaStream_t stream) {
   }
   splits = std::max(1, std::min({splits, n_blocks, 65535 / std::max(1, params.batch)}));
   params.num_splits = splits;
-  params.cta_group_planes = causal_group_planes(grouped, m_blocks, static_cast<long long>(params.heads) * params.batch * splits,
-                                                sms * std::max(1, per_sm));
+#if defined(FLASHATTN_DEV_CTA_ORDER)
+  if (grouped) {
+    // A group's planes stream their own K and V through the L2 at once: at most a
+    // 1/FLASHATTN_DEV_CTA_ORDER share of it (dev A/B of that share).
+    int device = 0, l2 = 0;
+    FLASHATTN_CUDA_TRY(cudaGetDevice(&device));
+    FLASHATTN_CUDA_TRY(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device));
+    const long long kv_bytes = 2LL * params.seqlen_k * Traits::kHeadDim * sizeof(typename Traits::Element);
+    const long long max_group = std::max(1LL, l2 / FLASHATTN_DEV_CTA_ORDER / std::max(1LL, kv_bytes));
+    params.cta_group_planes = int(std::min<long long>(
+        max_group, causal_group_planes(true, m_blocks, static_cast<long long>(params.heads) * params.batch * splits,
+                                       sms * std::max(1, per_sm))));
+  }
+#endif
 
   float* workspace = nullptr;
   if (splits > 1) {
