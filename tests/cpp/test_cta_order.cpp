@@ -1,7 +1,7 @@
 // Start order of causal CTAs (src/cuda/common/cta_order.h), checked on the host: the grouped
 // order is a bijection of the grid for every group size, group 1 is the plain order, each group
-// starts with the heaviest block of each of its planes, and the group size follows the
-// heaviest-CTA rule.
+// starts with the heaviest block of each of its planes, a smaller group starts first, and the
+// group size follows the heaviest-CTA rule.
 #include <gtest/gtest.h>
 
 #include <vector>
@@ -43,13 +43,15 @@ TEST(CtaOrder, GroupOneIsThePlainOrder) {
   }
 }
 
-// CTAs start in linear order: in every group (the last one smaller), block b of each plane of the
-// group starts before block b + 1 of any of them.
+// CTAs start in linear order: in every group, block b of each plane of the group starts before
+// block b + 1 of any of them; the one smaller group (7 % 3 = 1 plane) comes first, so the last
+// group is a whole one.
 TEST(CtaOrder, EachGroupStartsBlockByBlock) {
   const int blocks = 5, planes = 7, group = 3;
+  const int sizes[] = {1, 3, 3};
   long long linear = 0;
-  for (int g0 = 0; g0 < planes; g0 += group) {
-    const int size = planes - g0 < group ? planes - g0 : group;
+  int g0 = 0;
+  for (int size : sizes) {
     for (int b = 0; b < blocks; ++b) {
       for (int p = 0; p < size; ++p, ++linear) {
         const CtaSlot s = grouped_cta_slot(linear, blocks, planes, group);
@@ -57,7 +59,9 @@ TEST(CtaOrder, EachGroupStartsBlockByBlock) {
         EXPECT_EQ(s.plane, unsigned(g0 + p)) << "linear " << linear;
       }
     }
+    g0 += size;
   }
+  EXPECT_EQ(linear, blocks * planes);
 }
 
 TEST(CtaOrder, GroupSizeCarriesTheHeaviestCta) {

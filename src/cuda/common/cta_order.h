@@ -1,20 +1,23 @@
-// Start order of the CTAs of a causal launch, shared by the forward and the main backward kernel
-// and checked on the host (tests/cpp/test_cta_order.cpp).
+// Start order of the CTAs of a causal forward launch (dev A/B: FLASHATTN_DEV_CTA_ORDER), checked
+// on the host (tests/cpp/test_cta_order.cpp).
 //
-// Both kernels' grids are (blocks of one head, planes), a plane being one (head [, split], batch)
-// pair. Under a causal mask the CTAs of a plane differ in work: the forward's last query block
-// sees every key, its first one key block; the backward's first key block sees every query
-// block. The kernels already take a plane's blocks heaviest first. But the hardware starts CTAs
-// in blockIdx order, plane after plane, so the heaviest CTA of the last plane starts when
-// little work is left and runs on alone: at d128, 16k (128 blocks of 128 rows per plane, 132
-// SMs) a plane is about 63 block-steps per SM and its heaviest CTA 128, about 6% of the whole
-// run past the rest (8% at 8k, 11% at 4k in the backward).
+// The forward's grid is (query blocks of one head, planes), a plane being one (head, batch
+// [, split]). Under a causal mask the CTAs of a plane differ in work: the last query block sees
+// every key, the first one key block. The kernel takes a plane's blocks heaviest first, but the
+// hardware starts CTAs in blockIdx order, plane after plane, so the heaviest CTA of the last
+// plane starts when little work is left and runs on alone: at d128, 16k (128 blocks per plane,
+// 132 SMs x 2 CTAs) a plane is about 32 block-steps per slot and its heaviest CTA 128.
 //
-// group_planes planes are therefore interleaved: the CTAs of a group of G planes start as block
-// 0 of each of the G planes, then block 1 of each, and so on. With G large enough that a group
-// carries at least its heaviest CTA's worth of work per SM (causal_group_planes), the heaviest
-// CTA of the last group starts with a group's work still ahead of it. G stays as small as that
-// allows, since the L2 then serves G planes' rows (Q, dO, the dQ accumulator) at once.
+// Planes are therefore interleaved: the CTAs of a group of G planes start as block 0 of each of
+// the G planes, then block 1 of each, and so on. With G large enough that a group carries at
+// least its heaviest CTA's worth of work per slot (causal_group_planes), the heaviest CTA of the
+// last group starts with a group's work still ahead of it.
+//
+// Measured (H200, bf16, dev/results/h200-2026-11-29-ab-s8-order.json, ab-s9-*.json): the
+// forward gained 6-9% at d128 2k/4k causal and d256 2k causal where the last group was about
+// as large as the others, and lost 2-5% where it was much smaller (the layout below now avoids
+// that; not yet measured). The backward with the same order lost 2-7%: its remapped indices cost
+// 28 bytes of spills at d128, and it keeps the plain order.
 #pragma once
 
 #if defined(__CUDACC__)
@@ -31,17 +34,21 @@ struct CtaSlot {
 };
 
 // CTA `linear` (blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z)) of a grid of
-// `blocks` x `planes` -> its slot when planes are interleaved in groups of `group` (the last
-// group may be smaller). A bijection for every group >= 1; group 1 is the plain order. 32-bit
-// arithmetic (a 64-bit division is a subroutine call, which cost the kernels spills): the
-// launchers use group 1 where blocks * planes reaches 2^31.
+// `blocks` x `planes` -> its slot when planes are interleaved in groups of `group`. Where
+// `group` does not divide `planes`, the one smaller group (planes % group planes) starts first,
+// so that the last group to start is a whole one: a small last group leaves its heaviest CTAs
+// running alone at the end, which is what the order is for (measured: groups of 5, 5, 5 and 1
+// planes made the d128 16k causal forward 4% slower, ab-s8; 3, 3, 3, 3, 3, 1 as much, ab-s9).
+// A bijection for every group >= 1; group 1 is the plain order. 32-bit arithmetic (a 64-bit
+// division is a subroutine call, which cost the kernels spills): the launchers use group 1
+// where blocks * planes reaches 2^31.
 FLASHATTN_CTA_HD inline CtaSlot grouped_cta_slot(unsigned linear, unsigned blocks, unsigned planes, unsigned group) {
-  const unsigned per_group = group * blocks;
-  const unsigned g = linear / per_group;
-  const unsigned r = linear - g * per_group;
-  const unsigned rest = planes - g * group;
-  const unsigned size = rest < group ? rest : group;
-  return {int(r / size), g * group + r % size};
+  const unsigned first = planes % group;
+  if (linear < first * blocks) return {int(linear / first), linear % first};
+  linear -= first * blocks;
+  const unsigned g = linear / (group * blocks);
+  const unsigned r = linear - g * group * blocks;
+  return {int(r / group), first + g * group + r % group};
 }
 
 #if defined(__CUDACC__)

@@ -144,8 +144,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   const int tid = threadIdx.x;
   const int warp = tid / 32;
   const int lane = tid % 32;
-  // Heavier query blocks first: under a causal mask the last blocks see the most keys; causal
-  // launches interleave the blocks of cta_group_planes planes (cta_order.h).
+  // Heavier query blocks first: under a causal mask the last blocks see the most keys. (dev A/B:
+  // causal launches interleave the blocks of cta_group_planes planes, cta_order.h.)
   const int num_splits = params.num_splits;  // resolved by the launcher, >= 1
 #if defined(FLASHATTN_DEV_CTA_ORDER)
   const CtaSlot slot = this_cta_slot(params.cta_group_planes);
