@@ -117,9 +117,9 @@ def test_misaligned_inputs_are_copied():
 
 
 def test_causal_grid_with_several_cta_groups():
-    # Enough (head, batch) planes that a causal launch starts its CTAs in several groups of
-    # planes, the last one smaller (cuda/common/cta_order.h; 132 SMs: forward groups of 33 and
-    # 7 planes at d64, backward 17 + 17 + 6).
+    # 40 planes of 16 query blocks: with the forward's interleaved causal order (dev macro
+    # FLASHATTN_DEV_CTA_ORDER, cuda/common/cta_order.h) a 132-SM GPU starts them in several groups
+    # of planes, the smaller one first; in the default build, a plain causal check.
     s = dict(b=1, sq=2048, sk=2048, h=40, hk=40, d=64)
     q, k, v, dout = make(s, torch.bfloat16, seed=4)
     check(lambda q, k, v: flashattn.flash_attn_func(q, k, v, causal=True),
