@@ -117,9 +117,10 @@ def test_misaligned_inputs_are_copied():
 
 
 def test_causal_grid_with_several_cta_groups():
-    # 40 planes of 16 query blocks: with the forward's interleaved causal order (dev macro
-    # FLASHATTN_DEV_CTA_ORDER, cuda/common/cta_order.h) a 132-SM GPU starts them in several groups
-    # of planes, the smaller one first; in the default build, a plain causal check.
+    # 40 planes of 16 query (key) blocks: with the interleaved causal order (dev macros
+    # FLASHATTN_DEV_CTA_ORDER for the forward, FLASHATTN_DEV_BWD_CTA_ORDER for the backward,
+    # cuda/common/cta_order.h) a 132-SM GPU starts them in several groups of planes, the smaller
+    # one first (backward: 6, 17, 17); in the default build, a plain causal check.
     s = dict(b=1, sq=2048, sk=2048, h=40, hk=40, d=64)
     q, k, v, dout = make(s, torch.bfloat16, seed=4)
     check(lambda q, k, v: flashattn.flash_attn_func(q, k, v, causal=True),

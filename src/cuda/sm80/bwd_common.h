@@ -11,6 +11,7 @@
 
 #include "core/params.h"
 #include "core/philox.h"
+#include "cuda/common/cta_order.h"
 #include "cuda/common/dq_layout.h"
 #include "cuda/common/mask.h"
 #include "cuda/common/seq_extent.h"
@@ -54,6 +55,9 @@ struct BwdKernelParams : BackwardParams {
   // (run_bwd picks; see BwdTraits).
   int32_t step_buffers = 2;
   size_t smem_limit = 0;  // the main kernel's dynamic shared-memory limit on this device
+  // dev A/B (FLASHATTN_DEV_BWD_CTA_ORDER): causal launches start the main kernel's CTAs in
+  // groups of this many (kv head [, split], batch) planes (cuda/common/cta_order.h).
+  int32_t cta_group_planes = 1;
 
   __device__ __forceinline__ int64_t ws_row0(int b, int64_t row0_q) const {
     return is_varlen() ? (row0_q & ~int64_t(kWsRowAlign - 1)) + int64_t(b) * (ws_block + kWsRowAlign)
@@ -62,6 +66,17 @@ struct BwdKernelParams : BackwardParams {
   // Global row of key j = 0 of sequence b in the (total_k, ...) partials.
   __device__ __forceinline__ int64_t k_row0(int b, int64_t row0_k) const {
     return is_varlen() ? row0_k : int64_t(b) * seqlen_k;
+  }
+};
+
+// An int kept in shared memory and read there at every use (volatile, so never hoisted into a
+// register that lives across a loop): for per-CTA values that would otherwise spill.
+struct SmemInt {
+  const int* p;
+  __device__ __forceinline__ operator int() const {
+    int v;
+    asm volatile("ld.shared.s32 %0, [%1];\n" : "=r"(v) : "r"(ptx::smem_addr(p)));
+    return v;
   }
 };
 

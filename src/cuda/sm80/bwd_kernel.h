@@ -83,19 +83,39 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   // it (warp tile offsets) can live in uniform registers.
   const int warp = __shfl_sync(0xffffffffu, tid / 32, 0);
   const int lane = tid % 32;
-  // Block 0 first: under a causal mask it sees the most rows. (Interleaving the planes as the
-  // forward does, cta_order.h, measured slower here: the remapped indices cost 28 bytes of
-  // spills at d128 and the backward lost 2-7%; dev/results/h200-2026-11-29-ab-s8-order.json.)
+  // Block 0 first: under a causal mask it sees the most rows.
+#if defined(FLASHATTN_DEV_BWD_CTA_ORDER)
+  // dev A/B: the interleaved causal order of cta_order.h. Computed in registers, the remapped
+  // indices spilled (28 bytes at d128) and the backward lost 2-7% (dev/results/
+  // h200-2026-11-29-ab-s8-order.json), where blockIdx reads cost nothing: ptxas re-reads them
+  // instead of keeping them live. Here they sit in shared memory and every use reads them
+  // there (SmemInt: a volatile ld.shared), the same trade.
+  __shared__ int cta_index[5];  // n_block, kv_head, split, batch, n0
+  if (tid == 0) {
+    const CtaSlot slot = this_cta_slot(params.cta_group_planes);
+    cta_index[0] = slot.block;
+    cta_index[1] = int(slot.plane % gridDim.y) / params.kv_splits;
+    cta_index[2] = int(slot.plane % gridDim.y) % params.kv_splits;
+    cta_index[3] = int(slot.plane / gridDim.y);
+    cta_index[4] = slot.block * kBlockN;
+  }
+  __syncthreads();
+  const SmemInt n_block{&cta_index[0]}, kv_head{&cta_index[1]}, split{&cta_index[2]}, batch{&cta_index[3]},
+      n0{&cta_index[4]};
+#else
   const int n_block = blockIdx.x;
   const int kv_head = blockIdx.y / params.kv_splits;
   const int split = blockIdx.y % params.kv_splits;
   const int batch = blockIdx.z;
+#endif
   const int group = params.heads / params.heads_k;
   const int heads_per_split = group / params.kv_splits;
   const int head_begin = kv_head * group + split * heads_per_split;
 
   const SeqExtent seq = seq_extent(params, batch);
+#if !defined(FLASHATTN_DEV_BWD_CTA_ORDER)
   const int n0 = n_block * kBlockN;
+#endif
   if (n0 >= seq.seqlen_k) return;  // past this sequence's keys (varlen)
   const int keys_here = min(kBlockN, seq.seqlen_k - n0);
 
