@@ -1,5 +1,5 @@
-// Start order of the CTAs of a causal forward launch (dev A/B: FLASHATTN_DEV_CTA_ORDER), checked
-// on the host (tests/cpp/test_cta_order.cpp).
+// Start order of the CTAs of a causal launch (dev A/Bs: FLASHATTN_DEV_CTA_ORDER for the forward,
+// FLASHATTN_DEV_BWD_CTA_ORDER for the backward), checked on the host (tests/cpp/test_cta_order.cpp).
 //
 // The forward's grid is (query blocks of one head, planes), a plane being one (head, batch
 // [, split]). Under a causal mask the CTAs of a plane differ in work: the last query block sees
@@ -17,7 +17,8 @@
 // forward gained 6-9% at d128 2k/4k causal and d256 2k causal where the last group was about
 // as large as the others, and lost 2-5% where it was much smaller (the layout below now avoids
 // that; not yet measured). The backward with the same order lost 2-7%: its remapped indices cost
-// 28 bytes of spills at d128, and it keeps the plain order.
+// 28 bytes of spills at d128, and it keeps the plain order; FLASHATTN_DEV_BWD_CTA_ORDER keeps
+// them in shared memory instead (bwd_kernel.h), not yet measured.
 #pragma once
 
 #if defined(__CUDACC__)
