@@ -59,7 +59,7 @@ def _seed_of(rng_state: Optional[Tensor]) -> int:
     return ((int(hi) << 32) | int(lo)) & _U64
 
 
-def _contig_last(t: Tensor) -> Tensor:
+def _kernel_ready(t: Tensor) -> Tensor:
     """t as the kernels read it: last dimension contiguous (flash_attn copies otherwise too) and,
     on a GPU, a 16-byte aligned pointer with strides in whole 16-byte chunks (8 elements: the
     CUDA kernels copy 16 bytes at a time). Anything else becomes a contiguous copy."""
@@ -123,7 +123,7 @@ def _run_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, al
              softmax_scale, causal, window_left, window_right, softcap, dropout_p, rng_state):
     varlen = cu_seqlens_q is not None
     check_rank("q", q.shape, varlen)
-    q, k, v = _contig_last(q), _contig_last(k), _contig_last(v)
+    q, k, v = _kernel_ready(q), _kernel_ready(k), _kernel_ready(v)
     out = torch.empty(_out_shape(q, v), dtype=q.dtype, device=q.device)
     lse = torch.empty(_lse_shape(q, varlen), dtype=torch.float32, device=q.device)
     with _Launch(q) as launch:
@@ -137,8 +137,8 @@ def _run_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, al
 def _run_bwd(dout, q, k, v, out, lse, dq, dk, dv, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
              max_seqlen_k, alibi_slopes, softmax_scale, causal, window_left, window_right,
              softcap, dropout_p, rng_state, deterministic):
-    q, k, v = _contig_last(q), _contig_last(k), _contig_last(v)
-    dout = _contig_last(dout)
+    q, k, v = _kernel_ready(q), _kernel_ready(k), _kernel_ready(v)
+    dout = _kernel_ready(dout)
     with _Launch(q) as launch:
         raise_error(_C.backward(_plain(dout), _plain(q), _plain(k), _plain(v), _plain(out),
                                 _plain(lse), dq, dk, dv, deterministic=bool(deterministic),

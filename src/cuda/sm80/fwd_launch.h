@@ -24,9 +24,9 @@ Status run_fwd(const ForwardParams& params_in, cudaStream_t stream) {
   const int n_blocks = (params.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN;
   int splits = params.num_splits;
 #if defined(FLASHATTN_DEV_CTA_ORDER)
-  const bool grouped = params.is_causal;
+  const bool grouped = params.is_causal;  // dev A/B: interleaved causal start order (cta_order.h)
 #else
-  const bool grouped = false;
+  constexpr bool grouped = false;
 #endif
   int sms = 0, per_sm = 0;
   if (splits == 0 || grouped) {
@@ -41,20 +41,10 @@ Status run_fwd(const ForwardParams& params_in, cudaStream_t stream) {
   }
   splits = std::max(1, std::min({splits, n_blocks, 65535 / std::max(1, params.batch)}));
   params.num_splits = splits;
-#if defined(FLASHATTN_DEV_CTA_ORDER)
   if (grouped) {
-    // A group's planes stream their own K and V through the L2 at once: at most a
-    // 1/FLASHATTN_DEV_CTA_ORDER share of it (dev A/B of that share).
-    int device = 0, l2 = 0;
-    FLASHATTN_CUDA_TRY(cudaGetDevice(&device));
-    FLASHATTN_CUDA_TRY(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device));
-    const long long kv_bytes = 2LL * params.seqlen_k * Traits::kHeadDim * sizeof(typename Traits::Element);
-    const long long max_group = std::max(1LL, l2 / FLASHATTN_DEV_CTA_ORDER / std::max(1LL, kv_bytes));
-    params.cta_group_planes = int(std::min<long long>(
-        max_group, causal_group_planes(true, m_blocks, static_cast<long long>(params.heads) * params.batch * splits,
-                                       sms * std::max(1, per_sm))));
+    params.cta_group_planes = causal_group_planes(
+        true, m_blocks, static_cast<long long>(params.heads) * params.batch * splits, sms * std::max(1, per_sm));
   }
-#endif
 
   float* workspace = nullptr;
   if (splits > 1) {
