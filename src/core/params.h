@@ -86,9 +86,8 @@ struct ForwardParams : QKVParams {
   int32_t num_splits = 0;
   float* split_out = nullptr;
   float* split_lse = nullptr;
-  // Set by the CUDA backend (dev A/B, FLASHATTN_DEV_CTA_ORDER): causal launches start their CTAs
-  // in groups of this many (head, batch) planes, heaviest blocks first (cuda/common/cta_order.h);
-  // 1 = plain order.
+  // Set by the CUDA backend: causal launches start their CTAs in groups of this many
+  // (head, batch[, split]) planes, heaviest blocks first (cuda/common/cta_order.h); 1 = plain order.
   int32_t cta_group_planes = 1;
 };
 

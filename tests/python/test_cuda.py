@@ -116,12 +116,13 @@ def test_misaligned_inputs_are_copied():
           [q, k, v], dout, torch.bfloat16)
 
 
-def test_causal_grid_with_several_cta_groups():
-    # 40 planes of 16 query (key) blocks: with the interleaved causal order (dev macros
-    # FLASHATTN_DEV_CTA_ORDER for the forward, FLASHATTN_DEV_BWD_CTA_ORDER for the backward,
-    # cuda/common/cta_order.h) a 132-SM GPU starts them in several groups of planes, the smaller
-    # one first (backward: 6, 17, 17); in the default build, a plain causal check.
-    s = dict(b=1, sq=2048, sk=2048, h=40, hk=40, d=64)
+@pytest.mark.parametrize("d", [64, 128])
+def test_causal_grid_with_several_cta_groups(d):
+    # 40 planes of 16 key blocks (and of 16 query blocks at d64): causal launches start them in
+    # the interleaved order of cuda/common/cta_order.h, on a 132-SM GPU in several groups of
+    # planes, the smaller one first (d128 backward: 6, 17, 17). The forward interleaves at every
+    # head dim, the backward where its tile says so (d128).
+    s = dict(b=1, sq=2048, sk=2048, h=40, hk=40, d=d)
     q, k, v, dout = make(s, torch.bfloat16, seed=4)
     check(lambda q, k, v: flashattn.flash_attn_func(q, k, v, causal=True),
           lambda q, k, v: torch_ref.attention(q, k, v, causal=True)[0],

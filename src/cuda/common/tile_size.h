@@ -60,6 +60,7 @@ struct BwdTile {
   int dq_chunks;    // dQ is produced in this many column passes (bounds its registers)
   int mods_splits;  // with softcap / ALiBi / dropout, S and dP are produced in this many row
                     // slices of the warp tile (their temporaries need the registers)
+  bool interleave;  // causal launches interleave their planes (cta_order.h; BwdTraits::kInterleave)
 };
 
 constexpr BwdTile bwd_tile(int head_dim) {
@@ -67,21 +68,26 @@ constexpr BwdTile bwd_tile(int head_dim) {
   //         halve the barriers and per-step overhead per FLOP. S/dP warp tiles of 64 rows x 32
   //         keys; the 32 x 64 alternative (same shared-memory traffic) spills at d64 (ptxas sm90).
   //         With score modifiers the 64 rows go in two slices (d64: 136 -> 24 bytes of spills).
-  if (head_dim <= 64) return {128, 128, 8, 2, 4, 4, 1, 2};
+  // interleave: the causal start order of cta_order.h, whose CTA indices live in shared memory
+  //             (bwd_kernel.h). Measured on H200 (bf16, 1k-16k, dev/results/
+  //             h200-2026-11-29-ab-s10-*.json): d128 causal +1-6%; d64 causal -1-4% and d256
+  //             causal -3-+2%, where reading the indices from shared memory costs what the order
+  //             gains (the same reads made the non-causal kernels 3% slower, hence causal only).
+  if (head_dim <= 64) return {128, 128, 8, 2, 4, 4, 1, 2, false};
   // d96/128: dK+dV take 96/128 registers, so the query step drops to 64 rows (S and dP 32
   //          each); 32 x 32 S tiles per warp, 32 keys x 48/64 columns of dK/dV per warp, and
   //          32 x 32 dQ tiles at d128 (the fewest ldmatrix per MMA that fit). Slicing S/dP for
   //          the modifiers removes the d96 spills but barely changes d128's (40 -> 32 bytes),
   //          where it would cost 50% more ldmatrix on S and dP.
-  if (head_dim <= 96) return {64, 128, 8, 2, 4, 4, 1, 2};
-  if (head_dim <= 128) return {64, 128, 8, 2, 4, 2, 1, 1};
+  if (head_dim <= 96) return {64, 128, 8, 2, 4, 4, 1, 2, false};
+  if (head_dim <= 128) return {64, 128, 8, 2, 4, 2, 1, 1, true};
   // d192/256: 64 keys per CTA keep dK+dV at 96/128 registers; at d256 dQ goes in four column
   //           passes (16 registers each) so nothing spills next to them in the plain kernels.
   //           S/dP warp tiles: 32 x 16 at d192, 16 x 32 at d256 (the same ldmatrix bytes per
   //           MMA; at d256 the 16 x 32 grid measured 1-3% faster on H200, dev/results/
   //           h200-2026-11-29-ab-s5-sdp4.json, d192 is unmeasured).
-  if (head_dim <= 192) return {64, 64, 8, 2, 2, 2, 1, 1};
-  return {64, 64, 8, 4, 2, 2, 4, 1};
+  if (head_dim <= 192) return {64, 64, 8, 2, 2, 2, 1, 1, false};
+  return {64, 64, 8, 4, 2, 2, 4, 1, false};
 }
 
 // Deterministic dQ kernel of the backward: one CTA per query block recomputes S, P, dP and dS

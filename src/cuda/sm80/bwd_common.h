@@ -55,8 +55,8 @@ struct BwdKernelParams : BackwardParams {
   // (run_bwd picks; see BwdTraits).
   int32_t step_buffers = 2;
   size_t smem_limit = 0;  // the main kernel's dynamic shared-memory limit on this device
-  // dev A/B (FLASHATTN_DEV_BWD_CTA_ORDER): causal launches start the main kernel's CTAs in
-  // groups of this many (kv head [, split], batch) planes (cuda/common/cta_order.h).
+  // Causal launches of BwdTraits::kInterleave kernels start the main kernel's CTAs in groups
+  // of this many (kv head [, split], batch) planes (cuda/common/cta_order.h); 1 = plain order.
   int32_t cta_group_planes = 1;
 
   __device__ __forceinline__ int64_t ws_row0(int b, int64_t row0_q) const {
@@ -105,6 +105,12 @@ struct BwdTraits {
   // dropout temporaries need the registers that part of S and dP gives back (at the price of
   // reading the K / V fragments once per slice).
   static constexpr int kSdpSplits = kMods == ScoreMods::kAny ? kTile.mods_splits : 1;
+  // Causal launches start their CTAs in the interleaved order of cta_order.h, the CTA's indices
+  // kept in shared memory (bwd_kernel.h). Plain kernels where the tile says so: with modifiers
+  // the shared-memory reads cost registers elsewhere (ptxas sm90, d128 window: 20 -> 60 bytes
+  // of spills), and kernels without a mask have nothing to reorder.
+  static constexpr bool kInterleave =
+      kTile.interleave && kMask == MaskMode::kWindow && kMods == ScoreMods::kNone;
   static constexpr int kSdpSubMTiles = kSdpMTiles / kSdpSplits;
   // dV += P^T dO and dK += dS^T Q: warp tile kKvRows keys x kKvCols columns.
   static constexpr int kKvWarpsN = kTile.kv_warps_n;
@@ -152,6 +158,10 @@ struct BwdTraits {
   static constexpr size_t kSmemBytes = kSmemFixedBytes + 2 * kStepBufBytes;        // double-buffered
   static constexpr size_t kSmemBytesSingle = kSmemFixedBytes + kStepBufBytes;      // one step buffer
   static_assert(kSmemFixedBytes % 16 == 0 && kStepBufBytes % 16 == 0, "16-byte aligned cp.async targets");
+  // The interleaved order's static shared memory (20 bytes, sm_90 binary only) must fit next to
+  // the double buffer in sm_90's 227 KB per block (A100's 163 KB is exactly d128's double
+  // buffer, which is why the sm_80 binary keeps the plain order).
+  static_assert(!kInterleave || kSmemBytes + 128 <= 227 * 1024, "interleave's indices fit in sm_90 shared memory");
   static_assert(!kSwizzle || (sizeof(Element) * kSmemKV % 128 == 0 && sizeof(Element) * kSmemQ % 128 == 0 &&
                               sizeof(Element) * kSmemP % 128 == 0 && kStepBufBytes % 128 == 0),
                 "swizzled tiles start on 128-byte boundaries");

@@ -56,6 +56,36 @@
 
 namespace flashattn::cuda {
 
+// This CTA's (key block, kv head, query-head split, batch, first key) in the main backward.
+template <typename Index>
+struct BwdCtaIndex {
+  Index n_block, kv_head, split, batch, n0;
+};
+
+// kInSmem: the interleaved causal order (cta_order.h). Thread 0 writes the indices into `slot`
+// (the caller syncs before any use) and every use reads them there (SmemInt, a volatile
+// ld.shared). Computed in registers they spilled (28 bytes at d128) and cost 2-7% (dev/results/
+// h200-2026-11-29-ab-s8-order.json): blockIdx reads cost nothing, as ptxas re-reads them
+// instead of keeping them live, and the shared-memory reads are the same trade. Otherwise the
+// plain order, straight from blockIdx.
+template <bool kInSmem, int kBlockN>
+__device__ __forceinline__ auto bwd_cta_index(const BwdKernelParams& params, int (&slot)[5]) {
+  if constexpr (kInSmem) {
+    if (threadIdx.x == 0) {
+      const CtaSlot s = this_cta_slot(params.cta_group_planes);
+      slot[0] = s.block;
+      slot[1] = int(s.plane % gridDim.y) / params.kv_splits;
+      slot[2] = int(s.plane % gridDim.y) % params.kv_splits;
+      slot[3] = int(s.plane / gridDim.y);
+      slot[4] = s.block * kBlockN;
+    }
+    return BwdCtaIndex<SmemInt>{{&slot[0]}, {&slot[1]}, {&slot[2]}, {&slot[3]}, {&slot[4]}};
+  } else {
+    return BwdCtaIndex<int>{int(blockIdx.x), int(blockIdx.y) / params.kv_splits,
+                            int(blockIdx.y) % params.kv_splits, int(blockIdx.z), int(blockIdx.x) * kBlockN};
+  }
+}
+
 template <typename Traits>
 __global__ void __launch_bounds__(Traits::kThreads, 1)
     bwd_kernel(const __grid_constant__ BwdKernelParams params) {
@@ -83,39 +113,22 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   // it (warp tile offsets) can live in uniform registers.
   const int warp = __shfl_sync(0xffffffffu, tid / 32, 0);
   const int lane = tid % 32;
-  // Block 0 first: under a causal mask it sees the most rows.
-#if defined(FLASHATTN_DEV_BWD_CTA_ORDER)
-  // dev A/B: the interleaved causal order of cta_order.h. Computed in registers, the remapped
-  // indices spilled (28 bytes at d128) and the backward lost 2-7% (dev/results/
-  // h200-2026-11-29-ab-s8-order.json), where blockIdx reads cost nothing: ptxas re-reads them
-  // instead of keeping them live. Here they sit in shared memory and every use reads them
-  // there (SmemInt: a volatile ld.shared), the same trade.
-  __shared__ int cta_index[5];  // n_block, kv_head, split, batch, n0
-  if (tid == 0) {
-    const CtaSlot slot = this_cta_slot(params.cta_group_planes);
-    cta_index[0] = slot.block;
-    cta_index[1] = int(slot.plane % gridDim.y) / params.kv_splits;
-    cta_index[2] = int(slot.plane % gridDim.y) % params.kv_splits;
-    cta_index[3] = int(slot.plane / gridDim.y);
-    cta_index[4] = slot.block * kBlockN;
-  }
-  __syncthreads();
-  const SmemInt n_block{&cta_index[0]}, kv_head{&cta_index[1]}, split{&cta_index[2]}, batch{&cta_index[3]},
-      n0{&cta_index[4]};
+  // Block 0 first: under a causal mask it sees the most rows. Where BwdTraits::kInterleave,
+  // causal launches also interleave their planes; only in the sm_90 binary, as the A100's 163 KB
+  // of shared memory per block are exactly the d128 double buffer (BwdTraits).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  constexpr bool kInterleave = Traits::kInterleave;
 #else
-  const int n_block = blockIdx.x;
-  const int kv_head = blockIdx.y / params.kv_splits;
-  const int split = blockIdx.y % params.kv_splits;
-  const int batch = blockIdx.z;
+  constexpr bool kInterleave = false;
 #endif
+  __shared__ int cta_slot[5];  // used only where kInterleave
+  const auto [n_block, kv_head, split, batch, n0] = bwd_cta_index<kInterleave, kBlockN>(params, cta_slot);
+  if constexpr (kInterleave) __syncthreads();
   const int group = params.heads / params.heads_k;
   const int heads_per_split = group / params.kv_splits;
   const int head_begin = kv_head * group + split * heads_per_split;
 
   const SeqExtent seq = seq_extent(params, batch);
-#if !defined(FLASHATTN_DEV_BWD_CTA_ORDER)
-  const int n0 = n_block * kBlockN;
-#endif
   if (n0 >= seq.seqlen_k) return;  // past this sequence's keys (varlen)
   const int keys_here = min(kBlockN, seq.seqlen_k - n0);
 

@@ -143,12 +143,11 @@ Status run_bwd(const BackwardParams& params, cudaStream_t stream) {
   kp.kv_splits = kv_splits_for(params, Traits::kBlockN, num_sms);
   kp.step_buffers = step_buffers;
   kp.smem_limit = Traits::kSmemBytes <= size_t(smem_optin) ? Traits::kSmemBytes : Traits::kSmemBytesSingle;
-#if defined(FLASHATTN_DEV_BWD_CTA_ORDER)
-  // One CTA per SM (the main kernel's shared memory).
-  kp.cta_group_planes = causal_group_planes(params.is_causal, int(ceil_div(params.seqlen_k, Traits::kBlockN)),
-                                            static_cast<long long>(params.heads_k) * kp.kv_splits * params.batch,
-                                            num_sms);
-#endif
+  if constexpr (Traits::kInterleave) {  // one CTA per SM (the main kernel's shared memory)
+    kp.cta_group_planes = causal_group_planes(params.is_causal, int(ceil_div(params.seqlen_k, Traits::kBlockN)),
+                                              static_cast<long long>(params.heads_k) * kp.kv_splits * params.batch,
+                                              num_sms);
+  }
 
   // Workspace, O(rows * head_dim): LSE*log2(e) and D per (head, row); the f32 dQ accumulator
   // (atomics path only); f32 dK/dV partials when query heads are split.

@@ -144,21 +144,14 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   const int tid = threadIdx.x;
   const int warp = tid / 32;
   const int lane = tid % 32;
-  // Heavier query blocks first: under a causal mask the last blocks see the most keys. (dev A/B:
-  // causal launches interleave the blocks of cta_group_planes planes, cta_order.h.)
+  // Heavier query blocks first: under a causal mask the last blocks see the most keys. Causal
+  // launches also interleave the blocks of cta_group_planes planes (cta_order.h).
   const int num_splits = params.num_splits;  // resolved by the launcher, >= 1
-#if defined(FLASHATTN_DEV_CTA_ORDER)
   const CtaSlot slot = this_cta_slot(params.cta_group_planes);
   const int m_block = gridDim.x - 1 - slot.block;
   const int head = slot.plane % gridDim.y;
   const int batch = slot.plane / gridDim.y / num_splits;
   const int split = slot.plane / gridDim.y % num_splits;
-#else
-  const int m_block = gridDim.x - 1 - blockIdx.x;
-  const int head = blockIdx.y;
-  const int batch = blockIdx.z / num_splits;
-  const int split = blockIdx.z % num_splits;
-#endif
   const int head_k = head / (params.heads / params.heads_k);
 
   // Sequence extents (varlen: this sequence's rows inside the packed tensors).

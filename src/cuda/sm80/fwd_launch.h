@@ -23,11 +23,7 @@ Status run_fwd(const ForwardParams& params_in, cudaStream_t stream) {
   const int m_blocks = (params.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM;
   const int n_blocks = (params.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN;
   int splits = params.num_splits;
-#if defined(FLASHATTN_DEV_CTA_ORDER)
-  const bool grouped = params.is_causal;  // dev A/B: interleaved causal start order (cta_order.h)
-#else
-  constexpr bool grouped = false;
-#endif
+  const bool grouped = params.is_causal;  // causal launches interleave their planes (cta_order.h)
   int sms = 0, per_sm = 0;
   if (splits == 0 || grouped) {
     int device = 0;
