@@ -1,5 +1,5 @@
-// Start order of the CTAs of a causal launch (dev A/Bs: FLASHATTN_DEV_CTA_ORDER for the forward,
-// FLASHATTN_DEV_BWD_CTA_ORDER for the backward), checked on the host (tests/cpp/test_cta_order.cpp).
+// Start order of the CTAs of a causal launch (the forward at every head dim; the backward where
+// BwdTile::interleave says so), checked on the host (tests/cpp/test_cta_order.cpp).
 //
 // The forward's grid is (query blocks of one head, planes), a plane being one (head, batch
 // [, split]). Under a causal mask the CTAs of a plane differ in work: the last query block sees
@@ -13,12 +13,11 @@
 // least its heaviest CTA's worth of work per slot (causal_group_planes), the heaviest CTA of the
 // last group starts with a group's work still ahead of it.
 //
-// Measured (H200, bf16, dev/results/h200-2026-11-29-ab-s8-order.json, ab-s9-*.json): the
-// forward gained 6-9% at d128 2k/4k causal and d256 2k causal where the last group was about
-// as large as the others, and lost 2-5% where it was much smaller (the layout below now avoids
-// that; not yet measured). The backward with the same order lost 2-7%: its remapped indices cost
-// 28 bytes of spills at d128, and it keeps the plain order; FLASHATTN_DEV_BWD_CTA_ORDER keeps
-// them in shared memory instead (bwd_kernel.h), not yet measured.
+// Measured (H200, bf16, 1k-16k, dev/results/h200-2026-11-29-ab-s10-*.json, against the plain
+// order): forward causal +4-10% at d128 and d256 (d256 16k: 0%), 0-4% at d64; non-causal
+// unchanged (group 1). An earlier layout whose last group was small lost 2-5% there (ab-s8,
+// ab-s9): the last group to start must be a whole one. The backward keeps its CTA's indices in
+// shared memory (bwd_kernel.h): causal d128 +1-6%, d64 and d256 none (BwdTile::interleave).
 #pragma once
 
 #if defined(__CUDACC__)
