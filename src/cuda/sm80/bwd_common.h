@@ -298,6 +298,38 @@ __device__ __forceinline__ void scores_to_probs(float (&s)[kMT][kNT][4], KeepBit
   const int g = lane / 4;
   const int t = lane % 4;
   keep.bits = 0;
+#if !defined(FLASHATTN_DEV_BWD_MASK_PER_ELEMENT)
+  // Plain kernels mask in a pass of its own under one warp-uniform branch, so that blocks inside
+  // the mask run none of its arithmetic (like the forward). As a select per element inside the
+  // loop below, ptxas computed the compares on every block: ncu, d64 bf16 16k without a mask,
+  // about 290 of 1,420 instructions per warp and step (ISETP, PLOP3, FSEL), where FA2 has none.
+  // The modifiers mask after softcap (tanh(-inf) is finite), so they keep the select.
+  if constexpr (!kAny) {
+    if (needs_mask) {
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          int lo, hi;
+          mask.row_range(m0 + row0 + mt * 16 + g + 8 * h, &lo, &hi);
+          lo -= n0 + col0 + 2 * t;  // as column offsets of this lane's element e = 0
+          hi -= n0 + col0 + 2 * t;
+#pragma unroll
+          for (int nt = 0; nt < kNT; ++nt) {
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              const int c = nt * 8 + e;
+              if (c < lo || c >= hi) s[mt][nt][2 * h + e] = -INFINITY;
+            }
+          }
+        }
+      }
+    }
+  }
+  constexpr bool kMaskInLoop = kAny;
+#else
+  constexpr bool kMaskInLoop = true;  // dev A/B: the per-element select of every kernel
+#endif
 #pragma unroll
   for (int mt = 0; mt < kMT; ++mt) {
 #pragma unroll
@@ -325,7 +357,7 @@ __device__ __forceinline__ void scores_to_probs(float (&s)[kMT][kNT][4], KeepBit
             if (needs_mask && !mask.visible(i, j + e)) x = -INFINITY;
             p[e] = ptx::exp2_approx(x - lse2);
           } else {
-            if (needs_mask && !mask.visible(i, j + e)) x = -INFINITY;
+            if (kMaskInLoop && needs_mask && !mask.visible(i, j + e)) x = -INFINITY;
             p[e] = ptx::exp2_approx(fmaf(x, st.scale_log2, -lse2));
           }
         }
