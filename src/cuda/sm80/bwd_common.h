@@ -298,12 +298,13 @@ __device__ __forceinline__ void scores_to_probs(float (&s)[kMT][kNT][4], KeepBit
   const int g = lane / 4;
   const int t = lane % 4;
   keep.bits = 0;
-#if !defined(FLASHATTN_DEV_BWD_MASK_PER_ELEMENT)
   // Plain kernels mask in a pass of its own under one warp-uniform branch, so that blocks inside
   // the mask run none of its arithmetic (like the forward). As a select per element inside the
   // loop below, ptxas computed the compares on every block: ncu, d64 bf16 16k without a mask,
   // about 290 of 1,420 instructions per warp and step (ISETP, PLOP3, FSEL), where FA2 has none.
-  // The modifiers mask after softcap (tanh(-inf) is finite), so they keep the select.
+  // Measured against that (H200, bf16, dev/results/h200-2026-11-29-ab-s11-*.json): backward
+  // +1-3.5% at d64 and d128, +0-1% at d256. The modifiers mask after softcap (tanh(-inf) is
+  // finite), so they keep the select.
   if constexpr (!kAny) {
     if (needs_mask) {
 #pragma unroll
@@ -327,9 +328,6 @@ __device__ __forceinline__ void scores_to_probs(float (&s)[kMT][kNT][4], KeepBit
     }
   }
   constexpr bool kMaskInLoop = kAny;
-#else
-  constexpr bool kMaskInLoop = true;  // dev A/B: the per-element select of every kernel
-#endif
 #pragma unroll
   for (int mt = 0; mt < kMT; ++mt) {
 #pragma unroll
