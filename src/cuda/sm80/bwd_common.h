@@ -287,6 +287,28 @@ struct KeepBits {
   __device__ __forceinline__ bool get(int mt, int nt, int e) const { return (bits >> bit(mt, nt, e)) & 1u; }
 };
 
+// Calls f(mt, nt, h, hide0, hide1) for each pair of adjacent elements (columns 2t, 2t + 1 of an
+// 8-column tile) of a lane's kMT x kNT accumulator tiles whose first row is `row` and first key
+// `col` (absolute indices): hide = the key is outside the row's window or past seqlen_k.
+template <int kMT, int kNT, typename F>
+__device__ __forceinline__ void for_each_masked_pair(const WindowMask& mask, int row, int col, int lane, F&& f) {
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      int lo, hi;
+      mask.row_range(row + mt * 16 + lane / 4 + 8 * h, &lo, &hi);
+      lo -= col + 2 * (lane % 4);  // as column offsets of this lane's element e = 0
+      hi -= col + 2 * (lane % 4);
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt) {
+        const int c = nt * 8;
+        f(mt, nt, h, c < lo || c >= hi, c + 1 < lo || c + 1 >= hi);
+      }
+    }
+  }
+}
+
 // Pass 1. Also records the dropout keep mask in `keep` for pass 2 (written only when dropout is
 // on). kPStride = 0: Pd is not stored (the deterministic dQ kernel needs dS only).
 template <ScoreMods kMods, typename Element, int kMT, int kNT, int kPStride>
@@ -307,27 +329,18 @@ __device__ __forceinline__ void scores_to_probs(float (&s)[kMT][kNT][4], KeepBit
   // finite), so they keep the select.
   if constexpr (!kAny) {
     if (needs_mask) {
-#pragma unroll
-      for (int mt = 0; mt < kMT; ++mt) {
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          int lo, hi;
-          mask.row_range(m0 + row0 + mt * 16 + g + 8 * h, &lo, &hi);
-          lo -= n0 + col0 + 2 * t;  // as column offsets of this lane's element e = 0
-          hi -= n0 + col0 + 2 * t;
-#pragma unroll
-          for (int nt = 0; nt < kNT; ++nt) {
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-              const int c = nt * 8 + e;
-              if (c < lo || c >= hi) s[mt][nt][2 * h + e] = -INFINITY;
-            }
-          }
-        }
-      }
+      for_each_masked_pair<kMT, kNT>(mask, m0 + row0, n0 + col0, lane, [&](int mt, int nt, int h, bool hide0, bool hide1) {
+        if (hide0) s[mt][nt][2 * h] = -INFINITY;
+        if (hide1) s[mt][nt][2 * h + 1] = -INFINITY;
+      });
     }
   }
+#if defined(FLASHATTN_DEV_BWD_MODS_MASK_PASS)
+  // dev A/B (not yet measured): the modifiers mask after the loop too (below), not per element.
+  constexpr bool kMaskInLoop = false;
+#else
   constexpr bool kMaskInLoop = kAny;
+#endif
 #pragma unroll
   for (int mt = 0; mt < kMT; ++mt) {
 #pragma unroll
@@ -352,7 +365,7 @@ __device__ __forceinline__ void scores_to_probs(float (&s)[kMT][kNT][4], KeepBit
               x *= st.scale_log2;
             }
             x -= st.alibi_slope_log2 * fabsf(float(mask.diag(i) - (j + e)));
-            if (needs_mask && !mask.visible(i, j + e)) x = -INFINITY;
+            if (kMaskInLoop && needs_mask && !mask.visible(i, j + e)) x = -INFINITY;
             p[e] = ptx::exp2_approx(x - lse2);
           } else {
             if (kMaskInLoop && needs_mask && !mask.visible(i, j + e)) x = -INFINITY;
@@ -377,6 +390,25 @@ __device__ __forceinline__ void scores_to_probs(float (&s)[kMT][kNT][4], KeepBit
       }
     }
   }
+#if defined(FLASHATTN_DEV_BWD_MODS_MASK_PASS)
+  if constexpr (kAny) {
+    // Softcap maps -inf to a finite score, so the modifiers cannot mask before the loop; here
+    // hidden elements get P = 0 after it (their P may have been anything, even inf: LSE covers
+    // visible keys only), in the registers and in the half of sP's pair this lane wrote.
+    if (needs_mask) {
+      for_each_masked_pair<kMT, kNT>(mask, m0 + row0, n0 + col0, lane, [&](int mt, int nt, int h, bool hide0, bool hide1) {
+        if (!hide0 && !hide1) return;
+        if (hide0) s[mt][nt][2 * h] = 0.0f;
+        if (hide1) s[mt][nt][2 * h + 1] = 0.0f;
+        if constexpr (kPStride > 0) {
+          uint32_t* pair = reinterpret_cast<uint32_t*>(sP + (row0 + mt * 16 + lane / 4 + 8 * h) * kPStride + col0 +
+                                                      nt * 8 + 2 * (lane % 4));
+          *pair &= (hide0 ? 0xffff0000u : 0xffffffffu) & (hide1 ? 0x0000ffffu : 0xffffffffu);
+        }
+      });
+    }
+  }
+#endif
 }
 
 template <ScoreMods kMods, int kMT, int kNT>
