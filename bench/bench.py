@@ -271,8 +271,10 @@ class Impl:
         self.skip = skip or (lambda *args: None)
 
 
-def attention_impls(names, math_max_seqlen=4096):
-    """({name: Impl} for the requested peers that load, {name: reason} for those that do not)."""
+def attention_impls(names, math_max_seqlen=4096, softcap=0.0):
+    """({name: Impl} for the requested peers that load, {name: reason} for those that do not).
+    softcap > 0 (dev A/Bs of the modifier kernels): flashattn applies it; the peers have no
+    softcap, so they skip every row."""
     import torch
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -280,9 +282,15 @@ def attention_impls(names, math_max_seqlen=4096):
     impls, unavailable = {}, {}
     if "flashattn" in names:
         import flashattn
-        impls["flashattn"] = Impl("bshd", lambda q, k, v, causal: flashattn.flash_attn_func(q, k, v, causal=causal))
+        impls["flashattn"] = Impl("bshd", lambda q, k, v, causal: flashattn.flash_attn_func(q, k, v, causal=causal,
+                                                                                            softcap=softcap))
+
+    def no_softcap(*args):
+        return "no softcap in this peer" if softcap > 0 else None
 
     def math_skip(b, h, hk, sq, sk, dtype):
+        if softcap > 0:
+            return no_softcap()
         if sq * sk > math_max_seqlen ** 2:
             return f"math backend materialises Nq x Nk scores; run only for Nq * Nk <= {math_max_seqlen}^2"
         # Scores, probabilities and (backward) their gradients, in float32 to be safe.
@@ -300,7 +308,7 @@ def attention_impls(names, math_max_seqlen=4096):
         def run(q, k, v, causal, backend=backend):
             with sdpa_kernel([backend]):
                 return F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=q.shape[1] != k.shape[1])
-        impls[name] = Impl("bhsd", run, skip=math_skip if name == "sdpa_math" else None)
+        impls[name] = Impl("bhsd", run, skip=math_skip if name == "sdpa_math" else no_softcap)
 
     if "triton" in names:
         sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -310,7 +318,7 @@ def attention_impls(names, math_max_seqlen=4096):
             unavailable["triton"] = "not available: " + short_error(e)
         else:
             impls["triton"] = Impl("bhsd", lambda q, k, v, causal: triton_attention.attention(q, k, v, causal=causal),
-                                   backward=False)
+                                   backward=False, skip=no_softcap)
     return impls, unavailable
 
 
@@ -466,6 +474,9 @@ def main():
     ap.add_argument("--dtypes", type=str_list, help="keep only these dtypes of the suite (bf16,fp16)")
     ap.add_argument("--head-dims", type=int_list, help="keep only these head dims of the suite, e.g. 64,128")
     ap.add_argument("--seqlens", type=int_list, help="keep only these seqlens of the suite, e.g. 2048,16384")
+    ap.add_argument("--softcap", type=float, default=0.0,
+                    help="softcap for flashattn's calls (dev A/Bs of the modifier kernels: the peers skip every "
+                         "row; not a bench/results run)")
     ap.add_argument("--timing", choices=("device", "eager"), default="device",
                     help="device (default): GPU execution time, host dispatch hidden behind a GPU sleep; "
                          "eager: the GPU idles while the host dispatches, as formats 1-2 measured")
@@ -476,6 +487,8 @@ def main():
         ap.error(f"unknown --impls {','.join(unknown)}; choose from {','.join(IMPLS)}")
     if args.repeats < 1:
         ap.error("--repeats must be >= 1")
+    if args.softcap < 0:
+        ap.error("--softcap must be >= 0")
 
     import torch
     try:
@@ -487,7 +500,7 @@ def main():
         sys.exit("bench.py needs a CUDA GPU and a flashattn build with the CUDA backend")
     env = environment()
     names = [n for n in args.impls if args.suite != "decode" or n in DECODE_IMPLS]
-    impls, unavailable = attention_impls(names, args.math_max_seqlen)
+    impls, unavailable = attention_impls(names, args.math_max_seqlen, args.softcap)
     for name, reason in unavailable.items():
         print(f"{name}: {reason}", flush=True)
     host_us = {}
@@ -502,6 +515,8 @@ def main():
               "timing_mode": args.timing, "host_overhead_us": host_us,
               "implementations": {n: DESCRIPTIONS[n] for n in impls}, "unavailable": unavailable,
               "math_max_seqlen": args.math_max_seqlen, "complete": False}
+    if args.softcap > 0:
+        result["softcap"] = args.softcap
 
     def save(rows, complete=False):
         """Writes the rows so far (a run cut short keeps them, marked "complete": false)."""

@@ -7,6 +7,8 @@
 # Usage: dev/ab.sh "256" "1024,4096" "t64=-DFLASHATTN_DEV_FWD_BM=64 -DFLASHATTN_DEV_FWD_BN=64 -DFLASHATTN_DEV_FWD_WARPS=4" "base="
 # (a variant lives in the kernels under a dev macro; bench.py times forward and backward of
 # each; dev/NOTES.md records results and dev/results/ keeps their JSON).
+# BENCH_ARGS adds bench.py flags, e.g. BENCH_ARGS="--softcap 30" to time the modifier kernels
+# (FA2 has no softcap and skips those rows, so they show ours only).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/flashattn-out}
@@ -33,5 +35,6 @@ done
 for name in "${names[@]}"; do
   echo "== $name"
   PYTHONPATH=/tmp/ab-$name python3 bench/bench.py --suite issue3 --impls flashattn,sdpa_flash --dtypes bf16 \
-    --head-dims "$dims" --seqlens "$seqlens" --repeats 20 --out "$OUT/ab-$name.json" 2>&1 | grep -E "vs FA2|error" 
+    --head-dims "$dims" --seqlens "$seqlens" --repeats 20 ${BENCH_ARGS:-} --out "$OUT/ab-$name.json" 2>&1 |
+    grep -E "^(bf16|fp16) |error"
 done

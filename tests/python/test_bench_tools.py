@@ -105,6 +105,16 @@ def test_format_row_lists_every_peer_and_ratios():
     assert "vs cuDNN fwd 0.50x" in line
 
 
+def test_softcap_runs_skip_the_peers_without_softcap():
+    pytest.importorskip("torch")
+    impls, _ = bench.attention_impls(["sdpa_flash", "sdpa_math"], softcap=30.0)
+    shape = (1, 2, 2, 128, 128, "bf16")
+    assert impls["sdpa_flash"].skip(*shape) == "no softcap in this peer"
+    assert impls["sdpa_math"].skip(*shape) == "no softcap in this peer"
+    plain, _ = bench.attention_impls(["sdpa_flash"])
+    assert plain["sdpa_flash"].skip(*shape) is None
+
+
 def test_write_json_creates_the_folder_and_leaves_no_temporary(tmp_path):
     path = tmp_path / "new" / "run.json"
     bench.write_json(str(path), {"rows": [1, 2], "complete": False})
