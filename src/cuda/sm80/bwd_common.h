@@ -105,12 +105,6 @@ struct BwdTraits {
   // dropout temporaries need the registers that part of S and dP gives back (at the price of
   // reading the K / V fragments once per slice).
   static constexpr int kSdpSplits = kMods == ScoreMods::kAny ? kTile.mods_splits : 1;
-  // Causal launches start their CTAs in the interleaved order of cta_order.h, the CTA's indices
-  // kept in shared memory (bwd_kernel.h). Plain kernels where the tile says so: with modifiers
-  // the shared-memory reads cost registers elsewhere (ptxas sm90, d128 window: 20 -> 60 bytes
-  // of spills), and kernels without a mask have nothing to reorder.
-  static constexpr bool kInterleave =
-      kTile.interleave && kMask == MaskMode::kWindow && kMods == ScoreMods::kNone;
   static constexpr int kSdpSubMTiles = kSdpMTiles / kSdpSplits;
   // dV += P^T dO and dK += dS^T Q: warp tile kKvRows keys x kKvCols columns.
   static constexpr int kKvWarpsN = kTile.kv_warps_n;
@@ -128,6 +122,13 @@ struct BwdTraits {
   static constexpr int kDqCols = kDqPassCols / kDqWarpsD;
   static constexpr int kDqMTiles = kDqRows / 16;
   static constexpr int kDqDTiles = kDqCols / 8;
+
+  // Causal launches start their CTAs in the interleaved order of cta_order.h, the CTA's indices
+  // kept in shared memory (bwd_kernel.h). Plain kernels where the tile says so: with modifiers
+  // the shared-memory reads cost registers elsewhere (ptxas sm90, d128 window: 20 -> 60 bytes
+  // of spills), and kernels without a mask have nothing to reorder.
+  static constexpr bool kInterleave =
+      kTile.interleave && kMask == MaskMode::kWindow && kMods == ScoreMods::kNone;
 
   // Shared memory (smem_layout.h):
   //   sK, sV      (kBlockN, kSmemStride)        loaded once
@@ -336,10 +337,10 @@ __device__ __forceinline__ void scores_to_probs(float (&s)[kMT][kNT][4], KeepBit
     }
   }
 #if defined(FLASHATTN_DEV_BWD_MODS_MASK_PASS)
-  // dev A/B (not yet measured): the modifiers mask after the loop too (below), not per element.
+  // dev A/B (not yet measured): the modifiers mask after the loop (below), not per element.
   constexpr bool kMaskInLoop = false;
 #else
-  constexpr bool kMaskInLoop = kAny;
+  constexpr bool kMaskInLoop = true;  // the modifiers' select per element
 #endif
 #pragma unroll
   for (int mt = 0; mt < kMT; ++mt) {
@@ -368,8 +369,7 @@ __device__ __forceinline__ void scores_to_probs(float (&s)[kMT][kNT][4], KeepBit
             if (kMaskInLoop && needs_mask && !mask.visible(i, j + e)) x = -INFINITY;
             p[e] = ptx::exp2_approx(x - lse2);
           } else {
-            if (kMaskInLoop && needs_mask && !mask.visible(i, j + e)) x = -INFINITY;
-            p[e] = ptx::exp2_approx(fmaf(x, st.scale_log2, -lse2));
+            p[e] = ptx::exp2_approx(fmaf(x, st.scale_log2, -lse2));  // masked before the loop
           }
         }
         if (kAny && st.use_dropout) {
