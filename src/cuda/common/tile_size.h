@@ -10,6 +10,7 @@ struct FwdTile {
   int block_m;  // query rows per CTA
   int block_n;  // keys per K/V tile
   int warps;    // warps per CTA
+  int min_ctas = 1;  // CTAs per SM the registers must allow (__launch_bounds__)
 };
 
 constexpr FwdTile fwd_tile(int head_dim, bool score_mods) {
@@ -34,6 +35,22 @@ constexpr FwdTile fwd_tile(int head_dim, bool score_mods) {
   //           made it slower from 2k up). d192 (rows not swizzlable, unmeasured) keeps 128 x 64 x 8.
   if (head_dim > 192) return {64, 64, 4};
   return {128, 64, 8};
+}
+
+// Decode-shaped forward (at most block_m query rows per (head, batch), e.g. one token, or the
+// query heads of a GQA group folded into rows): the warps share the block_m = 16 rows and split
+// each K/V tile's keys between them (FwdTraits::kSplitKeys), merging their partial (O, max, sum)
+// once at the end. The 128-row tile would spend 8x the tensor-core work on rows that do not
+// exist, which bounded the split-KV forward at about 3 TB/s on H200 (0.66x FA2 at batch 8 and
+// 64k-128k keys, bench/results/h200-2026-11-29-decode.json). Each warp keeps a 16-row O (head_dim
+// / 8 registers) and 16 x block_n / warps scores, so registers are no constraint; block_n is as
+// large as keeps three CTAs (68-72 KB of shared memory) on an sm90 SM, which keeps about 96 KB of
+// K/V copies in flight per SM; the registers are capped to match (168 per thread). At d > 128
+// the 16-row O alone takes 96-128 registers, so two CTAs.
+constexpr FwdTile fwd_decode_tile(int head_dim) {
+  if (head_dim <= 64) return {16, 256, 4, 3};
+  if (head_dim <= 128) return {16, 128, 4, 3};
+  return {16, 64, 4, 2};
 }
 
 // Backward (FlashAttention-2 algorithm, sm80-class). One CTA per key block accumulates dK and dV

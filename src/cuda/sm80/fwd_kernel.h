@@ -7,6 +7,8 @@
 // so each tile's copy overlaps the other operand's matrix product. Key blocks are visited from
 // the last to the first, blocks wholly outside the window are skipped, and only blocks that
 // straddle a boundary pay for the mask. O is normalised once, at the end, and LSE written.
+// Decode shapes (few query rows) use the split-key variant: the warps share 16 rows and each
+// takes a quarter of every K/V tile's keys, then they merge (FwdTraits::kSplitKeys).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -38,21 +40,27 @@ constexpr float kLn2 = 0.6931471805599453f;
 // f16 limit (65504), while most key blocks skip rescaling O.
 constexpr float kRescaleThreshold = 8.0f;
 
-template <typename Element_, int kHeadDim_, MaskMode kMask_, ScoreMods kMods_>
+// kSplitKeys_: the decode shape (tile_size.h fwd_decode_tile): every warp takes all kBlockM
+// rows and its own kBlockN / kWarps keys of each tile; the warps merge their results at the end.
+template <typename Element_, int kHeadDim_, MaskMode kMask_, ScoreMods kMods_, bool kSplitKeys_ = false>
 struct FwdTraits {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr MaskMode kMask = kMask_;
   static constexpr ScoreMods kMods = kMods_;
+  static constexpr bool kSplitKeys = kSplitKeys_;
+  // The same options with the decode shape.
+  using Decode = FwdTraits<Element_, kHeadDim_, kMask_, kMods_, true>;
 
-  static constexpr FwdTile kTile = fwd_tile(kHeadDim, kMods == ScoreMods::kAny);
+  static constexpr FwdTile kTile = kSplitKeys ? fwd_decode_tile(kHeadDim) : fwd_tile(kHeadDim, kMods == ScoreMods::kAny);
   static constexpr int kBlockM = kTile.block_m;
   static constexpr int kBlockN = kTile.block_n;
   static constexpr int kWarps = kTile.warps;
   static constexpr int kThreads = kWarps * 32;
-  static constexpr int kRowsPerWarp = kBlockM / kWarps;
+  static constexpr int kRowsPerWarp = kSplitKeys ? kBlockM : kBlockM / kWarps;
+  static constexpr int kWarpKeys = kSplitKeys ? kBlockN / kWarps : kBlockN;  // keys of a tile per warp
   static constexpr int kMTiles = kRowsPerWarp / 16;  // 16-row MMA tiles per warp
-  static constexpr int kNTiles = kBlockN / 8;        // 8-key MMA tiles of S
+  static constexpr int kNTiles = kWarpKeys / 8;      // 8-key MMA tiles of this warp's S
   static constexpr int kDTiles = kHeadDim / 8;       // 8-column MMA tiles of O
   // Copied tiles use SwizzledRows (smem_layout.h) where rows are whole 128-byte lines and one
   // copy pass covers a multiple of 4 rows: 16-byte chunks are XOR-permuted within each 8-row
@@ -72,6 +80,9 @@ struct FwdTraits {
   static_assert(!kSwizzle || (sizeof(Element) * kSmemQ % 128 == 0 && sizeof(Element) * kSmemKV % 128 == 0),
                 "swizzled tiles start on 128-byte boundaries");
   static_assert(kNTiles % 2 == 0 && kDTiles % 2 == 0, "x4 ldmatrix loads two 8-wide tiles");
+  // Merging split-key warps: warps 1.. leave O, row max and row sum for warp 0 in the K/V buffers.
+  static constexpr size_t kMergeBytes = kSplitKeys ? sizeof(float) * (kWarps - 1) * 32 * (kMTiles * kDTiles * 4 + 4 * kMTiles) : 0;
+  static_assert(kMergeBytes <= sizeof(Element) * 2 * kSmemKV, "the merge fits in the K/V buffers");
   static_assert(kHeadDim % 16 == 0, "head_dim must be a multiple of 16");
 };
 
@@ -125,7 +136,7 @@ __device__ __forceinline__ void load_kv_tile(typename Traits::Element* smem, con
 }
 
 template <typename Traits>
-__global__ void __launch_bounds__(Traits::kThreads, 1)
+__global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
     fwd_kernel(const __grid_constant__ ForwardParams params) {
   using Element = typename Traits::Element;
   constexpr int kBlockM = Traits::kBlockM;
@@ -184,13 +195,15 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   // Per-thread fragment coordinates: rows g and g + 8 of each 16-row tile, columns 2t, 2t + 1.
   const int g = lane / 4;
   const int t = lane % 4;
-  const int warp_row0 = warp * Traits::kRowsPerWarp;
+  // This warp's first row of the tile and first key of each K/V tile.
+  const int warp_row0 = Traits::kSplitKeys ? 0 : warp * Traits::kRowsPerWarp;
+  const int warp_key0 = Traits::kSplitKeys ? warp * Traits::kWarpKeys : 0;
   // Shared-memory byte addresses of this lane's ldmatrix rows (warp_gemm.h): Q is an A operand
   // stored [m][k] (kind A), K a B operand stored [n][k] (kind B), V a B operand stored [k][n]
   // read with .trans (kind A). The products add compile-time offsets to these.
   const uint32_t q_frag_addr = Layout::smem_at(sQ, warp_row0 + ldsm_row_a(lane), ldsm_col_a(lane));
-  const uint32_t k_frag_addr = Layout::smem_at(sK, ldsm_row_b(lane), ldsm_col_b(lane));
-  const uint32_t v_frag_addr = Layout::smem_at(sV, ldsm_row_a(lane), ldsm_col_a(lane));
+  const uint32_t k_frag_addr = Layout::smem_at(sK, warp_key0 + ldsm_row_b(lane), ldsm_col_b(lane));
+  const uint32_t v_frag_addr = Layout::smem_at(sV, warp_key0 + ldsm_row_a(lane), ldsm_col_a(lane));
 
   float o_acc[kMTiles][kDTiles][4];
   float row_max[kMTiles][2];
@@ -232,9 +245,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
 
   for (int n_block = n_hi - 1; n_block >= n_lo; --n_block) {
     const int n0 = n_block * kBlockN;
+    const int key0 = n0 + warp_key0;  // this warp's first key
     ptx::cp_async_wait<0>();
     __syncthreads();  // K_j (and Q) landed; every warp is done with the V buffer
-    load_kv_tile<Traits>(sV, gV, n0, seqlen_k, tid);
+    load_kv_tile<Traits>(sV, gV, n0, seqlen_k, loop_copy_tid(tid));
     ptx::cp_async_commit();
 
     // S = Q K^T for this warp's rows.
@@ -243,28 +257,28 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     warp_gemm_abt<Element, kMTiles, kNTiles, Traits::kHeadDim / 16, Layout, Layout>(s, q_frag_addr, k_frag_addr);
 
     // Score modifiers, then the mask (only on blocks that straddle a boundary).
-    const bool needs_mask = mask.block_needs_mask(m0, m0 + rows_here, n0, n0 + kBlockN);
+    const bool needs_mask = mask.block_needs_mask(m0, m0 + rows_here, key0, key0 + Traits::kWarpKeys);
     if (kMods || needs_mask) {
 #pragma unroll
       for (int mt = 0; mt < kMTiles; ++mt) {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const int i = m0 + warp_row0 + mt * 16 + g + 8 * h;
-          // Visible keys of row i relative to this lane's first column n0 + 2t: one interval,
+          // Visible keys of row i relative to this lane's first column key0 + 2t: one interval,
           // so each element costs two compares and a select.
           int lo, hi;
           mask.row_range(i, &lo, &hi);
-          lo -= n0 + 2 * t;
-          hi -= n0 + 2 * t;
+          lo -= key0 + 2 * t;
+          hi -= key0 + 2 * t;
 #pragma unroll
           for (int nt = 0; nt < kNTiles; ++nt) {
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
-              const int c = nt * 8 + e;  // column offset from n0 + 2t
+              const int c = nt * 8 + e;  // column offset from key0 + 2t
               float x = s[mt][nt][2 * h + e];
               if constexpr (kMods) {
                 x = use_softcap ? ptx::tanh_approx(x * softcap_in) * softcap_out : x * params.scale_log2;
-                x -= alibi_slope_log2 * fabsf(float(mask.diag(i) - (n0 + 2 * t + c)));
+                x -= alibi_slope_log2 * fabsf(float(mask.diag(i) - (key0 + 2 * t + c)));
               }
               if (needs_mask && (c < lo || c >= hi)) x = -INFINITY;
               s[mt][nt][2 * h + e] = x;
@@ -279,7 +293,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     if (n_block > n_lo) {
       // Blocks below the last are whole: no predicate.
       const RowPtr tile{static_cast<const char*>(gK.row(n0 - kBlockN)), gK.row_bytes};
-      load_tile<Traits, kBlockN, true>(sK, tile, kBlockN, tid);
+      load_tile<Traits, kBlockN, true>(sK, tile, kBlockN, loop_copy_tid(tid));
       ptx::cp_async_commit();
     }
 
@@ -337,7 +351,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
           part[nt] = p0 + p1;
           if (use_dropout) {
             // Columns 2t and 2t + 1 share one Philox call (four draws per four columns).
-            const int j = n0 + nt * 8 + 2 * t;
+            const int j = key0 + nt * 8 + 2 * t;
             const Philox4 r = dropout_draws(params.seed, params.offset, dropout_bh, uint32_t(i),
                                             uint32_t(j) >> 2);
             const bool upper = (j & 2) != 0;
@@ -352,7 +366,67 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     }
 
     // O += P V: P stays in registers (two adjacent S tiles form one A fragment).
-    warp_gemm_rs<Element, kMTiles, kDTiles, kBlockN / 16, Layout>(o_acc, s, v_frag_addr);
+    warp_gemm_rs<Element, kMTiles, kDTiles, Traits::kWarpKeys / 16, Layout>(o_acc, s, v_frag_addr);
+  }
+
+  if constexpr (Traits::kSplitKeys) {
+    // The warps hold partial results for the same rows over disjoint keys. Warps 1.. leave O,
+    // their kept row maxima and their lane's partial row sums in the K/V buffers, laid out
+    // [warp - 1][value][lane] (conflict-free); warp 0 rescales every part to the largest kept
+    // maximum, adds them and alone runs the epilogue.
+    constexpr int kValues = kMTiles * kDTiles * 4 + 4 * kMTiles;
+    float* merge = reinterpret_cast<float*>(sK);
+    __syncthreads();  // every warp is done reading K and V (no copy is in flight after the loop)
+    if (warp > 0) {
+      float* dst = merge + (warp - 1) * kValues * 32 + lane;
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          dst[(kMTiles * kDTiles * 4 + 4 * mt + 2 * h) * 32] = row_max[mt][h];
+          dst[(kMTiles * kDTiles * 4 + 4 * mt + 2 * h + 1) * 32] = row_sum[mt][h];
+        }
+#pragma unroll
+        for (int dt = 0; dt < kDTiles; ++dt) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) dst[((mt * kDTiles + dt) * 4 + e) * 32] = o_acc[mt][dt][e];
+        }
+      }
+    }
+    __syncthreads();
+    if (warp > 0) return;
+#pragma unroll
+    for (int mt = 0; mt < kMTiles; ++mt) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const float* part = merge + (kMTiles * kDTiles * 4 + 4 * mt + 2 * h) * 32 + lane;
+        float mx = row_max[mt][h];
+#pragma unroll
+        for (int w = 1; w < Traits::kWarps; ++w) mx = fmaxf(mx, part[(w - 1) * kValues * 32]);
+        // A part whose kept maximum is -inf saw no visible key and weighs 0 (its O and sum are
+        // 0); this also keeps exp2(-inf - -inf) from forming a NaN.
+        const auto weight = [&](float m) { return m == -INFINITY ? 0.0f : ptx::exp2_approx((m - mx) * exp_scale); };
+        const float self = weight(row_max[mt][h]);
+        row_sum[mt][h] *= self;
+#pragma unroll
+        for (int dt = 0; dt < kDTiles; ++dt) {
+          o_acc[mt][dt][2 * h] *= self;
+          o_acc[mt][dt][2 * h + 1] *= self;
+        }
+#pragma unroll
+        for (int w = 1; w < Traits::kWarps; ++w) {
+          const float* src = merge + (w - 1) * kValues * 32 + lane;
+          const float wt = weight(part[(w - 1) * kValues * 32]);
+          row_sum[mt][h] += wt * part[(w - 1) * kValues * 32 + 32];
+#pragma unroll
+          for (int dt = 0; dt < kDTiles; ++dt) {
+            o_acc[mt][dt][2 * h] += wt * src[((mt * kDTiles + dt) * 4 + 2 * h) * 32];
+            o_acc[mt][dt][2 * h + 1] += wt * src[((mt * kDTiles + dt) * 4 + 2 * h + 1) * 32];
+          }
+        }
+        row_max[mt][h] = mx;
+      }
+    }
   }
 
   // Epilogue: finish the row sums across the quad, normalise, write LSE, stage O through this

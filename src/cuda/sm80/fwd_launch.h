@@ -12,7 +12,7 @@
 namespace flashattn::cuda {
 
 template <typename Traits>
-Status run_fwd(const ForwardParams& params_in, cudaStream_t stream) {
+Status launch_fwd(const ForwardParams& params_in, cudaStream_t stream) {
   const auto kernel = fwd_kernel<Traits>;
   constexpr size_t kSmem = Traits::kSmemBytes;
   if constexpr (kSmem > 48 * 1024) {
@@ -66,6 +66,15 @@ Status run_fwd(const ForwardParams& params_in, cudaStream_t stream) {
     if (status.ok()) status = freed;
   }
   return status;
+}
+
+// Launches the decode shape (warps split the keys, fwd_decode_tile) when every sequence has at
+// most its 16 query rows, else the row-split tile of fwd_tile.
+template <typename Traits>
+Status run_fwd(const ForwardParams& params, cudaStream_t stream) {
+  using Decode = typename Traits::Decode;
+  if (params.seqlen_q <= Decode::kBlockM) return launch_fwd<Decode>(params, stream);
+  return launch_fwd<Traits>(params, stream);
 }
 
 }  // namespace flashattn::cuda
