@@ -6,7 +6,6 @@
 #include "cuda/common/smem_layout.h"
 #include "cuda/ptx/cp_async.h"
 #include "cuda/ptx/ldmatrix.h"  // smem_addr
-#include "cuda/ptx/math.h"      // opaque
 
 namespace flashattn::cuda {
 
@@ -46,20 +45,6 @@ __device__ __forceinline__ void load_rows(Element* smem, const char* g_row0, int
     }
     g += pass_bytes;
   }
-}
-
-// The thread index that copies inside a kernel's main loop address from. In the sm_90 code it is
-// opaque (ptx::opaque), so their per-thread addresses are recomputed on each step instead of
-// living across the loop: the forward d128 kernels spilled exactly those (ptxas sm_90: 4 / 12
-// bytes, one / three reloads per step; none with it). The sm_80 code reloads nothing in that loop
-// without it and two values per step with it, so it keeps tid. (-DFLASHATTN_DEV_PLAIN_COPY_TID:
-// the plain tid everywhere, for A/B timing.)
-__device__ __forceinline__ int loop_copy_tid(int tid) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && !defined(FLASHATTN_DEV_PLAIN_COPY_TID)
-  return ptx::opaque(tid);
-#else
-  return tid;
-#endif
 }
 
 }  // namespace flashattn::cuda

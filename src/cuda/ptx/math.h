@@ -30,15 +30,6 @@ __device__ __forceinline__ uint32_t lane_id() {
   return lane;
 }
 
-// x, through a move the compiler cannot see through: what is computed from the result is
-// computed where it is used instead of being hoisted and kept live across a loop (the same trade
-// as lane_id: a few integer instructions per use for registers under pressure).
-__device__ __forceinline__ int opaque(int x) {
-  int y;
-  asm volatile("mov.b32 %0, %1;\n" : "=r"(y) : "r"(x));
-  return y;
-}
-
 // Packs two floats into one register of two 16-bit values (lo = a, hi = b), round to nearest.
 template <typename Element>
 __device__ __forceinline__ uint32_t pack2(float a, float b);

@@ -248,7 +248,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
     const int key0 = n0 + warp_key0;  // this warp's first key
     ptx::cp_async_wait<0>();
     __syncthreads();  // K_j (and Q) landed; every warp is done with the V buffer
-    load_kv_tile<Traits>(sV, gV, n0, seqlen_k, loop_copy_tid(tid));
+    load_kv_tile<Traits>(sV, gV, n0, seqlen_k, tid);
     ptx::cp_async_commit();
 
     // S = Q K^T for this warp's rows.
@@ -293,7 +293,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
     if (n_block > n_lo) {
       // Blocks below the last are whole: no predicate.
       const RowPtr tile{static_cast<const char*>(gK.row(n0 - kBlockN)), gK.row_bytes};
-      load_tile<Traits, kBlockN, true>(sK, tile, kBlockN, loop_copy_tid(tid));
+      load_tile<Traits, kBlockN, true>(sK, tile, kBlockN, tid);
       ptx::cp_async_commit();
     }
 
