@@ -364,6 +364,34 @@ TEST_P(Special, VarlenMatchesPerSequenceDense) {
 
 // ---- split-KV vs unsplit --------------------------------------------------------------------
 
+// Runs s with each number of splits (0 = the heuristic's choice) against the reference, and the
+// split results against the first (unsplit) one. Returns false when the caller must stop (a
+// failure was recorded, or *skip says why the backend does not support it).
+bool check_split_kv(Backend backend, ProblemSpec s, std::initializer_list<int> splits_list, std::string* skip) {
+  const DType dt = s.dtype;
+  std::vector<std::vector<double>> outs, lses;
+  for (int splits : splits_list) {
+    s.num_splits = splits;
+    SCOPED_TRACE(s.describe());
+    const HostProblem host = make_host_problem(s);
+    DeviceProblem dev(backend, s, host);
+    if (!run(backend, s, dev, false, skip)) return false;
+    const Results ref = run_reference(host, false);
+    const Results low = run_naive_lowp(host, dt, false);
+    EXPECT_TRUE(meets_criterion("out", dt, dev.out(), ref.out, low.out));
+    EXPECT_TRUE(meets_criterion("lse", dt, dev.lse(), ref.lse, low.lse));
+    outs.push_back(dev.out());
+    lses.push_back(dev.lse());
+  }
+  // The split results agree with the unsplit one to within a couple of roundings.
+  const double tol = 4.0 * unit_roundoff(dt) * (max_abs(outs[0]) + 1.0);
+  for (size_t i = 1; i < outs.size(); ++i) {
+    EXPECT_LE(error_stats(outs[i], outs[0]).max_abs, tol) << "out, run " << i;
+    EXPECT_LE(error_stats(lses[i], lses[0]).max_abs, 1e-4 * (max_abs(lses[0]) + 1.0)) << "lse, run " << i;
+  }
+  return true;
+}
+
 TEST_P(Special, SplitKvMatchesUnsplit) {
   const Backend backend = GetParam();
   FLASHATTN_SKIP_IF_UNAVAILABLE(backend);
@@ -372,30 +400,27 @@ TEST_P(Special, SplitKvMatchesUnsplit) {
     ProblemSpec s = ProblemSpec::dense(dt, 2, sq, 300, 8, 2, 64, 64);
     s.causal = causal;
     s.data_seed = 6100u + static_cast<uint32_t>(sq);
-    std::vector<std::vector<double>> outs, lses;
-    for (int splits : {1, 3, 0}) {
-      s.num_splits = splits;
-      SCOPED_TRACE(s.describe());
-      const HostProblem host = make_host_problem(s);
-      DeviceProblem dev(backend, s, host);
-      std::string skip;
-      if (!run(backend, s, dev, false, &skip)) {
-        if (!skip.empty()) GTEST_SKIP() << skip;
-        return;
-      }
-      const Results ref = run_reference(host, false);
-      const Results low = run_naive_lowp(host, dt, false);
-      EXPECT_TRUE(meets_criterion("out", dt, dev.out(), ref.out, low.out));
-      EXPECT_TRUE(meets_criterion("lse", dt, dev.lse(), ref.lse, low.lse));
-      outs.push_back(dev.out());
-      lses.push_back(dev.lse());
+    std::string skip;
+    if (!check_split_kv(backend, s, {1, 3, 0}, &skip)) {
+      if (!skip.empty()) GTEST_SKIP() << skip;
+      return;
     }
-    // The split results agree with the unsplit one to within a couple of roundings.
-    const double tol = 4.0 * unit_roundoff(dt) * (max_abs(outs[0]) + 1.0);
-    for (size_t i = 1; i < outs.size(); ++i) {
-      EXPECT_LE(error_stats(outs[i], outs[0]).max_abs, tol) << "out, run " << i;
-      EXPECT_LE(error_stats(lses[i], lses[0]).max_abs, 1e-4 * (max_abs(lses[0]) + 1.0))
-          << "lse, run " << i;
+  }
+}
+
+// More than 32 splits (the combine kernel reads the splits' LSEs 32 at a time), at head dims whose
+// combine reads 3, 4 and 6 columns per lane; one query token over 4500 keys (the decode shape).
+TEST_P(Special, SplitKvManySplits) {
+  const Backend backend = GetParam();
+  FLASHATTN_SKIP_IF_UNAVAILABLE(backend);
+  const DType dt = dtypes_for(backend).back();
+  for (int d : {96, 128, 192}) {
+    ProblemSpec s = ProblemSpec::dense(dt, 2, 1, 4500, 8, 2, d, d);
+    s.data_seed = 6200u + static_cast<uint32_t>(d);
+    std::string skip;
+    if (!check_split_kv(backend, s, {1, 36, 0}, &skip)) {
+      if (!skip.empty()) GTEST_SKIP() << skip;
+      return;
     }
   }
 }

@@ -495,10 +495,16 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
 
 // Merges split-KV partials: with per-split (O_s, LSE_s), LSE = log sum_s exp(LSE_s) and
 // O = sum_s exp(LSE_s - LSE) O_s. One warp per (row, head); splits whose LSE is -inf (no visible
-// key) weigh 0, and a row with no visible key anywhere gets O = 0, LSE = -inf.
+// key) weigh 0, and a row with no visible key anywhere gets O = 0, LSE = -inf. The lanes read the
+// splits' LSEs side by side (lane l: splits l, l + 32, ...) and reduce them with shuffles; each
+// lane then owns kHeadDim / 32 adjacent columns of O and reads them as one vector per split, the
+// split's weight coming from the lane that read its LSE. (Reading the LSEs one split after the
+// other made this kernel the larger part of a batch-1 decode step.)
 template <typename Element, int kHeadDim>
 __global__ void __launch_bounds__(128) fwd_combine_kernel(const __grid_constant__ ForwardParams params) {
-  constexpr int kPerLane = (kHeadDim + 31) / 32;
+  static_assert(kHeadDim % 32 == 0, "whole columns per lane");
+  constexpr int kPerLane = kHeadDim / 32;
+  constexpr int kVec = kPerLane % 4 == 0 ? 4 : (kPerLane % 2 == 0 ? 2 : 1);  // floats per load
   const int64_t row = int64_t(blockIdx.x) * 4 + threadIdx.x / 32;  // global row
   const int head = blockIdx.y;
   const int lane = threadIdx.x % 32;
@@ -509,23 +515,42 @@ __global__ void __launch_bounds__(128) fwd_combine_kernel(const __grid_constant_
   const float* lse_s = params.split_lse + int64_t(head) * params.total_q + row;
   const int64_t lse_split_stride = int64_t(params.heads) * params.total_q;
   float mx = -INFINITY;
-  for (int s = 0; s < splits; ++s) mx = fmaxf(mx, lse_s[s * lse_split_stride]);
+  for (int s = lane; s < splits; s += 32) mx = fmaxf(mx, lse_s[s * lse_split_stride]);
+#pragma unroll
+  for (int m = 16; m > 0; m /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, m));
   float sum = 0.0f;
   if (mx != -INFINITY) {
-    for (int s = 0; s < splits; ++s) sum += __expf(lse_s[s * lse_split_stride] - mx);
+    for (int s = lane; s < splits; s += 32) sum += __expf(lse_s[s * lse_split_stride] - mx);
   }
+#pragma unroll
+  for (int m = 16; m > 0; m /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, m);
   const float lse = mx == -INFINITY ? -INFINITY : mx + __logf(sum);
   float acc[kPerLane];
 #pragma unroll
   for (int e = 0; e < kPerLane; ++e) acc[e] = 0.0f;
   if (lse != -INFINITY) {
-    for (int s = 0; s < splits; ++s) {
-      const float w = __expf(lse_s[s * lse_split_stride] - lse);
-      const float* o = params.split_out + ((int64_t(s) * params.total_q + row) * params.heads + head) * kHeadDim;
+    const float* o = params.split_out + (row * params.heads + head) * kHeadDim + lane * kPerLane;
+    const int64_t o_split_stride = params.total_q * params.heads * kHeadDim;
+    for (int s0 = 0; s0 < splits; s0 += 32) {
+      const int mine = s0 + lane;
+      const float my_weight = mine < splits ? __expf(lse_s[mine * lse_split_stride] - lse) : 0.0f;
+      const int n = min(32, splits - s0);
+#pragma unroll 4
+      for (int j = 0; j < n; ++j) {
+        const float w = __shfl_sync(0xffffffffu, my_weight, j);
+        const float* src = o + (s0 + j) * o_split_stride;
 #pragma unroll
-      for (int e = 0; e < kPerLane; ++e) {
-        const int c = lane + 32 * e;
-        if (c < kHeadDim) acc[e] += w * o[c];
+        for (int e = 0; e < kPerLane; e += kVec) {
+          if constexpr (kVec == 4) {
+            const float4 v = *reinterpret_cast<const float4*>(src + e);
+            acc[e] += w * v.x, acc[e + 1] += w * v.y, acc[e + 2] += w * v.z, acc[e + 3] += w * v.w;
+          } else if constexpr (kVec == 2) {
+            const float2 v = *reinterpret_cast<const float2*>(src + e);
+            acc[e] += w * v.x, acc[e + 1] += w * v.y;
+          } else {
+            acc[e] += w * src[e];
+          }
+        }
       }
     }
   }
@@ -536,12 +561,9 @@ __global__ void __launch_bounds__(128) fwd_combine_kernel(const __grid_constant_
     pos = row % params.seqlen_q;
   }
   Element* out = static_cast<Element*>(params.out) + b * params.out_strides.batch +
-                 pos * params.out_strides.row + int64_t(head) * params.out_strides.head;
+                 pos * params.out_strides.row + int64_t(head) * params.out_strides.head + lane * kPerLane;
 #pragma unroll
-  for (int e = 0; e < kPerLane; ++e) {
-    const int c = lane + 32 * e;
-    if (c < kHeadDim) out[c] = Element(acc[e]);
-  }
+  for (int e = 0; e < kPerLane; ++e) out[e] = Element(acc[e]);
   if (params.lse != nullptr && lane == 0) {
     params.lse[b * params.lse_batch_stride + int64_t(head) * params.lse_head_stride + pos] = lse;
   }
