@@ -326,8 +326,8 @@ __device__ __forceinline__ void scores_to_probs(float (&s)[kMT][kNT][4], KeepBit
   // loop below, ptxas computed the compares on every block: ncu, d64 bf16 16k without a mask,
   // about 290 of 1,420 instructions per warp and step (ISETP, PLOP3, FSEL), where FA2 has none.
   // Measured against that (H200, bf16, dev/results/h200-2026-11-29-ab-s11-*.json): backward
-  // +1-3.5% at d64 and d128, +0-1% at d256. The modifiers mask after softcap (tanh(-inf) is
-  // finite), so they keep the select.
+  // +1-3.5% at d64 and d128, +0-1% at d256. The modifiers cannot mask first (softcap maps -inf
+  // to a finite score); they zero hidden P after the loop, under the same kind of branch.
   if constexpr (!kAny) {
     if (needs_mask) {
       for_each_masked_pair<kMT, kNT>(mask, m0 + row0, n0 + col0, lane, [&](int mt, int nt, int h, bool hide0, bool hide1) {
@@ -336,12 +336,6 @@ __device__ __forceinline__ void scores_to_probs(float (&s)[kMT][kNT][4], KeepBit
       });
     }
   }
-#if defined(FLASHATTN_DEV_BWD_MODS_MASK_PASS)
-  // dev A/B (not yet measured): the modifiers mask after the loop (below), not per element.
-  constexpr bool kMaskInLoop = false;
-#else
-  constexpr bool kMaskInLoop = true;  // the modifiers' select per element
-#endif
 #pragma unroll
   for (int mt = 0; mt < kMT; ++mt) {
 #pragma unroll
@@ -366,7 +360,6 @@ __device__ __forceinline__ void scores_to_probs(float (&s)[kMT][kNT][4], KeepBit
               x *= st.scale_log2;
             }
             x -= st.alibi_slope_log2 * fabsf(float(mask.diag(i) - (j + e)));
-            if (kMaskInLoop && needs_mask && !mask.visible(i, j + e)) x = -INFINITY;
             p[e] = ptx::exp2_approx(x - lse2);
           } else {
             p[e] = ptx::exp2_approx(fmaf(x, st.scale_log2, -lse2));  // masked before the loop
@@ -390,11 +383,11 @@ __device__ __forceinline__ void scores_to_probs(float (&s)[kMT][kNT][4], KeepBit
       }
     }
   }
-#if defined(FLASHATTN_DEV_BWD_MODS_MASK_PASS)
   if constexpr (kAny) {
-    // Softcap maps -inf to a finite score, so the modifiers cannot mask before the loop; here
-    // hidden elements get P = 0 after it (their P may have been anything, even inf: LSE covers
-    // visible keys only), in the registers and in the half of sP's pair this lane wrote.
+    // Hidden elements get P = 0 after the loop (their P may have been anything, even inf: LSE
+    // covers visible keys only), in the registers and in the half of sP's pair this lane wrote.
+    // Against a select per element in the loop (H200, bf16, softcap 30, 2k/16k; dev/results/
+    // h200-2026-11-29-ab-s13-*.json): backward +6-9% at d64, +6-13% at d128, +2-4% at d256.
     if (needs_mask) {
       for_each_masked_pair<kMT, kNT>(mask, m0 + row0, n0 + col0, lane, [&](int mt, int nt, int h, bool hide0, bool hide1) {
         if (!hide0 && !hide1) return;
@@ -408,7 +401,6 @@ __device__ __forceinline__ void scores_to_probs(float (&s)[kMT][kNT][4], KeepBit
       });
     }
   }
-#endif
 }
 
 template <ScoreMods kMods, int kMT, int kNT>
