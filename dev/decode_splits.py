@@ -1,0 +1,60 @@
+#!/usr/bin/env python3
+"""Decode forward time against the number of key splits (GPU machine; dev/ tool).
+
+For each (batch, seqlen_k) of the decode suite's shape (one query token, 32 query heads over 8 KV
+heads, d128, bf16) this times flashattn's forward with num_splits = 0 (the launcher's heuristic)
+and with fixed values, eager (CUDA events behind a GPU sleep, like bench.py) and replayed from a
+CUDA graph, and prints one line per shape with KV bandwidth in TB/s. It answers whether the
+heuristic's choice is the fast one, and whether eager and graph figures differ for our kernels
+alone. Writes JSON with --out.
+
+    python3 dev/decode_splits.py --shapes 64x4096,8x131072 --splits 0,1,2,3,4,6,8,12 --out $OUT/splits.json
+"""
+import argparse
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench"))
+import bench  # noqa: E402  (median_ms, graph_median_ms, environment)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--shapes", default="64x4096,8x131072", help="BATCHxSEQLEN_K list")
+    ap.add_argument("--splits", default="0,1,2,3,4,6,8,12", help="num_splits values (0 = heuristic)")
+    ap.add_argument("--repeats", type=int, default=30)
+    ap.add_argument("--out")
+    args = ap.parse_args()
+
+    import torch
+    from flashattn import _lowlevel
+
+    rows = []
+    for shape in args.shapes.split(","):
+        b, sk = (int(x) for x in shape.split("x"))
+        q = torch.randn(b, 1, 32, 128, device="cuda", dtype=torch.bfloat16)
+        k = torch.randn(b, sk, 8, 128, device="cuda", dtype=torch.bfloat16)
+        v = torch.randn_like(k)
+        out = torch.empty_like(q)
+        kv_bytes = 2 * k.numel() * k.element_size()
+        row = {"batch": b, "seqlen_k": sk, "by_splits": {}}
+        for splits in (int(x) for x in args.splits.split(",")):
+            def call():
+                _lowlevel.forward(q, k, v, out, None, num_splits=splits)
+            eager = bench.median_ms(call, args.repeats)
+            graph = bench.graph_median_ms(call, args.repeats)
+            row["by_splits"][splits] = {"fwd_ms": eager, "fwd_ms_graph": graph,
+                                        "kv_tb_per_s": kv_bytes / eager / 1e9,
+                                        "kv_tb_per_s_graph": kv_bytes / graph / 1e9}
+        rows.append(row)
+        print(f"b{b} sk{sk}: " + "  ".join(
+            f"s{s} {r['kv_tb_per_s']:.2f}/{r['kv_tb_per_s_graph']:.2f}" for s, r in row["by_splits"].items())
+            + "  (TB/s eager/graph; s0 = heuristic)", flush=True)
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump({"environment": bench.environment(), "rows": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
