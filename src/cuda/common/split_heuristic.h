@@ -5,19 +5,36 @@
 
 namespace flashattn::cuda {
 
-// Splitting the keys multiplies the CTAs by `splits` and divides each CTA's key blocks by it,
-// at the price of a float32 partial write per split and a combine pass. It pays only when the
-// unsplit grid leaves the GPU partly idle. Model: time ~ waves(ctas * s) * ceil(n_blocks / s),
-// plus a small per-split cost for the partials; choose the cheapest s (smallest on ties).
-inline int choose_num_splits(long long ctas, int n_blocks, int sms, int ctas_per_sm, int max_splits = 64) {
+// Which cost model choose_num_splits applies.
+enum class SplitCost {
+  // The row-split forward (fwd_tile): splitting pays only when the unsplit grid leaves the GPU
+  // partly idle, since the float32 partials of many rows cost real traffic. Cost
+  // waves(ctas * s) * ceil(n_blocks / s) + 0.05 s.
+  kRowTiles,
+  // The decode shape (fwd_decode_tile, at most 16 rows): bound by reading K and V, with partials
+  // of a few rows only, so a full grid may split too, to even out its last wave. Cost
+  // waves(ctas * s) * (ceil(n_blocks / s) + 2), the 2 standing for a CTA's fixed work (Q load,
+  // merge, partial store) in key-block times. Against measured optima (H200, d128 bf16, 8 KV
+  // heads, dev/results/h200-2026-11-29-decode-splits.json): batch 64 with 4k and 16k keys -> 3
+  // splits (the grid-filling rule chose 1: 4.18 -> 4.35 and 4.27 -> 4.61 TB/s), batch 8 with
+  // 64k-128k keys -> 6 (within 3% of the best measured).
+  kDecode,
+};
+
+// Model: time ~ waves(ctas * s) * per-CTA work, per the cost above; choose the cheapest s
+// (smallest on ties), at most max_splits and n_blocks.
+inline int choose_num_splits(long long ctas, int n_blocks, int sms, int ctas_per_sm, int max_splits = 64,
+                             SplitCost model = SplitCost::kRowTiles) {
   const long long slots = static_cast<long long>(sms) * std::max(1, ctas_per_sm);
-  if (ctas >= slots || n_blocks <= 1) return 1;
+  if (n_blocks <= 1 || slots <= 0) return 1;
+  if (model == SplitCost::kRowTiles && ctas >= slots) return 1;
   const int limit = std::min(max_splits, n_blocks);
   int best = 1;
   double best_cost = 0.0;
   for (int s = 1; s <= limit; ++s) {
     const long long waves = (ctas * s + slots - 1) / slots;
-    const double cost = double(waves) * double((n_blocks + s - 1) / s) + 0.05 * s;
+    const double blocks = double((n_blocks + s - 1) / s);
+    const double cost = model == SplitCost::kDecode ? double(waves) * (blocks + 2.0) : double(waves) * blocks + 0.05 * s;
     if (s == 1 || cost < best_cost) {
       best = s;
       best_cost = cost;
