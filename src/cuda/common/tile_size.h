@@ -96,14 +96,11 @@ constexpr BwdTile bwd_tile(int head_dim) {
   // d96/128: dK+dV take 96/128 registers, so the query step drops to 64 rows (S and dP 32
   //          each); 32 x 32 S tiles per warp, 32 keys x 48/64 columns of dK/dV per warp, and
   //          32 x 32 dQ tiles at d128 (the fewest ldmatrix per MMA that fit). Slicing S/dP for
-  //          the modifiers removes the d96 spills but barely changes d128's (40 -> 32 bytes),
-  //          where it would cost 50% more ldmatrix on S and dP.
+  //          the modifiers removes the d96 spills; at d128 it removes the hot loop's reloads
+  //          of the window kernel (6 -> 0 per step; no mask 5 -> 3) but costs 50% more ldmatrix
+  //          on S and dP: backward 8-11% slower with softcap (H200, bf16, 2k/16k; dev/results/
+  //          h200-2026-11-29-ab-s14-*.json), so d128 keeps one slice and its reloads.
   if (head_dim <= 96) return {64, 128, 8, 2, 4, 4, 1, 2, false};
-#if defined(FLASHATTN_DEV_BWD_D128_MODS_SPLITS)
-  // dev/ A/B only: S/dP row slices of the d128 modifier kernels (ptxas sm_90 bf16 with 2: hot-loop
-  // reloads nomask 5 -> 3, window 6 -> 0).
-  if (head_dim > 96 && head_dim <= 128) return {64, 128, 8, 2, 4, 2, 1, FLASHATTN_DEV_BWD_D128_MODS_SPLITS, true};
-#endif
   if (head_dim <= 128) return {64, 128, 8, 2, 4, 2, 1, 1, true};
   // d192/256: 64 keys per CTA keep dK+dV at 96/128 registers; at d256 dQ goes in four column
   //           passes (16 registers each) so nothing spills next to them in the plain kernels.
