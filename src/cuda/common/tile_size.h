@@ -42,7 +42,7 @@ constexpr FwdTile fwd_tile(int head_dim, bool score_mods) {
 // each K/V tile's keys between them (FwdTraits::kSplitKeys), merging their partial (O, max, sum)
 // once at the end. The 128-row tile would spend 8x the tensor-core work on rows that do not
 // exist, which bounded the split-KV forward at about 3 TB/s on H200 (0.66x FA2 at batch 8 and
-// 64k-128k keys, bench/results/h200-2026-11-29-decode.json). Each warp keeps a 16-row O (head_dim
+// 64k-128k keys, bench/results/superseded/h200-2026-11-29-decode-0abcc38.json). Each warp keeps a 16-row O (head_dim
 // / 8 registers) and 16 x block_n / warps scores, so registers are no constraint; block_n is as
 // large as keeps three CTAs (68-72 KB of shared memory) on an sm90 SM, which keeps about 96 KB of
 // K/V copies in flight per SM; the registers are capped to match (168 per thread). At d > 128

@@ -68,8 +68,8 @@ Status launch_fwd(const ForwardParams& params_in, cudaStream_t stream) {
   return status;
 }
 
-// Launches the decode shape (warps split the keys, fwd_decode_tile) when every sequence has at
-// most its 16 query rows, else the row-split tile of fwd_tile.
+// Launches the decode shape (warps split the keys, fwd_decode_tile) when no sequence has more
+// query rows than its 16-row tile, else the row-split tile of fwd_tile.
 template <typename Traits>
 Status run_fwd(const ForwardParams& params, cudaStream_t stream) {
   using Decode = typename Traits::Decode;
