@@ -3,6 +3,8 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "core/backend.h"
@@ -10,6 +12,7 @@
 #include "cuda/common/cuda_check.h"
 #include "cuda/sm80/bwd.h"
 #include "cuda/sm80/fwd.h"
+#include "cuda/sm90/fwd.h"
 
 namespace flashattn {
 namespace {
@@ -29,8 +32,27 @@ Status check_operand(const char* name, const void* ptr, const Strides3& s) {
   return Status::Ok();
 }
 
-// Checks common to forward and backward; selects the device.
-Status prepare(const QKVParams& p) {
+// Which kernels a Hopper GPU runs, from FLASHATTN_CUDA_PATH (read once per process):
+//   unset/auto  the sm90 kernels where they take the problem and are expected to be faster,
+//               the sm80 kernels for the rest (sm90/fwd.h says which);
+//   sm90        the sm90 kernels wherever they can run the problem at all (tests use this so
+//               that small shapes reach them), and their errors are returned, not fallen back;
+//   sm80        the sm80 kernels only.
+// scripts/gpu-check.sh runs the GPU tests under each, so one H200 covers both paths.
+enum class CudaPath { kAuto, kSm90, kSm80 };
+
+CudaPath cuda_path() {
+  static const CudaPath path = [] {
+    const char* v = std::getenv("FLASHATTN_CUDA_PATH");
+    if (v != nullptr && std::strcmp(v, "sm80") == 0) return CudaPath::kSm80;
+    if (v != nullptr && std::strcmp(v, "sm90") == 0) return CudaPath::kSm90;
+    return CudaPath::kAuto;
+  }();
+  return path;
+}
+
+// Checks common to forward and backward; selects the device and reports its major version.
+Status prepare(const QKVParams& p, int* major_out = nullptr) {
   if (p.dtype != DType::kFloat16 && p.dtype != DType::kBFloat16) {
     return Status::NotSupported(std::string("q has dtype ") + dtype_name(p.dtype) +
                                 "; the CUDA backend supports float16 and bfloat16 "
@@ -71,6 +93,7 @@ Status prepare(const QKVParams& p) {
     return Status::NotSupported("the CUDA backend needs compute capability 8.0 or newer; device " +
                                 std::to_string(p.device.index) + " is " + std::to_string(major) + ".x");
   }
+  if (major_out != nullptr) *major_out = major;
   return Status::Ok();
 }
 
@@ -78,10 +101,21 @@ Status prepare(const QKVParams& p) {
 
 Status cuda_forward(const ForwardParams& p) {
   cuda::DeviceScope restore_device;  // prepare() selects the tensors' device
-  if (Status s = prepare(p); !s.ok()) return s;
+  int major = 0;
+  if (Status s = prepare(p, &major); !s.ok()) return s;
   if (Status s = check_operand("out", p.out, p.out_strides); !s.ok()) return s;
   if (p.batch == 0 || p.seqlen_q == 0) return Status::Ok();
-  return cuda::dispatch_fwd(p, static_cast<cudaStream_t>(p.stream));
+  const auto stream = static_cast<cudaStream_t>(p.stream);
+#if defined(FLASHATTN_CUDA_SM90)
+  const CudaPath path = cuda_path();
+  if (major == 9 && path != CudaPath::kSm80 &&
+      cuda::sm90::fwd_declines(p, path == CudaPath::kSm90).empty()) {
+    // NotSupported: nothing was launched (an operand the copy engine cannot describe).
+    Status s = cuda::sm90::dispatch_fwd(p, stream);
+    if (s.code() != StatusCode::kNotSupported || path == CudaPath::kSm90) return s;
+  }
+#endif
+  return cuda::dispatch_fwd(p, stream);
 }
 
 Status cuda_backward(const BackwardParams& p) {

@@ -226,3 +226,79 @@ def test_gpt_block_bf16_matches_sdpa():
     import gpt_block
 
     gpt_block.run_check(DEV, torch.bfloat16, 2e-3, dim=256, heads=4)  # head_dim 64
+
+
+# Shapes the Hopper forward (src/cuda/sm90) takes even in its default mode: more than 16 query
+# rows and grids that fill the GPU, ragged lengths (not multiples of its 128-row and 80/128-key
+# tiles), seqlen_q != seqlen_k under the masks, GQA. On other GPUs they run the sm80 kernels;
+# scripts/gpu-check.sh also runs this file with FLASHATTN_CUDA_PATH=sm80 and =sm90.
+LONG_SHAPES = [
+    dict(b=4, sq=1000, sk=1537, h=16, hk=4, d=128),
+    dict(b=3, sq=1111, sk=1111, h=16, hk=16, d=64),
+    dict(b=2, sq=777, sk=600, h=16, hk=8, d=256),
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("shape", LONG_SHAPES, ids=lambda s: "b{b}_sq{sq}_sk{sk}_h{h}_hk{hk}_d{d}".format(**s))
+@pytest.mark.parametrize("mask", ["none", "causal", "window"])
+def test_long_forward_and_lse_match_float64(dtype, shape, mask):
+    q, k, v, _ = make(shape, dtype, seed=11)
+    causal = mask == "causal"
+    window = (100, 20) if mask == "window" else (-1, -1)
+    out, lse, _ = flashattn.flash_attn_func(q, k, v, causal=causal, window_size=window, return_attn_probs=True)
+    ref_out, ref_lse = torch_ref.attention(q.double(), k.double(), v.double(), causal=causal, window=window)
+    naive_out, naive_lse = torch_ref.attention(q, k, v, causal=causal, window=window)
+    attn_ref.assert_fa_close("out", torch_ref.to_numpy(out), torch_ref.to_numpy(ref_out),
+                             torch_ref.to_numpy(naive_out), ATOL[dtype])
+    attn_ref.assert_fa_close("lse", torch_ref.to_numpy(lse), torch_ref.to_numpy(ref_lse),
+                             torch_ref.to_numpy(naive_lse.float()), 1e-3)
+
+
+def test_long_varlen_forward_matches_per_sequence_reference():
+    # Packed sequences read through one tensor map: each CTA must stay inside its own sequence's
+    # rows (reads past it are masked, writes never happen).
+    lens_q, lens_k = [300, 1, 1025, 129, 640], [500, 77, 1025, 1000, 640]
+    h, hk, d = 16, 4, 128
+    g = torch.Generator(device=DEV).manual_seed(12)
+    q = torch.randn(sum(lens_q), h, d, generator=g, device=DEV, dtype=torch.bfloat16)
+    k = torch.randn(sum(lens_k), hk, d, generator=g, device=DEV, dtype=torch.bfloat16)
+    v = torch.randn(sum(lens_k), hk, d, generator=g, device=DEV, dtype=torch.bfloat16)
+    cu_q = torch.tensor(np.cumsum([0] + lens_q), dtype=torch.int32, device=DEV)
+    cu_k = torch.tensor(np.cumsum([0] + lens_k), dtype=torch.int32, device=DEV)
+    out = flashattn.flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(lens_q), max(lens_k), causal=True)
+    for i in range(len(lens_q)):
+        sq, sk = slice(cu_q[i].item(), cu_q[i + 1].item()), slice(cu_k[i].item(), cu_k[i + 1].item())
+        qi, ki, vi = q[None, sq], k[None, sk], v[None, sk]
+        ref = torch_ref.attention(qi.double(), ki.double(), vi.double(), causal=True)[0]
+        naive = torch_ref.attention(qi, ki, vi, causal=True)[0]
+        attn_ref.assert_fa_close(f"out[{i}]", torch_ref.to_numpy(out[None, sq]), torch_ref.to_numpy(ref),
+                                 torch_ref.to_numpy(naive), ATOL[torch.bfloat16])
+
+
+def test_long_strided_views_forward():
+    # (b, h, s, d) tensors viewed as (b, s, h, d), and a K that is every other head of a wider
+    # tensor: strides the tensor maps must describe (or the dispatcher must decline).
+    b, sq, sk, h, d = 2, 900, 1300, 16, 128
+    g = torch.Generator(device=DEV).manual_seed(13)
+    def r(*shape):
+        return torch.randn(*shape, generator=g, device=DEV, dtype=torch.bfloat16)
+    q = r(b, h, sq, d).transpose(1, 2)
+    k = r(b, sk, 2 * h, d)[:, :, ::2]
+    v = r(b, sk + 7, h, d)[:, 7:]
+    out = flashattn.flash_attn_func(q, k, v, causal=True)
+    ref = torch_ref.attention(q.double(), k.double(), v.double(), causal=True)[0]
+    naive = torch_ref.attention(q, k, v, causal=True)[0]
+    attn_ref.assert_fa_close("out", torch_ref.to_numpy(out), torch_ref.to_numpy(ref), torch_ref.to_numpy(naive),
+                             ATOL[torch.bfloat16])
+
+
+def test_nan_in_one_query_row_stays_in_that_row():
+    s = LONG_SHAPES[0]
+    q, k, v, _ = make(s, torch.bfloat16, seed=14)
+    q[1, 123, 5, 7] = float("nan")
+    out = flashattn.flash_attn_func(q, k, v)
+    bad = torch.isnan(out).any(dim=-1)
+    expected = torch.zeros_like(bad)
+    expected[1, 123, 5] = True
+    assert torch.equal(bad, expected)

@@ -1,0 +1,75 @@
+// Tile shapes and shared-memory plan of the Hopper (sm90a) forward kernel (fwd_kernel.h).
+#pragma once
+
+#include <cuda.h>
+
+#include <cstddef>
+
+#include "core/params.h"
+#include "cuda/common/variants.h"
+
+namespace flashattn::cuda::sm90 {
+
+struct FwdTile {
+  int consumers;  // consumer warpgroups; each owns 64 query rows, so block_m = 64 * consumers
+  int block_n;    // keys per K/V tile (the N of S = Q K^T, a multiple of 16)
+  int stages;     // K/V tiles in flight (each stage holds one K and one V tile)
+};
+
+// Per head dim. Registers per consumer thread: O takes head_dim / 2 floats, S block_n / 2 and
+// P (16-bit pairs) block_n / 4, under the 240 that setmaxnreg gives two consumer warpgroups.
+// Shared memory: Q (block_m x d) + stages x (K + V) (block_n x d each), 16-bit, within 227 KB.
+//  - d64:  128 x 128, 3 stages: 16 + 96 KB; O 32 + S 64 + P 32 registers.
+//  - d128: 128 x 128, 2 stages: 32 + 128 KB; O 64 + S 64 + P 32.
+//  - d256: 128 x 80, 2 stages: 64 + 160 KB (the most that fits); O 128 + S 40 + P 20.
+// Starting points taken from the shapes FlashAttention-3 publishes for the same budgets; not
+// yet swept on our kernel.
+constexpr FwdTile fwd_tile(int head_dim) {
+  if (head_dim <= 64) return {2, 128, 3};
+  if (head_dim <= 128) return {2, 128, 2};
+  return {2, 80, 2};
+}
+
+template <typename Element_, int kHeadDim_, MaskMode kMask_>
+struct FwdTraits {
+  using Element = Element_;
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr MaskMode kMask = kMask_;
+  static constexpr FwdTile kTile = fwd_tile(kHeadDim);
+  static constexpr int kConsumers = kTile.consumers;
+  static constexpr int kBlockM = 64 * kConsumers;
+  static constexpr int kBlockN = kTile.block_n;
+  static constexpr int kStages = kTile.stages;
+  static constexpr int kThreads = 128 * (kConsumers + 1);  // warpgroup 0 produces
+  // setmaxnreg: the producer gives its registers to the consumers. 65536 per SM (one CTA):
+  // 128 x 24 + 256 x 240 = 64512.
+  static constexpr int kProducerRegs = 24;
+  static constexpr int kConsumerRegs = kConsumers == 2 ? 240 : 160;
+
+  // Tiles are 64-column panels of 128-byte rows (the widest swizzled row the copy engine writes).
+  static constexpr int kPanels = kHeadDim / 64;
+  static constexpr int kRowBytes = 128;
+  static constexpr int kPanelBytesQ = kBlockM * kRowBytes;
+  static constexpr int kPanelBytesKV = kBlockN * kRowBytes;
+  static constexpr int kTileBytesQ = kPanels * kPanelBytesQ;
+  static constexpr int kTileBytesKV = kPanels * kPanelBytesKV;
+  static constexpr int kBarriers = 1 + 4 * kStages;  // Q full; K, V full and empty per stage
+  // +1024: the dynamic shared-memory base is rounded up to the swizzle's 1024-byte period.
+  static constexpr size_t kSmemBytes = 1024 + kTileBytesQ + 2 * kStages * kTileBytesKV + 8 * kBarriers;
+
+  static_assert(kHeadDim % 64 == 0, "whole 64-column panels");
+  static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "S = Q K^T is one m64nNk16 product per k-step");
+  static_assert(kPanelBytesKV % 1024 == 0, "K/V panels start on the swizzle period");
+  static_assert(kSmemBytes <= 232448, "fits the 227 KB an sm90 CTA may use");
+};
+
+// Kernel parameters: the validated problem and the three operand maps (copied into the
+// kernel's parameter space, where the copy engine reads them: __grid_constant__).
+struct FwdParams {
+  CUtensorMap q;  // boxes of 64 columns x block_m rows
+  CUtensorMap k;  // 64 x block_n
+  CUtensorMap v;  // 64 x block_n
+  ForwardParams p;
+};
+
+}  // namespace flashattn::cuda::sm90
