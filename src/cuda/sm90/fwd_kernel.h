@@ -169,6 +169,25 @@ __device__ __forceinline__ void convert_p(ConsumerState<Traits>& st) {
   }
 }
 
+// Ping-pong between consumer warpgroups (FlashAttention-3): they take turns issuing their
+// products, so one warpgroup's exponentials run while the tensor cores work for the next. Turn c
+// belongs to warpgroup c, on named barrier kTurnBarrier0 + c over two warpgroups: the holder
+// syncs on its own barrier, issues, then arrives on the next warpgroup's.
+constexpr int kTurnBarrier0 = 4;  // 1..3: the epilogue's per-warpgroup barriers
+
+template <typename Traits>
+struct Turns {
+  int consumer;
+  __device__ __forceinline__ void take() const {
+    if constexpr (Traits::kPingPong) ptx::named_barrier_sync(kTurnBarrier0 + consumer, 256);
+  }
+  __device__ __forceinline__ void pass() const {
+    if constexpr (Traits::kPingPong) {
+      ptx::named_barrier_arrive(kTurnBarrier0 + (consumer + 1) % Traits::kConsumers, 256);
+    }
+  }
+};
+
 // One arrival per consumer warp frees a slot (the barriers count 4 * kConsumers).
 __device__ __forceinline__ void release(uint64_t* bar, int lane) {
   if (lane == 0) ptx::mbarrier_arrive(bar);
@@ -299,6 +318,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
     };
     const int row = m0 + row_in_tile;
 
+    const Turns<Traits> turns{consumer};
+    // The last warpgroup hands the first turn to warpgroup 0.
+    if (consumer == Traits::kConsumers - 1) turns.pass();
     ptx::mbarrier_wait(ring.q_full, 0);
 
     // The first (last-keyed) block: S, softmax, no P V yet.
@@ -306,7 +328,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
     int stage = 0;
     uint32_t parity = 0;
     ptx::mbarrier_wait(&ring.k_full[stage], parity);
+    turns.take();
     gemm_qk<Traits>(st.s, q_desc, k_desc(stage));
+    turns.pass();
     ptx::wgmma_wait<0>();
     ptx::fence_operand(st.s);
     release(&ring.k_empty[stage], lane);
@@ -324,9 +348,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
       stage = it % kStages;
       parity = (it / kStages) & 1;
       ptx::mbarrier_wait(&ring.k_full[stage], parity);
-      gemm_qk<Traits>(st.s, q_desc, k_desc(stage));
       ptx::mbarrier_wait(&ring.v_full[prev_stage], prev_parity);
+      turns.take();
+      gemm_qk<Traits>(st.s, q_desc, k_desc(stage));
       gemm_pv<Traits>(st.o, st.p, v_desc(prev_stage));
+      turns.pass();
       ptx::wgmma_wait<1>();  // S_j is done; P V is still running
       ptx::fence_operand(st.s);
       release(&ring.k_empty[stage], lane);
@@ -341,7 +367,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
       convert_p(st);
     }
     ptx::mbarrier_wait(&ring.v_full[stage], parity);
+    turns.take();
     gemm_pv<Traits>(st.o, st.p, v_desc(stage));
+    turns.pass();
+    // Warpgroup 0 takes the turn the last one passed at the end, so no arrival is left over.
+    if (consumer == 0) turns.take();
     ptx::wgmma_wait<0>();
     ptx::fence_operand(st.o);
     release(&ring.v_empty[stage], lane);

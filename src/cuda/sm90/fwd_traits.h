@@ -11,9 +11,10 @@
 namespace flashattn::cuda::sm90 {
 
 struct FwdTile {
-  int consumers;  // consumer warpgroups; each owns 64 query rows, so block_m = 64 * consumers
-  int block_n;    // keys per K/V tile (the N of S = Q K^T, a multiple of 16)
-  int stages;     // K/V tiles in flight (each stage holds one K and one V tile)
+  int consumers;   // consumer warpgroups; each owns 64 query rows, so block_m = 64 * consumers
+  int block_n;     // keys per K/V tile (the N of S = Q K^T, a multiple of 16)
+  int stages;      // K/V tiles in flight (each stage holds one K and one V tile)
+  bool ping_pong;  // consumers take turns issuing their products (fwd_kernel.h, Turns)
 };
 
 // Per head dim. Registers per consumer thread: O takes head_dim / 2 floats, S block_n / 2 and
@@ -25,9 +26,16 @@ struct FwdTile {
 // Starting points taken from the shapes FlashAttention-3 publishes for the same budgets; not
 // yet swept on our kernel.
 constexpr FwdTile fwd_tile(int head_dim) {
-  if (head_dim <= 64) return {2, 128, 3};
-  if (head_dim <= 128) return {2, 128, 2};
-  return {2, 80, 2};
+#if defined(FLASHATTN_DEV_SM90_BN)
+  // dev/ experiments: -DFLASHATTN_DEV_SM90_{HDIM,CONSUMERS,BN,STAGES,PINGPONG}=... replace the
+  // tile of head dim FLASHATTN_DEV_SM90_HDIM.
+  if (head_dim == FLASHATTN_DEV_SM90_HDIM) {
+    return {FLASHATTN_DEV_SM90_CONSUMERS, FLASHATTN_DEV_SM90_BN, FLASHATTN_DEV_SM90_STAGES, FLASHATTN_DEV_SM90_PINGPONG != 0};
+  }
+#endif
+  if (head_dim <= 64) return {2, 128, 3, true};
+  if (head_dim <= 128) return {2, 128, 2, true};
+  return {2, 80, 2, true};
 }
 
 template <typename Element_, int kHeadDim_, MaskMode kMask_>
@@ -40,11 +48,12 @@ struct FwdTraits {
   static constexpr int kBlockM = 64 * kConsumers;
   static constexpr int kBlockN = kTile.block_n;
   static constexpr int kStages = kTile.stages;
+  static constexpr bool kPingPong = kTile.ping_pong;
   static constexpr int kThreads = 128 * (kConsumers + 1);  // warpgroup 0 produces
   // setmaxnreg: the producer gives its registers to the consumers. 65536 per SM (one CTA):
   // 128 x 24 + 256 x 240 = 64512.
   static constexpr int kProducerRegs = 24;
-  static constexpr int kConsumerRegs = kConsumers == 2 ? 240 : 160;
+  static constexpr int kConsumerRegs = kConsumers == 2 ? 240 : (kConsumers == 3 ? 160 : 240);
 
   // Tiles are 64-column panels of 128-byte rows (the widest swizzled row the copy engine writes).
   static constexpr int kPanels = kHeadDim / 64;
@@ -58,6 +67,7 @@ struct FwdTraits {
   static constexpr size_t kSmemBytes = 1024 + kTileBytesQ + 2 * kStages * kTileBytesKV + 8 * kBarriers;
 
   static_assert(kHeadDim % 64 == 0, "whole 64-column panels");
+  static_assert(!kPingPong || kConsumers >= 2, "ping-pong takes turns between consumer warpgroups");
   static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "S = Q K^T is one m64nNk16 product per k-step");
   static_assert(kPanelBytesKV % 1024 == 0, "K/V panels start on the swizzle period");
   static_assert(kSmemBytes <= 232448, "fits the 227 KB an sm90 CTA may use");
