@@ -33,8 +33,6 @@ Status by_head_dim(const ForwardParams& p, cudaStream_t stream) {
   }
 }
 
-int sm90_block_n(int head_dim) { return fwd_tile(head_dim).block_n; }
-int sm90_block_m(int head_dim) { return 64 * fwd_tile(head_dim).consumers; }
 
 }  // namespace
 
@@ -54,7 +52,8 @@ std::string fwd_declines(const ForwardParams& p, bool any_runnable) {
         cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
       return "device query failed";
     }
-    const int bm = sm90_block_m(p.head_dim), bn = sm90_block_n(p.head_dim);
+    const FwdTile tile = fwd_tile(p.head_dim, p.has_window());
+    const int bm = 64 * tile.consumers, bn = tile.block_n;
     const long long ctas = static_cast<long long>((p.seqlen_q + bm - 1) / bm) * p.heads * p.batch;
     if (choose_num_splits(ctas, (p.seqlen_k + bn - 1) / bn, sms, 1) > 1) return "the split-KV heuristic splits";
   }

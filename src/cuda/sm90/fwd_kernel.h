@@ -22,7 +22,6 @@
 #include <cstdint>
 
 #include "core/params.h"
-#include "cuda/common/cta_order.h"
 #include "cuda/common/mask.h"
 #include "cuda/common/seq_extent.h"
 #include "cuda/ptx/math.h"
@@ -48,6 +47,7 @@ struct Ring {
   uint64_t* v_full;   // [stages]
   uint64_t* k_empty;  // [stages]
   uint64_t* v_empty;  // [stages]
+  uint64_t* q_empty;
 };
 
 // Row statistics and accumulators of one consumer thread: rows g and g + 8 of its warp's 16
@@ -173,7 +173,7 @@ __device__ __forceinline__ void convert_p(ConsumerState<Traits>& st) {
 // products, so one warpgroup's exponentials run while the tensor cores work for the next. Turn c
 // belongs to warpgroup c, on named barrier kTurnBarrier0 + c over two warpgroups: the holder
 // syncs on its own barrier, issues, then arrives on the next warpgroup's.
-constexpr int kTurnBarrier0 = 4;  // 1..3: the epilogue's per-warpgroup barriers
+constexpr int kTurnBarrier0 = 1;
 
 template <typename Traits>
 struct Turns {
@@ -193,10 +193,84 @@ __device__ __forceinline__ void release(uint64_t* bar, int lane) {
   if (lane == 0) ptx::mbarrier_arrive(bar);
 }
 
+// Epilogue of one tile: finish the row sums across the quad, normalise, write LSE and O straight
+// from the accumulators (each quad writes 16 contiguous bytes of a row per 8-column chunk). No
+// shared memory: the next tile's Q may already be landing in the Q buffer.
+template <typename Traits, typename TileWork>
+__device__ __forceinline__ void store_tile(const ForwardParams& params, const TileWork& w, ConsumerState<Traits>& st,
+                                           int row_in_tile, int t4) {
+  using Element = typename Traits::Element;
+  const int64_t lse_base =
+      w.batch * params.lse_batch_stride + int64_t(w.head) * params.lse_head_stride + w.row0_q + w.m0;
+  char* gO = static_cast<char*>(params.out) +
+             sizeof(Element) * (w.batch * params.out_strides.batch + (w.row0_q + w.m0) * params.out_strides.row +
+                                int64_t(w.head) * params.out_strides.head);
+  const int64_t o_row_bytes = sizeof(Element) * params.out_strides.row;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float l = st.row_sum[h];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    const bool empty = !(l > 0.0f) && !isnan(l);  // no visible key; a NaN sum stays NaN
+    const float inv = empty ? 0.0f : 1.0f / l;
+    const int r = row_in_tile + 8 * h;
+    if (r < w.rows_here) {
+      if (params.lse != nullptr && t4 == 0) {
+        params.lse[lse_base + r] = empty ? -INFINITY : (st.row_max[h] * params.scale_log2 + __log2f(l)) * kLn2;
+      }
+      char* dst = gO + r * o_row_bytes + 4 * t4;
+#pragma unroll
+      for (int c = 0; c < Traits::kHeadDim / 8; ++c) {
+        *reinterpret_cast<uint32_t*>(dst + 16 * c) =
+            ptx::pack2<Element>(st.o[4 * c + 2 * h] * inv, st.o[4 * c + 2 * h + 1] * inv);
+      }
+    }
+  }
+}
+
+// One tile of the persistent loop: a query block of one (head, batch), with its sequence's extent
+// and the key blocks [n_lo, n_hi) it visits (last to first).
+struct TileWork {
+  int m_block, head, batch;
+  int64_t row0_q, row0_k;
+  int seqlen_q, seqlen_k;
+  int m0, rows_here;
+  int n_lo, n_hi;
+  __device__ __forceinline__ bool exists() const { return m0 < seqlen_q; }
+  __device__ __forceinline__ bool has_keys() const { return n_hi > n_lo; }
+};
+
+template <typename Traits>
+__device__ __forceinline__ TileWork tile_work(const ForwardParams& params, const TileOrder& order, int t) {
+  TileWork w;
+  const TileCoord c = order.at(t);
+  w.m_block = c.m_block;
+  w.head = c.plane % params.heads;
+  w.batch = c.plane / params.heads;
+  const SeqExtent e = seq_extent(params, w.batch);
+  w.row0_q = e.row0_q;
+  w.row0_k = e.row0_k;
+  w.seqlen_q = e.seqlen_q;
+  w.seqlen_k = e.seqlen_k;
+  w.m0 = w.m_block * Traits::kBlockM;
+  w.rows_here = min(Traits::kBlockM, w.seqlen_q - w.m0);
+  w.n_lo = 0;
+  w.n_hi = (w.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN;
+  if constexpr (Traits::kMask == MaskMode::kWindow) {
+    if (w.exists()) {
+      make_window_mask<true>(w.seqlen_q, w.seqlen_k, params.window_left, params.window_right)
+          .block_range(w.m0, w.m0 + w.rows_here, Traits::kBlockN, &w.n_lo, &w.n_hi);
+    }
+  }
+  return w;
+}
+
+// Persistent: each CTA walks the tiles blockIdx.x, blockIdx.x + gridDim.x, ... of TileOrder. The
+// producer and the consumers walk the same tiles and count the K/V ring's slots across them, so
+// the producer loads the next tile's Q and first K/V tiles while the consumers finish this one.
 template <typename Traits>
 __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_constant__ FwdParams kp) {
   using Element = typename Traits::Element;
-  constexpr int kBlockM = Traits::kBlockM;
   constexpr int kBlockN = Traits::kBlockN;
   constexpr int kStages = Traits::kStages;
   const ForwardParams& params = kp.p;
@@ -204,35 +278,23 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
   extern __shared__ unsigned char smem_raw[];
   // The 128-byte swizzle repeats every 1024 bytes and is applied to absolute addresses.
   unsigned char* smem = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
-  unsigned char* sQ = smem;                                         // kPanels x (kBlockM rows)
-  unsigned char* sK = sQ + Traits::kTileBytesQ;                     // kStages x kPanels x (kBlockN rows)
-  unsigned char* sV = sK + kStages * Traits::kTileBytesKV;          // same
+  unsigned char* sQ = smem;                                 // kPanels x (kBlockM rows)
+  unsigned char* sK = sQ + Traits::kTileBytesQ;             // kStages x kPanels x (kBlockN rows)
+  unsigned char* sV = sK + kStages * Traits::kTileBytesKV;  // same
   uint64_t* bars = reinterpret_cast<uint64_t*>(sV + kStages * Traits::kTileBytesKV);
-  const Ring ring{bars, bars + 1, bars + 1 + kStages, bars + 1 + 2 * kStages, bars + 1 + 3 * kStages};
+  const Ring ring{bars, bars + 1, bars + 1 + kStages, bars + 1 + 2 * kStages, bars + 1 + 3 * kStages,
+                  bars + 1 + 4 * kStages};
 
   const int warpgroup = threadIdx.x / 128;
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
-
-  // Heavier query blocks first (causal: the last blocks see the most keys); causal launches
-  // also interleave planes (cta_order.h).
-  const CtaSlot slot = this_cta_slot(params.cta_group_planes);
-  const int m_block = gridDim.x - 1 - slot.block;
-  const int head = slot.plane % gridDim.y;
-  const int batch = slot.plane / gridDim.y;
-  const int head_k = head / (params.heads / params.heads_k);
-  const auto [row0_q, row0_k, seqlen_q, seqlen_k] = seq_extent(params, batch);
-  const int m0 = m_block * kBlockM;
-  if (m0 >= seqlen_q) return;
-  const int rows_here = min(kBlockM, seqlen_q - m0);
-
-  const WindowMask mask = make_window_mask<Traits::kMask == MaskMode::kWindow>(
-      seqlen_q, seqlen_k, params.window_left, params.window_right);
-  int n_lo = 0, n_hi = (seqlen_k + kBlockN - 1) / kBlockN;
-  if constexpr (Traits::kMask == MaskMode::kWindow) mask.block_range(m0, m0 + rows_here, kBlockN, &n_lo, &n_hi);
+  const TileOrder order = kp.order;
+  const int group = params.heads / params.heads_k;
+  const int map_batch_varlen = params.is_varlen();
 
   if (threadIdx.x == 0) {
     ptx::mbarrier_init(ring.q_full, 1);
+    ptx::mbarrier_init(ring.q_empty, 4 * Traits::kConsumers);
     for (int s = 0; s < kStages; ++s) {
       ptx::mbarrier_init(&ring.k_full[s], 1);
       ptx::mbarrier_init(&ring.v_full[s], 1);
@@ -243,29 +305,35 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
   }
   __syncthreads();
 
-  // Tensor-map coordinates: dense operands are (dim, position, head, batch); varlen ones are one
-  // batch entry of packed tokens.
-  const int q_row = int(row0_q) + m0;
-  const int kv_row = int(row0_k);
-  const int map_batch = params.is_varlen() ? 0 : batch;
-
   if (warpgroup == 0) {
     ptx::warpgroup_reg_dealloc<Traits::kProducerRegs>();
-    if (warp == 0 && lane == 0 && n_hi > n_lo) {
-      ptx::tma_prefetch_map(&kp.k);
-      ptx::tma_prefetch_map(&kp.v);
+    if (warp != 0 || lane != 0) return;
+    ptx::tma_prefetch_map(&kp.q);
+    ptx::tma_prefetch_map(&kp.k);
+    ptx::tma_prefetch_map(&kp.v);
+    int it = 0;      // K/V tiles issued so far, across tiles: slot it % kStages, pass it / kStages
+    int q_pass = 0;  // Q tiles issued so far
+    for (int t = blockIdx.x; t < order.tiles; t += gridDim.x) {
+      const TileWork w = tile_work<Traits>(params, order, t);
+      if (!w.exists() || !w.has_keys()) continue;
+      // Tensor-map coordinates: dense operands are (dim, position, head, batch); varlen ones are
+      // one batch entry of packed tokens.
+      const int map_batch = map_batch_varlen ? 0 : w.batch;
+      const int head_k = w.head / group;
+      ptx::mbarrier_wait(ring.q_empty, (q_pass & 1) ^ 1);
       ptx::mbarrier_arrive_expect_tx(ring.q_full, Traits::kTileBytesQ);
 #pragma unroll
       for (int panel = 0; panel < Traits::kPanels; ++panel) {
-        ptx::tma_load_4d(sQ + panel * Traits::kPanelBytesQ, &kp.q, ring.q_full, 64 * panel, q_row, head, map_batch);
+        ptx::tma_load_4d(sQ + panel * Traits::kPanelBytesQ, &kp.q, ring.q_full, 64 * panel, int(w.row0_q) + w.m0,
+                         w.head, map_batch);
       }
-      int it = 0;
-      for (int n_block = n_hi - 1; n_block >= n_lo; --n_block, ++it) {
+      ++q_pass;
+      for (int n_block = w.n_hi - 1; n_block >= w.n_lo; --n_block, ++it) {
         const int stage = it % kStages;
         const uint32_t parity = (it / kStages) & 1;
         unsigned char* k_dst = sK + stage * Traits::kTileBytesKV;
         unsigned char* v_dst = sV + stage * Traits::kTileBytesKV;
-        const int key = kv_row + n_block * kBlockN;
+        const int key = int(w.row0_k) + n_block * kBlockN;
         ptx::mbarrier_wait(&ring.k_empty[stage], parity ^ 1);
         ptx::mbarrier_arrive_expect_tx(&ring.k_full[stage], Traits::kTileBytesKV);
 #pragma unroll
@@ -288,144 +356,106 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
   ptx::warpgroup_reg_alloc<Traits::kConsumerRegs>();
   const int consumer = warpgroup - 1;
   const int g = lane / 4;
-  const int t = lane % 4;
+  const int t4 = lane % 4;
   const int wg_row0 = consumer * 64;                      // this warpgroup's first row of the tile
   const int row_in_tile = wg_row0 + (warp % 4) * 16 + g;  // this thread's rows: +0 and +8
   const float scale_log2 = params.scale_log2;
+  // Descriptors: Q and K are K-major (their rows hold head-dim elements), V MN-major (the head
+  // dim, P V's N, is contiguous; the leading offset steps one 64-column panel).
+  const uint64_t q_desc = ptx::smem_desc(ptx::smem_u32(sQ + wg_row0 * Traits::kRowBytes), 16, 1024,
+                                         ptx::SmemSwizzle::k128B);
+  const uint64_t k_desc0 = ptx::smem_desc(ptx::smem_u32(sK), 16, 1024, ptx::SmemSwizzle::k128B);
+  const uint64_t v_desc0 = ptx::smem_desc(ptx::smem_u32(sV), Traits::kPanelBytesKV, 1024, ptx::SmemSwizzle::k128B);
+  const auto k_desc = [&](int stage) { return ptx::desc_advance(k_desc0, stage * Traits::kTileBytesKV); };
+  const auto v_desc = [&](int stage) { return ptx::desc_advance(v_desc0, stage * Traits::kTileBytesKV); };
+  const Turns<Traits> turns{consumer};
+  // The last warpgroup hands the first turn to warpgroup 0.
+  if (consumer == Traits::kConsumers - 1) turns.pass();
 
-  ConsumerState<Traits> st;
+  int it = 0;      // K/V tiles consumed so far, across tiles (the producer's count)
+  int q_pass = 0;  // Q tiles consumed so far
+  for (int tile = blockIdx.x; tile < order.tiles; tile += gridDim.x) {
+    const TileWork w = tile_work<Traits>(params, order, tile);
+    if (!w.exists()) continue;
+    const WindowMask mask = make_window_mask<Traits::kMask == MaskMode::kWindow>(
+        w.seqlen_q, w.seqlen_k, params.window_left, params.window_right);
+
+    ConsumerState<Traits> st;
 #pragma unroll
-  for (int i = 0; i < ConsumerState<Traits>::kORegs; ++i) st.o[i] = 0.0f;
-  st.row_max[0] = st.row_max[1] = -INFINITY;
-  st.row_sum[0] = st.row_sum[1] = 0.0f;
+    for (int i = 0; i < ConsumerState<Traits>::kORegs; ++i) st.o[i] = 0.0f;
+    st.row_max[0] = st.row_max[1] = -INFINITY;
+    st.row_sum[0] = st.row_sum[1] = 0.0f;
 
-  if (n_hi > n_lo) {
-    // Descriptors: Q and K are K-major (their rows hold head-dim elements), V MN-major (the
-    // head dim, P V's N, is contiguous; the leading offset steps one 64-column panel).
-    const uint64_t q_desc = ptx::smem_desc(ptx::smem_u32(sQ + wg_row0 * Traits::kRowBytes), 16, 1024,
-                                           ptx::SmemSwizzle::k128B);
-    const uint64_t k_desc0 = ptx::smem_desc(ptx::smem_u32(sK), 16, 1024, ptx::SmemSwizzle::k128B);
-    const uint64_t v_desc0 = ptx::smem_desc(ptx::smem_u32(sV), Traits::kPanelBytesKV, 1024, ptx::SmemSwizzle::k128B);
-    const auto k_desc = [&](int stage) { return ptx::desc_advance(k_desc0, stage * Traits::kTileBytesKV); };
-    const auto v_desc = [&](int stage) { return ptx::desc_advance(v_desc0, stage * Traits::kTileBytesKV); };
-    const int row_begin = m0 + wg_row0;
-    const int row_end = min(m0 + rows_here, row_begin + 64);
-    const auto needs_mask = [&](int n_block) {
-      return Traits::kMask == MaskMode::kWindow || (n_block + 1) * kBlockN > seqlen_k
-                 ? mask.block_needs_mask(row_begin, max(row_end, row_begin + 1), n_block * kBlockN,
-                                         (n_block + 1) * kBlockN)
-                 : false;
-    };
-    const int row = m0 + row_in_tile;
+    if (w.has_keys()) {
+      const int row_begin = w.m0 + wg_row0;
+      const int row_end = min(w.m0 + w.rows_here, row_begin + 64);
+      const auto needs_mask = [&](int n_block) {
+        return Traits::kMask == MaskMode::kWindow || (n_block + 1) * kBlockN > w.seqlen_k
+                   ? mask.block_needs_mask(row_begin, max(row_end, row_begin + 1), n_block * kBlockN,
+                                           (n_block + 1) * kBlockN)
+                   : false;
+      };
+      const int row = w.m0 + row_in_tile;
+      ptx::mbarrier_wait(ring.q_full, q_pass & 1);
 
-    const Turns<Traits> turns{consumer};
-    // The last warpgroup hands the first turn to warpgroup 0.
-    if (consumer == Traits::kConsumers - 1) turns.pass();
-    ptx::mbarrier_wait(ring.q_full, 0);
-
-    // The first (last-keyed) block: S, softmax, no P V yet.
-    int it = 0;
-    int stage = 0;
-    uint32_t parity = 0;
-    ptx::mbarrier_wait(&ring.k_full[stage], parity);
-    turns.take();
-    gemm_qk<Traits>(st.s, q_desc, k_desc(stage));
-    turns.pass();
-    ptx::wgmma_wait<0>();
-    ptx::fence_operand(st.s);
-    release(&ring.k_empty[stage], lane);
-    if (needs_mask(n_hi - 1)) apply_mask<Traits>(st.s, mask, row, (n_hi - 1) * kBlockN + 2 * t);
-    {
-      float correction[2];
-      softmax_block<Traits>(st, scale_log2, correction);  // O is still 0: nothing to rescale
-    }
-    convert_p(st);
-
-    for (int n_block = n_hi - 2; n_block >= n_lo; --n_block) {
-      const int prev_stage = stage;
-      const uint32_t prev_parity = parity;
-      ++it;
-      stage = it % kStages;
-      parity = (it / kStages) & 1;
+      // The first (last-keyed) block: S, softmax, no P V yet.
+      int stage = it % kStages;
+      uint32_t parity = (it / kStages) & 1;
       ptx::mbarrier_wait(&ring.k_full[stage], parity);
-      ptx::mbarrier_wait(&ring.v_full[prev_stage], prev_parity);
       turns.take();
       gemm_qk<Traits>(st.s, q_desc, k_desc(stage));
-      gemm_pv<Traits>(st.o, st.p, v_desc(prev_stage));
       turns.pass();
-      ptx::wgmma_wait<1>();  // S_j is done; P V is still running
+      ptx::wgmma_wait<0>();
       ptx::fence_operand(st.s);
       release(&ring.k_empty[stage], lane);
-      if (needs_mask(n_block)) apply_mask<Traits>(st.s, mask, row, n_block * kBlockN + 2 * t);
-      float correction[2];
-      const bool rescale = softmax_block<Traits>(st, scale_log2, correction);
+      if (needs_mask(w.n_hi - 1)) apply_mask<Traits>(st.s, mask, row, (w.n_hi - 1) * kBlockN + 2 * t4);
+      {
+        float correction[2];
+        softmax_block<Traits>(st, scale_log2, correction);  // O is still 0: nothing to rescale
+      }
+      convert_p(st);
+
+      for (int n_block = w.n_hi - 2; n_block >= w.n_lo; --n_block) {
+        const int prev_stage = stage;
+        const uint32_t prev_parity = parity;
+        ++it;
+        stage = it % kStages;
+        parity = (it / kStages) & 1;
+        ptx::mbarrier_wait(&ring.k_full[stage], parity);
+        ptx::mbarrier_wait(&ring.v_full[prev_stage], prev_parity);
+        turns.take();
+        gemm_qk<Traits>(st.s, q_desc, k_desc(stage));
+        gemm_pv<Traits>(st.o, st.p, v_desc(prev_stage));
+        turns.pass();
+        ptx::wgmma_wait<1>();  // S_j is done; P V is still running
+        ptx::fence_operand(st.s);
+        release(&ring.k_empty[stage], lane);
+        if (needs_mask(n_block)) apply_mask<Traits>(st.s, mask, row, n_block * kBlockN + 2 * t4);
+        float correction[2];
+        const bool rescale = softmax_block<Traits>(st, scale_log2, correction);
+        ptx::wgmma_wait<0>();
+        ptx::fence_operand(st.o);
+        ptx::fence_operand(st.p);
+        release(&ring.v_empty[prev_stage], lane);
+        if (rescale) rescale_o(st, correction);
+        convert_p(st);
+      }
+      // Every Q K^T product of this tile has completed: the producer may load the next Q.
+      release(ring.q_empty, lane);
+      ++q_pass;
+      ptx::mbarrier_wait(&ring.v_full[stage], parity);
+      turns.take();
+      gemm_pv<Traits>(st.o, st.p, v_desc(stage));
+      turns.pass();
       ptx::wgmma_wait<0>();
       ptx::fence_operand(st.o);
-      ptx::fence_operand(st.p);
-      release(&ring.v_empty[prev_stage], lane);
-      if (rescale) rescale_o(st, correction);
-      convert_p(st);
+      release(&ring.v_empty[stage], lane);
+      ++it;
     }
-    ptx::mbarrier_wait(&ring.v_full[stage], parity);
-    turns.take();
-    gemm_pv<Traits>(st.o, st.p, v_desc(stage));
-    turns.pass();
-    // Warpgroup 0 takes the turn the last one passed at the end, so no arrival is left over.
-    if (consumer == 0) turns.take();
-    ptx::wgmma_wait<0>();
-    ptx::fence_operand(st.o);
-    release(&ring.v_empty[stage], lane);
+    store_tile<Traits>(params, w, st, row_in_tile, t4);
   }
-
-  // Epilogue: finish the row sums across the quad, normalise, write LSE, stage O (16-bit) in this
-  // warpgroup's own rows of the Q tile, then store whole 16-byte chunks.
-  const int64_t lse_base = batch * params.lse_batch_stride + int64_t(head) * params.lse_head_stride + row0_q + m0;
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    float l = st.row_sum[h];
-    l += __shfl_xor_sync(0xffffffffu, l, 1);
-    l += __shfl_xor_sync(0xffffffffu, l, 2);
-    const bool empty = !(l > 0.0f) && !isnan(l);  // no visible key; a NaN sum stays NaN
-    const float inv = empty ? 0.0f : 1.0f / l;
-#pragma unroll
-    for (int c = 0; c < Traits::kHeadDim / 8; ++c) {
-      st.o[4 * c + 2 * h] *= inv;
-      st.o[4 * c + 2 * h + 1] *= inv;
-    }
-    const int r = row_in_tile + 8 * h;
-    if (params.lse != nullptr && t == 0 && r < rows_here) {
-      params.lse[lse_base + r] = empty ? -INFINITY : (st.row_max[h] * scale_log2 + __log2f(l)) * kLn2;
-    }
-  }
-  // Every warp of this warpgroup is done with its Q rows (its last S product completed).
-  ptx::named_barrier_sync(1 + consumer, 128);
-#pragma unroll
-  for (int c = 0; c < Traits::kHeadDim / 8; ++c) {
-    const int panel = c / 8;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int r = row_in_tile + 8 * h;
-      unsigned char* dst = sQ + panel * Traits::kPanelBytesQ + r * Traits::kRowBytes + (((c % 8) ^ (r % 8)) * 16) + 4 * t;
-      *reinterpret_cast<uint32_t*>(dst) = ptx::pack2<Element>(st.o[4 * c + 2 * h], st.o[4 * c + 2 * h + 1]);
-    }
-  }
-  ptx::named_barrier_sync(1 + consumer, 128);
-  constexpr int kChunksPerRow = Traits::kHeadDim / 8;
-  char* gO = static_cast<char*>(params.out) +
-             sizeof(Element) * (batch * params.out_strides.batch + (row0_q + m0) * params.out_strides.row +
-                                int64_t(head) * params.out_strides.head);
-  const int64_t o_row_bytes = sizeof(Element) * params.out_strides.row;
-  const int tid = threadIdx.x % 128;
-#pragma unroll
-  for (int i = tid; i < 64 * kChunksPerRow; i += 128) {
-    const int r = wg_row0 + i / kChunksPerRow;
-    const int c = i % kChunksPerRow;
-    if (r < rows_here) {
-      const uint4 v = *reinterpret_cast<const uint4*>(sQ + (c / 8) * Traits::kPanelBytesQ + r * Traits::kRowBytes +
-                                                      (((c % 8) ^ (r % 8)) * 16));
-      *reinterpret_cast<uint4*>(gO + r * o_row_bytes + c * 16) = v;
-    }
-  }
+  // Warpgroup 0 takes the turn the last one passed at the end, so no arrival is left over.
+  if (consumer == 0) turns.take();
 }
 
 }  // namespace flashattn::cuda::sm90

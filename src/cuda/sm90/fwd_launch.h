@@ -4,6 +4,8 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
+
 #include "cuda/common/cta_order.h"
 #include "cuda/common/cuda_check.h"
 #include "cuda/sm90/fwd.h"
@@ -40,15 +42,23 @@ Status run_fwd(const ForwardParams& params, cudaStream_t stream) {
   const auto kernel = fwd_kernel<Traits>;
   constexpr size_t kSmem = Traits::kSmemBytes;
   FLASHATTN_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmem)));
+  int device = 0, sms = 0;
+  FLASHATTN_CUDA_TRY(cudaGetDevice(&device));
+  FLASHATTN_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   const int m_blocks = (params.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM;
-  if (params.is_causal) {
-    int device = 0, sms = 0;
-    FLASHATTN_CUDA_TRY(cudaGetDevice(&device));
-    FLASHATTN_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    kp.p.cta_group_planes = causal_group_planes(true, m_blocks, static_cast<long long>(params.heads) * params.batch, sms);
+  const long long planes = static_cast<long long>(params.heads) * params.batch;
+  if (planes * m_blocks >= (1LL << 31)) {
+    return Status::NotSupported("more than 2^31 query tiles for the sm90 forward");
   }
-  const dim3 grid(m_blocks, params.heads, params.batch);
-  kernel<<<grid, Traits::kThreads, kSmem, stream>>>(kp);
+  kp.order = TileOrder{int(planes * m_blocks), m_blocks, int(planes),
+                       causal_group_planes(params.is_causal, m_blocks, planes, sms)};
+  // Persistent: one CTA per SM (their shared memory allows no second), each walking tiles.
+#if defined(FLASHATTN_DEV_SM90_GRID_ALL)
+  const int ctas = kp.order.tiles;  // dev/ A/B: one CTA per tile, as a non-persistent launch
+#else
+  const int ctas = std::min(kp.order.tiles, sms);
+#endif
+  kernel<<<ctas, Traits::kThreads, kSmem, stream>>>(kp);
   return cuda_status(cudaGetLastError(), "launching the sm90 forward kernel");
 }
 

@@ -7,6 +7,7 @@
 
 #include "core/params.h"
 #include "cuda/common/variants.h"
+#include "cuda/sm90/tile_order.h"
 
 namespace flashattn::cuda::sm90 {
 
@@ -17,15 +18,20 @@ struct FwdTile {
   bool ping_pong;  // consumers take turns issuing their products (fwd_kernel.h, Turns)
 };
 
-// Per head dim. Registers per consumer thread: O takes head_dim / 2 floats, S block_n / 2 and
-// P (16-bit pairs) block_n / 4, under the 240 that setmaxnreg gives two consumer warpgroups.
-// Shared memory: Q (block_m x d) + stages x (K + V) (block_n x d each), 16-bit, within 227 KB.
-//  - d64:  128 x 128, 3 stages: 16 + 96 KB; O 32 + S 64 + P 32 registers.
-//  - d128: 128 x 128, 2 stages: 32 + 128 KB; O 64 + S 64 + P 32.
-//  - d256: 128 x 80, 2 stages: 64 + 160 KB (the most that fits); O 128 + S 40 + P 20.
-// Starting points taken from the shapes FlashAttention-3 publishes for the same budgets; not
-// yet swept on our kernel.
-constexpr FwdTile fwd_tile(int head_dim) {
+// Per head dim (and mask). Registers per consumer thread: O takes head_dim / 2 floats, S block_n / 2
+// and P (16-bit pairs) block_n / 4, under the 240 that setmaxnreg gives two consumer warpgroups
+// (160 for three). Shared memory: Q (block_m x d) + stages x (K + V) (block_n x d each), 16-bit,
+// within 227 KB. Measured on H200 (bf16, forward, 1k-16k, against the 128 x 128 ping-pong tile;
+// dev/results/h200-2026-12-01-ab-sm90a-*.json):
+//  - d64: three consumer warpgroups (192 x 128, 2 stages: 24 + 64 KB; O 32 + S 64 + P 32
+//    registers of 160): +16-23% from 2k up (544 against 453 TFLOP/s at 16k), +6% at 1k, -3% at
+//    1k causal. 128 x 192 with two: -8% to +3%.
+//  - d128 without a mask: 128 x 176, 2 stages (32 + 176 KB): +1.5-5% from 8k up (710 against 678
+//    at 16k). With a window or causal mask 128 x 128 (32 + 128 KB): 176 lost 7% at 1k causal
+//    and gained 4% at 16k causal, and short causal rows are the weaker ones.
+//  - d256: 128 x 80, 2 stages: 64 + 160 KB (the most that fits); O 128 + S 40 + P 20. Not swept.
+//  - Ping-pong (turns between the consumers): +1-3% at d128 (ab-sm90a-nopp128).
+constexpr FwdTile fwd_tile(int head_dim, bool windowed) {
 #if defined(FLASHATTN_DEV_SM90_BN)
   // dev/ experiments: -DFLASHATTN_DEV_SM90_{HDIM,CONSUMERS,BN,STAGES,PINGPONG}=... replace the
   // tile of head dim FLASHATTN_DEV_SM90_HDIM.
@@ -33,8 +39,8 @@ constexpr FwdTile fwd_tile(int head_dim) {
     return {FLASHATTN_DEV_SM90_CONSUMERS, FLASHATTN_DEV_SM90_BN, FLASHATTN_DEV_SM90_STAGES, FLASHATTN_DEV_SM90_PINGPONG != 0};
   }
 #endif
-  if (head_dim <= 64) return {2, 128, 3, true};
-  if (head_dim <= 128) return {2, 128, 2, true};
+  if (head_dim <= 64) return {3, 128, 2, true};
+  if (head_dim <= 128) return windowed ? FwdTile{2, 128, 2, true} : FwdTile{2, 176, 2, true};
   return {2, 80, 2, true};
 }
 
@@ -43,7 +49,7 @@ struct FwdTraits {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr MaskMode kMask = kMask_;
-  static constexpr FwdTile kTile = fwd_tile(kHeadDim);
+  static constexpr FwdTile kTile = fwd_tile(kHeadDim, kMask == MaskMode::kWindow);
   static constexpr int kConsumers = kTile.consumers;
   static constexpr int kBlockM = 64 * kConsumers;
   static constexpr int kBlockN = kTile.block_n;
@@ -62,7 +68,7 @@ struct FwdTraits {
   static constexpr int kPanelBytesKV = kBlockN * kRowBytes;
   static constexpr int kTileBytesQ = kPanels * kPanelBytesQ;
   static constexpr int kTileBytesKV = kPanels * kPanelBytesKV;
-  static constexpr int kBarriers = 1 + 4 * kStages;  // Q full; K, V full and empty per stage
+  static constexpr int kBarriers = 2 + 4 * kStages;  // Q full and empty; K, V full and empty per stage
   // +1024: the dynamic shared-memory base is rounded up to the swizzle's 1024-byte period.
   static constexpr size_t kSmemBytes = 1024 + kTileBytesQ + 2 * kStages * kTileBytesKV + 8 * kBarriers;
 
@@ -80,6 +86,7 @@ struct FwdParams {
   CUtensorMap k;  // 64 x block_n
   CUtensorMap v;  // 64 x block_n
   ForwardParams p;
+  TileOrder order;
 };
 
 }  // namespace flashattn::cuda::sm90

@@ -1,0 +1,33 @@
+// The order in which the persistent Hopper forward visits its tiles (query block, plane), a plane
+// being one (head, batch). CTA i takes tiles i, i + gridDim.x, ... of this order.
+//
+// Planes go in groups of `group`; within a group the heaviest query blocks come first (under a
+// causal mask the last block sees every key) and the planes of the group alternate, so the tiles
+// in flight at once cover few planes: their K and V stay in L2 (a 16k-key d128 plane holds 8 MB
+// of K and V; 132 tiles of 132 different planes would stream 1 GB from memory per wave). The
+// grouping is cta_order.h's (the smaller group first, so that the last group is a whole one):
+// group 1 without a causal mask, causal_group_planes() with one.
+#pragma once
+
+#include "cuda/common/cta_order.h"
+
+namespace flashattn::cuda::sm90 {
+
+struct TileCoord {
+  int m_block;
+  int plane;  // head + heads * batch
+};
+
+struct TileOrder {
+  int tiles;     // m_blocks * planes (< 2^31: the launcher checks)
+  int m_blocks;  // query blocks per plane
+  int planes;
+  int group;     // planes per group
+
+  __host__ __device__ TileCoord at(int t) const {
+    const CtaSlot s = grouped_cta_slot(unsigned(t), unsigned(m_blocks), unsigned(planes), unsigned(group));
+    return {m_blocks - 1 - s.block, int(s.plane)};
+  }
+};
+
+}  // namespace flashattn::cuda::sm90
