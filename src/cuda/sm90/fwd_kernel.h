@@ -265,7 +265,7 @@ __device__ __forceinline__ TileWork tile_work(const ForwardParams& params, const
   return w;
 }
 
-// Persistent: each CTA walks the tiles blockIdx.x, blockIdx.x + gridDim.x, ... of TileOrder. The
+// Persistent: each CTA walks its tiles of TileOrder (TileOrder::cta_tile), one per round. The
 // producer and the consumers walk the same tiles and count the K/V ring's slots across them, so
 // the producer loads the next tile's Q and first K/V tiles while the consumers finish this one.
 template <typename Traits>
@@ -313,7 +313,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
     ptx::tma_prefetch_map(&kp.v);
     int it = 0;      // K/V tiles issued so far, across tiles: slot it % kStages, pass it / kStages
     int q_pass = 0;  // Q tiles issued so far
-    for (int t = blockIdx.x; t < order.tiles; t += gridDim.x) {
+    for (int round = 0;; ++round) {
+      const int t = order.cta_tile(round, blockIdx.x, gridDim.x);
+      if (t >= order.tiles) break;
       const TileWork w = tile_work<Traits>(params, order, t);
       if (!w.exists() || !w.has_keys()) continue;
       // Tensor-map coordinates: dense operands are (dim, position, head, batch); varlen ones are
@@ -374,7 +376,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
 
   int it = 0;      // K/V tiles consumed so far, across tiles (the producer's count)
   int q_pass = 0;  // Q tiles consumed so far
-  for (int tile = blockIdx.x; tile < order.tiles; tile += gridDim.x) {
+  for (int round = 0;; ++round) {
+    const int tile = order.cta_tile(round, blockIdx.x, gridDim.x);
+    if (tile >= order.tiles) break;
     const TileWork w = tile_work<Traits>(params, order, tile);
     if (!w.exists()) continue;
     const WindowMask mask = make_window_mask<Traits::kMask == MaskMode::kWindow>(

@@ -1,5 +1,5 @@
 // The order in which the persistent Hopper forward visits its tiles (query block, plane), a plane
-// being one (head, batch). CTA i takes tiles i, i + gridDim.x, ... of this order.
+// being one (head, batch), and which of them each CTA takes.
 //
 // Planes go in groups of `group`; within a group the heaviest query blocks come first (under a
 // causal mask the last block sees every key) and the planes of the group alternate, so the tiles
@@ -27,6 +27,15 @@ struct TileOrder {
   __host__ __device__ TileCoord at(int t) const {
     const CtaSlot s = grouped_cta_slot(unsigned(t), unsigned(m_blocks), unsigned(planes), unsigned(group));
     return {m_blocks - 1 - s.block, int(s.plane)};
+  }
+
+  // The tile CTA `cta` of `ctas` takes in round r (>= tiles: none, in this or any later round).
+  // Rounds alternate direction (r even: cta, r odd: ctas - 1 - cta), so a CTA that took one of
+  // the heaviest tiles of a round takes one of the lightest of the next: under a causal mask the
+  // plain stride gave CTA 0 the heaviest tile of every round (-20% at 16k causal, dev/results/
+  // h200-2026-12-01-ab-sm90b-*.json).
+  __host__ __device__ int cta_tile(int r, int cta, int ctas) const {
+    return r * ctas + ((r & 1) ? ctas - 1 - cta : cta);
   }
 };
 
