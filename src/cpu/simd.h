@@ -113,16 +113,23 @@ constexpr float kMinExponent = -125.0f;
 constexpr float kMaxExponent = 127.0f;
 }  // namespace exp2_detail
 
-// x = 2^x lane-wise. Exact 0 for x < -125 (and for -inf, the masked-score value).
+// x = 2^x lane-wise. Exact 0 for x < -125 (and for -inf, the masked-score value); NaN stays
+// NaN, so that a NaN score reaches its row's sum and output as it does in torch (SEMANTICS.md,
+// "Non-finite inputs"). NaN costs no instruction: the flush mask tests `x < min` (false for
+// NaN), the clamps put the bound first (`bound > x ? bound : x` is one maxps and returns x when
+// x is NaN), and a NaN n converts to the integer 0x80000000 (x86; 0 on Arm), whose shift by 23
+// adds 0 to the NaN's bits.
 template <int W>
 FLASHATTN_CPU_INLINE void vexp2_inplace(VecF<W>& x) {
   using namespace exp2_detail;
   using F = VecF<W>;
   using I = VecI<W>;
-  const I keep = x >= kMinExponent;
+  const I flush = x < kMinExponent;
+  const F lo = kMinExponent - F{};
+  const F hi = kMaxExponent - F{};
   F xc = x;
-  vmax_inplace<W>(xc, kMinExponent - F{});
-  vmin_inplace<W>(xc, kMaxExponent - F{});
+  xc = lo > xc ? lo : xc;
+  xc = hi < xc ? hi : xc;
   const F n = (xc + kRoundMagic) - kRoundMagic;
   const F f = xc - n;  // in [-1/2, 1/2]
   F p = f * kC6 + kC5;
@@ -133,7 +140,7 @@ FLASHATTN_CPU_INLINE void vexp2_inplace(VecF<W>& x) {
   p = p * f + 1.0f;
   // Scale by 2^n by adding n to the exponent field.
   const I bits = __builtin_bit_cast(I, p) + (__builtin_convertvector(n, I) << 23);
-  x = __builtin_bit_cast(F, bits & keep);
+  x = __builtin_bit_cast(F, bits & ~flush);
 }
 
 // Odd polynomial for tanh on |y| < kSmall: tanh(y) = y + y^3 * Q(y^2), Q of degree 4 (a
