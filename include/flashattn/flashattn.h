@@ -16,7 +16,8 @@ namespace flashattn {
 struct AttentionOptions {
   // Scores are s = softmax_scale * q.k. A value <= 0 (the default) means 1/sqrt(head_dim).
   float softmax_scale = 0.0f;
-  // Bottom-right aligned causal mask; equivalent to window (-1, 0).
+  // Bottom-right aligned causal mask; equivalent to window (-1, 0). With a window it clamps
+  // window_right to 0, as flash_attn does: causal + (left, right) is the window (left, 0).
   bool causal = false;
   // Sliding window (left, right) around the bottom-right diagonal; -1 means unbounded.
   int32_t window_left = -1;
