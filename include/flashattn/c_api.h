@@ -73,7 +73,7 @@ typedef struct flashattn_forward_args {
   flashattn_tensor lse; /* optional float32 (batch, heads, seqlen_q), varlen (heads, total_q) */
 
   float softmax_scale; /* <= 0: 1/sqrt(head_dim) */
-  int32_t causal;
+  int32_t causal; /* nonzero: window_right is clamped to 0 (causal = window (-1, 0)) */
   int32_t window_left; /* -1 = unbounded */
   int32_t window_right;
   float softcap;                 /* 0 = off */
@@ -105,7 +105,7 @@ typedef struct flashattn_backward_args {
   flashattn_tensor dv;   /* like v */
 
   float softmax_scale;
-  int32_t causal;
+  int32_t causal; /* nonzero: window_right is clamped to 0 (causal = window (-1, 0)) */
   int32_t window_left;
   int32_t window_right;
   float softcap;

@@ -37,7 +37,7 @@ from torch import Tensor
 from torch.utils.dlpack import to_dlpack as _to_dlpack
 
 from . import _C
-from ._lowlevel import check_rank, int32, raise_error
+from ._lowlevel import CHECK_CU_SEQLENS, check_rank, check_varlen_metadata, int32, raise_error
 
 if not hasattr(torch.library, "register_autograd"):
     raise ImportError(f"flashattn's torch integration needs torch >= 2.4, found {torch.__version__}")
@@ -66,7 +66,10 @@ def _kernel_ready(t: Tensor) -> Tensor:
     CUDA kernels copy 16 bytes at a time). Anything else becomes a contiguous copy."""
     if t.stride(-1) != 1 and t.shape[-1] > 1:
         return t.contiguous()
-    if t.is_cuda and (t.data_ptr() % 16 != 0 or any(st % 8 != 0 for st in t.stride()[:-1])):
+    # A head dim that is not a multiple of 8 is never instantiated: the CUDA backend pads it
+    # through its own strided copy, so copying here would only copy twice.
+    if t.is_cuda and t.shape[-1] % 8 == 0 and (
+            t.data_ptr() % 16 != 0 or any(st % 8 != 0 for st in t.stride()[:-1])):
         return t.clone(memory_format=torch.contiguous_format)
     return t
 
@@ -121,7 +124,7 @@ def _options(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, alibi_slope
         alibi_slopes=_plain(alibi_slopes), softmax_scale=float(softmax_scale),
         causal=bool(causal), window_left=int(window_left), window_right=int(window_right),
         softcap=float(softcap), dropout_p=float(dropout_p), seed=_seed_of(rng_state),
-        offset=0, **launch)
+        offset=0, check_cu_seqlens=CHECK_CU_SEQLENS, **launch)
 
 
 def _run_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, alibi_slopes,
@@ -151,6 +154,29 @@ def _run_bwd(dout, q, k, v, out, lse, dq, dk, dv, cu_seqlens_q, cu_seqlens_k, ma
                                 **_options(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                                            alibi_slopes, softmax_scale, causal, window_left,
                                            window_right, softcap, dropout_p, rng_state, launch)))
+
+
+def varlen_metadata(device: torch.device, total_q: int, total_k: int, cu_seqlens_q,
+                    cu_seqlens_k, max_seqlen_q, max_seqlen_k, check: bool) -> tuple:
+    """cu_seqlens_q/k as the ops take them, checked where that is free or was asked for.
+
+    * CPU cu_seqlens for CUDA tensors: their values are host memory, so they are checked here
+      (no device synchronisation) and then copied to the tensors' device.
+    * ``check`` (the ``check_cu_seqlens`` keyword): device values are read back synchronously
+      and checked (the FLASHATTN_CHECK_CU_SEQLENS environment variable does the same inside
+      the ops, also under torch.compile).
+    Checks are skipped while torch.compile traces (there are no values to read then)."""
+    if cu_seqlens_q is None or cu_seqlens_k is None:
+        return cu_seqlens_q, cu_seqlens_k
+    host_values = (device.type == "cuda" and cu_seqlens_q.device.type == "cpu"
+                   and cu_seqlens_k.device.type == "cpu")
+    if (host_values or check) and not torch.compiler.is_compiling():
+        check_varlen_metadata(cu_seqlens_q, cu_seqlens_k, total_q, total_k, max_seqlen_q,
+                              max_seqlen_k)
+    if host_values:
+        cu_seqlens_q = cu_seqlens_q.to(device, non_blocking=True)
+        cu_seqlens_k = cu_seqlens_k.to(device, non_blocking=True)
+    return cu_seqlens_q, cu_seqlens_k
 
 
 def _empty(shape, like: Tensor) -> Tensor:

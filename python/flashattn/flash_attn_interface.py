@@ -12,7 +12,13 @@ Differences from flash_attn, all deliberate:
   generator (``torch.manual_seed`` makes runs reproducible); the backward reuses it, so it sees
   the same mask. Non-torch arrays draw the seed from numpy's global generator
   (``numpy.random.seed``). Use ``flashattn.forward``/``backward`` to pass a seed yourself.
-* ``causal=True`` with ``window_size[1] > 0`` is an error (flash_attn silently uses 0).
+* ``causal=True`` with a window: as in flash_attn, causal clamps the right side to 0, so
+  ``window_size=(w, w)`` acts as ``(w, 0)`` (HF transformers calls it that way).
+* The varlen functions take an extra keyword, ``check_cu_seqlens=False``: True reads the
+  metadata back (a device synchronisation on CUDA) and checks it; the environment variable
+  ``FLASHATTN_CHECK_CU_SEQLENS=1`` (read at import) checks every call. ``cu_seqlens`` given as
+  CPU tensors for CUDA inputs are checked on the host for free and copied to the device
+  (flash_attn requires them on the device).
 * ``softmax_scale`` must be None or > 0.
 * ``block_table`` (paged KV) is not supported yet: passing one raises ValueError.
 """
@@ -86,7 +92,7 @@ def _select(packed: Any, index: int, n: int, name: str) -> Any:
 
 def _array_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                      dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
-                     return_attn_probs):
+                     return_attn_probs, check_cu_seqlens=False):
     varlen = cu_seqlens_q is not None
     q_shape, v_shape = _shape("q", q), _shape("v", v)
     _lowlevel.check_rank("q", q_shape, varlen)
@@ -98,7 +104,7 @@ def _array_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
                       max_seqlen_q=max_seqlen_q or 0, max_seqlen_k=max_seqlen_k or 0,
                       softmax_scale=softmax_scale, causal=causal, window_size=window_size,
                       softcap=softcap, alibi_slopes=alibi_slopes, dropout_p=dropout_p,
-                      seed=seed)
+                      seed=seed, check_cu_seqlens=True if check_cu_seqlens else None)
     return _finish(out, lse, return_attn_probs)
 
 
@@ -174,15 +180,20 @@ def _no_paged(block_table) -> None:
 def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                            dropout_p=0.0, softmax_scale=None, causal=False,
                            window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
-                           deterministic=False, return_attn_probs=False, block_table=None):
+                           deterministic=False, return_attn_probs=False, block_table=None,
+                           *, check_cu_seqlens=False):
     """Variable-length batch: q (total_q, nheads, headdim), k, v (total_k, nheads_k, headdim),
     cu_seqlens_q/k int32 (batch + 1) prefix sums, max_seqlen_q/k the longest sequences.
-    softmax_lse is (nheads, total_q). block_table (paged KV) is not supported yet."""
+    softmax_lse is (nheads, total_q). block_table (paged KV) is not supported yet.
+    check_cu_seqlens: check the metadata (see the module docs)."""
     _no_paged(block_table)
     if not _is_torch(q):
         return _array_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                 max_seqlen_k, dropout_p, softmax_scale, causal, window_size,
-                                softcap, alibi_slopes, return_attn_probs)
+                                softcap, alibi_slopes, return_attn_probs, check_cu_seqlens)
+    cu_seqlens_q, cu_seqlens_k = _torch_ops.varlen_metadata(
+        q.device, q.shape[0], k.shape[0], cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+        max_seqlen_k, check_cu_seqlens)
     wl, wr = _lowlevel.resolve_window(window_size)
     out, lse = _torch_ops.call_forward(
         _torch_ops.fwd,
@@ -195,13 +206,16 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
 def flash_attn_varlen_qkvpacked_func(qkv, cu_seqlens, max_seqlen, dropout_p=0.0,
                                      softmax_scale=None, causal=False, window_size=(-1, -1),
                                      softcap=0.0, alibi_slopes=None, deterministic=False,
-                                     return_attn_probs=False):
+                                     return_attn_probs=False, *, check_cu_seqlens=False):
     """flash_attn_varlen_func on packed qkv (total, 3, nheads, headdim)."""
     if not _is_torch(qkv):
         q, k, v = (_select(qkv, i, 3, "qkv") for i in range(3))
         return _array_attention(q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen,
                                 dropout_p, softmax_scale, causal, window_size, softcap,
-                                alibi_slopes, return_attn_probs)
+                                alibi_slopes, return_attn_probs, check_cu_seqlens)
+    cu_seqlens, _ = _torch_ops.varlen_metadata(
+        qkv.device, qkv.shape[0], qkv.shape[0], cu_seqlens, cu_seqlens, max_seqlen, max_seqlen,
+        check_cu_seqlens)
     wl, wr = _lowlevel.resolve_window(window_size)
     out, lse = _torch_ops.call_forward(
         _torch_ops.fwd_qkvpacked,
@@ -215,13 +229,16 @@ def flash_attn_varlen_kvpacked_func(q, kv, cu_seqlens_q, cu_seqlens_k, max_seqle
                                     max_seqlen_k, dropout_p=0.0, softmax_scale=None,
                                     causal=False, window_size=(-1, -1), softcap=0.0,
                                     alibi_slopes=None, deterministic=False,
-                                    return_attn_probs=False):
+                                    return_attn_probs=False, *, check_cu_seqlens=False):
     """flash_attn_varlen_func with packed kv (total_k, 2, nheads_k, headdim)."""
     if not _is_torch(q):
         k, v = (_select(kv, i, 2, "kv") for i in range(2))
         return _array_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                 max_seqlen_k, dropout_p, softmax_scale, causal, window_size,
-                                softcap, alibi_slopes, return_attn_probs)
+                                softcap, alibi_slopes, return_attn_probs, check_cu_seqlens)
+    cu_seqlens_q, cu_seqlens_k = _torch_ops.varlen_metadata(
+        q.device, q.shape[0], kv.shape[0], cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+        max_seqlen_k, check_cu_seqlens)
     wl, wr = _lowlevel.resolve_window(window_size)
     out, lse = _torch_ops.call_forward(
         _torch_ops.fwd_kvpacked,

@@ -308,6 +308,22 @@ nb::object backward(nb::handle dout, nb::handle q, nb::handle k, nb::handle v, n
   return to_python(status_error(s));
 }
 
+nb::object check_varlen(nb::handle cu_seqlens_q, nb::handle cu_seqlens_k, int64_t total_q,
+                        int64_t total_k, int32_t max_seqlen_q, int32_t max_seqlen_k,
+                        uintptr_t stream) {
+  Imports im;
+  const fa::TensorView cq = im.input("cu_seqlens_q", cu_seqlens_q);
+  const fa::TensorView ck = im.input("cu_seqlens_k", cu_seqlens_k);
+  if (im.error()) return to_python(im.error());
+  fa::Status s;
+  {
+    nb::gil_scoped_release release;
+    s = fa::check_varlen_metadata(cq, ck, total_q, total_k, max_seqlen_q, max_seqlen_k,
+                                  reinterpret_cast<void*>(stream));
+  }
+  return to_python(status_error(s));
+}
+
 }  // namespace
 
 NB_MODULE(_C, m) {
@@ -363,6 +379,11 @@ NB_MODULE(_C, m) {
       "Attention backward into preallocated dq, dk, dv. Returns None, or (exception class name, "
       "message) for the caller to raise. See flashattn.backward.");
 
+  m.def("check_varlen", &check_varlen, nb::arg("cu_seqlens_q").none(),
+        nb::arg("cu_seqlens_k").none(), nb::arg("total_q"), nb::arg("total_k"),
+        nb::arg("max_seqlen_q"), nb::arg("max_seqlen_k"), nb::arg("stream") = 0,
+        "Checks varlen metadata (flashattn::check_varlen_metadata). Returns None, or (exception "
+        "class name, message) for the caller to raise.");
   m.def("cuda_available", &fa::cuda_available,
         "Whether this build has the CUDA backend and at least one usable GPU.");
   m.def(

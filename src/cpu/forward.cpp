@@ -208,9 +208,10 @@ FLASHATTN_CPU_INLINE void forward_item(const ForwardContext& ctx, const ForwardI
     }
   }
 
-  // Normalise, write O and LSE. A query with no visible key has l = 0: O = 0, LSE = -inf.
+  // Normalise, write O and LSE. A query with no visible key has l = 0: O = 0, LSE = -inf. A
+  // NaN or +inf score (non-finite inputs) has made l NaN: O and LSE become NaN.
   for (int64_t ir = 0; ir < nq; ++ir) {
-    const float inv = l[ir] > 0.0f ? 1.0f / l[ir] : 0.0f;
+    const float inv = l[ir] == 0.0f ? 0.0f : 1.0f / l[ir];
     for (int64_t c = 0; c < dv; ++c) row[c] = ot[c * cols + ir];
     store_row(p.dtype, row, inv, dv,
               element_ptr(p.out, p.dtype, p.out_strides, b, seq.q_row0, i0 + ir, h));
@@ -218,7 +219,7 @@ FLASHATTN_CPU_INLINE void forward_item(const ForwardContext& ctx, const ForwardI
   if (p.lse != nullptr) {
     float* lse = p.lse + b * p.lse_batch_stride + h * p.lse_head_stride + seq.q_row0 + i0;
     for (int64_t ir = 0; ir < nq; ++ir) {
-      lse[ir] = l[ir] > 0.0f ? (m[ir] + std::log2(l[ir])) * kLn2 : kNegInf;
+      lse[ir] = l[ir] == 0.0f ? kNegInf : (m[ir] + std::log2(l[ir])) * kLn2;
     }
   }
 }

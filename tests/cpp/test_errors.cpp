@@ -164,8 +164,6 @@ std::vector<ErrorCase> error_cases() {
     [](ForwardArgs& a) { a.window_left = -2; });
   f("negative_window_right", kInv, "window_right must be >= -1",
     [](ForwardArgs& a) { a.window_right = -5; });
-  f("causal_with_window_right", kInv, "window_right to be -1 or 0",
-    [](ForwardArgs& a) { a.causal = true, a.window_right = 3; });
   f("dropout_p_one", kInv, "dropout_p must be in [0, 1)",
     [](ForwardArgs& a) { a.dropout_p = 1.0f; });
   f("dropout_p_negative", kInv, "dropout_p must be in [0, 1)",

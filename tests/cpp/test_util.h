@@ -271,8 +271,9 @@ double max_abs(const std::vector<double>& x);
 // The `magnitude` for gradients: max |reference| over dQ, dK and dV.
 double grad_magnitude(const Results& ref);
 
-// Whether the CUDA backend may answer kNotSupported for this problem (float32, a head dim or
-// dtype not built, head_dim_v != head_dim, strides that break 16-byte alignment). The tests
+// Whether the CUDA backend may answer kNotSupported for this problem (float32, a dtype not
+// built, a head dim above every built one, head_dim_v != head_dim, strides that break 16-byte
+// alignment at a built head dim; other head dims run padded and must succeed). The tests
 // skip such cases; a kNotSupported outside this domain fails.
 bool cuda_may_not_support(const ProblemSpec& spec);
 

@@ -302,3 +302,72 @@ def test_nan_in_one_query_row_stays_in_that_row():
     expected = torch.zeros_like(bad)
     expected[1, 123, 5] = True
     assert torch.equal(bad, expected)
+
+
+# ---- drop-in edges (issue 16) -----------------------------------------------------------------
+
+@pytest.mark.parametrize("d", [16, 40, 59, 80, 160, 224])
+@pytest.mark.parametrize("causal", [False, True])
+def test_head_dims_outside_the_build_run_padded(d, causal):
+    # Run at the next built head dim on zero-padded copies; the scale stays 1/sqrt(d).
+    s = dict(b=2, sq=70, sk=129, h=4, hk=2, d=d)
+    q, k, v, dout = make(s, torch.bfloat16, seed=d)
+    check(lambda q, k, v: flashattn.flash_attn_func(q, k, v, causal=causal),
+          lambda q, k, v: torch_ref.attention(q, k, v, causal=causal)[0],
+          [q, k, v], dout, torch.bfloat16)
+
+
+def test_causal_with_window_is_the_left_window():
+    s = dict(b=2, sq=70, sk=90, h=4, hk=2, d=64)
+    q, k, v, _ = make(s, torch.bfloat16)
+    a = flashattn.flash_attn_func(q, k, v, causal=True, window_size=(8, 8))
+    b = flashattn.flash_attn_func(q, k, v, window_size=(8, 0))
+    assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("b,sq,sk", [(0, 5, 7), (2, 0, 7), (2, 5, 0)])
+def test_empty_tensors(b, sq, sk):
+    q = torch.randn(b, sq, 4, 64, device=DEV, dtype=torch.bfloat16, requires_grad=True)
+    k = torch.randn(b, sk, 2, 64, device=DEV, dtype=torch.bfloat16, requires_grad=True)
+    v = torch.randn(b, sk, 2, 64, device=DEV, dtype=torch.bfloat16, requires_grad=True)
+    out, lse, _ = flashattn.flash_attn_func(q, k, v, causal=True, return_attn_probs=True)
+    assert out.shape == (b, sq, 4, 64) and torch.all(out == 0)
+    assert torch.all(lse == float("-inf"))
+    out.sum().backward()
+    for t in (q, k, v):
+        assert t.grad.shape == t.shape and torch.all(t.grad == 0)
+
+
+@pytest.mark.parametrize("kind", ["nan_q", "nan_k", "inf_k"])
+def test_non_finite_inputs_propagate_like_torch_sdpa(kind):
+    s = dict(b=2, sq=70, sk=70, h=2, hk=2, d=64)
+    q, k, v, _ = make(s, torch.bfloat16)
+    target = {"nan_q": q, "nan_k": k, "inf_k": k}[kind]
+    target[1, 10, 1, 3] = float("inf") if kind == "inf_k" else float("nan")
+    ours = flashattn.flash_attn_func(q, k, v, causal=True)
+    with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.MATH):
+        ref = torch.nn.functional.scaled_dot_product_attention(
+            q.transpose(1, 2).float(), k.transpose(1, 2).float(), v.transpose(1, 2).float(),
+            is_causal=True).transpose(1, 2)
+    bad_ours = ~torch.isfinite(ours.float()).all(dim=-1)
+    bad_ref = ~torch.isfinite(ref).all(dim=-1)
+    assert bad_ref.any()
+    assert torch.equal(bad_ours, bad_ref)
+
+
+def test_varlen_metadata_checks_on_request():
+    h, d = 2, 64
+    q = torch.randn(10, h, d, device=DEV, dtype=torch.bfloat16)
+    k = torch.randn(14, h, d, device=DEV, dtype=torch.bfloat16)
+    cu_q = torch.tensor([0, 4, 4, 10], dtype=torch.int32, device=DEV)
+    cu_k = torch.tensor([0, 6, 9, 14], dtype=torch.int32, device=DEV)
+    with pytest.raises(ValueError, match="max_seqlen_k is 5"):
+        flashattn.flash_attn_varlen_func(q, k, k, cu_q, cu_k, 6, 5, check_cu_seqlens=True)
+    bad = torch.tensor([0, 4, 4, 11], dtype=torch.int32, device=DEV)
+    with pytest.raises(ValueError, match="exceeds the 10 rows of q"):
+        flashattn.flash_attn_varlen_func(q, k, k, bad, cu_k, 6, 6, check_cu_seqlens=True)
+    # CPU cu_seqlens with GPU tensors: checked on the host for free, then used on the device.
+    with pytest.raises(ValueError, match="exceeds the 10 rows of q"):
+        flashattn.flash_attn_varlen_func(q, k, k, bad.cpu(), cu_k.cpu(), 6, 6)
+    out = flashattn.flash_attn_varlen_func(q, k, k, cu_q.cpu(), cu_k.cpu(), 6, 6)
+    torch.testing.assert_close(out, flashattn.flash_attn_varlen_func(q, k, k, cu_q, cu_k, 6, 6))

@@ -200,8 +200,6 @@ def test_options():
         flashattn.flash_attn_func(q, k, v, window_size=(-2, 0))
     with pytest.raises(ValueError, match="window_size"):
         flashattn.flash_attn_func(q, k, v, window_size=3)
-    with pytest.raises(ValueError, match="causal"):
-        flashattn.flash_attn_func(q, k, v, causal=True, window_size=(-1, 2))
     with pytest.raises(ValueError, match="softmax_scale"):
         flashattn.flash_attn_func(q, k, v, softmax_scale=0.0)
     with pytest.raises(ValueError, match="softcap"):

@@ -442,7 +442,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
       float l = row_sum[mt][h];
       l += __shfl_xor_sync(0xffffffffu, l, 1);
       l += __shfl_xor_sync(0xffffffffu, l, 2);
-      const bool empty = !(l > 0.0f);  // no visible key (or nothing processed)
+      const bool empty = l == 0.0f;  // no visible key (or nothing processed); a NaN sum stays NaN
       const float inv = empty ? 0.0f : out_scale / l;
 #pragma unroll
       for (int dt = 0; dt < kDTiles; ++dt) {
@@ -516,9 +516,15 @@ __global__ void __launch_bounds__(128) fwd_combine_kernel(const __grid_constant_
   const float* lse_s = params.split_lse + int64_t(head) * params.total_q + row;
   const int64_t lse_split_stride = int64_t(params.heads) * params.total_q;
   float mx = -INFINITY;
-  for (int s = lane; s < splits; s += 32) mx = fmaxf(mx, lse_s[s * lse_split_stride]);
+  bool nan = false;  // a split's NaN (from NaN or infinite inputs) makes the row NaN, as in torch
+  for (int s = lane; s < splits; s += 32) {
+    const float x = lse_s[s * lse_split_stride];
+    mx = fmaxf(mx, x);
+    nan |= isnan(x);
+  }
 #pragma unroll
   for (int m = 16; m > 0; m /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, m));
+  if (__any_sync(0xffffffffu, nan)) mx = NAN;
   float sum = 0.0f;
   if (mx != -INFINITY) {
     for (int s = lane; s < splits; s += 32) sum += __expf(lse_s[s * lse_split_stride] - mx);

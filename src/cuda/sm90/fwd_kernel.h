@@ -211,7 +211,7 @@ __device__ __forceinline__ void store_tile(const ForwardParams& params, const Ti
     float l = st.row_sum[h];
     l += __shfl_xor_sync(0xffffffffu, l, 1);
     l += __shfl_xor_sync(0xffffffffu, l, 2);
-    const bool empty = !(l > 0.0f) && !isnan(l);  // no visible key; a NaN sum stays NaN
+    const bool empty = l == 0.0f;  // no visible key; a NaN sum stays NaN
     const float inv = empty ? 0.0f : 1.0f / l;
     const int r = row_in_tile + 8 * h;
     if (r < w.rows_here) {
