@@ -11,6 +11,12 @@
 
 #include "cuda/common/cta_order.h"
 
+#if defined(__CUDACC__)
+#define FLASHATTN_TILE_HD __host__ __device__
+#else
+#define FLASHATTN_TILE_HD
+#endif
+
 namespace flashattn::cuda::sm90 {
 
 struct TileCoord {
@@ -24,7 +30,7 @@ struct TileOrder {
   int planes;
   int group;     // planes per group
 
-  __host__ __device__ TileCoord at(int t) const {
+  FLASHATTN_TILE_HD TileCoord at(int t) const {
     const CtaSlot s = grouped_cta_slot(unsigned(t), unsigned(m_blocks), unsigned(planes), unsigned(group));
     return {m_blocks - 1 - s.block, int(s.plane)};
   }
@@ -35,9 +41,11 @@ struct TileOrder {
   // launches run one CTA per tile, fwd_launch.h). Under a causal mask the plain stride had given
   // CTA 0 the heaviest tile of every round: 532 against 660 TFLOP/s at d128 16k; alternating,
   // 571 (dev/results/h200-2026-12-01-ab-sm90{b,c}-*.json).
-  __host__ __device__ int cta_tile(int r, int cta, int ctas) const {
+  FLASHATTN_TILE_HD int cta_tile(int r, int cta, int ctas) const {
     return r * ctas + ((r & 1) ? ctas - 1 - cta : cta);
   }
 };
 
 }  // namespace flashattn::cuda::sm90
+
+#undef FLASHATTN_TILE_HD
