@@ -96,7 +96,13 @@ Status cuda_backward(const BackwardParams& p) {
   for (const auto& o : outs) {
     if (Status s = check_operand(o.name, o.ptr, o.strides); !s.ok()) return s;
   }
-  if (p.batch == 0) return Status::Ok();
+  if (p.batch == 0) {
+    // No rows: the sink's gradient is 0 (the kernels, which would write it, do not run).
+    if (p.dsink != nullptr) {
+      FLASHATTN_CUDA_TRY(cudaMemsetAsync(p.dsink, 0, sizeof(float) * size_t(p.heads), static_cast<cudaStream_t>(p.stream)));
+    }
+    return Status::Ok();
+  }
   return cuda::dispatch_bwd(p, static_cast<cudaStream_t>(p.stream));
 }
 
