@@ -45,6 +45,10 @@ struct AttentionOptions {
   void* stream = nullptr;
   // CPU backend: worker threads; 0 = all hardware threads (or FLASHATTN_NUM_THREADS).
   int32_t num_threads = 0;
+  // Learnable attention sink: float32 (heads), one logit per query head (natural-log units; not
+  // scaled, softcapped or biased) that joins each row's softmax denominator with no value row;
+  // the LSE includes it. Optional. See docs/SEMANTICS.md.
+  TensorView learnable_sink;
 };
 
 struct ForwardArgs : AttentionOptions {
@@ -67,6 +71,9 @@ struct BackwardArgs : AttentionOptions {
   TensorView dv;            // like v
   // Bitwise reproducible gradients run to run (fixed reduction order).
   bool deterministic = false;
+  // Optional float32 (heads) output: the gradient of learnable_sink (requires learnable_sink).
+  // Its reduction order is fixed, so it is reproducible whatever `deterministic` says.
+  TensorView dsink;
 };
 
 Status forward(const ForwardArgs& args);

@@ -157,7 +157,7 @@ def _check_flag(check_cu_seqlens) -> bool:
 def forward(q, k, v, out, lse=None, *, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=0,
             max_seqlen_k=0, softmax_scale=None, causal=False, window_size=(-1, -1),
             softcap=0.0, alibi_slopes=None, dropout_p=0.0, seed=0, offset=0, num_splits=0,
-            check_cu_seqlens=None, stream=None, num_threads=0) -> None:
+            check_cu_seqlens=None, stream=None, num_threads=0, learnable_sink=None) -> None:
     """Attention forward into preallocated ``out`` (and ``lse`` unless None).
 
     Layouts (strides arbitrary, last dimension contiguous):
@@ -171,9 +171,10 @@ def forward(q, k, v, out, lse=None, *, cu_seqlens_q=None, cu_seqlens_k=None, max
     ``num_threads``: CPU worker threads, 0 = all. ``check_cu_seqlens``: also check the varlen
     metadata of CUDA tensors (start 0, non-decreasing, within the rows, max_seqlen_* at least
     every length) by reading it back synchronously; None = the FLASHATTN_CHECK_CU_SEQLENS
-    environment variable (read at import). CPU tensors are always checked. Returns None;
-    raises ValueError, TypeError, NotImplementedError or RuntimeError (see flashattn's
-    package docs).
+    environment variable (read at import). CPU tensors are always checked.
+    ``learnable_sink``: float32 (heads) sink logits joining each row's softmax denominator
+    with no value row (the LSE includes them). Returns None; raises ValueError, TypeError,
+    NotImplementedError or RuntimeError (see flashattn's package docs).
     """
     window_left, window_right = resolve_window(window_size)
     if stream is None:
@@ -189,20 +190,22 @@ def forward(q, k, v, out, lse=None, *, cu_seqlens_q=None, cu_seqlens_k=None, max
                    softcap=float(softcap), dropout_p=float(dropout_p), seed=int(seed) & _U64,
                    offset=int(offset) & _U64, num_splits=int32("num_splits", num_splits),
                    check_cu_seqlens=_check_flag(check_cu_seqlens), stream=int(stream),
-                   num_threads=int32("num_threads", num_threads)))
+                   num_threads=int32("num_threads", num_threads),
+                   learnable_sink=_plain(learnable_sink)))
 
 
 def backward(dout, q, k, v, out, lse, dq, dk, dv, *, cu_seqlens_q=None, cu_seqlens_k=None,
              max_seqlen_q=0, max_seqlen_k=0, softmax_scale=None, causal=False,
              window_size=(-1, -1), softcap=0.0, alibi_slopes=None, dropout_p=0.0, seed=0,
              offset=0, deterministic=False, check_cu_seqlens=None, stream=None,
-             num_threads=0) -> None:
+             num_threads=0, learnable_sink=None, dsink=None) -> None:
     """Attention backward into preallocated ``dq``, ``dk``, ``dv`` (like q, k, v).
 
     ``out`` and ``lse`` are the forward's outputs; every option must match the forward call
     (same ``seed``/``offset`` with dropout). dk/dv are summed over the query heads of each GQA
-    group. ``deterministic``: bitwise reproducible run to run. Other arguments as in
-    ``forward``.
+    group. ``deterministic``: bitwise reproducible run to run. ``dsink``: optional float32
+    (heads) output, the gradient of ``learnable_sink`` (which must then be given). Other
+    arguments as in ``forward``.
     """
     window_left, window_right = resolve_window(window_size)
     if stream is None:
@@ -218,4 +221,5 @@ def backward(dout, q, k, v, out, lse, dq, dk, dv, *, cu_seqlens_q=None, cu_seqle
                     softcap=float(softcap), dropout_p=float(dropout_p), seed=int(seed) & _U64,
                     offset=int(offset) & _U64, deterministic=bool(deterministic),
                     check_cu_seqlens=_check_flag(check_cu_seqlens), stream=int(stream),
-                    num_threads=int32("num_threads", num_threads)))
+                    num_threads=int32("num_threads", num_threads),
+                    learnable_sink=_plain(learnable_sink), dsink=_plain(dsink)))

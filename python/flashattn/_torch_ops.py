@@ -128,7 +128,8 @@ def _options(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, alibi_slope
 
 
 def _run_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, alibi_slopes,
-             softmax_scale, causal, window_left, window_right, softcap, dropout_p, rng_state):
+             softmax_scale, causal, window_left, window_right, softcap, dropout_p, rng_state,
+             learnable_sink=None):
     varlen = cu_seqlens_q is not None
     check_rank("q", q.shape, varlen)
     q, k, v = _kernel_ready(q), _kernel_ready(k), _kernel_ready(v)
@@ -138,14 +139,18 @@ def _run_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, al
         raise_error(_C.forward(_plain(q), _plain(k), _plain(v), _plain(out), _plain(lse),
                                **_options(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                                           alibi_slopes, softmax_scale, causal, window_left,
-                                          window_right, softcap, dropout_p, rng_state, launch)))
+                                          window_right, softcap, dropout_p, rng_state, launch),
+                               learnable_sink=_plain(learnable_sink)))
     return out, lse
 
 
 def _run_bwd(dout, q, k, v, out, lse, dq, dk, dv, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
              max_seqlen_k, alibi_slopes, softmax_scale, causal, window_left, window_right,
-             softcap, dropout_p, rng_state, deterministic):
+             softcap, dropout_p, rng_state, deterministic, learnable_sink=None):
+    """Writes dq, dk, dv; returns dsink (float32 (heads)) with a learnable sink, else an empty
+    tensor (custom ops cannot return None)."""
     q, k, v = _kernel_ready(q), _kernel_ready(k), _kernel_ready(v)
+    dsink = _dsink_like(q, learnable_sink)
     dout = _kernel_ready(dout)
     with _Launch(q) as launch:
         raise_error(_C.backward(_plain(dout), _plain(q), _plain(k), _plain(v), _plain(out),
@@ -153,7 +158,20 @@ def _run_bwd(dout, q, k, v, out, lse, dq, dk, dv, cu_seqlens_q, cu_seqlens_k, ma
                                 deterministic=bool(deterministic),
                                 **_options(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                                            alibi_slopes, softmax_scale, causal, window_left,
-                                           window_right, softcap, dropout_p, rng_state, launch)))
+                                           window_right, softcap, dropout_p, rng_state, launch),
+                                learnable_sink=_plain(learnable_sink),
+                                dsink=_plain(dsink) if learnable_sink is not None else None))
+    return dsink
+
+
+def _dsink_like(q: Tensor, learnable_sink: Optional[Tensor]) -> Tensor:
+    """The sink gradient's tensor: float32 (heads) with a sink, else empty (0,)."""
+    n = learnable_sink.shape[0] if learnable_sink is not None else 0
+    return torch.empty((n,), dtype=torch.float32, device=q.device)
+
+
+def _sink_grad(learnable_sink: Optional[Tensor], dsink: Tensor) -> Optional[Tensor]:
+    return dsink if learnable_sink is not None else None
 
 
 def varlen_metadata(device: torch.device, total_q: int, total_k: int, cu_seqlens_q,
@@ -197,11 +215,11 @@ def _fwd_impl(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Optional[Tensor],
         cu_seqlens_k: Optional[Tensor], max_seqlen_q: int, max_seqlen_k: int,
         alibi_slopes: Optional[Tensor], softmax_scale: float, causal: bool, window_left: int,
         window_right: int, softcap: float, dropout_p: float, rng_state: Optional[Tensor],
-        deterministic: bool) -> tuple[Tensor, Tensor]:
+        deterministic: bool, learnable_sink: Optional[Tensor] = None) -> tuple[Tensor, Tensor]:
     """Attention forward; returns (out, lse)."""
     return _run_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                     alibi_slopes, softmax_scale, causal, window_left, window_right, softcap,
-                    dropout_p, rng_state)
+                    dropout_p, rng_state, learnable_sink)
 
 
 fwd = torch.library.custom_op("flashattn::fwd", mutates_args=())(_fwd_impl)
@@ -210,7 +228,7 @@ fwd = torch.library.custom_op("flashattn::fwd", mutates_args=())(_fwd_impl)
 @fwd.register_fake
 def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, alibi_slopes,
       softmax_scale, causal, window_left, window_right, softcap, dropout_p, rng_state,
-      deterministic):
+      deterministic, learnable_sink=None):
     varlen = cu_seqlens_q is not None
     check_rank("q", q.shape, varlen)
     return (q.new_empty(_out_shape(q, v)),
@@ -222,35 +240,39 @@ def bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor,
         cu_seqlens_q: Optional[Tensor], cu_seqlens_k: Optional[Tensor], max_seqlen_q: int,
         max_seqlen_k: int, alibi_slopes: Optional[Tensor], softmax_scale: float, causal: bool,
         window_left: int, window_right: int, softcap: float, dropout_p: float,
-        rng_state: Optional[Tensor], deterministic: bool) -> tuple[Tensor, Tensor, Tensor]:
-    """Attention backward; returns (dq, dk, dv)."""
+        rng_state: Optional[Tensor], deterministic: bool,
+        learnable_sink: Optional[Tensor] = None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Attention backward; returns (dq, dk, dv, dsink) (dsink empty without a sink)."""
     dq, dk, dv = _empty(q.shape, q), _empty(k.shape, k), _empty(v.shape, v)
-    _run_bwd(dout, q, k, v, out, lse, dq, dk, dv, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
-             max_seqlen_k, alibi_slopes, softmax_scale, causal, window_left, window_right,
-             softcap, dropout_p, rng_state, deterministic)
-    return dq, dk, dv
+    dsink = _run_bwd(dout, q, k, v, out, lse, dq, dk, dv, cu_seqlens_q, cu_seqlens_k,
+                     max_seqlen_q, max_seqlen_k, alibi_slopes, softmax_scale, causal,
+                     window_left, window_right, softcap, dropout_p, rng_state, deterministic,
+                     learnable_sink)
+    return dq, dk, dv, dsink
 
 
 @bwd.register_fake
 def _(dout, q, k, v, *args):
-    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+    sink = args[15] if len(args) > 15 else None
+    return (q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape),
+            _dsink_like(q, sink))
 
 
 def _setup_fwd(ctx, inputs, output):
     (q, k, v, cu_q, cu_k, max_q, max_k, alibi, scale, causal, wl, wr, softcap, p, rng,
-     det) = inputs
+     det, sink) = inputs
     out, lse = output
-    ctx.save_for_backward(q, k, v, out, lse, cu_q, cu_k, alibi, rng)
+    ctx.save_for_backward(q, k, v, out, lse, cu_q, cu_k, alibi, rng, sink)
     ctx.options = (max_q, max_k, scale, causal, wl, wr, softcap, p, det)
     ctx.mark_non_differentiable(lse)
 
 
 def _backward_fwd(ctx, dout, dlse):
-    q, k, v, out, lse, cu_q, cu_k, alibi, rng = ctx.saved_tensors
+    q, k, v, out, lse, cu_q, cu_k, alibi, rng, sink = ctx.saved_tensors
     max_q, max_k, scale, causal, wl, wr, softcap, p, det = ctx.options
-    dq, dk, dv = bwd(dout, q, k, v, out, lse, cu_q, cu_k, max_q, max_k, alibi, scale, causal,
-                     wl, wr, softcap, p, rng, det)
-    return (dq, dk, dv) + (None,) * 13
+    dq, dk, dv, dsink = bwd(dout, q, k, v, out, lse, cu_q, cu_k, max_q, max_k, alibi, scale,
+                            causal, wl, wr, softcap, p, rng, det, sink)
+    return (dq, dk, dv) + (None,) * 13 + (_sink_grad(sink, dsink),)
 
 
 fwd.register_autograd(_backward_fwd, setup_context=_setup_fwd)
@@ -261,12 +283,13 @@ fwd.register_autograd(_backward_fwd, setup_context=_setup_fwd)
 def _fwd_qkvpacked_impl(qkv: Tensor, cu_seqlens: Optional[Tensor], max_seqlen: int,
                   alibi_slopes: Optional[Tensor], softmax_scale: float, causal: bool,
                   window_left: int, window_right: int, softcap: float, dropout_p: float,
-                  rng_state: Optional[Tensor], deterministic: bool) -> tuple[Tensor, Tensor]:
+                  rng_state: Optional[Tensor], deterministic: bool,
+                  learnable_sink: Optional[Tensor] = None) -> tuple[Tensor, Tensor]:
     """Attention forward on packed qkv; returns (out, lse)."""
     q, k, v = _unpack(qkv, 3, "qkv")
     return _run_fwd(q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen, alibi_slopes,
                     softmax_scale, causal, window_left, window_right, softcap, dropout_p,
-                    rng_state)
+                    rng_state, learnable_sink)
 
 
 fwd_qkvpacked = torch.library.custom_op("flashattn::fwd_qkvpacked", mutates_args=())(_fwd_qkvpacked_impl)
@@ -286,36 +309,39 @@ def bwd_qkvpacked(dout: Tensor, qkv: Tensor, out: Tensor, lse: Tensor,
                   cu_seqlens: Optional[Tensor], max_seqlen: int,
                   alibi_slopes: Optional[Tensor], softmax_scale: float, causal: bool,
                   window_left: int, window_right: int, softcap: float, dropout_p: float,
-                  rng_state: Optional[Tensor], deterministic: bool) -> Tensor:
-    """Attention backward on packed qkv; returns dqkv (written through views, no copy)."""
+                  rng_state: Optional[Tensor], deterministic: bool,
+                  learnable_sink: Optional[Tensor] = None) -> tuple[Tensor, Tensor]:
+    """Attention backward on packed qkv; returns (dqkv, dsink): dqkv written through views
+    (no copy), dsink empty without a sink."""
     q, k, v = _unpack(qkv, 3, "qkv")
     dqkv = _empty(qkv.shape, qkv)
     dq, dk, dv = dqkv.unbind(-3)
-    _run_bwd(dout, q, k, v, out, lse, dq, dk, dv, cu_seqlens, cu_seqlens, max_seqlen,
-             max_seqlen, alibi_slopes, softmax_scale, causal, window_left, window_right,
-             softcap, dropout_p, rng_state, deterministic)
-    return dqkv
+    dsink = _run_bwd(dout, q, k, v, out, lse, dq, dk, dv, cu_seqlens, cu_seqlens, max_seqlen,
+                     max_seqlen, alibi_slopes, softmax_scale, causal, window_left, window_right,
+                     softcap, dropout_p, rng_state, deterministic, learnable_sink)
+    return dqkv, dsink
 
 
 @bwd_qkvpacked.register_fake
 def _(dout, qkv, *args):
-    return qkv.new_empty(qkv.shape)
+    sink = args[13] if len(args) > 13 else None
+    return qkv.new_empty(qkv.shape), _dsink_like(qkv, sink)
 
 
 def _setup_fwd_qkvpacked(ctx, inputs, output):
-    qkv, cu, max_s, alibi, scale, causal, wl, wr, softcap, p, rng, det = inputs
+    qkv, cu, max_s, alibi, scale, causal, wl, wr, softcap, p, rng, det, sink = inputs
     out, lse = output
-    ctx.save_for_backward(qkv, out, lse, cu, alibi, rng)
+    ctx.save_for_backward(qkv, out, lse, cu, alibi, rng, sink)
     ctx.options = (max_s, scale, causal, wl, wr, softcap, p, det)
     ctx.mark_non_differentiable(lse)
 
 
 def _backward_fwd_qkvpacked(ctx, dout, dlse):
-    qkv, out, lse, cu, alibi, rng = ctx.saved_tensors
+    qkv, out, lse, cu, alibi, rng, sink = ctx.saved_tensors
     max_s, scale, causal, wl, wr, softcap, p, det = ctx.options
-    dqkv = bwd_qkvpacked(dout, qkv, out, lse, cu, max_s, alibi, scale, causal, wl, wr, softcap,
-                         p, rng, det)
-    return (dqkv,) + (None,) * 11
+    dqkv, dsink = bwd_qkvpacked(dout, qkv, out, lse, cu, max_s, alibi, scale, causal, wl, wr,
+                                softcap, p, rng, det, sink)
+    return (dqkv,) + (None,) * 11 + (_sink_grad(sink, dsink),)
 
 
 fwd_qkvpacked.register_autograd(_backward_fwd_qkvpacked, setup_context=_setup_fwd_qkvpacked)
@@ -327,12 +353,13 @@ def _fwd_kvpacked_impl(q: Tensor, kv: Tensor, cu_seqlens_q: Optional[Tensor],
                  cu_seqlens_k: Optional[Tensor], max_seqlen_q: int, max_seqlen_k: int,
                  alibi_slopes: Optional[Tensor], softmax_scale: float, causal: bool,
                  window_left: int, window_right: int, softcap: float, dropout_p: float,
-                 rng_state: Optional[Tensor], deterministic: bool) -> tuple[Tensor, Tensor]:
+                 rng_state: Optional[Tensor], deterministic: bool,
+                 learnable_sink: Optional[Tensor] = None) -> tuple[Tensor, Tensor]:
     """Attention forward on q and packed kv; returns (out, lse)."""
     k, v = _unpack(kv, 2, "kv")
     return _run_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                     alibi_slopes, softmax_scale, causal, window_left, window_right, softcap,
-                    dropout_p, rng_state)
+                    dropout_p, rng_state, learnable_sink)
 
 
 fwd_kvpacked = torch.library.custom_op("flashattn::fwd_kvpacked", mutates_args=())(_fwd_kvpacked_impl)
@@ -353,38 +380,42 @@ def bwd_kvpacked(dout: Tensor, q: Tensor, kv: Tensor, out: Tensor, lse: Tensor,
                  max_seqlen_q: int, max_seqlen_k: int, alibi_slopes: Optional[Tensor],
                  softmax_scale: float, causal: bool, window_left: int, window_right: int,
                  softcap: float, dropout_p: float, rng_state: Optional[Tensor],
-                 deterministic: bool) -> tuple[Tensor, Tensor]:
-    """Attention backward on q and packed kv; returns (dq, dkv)."""
+                 deterministic: bool,
+                 learnable_sink: Optional[Tensor] = None) -> tuple[Tensor, Tensor, Tensor]:
+    """Attention backward on q and packed kv; returns (dq, dkv, dsink) (dsink empty without a
+    sink)."""
     k, v = _unpack(kv, 2, "kv")
     dq = _empty(q.shape, q)
     dkv = _empty(kv.shape, kv)
     dk, dv = dkv.unbind(-3)
-    _run_bwd(dout, q, k, v, out, lse, dq, dk, dv, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
-             max_seqlen_k, alibi_slopes, softmax_scale, causal, window_left, window_right,
-             softcap, dropout_p, rng_state, deterministic)
-    return dq, dkv
+    dsink = _run_bwd(dout, q, k, v, out, lse, dq, dk, dv, cu_seqlens_q, cu_seqlens_k,
+                     max_seqlen_q, max_seqlen_k, alibi_slopes, softmax_scale, causal,
+                     window_left, window_right, softcap, dropout_p, rng_state, deterministic,
+                     learnable_sink)
+    return dq, dkv, dsink
 
 
 @bwd_kvpacked.register_fake
 def _(dout, q, kv, *args):
-    return q.new_empty(q.shape), kv.new_empty(kv.shape)
+    sink = args[15] if len(args) > 15 else None
+    return q.new_empty(q.shape), kv.new_empty(kv.shape), _dsink_like(q, sink)
 
 
 def _setup_fwd_kvpacked(ctx, inputs, output):
     (q, kv, cu_q, cu_k, max_q, max_k, alibi, scale, causal, wl, wr, softcap, p, rng,
-     det) = inputs
+     det, sink) = inputs
     out, lse = output
-    ctx.save_for_backward(q, kv, out, lse, cu_q, cu_k, alibi, rng)
+    ctx.save_for_backward(q, kv, out, lse, cu_q, cu_k, alibi, rng, sink)
     ctx.options = (max_q, max_k, scale, causal, wl, wr, softcap, p, det)
     ctx.mark_non_differentiable(lse)
 
 
 def _backward_fwd_kvpacked(ctx, dout, dlse):
-    q, kv, out, lse, cu_q, cu_k, alibi, rng = ctx.saved_tensors
+    q, kv, out, lse, cu_q, cu_k, alibi, rng, sink = ctx.saved_tensors
     max_q, max_k, scale, causal, wl, wr, softcap, p, det = ctx.options
-    dq, dkv = bwd_kvpacked(dout, q, kv, out, lse, cu_q, cu_k, max_q, max_k, alibi, scale,
-                           causal, wl, wr, softcap, p, rng, det)
-    return (dq, dkv) + (None,) * 13
+    dq, dkv, dsink = bwd_kvpacked(dout, q, kv, out, lse, cu_q, cu_k, max_q, max_k, alibi,
+                                  scale, causal, wl, wr, softcap, p, rng, det, sink)
+    return (dq, dkv) + (None,) * 13 + (_sink_grad(sink, dsink),)
 
 
 fwd_kvpacked.register_autograd(_backward_fwd_kvpacked, setup_context=_setup_fwd_kvpacked)

@@ -21,6 +21,11 @@ Differences from flash_attn, all deliberate:
   (flash_attn requires them on the device).
 * ``softmax_scale`` must be None or > 0.
 * ``block_table`` (paged KV) is not supported yet: passing one raises ValueError.
+
+Addition (FlashAttention-4's keyword): every function takes ``learnable_sink``, float32 (or, with
+torch, any float dtype, cast to float32) of shape (nheads,): one logit per query head that joins
+each row's softmax denominator with no value row (not scaled by softmax_scale, not softcapped,
+never dropped); softmax_lse includes it, and autograd returns its gradient.
 """
 
 from __future__ import annotations
@@ -58,6 +63,14 @@ def _finish(out, lse, return_attn_probs: bool):
     return (out, lse, None) if return_attn_probs else out
 
 
+def _torch_sink(learnable_sink):
+    """learnable_sink as the library takes it: float32 and contiguous. The cast is part of the
+    autograd graph, so a bfloat16 parameter gets its gradient in bfloat16."""
+    if learnable_sink is None or not _is_torch(learnable_sink):
+        return learnable_sink
+    return learnable_sink.to(torch.float32).contiguous()
+
+
 # ---- non-torch arrays -------------------------------------------------------------------------
 
 def _shape(name: str, x: Any) -> tuple:
@@ -92,7 +105,7 @@ def _select(packed: Any, index: int, n: int, name: str) -> Any:
 
 def _array_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                      dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
-                     return_attn_probs, check_cu_seqlens=False):
+                     return_attn_probs, learnable_sink=None, check_cu_seqlens=False):
     varlen = cu_seqlens_q is not None
     q_shape, v_shape = _shape("q", q), _shape("v", v)
     _lowlevel.check_rank("q", q_shape, varlen)
@@ -104,7 +117,8 @@ def _array_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
                       max_seqlen_q=max_seqlen_q or 0, max_seqlen_k=max_seqlen_k or 0,
                       softmax_scale=softmax_scale, causal=causal, window_size=window_size,
                       softcap=softcap, alibi_slopes=alibi_slopes, dropout_p=dropout_p,
-                      seed=seed, check_cu_seqlens=True if check_cu_seqlens else None)
+                      seed=seed, learnable_sink=learnable_sink,
+                      check_cu_seqlens=True if check_cu_seqlens else None)
     return _finish(out, lse, return_attn_probs)
 
 
@@ -112,7 +126,7 @@ def _array_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
 
 def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
                     window_size=(-1, -1), softcap=0.0, alibi_slopes=None, deterministic=False,
-                    return_attn_probs=False):
+                    return_attn_probs=False, learnable_sink=None):
     """Exact attention softmax(q k^T * scale) v.
 
     q: (batch, seqlen_q, nheads, headdim); k, v: (batch, seqlen_k, nheads_k, headdim), nheads a
@@ -122,53 +136,57 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
     sliding window, -1 = unbounded. softcap: > 0 applies softcap * tanh(s / softcap).
     alibi_slopes: float32 (nheads,) or (batch, nheads). deterministic: reproducible backward.
     return_attn_probs: also return softmax_lse (batch, nheads, seqlen_q) float32 and None.
+    learnable_sink: (nheads,) sink logits (FlashAttention-4's keyword; see the module docs).
 
     Returns out (batch, seqlen_q, nheads, headdim_v), or (out, softmax_lse, None).
     """
     if not _is_torch(q):
         return _array_attention(q, k, v, None, None, 0, 0, dropout_p, softmax_scale, causal,
-                                window_size, softcap, alibi_slopes, return_attn_probs)
+                                window_size, softcap, alibi_slopes, return_attn_probs,
+                                learnable_sink)
     wl, wr = _lowlevel.resolve_window(window_size)
     out, lse = _torch_ops.call_forward(
         _torch_ops.fwd,
         q, k, v, None, None, 0, 0, alibi_slopes, _lowlevel.resolve_scale(softmax_scale),
         bool(causal), wl, wr, float(softcap), float(dropout_p),
-        _torch_ops.draw_rng_state(dropout_p), bool(deterministic))
+        _torch_ops.draw_rng_state(dropout_p), bool(deterministic), _torch_sink(learnable_sink))
     return _finish(out, lse, return_attn_probs)
 
 
 def flash_attn_qkvpacked_func(qkv, dropout_p=0.0, softmax_scale=None, causal=False,
                               window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
-                              deterministic=False, return_attn_probs=False):
+                              deterministic=False, return_attn_probs=False, learnable_sink=None):
     """flash_attn_func on packed qkv (batch, seqlen, 3, nheads, headdim); q, k and v are
     strided views of qkv (no copy) and the gradient is written into one dqkv tensor."""
     if not _is_torch(qkv):
         q, k, v = (_select(qkv, i, 3, "qkv") for i in range(3))
         return _array_attention(q, k, v, None, None, 0, 0, dropout_p, softmax_scale, causal,
-                                window_size, softcap, alibi_slopes, return_attn_probs)
+                                window_size, softcap, alibi_slopes, return_attn_probs,
+                                learnable_sink)
     wl, wr = _lowlevel.resolve_window(window_size)
     out, lse = _torch_ops.call_forward(
         _torch_ops.fwd_qkvpacked,
         qkv, None, 0, alibi_slopes, _lowlevel.resolve_scale(softmax_scale), bool(causal), wl,
         wr, float(softcap), float(dropout_p), _torch_ops.draw_rng_state(dropout_p),
-        bool(deterministic))
+        bool(deterministic), _torch_sink(learnable_sink))
     return _finish(out, lse, return_attn_probs)
 
 
 def flash_attn_kvpacked_func(q, kv, dropout_p=0.0, softmax_scale=None, causal=False,
                              window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
-                             deterministic=False, return_attn_probs=False):
+                             deterministic=False, return_attn_probs=False, learnable_sink=None):
     """flash_attn_func with packed kv (batch, seqlen_k, 2, nheads_k, headdim)."""
     if not _is_torch(q):
         k, v = (_select(kv, i, 2, "kv") for i in range(2))
         return _array_attention(q, k, v, None, None, 0, 0, dropout_p, softmax_scale, causal,
-                                window_size, softcap, alibi_slopes, return_attn_probs)
+                                window_size, softcap, alibi_slopes, return_attn_probs,
+                                learnable_sink)
     wl, wr = _lowlevel.resolve_window(window_size)
     out, lse = _torch_ops.call_forward(
         _torch_ops.fwd_kvpacked,
         q, kv, None, None, 0, 0, alibi_slopes, _lowlevel.resolve_scale(softmax_scale),
         bool(causal), wl, wr, float(softcap), float(dropout_p),
-        _torch_ops.draw_rng_state(dropout_p), bool(deterministic))
+        _torch_ops.draw_rng_state(dropout_p), bool(deterministic), _torch_sink(learnable_sink))
     return _finish(out, lse, return_attn_probs)
 
 
@@ -181,7 +199,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
                            dropout_p=0.0, softmax_scale=None, causal=False,
                            window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
                            deterministic=False, return_attn_probs=False, block_table=None,
-                           *, check_cu_seqlens=False):
+                           learnable_sink=None, *, check_cu_seqlens=False):
     """Variable-length batch: q (total_q, nheads, headdim), k, v (total_k, nheads_k, headdim),
     cu_seqlens_q/k int32 (batch + 1) prefix sums, max_seqlen_q/k the longest sequences.
     softmax_lse is (nheads, total_q). block_table (paged KV) is not supported yet.
@@ -190,7 +208,8 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     if not _is_torch(q):
         return _array_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                 max_seqlen_k, dropout_p, softmax_scale, causal, window_size,
-                                softcap, alibi_slopes, return_attn_probs, check_cu_seqlens)
+                                softcap, alibi_slopes, return_attn_probs,
+                                learnable_sink, check_cu_seqlens)
     cu_seqlens_q, cu_seqlens_k = _torch_ops.varlen_metadata(
         q.device, q.shape[0], k.shape[0], cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
         max_seqlen_k, check_cu_seqlens)
@@ -199,20 +218,23 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
         _torch_ops.fwd,
         q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, alibi_slopes,
         _lowlevel.resolve_scale(softmax_scale), bool(causal), wl, wr, float(softcap),
-        float(dropout_p), _torch_ops.draw_rng_state(dropout_p), bool(deterministic))
+        float(dropout_p), _torch_ops.draw_rng_state(dropout_p), bool(deterministic),
+        _torch_sink(learnable_sink))
     return _finish(out, lse, return_attn_probs)
 
 
 def flash_attn_varlen_qkvpacked_func(qkv, cu_seqlens, max_seqlen, dropout_p=0.0,
                                      softmax_scale=None, causal=False, window_size=(-1, -1),
                                      softcap=0.0, alibi_slopes=None, deterministic=False,
-                                     return_attn_probs=False, *, check_cu_seqlens=False):
+                                     return_attn_probs=False, learnable_sink=None, *,
+                                     check_cu_seqlens=False):
     """flash_attn_varlen_func on packed qkv (total, 3, nheads, headdim)."""
     if not _is_torch(qkv):
         q, k, v = (_select(qkv, i, 3, "qkv") for i in range(3))
         return _array_attention(q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen,
                                 dropout_p, softmax_scale, causal, window_size, softcap,
-                                alibi_slopes, return_attn_probs, check_cu_seqlens)
+                                alibi_slopes, return_attn_probs,
+                                learnable_sink, check_cu_seqlens)
     cu_seqlens, _ = _torch_ops.varlen_metadata(
         qkv.device, qkv.shape[0], qkv.shape[0], cu_seqlens, cu_seqlens, max_seqlen, max_seqlen,
         check_cu_seqlens)
@@ -221,7 +243,7 @@ def flash_attn_varlen_qkvpacked_func(qkv, cu_seqlens, max_seqlen, dropout_p=0.0,
         _torch_ops.fwd_qkvpacked,
         qkv, cu_seqlens, max_seqlen, alibi_slopes, _lowlevel.resolve_scale(softmax_scale),
         bool(causal), wl, wr, float(softcap), float(dropout_p),
-        _torch_ops.draw_rng_state(dropout_p), bool(deterministic))
+        _torch_ops.draw_rng_state(dropout_p), bool(deterministic), _torch_sink(learnable_sink))
     return _finish(out, lse, return_attn_probs)
 
 
@@ -229,13 +251,15 @@ def flash_attn_varlen_kvpacked_func(q, kv, cu_seqlens_q, cu_seqlens_k, max_seqle
                                     max_seqlen_k, dropout_p=0.0, softmax_scale=None,
                                     causal=False, window_size=(-1, -1), softcap=0.0,
                                     alibi_slopes=None, deterministic=False,
-                                    return_attn_probs=False, *, check_cu_seqlens=False):
+                                    return_attn_probs=False, learnable_sink=None, *,
+                                    check_cu_seqlens=False):
     """flash_attn_varlen_func with packed kv (total_k, 2, nheads_k, headdim)."""
     if not _is_torch(q):
         k, v = (_select(kv, i, 2, "kv") for i in range(2))
         return _array_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                 max_seqlen_k, dropout_p, softmax_scale, causal, window_size,
-                                softcap, alibi_slopes, return_attn_probs, check_cu_seqlens)
+                                softcap, alibi_slopes, return_attn_probs,
+                                learnable_sink, check_cu_seqlens)
     cu_seqlens_q, cu_seqlens_k = _torch_ops.varlen_metadata(
         q.device, q.shape[0], kv.shape[0], cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
         max_seqlen_k, check_cu_seqlens)
@@ -244,5 +268,6 @@ def flash_attn_varlen_kvpacked_func(q, kv, cu_seqlens_q, cu_seqlens_k, max_seqle
         _torch_ops.fwd_kvpacked,
         q, kv, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, alibi_slopes,
         _lowlevel.resolve_scale(softmax_scale), bool(causal), wl, wr, float(softcap),
-        float(dropout_p), _torch_ops.draw_rng_state(dropout_p), bool(deterministic))
+        float(dropout_p), _torch_ops.draw_rng_state(dropout_p), bool(deterministic),
+        _torch_sink(learnable_sink))
     return _finish(out, lse, return_attn_probs)

@@ -16,8 +16,9 @@ namespace flashattn {
 namespace {
 
 constexpr double kLog2e = 1.4426950408889634;
-// The CPU backend handles any head dim up to this; the CUDA backend narrows it further.
-constexpr int64_t kMaxHeadDim = 512;
+// The CPU backend handles any head dim up to this (MLA decode needs 576 for q/k); the CUDA
+// backend narrows it further.
+constexpr int64_t kMaxHeadDim = 1024;
 
 std::string shape_str(const TensorView& t) {
   std::ostringstream os;
@@ -340,6 +341,16 @@ Status make_qkv_params(const AttentionOptions& o, const TensorView& q, const Ten
     p->alibi_batch_stride = a.ndim == 2 ? a.strides[0] : 0;
   }
 
+  if (o.learnable_sink.defined()) {
+    const TensorView& sk = o.learnable_sink;
+    c.tensor("learnable_sink", sk, 1, "(heads)");
+    c.dtype("learnable_sink", sk, DType::kFloat32);
+    c.device("learnable_sink", sk, dev);
+    c.shape("learnable_sink", sk, {heads}, "(heads)");
+    if (!c.ok()) return c.status();
+    p->learnable_sink = static_cast<const float*>(sk.data);
+  }
+
   p->dtype = q.dtype;
   p->device = dev;
   p->q = q.data;
@@ -498,6 +509,15 @@ Status make_backward_params(const BackwardArgs& args, BackwardParams* p) {
   p->dk_strides = strides_of(args.dk, varlen);
   p->dv_strides = strides_of(args.dv, varlen);
   p->deterministic = args.deterministic;
+  if (args.dsink.defined()) {
+    if (!args.learnable_sink.defined()) {
+      c.invalid("dsink (the gradient of learnable_sink) was given without learnable_sink");
+      return c.status();
+    }
+    check_like(c, "dsink", args.dsink, {p->heads}, DType::kFloat32, p->device, "(heads)");
+    if (!c.ok()) return c.status();
+    p->dsink = static_cast<float*>(args.dsink.data);
+  }
   return Status::Ok();
 }
 

@@ -309,11 +309,16 @@ Status cuda_backward(const BackwardParams& p) {
       if (Status s = check_operand(o.name, o.ptr, o.strides); !s.ok()) return s;
     }
   }
-  if (p.batch == 0) return Status::Ok();
   const auto stream = static_cast<cudaStream_t>(p.stream);
   const RowSpace qr = q_rows(p), kr = k_rows(p);
-  if (p.seqlen_q == 0 || qr.rows == 0 || p.seqlen_k == 0 || kr.rows == 0) {
-    // No (query, key) pair: every gradient is 0 (the side without rows is empty).
+  if (p.batch == 0 || p.seqlen_q == 0 || qr.rows == 0 || p.seqlen_k == 0 || kr.rows == 0) {
+    // No (query, key) pair: every gradient is 0 (the side without rows is empty). The sink's
+    // gradient sums over the query rows: 0 without any (with rows but no keys the LSE is the
+    // sink, so P_sink = 1 and D = rowsum(dO * O) = 0, as O = 0: 0 too).
+    if (p.dsink != nullptr) {
+      FLASHATTN_CUDA_TRY(cudaMemsetAsync(p.dsink, 0, sizeof(float) * size_t(p.heads), stream));
+    }
+    if (p.batch == 0) return Status::Ok();
     if (Status s = zero_fill(p.dq, p.dq_strides, qr, p.heads, p.head_dim, stream); !s.ok()) return s;
     if (Status s = zero_fill(p.dk, p.dk_strides, kr, p.heads_k, p.head_dim, stream); !s.ok()) return s;
     return zero_fill(p.dv, p.dv_strides, kr, p.heads_k, p.head_dim_v, stream);

@@ -22,6 +22,7 @@
 #include <cstdint>
 
 #include "core/params.h"
+#include "core/sink.h"
 #include "cuda/common/mask.h"
 #include "cuda/common/seq_extent.h"
 #include "cuda/ptx/math.h"
@@ -206,18 +207,21 @@ __device__ __forceinline__ void store_tile(const ForwardParams& params, const Ti
              sizeof(Element) * (w.batch * params.out_strides.batch + (w.row0_q + w.m0) * params.out_strides.row +
                                 int64_t(w.head) * params.out_strides.head);
   const int64_t o_row_bytes = sizeof(Element) * params.out_strides.row;
+  const float sink_log2 = params.learnable_sink != nullptr ? params.learnable_sink[w.head] * kLog2e : -INFINITY;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     float l = st.row_sum[h];
     l += __shfl_xor_sync(0xffffffffu, l, 1);
     l += __shfl_xor_sync(0xffffffffu, l, 2);
-    const bool empty = l == 0.0f;  // no visible key; a NaN sum stays NaN
-    const float inv = empty ? 0.0f : 1.0f / l;
+    // The kept maximum in log2 units; __fmul_rn keeps it one rounding, so a sink of -inf leaves
+    // the LSE bitwise unchanged. The learnable sink joins the row here (core/sink.h).
+    float m_log2 = __fmul_rn(st.row_max[h], params.scale_log2);
+    const float o_factor = fold_sink(sink_log2, &m_log2, &l, [](float x) { return ptx::exp2_approx(x); });
+    const bool empty = l == 0.0f;  // no visible key and no sink; a NaN sum stays NaN
+    const float inv = empty ? 0.0f : o_factor / l;
     const int r = row_in_tile + 8 * h;
     if (r < w.rows_here) {
-      if (params.lse != nullptr && t4 == 0) {
-        params.lse[lse_base + r] = empty ? -INFINITY : (st.row_max[h] * params.scale_log2 + __log2f(l)) * kLn2;
-      }
+      if (params.lse != nullptr && t4 == 0) params.lse[lse_base + r] = empty ? -INFINITY : (m_log2 + __log2f(l)) * kLn2;
       char* dst = gO + r * o_row_bytes + 4 * t4;
 #pragma unroll
       for (int c = 0; c < Traits::kHeadDim / 8; ++c) {
