@@ -371,3 +371,19 @@ def test_varlen_metadata_checks_on_request():
         flashattn.flash_attn_varlen_func(q, k, k, bad.cpu(), cu_k.cpu(), 6, 6)
     out = flashattn.flash_attn_varlen_func(q, k, k, cu_q.cpu(), cu_k.cpu(), 6, 6)
     torch.testing.assert_close(out, flashattn.flash_attn_varlen_func(q, k, k, cu_q, cu_k, 6, 6))
+
+
+def test_long_broadcast_kv_over_batch():
+    # K and V expanded over the batch (batch stride 0): the tensor maps must read the one batch
+    # entry for every batch (or the dispatcher must leave the call to the sm80 kernels).
+    b, sq, sk, h, hk, d = 3, 700, 900, 8, 2, 128
+    g = torch.Generator(device=DEV).manual_seed(15)
+    q = torch.randn(b, sq, h, d, generator=g, device=DEV, dtype=torch.bfloat16)
+    k = torch.randn(1, sk, hk, d, generator=g, device=DEV, dtype=torch.bfloat16).expand(b, -1, -1, -1)
+    v = torch.randn(1, sk, hk, d, generator=g, device=DEV, dtype=torch.bfloat16).expand(b, -1, -1, -1)
+    assert k.stride(0) == 0
+    out = flashattn.flash_attn_func(q, k, v, causal=True)
+    ref = torch_ref.attention(q.double(), k.double(), v.double(), causal=True)[0]
+    naive = torch_ref.attention(q, k, v, causal=True)[0]
+    attn_ref.assert_fa_close("out", torch_ref.to_numpy(out), torch_ref.to_numpy(ref), torch_ref.to_numpy(naive),
+                             ATOL[torch.bfloat16])

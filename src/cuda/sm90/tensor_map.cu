@@ -39,11 +39,15 @@ Status make_operand_map(CUtensorMap* map, const void* ptr, DType dtype, int head
                                 cudaGetErrorName(err) + ")");
   }
   const uint64_t es = dtype_size(dtype);
-  // A dimension of extent 1 never steps, but the encoder still wants a valid stride there.
-  const auto stride_or = [](int64_t s, uint64_t fallback) { return s > 0 ? uint64_t(s) : fallback; };
-  const uint64_t row_bytes = stride_or(strides.row, head_dim) * es;
-  const uint64_t head_bytes = stride_or(strides.head, head_dim) * es;
-  const uint64_t batch_bytes = stride_or(strides.batch, uint64_t(rows) * strides.row) * es;
+  // A dimension of extent 1 never steps, but the encoder still wants a valid stride there (a
+  // varlen operand's batch stride is 0). Any other stride goes as it is: a broadcast (0) one
+  // is rejected by the encoder, and the call then runs on the sm80 kernels.
+  const auto stride_of = [](int64_t s, int64_t extent, uint64_t fallback) {
+    return extent == 1 && s <= 0 ? fallback : uint64_t(s);
+  };
+  const uint64_t row_bytes = stride_of(strides.row, rows, head_dim) * es;
+  const uint64_t head_bytes = stride_of(strides.head, heads, head_dim) * es;
+  const uint64_t batch_bytes = stride_of(strides.batch, batch, uint64_t(rows) * head_dim * heads) * es;
   const cuuint64_t dims[4] = {cuuint64_t(head_dim), cuuint64_t(rows), cuuint64_t(heads), cuuint64_t(batch)};
   const cuuint64_t byte_strides[3] = {row_bytes, head_bytes, batch_bytes};
   const cuuint32_t box[4] = {64, cuuint32_t(box_rows), 1, 1};
