@@ -41,6 +41,13 @@ std::string fwd_declines(const ForwardParams& p, bool any_runnable) {
   if (!head_dim_built(p.head_dim)) return "head_dim not built";
   if (p.head_dim_v != p.head_dim) return "head_dim_v differs from head_dim";
   if (p.softcap > 0.0f || p.alibi != nullptr || p.has_dropout()) return "softcap, ALiBi and dropout run on sm80";
+  // A broadcast operand (stride 0 over a dimension of extent > 1) has no tensor map.
+  const auto broadcast = [&](const Strides3& s, int heads) {
+    return s.row == 0 || (heads > 1 && s.head == 0) || (!p.is_varlen() && p.batch > 1 && s.batch == 0);
+  };
+  if (broadcast(p.q_strides, p.heads) || broadcast(p.k_strides, p.heads_k) || broadcast(p.v_strides, p.heads_k)) {
+    return "a broadcast (stride 0) operand";
+  }
   if (p.num_splits > 1) return "split-KV runs on sm80";
   if (any_runnable) return {};
   if (p.seqlen_q <= 16) return "at most 16 query rows: the sm80 decode shape";
