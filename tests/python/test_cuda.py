@@ -68,10 +68,10 @@ def test_values_and_grads_match_float64(dtype, shape, opt):
           [q, k, v], dout, dtype)
 
 
-def test_varlen_matches_per_sequence():
-    lens_q, lens_k = [65, 1, 130, 17], [70, 33, 130, 200]
-    h, hk, d = 4, 2, 128
-    g = torch.Generator(device=DEV).manual_seed(1)
+def packed_varlen(lens_q, lens_k, h, hk, d, seed):
+    """Random packed q, k, v (total, heads, d) bf16 and their cu_seqlens, run causally through
+    flash_attn_varlen_func; yields (i, out, q, k, v) per sequence, each with a batch dim of 1."""
+    g = torch.Generator(device=DEV).manual_seed(seed)
     q = torch.randn(sum(lens_q), h, d, generator=g, device=DEV, dtype=torch.bfloat16)
     k = torch.randn(sum(lens_k), hk, d, generator=g, device=DEV, dtype=torch.bfloat16)
     v = torch.randn(sum(lens_k), hk, d, generator=g, device=DEV, dtype=torch.bfloat16)
@@ -80,8 +80,13 @@ def test_varlen_matches_per_sequence():
     out = flashattn.flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(lens_q), max(lens_k), causal=True)
     for i in range(len(lens_q)):
         sq, sk = slice(cu_q[i].item(), cu_q[i + 1].item()), slice(cu_k[i].item(), cu_k[i + 1].item())
-        ref = flashattn.flash_attn_func(q[None, sq], k[None, sk], v[None, sk], causal=True)[0]
-        torch.testing.assert_close(out[sq], ref, rtol=0, atol=2e-2)
+        yield i, out[None, sq], q[None, sq], k[None, sk], v[None, sk]
+
+
+def test_varlen_matches_per_sequence():
+    for _, out, q, k, v in packed_varlen([65, 1, 130, 17], [70, 33, 130, 200], 4, 2, 128, seed=1):
+        ref = flashattn.flash_attn_func(q, k, v, causal=True)
+        torch.testing.assert_close(out, ref, rtol=0, atol=2e-2)
 
 
 def test_noncontiguous_inputs():
@@ -258,21 +263,10 @@ def test_long_forward_and_lse_match_float64(dtype, shape, mask):
 def test_long_varlen_forward_matches_per_sequence_reference():
     # Packed sequences read through one tensor map: each CTA must stay inside its own sequence's
     # rows (reads past it are masked, writes never happen).
-    lens_q, lens_k = [300, 1, 1025, 129, 640], [500, 77, 1025, 1000, 640]
-    h, hk, d = 16, 4, 128
-    g = torch.Generator(device=DEV).manual_seed(12)
-    q = torch.randn(sum(lens_q), h, d, generator=g, device=DEV, dtype=torch.bfloat16)
-    k = torch.randn(sum(lens_k), hk, d, generator=g, device=DEV, dtype=torch.bfloat16)
-    v = torch.randn(sum(lens_k), hk, d, generator=g, device=DEV, dtype=torch.bfloat16)
-    cu_q = torch.tensor(np.cumsum([0] + lens_q), dtype=torch.int32, device=DEV)
-    cu_k = torch.tensor(np.cumsum([0] + lens_k), dtype=torch.int32, device=DEV)
-    out = flashattn.flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(lens_q), max(lens_k), causal=True)
-    for i in range(len(lens_q)):
-        sq, sk = slice(cu_q[i].item(), cu_q[i + 1].item()), slice(cu_k[i].item(), cu_k[i + 1].item())
-        qi, ki, vi = q[None, sq], k[None, sk], v[None, sk]
-        ref = torch_ref.attention(qi.double(), ki.double(), vi.double(), causal=True)[0]
-        naive = torch_ref.attention(qi, ki, vi, causal=True)[0]
-        attn_ref.assert_fa_close(f"out[{i}]", torch_ref.to_numpy(out[None, sq]), torch_ref.to_numpy(ref),
+    for i, out, q, k, v in packed_varlen([300, 1, 1025, 129, 640], [500, 77, 1025, 1000, 640], 16, 4, 128, seed=12):
+        ref = torch_ref.attention(q.double(), k.double(), v.double(), causal=True)[0]
+        naive = torch_ref.attention(q, k, v, causal=True)[0]
+        attn_ref.assert_fa_close(f"out[{i}]", torch_ref.to_numpy(out), torch_ref.to_numpy(ref),
                                  torch_ref.to_numpy(naive), ATOL[torch.bfloat16])
 
 
