@@ -2,7 +2,8 @@
 
     python3 bench/bench.py --suite quick --out bench/results/h200-$(date +%F)-quick.json
 
-Peers: PyTorch SDPA with each backend forced (sdpa_cudnn, sdpa_flash = FlashAttention-2,
+Peers: FlashAttention-4 (fa4: the flash-attn-4 wheel, imported as flash_attn.cute; unavailable when
+it does not import, see DEVELOPERS.md for installing it on the GPU machine), PyTorch SDPA with each backend forced (sdpa_cudnn, sdpa_flash = FlashAttention-2,
 sdpa_efficient = memory-efficient, sdpa_math = the materialised reference: it stores the Nq x Nk
 scores, so it runs only for Nq * Nk <= --math-max-seqlen^2 and when they fit in free memory),
 and triton = bench/triton_attention.py, this project's own small Triton forward kernel (forward
@@ -41,7 +42,7 @@ import socket
 import subprocess
 import sys
 
-IMPLS = ("flashattn", "sdpa_cudnn", "sdpa_flash", "sdpa_efficient", "sdpa_math", "triton")
+IMPLS = ("flashattn", "sdpa_cudnn", "sdpa_flash", "fa4", "sdpa_efficient", "sdpa_math", "triton")
 DECODE_IMPLS = ("flashattn", "sdpa_cudnn", "sdpa_flash", "sdpa_efficient", "sdpa_math")
 DESCRIPTIONS = {
     "flashattn": "this library: flashattn.flash_attn_func (layout B, N, H, d)",
@@ -50,6 +51,7 @@ DESCRIPTIONS = {
     "sdpa_efficient": "torch SDPA, memory-efficient backend (SDPBackend.EFFICIENT_ATTENTION)",
     "sdpa_math": "torch SDPA, math backend: materialises the N x N scores (standard attention)",
     "triton": "bench/triton_attention.py: this project's Triton forward kernel (not upstream's); forward only",
+    "fa4": "FlashAttention-4 (flash-attn-4 wheel, CuTe DSL JIT): flash_attn.cute.flash_attn_func (layout B, N, H, d)",
 }
 FLOPS_NOTE = "fwd 4*B*H*Nq*Nk*d (causal /2), bwd 2.5x fwd, fwdbwd 3.5x fwd; TFLOP/s"
 TIMING_NOTE = ("CUDA events around one call, median of repeats after 5 warm-up calls; timing 'device': a GPU "
@@ -109,7 +111,7 @@ def format_row(row):
         else:
             parts.append(f"{name} n/a")
     ours = row.get("flashattn", {})
-    for peer, label in (("sdpa_flash", "FA2"), ("sdpa_cudnn", "cuDNN")):
+    for peer, label in (("sdpa_flash", "FA2"), ("sdpa_cudnn", "cuDNN"), ("fa4", "FA4")):
         other = row.get(peer, {})
         ratios = [f"{key} {ours[key + '_tflops'] / other[key + '_tflops']:.2f}x" for key in ("fwd", "bwd", "fwdbwd")
                   if key + "_tflops" in ours and key + "_tflops" in other]
@@ -309,6 +311,17 @@ def attention_impls(names, math_max_seqlen=4096, softcap=0.0):
             with sdpa_kernel([backend]):
                 return F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=q.shape[1] != k.shape[1])
         impls[name] = Impl("bhsd", run, skip=math_skip if name == "sdpa_math" else no_softcap)
+
+    if "fa4" in names:
+        try:
+            from flash_attn.cute import flash_attn_func as fa4_func
+        except Exception as e:  # not installed, or its JIT stack failing to load
+            unavailable["fa4"] = "not available: " + short_error(e)
+        else:
+            def run_fa4(q, k, v, causal):
+                out = fa4_func(q, k, v, causal=causal)
+                return out[0] if isinstance(out, tuple) else out
+            impls["fa4"] = Impl("bshd", run_fa4, skip=no_softcap)
 
     if "triton" in names:
         sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))

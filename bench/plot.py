@@ -18,16 +18,17 @@ import os
 import sys
 
 # Implementations in display order, with labels for tables and legends.
-IMPL_ORDER = ("flashattn", "sdpa_cudnn", "sdpa_flash", "sdpa_efficient", "sdpa_math", "triton")
+IMPL_ORDER = ("flashattn", "sdpa_cudnn", "sdpa_flash", "fa4", "sdpa_efficient", "sdpa_math", "triton")
 IMPL_LABELS = {
     "flashattn": "flashattn (ours)",
     "sdpa_cudnn": "SDPA cuDNN",
     "sdpa_flash": "SDPA flash (FA2)",
+    "fa4": "FlashAttention-4",
     "sdpa_efficient": "SDPA mem-efficient",
     "sdpa_math": "SDPA math (standard)",
     "triton": "Triton (bench/triton_attention.py)",
 }
-IMPL_COLORS = {"flashattn": "#d62728", "sdpa_cudnn": "#2ca02c", "sdpa_flash": "#1f77b4",
+IMPL_COLORS = {"flashattn": "#d62728", "sdpa_cudnn": "#2ca02c", "sdpa_flash": "#1f77b4", "fa4": "#8c564b",
                "sdpa_efficient": "#ff7f0e", "sdpa_math": "#7f7f7f", "triton": "#9467bd"}
 PASSES = (("fwd", "forward"), ("bwd", "backward"), ("fwdbwd", "forward + backward"))
 

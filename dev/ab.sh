@@ -8,7 +8,8 @@
 # (a variant lives in the kernels under a dev macro; bench.py times forward and backward of
 # each; dev/NOTES.md records results and dev/results/ keeps their JSON).
 # BENCH_ARGS adds bench.py flags, e.g. BENCH_ARGS="--softcap 30" to time the modifier kernels
-# (FA2 has no softcap and skips those rows, so they show ours only).
+# (FA2 has no softcap and skips those rows, so they show ours only). IMPLS replaces the peers
+# (default flashattn,sdpa_flash); TEST_ARGS adds pytest flags (e.g. -k long).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/flashattn-out}
@@ -30,11 +31,11 @@ for name in "${names[@]}"; do [ -d /tmp/ab-$name/flashattn ] || { tail -20 /tmp/
 # against the float64 reference before it is timed.
 for name in "${names[@]}"; do
   [ "$name" = base ] && continue
-  echo "test_cuda $name: $(PYTHONPATH=/tmp/ab-$name python3 -m pytest tests/python/test_cuda.py -q -p no:cacheprovider 2>&1 | tail -1)"
+  echo "test_cuda $name: $(PYTHONPATH=/tmp/ab-$name python3 -m pytest tests/python/test_cuda.py -q -p no:cacheprovider ${TEST_ARGS:-} 2>&1 | tail -1)"
 done
 for name in "${names[@]}"; do
   echo "== $name"
-  PYTHONPATH=/tmp/ab-$name python3 bench/bench.py --suite issue3 --impls flashattn,sdpa_flash --dtypes bf16 \
+  PYTHONPATH=/tmp/ab-$name python3 bench/bench.py --suite issue3 --impls "${IMPLS:-flashattn,sdpa_flash}" --dtypes bf16 \
     --head-dims "$dims" --seqlens "$seqlens" --repeats 20 ${BENCH_ARGS:-} --out "$OUT/ab-$name.json" 2>&1 |
     grep -E "^(bf16|fp16) |error"
 done

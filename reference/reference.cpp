@@ -2,7 +2,8 @@
 //
 // Written from docs/SEMANTICS.md (DESIGN.md), not from any backend. The order of operations on a
 // score is: scale, softcap, ALiBi bias, mask, softmax, dropout. The backward pass differentiates
-// sum(out * dout) through exactly that chain.
+// sum(out * dout) through exactly that chain. A learnable sink is one more softmax column with
+// its logit as given and no value row.
 #include "reference/reference.h"
 
 #include <algorithm>
@@ -26,6 +27,7 @@ struct Problem {
   int window_left = -1;
   int window_right = -1;
   double slope = 0.0;  // ALiBi slope; 0 = off
+  double sink = kNegInf;  // learnable sink logit; -inf = off (an empty softmax column)
 };
 
 // Query row i sees key column j iff it lies inside the window around the bottom-right aligned
@@ -53,6 +55,7 @@ struct HeadState {
   std::vector<double> p;       // (seqlen_q, seqlen_k) softmax probabilities (before dropout)
   std::vector<double> pd;      // (seqlen_q, seqlen_k) p * keep / (1 - dropout_p)
   std::vector<double> lse;     // (seqlen_q)
+  std::vector<double> p_sink;  // (seqlen_q) the sink's softmax probability
 };
 
 // Per-sequence access to the varlen layout for one (batch b, head h).
@@ -72,6 +75,7 @@ void forward_head(const Shape& shape, const Options& opt, const Problem& pr, con
   st->p.assign(static_cast<size_t>(sq * sk), 0.0);
   st->pd.assign(static_cast<size_t>(sq * sk), 0.0);
   st->lse.assign(static_cast<size_t>(sq), kNegInf);
+  st->p_sink.assign(static_cast<size_t>(sq), 0.0);
 
   const bool dropout = opt.dropout_p > 0.0;
   const uint32_t threshold = dropout_threshold(static_cast<float>(opt.dropout_p));
@@ -94,12 +98,15 @@ void forward_head(const Shape& shape, const Options& opt, const Problem& pr, con
       s[j] = x;
       if (vis[j]) row_max = std::max(row_max, x);
     }
+    // The sink is one more softmax column (its logit taken as is), with no value row.
+    row_max = std::max(row_max, pr.sink);
     if (row_max == kNegInf) continue;  // no visible key: P = 0, out = 0, lse = -inf
-    double sum = 0.0;
+    double sum = pr.sink == kNegInf ? 0.0 : std::exp(pr.sink - row_max);
     for (int64_t j = 0; j < sk; ++j) {
       if (vis[j]) sum += std::exp(s[j] - row_max);
     }
     st->lse[i] = row_max + std::log(sum);
+    if (pr.sink != kNegInf) st->p_sink[i] = std::exp(pr.sink - row_max) / sum;
     for (int64_t j = 0; j < sk; ++j) {
       if (!vis[j]) continue;
       const double pij = std::exp(s[j] - row_max) / sum;
@@ -121,6 +128,7 @@ Problem problem_for(const Shape& shape, const Options& opt, int b, int h) {
   pr.window_left = opt.window_left;
   pr.window_right = opt.window_right;
   if (!opt.alibi.empty()) pr.slope = opt.alibi[static_cast<size_t>(b) * shape.heads + h];
+  if (!opt.sink.empty()) pr.sink = opt.sink[static_cast<size_t>(h)];
   return pr;
 }
 
@@ -185,9 +193,11 @@ void forward(const Shape& shape, const Options& opt, const double* q, const doub
 }
 
 void backward(const Shape& shape, const Options& opt, const double* q, const double* k,
-              const double* v, const double* dout, double* dq, double* dk, double* dv) {
+              const double* v, const double* dout, double* dq, double* dk, double* dv,
+              double* dsink) {
   const int d = shape.head_dim;
   const int d_v = shape.head_dim_v;
+  if (dsink != nullptr) std::fill(dsink, dsink + shape.heads, 0.0);
   std::fill(dq, dq + shape.total_q() * shape.heads * d, 0.0);
   std::fill(dk, dk + shape.total_k() * shape.heads_k * d, 0.0);
   std::fill(dv, dv + shape.total_k() * shape.heads_k * d_v, 0.0);
@@ -237,6 +247,8 @@ void backward(const Shape& shape, const Options& opt, const double* q, const dou
           dp[j] = dot(doi, hv.v + j * hv.v_row, d_v) * rescale;
           row_dot += pi[j] * dp[j];
         }
+        // The sink column has no value row (dP = 0), so its logit gets -P_sink * row_dot.
+        if (dsink != nullptr) dsink[h] -= st.p_sink[static_cast<size_t>(i)] * row_dot;
         // Softmax: dS_ij = P_ij (dP_ij - sum_l P_il dP_il); the ALiBi bias is additive (no
         // factor); softcap multiplies by 1 - tanh^2; the scale multiplies by softmax_scale.
         const double* qi = hv.q + i * hv.q_row;

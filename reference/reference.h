@@ -41,15 +41,20 @@ struct Options {
   double dropout_p = 0.0;
   uint64_t seed = 0;
   uint64_t offset = 0;
+  // Learnable sink: empty = off, else (heads) logits that join each row's softmax denominator
+  // with no value row (not scaled, softcapped or biased; never dropped). -inf = no sink.
+  std::vector<double> sink;
 };
 
 // out and lse are written in full.
 void forward(const Shape& shape, const Options& opt, const double* q, const double* k,
              const double* v, double* out, double* lse);
 
-// Gradients of sum(out * dout) with respect to q, k, v (dk/dv summed over GQA groups).
-// dq, dk, dv are written in full.
+// Gradients of sum(out * dout) with respect to q, k, v (dk/dv summed over GQA groups) and,
+// when dsink is not null (and opt.sink is given), the sink logits (heads).
+// dq, dk, dv (and dsink) are written in full.
 void backward(const Shape& shape, const Options& opt, const double* q, const double* k,
-              const double* v, const double* dout, double* dq, double* dk, double* dv);
+              const double* v, const double* dout, double* dq, double* dk, double* dv,
+              double* dsink = nullptr);
 
 }  // namespace flashattn::reference

@@ -166,7 +166,7 @@ def attention_section(files):
         unavailable = doc.get("unavailable") or {}
         if unavailable:
             out += ["Not in this run: " + "; ".join(f"{k} ({v})" for k, v in sorted(unavailable.items())) + ".", ""]
-        peers = [p for p in ("sdpa_cudnn", "sdpa_flash") if p in names]
+        peers = [p for p in ("sdpa_cudnn", "sdpa_flash", "fa4") if p in names]
         for key in ("fwd", "bwd", "fwdbwd"):
             if not any(plot.figure(r.get(n), f"{key}_tflops") is not None for r in rows for n in names):
                 out += [f"**{PASS_NAMES[key]}**: not measured in this run.", ""]

@@ -3,9 +3,15 @@
 # benchmark against PyTorch SDPA (cuDNN and flash backends) in the same process, write logs and
 # JSON under $OUT, and print a short table last.
 #   SUITE=quick|full|decode|none   benchmark suite (default quick); several: SUITE="quick decode"
-#   SANITIZE=1                     also run compute-sanitizer memcheck + racecheck on a reduced set
+#   SANITIZE=1                     also run compute-sanitizer memcheck, racecheck, synccheck on a reduced set
 #   TESTS=0                        skip the test suites
 #   LARGE=0                        skip ctest's `large` label (2^31-element and 100k-token tests, ~40 s)
+#   PATHS="auto sm90 sm80"         FLASHATTN_CUDA_PATH values the GPU tests run under (src/cuda/cuda_backend.cu):
+#                                  auto = the default dispatch, sm90 = the Hopper kernels wherever they can
+#                                  run, sm80 = the sm80 kernels only. ctest runs under the first two.
+#   HEAD_DIMS="64;128;256"         trim the build (FLASHATTN_CUDA_HEAD_DIMS); default: all
+#   FA4_WHEELS=DIR                 install FlashAttention-4 from the wheel files in DIR (DEVELOPERS.md)
+#                                  so the benchmark times it as the peer `fa4`
 # From this machine: `bash scripts/snapshot.sh` (HEAD into .carry/snap, with SOURCE_COMMIT), then the
 # device tool with carry [".carry/snap"] and command "cd .carry/snap && OUT=$OUT bash scripts/gpu-check.sh".
 set -uo pipefail
@@ -20,7 +26,9 @@ log "build (C++, $jobs jobs)"
 start=$(date +%s)
 # sm_90 only: the H200 runs sm_90 machine code; sm_80 code would only lengthen the build.
 arch=${ARCH:-90}
-cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DFLASHATTN_CUDA_ARCHITECTURES="$arch" \
+dims=()
+[ -n "${HEAD_DIMS:-}" ] && dims=(-DFLASHATTN_CUDA_HEAD_DIMS="$HEAD_DIMS")
+cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DFLASHATTN_CUDA_ARCHITECTURES="$arch" "${dims[@]}" \
   >"$OUT/build.log" 2>&1 && cmake --build build-gpu -j "$jobs" >>"$OUT/build.log" 2>&1 || {
   tail -40 "$OUT/build.log"; exit 1; }
 echo "C++ build: $(( $(date +%s) - start )) s"
@@ -29,26 +37,50 @@ grep -h "spill" "$OUT/build.log" | sort | uniq -c | head -5 || true
 log "python package"
 start=$(date +%s)
 CMAKE_BUILD_PARALLEL_LEVEL=$jobs python3 -m pip install --no-build-isolation --no-deps -q \
-  -Cbuild-dir=build-gpu/python -Ccmake.define.FLASHATTN_CUDA_ARCHITECTURES="$arch" . >"$OUT/pip.log" 2>&1 || { tail -40 "$OUT/pip.log"; exit 1; }
+  -Cbuild-dir=build-gpu/python -Ccmake.define.FLASHATTN_CUDA_ARCHITECTURES="$arch" \
+  ${HEAD_DIMS:+-Ccmake.define.FLASHATTN_CUDA_HEAD_DIMS="$HEAD_DIMS"} . >"$OUT/pip.log" 2>&1 || { tail -40 "$OUT/pip.log"; exit 1; }
 echo "pip install (full kernel set): $(( $(date +%s) - start )) s"
 
 if [ "${TESTS:-1}" = 1 ]; then
-  log "ctest"
   large=(); [ "${LARGE:-1}" = 0 ] && large=(-LE large)
-  ctest --test-dir build-gpu -j 4 --output-on-failure "${large[@]}" >"$OUT/ctest.log" 2>&1 || status=1
-  tail -15 "$OUT/ctest.log"
+  paths=(${PATHS:-auto sm90 sm80})
+  for path in "${paths[@]:0:2}"; do
+    log "ctest (FLASHATTN_CUDA_PATH=$path)"
+    FLASHATTN_CUDA_PATH=$path ctest --test-dir build-gpu -j 4 --output-on-failure "${large[@]}" >"$OUT/ctest-$path.log" 2>&1 || status=1
+    tail -4 "$OUT/ctest-$path.log"
+  done
   log "pytest (one process per file, so a crash names its file)"
   : >"$OUT/pytest.log"
   for f in tests/python/test_*.py; do
     python3 -X faulthandler -m pytest "$f" -q -rs -p no:cacheprovider >>"$OUT/pytest.log" 2>&1 || status=1
     echo "$f: $(tail -1 "$OUT/pytest.log")"
   done
+  for path in "${paths[@]}"; do
+    [ "$path" = auto ] && continue
+    for f in tests/python/test_cuda.py tests/python/test_torch.py; do
+      FLASHATTN_CUDA_PATH=$path python3 -X faulthandler -m pytest "$f" -q -rs -p no:cacheprovider >>"$OUT/pytest.log" 2>&1 || status=1
+      echo "$f (FLASHATTN_CUDA_PATH=$path): $(tail -1 "$OUT/pytest.log")"
+    done
+  done
+fi
+
+if [ -n "${FA4_WHEELS:-}" ]; then
+  log "FlashAttention-4 from $FA4_WHEELS"
+  site=/tmp/fa4-site
+  python3 -m pip install -q --no-index --no-deps --no-compile --target "$site" \
+    $(ls "$FA4_WHEELS"/*.whl | grep -v cutlass_dsl_libs_core) >"$OUT/fa4-install.log" 2>&1 || tail -5 "$OUT/fa4-install.log"
+  # pip will not merge -libs-core into the folder the other cutlass wheels made: unpack it.
+  python3 -c "import sys, zipfile, glob; [zipfile.ZipFile(w).extractall(sys.argv[1]) for w in glob.glob(sys.argv[2] + '/*cutlass_dsl_libs_core*.whl')]" "$site" "$FA4_WHEELS"
+  export PYTHONPATH="$site:$site/nvidia_cutlass_dsl/dsl_packages${PYTHONPATH:+:$PYTHONPATH}"
+  python3 -c "from flash_attn.cute import flash_attn_func; print('fa4 imports')" 2>&1 | tail -2
 fi
 
 if [ "${SANITIZE:-0}" = 1 ]; then
   log "compute-sanitizer"
-  for tool in memcheck racecheck; do
-    compute-sanitizer --tool $tool --error-exitcode 9 build-gpu/tests/cpp/flashattn_test_special \
+  # FLASHATTN_CUDA_PATH=sm90: the Hopper kernels take these small shapes too (synccheck: their
+  # mbarriers and named barriers).
+  for tool in memcheck racecheck synccheck; do
+    FLASHATTN_CUDA_PATH=sm90 compute-sanitizer --tool $tool --error-exitcode 9 build-gpu/tests/cpp/flashattn_test_special \
       --gtest_filter='Backends/Special.SeqlenOne/cuda:Backends/Special.FullyMasked*/cuda:Backends/Special.Deterministic*/cuda:Backends/Special.SplitKv*/cuda:Backends/Special.Varlen*/cuda' \
       >"$OUT/sanitizer-$tool.log" 2>&1
     echo "$tool: exit $? ($(grep -cE 'ERROR SUMMARY: 0 errors|RACECHECK SUMMARY: 0 hazards' "$OUT/sanitizer-$tool.log") clean summaries)"

@@ -1,10 +1,16 @@
 #!/usr/bin/env bash
 # Builds everything and runs every test: the C++ suite (ctest) and the Python suite (pytest).
 # GPU tests run when a CUDA GPU is present and are reported as skipped otherwise.
+# On a fresh machine it first installs what is missing (scripts/setup.sh: cmake, g++,
+# GoogleTest, nanobind, scikit-build-core, numpy, pytest); silent when all is there.
 #   BUILD_DIR            build folder (default: build)
 #   FLASHATTN_CMAKE_ARGS extra CMake arguments, e.g. -DFLASHATTN_CUDA_HEAD_DIMS=128
+#   FLASHATTN_SETUP=0    never install anything
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/setup.sh
+fa_setup_cxx
+fa_setup_python
 build=${BUILD_DIR:-build}
 jobs=${JOBS:-$(nproc)}
 # shellcheck disable=SC2086
@@ -17,6 +23,6 @@ py_defines=()
 for arg in ${FLASHATTN_CMAKE_ARGS:-}; do
   case "$arg" in -D*) py_defines+=("-Ccmake.define.${arg#-D}") ;; esac
 done
-CMAKE_BUILD_PARALLEL_LEVEL=$jobs python3 -m pip install --no-build-isolation --no-deps -q \
+CMAKE_BUILD_PARALLEL_LEVEL=$jobs "$PYTHON" -m pip install --no-build-isolation --no-deps -q \
   -Cbuild-dir="$build/python" "${py_defines[@]}" .
-python3 -m pytest tests/python -q -rs
+"$PYTHON" -m pytest tests/python -q -rs

@@ -73,7 +73,7 @@ typedef struct flashattn_forward_args {
   flashattn_tensor lse; /* optional float32 (batch, heads, seqlen_q), varlen (heads, total_q) */
 
   float softmax_scale; /* <= 0: 1/sqrt(head_dim) */
-  int32_t causal;
+  int32_t causal; /* nonzero: window_right is clamped to 0 (causal = window (-1, 0)) */
   int32_t window_left; /* -1 = unbounded */
   int32_t window_right;
   float softcap;                 /* 0 = off */
@@ -90,6 +90,9 @@ typedef struct flashattn_forward_args {
   void* stream;        /* cudaStream_t; NULL = legacy default stream */
 
   int32_t num_splits; /* CUDA split-KV; 0 = heuristic, 1 = never split */
+
+  /* Appended in 0.2 (issue 19): */
+  flashattn_tensor learnable_sink; /* optional float32 (heads): sink logits (see flashattn.h) */
 } flashattn_forward_args;
 
 /* Mirrors flashattn::BackwardArgs. */
@@ -105,7 +108,7 @@ typedef struct flashattn_backward_args {
   flashattn_tensor dv;   /* like v */
 
   float softmax_scale;
-  int32_t causal;
+  int32_t causal; /* nonzero: window_right is clamped to 0 (causal = window (-1, 0)) */
   int32_t window_left;
   int32_t window_right;
   float softcap;
@@ -122,6 +125,10 @@ typedef struct flashattn_backward_args {
   void* stream;
 
   int32_t deterministic; /* bitwise reproducible gradients */
+
+  /* Appended in 0.2 (issue 19): */
+  flashattn_tensor learnable_sink; /* optional float32 (heads), as in the forward */
+  flashattn_tensor dsink;          /* optional float32 (heads) output: its gradient */
 } flashattn_backward_args;
 
 /* Fill *args with the defaults (every tensor "not given", window -1/-1, scale default, ...) and

@@ -16,7 +16,8 @@ namespace flashattn {
 struct AttentionOptions {
   // Scores are s = softmax_scale * q.k. A value <= 0 (the default) means 1/sqrt(head_dim).
   float softmax_scale = 0.0f;
-  // Bottom-right aligned causal mask; equivalent to window (-1, 0).
+  // Bottom-right aligned causal mask; equivalent to window (-1, 0). With a window it clamps
+  // window_right to 0, as flash_attn does: causal + (left, right) is the window (left, 0).
   bool causal = false;
   // Sliding window (left, right) around the bottom-right diagonal; -1 means unbounded.
   int32_t window_left = -1;
@@ -36,13 +37,18 @@ struct AttentionOptions {
   // on the CPU, required (> 0) for CUDA tensors, where cu_seqlens live on the device.
   int32_t max_seqlen_q = 0;
   int32_t max_seqlen_k = 0;
-  // Check that cu_seqlens start at 0, are non-decreasing and end at the token count
-  // (reads device memory synchronously for CUDA tensors).
+  // Check that cu_seqlens start at 0, are non-decreasing, end within the rows of q / k and
+  // hold no sequence longer than max_seqlen_q / max_seqlen_k (reads device memory synchronously
+  // for CUDA tensors). Always done on the CPU, where the values are host memory anyway.
   bool check_cu_seqlens = false;
   // CUDA stream (cudaStream_t) to run on; nullptr = the legacy default stream.
   void* stream = nullptr;
   // CPU backend: worker threads; 0 = all hardware threads (or FLASHATTN_NUM_THREADS).
   int32_t num_threads = 0;
+  // Learnable attention sink: float32 (heads), one logit per query head (natural-log units; not
+  // scaled, softcapped or biased) that joins each row's softmax denominator with no value row;
+  // the LSE includes it. Optional. See docs/SEMANTICS.md.
+  TensorView learnable_sink;
 };
 
 struct ForwardArgs : AttentionOptions {
@@ -65,10 +71,22 @@ struct BackwardArgs : AttentionOptions {
   TensorView dv;            // like v
   // Bitwise reproducible gradients run to run (fixed reduction order).
   bool deterministic = false;
+  // Optional float32 (heads) output: the gradient of learnable_sink (requires learnable_sink).
+  // Its reduction order is fixed, so it is reproducible whatever `deterministic` says.
+  TensorView dsink;
 };
 
 Status forward(const ForwardArgs& args);
 Status backward(const BackwardArgs& args);
+
+// The checks of check_cu_seqlens on their own, without attention: cu_seqlens_q/k (int32
+// (batch + 1), on the CPU or a CUDA device, read synchronously on `stream` there) start at 0,
+// never decrease, end within total_q / total_k rows, and (where max_seqlen_* > 0) hold no
+// sequence longer than max_seqlen_*. For callers that hold the values on the host while the
+// attention tensors are on a GPU: checking them there costs no device synchronisation.
+Status check_varlen_metadata(const TensorView& cu_seqlens_q, const TensorView& cu_seqlens_k,
+                             int64_t total_q, int64_t total_k, int32_t max_seqlen_q,
+                             int32_t max_seqlen_k, void* stream = nullptr);
 
 // Whether this build has the CUDA backend and at least one usable GPU.
 bool cuda_available();

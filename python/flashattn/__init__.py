@@ -15,7 +15,7 @@ dim), ``RuntimeError`` for CUDA and internal errors. See python/README.md.
 """
 
 from . import _C
-from ._lowlevel import backward, forward
+from ._lowlevel import backward, check_varlen_metadata, forward
 from .flash_attn_interface import (
     flash_attn_func,
     flash_attn_kvpacked_func,
@@ -43,6 +43,7 @@ def cuda_built() -> bool:
 __all__ = [
     "__version__",
     "backward",
+    "check_varlen_metadata",
     "cuda_available",
     "cuda_built",
     "flash_attn_func",

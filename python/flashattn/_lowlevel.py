@@ -7,10 +7,16 @@ type, and only then is that framework asked for its current CUDA stream.
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any, Optional
 
 from . import _C
+
+# FLASHATTN_CHECK_CU_SEQLENS=1 checks the varlen metadata of every call (see check_cu_seqlens
+# in forward). Read once, here, at import: the check itself must not cost an environment lookup.
+CHECK_CU_SEQLENS: bool = os.environ.get("FLASHATTN_CHECK_CU_SEQLENS", "0").strip().lower() not in (
+    "", "0", "false", "no", "off")
 
 _DLPACK_CUDA = 2
 _U64 = (1 << 64) - 1  # seeds and offsets are 64-bit unsigned; negative ints wrap
@@ -129,10 +135,29 @@ def resolve_window(window_size) -> tuple[int, int]:
     return int32("window_size[0]", left), int32("window_size[1]", right)
 
 
+def check_varlen_metadata(cu_seqlens_q, cu_seqlens_k, total_q, total_k, max_seqlen_q=0,
+                          max_seqlen_k=0, stream=None) -> None:
+    """Checks varlen metadata without running attention: ``cu_seqlens_q/k`` (int32
+    (batch + 1), CPU or CUDA; CUDA values are read back synchronously) start at 0, never
+    decrease, end within ``total_q``/``total_k`` rows, and hold no sequence longer than
+    ``max_seqlen_q``/``max_seqlen_k`` (when > 0). Raises ValueError naming the problem."""
+    if stream is None:
+        stream = current_stream(cu_seqlens_q)
+    with _DeviceGuard(cu_seqlens_q):
+        raise_error(_C.check_varlen(_plain(cu_seqlens_q), _plain(cu_seqlens_k),
+                                    int(total_q), int(total_k),
+                                    int32("max_seqlen_q", max_seqlen_q or 0),
+                                    int32("max_seqlen_k", max_seqlen_k or 0), int(stream)))
+
+
+def _check_flag(check_cu_seqlens) -> bool:
+    return CHECK_CU_SEQLENS if check_cu_seqlens is None else bool(check_cu_seqlens)
+
+
 def forward(q, k, v, out, lse=None, *, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=0,
             max_seqlen_k=0, softmax_scale=None, causal=False, window_size=(-1, -1),
             softcap=0.0, alibi_slopes=None, dropout_p=0.0, seed=0, offset=0, num_splits=0,
-            check_cu_seqlens=False, stream=None, num_threads=0) -> None:
+            check_cu_seqlens=None, stream=None, num_threads=0, learnable_sink=None) -> None:
     """Attention forward into preallocated ``out`` (and ``lse`` unless None).
 
     Layouts (strides arbitrary, last dimension contiguous):
@@ -143,7 +168,12 @@ def forward(q, k, v, out, lse=None, *, cu_seqlens_q=None, cu_seqlens_k=None, max
     ``dropout_p`` > 0 draws the keep mask from Philox keyed by (``seed``, ``offset``); pass
     the same values to ``backward``. ``stream``: CUDA stream handle as an int; None = the
     array framework's current stream (torch, CuPy), else the legacy default stream.
-    ``num_threads``: CPU worker threads, 0 = all. Returns None; raises ValueError, TypeError,
+    ``num_threads``: CPU worker threads, 0 = all. ``check_cu_seqlens``: also check the varlen
+    metadata of CUDA tensors (start 0, non-decreasing, within the rows, max_seqlen_* at least
+    every length) by reading it back synchronously; None = the FLASHATTN_CHECK_CU_SEQLENS
+    environment variable (read at import). CPU tensors are always checked.
+    ``learnable_sink``: float32 (heads) sink logits joining each row's softmax denominator
+    with no value row (the LSE includes them). Returns None; raises ValueError, TypeError,
     NotImplementedError or RuntimeError (see flashattn's package docs).
     """
     window_left, window_right = resolve_window(window_size)
@@ -159,21 +189,23 @@ def forward(q, k, v, out, lse=None, *, cu_seqlens_q=None, cu_seqlens_k=None, max
                    causal=bool(causal), window_left=window_left, window_right=window_right,
                    softcap=float(softcap), dropout_p=float(dropout_p), seed=int(seed) & _U64,
                    offset=int(offset) & _U64, num_splits=int32("num_splits", num_splits),
-                   check_cu_seqlens=bool(check_cu_seqlens), stream=int(stream),
-                   num_threads=int32("num_threads", num_threads)))
+                   check_cu_seqlens=_check_flag(check_cu_seqlens), stream=int(stream),
+                   num_threads=int32("num_threads", num_threads),
+                   learnable_sink=_plain(learnable_sink)))
 
 
 def backward(dout, q, k, v, out, lse, dq, dk, dv, *, cu_seqlens_q=None, cu_seqlens_k=None,
              max_seqlen_q=0, max_seqlen_k=0, softmax_scale=None, causal=False,
              window_size=(-1, -1), softcap=0.0, alibi_slopes=None, dropout_p=0.0, seed=0,
-             offset=0, deterministic=False, check_cu_seqlens=False, stream=None,
-             num_threads=0) -> None:
+             offset=0, deterministic=False, check_cu_seqlens=None, stream=None,
+             num_threads=0, learnable_sink=None, dsink=None) -> None:
     """Attention backward into preallocated ``dq``, ``dk``, ``dv`` (like q, k, v).
 
     ``out`` and ``lse`` are the forward's outputs; every option must match the forward call
     (same ``seed``/``offset`` with dropout). dk/dv are summed over the query heads of each GQA
-    group. ``deterministic``: bitwise reproducible run to run. Other arguments as in
-    ``forward``.
+    group. ``deterministic``: bitwise reproducible run to run. ``dsink``: optional float32
+    (heads) output, the gradient of ``learnable_sink`` (which must then be given). Other
+    arguments as in ``forward``.
     """
     window_left, window_right = resolve_window(window_size)
     if stream is None:
@@ -188,8 +220,9 @@ def backward(dout, q, k, v, out, lse, dq, dk, dv, *, cu_seqlens_q=None, cu_seqle
                     window_left=window_left, window_right=window_right,
                     softcap=float(softcap), dropout_p=float(dropout_p), seed=int(seed) & _U64,
                     offset=int(offset) & _U64, deterministic=bool(deterministic),
-                    check_cu_seqlens=bool(check_cu_seqlens), stream=int(stream),
-                    num_threads=int32("num_threads", num_threads)))
+                    check_cu_seqlens=_check_flag(check_cu_seqlens), stream=int(stream),
+                    num_threads=int32("num_threads", num_threads),
+                    learnable_sink=_plain(learnable_sink), dsink=_plain(dsink)))
 
 
 def forward_kvcache(q, k_cache, v_cache, out, lse=None, *, k=None, v=None, rotary_cos=None,

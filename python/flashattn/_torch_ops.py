@@ -10,13 +10,20 @@ Design
   entry into a forward op ``flashattn::fwd<suffix>`` and a backward op ``flashattn::bwd<suffix>``
   (schemas written from the table, so every op shares the option list ``_OPTIONS``), their fake
   implementations and the autograd formula. ``flashattn::fwd_kvcache`` (inference only; mutates
-  the caches) is defined the same way from ``_KVCACHE_ARGS``.
+  the caches) is defined the same way from ``_KVCACHE_ARGS``; it takes no learnable sink.
 * Forward ops return ``(out, lse)``; backward ops return the gradients. Every output is
   allocated here with ``torch.empty`` on the input's device (contiguous), then filled by the
   extension, which never allocates. The fake implementations allocate the same shapes, dtypes
   and (contiguous) strides, so compiled graphs see exactly what eager execution produces.
 * The packed layouts' backward writes dq, dk, dv straight into one packed gradient tensor.
   ``lse`` is marked non-differentiable: gradients flow through ``out`` only, as in flash_attn.
+* Learnable sinks: ``learnable_sink`` (float32 (heads), default None) is the last input of every
+  attention op. Backward ops return its gradient ``dsink`` after the other gradients, an empty
+  (0,) tensor without a sink (custom ops cannot return None); autograd hands it back in the
+  sink's position, None without a sink.
+* Varlen metadata: ``varlen_metadata`` checks cu_seqlens on the host when that is free (CPU
+  values for CUDA tensors) or asked for; inside the ops ``CHECK_CU_SEQLENS``
+  (FLASHATTN_CHECK_CU_SEQLENS, read once at import) is passed as ``check_cu_seqlens``.
 * Dropout: the wrapper draws a fresh 64-bit seed per call from torch's default CPU generator
   (``torch.manual_seed`` seeds it) as a CPU int64 tensor ``rng_state = [seed_hi32, seed_lo32]``.
   It is an input of the forward op and is saved for the backward, which therefore regenerates
@@ -41,7 +48,7 @@ from torch import Tensor
 from torch.utils.dlpack import to_dlpack as _to_dlpack
 
 from . import _C
-from ._lowlevel import check_rank, int32, raise_error
+from ._lowlevel import CHECK_CU_SEQLENS, check_rank, check_varlen_metadata, int32, raise_error
 
 if not hasattr(torch.library, "register_autograd"):
     raise ImportError(f"flashattn's torch integration needs torch >= 2.4, found {torch.__version__}")
@@ -70,7 +77,10 @@ def _kernel_ready(t: Tensor) -> Tensor:
     CUDA kernels copy 16 bytes at a time). Anything else becomes a contiguous copy."""
     if t.stride(-1) != 1 and t.shape[-1] > 1:
         return t.contiguous()
-    if t.is_cuda and (t.data_ptr() % 16 != 0 or any(st % 8 != 0 for st in t.stride()[:-1])):
+    # A head dim that is not a multiple of 8 is never instantiated: the CUDA backend pads it
+    # through its own strided copy, so copying here would only copy twice.
+    if t.is_cuda and t.shape[-1] % 8 == 0 and (
+            t.data_ptr() % 16 != 0 or any(st % 8 != 0 for st in t.stride()[:-1])):
         return t.clone(memory_format=torch.contiguous_format)
     return t
 
@@ -93,6 +103,39 @@ def _lse_shape(q: Tensor, varlen: bool) -> tuple:
 
 def _out_shape(q: Tensor, v: Tensor) -> tuple:
     return (*q.shape[:-1], v.shape[-1])
+
+
+def _dsink_like(q: Tensor, learnable_sink: Optional[Tensor]) -> Tensor:
+    """The sink gradient's tensor: float32 (heads) with a sink, else empty (0,)."""
+    n = learnable_sink.shape[0] if learnable_sink is not None else 0
+    return torch.empty((n,), dtype=torch.float32, device=q.device)
+
+
+def _sink_grad(learnable_sink: Optional[Tensor], dsink: Tensor) -> Optional[Tensor]:
+    return dsink if learnable_sink is not None else None
+
+
+def varlen_metadata(device: torch.device, total_q: int, total_k: int, cu_seqlens_q,
+                    cu_seqlens_k, max_seqlen_q, max_seqlen_k, check: bool) -> tuple:
+    """cu_seqlens_q/k as the ops take them, checked where that is free or was asked for.
+
+    * CPU cu_seqlens for CUDA tensors: their values are host memory, so they are checked here
+      (no device synchronisation) and then copied to the tensors' device.
+    * ``check`` (the ``check_cu_seqlens`` keyword): device values are read back synchronously
+      and checked (the FLASHATTN_CHECK_CU_SEQLENS environment variable does the same inside
+      the ops, also under torch.compile).
+    Checks are skipped while torch.compile traces (there are no values to read then)."""
+    if cu_seqlens_q is None or cu_seqlens_k is None:
+        return cu_seqlens_q, cu_seqlens_k
+    host_values = (device.type == "cuda" and cu_seqlens_q.device.type == "cpu"
+                   and cu_seqlens_k.device.type == "cpu")
+    if (host_values or check) and not torch.compiler.is_compiling():
+        check_varlen_metadata(cu_seqlens_q, cu_seqlens_k, total_q, total_k, max_seqlen_q,
+                              max_seqlen_k)
+    if host_values:
+        cu_seqlens_q = cu_seqlens_q.to(device, non_blocking=True)
+        cu_seqlens_k = cu_seqlens_k.to(device, non_blocking=True)
+    return cu_seqlens_q, cu_seqlens_k
 
 
 # ---- where a call runs --------------------------------------------------------------------------
@@ -128,11 +171,19 @@ def _launch(t: Tensor):
 # ---- the attention ops, from one table -----------------------------------------------------------
 
 # The options every attention op takes after its tensors and varlen arguments, as
-# (name, schema type). rng_state is the dropout seed (see draw_rng_state).
+# (name, schema type[, default]). rng_state is the dropout seed (see draw_rng_state);
+# learnable_sink (last, default None) the float32 (heads) sink logits.
 _OPTIONS = (("alibi_slopes", "Tensor?"), ("softmax_scale", "float"), ("causal", "bool"),
             ("window_left", "SymInt"), ("window_right", "SymInt"), ("softcap", "float"),
-            ("dropout_p", "float"), ("rng_state", "Tensor?"), ("deterministic", "bool"))
+            ("dropout_p", "float"), ("rng_state", "Tensor?"), ("deterministic", "bool"),
+            ("learnable_sink", "Tensor?", "None"))
 _N_OPTIONS = len(_OPTIONS)
+
+
+def _full_options(opts: Sequence) -> tuple:
+    """opts with the defaulted trailing options filled in (a direct call may omit the sink)."""
+    return tuple(opts) + (None,) * (_N_OPTIONS - len(opts))
+
 
 # Varlen arguments: separate q/k sequences, or one set shared by q and k (packed qkv).
 _VARLEN_QK = (("cu_seqlens_q", "Tensor?"), ("cu_seqlens_k", "Tensor?"), ("max_seqlen_q", "SymInt"),
@@ -200,18 +251,19 @@ def _options(lay: _Layout, varlen: Sequence, opts: Sequence, stream: int,
              num_threads: int) -> dict:
     """The extension's keyword arguments shared by _C.forward and _C.backward."""
     cu_q, cu_k, max_q, max_k = lay.varlen_qk(varlen)
-    alibi, scale, causal, wl, wr, softcap, p, rng, _ = opts
+    alibi, scale, causal, wl, wr, softcap, p, rng, _, sink = opts
     return dict(
         cu_seqlens_q=_plain(cu_q), cu_seqlens_k=_plain(cu_k),
         max_seqlen_q=int32("max_seqlen_q", max_q), max_seqlen_k=int32("max_seqlen_k", max_k),
         alibi_slopes=_plain(alibi), softmax_scale=float(scale), causal=bool(causal),
         window_left=int(wl), window_right=int(wr), softcap=float(softcap), dropout_p=float(p),
-        seed=_seed_of(rng), offset=0, stream=stream, num_threads=num_threads)
+        seed=_seed_of(rng), offset=0, check_cu_seqlens=CHECK_CU_SEQLENS,
+        learnable_sink=_plain(sink), stream=stream, num_threads=num_threads)
 
 
 def _run_fwd(lay: _Layout, args: tuple) -> tuple:
     n, nv = len(lay.inputs), len(lay.varlen)
-    varlen, opts = args[n:n + nv], args[n + nv:]
+    varlen, opts = args[n:n + nv], _full_options(args[n + nv:])
     q, k, v = lay.split(*args[:n])
     is_varlen = varlen[0] is not None
     check_rank("q", q.shape, is_varlen)
@@ -225,36 +277,43 @@ def _run_fwd(lay: _Layout, args: tuple) -> tuple:
     return out, lse
 
 
-def _run_bwd(lay: _Layout, args: tuple):
+def _run_bwd(lay: _Layout, args: tuple) -> tuple:
+    """Returns the layout's gradients followed by dsink (float32 (heads) with a learnable
+    sink, else an empty (0,) tensor: custom ops cannot return None)."""
     n, nv = len(lay.inputs), len(lay.varlen)
     dout, inputs, out, lse = args[0], args[1:1 + n], args[1 + n], args[2 + n]
-    varlen, opts = args[3 + n:3 + n + nv], args[3 + n + nv:]
+    varlen, opts = args[3 + n:3 + n + nv], _full_options(args[3 + n + nv:])
     q, k, v = (_kernel_ready(t) for t in lay.split(*inputs))
     dout = _kernel_ready(dout)
     result, (dq, dk, dv) = lay.grads(*inputs)
+    sink = opts[-1]
+    dsink = _dsink_like(q, sink)
     guard, stream, threads = _launch(q)
     with guard:
         raise_error(_C.backward(_plain(dout), _plain(q), _plain(k), _plain(v), _plain(out),
                                 _plain(lse), _plain(dq), _plain(dk), _plain(dv),
-                                deterministic=bool(opts[-1]),
+                                deterministic=bool(opts[-2]),
+                                dsink=_plain(dsink) if sink is not None else None,
                                 **_options(lay, varlen, opts, stream, threads)))
-    return result if len(result) > 1 else result[0]
+    return (*result, dsink)
 
 
 def _schema(params: Sequence[tuple], returns: str) -> str:
-    return "(" + ", ".join(f"{t} {name}" for name, t in params) + ") -> " + returns
+    """A schema string from (name, type[, default]) entries."""
+    return ("(" + ", ".join(f"{p[1]} {p[0]}" + (f"={p[2]}" if len(p) > 2 else "")
+                            for p in params) + ") -> " + returns)
 
 
 _IMPLS = {}
 
 
 def _define(lay: _Layout):
-    """Registers flashattn::fwd<suffix> and flashattn::bwd<suffix> for one layout; returns the
-    forward op."""
+    """Registers flashattn::fwd<suffix> and flashattn::bwd<suffix> for one layout; returns
+    (forward op, backward op)."""
     n, nv = len(lay.inputs), len(lay.varlen)
     tensors = tuple((name, "Tensor") for name in lay.inputs)
     tail = lay.varlen + _OPTIONS
-    grads = "(" + ", ".join(["Tensor"] * n) + ")" if n > 1 else "Tensor"
+    grads = "(" + ", ".join(["Tensor"] * (n + 1)) + ")"  # the inputs' gradients, then dsink
 
     def fwd_impl(*args):
         return _run_fwd(lay, args)
@@ -279,14 +338,15 @@ def _define(lay: _Layout):
 
     @bwd.register_fake
     def _(dout, *args):
-        result = tuple(t.new_empty(t.shape) for t in args[:n])
-        return result if n > 1 else result[0]
+        opts = _full_options(args[n + 2 + nv:])
+        q = lay.split(*args[:n])[0]
+        return (*(t.new_empty(t.shape) for t in args[:n]), _dsink_like(q, opts[-1]))
 
-    tensor_tail = [i for i, (_, t) in enumerate(tail) if t.startswith("Tensor")]
+    tensor_tail = [i for i, p in enumerate(tail) if p[1].startswith("Tensor")]
 
     def setup_context(ctx, inputs, output):
         out, lse = output
-        rest = inputs[n:]
+        rest = tuple(inputs[n:n + nv]) + _full_options(inputs[n + nv:])
         ctx.save_for_backward(*inputs[:n], out, lse, *(rest[i] for i in tensor_tail))
         ctx.rest = rest  # non-tensor entries are read from here; tensors from saved_tensors
         ctx.mark_non_differentiable(lse)
@@ -296,10 +356,10 @@ def _define(lay: _Layout):
         rest = list(ctx.rest)
         for i, t in zip(tensor_tail, saved[n + 2:]):
             rest[i] = t
-        result = bwd(dout, *saved[:n], saved[n], saved[n + 1], *rest)
-        if n == 1:
-            result = (result,)
-        return tuple(result) + (None,) * (nv + _N_OPTIONS)
+        *grads, dsink = bwd(dout, *saved[:n], saved[n], saved[n + 1], *rest)
+        sink = rest[-1]
+        # No gradient for the varlen arguments and options; the sink's in its (last) position.
+        return tuple(grads) + (None,) * (nv + _N_OPTIONS - 1) + (_sink_grad(sink, dsink),)
 
     fwd.register_autograd(backward, setup_context=setup_context)
     _IMPLS[fwd] = fwd_impl

@@ -12,13 +12,25 @@ Differences from flash_attn, all deliberate:
   generator (``torch.manual_seed`` makes runs reproducible); the backward reuses it, so it sees
   the same mask. Non-torch arrays draw the seed from numpy's global generator
   (``numpy.random.seed``). Use ``flashattn.forward``/``backward`` to pass a seed yourself.
-* ``causal=True`` with ``window_size[1] > 0`` is an error (flash_attn silently uses 0).
+* ``causal=True`` with a window: as in flash_attn, causal clamps the right side to 0, so
+  ``window_size=(w, w)`` acts as ``(w, 0)`` (HF transformers calls it that way).
+* The varlen functions take an extra keyword, ``check_cu_seqlens=False``: True reads the
+  metadata back (a device synchronisation on CUDA) and checks it; the environment variable
+  ``FLASHATTN_CHECK_CU_SEQLENS=1`` (read at import) checks every call. ``cu_seqlens`` given as
+  CPU tensors for CUDA inputs are checked on the host for free and copied to the device
+  (flash_attn requires them on the device).
 * ``softmax_scale`` must be None or > 0.
 * ``flash_attn_varlen_func``'s ``block_table`` (paged KV) is not supported yet: passing one
   raises ValueError. ``flash_attn_with_kvcache`` takes paged caches of any page size (flash_attn
   2.x needs a multiple of 256), and rejects ``cache_batch_idx`` together with ``block_table``.
 * ``flash_attn_with_kvcache`` with an int ``cache_seqlens`` makes a (batch,) tensor (flash_attn
   makes one of k_cache.shape[0] entries, which is wrong for paged caches).
+
+Addition (FlashAttention-4's keyword): every function but ``flash_attn_with_kvcache`` takes
+``learnable_sink``, float32 (or, with torch, any float dtype, cast to float32) of shape
+(nheads,): one logit per query head that joins each row's softmax denominator with no value row
+(not scaled by softmax_scale, not softcapped, never dropped); softmax_lse includes it, and
+autograd returns its gradient.
 """
 
 from __future__ import annotations
@@ -45,6 +57,7 @@ __all__ = [
     "flash_attn_varlen_func",
     "flash_attn_varlen_qkvpacked_func",
     "flash_attn_varlen_kvpacked_func",
+    "flash_attn_with_kvcache",
 ]
 
 
@@ -54,6 +67,14 @@ def _is_torch(x: Any) -> bool:
 
 def _finish(out, lse, return_attn_probs: bool):
     return (out, lse, None) if return_attn_probs else out
+
+
+def _torch_sink(learnable_sink):
+    """learnable_sink as the library takes it: float32 and contiguous. The cast is part of the
+    autograd graph, so a bfloat16 parameter gets its gradient in bfloat16."""
+    if learnable_sink is None or not _is_torch(learnable_sink):
+        return learnable_sink
+    return learnable_sink.to(torch.float32).contiguous()
 
 
 # ---- non-torch arrays -------------------------------------------------------------------------
@@ -90,7 +111,7 @@ def _select(packed: Any, index: int, n: int, name: str) -> Any:
 
 def _array_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                      dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
-                     return_attn_probs):
+                     return_attn_probs, learnable_sink=None, check_cu_seqlens=False):
     varlen = cu_seqlens_q is not None
     q_shape, v_shape = _shape("q", q), _shape("v", v)
     _lowlevel.check_rank("q", q_shape, varlen)
@@ -102,7 +123,8 @@ def _array_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
                       max_seqlen_q=max_seqlen_q or 0, max_seqlen_k=max_seqlen_k or 0,
                       softmax_scale=softmax_scale, causal=causal, window_size=window_size,
                       softcap=softcap, alibi_slopes=alibi_slopes, dropout_p=dropout_p,
-                      seed=seed)
+                      seed=seed, learnable_sink=learnable_sink,
+                      check_cu_seqlens=True if check_cu_seqlens else None)
     return _finish(out, lse, return_attn_probs)
 
 
@@ -110,7 +132,7 @@ def _array_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
 
 def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
                     window_size=(-1, -1), softcap=0.0, alibi_slopes=None, deterministic=False,
-                    return_attn_probs=False):
+                    return_attn_probs=False, learnable_sink=None):
     """Exact attention softmax(q k^T * scale) v.
 
     q: (batch, seqlen_q, nheads, headdim); k, v: (batch, seqlen_k, nheads_k, headdim), nheads a
@@ -120,53 +142,57 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
     sliding window, -1 = unbounded. softcap: > 0 applies softcap * tanh(s / softcap).
     alibi_slopes: float32 (nheads,) or (batch, nheads). deterministic: reproducible backward.
     return_attn_probs: also return softmax_lse (batch, nheads, seqlen_q) float32 and None.
+    learnable_sink: (nheads,) sink logits (FlashAttention-4's keyword; see the module docs).
 
     Returns out (batch, seqlen_q, nheads, headdim_v), or (out, softmax_lse, None).
     """
     if not _is_torch(q):
         return _array_attention(q, k, v, None, None, 0, 0, dropout_p, softmax_scale, causal,
-                                window_size, softcap, alibi_slopes, return_attn_probs)
+                                window_size, softcap, alibi_slopes, return_attn_probs,
+                                learnable_sink)
     wl, wr = _lowlevel.resolve_window(window_size)
     out, lse = _torch_ops.call_forward(
         _torch_ops.fwd,
         q, k, v, None, None, 0, 0, alibi_slopes, _lowlevel.resolve_scale(softmax_scale),
         bool(causal), wl, wr, float(softcap), float(dropout_p),
-        _torch_ops.draw_rng_state(dropout_p), bool(deterministic))
+        _torch_ops.draw_rng_state(dropout_p), bool(deterministic), _torch_sink(learnable_sink))
     return _finish(out, lse, return_attn_probs)
 
 
 def flash_attn_qkvpacked_func(qkv, dropout_p=0.0, softmax_scale=None, causal=False,
                               window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
-                              deterministic=False, return_attn_probs=False):
+                              deterministic=False, return_attn_probs=False, learnable_sink=None):
     """flash_attn_func on packed qkv (batch, seqlen, 3, nheads, headdim); q, k and v are
     strided views of qkv (no copy) and the gradient is written into one dqkv tensor."""
     if not _is_torch(qkv):
         q, k, v = (_select(qkv, i, 3, "qkv") for i in range(3))
         return _array_attention(q, k, v, None, None, 0, 0, dropout_p, softmax_scale, causal,
-                                window_size, softcap, alibi_slopes, return_attn_probs)
+                                window_size, softcap, alibi_slopes, return_attn_probs,
+                                learnable_sink)
     wl, wr = _lowlevel.resolve_window(window_size)
     out, lse = _torch_ops.call_forward(
         _torch_ops.fwd_qkvpacked,
         qkv, None, 0, alibi_slopes, _lowlevel.resolve_scale(softmax_scale), bool(causal), wl,
         wr, float(softcap), float(dropout_p), _torch_ops.draw_rng_state(dropout_p),
-        bool(deterministic))
+        bool(deterministic), _torch_sink(learnable_sink))
     return _finish(out, lse, return_attn_probs)
 
 
 def flash_attn_kvpacked_func(q, kv, dropout_p=0.0, softmax_scale=None, causal=False,
                              window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
-                             deterministic=False, return_attn_probs=False):
+                             deterministic=False, return_attn_probs=False, learnable_sink=None):
     """flash_attn_func with packed kv (batch, seqlen_k, 2, nheads_k, headdim)."""
     if not _is_torch(q):
         k, v = (_select(kv, i, 2, "kv") for i in range(2))
         return _array_attention(q, k, v, None, None, 0, 0, dropout_p, softmax_scale, causal,
-                                window_size, softcap, alibi_slopes, return_attn_probs)
+                                window_size, softcap, alibi_slopes, return_attn_probs,
+                                learnable_sink)
     wl, wr = _lowlevel.resolve_window(window_size)
     out, lse = _torch_ops.call_forward(
         _torch_ops.fwd_kvpacked,
         q, kv, None, None, 0, 0, alibi_slopes, _lowlevel.resolve_scale(softmax_scale),
         bool(causal), wl, wr, float(softcap), float(dropout_p),
-        _torch_ops.draw_rng_state(dropout_p), bool(deterministic))
+        _torch_ops.draw_rng_state(dropout_p), bool(deterministic), _torch_sink(learnable_sink))
     return _finish(out, lse, return_attn_probs)
 
 
@@ -178,40 +204,52 @@ def _no_paged(block_table) -> None:
 def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                            dropout_p=0.0, softmax_scale=None, causal=False,
                            window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
-                           deterministic=False, return_attn_probs=False, block_table=None):
+                           deterministic=False, return_attn_probs=False, block_table=None,
+                           learnable_sink=None, *, check_cu_seqlens=False):
     """Variable-length batch: q (total_q, nheads, headdim), k, v (total_k, nheads_k, headdim),
     cu_seqlens_q/k int32 (batch + 1) prefix sums, max_seqlen_q/k the longest sequences.
-    softmax_lse is (nheads, total_q). block_table (paged KV) is not supported yet."""
+    softmax_lse is (nheads, total_q). block_table (paged KV) is not supported yet.
+    check_cu_seqlens: check the metadata (see the module docs)."""
     _no_paged(block_table)
     if not _is_torch(q):
         return _array_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                 max_seqlen_k, dropout_p, softmax_scale, causal, window_size,
-                                softcap, alibi_slopes, return_attn_probs)
+                                softcap, alibi_slopes, return_attn_probs,
+                                learnable_sink, check_cu_seqlens)
+    cu_seqlens_q, cu_seqlens_k = _torch_ops.varlen_metadata(
+        q.device, q.shape[0], k.shape[0], cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+        max_seqlen_k, check_cu_seqlens)
     wl, wr = _lowlevel.resolve_window(window_size)
     out, lse = _torch_ops.call_forward(
         _torch_ops.fwd,
         q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, alibi_slopes,
         _lowlevel.resolve_scale(softmax_scale), bool(causal), wl, wr, float(softcap),
-        float(dropout_p), _torch_ops.draw_rng_state(dropout_p), bool(deterministic))
+        float(dropout_p), _torch_ops.draw_rng_state(dropout_p), bool(deterministic),
+        _torch_sink(learnable_sink))
     return _finish(out, lse, return_attn_probs)
 
 
 def flash_attn_varlen_qkvpacked_func(qkv, cu_seqlens, max_seqlen, dropout_p=0.0,
                                      softmax_scale=None, causal=False, window_size=(-1, -1),
                                      softcap=0.0, alibi_slopes=None, deterministic=False,
-                                     return_attn_probs=False):
+                                     return_attn_probs=False, learnable_sink=None, *,
+                                     check_cu_seqlens=False):
     """flash_attn_varlen_func on packed qkv (total, 3, nheads, headdim)."""
     if not _is_torch(qkv):
         q, k, v = (_select(qkv, i, 3, "qkv") for i in range(3))
         return _array_attention(q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen,
                                 dropout_p, softmax_scale, causal, window_size, softcap,
-                                alibi_slopes, return_attn_probs)
+                                alibi_slopes, return_attn_probs,
+                                learnable_sink, check_cu_seqlens)
+    cu_seqlens, _ = _torch_ops.varlen_metadata(
+        qkv.device, qkv.shape[0], qkv.shape[0], cu_seqlens, cu_seqlens, max_seqlen, max_seqlen,
+        check_cu_seqlens)
     wl, wr = _lowlevel.resolve_window(window_size)
     out, lse = _torch_ops.call_forward(
         _torch_ops.fwd_qkvpacked,
         qkv, cu_seqlens, max_seqlen, alibi_slopes, _lowlevel.resolve_scale(softmax_scale),
         bool(causal), wl, wr, float(softcap), float(dropout_p),
-        _torch_ops.draw_rng_state(dropout_p), bool(deterministic))
+        _torch_ops.draw_rng_state(dropout_p), bool(deterministic), _torch_sink(learnable_sink))
     return _finish(out, lse, return_attn_probs)
 
 
@@ -219,19 +257,25 @@ def flash_attn_varlen_kvpacked_func(q, kv, cu_seqlens_q, cu_seqlens_k, max_seqle
                                     max_seqlen_k, dropout_p=0.0, softmax_scale=None,
                                     causal=False, window_size=(-1, -1), softcap=0.0,
                                     alibi_slopes=None, deterministic=False,
-                                    return_attn_probs=False):
+                                    return_attn_probs=False, learnable_sink=None, *,
+                                    check_cu_seqlens=False):
     """flash_attn_varlen_func with packed kv (total_k, 2, nheads_k, headdim)."""
     if not _is_torch(q):
         k, v = (_select(kv, i, 2, "kv") for i in range(2))
         return _array_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                 max_seqlen_k, dropout_p, softmax_scale, causal, window_size,
-                                softcap, alibi_slopes, return_attn_probs)
+                                softcap, alibi_slopes, return_attn_probs,
+                                learnable_sink, check_cu_seqlens)
+    cu_seqlens_q, cu_seqlens_k = _torch_ops.varlen_metadata(
+        q.device, q.shape[0], kv.shape[0], cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+        max_seqlen_k, check_cu_seqlens)
     wl, wr = _lowlevel.resolve_window(window_size)
     out, lse = _torch_ops.call_forward(
         _torch_ops.fwd_kvpacked,
         q, kv, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, alibi_slopes,
         _lowlevel.resolve_scale(softmax_scale), bool(causal), wl, wr, float(softcap),
-        float(dropout_p), _torch_ops.draw_rng_state(dropout_p), bool(deterministic))
+        float(dropout_p), _torch_ops.draw_rng_state(dropout_p), bool(deterministic),
+        _torch_sink(learnable_sink))
     return _finish(out, lse, return_attn_probs)
 
 

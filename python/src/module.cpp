@@ -242,6 +242,7 @@ struct Options {
   bool check_cu_seqlens = false;
   uintptr_t stream = 0;
   int32_t num_threads = 0;
+  nb::handle learnable_sink;  // float32 (heads); None = no sink
 
   void fill(Imports& im, fa::AttentionOptions* o) const {
     o->cu_seqlens_q = im.input("cu_seqlens_q", cu_seqlens_q);
@@ -260,6 +261,7 @@ struct Options {
     o->check_cu_seqlens = check_cu_seqlens;
     o->stream = reinterpret_cast<void*>(stream);
     o->num_threads = num_threads;
+    o->learnable_sink = im.input("learnable_sink", learnable_sink);
   }
 };
 
@@ -285,7 +287,7 @@ nb::object forward(nb::handle q, nb::handle k, nb::handle v, nb::handle out, nb:
 
 nb::object backward(nb::handle dout, nb::handle q, nb::handle k, nb::handle v, nb::handle out,
                     nb::handle lse, nb::handle dq, nb::handle dk, nb::handle dv, const Options& opt,
-                    bool deterministic) {
+                    bool deterministic, nb::handle dsink) {
   Imports im;
   fa::BackwardArgs args;
   args.dout = im.input("dout", dout);
@@ -299,11 +301,28 @@ nb::object backward(nb::handle dout, nb::handle q, nb::handle k, nb::handle v, n
   args.dv = im.output("dv", dv);
   opt.fill(im, &args);
   args.deterministic = deterministic;
+  args.dsink = im.output("dsink", dsink);
   if (im.error()) return to_python(im.error());
   fa::Status s;
   {
     nb::gil_scoped_release release;
     s = fa::backward(args);
+  }
+  return to_python(status_error(s));
+}
+
+nb::object check_varlen(nb::handle cu_seqlens_q, nb::handle cu_seqlens_k, int64_t total_q,
+                        int64_t total_k, int32_t max_seqlen_q, int32_t max_seqlen_k,
+                        uintptr_t stream) {
+  Imports im;
+  const fa::TensorView cq = im.input("cu_seqlens_q", cu_seqlens_q);
+  const fa::TensorView ck = im.input("cu_seqlens_k", cu_seqlens_k);
+  if (im.error()) return to_python(im.error());
+  fa::Status s;
+  {
+    nb::gil_scoped_release release;
+    s = fa::check_varlen_metadata(cq, ck, total_q, total_k, max_seqlen_q, max_seqlen_k,
+                                  reinterpret_cast<void*>(stream));
   }
   return to_python(status_error(s));
 }
@@ -364,10 +383,11 @@ NB_MODULE(_C, m) {
          int32_t max_seqlen_q, int32_t max_seqlen_k, float softmax_scale, bool causal,
          int32_t window_left, int32_t window_right, float softcap, float dropout_p,
          uint64_t seed, uint64_t offset, int32_t num_splits, bool check_cu_seqlens,
-         uintptr_t stream, int32_t num_threads) {
+         uintptr_t stream, int32_t num_threads, nb::handle learnable_sink) {
         Options o{cu_seqlens_q, cu_seqlens_k, alibi_slopes, max_seqlen_q, max_seqlen_k,
                   softmax_scale, causal, window_left, window_right, softcap, dropout_p,
                   seed, offset, check_cu_seqlens, stream, num_threads};
+        o.learnable_sink = learnable_sink;
         return forward(q, k, v, out, lse, o, num_splits);
       },
       nb::arg("q").none(), nb::arg("k").none(), nb::arg("v").none(), nb::arg("out").none(), nb::arg("lse").none(),
@@ -378,6 +398,7 @@ NB_MODULE(_C, m) {
       nb::arg("softcap") = 0.0f, nb::arg("dropout_p") = 0.0f, nb::arg("seed") = 0,
       nb::arg("offset") = 0, nb::arg("num_splits") = 0, nb::arg("check_cu_seqlens") = false,
       nb::arg("stream") = 0, nb::arg("num_threads") = 0,
+      nb::arg("learnable_sink").none() = nb::none(),
       "Attention forward into preallocated out (and lse, when not None). Returns None, or "
       "(exception class name, message) for the caller to raise. See flashattn.forward.");
 
@@ -388,11 +409,13 @@ NB_MODULE(_C, m) {
          nb::handle cu_seqlens_k, nb::handle alibi_slopes, int32_t max_seqlen_q,
          int32_t max_seqlen_k, float softmax_scale, bool causal, int32_t window_left,
          int32_t window_right, float softcap, float dropout_p, uint64_t seed, uint64_t offset,
-         bool deterministic, bool check_cu_seqlens, uintptr_t stream, int32_t num_threads) {
+         bool deterministic, bool check_cu_seqlens, uintptr_t stream, int32_t num_threads,
+         nb::handle learnable_sink, nb::handle dsink) {
         Options o{cu_seqlens_q, cu_seqlens_k, alibi_slopes, max_seqlen_q, max_seqlen_k,
                   softmax_scale, causal, window_left, window_right, softcap, dropout_p,
                   seed, offset, check_cu_seqlens, stream, num_threads};
-        return backward(dout, q, k, v, out, lse, dq, dk, dv, o, deterministic);
+        o.learnable_sink = learnable_sink;
+        return backward(dout, q, k, v, out, lse, dq, dk, dv, o, deterministic, dsink);
       },
       nb::arg("dout").none(), nb::arg("q").none(), nb::arg("k").none(), nb::arg("v").none(), nb::arg("out").none(), nb::arg("lse").none(),
       nb::arg("dq").none(), nb::arg("dk").none(), nb::arg("dv").none(), nb::kw_only(),
@@ -403,9 +426,15 @@ NB_MODULE(_C, m) {
       nb::arg("dropout_p") = 0.0f, nb::arg("seed") = 0, nb::arg("offset") = 0,
       nb::arg("deterministic") = false, nb::arg("check_cu_seqlens") = false,
       nb::arg("stream") = 0, nb::arg("num_threads") = 0,
-      "Attention backward into preallocated dq, dk, dv. Returns None, or (exception class name, "
+      nb::arg("learnable_sink").none() = nb::none(), nb::arg("dsink").none() = nb::none(),
+      "Attention backward into preallocated dq, dk, dv (and dsink). Returns None, or (exception class name, "
       "message) for the caller to raise. See flashattn.backward.");
 
+  m.def("check_varlen", &check_varlen, nb::arg("cu_seqlens_q").none(),
+        nb::arg("cu_seqlens_k").none(), nb::arg("total_q"), nb::arg("total_k"),
+        nb::arg("max_seqlen_q"), nb::arg("max_seqlen_k"), nb::arg("stream") = 0,
+        "Checks varlen metadata (flashattn::check_varlen_metadata). Returns None, or (exception "
+        "class name, message) for the caller to raise.");
   m.def("cuda_available", &fa::cuda_available,
         "Whether this build has the CUDA backend and at least one usable GPU.");
   m.def(

@@ -33,11 +33,14 @@ static_assert(std::is_standard_layout_v<flashattn_forward_args> &&
 static_assert(std::is_standard_layout_v<flashattn_backward_args> &&
               std::is_trivially_copyable_v<flashattn_backward_args>);
 
-// The smallest struct_size each entry point accepts: the first published layout, which is the
-// current one. When fields are appended, these stay and the code below defaults the new fields
-// for callers compiled against an older header.
-constexpr size_t kForwardArgsMinSize = sizeof(flashattn_forward_args);
-constexpr size_t kBackwardArgsMinSize = sizeof(flashattn_backward_args);
+// The smallest struct_size each entry point accepts: the first published layout (everything
+// before the learnable-sink fields). Fields appended since are read only when struct_size
+// covers them, so callers compiled against an older header get their defaults.
+constexpr size_t kForwardArgsMinSize = offsetof(flashattn_forward_args, learnable_sink);
+constexpr size_t kBackwardArgsMinSize = offsetof(flashattn_backward_args, learnable_sink);
+
+// Whether a caller's struct of `struct_size` bytes contains the field ending at `end`.
+constexpr bool has_field(size_t struct_size, size_t end) { return struct_size >= end; }
 
 thread_local std::string g_last_error;
 
@@ -82,8 +85,9 @@ Status to_view(const char* name, const flashattn_tensor& t, TensorView* out) {
   return Status::Ok();
 }
 
+// struct_size must be one of the published layouts: the first (min_size) or the current one.
 Status struct_size_ok(const char* what, size_t given, size_t min_size, size_t max_size) {
-  if (given >= min_size && given <= max_size) return Status::Ok();
+  if (given == min_size || given == max_size) return Status::Ok();
   return Status::InvalidArgument(std::string(what) + ".struct_size must be sizeof(" + what +
                                  ") = " + std::to_string(max_size) + " (call " + what +
                                  "_init first), got " + std::to_string(given));
@@ -151,6 +155,9 @@ Status run_forward(const flashattn_forward_args* c) {
     if (Status s = to_view(t.name, t.from, &t.to); !s.ok()) return s;
   }
   a.num_splits = c->num_splits;
+  if (has_field(c->struct_size, offsetof(flashattn_forward_args, learnable_sink) + sizeof(flashattn_tensor))) {
+    if (Status s = to_view("learnable_sink", c->learnable_sink, &a.learnable_sink); !s.ok()) return s;
+  }
   return forward(a);
 }
 
@@ -174,6 +181,10 @@ Status run_backward(const flashattn_backward_args* c) {
     if (Status s = to_view(t.name, t.from, &t.to); !s.ok()) return s;
   }
   a.deterministic = c->deterministic != 0;
+  if (has_field(c->struct_size, offsetof(flashattn_backward_args, dsink) + sizeof(flashattn_tensor))) {
+    if (Status s = to_view("learnable_sink", c->learnable_sink, &a.learnable_sink); !s.ok()) return s;
+    if (Status s = to_view("dsink", c->dsink, &a.dsink); !s.ok()) return s;
+  }
   return backward(a);
 }
 

@@ -73,6 +73,9 @@ struct QKVParams {
 
   void* stream = nullptr;
   int32_t num_threads = 0;
+
+  // Learnable sink logits, float32 (heads), natural log (core/sink.h). Null when off.
+  const float* learnable_sink = nullptr;
 };
 
 // The KV cache of forward_kvcache, resolved on the host. Off (page_size == 0 and !enabled) for
@@ -155,6 +158,10 @@ struct ForwardParams : QKVParams {
   // Set by the CUDA backend: causal launches start their CTAs in groups of this many
   // (head, batch[, split]) planes, heaviest blocks first (cuda/common/cta_order.h); 1 = plain order.
   int32_t cta_group_planes = 1;
+  // Set by the CUDA backend when it folds a GQA group of query heads into the query rows
+  // (decode): row i of head h belongs to query head h * sink_fold + i % sink_fold, whose
+  // learnable sink that row uses. 1 = no folding.
+  int32_t sink_fold = 1;
   // forward_kvcache only: k/v (and k_strides/v_strides) then describe the cache; see above.
   KVCacheParams kv;
 };
@@ -167,6 +174,8 @@ struct BackwardParams : QKVParams {
   void* dv = nullptr;
   Strides3 out_strides, dout_strides, dq_strides, dk_strides, dv_strides;
   bool deterministic = false;
+  // float32 (heads): the gradient of learnable_sink; null when not requested.
+  float* dsink = nullptr;
 };
 
 // Converts/validates public arguments. On error the params are unspecified.

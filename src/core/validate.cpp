@@ -17,8 +17,9 @@ namespace flashattn {
 namespace {
 
 constexpr double kLog2e = 1.4426950408889634;
-// The CPU backend handles any head dim up to this; the CUDA backend narrows it further.
-constexpr int64_t kMaxHeadDim = 512;
+// The CPU backend handles any head dim up to this (MLA decode needs 576 for q/k); the CUDA
+// backend narrows it further.
+constexpr int64_t kMaxHeadDim = 1024;
 
 std::string shape_str(const TensorView& t) {
   std::ostringstream os;
@@ -61,6 +62,11 @@ class Checker {
         invalid(std::string(name) + " has a negative size in shape " + shape_str(t));
         return;
       }
+    }
+    // An empty tensor has no element to address: frameworks export arbitrary strides for it
+    // (0 in its empty dimensions, sometimes in the last one), so its strides are not checked.
+    if (t.numel() == 0) return;
+    for (int i = 0; i < t.ndim; ++i) {
       if (t.strides[i] < 0) {
         invalid(std::string(name) + " has a negative stride " + std::to_string(t.strides[i]) +
                 " in dimension " + std::to_string(i));
@@ -72,7 +78,7 @@ class Checker {
               std::to_string(t.strides[ndim - 1]));
       return;
     }
-    if (t.numel() > 0 && t.data == nullptr) {
+    if (t.data == nullptr) {
       invalid(std::string(name) + " has a null data pointer but " + std::to_string(t.numel()) +
               " elements");
     }
@@ -114,6 +120,70 @@ Strides3 strides_of(const TensorView& t, bool varlen) {
   // Dense (b, s, h, d) or varlen (t, h, d).
   if (varlen) return Strides3{0, t.strides[0], t.strides[1]};
   return Strides3{t.strides[0], t.strides[1], t.strides[2]};
+}
+
+// The values of cu_seqlens_q/k (int32 (batch + 1) views already checked for rank, dtype and
+// equal length): each starts at 0, never decreases, ends within the total_q / total_k rows,
+// and, where max_seqlen_* > 0, holds no sequence longer than it. CUDA views are copied to the
+// host synchronously on `stream`. longest[0], longest[1] receive the longest q and k sequences.
+// forward(), backward() and check_varlen_metadata() all check through this one function.
+Status check_cu_seqlens_values(const TensorView& cu_q, const TensorView& cu_k, int64_t total_q,
+                               int64_t total_k, int32_t max_seqlen_q, int32_t max_seqlen_k,
+                               void* stream, int64_t longest[2]) {
+  const int64_t batch = cu_q.shape[0] - 1;
+  if ((batch > 0 && cu_q.strides[0] != 1) || (batch > 0 && cu_k.strides[0] != 1)) {
+    return Status::InvalidArgument("cu_seqlens_q and cu_seqlens_k must be contiguous");
+  }
+  std::vector<int32_t> cq(batch + 1), ck(batch + 1);
+  if (cu_q.device.type == DeviceType::kCPU) {
+    std::copy_n(static_cast<const int32_t*>(cu_q.data), batch + 1, cq.begin());
+    std::copy_n(static_cast<const int32_t*>(cu_k.data), batch + 1, ck.begin());
+  } else {
+#if defined(FLASHATTN_WITH_CUDA)
+    const size_t bytes = sizeof(int32_t) * static_cast<size_t>(batch + 1);
+    if (Status s = cuda_copy_to_host(cq.data(), cu_q.data, bytes, stream); !s.ok()) return s;
+    if (Status s = cuda_copy_to_host(ck.data(), cu_k.data, bytes, stream); !s.ok()) return s;
+#else
+    (void)stream;
+    return Status::NotSupported(
+        "cu_seqlens are on a CUDA device, but this flashattn build has no CUDA backend");
+#endif
+  }
+  const struct {
+    const char* name;
+    const char* max_name;
+    const char* rows_of;
+    const std::vector<int32_t>& cu;
+    int64_t total;
+    int32_t max_given;
+  } sides[2] = {{"cu_seqlens_q", "max_seqlen_q", "q", cq, total_q, max_seqlen_q},
+                {"cu_seqlens_k", "max_seqlen_k", "k", ck, total_k, max_seqlen_k}};
+  for (int s = 0; s < 2; ++s) {
+    const auto& cu = sides[s].cu;
+    const std::string name = sides[s].name;
+    if (cu[0] != 0) return Status::InvalidArgument(name + "[0] must be 0, got " + std::to_string(cu[0]));
+    longest[s] = 0;
+    for (int64_t b = 0; b < batch; ++b) {
+      if (cu[b + 1] < cu[b]) {
+        return Status::InvalidArgument(
+            name + " must be non-decreasing, but entry " + std::to_string(b + 1) + " (" +
+            std::to_string(cu[b + 1]) + ") < entry " + std::to_string(b) + " (" +
+            std::to_string(cu[b]) + ")");
+      }
+      longest[s] = std::max<int64_t>(longest[s], cu[b + 1] - cu[b]);
+    }
+    if (cu[batch] > sides[s].total) {
+      return Status::InvalidArgument(name + "[batch] = " + std::to_string(cu[batch]) +
+                                     " exceeds the " + std::to_string(sides[s].total) +
+                                     " rows of " + sides[s].rows_of);
+    }
+    if (sides[s].max_given > 0 && longest[s] > sides[s].max_given) {
+      return Status::InvalidArgument(std::string(sides[s].max_name) + " is " +
+                                     std::to_string(sides[s].max_given) + " but " + name +
+                                     " holds a sequence of length " + std::to_string(longest[s]));
+    }
+  }
+  return Status::Ok();
 }
 
 // Shared part of forward and backward: q, k, v and the options.
@@ -198,69 +268,22 @@ Status make_qkv_params(const AttentionOptions& o, const TensorView& q, const Ten
       return c.status();
     }
     const bool on_cpu = dev.type == DeviceType::kCPU;
-    if (!on_cpu && (o.max_seqlen_q == 0 || o.max_seqlen_k == 0) && batch > 0) {
+    // On CUDA the lengths live on the device, so the grid is sized from max_seqlen_*; a side
+    // without rows (total 0) needs none.
+    if (!on_cpu && batch > 0 &&
+        ((o.max_seqlen_q == 0 && q.shape[0] > 0) || (o.max_seqlen_k == 0 && k.shape[0] > 0))) {
       c.invalid("max_seqlen_q and max_seqlen_k are required (> 0) with varlen CUDA tensors, got " +
                 std::to_string(o.max_seqlen_q) + " and " + std::to_string(o.max_seqlen_k));
       return c.status();
     }
     // Read cu_seqlens when we must (CPU defaults) or were asked to check them.
     if (on_cpu || o.check_cu_seqlens) {
-      std::vector<int32_t> cq(batch + 1), ck(batch + 1);
-      const size_t bytes = sizeof(int32_t) * static_cast<size_t>(batch + 1);
-      const bool strided_q = o.cu_seqlens_q.shape[0] > 1 && o.cu_seqlens_q.strides[0] != 1;
-      const bool strided_k = o.cu_seqlens_k.shape[0] > 1 && o.cu_seqlens_k.strides[0] != 1;
-      if (strided_q || strided_k) {
-        c.invalid("cu_seqlens_q and cu_seqlens_k must be contiguous");
-        return c.status();
-      }
-      if (on_cpu) {
-        std::copy_n(static_cast<const int32_t*>(o.cu_seqlens_q.data), batch + 1, cq.begin());
-        std::copy_n(static_cast<const int32_t*>(o.cu_seqlens_k.data), batch + 1, ck.begin());
-      } else {
-#if defined(FLASHATTN_WITH_CUDA)
-        if (Status s = cuda_copy_to_host(cq.data(), o.cu_seqlens_q.data, bytes, o.stream); !s.ok())
-          return s;
-        if (Status s = cuda_copy_to_host(ck.data(), o.cu_seqlens_k.data, bytes, o.stream); !s.ok())
-          return s;
-#else
-        (void)bytes;
-#endif
-      }
-      const struct {
-        const char* name;
-        const std::vector<int32_t>& cu;
-        int64_t total;
-        int32_t max_given;
-      } sides[2] = {{"cu_seqlens_q", cq, q.shape[0], o.max_seqlen_q},
-                    {"cu_seqlens_k", ck, k.shape[0], o.max_seqlen_k}};
       int64_t longest[2] = {0, 0};
-      for (int s = 0; s < 2 && c.ok(); ++s) {
-        const auto& cu = sides[s].cu;
-        if (cu[0] != 0) {
-          c.invalid(std::string(sides[s].name) + "[0] must be 0, got " + std::to_string(cu[0]));
-          break;
-        }
-        for (int64_t b = 0; b < batch; ++b) {
-          if (cu[b + 1] < cu[b]) {
-            c.invalid(std::string(sides[s].name) + " must be non-decreasing, but entry " +
-                      std::to_string(b + 1) + " (" + std::to_string(cu[b + 1]) + ") < entry " +
-                      std::to_string(b) + " (" + std::to_string(cu[b]) + ")");
-            break;
-          }
-          longest[s] = std::max<int64_t>(longest[s], cu[b + 1] - cu[b]);
-        }
-        if (!c.ok()) break;
-        if (cu[batch] > sides[s].total) {
-          c.invalid(std::string(sides[s].name) + "[batch] = " + std::to_string(cu[batch]) +
-                    " exceeds the " + std::to_string(sides[s].total) + " rows of " +
-                    (s == 0 ? "q" : "k"));
-        } else if (sides[s].max_given > 0 && longest[s] > sides[s].max_given) {
-          c.invalid(std::string(s == 0 ? "max_seqlen_q" : "max_seqlen_k") + " is " +
-                    std::to_string(sides[s].max_given) + " but " + sides[s].name +
-                    " holds a sequence of length " + std::to_string(longest[s]));
-        }
+      if (Status s = check_cu_seqlens_values(o.cu_seqlens_q, o.cu_seqlens_k, q.shape[0], k.shape[0],
+                                             o.max_seqlen_q, o.max_seqlen_k, o.stream, longest);
+          !s.ok()) {
+        return s;
       }
-      if (!c.ok()) return c.status();
       if (o.max_seqlen_q == 0) seqlen_q = longest[0];
       if (o.max_seqlen_k == 0) seqlen_k = longest[1];
     }
@@ -297,9 +320,6 @@ Status make_qkv_params(const AttentionOptions& o, const TensorView& q, const Ten
   } else if (o.window_left < -1 || o.window_right < -1) {
     c.invalid("window_left and window_right must be >= -1 (-1 = unbounded), got (" +
               std::to_string(o.window_left) + ", " + std::to_string(o.window_right) + ")");
-  } else if (o.causal && o.window_right > 0) {
-    c.invalid("causal=true requires window_right to be -1 or 0, got " +
-              std::to_string(o.window_right));
   } else if (o.num_threads < 0) {
     c.invalid("num_threads must be >= 0 (0 = all hardware threads), got " +
               std::to_string(o.num_threads));
@@ -320,6 +340,16 @@ Status make_qkv_params(const AttentionOptions& o, const TensorView& q, const Ten
     if (!c.ok()) return c.status();
     p->alibi = static_cast<const float*>(a.data);
     p->alibi_batch_stride = a.ndim == 2 ? a.strides[0] : 0;
+  }
+
+  if (o.learnable_sink.defined()) {
+    const TensorView& sk = o.learnable_sink;
+    c.tensor("learnable_sink", sk, 1, "(heads)");
+    c.dtype("learnable_sink", sk, DType::kFloat32);
+    c.device("learnable_sink", sk, dev);
+    c.shape("learnable_sink", sk, {heads}, "(heads)");
+    if (!c.ok()) return c.status();
+    p->learnable_sink = static_cast<const float*>(sk.data);
   }
 
   p->dtype = q.dtype;
@@ -349,7 +379,9 @@ Status make_qkv_params(const AttentionOptions& o, const TensorView& q, const Ten
   // With softcap the exponent is taken after tanh, so the log2(e) factor cannot be folded into
   // the scale; backends use scale_log2 only when softcap == 0.
   p->scale_log2 = static_cast<float>(p->scale * kLog2e);
-  p->window_left = o.window_left;  // causal + window_left = the local-causal window (left, 0)
+  // causal=true clamps the right side to 0 whatever window_right says, as flash_attn 2.x does:
+  // causal + (left, right) is the window (left, 0), causal + (-1, -1) is (-1, 0).
+  p->window_left = o.window_left;
   p->window_right = o.causal ? 0 : o.window_right;
   // A side at least as wide as the sequences hides nothing (right >= seqlen_q: every row's
   // bound i + seqlen_k - seqlen_q + right >= seqlen_k - 1; left >= seqlen_k likewise), so make it
@@ -401,6 +433,38 @@ std::vector<int64_t> k_like_shape(const QKVParams& p, int64_t head_dim) {
 
 }  // namespace
 
+Status check_varlen_metadata(const TensorView& cu_seqlens_q, const TensorView& cu_seqlens_k,
+                             int64_t total_q, int64_t total_k, int32_t max_seqlen_q,
+                             int32_t max_seqlen_k, void* stream) {
+  Checker c;
+  c.tensor("cu_seqlens_q", cu_seqlens_q, 1, "(batch + 1)");
+  c.tensor("cu_seqlens_k", cu_seqlens_k, 1, "(batch + 1)");
+  c.dtype("cu_seqlens_q", cu_seqlens_q, DType::kInt32);
+  c.dtype("cu_seqlens_k", cu_seqlens_k, DType::kInt32);
+  if (!c.ok()) return c.status();
+  if (!(cu_seqlens_k.device == cu_seqlens_q.device)) {
+    return Status::InvalidArgument("cu_seqlens_k is on " + device_str(cu_seqlens_k.device) +
+                                   " but cu_seqlens_q is on " + device_str(cu_seqlens_q.device));
+  }
+  if (cu_seqlens_q.shape[0] < 1) {
+    return Status::InvalidArgument("cu_seqlens_q must have batch + 1 >= 1 entries, got 0");
+  }
+  if (cu_seqlens_k.shape[0] != cu_seqlens_q.shape[0]) {
+    return Status::InvalidArgument("cu_seqlens_k must have " + std::to_string(cu_seqlens_q.shape[0]) +
+                                   " entries like cu_seqlens_q, got " +
+                                   std::to_string(cu_seqlens_k.shape[0]));
+  }
+  if (total_q < 0 || total_k < 0 || max_seqlen_q < 0 || max_seqlen_k < 0) {
+    return Status::InvalidArgument(
+        "total_q, total_k, max_seqlen_q and max_seqlen_k must be >= 0, got " +
+        std::to_string(total_q) + ", " + std::to_string(total_k) + ", " +
+        std::to_string(max_seqlen_q) + ", " + std::to_string(max_seqlen_k));
+  }
+  int64_t longest[2] = {0, 0};
+  return check_cu_seqlens_values(cu_seqlens_q, cu_seqlens_k, total_q, total_k, max_seqlen_q,
+                                 max_seqlen_k, stream, longest);
+}
+
 Status make_forward_params(const ForwardArgs& args, ForwardParams* p) {
   if (Status s = make_qkv_params(args, args.q, args.k, args.v, p); !s.ok()) return s;
   Checker c;
@@ -446,6 +510,15 @@ Status make_backward_params(const BackwardArgs& args, BackwardParams* p) {
   p->dk_strides = strides_of(args.dk, varlen);
   p->dv_strides = strides_of(args.dv, varlen);
   p->deterministic = args.deterministic;
+  if (args.dsink.defined()) {
+    if (!args.learnable_sink.defined()) {
+      c.invalid("dsink (the gradient of learnable_sink) was given without learnable_sink");
+      return c.status();
+    }
+    check_like(c, "dsink", args.dsink, {p->heads}, DType::kFloat32, p->device, "(heads)");
+    if (!c.ok()) return c.status();
+    p->dsink = static_cast<float*>(args.dsink.data);
+  }
   return Status::Ok();
 }
 

@@ -4,7 +4,9 @@
 // any thread count.
 //
 // Pass 0, per (b, h, query block):  Delta_i = sum_c dO[i, c] * O[i, c]  and  lse2_i = lse_i *
-//   log2(e) (+inf for a row with no visible key, so that its P is exactly 0).
+//   log2(e) (+inf for a row with no visible key, so that its P is exactly 0). With a learnable
+//   sink, P from the sink-inclusive LSE is already right; dsink[h] = -sum_i exp(sink[h] - lse_i)
+//   * Delta_i is summed per head after pass 0, in (sequence, row) order (core/sink.h).
 // Pass 1, per (b, kv head, chunk of key blocks): vectors along keys. For each key block of the
 //   chunk, each query head of the GQA group and each query block the mask window lets see it:
 //     S = Q . K^T, P = exp2(x(S) - lse2)                      (queries x keys)
@@ -28,6 +30,7 @@
 
 #include "core/backend.h"
 #include "core/params.h"
+#include "core/sink.h"
 #include "cpu/attention_common.h"
 #include "cpu/convert.h"
 #include "cpu/gemm.h"
@@ -123,6 +126,8 @@ struct BackwardContext {
   float* dq_partial;
   int64_t chunks;
   int64_t dpad;
+  // (heads, rows): exp(sink - lse_i) * Delta_i per query row; null unless dsink is requested.
+  float* sink_terms = nullptr;
 
   int64_t row_base(int64_t b) const {
     return params->is_varlen() ? params->cu_seqlens_q[b] : b * params->seqlen_q;
@@ -158,6 +163,24 @@ void delta_item(const BackwardContext& ctx, const RowItem& item, float* ws) {
     for (int64_t c = 0; c < dv; ++c) sum += o[c] * g[c];
     delta[ir] = sum;
     lse2[ir] = lse[ir] == kNegInf ? kPosInf : lse[ir] * kLog2e;
+  }
+  if (ctx.sink_terms != nullptr) {
+    float* term = ctx.sink_terms + h * ctx.rows + ctx.row_base(b) + i0;
+    for (int64_t ir = 0; ir < nq; ++ir) term[ir] = sink_grad_term(p.learnable_sink[h], lse[ir], delta[ir]);
+  }
+}
+
+// dsink[h] = -(sum of head h's sink terms over every sequence and row, in that order).
+void sink_grad(const BackwardContext& ctx) {
+  const BackwardParams& p = *ctx.params;
+  for (int64_t h = 0; h < p.heads; ++h) {
+    double sum = 0.0;
+    for (int64_t b = 0; b < p.batch; ++b) {
+      const float* term = ctx.sink_terms + h * ctx.rows + ctx.row_base(b);
+      const int64_t len_q = sequence_of(p, b).len_q;
+      for (int64_t i = 0; i < len_q; ++i) sum += term[i];
+    }
+    p.dsink[h] = static_cast<float>(-sum);
   }
 }
 
@@ -452,6 +475,7 @@ Status run_backward(const BackwardParams& p) {
   }
   std::stable_sort(chunk_items.begin(), chunk_items.end(),
                    [](const ChunkItem& x, const ChunkItem& y) { return x.cost > y.cost; });
+  if (p.dsink != nullptr && row_items.empty()) std::fill(p.dsink, p.dsink + p.heads, 0.0f);
   if (chunk_items.empty() && row_items.empty()) return Status::Ok();
 
   const BackwardScratch scratch(p, dpad);
@@ -459,17 +483,20 @@ Status run_backward(const BackwardParams& p) {
   const int64_t max_items = std::max(chunk_items.size(), row_items.size());
   ScratchBuffer buffer(scratch.size, parallel_workers(max_items, threads));
   // Written before read (each chunk zeroes the partial rows it reaches), so left uninitialised.
-  const auto per_row =
-      std::make_unique_for_overwrite<float[]>(static_cast<size_t>(2 * p.heads * rows));
+  const int64_t per_row_arrays = p.dsink != nullptr ? 3 : 2;  // Delta, lse2[, sink terms]
+  const auto per_row = std::make_unique_for_overwrite<float[]>(
+      static_cast<size_t>(per_row_arrays * p.heads * rows));
   const auto partials =
       std::make_unique_for_overwrite<float[]>(static_cast<size_t>(chunks * p.heads * rows * dpad));
   const BackwardContext ctx{&p,   &scratch,       per_row.get(), per_row.get() + p.heads * rows,
-                            rows, partials.get(), chunks,        dpad};
+                            rows, partials.get(), chunks,        dpad,
+                            p.dsink != nullptr ? per_row.get() + 2 * p.heads * rows : nullptr};
 
   auto delta_body = [&](int64_t i, int worker) {
     delta_item(ctx, row_items[static_cast<size_t>(i)], buffer.worker(worker));
   };
   parallel_for(static_cast<int64_t>(row_items.size()), threads, ItemFunction(delta_body));
+  if (p.dsink != nullptr) sink_grad(ctx);
 
   const ChunkItemFn fn = select_chunk_item();
   auto chunk_body = [&](int64_t i, int worker) {

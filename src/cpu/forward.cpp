@@ -10,7 +10,7 @@
 //                                     blocks that straddle the window edge are masked)
 //     m_new = max(m, colmax(x)); P = exp2(x - m_new); l = l * 2^(m - m_new) + colsum(P)
 //     O^T = O^T * 2^(m - m_new) + V^T . (P * dropout)
-//   O = O^T / l, LSE = (m + log2 l) * ln 2
+//   fold the learnable sink into (m, l) (core/sink.h); O = O^T / l, LSE = (m + log2 l) * ln 2
 // Without softcap/ALiBi the scale is folded into the exponent and, for unmasked blocks, the
 // column maximum comes out of the S product's registers; the O^T rescale is folded into the
 // P.V product and skipped when no column maximum moved (FlashAttention-4's conditional
@@ -29,6 +29,7 @@
 
 #include "core/backend.h"
 #include "core/params.h"
+#include "core/sink.h"
 #include "cpu/attention_common.h"
 #include "cpu/convert.h"
 #include "cpu/gemm.h"
@@ -240,9 +241,15 @@ FLASHATTN_CPU_INLINE void forward_item(const ForwardContext& ctx, const ForwardI
     }
   }
 
-  // Normalise, write O and LSE. A query with no visible key has l = 0: O = 0, LSE = -inf.
+  // Normalise, write O and LSE. A learnable sink is folded into (m, l) first (core/sink.h).
+  // A query with no visible key has l = 0: O = 0, LSE = -inf (with a sink: O = 0, LSE = sink).
+  // A NaN or +inf score (non-finite inputs) has made l NaN: O and LSE become NaN.
+  const bool sink = p.learnable_sink != nullptr;
+  const float sink_log2 = sink ? p.learnable_sink[h] * kLog2e : kNegInf;
   for (int64_t ir = 0; ir < nq; ++ir) {
-    const float inv = l[ir] > 0.0f ? 1.0f / l[ir] : 0.0f;
+    const float factor =
+        sink ? fold_sink(sink_log2, &m[ir], &l[ir], [](float x) { return std::exp2(x); }) : 1.0f;
+    const float inv = l[ir] == 0.0f ? 0.0f : factor / l[ir];
     for (int64_t c = 0; c < dv; ++c) row[c] = ot[c * cols + ir];
     store_row(p.dtype, row, inv, dv,
               element_ptr(p.out, p.dtype, p.out_strides, b, seq.q_row0, i0 + ir, h));
@@ -250,7 +257,7 @@ FLASHATTN_CPU_INLINE void forward_item(const ForwardContext& ctx, const ForwardI
   if (p.lse != nullptr) {
     float* lse = p.lse + b * p.lse_batch_stride + h * p.lse_head_stride + seq.q_row0 + i0;
     for (int64_t ir = 0; ir < nq; ++ir) {
-      lse[ir] = l[ir] > 0.0f ? (m[ir] + std::log2(l[ir])) * kLn2 : kNegInf;
+      lse[ir] = l[ir] == 0.0f ? kNegInf : (m[ir] + std::log2(l[ir])) * kLn2;
     }
   }
 }

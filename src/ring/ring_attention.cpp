@@ -377,6 +377,11 @@ Status check_ring_unsupported(const AttentionOptions& o) {
         "window_left " +
         std::to_string(o.window_left) + ", window_right " + std::to_string(o.window_right) + why);
   }
+  if (o.learnable_sink.defined()) {
+    return Status::NotSupported(
+        "ring attention: learnable_sink is not supported (each per-step call would add the sink "
+        "again; it belongs in the merged LSE once; docs/RING.md)");
+  }
   if (o.cu_seqlens_q.defined() || o.cu_seqlens_k.defined()) {
     return Status::NotSupported(
         "ring attention: varlen (cu_seqlens_q / cu_seqlens_k) is not supported; pass dense "

@@ -55,7 +55,8 @@ int fa_c_defaults_ok(void) {
          f.softmax_scale == 0.0f && f.softcap == 0.0f && f.dropout_p == 0.0f && f.q.ndim == 0 &&
          f.lse.ndim == 0 && f.alibi_slopes.ndim == 0 && f.cu_seqlens_q.ndim == 0 &&
          f.stream == NULL && f.num_threads == 0 && f.num_splits == 0 && b.deterministic == 0 &&
-         b.dq.ndim == 0;
+         b.dq.ndim == 0 && f.learnable_sink.ndim == 0 && b.learnable_sink.ndim == 0 &&
+         b.dsink.ndim == 0;
 }
 
 int fa_c_missing_q(char* message, int capacity) {

@@ -42,6 +42,7 @@ Results run_naive_lowp(const HostProblem& p, DType dtype, bool with_backward, bo
     r.dq.assign(p.q.size(), 0.0);
     r.dk.assign(p.k.size(), 0.0);
     r.dv.assign(p.v.size(), 0.0);
+    if (!o.sink.empty()) r.dsink.assign(static_cast<size_t>(H), 0.0);
   }
   const bool dropout = o.dropout_p > 0.0;
   const uint32_t threshold = dropout_threshold(static_cast<float>(o.dropout_p));
@@ -62,6 +63,9 @@ Results run_naive_lowp(const HostProblem& p, DType dtype, bool with_backward, bo
       for (int h = hk * group; h < (hk + 1) * group; ++h) {
         const double slope = o.alibi.empty() ? 0.0 : o.alibi[static_cast<size_t>(b) * H + h];
         const auto bh = static_cast<uint32_t>(b * H + h);
+        // The learnable sink: one more softmax column (logit as given), no value row.
+        const double sink = o.sink.empty() ? kNegInf : o.sink[static_cast<size_t>(h)];
+        std::vector<double> Psink(static_cast<size_t>(sq), 0.0);
         std::vector<double> S(static_cast<size_t>(sq * sk), kNegInf);
         std::vector<double> Y(static_cast<size_t>(sq * sk), 0.0);  // tanh, for softcap
         std::vector<double> P(static_cast<size_t>(sq * sk), 0.0);
@@ -93,10 +97,12 @@ Results run_naive_lowp(const HostProblem& p, DType dtype, bool with_backward, bo
           }
           double m = kNegInf;
           for (int64_t j = 0; j < sk; ++j) m = std::max(m, S[static_cast<size_t>(i * sk + j)]);
+          m = std::max(m, sink);
           if (m == kNegInf) continue;  // nothing visible: P = 0, out = 0, lse = -inf
-          double sum = 0.0;
+          double sum = sink == kNegInf ? 0.0 : std::exp(sink - m);
           for (int64_t j = 0; j < sk; ++j) sum += std::exp(S[static_cast<size_t>(i * sk + j)] - m);
           r.lse[static_cast<size_t>(h * Tq + q0 + i)] = m + std::log(sum);
+          if (sink != kNegInf) Psink[static_cast<size_t>(i)] = R(std::exp(sink - m) / sum);
           for (int64_t j = 0; j < sk; ++j) {
             const size_t ij = static_cast<size_t>(i * sk + j);
             P[ij] = R(std::exp(S[ij] - m) / sum);
@@ -124,6 +130,8 @@ Results run_naive_lowp(const HostProblem& p, DType dtype, bool with_backward, bo
           const double* oi = r.out.data() + ((q0 + i) * H + h) * Dv;
           double rowsum = 0.0;
           for (int t = 0; t < Dv; ++t) rowsum += doi[t] * oi[t];
+          // The sink's score gradient: P_sink * (0 - D), its dP being 0 (no value row).
+          if (!r.dsink.empty()) r.dsink[static_cast<size_t>(h)] += R(Psink[static_cast<size_t>(i)] * -rowsum);
           std::vector<double> dP(static_cast<size_t>(sk), 0.0);
           for (int64_t j = 0; j < sk; ++j) {
             const size_t ij = static_cast<size_t>(i * sk + j);

@@ -145,6 +145,64 @@ TEST(CApi, EveryOptionForwardAndBackward) {
   EXPECT_TRUE(dev.outputs_padding_untouched());
 }
 
+// The learnable sink and its gradient cross the C boundary, with head_dim_v != head_dim.
+TEST(CApi, LearnableSinkAndHeadDimV) {
+  ProblemSpec s = ProblemSpec::dense(DType::kFloat32, 2, 19, 33, 6, 2, 24, 16);
+  s.causal = true;
+  s.sink = Sink::kRandom;
+  s.data_seed = 4242;
+  const HostProblem host = make_host_problem(s);
+  DeviceProblem dev(Backend::kCpu, s, host);
+
+  const ForwardArgs fa = dev.forward_args();
+  flashattn_forward_args cf;
+  flashattn_forward_args_init(&cf);
+  options_to_c(fa, &cf);
+  cf.q = to_c(fa.q), cf.k = to_c(fa.k), cf.v = to_c(fa.v), cf.out = to_c(fa.out),
+  cf.lse = to_c(fa.lse), cf.learnable_sink = to_c(fa.learnable_sink);
+  ASSERT_EQ(flashattn_forward(&cf), FLASHATTN_OK) << flashattn_last_error();
+  dev.download_forward();
+
+  const BackwardArgs ba = dev.backward_args();
+  flashattn_backward_args cb;
+  flashattn_backward_args_init(&cb);
+  options_to_c(ba, &cb);
+  cb.q = to_c(ba.q), cb.k = to_c(ba.k), cb.v = to_c(ba.v), cb.out = to_c(ba.out);
+  cb.dout = to_c(ba.dout), cb.lse = to_c(ba.lse);
+  cb.dq = to_c(ba.dq), cb.dk = to_c(ba.dk), cb.dv = to_c(ba.dv);
+  cb.learnable_sink = to_c(ba.learnable_sink), cb.dsink = to_c(ba.dsink);
+  ASSERT_EQ(flashattn_backward(&cb), FLASHATTN_OK) << flashattn_last_error();
+  dev.download_backward();
+
+  const Results ref = run_reference(host, true);
+  EXPECT_TRUE(meets_criterion("out", s.dtype, dev.out(), ref.out, {}));
+  EXPECT_TRUE(meets_criterion("lse", s.dtype, dev.lse(), ref.lse, {}));
+  EXPECT_TRUE(meets_criterion("dq", s.dtype, dev.dq(), ref.dq, {}, grad_magnitude(ref)));
+  EXPECT_TRUE(meets_criterion("dv", s.dtype, dev.dv(), ref.dv, {}, grad_magnitude(ref)));
+  EXPECT_TRUE(meets_criterion("dsink", s.dtype, dev.dsink(), ref.dsink, {}));
+}
+
+// A caller compiled against the first published header (no sink fields) still works: the
+// library reads the appended fields only when struct_size covers them.
+TEST(CApi, FirstPublishedLayoutIsAccepted) {
+  ProblemSpec s = ProblemSpec::dense(DType::kFloat32, 1, 9, 13, 2, 1, 16, 16);
+  s.data_seed = 777;
+  const HostProblem host = make_host_problem(s);
+  DeviceProblem dev(Backend::kCpu, s, host);
+  const ForwardArgs fa = dev.forward_args();
+  flashattn_forward_args cf;
+  flashattn_forward_args_init(&cf);
+  options_to_c(fa, &cf);
+  cf.q = to_c(fa.q), cf.k = to_c(fa.k), cf.v = to_c(fa.v), cf.out = to_c(fa.out),
+  cf.lse = to_c(fa.lse);
+  std::memset(&cf.learnable_sink, 0x5a, sizeof(cf.learnable_sink));  // not the caller's memory
+  cf.struct_size = offsetof(flashattn_forward_args, learnable_sink);
+  ASSERT_EQ(flashattn_forward(&cf), FLASHATTN_OK) << flashattn_last_error();
+  dev.download_forward();
+  const Results ref = run_reference(host, false);
+  EXPECT_TRUE(meets_criterion("out", s.dtype, dev.out(), ref.out, {}));
+}
+
 // A valid small forward to mutate.
 struct Small {
   std::vector<float> x = std::vector<float>(64, 0.5f), out = std::vector<float>(64);

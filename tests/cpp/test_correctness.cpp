@@ -143,6 +143,7 @@ std::string case_name(int index, const ProblemSpec& s, MaskKind mask, bool backw
   if (s.alibi == Alibi::kHeads) n += "_alibiH";
   if (s.alibi == Alibi::kBatchHeads) n += "_alibiBH";
   if (s.dropout_p > 0) n += "_drop";
+  if (s.sink != Sink::kNone) n += std::string("_sink") + sink_name(s.sink);
   n += std::string("_") + layout_name(s.layout);
   n += backward ? "_bwd" : "_fwd";
   return n;
@@ -155,6 +156,10 @@ std::vector<Case> generated_cases() {
   constexpr DType kDtypes[] = {DType::kFloat32, DType::kFloat16, DType::kBFloat16};
   constexpr Layout kLayouts[] = {Layout::kContiguous, Layout::kPadded, Layout::kPaddedOdd,
                                  Layout::kHeadMajor, Layout::kPacked};
+  // Learnable sinks come from a stream of their own, so that the other axes keep their draws.
+  Gen g_sink(20261201u);
+  Gen::Cycle c_sink;
+  constexpr Sink kSinks[] = {Sink::kNone, Sink::kNone, Sink::kRandom, Sink::kLarge};
   std::vector<Case> cases;
   for (int n = 0; n < kNumGenerated; ++n) {
     ProblemSpec s;
@@ -234,6 +239,7 @@ std::vector<Case> generated_cases() {
     if (g.below(5) == 0) s.softmax_scale = 0.09f;
     s.deterministic = g.below(2) == 0;
     s.data_seed = 1000u + static_cast<uint32_t>(n);
+    s.sink = kSinks[g_sink.cycle(c_sink, 4)];
 
     fit_budget(s, backward);
     cases.push_back({case_name(n, s, mask, backward), s, backward});
@@ -386,6 +392,73 @@ std::vector<Case> edge_cases() {
 
   // Big head dim, full length.
   add("d256_q300_k300_f16", ProblemSpec::dense(D::kFloat16, 1, 300, 300, 1, 1, 256, 256));
+
+  // Learnable sinks (issue 19) with every feature they compose with.
+  s = ProblemSpec::dense(D::kFloat16, 2, 129, 64, 4, 2, 64, 64);
+  s.causal = true;  // rows 0..64 see no key: O = 0, LSE = sink
+  s.sink = Sink::kRandom;
+  add("sink_causal_empty_rows_f16", s);
+  s = ProblemSpec::dense(D::kBFloat16, 1, 64, 129, 2, 1, 128, 128);
+  s.sink = Sink::kHuge;  // exp(sink - score) overflows float32
+  add("sink_huge_bf16", s);
+  s = ProblemSpec::dense(D::kFloat32, 2, 64, 129, 6, 2, 64, 64);
+  s.sink = Sink::kRandom;  // head 1 has sink -inf
+  s.deterministic = true;
+  add("sink_gqa_f32", s);
+  s = ProblemSpec::dense(D::kBFloat16, 1, 300, 300, 2, 2, 64, 64);
+  s.window_left = 40, s.window_right = 0;
+  s.softcap = 5.0f, s.q_scale = 3.0;
+  s.sink = Sink::kLarge;
+  add("sink_window_softcap_bf16", s);
+  s = ProblemSpec::dense(D::kFloat16, 2, 129, 129, 4, 2, 32, 32);
+  s.alibi = Alibi::kBatchHeads, s.causal = true;
+  s.dropout_p = 0.25f, s.dropout_seed = 99, s.dropout_offset = 5;
+  s.sink = Sink::kRandom;
+  add("sink_alibi_dropout_causal_f16", s);
+  s = ProblemSpec{};
+  s.dtype = D::kBFloat16, s.varlen = true;
+  s.seqlens_q = {129, 0, 64, 7}, s.seqlens_k = {300, 64, 0, 7};
+  s.heads = 8, s.heads_k = 2, s.head_dim = s.head_dim_v = 64;
+  s.causal = true, s.softcap = 2.0f, s.q_scale = 3.0, s.alibi = Alibi::kHeads;
+  s.dropout_p = 0.1f, s.dropout_seed = 0xfeedull, s.dropout_offset = 3;
+  s.layout = Layout::kPadded;
+  s.sink = Sink::kRandom;
+  s.deterministic = true;
+  add("sink_all_features_varlen_bf16", s);
+  // CUDA: the GQA decode fold (query heads folded into rows) with and without split-KV, and
+  // split-KV on row tiles, where the combine kernel adds the sink.
+  s = ProblemSpec::dense(D::kBFloat16, 2, 1, 300, 8, 2, 128, 128);
+  s.sink = Sink::kRandom;
+  s.num_splits = 1;
+  add("sink_decode_gqa_bf16", s);
+  s.num_splits = 3;
+  add("sink_decode_gqa_splits_bf16", s);
+  s = ProblemSpec::dense(D::kFloat16, 1, 129, 300, 4, 4, 64, 64);
+  s.sink = Sink::kLarge, s.causal = true;
+  s.num_splits = 4;
+  add("sink_splits_causal_f16", s);
+  s = ProblemSpec::dense(D::kFloat16, 1, 7, 300, 4, 1, 96, 96);
+  s.sink = Sink::kHuge;
+  s.num_splits = 2;
+  add("sink_huge_splits_f16", s, false);
+
+  // head_dim_v != head_dim at the pairs models use (CPU; the CUDA backend declines them).
+  s = ProblemSpec::dense(D::kBFloat16, 1, 129, 300, 4, 2, 192, 128);
+  s.causal = true;
+  add("dv_192_128_causal_bf16", s);
+  s = ProblemSpec::dense(D::kBFloat16, 2, 1, 129, 16, 1, 576, 512);  // MLA decode
+  s.sink = Sink::kRandom;
+  add("dv_576_512_decode_bf16", s);
+  s = ProblemSpec::dense(D::kFloat16, 2, 64, 7, 4, 4, 64, 32);
+  s.window_left = 3, s.window_right = 2, s.sink = Sink::kLarge;
+  add("dv_64_32_window_sink_f16", s);
+  s = ProblemSpec{};
+  s.dtype = D::kFloat32, s.varlen = true;
+  s.seqlens_q = {23, 0, 41}, s.seqlens_k = {41, 9, 23};
+  s.heads = 6, s.heads_k = 2, s.head_dim = 40, s.head_dim_v = 24;
+  s.softcap = 5.0f, s.dropout_p = 0.2f, s.dropout_seed = 3, s.dropout_offset = 4;
+  s.layout = Layout::kPaddedOdd;
+  add("dv_40_24_varlen_f32", s);
   return cs;
 }
 
@@ -446,6 +519,7 @@ TEST(CaseList, CoversEveryAxisValue) {
     seen["varlen"].insert(s.varlen ? "on" : "off");
     seen["backward"].insert(c.backward ? "on" : "off");
     seen["dv_ne_d"].insert(s.head_dim != s.head_dim_v ? "yes" : "no");
+    seen["sink"].insert(sink_name(s.sink));
     bool sq_lt = false, sq_gt = false, sq_eq = false, empty_q = false, empty_k = false;
     for (size_t b = 0; b < s.seqlens_q.size(); ++b) {
       sq_lt |= s.seqlens_q[b] < s.seqlens_k[b];
@@ -477,7 +551,7 @@ TEST(CaseList, CoversEveryAxisValue) {
       {"dtype", 3},        {"batch", 3},        {"seqlen_q", 5},  {"seqlen_k", 6},  // k: + 0
                                                                                     // (varlen)
       {"ratio", 3},        {"head_dim", 6},     {"layout", 5},    {"softcap", 2},  {"alibi", 3},
-      {"dropout", 2},      {"varlen", 2},       {"backward", 2},  {"dv_ne_d", 2},  {"mask", 5},
+      {"dropout", 2},      {"varlen", 2},       {"backward", 2},  {"dv_ne_d", 2},  {"sink", 4},    {"mask", 5},
       {"causal_shape", 3}, {"varlen_empty", 2}, {"empty_rows", 1}};
   for (const auto& [axis, count] : expected) {
     std::string values;

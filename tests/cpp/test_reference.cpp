@@ -257,6 +257,25 @@ std::vector<CrossCase> cross_cases() {
   s.dropout_p = 0.2f;
   s.dropout_seed = 3;
   add("varlen_empty_seqs", s);
+  // Learnable sinks: beside the scores (one head -inf), above them, with every modifier.
+  s = ProblemSpec::dense(DType::kFloat32, 2, 9, 13, 4, 2, 8, 6);
+  s.sink = Sink::kRandom;
+  s.causal = true;
+  add("sink_causal_dv", s);
+  s = ProblemSpec::dense(DType::kFloat32, 1, 13, 6, 2, 1, 8, 8);
+  s.sink = Sink::kLarge;
+  s.causal = true;  // rows 0..6 see only the sink
+  s.softcap = 1.5;
+  s.q_scale = 3.0;
+  add("sink_large_empty_rows_softcap", s);
+  s = ProblemSpec::dense(DType::kFloat32, 2, 7, 12, 4, 1, 4, 4);
+  s.sink = Sink::kRandom;
+  s.dropout_p = 0.3f;
+  s.dropout_seed = 17;
+  s.alibi = Alibi::kBatchHeads;
+  s.window_left = 4;
+  s.window_right = 2;
+  add("sink_dropout_alibi_window", s);
   return cs;
 }
 
@@ -274,8 +293,11 @@ TEST(ReferenceCrossCheck, IndependentImplementationAgrees) {
                  {"lse", ref.lse, alt.lse},
                  {"dq", ref.dq, alt.dq},
                  {"dk", ref.dk, alt.dk},
-                 {"dv", ref.dv, alt.dv}};
+                 {"dv", ref.dv, alt.dv},
+                 {"dsink", ref.dsink, alt.dsink}};
+    EXPECT_EQ(ref.dsink.size(), c.spec.sink == Sink::kNone ? 0u : size_t(c.spec.heads));
     for (const auto& pr : pairs) {
+      ASSERT_EQ(pr.a.size(), pr.b.size()) << pr.what;
       const ErrorStats st = error_stats(pr.b, pr.a);
       EXPECT_EQ(st.nan_count, 0) << pr.what;
       EXPECT_LE(st.max_abs, 1e-11) << pr.what << " mean " << st.mean_abs;
@@ -351,6 +373,63 @@ TEST(ReferenceGradient, MatchesCentralDifferences) {
       }
     }
   }
+}
+
+// dsink[h] against central differences of L in the sink logits (the formula of
+// docs/SEMANTICS.md, -sum_i P_sink,i * D_i, checked from its definition).
+TEST(ReferenceGradient, SinkMatchesCentralDifferences) {
+  for (const CrossCase& c : cross_cases()) {
+    if (c.spec.sink == Sink::kNone) continue;
+    SCOPED_TRACE(std::string(c.name) + ": " + c.spec.describe());
+    HostProblem p = make_host_problem(c.spec);
+    const Results g = run_reference(p, true);
+    double gmax = 0.0;
+    for (double x : g.dsink) gmax = std::max(gmax, std::fabs(x));
+    ASSERT_GT(gmax, 0.0) << "dsink is identically zero: the check would be vacuous";
+    const double h = 1e-6;
+    for (size_t e = 0; e < p.opt.sink.size(); ++e) {
+      const double x0 = p.opt.sink[e];
+      if (x0 == -kInf) {
+        EXPECT_EQ(g.dsink[e], 0.0) << "a sink of -inf has no gradient";
+        continue;
+      }
+      p.opt.sink[e] = x0 + h;
+      const double lp = loss(p, p.q, p.k, p.v);
+      p.opt.sink[e] = x0 - h;
+      const double lm = loss(p, p.q, p.k, p.v);
+      p.opt.sink[e] = x0;
+      EXPECT_NEAR((lp - lm) / (2.0 * h), g.dsink[e], 1e-7 * (1.0 + gmax)) << "dsink[" << e << "]";
+    }
+  }
+}
+
+// One visible key j and a sink: P_j = 1 / (1 + exp(sink - s_j)), out = P_j v_j; a row without a
+// visible key sees only the sink: out = 0, LSE = sink, and its gradients are 0.
+TEST(ReferenceForward, SinkClosedForm) {
+  const reference::Shape s = reference::Shape::dense(1, 2, 1, 1, 1, 2, 3);
+  reference::Options opt;
+  opt.scale = 0.5;
+  opt.window_left = -1, opt.window_right = 0;  // causal: row 0 sees nothing, row 1 sees key 0
+  opt.sink = {0.75};
+  const std::vector<double> q = {1.0, 2.0, -1.0, 0.5}, k = {0.3, -0.2}, v = {1.0, 2.0, 3.0};
+  const std::vector<double> dout = {1.0, -1.0, 0.5, 2.0, 1.0, -3.0};
+  std::vector<double> out(6), lse(2), dq(4), dk(2), dv(3), dsink(1);
+  reference::forward(s, opt, q.data(), k.data(), v.data(), out.data(), lse.data());
+  const double s1 = 0.5 * (-1.0 * 0.3 + 0.5 * -0.2);
+  const double p1 = 1.0 / (1.0 + std::exp(0.75 - s1));
+  EXPECT_EQ(lse[0], 0.75);
+  EXPECT_NEAR(lse[1], std::log(std::exp(s1) + std::exp(0.75)), 1e-15);
+  for (int t = 0; t < 3; ++t) {
+    EXPECT_EQ(out[static_cast<size_t>(t)], 0.0);
+    EXPECT_NEAR(out[static_cast<size_t>(3 + t)], p1 * v[static_cast<size_t>(t)], 1e-15);
+  }
+  reference::backward(s, opt, q.data(), k.data(), v.data(), dout.data(), dq.data(), dk.data(),
+                      dv.data(), dsink.data());
+  EXPECT_EQ(dq[0], 0.0);
+  EXPECT_EQ(dq[1], 0.0);
+  // D_1 = dout_1 . out_1 = p1 (v . dout_1); dsink = -(1 - p1) D_1 (row 0: D = 0).
+  const double d1 = p1 * (2.0 * 1.0 + 1.0 * 2.0 - 3.0 * 3.0);
+  EXPECT_NEAR(dsink[0], -(1.0 - p1) * d1, 1e-15);
 }
 
 TEST(ReferenceGradient, EmptyRowsHaveZeroGradientsAndNoNaN) {

@@ -146,6 +146,12 @@ std::vector<View> alloc_packed(Backend backend, DType dtype, const std::vector<i
 
 enum class Alibi { kNone, kHeads, kBatchHeads };
 
+// Learnable sink logits per query head: kRandom ~ N(0.5, 1.5) (beside the scores; with >= 3
+// heads head 1 is -inf), kLarge in [4, 8] (above most scores: the sink sets the row maximum),
+// kHuge in [100, 110] (exp(sink - score) overflows float32), kNegInf all -inf (= no sink).
+enum class Sink { kNone, kRandom, kLarge, kHuge, kNegInf };
+const char* sink_name(Sink s);
+
 struct ProblemSpec {
   DType dtype = DType::kFloat16;
   bool varlen = false;
@@ -171,6 +177,8 @@ struct ProblemSpec {
   int num_threads = 0;  // CPU workers; 0 = all
   int num_splits = 0;   // forward split-KV (CUDA); 0 = heuristic
 
+  Sink sink = Sink::kNone;  // learnable_sink (and dsink in the backward)
+
   uint32_t data_seed = 1;  // seeds the random inputs
   double q_scale = 1.0;    // q ~ q_scale * N(0, 1): sharper or flatter softmax
 
@@ -186,6 +194,7 @@ struct HostProblem {
   reference::Options opt;
   std::vector<double> q, k, v, dout;
   std::vector<float> alibi;  // as passed to flashattn: (heads) or (batch, heads)
+  std::vector<float> sink;   // as passed to flashattn: (heads); empty without a sink
   std::vector<int32_t> cu_seqlens_q, cu_seqlens_k;
 };
 
@@ -194,6 +203,7 @@ HostProblem make_host_problem(const ProblemSpec& spec);
 struct Results {
   std::vector<double> out, lse;  // reference layout: out (total_q, heads, dv), lse (heads, total_q)
   std::vector<double> dq, dk, dv;
+  std::vector<double> dsink;  // (heads); empty without a sink
 };
 
 Results run_reference(const HostProblem& p, bool with_backward);
@@ -230,6 +240,7 @@ class DeviceProblem {
   std::vector<double> dq() const { return dq_.read(); }
   std::vector<double> dk() const { return dk_.read(); }
   std::vector<double> dv() const { return dv_.read(); }
+  std::vector<double> dsink() const { return dsink_.defined() ? dsink_.read() : std::vector<double>{}; }
   // Raw bytes of the gradient buffers (after download_backward), for bitwise comparisons.
   std::vector<unsigned char> grad_bytes() const;
 
@@ -241,6 +252,7 @@ class DeviceProblem {
   const HostProblem& host_;
   View q_, k_, v_, out_, lse_, dout_, dq_, dk_, dv_;
   View alibi_, cu_q_, cu_k_;
+  View sink_, dsink_;  // (heads) float32, when spec.sink != kNone
 };
 
 // ---- acceptance criterion -------------------------------------------------------------------
@@ -271,8 +283,9 @@ double max_abs(const std::vector<double>& x);
 // The `magnitude` for gradients: max |reference| over dQ, dK and dV.
 double grad_magnitude(const Results& ref);
 
-// Whether the CUDA backend may answer kNotSupported for this problem (float32, a head dim or
-// dtype not built, head_dim_v != head_dim, strides that break 16-byte alignment). The tests
+// Whether the CUDA backend may answer kNotSupported for this problem (float32, a dtype not
+// built, a head dim above every built one, head_dim_v != head_dim, strides that break 16-byte
+// alignment at a built head dim; other head dims run padded and must succeed). The tests
 // skip such cases; a kNotSupported outside this domain fails.
 bool cuda_may_not_support(const ProblemSpec& spec);
 

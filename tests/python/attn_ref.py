@@ -54,15 +54,25 @@ def _scores(q, k, scale, softcap, alibi, mask):
     return x, s
 
 
+def _with_sink(s, sink):
+    """Scores with the learnable sink as one more column (its logit as given), or s."""
+    if sink is None:
+        return s
+    col = np.broadcast_to(np.asarray(sink, dtype=s.dtype)[None, :, None, None], s.shape[:-1] + (1,))
+    return np.concatenate([s, col], axis=-1)
+
+
 def forward(q, k, v, *, scale=None, causal=False, window=(-1, -1), softcap=0.0, alibi=None,
-            dropout_p=0.0, keep=None, dtype=np.float64):
-    """Returns out (b, sq, h, dv) and lse (b, h, sq). keep: bool (b, h, sq, sk) dropout mask."""
+            dropout_p=0.0, keep=None, sink=None, dtype=np.float64):
+    """Returns out (b, sq, h, dv) and lse (b, h, sq). keep: bool (b, h, sq, sk) dropout mask.
+    sink: (h,) learnable sink logits (a softmax column without a value row), or None."""
     q, k, v = (np.asarray(t).astype(dtype) for t in (q, k, v))
     heads = q.shape[2]
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     k, v = _expand_kv(k, heads), _expand_kv(v, heads)
     mask = visible(q.shape[1], k.shape[1], causal, window)
     _, s = _scores(q, k, scale, softcap, alibi, mask)
+    s = _with_sink(s, sink)
     m = s.max(axis=-1, keepdims=True)
     m = np.where(np.isfinite(m), m, 0)
     e = np.exp(s - m)
@@ -70,6 +80,8 @@ def forward(q, k, v, *, scale=None, causal=False, window=(-1, -1), softcap=0.0, 
     with np.errstate(divide="ignore", invalid="ignore"):
         p = np.where(denom > 0, e / denom, 0)
         lse = np.where(denom[..., 0] > 0, np.log(denom[..., 0]) + m[..., 0], -np.inf)
+    if sink is not None:
+        p = p[..., :-1]
     if dropout_p > 0:
         p = p * keep / dtype(1 - dropout_p)
     out = np.einsum("bhij,bjhd->bihd", p, v)
@@ -77,20 +89,25 @@ def forward(q, k, v, *, scale=None, causal=False, window=(-1, -1), softcap=0.0, 
 
 
 def backward(dout, q, k, v, *, scale=None, causal=False, window=(-1, -1), softcap=0.0,
-             alibi=None, dropout_p=0.0, keep=None, dtype=np.float64):
-    """Returns dq, dk, dv (dk/dv summed over the query heads of each GQA group)."""
+             alibi=None, dropout_p=0.0, keep=None, sink=None, dtype=np.float64):
+    """Returns dq, dk, dv (dk/dv summed over the query heads of each GQA group), and dsink
+    (h,) after them when a sink is given."""
     q, k, v, dout = (np.asarray(t).astype(dtype) for t in (q, k, v, dout))
     heads, heads_k = q.shape[2], k.shape[2]
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     ke, ve = _expand_kv(k, heads), _expand_kv(v, heads)
     mask = visible(q.shape[1], k.shape[1], causal, window)
     x, s = _scores(q, ke, scale, softcap, alibi, mask)
+    s = _with_sink(s, sink)
     m = s.max(axis=-1, keepdims=True)
     m = np.where(np.isfinite(m), m, 0)
     e = np.exp(s - m)
     denom = e.sum(axis=-1, keepdims=True)
     with np.errstate(divide="ignore", invalid="ignore"):
         p = np.where(denom > 0, e / denom, 0)
+    p_sink = None
+    if sink is not None:
+        p, p_sink = p[..., :-1], p[..., -1]
     z = keep / dtype(1 - dropout_p) if dropout_p > 0 else np.ones_like(p)
     dve = np.einsum("bhij,bihd->bjhd", p * z, dout)
     dp = np.einsum("bihd,bjhd->bhij", dout, ve) * z
@@ -100,7 +117,11 @@ def backward(dout, q, k, v, *, scale=None, causal=False, window=(-1, -1), softca
     ds = ds * dtype(scale)
     dq = np.einsum("bhij,bjhd->bihd", ds, ke)
     dke = np.einsum("bhij,bihd->bjhd", ds, q)
-    return dq, _fold_kv(dke, heads_k), _fold_kv(dve, heads_k)
+    if sink is None:
+        return dq, _fold_kv(dke, heads_k), _fold_kv(dve, heads_k)
+    # The sink column: no value row, so dP = 0 there and dS_sink = -P_sink * sum_j P_j dP_j.
+    dsink = -(p_sink * (p * dp).sum(axis=-1)).sum(axis=(0, 2))
+    return dq, _fold_kv(dke, heads_k), _fold_kv(dve, heads_k), dsink
 
 
 def assert_fa_close(name, ours, ref64, naive_lowp, atol):

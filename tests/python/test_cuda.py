@@ -226,3 +226,164 @@ def test_gpt_block_bf16_matches_sdpa():
     import gpt_block
 
     gpt_block.run_check(DEV, torch.bfloat16, 2e-3, dim=256, heads=4)  # head_dim 64
+
+
+# Shapes the Hopper forward (src/cuda/sm90) takes even in its default mode: more than 16 query
+# rows and grids that fill the GPU, ragged lengths (not multiples of its 128-row and 80/128-key
+# tiles), seqlen_q != seqlen_k under the masks, GQA. On other GPUs they run the sm80 kernels;
+# scripts/gpu-check.sh also runs this file with FLASHATTN_CUDA_PATH=sm80 and =sm90.
+LONG_SHAPES = [
+    dict(b=4, sq=1000, sk=1537, h=16, hk=4, d=128),
+    dict(b=3, sq=1111, sk=1111, h=16, hk=16, d=64),
+    dict(b=2, sq=777, sk=600, h=16, hk=8, d=256),
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("shape", LONG_SHAPES, ids=lambda s: "b{b}_sq{sq}_sk{sk}_h{h}_hk{hk}_d{d}".format(**s))
+@pytest.mark.parametrize("mask", ["none", "causal", "window"])
+def test_long_forward_and_lse_match_float64(dtype, shape, mask):
+    q, k, v, _ = make(shape, dtype, seed=11)
+    causal = mask == "causal"
+    window = (100, 20) if mask == "window" else (-1, -1)
+    out, lse, _ = flashattn.flash_attn_func(q, k, v, causal=causal, window_size=window, return_attn_probs=True)
+    ref_out, ref_lse = torch_ref.attention(q.double(), k.double(), v.double(), causal=causal, window=window)
+    naive_out, naive_lse = torch_ref.attention(q, k, v, causal=causal, window=window)
+    attn_ref.assert_fa_close("out", torch_ref.to_numpy(out), torch_ref.to_numpy(ref_out),
+                             torch_ref.to_numpy(naive_out), ATOL[dtype])
+    attn_ref.assert_fa_close("lse", torch_ref.to_numpy(lse), torch_ref.to_numpy(ref_lse),
+                             torch_ref.to_numpy(naive_lse.float()), 1e-3)
+
+
+def test_long_varlen_forward_matches_per_sequence_reference():
+    # Packed sequences read through one tensor map: each CTA must stay inside its own sequence's
+    # rows (reads past it are masked, writes never happen).
+    lens_q, lens_k = [300, 1, 1025, 129, 640], [500, 77, 1025, 1000, 640]
+    h, hk, d = 16, 4, 128
+    g = torch.Generator(device=DEV).manual_seed(12)
+    q = torch.randn(sum(lens_q), h, d, generator=g, device=DEV, dtype=torch.bfloat16)
+    k = torch.randn(sum(lens_k), hk, d, generator=g, device=DEV, dtype=torch.bfloat16)
+    v = torch.randn(sum(lens_k), hk, d, generator=g, device=DEV, dtype=torch.bfloat16)
+    cu_q = torch.tensor(np.cumsum([0] + lens_q), dtype=torch.int32, device=DEV)
+    cu_k = torch.tensor(np.cumsum([0] + lens_k), dtype=torch.int32, device=DEV)
+    out = flashattn.flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(lens_q), max(lens_k), causal=True)
+    for i in range(len(lens_q)):
+        sq, sk = slice(cu_q[i].item(), cu_q[i + 1].item()), slice(cu_k[i].item(), cu_k[i + 1].item())
+        qi, ki, vi = q[None, sq], k[None, sk], v[None, sk]
+        ref = torch_ref.attention(qi.double(), ki.double(), vi.double(), causal=True)[0]
+        naive = torch_ref.attention(qi, ki, vi, causal=True)[0]
+        attn_ref.assert_fa_close(f"out[{i}]", torch_ref.to_numpy(out[None, sq]), torch_ref.to_numpy(ref),
+                                 torch_ref.to_numpy(naive), ATOL[torch.bfloat16])
+
+
+def test_long_strided_views_forward():
+    # (b, h, s, d) tensors viewed as (b, s, h, d), and a K that is every other head of a wider
+    # tensor: strides the tensor maps must describe (or the dispatcher must decline).
+    b, sq, sk, h, d = 2, 900, 1300, 16, 128
+    g = torch.Generator(device=DEV).manual_seed(13)
+    def r(*shape):
+        return torch.randn(*shape, generator=g, device=DEV, dtype=torch.bfloat16)
+    q = r(b, h, sq, d).transpose(1, 2)
+    k = r(b, sk, 2 * h, d)[:, :, ::2]
+    v = r(b, sk + 7, h, d)[:, 7:]
+    out = flashattn.flash_attn_func(q, k, v, causal=True)
+    ref = torch_ref.attention(q.double(), k.double(), v.double(), causal=True)[0]
+    naive = torch_ref.attention(q, k, v, causal=True)[0]
+    attn_ref.assert_fa_close("out", torch_ref.to_numpy(out), torch_ref.to_numpy(ref), torch_ref.to_numpy(naive),
+                             ATOL[torch.bfloat16])
+
+
+def test_nan_in_one_query_row_stays_in_that_row():
+    s = LONG_SHAPES[0]
+    q, k, v, _ = make(s, torch.bfloat16, seed=14)
+    q[1, 123, 5, 7] = float("nan")
+    out = flashattn.flash_attn_func(q, k, v)
+    bad = torch.isnan(out).any(dim=-1)
+    expected = torch.zeros_like(bad)
+    expected[1, 123, 5] = True
+    assert torch.equal(bad, expected)
+
+
+# ---- drop-in edges (issue 16) -----------------------------------------------------------------
+
+@pytest.mark.parametrize("d", [16, 40, 59, 80, 160, 224])
+@pytest.mark.parametrize("causal", [False, True])
+def test_head_dims_outside_the_build_run_padded(d, causal):
+    # Run at the next built head dim on zero-padded copies; the scale stays 1/sqrt(d).
+    s = dict(b=2, sq=70, sk=129, h=4, hk=2, d=d)
+    q, k, v, dout = make(s, torch.bfloat16, seed=d)
+    check(lambda q, k, v: flashattn.flash_attn_func(q, k, v, causal=causal),
+          lambda q, k, v: torch_ref.attention(q, k, v, causal=causal)[0],
+          [q, k, v], dout, torch.bfloat16)
+
+
+def test_causal_with_window_is_the_left_window():
+    s = dict(b=2, sq=70, sk=90, h=4, hk=2, d=64)
+    q, k, v, _ = make(s, torch.bfloat16)
+    a = flashattn.flash_attn_func(q, k, v, causal=True, window_size=(8, 8))
+    b = flashattn.flash_attn_func(q, k, v, window_size=(8, 0))
+    assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("b,sq,sk", [(0, 5, 7), (2, 0, 7), (2, 5, 0)])
+def test_empty_tensors(b, sq, sk):
+    q = torch.randn(b, sq, 4, 64, device=DEV, dtype=torch.bfloat16, requires_grad=True)
+    k = torch.randn(b, sk, 2, 64, device=DEV, dtype=torch.bfloat16, requires_grad=True)
+    v = torch.randn(b, sk, 2, 64, device=DEV, dtype=torch.bfloat16, requires_grad=True)
+    out, lse, _ = flashattn.flash_attn_func(q, k, v, causal=True, return_attn_probs=True)
+    assert out.shape == (b, sq, 4, 64) and torch.all(out == 0)
+    assert torch.all(lse == float("-inf"))
+    out.sum().backward()
+    for t in (q, k, v):
+        assert t.grad.shape == t.shape and torch.all(t.grad == 0)
+
+
+@pytest.mark.parametrize("kind", ["nan_q", "nan_k", "inf_k"])
+def test_non_finite_inputs_propagate_like_torch_sdpa(kind):
+    s = dict(b=2, sq=70, sk=70, h=2, hk=2, d=64)
+    q, k, v, _ = make(s, torch.bfloat16)
+    target = {"nan_q": q, "nan_k": k, "inf_k": k}[kind]
+    target[1, 10, 1, 3] = float("inf") if kind == "inf_k" else float("nan")
+    ours = flashattn.flash_attn_func(q, k, v, causal=True)
+    with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.MATH):
+        ref = torch.nn.functional.scaled_dot_product_attention(
+            q.transpose(1, 2).float(), k.transpose(1, 2).float(), v.transpose(1, 2).float(),
+            is_causal=True).transpose(1, 2)
+    bad_ours = ~torch.isfinite(ours.float()).all(dim=-1)
+    bad_ref = ~torch.isfinite(ref).all(dim=-1)
+    assert bad_ref.any()
+    assert torch.equal(bad_ours, bad_ref)
+
+
+def test_varlen_metadata_checks_on_request():
+    h, d = 2, 64
+    q = torch.randn(10, h, d, device=DEV, dtype=torch.bfloat16)
+    k = torch.randn(14, h, d, device=DEV, dtype=torch.bfloat16)
+    cu_q = torch.tensor([0, 4, 4, 10], dtype=torch.int32, device=DEV)
+    cu_k = torch.tensor([0, 6, 9, 14], dtype=torch.int32, device=DEV)
+    with pytest.raises(ValueError, match="max_seqlen_k is 5"):
+        flashattn.flash_attn_varlen_func(q, k, k, cu_q, cu_k, 6, 5, check_cu_seqlens=True)
+    bad = torch.tensor([0, 4, 4, 11], dtype=torch.int32, device=DEV)
+    with pytest.raises(ValueError, match="exceeds the 10 rows of q"):
+        flashattn.flash_attn_varlen_func(q, k, k, bad, cu_k, 6, 6, check_cu_seqlens=True)
+    # CPU cu_seqlens with GPU tensors: checked on the host for free, then used on the device.
+    with pytest.raises(ValueError, match="exceeds the 10 rows of q"):
+        flashattn.flash_attn_varlen_func(q, k, k, bad.cpu(), cu_k.cpu(), 6, 6)
+    out = flashattn.flash_attn_varlen_func(q, k, k, cu_q.cpu(), cu_k.cpu(), 6, 6)
+    torch.testing.assert_close(out, flashattn.flash_attn_varlen_func(q, k, k, cu_q, cu_k, 6, 6))
+
+
+def test_long_broadcast_kv_over_batch():
+    # K and V expanded over the batch (batch stride 0): the tensor maps must read the one batch
+    # entry for every batch (or the dispatcher must leave the call to the sm80 kernels).
+    b, sq, sk, h, hk, d = 3, 700, 900, 8, 2, 128
+    g = torch.Generator(device=DEV).manual_seed(15)
+    q = torch.randn(b, sq, h, d, generator=g, device=DEV, dtype=torch.bfloat16)
+    k = torch.randn(1, sk, hk, d, generator=g, device=DEV, dtype=torch.bfloat16).expand(b, -1, -1, -1)
+    v = torch.randn(1, sk, hk, d, generator=g, device=DEV, dtype=torch.bfloat16).expand(b, -1, -1, -1)
+    assert k.stride(0) == 0
+    out = flashattn.flash_attn_func(q, k, v, causal=True)
+    ref = torch_ref.attention(q.double(), k.double(), v.double(), causal=True)[0]
+    naive = torch_ref.attention(q, k, v, causal=True)[0]
+    attn_ref.assert_fa_close("out", torch_ref.to_numpy(out), torch_ref.to_numpy(ref), torch_ref.to_numpy(naive),
+                             ATOL[torch.bfloat16])

@@ -170,8 +170,8 @@ def test_many_errors_in_one_process():
         (ValueError, lambda: flashattn.flash_attn_func(q, k, randn(2, 9, 4, 16))),
         (TypeError, lambda: flashattn.flash_attn_func(q, k, v.astype(np.float64))),
         (TypeError, lambda: low_forward(q, [1.0], v, out=np.empty_like(q))),
-        (NotImplementedError, lambda: flashattn.flash_attn_func(randn(1, 4, 1, 600), randn(1, 4, 1, 600),
-                                                                randn(1, 4, 1, 600))),
+        (NotImplementedError, lambda: flashattn.flash_attn_func(randn(1, 4, 1, 1100), randn(1, 4, 1, 1100),
+                                                                randn(1, 4, 1, 1100))),
     ]
     for _ in range(3):
         for kind, call in bad_calls:
@@ -200,8 +200,6 @@ def test_options():
         flashattn.flash_attn_func(q, k, v, window_size=(-2, 0))
     with pytest.raises(ValueError, match="window_size"):
         flashattn.flash_attn_func(q, k, v, window_size=3)
-    with pytest.raises(ValueError, match="causal"):
-        flashattn.flash_attn_func(q, k, v, causal=True, window_size=(-1, 2))
     with pytest.raises(ValueError, match="softmax_scale"):
         flashattn.flash_attn_func(q, k, v, softmax_scale=0.0)
     with pytest.raises(ValueError, match="softcap"):
@@ -238,7 +236,7 @@ def test_bad_cu_seqlens():
 # ---- valid but not runnable -> NotImplementedError -------------------------------------------
 
 def test_head_dim_too_large_is_not_implemented():
-    q, k, v = qkv(d=1024)
+    q, k, v = qkv(d=1100)
     with pytest.raises(NotImplementedError, match="head_dim"):
         flashattn.flash_attn_func(q, k, v)
     assert issubclass(NotImplementedError, RuntimeError)

@@ -463,3 +463,47 @@ def test_extension_reads_tensors_that_require_grad():
     assert flashattn._C.forward(q, k, v, a, None) is None
     assert flashattn._C.forward(q.requires_grad_(), k.requires_grad_(), v, b, None) is None
     assert torch.equal(a, b)
+
+
+# ---- drop-in edges (issue 16) -----------------------------------------------------------------
+
+@pytest.mark.parametrize("kind", ["nan_q", "nan_k", "inf_k"])
+def test_non_finite_inputs_propagate_like_torch_sdpa(kind):
+    """Per (row, head), the output is non-finite exactly where torch's math SDPA's is."""
+    g = gen(7)
+    q, k, v = make_inputs(dict(b=2, sq=70, sk=70, h=2, hk=2, d=32, dv=32), g)
+    target = {"nan_q": q, "nan_k": k, "inf_k": k}[kind]
+    target[1, 10, 1, 3] = float("inf") if kind == "inf_k" else float("nan")
+    ours = flashattn.flash_attn_func(q, k, v, causal=True)
+    with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.MATH):
+        ref = torch.nn.functional.scaled_dot_product_attention(
+            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True).transpose(1, 2)
+    bad_ref = ~torch.isfinite(ref).all(dim=-1)
+    if kind != "nan_q":
+        # torch 2.5's math SDPA adds the causal mask to the scores, so the bad key's NaN (or
+        # inf - inf) also reaches rows 0..9, which cannot see key 10. A masked key takes no
+        # part in a row here: those rows stay finite whatever the torch release does.
+        bad_ref[1, :10, 1] = False
+    assert bad_ref.any()
+    assert torch.equal(~torch.isfinite(ours).all(dim=-1), bad_ref)
+
+
+@pytest.mark.parametrize("b,sq,sk", [(0, 5, 7), (2, 0, 7), (2, 5, 0)])
+def test_empty_tensors_forward_and_backward(b, sq, sk):
+    q = torch.randn(b, sq, 4, 16, requires_grad=True)
+    k = torch.randn(b, sk, 2, 16, requires_grad=True)
+    v = torch.randn(b, sk, 2, 16, requires_grad=True)
+    out, lse, _ = flashattn.flash_attn_func(q, k, v, causal=True, return_attn_probs=True)
+    assert out.shape == (b, sq, 4, 16) and torch.all(out == 0)
+    assert torch.all(lse == float("-inf"))
+    out.sum().backward()
+    for t in (q, k, v):
+        assert torch.all(t.grad == 0)
+
+
+def test_causal_with_window_matches_left_window_and_compiles():
+    g = gen(8)
+    q, k, v = make_inputs(dict(b=2, sq=33, sk=40, h=4, hk=2, d=16, dv=16), g)
+    a = flashattn.flash_attn_func(q, k, v, causal=True, window_size=(6, 6))
+    b = flashattn.flash_attn_func(q, k, v, window_size=(6, 0))
+    assert torch.equal(a, b)

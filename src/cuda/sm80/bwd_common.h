@@ -58,6 +58,10 @@ struct BwdKernelParams : BackwardParams {
   // Causal launches of BwdTraits::kInterleave kernels start the main kernel's CTAs in groups
   // of this many (kv head [, split], batch) planes (cuda/common/cta_order.h); 1 = plain order.
   int32_t cta_group_planes = 1;
+  // dsink: one partial sum per preprocess CTA, (heads, batch, sink_partials_per_head / batch),
+  // summed in that order by bwd_sink_grad_kernel. Null when dsink is not requested.
+  float* sink_partial = nullptr;
+  int32_t sink_partials_per_head = 0;
 
   __device__ __forceinline__ int64_t ws_row0(int b, int64_t row0_q) const {
     return is_varlen() ? (row0_q & ~int64_t(kWsRowAlign - 1)) + int64_t(b) * (ws_block + kWsRowAlign)

@@ -59,6 +59,10 @@ Status launch_bwd_kernels(const BwdKernelParams& kp, cudaStream_t stream) {
     bwd_preprocess_kernel<Element, kHeadDim><<<grid, kBwdAuxThreads, 0, stream>>>(kp);
     FLASHATTN_CUDA_TRY(cudaGetLastError());
   }
+  if (kp.dsink != nullptr) {
+    bwd_sink_grad_kernel<Element><<<kp.heads, 32, 0, stream>>>(kp);
+    FLASHATTN_CUDA_TRY(cudaGetLastError());
+  }
   if (kp.dq_accum != nullptr) {
     FLASHATTN_CUDA_TRY(cudaMemsetAsync(kp.dq_accum, 0, sizeof(float) * size_t(kp.heads) * kp.ws_rows * kHeadDim,
                                        stream));
@@ -158,7 +162,11 @@ Status run_bwd(const BackwardParams& params, cudaStream_t stream) {
       kp.kv_splits > 1
           ? round_up(sizeof(float) * size_t(kp.kv_splits) * params.total_k * params.heads_k * kHeadDim, kWsAlign)
           : 0;
-  const size_t total = std::max<size_t>(2 * stat_bytes + dq_bytes + 2 * part_bytes, kWsAlign);
+  // dsink: one f32 partial per preprocess CTA (launch_bwd_kernels' grid) and head.
+  const int64_t pre_ctas = ceil_div(round_up(params.seqlen_q, kBlockM), bwd_preprocess_rows_per_cta<kHeadDim>());
+  kp.sink_partials_per_head = params.dsink != nullptr ? int32_t(pre_ctas * params.batch) : 0;
+  const size_t sink_bytes = round_up(sizeof(float) * size_t(params.heads) * kp.sink_partials_per_head, kWsAlign);
+  const size_t total = std::max<size_t>(2 * stat_bytes + dq_bytes + 2 * part_bytes + sink_bytes, kWsAlign);
   void* ws = nullptr;
   if (Status s = workspace_alloc(&ws, total, stream); !s.ok()) return s;
   char* base = static_cast<char*>(ws);
@@ -168,6 +176,9 @@ Status run_bwd(const BackwardParams& params, cudaStream_t stream) {
   if (kp.kv_splits > 1) {
     kp.dk_partial = reinterpret_cast<float*>(base + 2 * stat_bytes + dq_bytes);
     kp.dv_partial = reinterpret_cast<float*>(base + 2 * stat_bytes + dq_bytes + part_bytes);
+  }
+  if (params.dsink != nullptr) {
+    kp.sink_partial = reinterpret_cast<float*>(base + 2 * stat_bytes + dq_bytes + 2 * part_bytes);
   }
 
   const Status launched = launch_bwd_kernels<Traits>(kp, stream);

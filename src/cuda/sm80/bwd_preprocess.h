@@ -2,7 +2,8 @@
 //   bwd_preprocess_kernel   D = rowsum(dO * O) and LSE * log2(e) into the workspace
 //   bwd_convert_dq_kernel   dQ = scale * f32 accumulator -> element type
 //   bwd_reduce_dkv_kernel   GQA with split query heads: dK, dV = sums of the f32 partials
-// All three run over (row block, head, batch) grids and move 16-byte chunks.
+//   bwd_sink_grad_kernel    dsink = -(sum of the preprocess CTAs' partials), per head
+// The first three run over (row block, head, batch) grids and move 16-byte chunks.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -10,6 +11,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "core/sink.h"
 #include "cuda/sm80/bwd_common.h"
 
 namespace flashattn::cuda {
@@ -42,7 +44,9 @@ __device__ __forceinline__ void unpack8(const uint4& v, float (&f)[8]) {
 // Grid (ceil(round_up(seqlen_q, ws_block) / rows_per_cta), heads, batch). Covers every
 // workspace row a main-kernel block can read: rows < seqlen get D = dO.O (f32 sums of the
 // element-type inputs) and LSE * log2(e) (+inf for LSE = -inf: P = exp2(x - inf) = 0); padding
-// rows up to the ws_block boundary get D = 0 and +inf.
+// rows up to the ws_block boundary get D = 0 and +inf. With dsink requested, each CTA also
+// writes the sum of its rows' exp(sink - LSE) * D (core/sink.h) to sink_partial, reduced in a
+// fixed order (lane shuffles, then the warps in order), so dsink is reproducible.
 template <typename Element, int kHeadDim>
 __global__ void __launch_bounds__(kBwdAuxThreads) bwd_preprocess_kernel(const __grid_constant__ BwdKernelParams params) {
   constexpr int kLanes = bwd_preprocess_lanes_per_row<kHeadDim>();
@@ -73,17 +77,46 @@ __global__ void __launch_bounds__(kBwdAuxThreads) bwd_preprocess_kernel(const __
 #pragma unroll
   for (int m = kLanes / 2; m > 0; m /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, m);
 
+  float lse = -INFINITY;
   if (sub == 0 && r < rows_alloc) {
     float lse2 = INFINITY;
     if (r < seq.seqlen_q) {
-      const float lse = params.lse[batch * params.lse_batch_stride + int64_t(head) * params.lse_head_stride +
-                                   seq.row0_q + r];
+      lse = params.lse[batch * params.lse_batch_stride + int64_t(head) * params.lse_head_stride + seq.row0_q + r];
       lse2 = lse == -INFINITY ? INFINITY : lse * kLog2e;
     }
     const int64_t ws = int64_t(head) * params.ws_rows + params.ws_row0(batch, seq.row0_q) + r;
     params.lse_log2[ws] = lse2;
     params.dsum[ws] = r < seq.seqlen_q ? acc : 0.0f;
   }
+
+  if (params.sink_partial != nullptr) {
+    float term = sub == 0 && r < seq.seqlen_q ? sink_grad_term(params.learnable_sink[head], lse, acc) : 0.0f;
+#pragma unroll
+    for (int m = 16; m > 0; m /= 2) term += __shfl_xor_sync(0xffffffffu, term, m);
+    __shared__ float warp_sums[kBwdAuxThreads / 32];
+    if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = term;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      float sum = 0.0f;
+#pragma unroll
+      for (int w = 0; w < kBwdAuxThreads / 32; ++w) sum += warp_sums[w];
+      params.sink_partial[(int64_t(head) * gridDim.z + batch) * gridDim.x + blockIdx.x] = sum;
+    }
+  }
+}
+
+// Grid (heads), one warp: dsink[h] = -(sum of head h's preprocess partials), the lanes taking
+// strided partials in order and a fixed shuffle tree adding them (reproducible). With no query
+// rows there are no partials and dsink = 0.
+template <typename Element>
+__global__ void __launch_bounds__(32) bwd_sink_grad_kernel(const __grid_constant__ BwdKernelParams params) {
+  const int head = blockIdx.x;
+  const float* part = params.sink_partial + int64_t(head) * params.sink_partials_per_head;
+  float sum = 0.0f;
+  for (int i = threadIdx.x; i < params.sink_partials_per_head; i += 32) sum += part[i];
+#pragma unroll
+  for (int m = 16; m > 0; m /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, m);
+  if (threadIdx.x == 0) params.dsink[head] = 0.0f - sum;
 }
 
 // Grid (ceil(seqlen_q / kBwdAuxRows), heads, batch): dq = scale * dq_accum for rows < seqlen.

@@ -12,6 +12,8 @@ namespace {
 // each KV head once instead of once per query head. Exact only when every folded row sees the
 // same keys with the same scores: no left window, no ALiBi (per-head slopes), no dropout (the
 // mask is indexed by head and row); LSE must have a unit head stride to keep unit row stride.
+// Learnable sinks are per query head: sink_fold tells the epilogue and the combine whose sink
+// each folded row takes.
 ForwardParams fold_gqa_decode(const ForwardParams& p) {
   const bool foldable = p.seqlen_q == 1 && p.heads > p.heads_k && !p.is_varlen() && p.alibi == nullptr &&
                         !p.has_dropout() && p.window_left < 0 && (p.lse == nullptr || p.lse_head_stride == 1);
@@ -24,6 +26,7 @@ ForwardParams fold_gqa_decode(const ForwardParams& p) {
   f.q_strides = Strides3{p.q_strides.batch, p.q_strides.head, p.q_strides.head * group};
   f.out_strides = Strides3{p.out_strides.batch, p.out_strides.head, p.out_strides.head * group};
   f.lse_head_stride = p.lse_head_stride * group;
+  f.sink_fold = group;  // row i of kv head h is query head h * group + i: its sink
   // With one query, a right window (causal included) hides no key: seqlen_k - 1 + right >= the
   // last key. Drop it, since the folded rows would otherwise be masked differently.
   f.window_left = f.window_right = -1;

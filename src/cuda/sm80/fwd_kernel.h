@@ -19,6 +19,7 @@
 
 #include "core/params.h"
 #include "core/philox.h"
+#include "core/sink.h"
 #include "cuda/common/cta_order.h"
 #include "cuda/common/mask.h"
 #include "cuda/common/seq_extent.h"
@@ -100,6 +101,13 @@ __device__ __forceinline__ RowPtr row_ptr(const void* p, const Strides3& s, int 
   const char* base = static_cast<const char*>(p) +
                      sizeof(Element) * (b * s.batch + row0 * s.row + int64_t(head) * s.head);
   return {base, int64_t(sizeof(Element)) * s.row};
+}
+
+// The query head whose learnable sink row `pos` (its position in the sequence, or its global
+// row: with folding seqlen_q == sink_fold, so both agree) of kernel head `head` uses: the head
+// itself unless fwd_dispatch folded a GQA group into the rows (ForwardParams::sink_fold).
+__device__ __forceinline__ int sink_head(const ForwardParams& p, int head, int64_t pos) {
+  return p.sink_fold == 1 ? head : head * p.sink_fold + int(pos % p.sink_fold);
 }
 
 // Reduces v[0..n) pairwise (depth log2 n instead of a chain of n - 1 dependent operations);
@@ -430,10 +438,12 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
     }
   }
 
-  // Epilogue: finish the row sums across the quad, normalise, write LSE, stage O through this
-  // warp's own rows of sQ (no other warp reads them) and store 16-byte chunks. Split-KV CTAs
-  // write float32 partials instead, merged by fwd_combine_kernel.
+  // Epilogue: finish the row sums across the quad, fold in the learnable sink (core/sink.h),
+  // normalise, write LSE, stage O through this warp's own rows of sQ (no other warp reads them)
+  // and store 16-byte chunks. Split-KV CTAs write float32 partials without the sink instead,
+  // merged by fwd_combine_kernel, which adds it.
   const float out_scale = use_dropout ? params.dropout_rescale : 1.0f;
+  const bool sink_here = params.learnable_sink != nullptr && num_splits == 1;
   const int64_t global_row0 = params.is_varlen() ? row0_q + m0 : int64_t(batch) * params.seqlen_q + m0;
 #pragma unroll
   for (int mt = 0; mt < kMTiles; ++mt) {
@@ -442,15 +452,24 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
       float l = row_sum[mt][h];
       l += __shfl_xor_sync(0xffffffffu, l, 1);
       l += __shfl_xor_sync(0xffffffffu, l, 2);
-      const bool empty = !(l > 0.0f);  // no visible key (or nothing processed)
-      const float inv = empty ? 0.0f : out_scale / l;
+      // The kept maximum in log2 units; __fmul_rn keeps it one rounding whatever follows, so a
+      // sink of -inf leaves the LSE bitwise unchanged.
+      float m_log2 = __fmul_rn(row_max[mt][h], exp_scale);
+      float o_factor = 1.0f;
+      if (sink_here) {
+        const float sink = params.learnable_sink[sink_head(params, head, m0 + warp_row0 + mt * 16 + g + 8 * h)];
+        o_factor = fold_sink(sink * kLog2e, &m_log2, &l, [](float x) { return ptx::exp2_approx(x); });
+      }
+      // No visible key and no sink (or nothing processed); a NaN sum (non-finite inputs) stays NaN.
+      const bool empty = l == 0.0f;
+      const float inv = empty ? 0.0f : out_scale * o_factor / l;
 #pragma unroll
       for (int dt = 0; dt < kDTiles; ++dt) {
         o_acc[mt][dt][2 * h] *= inv;
         o_acc[mt][dt][2 * h + 1] *= inv;
       }
       const int r = warp_row0 + mt * 16 + g + 8 * h;
-      const float lse = empty ? -INFINITY : (row_max[mt][h] * exp_scale + __log2f(l)) * kLn2;
+      const float lse = empty ? -INFINITY : (m_log2 + __log2f(l)) * kLn2;
       if (num_splits > 1) {
         if (r < rows_here) {
           const int64_t row = global_row0 + r;
@@ -516,15 +535,27 @@ __global__ void __launch_bounds__(128) fwd_combine_kernel(const __grid_constant_
   const float* lse_s = params.split_lse + int64_t(head) * params.total_q + row;
   const int64_t lse_split_stride = int64_t(params.heads) * params.total_q;
   float mx = -INFINITY;
-  for (int s = lane; s < splits; s += 32) mx = fmaxf(mx, lse_s[s * lse_split_stride]);
+  bool nan = false;  // a split's NaN (from NaN or infinite inputs) makes the row NaN, as in torch
+  for (int s = lane; s < splits; s += 32) {
+    const float x = lse_s[s * lse_split_stride];
+    mx = fmaxf(mx, x);
+    nan |= isnan(x);
+  }
 #pragma unroll
   for (int m = 16; m > 0; m /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, m));
+  // The learnable sink joins here, once per row (the split partials exclude it): one more term
+  // of the LSE with no O. A sink of -inf changes nothing.
+  const float sink =
+      params.learnable_sink != nullptr ? params.learnable_sink[sink_head(params, head, row)] : -INFINITY;
+  mx = fmaxf(mx, sink);
+  if (__any_sync(0xffffffffu, nan)) mx = NAN;
   float sum = 0.0f;
   if (mx != -INFINITY) {
     for (int s = lane; s < splits; s += 32) sum += __expf(lse_s[s * lse_split_stride] - mx);
   }
 #pragma unroll
   for (int m = 16; m > 0; m /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, m);
+  if (sink != -INFINITY) sum += __expf(sink - mx);
   const float lse = mx == -INFINITY ? -INFINITY : mx + __logf(sum);
   float acc[kPerLane];
 #pragma unroll

@@ -1,0 +1,146 @@
+"""flashattn as an attention backend of Hugging Face transformers (5.x).
+
+    import flashattn.integrations.transformers          # registers "flashattn"
+    model = AutoModelForCausalLM.from_pretrained(name, attn_implementation="flashattn")
+
+Importing this module registers :func:`attention_forward` with transformers'
+``AttentionInterface`` and transformers' FlashAttention mask function (a 2D padding mask, or
+None without padding) with ``AttentionMaskInterface``, under the name ``"flashattn"`` (call
+:func:`register` for another name). The calling conventions are those of transformers'
+flash-attention-2 integration:
+
+* query (batch, heads, seq_q, head_dim), key/value (batch, heads_k, seq_k, head_dim) in; the
+  output is (batch, seq_q, heads, head_dim), and the second result (attention weights) None.
+* Padding: a 2D 0/1 ``attention_mask`` (batch, seq_k) unpads the batch into a varlen call
+  (the queries are the last seq_q positions of each row, as with a KV cache); padded query rows
+  come back as zeros. Packed sequences: ``cu_seq_lens_q/k`` + ``max_length_q/k`` keyword
+  arguments, or ``position_ids`` that restart at 0 inside one row.
+* ``sliding_window=w``: each query sees the w most recent keys, itself included, i.e.
+  flash_attn's ``window_size=(w - 1, w - 1)`` with causal (which clamps the right side to 0),
+  as transformers passes it to flash_attn and as its SDPA mask reads
+  ``kv_idx > q_idx - sliding_window``.
+* ``softcap``, ``scaling`` (softmax scale), ``dropout`` as given; causal from
+  ``module.is_causal`` (or an ``is_causal`` keyword); GQA/MQA without repeating k and v.
+* float32 inputs on a GPU run in the module's half dtype (the CUDA backend has no float32) and
+  come back in float32, as transformers' integration does.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+
+from ..flash_attn_interface import flash_attn_func, flash_attn_varlen_func
+
+NAME = "flashattn"
+
+
+def _half_dtype(module: torch.nn.Module) -> torch.dtype:
+    """The dtype a float32 call runs in on the GPU: autocast's, else the module's weights' when
+    they are half, else bfloat16."""
+    if torch.is_autocast_enabled():
+        return torch.get_autocast_gpu_dtype()
+    for p in module.parameters():
+        if p.dtype in (torch.float16, torch.bfloat16):
+            return p.dtype
+    return torch.bfloat16
+
+
+def _unpad(x: torch.Tensor, mask: torch.Tensor):
+    """x (batch, seq, heads, dim), mask bool (batch, seq) -> (rows, heads, dim), the flat
+    indices of the kept rows, cu_seqlens int32 (batch + 1), the longest sequence."""
+    lengths = mask.sum(dim=-1, dtype=torch.int32)
+    indices = torch.nonzero(mask.flatten(), as_tuple=False).flatten()
+    cu = F.pad(torch.cumsum(lengths, dim=0, dtype=torch.int32), (1, 0))
+    rows = x.reshape(-1, *x.shape[2:]).index_select(0, indices)
+    return rows, indices, cu, int(lengths.max()) if lengths.numel() else 0
+
+
+def _packed_from_position_ids(position_ids: torch.Tensor, seq: int):
+    """cu_seqlens (int32) and the longest sequence of one row of packed sequences (positions
+    restarting at 0), or None when the row is a single sequence."""
+    pos = position_ids.reshape(-1)[:seq]
+    if pos.numel() < 2 or bool((torch.diff(pos) >= 0).all()):
+        return None
+    starts = torch.nonzero(pos == 0, as_tuple=False).flatten().to(torch.int32)
+    if starts.numel() == 0 or int(starts[0]) != 0:
+        return None
+    end = torch.tensor([pos.numel()], dtype=torch.int32, device=pos.device)
+    cu = torch.cat([starts, end])
+    return cu, int(torch.diff(cu).max())
+
+
+def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor,
+                      value: torch.Tensor, attention_mask: Optional[torch.Tensor],
+                      scaling: Optional[float] = None, dropout: float = 0.0,
+                      sliding_window: Optional[int] = None, softcap: Optional[float] = None,
+                      **kwargs):
+    """transformers' attention-function signature; see the module docs for the conventions."""
+    if kwargs.get("s_aux") is not None or kwargs.get("sinks") is not None:
+        raise NotImplementedError("flashattn's transformers integration: attention sinks "
+                                  "(s_aux) are not supported yet")
+    if attention_mask is not None and attention_mask.dim() != 2:
+        raise ValueError(
+            "flashattn's transformers integration takes a 2D padding mask (batch, seq_k); got "
+            f"shape {tuple(attention_mask.shape)} (register it with AttentionMaskInterface, "
+            "as importing flashattn.integrations.transformers does)")
+    batch, heads, seq_q, _ = query.shape
+    seq_k = key.shape[2]
+    # (batch, heads, seq, dim) -> (batch, seq, heads, dim): views, no copy.
+    q, k, v = query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2)
+    in_dtype = q.dtype
+    if q.is_cuda and in_dtype == torch.float32:
+        half = _half_dtype(module)
+        q, k, v = q.to(half), k.to(half), v.to(half)
+
+    causal = kwargs.get("is_causal")
+    if causal is None:
+        causal = bool(getattr(module, "is_causal", True))
+    window = (sliding_window - 1, sliding_window - 1) if sliding_window and sliding_window > 0 else (-1, -1)
+    options = dict(dropout_p=float(dropout), softmax_scale=scaling, causal=bool(causal),
+                   window_size=window, softcap=float(softcap or 0.0),
+                   deterministic=bool(kwargs.get("deterministic") or False))
+
+    if attention_mask is not None:
+        kv_mask = attention_mask[:, -seq_k:].to(torch.bool)
+        q_mask = kv_mask[:, -seq_q:]
+        q_rows, q_index, cu_q, max_q = _unpad(q, q_mask)
+        k_rows, k_index, cu_k, max_k = _unpad(k, kv_mask)
+        v_rows = v.reshape(-1, *v.shape[2:]).index_select(0, k_index)
+        out_rows = flash_attn_varlen_func(q_rows, k_rows, v_rows, cu_q, cu_k, max_q, max_k,
+                                          **options)
+        out = out_rows.new_zeros(batch * seq_q, *out_rows.shape[1:])
+        out.index_copy_(0, q_index, out_rows)
+        out = out.view(batch, seq_q, *out_rows.shape[1:])
+    else:
+        cu_q, cu_k = kwargs.get("cu_seq_lens_q"), kwargs.get("cu_seq_lens_k")
+        max_q, max_k = kwargs.get("max_length_q"), kwargs.get("max_length_k")
+        packed = None
+        if cu_q is None and batch == 1 and seq_q == seq_k and kwargs.get("position_ids") is not None:
+            packed = _packed_from_position_ids(kwargs["position_ids"], seq_q)
+            if packed is not None:
+                cu_q = cu_k = packed[0]
+                max_q = max_k = packed[1]
+        if cu_q is not None and cu_k is not None and max_q and max_k:
+            out = flash_attn_varlen_func(
+                q.reshape(-1, *q.shape[2:]), k.reshape(-1, *k.shape[2:]),
+                v.reshape(-1, *v.shape[2:]), cu_q.to(torch.int32), cu_k.to(torch.int32),
+                int(max_q), int(max_k), **options)
+            out = out.view(batch, seq_q, *out.shape[1:])
+        else:
+            out = flash_attn_func(q, k, v, **options)
+    return out.to(in_dtype), None
+
+
+def register(name: str = NAME) -> None:
+    """Registers flashattn with transformers under `name` (attention and its mask function)."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, flash_attention_mask
+
+    AttentionInterface.register(name, attention_forward)
+    AttentionMaskInterface.register(name, flash_attention_mask)
+
+
+register()

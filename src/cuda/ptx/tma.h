@@ -1,0 +1,29 @@
+// Bulk tensor copies (TMA, sm90): one thread asks the copy engine for a whole tile described by
+// a tensor map (built on the host, sm90/tensor_map.h); the bytes land in shared memory in the
+// map's swizzle and complete on an mbarrier's transaction count.
+#pragma once
+
+#include <cuda.h>
+
+#include <cstdint>
+
+#include "cuda/ptx/mbarrier.h"
+
+namespace flashattn::ptx {
+
+// Loads the box at coordinates (c0 innermost .. c3) of a rank-4 tensor map into `smem`.
+__device__ __forceinline__ void tma_load_4d(void* smem, const CUtensorMap* map, uint64_t* bar, int c0, int c1,
+                                            int c2, int c3) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5, %6}], "
+      "[%2];\n" ::"r"(smem_u32(smem)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_u32(bar)), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+      : "memory");
+}
+
+// Brings a tensor map (a __grid_constant__ kernel parameter) into the descriptor cache early.
+__device__ __forceinline__ void tma_prefetch_map(const CUtensorMap* map) {
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
+}
+
+}  // namespace flashattn::ptx

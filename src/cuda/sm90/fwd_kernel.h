@@ -1,0 +1,469 @@
+// FlashAttention-3-class forward kernel for Hopper (sm_90a): bulk tensor copies (TMA), warpgroup
+// products (wgmma) and warp specialisation.
+//
+// One CTA per (query block, head, batch), 1 + kConsumers warpgroups:
+//  - Warpgroup 0 produces: one thread loads the Q tile once and streams K and V tiles through a
+//    ring of kStages slots, each slot with "full" barriers (the copy engine's bytes landed) and
+//    "empty" barriers (every consumer warp is done reading). It keeps 24 registers.
+//  - Each consumer warpgroup owns 64 query rows and takes the freed registers (setmaxnreg). Per
+//    key block j (last to first, as the sm80 kernel):
+//        issue S_j = Q K_j^T; issue O += P_{j+1} V_{j+1}; wait S_j; softmax(S_j) while the tensor
+//        cores run P V; wait P V; rescale O; P_j = S_j in 16 bits
+//    so the exponentials of one block overlap the P V product of the previous one
+//    (FlashAttention-3's intra-warpgroup pipelining). P stays in registers as the A operand.
+// Masks, block ranges and the lazy rescale are the sm80 kernel's (common/mask.h, the threshold
+// in sm80/fwd_kernel.h); O is normalised once at the end, staged through the warpgroup's own
+// rows of the Q tile and stored in 16-byte chunks.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "core/params.h"
+#include "core/sink.h"
+#include "cuda/common/mask.h"
+#include "cuda/common/seq_extent.h"
+#include "cuda/ptx/math.h"
+#include "cuda/ptx/mbarrier.h"
+#include "cuda/ptx/tma.h"
+#include "cuda/ptx/warpgroup.h"
+#include "cuda/ptx/wgmma.h"
+#include "cuda/sm90/fwd_traits.h"
+
+namespace flashattn::cuda::sm90 {
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+// Lazy rescaling (FlashAttention-4): a row adopts a new maximum only when it exceeds the kept one
+// by more than this many log2 units, so unnormalised P stays below 2^8 and most blocks skip the
+// O rescale. Exact: the final normalisation uses the same kept maximum.
+constexpr float kRescaleThreshold = 8.0f;
+
+// Where the ring's barriers live and how a (stage, pass) maps to a parity.
+struct Ring {
+  uint64_t* q_full;
+  uint64_t* k_full;   // [stages]
+  uint64_t* v_full;   // [stages]
+  uint64_t* k_empty;  // [stages]
+  uint64_t* v_empty;  // [stages]
+  uint64_t* q_empty;
+};
+
+// Row statistics and accumulators of one consumer thread: rows g and g + 8 of its warp's 16
+// (h = 0, 1), in the accumulator order of an m64nN product (per 8-column chunk c: elements
+// 4c + 2h + e at column 8c + 2t + e).
+template <typename Traits>
+struct ConsumerState {
+  static constexpr int kORegs = Traits::kHeadDim / 2;
+  static constexpr int kSRegs = Traits::kBlockN / 2;
+  float o[kORegs];
+  float s[kSRegs];
+  uint32_t p[kSRegs / 2];  // P in 16-bit pairs: p[i] = (s[2i], s[2i + 1])
+  float row_max[2];
+  float row_sum[2];
+};
+
+template <typename Traits>
+__device__ __forceinline__ void gemm_qk(float (&s)[Traits::kBlockN / 2], uint64_t q_desc, uint64_t k_desc) {
+  using Mma = ptx::Wgmma<Traits::kBlockN, typename Traits::Element>;
+  ptx::wgmma_fence();
+#pragma unroll
+  for (int panel = 0; panel < Traits::kPanels; ++panel) {
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {  // four k16 steps of 32 bytes in each 128-byte row
+      Mma::template ss<0>(s, ptx::desc_advance(q_desc, panel * Traits::kPanelBytesQ + kk * 32),
+                          ptx::desc_advance(k_desc, panel * Traits::kPanelBytesKV + kk * 32),
+                          (panel | kk) != 0 ? 1u : 0u);
+    }
+  }
+  ptx::wgmma_commit();
+}
+
+template <typename Traits>
+__device__ __forceinline__ void gemm_pv(float (&o)[Traits::kHeadDim / 2], const uint32_t (&p)[Traits::kBlockN / 4],
+                                        uint64_t v_desc) {
+  using Mma = ptx::Wgmma<Traits::kHeadDim, typename Traits::Element>;
+  ptx::wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < Traits::kBlockN / 16; ++kk) {  // 16 keys = 16 rows of 128 bytes per step
+    const uint32_t a[4] = {p[4 * kk], p[4 * kk + 1], p[4 * kk + 2], p[4 * kk + 3]};
+    Mma::template rs<1>(o, a, ptx::desc_advance(v_desc, kk * 16 * Traits::kRowBytes), 1u);
+  }
+  ptx::wgmma_commit();
+}
+
+// -inf outside the rows' visible key intervals (only for blocks that straddle a boundary).
+template <typename Traits>
+__device__ __forceinline__ void apply_mask(float (&s)[Traits::kBlockN / 2], const WindowMask& mask, int row, int key0) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    int lo, hi;
+    mask.row_range(row + 8 * h, &lo, &hi);
+    lo -= key0;
+    hi -= key0;
+#pragma unroll
+    for (int c = 0; c < Traits::kBlockN / 8; ++c) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int col = 8 * c + e;  // relative to key0 = the block's first key + 2t
+        if (col < lo || col >= hi) s[4 * c + 2 * h + e] = -INFINITY;
+      }
+    }
+  }
+}
+
+// Online softmax of one block: updates the kept maxima and row sums, turns s into unnormalised
+// P (in place) and returns the factors O must be multiplied by (1 when the maximum was kept).
+template <typename Traits>
+__device__ __forceinline__ bool softmax_block(ConsumerState<Traits>& st, float scale_log2, float (&correction)[2]) {
+  constexpr int kChunks = Traits::kBlockN / 8;
+  bool any_rescale = false;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float mx = st.row_max[h];
+#pragma unroll
+    for (int c = 0; c < kChunks; ++c) mx = fmaxf(mx, fmaxf(st.s[4 * c + 2 * h], st.s[4 * c + 2 * h + 1]));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    const float kept = st.row_max[h];
+    // From -inf any finite maximum is adopted ((mx - -inf) = +inf); -inf stays (NaN > x is false).
+    const bool adopt = (mx - kept) * scale_log2 > kRescaleThreshold;
+    correction[h] = adopt ? ptx::exp2_approx((kept - mx) * scale_log2) : 1.0f;
+    st.row_max[h] = adopt ? mx : kept;
+    any_rescale |= adopt;
+    // A row that has seen no visible key keeps -inf: subtract 0 so exp2(-inf - -inf) is no NaN.
+    const float m_scaled = st.row_max[h] == -INFINITY ? 0.0f : st.row_max[h] * scale_log2;
+    float sum = 0.0f;
+#pragma unroll
+    for (int c = 0; c < kChunks; ++c) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const float p = ptx::exp2_approx(fmaf(st.s[4 * c + 2 * h + e], scale_log2, -m_scaled));
+        st.s[4 * c + 2 * h + e] = p;
+        sum += p;
+      }
+    }
+    st.row_sum[h] = st.row_sum[h] * correction[h] + sum;
+  }
+  return __any_sync(0xffffffffu, any_rescale);
+}
+
+template <typename Traits>
+__device__ __forceinline__ void rescale_o(ConsumerState<Traits>& st, const float (&correction)[2]) {
+#pragma unroll
+  for (int c = 0; c < Traits::kHeadDim / 8; ++c) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      st.o[4 * c + 2 * h] *= correction[h];
+      st.o[4 * c + 2 * h + 1] *= correction[h];
+    }
+  }
+}
+
+template <typename Traits>
+__device__ __forceinline__ void convert_p(ConsumerState<Traits>& st) {
+#pragma unroll
+  for (int i = 0; i < Traits::kBlockN / 4; ++i) {
+    st.p[i] = ptx::pack2<typename Traits::Element>(st.s[2 * i], st.s[2 * i + 1]);
+  }
+}
+
+// Ping-pong between consumer warpgroups (FlashAttention-3): they take turns issuing their
+// products, so one warpgroup's exponentials run while the tensor cores work for the next. Turn c
+// belongs to warpgroup c, on named barrier kTurnBarrier0 + c over two warpgroups: the holder
+// syncs on its own barrier, issues, then arrives on the next warpgroup's.
+constexpr int kTurnBarrier0 = 1;
+
+template <typename Traits>
+struct Turns {
+  int consumer;
+  __device__ __forceinline__ void take() const {
+    if constexpr (Traits::kPingPong) ptx::named_barrier_sync(kTurnBarrier0 + consumer, 256);
+  }
+  __device__ __forceinline__ void pass() const {
+    if constexpr (Traits::kPingPong) {
+      ptx::named_barrier_arrive(kTurnBarrier0 + (consumer + 1) % Traits::kConsumers, 256);
+    }
+  }
+};
+
+// One arrival per consumer warp frees a slot (the barriers count 4 * kConsumers).
+__device__ __forceinline__ void release(uint64_t* bar, int lane) {
+  if (lane == 0) ptx::mbarrier_arrive(bar);
+}
+
+// Epilogue of one tile: finish the row sums across the quad, normalise, write LSE and O straight
+// from the accumulators (each quad writes 16 contiguous bytes of a row per 8-column chunk). No
+// shared memory: the next tile's Q may already be landing in the Q buffer.
+template <typename Traits, typename TileWork>
+__device__ __forceinline__ void store_tile(const ForwardParams& params, const TileWork& w, ConsumerState<Traits>& st,
+                                           int row_in_tile, int t4) {
+  using Element = typename Traits::Element;
+  const int64_t lse_base =
+      w.batch * params.lse_batch_stride + int64_t(w.head) * params.lse_head_stride + w.row0_q + w.m0;
+  char* gO = static_cast<char*>(params.out) +
+             sizeof(Element) * (w.batch * params.out_strides.batch + (w.row0_q + w.m0) * params.out_strides.row +
+                                int64_t(w.head) * params.out_strides.head);
+  const int64_t o_row_bytes = sizeof(Element) * params.out_strides.row;
+  const float sink_log2 = params.learnable_sink != nullptr ? params.learnable_sink[w.head] * kLog2e : -INFINITY;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float l = st.row_sum[h];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    // The kept maximum in log2 units; __fmul_rn keeps it one rounding, so a sink of -inf leaves
+    // the LSE bitwise unchanged. The learnable sink joins the row here (core/sink.h).
+    float m_log2 = __fmul_rn(st.row_max[h], params.scale_log2);
+    const float o_factor = fold_sink(sink_log2, &m_log2, &l, [](float x) { return ptx::exp2_approx(x); });
+    const bool empty = l == 0.0f;  // no visible key and no sink; a NaN sum stays NaN
+    const float inv = empty ? 0.0f : o_factor / l;
+    const int r = row_in_tile + 8 * h;
+    if (r < w.rows_here) {
+      if (params.lse != nullptr && t4 == 0) params.lse[lse_base + r] = empty ? -INFINITY : (m_log2 + __log2f(l)) * kLn2;
+      char* dst = gO + r * o_row_bytes + 4 * t4;
+#pragma unroll
+      for (int c = 0; c < Traits::kHeadDim / 8; ++c) {
+        *reinterpret_cast<uint32_t*>(dst + 16 * c) =
+            ptx::pack2<Element>(st.o[4 * c + 2 * h] * inv, st.o[4 * c + 2 * h + 1] * inv);
+      }
+    }
+  }
+}
+
+// One tile of the persistent loop: a query block of one (head, batch), with its sequence's extent
+// and the key blocks [n_lo, n_hi) it visits (last to first).
+struct TileWork {
+  int m_block, head, batch;
+  int64_t row0_q, row0_k;
+  int seqlen_q, seqlen_k;
+  int m0, rows_here;
+  int n_lo, n_hi;
+  __device__ __forceinline__ bool exists() const { return m0 < seqlen_q; }
+  __device__ __forceinline__ bool has_keys() const { return n_hi > n_lo; }
+};
+
+template <typename Traits>
+__device__ __forceinline__ TileWork tile_work(const ForwardParams& params, const TileOrder& order, int t) {
+  TileWork w;
+  const TileCoord c = order.at(t);
+  w.m_block = c.m_block;
+  w.head = c.plane % params.heads;
+  w.batch = c.plane / params.heads;
+  const SeqExtent e = seq_extent(params, w.batch);
+  w.row0_q = e.row0_q;
+  w.row0_k = e.row0_k;
+  w.seqlen_q = e.seqlen_q;
+  w.seqlen_k = e.seqlen_k;
+  w.m0 = w.m_block * Traits::kBlockM;
+  w.rows_here = min(Traits::kBlockM, w.seqlen_q - w.m0);
+  w.n_lo = 0;
+  w.n_hi = (w.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN;
+  if constexpr (Traits::kMask == MaskMode::kWindow) {
+    if (w.exists()) {
+      make_window_mask<true>(w.seqlen_q, w.seqlen_k, params.window_left, params.window_right)
+          .block_range(w.m0, w.m0 + w.rows_here, Traits::kBlockN, &w.n_lo, &w.n_hi);
+    }
+  }
+  return w;
+}
+
+// Persistent: each CTA walks its tiles of TileOrder (TileOrder::cta_tile), one per round. The
+// producer and the consumers walk the same tiles and count the K/V ring's slots across them, so
+// the producer loads the next tile's Q and first K/V tiles while the consumers finish this one.
+template <typename Traits>
+__global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_constant__ FwdParams kp) {
+  using Element = typename Traits::Element;
+  constexpr int kBlockN = Traits::kBlockN;
+  constexpr int kStages = Traits::kStages;
+  const ForwardParams& params = kp.p;
+
+  extern __shared__ unsigned char smem_raw[];
+  // The 128-byte swizzle repeats every 1024 bytes and is applied to absolute addresses.
+  unsigned char* smem = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  unsigned char* sQ = smem;                                 // kPanels x (kBlockM rows)
+  unsigned char* sK = sQ + Traits::kTileBytesQ;             // kStages x kPanels x (kBlockN rows)
+  unsigned char* sV = sK + kStages * Traits::kTileBytesKV;  // same
+  uint64_t* bars = reinterpret_cast<uint64_t*>(sV + kStages * Traits::kTileBytesKV);
+  const Ring ring{bars, bars + 1, bars + 1 + kStages, bars + 1 + 2 * kStages, bars + 1 + 3 * kStages,
+                  bars + 1 + 4 * kStages};
+
+  const int warpgroup = threadIdx.x / 128;
+  const int warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  const TileOrder order = kp.order;
+  const int group = params.heads / params.heads_k;
+  const int map_batch_varlen = params.is_varlen();
+
+  if (threadIdx.x == 0) {
+    ptx::mbarrier_init(ring.q_full, 1);
+    ptx::mbarrier_init(ring.q_empty, 4 * Traits::kConsumers);
+    for (int s = 0; s < kStages; ++s) {
+      ptx::mbarrier_init(&ring.k_full[s], 1);
+      ptx::mbarrier_init(&ring.v_full[s], 1);
+      ptx::mbarrier_init(&ring.k_empty[s], 4 * Traits::kConsumers);
+      ptx::mbarrier_init(&ring.v_empty[s], 4 * Traits::kConsumers);
+    }
+    ptx::mbarrier_init_fence();
+  }
+  __syncthreads();
+
+  if (warpgroup == 0) {
+    ptx::warpgroup_reg_dealloc<Traits::kProducerRegs>();
+    if (warp != 0 || lane != 0) return;
+    ptx::tma_prefetch_map(&kp.q);
+    ptx::tma_prefetch_map(&kp.k);
+    ptx::tma_prefetch_map(&kp.v);
+    int it = 0;      // K/V tiles issued so far, across tiles: slot it % kStages, pass it / kStages
+    int q_pass = 0;  // Q tiles issued so far
+    for (int round = 0;; ++round) {
+      const int t = order.cta_tile(round, blockIdx.x, gridDim.x);
+      if (t >= order.tiles) break;
+      const TileWork w = tile_work<Traits>(params, order, t);
+      if (!w.exists() || !w.has_keys()) continue;
+      // Tensor-map coordinates: dense operands are (dim, position, head, batch); varlen ones are
+      // one batch entry of packed tokens.
+      const int map_batch = map_batch_varlen ? 0 : w.batch;
+      const int head_k = w.head / group;
+      ptx::mbarrier_wait(ring.q_empty, (q_pass & 1) ^ 1);
+      ptx::mbarrier_arrive_expect_tx(ring.q_full, Traits::kTileBytesQ);
+#pragma unroll
+      for (int panel = 0; panel < Traits::kPanels; ++panel) {
+        ptx::tma_load_4d(sQ + panel * Traits::kPanelBytesQ, &kp.q, ring.q_full, 64 * panel, int(w.row0_q) + w.m0,
+                         w.head, map_batch);
+      }
+      ++q_pass;
+      for (int n_block = w.n_hi - 1; n_block >= w.n_lo; --n_block, ++it) {
+        const int stage = it % kStages;
+        const uint32_t parity = (it / kStages) & 1;
+        unsigned char* k_dst = sK + stage * Traits::kTileBytesKV;
+        unsigned char* v_dst = sV + stage * Traits::kTileBytesKV;
+        const int key = int(w.row0_k) + n_block * kBlockN;
+        ptx::mbarrier_wait(&ring.k_empty[stage], parity ^ 1);
+        ptx::mbarrier_arrive_expect_tx(&ring.k_full[stage], Traits::kTileBytesKV);
+#pragma unroll
+        for (int panel = 0; panel < Traits::kPanels; ++panel) {
+          ptx::tma_load_4d(k_dst + panel * Traits::kPanelBytesKV, &kp.k, &ring.k_full[stage], 64 * panel, key, head_k,
+                           map_batch);
+        }
+        ptx::mbarrier_wait(&ring.v_empty[stage], parity ^ 1);
+        ptx::mbarrier_arrive_expect_tx(&ring.v_full[stage], Traits::kTileBytesKV);
+#pragma unroll
+        for (int panel = 0; panel < Traits::kPanels; ++panel) {
+          ptx::tma_load_4d(v_dst + panel * Traits::kPanelBytesKV, &kp.v, &ring.v_full[stage], 64 * panel, key, head_k,
+                           map_batch);
+        }
+      }
+    }
+    return;
+  }
+
+  ptx::warpgroup_reg_alloc<Traits::kConsumerRegs>();
+  const int consumer = warpgroup - 1;
+  const int g = lane / 4;
+  const int t4 = lane % 4;
+  const int wg_row0 = consumer * 64;                      // this warpgroup's first row of the tile
+  const int row_in_tile = wg_row0 + (warp % 4) * 16 + g;  // this thread's rows: +0 and +8
+  const float scale_log2 = params.scale_log2;
+  // Descriptors: Q and K are K-major (their rows hold head-dim elements), V MN-major (the head
+  // dim, P V's N, is contiguous; the leading offset steps one 64-column panel).
+  const uint64_t q_desc = ptx::smem_desc(ptx::smem_u32(sQ + wg_row0 * Traits::kRowBytes), 16, 1024,
+                                         ptx::SmemSwizzle::k128B);
+  const uint64_t k_desc0 = ptx::smem_desc(ptx::smem_u32(sK), 16, 1024, ptx::SmemSwizzle::k128B);
+  const uint64_t v_desc0 = ptx::smem_desc(ptx::smem_u32(sV), Traits::kPanelBytesKV, 1024, ptx::SmemSwizzle::k128B);
+  const auto k_desc = [&](int stage) { return ptx::desc_advance(k_desc0, stage * Traits::kTileBytesKV); };
+  const auto v_desc = [&](int stage) { return ptx::desc_advance(v_desc0, stage * Traits::kTileBytesKV); };
+  const Turns<Traits> turns{consumer};
+  // The last warpgroup hands the first turn to warpgroup 0.
+  if (consumer == Traits::kConsumers - 1) turns.pass();
+
+  int it = 0;      // K/V tiles consumed so far, across tiles (the producer's count)
+  int q_pass = 0;  // Q tiles consumed so far
+  for (int round = 0;; ++round) {
+    const int tile = order.cta_tile(round, blockIdx.x, gridDim.x);
+    if (tile >= order.tiles) break;
+    const TileWork w = tile_work<Traits>(params, order, tile);
+    if (!w.exists()) continue;
+    const WindowMask mask = make_window_mask<Traits::kMask == MaskMode::kWindow>(
+        w.seqlen_q, w.seqlen_k, params.window_left, params.window_right);
+
+    ConsumerState<Traits> st;
+#pragma unroll
+    for (int i = 0; i < ConsumerState<Traits>::kORegs; ++i) st.o[i] = 0.0f;
+    st.row_max[0] = st.row_max[1] = -INFINITY;
+    st.row_sum[0] = st.row_sum[1] = 0.0f;
+
+    if (w.has_keys()) {
+      const int row_begin = w.m0 + wg_row0;
+      const int row_end = min(w.m0 + w.rows_here, row_begin + 64);
+      const auto needs_mask = [&](int n_block) {
+        return Traits::kMask == MaskMode::kWindow || (n_block + 1) * kBlockN > w.seqlen_k
+                   ? mask.block_needs_mask(row_begin, max(row_end, row_begin + 1), n_block * kBlockN,
+                                           (n_block + 1) * kBlockN)
+                   : false;
+      };
+      const int row = w.m0 + row_in_tile;
+      ptx::mbarrier_wait(ring.q_full, q_pass & 1);
+
+      // The first (last-keyed) block: S, softmax, no P V yet.
+      int stage = it % kStages;
+      uint32_t parity = (it / kStages) & 1;
+      ptx::mbarrier_wait(&ring.k_full[stage], parity);
+      turns.take();
+      gemm_qk<Traits>(st.s, q_desc, k_desc(stage));
+      turns.pass();
+      ptx::wgmma_wait<0>();
+      ptx::fence_operand(st.s);
+      release(&ring.k_empty[stage], lane);
+      if (needs_mask(w.n_hi - 1)) apply_mask<Traits>(st.s, mask, row, (w.n_hi - 1) * kBlockN + 2 * t4);
+      {
+        float correction[2];
+        softmax_block<Traits>(st, scale_log2, correction);  // O is still 0: nothing to rescale
+      }
+      convert_p(st);
+
+      for (int n_block = w.n_hi - 2; n_block >= w.n_lo; --n_block) {
+        const int prev_stage = stage;
+        const uint32_t prev_parity = parity;
+        ++it;
+        stage = it % kStages;
+        parity = (it / kStages) & 1;
+        ptx::mbarrier_wait(&ring.k_full[stage], parity);
+        ptx::mbarrier_wait(&ring.v_full[prev_stage], prev_parity);
+        turns.take();
+        gemm_qk<Traits>(st.s, q_desc, k_desc(stage));
+        gemm_pv<Traits>(st.o, st.p, v_desc(prev_stage));
+        turns.pass();
+        ptx::wgmma_wait<1>();  // S_j is done; P V is still running
+        ptx::fence_operand(st.s);
+        release(&ring.k_empty[stage], lane);
+        if (needs_mask(n_block)) apply_mask<Traits>(st.s, mask, row, n_block * kBlockN + 2 * t4);
+        float correction[2];
+        const bool rescale = softmax_block<Traits>(st, scale_log2, correction);
+        ptx::wgmma_wait<0>();
+        ptx::fence_operand(st.o);
+        ptx::fence_operand(st.p);
+        release(&ring.v_empty[prev_stage], lane);
+        if (rescale) rescale_o(st, correction);
+        convert_p(st);
+      }
+      // Every Q K^T product of this tile has completed: the producer may load the next Q.
+      release(ring.q_empty, lane);
+      ++q_pass;
+      ptx::mbarrier_wait(&ring.v_full[stage], parity);
+      turns.take();
+      gemm_pv<Traits>(st.o, st.p, v_desc(stage));
+      turns.pass();
+      ptx::wgmma_wait<0>();
+      ptx::fence_operand(st.o);
+      release(&ring.v_empty[stage], lane);
+      ++it;
+    }
+    store_tile<Traits>(params, w, st, row_in_tile, t4);
+  }
+  // Warpgroup 0 takes the turn the last one passed at the end, so no arrival is left over.
+  if (consumer == 0) turns.take();
+}
+
+}  // namespace flashattn::cuda::sm90

@@ -1,0 +1,65 @@
+// Host-side launch of one Hopper forward instantiation. Included only by the generated
+// src/cuda/instantiations/sm90fwd_*.cu files.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+
+#include "cuda/common/cta_order.h"
+#include "cuda/common/cuda_check.h"
+#include "cuda/sm90/fwd.h"
+#include "cuda/sm90/fwd_kernel.h"
+#include "cuda/sm90/tensor_map.h"
+
+namespace flashattn::cuda::sm90 {
+
+template <typename Traits>
+Status run_fwd(const ForwardParams& params, cudaStream_t stream) {
+  FwdParams kp;
+  kp.p = params;
+  kp.p.num_splits = 1;
+  const bool varlen = params.is_varlen();
+  const int map_batch = varlen ? 1 : params.batch;
+  const int64_t rows_q = varlen ? params.total_q : params.seqlen_q;
+  const int64_t rows_k = varlen ? params.total_k : params.seqlen_k;
+  if (Status s = make_operand_map(&kp.q, params.q, params.dtype, Traits::kHeadDim, rows_q, params.heads, map_batch,
+                                  params.q_strides, Traits::kBlockM);
+      !s.ok()) {
+    return Status::NotSupported("q: " + s.message());
+  }
+  if (Status s = make_operand_map(&kp.k, params.k, params.dtype, Traits::kHeadDim, rows_k, params.heads_k,
+                                  map_batch, params.k_strides, Traits::kBlockN);
+      !s.ok()) {
+    return Status::NotSupported("k: " + s.message());
+  }
+  if (Status s = make_operand_map(&kp.v, params.v, params.dtype, Traits::kHeadDim, rows_k, params.heads_k,
+                                  map_batch, params.v_strides, Traits::kBlockN);
+      !s.ok()) {
+    return Status::NotSupported("v: " + s.message());
+  }
+
+  const auto kernel = fwd_kernel<Traits>;
+  constexpr size_t kSmem = Traits::kSmemBytes;
+  FLASHATTN_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmem)));
+  int device = 0, sms = 0;
+  FLASHATTN_CUDA_TRY(cudaGetDevice(&device));
+  FLASHATTN_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  const int m_blocks = (params.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM;
+  const long long planes = static_cast<long long>(params.heads) * params.batch;
+  if (planes * m_blocks >= (1LL << 31)) {
+    return Status::NotSupported("more than 2^31 query tiles for the sm90 forward");
+  }
+  kp.order = TileOrder{int(planes * m_blocks), m_blocks, int(planes),
+                       causal_group_planes(params.is_causal, m_blocks, planes, sms)};
+  // Without a mask every tile is the same work: persistent CTAs, one per SM (their shared memory
+  // allows no second), load the next tile while finishing one (1k-2k: +5-11% against one CTA per
+  // tile). Under a causal or window mask tiles differ, and one CTA per tile, started heaviest
+  // first, lets the hardware balance them: static rounds lost up to 22% at 16k causal even when
+  // alternating direction (H200, bf16; dev/results/h200-2026-12-01-ab-sm90{b,c}-*.json).
+  const int ctas = params.has_window() ? kp.order.tiles : std::min(kp.order.tiles, sms);
+  kernel<<<ctas, Traits::kThreads, kSmem, stream>>>(kp);
+  return cuda_status(cudaGetLastError(), "launching the sm90 forward kernel");
+}
+
+}  // namespace flashattn::cuda::sm90
