@@ -150,6 +150,42 @@ const char* flashattn_version(void);
 /* 1 if this build has the CUDA backend and a usable GPU, else 0. */
 int flashattn_cuda_available(void);
 
+/* Mirrors flashattn::KVCacheArgs (flash_attn_with_kvcache; flashattn.h documents every field).
+ * Optional tensors have ndim == 0. k_cache/v_cache are written in place when k/v are given. */
+typedef struct flashattn_kvcache_args {
+  size_t struct_size; /* sizeof(flashattn_kvcache_args); set by flashattn_kvcache_args_init */
+
+  flashattn_tensor q;       /* (batch, seqlen_q, heads, head_dim) */
+  flashattn_tensor k_cache; /* (batch_cache, seqlen_cache, heads_k, head_dim) or paged
+                               (num_blocks, page_size, heads_k, head_dim) */
+  flashattn_tensor v_cache; /* like k_cache, with head_dim_v */
+  flashattn_tensor k;       /* optional new tokens (batch, seqlen_new, heads_k, head_dim) */
+  flashattn_tensor v;       /* optional (batch, seqlen_new, heads_k, head_dim_v) */
+  flashattn_tensor rotary_cos; /* optional (seqlen_ro, rotary_dim / 2), q's dtype */
+  flashattn_tensor rotary_sin;
+  int32_t rotary_interleaved;      /* 1 (default): pairs (2i, 2i+1); 0: (i, i + rotary_dim/2) */
+  flashattn_tensor cache_seqlens;  /* optional int32 (batch) */
+  flashattn_tensor cache_batch_idx; /* optional int32 (batch); dense cache only */
+  flashattn_tensor cache_leftpad;  /* optional int32 (batch) */
+  flashattn_tensor block_table;    /* optional int32 (batch, max_blocks): paged cache */
+  flashattn_tensor out;            /* (batch, seqlen_q, heads, head_dim_v) */
+  flashattn_tensor lse;            /* optional float32 (batch, heads, seqlen_q) */
+
+  float softmax_scale; /* <= 0: 1/sqrt(head_dim) */
+  int32_t causal;
+  int32_t window_left; /* -1 = unbounded */
+  int32_t window_right;
+  float softcap;
+  flashattn_tensor alibi_slopes;
+  int32_t num_splits;
+  int32_t num_threads;
+  void* stream;
+} flashattn_kvcache_args;
+
+void flashattn_kvcache_args_init(flashattn_kvcache_args* args);
+/* Append (optional) and attend. Returns FLASHATTN_OK or an error code (flashattn_last_error). */
+int flashattn_forward_kvcache(const flashattn_kvcache_args* args);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

@@ -94,4 +94,54 @@ bool cuda_available();
 // Library version string, e.g. "0.1.0".
 const char* version();
 
+// Attention against a KV cache (flash_attn's flash_attn_with_kvcache): optionally appends new
+// keys/values into the cache in place at each sequence's cache length, applies rotary
+// embeddings to q and the new keys at their cache positions, then attends q to the cache.
+// Forward only. The contract (positions, masks, paging, what is checked where) is in
+// docs/SEMANTICS.md, "KV cache".
+struct KVCacheArgs {
+  TensorView q;  // (batch, seqlen_q, heads, head_dim)
+  // Dense: (batch_cache, seqlen_cache, heads_k, head_dim[_v]). Paged (block_table given):
+  // (num_blocks, page_size, heads_k, head_dim[_v]), any page_size >= 1. Written in place when
+  // k/v are given.
+  TensorView k_cache;
+  TensorView v_cache;
+  // Optional new tokens, appended at rows cache_seqlens[b] .. cache_seqlens[b] + seqlen_new - 1
+  // before attending: (batch, seqlen_new, heads_k, head_dim[_v]). Both or neither; they need
+  // cache_seqlens.
+  TensorView k;
+  TensorView v;
+  // Optional rotary tables (seqlen_ro, rotary_dim / 2), q's dtype; rotary_dim <= head_dim, even;
+  // seqlen_ro >= the cache capacity. Need k/v. Token t of sequence b sits at position
+  // cache_seqlens[b] + t (q: the same position for every token unless causal or windowed).
+  TensorView rotary_cos;
+  TensorView rotary_sin;
+  // true: rotate pairs (0, 1), (2, 3), ... (GPT-J); false: pairs (i, i + rotary_dim / 2) (NeoX).
+  bool rotary_interleaved = true;
+  // int32 (batch): tokens already in each sequence's cache (absolute row index, leftpad
+  // included). Not given: every sequence fills the whole cache.
+  TensorView cache_seqlens;
+  // int32 (batch): cache row (dense cache) of each sequence; default b. Not with block_table.
+  TensorView cache_batch_idx;
+  // int32 (batch): first valid cache row of each sequence (left padding); default 0.
+  TensorView cache_leftpad;
+  // int32 (batch, max_blocks): page of each sequence's block of page_size rows.
+  TensorView block_table;
+
+  TensorView out;  // (batch, seqlen_q, heads, head_dim_v)
+  TensorView lse;  // optional float32 (batch, heads, seqlen_q), natural log
+
+  float softmax_scale = 0.0f;  // <= 0: 1/sqrt(head_dim)
+  bool causal = false;         // bottom-right aligned over each sequence's keys
+  int32_t window_left = -1;
+  int32_t window_right = -1;
+  float softcap = 0.0f;
+  TensorView alibi_slopes;  // optional float32 (heads) or (batch, heads)
+  int32_t num_splits = 0;   // CUDA split-KV: 0 = heuristic (from shapes only), 1 = never
+  void* stream = nullptr;   // cudaStream_t
+  int32_t num_threads = 0;  // CPU workers; 0 = all
+};
+
+Status forward_kvcache(const KVCacheArgs& args);
+
 }  // namespace flashattn

@@ -23,7 +23,9 @@ from .flash_attn_interface import (
     flash_attn_varlen_func,
     flash_attn_varlen_kvpacked_func,
     flash_attn_varlen_qkvpacked_func,
+    flash_attn_with_kvcache,
 )
+from ._lowlevel import forward_kvcache
 
 __version__: str = _C.version()
 
@@ -50,5 +52,7 @@ __all__ = [
     "flash_attn_varlen_func",
     "flash_attn_varlen_kvpacked_func",
     "flash_attn_varlen_qkvpacked_func",
+    "flash_attn_with_kvcache",
     "forward",
+    "forward_kvcache",
 ]

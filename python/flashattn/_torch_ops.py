@@ -4,16 +4,26 @@ under ``torch.compile(fullgraph=True)`` without graph breaks.
 
 Design
 ------
+* One table (``_LAYOUTS``) describes the three operand layouts: unpacked ``q, k, v``, packed
+  ``qkv`` and packed ``kv``. Each entry names its tensor inputs, its varlen arguments and how to
+  split the inputs into q, k, v views (no copy) and allocate gradients. ``_define`` turns an
+  entry into a forward op ``flashattn::fwd<suffix>`` and a backward op ``flashattn::bwd<suffix>``
+  (schemas written from the table, so every op shares the option list ``_OPTIONS``), their fake
+  implementations and the autograd formula. ``flashattn::fwd_kvcache`` (inference only; mutates
+  the caches) is defined the same way from ``_KVCACHE_ARGS``; it takes no learnable sink.
 * Forward ops return ``(out, lse)``; backward ops return the gradients. Every output is
   allocated here with ``torch.empty`` on the input's device (contiguous), then filled by the
   extension, which never allocates. The fake implementations allocate the same shapes, dtypes
   and (contiguous) strides, so compiled graphs see exactly what eager execution produces.
-* The packed layouts have their own ops (``fwd_qkvpacked``/``bwd_qkvpacked``,
-  ``fwd_kvpacked``/``bwd_kvpacked``): q, k and v are strided views of the packed tensor (no
-  copy), and the backward writes dq, dk, dv straight into one packed gradient tensor.
-* Autograd is attached with ``torch.library.register_autograd`` (which builds the
-  ``torch.autograd.Function`` for us). ``lse`` is marked non-differentiable: gradients flow
-  through ``out`` only, as in flash_attn.
+* The packed layouts' backward writes dq, dk, dv straight into one packed gradient tensor.
+  ``lse`` is marked non-differentiable: gradients flow through ``out`` only, as in flash_attn.
+* Learnable sinks: ``learnable_sink`` (float32 (heads), default None) is the last input of every
+  attention op. Backward ops return its gradient ``dsink`` after the other gradients, an empty
+  (0,) tensor without a sink (custom ops cannot return None); autograd hands it back in the
+  sink's position, None without a sink.
+* Varlen metadata: ``varlen_metadata`` checks cu_seqlens on the host when that is free (CPU
+  values for CUDA tensors) or asked for; inside the ops ``CHECK_CU_SEQLENS``
+  (FLASHATTN_CHECK_CU_SEQLENS, read once at import) is passed as ``check_cu_seqlens``.
 * Dropout: the wrapper draws a fresh 64-bit seed per call from torch's default CPU generator
   (``torch.manual_seed`` seeds it) as a CPU int64 tensor ``rng_state = [seed_hi32, seed_lo32]``.
   It is an input of the forward op and is saved for the backward, which therefore regenerates
@@ -24,13 +34,14 @@ Design
   torch.func transform; no torch function or dispatch mode; plain cpu/cuda tensors) calls the
   forward ops' implementations directly (``call_forward``): the same code without the
   dispatcher's host time. Everything else goes through the ops.
-* Kernels run on ``torch.cuda.current_stream(device)`` under a device guard for the tensors'
-  GPU; CPU tensors use ``torch.get_num_threads()`` worker threads. Inputs whose last dimension
-  is not contiguous are copied (flash_attn does the same), and so are GPU inputs whose pointer
-  or strides break the CUDA kernels' 16-byte copies.
+* Host path: kernels run on the current stream of the tensors' GPU, read with
+  ``torch._C._cuda_getCurrentRawStream`` (an int, no Stream object); the device guard is only
+  entered when that GPU is not the current one. Nothing reads the environment per call.
+  Inputs whose last dimension is not contiguous are copied (flash_attn does the same), and so
+  are GPU inputs whose pointer or strides break the CUDA kernels' 16-byte copies.
 """
 
-from typing import Optional
+from typing import Callable, Optional, Sequence
 
 import torch
 from torch import Tensor
@@ -94,76 +105,6 @@ def _out_shape(q: Tensor, v: Tensor) -> tuple:
     return (*q.shape[:-1], v.shape[-1])
 
 
-class _Launch:
-    """Where one extension call runs: for CUDA tensors a device guard and the current stream of
-    their device; for CPU tensors torch's intra-op thread count (torch.set_num_threads)."""
-
-    def __init__(self, t: Tensor):
-        self.device = t.device
-        self._guard = None
-
-    def __enter__(self) -> dict:
-        if self.device.type != "cuda":
-            return dict(stream=0, num_threads=torch.get_num_threads())
-        self._guard = torch.cuda.device(self.device)
-        self._guard.__enter__()
-        return dict(stream=torch.cuda.current_stream(self.device).cuda_stream, num_threads=0)
-
-    def __exit__(self, *exc) -> None:
-        if self._guard is not None:
-            self._guard.__exit__(*exc)
-
-
-def _options(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, alibi_slopes,
-             softmax_scale, causal, window_left, window_right, softcap, dropout_p,
-             rng_state, launch) -> dict:
-    return dict(
-        cu_seqlens_q=_plain(cu_seqlens_q), cu_seqlens_k=_plain(cu_seqlens_k),
-        max_seqlen_q=int32("max_seqlen_q", max_seqlen_q),
-        max_seqlen_k=int32("max_seqlen_k", max_seqlen_k),
-        alibi_slopes=_plain(alibi_slopes), softmax_scale=float(softmax_scale),
-        causal=bool(causal), window_left=int(window_left), window_right=int(window_right),
-        softcap=float(softcap), dropout_p=float(dropout_p), seed=_seed_of(rng_state),
-        offset=0, check_cu_seqlens=CHECK_CU_SEQLENS, **launch)
-
-
-def _run_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, alibi_slopes,
-             softmax_scale, causal, window_left, window_right, softcap, dropout_p, rng_state,
-             learnable_sink=None):
-    varlen = cu_seqlens_q is not None
-    check_rank("q", q.shape, varlen)
-    q, k, v = _kernel_ready(q), _kernel_ready(k), _kernel_ready(v)
-    out = torch.empty(_out_shape(q, v), dtype=q.dtype, device=q.device)
-    lse = torch.empty(_lse_shape(q, varlen), dtype=torch.float32, device=q.device)
-    with _Launch(q) as launch:
-        raise_error(_C.forward(_plain(q), _plain(k), _plain(v), _plain(out), _plain(lse),
-                               **_options(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                                          alibi_slopes, softmax_scale, causal, window_left,
-                                          window_right, softcap, dropout_p, rng_state, launch),
-                               learnable_sink=_plain(learnable_sink)))
-    return out, lse
-
-
-def _run_bwd(dout, q, k, v, out, lse, dq, dk, dv, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
-             max_seqlen_k, alibi_slopes, softmax_scale, causal, window_left, window_right,
-             softcap, dropout_p, rng_state, deterministic, learnable_sink=None):
-    """Writes dq, dk, dv; returns dsink (float32 (heads)) with a learnable sink, else an empty
-    tensor (custom ops cannot return None)."""
-    q, k, v = _kernel_ready(q), _kernel_ready(k), _kernel_ready(v)
-    dsink = _dsink_like(q, learnable_sink)
-    dout = _kernel_ready(dout)
-    with _Launch(q) as launch:
-        raise_error(_C.backward(_plain(dout), _plain(q), _plain(k), _plain(v), _plain(out),
-                                _plain(lse), _plain(dq), _plain(dk), _plain(dv),
-                                deterministic=bool(deterministic),
-                                **_options(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                                           alibi_slopes, softmax_scale, causal, window_left,
-                                           window_right, softcap, dropout_p, rng_state, launch),
-                                learnable_sink=_plain(learnable_sink),
-                                dsink=_plain(dsink) if learnable_sink is not None else None))
-    return dsink
-
-
 def _dsink_like(q: Tensor, learnable_sink: Optional[Tensor]) -> Tensor:
     """The sink gradient's tensor: float32 (heads) with a sink, else empty (0,)."""
     n = learnable_sink.shape[0] if learnable_sink is not None else 0
@@ -197,8 +138,57 @@ def varlen_metadata(device: torch.device, total_q: int, total_k: int, cu_seqlens
     return cu_seqlens_q, cu_seqlens_k
 
 
-def _empty(shape, like: Tensor) -> Tensor:
-    return torch.empty(shape, dtype=like.dtype, device=like.device)
+# ---- where a call runs --------------------------------------------------------------------------
+
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+_get_device = getattr(torch._C, "_cuda_getDevice", None)
+
+
+class _NoGuard:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return None
+
+
+_NO_GUARD = _NoGuard()
+
+
+def _launch(t: Tensor):
+    """(device guard, stream, num_threads) for a call on t's device: the current stream of t's
+    GPU (a guard only when that GPU is not current), or torch's intra-op thread count for CPU
+    tensors (torch.set_num_threads)."""
+    if not t.is_cuda:
+        return _NO_GUARD, 0, torch.get_num_threads()
+    index = t.device.index
+    if _raw_stream is not None and _get_device is not None:
+        guard = _NO_GUARD if _get_device() == index else torch.cuda.device(index)
+        return guard, _raw_stream(index), 0
+    return torch.cuda.device(index), torch.cuda.current_stream(t.device).cuda_stream, 0
+
+
+# ---- the attention ops, from one table -----------------------------------------------------------
+
+# The options every attention op takes after its tensors and varlen arguments, as
+# (name, schema type[, default]). rng_state is the dropout seed (see draw_rng_state);
+# learnable_sink (last, default None) the float32 (heads) sink logits.
+_OPTIONS = (("alibi_slopes", "Tensor?"), ("softmax_scale", "float"), ("causal", "bool"),
+            ("window_left", "SymInt"), ("window_right", "SymInt"), ("softcap", "float"),
+            ("dropout_p", "float"), ("rng_state", "Tensor?"), ("deterministic", "bool"),
+            ("learnable_sink", "Tensor?", "None"))
+_N_OPTIONS = len(_OPTIONS)
+
+
+def _full_options(opts: Sequence) -> tuple:
+    """opts with the defaulted trailing options filled in (a direct call may omit the sink)."""
+    return tuple(opts) + (None,) * (_N_OPTIONS - len(opts))
+
+
+# Varlen arguments: separate q/k sequences, or one set shared by q and k (packed qkv).
+_VARLEN_QK = (("cu_seqlens_q", "Tensor?"), ("cu_seqlens_k", "Tensor?"), ("max_seqlen_q", "SymInt"),
+              ("max_seqlen_k", "SymInt"))
+_VARLEN_SHARED = (("cu_seqlens", "Tensor?"), ("max_seqlen", "SymInt"))
 
 
 def _unpack(packed: Tensor, n: int, name: str) -> tuple:
@@ -209,226 +199,239 @@ def _unpack(packed: Tensor, n: int, name: str) -> tuple:
     return packed.unbind(-3)
 
 
-# ---- unpacked q, k, v -------------------------------------------------------------------------
-
-def _fwd_impl(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Optional[Tensor],
-        cu_seqlens_k: Optional[Tensor], max_seqlen_q: int, max_seqlen_k: int,
-        alibi_slopes: Optional[Tensor], softmax_scale: float, causal: bool, window_left: int,
-        window_right: int, softcap: float, dropout_p: float, rng_state: Optional[Tensor],
-        deterministic: bool, learnable_sink: Optional[Tensor] = None) -> tuple[Tensor, Tensor]:
-    """Attention forward; returns (out, lse)."""
-    return _run_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                    alibi_slopes, softmax_scale, causal, window_left, window_right, softcap,
-                    dropout_p, rng_state, learnable_sink)
+def _empty(shape, like: Tensor) -> Tensor:
+    return torch.empty(shape, dtype=like.dtype, device=like.device)
 
 
-fwd = torch.library.custom_op("flashattn::fwd", mutates_args=())(_fwd_impl)
+class _Layout:
+    """How one family of ops holds q, k, v.
+
+    inputs:  names of the op's tensor inputs
+    varlen:  its varlen arguments (_VARLEN_QK or _VARLEN_SHARED)
+    split:   inputs -> (q, k, v) views
+    grads:   inputs -> (gradients the op returns, (dq, dk, dv) views the kernel writes)
+    """
+
+    def __init__(self, suffix: str, inputs: Sequence[str], varlen, split: Callable,
+                 grads: Callable):
+        self.suffix, self.inputs, self.varlen = suffix, tuple(inputs), varlen
+        self.split, self.grads = split, grads
+
+    def varlen_qk(self, v: Sequence) -> tuple:
+        """The varlen arguments as (cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)."""
+        return tuple(v) if len(v) == 4 else (v[0], v[0], v[1], v[1])
 
 
-@fwd.register_fake
-def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, alibi_slopes,
-      softmax_scale, causal, window_left, window_right, softcap, dropout_p, rng_state,
-      deterministic, learnable_sink=None):
-    varlen = cu_seqlens_q is not None
-    check_rank("q", q.shape, varlen)
-    return (q.new_empty(_out_shape(q, v)),
-            q.new_empty(_lse_shape(q, varlen), dtype=torch.float32))
-
-
-@torch.library.custom_op("flashattn::bwd", mutates_args=())
-def bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor,
-        cu_seqlens_q: Optional[Tensor], cu_seqlens_k: Optional[Tensor], max_seqlen_q: int,
-        max_seqlen_k: int, alibi_slopes: Optional[Tensor], softmax_scale: float, causal: bool,
-        window_left: int, window_right: int, softcap: float, dropout_p: float,
-        rng_state: Optional[Tensor], deterministic: bool,
-        learnable_sink: Optional[Tensor] = None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """Attention backward; returns (dq, dk, dv, dsink) (dsink empty without a sink)."""
+def _grads_unpacked(q, k, v):
     dq, dk, dv = _empty(q.shape, q), _empty(k.shape, k), _empty(v.shape, v)
-    dsink = _run_bwd(dout, q, k, v, out, lse, dq, dk, dv, cu_seqlens_q, cu_seqlens_k,
-                     max_seqlen_q, max_seqlen_k, alibi_slopes, softmax_scale, causal,
-                     window_left, window_right, softcap, dropout_p, rng_state, deterministic,
-                     learnable_sink)
-    return dq, dk, dv, dsink
+    return (dq, dk, dv), (dq, dk, dv)
 
 
-@bwd.register_fake
-def _(dout, q, k, v, *args):
-    sink = args[15] if len(args) > 15 else None
-    return (q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape),
-            _dsink_like(q, sink))
-
-
-def _setup_fwd(ctx, inputs, output):
-    (q, k, v, cu_q, cu_k, max_q, max_k, alibi, scale, causal, wl, wr, softcap, p, rng,
-     det, sink) = inputs
-    out, lse = output
-    ctx.save_for_backward(q, k, v, out, lse, cu_q, cu_k, alibi, rng, sink)
-    ctx.options = (max_q, max_k, scale, causal, wl, wr, softcap, p, det)
-    ctx.mark_non_differentiable(lse)
-
-
-def _backward_fwd(ctx, dout, dlse):
-    q, k, v, out, lse, cu_q, cu_k, alibi, rng, sink = ctx.saved_tensors
-    max_q, max_k, scale, causal, wl, wr, softcap, p, det = ctx.options
-    dq, dk, dv, dsink = bwd(dout, q, k, v, out, lse, cu_q, cu_k, max_q, max_k, alibi, scale,
-                            causal, wl, wr, softcap, p, rng, det, sink)
-    return (dq, dk, dv) + (None,) * 13 + (_sink_grad(sink, dsink),)
-
-
-fwd.register_autograd(_backward_fwd, setup_context=_setup_fwd)
-
-
-# ---- packed qkv: (batch, seqlen, 3, heads, head_dim) or varlen (total, 3, heads, head_dim) --
-
-def _fwd_qkvpacked_impl(qkv: Tensor, cu_seqlens: Optional[Tensor], max_seqlen: int,
-                  alibi_slopes: Optional[Tensor], softmax_scale: float, causal: bool,
-                  window_left: int, window_right: int, softcap: float, dropout_p: float,
-                  rng_state: Optional[Tensor], deterministic: bool,
-                  learnable_sink: Optional[Tensor] = None) -> tuple[Tensor, Tensor]:
-    """Attention forward on packed qkv; returns (out, lse)."""
-    q, k, v = _unpack(qkv, 3, "qkv")
-    return _run_fwd(q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen, alibi_slopes,
-                    softmax_scale, causal, window_left, window_right, softcap, dropout_p,
-                    rng_state, learnable_sink)
-
-
-fwd_qkvpacked = torch.library.custom_op("flashattn::fwd_qkvpacked", mutates_args=())(_fwd_qkvpacked_impl)
-
-
-@fwd_qkvpacked.register_fake
-def _(qkv, cu_seqlens, *args):
-    q, _, v = _unpack(qkv, 3, "qkv")
-    varlen = cu_seqlens is not None
-    check_rank("q", q.shape, varlen)
-    return (q.new_empty(_out_shape(q, v)),
-            q.new_empty(_lse_shape(q, varlen), dtype=torch.float32))
-
-
-@torch.library.custom_op("flashattn::bwd_qkvpacked", mutates_args=())
-def bwd_qkvpacked(dout: Tensor, qkv: Tensor, out: Tensor, lse: Tensor,
-                  cu_seqlens: Optional[Tensor], max_seqlen: int,
-                  alibi_slopes: Optional[Tensor], softmax_scale: float, causal: bool,
-                  window_left: int, window_right: int, softcap: float, dropout_p: float,
-                  rng_state: Optional[Tensor], deterministic: bool,
-                  learnable_sink: Optional[Tensor] = None) -> tuple[Tensor, Tensor]:
-    """Attention backward on packed qkv; returns (dqkv, dsink): dqkv written through views
-    (no copy), dsink empty without a sink."""
-    q, k, v = _unpack(qkv, 3, "qkv")
+def _grads_qkvpacked(qkv):
     dqkv = _empty(qkv.shape, qkv)
-    dq, dk, dv = dqkv.unbind(-3)
-    dsink = _run_bwd(dout, q, k, v, out, lse, dq, dk, dv, cu_seqlens, cu_seqlens, max_seqlen,
-                     max_seqlen, alibi_slopes, softmax_scale, causal, window_left, window_right,
-                     softcap, dropout_p, rng_state, deterministic, learnable_sink)
-    return dqkv, dsink
+    return (dqkv,), dqkv.unbind(-3)
 
 
-@bwd_qkvpacked.register_fake
-def _(dout, qkv, *args):
-    sink = args[13] if len(args) > 13 else None
-    return qkv.new_empty(qkv.shape), _dsink_like(qkv, sink)
-
-
-def _setup_fwd_qkvpacked(ctx, inputs, output):
-    qkv, cu, max_s, alibi, scale, causal, wl, wr, softcap, p, rng, det, sink = inputs
-    out, lse = output
-    ctx.save_for_backward(qkv, out, lse, cu, alibi, rng, sink)
-    ctx.options = (max_s, scale, causal, wl, wr, softcap, p, det)
-    ctx.mark_non_differentiable(lse)
-
-
-def _backward_fwd_qkvpacked(ctx, dout, dlse):
-    qkv, out, lse, cu, alibi, rng, sink = ctx.saved_tensors
-    max_s, scale, causal, wl, wr, softcap, p, det = ctx.options
-    dqkv, dsink = bwd_qkvpacked(dout, qkv, out, lse, cu, max_s, alibi, scale, causal, wl, wr,
-                                softcap, p, rng, det, sink)
-    return (dqkv,) + (None,) * 11 + (_sink_grad(sink, dsink),)
-
-
-fwd_qkvpacked.register_autograd(_backward_fwd_qkvpacked, setup_context=_setup_fwd_qkvpacked)
-
-
-# ---- packed kv: kv (batch, seqlen_k, 2, heads_k, head_dim) or varlen (total_k, 2, ...) ----
-
-def _fwd_kvpacked_impl(q: Tensor, kv: Tensor, cu_seqlens_q: Optional[Tensor],
-                 cu_seqlens_k: Optional[Tensor], max_seqlen_q: int, max_seqlen_k: int,
-                 alibi_slopes: Optional[Tensor], softmax_scale: float, causal: bool,
-                 window_left: int, window_right: int, softcap: float, dropout_p: float,
-                 rng_state: Optional[Tensor], deterministic: bool,
-                 learnable_sink: Optional[Tensor] = None) -> tuple[Tensor, Tensor]:
-    """Attention forward on q and packed kv; returns (out, lse)."""
-    k, v = _unpack(kv, 2, "kv")
-    return _run_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                    alibi_slopes, softmax_scale, causal, window_left, window_right, softcap,
-                    dropout_p, rng_state, learnable_sink)
-
-
-fwd_kvpacked = torch.library.custom_op("flashattn::fwd_kvpacked", mutates_args=())(_fwd_kvpacked_impl)
-
-
-@fwd_kvpacked.register_fake
-def _(q, kv, cu_seqlens_q, *args):
-    _, v = _unpack(kv, 2, "kv")
-    varlen = cu_seqlens_q is not None
-    check_rank("q", q.shape, varlen)
-    return (q.new_empty(_out_shape(q, v)),
-            q.new_empty(_lse_shape(q, varlen), dtype=torch.float32))
-
-
-@torch.library.custom_op("flashattn::bwd_kvpacked", mutates_args=())
-def bwd_kvpacked(dout: Tensor, q: Tensor, kv: Tensor, out: Tensor, lse: Tensor,
-                 cu_seqlens_q: Optional[Tensor], cu_seqlens_k: Optional[Tensor],
-                 max_seqlen_q: int, max_seqlen_k: int, alibi_slopes: Optional[Tensor],
-                 softmax_scale: float, causal: bool, window_left: int, window_right: int,
-                 softcap: float, dropout_p: float, rng_state: Optional[Tensor],
-                 deterministic: bool,
-                 learnable_sink: Optional[Tensor] = None) -> tuple[Tensor, Tensor, Tensor]:
-    """Attention backward on q and packed kv; returns (dq, dkv, dsink) (dsink empty without a
-    sink)."""
-    k, v = _unpack(kv, 2, "kv")
-    dq = _empty(q.shape, q)
-    dkv = _empty(kv.shape, kv)
+def _grads_kvpacked(q, kv):
+    dq, dkv = _empty(q.shape, q), _empty(kv.shape, kv)
     dk, dv = dkv.unbind(-3)
-    dsink = _run_bwd(dout, q, k, v, out, lse, dq, dk, dv, cu_seqlens_q, cu_seqlens_k,
-                     max_seqlen_q, max_seqlen_k, alibi_slopes, softmax_scale, causal,
-                     window_left, window_right, softcap, dropout_p, rng_state, deterministic,
-                     learnable_sink)
-    return dq, dkv, dsink
+    return (dq, dkv), (dq, dk, dv)
 
 
-@bwd_kvpacked.register_fake
-def _(dout, q, kv, *args):
-    sink = args[15] if len(args) > 15 else None
-    return q.new_empty(q.shape), kv.new_empty(kv.shape), _dsink_like(q, sink)
+_LAYOUTS = (
+    _Layout("", ("q", "k", "v"), _VARLEN_QK, lambda q, k, v: (q, k, v), _grads_unpacked),
+    _Layout("_qkvpacked", ("qkv",), _VARLEN_SHARED, lambda qkv: _unpack(qkv, 3, "qkv"),
+            _grads_qkvpacked),
+    _Layout("_kvpacked", ("q", "kv"), _VARLEN_QK, lambda q, kv: (q, *_unpack(kv, 2, "kv")),
+            _grads_kvpacked),
+)
 
 
-def _setup_fwd_kvpacked(ctx, inputs, output):
-    (q, kv, cu_q, cu_k, max_q, max_k, alibi, scale, causal, wl, wr, softcap, p, rng,
-     det, sink) = inputs
-    out, lse = output
-    ctx.save_for_backward(q, kv, out, lse, cu_q, cu_k, alibi, rng, sink)
-    ctx.options = (max_q, max_k, scale, causal, wl, wr, softcap, p, det)
-    ctx.mark_non_differentiable(lse)
+def _options(lay: _Layout, varlen: Sequence, opts: Sequence, stream: int,
+             num_threads: int) -> dict:
+    """The extension's keyword arguments shared by _C.forward and _C.backward."""
+    cu_q, cu_k, max_q, max_k = lay.varlen_qk(varlen)
+    alibi, scale, causal, wl, wr, softcap, p, rng, _, sink = opts
+    return dict(
+        cu_seqlens_q=_plain(cu_q), cu_seqlens_k=_plain(cu_k),
+        max_seqlen_q=int32("max_seqlen_q", max_q), max_seqlen_k=int32("max_seqlen_k", max_k),
+        alibi_slopes=_plain(alibi), softmax_scale=float(scale), causal=bool(causal),
+        window_left=int(wl), window_right=int(wr), softcap=float(softcap), dropout_p=float(p),
+        seed=_seed_of(rng), offset=0, check_cu_seqlens=CHECK_CU_SEQLENS,
+        learnable_sink=_plain(sink), stream=stream, num_threads=num_threads)
 
 
-def _backward_fwd_kvpacked(ctx, dout, dlse):
-    q, kv, out, lse, cu_q, cu_k, alibi, rng, sink = ctx.saved_tensors
-    max_q, max_k, scale, causal, wl, wr, softcap, p, det = ctx.options
-    dq, dkv, dsink = bwd_kvpacked(dout, q, kv, out, lse, cu_q, cu_k, max_q, max_k, alibi,
-                                  scale, causal, wl, wr, softcap, p, rng, det, sink)
-    return (dq, dkv) + (None,) * 13 + (_sink_grad(sink, dsink),)
+def _run_fwd(lay: _Layout, args: tuple) -> tuple:
+    n, nv = len(lay.inputs), len(lay.varlen)
+    varlen, opts = args[n:n + nv], _full_options(args[n + nv:])
+    q, k, v = lay.split(*args[:n])
+    is_varlen = varlen[0] is not None
+    check_rank("q", q.shape, is_varlen)
+    q, k, v = _kernel_ready(q), _kernel_ready(k), _kernel_ready(v)
+    out = torch.empty(_out_shape(q, v), dtype=q.dtype, device=q.device)
+    lse = torch.empty(_lse_shape(q, is_varlen), dtype=torch.float32, device=q.device)
+    guard, stream, threads = _launch(q)
+    with guard:
+        raise_error(_C.forward(_plain(q), _plain(k), _plain(v), _plain(out), _plain(lse),
+                               **_options(lay, varlen, opts, stream, threads)))
+    return out, lse
 
 
-fwd_kvpacked.register_autograd(_backward_fwd_kvpacked, setup_context=_setup_fwd_kvpacked)
+def _run_bwd(lay: _Layout, args: tuple) -> tuple:
+    """Returns the layout's gradients followed by dsink (float32 (heads) with a learnable
+    sink, else an empty (0,) tensor: custom ops cannot return None)."""
+    n, nv = len(lay.inputs), len(lay.varlen)
+    dout, inputs, out, lse = args[0], args[1:1 + n], args[1 + n], args[2 + n]
+    varlen, opts = args[3 + n:3 + n + nv], _full_options(args[3 + n + nv:])
+    q, k, v = (_kernel_ready(t) for t in lay.split(*inputs))
+    dout = _kernel_ready(dout)
+    result, (dq, dk, dv) = lay.grads(*inputs)
+    sink = opts[-1]
+    dsink = _dsink_like(q, sink)
+    guard, stream, threads = _launch(q)
+    with guard:
+        raise_error(_C.backward(_plain(dout), _plain(q), _plain(k), _plain(v), _plain(out),
+                                _plain(lse), _plain(dq), _plain(dk), _plain(dv),
+                                deterministic=bool(opts[-2]),
+                                dsink=_plain(dsink) if sink is not None else None,
+                                **_options(lay, varlen, opts, stream, threads)))
+    return (*result, dsink)
+
+
+def _schema(params: Sequence[tuple], returns: str) -> str:
+    """A schema string from (name, type[, default]) entries."""
+    return ("(" + ", ".join(f"{p[1]} {p[0]}" + (f"={p[2]}" if len(p) > 2 else "")
+                            for p in params) + ") -> " + returns)
+
+
+_IMPLS = {}
+
+
+def _define(lay: _Layout):
+    """Registers flashattn::fwd<suffix> and flashattn::bwd<suffix> for one layout; returns
+    (forward op, backward op)."""
+    n, nv = len(lay.inputs), len(lay.varlen)
+    tensors = tuple((name, "Tensor") for name in lay.inputs)
+    tail = lay.varlen + _OPTIONS
+    grads = "(" + ", ".join(["Tensor"] * (n + 1)) + ")"  # the inputs' gradients, then dsink
+
+    def fwd_impl(*args):
+        return _run_fwd(lay, args)
+
+    def bwd_impl(*args):
+        return _run_bwd(lay, args)
+
+    fwd = torch.library.custom_op(f"flashattn::fwd{lay.suffix}", fwd_impl, mutates_args=(),
+                                  schema=_schema(tensors + tail, "(Tensor, Tensor)"))
+    bwd = torch.library.custom_op(
+        f"flashattn::bwd{lay.suffix}", bwd_impl, mutates_args=(),
+        schema=_schema((("dout", "Tensor"),) + tensors + (("out", "Tensor"), ("lse", "Tensor"))
+                       + tail, grads))
+
+    @fwd.register_fake
+    def _(*args):
+        q, _, v = lay.split(*args[:n])
+        is_varlen = args[n] is not None
+        check_rank("q", q.shape, is_varlen)
+        return (q.new_empty(_out_shape(q, v)),
+                q.new_empty(_lse_shape(q, is_varlen), dtype=torch.float32))
+
+    @bwd.register_fake
+    def _(dout, *args):
+        opts = _full_options(args[n + 2 + nv:])
+        q = lay.split(*args[:n])[0]
+        return (*(t.new_empty(t.shape) for t in args[:n]), _dsink_like(q, opts[-1]))
+
+    tensor_tail = [i for i, p in enumerate(tail) if p[1].startswith("Tensor")]
+
+    def setup_context(ctx, inputs, output):
+        out, lse = output
+        rest = tuple(inputs[n:n + nv]) + _full_options(inputs[n + nv:])
+        ctx.save_for_backward(*inputs[:n], out, lse, *(rest[i] for i in tensor_tail))
+        ctx.rest = rest  # non-tensor entries are read from here; tensors from saved_tensors
+        ctx.mark_non_differentiable(lse)
+
+    def backward(ctx, dout, dlse):
+        saved = ctx.saved_tensors
+        rest = list(ctx.rest)
+        for i, t in zip(tensor_tail, saved[n + 2:]):
+            rest[i] = t
+        *grads, dsink = bwd(dout, *saved[:n], saved[n], saved[n + 1], *rest)
+        sink = rest[-1]
+        # No gradient for the varlen arguments and options; the sink's in its (last) position.
+        return tuple(grads) + (None,) * (nv + _N_OPTIONS - 1) + (_sink_grad(sink, dsink),)
+
+    fwd.register_autograd(backward, setup_context=setup_context)
+    _IMPLS[fwd] = fwd_impl
+    return fwd, bwd
+
+
+(fwd, bwd), (fwd_qkvpacked, bwd_qkvpacked), (fwd_kvpacked, bwd_kvpacked) = (
+    _define(lay) for lay in _LAYOUTS)
+
+
+# ---- KV cache (inference; appends into the caches in place) ------------------------------------
+
+_KVCACHE_ARGS = (("q", "Tensor"), ("k_cache", "Tensor(a!)"), ("v_cache", "Tensor(b!)"),
+                 ("k", "Tensor?"), ("v", "Tensor?"), ("rotary_cos", "Tensor?"),
+                 ("rotary_sin", "Tensor?"), ("cache_seqlens", "Tensor?"),
+                 ("cache_batch_idx", "Tensor?"), ("cache_leftpad", "Tensor?"),
+                 ("block_table", "Tensor?"), ("alibi_slopes", "Tensor?"),
+                 ("softmax_scale", "float"), ("causal", "bool"), ("window_left", "SymInt"),
+                 ("window_right", "SymInt"), ("softcap", "float"),
+                 ("rotary_interleaved", "bool"), ("num_splits", "SymInt"))
+
+
+def _fwd_kvcache_impl(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens,
+                      cache_batch_idx, cache_leftpad, block_table, alibi_slopes, softmax_scale,
+                      causal, window_left, window_right, softcap, rotary_interleaved,
+                      num_splits):
+    """Appends k/v into k_cache/v_cache (in place; they are never copied, so the caller's
+    tensors change) and attends; returns (out, lse)."""
+    check_rank("q", q.shape, False)
+    q = _kernel_ready(q)
+    k = None if k is None else _kernel_ready(k)
+    v = None if v is None else _kernel_ready(v)
+    out = torch.empty(_out_shape(q, v_cache), dtype=q.dtype, device=q.device)
+    lse = torch.empty(_lse_shape(q, False), dtype=torch.float32, device=q.device)
+    guard, stream, threads = _launch(q)
+    with guard:
+        raise_error(_C.forward_kvcache(
+            _plain(q), _plain(k_cache), _plain(v_cache), _plain(k), _plain(v),
+            _plain(rotary_cos), _plain(rotary_sin), _plain(cache_seqlens),
+            _plain(cache_batch_idx), _plain(cache_leftpad), _plain(block_table),
+            _plain(alibi_slopes), _plain(out), _plain(lse), float(softmax_scale), bool(causal),
+            int(window_left), int(window_right), float(softcap), bool(rotary_interleaved),
+            int32("num_splits", num_splits), stream, threads))
+    return out, lse
+
+
+fwd_kvcache = torch.library.custom_op(
+    "flashattn::fwd_kvcache", _fwd_kvcache_impl, mutates_args=("k_cache", "v_cache"),
+    schema=_schema(_KVCACHE_ARGS, "(Tensor, Tensor)"))
+
+
+@fwd_kvcache.register_fake
+def _(q, k_cache, v_cache, *args):
+    check_rank("q", q.shape, False)
+    return (q.new_empty(_out_shape(q, v_cache)),
+            q.new_empty(_lse_shape(q, False), dtype=torch.float32))
+
+
+_IMPLS[fwd_kvcache] = _fwd_kvcache_impl
 
 
 # ---- eager inference without the dispatcher ---------------------------------------------------
 
-_IMPLS = {fwd: _fwd_impl, fwd_qkvpacked: _fwd_qkvpacked_impl, fwd_kvpacked: _fwd_kvpacked_impl}
-
-
 # torch.func transforms wrap plain-looking tensors; without the query (older or odd builds) the
 # direct path is never taken.
 _functorch_active = getattr(torch._C, "_are_functorch_transforms_active", lambda: True)
+_is_compiling = torch.compiler.is_compiling
+_jit_tracing = torch.jit.is_tracing
+_mode_enabled = torch._C._is_torch_function_mode_enabled
+_dispatch_depth = torch._C._len_torch_dispatch_stack
+_profiling = torch.autograd._profiler_enabled
+_grad_enabled = torch.is_grad_enabled
 
 
 def _direct_ok(args) -> bool:
@@ -436,12 +439,10 @@ def _direct_ok(args) -> bool:
     torch.func transform, no torch function or dispatch mode, no profiler (which should show the
     op), every tensor a plain torch.Tensor on cpu or cuda (meta tensors need the fake kernel),
     and no autograd graph to record."""
-    if (torch.compiler.is_compiling() or torch.jit.is_tracing()
-            or _functorch_active()
-            or torch._C._is_torch_function_mode_enabled() or torch._C._len_torch_dispatch_stack() > 0
-            or torch.autograd._profiler_enabled()):
+    if (_is_compiling() or _jit_tracing() or _functorch_active() or _mode_enabled()
+            or _dispatch_depth() > 0 or _profiling()):
         return False
-    grad = torch.is_grad_enabled()
+    grad = _grad_enabled()
     for a in args:
         if isinstance(a, Tensor) and (type(a) is not Tensor or not (a.is_cuda or a.is_cpu)
                                       or (grad and a.requires_grad)):
@@ -455,4 +456,3 @@ def call_forward(op, *args):
     per call, which decides the latency of small calls). Otherwise it goes through the op, so
     autograd, torch.compile and dispatch modes see it."""
     return _IMPLS[op](*args) if _direct_ok(args) else op(*args)
-

@@ -20,12 +20,17 @@ Differences from flash_attn, all deliberate:
   CPU tensors for CUDA inputs are checked on the host for free and copied to the device
   (flash_attn requires them on the device).
 * ``softmax_scale`` must be None or > 0.
-* ``block_table`` (paged KV) is not supported yet: passing one raises ValueError.
+* ``flash_attn_varlen_func``'s ``block_table`` (paged KV) is not supported yet: passing one
+  raises ValueError. ``flash_attn_with_kvcache`` takes paged caches of any page size (flash_attn
+  2.x needs a multiple of 256), and rejects ``cache_batch_idx`` together with ``block_table``.
+* ``flash_attn_with_kvcache`` with an int ``cache_seqlens`` makes a (batch,) tensor (flash_attn
+  makes one of k_cache.shape[0] entries, which is wrong for paged caches).
 
-Addition (FlashAttention-4's keyword): every function takes ``learnable_sink``, float32 (or, with
-torch, any float dtype, cast to float32) of shape (nheads,): one logit per query head that joins
-each row's softmax denominator with no value row (not scaled by softmax_scale, not softcapped,
-never dropped); softmax_lse includes it, and autograd returns its gradient.
+Addition (FlashAttention-4's keyword): every function but ``flash_attn_with_kvcache`` takes
+``learnable_sink``, float32 (or, with torch, any float dtype, cast to float32) of shape
+(nheads,): one logit per query head that joins each row's softmax denominator with no value row
+(not scaled by softmax_scale, not softcapped, never dropped); softmax_lse includes it, and
+autograd returns its gradient.
 """
 
 from __future__ import annotations
@@ -52,6 +57,7 @@ __all__ = [
     "flash_attn_varlen_func",
     "flash_attn_varlen_qkvpacked_func",
     "flash_attn_varlen_kvpacked_func",
+    "flash_attn_with_kvcache",
 ]
 
 
@@ -271,3 +277,60 @@ def flash_attn_varlen_kvpacked_func(q, kv, cu_seqlens_q, cu_seqlens_k, max_seqle
         float(dropout_p), _torch_ops.draw_rng_state(dropout_p), bool(deterministic),
         _torch_sink(learnable_sink))
     return _finish(out, lse, return_attn_probs)
+
+
+def _seqlens_array(cache_seqlens, q, batch: int):
+    """An int cache_seqlens as an int32 (batch,) array in q's framework and on q's device."""
+    if _is_torch(q):
+        return torch.full((batch,), cache_seqlens, dtype=torch.int32, device=q.device)
+    out = _empty(q, (batch,), "int32")
+    out[...] = cache_seqlens
+    return out
+
+
+def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None,
+                            rotary_sin=None, cache_seqlens=None, cache_batch_idx=None,
+                            cache_leftpad=None, block_table=None, softmax_scale=None,
+                            causal=False, window_size=(-1, -1), softcap=0.0,
+                            rotary_interleaved=True, alibi_slopes=None, num_splits=0,
+                            return_softmax_lse=False):
+    """Attention of q against a KV cache, appending new keys/values first (incremental decoding).
+
+    q: (batch, seqlen_q, nheads, headdim). k_cache, v_cache: (batch_cache, seqlen_cache, nheads_k,
+    headdim), or with block_table (num_blocks, page_size, nheads_k, headdim): a paged cache, any
+    page size. k, v: optional (batch, seqlen_new, nheads_k, headdim), written *in place* into the
+    caches at rows cache_seqlens[b] .. cache_seqlens[b] + seqlen_new - 1 before attending (the
+    caches must be writable and have room; cache_seqlens is then required).
+    rotary_cos, rotary_sin: optional (seqlen_ro >= cache capacity, rotary_dim / 2) in q's dtype:
+    the new keys are rotated at their cache rows, q at cache_seqlens (+ its token index when
+    causal or windowed). rotary_interleaved: pairs (0, 1), (2, 3)... (True) or (i, i +
+    rotary_dim / 2) (False, GPT-NeoX). cache_seqlens: int or int32 (batch,): rows already in
+    each cache (None: the whole cache). cache_batch_idx: int32 (batch,) cache row per sequence.
+    cache_leftpad: int32 (batch,) first valid cache row. block_table: int32 (batch, max_blocks).
+    Masks are bottom-right aligned over each sequence's keys [leftpad, cache_seqlens +
+    seqlen_new). num_splits: CUDA split-KV (0 = from shapes, 1 = none).
+
+    Returns out (batch, seqlen_q, nheads, headdim_v), or (out, softmax_lse) with
+    return_softmax_lse (lse float32 (batch, nheads, seqlen_q)). No backward.
+    """
+    if isinstance(cache_seqlens, int):
+        cache_seqlens = _seqlens_array(cache_seqlens, q, _shape("q", q)[0])
+    wl, wr = _lowlevel.resolve_window(window_size)
+    scale = _lowlevel.resolve_scale(softmax_scale)
+    if _is_torch(q):
+        out, lse = _torch_ops.call_forward(
+            _torch_ops.fwd_kvcache, q, k_cache, v_cache, k, v, rotary_cos, rotary_sin,
+            cache_seqlens, cache_batch_idx, cache_leftpad, block_table, alibi_slopes, scale,
+            bool(causal), wl, wr, float(softcap), bool(rotary_interleaved), int(num_splits))
+        return (out, lse) if return_softmax_lse else out
+    q_shape, v_shape = _shape("q", q), _shape("v_cache", v_cache)
+    _lowlevel.check_rank("q", q_shape, False)
+    out = _empty(q, q_shape[:-1] + v_shape[-1:])
+    lse = _empty(q, (q_shape[0], q_shape[2], q_shape[1]), "float32")
+    _lowlevel.forward_kvcache(
+        q, k_cache, v_cache, out, lse, k=k, v=v, rotary_cos=rotary_cos, rotary_sin=rotary_sin,
+        cache_seqlens=cache_seqlens, cache_batch_idx=cache_batch_idx,
+        cache_leftpad=cache_leftpad, block_table=block_table, softmax_scale=softmax_scale,
+        causal=causal, window_size=window_size, softcap=softcap,
+        rotary_interleaved=rotary_interleaved, alibi_slopes=alibi_slopes, num_splits=num_splits)
+    return (out, lse) if return_softmax_lse else out

@@ -327,6 +327,49 @@ nb::object check_varlen(nb::handle cu_seqlens_q, nb::handle cu_seqlens_k, int64_
   return to_python(status_error(s));
 }
 
+// forward_kvcache: k_cache/v_cache are written (the append), so they are imported as outputs.
+nb::object forward_kvcache(nb::handle q, nb::handle k_cache, nb::handle v_cache, nb::handle k,
+                           nb::handle v, nb::handle rotary_cos, nb::handle rotary_sin,
+                           nb::handle cache_seqlens, nb::handle cache_batch_idx,
+                           nb::handle cache_leftpad, nb::handle block_table,
+                           nb::handle alibi_slopes, nb::handle out, nb::handle lse,
+                           float softmax_scale, bool causal, int32_t window_left,
+                           int32_t window_right, float softcap, bool rotary_interleaved,
+                           int32_t num_splits, uintptr_t stream, int32_t num_threads) {
+  Imports im;
+  fa::KVCacheArgs args;
+  args.q = im.input("q", q);
+  args.k_cache = im.output("k_cache", k_cache);
+  args.v_cache = im.output("v_cache", v_cache);
+  args.k = im.input("k", k);
+  args.v = im.input("v", v);
+  args.rotary_cos = im.input("rotary_cos", rotary_cos);
+  args.rotary_sin = im.input("rotary_sin", rotary_sin);
+  args.cache_seqlens = im.input("cache_seqlens", cache_seqlens);
+  args.cache_batch_idx = im.input("cache_batch_idx", cache_batch_idx);
+  args.cache_leftpad = im.input("cache_leftpad", cache_leftpad);
+  args.block_table = im.input("block_table", block_table);
+  args.alibi_slopes = im.input("alibi_slopes", alibi_slopes);
+  args.out = im.output("out", out);
+  args.lse = im.output("lse", lse);
+  args.softmax_scale = softmax_scale;
+  args.causal = causal;
+  args.window_left = window_left;
+  args.window_right = window_right;
+  args.softcap = softcap;
+  args.rotary_interleaved = rotary_interleaved;
+  args.num_splits = num_splits;
+  args.stream = reinterpret_cast<void*>(stream);
+  args.num_threads = num_threads;
+  if (im.error()) return to_python(im.error());
+  fa::Status s;
+  {
+    nb::gil_scoped_release release;
+    s = fa::forward_kvcache(args);
+  }
+  return to_python(status_error(s));
+}
+
 }  // namespace
 
 NB_MODULE(_C, m) {
@@ -405,4 +448,18 @@ NB_MODULE(_C, m) {
       },
       "Whether this build contains the CUDA backend (whatever the GPUs present).");
   m.def("version", &fa::version, "Library version string.");
+
+  m.def("forward_kvcache", &forward_kvcache, nb::arg("q").none(), nb::arg("k_cache").none(),
+        nb::arg("v_cache").none(), nb::arg("k").none(), nb::arg("v").none(),
+        nb::arg("rotary_cos").none(), nb::arg("rotary_sin").none(),
+        nb::arg("cache_seqlens").none(), nb::arg("cache_batch_idx").none(),
+        nb::arg("cache_leftpad").none(), nb::arg("block_table").none(),
+        nb::arg("alibi_slopes").none(), nb::arg("out").none(), nb::arg("lse").none(),
+        nb::arg("softmax_scale"), nb::arg("causal"), nb::arg("window_left"),
+        nb::arg("window_right"), nb::arg("softcap"), nb::arg("rotary_interleaved"),
+        nb::arg("num_splits"), nb::arg("stream"), nb::arg("num_threads"),
+        "KV-cache attention (append into k_cache/v_cache in place, rotary, paging) into "
+        "preallocated out (and lse unless None). Every argument is positional-capable so the "
+        "torch path can call it without keyword parsing. Returns None, or (exception class "
+        "name, message). See flashattn.flash_attn_with_kvcache.");
 }

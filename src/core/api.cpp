@@ -37,6 +37,17 @@ Status backward(const BackwardArgs& args) {
 #endif
 }
 
+Status forward_kvcache(const KVCacheArgs& args) {
+  ForwardParams params;
+  if (Status s = make_kvcache_params(args, &params); !s.ok()) return s;
+  if (params.device.type == DeviceType::kCPU) return cpu_forward_kvcache(params);
+#if defined(FLASHATTN_WITH_CUDA)
+  return cuda_forward_kvcache(params);
+#else
+  return no_cuda_backend();
+#endif
+}
+
 bool cuda_available() {
 #if defined(FLASHATTN_WITH_CUDA)
   return cuda_device_count() > 0;

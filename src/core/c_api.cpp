@@ -188,6 +188,51 @@ Status run_backward(const flashattn_backward_args* c) {
   return backward(a);
 }
 
+static_assert(std::is_standard_layout_v<flashattn_kvcache_args> &&
+              std::is_trivially_copyable_v<flashattn_kvcache_args>);
+constexpr size_t kKVCacheArgsMinSize = sizeof(flashattn_kvcache_args);
+
+Status run_forward_kvcache(const flashattn_kvcache_args* c) {
+  if (c == nullptr) return Status::InvalidArgument("args is a null pointer (flashattn_forward_kvcache)");
+  if (Status s = struct_size_ok("flashattn_kvcache_args", c->struct_size, kKVCacheArgsMinSize,
+                                sizeof(flashattn_kvcache_args));
+      !s.ok()) {
+    return s;
+  }
+  KVCacheArgs a;
+  const struct {
+    const char* name;
+    const flashattn_tensor& from;
+    TensorView& to;
+  } tensors[] = {{"q", c->q, a.q},
+                 {"k_cache", c->k_cache, a.k_cache},
+                 {"v_cache", c->v_cache, a.v_cache},
+                 {"k", c->k, a.k},
+                 {"v", c->v, a.v},
+                 {"rotary_cos", c->rotary_cos, a.rotary_cos},
+                 {"rotary_sin", c->rotary_sin, a.rotary_sin},
+                 {"cache_seqlens", c->cache_seqlens, a.cache_seqlens},
+                 {"cache_batch_idx", c->cache_batch_idx, a.cache_batch_idx},
+                 {"cache_leftpad", c->cache_leftpad, a.cache_leftpad},
+                 {"block_table", c->block_table, a.block_table},
+                 {"out", c->out, a.out},
+                 {"lse", c->lse, a.lse},
+                 {"alibi_slopes", c->alibi_slopes, a.alibi_slopes}};
+  for (const auto& t : tensors) {
+    if (Status s = to_view(t.name, t.from, &t.to); !s.ok()) return s;
+  }
+  a.rotary_interleaved = c->rotary_interleaved != 0;
+  a.softmax_scale = c->softmax_scale;
+  a.causal = c->causal != 0;
+  a.window_left = c->window_left;
+  a.window_right = c->window_right;
+  a.softcap = c->softcap;
+  a.num_splits = c->num_splits;
+  a.num_threads = c->num_threads;
+  a.stream = c->stream;
+  return forward_kvcache(a);
+}
+
 // Runs f, turning any escaping exception into an error code.
 template <typename F>
 int guarded(F&& f) {
@@ -227,6 +272,26 @@ int flashattn_forward(const flashattn_forward_args* args) {
 
 int flashattn_backward(const flashattn_backward_args* args) {
   return flashattn::guarded([&] { return flashattn::run_backward(args); });
+}
+
+void flashattn_kvcache_args_init(flashattn_kvcache_args* args) {
+  if (args == nullptr) return;
+  std::memset(args, 0, sizeof(*args));
+  args->struct_size = sizeof(*args);
+  const flashattn::KVCacheArgs d;
+  args->rotary_interleaved = d.rotary_interleaved ? 1 : 0;
+  args->softmax_scale = d.softmax_scale;
+  args->causal = d.causal ? 1 : 0;
+  args->window_left = d.window_left;
+  args->window_right = d.window_right;
+  args->softcap = d.softcap;
+  args->num_splits = d.num_splits;
+  args->num_threads = d.num_threads;
+  args->stream = d.stream;
+}
+
+int flashattn_forward_kvcache(const flashattn_kvcache_args* args) {
+  return flashattn::guarded([&] { return flashattn::run_forward_kvcache(args); });
 }
 
 const char* flashattn_last_error(void) { return flashattn::g_last_error.c_str(); }

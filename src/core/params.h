@@ -78,6 +78,72 @@ struct QKVParams {
   const float* learnable_sink = nullptr;
 };
 
+// The KV cache of forward_kvcache, resolved on the host. Off (page_size == 0 and !enabled) for
+// plain forward calls. Sequence b attends to the cache rows [leftpad(b), end(b)) of its cache
+// (dense: cache row batch_idx[b]; paged: pages block_table[b][row / page_size]), where
+// end(b) = cache_len(b) + seqlen_new. The accessors clamp every index into the cache, so a
+// device-side value that could not be checked on the host never moves a read or write outside
+// it (the result for such a sequence is then unspecified, see docs/SEMANTICS.md).
+struct KVCacheParams {
+  bool enabled = false;
+  const int32_t* cache_seqlens = nullptr;  // (batch); null = every sequence fills the capacity
+  const int32_t* leftpad = nullptr;        // (batch); null = 0
+  const int32_t* batch_idx = nullptr;      // (batch); null = b (dense cache only)
+  const int32_t* block_table = nullptr;    // (batch, max_blocks); null = dense cache
+  int64_t block_table_stride = 0;          // elements between two batch rows of block_table
+  int32_t page_size = 0;                   // rows per page; 0 = dense cache
+  int32_t num_blocks = 0;                  // pages in the paged cache
+  int32_t batch_cache = 0;                 // dense: rows of the cache's batch dimension
+  int32_t capacity = 0;                    // rows one sequence can hold (seqlen_cache or max_blocks * page_size)
+
+  // Appended tokens (null when none): (batch, seqlen_new, heads_k, head_dim[_v]).
+  const void* k_new = nullptr;
+  const void* v_new = nullptr;
+  Strides3 k_new_strides, v_new_strides;
+  int32_t seqlen_new = 0;
+
+  // Rotary tables (seqlen_ro, rotary_dim / 2) in q's dtype; rotary_dim == 0 = off.
+  const void* rotary_cos = nullptr;
+  const void* rotary_sin = nullptr;
+  int64_t rotary_cos_stride = 0;
+  int64_t rotary_sin_stride = 0;
+  int32_t rotary_dim = 0;
+  bool rotary_interleaved = true;
+  // Whether query token t sits at cache_len + t (causal or windowed) or at cache_len.
+  bool rotary_q_per_token = false;
+
+  FLASHATTN_HOST_DEVICE bool paged() const { return block_table != nullptr; }
+  FLASHATTN_HOST_DEVICE int32_t clamp_rows(int64_t x) const {
+    return x < 0 ? 0 : (x > capacity ? capacity : static_cast<int32_t>(x));
+  }
+  // Rows already in the cache before the append (absolute row index, leftpad included).
+  FLASHATTN_HOST_DEVICE int32_t cache_len(int b) const {
+    return cache_seqlens == nullptr ? capacity : clamp_rows(cache_seqlens[b]);
+  }
+  // One past the last row attended to (after the append).
+  FLASHATTN_HOST_DEVICE int32_t end(int b) const {
+    return clamp_rows(static_cast<int64_t>(cache_len(b)) + seqlen_new);
+  }
+  FLASHATTN_HOST_DEVICE int32_t first(int b) const {
+    if (leftpad == nullptr) return 0;
+    const int32_t e = end(b), l = leftpad[b];
+    return l < 0 ? 0 : (l > e ? e : l);
+  }
+  // The dense cache's batch row of sequence b.
+  FLASHATTN_HOST_DEVICE int32_t cache_batch(int b) const {
+    const int32_t cb = batch_idx == nullptr ? b : batch_idx[b];
+    return cb < 0 ? 0 : (cb >= batch_cache ? batch_cache - 1 : cb);
+  }
+  // Element offset (without the head) of absolute cache row `row` (0 <= row < capacity) of
+  // sequence b, for a cache with strides s (batch = the page stride when paged).
+  FLASHATTN_HOST_DEVICE int64_t row_offset(const Strides3& s, int b, int64_t row) const {
+    if (block_table == nullptr) return cache_batch(b) * s.batch + row * s.row;
+    int32_t page = block_table[b * block_table_stride + row / page_size];
+    page = page < 0 ? 0 : (page >= num_blocks ? num_blocks - 1 : page);
+    return page * s.batch + (row % page_size) * s.row;
+  }
+};
+
 struct ForwardParams : QKVParams {
   void* out = nullptr;  // (batch, seqlen_q, heads, head_dim_v)
   Strides3 out_strides;
@@ -96,6 +162,8 @@ struct ForwardParams : QKVParams {
   // (decode): row i of head h belongs to query head h * sink_fold + i % sink_fold, whose
   // learnable sink that row uses. 1 = no folding.
   int32_t sink_fold = 1;
+  // forward_kvcache only: k/v (and k_strides/v_strides) then describe the cache; see above.
+  KVCacheParams kv;
 };
 
 struct BackwardParams : QKVParams {
@@ -113,5 +181,6 @@ struct BackwardParams : QKVParams {
 // Converts/validates public arguments. On error the params are unspecified.
 Status make_forward_params(const struct ForwardArgs& args, ForwardParams* params);
 Status make_backward_params(const struct BackwardArgs& args, BackwardParams* params);
+Status make_kvcache_params(const struct KVCacheArgs& args, ForwardParams* params);
 
 }  // namespace flashattn

@@ -5,6 +5,7 @@
 #include <limits>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/backend.h"
@@ -519,6 +520,235 @@ Status make_backward_params(const BackwardArgs& args, BackwardParams* p) {
     p->dsink = static_cast<float*>(args.dsink.data);
   }
   return Status::Ok();
+}
+
+// ---- forward_kvcache ---------------------------------------------------------------------------
+
+namespace {
+
+// An optional int32 (batch) index tensor: contiguous, on q's device.
+void check_index_vector(Checker& c, const char* name, const TensorView& t, int64_t batch,
+                        const Device& dev) {
+  if (!t.defined() || !c.ok()) return;
+  check_like(c, name, t, {batch}, DType::kInt32, dev, "(batch)");
+  if (c.ok() && batch > 1 && t.strides[0] != 1) {
+    c.invalid(std::string(name) + " must be contiguous (stride 1), got stride " +
+              std::to_string(t.strides[0]));
+  }
+}
+
+// Host-side checks of the index tensors' values (CPU tensors only: reading device memory
+// would need a synchronisation, which also breaks CUDA graph capture).
+void check_kvcache_values(Checker& c, const KVCacheArgs& a, const ForwardParams& p) {
+  const KVCacheParams& kv = p.kv;
+  const auto* seqlens = static_cast<const int32_t*>(a.cache_seqlens.data);
+  const auto* leftpad = static_cast<const int32_t*>(a.cache_leftpad.data);
+  const auto* bidx = static_cast<const int32_t*>(a.cache_batch_idx.data);
+  for (int64_t b = 0; b < p.batch && c.ok(); ++b) {
+    const int64_t len = seqlens != nullptr ? seqlens[b] : kv.capacity;
+    std::ostringstream at_os;
+    at_os << '[' << b << ']';
+    const std::string at = at_os.str();
+    if (len < 0) {
+      c.invalid("cache_seqlens" + at + " must be >= 0, got " + std::to_string(len));
+    } else if (kv.seqlen_new == 0 && len > kv.capacity) {
+      c.invalid("cache_seqlens" + at + " = " + std::to_string(len) + " is beyond the cache, which holds " +
+                std::to_string(kv.capacity) + " rows per sequence");
+    } else if (len + kv.seqlen_new > kv.capacity) {
+      c.invalid("the cache is too short for the append: cache_seqlens" + at + " + seqlen_new = " +
+                std::to_string(len) + " + " + std::to_string(kv.seqlen_new) + " > " +
+                std::to_string(kv.capacity) + " rows per sequence");
+    }
+    const int64_t lp = leftpad != nullptr ? leftpad[b] : 0;
+    if (c.ok() && (lp < 0 || lp > len)) {
+      c.invalid("cache_leftpad" + at + " must be in [0, cache_seqlens" + at + " = " +
+                std::to_string(len) + "], got " + std::to_string(lp));
+    }
+    if (c.ok() && bidx != nullptr && (bidx[b] < 0 || bidx[b] >= kv.batch_cache)) {
+      c.invalid("cache_batch_idx" + at + " = " + std::to_string(bidx[b]) + " is outside [0, " +
+                std::to_string(kv.batch_cache) + "), the batch of k_cache");
+    }
+    if (c.ok() && kv.paged()) {
+      const int64_t end = len + kv.seqlen_new;
+      for (int64_t blk = lp / kv.page_size; blk * kv.page_size < end && c.ok(); ++blk) {
+        const int32_t page = kv.block_table[b * kv.block_table_stride + blk];
+        if (page < 0 || page >= kv.num_blocks) {
+          c.invalid("block_table" + at + "[" + std::to_string(blk) + "] = " + std::to_string(page) +
+                    " is outside [0, " + std::to_string(kv.num_blocks) +
+                    "), the pages of k_cache (the block holds rows the call reads or writes)");
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+Status make_kvcache_params(const KVCacheArgs& a, ForwardParams* p) {
+  Checker c;
+  const bool paged = a.block_table.defined();
+  const char* cache_layout =
+      paged ? "(num_blocks, page_size, heads_k, head_dim)" : "(batch_cache, seqlen_cache, heads_k, head_dim)";
+  c.tensor("q", a.q, 4, "(batch, seqlen_q, heads, head_dim)");
+  c.tensor("k_cache", a.k_cache, 4, cache_layout);
+  c.tensor("v_cache", a.v_cache, 4, cache_layout);
+  if (!c.ok()) return c.status();
+  const int64_t batch = a.q.shape[0];
+  const TensorView& kc = a.k_cache;
+  const TensorView& vc = a.v_cache;
+  if (vc.shape[0] != kc.shape[0] || vc.shape[1] != kc.shape[1] || vc.shape[2] != kc.shape[2]) {
+    c.invalid(std::string("v_cache must match k_cache in its first three dimensions ") + cache_layout +
+              (paged ? " (the same pages and page size)" : "") + ", got k_cache " + shape_str(kc) +
+              " and v_cache " + shape_str(vc));
+    return c.status();
+  }
+
+  int64_t capacity = kc.shape[1];
+  if (paged) {
+    c.tensor("block_table", a.block_table, 2, "(batch, max_blocks)");
+    c.dtype("block_table", a.block_table, DType::kInt32);
+    c.device("block_table", a.block_table, a.q.device);
+    if (!c.ok()) return c.status();
+    if (a.block_table.shape[0] != batch) {
+      c.invalid("block_table must have batch " + std::to_string(batch) + " rows like q, got shape " +
+                shape_str(a.block_table));
+    } else if (kc.shape[1] < 1) {
+      c.invalid("k_cache must have a page size (dimension 1) >= 1 with block_table, got shape " +
+                shape_str(kc));
+    } else if (a.cache_batch_idx.defined()) {
+      c.invalid("cache_batch_idx cannot be combined with block_table: the block table already "
+                "maps each sequence to its pages");
+    }
+    if (!c.ok()) return c.status();
+    capacity = a.block_table.shape[1] * kc.shape[1];
+  }
+  if (capacity > std::numeric_limits<int32_t>::max() || kc.shape[0] > std::numeric_limits<int32_t>::max()) {
+    c.invalid("the cache must hold at most 2^31 - 1 rows per sequence and pages, got capacity " +
+              std::to_string(capacity) + " and " + std::to_string(kc.shape[0]) + " pages/rows");
+    return c.status();
+  }
+
+  // Validate q, the cache (seen as a dense (batch, capacity, heads_k, d) operand), out, lse and
+  // the options through the plain forward's checks.
+  ForwardArgs f;
+  f.q = a.q;
+  f.out = a.out;
+  f.lse = a.lse;
+  for (auto [from, to] : {std::pair{&kc, &f.k}, std::pair{&vc, &f.v}}) {
+    *to = *from;
+    to->shape[0] = batch;
+    to->shape[1] = capacity;
+  }
+  f.softmax_scale = a.softmax_scale;
+  f.causal = a.causal;
+  f.window_left = a.window_left;
+  f.window_right = a.window_right;
+  f.softcap = a.softcap;
+  f.alibi_slopes = a.alibi_slopes;
+  f.num_splits = a.num_splits;
+  f.stream = a.stream;
+  f.num_threads = a.num_threads;
+  if (Status s = make_forward_params(f, p); !s.ok()) {
+    // The cache's messages name the synthetic views "k"/"v"; rename them.
+    std::string m = s.message();
+    if (m.size() > 2 && (m[0] == 'k' || m[0] == 'v') && m[1] == ' ') m.insert(1, "_cache");
+    return Status(s.code(), m);
+  }
+  const Device dev = p->device;
+  KVCacheParams& kv = p->kv;
+  kv.enabled = true;
+  kv.capacity = static_cast<int32_t>(capacity);
+  if (paged) {
+    kv.block_table = static_cast<const int32_t*>(a.block_table.data);
+    kv.block_table_stride = a.block_table.strides[0];
+    kv.page_size = static_cast<int32_t>(kc.shape[1]);
+    kv.num_blocks = static_cast<int32_t>(kc.shape[0]);
+  } else {
+    kv.batch_cache = static_cast<int32_t>(kc.shape[0]);
+    if (!a.cache_batch_idx.defined() && kc.shape[0] < batch) {
+      c.invalid("k_cache has batch " + std::to_string(kc.shape[0]) + " but q has batch " +
+                std::to_string(batch) + "; give cache_batch_idx to map sequences to cache rows");
+    }
+  }
+
+  check_index_vector(c, "cache_seqlens", a.cache_seqlens, batch, dev);
+  check_index_vector(c, "cache_batch_idx", a.cache_batch_idx, batch, dev);
+  check_index_vector(c, "cache_leftpad", a.cache_leftpad, batch, dev);
+  if (!c.ok()) return c.status();
+  kv.cache_seqlens = static_cast<const int32_t*>(a.cache_seqlens.data);
+  kv.batch_idx = static_cast<const int32_t*>(a.cache_batch_idx.data);
+  kv.leftpad = static_cast<const int32_t*>(a.cache_leftpad.data);
+
+  // New tokens.
+  if (a.k.defined() != a.v.defined()) {
+    c.invalid(std::string("k and v (the new tokens) must be given together; got only ") +
+              (a.k.defined() ? "k" : "v"));
+    return c.status();
+  }
+  if (a.k.defined()) {
+    if (!a.cache_seqlens.defined()) {
+      c.invalid("k/v (new tokens) need cache_seqlens: where to append them in the cache");
+      return c.status();
+    }
+    c.tensor("k", a.k, 4, "(batch, seqlen_new, heads_k, head_dim)");
+    c.tensor("v", a.v, 4, "(batch, seqlen_new, heads_k, head_dim_v)");
+    if (!c.ok()) return c.status();
+    const int64_t seqlen_new = a.k.shape[1];
+    check_like(c, "k", a.k, {batch, seqlen_new, p->heads_k, p->head_dim}, p->dtype, dev,
+               "(batch, seqlen_new, heads_k, head_dim)");
+    check_like(c, "v", a.v, {batch, seqlen_new, p->heads_k, p->head_dim_v}, p->dtype, dev,
+               "(batch, seqlen_new, heads_k, head_dim_v)");
+    if (c.ok() && seqlen_new > capacity) {
+      c.invalid("the cache is too short for the append: k has seqlen_new " + std::to_string(seqlen_new) +
+                " but the cache holds " + std::to_string(capacity) + " rows per sequence");
+    }
+    if (!c.ok()) return c.status();
+    kv.k_new = a.k.data;
+    kv.v_new = a.v.data;
+    kv.k_new_strides = strides_of(a.k, false);
+    kv.v_new_strides = strides_of(a.v, false);
+    kv.seqlen_new = static_cast<int32_t>(seqlen_new);
+  }
+
+  // Rotary.
+  if (a.rotary_cos.defined() != a.rotary_sin.defined()) {
+    c.invalid(std::string("rotary_cos and rotary_sin must be given together; got only ") +
+              (a.rotary_cos.defined() ? "rotary_cos" : "rotary_sin"));
+    return c.status();
+  }
+  if (a.rotary_cos.defined()) {
+    if (!a.k.defined()) {
+      c.invalid("rotary_cos/rotary_sin need k and v: the rotary embedding is applied to the new "
+                "keys and to q at their cache positions");
+      return c.status();
+    }
+    c.tensor("rotary_cos", a.rotary_cos, 2, "(seqlen_ro, rotary_dim / 2)");
+    if (!c.ok()) return c.status();
+    const int64_t seqlen_ro = a.rotary_cos.shape[0], half = a.rotary_cos.shape[1];
+    check_like(c, "rotary_cos", a.rotary_cos, {seqlen_ro, half}, p->dtype, dev, "(seqlen_ro, rotary_dim / 2)");
+    check_like(c, "rotary_sin", a.rotary_sin, {seqlen_ro, half}, p->dtype, dev, "(seqlen_ro, rotary_dim / 2)");
+    if (c.ok() && (half < 1 || 2 * half > p->head_dim)) {
+      c.invalid("rotary_dim = 2 * rotary_cos.shape[1] must be in [2, head_dim = " +
+                std::to_string(p->head_dim) + "], got " + std::to_string(2 * half));
+    } else if (c.ok() && seqlen_ro < capacity) {
+      c.invalid("rotary_cos/rotary_sin must have at least as many positions as the cache holds rows (" +
+                std::to_string(capacity) + "), got seqlen_ro " + std::to_string(seqlen_ro));
+    }
+    if (!c.ok()) return c.status();
+    kv.rotary_cos = a.rotary_cos.data;
+    kv.rotary_sin = a.rotary_sin.data;
+    kv.rotary_cos_stride = a.rotary_cos.strides[0];
+    kv.rotary_sin_stride = a.rotary_sin.strides[0];
+    kv.rotary_dim = static_cast<int32_t>(2 * half);
+    kv.rotary_interleaved = a.rotary_interleaved;
+    // As flash_attn: queries advance with their token index when causal or windowed (a side
+    // at least as wide as the cache is no window); otherwise all sit at cache_len.
+    kv.rotary_q_per_token = a.causal || (a.window_left >= 0 && a.window_left < capacity) ||
+                            (a.window_right >= 0 && a.window_right < capacity);
+  }
+
+  if (dev.type == DeviceType::kCPU) check_kvcache_values(c, a, *p);
+  return c.status();
 }
 
 }  // namespace flashattn

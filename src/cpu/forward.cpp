@@ -34,6 +34,7 @@
 #include "cpu/convert.h"
 #include "cpu/gemm.h"
 #include "cpu/isa.h"
+#include "cpu/kvcache.h"
 #include "cpu/simd.h"
 #include "cpu/thread_pool.h"
 
@@ -69,7 +70,8 @@ struct ForwardScratch {
     ot = lay.add(dv * kBlockQ);
     s = lay.add(kBlockK * kBlockQ);
     mult = lay.add(p.has_dropout() ? kBlockK * kBlockQ : 0);
-    const bool convert = p.dtype != DType::kFloat32;
+    // Paged caches are always gathered into the buffers (a key block may span pages).
+    const bool convert = p.dtype != DType::kFloat32 || p.kv.paged();
     k = lay.add(convert ? kBlockK * d : 0);
     v = lay.add(convert ? kBlockK * dv : 0);
     row = lay.add(std::max(d, dv));
@@ -80,6 +82,38 @@ struct ForwardScratch {
     size = lay.size();
   }
 };
+
+// Sequence b of a forward or forward_kvcache call. With a KV cache, keys are the cache rows
+// [kv.first(b), kv.end(b)) and k_row0 is the first of them (an absolute cache row).
+inline Sequence forward_sequence(const ForwardParams& p, int64_t b) {
+  if (!p.kv.enabled) return sequence_of(p, b);
+  Sequence s;
+  s.len_q = p.seqlen_q;
+  s.k_row0 = p.kv.first(static_cast<int>(b));
+  s.len_k = p.kv.end(static_cast<int>(b)) - s.k_row0;
+  return s;
+}
+
+// Key or value rows [j0, j0 + n) of sequence b, head hh, as float32 (see rows_as_float). A
+// dense cache reads through its cache row (cache_batch_idx); a paged cache resolves each row's
+// page (row -> block_table[b][row / page_size], row % page_size) and is always converted.
+FLASHATTN_CPU_INLINE const float* kv_rows_as_float(const ForwardParams& p, const void* base,
+                                                   const Strides3& st, int64_t b,
+                                                   const Sequence& seq, int64_t j0, int64_t n,
+                                                   int64_t hh, int64_t width, float* buf,
+                                                   int64_t* ld) {
+  if (!p.kv.paged()) {
+    const int64_t cb = p.kv.enabled ? p.kv.cache_batch(static_cast<int>(b)) : b;
+    return rows_as_float(p.dtype, base, st, cb, seq.k_row0, j0, n, hh, width, buf, ld);
+  }
+  const int64_t es = dtype_size(p.dtype);
+  for (int64_t r = 0; r < n; ++r) {
+    const int64_t off = p.kv.row_offset(st, static_cast<int>(b), seq.k_row0 + j0 + r) + hh * st.head;
+    load_row(p.dtype, static_cast<const char*>(base) + off * es, width, buf + r * width);
+  }
+  *ld = width;
+  return buf;
+}
 
 struct ForwardContext {
   const ForwardParams* params;
@@ -96,7 +130,7 @@ FLASHATTN_CPU_INLINE void forward_item(const ForwardContext& ctx, const ForwardI
   const int64_t b = item.batch, h = item.head;
   const int64_t hk = h / (p.heads / p.heads_k);
   const int64_t d = p.head_dim, dv = p.head_dim_v;
-  const Sequence seq = sequence_of(p, b);
+  const Sequence seq = forward_sequence(p, b);
   const Visibility vis(p, seq);
   const ScoreTransform tf(p, b, h);
   const int64_t i0 = static_cast<int64_t>(item.q_block) * kBlockQ;
@@ -125,10 +159,8 @@ FLASHATTN_CPU_INLINE void forward_item(const ForwardContext& ctx, const ForwardI
     const int64_t j0 = kb * kBlockK;
     const int64_t nk = std::min(kBlockK, seq.len_k - j0);
     int64_t kld = 0, vld = 0;
-    const float* kp =
-        rows_as_float(p.dtype, p.k, p.k_strides, b, seq.k_row0, j0, nk, hk, d, ws + sc.k, &kld);
-    const float* vp =
-        rows_as_float(p.dtype, p.v, p.v_strides, b, seq.k_row0, j0, nk, hk, dv, ws + sc.v, &vld);
+    const float* kp = kv_rows_as_float(p, p.k, p.k_strides, b, seq, j0, nk, hk, d, ws + sc.k, &kld);
+    const float* vp = kv_rows_as_float(p, p.v, p.v_strides, b, seq, j0, nk, hk, dv, ws + sc.v, &vld);
 
     // S^T = K . Q^T: raw dot products (logits after transform_scores unless tf.plain), and
     // the maximum of each query column. Without masking or transform the maximum comes out of
@@ -276,7 +308,7 @@ Status run_forward(const ForwardParams& p) {
   // Items: heaviest first under a causal-like mask (later query blocks see more keys).
   std::vector<ForwardItem> items;
   for (int64_t b = 0; b < p.batch; ++b) {
-    const Sequence seq = sequence_of(p, b);
+    const Sequence seq = forward_sequence(p, b);
     const int64_t blocks = ceil_div(seq.len_q, kBlockQ);
     for (int64_t h = 0; h < p.heads; ++h) {
       for (int64_t qb = blocks - 1; qb >= 0; --qb) {
@@ -304,6 +336,19 @@ Status run_forward(const ForwardParams& p) {
 
 }  // namespace
 }  // namespace cpu
+
+Status cpu_forward_kvcache(const ForwardParams& params) {
+  try {
+    std::vector<unsigned char> q_rot;
+    ForwardParams attend;
+    cpu::kvcache_prepare(params, &q_rot, &attend);
+    return cpu::run_forward(attend);
+  } catch (const std::bad_alloc&) {
+    return Status::Internal("cpu forward_kvcache: out of memory while allocating scratch buffers");
+  } catch (const std::exception& e) {
+    return Status::Internal(std::string("cpu forward_kvcache: ") + e.what());
+  }
+}
 
 Status cpu_forward(const ForwardParams& params) {
   try {

@@ -293,6 +293,6 @@ def test_package_surface():
                  "flash_attn_varlen_func", "flash_attn_varlen_qkvpacked_func",
                  "flash_attn_varlen_kvpacked_func", "forward", "backward"):
         assert callable(getattr(flashattn, name))
-    assert not hasattr(flashattn, "flash_attn_with_kvcache")  # a later issue
+    assert callable(flashattn.flash_attn_with_kvcache) and callable(flashattn.forward_kvcache)
     from flashattn.flash_attn_interface import flash_attn_func
     assert flash_attn_func is flashattn.flash_attn_func

@@ -212,6 +212,39 @@ def test_torch_bfloat16_sink_parameter_gets_a_gradient():
     assert sink.grad is not None and sink.grad.dtype == torch.bfloat16
 
 
+@pytest.mark.parametrize("layout", ["", "_qkvpacked", "_kvpacked"])
+def test_torch_ops_with_a_sink_pass_opcheck(layout):
+    """The custom ops' schemas, fake kernels and autograd with learnable_sink given (the last,
+    defaulted input) and the backward ops' dsink output."""
+    torch = _torch()
+    g = torch.Generator().manual_seed(11)
+    b, s, h, hk, d = 2, 9, 4, 2, 16
+    sink = torch.tensor(make_sink("random", h)).requires_grad_()
+    opts = (None, 0.0, True, -1, -1, 0.0, 0.0, None, False, sink)
+    ops = torch.ops.flashattn
+    if layout == "":
+        q, k, v = (torch.randn(b, s, n, d, generator=g).requires_grad_() for n in (h, hk, hk))
+        op, args = ops.fwd.default, (q, k, v, None, None, 0, 0) + opts
+    elif layout == "_qkvpacked":
+        qkv = torch.randn(b, s, 3, h, d, generator=g).requires_grad_()
+        op, args = ops.fwd_qkvpacked.default, (qkv, None, 0) + opts
+    else:
+        q = torch.randn(b, s, h, d, generator=g).requires_grad_()
+        kv = torch.randn(b, s, 2, hk, d, generator=g).requires_grad_()
+        op, args = ops.fwd_kvpacked.default, (q, kv, None, None, 0, 0) + opts
+    torch.library.opcheck(op, args)
+    detached = tuple(a.detach() if isinstance(a, torch.Tensor) else a for a in args)
+    out, lse = op(*detached)
+    n = {"": 3, "_qkvpacked": 1, "_kvpacked": 2}[layout]
+    bwd = getattr(ops, "bwd" + layout).default
+    bwd_args = (torch.randn_like(out),) + detached[:n] + (out, lse) + detached[n:]
+    torch.library.opcheck(bwd, bwd_args)
+    grads = bwd(*bwd_args)
+    assert len(grads) == n + 1 and grads[-1].shape == (h,) and grads[-1].dtype == torch.float32
+    no_sink = bwd(*bwd_args[:-1])
+    assert len(no_sink) == n + 1 and no_sink[-1].shape == (0,)
+
+
 # ---- CUDA -----------------------------------------------------------------------------------
 
 def _cuda():

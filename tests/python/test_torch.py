@@ -479,6 +479,11 @@ def test_non_finite_inputs_propagate_like_torch_sdpa(kind):
         ref = torch.nn.functional.scaled_dot_product_attention(
             q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True).transpose(1, 2)
     bad_ref = ~torch.isfinite(ref).all(dim=-1)
+    if kind != "nan_q":
+        # torch 2.5's math SDPA adds the causal mask to the scores, so the bad key's NaN (or
+        # inf - inf) also reaches rows 0..9, which cannot see key 10. A masked key takes no
+        # part in a row here: those rows stay finite whatever the torch release does.
+        bad_ref[1, :10, 1] = False
     assert bad_ref.any()
     assert torch.equal(~torch.isfinite(ours).all(dim=-1), bad_ref)
 

@@ -1,0 +1,775 @@
+// forward_kvcache (flash_attn_with_kvcache) on every backend: append-then-attend against the fp64
+// reference (the cache gathered to dense in the test, rotary written again here), paged vs
+// dense (bitwise), shuffled pages and page sizes 1..256, split vs unsplit, ragged cache lengths
+// 0 and 1, left padding, cache_batch_idx, CPU vs CUDA, and bad inputs.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "flashattn/c_api.h"
+#include "test_util.h"
+
+namespace flashattn::test {
+namespace {
+
+struct KVCase {
+  DType dtype = DType::kBFloat16;
+  std::vector<int> cache_seqlens{37};  // per sequence: rows already in the cache (leftpad included)
+  std::vector<int> leftpad;            // empty = none
+  int seqlen_q = 1;
+  int seqlen_new = 0;  // 0 = no k/v
+  int heads = 4;
+  int heads_k = 2;
+  int head_dim = 128;
+  int head_dim_v = 128;
+  int capacity = 96;    // rows per sequence (dense seqlen_cache, or max_blocks * page_size)
+  int page_size = 0;    // 0 = dense cache
+  bool shuffle_pages = true;
+  bool batch_idx = false;  // dense only: sequences read shuffled cache rows out of batch + 2
+  bool cache_seqlens_given = true;
+  int rotary_dim = 0;
+  bool rotary_interleaved = true;
+  bool causal = false;
+  int window_left = -1;
+  int window_right = -1;
+  float softcap = 0.0f;
+  bool alibi = false;
+  int num_splits = 0;
+  uint32_t seed = 7;
+
+  int batch() const { return static_cast<int>(cache_seqlens.size()); }
+  int max_blocks() const { return page_size > 0 ? capacity / page_size : 0; }
+};
+
+// Everything the call produced, in raw bytes (for bitwise comparisons) and as doubles.
+struct KVOutcome {
+  bool skipped = false;
+  std::string skip_reason;
+  Status status;
+  std::vector<double> out, lse;  // out (batch, seqlen_q, heads, dv); lse (batch, heads, seqlen_q)
+  std::vector<unsigned char> out_bytes;
+};
+
+double uniform(std::mt19937& g) { return std::uniform_real_distribution<double>(-1.0, 1.0)(g); }
+
+// The test's own rotary: pair (a, b) of row x at position pos -> (a c - b s, a s + b c).
+void rotate_ref(std::vector<double>& x, int64_t off, int rotary_dim, bool interleaved,
+                const std::vector<double>& cos, const std::vector<double>& sin, int64_t pos) {
+  const int half = rotary_dim / 2;
+  for (int i = 0; i < half; ++i) {
+    const int64_t ia = off + (interleaved ? 2 * i : i);
+    const int64_t ib = off + (interleaved ? 2 * i + 1 : i + half);
+    const double c = cos[pos * half + i], s = sin[pos * half + i];
+    const double a = x[ia], b = x[ib];
+    x[ia] = a * c - b * s;
+    x[ib] = a * s + b * c;
+  }
+}
+
+class KVRun {
+ public:
+  KVRun(Backend backend, const KVCase& kc) : backend_(backend), kc_(kc) { build(); }
+
+  KVCacheArgs args() const {
+    const Device dev = device_of(backend_);
+    const DType dt = kc_.dtype;
+    const int64_t B = kc_.batch(), hk = kc_.heads_k, d = kc_.head_dim, dv = kc_.head_dim_v;
+    KVCacheArgs a;
+    a.q = make_contiguous_view(q_->device_data(), dt, dev, {B, kc_.seqlen_q, kc_.heads, d});
+    a.k_cache = make_contiguous_view(kcache_->device_data(), dt, dev, {rows0_, rows1_, hk, d});
+    a.v_cache = make_contiguous_view(vcache_->device_data(), dt, dev, {rows0_, rows1_, hk, dv});
+    if (kc_.seqlen_new > 0) {
+      a.k = make_contiguous_view(knew_->device_data(), dt, dev, {B, kc_.seqlen_new, hk, d});
+      a.v = make_contiguous_view(vnew_->device_data(), dt, dev, {B, kc_.seqlen_new, hk, dv});
+    }
+    if (kc_.rotary_dim > 0) {
+      a.rotary_cos = make_contiguous_view(cos_->device_data(), dt, dev, {kc_.capacity, kc_.rotary_dim / 2});
+      a.rotary_sin = make_contiguous_view(sin_->device_data(), dt, dev, {kc_.capacity, kc_.rotary_dim / 2});
+      a.rotary_interleaved = kc_.rotary_interleaved;
+    }
+    if (kc_.cache_seqlens_given) a.cache_seqlens = make_contiguous_view(seqlens_->device_data(), DType::kInt32, dev, {B});
+    if (!kc_.leftpad.empty()) a.cache_leftpad = make_contiguous_view(leftpad_->device_data(), DType::kInt32, dev, {B});
+    if (kc_.batch_idx) a.cache_batch_idx = make_contiguous_view(bidx_->device_data(), DType::kInt32, dev, {B});
+    if (kc_.page_size > 0) {
+      a.block_table = make_contiguous_view(table_->device_data(), DType::kInt32, dev, {B, kc_.max_blocks()});
+    }
+    a.out = make_contiguous_view(out_->device_data(), dt, dev, {B, kc_.seqlen_q, kc_.heads, dv});
+    a.lse = make_contiguous_view(lse_->device_data(), DType::kFloat32, dev, {B, kc_.heads, kc_.seqlen_q});
+    a.softmax_scale = 0.0f;
+    a.causal = kc_.causal;
+    a.window_left = kc_.window_left;
+    a.window_right = kc_.window_right;
+    a.softcap = kc_.softcap;
+    if (kc_.alibi) a.alibi_slopes = make_contiguous_view(alibi_->device_data(), DType::kFloat32, dev, {kc_.heads});
+    a.num_splits = kc_.num_splits;
+    return a;
+  }
+
+  KVOutcome run() {
+    KVOutcome o;
+    o.status = forward_kvcache(args());
+    if (!o.status.ok()) return o;
+    out_->download();
+    lse_->download();
+    kcache_->download();
+    vcache_->download();
+    const int64_t n_out = out_->numel(), n_lse = lse_->numel();
+    for (int64_t i = 0; i < n_out; ++i) o.out.push_back(out_->get(i));
+    for (int64_t i = 0; i < n_lse; ++i) o.lse.push_back(lse_->get(i));
+    o.out_bytes = out_->bytes();
+    return o;
+  }
+
+  // The cache rows of sequence b, head h (logical row r): arena index of element 0.
+  int64_t cache_index(int b, int64_t r, int h, int width) const {
+    int64_t r0, r1;
+    if (kc_.page_size > 0) {
+      r0 = table_host_[b * kc_.max_blocks() + r / kc_.page_size];
+      r1 = r % kc_.page_size;
+    } else {
+      r0 = kc_.batch_idx ? bidx_host_[b] : b;
+      r1 = r;
+    }
+    return ((r0 * rows1_ + r1) * kc_.heads_k + h) * width;
+  }
+
+  // Checks out/lse against the fp64 reference and the cache against the expected append.
+  void check(const KVOutcome& o) const {
+    const int B = kc_.batch(), H = kc_.heads, HK = kc_.heads_k, d = kc_.head_dim,
+              dv = kc_.head_dim_v, sq = kc_.seqlen_q;
+    const int half = kc_.rotary_dim / 2;
+    const bool per_token = kc_.causal || kc_.window_left >= 0 || kc_.window_right >= 0;
+    // Expected cache contents after the append: the logical cache with new rows rotated.
+    std::vector<double> kexp = klog_, vexp = vlog_;  // (B, capacity, HK, d[v])
+    for (int b = 0; b < B; ++b) {
+      for (int t = 0; t < kc_.seqlen_new; ++t) {
+        const int64_t r = seqlens_host_[b] + t;
+        for (int h = 0; h < HK; ++h) {
+          const int64_t ko = ((int64_t(b) * kc_.capacity + r) * HK + h) * d;
+          const int64_t kn = ((int64_t(b) * kc_.seqlen_new + t) * HK + h) * d;
+          for (int c = 0; c < d; ++c) kexp[ko + c] = knew_host_[kn + c];
+          if (half > 0) {
+            rotate_ref(kexp, ko, kc_.rotary_dim, kc_.rotary_interleaved, cos_host_, sin_host_, r);
+            for (int c = 0; c < d; ++c) kexp[ko + c] = round_to(kc_.dtype, kexp[ko + c]);
+          }
+          const int64_t vo = ((int64_t(b) * kc_.capacity + r) * HK + h) * dv;
+          const int64_t vn = ((int64_t(b) * kc_.seqlen_new + t) * HK + h) * dv;
+          for (int c = 0; c < dv; ++c) vexp[vo + c] = vnew_host_[vn + c];
+        }
+      }
+    }
+    // The cache as written: every row the call may touch, compared with the expected one (the
+    // rotated rows within 2 units of rounding: ours rotates in float32, the test in float64).
+    const double u = unit_roundoff(kc_.dtype);
+    int64_t bad = 0;
+    for (int b = 0; b < B; ++b) {
+      for (int64_t r = 0; r < kc_.capacity; ++r) {
+        if (kc_.page_size > 0 && table_host_[b * kc_.max_blocks() + r / kc_.page_size] < 0) continue;
+        for (int h = 0; h < HK; ++h) {
+          const int64_t ki = cache_index(b, r, h, d), vi = cache_index(b, r, h, dv);
+          const int64_t ko = ((int64_t(b) * kc_.capacity + r) * HK + h) * d;
+          const int64_t vo = ((int64_t(b) * kc_.capacity + r) * HK + h) * dv;
+          for (int c = 0; c < d; ++c) {
+            const double tol = half > 0 && r >= seqlens_host_[b] ? 4 * u * 2.0 : 0.0;
+            if (!(std::abs(kcache_->get(ki + c) - kexp[ko + c]) <= tol)) ++bad;
+          }
+          for (int c = 0; c < dv; ++c) {
+            if (!(vcache_->get(vi + c) == vexp[vo + c])) ++bad;
+          }
+        }
+      }
+    }
+    EXPECT_EQ(bad, 0) << "cache elements differ from the expected append";
+    EXPECT_TRUE(kcache_->padding_untouched("k_cache"));
+    EXPECT_TRUE(vcache_->padding_untouched("v_cache"));
+
+    // Reference: q rotated (rounded to the dtype, as stored), keys [leftpad, end) from kexp.
+    HostProblem hp;
+    hp.shape.batch = B;
+    hp.shape.heads = H;
+    hp.shape.heads_k = HK;
+    hp.shape.head_dim = d;
+    hp.shape.head_dim_v = dv;
+    hp.shape.cu_seqlens_q = {0};
+    hp.shape.cu_seqlens_k = {0};
+    for (int b = 0; b < B; ++b) {
+      const int64_t lp = kc_.leftpad.empty() ? 0 : kc_.leftpad[b];
+      const int64_t end = seqlens_host_[b] + kc_.seqlen_new;
+      hp.shape.cu_seqlens_q.push_back(hp.shape.cu_seqlens_q.back() + sq);
+      hp.shape.cu_seqlens_k.push_back(hp.shape.cu_seqlens_k.back() + (end - lp));
+      for (int t = 0; t < sq; ++t) {
+        for (int h = 0; h < H; ++h) {
+          const int64_t qo = ((int64_t(b) * sq + t) * H + h) * d;
+          const int64_t at = static_cast<int64_t>(hp.q.size());
+          hp.q.insert(hp.q.end(), q_host_.begin() + qo, q_host_.begin() + qo + d);
+          if (half > 0) {
+            rotate_ref(hp.q, at, kc_.rotary_dim, kc_.rotary_interleaved, cos_host_, sin_host_,
+                       seqlens_host_[b] + (per_token ? t : 0));
+            for (int c = 0; c < d; ++c) hp.q[at + c] = round_to(kc_.dtype, hp.q[at + c]);
+          }
+        }
+      }
+      for (int64_t r = lp; r < end; ++r) {
+        const int64_t ko = (int64_t(b) * kc_.capacity + r) * HK * d;
+        const int64_t vo = (int64_t(b) * kc_.capacity + r) * HK * dv;
+        hp.k.insert(hp.k.end(), kexp.begin() + ko, kexp.begin() + ko + HK * d);
+        hp.v.insert(hp.v.end(), vexp.begin() + vo, vexp.begin() + vo + HK * dv);
+      }
+    }
+    hp.opt.scale = 1.0 / std::sqrt(static_cast<double>(d));
+    hp.opt.window_left = kc_.window_left;
+    hp.opt.window_right = kc_.causal ? 0 : kc_.window_right;
+    hp.opt.softcap = kc_.softcap;
+    if (kc_.alibi) {
+      for (int b = 0; b < B; ++b) {
+        for (int h = 0; h < H; ++h) hp.opt.alibi.push_back(alibi_host_[h]);
+      }
+    }
+    const Results ref = run_reference(hp, false);
+    std::vector<double> lowp_out, lowp_lse;
+    if (kc_.dtype != DType::kFloat32) {
+      const Results lowp = run_naive_lowp(hp, kc_.dtype, false);
+      lowp_out = lowp.out;
+      lowp_lse = lowp.lse;
+    }
+    // Ours -> reference layout: out (B*sq, H, dv) is the same; lse (B, H, sq) -> (H, B*sq).
+    std::vector<double> lse_ref_layout(o.lse.size());
+    for (int b = 0; b < B; ++b) {
+      for (int h = 0; h < H; ++h) {
+        for (int t = 0; t < sq; ++t) {
+          lse_ref_layout[static_cast<size_t>(h) * B * sq + b * sq + t] =
+              o.lse[(static_cast<size_t>(b) * H + h) * sq + t];
+        }
+      }
+    }
+    EXPECT_TRUE(meets_criterion("out", kc_.dtype, o.out, ref.out, lowp_out));
+    EXPECT_TRUE(meets_criterion("lse", kc_.dtype, lse_ref_layout, ref.lse, lowp_lse));
+  }
+
+ private:
+  void build() {
+    std::mt19937 g(kc_.seed);
+    std::mt19937 layout_rng(kc_.seed + 1);  // page and row shuffles: values do not depend on them
+    const DType dt = kc_.dtype;
+    const Backend be = backend_;
+    const int B = kc_.batch(), H = kc_.heads, HK = kc_.heads_k, d = kc_.head_dim,
+              dv = kc_.head_dim_v;
+    const int64_t cap = kc_.capacity;
+    seqlens_host_ = kc_.cache_seqlens;
+    if (!kc_.cache_seqlens_given) seqlens_host_.assign(B, kc_.capacity);
+
+    // Physical cache shape: dense (batch_cache, capacity) or paged (num_blocks, page_size).
+    if (kc_.page_size > 0) {
+      const int mb = kc_.max_blocks();
+      rows0_ = int64_t(B) * mb + 3;  // spare pages nobody uses
+      rows1_ = kc_.page_size;
+      std::vector<int> pages(static_cast<size_t>(rows0_));
+      std::iota(pages.begin(), pages.end(), 0);
+      if (kc_.shuffle_pages) std::shuffle(pages.begin(), pages.end(), layout_rng);
+      table_host_.resize(static_cast<size_t>(B) * mb);
+      for (int b = 0; b < B; ++b) {
+        for (int i = 0; i < mb; ++i) {
+          // Blocks past the last row the call uses hold -1: never dereferenced.
+          const int64_t end = seqlens_host_[b] + kc_.seqlen_new;
+          table_host_[b * mb + i] = int64_t(i) * kc_.page_size < end ? pages[b * mb + i] : -1;
+        }
+      }
+    } else {
+      rows0_ = kc_.batch_idx ? B + 2 : B;
+      rows1_ = cap;
+      bidx_host_.resize(static_cast<size_t>(rows0_));
+      std::iota(bidx_host_.begin(), bidx_host_.end(), 0);
+      std::shuffle(bidx_host_.begin(), bidx_host_.end(), layout_rng);
+      bidx_host_.resize(B);
+    }
+
+    auto fill = [&](std::vector<double>& host, int64_t n) {
+      host.resize(static_cast<size_t>(n));
+      for (auto& x : host) x = round_to(dt, uniform(g));
+    };
+    fill(q_host_, int64_t(B) * kc_.seqlen_q * H * d);
+    fill(klog_, int64_t(B) * cap * HK * d);
+    fill(vlog_, int64_t(B) * cap * HK * dv);
+    fill(knew_host_, int64_t(B) * kc_.seqlen_new * HK * d);
+    fill(vnew_host_, int64_t(B) * kc_.seqlen_new * HK * dv);
+    const int half = kc_.rotary_dim / 2;
+    cos_host_.resize(static_cast<size_t>(cap * half));
+    sin_host_.resize(cos_host_.size());
+    for (int64_t p = 0; p < cap; ++p) {
+      for (int i = 0; i < half; ++i) {
+        const double angle = p * std::pow(10000.0, -2.0 * i / std::max(kc_.rotary_dim, 1));
+        cos_host_[p * half + i] = round_to(dt, std::cos(angle));
+        sin_host_[p * half + i] = round_to(dt, std::sin(angle));
+      }
+    }
+
+    auto arena = [&](DType t, int64_t n) { return std::make_shared<Arena>(be, t, std::max<int64_t>(n, 1)); };
+    q_ = arena(dt, q_host_.size());
+    for (size_t i = 0; i < q_host_.size(); ++i) q_->set(i, q_host_[i]);
+    kcache_ = arena(dt, rows0_ * rows1_ * HK * d);
+    vcache_ = arena(dt, rows0_ * rows1_ * HK * dv);
+    // Rows of the logical cache that exist physically: all of them (dense), those on a page
+    // (paged). Rows outside [leftpad, end) hold random values the call must not read (it would
+    // change the result) and rows past end must not be written except by the append.
+    for (int b = 0; b < B; ++b) {
+      for (int64_t r = 0; r < cap; ++r) {
+        if (kc_.page_size > 0 && table_host_[b * kc_.max_blocks() + r / kc_.page_size] < 0) continue;
+        for (int h = 0; h < HK; ++h) {
+          const int64_t ki = cache_index(b, r, h, d), vi = cache_index(b, r, h, dv);
+          const int64_t ko = ((int64_t(b) * cap + r) * HK + h) * d;
+          const int64_t vo = ((int64_t(b) * cap + r) * HK + h) * dv;
+          for (int c = 0; c < d; ++c) {
+            kcache_->set(ki + c, klog_[ko + c]);
+            kcache_->mark_covered(ki + c);
+          }
+          for (int c = 0; c < dv; ++c) {
+            vcache_->set(vi + c, vlog_[vo + c]);
+            vcache_->mark_covered(vi + c);
+          }
+        }
+      }
+    }
+    knew_ = arena(dt, knew_host_.size());
+    vnew_ = arena(dt, vnew_host_.size());
+    for (size_t i = 0; i < knew_host_.size(); ++i) knew_->set(i, knew_host_[i]);
+    for (size_t i = 0; i < vnew_host_.size(); ++i) vnew_->set(i, vnew_host_[i]);
+    cos_ = arena(dt, cos_host_.size());
+    sin_ = arena(dt, sin_host_.size());
+    for (size_t i = 0; i < cos_host_.size(); ++i) {
+      cos_->set(i, cos_host_[i]);
+      sin_->set(i, sin_host_[i]);
+    }
+    seqlens_ = arena(DType::kInt32, B);
+    leftpad_ = arena(DType::kInt32, B);
+    bidx_ = arena(DType::kInt32, B);
+    for (int b = 0; b < B; ++b) {
+      seqlens_->set(b, seqlens_host_[b]);
+      leftpad_->set(b, kc_.leftpad.empty() ? 0 : kc_.leftpad[b]);
+      bidx_->set(b, kc_.batch_idx ? bidx_host_[b] : b);
+    }
+    table_ = arena(DType::kInt32, static_cast<int64_t>(table_host_.size()));
+    for (size_t i = 0; i < table_host_.size(); ++i) table_->set(i, table_host_[i]);
+    alibi_ = arena(DType::kFloat32, H);
+    for (int h = 0; h < H; ++h) {
+      alibi_host_.push_back(static_cast<float>(0.05 * (h + 1)));
+      alibi_->set(h, alibi_host_.back());
+    }
+    out_ = arena(dt, int64_t(B) * kc_.seqlen_q * H * dv);
+    lse_ = arena(DType::kFloat32, int64_t(B) * H * kc_.seqlen_q);
+    for (auto* a : {&q_, &kcache_, &vcache_, &knew_, &vnew_, &cos_, &sin_, &seqlens_, &leftpad_,
+                    &bidx_, &table_, &alibi_, &out_, &lse_}) {
+      (*a)->upload();
+    }
+  }
+
+  Backend backend_;
+  KVCase kc_;
+  int64_t rows0_ = 0, rows1_ = 0;
+  std::vector<int> seqlens_host_, table_host_, bidx_host_;
+  std::vector<double> q_host_, klog_, vlog_, knew_host_, vnew_host_, cos_host_, sin_host_;
+  std::vector<float> alibi_host_;
+  std::shared_ptr<Arena> q_, kcache_, vcache_, knew_, vnew_, cos_, sin_, seqlens_, leftpad_, bidx_,
+      table_, alibi_, out_, lse_;
+};
+
+bool cuda_may_not_support(const KVCase& kc) {
+  ProblemSpec s;
+  s.dtype = kc.dtype;
+  s.head_dim = kc.head_dim;
+  s.head_dim_v = kc.head_dim_v;
+  return test::cuda_may_not_support(s);
+}
+
+// Runs the case; returns the outcome, or skipped (no GPU, or a CUDA kNotSupported that the
+// build legitimately gives).
+KVOutcome run_case(Backend backend, const KVCase& kc, bool check) {
+  KVOutcome o;
+  if (!backend_available(backend)) {
+    o.skipped = true;
+    o.skip_reason = "no CUDA device";
+    return o;
+  }
+  KVRun run(backend, kc);
+  o = run.run();
+  if (!o.status.ok()) {
+    // The CUDA forward_kvcache is not implemented yet (src/cuda/kvcache.cu): skip, saying so.
+    const bool not_yet = o.status.message().find("not implemented on the CUDA backend") != std::string::npos;
+    if (backend == Backend::kCuda && o.status.code() == StatusCode::kNotSupported &&
+        (cuda_may_not_support(kc) || not_yet)) {
+      o.skipped = true;
+      o.skip_reason = o.status.message();
+      return o;
+    }
+    ADD_FAILURE() << "forward_kvcache on " << backend_name(backend) << ": " << o.status.message();
+    return o;
+  }
+  if (check) run.check(o);
+  return o;
+}
+
+#define KV_RUN_OR_SKIP(var, backend, kc, check)                 \
+  const KVOutcome var = run_case(backend, kc, check);           \
+  if (var.skipped) GTEST_SKIP() << var.skip_reason;             \
+  ASSERT_TRUE(var.status.ok())
+
+class KVCache : public testing::TestWithParam<Backend> {};
+
+TEST_P(KVCache, DecodeDenseNoAppend) {
+  KVCase kc;
+  kc.cache_seqlens = {37, 1, 96, 50};
+  KV_RUN_OR_SKIP(o, GetParam(), kc, true);
+}
+
+TEST_P(KVCache, AppendThenAttend) {
+  for (bool causal : {false, true}) {
+    KVCase kc;
+    kc.cache_seqlens = {0, 1, 40, 90};
+    kc.seqlen_new = 3;
+    kc.seqlen_q = 3;
+    kc.causal = causal;
+    SCOPED_TRACE(causal ? "causal" : "full");
+    KV_RUN_OR_SKIP(o, GetParam(), kc, true);
+  }
+}
+
+TEST_P(KVCache, CacheSeqlensZeroAndOne) {
+  for (int new_tokens : {0, 1}) {
+    KVCase kc;
+    kc.cache_seqlens = {0, 1, 0};
+    kc.seqlen_new = new_tokens;
+    kc.seqlen_q = 2;
+    kc.causal = true;  // with 0 keys every row is empty: out 0, lse -inf
+    SCOPED_TRACE(new_tokens);
+    KV_RUN_OR_SKIP(o, GetParam(), kc, true);
+  }
+}
+
+TEST_P(KVCache, RotaryInterleavedAndHalf) {
+  for (bool interleaved : {true, false}) {
+    for (int rotary_dim : {128, 32}) {
+      for (bool causal : {false, true}) {
+        KVCase kc;
+        kc.cache_seqlens = {5, 60, 17};
+        kc.seqlen_new = 4;
+        kc.seqlen_q = 4;
+        kc.rotary_dim = rotary_dim;
+        kc.rotary_interleaved = interleaved;
+        kc.causal = causal;
+        SCOPED_TRACE(std::string(interleaved ? "interleaved" : "half") + " rotary_dim " +
+                     std::to_string(rotary_dim) + (causal ? " causal" : ""));
+        KV_RUN_OR_SKIP(o, GetParam(), kc, true);
+      }
+    }
+  }
+}
+
+TEST_P(KVCache, PagedAllPageSizes) {
+  for (int page : {1, 16, 64, 256}) {
+    KVCase kc;
+    kc.capacity = page == 256 ? 512 : 192;
+    kc.page_size = page;
+    kc.cache_seqlens = {0, 17, 130, 150};
+    kc.seqlen_new = 2;
+    kc.seqlen_q = 2;
+    kc.causal = true;
+    kc.rotary_dim = 64;
+    SCOPED_TRACE("page size " + std::to_string(page));
+    KV_RUN_OR_SKIP(o, GetParam(), kc, true);
+  }
+}
+
+// Paged and dense caches with the same logical contents give bitwise identical results: the
+// kernels read the same rows in the same order.
+TEST_P(KVCache, PagedEqualsDenseBitwise) {
+  for (int page : {1, 16, 64}) {
+    KVCase dense;
+    dense.capacity = 192;
+    dense.cache_seqlens = {3, 100, 191, 64};
+    dense.seqlen_new = 1;
+    dense.seqlen_q = 1;
+    KVCase paged = dense;
+    paged.page_size = page;
+    SCOPED_TRACE("page size " + std::to_string(page));
+    KV_RUN_OR_SKIP(a, GetParam(), dense, true);
+    KV_RUN_OR_SKIP(b, GetParam(), paged, true);
+    EXPECT_EQ(a.out_bytes, b.out_bytes);
+    EXPECT_EQ(a.lse, b.lse);
+  }
+}
+
+TEST_P(KVCache, LeftPadAndBatchIdx) {
+  KVCase kc;
+  kc.cache_seqlens = {40, 10, 80};
+  kc.leftpad = {7, 10, 0};
+  kc.seqlen_new = 2;
+  kc.seqlen_q = 2;
+  kc.causal = true;
+  kc.rotary_dim = 128;
+  kc.batch_idx = true;
+  KV_RUN_OR_SKIP(o, GetParam(), kc, true);
+  KVCase paged = kc;
+  paged.batch_idx = false;
+  paged.page_size = 16;
+  KV_RUN_OR_SKIP(p, GetParam(), paged, true);
+}
+
+TEST_P(KVCache, ModifiersWindowSoftcapAlibiGqa) {
+  KVCase kc;
+  kc.cache_seqlens = {70, 33};
+  kc.heads = 8;
+  kc.heads_k = 1;
+  kc.seqlen_new = 5;
+  kc.seqlen_q = 5;
+  kc.window_left = 20;
+  kc.window_right = 0;
+  kc.softcap = 15.0f;
+  kc.alibi = true;
+  kc.page_size = 16;
+  KV_RUN_OR_SKIP(o, GetParam(), kc, true);
+}
+
+TEST_P(KVCache, NoCacheSeqlensMeansFullCache) {
+  KVCase kc;
+  kc.cache_seqlens_given = false;
+  kc.cache_seqlens = {0, 0};  // only the batch size counts
+  kc.seqlen_q = 16;
+  kc.causal = true;
+  KV_RUN_OR_SKIP(o, GetParam(), kc, true);
+}
+
+TEST_P(KVCache, SplitEqualsUnsplitWithinCriterion) {
+  for (int splits : {1, 3, 0}) {
+    KVCase kc;
+    kc.capacity = 1024;
+    kc.page_size = 16;
+    kc.cache_seqlens = {1000, 513, 7};
+    kc.seqlen_new = 1;
+    kc.num_splits = splits;
+    SCOPED_TRACE("num_splits " + std::to_string(splits));
+    KV_RUN_OR_SKIP(o, GetParam(), kc, true);
+  }
+}
+
+TEST_P(KVCache, OtherDtypesAndHeadDims) {
+  for (DType dt : {DType::kFloat32, DType::kFloat16}) {
+    for (int d : {64, 40}) {
+      KVCase kc;
+      kc.dtype = dt;
+      kc.head_dim = kc.head_dim_v = d;
+      kc.cache_seqlens = {20, 3};
+      kc.seqlen_new = 2;
+      kc.seqlen_q = 2;
+      kc.rotary_dim = d / 2;
+      kc.page_size = 16;
+      SCOPED_TRACE(std::string(dtype_name(dt)) + " d" + std::to_string(d));
+      KV_RUN_OR_SKIP(o, GetParam(), kc, true);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, KVCache, testing::ValuesIn(all_backends()),
+                         [](const testing::TestParamInfo<Backend>& param_info) {
+                           return std::string(backend_name(param_info.param));
+                         });
+
+// CPU and CUDA agree (each already meets the criterion against the reference; here they are
+// also compared with each other on the same inputs).
+TEST(KVCacheCpuVsCuda, SameInputs) {
+  if (!backend_available(Backend::kCuda)) GTEST_SKIP() << "no CUDA device";
+  KVCase kc;
+  kc.cache_seqlens = {100, 5, 64};
+  kc.page_size = 16;
+  kc.capacity = 128;
+  kc.seqlen_new = 2;
+  kc.seqlen_q = 2;
+  kc.causal = true;
+  kc.rotary_dim = 128;
+  const KVOutcome cpu = run_case(Backend::kCpu, kc, true);
+  const KVOutcome gpu = run_case(Backend::kCuda, kc, true);
+  if (gpu.skipped) GTEST_SKIP() << gpu.skip_reason;
+  ASSERT_TRUE(cpu.status.ok() && gpu.status.ok());
+  ASSERT_EQ(cpu.out.size(), gpu.out.size());
+  double worst = 0.0;
+  for (size_t i = 0; i < cpu.out.size(); ++i) worst = std::max(worst, std::abs(cpu.out[i] - gpu.out[i]));
+  EXPECT_LE(worst, 8 * unit_roundoff(kc.dtype));
+}
+
+// ---- bad inputs (CPU tensors: every value is checkable on the host) -------------------------
+
+class KVCacheErrors : public testing::Test {
+ protected:
+  KVCase base() const {
+    KVCase kc;
+    kc.dtype = DType::kFloat32;
+    kc.head_dim = kc.head_dim_v = 16;
+    kc.heads = 2;
+    kc.heads_k = 1;
+    kc.capacity = 32;
+    kc.cache_seqlens = {10, 20};
+    kc.seqlen_new = 2;
+    kc.seqlen_q = 2;
+    kc.page_size = 8;
+    return kc;
+  }
+  // Expects kInvalidArgument whose message contains `needle`.
+  static void expect_invalid(const Status& s, const std::string& needle) {
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.message();
+    EXPECT_NE(s.message().find(needle), std::string::npos) << s.message();
+  }
+};
+
+TEST_F(KVCacheErrors, BlockTableOutOfRange) {
+  KVRun run(Backend::kCpu, base());
+  KVCacheArgs a = run.args();
+  static_cast<int32_t*>(a.block_table.data)[1] = 1000;  // sequence 0, block 1 holds rows 8..15
+  expect_invalid(forward_kvcache(a), "block_table[0][1] = 1000");
+}
+
+TEST_F(KVCacheErrors, CacheTooShortForAppend) {
+  KVCase kc = base();
+  kc.cache_seqlens = {31, 3};
+  kc.page_size = 0;
+  KVRun run(Backend::kCpu, kc);
+  expect_invalid(forward_kvcache(run.args()), "too short for the append");
+}
+
+TEST_F(KVCacheErrors, CacheSeqlensBeyondCache) {
+  KVCase kc = base();
+  kc.seqlen_new = 0;
+  kc.page_size = 0;
+  KVRun run(Backend::kCpu, kc);
+  KVCacheArgs a = run.args();
+  static_cast<int32_t*>(a.cache_seqlens.data)[1] = 33;
+  expect_invalid(forward_kvcache(a), "beyond the cache");
+  static_cast<int32_t*>(a.cache_seqlens.data)[1] = -1;
+  expect_invalid(forward_kvcache(a), "cache_seqlens[1] must be >= 0");
+}
+
+TEST_F(KVCacheErrors, PageSizeMismatch) {
+  KVRun run(Backend::kCpu, base());
+  KVCacheArgs a = run.args();
+  a.v_cache.shape[1] = 4;  // v_cache claims pages of 4 rows
+  expect_invalid(forward_kvcache(a), "v_cache must match k_cache");
+}
+
+TEST_F(KVCacheErrors, OtherArguments) {
+  KVRun run(Backend::kCpu, base());
+  {
+    KVCacheArgs a = run.args();
+    a.v = TensorView{};
+    expect_invalid(forward_kvcache(a), "k and v (the new tokens) must be given together");
+  }
+  {
+    KVCacheArgs a = run.args();
+    a.cache_seqlens = TensorView{};
+    expect_invalid(forward_kvcache(a), "need cache_seqlens");
+  }
+  {
+    KVCacheArgs a = run.args();
+    a.block_table.shape[0] = 1;
+    expect_invalid(forward_kvcache(a), "block_table must have batch 2");
+  }
+  {
+    KVCacheArgs a = run.args();
+    a.cache_batch_idx = a.cache_seqlens;
+    expect_invalid(forward_kvcache(a), "cache_batch_idx cannot be combined with block_table");
+  }
+  {
+    KVCacheArgs a = run.args();
+    a.cache_leftpad = a.cache_seqlens;
+    KVCacheArgs b = a;
+    int32_t too_far[2] = {11, 0};
+    b.cache_leftpad.data = too_far;
+    expect_invalid(forward_kvcache(b), "cache_leftpad[0] must be in [0, cache_seqlens[0] = 10]");
+  }
+  {
+    KVCacheArgs a = run.args();
+    a.k_cache.dtype = DType::kFloat16;
+    a.k_cache.shape[3] = 16;
+    EXPECT_FALSE(forward_kvcache(a).ok());
+  }
+}
+
+TEST_F(KVCacheErrors, RotaryArguments) {
+  KVCase kc = base();
+  kc.rotary_dim = 8;
+  KVRun run(Backend::kCpu, kc);
+  {
+    KVCacheArgs a = run.args();
+    a.rotary_sin = TensorView{};
+    expect_invalid(forward_kvcache(a), "rotary_cos and rotary_sin must be given together");
+  }
+  {
+    KVCacheArgs a = run.args();
+    a.rotary_cos.shape[0] = a.rotary_sin.shape[0] = 20;
+    expect_invalid(forward_kvcache(a), "at least as many positions");
+  }
+  {
+    KVCacheArgs a = run.args();
+    a.k = a.v = TensorView{};
+    expect_invalid(forward_kvcache(a), "rotary_cos/rotary_sin need k and v");
+  }
+  {
+    KVCacheArgs a = run.args();
+    a.rotary_cos.shape[1] = a.rotary_sin.shape[1] = 9;
+    a.rotary_cos.strides[0] = a.rotary_sin.strides[0] = 9;
+    expect_invalid(forward_kvcache(a), "rotary_dim");
+  }
+}
+
+TEST(KVCacheCApi, RunsAndReportsErrors) {
+  KVCase kc;
+  kc.dtype = DType::kFloat32;
+  kc.head_dim = kc.head_dim_v = 32;
+  kc.cache_seqlens = {5};
+  kc.seqlen_new = 1;
+  KVRun run(Backend::kCpu, kc);
+  const KVCacheArgs a = run.args();
+  auto to_c = [](const TensorView& t) {
+    flashattn_tensor c{};
+    c.data = t.data;
+    c.dtype = static_cast<int32_t>(t.dtype);
+    c.device_type = static_cast<int32_t>(t.device.type);
+    c.ndim = t.ndim;
+    for (int i = 0; i < t.ndim; ++i) {
+      c.shape[i] = t.shape[i];
+      c.strides[i] = t.strides[i];
+    }
+    return c;
+  };
+  flashattn_kvcache_args c;
+  flashattn_kvcache_args_init(&c);
+  EXPECT_EQ(c.window_left, -1);
+  EXPECT_EQ(c.rotary_interleaved, 1);
+  c.q = to_c(a.q);
+  c.k_cache = to_c(a.k_cache);
+  c.v_cache = to_c(a.v_cache);
+  c.k = to_c(a.k);
+  c.v = to_c(a.v);
+  c.cache_seqlens = to_c(a.cache_seqlens);
+  c.out = to_c(a.out);
+  c.lse = to_c(a.lse);
+  ASSERT_EQ(flashattn_forward_kvcache(&c), FLASHATTN_OK) << flashattn_last_error();
+  const KVOutcome o = [&] {
+    KVRun again(Backend::kCpu, kc);  // same seed: same inputs
+    return again.run();
+  }();
+  ASSERT_TRUE(o.status.ok());
+  std::vector<unsigned char> got(o.out_bytes.size());
+  std::memcpy(got.data(), a.out.data, got.size());
+  EXPECT_EQ(got, o.out_bytes);
+  c.v = flashattn_tensor{};
+  EXPECT_EQ(flashattn_forward_kvcache(&c), FLASHATTN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(flashattn_last_error()).find("must be given together"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace flashattn::test
