@@ -4,11 +4,14 @@
 # JSON under $OUT, and print a short table last.
 #   SUITE=quick|full|decode|none   benchmark suite (default quick); several: SUITE="quick decode"
 #   SANITIZE=1                     also run compute-sanitizer memcheck, racecheck, synccheck on a reduced set
-#   TESTS=0                        skip the test suites
+#   TESTS=0                        skip the test suites (TESTS=ctest or TESTS=pytest: only that one)
+#   BUILD=0                        reuse build-gpu and the installed package of an earlier call on
+#                                  the same (still warm) machine
 #   LARGE=0                        skip ctest's `large` label (2^31-element and 100k-token tests, ~40 s)
 #   PATHS="auto sm90 sm80"         FLASHATTN_CUDA_PATH values the GPU tests run under (src/cuda/cuda_backend.cu):
 #                                  auto = the default dispatch, sm90 = the Hopper kernels wherever they can
-#                                  run, sm80 = the sm80 kernels only. ctest runs under the first two.
+#                                  run, sm80 = the sm80 kernels only. ctest runs under the first two
+#                                  (CTEST_PATHS overrides), test_cuda.py and test_torch.py under each.
 #   HEAD_DIMS="64;128;256"         trim the build (FLASHATTN_CUDA_HEAD_DIMS); default: all
 #   FA4_WHEELS=DIR                 install FlashAttention-4 from the wheel files in DIR (DEVELOPERS.md)
 #                                  so the benchmark times it as the peer `fa4`
@@ -22,6 +25,7 @@ jobs=$(nproc)
 status=0
 log() { printf '\n== %s\n' "$*"; }
 
+if [ "${BUILD:-1}" = 1 ]; then
 log "build (C++, $jobs jobs)"
 start=$(date +%s)
 # sm_90 only: the H200 runs sm_90 machine code; sm_80 code would only lengthen the build.
@@ -40,15 +44,19 @@ CMAKE_BUILD_PARALLEL_LEVEL=$jobs python3 -m pip install --no-build-isolation --n
   -Cbuild-dir=build-gpu/python -Ccmake.define.FLASHATTN_CUDA_ARCHITECTURES="$arch" \
   ${HEAD_DIMS:+-Ccmake.define.FLASHATTN_CUDA_HEAD_DIMS="$HEAD_DIMS"} . >"$OUT/pip.log" 2>&1 || { tail -40 "$OUT/pip.log"; exit 1; }
 echo "pip install (full kernel set): $(( $(date +%s) - start )) s"
+fi
 
-if [ "${TESTS:-1}" = 1 ]; then
+tests=${TESTS:-1}
+paths=(${PATHS:-auto sm90 sm80})
+if [ "$tests" = 1 ] || [ "$tests" = ctest ]; then
   large=(); [ "${LARGE:-1}" = 0 ] && large=(-LE large)
-  paths=(${PATHS:-auto sm90 sm80})
-  for path in "${paths[@]:0:2}"; do
+  for path in ${CTEST_PATHS:-${paths[@]:0:2}}; do
     log "ctest (FLASHATTN_CUDA_PATH=$path)"
     FLASHATTN_CUDA_PATH=$path ctest --test-dir build-gpu -j 4 --output-on-failure "${large[@]}" >"$OUT/ctest-$path.log" 2>&1 || status=1
     tail -4 "$OUT/ctest-$path.log"
   done
+fi
+if [ "$tests" = 1 ] || [ "$tests" = pytest ]; then
   log "pytest (one process per file, so a crash names its file)"
   : >"$OUT/pytest.log"
   for f in tests/python/test_*.py; do
