@@ -345,6 +345,12 @@ def test_non_finite_inputs_propagate_like_torch_sdpa(kind):
             is_causal=True).transpose(1, 2)
     bad_ours = ~torch.isfinite(ours.float()).all(dim=-1)
     bad_ref = ~torch.isfinite(ref).all(dim=-1)
+    if kind != "nan_q":
+        # torch's math SDPA adds the causal mask to the scores, so the bad key's NaN (or
+        # inf - inf) also reaches rows 0..9, which cannot see key 10 (seen with torch 2.5 on the
+        # CPU and 2.11 on the H200). A masked key takes no part in a row here (SEMANTICS.md):
+        # those rows must stay finite, whatever torch does.
+        bad_ref[1, :10, 1] = False
     assert bad_ref.any()
     assert torch.equal(bad_ours, bad_ref)
 

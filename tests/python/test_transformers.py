@@ -1,6 +1,6 @@
 """flashattn as a transformers attention backend (flashattn.integrations.transformers): tiny
 randomly initialised Llama-, Mistral- (sliding window) and Qwen2-style models run with
-attn_implementation="flashattn" and with "sdpa" in bfloat16 on a padded batch; logits and
+attn_implementation="fattn" (flashattn) and with "sdpa" in bfloat16 on a padded batch; logits and
 parameter gradients must agree within bfloat16 noise.
 
 Tolerance: both bfloat16 models are compared with the same model (same bfloat16-rounded
@@ -22,7 +22,7 @@ if not flashattn.cuda_built():
 if not (flashattn.cuda_available() and torch.cuda.is_available()):
     pytest.skip("no usable CUDA GPU for flashattn and torch", allow_module_level=True)
 
-import flashattn.integrations.transformers  # noqa: E402,F401  (registers "flashattn")
+import flashattn.integrations.transformers  # noqa: E402,F401  (registers "fattn")
 
 DEV = torch.device("cuda", torch.cuda.current_device())
 COMMON = dict(vocab_size=1000, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
@@ -70,7 +70,7 @@ def close(name, ours, naive, ref):
 @pytest.mark.parametrize("arch", ["llama", "mistral", "qwen2"])
 def test_model_matches_sdpa(arch, padding):
     config = configs()[arch]
-    fa = build(config, "flashattn", torch.bfloat16)
+    fa = build(config, flashattn.integrations.transformers.NAME, torch.bfloat16)
     state = {k: v.clone() for k, v in fa.state_dict().items()}
     sdpa = build(config, "sdpa", torch.bfloat16, state)
     ref = build(config, "sdpa", torch.float32, {k: v.float() for k, v in state.items()})

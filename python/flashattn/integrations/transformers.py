@@ -1,12 +1,15 @@
 """flashattn as an attention backend of Hugging Face transformers (5.x).
 
-    import flashattn.integrations.transformers          # registers "flashattn"
-    model = AutoModelForCausalLM.from_pretrained(name, attn_implementation="flashattn")
+    import flashattn.integrations.transformers          # registers "fattn"
+    model = AutoModelForCausalLM.from_pretrained(name, attn_implementation="fattn")
 
 Importing this module registers :func:`attention_forward` with transformers'
 ``AttentionInterface`` and transformers' FlashAttention mask function (a 2D padding mask, or
-None without padding) with ``AttentionMaskInterface``, under the name ``"flashattn"`` (call
-:func:`register` for another name). The calling conventions are those of transformers'
+None without padding) with ``AttentionMaskInterface``, under the name ``"fattn"`` (call
+:func:`register` for another name). The name avoids "flash" on purpose: transformers 5 sends
+every implementation whose name contains "flash" to its own flash-attention loader (the
+``flash_attn`` package or a kernel from the hub), which fails for a name it does not know
+(seen with transformers 5.17 on the H200, 2026-12-01). The calling conventions are those of transformers'
 flash-attention-2 integration:
 
 * query (batch, heads, seq_q, head_dim), key/value (batch, heads_k, seq_k, head_dim) in; the
@@ -34,7 +37,7 @@ import torch.nn.functional as F
 
 from ..flash_attn_interface import flash_attn_func, flash_attn_varlen_func
 
-NAME = "flashattn"
+NAME = "fattn"
 
 
 def _half_dtype(module: torch.nn.Module) -> torch.dtype:
