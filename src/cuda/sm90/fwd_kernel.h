@@ -269,6 +269,38 @@ __device__ __forceinline__ TileWork tile_work(const ForwardParams& params, const
   return w;
 }
 
+#if defined(FLASHATTN_DEV_SM90_DYNAMIC)
+// dev/ candidate (not measured): a dynamic tile scheduler. Every launch is persistent; a CTA's
+// producer takes its next tile from a global counter (atomicAdd) as soon as it has issued the
+// last copies of the current one, and hands the index to the consumers through a two-slot ring
+// in shared memory (full: the producer's arrival; empty: one per consumer warp). Tiles are taken
+// in TileOrder, heaviest first, so under a causal mask the CTAs balance as the hardware's own
+// dispatch of one CTA per tile does, while keeping the persistent kernel's overlap of one tile's
+// epilogue with the next tile's loads.
+struct TileFeed {
+  int* slot;       // [2] in shared memory
+  uint64_t* full;  // [2]
+  uint64_t* empty; // [2]
+};
+
+__device__ __forceinline__ void publish_tile(const TileFeed& feed, int k, int tile) {
+  const int s = k & 1;
+  ptx::mbarrier_wait(&feed.empty[s], ((k >> 1) & 1) ^ 1);
+  feed.slot[s] = tile;
+  ptx::mbarrier_arrive(&feed.full[s]);  // release: the slot's value is visible to the waiters
+}
+
+template <int kConsumerWarps>
+__device__ __forceinline__ int take_tile(const TileFeed& feed, int k, int lane) {
+  const int s = k & 1;
+  ptx::mbarrier_wait(&feed.full[s], (k >> 1) & 1);
+  const int tile = feed.slot[s];
+  __syncwarp();
+  if (lane == 0) ptx::mbarrier_arrive(&feed.empty[s]);
+  return tile;
+}
+#endif
+
 // Persistent: each CTA walks its tiles of TileOrder (TileOrder::cta_tile), one per round. The
 // producer and the consumers walk the same tiles and count the K/V ring's slots across them, so
 // the producer loads the next tile's Q and first K/V tiles while the consumers finish this one.
@@ -288,6 +320,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
   uint64_t* bars = reinterpret_cast<uint64_t*>(sV + kStages * Traits::kTileBytesKV);
   const Ring ring{bars, bars + 1, bars + 1 + kStages, bars + 1 + 2 * kStages, bars + 1 + 3 * kStages,
                   bars + 1 + 4 * kStages};
+#if defined(FLASHATTN_DEV_SM90_DYNAMIC)
+  const TileFeed feed{reinterpret_cast<int*>(bars + 6 + 4 * kStages), bars + 2 + 4 * kStages, bars + 4 + 4 * kStages};
+#endif
 
   const int warpgroup = threadIdx.x / 128;
   const int warp = threadIdx.x / 32;
@@ -305,6 +340,12 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
       ptx::mbarrier_init(&ring.k_empty[s], 4 * Traits::kConsumers);
       ptx::mbarrier_init(&ring.v_empty[s], 4 * Traits::kConsumers);
     }
+#if defined(FLASHATTN_DEV_SM90_DYNAMIC)
+    for (int s = 0; s < 2; ++s) {
+      ptx::mbarrier_init(&feed.full[s], 1);
+      ptx::mbarrier_init(&feed.empty[s], 4 * Traits::kConsumers);
+    }
+#endif
     ptx::mbarrier_init_fence();
   }
   __syncthreads();
@@ -317,9 +358,16 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
     ptx::tma_prefetch_map(&kp.v);
     int it = 0;      // K/V tiles issued so far, across tiles: slot it % kStages, pass it / kStages
     int q_pass = 0;  // Q tiles issued so far
+#if defined(FLASHATTN_DEV_SM90_DYNAMIC)
+    for (int k = 0;; ++k) {
+      const int t = k == 0 ? int(blockIdx.x) : atomicAdd(kp.tile_counter, 1) + int(gridDim.x);
+      publish_tile(feed, k, t);
+      if (t >= order.tiles) break;
+#else
     for (int round = 0;; ++round) {
       const int t = order.cta_tile(round, blockIdx.x, gridDim.x);
       if (t >= order.tiles) break;
+#endif
       const TileWork w = tile_work<Traits>(params, order, t);
       if (!w.exists() || !w.has_keys()) continue;
       // Tensor-map coordinates: dense operands are (dim, position, head, batch); varlen ones are
@@ -380,9 +428,15 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
 
   int it = 0;      // K/V tiles consumed so far, across tiles (the producer's count)
   int q_pass = 0;  // Q tiles consumed so far
+#if defined(FLASHATTN_DEV_SM90_DYNAMIC)
+  for (int k = 0;; ++k) {
+    const int tile = take_tile<4 * Traits::kConsumers>(feed, k, lane);
+    if (tile >= order.tiles) break;
+#else
   for (int round = 0;; ++round) {
     const int tile = order.cta_tile(round, blockIdx.x, gridDim.x);
     if (tile >= order.tiles) break;
+#endif
     const TileWork w = tile_work<Traits>(params, order, tile);
     if (!w.exists()) continue;
     const WindowMask mask = make_window_mask<Traits::kMask == MaskMode::kWindow>(

@@ -8,6 +8,7 @@
 
 #include "cuda/common/cta_order.h"
 #include "cuda/common/cuda_check.h"
+#include "cuda/common/workspace.h"
 #include "cuda/sm90/fwd.h"
 #include "cuda/sm90/fwd_kernel.h"
 #include "cuda/sm90/tensor_map.h"
@@ -57,8 +58,19 @@ Status run_fwd(const ForwardParams& params, cudaStream_t stream) {
   // tile). Under a causal or window mask tiles differ, and one CTA per tile, started heaviest
   // first, lets the hardware balance them: static rounds lost up to 22% at 16k causal even when
   // alternating direction (H200, bf16; dev/results/h200-2026-12-01-ab-sm90{b,c}-*.json).
+#if defined(FLASHATTN_DEV_SM90_DYNAMIC)
+  // dev/ candidate: every launch persistent, tiles taken from a counter (fwd_kernel.h, TileFeed).
+  const int ctas = std::min(kp.order.tiles, sms);
+  if (Status st = workspace_alloc(reinterpret_cast<void**>(&kp.tile_counter), sizeof(int), stream); !st.ok()) return st;
+  FLASHATTN_CUDA_TRY(cudaMemsetAsync(kp.tile_counter, 0, sizeof(int), stream));
+  kernel<<<ctas, Traits::kThreads, kSmem, stream>>>(kp);
+  Status launched = cuda_status(cudaGetLastError(), "launching the sm90 forward kernel");
+  Status freed = workspace_free(kp.tile_counter, stream);
+  return launched.ok() ? freed : launched;
+#else
   const int ctas = params.has_window() ? kp.order.tiles : std::min(kp.order.tiles, sms);
   kernel<<<ctas, Traits::kThreads, kSmem, stream>>>(kp);
+#endif
   return cuda_status(cudaGetLastError(), "launching the sm90 forward kernel");
 }
 

@@ -68,7 +68,11 @@ struct FwdTraits {
   static constexpr int kPanelBytesKV = kBlockN * kRowBytes;
   static constexpr int kTileBytesQ = kPanels * kPanelBytesQ;
   static constexpr int kTileBytesKV = kPanels * kPanelBytesKV;
-  static constexpr int kBarriers = 2 + 4 * kStages;  // Q full and empty; K, V full and empty per stage
+  static constexpr int kBarriers = 2 + 4 * kStages  // Q full and empty; K, V full and empty per stage
+#if defined(FLASHATTN_DEV_SM90_DYNAMIC)
+                                   + 4 + 1  // the tile feed's full/empty pairs, and its two slots
+#endif
+      ;
   // +1024: the dynamic shared-memory base is rounded up to the swizzle's 1024-byte period.
   static constexpr size_t kSmemBytes = 1024 + kTileBytesQ + 2 * kStages * kTileBytesKV + 8 * kBarriers;
 
@@ -87,6 +91,9 @@ struct FwdParams {
   CUtensorMap v;  // 64 x block_n
   ForwardParams p;
   TileOrder order;
+#if defined(FLASHATTN_DEV_SM90_DYNAMIC)
+  int* tile_counter;  // dev/ candidate (fwd_kernel.h, TileFeed): zeroed before each launch
+#endif
 };
 
 }  // namespace flashattn::cuda::sm90
