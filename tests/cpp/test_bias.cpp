@@ -409,6 +409,63 @@ TEST(ScoreModsCpu, NoKeptBlockIsTheFullyMaskedRule) {
   }
 }
 
+// Absent blocks are skipped entirely: keys that only absent blocks cover are never loaded, so
+// NaN in their K and V rows reaches nothing (an element mask multiplies P = 0 by NaN inside
+// the tiles it processes). Key block 1 (keys 64..127, one CPU tile) is absent for every query.
+TEST(ScoreModsCpu, AbsentBlocksAreNotRead) {
+  ModsSpec s;
+  s.bias = false, s.dbias = false;
+  s.seqlen_q = 80, s.seqlen_k = 200, s.block_q = 16, s.block_k = 64, s.block_density = 1.0;
+  Built b = build(s, Backend::kCpu);
+  const int nqb = 5, nkb = 4;
+  std::vector<double> blocks(static_cast<size_t>(s.heads) * nqb * nkb, 1.0);
+  for (size_t e = 1; e < blocks.size(); e += nkb) blocks[e] = 0.0;
+  b.blockv.write(blocks);
+  b.blockv.arena->upload();
+  for (int bb = 0; bb < s.batch; ++bb) {
+    for (int j = 64; j < 128; ++j) {
+      for (int h = 0; h < s.heads_k; ++h) {
+        for (int c = 0; c < s.head_dim; ++c) {
+          b.kv.arena->set(b.kv.offset + bb * b.kv.strides[0] + j * b.kv.strides[1] + h * b.kv.strides[2] + c,
+                          std::numeric_limits<double>::quiet_NaN());
+        }
+        for (int c = 0; c < s.head_dim_v; ++c) {
+          b.vv.arena->set(b.vv.offset + bb * b.vv.strides[0] + j * b.vv.strides[1] + h * b.vv.strides[2] + c,
+                          std::numeric_limits<double>::quiet_NaN());
+        }
+      }
+    }
+  }
+  b.kv.arena->upload();
+  b.vv.arena->upload();
+  ASSERT_TRUE(forward(forward_args(s, b)).ok());
+  b.outv.arena->download();
+  b.lsev.arena->download();
+  // The reference with keys 64..127 hidden (finite values there).
+  std::vector<unsigned char> keep(static_cast<size_t>(s.batch) * s.heads * s.seqlen_q * s.seqlen_k, 1);
+  for (size_t e = 0; e < keep.size(); ++e) {
+    const size_t j = e % s.seqlen_k;
+    if (j >= 64 && j < 128) keep[e] = 0;
+  }
+  b.opt.keep = keep;
+  std::vector<double> out(b.outv.numel()), lse(static_cast<size_t>(s.heads) * s.batch * s.seqlen_q);
+  reference::forward(b.shape, b.opt, b.q.data(), b.k.data(), b.v.data(), out.data(), lse.data());
+  EXPECT_TRUE(meets_criterion("out", s.dtype, b.outv.read(), out, {}));
+  ASSERT_TRUE(backward(backward_args(s, b)).ok());
+  b.dqv.arena->download();
+  b.dvv.arena->download();
+  for (double x : b.dqv.read()) ASSERT_TRUE(std::isfinite(x));
+  const std::vector<double> dv = b.dvv.read();
+  for (size_t e = 0; e < dv.size(); ++e) {
+    const size_t j = e / (static_cast<size_t>(s.heads_k) * s.head_dim_v) % s.seqlen_k;
+    if (j >= 64 && j < 128) {
+      ASSERT_EQ(dv[e], 0.0);
+    } else {
+      ASSERT_TRUE(std::isfinite(dv[e]));
+    }
+  }
+}
+
 // dbias is summed in a fixed order: bitwise identical for any thread count, also when several
 // work items share its elements (batch and head broadcast).
 TEST(ScoreModsCpu, DbiasIsReproducible) {
