@@ -11,9 +11,11 @@
 //   chunk, each query head of the GQA group and each query block the mask window lets see it:
 //     S = Q . K^T, P = exp2(x(S) - lse2)                      (queries x keys)
 //     dP = dO . V^T; with dropout Pd = P * m, dPd = dP * m     (m = keep / (1 - p))
-//     dS = P * (dPd - Delta)  (* (1 - tanh^2) with softcap)
+//     dS = P * (dPd - Delta)  (dbias += dS, then * (1 - tanh^2) with softcap)
 //     dV^T += dO^T . Pd,  dK^T += Q^T . dS,  dQ_chunk += dS . K
-//   then dK = scale * dK^T^T and dV are written for the key block.
+//   then dK = scale * dK^T^T and dV are written for the key block. (Query blocks that a
+//   block_mask hides from the whole key block are skipped; x(S) includes attn_bias and the
+//   masks as in the forward.)
 // Pass 2, per (b, h, query block): dQ = scale * sum over chunks (in chunk order) of dQ_chunk.
 //
 // The chunk count depends on the shape only (enough items to keep a many-core machine busy);

@@ -4,10 +4,13 @@
 // thread pool and each writes only its own rows of out and lse. Per item:
 //
 //   Q^T (d x cols) <- the query block, transposed to float32 (cols = queries padded to W)
-//   for each key block of kBlockK keys that the mask window reaches:
+//   for each key block of kBlockK keys that the mask window reaches (and, with a block_mask,
+//   that some kept block touches; the others are skipped before any load):
 //     S^T = K . Q^T                  (keys x cols: key rows, vectors along queries)
-//     x = transform(S^T)             (scale*log2e, softcap, ALiBi; -inf where masked; only
-//                                     blocks that straddle the window edge are masked)
+//     x = transform(S^T)             (scale*log2e, softcap, ALiBi; attn_bias, attn_mask and
+//                                     block_mask per element when given (ScoreMods); -inf
+//                                     where masked; only blocks that straddle the window
+//                                     edge are window-masked)
 //     m_new = max(m, colmax(x)); P = exp2(x - m_new); l = l * 2^(m - m_new) + colsum(P)
 //     O^T = O^T * 2^(m - m_new) + V^T . (P * dropout)
 //   fold the learnable sink into (m, l) (core/sink.h); O = O^T / l, LSE = (m + log2 l) * ln 2
