@@ -230,3 +230,27 @@ def test_cuda_refuses_naming_the_argument():
     block = torch.ones(1, 1, 1, 1, device="cuda", dtype=torch.bool)
     with pytest.raises(NotImplementedError, match="block_mask"):
         flashattn.flash_attn_func(q, k, v, block_mask=block, block_size=(64, 64))
+
+
+def test_torch_bias_is_the_only_leaf():
+    """Only the bias requires grad: autograd still records the op and returns dbias; the
+    backward op with bias_grad=True passes opcheck (schema, fake kernel)."""
+    torch = _torch()
+    q, k, v, dout, bias, mask, block, bs, keep = make_case(CASES[1])
+    qt, kt, vt, dt = (torch.from_numpy(x) for x in (q, k, v, dout))
+    bias_t = torch.from_numpy(bias).requires_grad_()
+    out = flashattn.flash_attn_func(qt, kt, vt, causal=True, attn_bias=bias_t)
+    out.backward(dt)
+    ref_bias = torch.from_numpy(bias).double().requires_grad_()
+    ref = torch_reference(qt.double(), kt.double(), vt.double(), ref_bias, torch.from_numpy(keep),
+                          1 / np.sqrt(SHAPE["d"]))
+    ref.backward(dt.double())
+    close(bias_t.grad.numpy(), ref_bias.grad.numpy(), "dbias")
+    ops = torch.ops.flashattn
+    opts = (None, None, 0, 0, None, 0.0, True, -1, -1, 0.0, 0.0, None, False, None,
+            torch.from_numpy(bias), None, None, 0, 0)
+    out, lse = ops.fwd(qt, kt, vt, *opts)
+    bwd_args = (dt, qt, kt, vt, out, lse) + opts + (True,)
+    torch.library.opcheck(ops.bwd.default, bwd_args, test_utils=("test_schema", "test_faketensor"))
+    grads = ops.bwd(*bwd_args)
+    assert len(grads) == 5 and grads[-1].shape == bias.shape and grads[-2].shape == (0,)
