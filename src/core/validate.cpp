@@ -607,6 +607,13 @@ Status make_backward_params(const BackwardArgs& args, BackwardParams* p) {
     if (!c.ok()) return c.status();
     const int64_t full[4] = {b.shape[0], b.shape[1], b.shape[2], b.shape[3]};
     check_broadcast4(c, "dbias", args.dbias, full, p->device, "(attn_bias's shape)", &p->dbias);
+    for (int i = 0; c.ok() && i < 3; ++i) {
+      if (args.dbias.shape[i] > 1 && args.dbias.strides[i] == 0) {
+        c.invalid("dbias is an output and must not have stride 0 in dimension " +
+                  std::to_string(i) + " (size " + std::to_string(args.dbias.shape[i]) +
+                  "); pass the bias's own shape, with size 1 where it broadcasts");
+      }
+    }
     if (!c.ok()) return c.status();
   }
   return Status::Ok();

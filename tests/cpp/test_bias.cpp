@@ -568,6 +568,11 @@ TEST(ScoreModsCpu, Errors) {
   EXPECT_NE(backward(g).message().find("dbias (the gradient of attn_bias) was given without attn_bias"),
             std::string::npos);
   g = backward_args(s, b);
+  g.dbias.strides[1] = 0;
+  EXPECT_NE(backward(g).message().find("dbias is an output and must not have stride 0"),
+            std::string::npos)
+      << backward(g).message();
+  g = backward_args(s, b);
   g.dbias.shape[1] = 1;
   EXPECT_NE(backward(g).message().find("dbias must have shape"), std::string::npos) << backward(g).message();
 
