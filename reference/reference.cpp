@@ -1,7 +1,8 @@
 // Naive float64 attention: materialises S and P for one (batch, head) at a time.
 //
 // Written from docs/SEMANTICS.md (DESIGN.md), not from any backend. The order of operations on a
-// score is: scale, softcap, ALiBi bias, mask, softmax, dropout. The backward pass differentiates
+// score is: scale, softcap, additive bias, ALiBi bias, mask (window, keep mask, -inf bias),
+// softmax, dropout. The backward pass differentiates
 // sum(out * dout) through exactly that chain. A learnable sink is one more softmax column with
 // its logit as given and no value row.
 #include "reference/reference.h"
@@ -28,6 +29,8 @@ struct Problem {
   int window_right = -1;
   double slope = 0.0;  // ALiBi slope; 0 = off
   double sink = kNegInf;  // learnable sink logit; -inf = off (an empty softmax column)
+  const double* bias = nullptr;        // (seqlen_q, seqlen_k) of this (batch, head); null = off
+  const unsigned char* keep = nullptr;  // (seqlen_q, seqlen_k); null = keep all
 };
 
 // Query row i sees key column j iff it lies inside the window around the bottom-right aligned
@@ -93,8 +96,12 @@ void forward_head(const Shape& shape, const Options& opt, const Problem& pr, con
         st->tanh_s[i * sk + j] = t;
         x = opt.softcap * t;
       }
+      if (pr.bias != nullptr) x += pr.bias[i * sk + j];
       if (pr.slope != 0.0) x += alibi_bias(pr, i, j);
-      vis[j] = visible(pr, i, j) ? 1 : 0;
+      vis[j] = visible(pr, i, j) && (pr.keep == nullptr || pr.keep[i * sk + j] != 0) &&
+                       x != kNegInf
+                   ? 1
+                   : 0;
       s[j] = x;
       if (vis[j]) row_max = std::max(row_max, x);
     }
@@ -129,6 +136,10 @@ Problem problem_for(const Shape& shape, const Options& opt, int b, int h) {
   pr.window_right = opt.window_right;
   if (!opt.alibi.empty()) pr.slope = opt.alibi[static_cast<size_t>(b) * shape.heads + h];
   if (!opt.sink.empty()) pr.sink = opt.sink[static_cast<size_t>(h)];
+  const size_t plane = static_cast<size_t>((static_cast<int64_t>(b) * shape.heads + h) *
+                                           pr.seqlen_q * pr.seqlen_k);
+  if (!opt.bias.empty()) pr.bias = opt.bias.data() + plane;
+  if (!opt.keep.empty()) pr.keep = opt.keep.data() + plane;
   return pr;
 }
 
@@ -194,10 +205,11 @@ void forward(const Shape& shape, const Options& opt, const double* q, const doub
 
 void backward(const Shape& shape, const Options& opt, const double* q, const double* k,
               const double* v, const double* dout, double* dq, double* dk, double* dv,
-              double* dsink) {
+              double* dsink, double* dbias) {
   const int d = shape.head_dim;
   const int d_v = shape.head_dim_v;
   if (dsink != nullptr) std::fill(dsink, dsink + shape.heads, 0.0);
+  if (dbias != nullptr) std::fill(dbias, dbias + opt.bias.size(), 0.0);
   std::fill(dq, dq + shape.total_q() * shape.heads * d, 0.0);
   std::fill(dk, dk + shape.total_k() * shape.heads_k * d, 0.0);
   std::fill(dv, dv + shape.total_k() * shape.heads_k * d_v, 0.0);
@@ -256,6 +268,10 @@ void backward(const Shape& shape, const Options& opt, const double* q, const dou
         for (int64_t j = 0; j < sk; ++j) {
           if (pi[j] == 0.0) continue;
           double ds = pi[j] * (dp[j] - row_dot);
+          // The bias is added after softcap: its gradient is dS itself.
+          if (dbias != nullptr) {
+            dbias[((static_cast<int64_t>(b) * shape.heads + h) * sq + i) * sk + j] = ds;
+          }
           if (opt.softcap > 0.0) {
             const double t = st.tanh_s[i * sk + j];
             ds *= 1.0 - t * t;

@@ -44,6 +44,12 @@ struct Options {
   // Learnable sink: empty = off, else (heads) logits that join each row's softmax denominator
   // with no value row (not scaled, softcapped or biased; never dropped). -inf = no sink.
   std::vector<double> sink;
+  // Additive bias (added after softcap, before ALiBi and the mask) and keep mask (0 = hidden),
+  // each empty = off, else dense (batch, heads, seqlen_q, seqlen_k) for a dense shape (all
+  // sequences of one length): element ((b * heads + h) * seqlen_q + i) * seqlen_k + j. A key
+  // whose bias is -inf is hidden like a masked one.
+  std::vector<double> bias;
+  std::vector<unsigned char> keep;
 };
 
 // out and lse are written in full.
@@ -51,10 +57,11 @@ void forward(const Shape& shape, const Options& opt, const double* q, const doub
              const double* v, double* out, double* lse);
 
 // Gradients of sum(out * dout) with respect to q, k, v (dk/dv summed over GQA groups) and,
-// when dsink is not null (and opt.sink is given), the sink logits (heads).
-// dq, dk, dv (and dsink) are written in full.
+// when dsink is not null (and opt.sink is given), the sink logits (heads), and when dbias is
+// not null (and opt.bias is given), the bias, dense (batch, heads, seqlen_q, seqlen_k).
+// dq, dk, dv (and dsink, dbias) are written in full.
 void backward(const Shape& shape, const Options& opt, const double* q, const double* k,
               const double* v, const double* dout, double* dq, double* dk, double* dv,
-              double* dsink = nullptr);
+              double* dsink = nullptr, double* dbias = nullptr);
 
 }  // namespace flashattn::reference

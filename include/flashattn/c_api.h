@@ -30,7 +30,8 @@ enum {
   FLASHATTN_DTYPE_FLOAT16 = 1,
   FLASHATTN_DTYPE_BFLOAT16 = 2,
   FLASHATTN_DTYPE_FLOAT8_E4M3 = 3, /* reserved; rejected by every backend today */
-  FLASHATTN_DTYPE_INT32 = 4        /* cu_seqlens */
+  FLASHATTN_DTYPE_INT32 = 4,       /* cu_seqlens */
+  FLASHATTN_DTYPE_UINT8 = 5        /* boolean masks (bool or uint8 storage) */
 };
 
 /* Device types (values of flashattn_tensor.device_type); equal to flashattn::DeviceType. */
@@ -93,6 +94,13 @@ typedef struct flashattn_forward_args {
 
   /* Appended in 0.2 (issue 19): */
   flashattn_tensor learnable_sink; /* optional float32 (heads): sink logits (see flashattn.h) */
+
+  /* Appended in 0.3 (issue 18), see flashattn.h: */
+  flashattn_tensor attn_bias;  /* optional float32 or q's dtype, broadcast to (b, h, sq, sk) */
+  flashattn_tensor attn_mask;  /* optional uint8, broadcast like attn_bias; nonzero = keep */
+  flashattn_tensor block_mask; /* optional uint8 (b|1, h|1, ceil(sq/bsq), ceil(sk/bsk)) */
+  int32_t block_size_q;
+  int32_t block_size_k;
 } flashattn_forward_args;
 
 /* Mirrors flashattn::BackwardArgs. */
@@ -129,6 +137,15 @@ typedef struct flashattn_backward_args {
   /* Appended in 0.2 (issue 19): */
   flashattn_tensor learnable_sink; /* optional float32 (heads), as in the forward */
   flashattn_tensor dsink;          /* optional float32 (heads) output: its gradient */
+
+  /* Appended in 0.3 (issue 18): as in the forward, and dbias, the optional float32 output
+   * with attn_bias's shape (its gradient, summed over broadcast dimensions). */
+  flashattn_tensor attn_bias;
+  flashattn_tensor attn_mask;
+  flashattn_tensor block_mask;
+  int32_t block_size_q;
+  int32_t block_size_k;
+  flashattn_tensor dbias;
 } flashattn_backward_args;
 
 /* Fill *args with the defaults (every tensor "not given", window -1/-1, scale default, ...) and

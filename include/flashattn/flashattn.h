@@ -49,6 +49,21 @@ struct AttentionOptions {
   // scaled, softcapped or biased) that joins each row's softmax denominator with no value row;
   // the LSE includes it. Optional. See docs/SEMANTICS.md.
   TensorView learnable_sink;
+  // Additive bias on the scores (after softcap, before ALiBi and the mask; docs/SEMANTICS.md):
+  // float32 or q's dtype, broadcastable to (batch, heads, seqlen_q, seqlen_k): each leading
+  // dimension is full or 1 (a full one may have stride 0), the last is seqlen_k, contiguous.
+  // Dense tensors only (not with cu_seqlens); the CPU backend only for now. Optional.
+  TensorView attn_bias;
+  // Boolean mask, uint8 (bool storage; nonzero = keep), broadcast like attn_bias: the bias's
+  // -inf case (a hidden score gets no gradient). Optional.
+  TensorView attn_mask;
+  // Block-sparse mask, uint8 (batch|1, heads|1, ceil(seqlen_q / block_size_q),
+  // ceil(seqlen_k / block_size_k)): query block r sees key block c iff block_mask[.., r, c] != 0.
+  // Absent blocks are skipped (no loads, no math); partial blocks combine with attn_mask.
+  // block_size_q/k (>= 1) are required with it. Dense only; the CPU backend only for now.
+  TensorView block_mask;
+  int32_t block_size_q = 0;
+  int32_t block_size_k = 0;
 };
 
 struct ForwardArgs : AttentionOptions {
@@ -74,6 +89,9 @@ struct BackwardArgs : AttentionOptions {
   // Optional float32 (heads) output: the gradient of learnable_sink (requires learnable_sink).
   // Its reduction order is fixed, so it is reproducible whatever `deterministic` says.
   TensorView dsink;
+  // Optional float32 output with attn_bias's shape: the gradient of attn_bias, summed over its
+  // broadcast (size-1) dimensions in a fixed order (reproducible). Requires attn_bias.
+  TensorView dbias;
 };
 
 Status forward(const ForwardArgs& args);

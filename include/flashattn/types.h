@@ -16,6 +16,7 @@ enum class DType : int32_t {
   kBFloat16 = 2,
   kFloat8E4M3 = 3,  // reserved for the FP8 forward path; rejected by every backend today
   kInt32 = 4,       // index tensors (cu_seqlens)
+  kUInt8 = 5,       // boolean masks (bool or uint8 storage; nonzero = keep)
 };
 
 // Size of one element in bytes.
@@ -26,6 +27,7 @@ constexpr int dtype_size(DType t) {
     case DType::kBFloat16: return 2;
     case DType::kFloat8E4M3: return 1;
     case DType::kInt32: return 4;
+    case DType::kUInt8: return 1;
   }
   return 0;
 }

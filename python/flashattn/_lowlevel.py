@@ -150,6 +150,28 @@ def check_varlen_metadata(cu_seqlens_q, cu_seqlens_k, total_q, total_k, max_seql
                                     int32("max_seqlen_k", max_seqlen_k or 0), int(stream)))
 
 
+def block_sizes(block_size, block_mask) -> tuple:
+    """(block_size_q, block_size_k) from ``block_size`` (an int or a pair); (0, 0) without a
+    block mask."""
+    if block_mask is None:
+        if block_size is not None:
+            raise ValueError("block_size was given without block_mask")
+        return 0, 0
+    if block_size is None:
+        raise ValueError("block_mask needs block_size=(block_size_q, block_size_k)")
+    if isinstance(block_size, int):
+        return int32("block_size", block_size), int32("block_size", block_size)
+    bq, bk = block_size
+    return int32("block_size[0]", bq), int32("block_size[1]", bk)
+
+
+def _score_mods(attn_bias, attn_mask, block_mask, block_size) -> dict:
+    """The extension's keyword arguments for the additive bias and the masks."""
+    bq, bk = block_sizes(block_size, block_mask)
+    return dict(attn_bias=_plain(attn_bias), attn_mask=_plain(attn_mask),
+                block_mask=_plain(block_mask), block_size_q=bq, block_size_k=bk)
+
+
 def _check_flag(check_cu_seqlens) -> bool:
     return CHECK_CU_SEQLENS if check_cu_seqlens is None else bool(check_cu_seqlens)
 
@@ -157,7 +179,8 @@ def _check_flag(check_cu_seqlens) -> bool:
 def forward(q, k, v, out, lse=None, *, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=0,
             max_seqlen_k=0, softmax_scale=None, causal=False, window_size=(-1, -1),
             softcap=0.0, alibi_slopes=None, dropout_p=0.0, seed=0, offset=0, num_splits=0,
-            check_cu_seqlens=None, stream=None, num_threads=0, learnable_sink=None) -> None:
+            check_cu_seqlens=None, stream=None, num_threads=0, learnable_sink=None,
+            attn_bias=None, attn_mask=None, block_mask=None, block_size=None) -> None:
     """Attention forward into preallocated ``out`` (and ``lse`` unless None).
 
     Layouts (strides arbitrary, last dimension contiguous):
@@ -173,7 +196,13 @@ def forward(q, k, v, out, lse=None, *, cu_seqlens_q=None, cu_seqlens_k=None, max
     every length) by reading it back synchronously; None = the FLASHATTN_CHECK_CU_SEQLENS
     environment variable (read at import). CPU tensors are always checked.
     ``learnable_sink``: float32 (heads) sink logits joining each row's softmax denominator
-    with no value row (the LSE includes them). Returns None; raises ValueError, TypeError,
+    with no value row (the LSE includes them).
+    ``attn_bias``: additive bias, float32 or q's dtype, broadcastable to (batch, heads,
+    seqlen_q, seqlen_k) (leading dimensions full or 1, last one seqlen_k and contiguous).
+    ``attn_mask``: bool/uint8 mask broadcast the same way, True = keep. ``block_mask``:
+    bool/uint8 (batch|1, heads|1, ceil(seqlen_q / bq), ceil(seqlen_k / bk)) with
+    ``block_size=(bq, bk)``; absent blocks are skipped. Dense inputs on the CPU only for now
+    (docs/SEMANTICS.md). Returns None; raises ValueError, TypeError,
     NotImplementedError or RuntimeError (see flashattn's package docs).
     """
     window_left, window_right = resolve_window(window_size)
@@ -191,21 +220,24 @@ def forward(q, k, v, out, lse=None, *, cu_seqlens_q=None, cu_seqlens_k=None, max
                    offset=int(offset) & _U64, num_splits=int32("num_splits", num_splits),
                    check_cu_seqlens=_check_flag(check_cu_seqlens), stream=int(stream),
                    num_threads=int32("num_threads", num_threads),
-                   learnable_sink=_plain(learnable_sink)))
+                   learnable_sink=_plain(learnable_sink),
+                   **_score_mods(attn_bias, attn_mask, block_mask, block_size)))
 
 
 def backward(dout, q, k, v, out, lse, dq, dk, dv, *, cu_seqlens_q=None, cu_seqlens_k=None,
              max_seqlen_q=0, max_seqlen_k=0, softmax_scale=None, causal=False,
              window_size=(-1, -1), softcap=0.0, alibi_slopes=None, dropout_p=0.0, seed=0,
              offset=0, deterministic=False, check_cu_seqlens=None, stream=None,
-             num_threads=0, learnable_sink=None, dsink=None) -> None:
+             num_threads=0, learnable_sink=None, dsink=None, attn_bias=None, attn_mask=None,
+             block_mask=None, block_size=None, dbias=None) -> None:
     """Attention backward into preallocated ``dq``, ``dk``, ``dv`` (like q, k, v).
 
     ``out`` and ``lse`` are the forward's outputs; every option must match the forward call
     (same ``seed``/``offset`` with dropout). dk/dv are summed over the query heads of each GQA
     group. ``deterministic``: bitwise reproducible run to run. ``dsink``: optional float32
-    (heads) output, the gradient of ``learnable_sink`` (which must then be given). Other
-    arguments as in ``forward``.
+    (heads) output, the gradient of ``learnable_sink`` (which must then be given). ``dbias``:
+    optional float32 output shaped like ``attn_bias``, its gradient (summed over broadcast
+    dimensions). Other arguments as in ``forward``.
     """
     window_left, window_right = resolve_window(window_size)
     if stream is None:
@@ -222,7 +254,8 @@ def backward(dout, q, k, v, out, lse, dq, dk, dv, *, cu_seqlens_q=None, cu_seqle
                     offset=int(offset) & _U64, deterministic=bool(deterministic),
                     check_cu_seqlens=_check_flag(check_cu_seqlens), stream=int(stream),
                     num_threads=int32("num_threads", num_threads),
-                    learnable_sink=_plain(learnable_sink), dsink=_plain(dsink)))
+                    learnable_sink=_plain(learnable_sink), dsink=_plain(dsink),
+                    dbias=_plain(dbias), **_score_mods(attn_bias, attn_mask, block_mask, block_size)))
 
 
 def forward_kvcache(q, k_cache, v_cache, out, lse=None, *, k=None, v=None, rotary_cos=None,

@@ -21,6 +21,12 @@ Design
   attention op. Backward ops return its gradient ``dsink`` after the other gradients, an empty
   (0,) tensor without a sink (custom ops cannot return None); autograd hands it back in the
   sink's position, None without a sink.
+* Bias and masks (issue 18): ``attn_bias``, ``attn_mask``, ``block_mask`` (Tensor?, default
+  None) and ``block_size_q/k`` (default 0) follow the sink. Backward ops take one more trailing
+  argument, ``bias_grad`` (default False; autograd sets it when the bias requires grad), and
+  return ``dbias`` (float32, the bias's shape) after ``dsink``, an empty (0,) tensor when not
+  requested; autograd hands it back in the bias's position, summed over expanded dimensions by
+  autograd itself when the bias is an ``expand``ed view.
 * Varlen metadata: ``varlen_metadata`` checks cu_seqlens on the host when that is free (CPU
   values for CUDA tensors) or asked for; inside the ops ``CHECK_CU_SEQLENS``
   (FLASHATTN_CHECK_CU_SEQLENS, read once at import) is passed as ``check_cu_seqlens``.
@@ -85,6 +91,14 @@ def _kernel_ready(t: Tensor) -> Tensor:
     return t
 
 
+def _last_dim_ready(t: Optional[Tensor]) -> Optional[Tensor]:
+    """A bias or mask with a contiguous last dimension (broadcast leading dimensions keep
+    their stride 0)."""
+    if t is None or t.stride(-1) == 1 or t.shape[-1] <= 1:
+        return t
+    return t.contiguous()
+
+
 def _plain(t: Optional[Tensor]):
     """What the extension receives for t: a DLPack capsule of t detached (DLPack refuses tensors
     that require grad). Handed the tensor itself, nanobind would call Tensor.__dlpack__, a Python
@@ -113,6 +127,12 @@ def _dsink_like(q: Tensor, learnable_sink: Optional[Tensor]) -> Tensor:
 
 def _sink_grad(learnable_sink: Optional[Tensor], dsink: Tensor) -> Optional[Tensor]:
     return dsink if learnable_sink is not None else None
+
+
+def _dbias_like(q: Tensor, attn_bias: Optional[Tensor], bias_grad: bool) -> Tensor:
+    """The bias gradient's tensor: float32 shaped like attn_bias when requested, else (0,)."""
+    shape = tuple(attn_bias.shape) if attn_bias is not None and bias_grad else (0,)
+    return torch.empty(shape, dtype=torch.float32, device=q.device)
 
 
 def varlen_metadata(device: torch.device, total_q: int, total_k: int, cu_seqlens_q,
@@ -176,13 +196,20 @@ def _launch(t: Tensor):
 _OPTIONS = (("alibi_slopes", "Tensor?"), ("softmax_scale", "float"), ("causal", "bool"),
             ("window_left", "SymInt"), ("window_right", "SymInt"), ("softcap", "float"),
             ("dropout_p", "float"), ("rng_state", "Tensor?"), ("deterministic", "bool"),
-            ("learnable_sink", "Tensor?", "None"))
+            ("learnable_sink", "Tensor?", "None"), ("attn_bias", "Tensor?", "None"),
+            ("attn_mask", "Tensor?", "None"), ("block_mask", "Tensor?", "None"),
+            ("block_size_q", "SymInt", "0"), ("block_size_k", "SymInt", "0"))
 _N_OPTIONS = len(_OPTIONS)
+_OPT_INDEX = {p[0]: i for i, p in enumerate(_OPTIONS)}
+_OPTION_DEFAULTS = tuple(None if len(p) < 3 or p[2] == "None" else int(p[2]) for p in _OPTIONS)
+# Backward ops only: whether to compute dbias (after the options).
+_BWD_EXTRA = (("bias_grad", "bool", "False"),)
 
 
 def _full_options(opts: Sequence) -> tuple:
-    """opts with the defaulted trailing options filled in (a direct call may omit the sink)."""
-    return tuple(opts) + (None,) * (_N_OPTIONS - len(opts))
+    """opts with the defaulted trailing options filled in (a direct call may omit the sink,
+    bias and masks)."""
+    return tuple(opts) + _OPTION_DEFAULTS[len(opts):]
 
 
 # Varlen arguments: separate q/k sequences, or one set shared by q and k (packed qkv).
@@ -251,8 +278,9 @@ def _options(lay: _Layout, varlen: Sequence, opts: Sequence, stream: int,
              num_threads: int) -> dict:
     """The extension's keyword arguments shared by _C.forward and _C.backward."""
     cu_q, cu_k, max_q, max_k = lay.varlen_qk(varlen)
-    alibi, scale, causal, wl, wr, softcap, p, rng, _, sink = opts
-    return dict(
+    alibi, scale, causal, wl, wr, softcap, p, rng, _, sink, bias, mask, block, bq, bk = opts
+    return dict(attn_bias=_plain(_last_dim_ready(bias)), attn_mask=_plain(_last_dim_ready(mask)),
+        block_mask=_plain(_last_dim_ready(block)), block_size_q=int(bq), block_size_k=int(bk),
         cu_seqlens_q=_plain(cu_q), cu_seqlens_k=_plain(cu_k),
         max_seqlen_q=int32("max_seqlen_q", max_q), max_seqlen_k=int32("max_seqlen_k", max_k),
         alibi_slopes=_plain(alibi), softmax_scale=float(scale), causal=bool(causal),
@@ -279,23 +307,28 @@ def _run_fwd(lay: _Layout, args: tuple) -> tuple:
 
 def _run_bwd(lay: _Layout, args: tuple) -> tuple:
     """Returns the layout's gradients followed by dsink (float32 (heads) with a learnable
-    sink, else an empty (0,) tensor: custom ops cannot return None)."""
+    sink, else an empty (0,) tensor: custom ops cannot return None) and dbias (float32 like
+    attn_bias when bias_grad, else (0,))."""
     n, nv = len(lay.inputs), len(lay.varlen)
     dout, inputs, out, lse = args[0], args[1:1 + n], args[1 + n], args[2 + n]
-    varlen, opts = args[3 + n:3 + n + nv], _full_options(args[3 + n + nv:])
+    varlen, tail = args[3 + n:3 + n + nv], args[3 + n + nv:]
+    opts = _full_options(tail[:_N_OPTIONS])
+    bias_grad = bool(tail[_N_OPTIONS]) if len(tail) > _N_OPTIONS else False
     q, k, v = (_kernel_ready(t) for t in lay.split(*inputs))
     dout = _kernel_ready(dout)
     result, (dq, dk, dv) = lay.grads(*inputs)
-    sink = opts[-1]
+    sink, bias = opts[_OPT_INDEX["learnable_sink"]], opts[_OPT_INDEX["attn_bias"]]
     dsink = _dsink_like(q, sink)
+    dbias = _dbias_like(q, bias, bias_grad)
     guard, stream, threads = _launch(q)
     with guard:
         raise_error(_C.backward(_plain(dout), _plain(q), _plain(k), _plain(v), _plain(out),
                                 _plain(lse), _plain(dq), _plain(dk), _plain(dv),
-                                deterministic=bool(opts[-2]),
+                                deterministic=bool(opts[_OPT_INDEX["deterministic"]]),
                                 dsink=_plain(dsink) if sink is not None else None,
+                                dbias=_plain(dbias) if dbias.numel() > 0 else None,
                                 **_options(lay, varlen, opts, stream, threads)))
-    return (*result, dsink)
+    return (*result, dsink, dbias)
 
 
 def _schema(params: Sequence[tuple], returns: str) -> str:
@@ -313,7 +346,7 @@ def _define(lay: _Layout):
     n, nv = len(lay.inputs), len(lay.varlen)
     tensors = tuple((name, "Tensor") for name in lay.inputs)
     tail = lay.varlen + _OPTIONS
-    grads = "(" + ", ".join(["Tensor"] * (n + 1)) + ")"  # the inputs' gradients, then dsink
+    grads = "(" + ", ".join(["Tensor"] * (n + 2)) + ")"  # inputs' gradients, dsink, dbias
 
     def fwd_impl(*args):
         return _run_fwd(lay, args)
@@ -326,7 +359,7 @@ def _define(lay: _Layout):
     bwd = torch.library.custom_op(
         f"flashattn::bwd{lay.suffix}", bwd_impl, mutates_args=(),
         schema=_schema((("dout", "Tensor"),) + tensors + (("out", "Tensor"), ("lse", "Tensor"))
-                       + tail, grads))
+                       + tail + _BWD_EXTRA, grads))
 
     @fwd.register_fake
     def _(*args):
@@ -338,9 +371,13 @@ def _define(lay: _Layout):
 
     @bwd.register_fake
     def _(dout, *args):
-        opts = _full_options(args[n + 2 + nv:])
+        tail = args[n + 2 + nv:]
+        opts = _full_options(tail[:_N_OPTIONS])
+        bias_grad = bool(tail[_N_OPTIONS]) if len(tail) > _N_OPTIONS else False
         q = lay.split(*args[:n])[0]
-        return (*(t.new_empty(t.shape) for t in args[:n]), _dsink_like(q, opts[-1]))
+        return (*(t.new_empty(t.shape) for t in args[:n]),
+                _dsink_like(q, opts[_OPT_INDEX["learnable_sink"]]),
+                _dbias_like(q, opts[_OPT_INDEX["attn_bias"]], bias_grad))
 
     tensor_tail = [i for i, p in enumerate(tail) if p[1].startswith("Tensor")]
 
@@ -356,10 +393,16 @@ def _define(lay: _Layout):
         rest = list(ctx.rest)
         for i, t in zip(tensor_tail, saved[n + 2:]):
             rest[i] = t
-        *grads, dsink = bwd(dout, *saved[:n], saved[n], saved[n + 1], *rest)
-        sink = rest[-1]
-        # No gradient for the varlen arguments and options; the sink's in its (last) position.
-        return tuple(grads) + (None,) * (nv + _N_OPTIONS - 1) + (_sink_grad(sink, dsink),)
+        bias_index = n + nv + _OPT_INDEX["attn_bias"]
+        bias_grad = bool(ctx.needs_input_grad[bias_index]) if bias_index < len(
+            ctx.needs_input_grad) else False
+        *grads, dsink, dbias = bwd(dout, *saved[:n], saved[n], saved[n + 1], *rest, bias_grad)
+        # No gradient for the varlen arguments and options, except the sink's and the bias's.
+        option_grads = [None] * _N_OPTIONS
+        option_grads[_OPT_INDEX["learnable_sink"]] = _sink_grad(rest[nv + _OPT_INDEX["learnable_sink"]],
+                                                                dsink)
+        option_grads[_OPT_INDEX["attn_bias"]] = dbias if bias_grad else None
+        return tuple(grads) + (None,) * nv + tuple(option_grads)
 
     fwd.register_autograd(backward, setup_context=setup_context)
     _IMPLS[fwd] = fwd_impl

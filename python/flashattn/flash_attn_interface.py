@@ -31,6 +31,13 @@ Addition (FlashAttention-4's keyword): every function but ``flash_attn_with_kvca
 (nheads,): one logit per query head that joins each row's softmax denominator with no value row
 (not scaled by softmax_scale, not softcapped, never dropped); softmax_lse includes it, and
 autograd returns its gradient.
+
+Addition (issue 18): ``flash_attn_func`` and the packed variants take keyword-only
+``attn_bias`` (float32 or q's dtype, broadcastable to (batch, nheads, seqlen_q, seqlen_k); its
+gradient flows when it requires grad), ``attn_mask`` (bool, broadcast the same way, True =
+keep) and ``block_mask`` (bool (batch|1, nheads|1, ceil(seqlen_q / bq), ceil(seqlen_k / bk)))
+with ``block_size=(bq, bk)`` (absent blocks are skipped). CPU tensors only for now (CUDA raises
+NotImplementedError naming the argument); not in the varlen functions yet.
 """
 
 from __future__ import annotations
@@ -77,6 +84,22 @@ def _torch_sink(learnable_sink):
     return learnable_sink.to(torch.float32).contiguous()
 
 
+def _score_mods(attn_bias, attn_mask, block_mask, block_size) -> dict:
+    """The bias and mask keywords, checked (block_size with block_mask), as a dict."""
+    _lowlevel.block_sizes(block_size, block_mask)
+    return dict(attn_bias=attn_bias, attn_mask=attn_mask, block_mask=block_mask,
+                block_size=block_size)
+
+
+def _torch_mods(mods: dict) -> tuple:
+    """The trailing torch op options (attn_bias, attn_mask, block_mask, block_size_q,
+    block_size_k); empty when none is given, so the ops' defaults apply."""
+    if mods["attn_bias"] is None and mods["attn_mask"] is None and mods["block_mask"] is None:
+        return ()
+    bq, bk = _lowlevel.block_sizes(mods["block_size"], mods["block_mask"])
+    return mods["attn_bias"], mods["attn_mask"], mods["block_mask"], bq, bk
+
+
 # ---- non-torch arrays -------------------------------------------------------------------------
 
 def _shape(name: str, x: Any) -> tuple:
@@ -111,7 +134,8 @@ def _select(packed: Any, index: int, n: int, name: str) -> Any:
 
 def _array_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                      dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
-                     return_attn_probs, learnable_sink=None, check_cu_seqlens=False):
+                     return_attn_probs, learnable_sink=None, check_cu_seqlens=False,
+                     score_mods=None):
     varlen = cu_seqlens_q is not None
     q_shape, v_shape = _shape("q", q), _shape("v", v)
     _lowlevel.check_rank("q", q_shape, varlen)
@@ -124,7 +148,7 @@ def _array_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
                       softmax_scale=softmax_scale, causal=causal, window_size=window_size,
                       softcap=softcap, alibi_slopes=alibi_slopes, dropout_p=dropout_p,
                       seed=seed, learnable_sink=learnable_sink,
-                      check_cu_seqlens=True if check_cu_seqlens else None)
+                      check_cu_seqlens=True if check_cu_seqlens else None, **(score_mods or {}))
     return _finish(out, lse, return_attn_probs)
 
 
@@ -132,7 +156,8 @@ def _array_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
 
 def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
                     window_size=(-1, -1), softcap=0.0, alibi_slopes=None, deterministic=False,
-                    return_attn_probs=False, learnable_sink=None):
+                    return_attn_probs=False, learnable_sink=None, *, attn_bias=None,
+                    attn_mask=None, block_mask=None, block_size=None):
     """Exact attention softmax(q k^T * scale) v.
 
     q: (batch, seqlen_q, nheads, headdim); k, v: (batch, seqlen_k, nheads_k, headdim), nheads a
@@ -143,56 +168,67 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
     alibi_slopes: float32 (nheads,) or (batch, nheads). deterministic: reproducible backward.
     return_attn_probs: also return softmax_lse (batch, nheads, seqlen_q) float32 and None.
     learnable_sink: (nheads,) sink logits (FlashAttention-4's keyword; see the module docs).
+    attn_bias, attn_mask, block_mask, block_size: additive bias, boolean mask and block-sparse
+    mask (see the module docs; CPU only for now).
 
     Returns out (batch, seqlen_q, nheads, headdim_v), or (out, softmax_lse, None).
     """
+    mods = _score_mods(attn_bias, attn_mask, block_mask, block_size)
     if not _is_torch(q):
         return _array_attention(q, k, v, None, None, 0, 0, dropout_p, softmax_scale, causal,
                                 window_size, softcap, alibi_slopes, return_attn_probs,
-                                learnable_sink)
+                                learnable_sink, score_mods=mods)
     wl, wr = _lowlevel.resolve_window(window_size)
     out, lse = _torch_ops.call_forward(
         _torch_ops.fwd,
         q, k, v, None, None, 0, 0, alibi_slopes, _lowlevel.resolve_scale(softmax_scale),
         bool(causal), wl, wr, float(softcap), float(dropout_p),
-        _torch_ops.draw_rng_state(dropout_p), bool(deterministic), _torch_sink(learnable_sink))
+        _torch_ops.draw_rng_state(dropout_p), bool(deterministic), _torch_sink(learnable_sink),
+        *_torch_mods(mods))
     return _finish(out, lse, return_attn_probs)
 
 
 def flash_attn_qkvpacked_func(qkv, dropout_p=0.0, softmax_scale=None, causal=False,
                               window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
-                              deterministic=False, return_attn_probs=False, learnable_sink=None):
+                              deterministic=False, return_attn_probs=False, learnable_sink=None,
+                              *, attn_bias=None, attn_mask=None, block_mask=None,
+                              block_size=None):
     """flash_attn_func on packed qkv (batch, seqlen, 3, nheads, headdim); q, k and v are
     strided views of qkv (no copy) and the gradient is written into one dqkv tensor."""
+    mods = _score_mods(attn_bias, attn_mask, block_mask, block_size)
     if not _is_torch(qkv):
         q, k, v = (_select(qkv, i, 3, "qkv") for i in range(3))
         return _array_attention(q, k, v, None, None, 0, 0, dropout_p, softmax_scale, causal,
                                 window_size, softcap, alibi_slopes, return_attn_probs,
-                                learnable_sink)
+                                learnable_sink, score_mods=mods)
     wl, wr = _lowlevel.resolve_window(window_size)
     out, lse = _torch_ops.call_forward(
         _torch_ops.fwd_qkvpacked,
         qkv, None, 0, alibi_slopes, _lowlevel.resolve_scale(softmax_scale), bool(causal), wl,
         wr, float(softcap), float(dropout_p), _torch_ops.draw_rng_state(dropout_p),
-        bool(deterministic), _torch_sink(learnable_sink))
+        bool(deterministic), _torch_sink(learnable_sink), *_torch_mods(mods))
     return _finish(out, lse, return_attn_probs)
 
 
 def flash_attn_kvpacked_func(q, kv, dropout_p=0.0, softmax_scale=None, causal=False,
                              window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
-                             deterministic=False, return_attn_probs=False, learnable_sink=None):
+                             deterministic=False, return_attn_probs=False, learnable_sink=None,
+                             *, attn_bias=None, attn_mask=None, block_mask=None,
+                             block_size=None):
     """flash_attn_func with packed kv (batch, seqlen_k, 2, nheads_k, headdim)."""
+    mods = _score_mods(attn_bias, attn_mask, block_mask, block_size)
     if not _is_torch(q):
         k, v = (_select(kv, i, 2, "kv") for i in range(2))
         return _array_attention(q, k, v, None, None, 0, 0, dropout_p, softmax_scale, causal,
                                 window_size, softcap, alibi_slopes, return_attn_probs,
-                                learnable_sink)
+                                learnable_sink, score_mods=mods)
     wl, wr = _lowlevel.resolve_window(window_size)
     out, lse = _torch_ops.call_forward(
         _torch_ops.fwd_kvpacked,
         q, kv, None, None, 0, 0, alibi_slopes, _lowlevel.resolve_scale(softmax_scale),
         bool(causal), wl, wr, float(softcap), float(dropout_p),
-        _torch_ops.draw_rng_state(dropout_p), bool(deterministic), _torch_sink(learnable_sink))
+        _torch_ops.draw_rng_state(dropout_p), bool(deterministic), _torch_sink(learnable_sink),
+        *_torch_mods(mods))
     return _finish(out, lse, return_attn_probs)
 
 

@@ -68,6 +68,8 @@ bool to_dtype(nb::dlpack::dtype dt, fa::DType* out) {
   else if (code == Code::Float && dt.bits == 16) *out = fa::DType::kFloat16;
   else if (code == Code::Bfloat && dt.bits == 16) *out = fa::DType::kBFloat16;
   else if (code == Code::Int && dt.bits == 32) *out = fa::DType::kInt32;
+  // Boolean masks: numpy/torch bool (DLPack kDLBool, 8 bits) and uint8 share one storage.
+  else if ((code == Code::UInt || code == Code::Bool) && dt.bits == 8) *out = fa::DType::kUInt8;
   // Reserved for the FP8 forward path: mapped so that the library, not the binding, says
   // which backends accept it.
   else if (code == Code::Float8_E4M3FN && dt.bits == 8) *out = fa::DType::kFloat8E4M3;
@@ -243,6 +245,8 @@ struct Options {
   uintptr_t stream = 0;
   int32_t num_threads = 0;
   nb::handle learnable_sink;  // float32 (heads); None = no sink
+  nb::handle attn_bias, attn_mask, block_mask;  // None = off (flashattn.h)
+  int32_t block_size_q = 0, block_size_k = 0;
 
   void fill(Imports& im, fa::AttentionOptions* o) const {
     o->cu_seqlens_q = im.input("cu_seqlens_q", cu_seqlens_q);
@@ -262,6 +266,11 @@ struct Options {
     o->stream = reinterpret_cast<void*>(stream);
     o->num_threads = num_threads;
     o->learnable_sink = im.input("learnable_sink", learnable_sink);
+    o->attn_bias = im.input("attn_bias", attn_bias);
+    o->attn_mask = im.input("attn_mask", attn_mask);
+    o->block_mask = im.input("block_mask", block_mask);
+    o->block_size_q = block_size_q;
+    o->block_size_k = block_size_k;
   }
 };
 
@@ -287,7 +296,7 @@ nb::object forward(nb::handle q, nb::handle k, nb::handle v, nb::handle out, nb:
 
 nb::object backward(nb::handle dout, nb::handle q, nb::handle k, nb::handle v, nb::handle out,
                     nb::handle lse, nb::handle dq, nb::handle dk, nb::handle dv, const Options& opt,
-                    bool deterministic, nb::handle dsink) {
+                    bool deterministic, nb::handle dsink, nb::handle dbias) {
   Imports im;
   fa::BackwardArgs args;
   args.dout = im.input("dout", dout);
@@ -302,6 +311,7 @@ nb::object backward(nb::handle dout, nb::handle q, nb::handle k, nb::handle v, n
   opt.fill(im, &args);
   args.deterministic = deterministic;
   args.dsink = im.output("dsink", dsink);
+  args.dbias = im.output("dbias", dbias);
   if (im.error()) return to_python(im.error());
   fa::Status s;
   {
@@ -383,11 +393,14 @@ NB_MODULE(_C, m) {
          int32_t max_seqlen_q, int32_t max_seqlen_k, float softmax_scale, bool causal,
          int32_t window_left, int32_t window_right, float softcap, float dropout_p,
          uint64_t seed, uint64_t offset, int32_t num_splits, bool check_cu_seqlens,
-         uintptr_t stream, int32_t num_threads, nb::handle learnable_sink) {
+         uintptr_t stream, int32_t num_threads, nb::handle learnable_sink, nb::handle attn_bias,
+         nb::handle attn_mask, nb::handle block_mask, int32_t block_size_q, int32_t block_size_k) {
         Options o{cu_seqlens_q, cu_seqlens_k, alibi_slopes, max_seqlen_q, max_seqlen_k,
                   softmax_scale, causal, window_left, window_right, softcap, dropout_p,
                   seed, offset, check_cu_seqlens, stream, num_threads};
         o.learnable_sink = learnable_sink;
+        o.attn_bias = attn_bias, o.attn_mask = attn_mask, o.block_mask = block_mask;
+        o.block_size_q = block_size_q, o.block_size_k = block_size_k;
         return forward(q, k, v, out, lse, o, num_splits);
       },
       nb::arg("q").none(), nb::arg("k").none(), nb::arg("v").none(), nb::arg("out").none(), nb::arg("lse").none(),
@@ -398,7 +411,9 @@ NB_MODULE(_C, m) {
       nb::arg("softcap") = 0.0f, nb::arg("dropout_p") = 0.0f, nb::arg("seed") = 0,
       nb::arg("offset") = 0, nb::arg("num_splits") = 0, nb::arg("check_cu_seqlens") = false,
       nb::arg("stream") = 0, nb::arg("num_threads") = 0,
-      nb::arg("learnable_sink").none() = nb::none(),
+      nb::arg("learnable_sink").none() = nb::none(), nb::arg("attn_bias").none() = nb::none(),
+      nb::arg("attn_mask").none() = nb::none(), nb::arg("block_mask").none() = nb::none(),
+      nb::arg("block_size_q") = 0, nb::arg("block_size_k") = 0,
       "Attention forward into preallocated out (and lse, when not None). Returns None, or "
       "(exception class name, message) for the caller to raise. See flashattn.forward.");
 
@@ -410,12 +425,15 @@ NB_MODULE(_C, m) {
          int32_t max_seqlen_k, float softmax_scale, bool causal, int32_t window_left,
          int32_t window_right, float softcap, float dropout_p, uint64_t seed, uint64_t offset,
          bool deterministic, bool check_cu_seqlens, uintptr_t stream, int32_t num_threads,
-         nb::handle learnable_sink, nb::handle dsink) {
+         nb::handle learnable_sink, nb::handle dsink, nb::handle attn_bias, nb::handle attn_mask,
+         nb::handle block_mask, int32_t block_size_q, int32_t block_size_k, nb::handle dbias) {
         Options o{cu_seqlens_q, cu_seqlens_k, alibi_slopes, max_seqlen_q, max_seqlen_k,
                   softmax_scale, causal, window_left, window_right, softcap, dropout_p,
                   seed, offset, check_cu_seqlens, stream, num_threads};
         o.learnable_sink = learnable_sink;
-        return backward(dout, q, k, v, out, lse, dq, dk, dv, o, deterministic, dsink);
+        o.attn_bias = attn_bias, o.attn_mask = attn_mask, o.block_mask = block_mask;
+        o.block_size_q = block_size_q, o.block_size_k = block_size_k;
+        return backward(dout, q, k, v, out, lse, dq, dk, dv, o, deterministic, dsink, dbias);
       },
       nb::arg("dout").none(), nb::arg("q").none(), nb::arg("k").none(), nb::arg("v").none(), nb::arg("out").none(), nb::arg("lse").none(),
       nb::arg("dq").none(), nb::arg("dk").none(), nb::arg("dv").none(), nb::kw_only(),
@@ -427,7 +445,10 @@ NB_MODULE(_C, m) {
       nb::arg("deterministic") = false, nb::arg("check_cu_seqlens") = false,
       nb::arg("stream") = 0, nb::arg("num_threads") = 0,
       nb::arg("learnable_sink").none() = nb::none(), nb::arg("dsink").none() = nb::none(),
-      "Attention backward into preallocated dq, dk, dv (and dsink). Returns None, or (exception class name, "
+      nb::arg("attn_bias").none() = nb::none(), nb::arg("attn_mask").none() = nb::none(),
+      nb::arg("block_mask").none() = nb::none(), nb::arg("block_size_q") = 0,
+      nb::arg("block_size_k") = 0, nb::arg("dbias").none() = nb::none(),
+      "Attention backward into preallocated dq, dk, dv (and dsink, dbias). Returns None, or (exception class name, "
       "message) for the caller to raise. See flashattn.backward.");
 
   m.def("check_varlen", &check_varlen, nb::arg("cu_seqlens_q").none(),

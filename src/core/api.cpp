@@ -65,6 +65,7 @@ const char* dtype_name(DType t) {
     case DType::kBFloat16: return "bfloat16";
     case DType::kFloat8E4M3: return "float8_e4m3";
     case DType::kInt32: return "int32";
+    case DType::kUInt8: return "uint8";
   }
   return "unknown";
 }

@@ -20,6 +20,7 @@ static_assert(FLASHATTN_DTYPE_FLOAT16 == static_cast<int>(DType::kFloat16));
 static_assert(FLASHATTN_DTYPE_BFLOAT16 == static_cast<int>(DType::kBFloat16));
 static_assert(FLASHATTN_DTYPE_FLOAT8_E4M3 == static_cast<int>(DType::kFloat8E4M3));
 static_assert(FLASHATTN_DTYPE_INT32 == static_cast<int>(DType::kInt32));
+static_assert(FLASHATTN_DTYPE_UINT8 == static_cast<int>(DType::kUInt8));
 static_assert(FLASHATTN_DEVICE_CPU == static_cast<int>(DeviceType::kCPU));
 static_assert(FLASHATTN_DEVICE_CUDA == static_cast<int>(DeviceType::kCUDA));
 static_assert(FLASHATTN_OK == static_cast<int>(StatusCode::kOk));
@@ -64,9 +65,9 @@ Status to_view(const char* name, const flashattn_tensor& t, TensorView* out) {
                                    std::to_string(TensorView::kMaxDims) + "], got " +
                                    std::to_string(t.ndim));
   }
-  if (t.dtype < FLASHATTN_DTYPE_FLOAT32 || t.dtype > FLASHATTN_DTYPE_INT32) {
+  if (t.dtype < FLASHATTN_DTYPE_FLOAT32 || t.dtype > FLASHATTN_DTYPE_UINT8) {
     return Status::InvalidArgument(std::string(name) + ".dtype must be a FLASHATTN_DTYPE_* code " +
-                                   "(0..4), got " + std::to_string(t.dtype));
+                                   "(0..5), got " + std::to_string(t.dtype));
   }
   if (t.device_type != FLASHATTN_DEVICE_CPU && t.device_type != FLASHATTN_DEVICE_CUDA) {
     return Status::InvalidArgument(std::string(name) +
@@ -85,9 +86,11 @@ Status to_view(const char* name, const flashattn_tensor& t, TensorView* out) {
   return Status::Ok();
 }
 
-// struct_size must be one of the published layouts: the first (min_size) or the current one.
-Status struct_size_ok(const char* what, size_t given, size_t min_size, size_t max_size) {
-  if (given == min_size || given == max_size) return Status::Ok();
+// struct_size must be one of the published layouts: the first (min_size), the 0.2 one (mid_size:
+// up to the learnable-sink fields) or the current one.
+Status struct_size_ok(const char* what, size_t given, size_t min_size, size_t mid_size,
+                      size_t max_size) {
+  if (given == min_size || given == mid_size || given == max_size) return Status::Ok();
   return Status::InvalidArgument(std::string(what) + ".struct_size must be sizeof(" + what +
                                  ") = " + std::to_string(max_size) + " (call " + what +
                                  "_init first), got " + std::to_string(given));
@@ -133,9 +136,21 @@ void init_options(C* a) {
   a->stream = d.stream;
 }
 
+// attn_bias, attn_mask, block_mask and the block sizes (the fields appended for issue 18).
+template <class CArgs>
+Status score_mods_from(const CArgs& c, AttentionOptions* a) {
+  if (Status s = to_view("attn_bias", c.attn_bias, &a->attn_bias); !s.ok()) return s;
+  if (Status s = to_view("attn_mask", c.attn_mask, &a->attn_mask); !s.ok()) return s;
+  if (Status s = to_view("block_mask", c.block_mask, &a->block_mask); !s.ok()) return s;
+  a->block_size_q = c.block_size_q;
+  a->block_size_k = c.block_size_k;
+  return Status::Ok();
+}
+
 Status run_forward(const flashattn_forward_args* c) {
   if (c == nullptr) return Status::InvalidArgument("args is a null pointer (flashattn_forward)");
   if (Status s = struct_size_ok("flashattn_forward_args", c->struct_size, kForwardArgsMinSize,
+                                offsetof(flashattn_forward_args, attn_bias),
                                 sizeof(flashattn_forward_args));
       !s.ok()) {
     return s;
@@ -158,12 +173,16 @@ Status run_forward(const flashattn_forward_args* c) {
   if (has_field(c->struct_size, offsetof(flashattn_forward_args, learnable_sink) + sizeof(flashattn_tensor))) {
     if (Status s = to_view("learnable_sink", c->learnable_sink, &a.learnable_sink); !s.ok()) return s;
   }
+  if (has_field(c->struct_size, offsetof(flashattn_forward_args, block_size_k) + sizeof(int32_t))) {
+    if (Status s = score_mods_from(*c, &a); !s.ok()) return s;
+  }
   return forward(a);
 }
 
 Status run_backward(const flashattn_backward_args* c) {
   if (c == nullptr) return Status::InvalidArgument("args is a null pointer (flashattn_backward)");
   if (Status s = struct_size_ok("flashattn_backward_args", c->struct_size, kBackwardArgsMinSize,
+                                offsetof(flashattn_backward_args, attn_bias),
                                 sizeof(flashattn_backward_args));
       !s.ok()) {
     return s;
@@ -185,6 +204,10 @@ Status run_backward(const flashattn_backward_args* c) {
     if (Status s = to_view("learnable_sink", c->learnable_sink, &a.learnable_sink); !s.ok()) return s;
     if (Status s = to_view("dsink", c->dsink, &a.dsink); !s.ok()) return s;
   }
+  if (has_field(c->struct_size, offsetof(flashattn_backward_args, dbias) + sizeof(flashattn_tensor))) {
+    if (Status s = score_mods_from(*c, &a); !s.ok()) return s;
+    if (Status s = to_view("dbias", c->dbias, &a.dbias); !s.ok()) return s;
+  }
   return backward(a);
 }
 
@@ -195,6 +218,7 @@ constexpr size_t kKVCacheArgsMinSize = sizeof(flashattn_kvcache_args);
 Status run_forward_kvcache(const flashattn_kvcache_args* c) {
   if (c == nullptr) return Status::InvalidArgument("args is a null pointer (flashattn_forward_kvcache)");
   if (Status s = struct_size_ok("flashattn_kvcache_args", c->struct_size, kKVCacheArgsMinSize,
+                                kKVCacheArgsMinSize,
                                 sizeof(flashattn_kvcache_args));
       !s.ok()) {
     return s;

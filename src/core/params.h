@@ -20,6 +20,20 @@ struct Strides3 {
   int64_t head = 0;
 };
 
+// An operand broadcast over (batch, heads, seqlen_q, seqlen_k) (attn_bias, attn_mask, the
+// dbias output) or over (batch, heads, query blocks, key blocks) (block_mask): element
+// (b, h, r, c) is at data + b * batch + h * head + r * row + c (elements); a size-1 dimension
+// has stride 0. Null data = not given.
+struct Broadcast4 {
+  void* data = nullptr;
+  DType dtype = DType::kFloat32;
+  int64_t batch = 0;
+  int64_t head = 0;
+  int64_t row = 0;
+  int64_t size[3] = {0, 0, 0};  // sizes of the three leading dimensions (1 = broadcast)
+  FLASHATTN_HOST_DEVICE bool defined() const { return data != nullptr; }
+};
+
 struct QKVParams {
   DType dtype = DType::kFloat16;
   Device device{};
@@ -76,6 +90,15 @@ struct QKVParams {
 
   // Learnable sink logits, float32 (heads), natural log (core/sink.h). Null when off.
   const float* learnable_sink = nullptr;
+
+  // attn_bias (float32 or dtype), attn_mask (uint8), block_mask (uint8 over blocks of
+  // block_size_q x block_size_k); see Broadcast4. Dense calls only.
+  Broadcast4 bias, mask, block_mask;
+  int32_t block_size_q = 0;
+  int32_t block_size_k = 0;
+  FLASHATTN_HOST_DEVICE bool has_score_mods() const {
+    return bias.defined() || mask.defined() || block_mask.defined();
+  }
 };
 
 // The KV cache of forward_kvcache, resolved on the host. Off (page_size == 0 and !enabled) for
@@ -176,6 +199,8 @@ struct BackwardParams : QKVParams {
   bool deterministic = false;
   // float32 (heads): the gradient of learnable_sink; null when not requested.
   float* dsink = nullptr;
+  // float32, attn_bias's shape: the gradient of attn_bias; data null when not requested.
+  Broadcast4 dbias;
 };
 
 // Converts/validates public arguments. On error the params are unspecified.

@@ -116,6 +116,83 @@ class Checker {
   Status status_;
 };
 
+// An operand broadcast over (batch, heads, rows, cols): 4 dimensions, each leading one equal to
+// its full size or 1, the last equal to cols (contiguous); dtype checked by the caller.
+void check_broadcast4(Checker& c, const char* name, const TensorView& t, const int64_t (&full)[4],
+                      const Device& dev, const char* layout, Broadcast4* out) {
+  c.tensor(name, t, 4, layout);
+  c.device(name, t, dev);
+  if (!c.ok()) return;
+  bool fits = t.shape[3] == full[3];
+  for (int i = 0; i < 3; ++i) fits = fits && (t.shape[i] == full[i] || t.shape[i] == 1);
+  if (!fits) {
+    TensorView e;
+    e.ndim = 4;
+    for (int i = 0; i < 4; ++i) e.shape[i] = full[i];
+    c.invalid(std::string(name) + " must be broadcastable to " + shape_str(e) + " " + layout +
+              " (each leading dimension full or 1, the last one full), got " + shape_str(t));
+    return;
+  }
+  out->data = t.data;
+  out->dtype = t.dtype;
+  int64_t* strides[3] = {&out->batch, &out->head, &out->row};
+  for (int i = 0; i < 3; ++i) {
+    out->size[i] = t.shape[i];
+    *strides[i] = t.shape[i] == 1 ? 0 : t.strides[i];
+  }
+}
+
+// attn_bias, attn_mask and block_mask (AttentionOptions), into p (shapes already resolved).
+Status check_score_mods(const AttentionOptions& o, QKVParams* p) {
+  Checker c;
+  const TensorView* given[] = {&o.attn_bias, &o.attn_mask, &o.block_mask};
+  const char* names[] = {"attn_bias", "attn_mask", "block_mask"};
+  for (int i = 0; i < 3; ++i) {
+    if (given[i]->defined() && p->is_varlen()) {
+      return Status::NotSupported(std::string(names[i]) +
+                                  " is not supported with varlen (cu_seqlens) inputs yet; pass "
+                                  "dense (batch, seqlen, heads, head_dim) tensors");
+    }
+  }
+  const int64_t full[4] = {p->batch, p->heads, p->seqlen_q, p->seqlen_k};
+  const char* layout = "(batch|1, heads|1, seqlen_q|1, seqlen_k)";
+  if (o.attn_bias.defined()) {
+    check_broadcast4(c, "attn_bias", o.attn_bias, full, p->device, layout, &p->bias);
+    if (c.ok() && o.attn_bias.dtype != DType::kFloat32 && o.attn_bias.dtype != p->dtype) {
+      c.invalid(std::string("attn_bias must have dtype float32 or q's dtype (") +
+                dtype_name(p->dtype) + "), got " + dtype_name(o.attn_bias.dtype));
+    }
+  }
+  if (o.attn_mask.defined()) {
+    check_broadcast4(c, "attn_mask", o.attn_mask, full, p->device, layout, &p->mask);
+    c.dtype("attn_mask", o.attn_mask, DType::kUInt8);
+  }
+  if (o.block_mask.defined()) {
+    if (c.ok() && (o.block_size_q < 1 || o.block_size_k < 1)) {
+      c.invalid("block_size_q and block_size_k must be >= 1 with block_mask, got (" +
+                std::to_string(o.block_size_q) + ", " + std::to_string(o.block_size_k) + ")");
+    }
+    if (!c.ok()) return c.status();
+    const int64_t blocks[4] = {p->batch, p->heads,
+                               (p->seqlen_q + o.block_size_q - 1) / o.block_size_q,
+                               (p->seqlen_k + o.block_size_k - 1) / o.block_size_k};
+    check_broadcast4(c, "block_mask", o.block_mask, blocks, p->device,
+                     "(batch|1, heads|1, ceil(seqlen_q / block_size_q), "
+                     "ceil(seqlen_k / block_size_k))",
+                     &p->block_mask);
+    c.dtype("block_mask", o.block_mask, DType::kUInt8);
+    if (c.ok() && blocks[2] > 1 && o.block_mask.shape[2] == 1) {
+      c.invalid("block_mask must have " + std::to_string(blocks[2]) +
+                " query blocks (ceil(seqlen_q / block_size_q)), got 1");
+    }
+    p->block_size_q = o.block_size_q;
+    p->block_size_k = o.block_size_k;
+  } else if (o.block_size_q != 0 || o.block_size_k != 0) {
+    c.invalid("block_size_q/block_size_k were given without block_mask");
+  }
+  return c.status();
+}
+
 Strides3 strides_of(const TensorView& t, bool varlen) {
   // Dense (b, s, h, d) or varlen (t, h, d).
   if (varlen) return Strides3{0, t.strides[0], t.strides[1]};
@@ -397,7 +474,7 @@ Status make_qkv_params(const AttentionOptions& o, const TensorView& q, const Ten
   p->offset = o.offset;
   p->stream = o.stream;
   p->num_threads = o.num_threads;
-  return Status::Ok();
+  return check_score_mods(o, p);
 }
 
 // Checks an output/input tensor that must look like `like_shape` in the same layout.
@@ -518,6 +595,26 @@ Status make_backward_params(const BackwardArgs& args, BackwardParams* p) {
     check_like(c, "dsink", args.dsink, {p->heads}, DType::kFloat32, p->device, "(heads)");
     if (!c.ok()) return c.status();
     p->dsink = static_cast<float*>(args.dsink.data);
+  }
+  if (args.dbias.defined()) {
+    if (!args.attn_bias.defined()) {
+      c.invalid("dbias (the gradient of attn_bias) was given without attn_bias");
+      return c.status();
+    }
+    const TensorView& b = args.attn_bias;
+    check_like(c, "dbias", args.dbias, {b.shape[0], b.shape[1], b.shape[2], b.shape[3]},
+               DType::kFloat32, p->device, "(attn_bias's shape)");
+    if (!c.ok()) return c.status();
+    const int64_t full[4] = {b.shape[0], b.shape[1], b.shape[2], b.shape[3]};
+    check_broadcast4(c, "dbias", args.dbias, full, p->device, "(attn_bias's shape)", &p->dbias);
+    for (int i = 0; c.ok() && i < 3; ++i) {
+      if (args.dbias.shape[i] > 1 && args.dbias.strides[i] == 0) {
+        c.invalid("dbias is an output and must not have stride 0 in dimension " +
+                  std::to_string(i) + " (size " + std::to_string(args.dbias.shape[i]) +
+                  "); pass the bias's own shape, with size 1 where it broadcasts");
+      }
+    }
+    if (!c.ok()) return c.status();
   }
   return Status::Ok();
 }

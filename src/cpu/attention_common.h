@@ -168,7 +168,7 @@ struct ScoreTransform {
     }
     alibi = p.alibi != nullptr;
     if (alibi) alibi_log2 = -p.alibi[b * p.alibi_batch_stride + h] * kLog2e;
-    plain = !softcap && !alibi;
+    plain = !softcap && !alibi && !p.has_score_mods();
     exp_scale = plain ? scale_log2 : 1.0f;
   }
 };
@@ -222,6 +222,81 @@ FLASHATTN_CPU_INLINE void transform_scores(const ScoreTransform& tf, float* __re
     }
   }
 }
+
+// attn_bias, attn_mask and block_mask of one (sequence b, head h). Off (`on` false) for calls
+// without them, so the tiled loops test one flag per tile row and nothing else.
+struct ScoreMods {
+  bool on = false;
+  const char* bias = nullptr;  // element (i, j) at bias + (i * bias_row + j) * bias_size
+  DType bias_dtype = DType::kFloat32;
+  int64_t bias_row = 0, bias_size = 4;
+  const uint8_t* mask = nullptr;  // (i, j) at mask + i * mask_row + j
+  int64_t mask_row = 0;
+  const uint8_t* block = nullptr;  // (i / bm, j / bn) at block + (i / bm) * block_row + j / bn
+  int64_t block_row = 0, bm = 1, bn = 1;
+
+  ScoreMods(const QKVParams& p, int64_t b, int64_t h) {
+    on = p.has_score_mods();
+    if (!on) return;
+    if (p.bias.defined()) {
+      bias_dtype = p.bias.dtype;
+      bias_size = dtype_size(bias_dtype);
+      bias = static_cast<const char*>(p.bias.data) +
+             (b * p.bias.batch + h * p.bias.head) * bias_size;
+      bias_row = p.bias.row;
+    }
+    if (p.mask.defined()) {
+      mask = static_cast<const uint8_t*>(p.mask.data) + b * p.mask.batch + h * p.mask.head;
+      mask_row = p.mask.row;
+    }
+    if (p.block_mask.defined()) {
+      block = static_cast<const uint8_t*>(p.block_mask.data) + b * p.block_mask.batch +
+              h * p.block_mask.head;
+      block_row = p.block_mask.row;
+      bm = p.block_size_q;
+      bn = p.block_size_k;
+    }
+  }
+
+  // Whether the block mask keeps any (query, key) pair of [i0, i1) x [j0, j1) (non-empty).
+  // Without a block mask every tile is kept.
+  bool keeps_any(int64_t i0, int64_t i1, int64_t j0, int64_t j1) const {
+    if (block == nullptr) return true;
+    for (int64_t r = i0 / bm; r <= (i1 - 1) / bm; ++r) {
+      for (int64_t c = j0 / bn; c <= (j1 - 1) / bn; ++c) {
+        if (block[r * block_row + c] != 0) return true;
+      }
+    }
+    return false;
+  }
+
+  float bias_at(int64_t i, int64_t j) const {
+    const char* e = bias + (i * bias_row + j) * bias_size;
+    switch (bias_dtype) {
+      case DType::kFloat16: return half_to_float(*reinterpret_cast<const uint16_t*>(e));
+      case DType::kBFloat16: return bf16_to_float(*reinterpret_cast<const uint16_t*>(e));
+      default: return *reinterpret_cast<const float*>(e);
+    }
+  }
+
+  // Logits x[c] (log2 domain) of the pairs (i0 + c * di, j0 + c * dj), c < n: adds
+  // bias * log2(e) and sets -inf where attn_mask or block_mask hides the pair.
+  void apply(float* x, int64_t n, int64_t i0, int64_t di, int64_t j0, int64_t dj) const {
+    if (bias != nullptr) {
+      for (int64_t c = 0; c < n; ++c) x[c] += bias_at(i0 + c * di, j0 + c * dj) * kLog2e;
+    }
+    if (mask != nullptr) {
+      for (int64_t c = 0; c < n; ++c) {
+        if (mask[(i0 + c * di) * mask_row + j0 + c * dj] == 0) x[c] = kNegInf;
+      }
+    }
+    if (block != nullptr) {
+      for (int64_t c = 0; c < n; ++c) {
+        if (block[(i0 + c * di) / bm * block_row + (j0 + c * dj) / bn] == 0) x[c] = kNegInf;
+      }
+    }
+  }
+};
 
 // Sets row[c] = -inf for c in [0, n) outside [lo, hi] (lo/hi may lie outside [0, n)).
 inline void mask_outside(float* row, int64_t n, int64_t lo, int64_t hi) {

@@ -11,9 +11,11 @@
 //   chunk, each query head of the GQA group and each query block the mask window lets see it:
 //     S = Q . K^T, P = exp2(x(S) - lse2)                      (queries x keys)
 //     dP = dO . V^T; with dropout Pd = P * m, dPd = dP * m     (m = keep / (1 - p))
-//     dS = P * (dPd - Delta)  (* (1 - tanh^2) with softcap)
+//     dS = P * (dPd - Delta)  (dbias += dS, then * (1 - tanh^2) with softcap)
 //     dV^T += dO^T . Pd,  dK^T += Q^T . dS,  dQ_chunk += dS . K
-//   then dK = scale * dK^T^T and dV are written for the key block.
+//   then dK = scale * dK^T^T and dV are written for the key block. (Query blocks that a
+//   block_mask hides from the whole key block are skipped; x(S) includes attn_bias and the
+//   masks as in the forward.)
 // Pass 2, per (b, h, query block): dQ = scale * sum over chunks (in chunk order) of dQ_chunk.
 //
 // The chunk count depends on the shape only (enough items to keep a many-core machine busy);
@@ -115,6 +117,21 @@ struct BackwardScratch {
   }
 };
 
+// Where pass 1 adds dS for dbias: element (b, h, i, j) at data + b * batch + slot * head +
+// i * row + j, slot = hk when head_is_kv (a head-broadcast bias shared by several pass-1 items)
+// else h. Either dbias itself (when no two pass-1 items share an element) or a float32
+// workspace that reduce_dbias() sums into dbias in a fixed order. Null data: not requested.
+struct DbiasTarget {
+  float* data = nullptr;
+  int64_t batch = 0, head = 0, row = 0;
+  bool head_is_kv = false;
+  int64_t slots = 0;  // workspace only: head slots per sequence (heads_k or heads)
+  bool workspace = false;
+  float* at(int64_t b, int64_t h, int64_t hk) const {
+    return data + b * batch + (head_is_kv ? hk : h) * head;
+  }
+};
+
 struct BackwardContext {
   const BackwardParams* params;
   const BackwardScratch* scratch;
@@ -128,6 +145,7 @@ struct BackwardContext {
   int64_t dpad;
   // (heads, rows): exp(sink - lse_i) * Delta_i per query row; null unless dsink is requested.
   float* sink_terms = nullptr;
+  DbiasTarget dbias;
 
   int64_t row_base(int64_t b) const {
     return params->is_varlen() ? params->cu_seqlens_q[b] : b * params->seqlen_q;
@@ -233,6 +251,11 @@ FLASHATTN_CPU_INLINE void softmax_grad(const float* __restrict prob, float* __re
   }
 }
 
+// ds[c] *= 1 - t[c]^2 over n elements (softcap's derivative, after dbias took dS).
+inline void softcap_grad(float* ds, const float* t, int64_t n) {
+  for (int64_t c = 0; c < n; ++c) ds[c] *= 1.0f - t[c] * t[c];
+}
+
 // x = exp2(x * k - l) over n (multiple of W) elements.
 template <int W>
 FLASHATTN_CPU_INLINE void exp2_minus(float* x, const VecF<W>& k, const VecF<W>& l, int64_t n) {
@@ -324,12 +347,16 @@ FLASHATTN_CPU_INLINE void chunk_item(const BackwardContext& ctx, const ChunkItem
     for (int64_t g = 0; g < group; ++g) {
       const int64_t h = hk * group + g;
       const ScoreTransform tf(p, b, h);
+      const ScoreMods mods(p, b, h);
+      float* dbias = ctx.dbias.data != nullptr ? ctx.dbias.at(b, h, hk) : nullptr;
       const uint32_t batch_head = static_cast<uint32_t>(b * p.heads + h);
       const float* lse2 = ctx.lse2 + h * ctx.rows + row_base;
       const float* delta = ctx.delta + h * ctx.rows + row_base;
       float* dq_rows = ctx.partial(item.chunk, h, row_base);  // (len_q, dpad)
       for (int64_t i0 = i_first; i0 <= i_last; i0 += kBlockQ) {
         const int64_t nq = std::min(kBlockQ, i_last + 1 - i0);
+        // A tile the block mask hides entirely is skipped: no loads, no math.
+        if (mods.on && !mods.keeps_any(i0, i0 + nq, j0, j0 + nk)) continue;
         int64_t qld = 0, gld = 0;
         const float* qp = rows_as_float(p.dtype, p.q, p.q_strides, b, seq.q_row0, i0, nq, h, d,
                                         ws + sc.qrows, &qld);
@@ -344,6 +371,7 @@ FLASHATTN_CPU_INLINE void chunk_item(const BackwardContext& ctx, const ChunkItem
           float* x = prob + ir * kc;
           transform_scores<W>(tf, x, tanh_vals != nullptr ? tanh_vals + ir * kc : nullptr, kc,
                               i + vis.diag - j0, -1.0f);
+          if (mods.on) mods.apply(x, nk, i, 0, j0, 1);
           if (masked) {
             mask_outside(x, kc, vis.first_key(i) - j0, std::min(vis.last_key(i), j0 + nk - 1) - j0);
           }
@@ -360,11 +388,19 @@ FLASHATTN_CPU_INLINE void chunk_item(const BackwardContext& ctx, const ChunkItem
           multiply<W>(prob, mult, pd, nq * kc);
           multiply<W>(ds, mult, ds, nq * kc);
         }
+        // dbias takes dS = P * (dP - Delta) before softcap's factor (the bias is added after
+        // softcap), rows in order, so a row-broadcast bias sums deterministically.
         for (int64_t ir = 0; ir < nq; ++ir) {
           V dl;
           vsplat<W>(dl, delta[i0 + ir]);
-          softmax_grad<W>(prob + ir * kc, ds + ir * kc,
-                          tanh_vals != nullptr ? tanh_vals + ir * kc : nullptr, dl, kc);
+          float* ds_row = ds + ir * kc;
+          const float* t_row = tanh_vals != nullptr ? tanh_vals + ir * kc : nullptr;
+          softmax_grad<W>(prob + ir * kc, ds_row, dbias != nullptr ? nullptr : t_row, dl, kc);
+          if (dbias != nullptr) {
+            float* out = dbias + (i0 + ir) * ctx.dbias.row + j0;
+            for (int64_t c = 0; c < nk; ++c) out[c] += ds_row[c];
+            if (t_row != nullptr) softcap_grad(ds_row, t_row, kc);
+          }
         }
 
         // dV^T += dO^T . Pd,  dK^T += Q^T . dS,  dQ_chunk += dS . K.
@@ -427,6 +463,72 @@ void clear_unused_rows(const BackwardParams& p) {
   }
 }
 
+// Pass 1's dbias target, zeroed (see DbiasTarget). Pass-1 items own (b, kv head, key columns),
+// so dbias itself is the target unless its batch dimension is broadcast over several sequences
+// or its head dimension over several kv heads; then *workspace becomes a zeroed float32
+// (batch, slots, rows, seqlen_k) array, slots = heads_k or heads, rows = dbias's (1 or seqlen_q):
+// O(batch * heads * seqlen_q * seqlen_k) floats at most, summed afterwards by reduce_dbias().
+DbiasTarget dbias_target(const BackwardParams& p, std::vector<float>* workspace) {
+  DbiasTarget t;
+  const Broadcast4& d = p.dbias;
+  if (!d.defined()) return t;
+  const int64_t cols = p.seqlen_k;
+  const bool shared_batch = d.size[0] == 1 && p.batch > 1;
+  const bool shared_head = d.size[1] == 1 && p.heads_k > 1;
+  if (!shared_batch && !shared_head) {
+    t.data = static_cast<float*>(d.data);
+    t.batch = d.batch;
+    t.head = d.head;
+    t.row = d.row;
+    for (int64_t b = 0; b < d.size[0]; ++b) {
+      for (int64_t h = 0; h < d.size[1]; ++h) {
+        for (int64_t r = 0; r < d.size[2]; ++r) {
+          float* row = t.data + b * d.batch + h * d.head + r * d.row;
+          std::fill(row, row + cols, 0.0f);
+        }
+      }
+    }
+    return t;
+  }
+  const int64_t slots = d.size[1] == 1 ? p.heads_k : p.heads;
+  const int64_t rows = d.size[2];
+  workspace->assign(static_cast<size_t>(p.batch * slots * rows * cols), 0.0f);
+  t.data = workspace->data();
+  t.row = rows == 1 ? 0 : cols;
+  t.head = rows * cols;
+  t.batch = slots * rows * cols;
+  t.head_is_kv = d.size[1] == 1;
+  t.slots = slots;
+  t.workspace = true;
+  return t;
+}
+
+// dbias[bb, hh, r, j] = sum over the workspace entries that broadcast onto it, sequences then
+// slots in increasing order.
+void reduce_dbias(const BackwardParams& p, const DbiasTarget& t) {
+  const Broadcast4& d = p.dbias;
+  const int64_t cols = p.seqlen_k;
+  const int64_t per_dbias_head = d.size[1] == 1 ? t.slots : 1;
+  std::vector<double> sum(static_cast<size_t>(cols));
+  for (int64_t bb = 0; bb < d.size[0]; ++bb) {
+    const int64_t b_lo = d.size[0] == 1 ? 0 : bb, b_hi = d.size[0] == 1 ? p.batch : bb + 1;
+    for (int64_t hh = 0; hh < d.size[1]; ++hh) {
+      const int64_t s_lo = hh * per_dbias_head, s_hi = s_lo + per_dbias_head;
+      for (int64_t r = 0; r < d.size[2]; ++r) {
+        std::fill(sum.begin(), sum.end(), 0.0);
+        for (int64_t b = b_lo; b < b_hi; ++b) {
+          for (int64_t s = s_lo; s < s_hi; ++s) {
+            const float* src = t.data + b * t.batch + s * t.head + r * t.row;
+            for (int64_t j = 0; j < cols; ++j) sum[static_cast<size_t>(j)] += src[j];
+          }
+        }
+        float* dst = static_cast<float*>(d.data) + bb * d.batch + hh * d.head + r * d.row;
+        for (int64_t j = 0; j < cols; ++j) dst[j] = static_cast<float>(sum[static_cast<size_t>(j)]);
+      }
+    }
+  }
+}
+
 Status run_backward(const BackwardParams& p) {
   clear_unused_rows(p);
   const int64_t rows = p.is_varlen() ? p.total_q : static_cast<int64_t>(p.batch) * p.seqlen_q;
@@ -476,6 +578,9 @@ Status run_backward(const BackwardParams& p) {
   std::stable_sort(chunk_items.begin(), chunk_items.end(),
                    [](const ChunkItem& x, const ChunkItem& y) { return x.cost > y.cost; });
   if (p.dsink != nullptr && row_items.empty()) std::fill(p.dsink, p.dsink + p.heads, 0.0f);
+  std::vector<float> dbias_workspace;
+  const DbiasTarget dbias = dbias_target(p, &dbias_workspace);
+  if (dbias.workspace && chunk_items.empty()) reduce_dbias(p, dbias);  // zeros
   if (chunk_items.empty() && row_items.empty()) return Status::Ok();
 
   const BackwardScratch scratch(p, dpad);
@@ -488,9 +593,16 @@ Status run_backward(const BackwardParams& p) {
       static_cast<size_t>(per_row_arrays * p.heads * rows));
   const auto partials =
       std::make_unique_for_overwrite<float[]>(static_cast<size_t>(chunks * p.heads * rows * dpad));
-  const BackwardContext ctx{&p,   &scratch,       per_row.get(), per_row.get() + p.heads * rows,
-                            rows, partials.get(), chunks,        dpad,
-                            p.dsink != nullptr ? per_row.get() + 2 * p.heads * rows : nullptr};
+  const BackwardContext ctx{&p,
+                            &scratch,
+                            per_row.get(),
+                            per_row.get() + p.heads * rows,
+                            rows,
+                            partials.get(),
+                            chunks,
+                            dpad,
+                            p.dsink != nullptr ? per_row.get() + 2 * p.heads * rows : nullptr,
+                            dbias};
 
   auto delta_body = [&](int64_t i, int worker) {
     delta_item(ctx, row_items[static_cast<size_t>(i)], buffer.worker(worker));
@@ -508,6 +620,7 @@ Status run_backward(const BackwardParams& p) {
     dq_item(ctx, row_items[static_cast<size_t>(i)], buffer.worker(worker));
   };
   parallel_for(static_cast<int64_t>(row_items.size()), threads, ItemFunction(dq_body));
+  if (dbias.workspace && !chunk_items.empty()) reduce_dbias(p, dbias);
   return Status::Ok();
 }
 

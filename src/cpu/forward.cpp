@@ -4,10 +4,13 @@
 // thread pool and each writes only its own rows of out and lse. Per item:
 //
 //   Q^T (d x cols) <- the query block, transposed to float32 (cols = queries padded to W)
-//   for each key block of kBlockK keys that the mask window reaches:
+//   for each key block of kBlockK keys that the mask window reaches (and, with a block_mask,
+//   that some kept block touches; the others are skipped before any load):
 //     S^T = K . Q^T                  (keys x cols: key rows, vectors along queries)
-//     x = transform(S^T)             (scale*log2e, softcap, ALiBi; -inf where masked; only
-//                                     blocks that straddle the window edge are masked)
+//     x = transform(S^T)             (scale*log2e, softcap, ALiBi; attn_bias, attn_mask and
+//                                     block_mask per element when given (ScoreMods); -inf
+//                                     where masked; only blocks that straddle the window
+//                                     edge are window-masked)
 //     m_new = max(m, colmax(x)); P = exp2(x - m_new); l = l * 2^(m - m_new) + colsum(P)
 //     O^T = O^T * 2^(m - m_new) + V^T . (P * dropout)
 //   fold the learnable sink into (m, l) (core/sink.h); O = O^T / l, LSE = (m + log2 l) * ln 2
@@ -133,6 +136,7 @@ FLASHATTN_CPU_INLINE void forward_item(const ForwardContext& ctx, const ForwardI
   const Sequence seq = forward_sequence(p, b);
   const Visibility vis(p, seq);
   const ScoreTransform tf(p, b, h);
+  const ScoreMods mods(p, b, h);
   const int64_t i0 = static_cast<int64_t>(item.q_block) * kBlockQ;
   const int64_t nq = std::min(kBlockQ, seq.len_q - i0);
   const int64_t cols = round_up(nq, W);
@@ -158,6 +162,8 @@ FLASHATTN_CPU_INLINE void forward_item(const ForwardContext& ctx, const ForwardI
   for (int64_t kb = j_first / kBlockK; j_first <= j_last && kb <= j_last / kBlockK; ++kb) {
     const int64_t j0 = kb * kBlockK;
     const int64_t nk = std::min(kBlockK, seq.len_k - j0);
+    // A tile the block mask hides entirely is skipped: no loads, no math.
+    if (mods.on && !mods.keeps_any(i0, i0 + nq, j0, j0 + nk)) continue;
     int64_t kld = 0, vld = 0;
     const float* kp = kv_rows_as_float(p, p.k, p.k_strides, b, seq, j0, nk, hk, d, ws + sc.k, &kld);
     const float* vp = kv_rows_as_float(p, p.v, p.v_strides, b, seq, j0, nk, hk, dv, ws + sc.v, &vld);
@@ -174,6 +180,7 @@ FLASHATTN_CPU_INLINE void forward_item(const ForwardContext& ctx, const ForwardI
       for (int64_t jr = 0; jr < nk; ++jr) {
         float* x = st + jr * cols;
         transform_scores<W>(tf, x, nullptr, cols, i0 + vis.diag - (j0 + jr), 1.0f);
+        if (mods.on) mods.apply(x, nq, i0, 1, j0 + jr, 0);
         if (masked) {
           const int64_t j = j0 + jr;
           mask_outside(x, cols, vis.first_query(j) - i0, vis.last_query(j) - i0);

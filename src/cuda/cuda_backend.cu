@@ -82,6 +82,20 @@ int run_head_dim(int head_dim) {
 // Checks common to forward and backward; selects the device. *run_dim receives the head dim
 // the kernels run at, *major the device's compute capability major version.
 Status prepare(const QKVParams& p, int* run_dim, int* major_out = nullptr) {
+  // Checked first, so that neither the sm80 nor the sm90 path is ever reached with them.
+  const struct {
+    const char* name;
+    bool given;
+  } not_yet[] = {{"attn_bias", p.bias.defined()},
+                 {"attn_mask", p.mask.defined()},
+                 {"block_mask", p.block_mask.defined()}};
+  for (const auto& m : not_yet) {
+    if (m.given) {
+      return Status::NotSupported(std::string(m.name) +
+                                  " is not supported by the CUDA backend yet (the cpu backend "
+                                  "implements it)");
+    }
+  }
   if (p.dtype != DType::kFloat16 && p.dtype != DType::kBFloat16) {
     return Status::NotSupported(std::string("q has dtype ") + dtype_name(p.dtype) +
                                 "; the CUDA backend supports float16 and bfloat16 "

@@ -56,7 +56,9 @@ int fa_c_defaults_ok(void) {
          f.lse.ndim == 0 && f.alibi_slopes.ndim == 0 && f.cu_seqlens_q.ndim == 0 &&
          f.stream == NULL && f.num_threads == 0 && f.num_splits == 0 && b.deterministic == 0 &&
          b.dq.ndim == 0 && f.learnable_sink.ndim == 0 && b.learnable_sink.ndim == 0 &&
-         b.dsink.ndim == 0;
+         b.dsink.ndim == 0 && f.attn_bias.ndim == 0 && f.attn_mask.ndim == 0 &&
+         f.block_mask.ndim == 0 && f.block_size_q == 0 && f.block_size_k == 0 &&
+         b.attn_bias.ndim == 0 && b.dbias.ndim == 0 && b.block_size_k == 0;
 }
 
 int fa_c_missing_q(char* message, int capacity) {

@@ -2,6 +2,8 @@
 // forward + backward with every option set, converted from the C++ views, against the reference.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <random>
 #include <string>
@@ -201,6 +203,77 @@ TEST(CApi, FirstPublishedLayoutIsAccepted) {
   dev.download_forward();
   const Results ref = run_reference(host, false);
   EXPECT_TRUE(meets_criterion("out", s.dtype, dev.out(), ref.out, {}));
+}
+
+// attn_bias, attn_mask, block_mask and dbias cross the C boundary: the results equal the C++
+// API's bitwise (the same code runs behind both). A caller of the 0.2 layout (up to the sink
+// fields) is accepted too.
+TEST(CApi, BiasAndMasks) {
+  const int64_t B = 1, S = 20, H = 2, D = 8;
+  std::vector<float> q(B * S * H * D), bias(H * S * S), out_cpp(q.size()), out_c(q.size());
+  std::vector<float> lse_cpp(B * H * S), lse_c(lse_cpp.size()), dq_cpp(q.size()), dq_c(q.size());
+  std::vector<float> dk_cpp(q.size()), dk_c(q.size()), dv_cpp(q.size()), dv_c(q.size());
+  std::vector<float> db_cpp(bias.size()), db_c(bias.size());
+  std::vector<uint8_t> mask(S * S), block(4 * 3);
+  for (size_t i = 0; i < q.size(); ++i) q[i] = std::sin(0.37f * static_cast<float>(i));
+  for (size_t i = 0; i < bias.size(); ++i) bias[i] = std::cos(0.11f * static_cast<float>(i));
+  for (size_t i = 0; i < mask.size(); ++i) mask[i] = (i * 7) % 5 != 0;
+  for (size_t i = 0; i < block.size(); ++i) block[i] = i % 4 != 1;
+  auto view = [](void* p, DType dt, std::initializer_list<int64_t> shape) {
+    return make_contiguous_view(p, dt, Device{}, shape);
+  };
+  ForwardArgs fa;
+  fa.q = fa.k = fa.v = view(q.data(), DType::kFloat32, {B, S, H, D});
+  fa.out = view(out_cpp.data(), DType::kFloat32, {B, S, H, D});
+  fa.lse = view(lse_cpp.data(), DType::kFloat32, {B, H, S});
+  fa.attn_bias = view(bias.data(), DType::kFloat32, {1, H, S, S});
+  fa.attn_mask = view(mask.data(), DType::kUInt8, {1, 1, S, S});
+  fa.block_mask = view(block.data(), DType::kUInt8, {1, 1, 4, 3});
+  fa.block_size_q = 5, fa.block_size_k = 7;
+  ASSERT_TRUE(forward(fa).ok());
+  BackwardArgs ba;
+  static_cast<AttentionOptions&>(ba) = fa;
+  ba.q = ba.k = ba.v = ba.dout = fa.q;
+  ba.out = fa.out, ba.lse = fa.lse;
+  ba.dq = view(dq_cpp.data(), DType::kFloat32, {B, S, H, D});
+  ba.dk = view(dk_cpp.data(), DType::kFloat32, {B, S, H, D});
+  ba.dv = view(dv_cpp.data(), DType::kFloat32, {B, S, H, D});
+  ba.dbias = view(db_cpp.data(), DType::kFloat32, {1, H, S, S});
+  ASSERT_TRUE(backward(ba).ok());
+
+  flashattn_forward_args cf;
+  flashattn_forward_args_init(&cf);
+  options_to_c(fa, &cf);
+  cf.q = cf.k = cf.v = to_c(fa.q);
+  cf.out = to_c(view(out_c.data(), DType::kFloat32, {B, S, H, D}));
+  cf.lse = to_c(view(lse_c.data(), DType::kFloat32, {B, H, S}));
+  cf.attn_bias = to_c(fa.attn_bias), cf.attn_mask = to_c(fa.attn_mask);
+  cf.block_mask = to_c(fa.block_mask), cf.block_size_q = 5, cf.block_size_k = 7;
+  ASSERT_EQ(flashattn_forward(&cf), FLASHATTN_OK) << flashattn_last_error();
+  EXPECT_EQ(out_c, out_cpp);
+  EXPECT_EQ(lse_c, lse_cpp);
+  flashattn_backward_args cb;
+  flashattn_backward_args_init(&cb);
+  options_to_c(ba, &cb);
+  cb.q = cb.k = cb.v = cb.dout = cf.q;
+  cb.out = cf.out, cb.lse = cf.lse;
+  cb.dq = to_c(view(dq_c.data(), DType::kFloat32, {B, S, H, D}));
+  cb.dk = to_c(view(dk_c.data(), DType::kFloat32, {B, S, H, D}));
+  cb.dv = to_c(view(dv_c.data(), DType::kFloat32, {B, S, H, D}));
+  cb.attn_bias = cf.attn_bias, cb.attn_mask = cf.attn_mask, cb.block_mask = cf.block_mask;
+  cb.block_size_q = 5, cb.block_size_k = 7;
+  cb.dbias = to_c(view(db_c.data(), DType::kFloat32, {1, H, S, S}));
+  ASSERT_EQ(flashattn_backward(&cb), FLASHATTN_OK) << flashattn_last_error();
+  EXPECT_EQ(dq_c, dq_cpp);
+  EXPECT_EQ(dk_c, dk_cpp);
+  EXPECT_EQ(db_c, db_cpp);
+  EXPECT_NE(db_c, std::vector<float>(db_c.size(), 0.0f));
+
+  // The 0.2 layout: the fields past learnable_sink are not read (here: garbage).
+  std::memset(&cf.attn_bias, 0x5a, sizeof(cf) - offsetof(flashattn_forward_args, attn_bias));
+  cf.struct_size = offsetof(flashattn_forward_args, attn_bias);
+  ASSERT_EQ(flashattn_forward(&cf), FLASHATTN_OK) << flashattn_last_error();
+  EXPECT_NE(out_c, out_cpp);  // without the bias and masks
 }
 
 // A valid small forward to mutate.

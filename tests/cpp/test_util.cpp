@@ -206,6 +206,9 @@ void store_nan(DType dtype, unsigned char* p) {
     case DType::kFloat8E4M3:
       *p = 0x7Fu;
       break;
+    case DType::kUInt8:
+      *p = 0xA5u;  // not a boolean: a mask read where no view covers it shows up
+      break;
   }
 }
 }  // namespace
@@ -247,6 +250,9 @@ void Arena::set(int64_t i, double v) {
     }
     case DType::kFloat8E4M3:
       throw std::invalid_argument("Arena::set: float8 is not supported");
+    case DType::kUInt8:
+      *p = static_cast<unsigned char>(v);
+      break;
   }
 }
 
@@ -273,6 +279,8 @@ double Arena::get(int64_t i) const {
       std::memcpy(&n, p, 4);
       return n;
     }
+    case DType::kUInt8:
+      return *p;
     case DType::kFloat8E4M3:
       break;
   }

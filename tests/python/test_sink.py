@@ -239,10 +239,11 @@ def test_torch_ops_with_a_sink_pass_opcheck(layout):
     bwd = getattr(ops, "bwd" + layout).default
     bwd_args = (torch.randn_like(out),) + detached[:n] + (out, lse) + detached[n:]
     torch.library.opcheck(bwd, bwd_args)
-    grads = bwd(*bwd_args)
-    assert len(grads) == n + 1 and grads[-1].shape == (h,) and grads[-1].dtype == torch.float32
+    grads = bwd(*bwd_args)  # the inputs' gradients, dsink, dbias (empty: no bias)
+    assert len(grads) == n + 2 and grads[-2].shape == (h,) and grads[-2].dtype == torch.float32
+    assert grads[-1].shape == (0,)
     no_sink = bwd(*bwd_args[:-1])
-    assert len(no_sink) == n + 1 and no_sink[-1].shape == (0,)
+    assert len(no_sink) == n + 2 and no_sink[-2].shape == (0,)
 
 
 # ---- CUDA -----------------------------------------------------------------------------------

@@ -1,0 +1,256 @@
+"""Additive bias, boolean mask and block-sparse mask (issue 18) through the Python package:
+numpy arrays (forward through flash_attn_func, backward and dbias through the low-level API)
+against a float64 numpy reference, torch autograd (dq, dk, dv and the bias gradient, expanded
+biases included) against float64 torch autograd, and CUDA, which must refuse them naming the
+argument (skipped without a GPU)."""
+
+import numpy as np
+import pytest
+
+import flashattn
+
+RNG = np.random.default_rng(18)
+
+
+def randn(*shape):
+    return RNG.standard_normal(shape).astype(np.float32)
+
+
+def dense_keep(b, h, sq, sk, causal, attn_mask, block_mask, block_size):
+    """(b, h, sq, sk) bool: the visible pairs, the block mask expanded to elements."""
+    keep = np.ones((b, h, sq, sk), dtype=bool)
+    if causal:
+        i = np.arange(sq)[:, None]
+        j = np.arange(sk)[None, :]
+        keep &= j <= i + sk - sq
+    if attn_mask is not None:
+        keep &= np.broadcast_to(attn_mask.astype(bool), keep.shape)
+    if block_mask is not None:
+        bq, bk = block_size
+        rows = np.arange(sq) // bq
+        cols = np.arange(sk) // bk
+        expanded = block_mask.astype(bool)[:, :, rows][:, :, :, cols]
+        keep &= np.broadcast_to(expanded, keep.shape)
+    return keep
+
+
+def reference(q, k, v, dout, bias, keep, scale):
+    """float64 out, lse (b, h, sq), dq, dk, dv and dS (b, h, sq, sk); rows with no visible key
+    give out 0, lse -inf and zero gradients."""
+    q, k, v, dout = (x.astype(np.float64) for x in (q, k, v, dout))
+    h, hk = q.shape[2], k.shape[2]
+    ke, ve = np.repeat(k, h // hk, axis=2), np.repeat(v, h // hk, axis=2)
+    s = scale * np.einsum("bihd,bjhd->bhij", q, ke)
+    if bias is not None:
+        s = s + np.broadcast_to(bias.astype(np.float64), s.shape)
+    s = np.where(keep & (s != -np.inf), s, -np.inf)
+    m = s.max(axis=-1, keepdims=True)
+    empty = m == -np.inf
+    e = np.where(empty, 0.0, np.exp(s - np.where(empty, 0.0, m)))
+    l = e.sum(axis=-1, keepdims=True)
+    p = np.where(empty, 0.0, e / np.where(empty, 1.0, l))
+    lse = np.where(empty[..., 0], -np.inf, (m + np.log(np.where(empty, 1.0, l)))[..., 0])
+    out = np.einsum("bhij,bjhd->bihd", p, ve)
+    dp = np.einsum("bihd,bjhd->bhij", dout, ve)
+    delta = np.einsum("bihd,bihd->bhi", dout, out)[..., None]
+    ds = p * (dp - delta)
+    dq = scale * np.einsum("bhij,bjhd->bihd", ds, ke)
+    dk = scale * np.einsum("bhij,bihd->bjhd", ds, q)
+    dv = np.einsum("bhij,bihd->bjhd", p, dout)
+    b, sk = k.shape[0], k.shape[1]
+    dk = dk.reshape(b, sk, hk, h // hk, -1).sum(axis=3)
+    dv = dv.reshape(b, sk, hk, h // hk, -1).sum(axis=3)
+    return out, lse, dq, dk, dv, ds
+
+
+def reduce_like(ds, shape):
+    """dS summed over the dimensions a bias of `shape` broadcasts."""
+    axes = tuple(i for i, n in enumerate(shape) if n == 1 and ds.shape[i] != 1)
+    return ds.sum(axis=axes, keepdims=True)
+
+
+def close(ours, ref, what):
+    ours = np.asarray(ours, dtype=np.float64)
+    assert not np.isnan(ours).any(), f"{what}: NaN"
+    finite = np.isfinite(ref)
+    assert np.array_equal(ours[~finite], ref[~finite]), f"{what}: non-finite entries differ"
+    scale = max(np.abs(ref[finite]).max(initial=0.0), 1e-3)
+    err = np.abs(ours[finite] - ref[finite]).max(initial=0.0)
+    assert err <= 1e-4 * scale + 1e-6, f"{what}: max error {err} (max |ref| {scale})"
+
+
+SHAPE = dict(b=2, sq=37, sk=53, h=4, hk=2, d=16, dv=16)
+CASES = [
+    dict(bias=(2, 4, 37, 53)),
+    dict(bias=(1, 4, 37, 53), causal=True),                # T5-style: shared by the batch
+    dict(bias=(2, 1, 1, 53), mask=(2, 1, 37, 53)),         # key padding bias + element mask
+    dict(bias=(1, 1, 37, 53), block=(1, 4), bs=(8, 16), density=0.4),
+    dict(block=(2, 1), bs=(16, 8), density=0.0),           # nothing kept: fully masked rows
+    dict(block=(1, 4), bs=(5, 7), density=1.0),
+    dict(mask=(1, 1, 37, 53), density=0.03),               # many rows keep nothing
+]
+
+
+def make_case(c):
+    b, sq, sk, h = SHAPE["b"], SHAPE["sq"], SHAPE["sk"], SHAPE["h"]
+    q = randn(b, sq, h, SHAPE["d"])
+    k = randn(b, sk, SHAPE["hk"], SHAPE["d"])
+    v = randn(b, sk, SHAPE["hk"], SHAPE["dv"])
+    dout = randn(b, sq, h, SHAPE["dv"])
+    bias = 2 * randn(*c["bias"]) if "bias" in c else None
+    mask = None
+    if "mask" in c:
+        mask = RNG.random(c["mask"]) < c.get("density", 0.7)
+    block, bs = None, None
+    if "block" in c:
+        bs = c["bs"]
+        nb = (-(-sq // bs[0]), -(-sk // bs[1]))
+        block = RNG.random((*c["block"], *nb)) < c["density"]
+        if 0 < c["density"] < 1:
+            block[:, :, 0] = False  # a block row with no kept block
+    keep = dense_keep(b, h, sq, sk, c.get("causal", False), mask, block, bs)
+    return q, k, v, dout, bias, mask, block, bs, keep
+
+
+@pytest.mark.parametrize("case", range(len(CASES)))
+def test_numpy_forward_and_backward(case):
+    c = CASES[case]
+    q, k, v, dout, bias, mask, block, bs, keep = make_case(c)
+    scale = 1 / np.sqrt(SHAPE["d"])
+    ref = reference(q, k, v, dout, bias, keep, scale)
+    out, lse, _ = flashattn.flash_attn_func(q, k, v, causal=c.get("causal", False),
+                                            return_attn_probs=True, attn_bias=bias,
+                                            attn_mask=mask, block_mask=block, block_size=bs)
+    close(out, ref[0], "out")
+    close(lse, ref[1], "lse")
+    dq, dk, dv = np.empty_like(q), np.empty_like(k), np.empty_like(v)
+    dbias = np.empty(bias.shape, np.float32) if bias is not None else None
+    flashattn.backward(dout, q, k, v, out, lse, dq, dk, dv, causal=c.get("causal", False),
+                       attn_bias=bias, attn_mask=mask, block_mask=block, block_size=bs,
+                       dbias=dbias)
+    close(dq, ref[2], "dq")
+    close(dk, ref[3], "dk")
+    close(dv, ref[4], "dv")
+    if bias is not None:
+        close(dbias, reduce_like(ref[5], bias.shape), "dbias")
+
+
+def test_block_size_is_checked():
+    q, k, v, *_ = make_case(CASES[0])
+    block = np.ones((1, 1, 5, 4), dtype=bool)
+    with pytest.raises(ValueError, match="block_size"):
+        flashattn.flash_attn_func(q, k, v, block_mask=block)
+    with pytest.raises(ValueError, match="block_size was given without block_mask"):
+        flashattn.flash_attn_func(q, k, v, block_size=(8, 8))
+    with pytest.raises(ValueError, match="block_mask must be broadcastable"):
+        flashattn.flash_attn_func(q, k, v, block_mask=block, block_size=(4, 4))
+    with pytest.raises(ValueError, match="attn_bias must be broadcastable"):
+        flashattn.flash_attn_func(q, k, v, attn_bias=randn(2, 4, 3, 53))
+
+
+# ---- torch -----------------------------------------------------------------------------------
+
+def _torch():
+    return pytest.importorskip("torch")
+
+
+def torch_reference(q, k, v, bias, keep, scale):
+    """float64 torch attention (autograd through the bias too); fully masked rows give 0."""
+    torch = _torch()
+    h, hk = q.shape[2], k.shape[2]
+    ke = k.repeat_interleave(h // hk, dim=2)
+    ve = v.repeat_interleave(h // hk, dim=2)
+    s = scale * torch.einsum("bihd,bjhd->bhij", q, ke)
+    if bias is not None:
+        s = s + bias
+    s = s.masked_fill(~keep, float("-inf"))
+    empty = torch.isinf(s).all(dim=-1, keepdim=True)
+    p = torch.softmax(s.masked_fill(empty, 0.0), dim=-1).masked_fill(empty | ~keep, 0.0)
+    return torch.einsum("bhij,bjhd->bihd", p, ve)
+
+
+@pytest.mark.parametrize("case", range(len(CASES)))
+@pytest.mark.parametrize("expanded", [False, True])
+def test_torch_autograd(case, expanded):
+    torch = _torch()
+    c = CASES[case]
+    q, k, v, dout, bias, mask, block, bs, keep = make_case(c)
+    t = {n: torch.from_numpy(x) for n, x in dict(q=q, k=k, v=v, dout=dout).items()}
+    leaf = {n: t[n].clone().requires_grad_() for n in ("q", "k", "v")}
+    bias_leaf = torch.from_numpy(bias).requires_grad_() if bias is not None else None
+    # An expand()ed bias (stride 0 in its broadcast dimensions) goes in as it is.
+    full = (SHAPE["b"], SHAPE["h"], SHAPE["sq"], SHAPE["sk"])
+    bias_in = bias_leaf.expand(full) if expanded and bias_leaf is not None else bias_leaf
+    out = flashattn.flash_attn_func(
+        leaf["q"], leaf["k"], leaf["v"], causal=c.get("causal", False), attn_bias=bias_in,
+        attn_mask=torch.from_numpy(mask) if mask is not None else None,
+        block_mask=torch.from_numpy(block) if block is not None else None, block_size=bs)
+    out.backward(t["dout"])
+
+    ref_leaf = {n: t[n].double().requires_grad_() for n in ("q", "k", "v")}
+    ref_bias = torch.from_numpy(bias).double().requires_grad_() if bias is not None else None
+    ref = torch_reference(ref_leaf["q"], ref_leaf["k"], ref_leaf["v"], ref_bias,
+                          torch.from_numpy(keep), 1 / np.sqrt(SHAPE["d"]))
+    ref.backward(t["dout"].double())
+    close(out.detach().numpy(), ref.detach().numpy(), "out")
+    for n in ("q", "k", "v"):
+        close(leaf[n].grad.numpy(), ref_leaf[n].grad.numpy(), "d" + n)
+    if bias is not None:
+        assert bias_leaf.grad is not None and bias_leaf.grad.shape == bias_leaf.shape
+        close(bias_leaf.grad.numpy(), ref_bias.grad.numpy(), "dbias")
+
+
+def test_torch_bias_without_grad_and_opcheck():
+    torch = _torch()
+    q, k, v, dout, bias, mask, block, bs, keep = make_case(CASES[3])
+    qt, kt, vt = (torch.from_numpy(x).requires_grad_() for x in (q, k, v))
+    bias_t = torch.from_numpy(bias)  # no grad: the backward computes no dbias
+    out = flashattn.flash_attn_func(qt, kt, vt, attn_bias=bias_t,
+                                    block_mask=torch.from_numpy(block), block_size=bs)
+    out.backward(torch.from_numpy(dout))
+    assert bias_t.grad is None and qt.grad is not None
+    ops = torch.ops.flashattn
+    args = (qt, kt, vt, None, None, 0, 0, None, 0.0, False, -1, -1, 0.0, 0.0, None, False, None,
+            torch.from_numpy(bias).requires_grad_(), torch.from_numpy(mask if mask is not None else keep[:, :1]),
+            torch.from_numpy(block), bs[0], bs[1])
+    torch.library.opcheck(ops.fwd.default, args)
+
+
+def test_cuda_refuses_naming_the_argument():
+    torch = _torch()
+    if not torch.cuda.is_available() or not flashattn.cuda_available():
+        pytest.skip("no CUDA device")
+    q, k, v = (torch.randn(1, 64, 2, 64, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    bias = torch.zeros(1, 2, 64, 64, device="cuda", dtype=torch.float32)
+    with pytest.raises(NotImplementedError, match="attn_bias"):
+        flashattn.flash_attn_func(q, k, v, attn_bias=bias)
+    mask = torch.ones(1, 1, 64, 64, device="cuda", dtype=torch.bool)
+    with pytest.raises(NotImplementedError, match="attn_mask"):
+        flashattn.flash_attn_func(q, k, v, attn_mask=mask)
+    block = torch.ones(1, 1, 1, 1, device="cuda", dtype=torch.bool)
+    with pytest.raises(NotImplementedError, match="block_mask"):
+        flashattn.flash_attn_func(q, k, v, block_mask=block, block_size=(64, 64))
+
+
+def test_torch_bias_is_the_only_leaf():
+    """Only the bias requires grad: autograd still records the op and returns dbias; the
+    backward op with bias_grad=True passes opcheck (schema, fake kernel)."""
+    torch = _torch()
+    q, k, v, dout, bias, mask, block, bs, keep = make_case(CASES[1])
+    qt, kt, vt, dt = (torch.from_numpy(x) for x in (q, k, v, dout))
+    bias_t = torch.from_numpy(bias).requires_grad_()
+    out = flashattn.flash_attn_func(qt, kt, vt, causal=True, attn_bias=bias_t)
+    out.backward(dt)
+    ref_bias = torch.from_numpy(bias).double().requires_grad_()
+    ref = torch_reference(qt.double(), kt.double(), vt.double(), ref_bias, torch.from_numpy(keep),
+                          1 / np.sqrt(SHAPE["d"]))
+    ref.backward(dt.double())
+    close(bias_t.grad.numpy(), ref_bias.grad.numpy(), "dbias")
+    ops = torch.ops.flashattn
+    opts = (None, None, 0, 0, None, 0.0, True, -1, -1, 0.0, 0.0, None, False, None,
+            torch.from_numpy(bias), None, None, 0, 0)
+    out, lse = ops.fwd(qt, kt, vt, *opts)
+    bwd_args = (dt, qt, kt, vt, out, lse) + opts + (True,)
+    torch.library.opcheck(ops.bwd.default, bwd_args, test_utils=("test_schema", "test_faketensor"))
+    grads = ops.bwd(*bwd_args)
+    assert len(grads) == 5 and grads[-1].shape == bias.shape and grads[-2].shape == (0,)
