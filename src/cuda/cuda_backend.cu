@@ -108,7 +108,7 @@ Status prepare(const QKVParams& p, int* run_dim, int* major_out = nullptr) {
   if (p.head_dim > kMaxCudaHeadDim) {
     return Status::NotSupported("head_dim " + std::to_string(p.head_dim) +
                                 " is not supported by the CUDA backend; supported: 1.." +
-                                std::to_string(kMaxCudaHeadDim) + " (the cpu backend takes up to 512)");
+                                std::to_string(kMaxCudaHeadDim) + " (the cpu backend takes up to 1024)");
   }
   if (p.head_dim_v != p.head_dim) {
     return Status::NotSupported("head_dim_v (" + std::to_string(p.head_dim_v) +

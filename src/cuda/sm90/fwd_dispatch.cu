@@ -1,43 +1,21 @@
-// The one place where the Hopper forward's run-time options become template arguments.
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-
+// Which calls the Hopper forward takes (fwd_declines), and its dispatch through dispatch_variant.
 #include "cuda/common/build_config.h"
 #include "cuda/common/split_heuristic.h"
 #include "cuda/common/cuda_check.h"
+#include "cuda/common/variants.h"
 #include "cuda/sm90/fwd.h"
 #include "cuda/sm90/fwd_traits.h"
 
 namespace flashattn::cuda::sm90 {
 namespace {
 
-template <typename Element, int kHeadDim>
-Status by_mask(const ForwardParams& p, cudaStream_t stream) {
-  if (p.has_window()) return run_fwd<FwdTraits<Element, kHeadDim, MaskMode::kWindow>>(p, stream);
-  return run_fwd<FwdTraits<Element, kHeadDim, MaskMode::kNone>>(p, stream);
-}
-
-template <typename Element>
-Status by_head_dim(const ForwardParams& p, cudaStream_t stream) {
-  switch (p.head_dim) {
-#ifdef FLASHATTN_CUDA_HDIM_64
-    case 64: return by_mask<Element, 64>(p, stream);
-#endif
-#ifdef FLASHATTN_CUDA_HDIM_128
-    case 128: return by_mask<Element, 128>(p, stream);
-#endif
-#ifdef FLASHATTN_CUDA_HDIM_256
-    case 256: return by_mask<Element, 256>(p, stream);
-#endif
-    default: return Status::NotSupported("the sm90 forward has no kernel for head_dim " + std::to_string(p.head_dim));
-  }
-}
-
+// The head dims the Hopper forward is instantiated for (tools/gen_instantiations.py).
+constexpr bool has_kernel(int head_dim) { return head_dim == 64 || head_dim == 128 || head_dim == 256; }
 
 }  // namespace
 
 std::string fwd_declines(const ForwardParams& p, bool any_runnable) {
-  if (p.head_dim != 64 && p.head_dim != 128 && p.head_dim != 256) return "head_dim is not 64, 128 or 256";
+  if (!has_kernel(p.head_dim)) return "head_dim is not 64, 128 or 256";
   if (!head_dim_built(p.head_dim)) return "head_dim not built";
   if (p.head_dim_v != p.head_dim) return "head_dim_v differs from head_dim";
   if (p.softcap > 0.0f || p.alibi != nullptr || p.has_dropout()) return "softcap, ALiBi and dropout run on sm80";
@@ -67,16 +45,17 @@ std::string fwd_declines(const ForwardParams& p, bool any_runnable) {
   return {};
 }
 
+// dispatch_variant (common/variants.h) turns the options into template arguments, as for the sm80
+// kernels; fwd_declines has already left the combinations without an sm90 kernel to those.
 Status dispatch_fwd(const ForwardParams& p, cudaStream_t stream) {
-  switch (p.dtype) {
-#ifdef FLASHATTN_CUDA_DTYPE_FP16
-    case DType::kFloat16: return by_head_dim<__half>(p, stream);
-#endif
-#ifdef FLASHATTN_CUDA_DTYPE_BF16
-    case DType::kBFloat16: return by_head_dim<__nv_bfloat16>(p, stream);
-#endif
-    default: return Status::NotSupported("the sm90 forward has no kernel for this dtype");
-  }
+  return dispatch_variant(p, [&]<typename Element, int kHeadDim, MaskMode kMask, ScoreMods kMods>() -> Status {
+    if constexpr (has_kernel(kHeadDim) && kMods == ScoreMods::kNone) {
+      return run_fwd<FwdTraits<Element, kHeadDim, kMask>>(p, stream);
+    } else {
+      return Status::NotSupported("the sm90 forward has no kernel for head_dim " + std::to_string(kHeadDim) +
+                                  " with score modifiers " + (kMods == ScoreMods::kNone ? "off" : "on"));
+    }
+  });
 }
 
 }  // namespace flashattn::cuda::sm90
