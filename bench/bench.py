@@ -42,8 +42,10 @@ import socket
 import subprocess
 import sys
 
-IMPLS = ("flashattn", "sdpa_cudnn", "sdpa_flash", "fa4", "sdpa_efficient", "sdpa_math", "triton")
-DECODE_IMPLS = ("flashattn", "sdpa_cudnn", "sdpa_flash", "sdpa_efficient", "sdpa_math")
+IMPLS = ("flashattn", "sdpa_cudnn", "sdpa_flash", "fa4", "sdpa_efficient", "sdpa_math", "triton", "kvcache",
+         "kvcache_paged16")
+KVCACHE_IMPLS = ("kvcache", "kvcache_paged16")
+DECODE_IMPLS = ("flashattn", "kvcache", "kvcache_paged16", "sdpa_cudnn", "sdpa_flash", "sdpa_efficient", "sdpa_math")
 DESCRIPTIONS = {
     "flashattn": "this library: flashattn.flash_attn_func (layout B, N, H, d)",
     "sdpa_cudnn": "torch SDPA, cuDNN backend (SDPBackend.CUDNN_ATTENTION)",
@@ -52,6 +54,10 @@ DESCRIPTIONS = {
     "sdpa_math": "torch SDPA, math backend: materialises the N x N scores (standard attention)",
     "triton": "bench/triton_attention.py: this project's Triton forward kernel (not upstream's); forward only",
     "fa4": "FlashAttention-4 (flash-attn-4 wheel, CuTe DSL JIT): flash_attn.cute.flash_attn_func (layout B, N, H, d)",
+    "kvcache": "this library: flashattn.flash_attn_with_kvcache on a dense cache holding exactly the keys, with "
+               "cache_seqlens (decode suite only)",
+    "kvcache_paged16": "this library: flashattn.flash_attn_with_kvcache on a paged cache of 16-row pages in "
+                       "shuffled order, with block_table and cache_seqlens (decode suite only)",
 }
 FLOPS_NOTE = "fwd 4*B*H*Nq*Nk*d (causal /2), bwd 2.5x fwd, fwdbwd 3.5x fwd; TFLOP/s"
 TIMING_NOTE = ("CUDA events around one call, median of repeats after 5 warm-up calls; timing 'device': a GPU "
@@ -273,6 +279,35 @@ class Impl:
         self.skip = skip or (lambda *args: None)
 
 
+def kvcache_fn(page):
+    """fn(q, k, v, causal) for flash_attn_with_kvcache over the keys k, v (B, N, Hk, d): a dense
+    cache (page 0) is k and v themselves; a paged one holds their pages in a shuffled order
+    (built once per k and kept, so the timed calls only attend)."""
+    import torch
+    import flashattn
+    made = {}
+
+    def fn(q, k, v, causal):
+        key = (k.data_ptr(), v.data_ptr())
+        if key not in made:
+            made.clear()
+            b, n, hk, d = k.shape
+            seqlens = torch.full((b,), n, dtype=torch.int32, device=k.device)
+            if page == 0:
+                made[key] = (k, v, seqlens, None)
+            else:
+                pages = b * n // page
+                perm = torch.randperm(pages, device=k.device)
+                kc = torch.empty((pages, page, hk, d), dtype=k.dtype, device=k.device)
+                vc = torch.empty_like(kc)
+                kc[perm] = k.reshape(pages, page, hk, d)
+                vc[perm] = v.reshape(pages, page, hk, d)
+                made[key] = (kc, vc, seqlens, perm.to(torch.int32).view(b, n // page))
+        kc, vc, seqlens, table = made[key]
+        return flashattn.flash_attn_with_kvcache(q, kc, vc, cache_seqlens=seqlens, block_table=table, causal=causal)
+    return fn
+
+
 def attention_impls(names, math_max_seqlen=4096, softcap=0.0):
     """({name: Impl} for the requested peers that load, {name: reason} for those that do not).
     softcap > 0 (dev A/Bs of the modifier kernels): flashattn applies it; the peers have no
@@ -311,6 +346,12 @@ def attention_impls(names, math_max_seqlen=4096, softcap=0.0):
             with sdpa_kernel([backend]):
                 return F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=q.shape[1] != k.shape[1])
         impls[name] = Impl("bhsd", run, skip=math_skip if name == "sdpa_math" else no_softcap)
+
+    for name, page in (("kvcache", 0), ("kvcache_paged16", 16)):
+        if name in names:
+            impls[name] = Impl("bshd", kvcache_fn(page), backward=False,
+                               skip=lambda b, h, hk, sq, sk, dtype, page=page: (
+                                   f"seqlen_k not a multiple of the page size {page}" if page and sk % page else None))
 
     if "fa4" in names:
         try:
@@ -512,7 +553,8 @@ def main():
     if not torch.cuda.is_available() or ("flashattn" in args.impls and not ours_ok):
         sys.exit("bench.py needs a CUDA GPU and a flashattn build with the CUDA backend")
     env = environment()
-    names = [n for n in args.impls if args.suite != "decode" or n in DECODE_IMPLS]
+    # The KV-cache entries time decode steps only; the other suites leave them out.
+    names = [n for n in args.impls if (n in DECODE_IMPLS if args.suite == "decode" else n not in KVCACHE_IMPLS)]
     impls, unavailable = attention_impls(names, args.math_max_seqlen, args.softcap)
     for name, reason in unavailable.items():
         print(f"{name}: {reason}", flush=True)

@@ -4,9 +4,13 @@
 # JSON under $OUT, and print a short table last.
 #   SUITE=quick|full|decode|none   benchmark suite (default quick); several: SUITE="quick decode"
 #   SANITIZE=1                     also run compute-sanitizer memcheck, racecheck, synccheck on a reduced set
+#                                  (SANITIZE=kvcache: only the KV-cache memcheck)
 #   TESTS=0                        skip the test suites (TESTS=ctest or TESTS=pytest: only that one)
 #   BUILD=0                        reuse build-gpu and the installed package of an earlier call on
 #                                  the same (still warm) machine
+#   CTEST_ARGS="-R kvcache"        extra ctest arguments (e.g. a subset of the suite)
+#   PYTEST_FILES="tests/python/test_kvcache.py"  the pytest files (default: all, then test_cuda.py and
+#                                  test_torch.py again under each non-auto path)
 #   LARGE=0                        skip ctest's `large` label (2^31-element and 100k-token tests, ~40 s)
 #   PATHS="auto sm90 sm80"         FLASHATTN_CUDA_PATH values the GPU tests run under (src/cuda/cuda_backend.cu):
 #                                  auto = the default dispatch, sm90 = the Hopper kernels wherever they can
@@ -52,19 +56,20 @@ if [ "$tests" = 1 ] || [ "$tests" = ctest ]; then
   large=(); [ "${LARGE:-1}" = 0 ] && large=(-LE large)
   for path in ${CTEST_PATHS:-${paths[@]:0:2}}; do
     log "ctest (FLASHATTN_CUDA_PATH=$path)"
-    FLASHATTN_CUDA_PATH=$path ctest --test-dir build-gpu -j 4 --output-on-failure "${large[@]}" >"$OUT/ctest-$path.log" 2>&1 || status=1
+    # shellcheck disable=SC2086
+    FLASHATTN_CUDA_PATH=$path ctest --test-dir build-gpu -j 4 --output-on-failure "${large[@]}" ${CTEST_ARGS:-} >"$OUT/ctest-$path.log" 2>&1 || status=1
     tail -4 "$OUT/ctest-$path.log"
   done
 fi
 if [ "$tests" = 1 ] || [ "$tests" = pytest ]; then
   log "pytest (one process per file, so a crash names its file)"
   : >"$OUT/pytest.log"
-  for f in tests/python/test_*.py; do
+  for f in ${PYTEST_FILES:-tests/python/test_*.py}; do
     python3 -X faulthandler -m pytest "$f" -q -rs -p no:cacheprovider >>"$OUT/pytest.log" 2>&1 || status=1
     echo "$f: $(tail -1 "$OUT/pytest.log")"
   done
   for path in "${paths[@]}"; do
-    [ "$path" = auto ] && continue
+    [ "$path" = auto ] || [ -n "${PYTEST_FILES:-}" ] && continue
     for f in tests/python/test_cuda.py tests/python/test_torch.py; do
       FLASHATTN_CUDA_PATH=$path python3 -X faulthandler -m pytest "$f" -q -rs -p no:cacheprovider >>"$OUT/pytest.log" 2>&1 || status=1
       echo "$f (FLASHATTN_CUDA_PATH=$path): $(tail -1 "$OUT/pytest.log")"
@@ -83,16 +88,21 @@ if [ -n "${FA4_WHEELS:-}" ]; then
   python3 -c "from flash_attn.cute import flash_attn_func; print('fa4 imports')" 2>&1 | tail -2
 fi
 
-if [ "${SANITIZE:-0}" = 1 ]; then
+if [ "${SANITIZE:-0}" != 0 ]; then
   log "compute-sanitizer"
   # FLASHATTN_CUDA_PATH=sm90: the Hopper kernels take these small shapes too (synccheck: their
   # mbarriers and named barriers).
-  for tool in memcheck racecheck synccheck; do
+  tools="memcheck racecheck synccheck"; [ "$SANITIZE" = kvcache ] && tools=""
+  for tool in $tools; do
     FLASHATTN_CUDA_PATH=sm90 compute-sanitizer --tool $tool --error-exitcode 9 build-gpu/tests/cpp/flashattn_test_special \
       --gtest_filter='Backends/Special.SeqlenOne/cuda:Backends/Special.FullyMasked*/cuda:Backends/Special.Deterministic*/cuda:Backends/Special.SplitKv*/cuda:Backends/Special.Varlen*/cuda' \
       >"$OUT/sanitizer-$tool.log" 2>&1
     echo "$tool: exit $? ($(grep -cE 'ERROR SUMMARY: 0 errors|RACECHECK SUMMARY: 0 hazards' "$OUT/sanitizer-$tool.log") clean summaries)"
   done
+  # The KV-cache path: append + rotary and paged reads (page sizes 1-256, left padding).
+  compute-sanitizer --tool memcheck --error-exitcode 9 build-gpu/tests/cpp/flashattn_test_kvcache \
+    --gtest_filter='Backends/KVCache.*/cuda:KVCacheCpuVsCuda.*' >"$OUT/sanitizer-kvcache.log" 2>&1
+  echo "memcheck kvcache: exit $? ($(grep -c 'ERROR SUMMARY: 0 errors' "$OUT/sanitizer-kvcache.log") clean summaries)"
 fi
 
 for suite in ${SUITE:-quick}; do

@@ -16,6 +16,7 @@ MODS = {"plain": "ScoreMods::kNone", "mods": "ScoreMods::kAny"}
 # The sm80-class families take every head dim, mask and modifier set.
 FAMILIES = {
     "fwd": ("cuda/sm80/fwd_launch.h", "FwdTraits", "run_fwd", "ForwardParams"),
+    "fwdkv": ("cuda/sm80/fwd_launch.h", "FwdTraits", "run_fwd_kvcache", "ForwardParams"),
     "fwdsplit": ("cuda/sm80/fwd_split_launch.h", "FwdTraits", "run_fwd_split", "ForwardParams"),
     "bwd": ("cuda/sm80/bwd_launch.h", "BwdTraits", "run_bwd", "BackwardParams"),
 }

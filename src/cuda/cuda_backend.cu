@@ -13,6 +13,7 @@
 #include "cuda/common/build_config.h"
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/workspace.h"
+#include "cuda/kvcache.h"
 #include "cuda/pad.h"
 #include "cuda/sm80/bwd.h"
 #include "cuda/sm80/fwd.h"
@@ -339,6 +340,44 @@ Status cuda_backward(const BackwardParams& p) {
   }
   if (run_dim != p.head_dim) return padded_backward(p, run_dim, stream);
   return cuda::dispatch_bwd(p, stream);
+}
+
+// forward_kvcache: the append (with rotary) into the cache, then the sm80 kernels reading the
+// cache (FwdTraits::kCache; the decode shapes they serve are memory-bound, where the sm90
+// kernels bring nothing). The cache is used in place, so a head dim the build did not
+// instantiate cannot run on padded copies: it is an error.
+Status cuda_forward_kvcache(const ForwardParams& p) {
+  cuda::DeviceScope restore_device;  // prepare() selects the tensors' device
+  int run_dim = 0;
+  if (Status s = prepare(p, &run_dim); !s.ok()) return s;
+  if (run_dim != p.head_dim) {
+    return Status::NotSupported("forward_kvcache on the CUDA backend needs a head_dim this build "
+                                "instantiated (FLASHATTN_CUDA_HEAD_DIMS); got head_dim " +
+                                std::to_string(p.head_dim) + " (the cache cannot be padded in place)");
+  }
+  const KVCacheParams& kv = p.kv;
+  if (Status s = check_operand("out", p.out, p.out_strides); !s.ok()) return s;
+  if (kv.k_new != nullptr) {
+    if (Status s = check_operand("k", kv.k_new, kv.k_new_strides); !s.ok()) return s;
+    if (Status s = check_operand("v", kv.v_new, kv.v_new_strides); !s.ok()) return s;
+  }
+  const auto stream = static_cast<cudaStream_t>(p.stream);
+  if (p.batch == 0 || p.seqlen_q == 0) {
+    return cuda::kvcache_append(p, nullptr, stream);  // no query, but the cache still grows
+  }
+  ScopedWorkspace q_rot(stream);
+  ForwardParams attend = p;
+  if (kv.rotary_dim > 0) {
+    const int64_t elems = int64_t(p.batch) * p.seqlen_q * p.heads * p.head_dim;
+    if (Status s = q_rot.alloc(static_cast<size_t>(elems) * sizeof(uint16_t)); !s.ok()) return s;
+    attend.q = q_rot.data();
+    attend.q_strides = Strides3{int64_t(p.seqlen_q) * p.heads * p.head_dim, int64_t(p.heads) * p.head_dim,
+                                p.head_dim};
+  }
+  if (Status s = cuda::kvcache_append(p, q_rot.data(), stream); !s.ok()) return s;
+  // Sequences with no row to attend to (an empty cache included) are the kernels' empty key
+  // ranges: out 0 and LSE -inf, or the sink's (SEMANTICS.md).
+  return cuda::dispatch_fwd_kvcache(attend, stream);
 }
 
 int cuda_device_count() {

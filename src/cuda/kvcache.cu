@@ -1,16 +1,114 @@
-// CUDA forward_kvcache: not implemented yet. Issue 17's phase 1 ships the API, the CPU backend
-// and the Python layer; the sm80 paged K/V tile loads and the append + rotary kernel are the
-// next step. Until then CUDA tensors get a NotSupported status that says so (no silent
-// fallback: DESIGN.md).
-#include "core/backend.h"
+// The append + rotary kernel of forward_kvcache (kvcache.h). Memory-bound and small: one warp
+// per (token, head) row of the new keys/values and of q; the lanes walk the row's rotary pairs,
+// then its remaining columns.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
-namespace flashattn {
+#include <algorithm>
+#include <cstdint>
 
-Status cuda_forward_kvcache(const ForwardParams& params) {
-  (void)params;
-  return Status::NotSupported(
-      "forward_kvcache (flash_attn_with_kvcache) is not implemented on the CUDA backend yet; "
-      "pass CPU tensors (the CPU backend implements every option)");
+#include "cuda/common/cuda_check.h"
+#include "cuda/kvcache.h"
+
+namespace flashattn::cuda {
+namespace {
+
+constexpr int kWarpsPerBlock = 4;
+
+template <typename Element>
+__device__ __forceinline__ float load(const Element* p, int64_t i) {
+  return static_cast<float>(p[i]);
 }
 
-}  // namespace flashattn
+// dst[0, d) = src[0, d) with the rotary pairs of [0, rotary_dim) turned by the angle of table
+// row `pos`: interleaved pairs (2i, 2i + 1), else (i, i + rotary_dim / 2); (a, b) ->
+// (a cos - b sin, a sin + b cos). The products are rounded separately (no FMA contraction) to
+// match the CPU backend bit for bit. src and dst may be the same row only without rotation.
+template <typename Element>
+__device__ void rotate_row(const KVCacheParams& kv, const Element* src, Element* dst, int d, int64_t pos,
+                           int lane) {
+  const int half = kv.rotary_dim / 2;
+  const auto* cos_row = static_cast<const Element*>(kv.rotary_cos) + pos * kv.rotary_cos_stride;
+  const auto* sin_row = static_cast<const Element*>(kv.rotary_sin) + pos * kv.rotary_sin_stride;
+  for (int i = lane; i < half; i += 32) {
+    const int ia = kv.rotary_interleaved ? 2 * i : i;
+    const int ib = kv.rotary_interleaved ? 2 * i + 1 : i + half;
+    const float a = load(src, ia), b = load(src, ib);
+    const float c = load(cos_row, i), s = load(sin_row, i);
+    dst[ia] = Element(__fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s)));
+    dst[ib] = Element(__fadd_rn(__fmul_rn(a, s), __fmul_rn(b, c)));
+  }
+  for (int i = kv.rotary_dim + lane; i < d; i += 32) dst[i] = src[i];
+}
+
+template <typename Element>
+__device__ void copy_row(const Element* src, Element* dst, int d, int lane) {
+  for (int i = lane; i < d; i += 32) dst[i] = src[i];
+}
+
+// Work items: first the appended rows (b, t, h_k), then, with rotary, the query rows (b, t, h).
+template <typename Element>
+__global__ void __launch_bounds__(32 * kWarpsPerBlock)
+    kvcache_append_kernel(const __grid_constant__ ForwardParams p, Element* q_rot) {
+  const KVCacheParams& kv = p.kv;
+  const int lane = threadIdx.x % 32;
+  // Item counts fit in int32 (kvcache_append checks), which keeps the index math off the
+  // 64-bit division routine.
+  int item = int(blockIdx.x) * kWarpsPerBlock + int(threadIdx.x) / 32;
+  const int append_items = kv.k_new != nullptr ? p.batch * kv.seqlen_new * p.heads_k : 0;
+  const bool rotary = kv.rotary_dim > 0;
+  if (item < append_items) {
+    const int h = item % p.heads_k;
+    const int t = item / p.heads_k % kv.seqlen_new;
+    const int b = item / p.heads_k / kv.seqlen_new;
+    const int64_t row = int64_t(kv.cache_len(b)) + t;
+    if (row >= kv.capacity) return;  // checked on the host for host-visible cache_seqlens
+    const auto* k_src = static_cast<const Element*>(kv.k_new) + b * kv.k_new_strides.batch +
+                        t * kv.k_new_strides.row + h * kv.k_new_strides.head;
+    const auto* v_src = static_cast<const Element*>(kv.v_new) + b * kv.v_new_strides.batch +
+                        t * kv.v_new_strides.row + h * kv.v_new_strides.head;
+    auto* k_dst = const_cast<Element*>(static_cast<const Element*>(p.k)) + kv.row_offset(p.k_strides, b, row) +
+                  h * p.k_strides.head;
+    auto* v_dst = const_cast<Element*>(static_cast<const Element*>(p.v)) + kv.row_offset(p.v_strides, b, row) +
+                  h * p.v_strides.head;
+    if (rotary) {
+      rotate_row(kv, k_src, k_dst, p.head_dim, row, lane);
+    } else {
+      copy_row(k_src, k_dst, p.head_dim, lane);
+    }
+    copy_row(v_src, v_dst, p.head_dim_v, lane);
+    return;
+  }
+  item -= append_items;
+  if (!rotary || item >= p.batch * p.seqlen_q * p.heads) return;
+  const int h = item % p.heads;
+  const int t = item / p.heads % p.seqlen_q;
+  const int b = item / p.heads / p.seqlen_q;
+  // Queries sit at cache_len(b) (+ t when causal or windowed), as on the CPU backend.
+  const int64_t pos = min(int64_t(kv.cache_len(b)) + (kv.rotary_q_per_token ? t : 0), int64_t(kv.capacity) - 1);
+  const auto* q_src = static_cast<const Element*>(p.q) + b * p.q_strides.batch + t * p.q_strides.row +
+                      h * p.q_strides.head;
+  rotate_row(kv, q_src, q_rot + int64_t(item) * p.head_dim, p.head_dim, pos, lane);
+}
+
+}  // namespace
+
+Status kvcache_append(const ForwardParams& p, void* q_rot, cudaStream_t stream) {
+  const KVCacheParams& kv = p.kv;
+  const int64_t items = (kv.k_new != nullptr ? int64_t(p.batch) * kv.seqlen_new * p.heads_k : 0) +
+                        (kv.rotary_dim > 0 ? int64_t(p.batch) * p.seqlen_q * p.heads : 0);
+  if (items == 0) return Status::Ok();
+  if (items > 0x7fffffff - kWarpsPerBlock) {
+    return Status::NotSupported("forward_kvcache: more than 2^31 rows of k/v to append and q to rotate");
+  }
+  const dim3 grid(static_cast<unsigned>((items + kWarpsPerBlock - 1) / kWarpsPerBlock));
+  if (p.dtype == DType::kBFloat16) {
+    kvcache_append_kernel<__nv_bfloat16><<<grid, 32 * kWarpsPerBlock, 0, stream>>>(
+        p, static_cast<__nv_bfloat16*>(q_rot));
+  } else {
+    kvcache_append_kernel<__half><<<grid, 32 * kWarpsPerBlock, 0, stream>>>(p, static_cast<__half*>(q_rot));
+  }
+  return cuda_status(cudaGetLastError(), "launching the KV-cache append kernel");
+}
+
+}  // namespace flashattn::cuda

@@ -385,7 +385,7 @@ bool cuda_may_not_support(const KVCase& kc) {
   s.dtype = kc.dtype;
   s.head_dim = kc.head_dim;
   s.head_dim_v = kc.head_dim_v;
-  return test::cuda_may_not_support(s);
+  return test::cuda_may_not_support(s) || !test::cuda_head_dim_built(kc.head_dim);
 }
 
 // Runs the case; returns the outcome, or skipped (no GPU, or a CUDA kNotSupported that the
@@ -400,10 +400,7 @@ KVOutcome run_case(Backend backend, const KVCase& kc, bool check) {
   KVRun run(backend, kc);
   o = run.run();
   if (!o.status.ok()) {
-    // The CUDA forward_kvcache is not implemented yet (src/cuda/kvcache.cu): skip, saying so.
-    const bool not_yet = o.status.message().find("not implemented on the CUDA backend") != std::string::npos;
-    if (backend == Backend::kCuda && o.status.code() == StatusCode::kNotSupported &&
-        (cuda_may_not_support(kc) || not_yet)) {
+    if (backend == Backend::kCuda && o.status.code() == StatusCode::kNotSupported && cuda_may_not_support(kc)) {
       o.skipped = true;
       o.skip_reason = o.status.message();
       return o;

@@ -937,6 +937,13 @@ std::vector<std::string> split_list(const char* s) {
 #define FLASHATTN_TEST_CUDA_DTYPES "fp16;bf16"
 #endif
 
+bool cuda_head_dim_built(int head_dim) {
+  for (const std::string& d : split_list(FLASHATTN_TEST_CUDA_HEAD_DIMS)) {
+    if (std::stoi(d) == head_dim) return true;
+  }
+  return false;
+}
+
 bool cuda_may_not_support(const ProblemSpec& spec) {
   if (spec.dtype != DType::kFloat16 && spec.dtype != DType::kBFloat16) return true;
   if (spec.head_dim != spec.head_dim_v) return true;

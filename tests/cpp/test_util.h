@@ -288,6 +288,9 @@ double grad_magnitude(const Results& ref);
 // alignment at a built head dim; other head dims run padded and must succeed). The tests
 // skip such cases; a kNotSupported outside this domain fails.
 bool cuda_may_not_support(const ProblemSpec& spec);
+// Whether this build instantiated CUDA kernels for exactly this head dim (forward_kvcache runs
+// only those: its cache cannot be padded in place).
+bool cuda_head_dim_built(int head_dim);
 
 // Runs the forward (and backward) of `spec` on `backend` and checks every output against the
 // reference with meets_criterion (failures are recorded with EXPECT/ADD_FAILURE). When the case

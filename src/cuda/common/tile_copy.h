@@ -47,4 +47,30 @@ __device__ __forceinline__ void load_rows(Element* smem, const char* g_row0, int
   }
 }
 
+// load_rows for rows that are not evenly spaced (a paged KV cache): row r of the tile comes from
+// row_src(r), a pointer to its first element; rows >= valid_rows are zero-filled (their
+// cp.async reads nothing, from `any_row`, a valid address). Same thread -> (row, chunk) map and
+// shared-memory layout as load_rows, so the two are interchangeable for one tile.
+template <typename Element, int kRows, int kThreads, int kChunksPerRow, typename Layout, typename RowSrc>
+__device__ __forceinline__ void load_rows_gather(Element* smem, const RowSrc& row_src, const char* any_row,
+                                                 int valid_rows, int tid) {
+  constexpr int kRowsPerPass = kThreads / kChunksPerRow;
+  constexpr int kPasses = (kRows + kRowsPerPass - 1) / kRowsPerPass;
+  static_assert(kRowsPerPass > 0, "a pass covers at least one row");
+  static_assert(!Layout::kSwizzled || kRowsPerPass % 4 == 0, "a pass moves row % 8 by 0 or 4");
+  const int r0 = tid / kChunksPerRow;
+  const int col = (tid % kChunksPerRow) * 8;
+  if (kThreads % kChunksPerRow != 0 && r0 >= kRowsPerPass) return;
+  const uint32_t s = Layout::smem_at(smem, r0, col);
+#pragma unroll
+  for (int p = 0; p < kPasses; ++p) {
+    const int r = r0 + p * kRowsPerPass;
+    if (kRows % kRowsPerPass != 0 && r >= kRows) break;
+    uint32_t dst = s + uint32_t(p * kRowsPerPass * Layout::kRowBytes);
+    if constexpr (Layout::kSwizzled) dst ^= uint32_t(((p * kRowsPerPass) & 7) << 4);
+    const bool valid = r < valid_rows;
+    ptx::cp_async_16(dst, valid ? row_src(r) + col * int(sizeof(Element)) : any_row, valid);
+  }
+}
+
 }  // namespace flashattn::cuda

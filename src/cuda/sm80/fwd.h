@@ -11,7 +11,12 @@ namespace flashattn::cuda {
 template <typename Traits>
 Status run_fwd(const ForwardParams& params, cudaStream_t stream);
 
+template <typename Traits>
+Status run_fwd_kvcache(const ForwardParams& params, cudaStream_t stream);
+
 // Picks the instantiation for params (dtype, head dim, mask, score modifiers) and launches it.
 Status dispatch_fwd(const ForwardParams& params, cudaStream_t stream);
+// The same for forward_kvcache (params.kv.enabled; K and V are the cache), after the append.
+Status dispatch_fwd_kvcache(const ForwardParams& params, cudaStream_t stream);
 
 }  // namespace flashattn::cuda

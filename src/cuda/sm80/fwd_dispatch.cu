@@ -43,4 +43,11 @@ Status dispatch_fwd(const ForwardParams& params, cudaStream_t stream) {
   });
 }
 
+Status dispatch_fwd_kvcache(const ForwardParams& params, cudaStream_t stream) {
+  const ForwardParams p = fold_gqa_decode(params);
+  return dispatch_variant(p, [&]<typename Element, int kHeadDim, MaskMode kMask, ScoreMods kMods>() {
+    return run_fwd_kvcache<FwdTraits<Element, kHeadDim, kMask, kMods>>(p, stream);
+  });
+}
+
 }  // namespace flashattn::cuda

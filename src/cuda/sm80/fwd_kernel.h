@@ -43,15 +43,20 @@ constexpr float kRescaleThreshold = 8.0f;
 
 // kSplitKeys_: the decode shape (tile_size.h fwd_decode_tile): every warp takes all kBlockM
 // rows and its own kBlockN / kWarps keys of each tile; the warps merge their results at the end.
-template <typename Element_, int kHeadDim_, MaskMode kMask_, ScoreMods kMods_, bool kSplitKeys_ = false>
+// kCache_: forward_kvcache; K and V are a KV cache (params.kv), dense or paged, whose rows are
+// located one by one (CacheRows) instead of by a fixed stride.
+template <typename Element_, int kHeadDim_, MaskMode kMask_, ScoreMods kMods_, bool kSplitKeys_ = false,
+          bool kCache_ = false>
 struct FwdTraits {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr MaskMode kMask = kMask_;
   static constexpr ScoreMods kMods = kMods_;
   static constexpr bool kSplitKeys = kSplitKeys_;
-  // The same options with the decode shape.
-  using Decode = FwdTraits<Element_, kHeadDim_, kMask_, kMods_, true>;
+  static constexpr bool kCache = kCache_;
+  // The same options with the decode shape, and reading a KV cache.
+  using Decode = FwdTraits<Element_, kHeadDim_, kMask_, kMods_, true, kCache_>;
+  using Cache = FwdTraits<Element_, kHeadDim_, kMask_, kMods_, kSplitKeys_, true>;
 
   static constexpr FwdTile kTile = kSplitKeys ? fwd_decode_tile(kHeadDim) : fwd_tile(kHeadDim, kMods == ScoreMods::kAny);
   static constexpr int kBlockM = kTile.block_m;
@@ -143,6 +148,59 @@ __device__ __forceinline__ void load_kv_tile(typename Traits::Element* smem, con
   }
 }
 
+// The keys of one forward_kvcache sequence: cache rows [first, first + seqlen_k) (params.h
+// KVCacheParams, whose accessors it hoists: the cache row or block-table row of the sequence is
+// read once per CTA, and a power-of-two page size locates a row with a shift and a mask).
+struct CacheRows {
+  const int32_t* table = nullptr;  // this sequence's block-table row; null = dense cache
+  int64_t dense_page = 0;          // dense: the cache's batch row of this sequence
+  int32_t page_size = 1;
+  int32_t page_shift = -1;         // log2(page_size) when a power of two, else -1
+  int32_t last_page = 0;           // num_blocks - 1: pages are clamped into the cache
+  int32_t first = 0;               // left padding: the first cache row attended to
+
+  // Element offset (without the head) of key j of the sequence in a cache with strides s.
+  __device__ __forceinline__ int64_t offset(const Strides3& s, int j) const {
+    const int row = first + j;
+    if (table == nullptr) return dense_page * s.batch + int64_t(row) * s.row;
+    int block, in_page;
+    if (page_shift >= 0) {
+      block = row >> page_shift;
+      in_page = row & (page_size - 1);
+    } else {
+      block = row / page_size;
+      in_page = row - block * page_size;
+    }
+    const int page = min(max(__ldg(table + block), 0), last_page);
+    return int64_t(page) * s.batch + int64_t(in_page) * s.row;
+  }
+};
+
+__device__ __forceinline__ CacheRows cache_rows(const KVCacheParams& kv, int b) {
+  CacheRows c;
+  c.first = kv.first(b);
+  if (kv.paged()) {
+    c.table = kv.block_table + int64_t(b) * kv.block_table_stride;
+    c.page_size = kv.page_size;
+    c.page_shift = (kv.page_size & (kv.page_size - 1)) == 0 ? __ffs(kv.page_size) - 1 : -1;
+    c.last_page = kv.num_blocks - 1;
+  } else {
+    c.dense_page = kv.cache_batch(b);
+  }
+  return c;
+}
+
+// A K or V tile of a KV cache starting at key n0 of the sequence; keys >= seqlen_k zero-filled.
+template <typename Traits>
+__device__ __forceinline__ void load_cache_tile(typename Traits::Element* smem, const void* cache, const Strides3& s,
+                                                int head_k, const CacheRows& rows, int n0, int seqlen_k, int tid) {
+  using Element = typename Traits::Element;
+  const char* base = static_cast<const char*>(cache) + sizeof(Element) * int64_t(head_k) * s.head;
+  const auto row_src = [&](int r) { return base + sizeof(Element) * rows.offset(s, n0 + r); };
+  load_rows_gather<Element, Traits::kBlockN, Traits::kThreads, Traits::kChunksPerRow, typename Traits::SmemLayout>(
+      smem, row_src, base, seqlen_k - n0, tid);
+}
+
 template <typename Traits>
 __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
     fwd_kernel(const __grid_constant__ ForwardParams params) {
@@ -173,8 +231,18 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
   const int split = slot.plane / gridDim.y % num_splits;
   const int head_k = head / (params.heads / params.heads_k);
 
-  // Sequence extents (varlen: this sequence's rows inside the packed tensors).
-  const auto [row0_q, row0_k, seqlen_q, seqlen_k] = seq_extent(params, batch);
+  // Sequence extents (varlen: this sequence's rows inside the packed tensors; KV cache: the
+  // cache rows [first, end) of this sequence, which row0_k does not describe).
+  CacheRows cache;
+  SeqExtent extent;
+  if constexpr (Traits::kCache) {
+    cache = cache_rows(params.kv, batch);
+    extent.seqlen_q = params.seqlen_q;
+    extent.seqlen_k = params.kv.end(batch) - cache.first;
+  } else {
+    extent = seq_extent(params, batch);
+  }
+  const auto [row0_q, row0_k, seqlen_q, seqlen_k] = extent;
   const int m0 = m_block * kBlockM;
   if (m0 >= seqlen_q) return;
   const int rows_here = min(kBlockM, seqlen_q - m0);
@@ -186,8 +254,11 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
     mask.block_range(m0, m0 + rows_here, kBlockN, &n_lo, &n_hi);
   }
   if (num_splits > 1) {
-    // Split-KV: this CTA takes an equal share of the key blocks of the longest sequence.
-    const int per_split = ((params.seqlen_k + kBlockN - 1) / kBlockN + num_splits - 1) / num_splits;
+    // Split-KV: this CTA takes an equal share of the key blocks of the longest sequence (KV
+    // cache: of its own sequence, whose length the host does not know; the number of splits
+    // comes from the cache's shape only, so a captured CUDA graph stays valid).
+    const int split_keys = Traits::kCache ? seqlen_k : params.seqlen_k;
+    const int per_split = ((split_keys + kBlockN - 1) / kBlockN + num_splits - 1) / num_splits;
     n_lo = max(n_lo, split * per_split);
     n_hi = min(n_hi, (split + 1) * per_split);
   }
@@ -247,7 +318,11 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
     } else {
       load_tile<Traits, kBlockM, false>(sQ, gQ, rows_here, tid);
     }
-    load_kv_tile<Traits>(sK, gK, (n_hi - 1) * kBlockN, seqlen_k, tid);
+    if constexpr (Traits::kCache) {
+      load_cache_tile<Traits>(sK, params.k, params.k_strides, head_k, cache, (n_hi - 1) * kBlockN, seqlen_k, tid);
+    } else {
+      load_kv_tile<Traits>(sK, gK, (n_hi - 1) * kBlockN, seqlen_k, tid);
+    }
     ptx::cp_async_commit();
   }
 
@@ -256,7 +331,11 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
     const int key0 = n0 + warp_key0;  // this warp's first key
     ptx::cp_async_wait<0>();
     __syncthreads();  // K_j (and Q) landed; every warp is done with the V buffer
-    load_kv_tile<Traits>(sV, gV, n0, seqlen_k, tid);
+    if constexpr (Traits::kCache) {
+      load_cache_tile<Traits>(sV, params.v, params.v_strides, head_k, cache, n0, seqlen_k, tid);
+    } else {
+      load_kv_tile<Traits>(sV, gV, n0, seqlen_k, tid);
+    }
     ptx::cp_async_commit();
 
     // S = Q K^T for this warp's rows.
@@ -300,8 +379,12 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
     __syncthreads();  // V_j landed; every warp is done with the K buffer
     if (n_block > n_lo) {
       // Blocks below the last are whole: no predicate.
-      const RowPtr tile{static_cast<const char*>(gK.row(n0 - kBlockN)), gK.row_bytes};
-      load_tile<Traits, kBlockN, true>(sK, tile, kBlockN, tid);
+      if constexpr (Traits::kCache) {
+        load_cache_tile<Traits>(sK, params.k, params.k_strides, head_k, cache, n0 - kBlockN, seqlen_k, tid);
+      } else {
+        const RowPtr tile{static_cast<const char*>(gK.row(n0 - kBlockN)), gK.row_bytes};
+        load_tile<Traits, kBlockN, true>(sK, tile, kBlockN, tid);
+      }
       ptx::cp_async_commit();
     }
 

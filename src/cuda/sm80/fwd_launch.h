@@ -77,4 +77,10 @@ Status run_fwd(const ForwardParams& params, cudaStream_t stream) {
   return launch_fwd<Traits>(params, stream);
 }
 
+// forward_kvcache: the same kernels reading K and V from the cache (FwdTraits::kCache).
+template <typename Traits>
+Status run_fwd_kvcache(const ForwardParams& params, cudaStream_t stream) {
+  return run_fwd<typename Traits::Cache>(params, stream);
+}
+
 }  // namespace flashattn::cuda
