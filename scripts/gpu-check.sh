@@ -3,6 +3,7 @@
 # benchmark against PyTorch SDPA (cuDNN and flash backends) in the same process, write logs and
 # JSON under $OUT, and print a short table last.
 #   SUITE=quick|full|decode|none   benchmark suite (default quick); several: SUITE="quick decode"
+#   BENCH_ARGS="--impls a,b"       extra bench.py arguments
 #   SANITIZE=1                     also run compute-sanitizer memcheck, racecheck, synccheck on a reduced set
 #                                  (SANITIZE=kvcache: only the KV-cache memcheck)
 #   TESTS=0                        skip the test suites (TESTS=ctest or TESTS=pytest: only that one)
@@ -108,6 +109,7 @@ fi
 for suite in ${SUITE:-quick}; do
   [ "$suite" = none ] && continue
   log "bench $suite"
-  python3 bench/bench.py --suite "$suite" --out "$OUT/bench-$suite.json" 2>&1 | tee "$OUT/bench-$suite.txt" || status=1
+  # shellcheck disable=SC2086
+  python3 bench/bench.py --suite "$suite" --out "$OUT/bench-$suite.json" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench-$suite.txt" || status=1
 done
 exit $status

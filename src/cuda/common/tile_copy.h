@@ -47,10 +47,11 @@ __device__ __forceinline__ void load_rows(Element* smem, const char* g_row0, int
   }
 }
 
-// load_rows for rows that are not evenly spaced (a paged KV cache): row r of the tile comes from
-// row_src(r), a pointer to its first element; rows >= valid_rows are zero-filled (their
-// cp.async reads nothing, from `any_row`, a valid address). Same thread -> (row, chunk) map and
-// shared-memory layout as load_rows, so the two are interchangeable for one tile.
+// load_rows for rows that are not evenly spaced (a paged KV cache): the thread's row of pass p
+// (row tid / kChunksPerRow + p * kRowsPerPass of the tile) comes from row_src(p), a pointer to
+// its first element; rows >= valid_rows are zero-filled (their cp.async reads nothing, from
+// `any_row`, a valid address). Same thread -> (row, chunk) map and shared-memory layout as
+// load_rows, so the two are interchangeable for one tile.
 template <typename Element, int kRows, int kThreads, int kChunksPerRow, typename Layout, typename RowSrc>
 __device__ __forceinline__ void load_rows_gather(Element* smem, const RowSrc& row_src, const char* any_row,
                                                  int valid_rows, int tid) {
@@ -69,7 +70,7 @@ __device__ __forceinline__ void load_rows_gather(Element* smem, const RowSrc& ro
     uint32_t dst = s + uint32_t(p * kRowsPerPass * Layout::kRowBytes);
     if constexpr (Layout::kSwizzled) dst ^= uint32_t(((p * kRowsPerPass) & 7) << 4);
     const bool valid = r < valid_rows;
-    ptx::cp_async_16(dst, valid ? row_src(r) + col * int(sizeof(Element)) : any_row, valid);
+    ptx::cp_async_16(dst, valid ? row_src(p) + col * int(sizeof(Element)) : any_row, valid);
   }
 }
 

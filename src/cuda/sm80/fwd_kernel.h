@@ -43,8 +43,8 @@ constexpr float kRescaleThreshold = 8.0f;
 
 // kSplitKeys_: the decode shape (tile_size.h fwd_decode_tile): every warp takes all kBlockM
 // rows and its own kBlockN / kWarps keys of each tile; the warps merge their results at the end.
-// kCache_: forward_kvcache; K and V are a KV cache (params.kv), dense or paged, whose rows are
-// located one by one (CacheRows) instead of by a fixed stride.
+// kCache_: forward_kvcache; K and V are a KV cache (params.kv): dense (a fixed row stride from
+// the sequence's cache row, as without a cache) or paged (rows located per page, locate_pages).
 template <typename Element_, int kHeadDim_, MaskMode kMask_, ScoreMods kMods_, bool kSplitKeys_ = false,
           bool kCache_ = false>
 struct FwdTraits {
@@ -80,7 +80,9 @@ struct FwdTraits {
   static constexpr int kChunksPerRow = kHeadDim / 8;  // 16-byte chunks
   static constexpr int kSmemQ = kBlockM * kSmemStride;
   static constexpr int kSmemKV = kBlockN * kSmemStride;
-  static constexpr size_t kSmemBytes = sizeof(Element) * (kSmemQ + 2 * kSmemKV);
+  // Paged KV cache: the pages of two key blocks (the one whose V tile is next, and the next K).
+  static constexpr size_t kPageIdBytes = kCache_ ? 2 * kBlockN * sizeof(int32_t) : 0;
+  static constexpr size_t kSmemBytes = sizeof(Element) * (kSmemQ + 2 * kSmemKV) + kPageIdBytes;
 
   static_assert(kRowsPerWarp % 16 == 0, "each warp owns whole 16-row tiles");
   static_assert(!kSwizzle || (sizeof(Element) * kSmemQ % 128 == 0 && sizeof(Element) * kSmemKV % 128 == 0),
@@ -148,57 +150,61 @@ __device__ __forceinline__ void load_kv_tile(typename Traits::Element* smem, con
   }
 }
 
-// The keys of one forward_kvcache sequence: cache rows [first, first + seqlen_k) (params.h
-// KVCacheParams, whose accessors it hoists: the cache row or block-table row of the sequence is
-// read once per CTA, and a power-of-two page size locates a row with a shift and a mask).
-struct CacheRows {
+// The pages of one forward_kvcache sequence's paged cache (params.h KVCacheParams, with its
+// accessors hoisted: the block-table row is found once per CTA, and a power-of-two page size
+// locates a row with a shift and a mask).
+struct CachePages {
   const int32_t* table = nullptr;  // this sequence's block-table row; null = dense cache
-  int64_t dense_page = 0;          // dense: the cache's batch row of this sequence
   int32_t page_size = 1;
-  int32_t page_shift = -1;         // log2(page_size) when a power of two, else -1
-  int32_t last_page = 0;           // num_blocks - 1: pages are clamped into the cache
-  int32_t first = 0;               // left padding: the first cache row attended to
-
-  // Element offset (without the head) of key j of the sequence in a cache with strides s.
-  __device__ __forceinline__ int64_t offset(const Strides3& s, int j) const {
-    const int row = first + j;
-    if (table == nullptr) return dense_page * s.batch + int64_t(row) * s.row;
-    int block, in_page;
-    if (page_shift >= 0) {
-      block = row >> page_shift;
-      in_page = row & (page_size - 1);
-    } else {
-      block = row / page_size;
-      in_page = row - block * page_size;
-    }
-    const int page = min(max(__ldg(table + block), 0), last_page);
-    return int64_t(page) * s.batch + int64_t(in_page) * s.row;
-  }
+  int32_t page_shift = -1;  // log2(page_size) when a power of two, else -1
+  int32_t last_page = 0;    // num_blocks - 1: pages are clamped into the cache
 };
 
-__device__ __forceinline__ CacheRows cache_rows(const KVCacheParams& kv, int b) {
-  CacheRows c;
-  c.first = kv.first(b);
+__device__ __forceinline__ CachePages cache_pages(const KVCacheParams& kv, int b) {
+  CachePages c;
   if (kv.paged()) {
     c.table = kv.block_table + int64_t(b) * kv.block_table_stride;
     c.page_size = kv.page_size;
     c.page_shift = (kv.page_size & (kv.page_size - 1)) == 0 ? __ffs(kv.page_size) - 1 : -1;
     c.last_page = kv.num_blocks - 1;
-  } else {
-    c.dense_page = kv.cache_batch(b);
   }
   return c;
 }
 
-// A K or V tile of a KV cache starting at key n0 of the sequence; keys >= seqlen_k zero-filled.
+// Paged cache: the page of every key of one key block, written to shared memory (`ids`, kBlockN
+// entries) by the CTA before the block's K tile is copied, and read again for its V tile (K and
+// V share pages), so the block table is read once per block and no per-row state occupies
+// registers across the loop (the decode tile has none to spare: keeping one page per copy pass
+// in registers spilled 36 bytes at d128). Keys past the sequence are not looked up (their table
+// entries may lie outside the table's row).
 template <typename Traits>
-__device__ __forceinline__ void load_cache_tile(typename Traits::Element* smem, const void* cache, const Strides3& s,
-                                                int head_k, const CacheRows& rows, int n0, int seqlen_k, int tid) {
+__device__ __forceinline__ void locate_pages(int32_t* ids, const CachePages& pages, int row0, int valid, int tid) {
+#pragma unroll
+  for (int r = tid; r < Traits::kBlockN; r += Traits::kThreads) {
+    const int row = row0 + r;
+    const int block = pages.page_shift >= 0 ? row >> pages.page_shift : row / pages.page_size;
+    ids[r] = r < valid ? min(max(__ldg(pages.table + block), 0), pages.last_page) : 0;
+  }
+}
+
+// Copies the K or V rows (cache strides s) of the key block whose first key is cache row row0
+// and whose pages locate_pages wrote to ids into shared memory; keys >= valid are zero-filled.
+template <typename Traits>
+__device__ __forceinline__ void load_paged_tile(typename Traits::Element* smem, const void* cache, const Strides3& s,
+                                                int head_k, const CachePages& pages, const int32_t* ids, int row0,
+                                                int valid, int tid) {
   using Element = typename Traits::Element;
   const char* base = static_cast<const char*>(cache) + sizeof(Element) * int64_t(head_k) * s.head;
-  const auto row_src = [&](int r) { return base + sizeof(Element) * rows.offset(s, n0 + r); };
+  constexpr int kRowsPerPass = Traits::kThreads / Traits::kChunksPerRow;
+  const int r0 = tid / Traits::kChunksPerRow;
+  const auto row_src = [&](int p) {
+    const int r = r0 + p * kRowsPerPass;
+    const int row = row0 + r;
+    const int in_page = pages.page_shift >= 0 ? row & (pages.page_size - 1) : row % pages.page_size;
+    return base + sizeof(Element) * (int64_t(ids[r]) * s.batch + int64_t(in_page) * s.row);
+  };
   load_rows_gather<Element, Traits::kBlockN, Traits::kThreads, Traits::kChunksPerRow, typename Traits::SmemLayout>(
-      smem, row_src, base, seqlen_k - n0, tid);
+      smem, row_src, base, valid, tid);
 }
 
 template <typename Traits>
@@ -217,6 +223,8 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
   Element* sQ = reinterpret_cast<Element*>(smem_raw);  // kBlockM rows (Layout)
   Element* sK = sQ + Traits::kSmemQ;                   // kBlockN rows
   Element* sV = sK + Traits::kSmemKV;                  // kBlockN rows
+  // Paged cache: the pages of key block j at page_ids + (j & 1) * kBlockN (locate_pages).
+  int32_t* page_ids = reinterpret_cast<int32_t*>(sV + Traits::kSmemKV);
 
   const int tid = threadIdx.x;
   const int warp = tid / 32;
@@ -232,17 +240,21 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
   const int head_k = head / (params.heads / params.heads_k);
 
   // Sequence extents (varlen: this sequence's rows inside the packed tensors; KV cache: the
-  // cache rows [first, end) of this sequence, which row0_k does not describe).
-  CacheRows cache;
+  // cache rows [first, end) of this sequence: row first of cache batch row kv_batch when dense).
   SeqExtent extent;
+  int kv_batch = batch;
+  CachePages pages;
   if constexpr (Traits::kCache) {
-    cache = cache_rows(params.kv, batch);
+    extent.row0_k = params.kv.first(batch);
     extent.seqlen_q = params.seqlen_q;
-    extent.seqlen_k = params.kv.end(batch) - cache.first;
+    extent.seqlen_k = params.kv.end(batch) - int(extent.row0_k);
+    pages = cache_pages(params.kv, batch);
+    if (pages.table == nullptr) kv_batch = params.kv.cache_batch(batch);
   } else {
     extent = seq_extent(params, batch);
   }
   const auto [row0_q, row0_k, seqlen_q, seqlen_k] = extent;
+  const bool paged = Traits::kCache && pages.table != nullptr;
   const int m0 = m_block * kBlockM;
   if (m0 >= seqlen_q) return;
   const int rows_here = min(kBlockM, seqlen_q - m0);
@@ -264,8 +276,8 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
   }
 
   const RowPtr gQ = row_ptr<Element>(params.q, params.q_strides, batch, row0_q + m0, head);
-  const RowPtr gK = row_ptr<Element>(params.k, params.k_strides, batch, row0_k, head_k);
-  const RowPtr gV = row_ptr<Element>(params.v, params.v_strides, batch, row0_k, head_k);
+  const RowPtr gK = row_ptr<Element>(params.k, params.k_strides, kv_batch, row0_k, head_k);
+  const RowPtr gV = row_ptr<Element>(params.v, params.v_strides, kv_batch, row0_k, head_k);
   char* gO = static_cast<char*>(params.out) +
              sizeof(Element) * (batch * params.out_strides.batch + (row0_q + m0) * params.out_strides.row +
                                 int64_t(head) * params.out_strides.head);
@@ -318,8 +330,12 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
     } else {
       load_tile<Traits, kBlockM, false>(sQ, gQ, rows_here, tid);
     }
-    if constexpr (Traits::kCache) {
-      load_cache_tile<Traits>(sK, params.k, params.k_strides, head_k, cache, (n_hi - 1) * kBlockN, seqlen_k, tid);
+    if (paged) {
+      const int n0 = (n_hi - 1) * kBlockN;
+      int32_t* ids = page_ids + ((n_hi - 1) & 1) * kBlockN;
+      locate_pages<Traits>(ids, pages, int(row0_k) + n0, seqlen_k - n0, tid);
+      __syncthreads();
+      load_paged_tile<Traits>(sK, params.k, params.k_strides, head_k, pages, ids, int(row0_k) + n0, seqlen_k - n0, tid);
     } else {
       load_kv_tile<Traits>(sK, gK, (n_hi - 1) * kBlockN, seqlen_k, tid);
     }
@@ -331,8 +347,14 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
     const int key0 = n0 + warp_key0;  // this warp's first key
     ptx::cp_async_wait<0>();
     __syncthreads();  // K_j (and Q) landed; every warp is done with the V buffer
-    if constexpr (Traits::kCache) {
-      load_cache_tile<Traits>(sV, params.v, params.v_strides, head_k, cache, n0, seqlen_k, tid);
+    if (paged) {
+      // K_j's pages; then the next K block's, read by the threads after the barrier below (the
+      // buffer it overwrites was last read by V_{j+1}, before the barrier above).
+      load_paged_tile<Traits>(sV, params.v, params.v_strides, head_k, pages, page_ids + (n_block & 1) * kBlockN,
+                              int(row0_k) + n0, seqlen_k - n0, tid);
+      if (n_block > n_lo) {
+        locate_pages<Traits>(page_ids + ((n_block - 1) & 1) * kBlockN, pages, int(row0_k) + n0 - kBlockN, kBlockN, tid);
+      }
     } else {
       load_kv_tile<Traits>(sV, gV, n0, seqlen_k, tid);
     }
@@ -379,8 +401,9 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
     __syncthreads();  // V_j landed; every warp is done with the K buffer
     if (n_block > n_lo) {
       // Blocks below the last are whole: no predicate.
-      if constexpr (Traits::kCache) {
-        load_cache_tile<Traits>(sK, params.k, params.k_strides, head_k, cache, n0 - kBlockN, seqlen_k, tid);
+      if (paged) {
+        load_paged_tile<Traits>(sK, params.k, params.k_strides, head_k, pages, page_ids + ((n_block - 1) & 1) * kBlockN,
+                                int(row0_k) + n0 - kBlockN, kBlockN, tid);
       } else {
         const RowPtr tile{static_cast<const char*>(gK.row(n0 - kBlockN)), gK.row_bytes};
         load_tile<Traits, kBlockN, true>(sK, tile, kBlockN, tid);
