@@ -1,6 +1,7 @@
 // CUDA backend entry points: device selection, the checks only the GPU path needs (dtype,
 // head dim, alignment, architecture), then the kernel dispatch: directly, on zero-padded
-// copies for a head dim the build did not instantiate, or no kernel at all for empty inputs.
+// copies for a head dim the build did not instantiate or a head_dim_v that differs from
+// head_dim, or no kernel at all for empty inputs.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -66,10 +67,36 @@ CudaPath cuda_path() {
 // and backward x no mask / window x plain / score modifiers x fp16 / bf16). flash_attn's sizes
 // 160 and 224 would add 32 (96 -> 128 files, a third more build time: about 56 s -> 75 s on the
 // 16-core H200 machine); every multiple of 8 up to 256 would add 416 (about 5x the build).
-// Padding costs, per call, one copy of q, k, v (and out, dout, dq, dk, dv in the backward) at
-// copy bandwidth, plus the matrix products over the padded width: d 80 -> 96 and 160 -> 192
+// Padding costs, per call, one copy of each padded operand (q, k, v; out, dout, dq, dk, dv in
+// the backward) at copy bandwidth, plus the matrix products over the padded width: d 80 -> 96 and 160 -> 192
 // are 20% more FLOPs, 224 -> 256 14%, 40 -> 64 60%, 16 -> 32 100%. Not yet timed on a GPU;
 // docs/SEMANTICS.md states the rule.
+//
+// head_dim_v != head_dim (DeepSeek-V3 prefill 192/128, or 128/64, 64/128, ...) runs the same
+// way: the kernels know one head dim, so the call runs as the same-d problem at
+// D = run_head_dim(max(head_dim, head_dim_v)), padding only the side whose width is not D:
+//   q-side  q, k (and dq, dk)        when head_dim   != D;
+//   v-side  v, out (and dout, dv)    when head_dim_v != D.
+// Why this is exact, with S = scale * Q K^T and P = softmax(S) (row statistics m, l, LSE):
+//   forward   Q K^T sums over the q-side columns: zero columns of q and k add 0, so S, P,
+//             the row max, the row sum and the LSE (sink included) are those of the caller.
+//             O = P V: column c of O is P times column c of V, so the zero columns of V give
+//             zero columns of O and the first head_dim_v columns are the caller's O.
+//   backward  D_i = rowsum(dO o O): the padded columns of dO and O are both 0, so D (and with
+//             it dsink = -sum P_sink D) is unchanged. dP = dO V^T sums over the v-side columns,
+//             where the padded ones contribute 0 * 0: unchanged, hence dS = P o (dP - D)
+//             unchanged. dQ = dS K and dK = dS^T Q are column by column in K and Q: the first
+//             head_dim columns are the caller's, the rest (k, q zero) are 0 and dropped.
+//             dV = P^T dO: column c is P^T times column c of dO; the zero columns of dO give
+//             zero columns of dV, dropped. Dropout draws its mask from (batch, head, row,
+//             col), none of which the padding changes.
+// Rounding: the padded call is the width-D kernel on zero-padded data, so it is bit for bit
+// what a caller who zero-pads v (and dout) to D gets (tests/cpp/test_head_dim_v.cpp checks
+// that, and the values against the float64 reference).
+// Cost (docs/SEMANTICS.md): the matrix products at width D, e.g. 192/128 forward
+// (192 + 192) / (192 + 128) = 1.2x the FLOPs, backward (5 * 192) / (3 * 192 + 2 * 128) = 1.15x;
+// plus a copy of v (and out; backward: v, out, dout in and dv out) at copy bandwidth.
+// kMaxCudaHeadDim bounds both head dims: MLA decode (576/512) is NotSupported here.
 constexpr int kMaxCudaHeadDim = 256;
 
 // The built head dim that head_dim runs at (itself when built); 0 when none is large enough.
@@ -80,9 +107,19 @@ int run_head_dim(int head_dim) {
   return 0;
 }
 
-// Checks common to forward and backward; selects the device. *run_dim receives the head dim
-// the kernels run at, *major the device's compute capability major version.
-Status prepare(const QKVParams& p, int* run_dim, int* major_out = nullptr) {
+// Which operands of a call run on zero-padded workspace copies: the q-side ones when head_dim
+// is not the width the kernels run at, the v-side ones when head_dim_v is not (see above).
+struct PadPlan {
+  int run_dim = 0;  // D, the head dim the kernels run at
+  bool qk = false;  // q, k, dq, dk
+  bool v = false;   // v, out, dout, dv
+  bool any() const { return qk || v; }
+};
+
+// Checks common to forward and backward; selects the device. *plan receives the head dim the
+// kernels run at and which operands are padded, *major the device's compute capability major
+// version.
+Status prepare(const QKVParams& p, PadPlan* plan, int* major_out = nullptr) {
   // Checked first, so that neither the sm80 nor the sm90 path is ever reached with them.
   const struct {
     const char* name;
@@ -106,31 +143,44 @@ Status prepare(const QKVParams& p, int* run_dim, int* major_out = nullptr) {
     return Status::NotSupported(std::string("dtype ") + dtype_name(p.dtype) +
                                 " was not built into this flashattn (FLASHATTN_CUDA_DTYPES)");
   }
-  if (p.head_dim > kMaxCudaHeadDim) {
-    return Status::NotSupported("head_dim " + std::to_string(p.head_dim) +
-                                " is not supported by the CUDA backend; supported: 1.." +
-                                std::to_string(kMaxCudaHeadDim) + " (the cpu backend takes up to 1024)");
+  const struct {
+    const char* name;
+    int value;
+  } dims[] = {{"head_dim", p.head_dim}, {"head_dim_v", p.head_dim_v}};
+  for (const auto& d : dims) {
+    if (d.value > kMaxCudaHeadDim) {
+      return Status::NotSupported(std::string(d.name) + " " + std::to_string(d.value) +
+                                  " is not supported by the CUDA backend; supported: head_dim and "
+                                  "head_dim_v 1.." + std::to_string(kMaxCudaHeadDim) +
+                                  " (the cpu backend takes up to 1024)");
+    }
   }
-  if (p.head_dim_v != p.head_dim) {
-    return Status::NotSupported("head_dim_v (" + std::to_string(p.head_dim_v) +
-                                ") must equal head_dim (" + std::to_string(p.head_dim) +
-                                ") on the CUDA backend");
-  }
-  *run_dim = run_head_dim(p.head_dim);
-  if (*run_dim == 0) {
-    return Status::NotSupported("head_dim " + std::to_string(p.head_dim) +
+  const int widest = p.head_dim > p.head_dim_v ? p.head_dim : p.head_dim_v;
+  plan->run_dim = run_head_dim(widest);
+  if (plan->run_dim == 0) {
+    const std::string which = p.head_dim_v == p.head_dim
+                                  ? "head_dim " + std::to_string(p.head_dim)
+                                  : (p.head_dim > p.head_dim_v ? "head_dim " : "head_dim_v ") +
+                                        std::to_string(widest) + " (the larger of head_dim " +
+                                        std::to_string(p.head_dim) + " and head_dim_v " +
+                                        std::to_string(p.head_dim_v) + ")";
+    return Status::NotSupported(which +
                                 " was not built into this flashattn (FLASHATTN_CUDA_HEAD_DIMS), "
                                 "nor any larger head dim to pad it to");
   }
+  plan->qk = p.head_dim != plan->run_dim;
+  plan->v = p.head_dim_v != plan->run_dim;
   if (p.batch > 65535 || p.heads > 65535) {
     return Status::NotSupported("the CUDA backend supports batch and heads up to 65535, got batch " +
                                 std::to_string(p.batch) + " and heads " + std::to_string(p.heads));
   }
-  // The padded path copies the operands with a strided kernel, so only a direct run needs the
-  // kernels' 16-byte alignment.
-  if (*run_dim == p.head_dim) {
+  // The padded operands are copied with a strided kernel, so only those the kernels read
+  // directly need their 16-byte alignment.
+  if (!plan->qk) {
     if (Status s = check_operand("q", p.q, p.q_strides); !s.ok()) return s;
     if (Status s = check_operand("k", p.k, p.k_strides); !s.ok()) return s;
+  }
+  if (!plan->v) {
     if (Status s = check_operand("v", p.v, p.v_strides); !s.ok()) return s;
   }
 
@@ -223,77 +273,100 @@ Status pad_out(void* dst, const Strides3& ds, int64_t width, const PaddedOperand
                            rs.batch, rs.rows, heads, stream);
 }
 
-Status padded_forward(const ForwardParams& p, int run_dim, int major, cudaStream_t stream) {
+// Runs p at plan.run_dim with the operands plan says on zero-padded workspace copies, then
+// copies the first head_dim (q-side) / head_dim_v (v-side) columns of the padded outputs back.
+// The padded problem is a plain same-d one (head_dim == head_dim_v), so dispatch_forward may
+// give it to the sm90 kernels like any other call.
+Status padded_forward(const ForwardParams& p, const PadPlan& plan, int major, cudaStream_t stream) {
   const bool varlen = p.is_varlen();
   const RowSpace qr = q_rows(p), kr = k_rows(p);
-  const int64_t d = p.head_dim, w = run_dim;
-  const int64_t elems = 2 * qr.batch * qr.rows * p.heads * w + 2 * kr.batch * kr.rows * p.heads_k * w;
+  const int64_t w = plan.run_dim;
+  const int64_t q_elems = qr.batch * qr.rows * p.heads * w, k_elems = kr.batch * kr.rows * p.heads_k * w;
+  // q-side: q, k; v-side: v, out.
+  const int64_t elems = (plan.qk ? q_elems + k_elems : 0) + (plan.v ? k_elems + q_elems : 0);
   ScopedWorkspace ws(stream);
   if (Status s = ws.alloc(static_cast<size_t>(elems) * sizeof(uint16_t)); !s.ok()) return s;
   uint16_t* cursor = ws.data();
-  const PaddedOperand q = carve(&cursor, qr, p.heads, w, varlen);
-  const PaddedOperand k = carve(&cursor, kr, p.heads_k, w, varlen);
-  const PaddedOperand v = carve(&cursor, kr, p.heads_k, w, varlen);
-  const PaddedOperand out = carve(&cursor, qr, p.heads, w, varlen);
-  if (Status s = pad_in(q, w, p.q, p.q_strides, d, qr, p.heads, stream); !s.ok()) return s;
-  if (Status s = pad_in(k, w, p.k, p.k_strides, d, kr, p.heads_k, stream); !s.ok()) return s;
-  if (Status s = pad_in(v, w, p.v, p.v_strides, d, kr, p.heads_k, stream); !s.ok()) return s;
 
   ForwardParams pp = p;  // scale and scale_log2 stay those of the caller's head dim
-  pp.head_dim = pp.head_dim_v = run_dim;
-  pp.q = q.data, pp.q_strides = q.strides;
-  pp.k = k.data, pp.k_strides = k.strides;
-  pp.v = v.data, pp.v_strides = v.strides;
-  pp.out = out.data, pp.out_strides = out.strides;
+  pp.head_dim = pp.head_dim_v = plan.run_dim;
+  if (plan.qk) {
+    const PaddedOperand q = carve(&cursor, qr, p.heads, w, varlen);
+    const PaddedOperand k = carve(&cursor, kr, p.heads_k, w, varlen);
+    if (Status s = pad_in(q, w, p.q, p.q_strides, p.head_dim, qr, p.heads, stream); !s.ok()) return s;
+    if (Status s = pad_in(k, w, p.k, p.k_strides, p.head_dim, kr, p.heads_k, stream); !s.ok()) return s;
+    pp.q = q.data, pp.q_strides = q.strides;
+    pp.k = k.data, pp.k_strides = k.strides;
+  }
+  PaddedOperand out{};
+  if (plan.v) {
+    const PaddedOperand v = carve(&cursor, kr, p.heads_k, w, varlen);
+    out = carve(&cursor, qr, p.heads, w, varlen);
+    if (Status s = pad_in(v, w, p.v, p.v_strides, p.head_dim_v, kr, p.heads_k, stream); !s.ok()) return s;
+    pp.v = v.data, pp.v_strides = v.strides;
+    pp.out = out.data, pp.out_strides = out.strides;
+  }
   if (Status s = dispatch_forward(pp, major, stream); !s.ok()) return s;
-  return pad_out(p.out, p.out_strides, d, out, w, qr, p.heads, stream);
+  if (!plan.v) return Status::Ok();  // the kernels wrote the caller's out directly
+  return pad_out(p.out, p.out_strides, p.head_dim_v, out, w, qr, p.heads, stream);
 }
 
-Status padded_backward(const BackwardParams& p, int run_dim, cudaStream_t stream) {
+Status padded_backward(const BackwardParams& p, const PadPlan& plan, cudaStream_t stream) {
   const bool varlen = p.is_varlen();
   const RowSpace qr = q_rows(p), kr = k_rows(p);
-  const int64_t d = p.head_dim, w = run_dim;
-  const int64_t elems = 4 * qr.batch * qr.rows * p.heads * w + 4 * kr.batch * kr.rows * p.heads_k * w;
+  const int64_t w = plan.run_dim;
+  const int64_t q_elems = qr.batch * qr.rows * p.heads * w, k_elems = kr.batch * kr.rows * p.heads_k * w;
+  // q-side: q, dq, k, dk; v-side: out, dout, v, dv.
+  const int64_t elems = (plan.qk ? 2 * (q_elems + k_elems) : 0) + (plan.v ? 2 * (q_elems + k_elems) : 0);
   ScopedWorkspace ws(stream);
   if (Status s = ws.alloc(static_cast<size_t>(elems) * sizeof(uint16_t)); !s.ok()) return s;
   uint16_t* cursor = ws.data();
-  const PaddedOperand q = carve(&cursor, qr, p.heads, w, varlen);
-  const PaddedOperand out = carve(&cursor, qr, p.heads, w, varlen);
-  const PaddedOperand dout = carve(&cursor, qr, p.heads, w, varlen);
-  const PaddedOperand dq = carve(&cursor, qr, p.heads, w, varlen);
-  const PaddedOperand k = carve(&cursor, kr, p.heads_k, w, varlen);
-  const PaddedOperand v = carve(&cursor, kr, p.heads_k, w, varlen);
-  const PaddedOperand dk = carve(&cursor, kr, p.heads_k, w, varlen);
-  const PaddedOperand dv = carve(&cursor, kr, p.heads_k, w, varlen);
-  if (Status s = pad_in(q, w, p.q, p.q_strides, d, qr, p.heads, stream); !s.ok()) return s;
-  if (Status s = pad_in(out, w, p.out, p.out_strides, d, qr, p.heads, stream); !s.ok()) return s;
-  if (Status s = pad_in(dout, w, p.dout, p.dout_strides, d, qr, p.heads, stream); !s.ok()) return s;
-  if (Status s = pad_in(k, w, p.k, p.k_strides, d, kr, p.heads_k, stream); !s.ok()) return s;
-  if (Status s = pad_in(v, w, p.v, p.v_strides, d, kr, p.heads_k, stream); !s.ok()) return s;
 
   BackwardParams pp = p;  // scale and scale_log2 stay those of the caller's head dim
-  pp.head_dim = pp.head_dim_v = run_dim;
-  pp.q = q.data, pp.q_strides = q.strides;
-  pp.k = k.data, pp.k_strides = k.strides;
-  pp.v = v.data, pp.v_strides = v.strides;
-  pp.out = out.data, pp.out_strides = out.strides;
-  pp.dout = dout.data, pp.dout_strides = dout.strides;
-  pp.dq = dq.data, pp.dq_strides = dq.strides;
-  pp.dk = dk.data, pp.dk_strides = dk.strides;
-  pp.dv = dv.data, pp.dv_strides = dv.strides;
+  pp.head_dim = pp.head_dim_v = plan.run_dim;
+  PaddedOperand dq{}, dk{}, dv{};
+  if (plan.qk) {
+    const PaddedOperand q = carve(&cursor, qr, p.heads, w, varlen);
+    dq = carve(&cursor, qr, p.heads, w, varlen);
+    const PaddedOperand k = carve(&cursor, kr, p.heads_k, w, varlen);
+    dk = carve(&cursor, kr, p.heads_k, w, varlen);
+    if (Status s = pad_in(q, w, p.q, p.q_strides, p.head_dim, qr, p.heads, stream); !s.ok()) return s;
+    if (Status s = pad_in(k, w, p.k, p.k_strides, p.head_dim, kr, p.heads_k, stream); !s.ok()) return s;
+    pp.q = q.data, pp.q_strides = q.strides;
+    pp.k = k.data, pp.k_strides = k.strides;
+    pp.dq = dq.data, pp.dq_strides = dq.strides;
+    pp.dk = dk.data, pp.dk_strides = dk.strides;
+  }
+  if (plan.v) {
+    const PaddedOperand out = carve(&cursor, qr, p.heads, w, varlen);
+    const PaddedOperand dout = carve(&cursor, qr, p.heads, w, varlen);
+    const PaddedOperand v = carve(&cursor, kr, p.heads_k, w, varlen);
+    dv = carve(&cursor, kr, p.heads_k, w, varlen);
+    if (Status s = pad_in(out, w, p.out, p.out_strides, p.head_dim_v, qr, p.heads, stream); !s.ok()) return s;
+    if (Status s = pad_in(dout, w, p.dout, p.dout_strides, p.head_dim_v, qr, p.heads, stream); !s.ok()) return s;
+    if (Status s = pad_in(v, w, p.v, p.v_strides, p.head_dim_v, kr, p.heads_k, stream); !s.ok()) return s;
+    pp.out = out.data, pp.out_strides = out.strides;
+    pp.dout = dout.data, pp.dout_strides = dout.strides;
+    pp.v = v.data, pp.v_strides = v.strides;
+    pp.dv = dv.data, pp.dv_strides = dv.strides;
+  }
   if (Status s = cuda::dispatch_bwd(pp, stream); !s.ok()) return s;
-  if (Status s = pad_out(p.dq, p.dq_strides, d, dq, w, qr, p.heads, stream); !s.ok()) return s;
-  if (Status s = pad_out(p.dk, p.dk_strides, d, dk, w, kr, p.heads_k, stream); !s.ok()) return s;
-  return pad_out(p.dv, p.dv_strides, d, dv, w, kr, p.heads_k, stream);
+  if (plan.qk) {
+    if (Status s = pad_out(p.dq, p.dq_strides, p.head_dim, dq, w, qr, p.heads, stream); !s.ok()) return s;
+    if (Status s = pad_out(p.dk, p.dk_strides, p.head_dim, dk, w, kr, p.heads_k, stream); !s.ok()) return s;
+  }
+  if (plan.v) return pad_out(p.dv, p.dv_strides, p.head_dim_v, dv, w, kr, p.heads_k, stream);
+  return Status::Ok();
 }
 
 }  // namespace
 
 Status cuda_forward(const ForwardParams& p) {
   cuda::DeviceScope restore_device;  // prepare() selects the tensors' device
-  int run_dim = 0, major = 0;
-  if (Status s = prepare(p, &run_dim, &major); !s.ok()) return s;
-  if (run_dim == p.head_dim) {
+  PadPlan plan;
+  int major = 0;
+  if (Status s = prepare(p, &plan, &major); !s.ok()) return s;
+  if (!plan.v) {
     if (Status s = check_operand("out", p.out, p.out_strides); !s.ok()) return s;
   }
   const auto stream = static_cast<cudaStream_t>(p.stream);
@@ -305,24 +378,25 @@ Status cuda_forward(const ForwardParams& p) {
     return cuda::fill_lse(p.lse, p.lse_batch_stride, p.lse_head_stride, qr.batch, p.heads, qr.rows,
                           -std::numeric_limits<float>::infinity(), stream);
   }
-  if (run_dim != p.head_dim) return padded_forward(p, run_dim, major, stream);
+  if (plan.any()) return padded_forward(p, plan, major, stream);
   return dispatch_forward(p, major, stream);
 }
 
 Status cuda_backward(const BackwardParams& p) {
   cuda::DeviceScope restore_device;  // prepare() selects the tensors' device
-  int run_dim = 0;
-  if (Status s = prepare(p, &run_dim); !s.ok()) return s;
-  if (run_dim == p.head_dim) {
-    const struct {
-      const char* name;
-      const void* ptr;
-      const Strides3& strides;
-    } outs[] = {{"out", p.out, p.out_strides}, {"dout", p.dout, p.dout_strides}, {"dq", p.dq, p.dq_strides},
-                {"dk", p.dk, p.dk_strides},   {"dv", p.dv, p.dv_strides}};
-    for (const auto& o : outs) {
-      if (Status s = check_operand(o.name, o.ptr, o.strides); !s.ok()) return s;
-    }
+  PadPlan plan;
+  if (Status s = prepare(p, &plan); !s.ok()) return s;
+  const struct {
+    const char* name;
+    const void* ptr;
+    const Strides3& strides;
+    bool padded;
+  } operands[] = {{"out", p.out, p.out_strides, plan.v}, {"dout", p.dout, p.dout_strides, plan.v},
+                  {"dq", p.dq, p.dq_strides, plan.qk},   {"dk", p.dk, p.dk_strides, plan.qk},
+                  {"dv", p.dv, p.dv_strides, plan.v}};
+  for (const auto& o : operands) {
+    if (o.padded) continue;  // the kernels see a workspace copy
+    if (Status s = check_operand(o.name, o.ptr, o.strides); !s.ok()) return s;
   }
   const auto stream = static_cast<cudaStream_t>(p.stream);
   const RowSpace qr = q_rows(p), kr = k_rows(p);
@@ -338,7 +412,7 @@ Status cuda_backward(const BackwardParams& p) {
     if (Status s = zero_fill(p.dk, p.dk_strides, kr, p.heads_k, p.head_dim, stream); !s.ok()) return s;
     return zero_fill(p.dv, p.dv_strides, kr, p.heads_k, p.head_dim_v, stream);
   }
-  if (run_dim != p.head_dim) return padded_backward(p, run_dim, stream);
+  if (plan.any()) return padded_backward(p, plan, stream);
   return cuda::dispatch_bwd(p, stream);
 }
 
@@ -348,12 +422,13 @@ Status cuda_backward(const BackwardParams& p) {
 // instantiate cannot run on padded copies: it is an error.
 Status cuda_forward_kvcache(const ForwardParams& p) {
   cuda::DeviceScope restore_device;  // prepare() selects the tensors' device
-  int run_dim = 0;
-  if (Status s = prepare(p, &run_dim); !s.ok()) return s;
-  if (run_dim != p.head_dim) {
-    return Status::NotSupported("forward_kvcache on the CUDA backend needs a head_dim this build "
-                                "instantiated (FLASHATTN_CUDA_HEAD_DIMS); got head_dim " +
-                                std::to_string(p.head_dim) + " (the cache cannot be padded in place)");
+  PadPlan plan;
+  if (Status s = prepare(p, &plan); !s.ok()) return s;
+  if (plan.any()) {
+    return Status::NotSupported("forward_kvcache on the CUDA backend needs head_dim_v == head_dim and a "
+                                "head_dim this build instantiated (FLASHATTN_CUDA_HEAD_DIMS); got head_dim " +
+                                std::to_string(p.head_dim) + ", head_dim_v " + std::to_string(p.head_dim_v) +
+                                " (the cache cannot be padded in place; the cpu backend takes both)");
   }
   const KVCacheParams& kv = p.kv;
   if (Status s = check_operand("out", p.out, p.out_strides); !s.ok()) return s;

@@ -1,6 +1,7 @@
 // Strided copies and fills the CUDA backend runs around its kernels (host side; not attention):
-//   * head-dim padding: a head dim the build did not instantiate runs at the next built one on
-//     zero-padded copies of the operands (cuda_backend.cu), and the results are copied back;
+//   * head-dim padding: a head dim the build did not instantiate, or a head_dim_v that differs
+//     from head_dim, runs at one built head dim on zero-padded copies of the operands whose
+//     width differs from it (cuda_backend.cu), and the results are copied back;
 //   * empty inputs: with no key, outputs are 0 and LSE is -inf without launching attention.
 // Every operand is a (batch, rows, heads, width) view with arbitrary strides (elements; the
 // width dimension has stride 1), dense or varlen (batch 1, batch stride 0, rows = total).

@@ -184,6 +184,68 @@ TEST(CApi, LearnableSinkAndHeadDimV) {
   EXPECT_TRUE(meets_criterion("dsink", s.dtype, dev.dsink(), ref.dsink, {}));
 }
 
+// head_dim_v != head_dim on CUDA through the C ABI: DeepSeek-V3's 192/128 runs (zero-padded to
+// 192 inside the backend), MLA decode's 576/512 is FLASHATTN_ERROR_NOT_SUPPORTED naming head_dim.
+// Skipped without a GPU.
+TEST(CApi, HeadDimVOnCuda) {
+  FLASHATTN_SKIP_IF_UNAVAILABLE(Backend::kCuda);
+  ProblemSpec s = ProblemSpec::dense(DType::kBFloat16, 2, 77, 129, 4, 2, 192, 128);
+  s.causal = true;
+  s.sink = Sink::kRandom;
+  s.deterministic = true;
+  s.data_seed = 4343;
+  if (cuda_run_head_dim(s.head_dim, s.head_dim_v) == 0 || cuda_may_not_support(s)) {
+    GTEST_SKIP() << "this build has no CUDA kernels for 192/128 in bfloat16";
+  }
+  const HostProblem host = make_host_problem(s);
+  DeviceProblem dev(Backend::kCuda, s, host);
+
+  const ForwardArgs fa = dev.forward_args();
+  flashattn_forward_args cf;
+  flashattn_forward_args_init(&cf);
+  options_to_c(fa, &cf);
+  cf.q = to_c(fa.q), cf.k = to_c(fa.k), cf.v = to_c(fa.v), cf.out = to_c(fa.out),
+  cf.lse = to_c(fa.lse), cf.learnable_sink = to_c(fa.learnable_sink);
+  ASSERT_EQ(flashattn_forward(&cf), FLASHATTN_OK) << flashattn_last_error();
+  dev.download_forward();
+
+  const BackwardArgs ba = dev.backward_args();
+  flashattn_backward_args cb;
+  flashattn_backward_args_init(&cb);
+  options_to_c(ba, &cb);
+  cb.q = to_c(ba.q), cb.k = to_c(ba.k), cb.v = to_c(ba.v), cb.out = to_c(ba.out);
+  cb.dout = to_c(ba.dout), cb.lse = to_c(ba.lse);
+  cb.dq = to_c(ba.dq), cb.dk = to_c(ba.dk), cb.dv = to_c(ba.dv);
+  cb.learnable_sink = to_c(ba.learnable_sink), cb.dsink = to_c(ba.dsink);
+  cb.deterministic = ba.deterministic;
+  ASSERT_EQ(flashattn_backward(&cb), FLASHATTN_OK) << flashattn_last_error();
+  dev.download_backward();
+
+  const Results ref = run_reference(host, true);
+  const Results low = run_naive_lowp(host, s.dtype, true);
+  const double g = grad_magnitude(ref);
+  EXPECT_TRUE(meets_criterion("out", s.dtype, dev.out(), ref.out, low.out));
+  EXPECT_TRUE(meets_criterion("lse", s.dtype, dev.lse(), ref.lse, low.lse));
+  EXPECT_TRUE(meets_criterion("dq", s.dtype, dev.dq(), ref.dq, low.dq, g));
+  EXPECT_TRUE(meets_criterion("dk", s.dtype, dev.dk(), ref.dk, low.dk, g));
+  EXPECT_TRUE(meets_criterion("dv", s.dtype, dev.dv(), ref.dv, low.dv, g));
+  EXPECT_TRUE(meets_criterion("dsink", s.dtype, dev.dsink(), ref.dsink, low.dsink));
+  EXPECT_TRUE(dev.outputs_padding_untouched());
+
+  ProblemSpec mla = ProblemSpec::dense(DType::kBFloat16, 1, 1, 33, 16, 1, 576, 512);
+  mla.data_seed = 4344;
+  const HostProblem mla_host = make_host_problem(mla);
+  DeviceProblem mla_dev(Backend::kCuda, mla, mla_host);
+  const ForwardArgs ma = mla_dev.forward_args();
+  flashattn_forward_args cm;
+  flashattn_forward_args_init(&cm);
+  options_to_c(ma, &cm);
+  cm.q = to_c(ma.q), cm.k = to_c(ma.k), cm.v = to_c(ma.v), cm.out = to_c(ma.out), cm.lse = to_c(ma.lse);
+  EXPECT_EQ(flashattn_forward(&cm), FLASHATTN_ERROR_NOT_SUPPORTED);
+  EXPECT_NE(std::string(flashattn_last_error()).find("head_dim 576"), std::string::npos)
+      << flashattn_last_error();
+}
+
 // A caller compiled against the first published header (no sink fields) still works: the
 // library reads the appended fields only when struct_size covers them.
 TEST(CApi, FirstPublishedLayoutIsAccepted) {

@@ -385,7 +385,7 @@ bool cuda_may_not_support(const KVCase& kc) {
   s.dtype = kc.dtype;
   s.head_dim = kc.head_dim;
   s.head_dim_v = kc.head_dim_v;
-  return test::cuda_may_not_support(s) || !test::cuda_head_dim_built(kc.head_dim);
+  return test::cuda_may_not_support(s) || !test::cuda_head_dim_built(kc.head_dim) || kc.head_dim != kc.head_dim_v;
 }
 
 // Runs the case; returns the outcome, or skipped (no GPU, or a CUDA kNotSupported that the

@@ -45,6 +45,9 @@ std::vector<SinkCase> sink_cases() {
   s.seqlens_q = {23, 0, 41}, s.seqlens_k = {41, 9, 23};
   s.heads = 6, s.heads_k = 2, s.head_dim = 40, s.head_dim_v = 24;
   cs.push_back({"varlen_dv_f32", s});
+  s = ProblemSpec::dense(D::kBFloat16, 1, 129, 129, 4, 2, 192, 128);  // CUDA: v padded to 192
+  s.causal = true;
+  cs.push_back({"dv_192_128_causal_bf16", s});
   uint32_t seed = 9100;
   for (SinkCase& c : cs) {
     c.spec.deterministic = true;  // CUDA dQ: atomics would differ run to run with or without a sink

@@ -944,18 +944,26 @@ bool cuda_head_dim_built(int head_dim) {
   return false;
 }
 
-bool cuda_may_not_support(const ProblemSpec& spec) {
-  if (spec.dtype != DType::kFloat16 && spec.dtype != DType::kBFloat16) return true;
-  if (spec.head_dim != spec.head_dim_v) return true;
-  // A head dim the build did not instantiate runs padded to the next built one, through a copy
-  // that takes any strides; a built one runs directly and needs 16-byte aligned rows.
+int cuda_run_head_dim(int head_dim, int head_dim_v) {
+  const int widest = std::max(head_dim, head_dim_v);
   int run_dim = 0;
   for (const std::string& d : split_list(FLASHATTN_TEST_CUDA_HEAD_DIMS)) {
     const int built = std::stoi(d);
-    if (built >= spec.head_dim && (run_dim == 0 || built < run_dim)) run_dim = built;
+    if (built >= widest && (run_dim == 0 || built < run_dim)) run_dim = built;
   }
+  return run_dim;
+}
+
+bool cuda_may_not_support(const ProblemSpec& spec) {
+  if (spec.dtype != DType::kFloat16 && spec.dtype != DType::kBFloat16) return true;
+  // A call runs at D = cuda_run_head_dim(head_dim, head_dim_v); the operands of the side whose
+  // width is not D (q, k / v, out) go through a padding copy that takes any strides, those of a
+  // side whose width is D are read directly and need 16-byte aligned rows.
+  const int run_dim = cuda_run_head_dim(spec.head_dim, spec.head_dim_v);
   if (run_dim == 0) return true;
-  if (spec.layout == Layout::kPaddedOdd && run_dim == spec.head_dim) return true;
+  if (spec.layout == Layout::kPaddedOdd && (run_dim == spec.head_dim || run_dim == spec.head_dim_v)) {
+    return true;
+  }
   const auto types = split_list(FLASHATTN_TEST_CUDA_DTYPES);
   const char* mine = spec.dtype == DType::kFloat16 ? "fp16" : "bf16";
   return std::find(types.begin(), types.end(), mine) == types.end();

@@ -284,13 +284,18 @@ double max_abs(const std::vector<double>& x);
 double grad_magnitude(const Results& ref);
 
 // Whether the CUDA backend may answer kNotSupported for this problem (float32, a dtype not
-// built, a head dim above every built one, head_dim_v != head_dim, strides that break 16-byte
-// alignment at a built head dim; other head dims run padded and must succeed). The tests
-// skip such cases; a kNotSupported outside this domain fails.
+// built, a head dim or head_dim_v above every built one, strides that break 16-byte alignment
+// on a side read directly at a built head dim; other head dims and head_dim_v != head_dim run
+// padded and must succeed). The tests skip such cases; a kNotSupported outside this domain
+// fails.
 bool cuda_may_not_support(const ProblemSpec& spec);
 // Whether this build instantiated CUDA kernels for exactly this head dim (forward_kvcache runs
 // only those: its cache cannot be padded in place).
 bool cuda_head_dim_built(int head_dim);
+
+// The head dim the CUDA backend runs a (head_dim, head_dim_v) call at in this build: the
+// smallest instantiated head dim >= both (FLASHATTN_CUDA_HEAD_DIMS); 0 when none is.
+int cuda_run_head_dim(int head_dim, int head_dim_v);
 
 // Runs the forward (and backward) of `spec` on `backend` and checks every output against the
 // reference with meets_criterion (failures are recorded with EXPECT/ADD_FAILURE). When the case

@@ -387,3 +387,104 @@ def test_long_broadcast_kv_over_batch():
     naive = torch_ref.attention(q, k, v, causal=True)[0]
     attn_ref.assert_fa_close("out", torch_ref.to_numpy(out), torch_ref.to_numpy(ref), torch_ref.to_numpy(naive),
                              ATOL[torch.bfloat16])
+
+
+# ---- head_dim_v != head_dim (issue 19) --------------------------------------------------------
+# The CUDA backend runs such a call at D = the smallest built head dim >= both, on zero-padded
+# copies of the narrow side (v, out, dout, dv when head_dim_v < D; q, k, dq, dk when head_dim < D),
+# and copies the first columns back (docs/SEMANTICS.md, "Head dims on CUDA"). 128/64 runs at
+# 128, where the Hopper forward may take it; scripts/gpu-check.sh also runs this file with
+# FLASHATTN_CUDA_PATH=sm80 and =sm90.
+HDV_PAIRS = [(192, 128), (128, 64), (64, 128), (256, 128), (80, 48)]
+
+
+def make_dv(s, dv, dtype, seed=0):
+    g = torch.Generator(device=DEV).manual_seed(seed)
+    def r(*shape):
+        return torch.randn(*shape, generator=g, device=DEV, dtype=dtype)
+    return (r(s["b"], s["sq"], s["h"], s["d"]), r(s["b"], s["sk"], s["hk"], s["d"]),
+            r(s["b"], s["sk"], s["hk"], dv), r(s["b"], s["sq"], s["h"], dv))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("d,dv", HDV_PAIRS)
+@pytest.mark.parametrize("opt", [dict(), dict(causal=True), dict(window=(32, 8), softcap=30.0),
+                                 dict(alibi=True, causal=True)],
+                         ids=lambda o: "-".join(f"{k}={v}" for k, v in o.items()) or "plain")
+def test_head_dim_v_values_and_grads_match_float64(dtype, d, dv, opt):
+    s = dict(b=2, sq=113, sk=203, h=6, hk=2, d=d)
+    q, k, v, dout = make_dv(s, dv, dtype, seed=d * 1000 + dv)
+    alibi = (torch.rand(s["h"], device=DEV) * 0.2 + 0.01) if opt.get("alibi") else None
+    kw = dict(causal=opt.get("causal", False), softcap=opt.get("softcap", 0.0), alibi_slopes=alibi)
+    window = opt.get("window", (-1, -1))
+    out = flashattn.flash_attn_func(q, k, v, window_size=window, **kw)
+    assert out.shape == (s["b"], s["sq"], s["h"], dv)
+    check(lambda q, k, v: flashattn.flash_attn_func(q, k, v, window_size=window, **kw),
+          lambda q, k, v: torch_ref.attention(q, k, v, causal=kw["causal"], window=window,
+                                              softcap=kw["softcap"], alibi=alibi)[0],
+          [q, k, v], dout, dtype)
+
+
+@pytest.mark.parametrize("d,dv", [(192, 128), (64, 128)])
+def test_head_dim_v_varlen_matches_float64(d, dv):
+    # Packed sequences with an empty one; values and gradients per sequence against float64.
+    lens_q, lens_k, h, hk = [65, 1, 0, 130], [70, 33, 9, 200], 4, 2
+    g = torch.Generator(device=DEV).manual_seed(d + dv)
+    def r(*shape):
+        return torch.randn(*shape, generator=g, device=DEV, dtype=torch.bfloat16)
+    q, k, v, dout = r(sum(lens_q), h, d), r(sum(lens_k), hk, d), r(sum(lens_k), hk, dv), r(sum(lens_q), h, dv)
+    cu_q = torch.tensor(np.cumsum([0] + lens_q), dtype=torch.int32, device=DEV)
+    cu_k = torch.tensor(np.cumsum([0] + lens_k), dtype=torch.int32, device=DEV)
+    ours = torch_ref.values_and_grads(
+        lambda q, k, v: flashattn.flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(lens_q), max(lens_k),
+                                                         causal=True),
+        [q, k, v], dout)
+    for i in range(len(lens_q)):
+        sq = slice(int(cu_q[i]), int(cu_q[i + 1]))
+        sk = slice(int(cu_k[i]), int(cu_k[i + 1]))
+        if lens_q[i] == 0:
+            continue
+        seq = [t[None, s] for t, s in ((q, sq), (k, sk), (v, sk))]
+        fn = lambda q, k, v: torch_ref.attention(q, k, v, causal=True)[0]  # noqa: E731
+        ref = torch_ref.values_and_grads(fn, [t.double() for t in seq], dout[None, sq])
+        naive = torch_ref.values_and_grads(fn, seq, dout[None, sq])
+        for j, name in enumerate(["out", "dq", "dk", "dv"]):
+            rows = sq if name in ("out", "dq") else sk
+            attn_ref.assert_fa_close(f"{name}[{i}]", ours[j][rows][None], ref[j], naive[j],
+                                     ATOL[torch.bfloat16] * (1 if name == "out" else 4))
+
+
+@pytest.mark.parametrize("d,dv", [(192, 128), (128, 64)])
+@pytest.mark.parametrize("mask", ["none", "causal"])
+def test_head_dim_v_long_forward_and_backward_match_float64(d, dv, mask):
+    # Grids that fill the GPU and ragged tiles: at 128/64 the padded call is one the Hopper
+    # forward takes in the default mode; the backward runs the sm80 kernels at D.
+    s = dict(b=2, sq=1000, sk=1537, h=16, hk=4, d=d)
+    q, k, v, dout = make_dv(s, dv, torch.bfloat16, seed=21)
+    causal = mask == "causal"
+    check(lambda q, k, v: flashattn.flash_attn_func(q, k, v, causal=causal, deterministic=True),
+          lambda q, k, v: torch_ref.attention(q, k, v, causal=causal)[0],
+          [q, k, v], dout, torch.bfloat16)
+    out, lse, _ = flashattn.flash_attn_func(q, k, v, causal=causal, return_attn_probs=True)
+    ref_lse = torch_ref.attention(q.double(), k.double(), v.double(), causal=causal)[1]
+    np.testing.assert_allclose(torch_ref.to_numpy(lse), torch_ref.to_numpy(ref_lse), rtol=0, atol=1e-3)
+
+
+def test_head_dim_v_strided_and_split_kv_forward():
+    # v a slice of a wider tensor (strides of the padding copy's source), out written through
+    # the low-level API with requested key splits (the combine at D, then the copy back).
+    b, sq, sk, h, hk, d, dv = 2, 7, 700, 8, 2, 192, 128
+    g = torch.Generator(device=DEV).manual_seed(22)
+    def r(*shape):
+        return torch.randn(*shape, generator=g, device=DEV, dtype=torch.bfloat16)
+    q, k = r(b, sq, h, d), r(b, sk, hk, d)
+    v = r(b, sk, 2 * hk, dv)[:, :, ::2]
+    ref_out, ref_lse = torch_ref.attention(q.double(), k.double(), v.double())
+    naive_out = torch_ref.attention(q, k, v)[0]
+    for splits in (1, 3):
+        out = torch.empty(b, sq, h, dv, device=DEV, dtype=torch.bfloat16)
+        lse = torch.empty(b, h, sq, device=DEV, dtype=torch.float32)
+        flashattn.forward(q, k, v, out, lse, num_splits=splits)
+        attn_ref.assert_fa_close(f"out(splits={splits})", torch_ref.to_numpy(out), torch_ref.to_numpy(ref_out),
+                                 torch_ref.to_numpy(naive_out), ATOL[torch.bfloat16])
+        np.testing.assert_allclose(torch_ref.to_numpy(lse), torch_ref.to_numpy(ref_lse), rtol=0, atol=1e-3)

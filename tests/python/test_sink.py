@@ -324,9 +324,41 @@ def test_cuda_sink_matches_float64(case, dtype):
     assert torch.equal(dsinks[0], dsinks[1])
 
 
-def test_cuda_head_dim_v_is_not_supported_yet():
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("d, dv", [(192, 128), (128, 64), (64, 128)])
+def test_cuda_head_dim_v_with_sink_matches_float64(d, dv, dtype):
+    """head_dim_v != head_dim on CUDA (run at one built head dim on zero-padded copies of the
+    narrow side) with a sink: values, gradients and dsink against float64."""
     torch = _cuda()
-    q = torch.randn(1, 8, 2, 192, device="cuda", dtype=torch.bfloat16)
-    v = torch.randn(1, 8, 2, 128, device="cuda", dtype=torch.bfloat16)
-    with pytest.raises(NotImplementedError, match="head_dim_v"):
-        flashattn.flash_attn_func(q, q, v)
+    import torch_ref
+    dt = getattr(torch, dtype)
+    dev = torch.device("cuda")
+    g = torch.Generator(device=dev).manual_seed(d + dv)
+    b, sq, sk, h, hk = 2, 113, 203, 6, 2
+    def r(*shape):
+        return torch.randn(*shape, generator=g, device=dev, dtype=dt)
+    q, k, v, dout = r(b, sq, h, d), r(b, sk, hk, d), r(b, sk, hk, dv), r(b, sq, h, dv)
+    sink = torch.tensor(make_sink("random", h), device=dev)
+    atol = 1e-3 if dtype == "bfloat16" else 2e-4
+    ours = torch_ref.values_and_grads(
+        lambda q, k, v, s: flashattn.flash_attn_func(q, k, v, causal=True, learnable_sink=s,
+                                                     deterministic=True),
+        [q, k, v, sink], dout)
+    naive = lambda q, k, v, s: _naive_sink(q, k, v, s, True)  # noqa: E731
+    ref = torch_ref.values_and_grads(naive, [q.double(), k.double(), v.double(), sink.double()], dout)
+    low = torch_ref.values_and_grads(naive, [q, k, v, sink], dout)
+    assert ours[0].shape == (b, sq, h, dv) and ours[3].shape == (b, sk, hk, dv)
+    for name, o, a, lo in zip(["out", "dq", "dk", "dv", "dsink"], ours, ref, low):
+        attn_ref.assert_fa_close(name, o, a, lo, atol * (1 if name == "out" else 4))
+
+
+@pytest.mark.parametrize("d, dv, name", [(576, 512, "head_dim 576"), (128, 512, "head_dim_v 512")])
+def test_cuda_head_dims_above_256_are_not_supported(d, dv, name):
+    """MLA decode (576/512) exceeds the CUDA backend's 256 limit on either head dim: a clear
+    NotImplementedError naming it (the CPU backend runs it)."""
+    torch = _cuda()
+    q = torch.randn(2, 1, 16, d, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(2, 129, 1, d, device="cuda", dtype=torch.bfloat16)
+    v = torch.randn(2, 129, 1, dv, device="cuda", dtype=torch.bfloat16)
+    with pytest.raises(NotImplementedError, match=name + " is not supported by the CUDA backend"):
+        flashattn.flash_attn_func(q, k, v)

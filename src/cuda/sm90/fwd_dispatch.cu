@@ -17,6 +17,7 @@ constexpr bool has_kernel(int head_dim) { return head_dim == 64 || head_dim == 1
 std::string fwd_declines(const ForwardParams& p, bool any_runnable) {
   if (!has_kernel(p.head_dim)) return "head_dim is not 64, 128 or 256";
   if (!head_dim_built(p.head_dim)) return "head_dim not built";
+  // Never true from cuda_backend.cu, which pads a head_dim_v != head_dim call to one head dim.
   if (p.head_dim_v != p.head_dim) return "head_dim_v differs from head_dim";
   if (p.softcap > 0.0f || p.alibi != nullptr || p.has_dropout()) return "softcap, ALiBi and dropout run on sm80";
   // A broadcast operand (stride 0 over a dimension of extent > 1) has no tensor map.
