@@ -44,7 +44,7 @@ constexpr float kRescaleThreshold = 8.0f;
 // kSplitKeys_: the decode shape (tile_size.h fwd_decode_tile): every warp takes all kBlockM
 // rows and its own kBlockN / kWarps keys of each tile; the warps merge their results at the end.
 // kCache_: forward_kvcache; K and V are a KV cache (params.kv): dense (a fixed row stride from
-// the sequence's cache row, as without a cache) or paged (rows located per page, locate_pages).
+// the sequence's cache row, as without a cache) or paged (rows located per page, PageFetch).
 template <typename Element_, int kHeadDim_, MaskMode kMask_, ScoreMods kMods_, bool kSplitKeys_ = false,
           bool kCache_ = false>
 struct FwdTraits {
@@ -171,24 +171,40 @@ __device__ __forceinline__ CachePages cache_pages(const KVCacheParams& kv, int b
   return c;
 }
 
-// Paged cache: the page of every key of one key block, written to shared memory (`ids`, kBlockN
-// entries) by the CTA before the block's K tile is copied, and read again for its V tile (K and
-// V share pages), so the block table is read once per block and no per-row state occupies
-// registers across the loop (the decode tile has none to spare: keeping one page per copy pass
-// in registers spilled 36 bytes at d128). Keys past the sequence are not looked up (their table
-// entries may lie outside the table's row).
+// Paged cache: the page of every key of one key block, read from the block table into
+// registers (load) one key block before the CTA writes it to shared memory (store: `ids`,
+// kBlockN entries), so the table read's latency passes under a whole iteration instead of
+// stalling the loop. The block's K tile copy reads the pages back from shared memory, and so
+// does its V tile (K and V share pages): the table is read once per block, and no per-row state
+// occupies registers across the loop (the decode tile has none to spare: one page per copy pass
+// kept in registers spilled 36 bytes at d128). Keys past the sequence are not looked up (their
+// table entries may lie outside the table's row).
 template <typename Traits>
-__device__ __forceinline__ void locate_pages(int32_t* ids, const CachePages& pages, int row0, int valid, int tid) {
+struct PageFetch {
+  static constexpr int kPerThread = (Traits::kBlockN + Traits::kThreads - 1) / Traits::kThreads;
+  int32_t page[kPerThread];
+
+  // The key block whose first key is cache row row0, with `valid` keys.
+  __device__ __forceinline__ void load(const CachePages& pages, int row0, int valid, int tid) {
 #pragma unroll
-  for (int r = tid; r < Traits::kBlockN; r += Traits::kThreads) {
-    const int row = row0 + r;
-    const int block = pages.page_shift >= 0 ? row >> pages.page_shift : row / pages.page_size;
-    ids[r] = r < valid ? min(max(__ldg(pages.table + block), 0), pages.last_page) : 0;
+    for (int i = 0; i < kPerThread; ++i) {
+      const int r = tid + i * Traits::kThreads;
+      const int row = row0 + r;
+      const int block = pages.page_shift >= 0 ? row >> pages.page_shift : row / pages.page_size;
+      page[i] = r < valid && r < Traits::kBlockN ? __ldg(pages.table + block) : 0;
+    }
   }
-}
+  __device__ __forceinline__ void store(int32_t* ids, const CachePages& pages, int tid) const {
+#pragma unroll
+    for (int i = 0; i < kPerThread; ++i) {
+      const int r = tid + i * Traits::kThreads;
+      if (r < Traits::kBlockN) ids[r] = min(max(page[i], 0), pages.last_page);
+    }
+  }
+};
 
 // Copies the K or V rows (cache strides s) of the key block whose first key is cache row row0
-// and whose pages locate_pages wrote to ids into shared memory; keys >= valid are zero-filled.
+// and whose pages PageFetch wrote to ids into shared memory; keys >= valid are zero-filled.
 template <typename Traits>
 __device__ __forceinline__ void load_paged_tile(typename Traits::Element* smem, const void* cache, const Strides3& s,
                                                 int head_k, const CachePages& pages, const int32_t* ids, int row0,
@@ -223,7 +239,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
   Element* sQ = reinterpret_cast<Element*>(smem_raw);  // kBlockM rows (Layout)
   Element* sK = sQ + Traits::kSmemQ;                   // kBlockN rows
   Element* sV = sK + Traits::kSmemKV;                  // kBlockN rows
-  // Paged cache: the pages of key block j at page_ids + (j & 1) * kBlockN (locate_pages).
+  // Paged cache: the pages of key block j at page_ids + (j & 1) * kBlockN (PageFetch).
   int32_t* page_ids = reinterpret_cast<int32_t*>(sV + Traits::kSmemKV);
 
   const int tid = threadIdx.x;
@@ -255,6 +271,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
   }
   const auto [row0_q, row0_k, seqlen_q, seqlen_k] = extent;
   const bool paged = Traits::kCache && pages.table != nullptr;
+  PageFetch<Traits> fetch;  // paged: the pages of the key block after the next one
   const int m0 = m_block * kBlockM;
   if (m0 >= seqlen_q) return;
   const int rows_here = min(kBlockM, seqlen_q - m0);
@@ -333,9 +350,11 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
     if (paged) {
       const int n0 = (n_hi - 1) * kBlockN;
       int32_t* ids = page_ids + ((n_hi - 1) & 1) * kBlockN;
-      locate_pages<Traits>(ids, pages, int(row0_k) + n0, seqlen_k - n0, tid);
+      fetch.load(pages, int(row0_k) + n0, seqlen_k - n0, tid);
+      fetch.store(ids, pages, tid);
       __syncthreads();
       load_paged_tile<Traits>(sK, params.k, params.k_strides, head_k, pages, ids, int(row0_k) + n0, seqlen_k - n0, tid);
+      if (n_hi - 2 >= n_lo) fetch.load(pages, int(row0_k) + n0 - kBlockN, kBlockN, tid);
     } else {
       load_kv_tile<Traits>(sK, gK, (n_hi - 1) * kBlockN, seqlen_k, tid);
     }
@@ -348,12 +367,14 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
     ptx::cp_async_wait<0>();
     __syncthreads();  // K_j (and Q) landed; every warp is done with the V buffer
     if (paged) {
-      // K_j's pages; then the next K block's, read by the threads after the barrier below (the
-      // buffer it overwrites was last read by V_{j+1}, before the barrier above).
+      // K_j's pages; then the next K block's (fetched during the last iteration), read by the
+      // threads after the barrier below (the buffer it overwrites was last read by V_{j+1},
+      // before the barrier above); then the table read for the block after it.
       load_paged_tile<Traits>(sV, params.v, params.v_strides, head_k, pages, page_ids + (n_block & 1) * kBlockN,
                               int(row0_k) + n0, seqlen_k - n0, tid);
       if (n_block > n_lo) {
-        locate_pages<Traits>(page_ids + ((n_block - 1) & 1) * kBlockN, pages, int(row0_k) + n0 - kBlockN, kBlockN, tid);
+        fetch.store(page_ids + ((n_block - 1) & 1) * kBlockN, pages, tid);
+        if (n_block - 2 >= n_lo) fetch.load(pages, int(row0_k) + n0 - 2 * kBlockN, kBlockN, tid);
       }
     } else {
       load_kv_tile<Traits>(sV, gV, n0, seqlen_k, tid);
