@@ -18,7 +18,8 @@ import os
 import sys
 
 # Implementations in display order, with labels for tables and legends.
-IMPL_ORDER = ("flashattn", "sdpa_cudnn", "sdpa_flash", "fa4", "sdpa_efficient", "sdpa_math", "triton")
+IMPL_ORDER = ("flashattn", "kvcache", "kvcache_paged16", "sdpa_cudnn", "sdpa_flash", "fa4", "sdpa_efficient", "sdpa_math",
+              "triton")
 IMPL_LABELS = {
     "flashattn": "flashattn (ours)",
     "sdpa_cudnn": "SDPA cuDNN",
@@ -27,8 +28,10 @@ IMPL_LABELS = {
     "sdpa_efficient": "SDPA mem-efficient",
     "sdpa_math": "SDPA math (standard)",
     "triton": "Triton (bench/triton_attention.py)",
+    "kvcache": "ours, flash_attn_with_kvcache (dense cache)",
+    "kvcache_paged16": "ours, flash_attn_with_kvcache (paged, 16-row pages)",
 }
-IMPL_COLORS = {"flashattn": "#d62728", "sdpa_cudnn": "#2ca02c", "sdpa_flash": "#1f77b4", "fa4": "#8c564b",
+IMPL_COLORS = {"flashattn": "#d62728", "kvcache": "#e377c2", "kvcache_paged16": "#bcbd22", "sdpa_cudnn": "#2ca02c", "sdpa_flash": "#1f77b4", "fa4": "#8c564b",
                "sdpa_efficient": "#ff7f0e", "sdpa_math": "#7f7f7f", "triton": "#9467bd"}
 PASSES = (("fwd", "forward"), ("bwd", "backward"), ("fwdbwd", "forward + backward"))
 

@@ -194,6 +194,9 @@ def attention_section(files):
     return out
 
 
+KV_SHORT = {"kvcache": "kvcache dense", "kvcache_paged16": "kvcache paged 16"}
+
+
 def decode_section(files):
     out = ["## Decode: KV-cache bandwidth", ""]
     if not files:
@@ -208,6 +211,7 @@ def decode_section(files):
                  f"one query token, {doc.get('repeats', '?')} repeats, {timing_label(doc)}")
         out += [run_heading(doc, path, extra), ""]
         peers = [p for p in ("sdpa_cudnn", "sdpa_flash") if p in names]
+        kv_names = [n for n in KV_SHORT if n in names] if "sdpa_cudnn" in names else []
         for suffix, how in (("", "per-call CUDA events"), ("_graph", "CUDA graph replay")):
             if not any(plot.figure(r.get(n), "fwd_ms" + suffix) is not None for r in rows for n in names):
                 continue
@@ -224,11 +228,18 @@ def decode_section(files):
                         cells.append("—")
                     else:
                         cells.append(notes.cell(r.get(n)))
-                ours = plot.figure(r.get("flashattn"), "kv_tb_per_s" + suffix)
-                cells += [fmt_ratio(ours, plot.figure(r.get(p), "kv_tb_per_s" + suffix)) for p in peers]
+                rate = lambda n: plot.figure(r.get(n), "kv_tb_per_s" + suffix)  # noqa: E731
+                cells += [fmt_ratio(rate("flashattn"), rate(p)) for p in peers]
+                # flash_attn_with_kvcache (when timed): dense and paged caches against cuDNN,
+                # and what paging costs.
+                cells += [fmt_ratio(rate(n), rate("sdpa_cudnn")) for n in kv_names]
+                if len(kv_names) == 2:
+                    cells.append(fmt_ratio(rate("kvcache_paged16"), rate("kvcache")))
                 body.append(cells)
             header = ["batch", "KV length"] + [plot.IMPL_LABELS.get(n, n) for n in names] + \
-                     [f"ours / {plot.IMPL_LABELS[p]}" for p in peers]
+                     [f"ours / {plot.IMPL_LABELS[p]}" for p in peers] + \
+                     [f"{KV_SHORT[n]} / SDPA cuDNN" for n in kv_names] + \
+                     (["paged / dense"] if len(kv_names) == 2 else [])
             out += [f"**{how}**:", "", table(header, body), ""]
             if notes.notes:
                 out += [notes.render(), ""]
