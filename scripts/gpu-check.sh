@@ -20,6 +20,8 @@
 #   HEAD_DIMS="64;128;256"         trim the build (FLASHATTN_CUDA_HEAD_DIMS); default: all
 #   FA4_WHEELS=DIR                 install FlashAttention-4 from the wheel files in DIR (DEVELOPERS.md)
 #                                  so the benchmark times it as the peer `fa4`
+#   FA2_TESTS=DIR                  also run FlashAttention v2.8.3's tests/test_flash_attn.py from DIR
+#                                  against the installed package (scripts/flash-attn-tests.sh, FA2_* there)
 # From this machine: `bash scripts/snapshot.sh` (HEAD into .carry/snap, with SOURCE_COMMIT), then the
 # device tool with carry [".carry/snap"] and command "cd .carry/snap && OUT=$OUT bash scripts/gpu-check.sh".
 set -uo pipefail
@@ -76,6 +78,11 @@ if [ "$tests" = 1 ] || [ "$tests" = pytest ]; then
       echo "$f (FLASHATTN_CUDA_PATH=$path): $(tail -1 "$OUT/pytest.log")"
     done
   done
+fi
+
+if [ -n "${FA2_TESTS:-}" ]; then
+  log "flash_attn v2.8.3 tests/test_flash_attn.py"
+  OUT=$OUT bash scripts/flash-attn-tests.sh "$FA2_TESTS" || status=1
 fi
 
 if [ -n "${FA4_WHEELS:-}" ]; then

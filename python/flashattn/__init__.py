@@ -2,8 +2,10 @@
 
 The flash_attn 2.x functions (``flash_attn_func``, ``flash_attn_varlen_func`` and the packed
 variants) take torch tensors (autograd, ``torch.compile``) or any DLPack array (forward only),
-so ``import flashattn as flash_attn`` runs existing model code. The device of the tensors picks
-the backend: CPU (float32, float16, bfloat16) or CUDA (float16, bfloat16).
+so ``import flashattn as flash_attn`` runs existing model code; code that must keep its
+``import flash_attn`` lines runs after ``flashattn.install_as_flash_attn()`` (flashattn.compat,
+with ``bert_padding`` and ``layers.rotary`` served by flashattn's own modules). The device of
+the tensors picks the backend: CPU (float32, float16, bfloat16) or CUDA (float16, bfloat16).
 
 ``forward``/``backward`` are the low-level entry points for any DLPack framework: they write
 into outputs the caller preallocated, on the caller's stream.
@@ -16,6 +18,7 @@ dim), ``RuntimeError`` for CUDA and internal errors. See python/README.md.
 
 from . import _C
 from ._lowlevel import backward, check_varlen_metadata, forward
+from .compat import install_as_flash_attn
 from .flash_attn_interface import (
     flash_attn_func,
     flash_attn_kvpacked_func,
@@ -55,4 +58,5 @@ __all__ = [
     "flash_attn_with_kvcache",
     "forward",
     "forward_kvcache",
+    "install_as_flash_attn",
 ]

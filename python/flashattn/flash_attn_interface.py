@@ -76,6 +76,17 @@ def _finish(out, lse, return_attn_probs: bool):
     return (out, lse, None) if return_attn_probs else out
 
 
+def _get_block_size_n(device, head_dim, is_dropout, is_causal):
+    """flash_attn's key-block width, which its tests need to decode the attention matrix that
+    its ``return_attn_probs=True`` returns. flashattn never materialises that matrix (the third
+    result is None), so there is nothing to decode. Defined so that code importing the name
+    (flash_attn's tests, through flashattn.install_as_flash_attn) imports; calling it raises."""
+    raise NotImplementedError(
+        "flashattn does not return the attention matrix (return_attn_probs=True gives None in "
+        "its place), so flash_attn's block layout of that matrix (_get_block_size_n) does not "
+        "apply")
+
+
 def _torch_sink(learnable_sink):
     """learnable_sink as the library takes it: float32 and contiguous. The cast is part of the
     autograd graph, so a bfloat16 parameter gets its gradient in bfloat16."""

@@ -33,8 +33,8 @@ from __future__ import annotations
 from typing import Optional
 
 import torch
-import torch.nn.functional as F
 
+from ..bert_padding import index_first_axis, pad_input, unpad_input
 from ..flash_attn_interface import flash_attn_func, flash_attn_varlen_func
 
 NAME = "fattn"
@@ -49,16 +49,6 @@ def _half_dtype(module: torch.nn.Module) -> torch.dtype:
         if p.dtype in (torch.float16, torch.bfloat16):
             return p.dtype
     return torch.bfloat16
-
-
-def _unpad(x: torch.Tensor, mask: torch.Tensor):
-    """x (batch, seq, heads, dim), mask bool (batch, seq) -> (rows, heads, dim), the flat
-    indices of the kept rows, cu_seqlens int32 (batch + 1), the longest sequence."""
-    lengths = mask.sum(dim=-1, dtype=torch.int32)
-    indices = torch.nonzero(mask.flatten(), as_tuple=False).flatten()
-    cu = F.pad(torch.cumsum(lengths, dim=0, dtype=torch.int32), (1, 0))
-    rows = x.reshape(-1, *x.shape[2:]).index_select(0, indices)
-    return rows, indices, cu, int(lengths.max()) if lengths.numel() else 0
 
 
 def _packed_from_position_ids(position_ids: torch.Tensor, seq: int):
@@ -109,14 +99,12 @@ def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
     if attention_mask is not None:
         kv_mask = attention_mask[:, -seq_k:].to(torch.bool)
         q_mask = kv_mask[:, -seq_q:]
-        q_rows, q_index, cu_q, max_q = _unpad(q, q_mask)
-        k_rows, k_index, cu_k, max_k = _unpad(k, kv_mask)
-        v_rows = v.reshape(-1, *v.shape[2:]).index_select(0, k_index)
+        q_rows, q_index, cu_q, max_q, _ = unpad_input(q, q_mask)
+        k_rows, k_index, cu_k, max_k, _ = unpad_input(k, kv_mask)
+        v_rows = index_first_axis(v.reshape(-1, *v.shape[2:]), k_index)
         out_rows = flash_attn_varlen_func(q_rows, k_rows, v_rows, cu_q, cu_k, max_q, max_k,
                                           **options)
-        out = out_rows.new_zeros(batch * seq_q, *out_rows.shape[1:])
-        out.index_copy_(0, q_index, out_rows)
-        out = out.view(batch, seq_q, *out_rows.shape[1:])
+        out = pad_input(out_rows, q_index, batch, seq_q)
     else:
         cu_q, cu_k = kwargs.get("cu_seq_lens_q"), kwargs.get("cu_seq_lens_k")
         max_q, max_k = kwargs.get("max_length_q"), kwargs.get("max_length_k")
