@@ -69,12 +69,6 @@ OUT_OF_SET = (
         "paged_kv_block_size set: flash_attn_varlen_func with block_table (paged KV) is not "
         "implemented yet (ValueError 'paged KV not supported yet'); flash_attn_with_kvcache "
         "takes paged caches"),
-    OutOfSet(
-        ("test_flash_attn_kvcache",),
-        lambda p: True,
-        NotImplementedError,
-        "flash_attn_with_kvcache has no CUDA backend yet (src/cuda/kvcache.cu returns "
-        "NotSupported; issue 17): it runs on CPU tensors only"),
 )
 
 
