@@ -29,8 +29,11 @@ struct Problem {
   int window_right = -1;
   double slope = 0.0;  // ALiBi slope; 0 = off
   double sink = kNegInf;  // learnable sink logit; -inf = off (an empty softmax column)
-  const double* bias = nullptr;        // (seqlen_q, seqlen_k) of this (batch, head); null = off
-  const unsigned char* keep = nullptr;  // (seqlen_q, seqlen_k); null = keep all
+  // Element (i, j) at [i * mods_row + j] of this (batch, head)'s plane; null = off.
+  const double* bias = nullptr;
+  const unsigned char* keep = nullptr;  // null = keep all
+  int64_t mods_row = 0;
+  int64_t mods_plane = 0;  // elements of one (batch, head) plane of bias / keep
 };
 
 // Query row i sees key column j iff it lies inside the window around the bottom-right aligned
@@ -96,9 +99,9 @@ void forward_head(const Shape& shape, const Options& opt, const Problem& pr, con
         st->tanh_s[i * sk + j] = t;
         x = opt.softcap * t;
       }
-      if (pr.bias != nullptr) x += pr.bias[i * sk + j];
+      if (pr.bias != nullptr) x += pr.bias[i * pr.mods_row + j];
       if (pr.slope != 0.0) x += alibi_bias(pr, i, j);
-      vis[j] = visible(pr, i, j) && (pr.keep == nullptr || pr.keep[i * sk + j] != 0) &&
+      vis[j] = visible(pr, i, j) && (pr.keep == nullptr || pr.keep[i * pr.mods_row + j] != 0) &&
                        x != kNegInf
                    ? 1
                    : 0;
@@ -136,8 +139,10 @@ Problem problem_for(const Shape& shape, const Options& opt, int b, int h) {
   pr.window_right = opt.window_right;
   if (!opt.alibi.empty()) pr.slope = opt.alibi[static_cast<size_t>(b) * shape.heads + h];
   if (!opt.sink.empty()) pr.sink = opt.sink[static_cast<size_t>(h)];
-  const size_t plane = static_cast<size_t>((static_cast<int64_t>(b) * shape.heads + h) *
-                                           pr.seqlen_q * pr.seqlen_k);
+  const int64_t rows = opt.mods_rows > 0 ? opt.mods_rows : pr.seqlen_q;
+  pr.mods_row = opt.mods_cols > 0 ? opt.mods_cols : pr.seqlen_k;
+  pr.mods_plane = rows * pr.mods_row;
+  const size_t plane = static_cast<size_t>((static_cast<int64_t>(b) * shape.heads + h) * pr.mods_plane);
   if (!opt.bias.empty()) pr.bias = opt.bias.data() + plane;
   if (!opt.keep.empty()) pr.keep = opt.keep.data() + plane;
   return pr;
@@ -270,7 +275,7 @@ void backward(const Shape& shape, const Options& opt, const double* q, const dou
           double ds = pi[j] * (dp[j] - row_dot);
           // The bias is added after softcap: its gradient is dS itself.
           if (dbias != nullptr) {
-            dbias[((static_cast<int64_t>(b) * shape.heads + h) * sq + i) * sk + j] = ds;
+            dbias[(static_cast<int64_t>(b) * shape.heads + h) * pr.mods_plane + i * pr.mods_row + j] = ds;
           }
           if (opt.softcap > 0.0) {
             const double t = st.tanh_s[i * sk + j];

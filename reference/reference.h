@@ -45,11 +45,15 @@ struct Options {
   // with no value row (not scaled, softcapped or biased; never dropped). -inf = no sink.
   std::vector<double> sink;
   // Additive bias (added after softcap, before ALiBi and the mask) and keep mask (0 = hidden),
-  // each empty = off, else dense (batch, heads, seqlen_q, seqlen_k) for a dense shape (all
-  // sequences of one length): element ((b * heads + h) * seqlen_q + i) * seqlen_k + j. A key
-  // whose bias is -inf is hidden like a masked one.
+  // each empty = off, else dense (batch, heads, rows, cols): element
+  // ((b * heads + h) * rows + i) * cols + j for query i and key j of sequence b (positions
+  // inside the sequence). rows, cols = mods_rows, mods_cols when > 0 (varlen: the longest
+  // lengths, as a padded batch holds them), else the sequence's lengths (dense shapes: all
+  // sequences of one length). A key whose bias is -inf is hidden like a masked one.
   std::vector<double> bias;
   std::vector<unsigned char> keep;
+  int64_t mods_rows = 0;
+  int64_t mods_cols = 0;
 };
 
 // out and lse are written in full.
@@ -58,7 +62,7 @@ void forward(const Shape& shape, const Options& opt, const double* q, const doub
 
 // Gradients of sum(out * dout) with respect to q, k, v (dk/dv summed over GQA groups) and,
 // when dsink is not null (and opt.sink is given), the sink logits (heads), and when dbias is
-// not null (and opt.bias is given), the bias, dense (batch, heads, seqlen_q, seqlen_k).
+// not null (and opt.bias is given), the bias, in opt.bias's layout (0 where no pair falls).
 // dq, dk, dv (and dsink, dbias) are written in full.
 void backward(const Shape& shape, const Options& opt, const double* q, const double* k,
               const double* v, const double* dout, double* dq, double* dk, double* dv,

@@ -101,6 +101,13 @@ typedef struct flashattn_forward_args {
   flashattn_tensor block_mask; /* optional uint8 (b|1, h|1, ceil(sq/bsq), ceil(sk/bsk)) */
   int32_t block_size_q;
   int32_t block_size_k;
+
+  /* Appended in 0.4 (issue 18): the compressed block mask (FlexAttention's BlockMask layout;
+   * flashattn::BlockMaskLists documents it), instead of block_mask. Optional int32 tensors. */
+  flashattn_tensor kv_num_blocks;      /* (b|1, h|1, ceil(sq/bsq)) */
+  flashattn_tensor kv_indices;         /* (b|1, h|1, ceil(sq/bsq), width): partial blocks */
+  flashattn_tensor full_kv_num_blocks; /* like kv_num_blocks */
+  flashattn_tensor full_kv_indices;    /* like kv_indices: full blocks */
 } flashattn_forward_args;
 
 /* Mirrors flashattn::BackwardArgs. */
@@ -146,6 +153,12 @@ typedef struct flashattn_backward_args {
   int32_t block_size_q;
   int32_t block_size_k;
   flashattn_tensor dbias;
+
+  /* Appended in 0.4 (issue 18): the compressed block mask, as in the forward. */
+  flashattn_tensor kv_num_blocks;
+  flashattn_tensor kv_indices;
+  flashattn_tensor full_kv_num_blocks;
+  flashattn_tensor full_kv_indices;
 } flashattn_backward_args;
 
 /* Fill *args with the defaults (every tensor "not given", window -1/-1, scale default, ...) and

@@ -11,6 +11,28 @@
 
 namespace flashattn {
 
+// The compressed form of a block-sparse mask, in FlexAttention's BlockMask layout (so a Flex
+// mask converts by handing over its tensors): for query block r of (sequence b, head h), the
+// key blocks kv_indices[b, h, r, e] with e < kv_num_blocks[b, h, r] are partial (they take
+// attn_mask, when given) and full_kv_indices[b, h, r, e] with e < full_kv_num_blocks[b, h, r]
+// are full (attn_mask is not read there); every other key block is absent and skipped (no
+// loads, no math). int32, on q's device; the two leading dimensions are full or 1 each; the
+// index tensors' last dimension is any width >= the counts (Flex: the number of key blocks),
+// contiguous. Either pair may be left out (no partial, or no full blocks), not both. A block
+// listed twice, a count outside [0, width] or an index outside [0, ceil(seqlen_k /
+// block_size_k)) is an error (checked for CPU tensors; unspecified for device tensors). Blocks
+// are block_size_q x block_size_k (AttentionOptions), counted from each sequence's start.
+struct BlockMaskLists {
+  TensorView kv_num_blocks;       // (batch|1, heads|1, ceil(seqlen_q / block_size_q))
+  TensorView kv_indices;          // (batch|1, heads|1, ceil(seqlen_q / block_size_q), width)
+  TensorView full_kv_num_blocks;  // like kv_num_blocks
+  TensorView full_kv_indices;     // like kv_indices
+  bool defined() const {
+    return kv_num_blocks.defined() || kv_indices.defined() || full_kv_num_blocks.defined() ||
+           full_kv_indices.defined();
+  }
+};
+
 // Options shared by forward and backward. They must be identical in the two calls of one
 // training step (the backward recomputes P from them).
 struct AttentionOptions {
@@ -52,16 +74,22 @@ struct AttentionOptions {
   // Additive bias on the scores (after softcap, before ALiBi and the mask; docs/SEMANTICS.md):
   // float32 or q's dtype, broadcastable to (batch, heads, seqlen_q, seqlen_k): each leading
   // dimension is full or 1 (a full one may have stride 0), the last is seqlen_k, contiguous.
-  // Dense tensors only (not with cu_seqlens); the CPU backend only for now. Optional.
+  // Varlen: (batch|1, heads|1, max_seqlen_q|1, max_seqlen_k), element (b, h, i, j) for query i
+  // and key j of sequence b (positions inside the sequence, as a padded batch would hold them).
+  // The CPU backend only for now. Optional.
   TensorView attn_bias;
   // Boolean mask, uint8 (bool storage; nonzero = keep), broadcast like attn_bias: the bias's
-  // -inf case (a hidden score gets no gradient). Optional.
+  // -inf case (a hidden score gets no gradient). With block_mask_lists it applies to the
+  // partial blocks only. Optional.
   TensorView attn_mask;
   // Block-sparse mask, uint8 (batch|1, heads|1, ceil(seqlen_q / block_size_q),
-  // ceil(seqlen_k / block_size_k)): query block r sees key block c iff block_mask[.., r, c] != 0.
-  // Absent blocks are skipped (no loads, no math); partial blocks combine with attn_mask.
-  // block_size_q/k (>= 1) are required with it. Dense only; the CPU backend only for now.
+  // ceil(seqlen_k / block_size_k)) (varlen: of max_seqlen_q/k, blocks counted from each
+  // sequence's start): query block r sees key block c iff block_mask[.., r, c] != 0.
+  // Absent blocks are skipped (no loads, no math); kept blocks combine with attn_mask.
+  // block_size_q/k (>= 1) are required with it. The CPU backend only for now.
   TensorView block_mask;
+  // The same mask in compressed form (see BlockMaskLists), instead of block_mask.
+  BlockMaskLists block_mask_lists;
   int32_t block_size_q = 0;
   int32_t block_size_k = 0;
 };

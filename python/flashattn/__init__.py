@@ -7,6 +7,10 @@ so ``import flashattn as flash_attn`` runs existing model code; code that must k
 with ``bert_padding`` and ``layers.rotary`` served by flashattn's own modules). The device of
 the tensors picks the backend: CPU (float32, float16, bfloat16) or CUDA (float16, bfloat16).
 
+Block-sparse masks: ``block_mask=`` takes a dense block table or a ``BlockMask`` (per query
+block the partial and full key blocks, FlexAttention's layout), built with
+``block_mask_from_dense``, ``block_mask_from_mask_mod`` or ``block_mask_from_flex``.
+
 ``forward``/``backward`` are the low-level entry points for any DLPack framework: they write
 into outputs the caller preallocated, on the caller's stream.
 
@@ -29,6 +33,12 @@ from .flash_attn_interface import (
     flash_attn_with_kvcache,
 )
 from ._lowlevel import forward_kvcache
+from .block_sparse import (
+    BlockMask,
+    block_mask_from_dense,
+    block_mask_from_flex,
+    block_mask_from_mask_mod,
+)
 
 __version__: str = _C.version()
 
@@ -44,8 +54,12 @@ def cuda_built() -> bool:
 
 
 __all__ = [
+    "BlockMask",
     "__version__",
     "backward",
+    "block_mask_from_dense",
+    "block_mask_from_flex",
+    "block_mask_from_mask_mod",
     "check_varlen_metadata",
     "cuda_available",
     "cuda_built",

@@ -165,11 +165,78 @@ def block_sizes(block_size, block_mask) -> tuple:
     return int32("block_size[0]", bq), int32("block_size[1]", bk)
 
 
-def _score_mods(attn_bias, attn_mask, block_mask, block_size) -> dict:
-    """The extension's keyword arguments for the additive bias and the masks."""
-    bq, bk = block_sizes(block_size, block_mask)
-    return dict(attn_bias=_plain(attn_bias), attn_mask=_plain(attn_mask),
-                block_mask=_plain(block_mask), block_size_q=bq, block_size_k=bk)
+# The compressed block mask's arrays, named as the extension (and flashattn::BlockMaskLists)
+# name them.
+BLOCK_LISTS = ("kv_num_blocks", "kv_indices", "full_kv_num_blocks", "full_kv_indices")
+
+
+def varlen_lengths(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k) -> tuple:
+    """(max_seqlen_q, max_seqlen_k), each 0 replaced by the longest sequence in cu_seqlens."""
+    def longest(cu, given):
+        if given or len(cu) < 2:
+            return int(given or 0)
+        return int((cu[1:] - cu[:-1]).max())
+
+    return longest(cu_seqlens_q, max_seqlen_q), longest(cu_seqlens_k, max_seqlen_k)
+
+
+def resolve_score_mods(attn_bias, attn_mask, block_mask, block_size, lengths) -> dict:
+    """The bias and mask keywords as the extension (and the torch ops) take them: attn_bias,
+    attn_mask, block_mask (the dense form or None), block_size_q, block_size_k and the four
+    BLOCK_LISTS arrays (or None).
+
+    block_mask is the dense (batch|1, heads|1, q_blocks, k_blocks) bool/uint8 array, which
+    needs ``block_size``, or a ``flashattn.BlockMask`` (the compressed form), which brings its
+    block size and element mask: its ``mask`` becomes attn_mask, cut to the call's lengths
+    (``lengths()`` -> (seqlen_q, seqlen_k); varlen: the longest), so a separate attn_mask is
+    refused (fold it into the BlockMask's mask)."""
+    from .block_sparse import BlockMask
+
+    # Plain item assignments only: torch.compile traces this (dict.update(**kw) breaks it).
+    out = dict(attn_bias=attn_bias, attn_mask=attn_mask, block_mask=None)
+    for name in BLOCK_LISTS:
+        out[name] = None
+    if isinstance(block_mask, BlockMask):
+        bq, bk = block_sizes(block_mask.block_size, block_mask)
+        if block_size is not None and block_sizes(block_size, block_mask) != (bq, bk):
+            raise ValueError(f"block_size={block_size!r} differs from the BlockMask's block_size "
+                             f"{tuple(block_mask.block_size)}; leave block_size out")
+        if block_mask.kv_num_blocks is None and block_mask.full_kv_num_blocks is None:
+            raise ValueError("the BlockMask has neither kv_num_blocks nor full_kv_num_blocks")
+        mask = block_mask.mask
+        if mask is not None:
+            if attn_mask is not None:
+                raise ValueError("attn_mask was given with a BlockMask that has its own element "
+                                 "mask (BlockMask.mask); combine them into the BlockMask's mask")
+            seqlen_q, seqlen_k = lengths()
+            rows, cols = mask.shape[-2], mask.shape[-1]
+            if (rows != 1 and rows < seqlen_q) or cols < seqlen_k:
+                raise ValueError(f"BlockMask.mask covers ({rows}, {cols}) query/key positions but "
+                                 f"the call has ({seqlen_q}, {seqlen_k})")
+            out["attn_mask"] = mask[..., :seqlen_q, :seqlen_k]
+        for name in BLOCK_LISTS:
+            out[name] = getattr(block_mask, name)
+    elif type(block_mask).__name__ == "BlockMask" and hasattr(block_mask, "mask_mod"):
+        raise TypeError("block_mask is a FlexAttention BlockMask; convert it once with "
+                        "flashattn.block_mask_from_flex(block_mask) and pass the result")
+    else:
+        bq, bk = block_sizes(block_size, block_mask)
+        out["block_mask"] = block_mask
+    out["block_size_q"], out["block_size_k"] = bq, bk
+    return out
+
+
+def _score_mods(q, k, varlen, attn_bias, attn_mask, block_mask, block_size) -> dict:
+    """The extension's keyword arguments for the additive bias and the masks; varlen =
+    (cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)."""
+    def lengths():
+        if varlen[0] is not None:
+            return varlen_lengths(*varlen)
+        return q.shape[1], k.shape[1]
+
+    mods = resolve_score_mods(attn_bias, attn_mask, block_mask, block_size, lengths)
+    return {name: value if name.startswith("block_size") else _plain(value)
+            for name, value in mods.items()}
 
 
 def _check_flag(check_cu_seqlens) -> bool:
@@ -201,7 +268,9 @@ def forward(q, k, v, out, lse=None, *, cu_seqlens_q=None, cu_seqlens_k=None, max
     seqlen_q, seqlen_k) (leading dimensions full or 1, last one seqlen_k and contiguous).
     ``attn_mask``: bool/uint8 mask broadcast the same way, True = keep. ``block_mask``:
     bool/uint8 (batch|1, heads|1, ceil(seqlen_q / bq), ceil(seqlen_k / bk)) with
-    ``block_size=(bq, bk)``; absent blocks are skipped. Dense inputs on the CPU only for now
+    ``block_size=(bq, bk)``, or a ``flashattn.BlockMask`` (the compressed form, which brings
+    its block size and element mask); absent blocks are skipped. Varlen: over (max_seqlen_q,
+    max_seqlen_k), positions inside each sequence. The CPU backend only for now
     (docs/SEMANTICS.md). Returns None; raises ValueError, TypeError,
     NotImplementedError or RuntimeError (see flashattn's package docs).
     """
@@ -221,7 +290,8 @@ def forward(q, k, v, out, lse=None, *, cu_seqlens_q=None, cu_seqlens_k=None, max
                    check_cu_seqlens=_check_flag(check_cu_seqlens), stream=int(stream),
                    num_threads=int32("num_threads", num_threads),
                    learnable_sink=_plain(learnable_sink),
-                   **_score_mods(attn_bias, attn_mask, block_mask, block_size)))
+                   **_score_mods(q, k, (cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k),
+                                 attn_bias, attn_mask, block_mask, block_size)))
 
 
 def backward(dout, q, k, v, out, lse, dq, dk, dv, *, cu_seqlens_q=None, cu_seqlens_k=None,
@@ -255,7 +325,9 @@ def backward(dout, q, k, v, out, lse, dq, dk, dv, *, cu_seqlens_q=None, cu_seqle
                     check_cu_seqlens=_check_flag(check_cu_seqlens), stream=int(stream),
                     num_threads=int32("num_threads", num_threads),
                     learnable_sink=_plain(learnable_sink), dsink=_plain(dsink),
-                    dbias=_plain(dbias), **_score_mods(attn_bias, attn_mask, block_mask, block_size)))
+                    dbias=_plain(dbias),
+                    **_score_mods(q, k, (cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k),
+                                  attn_bias, attn_mask, block_mask, block_size)))
 
 
 def forward_kvcache(q, k_cache, v_cache, out, lse=None, *, k=None, v=None, rotary_cos=None,

@@ -22,7 +22,9 @@ Design
   (0,) tensor without a sink (custom ops cannot return None); autograd hands it back in the
   sink's position, None without a sink.
 * Bias and masks (issue 18): ``attn_bias``, ``attn_mask``, ``block_mask`` (Tensor?, default
-  None) and ``block_size_q/k`` (default 0) follow the sink. Backward ops take one more trailing
+  None), ``block_size_q/k`` (default 0) and the compressed block mask's ``kv_num_blocks``,
+  ``kv_indices``, ``full_kv_num_blocks``, ``full_kv_indices`` (Tensor?, default None) follow
+  the sink (SCORE_MOD_OPTIONS; the Python functions unpack a ``flashattn.BlockMask`` into them). Backward ops take one more trailing
   argument, ``bias_grad`` (default False; autograd sets it when the bias requires grad), and
   return ``dbias`` (float32, the bias's shape) after ``dsink``, an empty (0,) tensor when not
   requested; autograd hands it back in the bias's position, summed over expanded dimensions by
@@ -54,7 +56,8 @@ from torch import Tensor
 from torch.utils.dlpack import to_dlpack as _to_dlpack
 
 from . import _C
-from ._lowlevel import CHECK_CU_SEQLENS, check_rank, check_varlen_metadata, int32, raise_error
+from ._lowlevel import (BLOCK_LISTS, CHECK_CU_SEQLENS, check_rank, check_varlen_metadata, int32,
+                        raise_error)
 
 if not hasattr(torch.library, "register_autograd"):
     raise ImportError(f"flashattn's torch integration needs torch >= 2.4, found {torch.__version__}")
@@ -198,9 +201,13 @@ _OPTIONS = (("alibi_slopes", "Tensor?"), ("softmax_scale", "float"), ("causal", 
             ("dropout_p", "float"), ("rng_state", "Tensor?"), ("deterministic", "bool"),
             ("learnable_sink", "Tensor?", "None"), ("attn_bias", "Tensor?", "None"),
             ("attn_mask", "Tensor?", "None"), ("block_mask", "Tensor?", "None"),
-            ("block_size_q", "SymInt", "0"), ("block_size_k", "SymInt", "0"))
+            ("block_size_q", "SymInt", "0"), ("block_size_k", "SymInt", "0"),
+            *((name, "Tensor?", "None") for name in BLOCK_LISTS))
 _N_OPTIONS = len(_OPTIONS)
 _OPT_INDEX = {p[0]: i for i, p in enumerate(_OPTIONS)}
+# The bias and mask options (attn_bias onwards), named as the extension's keywords and as
+# _lowlevel.resolve_score_mods returns them.
+SCORE_MOD_OPTIONS = tuple(p[0] for p in _OPTIONS[_OPT_INDEX["attn_bias"]:])
 _OPTION_DEFAULTS = tuple(None if len(p) < 3 or p[2] == "None" else int(p[2]) for p in _OPTIONS)
 # Backward ops only: whether to compute dbias (after the options).
 _BWD_EXTRA = (("bias_grad", "bool", "False"),)
@@ -278,10 +285,10 @@ def _options(lay: _Layout, varlen: Sequence, opts: Sequence, stream: int,
              num_threads: int) -> dict:
     """The extension's keyword arguments shared by _C.forward and _C.backward."""
     cu_q, cu_k, max_q, max_k = lay.varlen_qk(varlen)
-    alibi, scale, causal, wl, wr, softcap, p, rng, _, sink, bias, mask, block, bq, bk = opts
-    return dict(attn_bias=_plain(_last_dim_ready(bias)), attn_mask=_plain(_last_dim_ready(mask)),
-        block_mask=_plain(_last_dim_ready(block)), block_size_q=int(bq), block_size_k=int(bk),
-        cu_seqlens_q=_plain(cu_q), cu_seqlens_k=_plain(cu_k),
+    alibi, scale, causal, wl, wr, softcap, p, rng, _, sink = opts[:_OPT_INDEX["attn_bias"]]
+    mods = {name: int(value) if name.startswith("block_size") else _plain(_last_dim_ready(value))
+            for name, value in zip(SCORE_MOD_OPTIONS, opts[_OPT_INDEX["attn_bias"]:])}
+    return dict(**mods, cu_seqlens_q=_plain(cu_q), cu_seqlens_k=_plain(cu_k),
         max_seqlen_q=int32("max_seqlen_q", max_q), max_seqlen_k=int32("max_seqlen_k", max_k),
         alibi_slopes=_plain(alibi), softmax_scale=float(scale), causal=bool(causal),
         window_left=int(wl), window_right=int(wr), softcap=float(softcap), dropout_p=float(p),

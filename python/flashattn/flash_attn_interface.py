@@ -32,12 +32,16 @@ Addition (FlashAttention-4's keyword): every function but ``flash_attn_with_kvca
 (not scaled by softmax_scale, not softcapped, never dropped); softmax_lse includes it, and
 autograd returns its gradient.
 
-Addition (issue 18): ``flash_attn_func`` and the packed variants take keyword-only
+Addition (issue 18): every function but ``flash_attn_with_kvcache`` takes keyword-only
 ``attn_bias`` (float32 or q's dtype, broadcastable to (batch, nheads, seqlen_q, seqlen_k); its
 gradient flows when it requires grad), ``attn_mask`` (bool, broadcast the same way, True =
-keep) and ``block_mask`` (bool (batch|1, nheads|1, ceil(seqlen_q / bq), ceil(seqlen_k / bk)))
-with ``block_size=(bq, bk)`` (absent blocks are skipped). CPU tensors only for now (CUDA raises
-NotImplementedError naming the argument); not in the varlen functions yet.
+keep) and ``block_mask`` with ``block_size=(bq, bk)``: a dense bool (batch|1, nheads|1,
+ceil(seqlen_q / bq), ceil(seqlen_k / bk)), or a ``flashattn.BlockMask`` (the compressed form:
+per query block the partial and full key blocks, FlexAttention's layout; it brings its block
+size and element mask; build one with ``flashattn.block_mask_from_dense``,
+``block_mask_from_mask_mod`` or ``block_mask_from_flex``). Absent blocks are skipped. The
+varlen functions take them over (max_seqlen_q, max_seqlen_k), indexed by positions inside each
+sequence. CPU tensors only for now (CUDA raises NotImplementedError naming the argument).
 """
 
 from __future__ import annotations
@@ -96,19 +100,21 @@ def _torch_sink(learnable_sink):
 
 
 def _score_mods(attn_bias, attn_mask, block_mask, block_size) -> dict:
-    """The bias and mask keywords, checked (block_size with block_mask), as a dict."""
-    _lowlevel.block_sizes(block_size, block_mask)
+    """The bias and mask keywords as a dict (resolved per call path with the lengths)."""
     return dict(attn_bias=attn_bias, attn_mask=attn_mask, block_mask=block_mask,
                 block_size=block_size)
 
 
-def _torch_mods(mods: dict) -> tuple:
-    """The trailing torch op options (attn_bias, attn_mask, block_mask, block_size_q,
-    block_size_k); empty when none is given, so the ops' defaults apply."""
-    if mods["attn_bias"] is None and mods["attn_mask"] is None and mods["block_mask"] is None:
+def _torch_mods(mods: dict, lengths) -> tuple:
+    """The trailing torch op options (_torch_ops.SCORE_MOD_OPTIONS: attn_bias, attn_mask,
+    block_mask, block sizes, the compressed block mask's tensors); empty when none is given, so
+    the ops' defaults apply. lengths() -> (seqlen_q, seqlen_k) of the call (varlen: the
+    longest), read only for a BlockMask's element mask."""
+    if (mods["attn_bias"] is None and mods["attn_mask"] is None and mods["block_mask"] is None
+            and mods["block_size"] is None):
         return ()
-    bq, bk = _lowlevel.block_sizes(mods["block_size"], mods["block_mask"])
-    return mods["attn_bias"], mods["attn_mask"], mods["block_mask"], bq, bk
+    resolved = _lowlevel.resolve_score_mods(**mods, lengths=lengths)
+    return tuple(resolved[name] for name in _torch_ops.SCORE_MOD_OPTIONS)
 
 
 # ---- non-torch arrays -------------------------------------------------------------------------
@@ -180,7 +186,7 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
     return_attn_probs: also return softmax_lse (batch, nheads, seqlen_q) float32 and None.
     learnable_sink: (nheads,) sink logits (FlashAttention-4's keyword; see the module docs).
     attn_bias, attn_mask, block_mask, block_size: additive bias, boolean mask and block-sparse
-    mask (see the module docs; CPU only for now).
+    mask, dense or a flashattn.BlockMask (see the module docs; CPU only for now).
 
     Returns out (batch, seqlen_q, nheads, headdim_v), or (out, softmax_lse, None).
     """
@@ -195,7 +201,7 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
         q, k, v, None, None, 0, 0, alibi_slopes, _lowlevel.resolve_scale(softmax_scale),
         bool(causal), wl, wr, float(softcap), float(dropout_p),
         _torch_ops.draw_rng_state(dropout_p), bool(deterministic), _torch_sink(learnable_sink),
-        *_torch_mods(mods))
+        *_torch_mods(mods, lambda: (q.shape[1], k.shape[1])))
     return _finish(out, lse, return_attn_probs)
 
 
@@ -217,7 +223,8 @@ def flash_attn_qkvpacked_func(qkv, dropout_p=0.0, softmax_scale=None, causal=Fal
         _torch_ops.fwd_qkvpacked,
         qkv, None, 0, alibi_slopes, _lowlevel.resolve_scale(softmax_scale), bool(causal), wl,
         wr, float(softcap), float(dropout_p), _torch_ops.draw_rng_state(dropout_p),
-        bool(deterministic), _torch_sink(learnable_sink), *_torch_mods(mods))
+        bool(deterministic), _torch_sink(learnable_sink),
+        *_torch_mods(mods, lambda: (qkv.shape[1], qkv.shape[1])))
     return _finish(out, lse, return_attn_probs)
 
 
@@ -239,7 +246,7 @@ def flash_attn_kvpacked_func(q, kv, dropout_p=0.0, softmax_scale=None, causal=Fa
         q, kv, None, None, 0, 0, alibi_slopes, _lowlevel.resolve_scale(softmax_scale),
         bool(causal), wl, wr, float(softcap), float(dropout_p),
         _torch_ops.draw_rng_state(dropout_p), bool(deterministic), _torch_sink(learnable_sink),
-        *_torch_mods(mods))
+        *_torch_mods(mods, lambda: (q.shape[1], kv.shape[1])))
     return _finish(out, lse, return_attn_probs)
 
 
@@ -248,21 +255,30 @@ def _no_paged(block_table) -> None:
         raise ValueError("paged KV not supported yet: block_table must be None")
 
 
+def _varlen_lengths(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k):
+    return lambda: _lowlevel.varlen_lengths(cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                                            max_seqlen_k)
+
+
 def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                            dropout_p=0.0, softmax_scale=None, causal=False,
                            window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
                            deterministic=False, return_attn_probs=False, block_table=None,
-                           learnable_sink=None, *, check_cu_seqlens=False):
+                           learnable_sink=None, *, check_cu_seqlens=False, attn_bias=None,
+                           attn_mask=None, block_mask=None, block_size=None):
     """Variable-length batch: q (total_q, nheads, headdim), k, v (total_k, nheads_k, headdim),
     cu_seqlens_q/k int32 (batch + 1) prefix sums, max_seqlen_q/k the longest sequences.
     softmax_lse is (nheads, total_q). block_table (paged KV) is not supported yet.
-    check_cu_seqlens: check the metadata (see the module docs)."""
+    check_cu_seqlens: check the metadata (see the module docs). attn_bias, attn_mask,
+    block_mask, block_size: as in flash_attn_func, laid out over (max_seqlen_q, max_seqlen_k)
+    and indexed by positions inside each sequence (see the module docs)."""
     _no_paged(block_table)
+    mods = _score_mods(attn_bias, attn_mask, block_mask, block_size)
     if not _is_torch(q):
         return _array_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                 max_seqlen_k, dropout_p, softmax_scale, causal, window_size,
                                 softcap, alibi_slopes, return_attn_probs,
-                                learnable_sink, check_cu_seqlens)
+                                learnable_sink, check_cu_seqlens, mods)
     cu_seqlens_q, cu_seqlens_k = _torch_ops.varlen_metadata(
         q.device, q.shape[0], k.shape[0], cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
         max_seqlen_k, check_cu_seqlens)
@@ -272,7 +288,9 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
         q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, alibi_slopes,
         _lowlevel.resolve_scale(softmax_scale), bool(causal), wl, wr, float(softcap),
         float(dropout_p), _torch_ops.draw_rng_state(dropout_p), bool(deterministic),
-        _torch_sink(learnable_sink))
+        _torch_sink(learnable_sink),
+        *_torch_mods(mods, _varlen_lengths(cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                                           max_seqlen_k)))
     return _finish(out, lse, return_attn_probs)
 
 
@@ -280,14 +298,16 @@ def flash_attn_varlen_qkvpacked_func(qkv, cu_seqlens, max_seqlen, dropout_p=0.0,
                                      softmax_scale=None, causal=False, window_size=(-1, -1),
                                      softcap=0.0, alibi_slopes=None, deterministic=False,
                                      return_attn_probs=False, learnable_sink=None, *,
-                                     check_cu_seqlens=False):
+                                     check_cu_seqlens=False, attn_bias=None, attn_mask=None,
+                                     block_mask=None, block_size=None):
     """flash_attn_varlen_func on packed qkv (total, 3, nheads, headdim)."""
+    mods = _score_mods(attn_bias, attn_mask, block_mask, block_size)
     if not _is_torch(qkv):
         q, k, v = (_select(qkv, i, 3, "qkv") for i in range(3))
         return _array_attention(q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen,
                                 dropout_p, softmax_scale, causal, window_size, softcap,
                                 alibi_slopes, return_attn_probs,
-                                learnable_sink, check_cu_seqlens)
+                                learnable_sink, check_cu_seqlens, mods)
     cu_seqlens, _ = _torch_ops.varlen_metadata(
         qkv.device, qkv.shape[0], qkv.shape[0], cu_seqlens, cu_seqlens, max_seqlen, max_seqlen,
         check_cu_seqlens)
@@ -296,7 +316,8 @@ def flash_attn_varlen_qkvpacked_func(qkv, cu_seqlens, max_seqlen, dropout_p=0.0,
         _torch_ops.fwd_qkvpacked,
         qkv, cu_seqlens, max_seqlen, alibi_slopes, _lowlevel.resolve_scale(softmax_scale),
         bool(causal), wl, wr, float(softcap), float(dropout_p),
-        _torch_ops.draw_rng_state(dropout_p), bool(deterministic), _torch_sink(learnable_sink))
+        _torch_ops.draw_rng_state(dropout_p), bool(deterministic), _torch_sink(learnable_sink),
+        *_torch_mods(mods, _varlen_lengths(cu_seqlens, cu_seqlens, max_seqlen, max_seqlen)))
     return _finish(out, lse, return_attn_probs)
 
 
@@ -305,14 +326,16 @@ def flash_attn_varlen_kvpacked_func(q, kv, cu_seqlens_q, cu_seqlens_k, max_seqle
                                     causal=False, window_size=(-1, -1), softcap=0.0,
                                     alibi_slopes=None, deterministic=False,
                                     return_attn_probs=False, learnable_sink=None, *,
-                                    check_cu_seqlens=False):
+                                    check_cu_seqlens=False, attn_bias=None, attn_mask=None,
+                                    block_mask=None, block_size=None):
     """flash_attn_varlen_func with packed kv (total_k, 2, nheads_k, headdim)."""
+    mods = _score_mods(attn_bias, attn_mask, block_mask, block_size)
     if not _is_torch(q):
         k, v = (_select(kv, i, 2, "kv") for i in range(2))
         return _array_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                 max_seqlen_k, dropout_p, softmax_scale, causal, window_size,
                                 softcap, alibi_slopes, return_attn_probs,
-                                learnable_sink, check_cu_seqlens)
+                                learnable_sink, check_cu_seqlens, mods)
     cu_seqlens_q, cu_seqlens_k = _torch_ops.varlen_metadata(
         q.device, q.shape[0], kv.shape[0], cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
         max_seqlen_k, check_cu_seqlens)
@@ -322,7 +345,9 @@ def flash_attn_varlen_kvpacked_func(q, kv, cu_seqlens_q, cu_seqlens_k, max_seqle
         q, kv, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, alibi_slopes,
         _lowlevel.resolve_scale(softmax_scale), bool(causal), wl, wr, float(softcap),
         float(dropout_p), _torch_ops.draw_rng_state(dropout_p), bool(deterministic),
-        _torch_sink(learnable_sink))
+        _torch_sink(learnable_sink),
+        *_torch_mods(mods, _varlen_lengths(cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                                           max_seqlen_k)))
     return _finish(out, lse, return_attn_probs)
 
 

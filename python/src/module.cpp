@@ -247,6 +247,8 @@ struct Options {
   nb::handle learnable_sink;  // float32 (heads); None = no sink
   nb::handle attn_bias, attn_mask, block_mask;  // None = off (flashattn.h)
   int32_t block_size_q = 0, block_size_k = 0;
+  // The compressed block mask (flashattn::BlockMaskLists); None = off.
+  nb::handle kv_num_blocks, kv_indices, full_kv_num_blocks, full_kv_indices;
 
   void fill(Imports& im, fa::AttentionOptions* o) const {
     o->cu_seqlens_q = im.input("cu_seqlens_q", cu_seqlens_q);
@@ -271,6 +273,14 @@ struct Options {
     o->block_mask = im.input("block_mask", block_mask);
     o->block_size_q = block_size_q;
     o->block_size_k = block_size_k;
+    o->block_mask_lists.kv_num_blocks = im.input("kv_num_blocks", kv_num_blocks);
+    o->block_mask_lists.kv_indices = im.input("kv_indices", kv_indices);
+    o->block_mask_lists.full_kv_num_blocks = im.input("full_kv_num_blocks", full_kv_num_blocks);
+    o->block_mask_lists.full_kv_indices = im.input("full_kv_indices", full_kv_indices);
+  }
+
+  void set_block_lists(nb::handle num, nb::handle idx, nb::handle full_num, nb::handle full_idx) {
+    kv_num_blocks = num, kv_indices = idx, full_kv_num_blocks = full_num, full_kv_indices = full_idx;
   }
 };
 
@@ -394,13 +404,16 @@ NB_MODULE(_C, m) {
          int32_t window_left, int32_t window_right, float softcap, float dropout_p,
          uint64_t seed, uint64_t offset, int32_t num_splits, bool check_cu_seqlens,
          uintptr_t stream, int32_t num_threads, nb::handle learnable_sink, nb::handle attn_bias,
-         nb::handle attn_mask, nb::handle block_mask, int32_t block_size_q, int32_t block_size_k) {
+         nb::handle attn_mask, nb::handle block_mask, int32_t block_size_q, int32_t block_size_k,
+         nb::handle kv_num_blocks, nb::handle kv_indices, nb::handle full_kv_num_blocks,
+         nb::handle full_kv_indices) {
         Options o{cu_seqlens_q, cu_seqlens_k, alibi_slopes, max_seqlen_q, max_seqlen_k,
                   softmax_scale, causal, window_left, window_right, softcap, dropout_p,
                   seed, offset, check_cu_seqlens, stream, num_threads};
         o.learnable_sink = learnable_sink;
         o.attn_bias = attn_bias, o.attn_mask = attn_mask, o.block_mask = block_mask;
         o.block_size_q = block_size_q, o.block_size_k = block_size_k;
+        o.set_block_lists(kv_num_blocks, kv_indices, full_kv_num_blocks, full_kv_indices);
         return forward(q, k, v, out, lse, o, num_splits);
       },
       nb::arg("q").none(), nb::arg("k").none(), nb::arg("v").none(), nb::arg("out").none(), nb::arg("lse").none(),
@@ -414,6 +427,9 @@ NB_MODULE(_C, m) {
       nb::arg("learnable_sink").none() = nb::none(), nb::arg("attn_bias").none() = nb::none(),
       nb::arg("attn_mask").none() = nb::none(), nb::arg("block_mask").none() = nb::none(),
       nb::arg("block_size_q") = 0, nb::arg("block_size_k") = 0,
+      nb::arg("kv_num_blocks").none() = nb::none(), nb::arg("kv_indices").none() = nb::none(),
+      nb::arg("full_kv_num_blocks").none() = nb::none(),
+      nb::arg("full_kv_indices").none() = nb::none(),
       "Attention forward into preallocated out (and lse, when not None). Returns None, or "
       "(exception class name, message) for the caller to raise. See flashattn.forward.");
 
@@ -426,13 +442,16 @@ NB_MODULE(_C, m) {
          int32_t window_right, float softcap, float dropout_p, uint64_t seed, uint64_t offset,
          bool deterministic, bool check_cu_seqlens, uintptr_t stream, int32_t num_threads,
          nb::handle learnable_sink, nb::handle dsink, nb::handle attn_bias, nb::handle attn_mask,
-         nb::handle block_mask, int32_t block_size_q, int32_t block_size_k, nb::handle dbias) {
+         nb::handle block_mask, int32_t block_size_q, int32_t block_size_k, nb::handle dbias,
+         nb::handle kv_num_blocks, nb::handle kv_indices, nb::handle full_kv_num_blocks,
+         nb::handle full_kv_indices) {
         Options o{cu_seqlens_q, cu_seqlens_k, alibi_slopes, max_seqlen_q, max_seqlen_k,
                   softmax_scale, causal, window_left, window_right, softcap, dropout_p,
                   seed, offset, check_cu_seqlens, stream, num_threads};
         o.learnable_sink = learnable_sink;
         o.attn_bias = attn_bias, o.attn_mask = attn_mask, o.block_mask = block_mask;
         o.block_size_q = block_size_q, o.block_size_k = block_size_k;
+        o.set_block_lists(kv_num_blocks, kv_indices, full_kv_num_blocks, full_kv_indices);
         return backward(dout, q, k, v, out, lse, dq, dk, dv, o, deterministic, dsink, dbias);
       },
       nb::arg("dout").none(), nb::arg("q").none(), nb::arg("k").none(), nb::arg("v").none(), nb::arg("out").none(), nb::arg("lse").none(),
@@ -448,6 +467,9 @@ NB_MODULE(_C, m) {
       nb::arg("attn_bias").none() = nb::none(), nb::arg("attn_mask").none() = nb::none(),
       nb::arg("block_mask").none() = nb::none(), nb::arg("block_size_q") = 0,
       nb::arg("block_size_k") = 0, nb::arg("dbias").none() = nb::none(),
+      nb::arg("kv_num_blocks").none() = nb::none(), nb::arg("kv_indices").none() = nb::none(),
+      nb::arg("full_kv_num_blocks").none() = nb::none(),
+      nb::arg("full_kv_indices").none() = nb::none(),
       "Attention backward into preallocated dq, dk, dv (and dsink, dbias). Returns None, or (exception class name, "
       "message) for the caller to raise. See flashattn.backward.");
 

@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstring>
 #include <exception>
+#include <initializer_list>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -86,14 +87,30 @@ Status to_view(const char* name, const flashattn_tensor& t, TensorView* out) {
   return Status::Ok();
 }
 
-// struct_size must be one of the published layouts: the first (min_size), the 0.2 one (mid_size:
-// up to the learnable-sink fields) or the current one.
-Status struct_size_ok(const char* what, size_t given, size_t min_size, size_t mid_size,
-                      size_t max_size) {
-  if (given == min_size || given == mid_size || given == max_size) return Status::Ok();
+// One C tensor to convert: its name (for messages), the C field and the C++ destination.
+struct CTensor {
+  const char* name;
+  const flashattn_tensor& from;
+  TensorView& to;
+};
+
+// Converts each tensor with to_view; the first failure is returned.
+Status to_views(std::initializer_list<CTensor> tensors) {
+  for (const CTensor& t : tensors) {
+    if (Status s = to_view(t.name, t.from, &t.to); !s.ok()) return s;
+  }
+  return Status::Ok();
+}
+
+// struct_size must be one of the published layouts: the first, one of the later ones (each
+// ends where the next version's fields begin) or the current one (the last entry).
+Status struct_size_ok(const char* what, size_t given, std::initializer_list<size_t> published) {
+  for (size_t size : published) {
+    if (given == size) return Status::Ok();
+  }
   return Status::InvalidArgument(std::string(what) + ".struct_size must be sizeof(" + what +
-                                 ") = " + std::to_string(max_size) + " (call " + what +
-                                 "_init first), got " + std::to_string(given));
+                                 ") = " + std::to_string(*(published.end() - 1)) + " (call " +
+                                 what + "_init first), got " + std::to_string(given));
 }
 
 // The options common to both structs; C is the C struct type.
@@ -136,7 +153,7 @@ void init_options(C* a) {
   a->stream = d.stream;
 }
 
-// attn_bias, attn_mask, block_mask and the block sizes (the fields appended for issue 18).
+// attn_bias, attn_mask, block_mask and the block sizes (the fields appended in 0.3).
 template <class CArgs>
 Status score_mods_from(const CArgs& c, AttentionOptions* a) {
   if (Status s = to_view("attn_bias", c.attn_bias, &a->attn_bias); !s.ok()) return s;
@@ -147,27 +164,39 @@ Status score_mods_from(const CArgs& c, AttentionOptions* a) {
   return Status::Ok();
 }
 
+// The compressed block mask (the fields appended in 0.4).
+template <class CArgs>
+Status block_lists_from(const CArgs& c, BlockMaskLists* l) {
+  return to_views({{"kv_num_blocks", c.kv_num_blocks, l->kv_num_blocks},
+                   {"kv_indices", c.kv_indices, l->kv_indices},
+                   {"full_kv_num_blocks", c.full_kv_num_blocks, l->full_kv_num_blocks},
+                   {"full_kv_indices", c.full_kv_indices, l->full_kv_indices}});
+}
+
+// Whether a caller's struct of `struct_size` bytes has the 0.4 fields.
+template <class CArgs>
+constexpr bool has_block_lists(size_t struct_size) {
+  return has_field(struct_size, offsetof(CArgs, full_kv_indices) + sizeof(flashattn_tensor));
+}
+
 Status run_forward(const flashattn_forward_args* c) {
   if (c == nullptr) return Status::InvalidArgument("args is a null pointer (flashattn_forward)");
-  if (Status s = struct_size_ok("flashattn_forward_args", c->struct_size, kForwardArgsMinSize,
-                                offsetof(flashattn_forward_args, attn_bias),
-                                sizeof(flashattn_forward_args));
+  if (Status s = struct_size_ok("flashattn_forward_args", c->struct_size,
+                                {kForwardArgsMinSize, offsetof(flashattn_forward_args, attn_bias),
+                                 offsetof(flashattn_forward_args, kv_num_blocks),
+                                 sizeof(flashattn_forward_args)});
       !s.ok()) {
     return s;
   }
   ForwardArgs a;
   if (Status s = to_options(*c, &a); !s.ok()) return s;
-  const struct {
-    const char* name;
-    const flashattn_tensor& from;
-    TensorView& to;
-  } tensors[] = {{"q", c->q, a.q},
-                 {"k", c->k, a.k},
-                 {"v", c->v, a.v},
-                 {"out", c->out, a.out},
-                 {"lse", c->lse, a.lse}};
-  for (const auto& t : tensors) {
-    if (Status s = to_view(t.name, t.from, &t.to); !s.ok()) return s;
+  if (Status s = to_views({{"q", c->q, a.q},
+                           {"k", c->k, a.k},
+                           {"v", c->v, a.v},
+                           {"out", c->out, a.out},
+                           {"lse", c->lse, a.lse}});
+      !s.ok()) {
+    return s;
   }
   a.num_splits = c->num_splits;
   if (has_field(c->struct_size, offsetof(flashattn_forward_args, learnable_sink) + sizeof(flashattn_tensor))) {
@@ -176,28 +205,28 @@ Status run_forward(const flashattn_forward_args* c) {
   if (has_field(c->struct_size, offsetof(flashattn_forward_args, block_size_k) + sizeof(int32_t))) {
     if (Status s = score_mods_from(*c, &a); !s.ok()) return s;
   }
+  if (has_block_lists<flashattn_forward_args>(c->struct_size)) {
+    if (Status s = block_lists_from(*c, &a.block_mask_lists); !s.ok()) return s;
+  }
   return forward(a);
 }
 
 Status run_backward(const flashattn_backward_args* c) {
   if (c == nullptr) return Status::InvalidArgument("args is a null pointer (flashattn_backward)");
-  if (Status s = struct_size_ok("flashattn_backward_args", c->struct_size, kBackwardArgsMinSize,
-                                offsetof(flashattn_backward_args, attn_bias),
-                                sizeof(flashattn_backward_args));
+  if (Status s = struct_size_ok("flashattn_backward_args", c->struct_size,
+                                {kBackwardArgsMinSize, offsetof(flashattn_backward_args, attn_bias),
+                                 offsetof(flashattn_backward_args, kv_num_blocks),
+                                 sizeof(flashattn_backward_args)});
       !s.ok()) {
     return s;
   }
   BackwardArgs a;
   if (Status s = to_options(*c, &a); !s.ok()) return s;
-  const struct {
-    const char* name;
-    const flashattn_tensor& from;
-    TensorView& to;
-  } tensors[] = {{"q", c->q, a.q},       {"k", c->k, a.k},          {"v", c->v, a.v},
-                 {"out", c->out, a.out}, {"dout", c->dout, a.dout}, {"lse", c->lse, a.lse},
-                 {"dq", c->dq, a.dq},    {"dk", c->dk, a.dk},       {"dv", c->dv, a.dv}};
-  for (const auto& t : tensors) {
-    if (Status s = to_view(t.name, t.from, &t.to); !s.ok()) return s;
+  if (Status s = to_views({{"q", c->q, a.q},       {"k", c->k, a.k},          {"v", c->v, a.v},
+                           {"out", c->out, a.out}, {"dout", c->dout, a.dout}, {"lse", c->lse, a.lse},
+                           {"dq", c->dq, a.dq},    {"dk", c->dk, a.dk},       {"dv", c->dv, a.dv}});
+      !s.ok()) {
+    return s;
   }
   a.deterministic = c->deterministic != 0;
   if (has_field(c->struct_size, offsetof(flashattn_backward_args, dsink) + sizeof(flashattn_tensor))) {
@@ -208,6 +237,9 @@ Status run_backward(const flashattn_backward_args* c) {
     if (Status s = score_mods_from(*c, &a); !s.ok()) return s;
     if (Status s = to_view("dbias", c->dbias, &a.dbias); !s.ok()) return s;
   }
+  if (has_block_lists<flashattn_backward_args>(c->struct_size)) {
+    if (Status s = block_lists_from(*c, &a.block_mask_lists); !s.ok()) return s;
+  }
   return backward(a);
 }
 
@@ -217,33 +249,28 @@ constexpr size_t kKVCacheArgsMinSize = sizeof(flashattn_kvcache_args);
 
 Status run_forward_kvcache(const flashattn_kvcache_args* c) {
   if (c == nullptr) return Status::InvalidArgument("args is a null pointer (flashattn_forward_kvcache)");
-  if (Status s = struct_size_ok("flashattn_kvcache_args", c->struct_size, kKVCacheArgsMinSize,
-                                kKVCacheArgsMinSize,
-                                sizeof(flashattn_kvcache_args));
+  if (Status s = struct_size_ok("flashattn_kvcache_args", c->struct_size,
+                                {kKVCacheArgsMinSize, sizeof(flashattn_kvcache_args)});
       !s.ok()) {
     return s;
   }
   KVCacheArgs a;
-  const struct {
-    const char* name;
-    const flashattn_tensor& from;
-    TensorView& to;
-  } tensors[] = {{"q", c->q, a.q},
-                 {"k_cache", c->k_cache, a.k_cache},
-                 {"v_cache", c->v_cache, a.v_cache},
-                 {"k", c->k, a.k},
-                 {"v", c->v, a.v},
-                 {"rotary_cos", c->rotary_cos, a.rotary_cos},
-                 {"rotary_sin", c->rotary_sin, a.rotary_sin},
-                 {"cache_seqlens", c->cache_seqlens, a.cache_seqlens},
-                 {"cache_batch_idx", c->cache_batch_idx, a.cache_batch_idx},
-                 {"cache_leftpad", c->cache_leftpad, a.cache_leftpad},
-                 {"block_table", c->block_table, a.block_table},
-                 {"out", c->out, a.out},
-                 {"lse", c->lse, a.lse},
-                 {"alibi_slopes", c->alibi_slopes, a.alibi_slopes}};
-  for (const auto& t : tensors) {
-    if (Status s = to_view(t.name, t.from, &t.to); !s.ok()) return s;
+  if (Status s = to_views({{"q", c->q, a.q},
+                           {"k_cache", c->k_cache, a.k_cache},
+                           {"v_cache", c->v_cache, a.v_cache},
+                           {"k", c->k, a.k},
+                           {"v", c->v, a.v},
+                           {"rotary_cos", c->rotary_cos, a.rotary_cos},
+                           {"rotary_sin", c->rotary_sin, a.rotary_sin},
+                           {"cache_seqlens", c->cache_seqlens, a.cache_seqlens},
+                           {"cache_batch_idx", c->cache_batch_idx, a.cache_batch_idx},
+                           {"cache_leftpad", c->cache_leftpad, a.cache_leftpad},
+                           {"block_table", c->block_table, a.block_table},
+                           {"out", c->out, a.out},
+                           {"lse", c->lse, a.lse},
+                           {"alibi_slopes", c->alibi_slopes, a.alibi_slopes}});
+      !s.ok()) {
+    return s;
   }
   a.rotary_interleaved = c->rotary_interleaved != 0;
   a.softmax_scale = c->softmax_scale;

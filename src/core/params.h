@@ -34,6 +34,34 @@ struct Broadcast4 {
   FLASHATTN_HOST_DEVICE bool defined() const { return data != nullptr; }
 };
 
+// One list pair of the compressed block mask (FlexAttention's BlockMask layout): query block r
+// of (sequence b, head h) lists the key blocks indices[b, h, r, e] for e < count[b, h, r].
+// count (b, h, r) is at count + b * count_batch + h * count_head + r * count_row; indices are a
+// Broadcast4 over (batch|1, heads|1, query blocks, width). A size-1 dimension has stride 0.
+// Null count = not given.
+struct BlockList {
+  const int32_t* count = nullptr;
+  int64_t count_batch = 0, count_head = 0, count_row = 0;
+  Broadcast4 indices;
+  int64_t width = 0;
+  FLASHATTN_HOST_DEVICE bool defined() const { return count != nullptr; }
+  FLASHATTN_HOST_DEVICE int32_t count_at(int64_t b, int64_t h, int64_t r) const {
+    return count[b * count_batch + h * count_head + r * count_row];
+  }
+  // Whether the list differs between sequences (heads): a dimension of size 1 or stride 0
+  // holds one list for all.
+  FLASHATTN_HOST_DEVICE bool varies_over_batch() const {
+    return count_batch != 0 || indices.batch != 0;
+  }
+  FLASHATTN_HOST_DEVICE bool varies_over_heads() const {
+    return count_head != 0 || indices.head != 0;
+  }
+  FLASHATTN_HOST_DEVICE const int32_t* row_at(int64_t b, int64_t h, int64_t r) const {
+    return static_cast<const int32_t*>(indices.data) + b * indices.batch + h * indices.head +
+           r * indices.row;
+  }
+};
+
 struct QKVParams {
   DType dtype = DType::kFloat16;
   Device device{};
@@ -92,12 +120,29 @@ struct QKVParams {
   const float* learnable_sink = nullptr;
 
   // attn_bias (float32 or dtype), attn_mask (uint8), block_mask (uint8 over blocks of
-  // block_size_q x block_size_k); see Broadcast4. Dense calls only.
+  // block_size_q x block_size_k); see Broadcast4. Varlen: over (max_seqlen_q, max_seqlen_k),
+  // indexed by positions inside each sequence.
   Broadcast4 bias, mask, block_mask;
+  // The compressed block mask instead of block_mask (never both): partial blocks take attn_mask,
+  // full blocks do not read it, unlisted blocks are absent. Values checked on the host for CPU
+  // tensors only (docs/SEMANTICS.md).
+  BlockList partial_blocks, full_blocks;
   int32_t block_size_q = 0;
   int32_t block_size_k = 0;
+  FLASHATTN_HOST_DEVICE bool has_block_lists() const {
+    return partial_blocks.defined() || full_blocks.defined();
+  }
+  // Whether the given lists differ between sequences (heads); otherwise one serves them all.
+  FLASHATTN_HOST_DEVICE bool block_lists_vary_over_batch() const {
+    return (partial_blocks.defined() && partial_blocks.varies_over_batch()) ||
+           (full_blocks.defined() && full_blocks.varies_over_batch());
+  }
+  FLASHATTN_HOST_DEVICE bool block_lists_vary_over_heads() const {
+    return (partial_blocks.defined() && partial_blocks.varies_over_heads()) ||
+           (full_blocks.defined() && full_blocks.varies_over_heads());
+  }
   FLASHATTN_HOST_DEVICE bool has_score_mods() const {
-    return bias.defined() || mask.defined() || block_mask.defined();
+    return bias.defined() || mask.defined() || block_mask.defined() || has_block_lists();
   }
 };
 

@@ -116,6 +116,17 @@ class Checker {
   Status status_;
 };
 
+// Whether each of the first n dimensions of t is its full size or 1.
+bool leading_dims_fit(const TensorView& t, const int64_t* full, int n) {
+  for (int i = 0; i < n; ++i) {
+    if (t.shape[i] != full[i] && t.shape[i] != 1) return false;
+  }
+  return true;
+}
+
+// Stride of dimension i as the backends use it: 0 where the dimension has size 1.
+int64_t broadcast_stride(const TensorView& t, int i) { return t.shape[i] == 1 ? 0 : t.strides[i]; }
+
 // An operand broadcast over (batch, heads, rows, cols): 4 dimensions, each leading one equal to
 // its full size or 1, the last equal to cols (contiguous); dtype checked by the caller.
 void check_broadcast4(Checker& c, const char* name, const TensorView& t, const int64_t (&full)[4],
@@ -123,9 +134,7 @@ void check_broadcast4(Checker& c, const char* name, const TensorView& t, const i
   c.tensor(name, t, 4, layout);
   c.device(name, t, dev);
   if (!c.ok()) return;
-  bool fits = t.shape[3] == full[3];
-  for (int i = 0; i < 3; ++i) fits = fits && (t.shape[i] == full[i] || t.shape[i] == 1);
-  if (!fits) {
+  if (t.shape[3] != full[3] || !leading_dims_fit(t, full, 3)) {
     TensorView e;
     e.ndim = 4;
     for (int i = 0; i < 4; ++i) e.shape[i] = full[i];
@@ -138,24 +147,120 @@ void check_broadcast4(Checker& c, const char* name, const TensorView& t, const i
   int64_t* strides[3] = {&out->batch, &out->head, &out->row};
   for (int i = 0; i < 3; ++i) {
     out->size[i] = t.shape[i];
-    *strides[i] = t.shape[i] == 1 ? 0 : t.strides[i];
+    *strides[i] = broadcast_stride(t, i);
   }
 }
 
-// attn_bias, attn_mask and block_mask (AttentionOptions), into p (shapes already resolved).
-Status check_score_mods(const AttentionOptions& o, QKVParams* p) {
-  Checker c;
-  const TensorView* given[] = {&o.attn_bias, &o.attn_mask, &o.block_mask};
-  const char* names[] = {"attn_bias", "attn_mask", "block_mask"};
-  for (int i = 0; i < 3; ++i) {
-    if (given[i]->defined() && p->is_varlen()) {
-      return Status::NotSupported(std::string(names[i]) +
-                                  " is not supported with varlen (cu_seqlens) inputs yet; pass "
-                                  "dense (batch, seqlen, heads, head_dim) tensors");
+// One list pair of the compressed block mask (BlockMaskLists): int32 count (batch|1, heads|1,
+// q_blocks) and indices (batch|1, heads|1, q_blocks, width), both or neither.
+void check_block_list(Checker& c, const char* count_name, const char* index_name,
+                      const TensorView& count, const TensorView& index, const int64_t (&full)[3],
+                      const Device& dev, const std::string& q_blocks, BlockList* out) {
+  if (!c.ok() || (!count.defined() && !index.defined())) return;
+  if (count.defined() != index.defined()) {
+    c.invalid(std::string(count_name) + " and " + index_name + " must be given together; got only " +
+              (count.defined() ? count_name : index_name));
+    return;
+  }
+  const std::string count_layout = "(batch|1, heads|1, " + q_blocks + ")";
+  const std::string index_layout = "(batch|1, heads|1, " + q_blocks + ", width)";
+  c.tensor(count_name, count, 3, count_layout.c_str());
+  c.tensor(index_name, index, 4, index_layout.c_str());
+  c.dtype(count_name, count, DType::kInt32);
+  c.dtype(index_name, index, DType::kInt32);
+  c.device(count_name, count, dev);
+  c.device(index_name, index, dev);
+  if (!c.ok()) return;
+  const struct {
+    const char* name;
+    const TensorView& t;
+    const std::string& layout;
+  } both[2] = {{count_name, count, count_layout}, {index_name, index, index_layout}};
+  for (const auto& x : both) {
+    if (x.t.shape[2] != full[2] || !leading_dims_fit(x.t, full, 2)) {
+      c.invalid(std::string(x.name) + " must have shape " + x.layout + " with " + q_blocks + " = " +
+                std::to_string(full[2]) + ", batch " + std::to_string(full[0]) + " or 1 and heads " +
+                std::to_string(full[1]) + " or 1, got " + shape_str(x.t));
+      return;
     }
   }
+  out->count = static_cast<const int32_t*>(count.data);
+  out->count_batch = broadcast_stride(count, 0);
+  out->count_head = broadcast_stride(count, 1);
+  out->count_row = broadcast_stride(count, 2);
+  out->indices.data = index.data;
+  out->indices.dtype = DType::kInt32;
+  int64_t* strides[3] = {&out->indices.batch, &out->indices.head, &out->indices.row};
+  for (int i = 0; i < 3; ++i) {
+    out->indices.size[i] = index.shape[i];
+    *strides[i] = broadcast_stride(index, i);
+  }
+  out->width = index.shape[3];
+}
+
+// The values of the compressed block mask (host memory): every count in [0, width], every
+// listed key block in [0, k_blocks), and no key block listed twice for one query block (in one
+// list or across the two).
+void check_block_list_values(Checker& c, const QKVParams& p, int64_t q_blocks, int64_t k_blocks) {
+  const struct {
+    const BlockList& list;
+    const char* count_name;
+    const char* index_name;
+  } lists[2] = {{p.partial_blocks, "kv_num_blocks", "kv_indices"},
+                {p.full_blocks, "full_kv_num_blocks", "full_kv_indices"}};
+  const int64_t nb = p.block_lists_vary_over_batch() ? p.batch : 1;
+  const int64_t nh = p.block_lists_vary_over_heads() ? p.heads : 1;
+  // "name[b, h, r" (built only for a message).
+  const auto at = [](const char* name, int64_t b, int64_t h, int64_t r) {
+    std::ostringstream os;
+    os << name << '[' << b << ", " << h << ", " << r;
+    return os.str();
+  };
+  std::vector<int64_t> seen(static_cast<size_t>(k_blocks), -1);  // last (b, h, r) listing it
+  int64_t stamp = 0;
+  for (int64_t b = 0; b < nb; ++b) {
+    for (int64_t h = 0; h < nh; ++h) {
+      for (int64_t r = 0; r < q_blocks; ++r, ++stamp) {
+        for (const auto& l : lists) {
+          if (!l.list.defined()) continue;
+          const int32_t n = l.list.count_at(b, h, r);
+          if (n < 0 || n > l.list.width) {
+            c.invalid(at(l.count_name, b, h, r) + "] = " + std::to_string(n) +
+                      " is outside [0, " + std::to_string(l.list.width) + "], the width of " +
+                      l.index_name);
+            return;
+          }
+          const int32_t* row = l.list.row_at(b, h, r);
+          for (int32_t e = 0; e < n; ++e) {
+            const int32_t kb = row[e];
+            if (kb < 0 || kb >= k_blocks) {
+              c.invalid(at(l.index_name, b, h, r) + ", " + std::to_string(e) + "] = " +
+                        std::to_string(kb) + " is outside [0, " + std::to_string(k_blocks) +
+                        "), the key blocks (ceil(seqlen_k / block_size_k))");
+              return;
+            }
+            if (seen[static_cast<size_t>(kb)] == stamp) {
+              c.invalid("key block " + std::to_string(kb) + " is listed twice for query block " +
+                        std::to_string(r) + " of (batch " + std::to_string(b) + ", head " +
+                        std::to_string(h) + ") in kv_indices/full_kv_indices");
+              return;
+            }
+            seen[static_cast<size_t>(kb)] = stamp;
+          }
+        }
+      }
+    }
+  }
+}
+
+// attn_bias, attn_mask, block_mask or block_mask_lists (AttentionOptions), into p (shapes
+// already resolved; varlen: seqlen_q/k are the maxima).
+Status check_score_mods(const AttentionOptions& o, QKVParams* p) {
+  Checker c;
+  const bool varlen = p->is_varlen();
   const int64_t full[4] = {p->batch, p->heads, p->seqlen_q, p->seqlen_k};
-  const char* layout = "(batch|1, heads|1, seqlen_q|1, seqlen_k)";
+  const char* layout = varlen ? "(batch|1, heads|1, max_seqlen_q|1, max_seqlen_k)"
+                              : "(batch|1, heads|1, seqlen_q|1, seqlen_k)";
   if (o.attn_bias.defined()) {
     check_broadcast4(c, "attn_bias", o.attn_bias, full, p->device, layout, &p->bias);
     if (c.ok() && o.attn_bias.dtype != DType::kFloat32 && o.attn_bias.dtype != p->dtype) {
@@ -167,29 +272,48 @@ Status check_score_mods(const AttentionOptions& o, QKVParams* p) {
     check_broadcast4(c, "attn_mask", o.attn_mask, full, p->device, layout, &p->mask);
     c.dtype("attn_mask", o.attn_mask, DType::kUInt8);
   }
-  if (o.block_mask.defined()) {
-    if (c.ok() && (o.block_size_q < 1 || o.block_size_k < 1)) {
-      c.invalid("block_size_q and block_size_k must be >= 1 with block_mask, got (" +
-                std::to_string(o.block_size_q) + ", " + std::to_string(o.block_size_k) + ")");
+  const bool lists = o.block_mask_lists.defined();
+  if (!o.block_mask.defined() && !lists) {
+    if (c.ok() && (o.block_size_q != 0 || o.block_size_k != 0)) {
+      c.invalid("block_size_q/block_size_k were given without block_mask");
     }
-    if (!c.ok()) return c.status();
-    const int64_t blocks[4] = {p->batch, p->heads,
-                               (p->seqlen_q + o.block_size_q - 1) / o.block_size_q,
-                               (p->seqlen_k + o.block_size_k - 1) / o.block_size_k};
-    check_broadcast4(c, "block_mask", o.block_mask, blocks, p->device,
-                     "(batch|1, heads|1, ceil(seqlen_q / block_size_q), "
-                     "ceil(seqlen_k / block_size_k))",
+    return c.status();
+  }
+  if (c.ok() && o.block_mask.defined() && lists) {
+    c.invalid("block_mask and block_mask_lists (its compressed form) were both given; pass one");
+  }
+  if (c.ok() && (o.block_size_q < 1 || o.block_size_k < 1)) {
+    c.invalid("block_size_q and block_size_k must be >= 1 with block_mask, got (" +
+              std::to_string(o.block_size_q) + ", " + std::to_string(o.block_size_k) + ")");
+  }
+  if (!c.ok()) return c.status();
+  const int64_t blocks[4] = {p->batch, p->heads,
+                             (p->seqlen_q + o.block_size_q - 1) / o.block_size_q,
+                             (p->seqlen_k + o.block_size_k - 1) / o.block_size_k};
+  const std::string q_blocks = varlen ? "ceil(max_seqlen_q / block_size_q)" : "ceil(seqlen_q / block_size_q)";
+  const std::string k_blocks = varlen ? "ceil(max_seqlen_k / block_size_k)" : "ceil(seqlen_k / block_size_k)";
+  if (o.block_mask.defined()) {
+    const std::string block_layout = "(batch|1, heads|1, " + q_blocks + ", " + k_blocks + ")";
+    check_broadcast4(c, "block_mask", o.block_mask, blocks, p->device, block_layout.c_str(),
                      &p->block_mask);
     c.dtype("block_mask", o.block_mask, DType::kUInt8);
     if (c.ok() && blocks[2] > 1 && o.block_mask.shape[2] == 1) {
-      c.invalid("block_mask must have " + std::to_string(blocks[2]) +
-                " query blocks (ceil(seqlen_q / block_size_q)), got 1");
+      c.invalid("block_mask must have " + std::to_string(blocks[2]) + " query blocks (" +
+                q_blocks + "), got 1");
     }
-    p->block_size_q = o.block_size_q;
-    p->block_size_k = o.block_size_k;
-  } else if (o.block_size_q != 0 || o.block_size_k != 0) {
-    c.invalid("block_size_q/block_size_k were given without block_mask");
+  } else {
+    const BlockMaskLists& l = o.block_mask_lists;
+    const int64_t lead[3] = {blocks[0], blocks[1], blocks[2]};
+    check_block_list(c, "kv_num_blocks", "kv_indices", l.kv_num_blocks, l.kv_indices, lead,
+                     p->device, q_blocks, &p->partial_blocks);
+    check_block_list(c, "full_kv_num_blocks", "full_kv_indices", l.full_kv_num_blocks,
+                     l.full_kv_indices, lead, p->device, q_blocks, &p->full_blocks);
+    if (c.ok() && p->device.type == DeviceType::kCPU) {
+      check_block_list_values(c, *p, blocks[2], blocks[3]);
+    }
   }
+  p->block_size_q = o.block_size_q;
+  p->block_size_k = o.block_size_k;
   return c.status();
 }
 

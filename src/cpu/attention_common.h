@@ -19,6 +19,7 @@
 
 #include "core/params.h"
 #include "core/philox.h"
+#include "cpu/block_states.h"
 #include "cpu/convert.h"
 #include "cpu/simd.h"
 
@@ -223,8 +224,9 @@ FLASHATTN_CPU_INLINE void transform_scores(const ScoreTransform& tf, float* __re
   }
 }
 
-// attn_bias, attn_mask and block_mask of one (sequence b, head h). Off (`on` false) for calls
-// without them, so the tiled loops test one flag per tile row and nothing else.
+// attn_bias, attn_mask and the block mask (either form, as BlockStates) of one (sequence b,
+// head h); i and j are positions inside the sequence. Off (`on` false) for calls without them,
+// so the tiled loops test one flag per tile row and nothing else.
 struct ScoreMods {
   bool on = false;
   const char* bias = nullptr;  // element (i, j) at bias + (i * bias_row + j) * bias_size
@@ -232,10 +234,11 @@ struct ScoreMods {
   int64_t bias_row = 0, bias_size = 4;
   const uint8_t* mask = nullptr;  // (i, j) at mask + i * mask_row + j
   int64_t mask_row = 0;
-  const uint8_t* block = nullptr;  // (i / bm, j / bn) at block + (i / bm) * block_row + j / bn
+  // BlockState of (i / bm, j / bn) at block + (i / bm) * block_row + j / bn.
+  const uint8_t* block = nullptr;
   int64_t block_row = 0, bm = 1, bn = 1;
 
-  ScoreMods(const QKVParams& p, int64_t b, int64_t h) {
+  ScoreMods(const QKVParams& p, const BlockStates& blocks, int64_t b, int64_t h) {
     on = p.has_score_mods();
     if (!on) return;
     if (p.bias.defined()) {
@@ -249,10 +252,9 @@ struct ScoreMods {
       mask = static_cast<const uint8_t*>(p.mask.data) + b * p.mask.batch + h * p.mask.head;
       mask_row = p.mask.row;
     }
-    if (p.block_mask.defined()) {
-      block = static_cast<const uint8_t*>(p.block_mask.data) + b * p.block_mask.batch +
-              h * p.block_mask.head;
-      block_row = p.block_mask.row;
+    if (blocks.on()) {
+      block = blocks.plane(b, h);
+      block_row = blocks.cols();
       bm = p.block_size_q;
       bn = p.block_size_k;
     }
@@ -264,7 +266,7 @@ struct ScoreMods {
     if (block == nullptr) return true;
     for (int64_t r = i0 / bm; r <= (i1 - 1) / bm; ++r) {
       for (int64_t c = j0 / bn; c <= (j1 - 1) / bn; ++c) {
-        if (block[r * block_row + c] != 0) return true;
+        if (block[r * block_row + c] != kBlockAbsent) return true;
       }
     }
     return false;
@@ -280,19 +282,25 @@ struct ScoreMods {
   }
 
   // Logits x[c] (log2 domain) of the pairs (i0 + c * di, j0 + c * dj), c < n: adds
-  // bias * log2(e) and sets -inf where attn_mask or block_mask hides the pair.
+  // bias * log2(e) and sets -inf where the pair is hidden: its block is absent, or attn_mask
+  // hides it and its block (if there is a block mask) is partial. Full blocks never read
+  // attn_mask.
   void apply(float* x, int64_t n, int64_t i0, int64_t di, int64_t j0, int64_t dj) const {
     if (bias != nullptr) {
       for (int64_t c = 0; c < n; ++c) x[c] += bias_at(i0 + c * di, j0 + c * dj) * kLog2e;
     }
-    if (mask != nullptr) {
-      for (int64_t c = 0; c < n; ++c) {
-        if (mask[(i0 + c * di) * mask_row + j0 + c * dj] == 0) x[c] = kNegInf;
-      }
-    }
+    const auto masked_out = [&](int64_t i, int64_t j) {
+      return mask != nullptr && mask[i * mask_row + j] == 0;
+    };
     if (block != nullptr) {
       for (int64_t c = 0; c < n; ++c) {
-        if (block[(i0 + c * di) / bm * block_row + (j0 + c * dj) / bn] == 0) x[c] = kNegInf;
+        const int64_t i = i0 + c * di, j = j0 + c * dj;
+        const uint8_t state = block[i / bm * block_row + j / bn];
+        if (state == kBlockAbsent || (state == kBlockPartial && masked_out(i, j))) x[c] = kNegInf;
+      }
+    } else if (mask != nullptr) {
+      for (int64_t c = 0; c < n; ++c) {
+        if (masked_out(i0 + c * di, j0 + c * dj)) x[c] = kNegInf;
       }
     }
   }

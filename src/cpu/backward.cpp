@@ -13,9 +13,9 @@
 //     dP = dO . V^T; with dropout Pd = P * m, dPd = dP * m     (m = keep / (1 - p))
 //     dS = P * (dPd - Delta)  (dbias += dS, then * (1 - tanh^2) with softcap)
 //     dV^T += dO^T . Pd,  dK^T += Q^T . dS,  dQ_chunk += dS . K
-//   then dK = scale * dK^T^T and dV are written for the key block. (Query blocks that a
-//   block_mask hides from the whole key block are skipped; x(S) includes attn_bias and the
-//   masks as in the forward.)
+//   then dK = scale * dK^T^T and dV are written for the key block. (Query blocks that the
+//   block mask, in either form, hides from the whole key block are skipped; x(S) includes
+//   attn_bias and the masks as in the forward.)
 // Pass 2, per (b, h, query block): dQ = scale * sum over chunks (in chunk order) of dQ_chunk.
 //
 // The chunk count depends on the shape only (enough items to keep a many-core machine busy);
@@ -146,6 +146,7 @@ struct BackwardContext {
   // (heads, rows): exp(sink - lse_i) * Delta_i per query row; null unless dsink is requested.
   float* sink_terms = nullptr;
   DbiasTarget dbias;
+  const BlockStates* blocks = nullptr;
 
   int64_t row_base(int64_t b) const {
     return params->is_varlen() ? params->cu_seqlens_q[b] : b * params->seqlen_q;
@@ -347,7 +348,7 @@ FLASHATTN_CPU_INLINE void chunk_item(const BackwardContext& ctx, const ChunkItem
     for (int64_t g = 0; g < group; ++g) {
       const int64_t h = hk * group + g;
       const ScoreTransform tf(p, b, h);
-      const ScoreMods mods(p, b, h);
+      const ScoreMods mods(p, *ctx.blocks, b, h);
       float* dbias = ctx.dbias.data != nullptr ? ctx.dbias.at(b, h, hk) : nullptr;
       const uint32_t batch_head = static_cast<uint32_t>(b * p.heads + h);
       const float* lse2 = ctx.lse2 + h * ctx.rows + row_base;
@@ -584,6 +585,7 @@ Status run_backward(const BackwardParams& p) {
   if (chunk_items.empty() && row_items.empty()) return Status::Ok();
 
   const BackwardScratch scratch(p, dpad);
+  const BlockStates blocks(p);
   const int threads = resolve_num_threads(p.num_threads);
   const int64_t max_items = std::max(chunk_items.size(), row_items.size());
   ScratchBuffer buffer(scratch.size, parallel_workers(max_items, threads));
@@ -602,7 +604,8 @@ Status run_backward(const BackwardParams& p) {
                             chunks,
                             dpad,
                             p.dsink != nullptr ? per_row.get() + 2 * p.heads * rows : nullptr,
-                            dbias};
+                            dbias,
+                            &blocks};
 
   auto delta_body = [&](int64_t i, int worker) {
     delta_item(ctx, row_items[static_cast<size_t>(i)], buffer.worker(worker));

@@ -4,11 +4,13 @@
 // thread pool and each writes only its own rows of out and lse. Per item:
 //
 //   Q^T (d x cols) <- the query block, transposed to float32 (cols = queries padded to W)
-//   for each key block of kBlockK keys that the mask window reaches (and, with a block_mask,
-//   that some kept block touches; the others are skipped before any load):
+//   for each key block of kBlockK keys that the mask window reaches (and, with a block mask in
+//   either form (BlockStates), that some kept block touches; the others are skipped before any
+//   load):
 //     S^T = K . Q^T                  (keys x cols: key rows, vectors along queries)
-//     x = transform(S^T)             (scale*log2e, softcap, ALiBi; attn_bias, attn_mask and
-//                                     block_mask per element when given (ScoreMods); -inf
+//     x = transform(S^T)             (scale*log2e, softcap, ALiBi; attn_bias, attn_mask (on
+//                                     partial blocks) and the block states per element when
+//                                     given (ScoreMods); -inf
 //                                     where masked; only blocks that straddle the window
 //                                     edge are window-masked)
 //     m_new = max(m, colmax(x)); P = exp2(x - m_new); l = l * 2^(m - m_new) + colsum(P)
@@ -121,6 +123,7 @@ FLASHATTN_CPU_INLINE const float* kv_rows_as_float(const ForwardParams& p, const
 struct ForwardContext {
   const ForwardParams* params;
   const ForwardScratch* scratch;
+  const BlockStates* blocks;
 };
 
 template <class Isa>
@@ -136,7 +139,7 @@ FLASHATTN_CPU_INLINE void forward_item(const ForwardContext& ctx, const ForwardI
   const Sequence seq = forward_sequence(p, b);
   const Visibility vis(p, seq);
   const ScoreTransform tf(p, b, h);
-  const ScoreMods mods(p, b, h);
+  const ScoreMods mods(p, *ctx.blocks, b, h);
   const int64_t i0 = static_cast<int64_t>(item.q_block) * kBlockQ;
   const int64_t nq = std::min(kBlockQ, seq.len_q - i0);
   const int64_t cols = round_up(nq, W);
@@ -332,7 +335,8 @@ Status run_forward(const ForwardParams& p) {
   const int64_t count = static_cast<int64_t>(items.size());
   const int workers = parallel_workers(count, threads);
   ScratchBuffer buffer(scratch.size, workers);
-  const ForwardContext ctx{&p, &scratch};
+  const BlockStates blocks(p);
+  const ForwardContext ctx{&p, &scratch, &blocks};
   const ForwardItemFn fn = select_forward_item();
   auto body = [&](int64_t i, int worker) {
     fn(ctx, items[static_cast<size_t>(i)], buffer.worker(worker));

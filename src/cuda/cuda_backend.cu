@@ -126,7 +126,8 @@ Status prepare(const QKVParams& p, PadPlan* plan, int* major_out = nullptr) {
     bool given;
   } not_yet[] = {{"attn_bias", p.bias.defined()},
                  {"attn_mask", p.mask.defined()},
-                 {"block_mask", p.block_mask.defined()}};
+                 {"block_mask", p.block_mask.defined()},
+                 {"block_mask_lists (the compressed block_mask)", p.has_block_lists()}};
   for (const auto& m : not_yet) {
     if (m.given) {
       return Status::NotSupported(std::string(m.name) +

@@ -58,7 +58,9 @@ int fa_c_defaults_ok(void) {
          b.dq.ndim == 0 && f.learnable_sink.ndim == 0 && b.learnable_sink.ndim == 0 &&
          b.dsink.ndim == 0 && f.attn_bias.ndim == 0 && f.attn_mask.ndim == 0 &&
          f.block_mask.ndim == 0 && f.block_size_q == 0 && f.block_size_k == 0 &&
-         b.attn_bias.ndim == 0 && b.dbias.ndim == 0 && b.block_size_k == 0;
+         b.attn_bias.ndim == 0 && b.dbias.ndim == 0 && b.block_size_k == 0 &&
+         f.kv_num_blocks.ndim == 0 && f.kv_indices.ndim == 0 && f.full_kv_num_blocks.ndim == 0 &&
+         f.full_kv_indices.ndim == 0 && b.kv_num_blocks.ndim == 0 && b.full_kv_indices.ndim == 0;
 }
 
 int fa_c_missing_q(char* message, int capacity) {

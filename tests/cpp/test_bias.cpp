@@ -1,8 +1,9 @@
 // Additive bias, boolean mask and block-sparse mask (issue 18): values against the float64
 // reference given the equivalent dense bias and keep mask, dbias against the reference's
 // (summed over the broadcast dimensions) and the reference's dbias against float64 finite
-// differences, reproducibility of dbias, and the argument checks. The CUDA backend does not
-// implement them yet: its cases assert kNotSupported naming the argument (skipped without a GPU).
+// differences, reproducibility of dbias, and the argument checks, on dense calls (varlen calls
+// and the compressed block mask: test_block_sparse.cpp). The CUDA backend does not implement
+// them yet: its cases assert kNotSupported naming the argument (skipped without a GPU).
 #include <gtest/gtest.h>
 
 #include <array>
@@ -12,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "score_mods_util.h"
 #include "test_util.h"
 
 namespace flashattn::test {
@@ -107,30 +109,10 @@ std::vector<ModsSpec> cases() {
 }
 
 // Everything of one case on the host, in the reference layouts, and as views on a backend.
-struct Built {
-  reference::Shape shape;
-  reference::Options opt;
-  std::vector<double> q, k, v, dout;
-  std::array<int64_t, 4> bias_shape{};
-  std::vector<double> bias;  // bias_shape, row-major
+struct Built : ModsCase {
   std::vector<float> slopes;
-  View qv, kv, vv, outv, lsev, doutv, dqv, dkv, dvv, biasv, maskv, blockv, dbiasv, slopesv;
+  View biasv, maskv, blockv, slopesv;
 };
-
-std::vector<double> randn(std::mt19937& g, size_t n, DType dt, double scale = 1.0) {
-  std::normal_distribution<double> nd(0.0, scale);
-  std::vector<double> x(n);
-  for (double& e : x) e = round_to(dt, nd(g));
-  return x;
-}
-
-View upload(Backend be, DType dt, Layout layout, const std::vector<int64_t>& shape,
-            const std::vector<double>& values) {
-  View v = alloc_view(be, dt, layout, shape);
-  if (!values.empty()) v.write(values);
-  v.arena->upload();
-  return v;
-}
 
 Built build(const ModsSpec& s, Backend be) {
   Built b;
@@ -141,6 +123,7 @@ Built build(const ModsSpec& s, Backend be) {
   b.opt.window_left = s.window_left;
   b.opt.window_right = s.causal ? 0 : s.window_right;
   b.opt.softcap = s.softcap;
+  b.opt.mods_rows = Sq, b.opt.mods_cols = Sk;
   const auto n = [](std::initializer_list<int64_t> d) {
     size_t p = 1;
     for (int64_t x : d) p *= static_cast<size_t>(x);
@@ -171,7 +154,6 @@ Built build(const ModsSpec& s, Backend be) {
   }
 
   const size_t full = n({B, H, Sq, Sk});
-  std::vector<double> dense_bias(full, 0.0);
   std::vector<unsigned char> keep(full, 1);
   if (s.bias) {
     const int64_t full_dims[3] = {B, H, Sq};
@@ -191,19 +173,7 @@ Built build(const ModsSpec& s, Backend be) {
     if (s.dbias) {
       b.dbiasv = upload(be, DType::kFloat32, Layout::kPaddedOdd, {bs[0], bs[1], bs[2], bs[3]}, {});
     }
-    for (int bb = 0; bb < B; ++bb) {
-      for (int h = 0; h < H; ++h) {
-        for (int i = 0; i < Sq; ++i) {
-          for (int j = 0; j < Sk; ++j) {
-            const size_t src = static_cast<size_t>(
-                ((((bs[0] == 1 ? 0 : bb) * bs[1] + (bs[1] == 1 ? 0 : h)) * bs[2] + (bs[2] == 1 ? 0 : i)) *
-                 Sk) + j);
-            dense_bias[((static_cast<size_t>(bb) * H + h) * Sq + i) * Sk + j] = b.bias[src];
-          }
-        }
-      }
-    }
-    b.opt.bias = dense_bias;
+    b.opt.bias = expand_to_dense(b.bias, bs, B, H, Sq, Sk);
   }
   if (s.mask_density >= 0.0) {
     std::bernoulli_distribution keep_d(s.mask_density);
@@ -250,54 +220,18 @@ void set_options(const ModsSpec& s, const Built& b, AttentionOptions* o) {
   }
 }
 
+AttentionOptions options(const ModsSpec& s, const Built& b) {
+  AttentionOptions o;
+  set_options(s, b, &o);
+  return o;
+}
+
 ForwardArgs forward_args(const ModsSpec& s, const Built& b) {
-  ForwardArgs a;
-  set_options(s, b, &a);
-  a.q = b.qv.tensor(), a.k = b.kv.tensor(), a.v = b.vv.tensor();
-  a.out = b.outv.tensor(), a.lse = b.lsev.tensor();
-  return a;
+  return case_forward_args(b, options(s, b));
 }
 
 BackwardArgs backward_args(const ModsSpec& s, const Built& b) {
-  BackwardArgs a;
-  set_options(s, b, &a);
-  a.q = b.qv.tensor(), a.k = b.kv.tensor(), a.v = b.vv.tensor();
-  a.out = b.outv.tensor(), a.lse = b.lsev.tensor(), a.dout = b.doutv.tensor();
-  a.dq = b.dqv.tensor(), a.dk = b.dkv.tensor(), a.dv = b.dvv.tensor();
-  if (b.dbiasv.defined()) a.dbias = b.dbiasv.tensor();
-  return a;
-}
-
-// Our LSE (batch, heads, seqlen_q) in the reference layout (heads, total_q).
-std::vector<double> lse_ref_layout(const std::vector<double>& lse, int B, int H, int Sq) {
-  std::vector<double> r(lse.size());
-  for (int bb = 0; bb < B; ++bb) {
-    for (int h = 0; h < H; ++h) {
-      for (int i = 0; i < Sq; ++i) {
-        r[(static_cast<size_t>(h) * B + bb) * Sq + i] = lse[(static_cast<size_t>(bb) * H + h) * Sq + i];
-      }
-    }
-  }
-  return r;
-}
-
-// The reference's dense dbias (batch, heads, seqlen_q, seqlen_k) summed onto bias_shape.
-std::vector<double> reduce_to(const std::vector<double>& dense, const std::array<int64_t, 4>& bs,
-                              int B, int H, int Sq, int Sk) {
-  std::vector<double> r(static_cast<size_t>(bs[0] * bs[1] * bs[2] * bs[3]), 0.0);
-  for (int bb = 0; bb < B; ++bb) {
-    for (int h = 0; h < H; ++h) {
-      for (int i = 0; i < Sq; ++i) {
-        for (int j = 0; j < Sk; ++j) {
-          const size_t dst = static_cast<size_t>(
-              (((bs[0] == 1 ? 0 : bb) * bs[1] + (bs[1] == 1 ? 0 : h)) * bs[2] + (bs[2] == 1 ? 0 : i)) *
-                  Sk + j);
-          r[dst] += dense[((static_cast<size_t>(bb) * H + h) * Sq + i) * Sk + j];
-        }
-      }
-    }
-  }
-  return r;
+  return case_backward_args(b, options(s, b));
 }
 
 using Param = std::tuple<Backend, size_t>;
@@ -308,54 +242,11 @@ TEST_P(ScoreMods, MatchesReference) {
   FLASHATTN_SKIP_IF_UNAVAILABLE(backend);
   const ModsSpec s = cases()[index];
   Built b = build(s, backend);
-  const Status fs = forward(forward_args(s, b));
-  if (backend == Backend::kCuda) {
-    // Not implemented on CUDA yet: the first of the given arguments is named.
-    ASSERT_EQ(fs.code(), StatusCode::kNotSupported) << fs.message();
-    const char* first = s.bias ? "attn_bias" : s.mask_density >= 0.0 ? "attn_mask" : "block_mask";
-    EXPECT_NE(fs.message().find(first), std::string::npos) << fs.message();
-    const Status bs = backward(backward_args(s, b));
-    ASSERT_EQ(bs.code(), StatusCode::kNotSupported) << bs.message();
-    EXPECT_NE(bs.message().find(first), std::string::npos) << bs.message();
-    return;
-  }
-  ASSERT_TRUE(fs.ok()) << fs.message();
-  b.outv.arena->download();
-  b.lsev.arena->download();
-  const Status bs = backward(backward_args(s, b));
-  ASSERT_TRUE(bs.ok()) << bs.message();
-  for (View* v : {&b.dqv, &b.dkv, &b.dvv, &b.dbiasv}) {
-    if (v->defined()) v->arena->download();
-  }
-
-  const int B = s.batch, H = s.heads, Sq = s.seqlen_q, Sk = s.seqlen_k;
-  std::vector<double> out(b.outv.numel()), lse(static_cast<size_t>(H) * B * Sq);
-  reference::forward(b.shape, b.opt, b.q.data(), b.k.data(), b.v.data(), out.data(), lse.data());
-  std::vector<double> dq(b.q.size()), dk(b.k.size()), dv(b.v.size());
-  std::vector<double> dbias_dense(s.dbias ? b.opt.bias.size() : 0);
-  reference::backward(b.shape, b.opt, b.q.data(), b.k.data(), b.v.data(), b.dout.data(), dq.data(),
-                      dk.data(), dv.data(), nullptr, s.dbias ? dbias_dense.data() : nullptr);
-
-  // float32 runs: 1e-4 relative (meets_criterion's float32 rule). A 16-bit run reads inputs
-  // exact in its dtype and computes in float32, so only the final stores round: passing the
-  // reference as naive_lowp leaves the bound 2 u (max|ref| + 0.3).
-  const auto lowp = [&](const std::vector<double>& ref) {
-    return s.dtype == DType::kFloat32 ? std::vector<double>{} : ref;
-  };
-  EXPECT_TRUE(meets_criterion("out", s.dtype, b.outv.read(), out, lowp(out))) << s.name;
-  EXPECT_TRUE(meets_criterion("lse", DType::kFloat32, lse_ref_layout(b.lsev.read(), B, H, Sq), lse, {}))
-      << s.name;
-  if (s.dtype != DType::kFloat32) return;  // gradients: float32 cases
-  const double mag = std::max({max_abs(dq), max_abs(dk), max_abs(dv)});
-  EXPECT_TRUE(meets_criterion("dq", s.dtype, b.dqv.read(), dq, {}, mag)) << s.name;
-  EXPECT_TRUE(meets_criterion("dk", s.dtype, b.dkv.read(), dk, {}, mag)) << s.name;
-  EXPECT_TRUE(meets_criterion("dv", s.dtype, b.dvv.read(), dv, {}, mag)) << s.name;
-  if (s.dbias) {
-    const std::vector<double> ref = reduce_to(dbias_dense, b.bias_shape, B, H, Sq, Sk);
-    EXPECT_GT(max_abs(ref), 0.0) << s.name;
-    EXPECT_TRUE(meets_criterion("dbias", DType::kFloat32, b.dbiasv.read(), ref, {}, max_abs(ref)))
-        << s.name;
-    EXPECT_TRUE(b.dbiasv.arena->padding_untouched("dbias"));
+  // Not implemented on CUDA yet: the first of the given arguments is named.
+  const char* first = s.bias ? "attn_bias" : s.mask_density >= 0.0 ? "attn_mask" : "block_mask";
+  const ModsRefs refs = run_and_check(backend, b, options(s, b), s.dtype, s.name, first);
+  if (refs.ran && s.dbias && s.dtype == DType::kFloat32) {
+    EXPECT_GT(max_abs(refs.dbias), 0.0) << s.name;
   }
 }
 
@@ -576,22 +467,27 @@ TEST(ScoreModsCpu, Errors) {
   g.dbias.shape[1] = 1;
   EXPECT_NE(backward(g).message().find("dbias must have shape"), std::string::npos) << backward(g).message();
 
-  // Varlen: not supported yet, named.
+  // Varlen: the bias is laid out over the longest sequences (max_seqlen_q, max_seqlen_k), not
+  // over the packed rows; the message says so.
   const std::vector<double> cu = {0, 3, 7};
   View cuq = upload(Backend::kCpu, DType::kInt32, Layout::kContiguous, {3}, cu);
   View q3 = upload(Backend::kCpu, DType::kFloat32, Layout::kContiguous, {7, 2, 8}, std::vector<double>(112, 0.5));
   View o3 = upload(Backend::kCpu, DType::kFloat32, Layout::kContiguous, {7, 2, 8}, {});
-  View bias3 = upload(Backend::kCpu, DType::kFloat32, Layout::kContiguous, {2, 2, 4, 4},
-                      std::vector<double>(64, 0.0));
+  View packed_rows = upload(Backend::kCpu, DType::kFloat32, Layout::kContiguous, {2, 2, 7, 7},
+                            std::vector<double>(196, 0.0));
+  View by_longest = upload(Backend::kCpu, DType::kFloat32, Layout::kContiguous, {2, 2, 4, 4},
+                           std::vector<double>(64, 0.0));
   ForwardArgs vl;
   vl.q = vl.k = vl.v = q3.tensor();
   vl.out = o3.tensor();
   vl.cu_seqlens_q = vl.cu_seqlens_k = cuq.tensor();
-  vl.attn_bias = bias3.tensor();
+  vl.attn_bias = packed_rows.tensor();
   const Status st = forward(vl);
-  EXPECT_EQ(st.code(), StatusCode::kNotSupported) << st.message();
-  EXPECT_NE(st.message().find("attn_bias is not supported with varlen"), std::string::npos)
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.message();
+  EXPECT_NE(st.message().find("(batch|1, heads|1, max_seqlen_q|1, max_seqlen_k)"), std::string::npos)
       << st.message();
+  vl.attn_bias = by_longest.tensor();
+  EXPECT_TRUE(forward(vl).ok());
 }
 
 }  // namespace

@@ -50,6 +50,76 @@ void options_to_c(const Cpp& a, C* c) {
   c->check_cu_seqlens = a.check_cu_seqlens;
   c->num_threads = a.num_threads;
   c->stream = a.stream;
+  c->learnable_sink = to_c(a.learnable_sink);
+  c->attn_bias = to_c(a.attn_bias);
+  c->attn_mask = to_c(a.attn_mask);
+  c->block_mask = to_c(a.block_mask);
+  c->block_size_q = a.block_size_q;
+  c->block_size_k = a.block_size_k;
+  c->kv_num_blocks = to_c(a.block_mask_lists.kv_num_blocks);
+  c->kv_indices = to_c(a.block_mask_lists.kv_indices);
+  c->full_kv_num_blocks = to_c(a.block_mask_lists.full_kv_num_blocks);
+  c->full_kv_indices = to_c(a.block_mask_lists.full_kv_indices);
+}
+
+flashattn_forward_args c_forward_args(const ForwardArgs& a) {
+  flashattn_forward_args c;
+  flashattn_forward_args_init(&c);
+  options_to_c(a, &c);
+  c.q = to_c(a.q), c.k = to_c(a.k), c.v = to_c(a.v), c.out = to_c(a.out), c.lse = to_c(a.lse);
+  c.num_splits = a.num_splits;
+  return c;
+}
+
+flashattn_backward_args c_backward_args(const BackwardArgs& a) {
+  flashattn_backward_args c;
+  flashattn_backward_args_init(&c);
+  options_to_c(a, &c);
+  c.q = to_c(a.q), c.k = to_c(a.k), c.v = to_c(a.v), c.out = to_c(a.out), c.dout = to_c(a.dout);
+  c.lse = to_c(a.lse), c.dq = to_c(a.dq), c.dk = to_c(a.dk), c.dv = to_c(a.dv);
+  c.deterministic = a.deterministic;
+  c.dsink = to_c(a.dsink), c.dbias = to_c(a.dbias);
+  return c;
+}
+
+// float32 buffers for the outputs of one forward + backward.
+struct Outputs {
+  std::vector<float> out, lse, dq, dk, dv, dbias;
+  // Points the outputs of fa and ba (contiguous views whose shapes are set) at these buffers;
+  // ba reads fa's out and lse.
+  void bind(ForwardArgs* fa, BackwardArgs* ba) {
+    const struct {
+      std::vector<float>& buffer;
+      TensorView& view;
+    } outputs[] = {{out, fa->out}, {lse, fa->lse}, {dq, ba->dq},
+                   {dk, ba->dk},   {dv, ba->dv},   {dbias, ba->dbias}};
+    for (const auto& o : outputs) {
+      o.buffer.assign(static_cast<size_t>(o.view.numel()), std::nanf(""));
+      o.view.data = o.view.defined() ? o.buffer.data() : nullptr;
+    }
+    ba->out = fa->out, ba->lse = fa->lse;
+  }
+};
+
+// fa and ba through the C++ API and, with every output redirected, through the C ABI: the
+// results are bitwise equal (one code path runs behind both). Returns the C++ outputs.
+Outputs expect_c_abi_matches_cpp(ForwardArgs fa, BackwardArgs ba) {
+  Outputs cpp, c;
+  cpp.bind(&fa, &ba);
+  const Status fs = forward(fa), bs = backward(ba);
+  EXPECT_TRUE(fs.ok() && bs.ok()) << fs.message() << " / " << bs.message();
+  c.bind(&fa, &ba);
+  const flashattn_forward_args cf = c_forward_args(fa);
+  EXPECT_EQ(flashattn_forward(&cf), FLASHATTN_OK) << flashattn_last_error();
+  const flashattn_backward_args cb = c_backward_args(ba);
+  EXPECT_EQ(flashattn_backward(&cb), FLASHATTN_OK) << flashattn_last_error();
+  EXPECT_EQ(c.out, cpp.out);
+  EXPECT_EQ(c.lse, cpp.lse);
+  EXPECT_EQ(c.dq, cpp.dq);
+  EXPECT_EQ(c.dk, cpp.dk);
+  EXPECT_EQ(c.dv, cpp.dv);
+  EXPECT_EQ(c.dbias, cpp.dbias);
+  return cpp;
 }
 
 TEST(CApi, ForwardFromCMatchesReference) {
@@ -267,15 +337,29 @@ TEST(CApi, FirstPublishedLayoutIsAccepted) {
   EXPECT_TRUE(meets_criterion("out", s.dtype, dev.out(), ref.out, {}));
 }
 
+// The C ABI called with an older args layout: struct_size ends where `first_unread` begins, and
+// every field from there on holds garbage (never the caller's memory, never read). Runs the
+// forward and backward of fa / ba so; returns the forward's output.
+std::vector<float> run_older_layout(ForwardArgs fa, BackwardArgs ba, size_t forward_size,
+                                    size_t backward_size) {
+  Outputs c;
+  c.bind(&fa, &ba);
+  flashattn_forward_args cf = c_forward_args(fa);
+  std::memset(reinterpret_cast<char*>(&cf) + forward_size, 0x5a, sizeof(cf) - forward_size);
+  cf.struct_size = forward_size;
+  EXPECT_EQ(flashattn_forward(&cf), FLASHATTN_OK) << flashattn_last_error();
+  flashattn_backward_args cb = c_backward_args(ba);
+  std::memset(reinterpret_cast<char*>(&cb) + backward_size, 0x5a, sizeof(cb) - backward_size);
+  cb.struct_size = backward_size;
+  EXPECT_EQ(flashattn_backward(&cb), FLASHATTN_OK) << flashattn_last_error();
+  return c.out;
+}
+
 // attn_bias, attn_mask, block_mask and dbias cross the C boundary: the results equal the C++
-// API's bitwise (the same code runs behind both). A caller of the 0.2 layout (up to the sink
-// fields) is accepted too.
+// API's bitwise. A caller of the 0.2 layout (up to the sink fields) is accepted too.
 TEST(CApi, BiasAndMasks) {
   const int64_t B = 1, S = 20, H = 2, D = 8;
-  std::vector<float> q(B * S * H * D), bias(H * S * S), out_cpp(q.size()), out_c(q.size());
-  std::vector<float> lse_cpp(B * H * S), lse_c(lse_cpp.size()), dq_cpp(q.size()), dq_c(q.size());
-  std::vector<float> dk_cpp(q.size()), dk_c(q.size()), dv_cpp(q.size()), dv_c(q.size());
-  std::vector<float> db_cpp(bias.size()), db_c(bias.size());
+  std::vector<float> q(B * S * H * D), bias(H * S * S);
   std::vector<uint8_t> mask(S * S), block(4 * 3);
   for (size_t i = 0; i < q.size(); ++i) q[i] = std::sin(0.37f * static_cast<float>(i));
   for (size_t i = 0; i < bias.size(); ++i) bias[i] = std::cos(0.11f * static_cast<float>(i));
@@ -286,56 +370,72 @@ TEST(CApi, BiasAndMasks) {
   };
   ForwardArgs fa;
   fa.q = fa.k = fa.v = view(q.data(), DType::kFloat32, {B, S, H, D});
-  fa.out = view(out_cpp.data(), DType::kFloat32, {B, S, H, D});
-  fa.lse = view(lse_cpp.data(), DType::kFloat32, {B, H, S});
+  fa.out = view(nullptr, DType::kFloat32, {B, S, H, D});
+  fa.lse = view(nullptr, DType::kFloat32, {B, H, S});
   fa.attn_bias = view(bias.data(), DType::kFloat32, {1, H, S, S});
   fa.attn_mask = view(mask.data(), DType::kUInt8, {1, 1, S, S});
   fa.block_mask = view(block.data(), DType::kUInt8, {1, 1, 4, 3});
   fa.block_size_q = 5, fa.block_size_k = 7;
-  ASSERT_TRUE(forward(fa).ok());
   BackwardArgs ba;
   static_cast<AttentionOptions&>(ba) = fa;
   ba.q = ba.k = ba.v = ba.dout = fa.q;
-  ba.out = fa.out, ba.lse = fa.lse;
-  ba.dq = view(dq_cpp.data(), DType::kFloat32, {B, S, H, D});
-  ba.dk = view(dk_cpp.data(), DType::kFloat32, {B, S, H, D});
-  ba.dv = view(dv_cpp.data(), DType::kFloat32, {B, S, H, D});
-  ba.dbias = view(db_cpp.data(), DType::kFloat32, {1, H, S, S});
-  ASSERT_TRUE(backward(ba).ok());
+  ba.dq = ba.dk = ba.dv = fa.out;
+  ba.dbias = view(nullptr, DType::kFloat32, {1, H, S, S});
+  Outputs cpp = expect_c_abi_matches_cpp(fa, ba);
+  EXPECT_NE(cpp.dbias, std::vector<float>(cpp.dbias.size(), 0.0f));
 
-  flashattn_forward_args cf;
-  flashattn_forward_args_init(&cf);
-  options_to_c(fa, &cf);
-  cf.q = cf.k = cf.v = to_c(fa.q);
-  cf.out = to_c(view(out_c.data(), DType::kFloat32, {B, S, H, D}));
-  cf.lse = to_c(view(lse_c.data(), DType::kFloat32, {B, H, S}));
-  cf.attn_bias = to_c(fa.attn_bias), cf.attn_mask = to_c(fa.attn_mask);
-  cf.block_mask = to_c(fa.block_mask), cf.block_size_q = 5, cf.block_size_k = 7;
-  ASSERT_EQ(flashattn_forward(&cf), FLASHATTN_OK) << flashattn_last_error();
-  EXPECT_EQ(out_c, out_cpp);
-  EXPECT_EQ(lse_c, lse_cpp);
-  flashattn_backward_args cb;
-  flashattn_backward_args_init(&cb);
-  options_to_c(ba, &cb);
-  cb.q = cb.k = cb.v = cb.dout = cf.q;
-  cb.out = cf.out, cb.lse = cf.lse;
-  cb.dq = to_c(view(dq_c.data(), DType::kFloat32, {B, S, H, D}));
-  cb.dk = to_c(view(dk_c.data(), DType::kFloat32, {B, S, H, D}));
-  cb.dv = to_c(view(dv_c.data(), DType::kFloat32, {B, S, H, D}));
-  cb.attn_bias = cf.attn_bias, cb.attn_mask = cf.attn_mask, cb.block_mask = cf.block_mask;
-  cb.block_size_q = 5, cb.block_size_k = 7;
-  cb.dbias = to_c(view(db_c.data(), DType::kFloat32, {1, H, S, S}));
-  ASSERT_EQ(flashattn_backward(&cb), FLASHATTN_OK) << flashattn_last_error();
-  EXPECT_EQ(dq_c, dq_cpp);
-  EXPECT_EQ(dk_c, dk_cpp);
-  EXPECT_EQ(db_c, db_cpp);
-  EXPECT_NE(db_c, std::vector<float>(db_c.size(), 0.0f));
+  // The 0.2 layout: the fields past learnable_sink are not read, so the call has no bias or mask.
+  ba.dbias = TensorView{};
+  EXPECT_NE(run_older_layout(fa, ba, offsetof(flashattn_forward_args, attn_bias),
+                             offsetof(flashattn_backward_args, attn_bias)),
+            cpp.out);
+}
 
-  // The 0.2 layout: the fields past learnable_sink are not read (here: garbage).
-  std::memset(&cf.attn_bias, 0x5a, sizeof(cf) - offsetof(flashattn_forward_args, attn_bias));
-  cf.struct_size = offsetof(flashattn_forward_args, attn_bias);
-  ASSERT_EQ(flashattn_forward(&cf), FLASHATTN_OK) << flashattn_last_error();
-  EXPECT_NE(out_c, out_cpp);  // without the bias and masks
+// The compressed block mask on a varlen call crosses the C boundary: the results equal the C++
+// API's bitwise. A caller of the 0.3 layout (up to block_size_k / dbias) is accepted, and the
+// fields past it are not read.
+TEST(CApi, CompressedBlockMaskVarlen) {
+  const int64_t total = 30, H = 2, D = 8;  // sequences of 18 and 12 tokens, blocks of 8
+  std::vector<float> q(total * H * D), bias(H * 18 * 18);
+  std::vector<int32_t> cu = {0, 18, 30};
+  std::vector<uint8_t> mask(H * 18 * 18);
+  // (1, heads, 3 query blocks) counts and (1, heads, 3, 3) indices: per head, partial and full.
+  std::vector<int32_t> num = {1, 1, 2, 0, 1, 1}, idx = {0, 9, 9, 1, 9, 9, 0, 2, 9, 0, 0, 0, 2, 9, 9, 1, 9, 9};
+  std::vector<int32_t> full_num = {0, 1, 0, 2, 1, 1}, full_idx = {9, 9, 9, 0, 9, 9, 9, 9, 9,
+                                                                  0, 1, 9, 0, 9, 9, 0, 9, 9};
+  for (size_t i = 0; i < q.size(); ++i) q[i] = std::sin(0.29f * static_cast<float>(i));
+  for (size_t i = 0; i < bias.size(); ++i) bias[i] = std::cos(0.13f * static_cast<float>(i));
+  for (size_t i = 0; i < mask.size(); ++i) mask[i] = (i * 5) % 7 != 0;
+  auto view = [](void* p, DType dt, std::initializer_list<int64_t> shape) {
+    return make_contiguous_view(p, dt, Device{}, shape);
+  };
+  ForwardArgs fa;
+  fa.q = fa.k = fa.v = view(q.data(), DType::kFloat32, {total, H, D});
+  fa.out = view(nullptr, DType::kFloat32, {total, H, D});
+  fa.lse = view(nullptr, DType::kFloat32, {H, total});
+  fa.cu_seqlens_q = fa.cu_seqlens_k = view(cu.data(), DType::kInt32, {3});
+  fa.max_seqlen_q = fa.max_seqlen_k = 18;
+  fa.attn_bias = view(bias.data(), DType::kFloat32, {1, H, 18, 18});
+  fa.attn_mask = view(mask.data(), DType::kUInt8, {1, H, 18, 18});
+  fa.block_mask_lists.kv_num_blocks = view(num.data(), DType::kInt32, {1, H, 3});
+  fa.block_mask_lists.kv_indices = view(idx.data(), DType::kInt32, {1, H, 3, 3});
+  fa.block_mask_lists.full_kv_num_blocks = view(full_num.data(), DType::kInt32, {1, H, 3});
+  fa.block_mask_lists.full_kv_indices = view(full_idx.data(), DType::kInt32, {1, H, 3, 3});
+  fa.block_size_q = fa.block_size_k = 8;
+  BackwardArgs ba;
+  static_cast<AttentionOptions&>(ba) = fa;
+  ba.q = ba.k = ba.v = ba.dout = fa.q;
+  ba.dq = ba.dk = ba.dv = fa.out;
+  ba.dbias = view(nullptr, DType::kFloat32, {1, H, 18, 18});
+  Outputs cpp = expect_c_abi_matches_cpp(fa, ba);
+  EXPECT_NE(cpp.dbias, std::vector<float>(cpp.dbias.size(), 0.0f));
+
+  // The 0.3 layout: the list fields are not read, so with the block sizes cleared the call
+  // runs without a block mask.
+  fa.block_size_q = fa.block_size_k = ba.block_size_q = ba.block_size_k = 0;
+  EXPECT_NE(run_older_layout(fa, ba, offsetof(flashattn_forward_args, kv_num_blocks),
+                             offsetof(flashattn_backward_args, kv_num_blocks)),
+            cpp.out);
 }
 
 // A valid small forward to mutate.

@@ -8,75 +8,13 @@ import numpy as np
 import pytest
 
 import flashattn
+from score_ref import close, dense_keep, reduce_like, reference, torch_reference
 
 RNG = np.random.default_rng(18)
 
 
 def randn(*shape):
     return RNG.standard_normal(shape).astype(np.float32)
-
-
-def dense_keep(b, h, sq, sk, causal, attn_mask, block_mask, block_size):
-    """(b, h, sq, sk) bool: the visible pairs, the block mask expanded to elements."""
-    keep = np.ones((b, h, sq, sk), dtype=bool)
-    if causal:
-        i = np.arange(sq)[:, None]
-        j = np.arange(sk)[None, :]
-        keep &= j <= i + sk - sq
-    if attn_mask is not None:
-        keep &= np.broadcast_to(attn_mask.astype(bool), keep.shape)
-    if block_mask is not None:
-        bq, bk = block_size
-        rows = np.arange(sq) // bq
-        cols = np.arange(sk) // bk
-        expanded = block_mask.astype(bool)[:, :, rows][:, :, :, cols]
-        keep &= np.broadcast_to(expanded, keep.shape)
-    return keep
-
-
-def reference(q, k, v, dout, bias, keep, scale):
-    """float64 out, lse (b, h, sq), dq, dk, dv and dS (b, h, sq, sk); rows with no visible key
-    give out 0, lse -inf and zero gradients."""
-    q, k, v, dout = (x.astype(np.float64) for x in (q, k, v, dout))
-    h, hk = q.shape[2], k.shape[2]
-    ke, ve = np.repeat(k, h // hk, axis=2), np.repeat(v, h // hk, axis=2)
-    s = scale * np.einsum("bihd,bjhd->bhij", q, ke)
-    if bias is not None:
-        s = s + np.broadcast_to(bias.astype(np.float64), s.shape)
-    s = np.where(keep & (s != -np.inf), s, -np.inf)
-    m = s.max(axis=-1, keepdims=True)
-    empty = m == -np.inf
-    e = np.where(empty, 0.0, np.exp(s - np.where(empty, 0.0, m)))
-    l = e.sum(axis=-1, keepdims=True)
-    p = np.where(empty, 0.0, e / np.where(empty, 1.0, l))
-    lse = np.where(empty[..., 0], -np.inf, (m + np.log(np.where(empty, 1.0, l)))[..., 0])
-    out = np.einsum("bhij,bjhd->bihd", p, ve)
-    dp = np.einsum("bihd,bjhd->bhij", dout, ve)
-    delta = np.einsum("bihd,bihd->bhi", dout, out)[..., None]
-    ds = p * (dp - delta)
-    dq = scale * np.einsum("bhij,bjhd->bihd", ds, ke)
-    dk = scale * np.einsum("bhij,bihd->bjhd", ds, q)
-    dv = np.einsum("bhij,bihd->bjhd", p, dout)
-    b, sk = k.shape[0], k.shape[1]
-    dk = dk.reshape(b, sk, hk, h // hk, -1).sum(axis=3)
-    dv = dv.reshape(b, sk, hk, h // hk, -1).sum(axis=3)
-    return out, lse, dq, dk, dv, ds
-
-
-def reduce_like(ds, shape):
-    """dS summed over the dimensions a bias of `shape` broadcasts."""
-    axes = tuple(i for i, n in enumerate(shape) if n == 1 and ds.shape[i] != 1)
-    return ds.sum(axis=axes, keepdims=True)
-
-
-def close(ours, ref, what):
-    ours = np.asarray(ours, dtype=np.float64)
-    assert not np.isnan(ours).any(), f"{what}: NaN"
-    finite = np.isfinite(ref)
-    assert np.array_equal(ours[~finite], ref[~finite]), f"{what}: non-finite entries differ"
-    scale = max(np.abs(ref[finite]).max(initial=0.0), 1e-3)
-    err = np.abs(ours[finite] - ref[finite]).max(initial=0.0)
-    assert err <= 1e-4 * scale + 1e-6, f"{what}: max error {err} (max |ref| {scale})"
 
 
 SHAPE = dict(b=2, sq=37, sk=53, h=4, hk=2, d=16, dv=16)
@@ -152,21 +90,6 @@ def test_block_size_is_checked():
 
 def _torch():
     return pytest.importorskip("torch")
-
-
-def torch_reference(q, k, v, bias, keep, scale):
-    """float64 torch attention (autograd through the bias too); fully masked rows give 0."""
-    torch = _torch()
-    h, hk = q.shape[2], k.shape[2]
-    ke = k.repeat_interleave(h // hk, dim=2)
-    ve = v.repeat_interleave(h // hk, dim=2)
-    s = scale * torch.einsum("bihd,bjhd->bhij", q, ke)
-    if bias is not None:
-        s = s + bias
-    s = s.masked_fill(~keep, float("-inf"))
-    empty = torch.isinf(s).all(dim=-1, keepdim=True)
-    p = torch.softmax(s.masked_fill(empty, 0.0), dim=-1).masked_fill(empty | ~keep, 0.0)
-    return torch.einsum("bhij,bjhd->bihd", p, ve)
 
 
 @pytest.mark.parametrize("case", range(len(CASES)))
@@ -248,7 +171,7 @@ def test_torch_bias_is_the_only_leaf():
     close(bias_t.grad.numpy(), ref_bias.grad.numpy(), "dbias")
     ops = torch.ops.flashattn
     opts = (None, None, 0, 0, None, 0.0, True, -1, -1, 0.0, 0.0, None, False, None,
-            torch.from_numpy(bias), None, None, 0, 0)
+            torch.from_numpy(bias), None, None, 0, 0, None, None, None, None)
     out, lse = ops.fwd(qt, kt, vt, *opts)
     bwd_args = (dt, qt, kt, vt, out, lse) + opts + (True,)
     torch.library.opcheck(ops.bwd.default, bwd_args, test_utils=("test_schema", "test_faketensor"))

@@ -1,0 +1,483 @@
+"""Issue 18 beyond dense calls: attn_bias / attn_mask / block_mask on the varlen functions, the
+compressed block mask (flashattn.BlockMask, FlexAttention's layout) and its builders
+(block_mask_from_dense, block_mask_from_mask_mod, block_mask_from_flex). Everything is checked
+against the float64 reference (score_ref.py) given the equivalent dense keep mask, which these
+tests derive on their own (numpy predicates, list expansion)."""
+
+import numpy as np
+import pytest
+
+import flashattn
+from score_ref import close, dense_keep, reduce_like, reference
+
+RNG = np.random.default_rng(1828)
+
+
+def randn(*shape):
+    return RNG.standard_normal(shape).astype(np.float32)
+
+
+def _torch():
+    return pytest.importorskip("torch")
+
+
+def run_torch(q, k, v, dout, *args, fn=flashattn.flash_attn_func, **kw):
+    """fn(q, k, v, *args, **kw) on torch tensors with autograd: out and (dq, dk, dv) as numpy
+    (other leaves in kw, e.g. a bias, get their .grad as usual)."""
+    torch = _torch()
+    leaf = [torch.from_numpy(x).requires_grad_() for x in (q, k, v)]
+    out = fn(*leaf, *args, **kw)
+    out.backward(torch.from_numpy(dout))
+    return out.detach().numpy(), [t.grad.numpy() for t in leaf]
+
+
+# ---- varlen ----------------------------------------------------------------------------------
+
+LENS_Q, LENS_K = [37, 1, 64, 0, 20], [53, 77, 100, 10, 0]  # empty sequences on either side
+H, HK, D, DV = 4, 2, 16, 12
+MAX_Q, MAX_K = max(LENS_Q), max(LENS_K)
+B = len(LENS_Q)
+
+
+def cu(lens):
+    return np.concatenate([[0], np.cumsum(lens)]).astype(np.int32)
+
+
+def varlen_inputs():
+    tq, tk = sum(LENS_Q), sum(LENS_K)
+    return randn(tq, H, D), randn(tk, HK, D), randn(tk, HK, DV), randn(tq, H, DV)
+
+
+def varlen_reference(q, k, v, dout, bias, keep, scale, softcap=0.0):
+    """Per sequence, the dense reference on its rows: bias and keep are laid out over
+    (MAX_Q, MAX_K) and indexed by positions inside the sequence. Returns out, lse (heads,
+    total_q), dq, dk, dv and dS (B, H, MAX_Q, MAX_K), zero outside each sequence."""
+    cq, ck = cu(LENS_Q), cu(LENS_K)
+    out, dq = np.zeros(q.shape[:2] + (DV,)), np.zeros(q.shape)
+    dk, dv = np.zeros(k.shape), np.zeros(v.shape)
+    lse = np.zeros((H, cq[-1]))
+    ds = np.zeros((B, H, MAX_Q, MAX_K))
+    for b in range(B):
+        lq, lk = LENS_Q[b], LENS_K[b]
+        rq, rk = slice(cq[b], cq[b + 1]), slice(ck[b], ck[b + 1])
+        sb = None
+        if bias is not None:
+            sb = bias[min(b, bias.shape[0] - 1):][:1, :, :lq if bias.shape[2] > 1 else 1, :lk]
+        r = reference(q[None, rq], k[None, rk], v[None, rk], dout[None, rq], sb,
+                      keep[b:b + 1, :, :lq, :lk], scale, softcap)
+        out[rq], lse[:, rq], dq[rq], dk[rk], dv[rk] = r[0][0], r[1][0], r[2][0], r[3][0], r[4][0]
+        ds[b, :, :lq, :lk] = r[5][0]
+    return out, lse, dq, dk, dv, ds
+
+
+VARLEN_CASES = [
+    dict(bias=(B, H, MAX_Q, MAX_K)),
+    dict(bias=(1, H, MAX_Q, MAX_K), causal=True, mask=(B, 1, MAX_Q, MAX_K)),  # one bias for all
+    dict(bias=(B, 1, 1, MAX_K), block=(1, H), bs=(16, 8), density=0.5),  # key padding bias
+    dict(block=(B, 1), bs=(7, 9), density=0.4, mask=(1, H, MAX_Q, MAX_K), window=(20, 5)),
+]
+
+
+def make_varlen_case(c):
+    bias = 2 * randn(*c["bias"]) if "bias" in c else None
+    mask = RNG.random(c["mask"]) < 0.7 if "mask" in c else None
+    block, bs = None, c.get("bs")
+    if "block" in c:
+        block = RNG.random((*c["block"], -(-MAX_Q // bs[0]), -(-MAX_K // bs[1]))) < c["density"]
+        block[:, :, 0] = False  # query block 0 keeps nothing: rows with no kept block
+    # Per sequence the causal / window diagonal uses the sequence's own lengths.
+    keep = np.zeros((B, H, MAX_Q, MAX_K), dtype=bool)
+    for b in range(B):
+        lq, lk = LENS_Q[b], LENS_K[b]
+        m = None if mask is None else mask[min(b, mask.shape[0] - 1):][:1, :, :lq, :lk]
+        blk = None if block is None else block[min(b, block.shape[0] - 1):][:1]
+        keep[b:b + 1, :, :lq, :lk] = dense_keep(1, H, lq, lk, c.get("causal", False), m, blk, bs,
+                                                c.get("window", (-1, -1)))
+    return bias, mask, block, bs, keep
+
+
+@pytest.mark.parametrize("case", range(len(VARLEN_CASES)))
+def test_varlen_numpy_forward_and_backward(case):
+    c = VARLEN_CASES[case]
+    q, k, v, dout = varlen_inputs()
+    bias, mask, block, bs, keep = make_varlen_case(c)
+    scale = D ** -0.5
+    ref = varlen_reference(q, k, v, dout, bias, keep, scale)
+    kw = dict(causal=c.get("causal", False), window_size=c.get("window", (-1, -1)),
+              attn_bias=bias, attn_mask=mask, block_mask=block, block_size=bs)
+    out, lse, _ = flashattn.flash_attn_varlen_func(q, k, v, cu(LENS_Q), cu(LENS_K), MAX_Q, MAX_K,
+                                                   return_attn_probs=True, **kw)
+    close(out, ref[0], "out")
+    close(lse, ref[1], "lse")
+    dq, dk, dv = np.empty_like(q), np.empty_like(k), np.empty_like(v)
+    dbias = np.empty(bias.shape, np.float32) if bias is not None else None
+    flashattn.backward(dout, q, k, v, out, lse, dq, dk, dv, cu_seqlens_q=cu(LENS_Q),
+                       cu_seqlens_k=cu(LENS_K), max_seqlen_q=MAX_Q, max_seqlen_k=MAX_K,
+                       dbias=dbias, **kw)
+    for name, ours, theirs in (("dq", dq, ref[2]), ("dk", dk, ref[3]), ("dv", dv, ref[4])):
+        close(ours, theirs, name)
+    if bias is not None:
+        close(dbias, reduce_like(ref[5], bias.shape), "dbias")
+
+
+@pytest.mark.parametrize("case", range(len(VARLEN_CASES)))
+def test_varlen_torch_autograd(case):
+    torch = _torch()
+    c = VARLEN_CASES[case]
+    q, k, v, dout = varlen_inputs()
+    bias, mask, block, bs, keep = make_varlen_case(c)
+    bias_t = torch.from_numpy(bias).requires_grad_() if bias is not None else None
+    out, grads = run_torch(
+        q, k, v, dout, torch.from_numpy(cu(LENS_Q)), torch.from_numpy(cu(LENS_K)), MAX_Q, MAX_K,
+        fn=flashattn.flash_attn_varlen_func, causal=c.get("causal", False),
+        window_size=c.get("window", (-1, -1)), attn_bias=bias_t,
+        attn_mask=torch.from_numpy(mask) if mask is not None else None,
+        block_mask=torch.from_numpy(block) if block is not None else None, block_size=bs)
+    ref = varlen_reference(q, k, v, dout, bias, keep, D ** -0.5)
+    close(out, ref[0], "out")
+    for name, ours, theirs in zip(("dq", "dk", "dv"), grads, ref[2:5]):
+        close(ours, theirs, name)
+    if bias is not None:
+        close(bias_t.grad.numpy(), reduce_like(ref[5], bias.shape), "dbias")
+
+
+def test_varlen_packed_variants_take_the_bias():
+    """The packed varlen functions pass the bias and masks through like the unpacked one."""
+    lens = [30, 45]
+    cs, total = cu(lens), sum(lens)
+    qkv = randn(total, 3, H, D)
+    bias = randn(1, H, 45, 45)
+    mask = RNG.random((2, 1, 45, 45)) < 0.8
+    kw = dict(attn_bias=bias, attn_mask=mask, causal=True)
+    unpacked = flashattn.flash_attn_varlen_func(qkv[:, 0], qkv[:, 1], qkv[:, 2], cs, cs, 45, 45,
+                                                **kw)
+    packed = flashattn.flash_attn_varlen_qkvpacked_func(qkv, cs, 45, **kw)
+    kvpacked = flashattn.flash_attn_varlen_kvpacked_func(qkv[:, 0], qkv[:, 1:], cs, cs, 45, 45,
+                                                         **kw)
+    np.testing.assert_array_equal(packed, unpacked)
+    np.testing.assert_array_equal(kvpacked, unpacked)
+
+
+# ---- the compressed block mask ---------------------------------------------------------------
+
+def block_states(bm, nkb):
+    """int8 (B|1, H|1, q_blocks, nkb) of a BlockMask's lists, expanded here on their own:
+    0 absent, 1 partial, 2 full."""
+    pieces = [p for p in ((bm.kv_num_blocks, bm.kv_indices, 1),
+                          (bm.full_kv_num_blocks, bm.full_kv_indices, 2)) if p[0] is not None]
+    lead = np.broadcast_shapes(*(np.asarray(p[0]).shape for p in pieces))
+    states = np.zeros(lead + (nkb,), dtype=np.int8)
+    for num, idx, value in pieces:
+        num, idx = np.broadcast_to(np.asarray(num), lead), np.asarray(idx)
+        for b, h, r in np.ndindex(*lead):
+            row = idx[min(b, idx.shape[0] - 1), min(h, idx.shape[1] - 1), r]
+            states[b, h, r, row[:num[b, h, r]]] = value
+    return states
+
+
+def keep_of(bm, sq, sk, causal=False, window=(-1, -1)):
+    """The dense keep mask (1|B, 1|H, sq, sk) a BlockMask describes, with causal / window."""
+    bq, bk = bm.block_size
+    states = block_states(bm, -(-sk // bk))
+    st = states[:, :, np.arange(sq) // bq][:, :, :, np.arange(sk) // bk]
+    elem = np.ones((1, 1, sq, sk), dtype=bool)
+    if bm.mask is not None:
+        elem = np.asarray(bm.mask)[..., :sq, :sk].astype(bool)
+    keep = (st == 2) | ((st == 1) & elem)
+    return keep & dense_keep(1, 1, sq, sk, causal, None, None, None, window)
+
+
+def numpy_states(elem, bq, bk):
+    """0 / 1 / 2 (absent / partial / full) per block of a dense element mask, by brute force."""
+    *lead, sq, sk = elem.shape
+    nqb, nkb = -(-sq // bq), -(-sk // bk)
+    out = np.zeros((*lead, nqb, nkb), dtype=np.int8)
+    for r in range(nqb):
+        for c in range(nkb):
+            blk = elem[..., r * bq:(r + 1) * bq, c * bk:(c + 1) * bk]
+            out[..., r, c] = np.where(blk.all(axis=(-2, -1)), 2, np.where(blk.any(axis=(-2, -1)), 1, 0))
+    return out
+
+
+SQ, SK = 150, 190
+# Document ids of 256 positions (FlexAttention evaluates mask_mods up to the padded lengths).
+DOC = np.repeat(np.arange(7), [30, 5, 61, 40, 20, 34, 66])
+
+
+def mask_mods():
+    """name -> (mask_mod for torch, the same predicate on numpy index grids, B, H)."""
+    torch = _torch()
+    doc = torch.from_numpy(DOC)
+    prefix = torch.tensor([40, 100])
+    return {
+        "document": (lambda b, h, q, kv: doc[q] == doc[kv],
+                     lambda b, h, q, kv: DOC[q] == DOC[kv], None, None),
+        "dilated_window": (lambda b, h, q, kv: ((q - kv).abs() <= 40) & ((q - kv) % 3 == 0),
+                           lambda b, h, q, kv: (np.abs(q - kv) <= 40) & ((q - kv) % 3 == 0),
+                           None, None),
+        "per_head": (lambda b, h, q, kv: kv % (h + 2) != 0,
+                     lambda b, h, q, kv: kv % (h + 2) != 0, None, 4),
+        "per_batch_prefix": (lambda b, h, q, kv: kv < prefix[b] + q // 2,
+                             lambda b, h, q, kv: kv < np.array([40, 100])[b] + q // 2, 2, None),
+        "nothing": (lambda b, h, q, kv: q < 0, lambda b, h, q, kv: q < 0 + 0 * kv, None, None),
+        "everything": (lambda b, h, q, kv: q >= 0, lambda b, h, q, kv: q >= 0 + 0 * kv, None, None),
+    }
+
+
+def numpy_predicate(pred, b, h):
+    """The predicate on index grids: bool (b, h, SQ, SK)."""
+    bi, hi, qi, ki = np.ix_(np.arange(b), np.arange(h), np.arange(SQ), np.arange(SK))
+    return np.broadcast_to(pred(bi, hi, qi, ki), (b, h, SQ, SK))
+
+
+MOD_CASES = [
+    dict(mod="document", bs=(32, 16)),
+    dict(mod="document", bs=(16, 64), causal=True, softcap=2.5),
+    dict(mod="dilated_window", bs=(24, 40), window=(60, 10)),
+    dict(mod="per_head", bs=(50, 50), hk=1),
+    dict(mod="per_batch_prefix", bs=(32, 32), causal=True),
+    dict(mod="nothing", bs=(64, 64)),
+    dict(mod="everything", bs=(40, 24), softcap=4.0),
+]
+
+
+
+
+@pytest.mark.parametrize("case", range(len(MOD_CASES)))
+def test_block_mask_from_mask_mod_matches_the_dense_mask(case):
+    c = MOD_CASES[case]
+    mod, pred, mb, mh = mask_mods()[c["mod"]]
+    bq, bk = c["bs"]
+    bm = flashattn.block_mask_from_mask_mod(mod, mb, mh, SQ, SK, (bq, bk), device="cpu")
+    elem = numpy_predicate(pred, mb or 1, mh or 1)
+    # Every block classified from every element (not from its corners).
+    assert np.array_equal(block_states(bm, -(-SK // bk)), numpy_states(elem, bq, bk))
+    assert (bm.mask is None) == (not (numpy_states(elem, bq, bk) == 1).any())
+
+    hk = c.get("hk", 2)
+    q, k, v, dout = randn(2, SQ, 4, D), randn(2, SK, hk, D), randn(2, SK, hk, DV), randn(2, SQ, 4, DV)
+    kw = dict(causal=c.get("causal", False), window_size=c.get("window", (-1, -1)),
+              softcap=c.get("softcap", 0.0))
+    out, grads = run_torch(q, k, v, dout, block_mask=bm, **kw)
+    keep = elem & dense_keep(1, 1, SQ, SK, kw["causal"], None, None, None, kw["window_size"])
+    keep = np.broadcast_to(keep, (2, 4, SQ, SK))
+    ref = reference(q, k, v, dout, None, keep, D ** -0.5, kw["softcap"])
+    # The lists and element mask, expanded here, describe exactly that mask.
+    assert np.array_equal(np.broadcast_to(keep_of(bm, SQ, SK, kw["causal"], kw["window_size"]),
+                                          keep.shape), keep)
+    close(out, ref[0], "out")
+    for name, ours, theirs in zip(("dq", "dk", "dv"), grads, ref[2:5]):
+        close(ours, theirs, name)
+    if c["mod"] == "nothing":
+        assert not out.any() and not any(g.any() for g in grads)
+
+
+def test_mask_mod_is_evaluated_inside_blocks():
+    """A predicate true on every block corner but false on one row inside each block: every
+    block is partial (corner evaluation would call them all full)."""
+    bm = flashattn.block_mask_from_mask_mod(lambda b, h, q, kv: q % 16 != 7, None, None, 64, 48,
+                                            16, device="cpu")
+    states = block_states(bm, 3)
+    assert (states == 1).all()
+    assert bm.mask is not None and not bm.mask[0, 0, 7].any() and bm.mask[0, 0, 8].all()
+
+
+def test_block_mask_from_dense_gives_the_dense_results_bitwise():
+    """The dense block mask with attn_mask, and its compressed form, are one mask: the CPU
+    backend gives bitwise the same outputs and gradients."""
+    torch = _torch()
+    b, h, hk, sq, sk, bs = 2, 4, 2, 70, 90, (16, 8)
+    nqb, nkb = -(-sq // bs[0]), -(-sk // bs[1])
+    block = torch.from_numpy(RNG.random((1, h, nqb, nkb)) < 0.6)
+    mask = torch.from_numpy(RNG.random((b, 1, sq, sk)) < 0.9)
+    rows, cols = torch.arange(sq) // bs[0], torch.arange(sk) // bs[1]
+    mask |= ((rows[:, None] + cols[None, :]) % 3 == 0)  # blocks with an all-true mask: full
+    mask &= ~((rows[:, None] + cols[None, :]) % 3 == 1)  # all-false: absent
+    bm = flashattn.block_mask_from_dense(block, bs, mask)
+    states = block_states(bm, nkb)
+    assert {0, 1, 2} <= set(np.unique(states).tolist())
+    q, k, v, dout = randn(b, sq, h, D), randn(b, sk, hk, D), randn(b, sk, hk, DV), randn(b, sq, h, DV)
+    bias = torch.from_numpy(randn(1, h, sq, sk))
+    dense = run_torch(q, k, v, dout, block_mask=block, block_size=bs, attn_mask=mask,
+                      attn_bias=bias, causal=True)
+    compressed = run_torch(q, k, v, dout, block_mask=bm, attn_bias=bias, causal=True)
+    np.testing.assert_array_equal(compressed[0], dense[0])
+    for ours, theirs in zip(compressed[1], dense[1]):
+        np.testing.assert_array_equal(ours, theirs)
+    # Without an element mask every kept block is full.
+    full_only = flashattn.block_mask_from_dense(block, bs)
+    assert full_only.mask is None
+    assert np.array_equal(block_states(full_only, nkb), 2 * block.numpy())
+
+
+def test_numpy_block_mask_and_full_blocks_ignore_the_mask():
+    """A hand-made BlockMask of numpy arrays: full blocks do not read its element mask (zero
+    there), partial blocks do; unlisted blocks are absent."""
+    sq, sk, bs = 40, 50, (16, 16)  # 3 x 4 blocks
+    num = np.array([[[1, 2, 0]]], np.int32)
+    idx = np.array([[[[2, 9, 9, 9], [0, 3, 9, 9], [0, 0, 0, 0]]]], np.int32)  # past the count: junk
+    full_num = np.array([[[1, 1, 2]]], np.int32)
+    full_idx = np.array([[[[0, 0, 0, 0], [1, 0, 0, 0], [3, 1, 0, 0]]]], np.int32)
+    mask = RNG.random((1, 1, sq, sk)) < 0.6
+    mask[:, :, :16, :16] = False  # block (0, 0) is full: its mask is never read
+    bm = flashattn.BlockMask(num, idx, full_num, full_idx, bs, mask)
+    q, k, v, dout = randn(2, sq, 2, D), randn(2, sk, 2, D), randn(2, sk, 2, DV), randn(2, sq, 2, DV)
+    out, lse, _ = flashattn.flash_attn_func(q, k, v, block_mask=bm, return_attn_probs=True)
+    keep = np.broadcast_to(keep_of(bm, sq, sk), (2, 2, sq, sk))
+    assert keep[0, 0, :16, :16].all()
+    ref = reference(q, k, v, dout, None, keep, D ** -0.5)
+    close(out, ref[0], "out")
+    close(lse, ref[1], "lse")
+
+
+def test_varlen_with_a_block_mask_from_mask_mod():
+    """A BlockMask over (max_seqlen_q, max_seqlen_k) on a varlen call, positions inside each
+    sequence; its element mask is cut to the call's lengths."""
+    torch = _torch()
+    # Built for 70 x 103 positions: the same 3 x 5 blocks of 24 as 64 x 100, a larger mask.
+    bm = flashattn.block_mask_from_mask_mod(lambda b, h, q, kv: (q - kv).abs() % 5 != 2, None, H,
+                                            MAX_Q + 6, MAX_K + 3, 24, device="cpu")
+    assert bm.mask.shape == (1, H, MAX_Q + 6, MAX_K + 3)
+    q, k, v, dout = varlen_inputs()
+    keep = np.broadcast_to(keep_of(bm, MAX_Q, MAX_K, causal=False), (B, H, MAX_Q, MAX_K)).copy()
+    keep_c = np.zeros_like(keep)
+    for b in range(B):
+        lq, lk = LENS_Q[b], LENS_K[b]
+        keep_c[b, :, :lq, :lk] = keep[b, :, :lq, :lk] & dense_keep(1, 1, lq, lk, True, None, None,
+                                                                   None)
+    out, grads = run_torch(q, k, v, dout, torch.from_numpy(cu(LENS_Q)),
+                           torch.from_numpy(cu(LENS_K)), MAX_Q, MAX_K,
+                           fn=flashattn.flash_attn_varlen_func, causal=True, block_mask=bm)
+    ref = varlen_reference(q, k, v, dout, None, keep_c, D ** -0.5)
+    close(out, ref[0], "out")
+    for name, ours, theirs in zip(("dq", "dk", "dv"), grads, ref[2:5]):
+        close(ours, theirs, name)
+
+
+# ---- FlexAttention's BlockMask ---------------------------------------------------------------
+
+def _flex():
+    _torch()
+    return pytest.importorskip("torch.nn.attention.flex_attention")
+
+
+def test_block_mask_from_flex():
+    flex = _flex()
+    torch = _torch()
+    doc = torch.from_numpy(DOC)
+
+    def doc_causal(b, h, q, kv):
+        return (doc[q] == doc[kv]) & (q >= kv)
+
+    fbm = flex.create_block_mask(doc_causal, 2, None, SQ, SK, device="cpu")
+    bq, bk = fbm.BLOCK_SIZE
+    bm = flashattn.block_mask_from_flex(fbm)
+    assert bm.block_size == (bq, bk) and bm.kv_indices is fbm.kv_indices
+    q, k, v, dout = randn(2, SQ, 4, D), randn(2, SK, 2, D), randn(2, SK, 2, DV), randn(2, SQ, 4, DV)
+    out, grads = run_torch(q, k, v, dout, block_mask=bm)
+    pred = numpy_predicate(lambda b, h, qi, ki: (DOC[qi] == DOC[ki]) & (qi >= ki), 1, 1)
+    keep = np.broadcast_to(pred, (2, 4, SQ, SK))
+    ref = reference(q, k, v, dout, None, keep, D ** -0.5)
+    close(out, ref[0], "out")
+    for name, ours, theirs in zip(("dq", "dk", "dv"), grads, ref[2:5]):
+        close(ours, theirs, name)
+
+
+def test_block_mask_from_flex_noop_mask_and_block_size():
+    """A Flex mask built from kv lists alone (noop mask_mod): partial blocks need no element
+    mask. torch 2.5's create_block_mask records BLOCK_SIZE (128, 128) whatever it used: the
+    wrong size is refused loudly, block_size= fixes it."""
+    flex = _flex()
+    torch = _torch()
+    nqb, nkb = -(-SQ // 32), -(-SK // 64)
+    dense = torch.from_numpy(RNG.random((1, 1, nqb, nkb)) < 0.5)
+    num = dense.sum(-1, dtype=torch.int32)
+    idx = torch.argsort(dense.to(torch.uint8), dim=-1, descending=True, stable=True).to(torch.int32)
+    fbm = flex.BlockMask.from_kv_blocks(num, idx, BLOCK_SIZE=(32, 64))
+    bm = flashattn.block_mask_from_flex(fbm)
+    assert bm.mask is None and bm.block_size == (32, 64)
+    q, k, v, dout = randn(1, SQ, 2, D), randn(1, SK, 2, D), randn(1, SK, 2, DV), randn(1, SQ, 2, DV)
+    ours = run_torch(q, k, v, dout, block_mask=bm)
+    theirs = run_torch(q, k, v, dout, block_mask=dense, block_size=(32, 64))
+    np.testing.assert_array_equal(ours[0], theirs[0])
+
+    fbm = flex.create_block_mask(lambda b, h, q, kv: q >= kv, None, None, SQ, SK, device="cpu",
+                                 BLOCK_SIZE=(64, 32))
+    if tuple(fbm.BLOCK_SIZE) != (64, 32):
+        with pytest.raises(ValueError, match="kv_num_blocks must have shape"):
+            run_torch(q, k, v, dout, block_mask=flashattn.block_mask_from_flex(fbm))
+    out, _ = run_torch(q, k, v, dout, block_mask=flashattn.block_mask_from_flex(fbm, block_size=(64, 32)))
+    keep = np.broadcast_to(np.tril(np.ones((SQ, SK), dtype=bool)), (1, 2, SQ, SK))
+    close(out, reference(q, k, v, dout, None, keep, D ** -0.5)[0], "out")
+
+
+# ---- errors, ops, compile, CUDA ---------------------------------------------------------------
+
+def test_block_mask_errors():
+    flex = _flex()
+    torch = _torch()
+    q, k, v = (torch.from_numpy(randn(1, 40, 2, D)) for _ in range(3))
+    bm = flashattn.block_mask_from_mask_mod(lambda b, h, qi, ki: (qi + ki) % 3 != 0, None, None, 40,
+                                            40, 16, device="cpu")
+    assert bm.mask is not None
+    with pytest.raises(ValueError, match="combine them into the BlockMask's mask"):
+        flashattn.flash_attn_func(q, k, v, block_mask=bm, attn_mask=torch.ones(1, 1, 40, 40, dtype=torch.bool))
+    with pytest.raises(ValueError, match="differs from the BlockMask's block_size"):
+        flashattn.flash_attn_func(q, k, v, block_mask=bm, block_size=(8, 8))
+    with pytest.raises(ValueError, match=r"BlockMask.mask covers \(30, 40\)"):
+        flashattn.flash_attn_func(q, k, v, block_mask=bm._replace(mask=bm.mask[:, :, :30]))
+    with pytest.raises(ValueError, match="neither kv_num_blocks nor full_kv_num_blocks"):
+        flashattn.flash_attn_func(q, k, v, block_mask=flashattn.BlockMask(None, None, None, None, (16, 16)))
+    fbm = flex.create_block_mask(lambda b, h, qi, ki: qi >= ki, None, None, 40, 40, device="cpu")
+    with pytest.raises(TypeError, match="block_mask_from_flex"):
+        flashattn.flash_attn_func(q, k, v, block_mask=fbm)
+    bad = bm.kv_indices.clone()
+    bad[0, 0, 0, 0] = 3  # only key blocks 0..2 exist
+    with pytest.raises(ValueError, match=r"kv_indices\[0, 0, 0, 0\] = 3 is outside \[0, 3\)"):
+        flashattn.flash_attn_func(q, k, v, block_mask=bm._replace(kv_indices=bad))
+
+
+def test_ops_with_block_lists_pass_opcheck():
+    torch = _torch()
+    q, k, v = (torch.from_numpy(randn(1, 40, 2, D)).requires_grad_() for _ in range(3))
+    bm = flashattn.block_mask_from_mask_mod(lambda b, h, qi, ki: (qi - ki) % 4 != 1, None, 2, 40, 40,
+                                            (16, 8), device="cpu")
+    opts = (None, None, 0, 0, None, 0.0, False, -1, -1, 0.0, 0.0, None, False, None, None,
+            bm.mask, None, 16, 8, bm.kv_num_blocks, bm.kv_indices, bm.full_kv_num_blocks,
+            bm.full_kv_indices)
+    ops = torch.ops.flashattn
+    torch.library.opcheck(ops.fwd.default, (q, k, v) + opts)
+    out, lse = ops.fwd(q, k, v, *opts)
+    torch.library.opcheck(ops.bwd.default, (torch.ones_like(out), q, k, v, out, lse) + opts,
+                          test_utils=("test_schema", "test_faketensor"))
+
+
+def test_compile_fullgraph_with_a_block_mask():
+    torch = _torch()
+    bm = flashattn.block_mask_from_mask_mod(lambda b, h, qi, ki: (qi - ki).abs() < 20, None, None, 50,
+                                            50, 16, device="cpu")
+    q, k, v = (torch.from_numpy(randn(1, 50, 2, D)).requires_grad_() for _ in range(3))
+
+    def f(q, k, v, bm):
+        return flashattn.flash_attn_func(q, k, v, block_mask=bm, causal=True)
+
+    compiled = torch.compile(f, fullgraph=True, backend="aot_eager")
+    got, want = compiled(q, k, v, bm), f(q, k, v, bm)
+    assert torch.equal(got, want)
+    got.sum().backward()
+    assert q.grad is not None and torch.isfinite(q.grad).all()
+
+
+def test_cuda_builders_run_on_the_device_and_the_backend_refuses():
+    torch = _torch()
+    if not torch.cuda.is_available() or not flashattn.cuda_available():
+        pytest.skip("no CUDA device")
+    bm = flashattn.block_mask_from_mask_mod(lambda b, h, qi, ki: qi >= ki, None, None, 256, 256, 64,
+                                            device="cuda")
+    assert bm.kv_indices.is_cuda and bm.full_kv_indices.is_cuda
+    dense = flashattn.block_mask_from_dense(torch.ones(1, 1, 4, 4, dtype=torch.bool, device="cuda"),
+                                            64)
+    assert dense.full_kv_num_blocks.is_cuda
+    q, k, v = (torch.randn(1, 256, 2, 64, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    with pytest.raises(NotImplementedError, match="block_mask_lists"):
+        flashattn.flash_attn_func(q, k, v, block_mask=dense)
