@@ -18,11 +18,12 @@ cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DFLASHATTN_WERROR=ON ${FLASHA
 cmake --build "$build" -j "$jobs"
 ctest --test-dir "$build" --output-on-failure -j "$jobs"
 
-# Python package: same options, its own build folder.
+# Python package: same options, its own build folder (--config-settings, not -C: pip < 23.1,
+# e.g. Debian 12's, has only the long form).
 py_defines=()
 for arg in ${FLASHATTN_CMAKE_ARGS:-}; do
-  case "$arg" in -D*) py_defines+=("-Ccmake.define.${arg#-D}") ;; esac
+  case "$arg" in -D*) py_defines+=("--config-settings=cmake.define.${arg#-D}") ;; esac
 done
 CMAKE_BUILD_PARALLEL_LEVEL=$jobs "$PYTHON" -m pip install --no-build-isolation --no-deps -q \
-  -Cbuild-dir="$build/python" "${py_defines[@]}" .
+  --config-settings=build-dir="$build/python" "${py_defines[@]}" .
 "$PYTHON" -m pytest tests/python -q -rs
