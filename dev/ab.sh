@@ -9,7 +9,8 @@
 # each; dev/NOTES.md records results and dev/results/ keeps their JSON).
 # BENCH_ARGS adds bench.py flags, e.g. BENCH_ARGS="--softcap 30" to time the modifier kernels
 # (FA2 has no softcap and skips those rows, so they show ours only). IMPLS replaces the peers
-# (default flashattn,sdpa_flash); TEST_ARGS adds pytest flags (e.g. -k long).
+# (default flashattn,sdpa_flash); TEST_ARGS adds pytest flags (e.g. -k long); SUITE=decode times
+# the decode suite instead of issue3 (then the seqlens argument is unused).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/flashattn-out}
@@ -35,7 +36,7 @@ for name in "${names[@]}"; do
 done
 for name in "${names[@]}"; do
   echo "== $name"
-  PYTHONPATH=/tmp/ab-$name python3 bench/bench.py --suite issue3 --impls "${IMPLS:-flashattn,sdpa_flash}" --dtypes bf16 \
+  PYTHONPATH=/tmp/ab-$name python3 bench/bench.py --suite "${SUITE:-issue3}" --impls "${IMPLS:-flashattn,sdpa_flash}" --dtypes bf16 \
     --head-dims "$dims" --seqlens "$seqlens" --repeats 20 ${BENCH_ARGS:-} --out "$OUT/ab-$name.json" 2>&1 |
-    grep -E "^(bf16|fp16) |error"
+    grep -E "^(bf16|fp16) |^decode|error"
 done

@@ -374,10 +374,11 @@ Status cuda_forward(const ForwardParams& p) {
   const RowSpace qr = q_rows(p);
   if (p.batch == 0 || p.seqlen_q == 0 || qr.rows == 0) return Status::Ok();
   if (p.seqlen_k == 0 || k_rows(p).rows == 0) {
-    // No key anywhere: every row has out 0 and LSE -inf (SEMANTICS.md, empty tensors).
+    // No key anywhere: every row has out 0 and LSE -inf, or its head's learnable sink, the only
+    // term of its softmax (SEMANTICS.md, empty tensors and sinks).
     if (Status s = zero_fill(p.out, p.out_strides, qr, p.heads, p.head_dim_v, stream); !s.ok()) return s;
     return cuda::fill_lse(p.lse, p.lse_batch_stride, p.lse_head_stride, qr.batch, p.heads, qr.rows,
-                          -std::numeric_limits<float>::infinity(), stream);
+                          -std::numeric_limits<float>::infinity(), stream, p.learnable_sink);
   }
   if (plan.any()) return padded_forward(p, plan, major, stream);
   return dispatch_forward(p, major, stream);

@@ -60,13 +60,14 @@ bool chunked(const void* p, const Strides3& s, int64_t width) {
 Strides3 in_chunks(const Strides3& s) { return Strides3{s.batch / kChunk, s.row / kChunk, s.head / kChunk}; }
 
 __global__ void fill_lse_kernel(float* __restrict__ lse, int64_t batch_stride, int64_t head_stride,
-                                int64_t heads, int64_t rows, float value, int64_t total) {
+                                int64_t heads, int64_t rows, float value, const float* __restrict__ per_head,
+                                int64_t total) {
   for (int64_t i = blockIdx.x * int64_t{kThreads} + threadIdx.x; i < total;
        i += int64_t{gridDim.x} * kThreads) {
     const int64_t r = i % rows;
     const int64_t h = (i / rows) % heads;
     const int64_t b = i / (rows * heads);
-    lse[b * batch_stride + h * head_stride + r] = value;
+    lse[b * batch_stride + h * head_stride + r] = per_head != nullptr ? per_head[h] : value;
   }
 }
 
@@ -94,11 +95,11 @@ Status copy_rows16(void* dst, const Strides3& dst_strides, int64_t dst_width, co
 }
 
 Status fill_lse(float* lse, int64_t batch_stride, int64_t head_stride, int64_t batch,
-                int64_t heads, int64_t rows, float value, cudaStream_t stream) {
+                int64_t heads, int64_t rows, float value, cudaStream_t stream, const float* per_head) {
   const int64_t total = batch * heads * rows;
   if (lse == nullptr || total == 0) return Status::Ok();
   fill_lse_kernel<<<blocks_for(total), kThreads, 0, stream>>>(lse, batch_stride, head_stride,
-                                                               heads, rows, value, total);
+                                                               heads, rows, value, per_head, total);
   return cuda_status(cudaGetLastError(), "launching the LSE fill kernel");
 }
 

@@ -28,8 +28,10 @@ struct Rows16 {
 Status copy_rows16(void* dst, const Strides3& dst_strides, int64_t dst_width, const Rows16& src,
                    int64_t batch, int64_t rows, int64_t heads, cudaStream_t stream);
 
-// lse[b * batch_stride + h * head_stride + r] = value, for b < batch, h < heads, r < rows.
+// lse[b * batch_stride + h * head_stride + r] = value (per_head[h] when given: a float32 per
+// head, e.g. the learnable sink), for b < batch, h < heads, r < rows.
 Status fill_lse(float* lse, int64_t batch_stride, int64_t head_stride, int64_t batch,
-                int64_t heads, int64_t rows, float value, cudaStream_t stream);
+                int64_t heads, int64_t rows, float value, cudaStream_t stream,
+                const float* per_head = nullptr);
 
 }  // namespace flashattn::cuda

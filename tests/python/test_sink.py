@@ -104,6 +104,26 @@ def test_empty_rows_see_only_the_sink():
     np.testing.assert_allclose(lse[0, :, :4], np.repeat(sink[:, None], 4, axis=1), rtol=1e-6)
 
 
+def test_no_keys_at_all_lse_is_the_sink():
+    """seqlen_k = 0: every row sees only its head's sink (out 0, LSE = sink), not -inf."""
+    s = dict(b=2, sq=5, sk=0, h=3, hk=3, d=16, dv=16)
+    q, k, v = make_inputs(s)
+    sink = np.array([0.25, -1.5, 3.0], dtype=np.float32)
+    out, lse, _ = flashattn.flash_attn_func(q, k, v, learnable_sink=sink, return_attn_probs=True)
+    assert np.all(out == 0)
+    np.testing.assert_array_equal(lse, np.broadcast_to(sink[None, :, None], lse.shape))
+
+
+def test_cuda_no_keys_at_all_lse_is_the_sink():
+    torch = _cuda()
+    q = torch.randn(2, 5, 3, 64, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(2, 0, 3, 64, device="cuda", dtype=torch.bfloat16)
+    sink = torch.tensor([0.25, -1.5, 3.0], device="cuda")
+    out, lse, _ = flashattn.flash_attn_func(q, k, k, learnable_sink=sink, return_attn_probs=True)
+    assert torch.all(out == 0)
+    assert torch.equal(lse, sink[None, :, None].expand_as(lse))
+
+
 def test_neg_inf_sink_is_bitwise_no_sink():
     s = SHAPES[0]
     q, k, v = make_inputs(s)
