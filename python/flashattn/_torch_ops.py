@@ -281,13 +281,24 @@ _LAYOUTS = (
 )
 
 
+# The score-mod keywords of a call without bias or masks (the common case), built once: a call
+# that gives none of them skips the per-option conversion (host time, see call_forward).
+_MOD_DEFAULTS = _OPTION_DEFAULTS[_OPT_INDEX["attn_bias"]:]
+_NO_MODS = {name: (0 if name.startswith("block_size") else None) for name in SCORE_MOD_OPTIONS}
+
+
 def _options(lay: _Layout, varlen: Sequence, opts: Sequence, stream: int,
              num_threads: int) -> dict:
     """The extension's keyword arguments shared by _C.forward and _C.backward."""
     cu_q, cu_k, max_q, max_k = lay.varlen_qk(varlen)
     alibi, scale, causal, wl, wr, softcap, p, rng, _, sink = opts[:_OPT_INDEX["attn_bias"]]
-    mods = {name: int(value) if name.startswith("block_size") else _plain(_last_dim_ready(value))
-            for name, value in zip(SCORE_MOD_OPTIONS, opts[_OPT_INDEX["attn_bias"]:])}
+    tail = opts[_OPT_INDEX["attn_bias"]:]
+    if all(value is None or (type(value) is int and value == default)
+           for value, default in zip(tail, _MOD_DEFAULTS)):
+        mods = _NO_MODS
+    else:
+        mods = {name: int(value) if name.startswith("block_size") else _plain(_last_dim_ready(value))
+                for name, value in zip(SCORE_MOD_OPTIONS, tail)}
     return dict(**mods, cu_seqlens_q=_plain(cu_q), cu_seqlens_k=_plain(cu_k),
         max_seqlen_q=int32("max_seqlen_q", max_q), max_seqlen_k=int32("max_seqlen_k", max_k),
         alibi_slopes=_plain(alibi), softmax_scale=float(scale), causal=bool(causal),
