@@ -418,27 +418,13 @@ Status cuda_backward(const BackwardParams& p) {
   return cuda::dispatch_bwd(p, stream);
 }
 
-// forward_kvcache: the append (with rotary) into the cache, then the sm80 kernels reading the
-// cache (FwdTraits::kCache; the decode shapes they serve are memory-bound, where the sm90
-// kernels bring nothing). The cache is used in place, so a head dim the build did not
-// instantiate cannot run on padded copies: it is an error.
-Status cuda_forward_kvcache(const ForwardParams& p) {
-  cuda::DeviceScope restore_device;  // prepare() selects the tensors' device
-  PadPlan plan;
-  if (Status s = prepare(p, &plan); !s.ok()) return s;
-  if (plan.any()) {
-    return Status::NotSupported("forward_kvcache on the CUDA backend needs head_dim_v == head_dim and a "
-                                "head_dim this build instantiated (FLASHATTN_CUDA_HEAD_DIMS); got head_dim " +
-                                std::to_string(p.head_dim) + ", head_dim_v " + std::to_string(p.head_dim_v) +
-                                " (the cache cannot be padded in place; the cpu backend takes both)");
-  }
+namespace {
+
+// forward_kvcache after the checks: the append (with rotary) into the cache, then the sm80
+// kernels reading the cache (FwdTraits::kCache; the decode shapes they serve are memory-bound,
+// where the sm90 kernels bring nothing).
+Status run_kvcache(const ForwardParams& p, cudaStream_t stream) {
   const KVCacheParams& kv = p.kv;
-  if (Status s = check_operand("out", p.out, p.out_strides); !s.ok()) return s;
-  if (kv.k_new != nullptr) {
-    if (Status s = check_operand("k", kv.k_new, kv.k_new_strides); !s.ok()) return s;
-    if (Status s = check_operand("v", kv.v_new, kv.v_new_strides); !s.ok()) return s;
-  }
-  const auto stream = static_cast<cudaStream_t>(p.stream);
   if (p.batch == 0 || p.seqlen_q == 0) {
     return cuda::kvcache_append(p, nullptr, stream);  // no query, but the cache still grows
   }
@@ -455,6 +441,77 @@ Status cuda_forward_kvcache(const ForwardParams& p) {
   // Sequences with no row to attend to (an empty cache included) are the kernels' empty key
   // ranges: out 0 and LSE -inf, or the sink's (SEMANTICS.md).
   return cuda::dispatch_fwd_kvcache(attend, stream);
+}
+
+// A head dim the build did not instantiate: as flash_attn does for head dims that are not a
+// multiple of 8, the call runs at the next built head dim on zero-padded copies of q, the whole
+// cache and the new k/v, then copies out back and, when tokens were appended, the cache's first
+// head_dim columns (zero columns change neither q.k nor P.V; rotary pairs lie inside head_dim).
+// Exact, but every call moves the whole cache twice (SEMANTICS.md says so): such head dims are
+// far from the decode bandwidth.
+Status padded_kvcache(const ForwardParams& p, int run_dim, cudaStream_t stream) {
+  const KVCacheParams& kv = p.kv;
+  const int64_t d = p.head_dim, w = run_dim;
+  // The cache as (pages or cache rows, rows per page or capacity, heads_k, d).
+  const RowSpace cr = kv.paged() ? RowSpace{kv.num_blocks, kv.page_size} : RowSpace{kv.batch_cache, kv.capacity};
+  const RowSpace qr{p.batch, p.seqlen_q}, nr{p.batch, kv.seqlen_new};
+  const bool append = kv.k_new != nullptr;
+  const int64_t elems = 2 * qr.batch * qr.rows * p.heads * w + 2 * cr.batch * cr.rows * p.heads_k * w +
+                        (append ? 2 * nr.batch * nr.rows * p.heads_k * w : 0);
+  ScopedWorkspace ws(stream);
+  if (Status s = ws.alloc(static_cast<size_t>(elems) * sizeof(uint16_t)); !s.ok()) return s;
+  uint16_t* cursor = ws.data();
+  const PaddedOperand q = carve(&cursor, qr, p.heads, w, false);
+  const PaddedOperand out = carve(&cursor, qr, p.heads, w, false);
+  const PaddedOperand kc = carve(&cursor, cr, p.heads_k, w, false);
+  const PaddedOperand vc = carve(&cursor, cr, p.heads_k, w, false);
+  if (Status s = pad_in(q, w, p.q, p.q_strides, d, qr, p.heads, stream); !s.ok()) return s;
+  if (Status s = pad_in(kc, w, p.k, p.k_strides, d, cr, p.heads_k, stream); !s.ok()) return s;
+  if (Status s = pad_in(vc, w, p.v, p.v_strides, d, cr, p.heads_k, stream); !s.ok()) return s;
+
+  ForwardParams pp = p;  // scale and scale_log2 stay those of the caller's head dim
+  pp.head_dim = pp.head_dim_v = run_dim;
+  pp.q = q.data, pp.q_strides = q.strides;
+  pp.k = kc.data, pp.k_strides = kc.strides;
+  pp.v = vc.data, pp.v_strides = vc.strides;
+  pp.out = out.data, pp.out_strides = out.strides;
+  if (append) {
+    const PaddedOperand kn = carve(&cursor, nr, p.heads_k, w, false);
+    const PaddedOperand vn = carve(&cursor, nr, p.heads_k, w, false);
+    if (Status s = pad_in(kn, w, kv.k_new, kv.k_new_strides, d, nr, p.heads_k, stream); !s.ok()) return s;
+    if (Status s = pad_in(vn, w, kv.v_new, kv.v_new_strides, d, nr, p.heads_k, stream); !s.ok()) return s;
+    pp.kv.k_new = kn.data, pp.kv.k_new_strides = kn.strides;
+    pp.kv.v_new = vn.data, pp.kv.v_new_strides = vn.strides;
+  }
+  if (Status s = run_kvcache(pp, stream); !s.ok()) return s;
+  if (Status s = pad_out(p.out, p.out_strides, d, out, w, qr, p.heads, stream); !s.ok()) return s;
+  if (!append) return Status::Ok();
+  if (Status s = pad_out(const_cast<void*>(p.k), p.k_strides, d, kc, w, cr, p.heads_k, stream); !s.ok()) return s;
+  return pad_out(const_cast<void*>(p.v), p.v_strides, d, vc, w, cr, p.heads_k, stream);
+}
+
+}  // namespace
+
+// forward_kvcache: runs directly at a built head dim, on padded copies at another (both need
+// head_dim_v == head_dim: the pair runs on the CPU).
+Status cuda_forward_kvcache(const ForwardParams& p) {
+  cuda::DeviceScope restore_device;  // prepare() selects the tensors' device
+  PadPlan plan;
+  if (Status s = prepare(p, &plan); !s.ok()) return s;
+  if (p.head_dim_v != p.head_dim) {
+    return Status::NotSupported("forward_kvcache on the CUDA backend needs head_dim_v == head_dim; got head_dim " +
+                                std::to_string(p.head_dim) + ", head_dim_v " + std::to_string(p.head_dim_v) +
+                                " (the cpu backend takes both)");
+  }
+  const auto stream = static_cast<cudaStream_t>(p.stream);
+  if (plan.any()) return padded_kvcache(p, plan.run_dim, stream);
+  const KVCacheParams& kv = p.kv;
+  if (Status s = check_operand("out", p.out, p.out_strides); !s.ok()) return s;
+  if (kv.k_new != nullptr) {
+    if (Status s = check_operand("k", kv.k_new, kv.k_new_strides); !s.ok()) return s;
+    if (Status s = check_operand("v", kv.v_new, kv.v_new_strides); !s.ok()) return s;
+  }
+  return run_kvcache(p, stream);
 }
 
 int cuda_device_count() {

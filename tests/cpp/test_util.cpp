@@ -937,13 +937,6 @@ std::vector<std::string> split_list(const char* s) {
 #define FLASHATTN_TEST_CUDA_DTYPES "fp16;bf16"
 #endif
 
-bool cuda_head_dim_built(int head_dim) {
-  for (const std::string& d : split_list(FLASHATTN_TEST_CUDA_HEAD_DIMS)) {
-    if (std::stoi(d) == head_dim) return true;
-  }
-  return false;
-}
-
 int cuda_run_head_dim(int head_dim, int head_dim_v) {
   const int widest = std::max(head_dim, head_dim_v);
   int run_dim = 0;

@@ -289,9 +289,6 @@ double grad_magnitude(const Results& ref);
 // padded and must succeed). The tests skip such cases; a kNotSupported outside this domain
 // fails.
 bool cuda_may_not_support(const ProblemSpec& spec);
-// Whether this build instantiated CUDA kernels for exactly this head dim (forward_kvcache runs
-// only those: its cache cannot be padded in place).
-bool cuda_head_dim_built(int head_dim);
 
 // The head dim the CUDA backend runs a (head_dim, head_dim_v) call at in this build: the
 // smallest instantiated head dim >= both (FLASHATTN_CUDA_HEAD_DIMS); 0 when none is.

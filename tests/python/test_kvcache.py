@@ -306,6 +306,9 @@ CUDA_CASES = [
     dict(d=128, snew=1, page_size=256, capacity=1024),
     dict(d=128, snew=2, sq=2, leftpad=[3, 0, 10], seqlens=[20, 5, 40], causal=True, batch_idx=True),
     dict(d=128, h=32, hk=8, snew=1, page_size=16, capacity=4096),
+    # Head dims the build did not instantiate: padded copies of q, the cache and k/v.
+    dict(d=80, snew=2, sq=2, rotary_dim=40, causal=True, page_size=16, capacity=256),
+    dict(d=40, snew=1, rotary_dim=40, interleaved=False, capacity=64, seqlens=[0, 7, 60]),
 ]
 
 
