@@ -210,6 +210,9 @@ typedef struct flashattn_kvcache_args {
   int32_t num_splits;
   int32_t num_threads;
   void* stream;
+
+  /* Appended in 0.5 (issue 19): */
+  flashattn_tensor learnable_sink; /* optional float32 (heads): sink logits (see flashattn.h) */
 } flashattn_kvcache_args;
 
 void flashattn_kvcache_args_init(flashattn_kvcache_args* args);

@@ -186,6 +186,10 @@ struct KVCacheArgs {
   int32_t num_splits = 0;   // CUDA split-KV: 0 = heuristic (from shapes only), 1 = never
   void* stream = nullptr;   // cudaStream_t
   int32_t num_threads = 0;  // CPU workers; 0 = all
+  // Optional float32 (heads), on q's device: learnable sink logits, as in AttentionOptions
+  // (checked the same way); the LSE includes them, and a sequence with no key to attend to
+  // gets out 0 and LSE = sink.
+  TensorView learnable_sink;
 };
 
 Status forward_kvcache(const KVCacheArgs& args);

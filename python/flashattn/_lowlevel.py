@@ -334,7 +334,8 @@ def forward_kvcache(q, k_cache, v_cache, out, lse=None, *, k=None, v=None, rotar
                     rotary_sin=None, cache_seqlens=None, cache_batch_idx=None,
                     cache_leftpad=None, block_table=None, softmax_scale=None, causal=False,
                     window_size=(-1, -1), softcap=0.0, rotary_interleaved=True,
-                    alibi_slopes=None, num_splits=0, stream=None, num_threads=0) -> None:
+                    alibi_slopes=None, num_splits=0, stream=None, num_threads=0,
+                    learnable_sink=None) -> None:
     """Attention against a KV cache into preallocated ``out`` (and ``lse`` unless None).
 
     When ``k``/``v`` (batch, seqlen_new, heads_k, head_dim) are given they are first written into
@@ -342,7 +343,8 @@ def forward_kvcache(q, k_cache, v_cache, out, lse=None, *, k=None, v=None, rotar
     ``rotary_cos``/``rotary_sin`` when given). Caches are (batch_cache, seqlen_cache, heads_k,
     head_dim), or pages (num_blocks, page_size, heads_k, head_dim) with ``block_table`` int32
     (batch, max_blocks). ``cache_seqlens``, ``cache_batch_idx``, ``cache_leftpad``: int32
-    (batch,) arrays. Other arguments as in ``forward``; see flash_attn_with_kvcache.
+    (batch,) arrays. ``learnable_sink``: float32 (heads) sink logits, as in ``forward`` (the
+    LSE includes them). Other arguments as in ``forward``; see flash_attn_with_kvcache.
     """
     window_left, window_right = resolve_window(window_size)
     if stream is None:
@@ -353,4 +355,5 @@ def forward_kvcache(q, k_cache, v_cache, out, lse=None, *, k=None, v=None, rotar
             _plain(rotary_sin), cache_seqlens, cache_batch_idx, cache_leftpad, block_table,
             _plain(alibi_slopes), _plain(out), _plain(lse), resolve_scale(softmax_scale),
             bool(causal), window_left, window_right, float(softcap), bool(rotary_interleaved),
-            int32("num_splits", num_splits), int(stream), int32("num_threads", num_threads)))
+            int32("num_splits", num_splits), int(stream), int32("num_threads", num_threads),
+            _plain(learnable_sink)))

@@ -10,7 +10,8 @@ Design
   entry into a forward op ``flashattn::fwd<suffix>`` and a backward op ``flashattn::bwd<suffix>``
   (schemas written from the table, so every op shares the option list ``_OPTIONS``), their fake
   implementations and the autograd formula. ``flashattn::fwd_kvcache`` (inference only; mutates
-  the caches) is defined the same way from ``_KVCACHE_ARGS``; it takes no learnable sink.
+  the caches) is defined the same way from ``_KVCACHE_ARGS``; its last input is
+  ``learnable_sink`` (default None), as for the other ops, but it has no backward.
 * Forward ops return ``(out, lse)``; backward ops return the gradients. Every output is
   allocated here with ``torch.empty`` on the input's device (contiguous), then filled by the
   extension, which never allocates. The fake implementations allocate the same shapes, dtypes
@@ -440,13 +441,14 @@ _KVCACHE_ARGS = (("q", "Tensor"), ("k_cache", "Tensor(a!)"), ("v_cache", "Tensor
                  ("block_table", "Tensor?"), ("alibi_slopes", "Tensor?"),
                  ("softmax_scale", "float"), ("causal", "bool"), ("window_left", "SymInt"),
                  ("window_right", "SymInt"), ("softcap", "float"),
-                 ("rotary_interleaved", "bool"), ("num_splits", "SymInt"))
+                 ("rotary_interleaved", "bool"), ("num_splits", "SymInt"),
+                 ("learnable_sink", "Tensor?", "None"))
 
 
 def _fwd_kvcache_impl(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens,
                       cache_batch_idx, cache_leftpad, block_table, alibi_slopes, softmax_scale,
                       causal, window_left, window_right, softcap, rotary_interleaved,
-                      num_splits):
+                      num_splits, learnable_sink=None):
     """Appends k/v into k_cache/v_cache (in place; they are never copied, so the caller's
     tensors change) and attends; returns (out, lse)."""
     check_rank("q", q.shape, False)
@@ -463,7 +465,7 @@ def _fwd_kvcache_impl(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_s
             _plain(cache_batch_idx), _plain(cache_leftpad), _plain(block_table),
             _plain(alibi_slopes), _plain(out), _plain(lse), float(softmax_scale), bool(causal),
             int(window_left), int(window_right), float(softcap), bool(rotary_interleaved),
-            int32("num_splits", num_splits), stream, threads))
+            int32("num_splits", num_splits), stream, threads, _plain(learnable_sink)))
     return out, lse
 
 

@@ -26,11 +26,11 @@ Differences from flash_attn, all deliberate:
 * ``flash_attn_with_kvcache`` with an int ``cache_seqlens`` makes a (batch,) tensor (flash_attn
   makes one of k_cache.shape[0] entries, which is wrong for paged caches).
 
-Addition (FlashAttention-4's keyword): every function but ``flash_attn_with_kvcache`` takes
-``learnable_sink``, float32 (or, with torch, any float dtype, cast to float32) of shape
-(nheads,): one logit per query head that joins each row's softmax denominator with no value row
-(not scaled by softmax_scale, not softcapped, never dropped); softmax_lse includes it, and
-autograd returns its gradient.
+Addition (FlashAttention-4's keyword): every function takes ``learnable_sink``, float32 (or,
+with torch, any float dtype, cast to float32) of shape (nheads,): one logit per query head that
+joins each row's softmax denominator with no value row (not scaled by softmax_scale, not
+softcapped, never dropped); softmax_lse includes it, and autograd returns its gradient
+(``flash_attn_with_kvcache`` has no backward).
 
 Addition (issue 18): every function but ``flash_attn_with_kvcache`` takes keyword-only
 ``attn_bias`` (float32 or q's dtype, broadcastable to (batch, nheads, seqlen_q, seqlen_k); its
@@ -365,7 +365,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
                             cache_leftpad=None, block_table=None, softmax_scale=None,
                             causal=False, window_size=(-1, -1), softcap=0.0,
                             rotary_interleaved=True, alibi_slopes=None, num_splits=0,
-                            return_softmax_lse=False):
+                            return_softmax_lse=False, learnable_sink=None):
     """Attention of q against a KV cache, appending new keys/values first (incremental decoding).
 
     q: (batch, seqlen_q, nheads, headdim). k_cache, v_cache: (batch_cache, seqlen_cache, nheads_k,
@@ -380,7 +380,9 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     each cache (None: the whole cache). cache_batch_idx: int32 (batch,) cache row per sequence.
     cache_leftpad: int32 (batch,) first valid cache row. block_table: int32 (batch, max_blocks).
     Masks are bottom-right aligned over each sequence's keys [leftpad, cache_seqlens +
-    seqlen_new). num_splits: CUDA split-KV (0 = from shapes, 1 = none).
+    seqlen_new). num_splits: CUDA split-KV (0 = from shapes, 1 = none). learnable_sink:
+    (nheads,) sink logits (see the module docs); a sequence with no key gets out 0 and
+    softmax_lse = the sink.
 
     Returns out (batch, seqlen_q, nheads, headdim_v), or (out, softmax_lse) with
     return_softmax_lse (lse float32 (batch, nheads, seqlen_q)). No backward.
@@ -393,7 +395,8 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
         out, lse = _torch_ops.call_forward(
             _torch_ops.fwd_kvcache, q, k_cache, v_cache, k, v, rotary_cos, rotary_sin,
             cache_seqlens, cache_batch_idx, cache_leftpad, block_table, alibi_slopes, scale,
-            bool(causal), wl, wr, float(softcap), bool(rotary_interleaved), int(num_splits))
+            bool(causal), wl, wr, float(softcap), bool(rotary_interleaved), int(num_splits),
+            _torch_sink(learnable_sink))
         return (out, lse) if return_softmax_lse else out
     q_shape, v_shape = _shape("q", q), _shape("v_cache", v_cache)
     _lowlevel.check_rank("q", q_shape, False)
@@ -404,5 +407,6 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
         cache_seqlens=cache_seqlens, cache_batch_idx=cache_batch_idx,
         cache_leftpad=cache_leftpad, block_table=block_table, softmax_scale=softmax_scale,
         causal=causal, window_size=window_size, softcap=softcap,
-        rotary_interleaved=rotary_interleaved, alibi_slopes=alibi_slopes, num_splits=num_splits)
+        rotary_interleaved=rotary_interleaved, alibi_slopes=alibi_slopes, num_splits=num_splits,
+        learnable_sink=learnable_sink)
     return (out, lse) if return_softmax_lse else out

@@ -355,7 +355,8 @@ nb::object forward_kvcache(nb::handle q, nb::handle k_cache, nb::handle v_cache,
                            nb::handle alibi_slopes, nb::handle out, nb::handle lse,
                            float softmax_scale, bool causal, int32_t window_left,
                            int32_t window_right, float softcap, bool rotary_interleaved,
-                           int32_t num_splits, uintptr_t stream, int32_t num_threads) {
+                           int32_t num_splits, uintptr_t stream, int32_t num_threads,
+                           nb::handle learnable_sink) {
   Imports im;
   fa::KVCacheArgs args;
   args.q = im.input("q", q);
@@ -370,6 +371,7 @@ nb::object forward_kvcache(nb::handle q, nb::handle k_cache, nb::handle v_cache,
   args.cache_leftpad = im.input("cache_leftpad", cache_leftpad);
   args.block_table = im.input("block_table", block_table);
   args.alibi_slopes = im.input("alibi_slopes", alibi_slopes);
+  args.learnable_sink = im.input("learnable_sink", learnable_sink);
   args.out = im.output("out", out);
   args.lse = im.output("lse", lse);
   args.softmax_scale = softmax_scale;
@@ -501,6 +503,7 @@ NB_MODULE(_C, m) {
         nb::arg("softmax_scale"), nb::arg("causal"), nb::arg("window_left"),
         nb::arg("window_right"), nb::arg("softcap"), nb::arg("rotary_interleaved"),
         nb::arg("num_splits"), nb::arg("stream"), nb::arg("num_threads"),
+        nb::arg("learnable_sink").none() = nb::none(),
         "KV-cache attention (append into k_cache/v_cache in place, rotary, paging) into "
         "preallocated out (and lse unless None). Every argument is positional-capable so the "
         "torch path can call it without keyword parsing. Returns None, or (exception class "

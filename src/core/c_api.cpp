@@ -245,7 +245,8 @@ Status run_backward(const flashattn_backward_args* c) {
 
 static_assert(std::is_standard_layout_v<flashattn_kvcache_args> &&
               std::is_trivially_copyable_v<flashattn_kvcache_args>);
-constexpr size_t kKVCacheArgsMinSize = sizeof(flashattn_kvcache_args);
+// The first published layout of flashattn_kvcache_args ends at stream (the sink came in 0.5).
+constexpr size_t kKVCacheArgsMinSize = offsetof(flashattn_kvcache_args, learnable_sink);
 
 Status run_forward_kvcache(const flashattn_kvcache_args* c) {
   if (c == nullptr) return Status::InvalidArgument("args is a null pointer (flashattn_forward_kvcache)");
@@ -281,6 +282,9 @@ Status run_forward_kvcache(const flashattn_kvcache_args* c) {
   a.num_splits = c->num_splits;
   a.num_threads = c->num_threads;
   a.stream = c->stream;
+  if (has_field(c->struct_size, offsetof(flashattn_kvcache_args, learnable_sink) + sizeof(flashattn_tensor))) {
+    if (Status s = to_view("learnable_sink", c->learnable_sink, &a.learnable_sink); !s.ok()) return s;
+  }
   return forward_kvcache(a);
 }
 

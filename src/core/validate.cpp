@@ -850,7 +850,7 @@ Status make_kvcache_params(const KVCacheArgs& a, ForwardParams* p) {
   }
 
   // Validate q, the cache (seen as a dense (batch, capacity, heads_k, d) operand), out, lse and
-  // the options through the plain forward's checks.
+  // the options (ALiBi and the learnable sink included) through the plain forward's checks.
   ForwardArgs f;
   f.q = a.q;
   f.out = a.out;
@@ -866,6 +866,7 @@ Status make_kvcache_params(const KVCacheArgs& a, ForwardParams* p) {
   f.window_right = a.window_right;
   f.softcap = a.softcap;
   f.alibi_slopes = a.alibi_slopes;
+  f.learnable_sink = a.learnable_sink;
   f.num_splits = a.num_splits;
   f.stream = a.stream;
   f.num_threads = a.num_threads;

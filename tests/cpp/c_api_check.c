@@ -46,11 +46,21 @@ int fa_c_forward_f32(const float* q, const float* k, const float* v, float* out,
 int fa_c_defaults_ok(void) {
   flashattn_forward_args f;
   flashattn_backward_args b;
+  flashattn_kvcache_args c;
+  int kvcache_ok;
   memset(&f, 0x5a, sizeof(f));
   memset(&b, 0x5a, sizeof(b));
+  memset(&c, 0x5a, sizeof(c));
   flashattn_forward_args_init(&f);
   flashattn_backward_args_init(&b);
-  return f.struct_size == sizeof(f) && b.struct_size == sizeof(b) && f.window_left == -1 &&
+  flashattn_kvcache_args_init(&c);
+  kvcache_ok = c.struct_size == sizeof(c) && c.q.ndim == 0 && c.k.ndim == 0 &&
+               c.rotary_cos.ndim == 0 && c.cache_seqlens.ndim == 0 && c.block_table.ndim == 0 &&
+               c.lse.ndim == 0 && c.alibi_slopes.ndim == 0 && c.rotary_interleaved == 1 &&
+               c.softmax_scale == 0.0f && c.causal == 0 && c.window_left == -1 &&
+               c.window_right == -1 && c.softcap == 0.0f && c.num_splits == 0 &&
+               c.num_threads == 0 && c.stream == NULL && c.learnable_sink.ndim == 0;
+  return kvcache_ok && f.struct_size == sizeof(f) && b.struct_size == sizeof(b) && f.window_left == -1 &&
          f.window_right == -1 && b.window_left == -1 && b.window_right == -1 && f.causal == 0 &&
          f.softmax_scale == 0.0f && f.softcap == 0.0f && f.dropout_p == 0.0f && f.q.ndim == 0 &&
          f.lse.ndim == 0 && f.alibi_slopes.ndim == 0 && f.cu_seqlens_q.ndim == 0 &&

@@ -17,21 +17,6 @@
 namespace flashattn::test {
 namespace {
 
-flashattn_tensor to_c(const TensorView& t) {
-  flashattn_tensor c;
-  std::memset(&c, 0, sizeof(c));
-  c.data = t.data;
-  c.dtype = static_cast<int32_t>(t.dtype);
-  c.device_type = static_cast<int32_t>(t.device.type);
-  c.device_index = t.device.index;
-  c.ndim = t.ndim;
-  for (int i = 0; i < t.ndim; ++i) {
-    c.shape[i] = t.shape[i];
-    c.strides[i] = t.strides[i];
-  }
-  return c;
-}
-
 template <typename C, typename Cpp>
 void options_to_c(const Cpp& a, C* c) {
   c->softmax_scale = a.softmax_scale;

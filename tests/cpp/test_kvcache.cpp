@@ -1,13 +1,15 @@
 // forward_kvcache (flash_attn_with_kvcache) on every backend: append-then-attend against the fp64
 // reference (the cache gathered to dense in the test, rotary written again here), paged vs
 // dense (bitwise), shuffled pages and page sizes 1..256, split vs unsplit, ragged cache lengths
-// 0 and 1, left padding, cache_batch_idx, CPU vs CUDA, and bad inputs.
+// 0 and 1, left padding, cache_batch_idx, learnable sinks (decode GQA, whose query heads the
+// CUDA backend folds into rows, included; -inf = no sink bitwise), CPU vs CUDA, and bad inputs.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <numeric>
 #include <random>
@@ -43,6 +45,7 @@ struct KVCase {
   float softcap = 0.0f;
   bool alibi = false;
   int num_splits = 0;
+  std::vector<float> sink;  // learnable_sink (heads); empty = none
   uint32_t seed = 7;
 
   int batch() const { return static_cast<int>(cache_seqlens.size()); }
@@ -59,6 +62,21 @@ struct KVOutcome {
 };
 
 double uniform(std::mt19937& g) { return std::uniform_real_distribution<double>(-1.0, 1.0)(g); }
+
+// Sink logits for `heads` query heads, by head % 4: beside the scores (~N(0.5, 1.5)), -inf (that
+// head has no sink), above every score (4..8: the sink sets the row maximum), beside again.
+std::vector<float> sink_logits(int heads, uint32_t seed) {
+  std::mt19937 g(seed);
+  std::normal_distribution<float> around(0.5f, 1.5f);
+  std::uniform_real_distribution<float> large(4.0f, 8.0f);
+  std::vector<float> sink;
+  for (int h = 0; h < heads; ++h) {
+    if (h % 4 == 1) sink.push_back(-std::numeric_limits<float>::infinity());
+    else if (h % 4 == 2) sink.push_back(large(g));
+    else sink.push_back(around(g));
+  }
+  return sink;
+}
 
 // The test's own rotary: pair (a, b) of row x at position pos -> (a c - b s, a s + b c).
 void rotate_ref(std::vector<double>& x, int64_t off, int rotary_dim, bool interleaved,
@@ -109,6 +127,9 @@ class KVRun {
     a.window_right = kc_.window_right;
     a.softcap = kc_.softcap;
     if (kc_.alibi) a.alibi_slopes = make_contiguous_view(alibi_->device_data(), DType::kFloat32, dev, {kc_.heads});
+    if (!kc_.sink.empty()) {
+      a.learnable_sink = make_contiguous_view(sink_->device_data(), DType::kFloat32, dev, {kc_.heads});
+    }
     a.num_splits = kc_.num_splits;
     return a;
   }
@@ -233,6 +254,7 @@ class KVRun {
         for (int h = 0; h < H; ++h) hp.opt.alibi.push_back(alibi_host_[h]);
       }
     }
+    hp.opt.sink.assign(kc_.sink.begin(), kc_.sink.end());
     const Results ref = run_reference(hp, false);
     std::vector<double> lowp_out, lowp_lse;
     if (kc_.dtype != DType::kFloat32) {
@@ -362,10 +384,12 @@ class KVRun {
       alibi_host_.push_back(static_cast<float>(0.05 * (h + 1)));
       alibi_->set(h, alibi_host_.back());
     }
+    sink_ = arena(DType::kFloat32, H);
+    for (size_t h = 0; h < kc_.sink.size(); ++h) sink_->set(static_cast<int64_t>(h), kc_.sink[h]);
     out_ = arena(dt, int64_t(B) * kc_.seqlen_q * H * dv);
     lse_ = arena(DType::kFloat32, int64_t(B) * H * kc_.seqlen_q);
     for (auto* a : {&q_, &kcache_, &vcache_, &knew_, &vnew_, &cos_, &sin_, &seqlens_, &leftpad_,
-                    &bidx_, &table_, &alibi_, &out_, &lse_}) {
+                    &bidx_, &table_, &alibi_, &sink_, &out_, &lse_}) {
       (*a)->upload();
     }
   }
@@ -377,7 +401,7 @@ class KVRun {
   std::vector<double> q_host_, klog_, vlog_, knew_host_, vnew_host_, cos_host_, sin_host_;
   std::vector<float> alibi_host_;
   std::shared_ptr<Arena> q_, kcache_, vcache_, knew_, vnew_, cos_, sin_, seqlens_, leftpad_, bidx_,
-      table_, alibi_, out_, lse_;
+      table_, alibi_, sink_, out_, lse_;
 };
 
 bool cuda_may_not_support(const KVCase& kc) {
@@ -504,7 +528,8 @@ TEST_P(KVCache, PagedEqualsDenseBitwise) {
   }
 }
 
-TEST_P(KVCache, LeftPadAndBatchIdx) {
+// Left padding, a dense cache read through cache_batch_idx, rotary, causal, 2 query tokens.
+KVCase left_pad_case() {
   KVCase kc;
   kc.cache_seqlens = {40, 10, 80};
   kc.leftpad = {7, 10, 0};
@@ -513,14 +538,11 @@ TEST_P(KVCache, LeftPadAndBatchIdx) {
   kc.causal = true;
   kc.rotary_dim = 128;
   kc.batch_idx = true;
-  KV_RUN_OR_SKIP(o, GetParam(), kc, true);
-  KVCase paged = kc;
-  paged.batch_idx = false;
-  paged.page_size = 16;
-  KV_RUN_OR_SKIP(p, GetParam(), paged, true);
+  return kc;
 }
 
-TEST_P(KVCache, ModifiersWindowSoftcapAlibiGqa) {
+// Window, softcap and ALiBi with 8 query heads over one KV head, paged, 5 query tokens.
+KVCase modifiers_case() {
   KVCase kc;
   kc.cache_seqlens = {70, 33};
   kc.heads = 8;
@@ -532,7 +554,20 @@ TEST_P(KVCache, ModifiersWindowSoftcapAlibiGqa) {
   kc.softcap = 15.0f;
   kc.alibi = true;
   kc.page_size = 16;
+  return kc;
+}
+
+TEST_P(KVCache, LeftPadAndBatchIdx) {
+  const KVCase kc = left_pad_case();
   KV_RUN_OR_SKIP(o, GetParam(), kc, true);
+  KVCase paged = kc;
+  paged.batch_idx = false;
+  paged.page_size = 16;
+  KV_RUN_OR_SKIP(p, GetParam(), paged, true);
+}
+
+TEST_P(KVCache, ModifiersWindowSoftcapAlibiGqa) {
+  KV_RUN_OR_SKIP(o, GetParam(), modifiers_case(), true);
 }
 
 TEST_P(KVCache, NoCacheSeqlensMeansFullCache) {
@@ -570,6 +605,88 @@ TEST_P(KVCache, OtherDtypesAndHeadDims) {
       kc.page_size = 16;
       SCOPED_TRACE(std::string(dtype_name(dt)) + " d" + std::to_string(d));
       KV_RUN_OR_SKIP(o, GetParam(), kc, true);
+    }
+  }
+}
+
+// ---- learnable sinks ------------------------------------------------------------------------
+
+// Decode with grouped KV heads (32 query heads over 8 KV heads, one query token), paged, with an
+// append: the CUDA backend folds each GQA group into the rows of one KV head, so every folded
+// row must take its own query head's sink (ForwardParams::sink_fold), in the epilogue (no split)
+// and in the split-KV combine. Ragged lengths, causal or not (one query: no key is hidden).
+TEST_P(KVCache, LearnableSinkDecodeGqaPagedAppend) {
+  for (int splits : {1, 3, 0}) {
+    for (bool causal : {false, true}) {
+      KVCase kc;
+      kc.heads = 32;
+      kc.heads_k = 8;
+      kc.capacity = 512;
+      kc.page_size = 16;
+      kc.cache_seqlens = {0, 1, 300, 510};
+      kc.seqlen_new = 1;
+      kc.causal = causal;
+      kc.num_splits = splits;
+      kc.sink = sink_logits(kc.heads, 91);
+      SCOPED_TRACE("num_splits " + std::to_string(splits) + (causal ? " causal" : ""));
+      KV_RUN_OR_SKIP(o, GetParam(), kc, true);
+    }
+  }
+}
+
+// Several query tokens (no folding) with left padding, cache_batch_idx and rotary; then the
+// modifiers (window, softcap, ALiBi) with GQA.
+TEST_P(KVCache, LearnableSinkWithOtherOptions) {
+  KVCase kc = left_pad_case();
+  kc.sink = sink_logits(kc.heads, 92);
+  KV_RUN_OR_SKIP(o, GetParam(), kc, true);
+  KVCase mods = modifiers_case();
+  mods.sink = sink_logits(mods.heads, 93);
+  KV_RUN_OR_SKIP(m, GetParam(), mods, true);
+}
+
+// A sequence with no key to attend to (an empty cache, no append) sees only the sink: out 0 and
+// LSE = sink (the reference says so too), -inf for the head without a sink.
+TEST_P(KVCache, LearnableSinkEmptySequence) {
+  KVCase kc;
+  kc.heads = 8;
+  kc.heads_k = 2;
+  kc.cache_seqlens = {0, 25};
+  kc.sink = sink_logits(kc.heads, 94);
+  KV_RUN_OR_SKIP(o, GetParam(), kc, true);
+  const size_t row = static_cast<size_t>(kc.heads) * kc.head_dim_v;  // sequence 0's outputs
+  for (size_t i = 0; i < row; ++i) ASSERT_EQ(o.out[i], 0.0) << "out[0] element " << i;
+  EXPECT_EQ(o.lse[1], -std::numeric_limits<double>::infinity()) << "head 1 has no sink";
+}
+
+// sink = -inf for every head is exactly no sink, bitwise (out and LSE), on the folded decode
+// path (split and not) and on a multi-token causal call.
+TEST_P(KVCache, LearnableSinkNegInfEqualsNoSinkBitwise) {
+  KVCase decode;
+  decode.heads = 32;
+  decode.heads_k = 8;
+  decode.capacity = 256;
+  decode.page_size = 16;
+  decode.cache_seqlens = {0, 100, 254};
+  decode.seqlen_new = 1;
+  KVCase multi;
+  multi.cache_seqlens = {0, 1, 40};
+  multi.seqlen_new = 3;
+  multi.seqlen_q = 3;
+  multi.causal = true;
+  multi.rotary_dim = 32;
+  for (const KVCase& base : {decode, multi}) {
+    for (int splits : {1, 2}) {
+      KVCase without = base;
+      without.num_splits = splits;
+      KVCase with = without;
+      with.sink.assign(static_cast<size_t>(with.heads), -std::numeric_limits<float>::infinity());
+      SCOPED_TRACE("heads " + std::to_string(base.heads) + ", seqlen_q " + std::to_string(base.seqlen_q) +
+                   ", num_splits " + std::to_string(splits));
+      KV_RUN_OR_SKIP(a, GetParam(), without, true);
+      KV_RUN_OR_SKIP(b, GetParam(), with, true);
+      EXPECT_EQ(a.out_bytes, b.out_bytes);
+      EXPECT_EQ(a.lse, b.lse);  // -inf == -inf; no NaN on either side
     }
   }
 }
@@ -724,6 +841,44 @@ TEST_F(KVCacheErrors, RotaryArguments) {
   }
 }
 
+TEST_F(KVCacheErrors, LearnableSinkIsChecked) {
+  KVRun run(Backend::kCpu, base());  // 2 query heads
+  float sink[3] = {0.5f, 1.0f, 2.0f};
+  uint16_t half_sink[2] = {0, 0};
+  KVCacheArgs a = run.args();
+  a.learnable_sink = make_contiguous_view(sink, DType::kFloat32, Device{}, {3});
+  expect_invalid(forward_kvcache(a), "learnable_sink must have shape (2)");
+  a.learnable_sink = make_contiguous_view(sink, DType::kFloat32, Device{}, {1, 2});
+  expect_invalid(forward_kvcache(a), "learnable_sink must have 1 dimensions");
+  a.learnable_sink = make_contiguous_view(half_sink, DType::kFloat16, Device{}, {2});
+  expect_invalid(forward_kvcache(a), "learnable_sink must have dtype float32");
+  a.learnable_sink = make_contiguous_view(sink, DType::kFloat32, Device{DeviceType::kCUDA, 0}, {2});
+  expect_invalid(forward_kvcache(a), "learnable_sink is on cuda:0");
+}
+
+// The C struct of a forward_kvcache call (the fields KVRun sets).
+flashattn_kvcache_args c_kvcache_args(const KVCacheArgs& a) {
+  flashattn_kvcache_args c;
+  flashattn_kvcache_args_init(&c);
+  c.q = to_c(a.q);
+  c.k_cache = to_c(a.k_cache);
+  c.v_cache = to_c(a.v_cache);
+  c.k = to_c(a.k);
+  c.v = to_c(a.v);
+  c.cache_seqlens = to_c(a.cache_seqlens);
+  c.block_table = to_c(a.block_table);
+  c.out = to_c(a.out);
+  c.lse = to_c(a.lse);
+  c.learnable_sink = to_c(a.learnable_sink);
+  return c;
+}
+
+std::vector<unsigned char> out_bytes_of(const KVCacheArgs& a, size_t n) {
+  std::vector<unsigned char> got(n);
+  std::memcpy(got.data(), a.out.data, n);
+  return got;
+}
+
 TEST(KVCacheCApi, RunsAndReportsErrors) {
   KVCase kc;
   kc.dtype = DType::kFloat32;
@@ -732,42 +887,67 @@ TEST(KVCacheCApi, RunsAndReportsErrors) {
   kc.seqlen_new = 1;
   KVRun run(Backend::kCpu, kc);
   const KVCacheArgs a = run.args();
-  auto to_c = [](const TensorView& t) {
-    flashattn_tensor c{};
-    c.data = t.data;
-    c.dtype = static_cast<int32_t>(t.dtype);
-    c.device_type = static_cast<int32_t>(t.device.type);
-    c.ndim = t.ndim;
-    for (int i = 0; i < t.ndim; ++i) {
-      c.shape[i] = t.shape[i];
-      c.strides[i] = t.strides[i];
-    }
-    return c;
-  };
   flashattn_kvcache_args c;
   flashattn_kvcache_args_init(&c);
+  EXPECT_EQ(c.struct_size, sizeof(c));
   EXPECT_EQ(c.window_left, -1);
   EXPECT_EQ(c.rotary_interleaved, 1);
-  c.q = to_c(a.q);
-  c.k_cache = to_c(a.k_cache);
-  c.v_cache = to_c(a.v_cache);
-  c.k = to_c(a.k);
-  c.v = to_c(a.v);
-  c.cache_seqlens = to_c(a.cache_seqlens);
-  c.out = to_c(a.out);
-  c.lse = to_c(a.lse);
+  EXPECT_EQ(c.learnable_sink.ndim, 0);
+  c = c_kvcache_args(a);
   ASSERT_EQ(flashattn_forward_kvcache(&c), FLASHATTN_OK) << flashattn_last_error();
   const KVOutcome o = [&] {
     KVRun again(Backend::kCpu, kc);  // same seed: same inputs
     return again.run();
   }();
   ASSERT_TRUE(o.status.ok());
-  std::vector<unsigned char> got(o.out_bytes.size());
-  std::memcpy(got.data(), a.out.data, got.size());
-  EXPECT_EQ(got, o.out_bytes);
+  EXPECT_EQ(out_bytes_of(a, o.out_bytes.size()), o.out_bytes);
   c.v = flashattn_tensor{};
   EXPECT_EQ(flashattn_forward_kvcache(&c), FLASHATTN_ERROR_INVALID_ARGUMENT);
   EXPECT_NE(std::string(flashattn_last_error()).find("must be given together"), std::string::npos);
+}
+
+// learnable_sink crosses the C boundary (the result equals the C++ API's bitwise); a caller of
+// the first published layout (struct_size ending before learnable_sink) is accepted and the
+// field is not read; any other size is refused.
+TEST(KVCacheCApi, LearnableSinkAndFirstLayout) {
+  KVCase kc;
+  kc.dtype = DType::kFloat32;
+  kc.head_dim = kc.head_dim_v = 32;
+  kc.heads = 8;
+  kc.heads_k = 2;
+  kc.cache_seqlens = {5, 0, 17};
+  kc.seqlen_new = 1;
+  kc.page_size = 4;
+  kc.capacity = 32;
+  kc.sink = sink_logits(kc.heads, 95);
+  KVCase plain = kc;
+  plain.sink.clear();
+  auto cpp_outcome = [](const KVCase& c) {
+    KVRun r(Backend::kCpu, c);
+    return r.run();
+  };
+  const KVOutcome with = cpp_outcome(kc), without = cpp_outcome(plain);
+  ASSERT_TRUE(with.status.ok() && without.status.ok());
+  ASSERT_NE(with.out_bytes, without.out_bytes);
+
+  KVRun run(Backend::kCpu, kc);  // same seed: same inputs
+  const KVCacheArgs a = run.args();
+  flashattn_kvcache_args c = c_kvcache_args(a);
+  ASSERT_EQ(flashattn_forward_kvcache(&c), FLASHATTN_OK) << flashattn_last_error();
+  EXPECT_EQ(out_bytes_of(a, with.out_bytes.size()), with.out_bytes);
+
+  KVRun old_run(Backend::kCpu, kc);  // fresh caches: the append above has changed run's
+  const KVCacheArgs old_args = old_run.args();
+  flashattn_kvcache_args old = c_kvcache_args(old_args);
+  std::memset(&old.learnable_sink, 0x5a, sizeof(old.learnable_sink));  // not the caller's memory
+  old.struct_size = offsetof(flashattn_kvcache_args, learnable_sink);
+  ASSERT_EQ(flashattn_forward_kvcache(&old), FLASHATTN_OK) << flashattn_last_error();
+  EXPECT_EQ(out_bytes_of(old_args, without.out_bytes.size()), without.out_bytes);
+
+  old.struct_size = offsetof(flashattn_kvcache_args, learnable_sink) + 8;
+  EXPECT_EQ(flashattn_forward_kvcache(&old), FLASHATTN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(flashattn_last_error()).find("struct_size"), std::string::npos)
+      << flashattn_last_error();
 }
 
 }  // namespace

@@ -480,6 +480,21 @@ std::vector<View> alloc_packed(Backend backend, DType dtype, const std::vector<i
   return views;
 }
 
+flashattn_tensor to_c(const TensorView& t) {
+  flashattn_tensor c;
+  std::memset(&c, 0, sizeof(c));
+  c.data = t.data;
+  c.dtype = static_cast<int32_t>(t.dtype);
+  c.device_type = static_cast<int32_t>(t.device.type);
+  c.device_index = t.device.index;
+  c.ndim = t.ndim;
+  for (int i = 0; i < t.ndim; ++i) {
+    c.shape[i] = t.shape[i];
+    c.strides[i] = t.strides[i];
+  }
+  return c;
+}
+
 // ---- problems -------------------------------------------------------------------------------
 
 ProblemSpec ProblemSpec::dense(DType dtype, int batch, int seqlen_q, int seqlen_k, int heads,

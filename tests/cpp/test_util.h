@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "flashattn/c_api.h"
 #include "flashattn/flashattn.h"
 #include "reference/reference.h"
 
@@ -141,6 +142,9 @@ View alloc_view(Backend backend, DType dtype, Layout layout, const std::vector<i
 // head dimension of a (prefix..., sum(heads), dim) buffer.
 std::vector<View> alloc_packed(Backend backend, DType dtype, const std::vector<int64_t>& prefix,
                                const std::vector<int64_t>& heads, int64_t dim);
+
+// The C ABI's tensor for a view (for the C ABI tests).
+flashattn_tensor to_c(const TensorView& t);
 
 // ---- problems -------------------------------------------------------------------------------
 

@@ -1,6 +1,7 @@
 """flash_attn_with_kvcache: numpy on the CPU backend, torch CPU tensors when torch is importable,
 CUDA tensors when a GPU is present (skipped, visibly, otherwise). Every result is held to the
-float64 reference of attn_ref (the cache gathered to dense here, rotary written again here)."""
+float64 reference of attn_ref (the cache gathered to dense here, rotary written again here),
+learnable sinks included."""
 
 import re
 
@@ -11,6 +12,15 @@ import attn_ref
 import flashattn
 
 RNG = np.random.default_rng(20261201)
+
+
+def sink_logits(h):
+    """(h,) float32 sink logits, by head % 4: beside the scores, -inf (no sink for that head),
+    above every score (the sink sets the row maximum), beside again."""
+    x = RNG.normal(0.5, 1.5, h).astype(np.float32)
+    x[1::4] = -np.inf
+    x[2::4] = RNG.uniform(4.0, 8.0, len(x[2::4]))
+    return x
 
 
 def rotate(x, cos, sin, pos, interleaved):
@@ -36,7 +46,8 @@ class Case:
 
     def __init__(self, *, b=3, sq=1, snew=0, h=4, hk=2, d=32, capacity=64, seqlens=None,
                  leftpad=None, page_size=0, batch_idx=False, rotary_dim=0, interleaved=True,
-                 causal=False, window=(-1, -1), softcap=0.0, alibi=False, dtype=np.float32):
+                 causal=False, window=(-1, -1), softcap=0.0, alibi=False, sink=False,
+                 dtype=np.float32):
         self.__dict__.update(locals())
         del self.__dict__["self"]
         self.seqlens = np.asarray(seqlens if seqlens is not None else RNG.integers(0, capacity - snew + 1, b), np.int32)
@@ -54,6 +65,7 @@ class Case:
         else:
             self.cos = self.sin = None
         self.alibi = (RNG.uniform(0.05, 0.5, h).astype(np.float32)) if alibi else None
+        self.sink = sink_logits(h) if sink else None
         if page_size:
             mb = capacity // page_size
             pages = RNG.permutation(b * mb + 2)
@@ -80,7 +92,8 @@ class Case:
                     cache_seqlens=self.seqlens, cache_batch_idx=self.batch_idx_arr,
                     cache_leftpad=self.leftpad_arr, block_table=self.block_table,
                     causal=self.causal, window_size=self.window, softcap=self.softcap,
-                    rotary_interleaved=self.interleaved, alibi_slopes=self.alibi)
+                    rotary_interleaved=self.interleaved, alibi_slopes=self.alibi,
+                    learnable_sink=self.sink)
 
     def logical(self, cache):
         """The logical (batch, capacity, hk, d) view of a physical cache."""
@@ -111,12 +124,14 @@ class Case:
             end = s0 + self.snew
             kk = k_after[i:i + 1, lp:end].astype(np.float64)
             vv = v_after[i:i + 1, lp:end].astype(np.float64)
-            if end == lp:  # no key: out 0, lse -inf
+            if end == lp:  # no key: out 0, lse -inf (with a sink: the sink)
                 outs.append(np.zeros((self.sq, self.h, self.d)))
-                lses.append(np.full((self.h, self.sq), -np.inf))
+                no_key = np.full(self.h, -np.inf) if self.sink is None else self.sink.astype(np.float64)
+                lses.append(np.repeat(no_key[:, None], self.sq, axis=1))
                 continue
             o, l = attn_ref.forward(q[None].astype(np.float64), kk, vv, causal=self.causal,
-                                    window=self.window, softcap=self.softcap, alibi=self.alibi)
+                                    window=self.window, softcap=self.softcap, alibi=self.alibi,
+                                    sink=self.sink)
             outs.append(o[0])
             lses.append(l[0])
         return np.stack(outs), np.stack(lses), k_after, v_after
@@ -218,6 +233,50 @@ def test_bad_inputs(spec, mutate, exc, needle):
         flashattn.flash_attn_with_kvcache(case.q, case.k_cache, case.v_cache, **kw)
 
 
+# ---- learnable sinks (numpy, CPU backend) --------------------------------------------------------
+
+SINK_CASES = [
+    dict(h=32, hk=8, snew=1, page_size=16, capacity=128, seqlens=[0, 70, 127]),  # decode GQA
+    dict(h=32, hk=8, snew=1, causal=True, capacity=64),
+    dict(snew=3, sq=3, causal=True, rotary_dim=16, seqlens=[0, 1, 61]),
+    dict(snew=2, sq=2, leftpad=[3, 0, 10], seqlens=[20, 5, 40], page_size=16, causal=True),
+    dict(snew=5, sq=5, h=8, hk=1, softcap=10.0, alibi=True, window=(7, 0), page_size=16),
+    dict(h=8, hk=2, seqlens=[0, 0, 9], sq=2, causal=True),  # no keys: out 0, lse = sink
+]
+
+
+@pytest.mark.parametrize("spec", SINK_CASES, ids=lambda s: "-".join(f"{k}{v}" for k, v in s.items()))
+def test_numpy_sink_matches_reference(spec):
+    case = Case(sink=True, **spec)
+    out, lse = flashattn.flash_attn_with_kvcache(case.q, case.k_cache, case.v_cache,
+                                                 return_softmax_lse=True, **case.kwargs())
+    check(case, out, lse, case.k_cache, case.v_cache)
+
+
+def test_numpy_sink_neg_inf_equals_no_sink_bitwise():
+    for spec in SINK_CASES[:3]:
+        case = Case(**spec)
+        plain = {name: np.copy(getattr(case, name)) for name in ("k_cache", "v_cache")}
+        a = flashattn.flash_attn_with_kvcache(case.q, plain["k_cache"], plain["v_cache"],
+                                              return_softmax_lse=True, **case.kwargs())
+        kw = case.kwargs()
+        kw["learnable_sink"] = np.full(case.h, -np.inf, np.float32)
+        b = flashattn.flash_attn_with_kvcache(case.q, case.k_cache, case.v_cache,
+                                              return_softmax_lse=True, **kw)
+        assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1]), spec
+
+
+def test_numpy_sink_is_checked():
+    case = Case(snew=1, sink=True)  # 4 query heads
+    kw = case.kwargs()
+    kw["learnable_sink"] = case.sink[:3]
+    with pytest.raises(ValueError, match=re.escape("learnable_sink must have shape (4)")):
+        flashattn.flash_attn_with_kvcache(case.q, case.k_cache, case.v_cache, **kw)
+    kw["learnable_sink"] = case.sink.astype(np.float16)
+    with pytest.raises(TypeError, match="learnable_sink must have dtype float32"):
+        flashattn.flash_attn_with_kvcache(case.q, case.k_cache, case.v_cache, **kw)
+
+
 def test_read_only_cache_is_refused():
     case = Case(snew=1)
     case.k_cache.flags.writeable = False
@@ -267,6 +326,39 @@ def test_torch_through_the_op_and_opcheck():
     for c in (args[1], args[2]):
         c.nan_to_num_(0.0)
     torch.library.opcheck(_torch_ops.fwd_kvcache, args, test_utils=("test_schema", "test_faketensor"))
+
+
+@pytest.mark.parametrize("spec", SINK_CASES, ids=lambda s: "-".join(f"{k}{v}" for k, v in s.items()))
+def test_torch_cpu_sink_matches_reference(spec):
+    pytest.importorskip("torch")
+    case = Case(sink=True, **spec)
+    out, lse, kc, vc = _torch_call(case, "cpu")
+    check(case, out.numpy(), lse.numpy(), kc.numpy(), vc.numpy())
+
+
+def test_torch_sink_dtype_cast_and_op():
+    """A bfloat16 sink is cast to float32 (as for the other functions); the registered op takes
+    the sink as its last input, and opcheck validates the schema and fake kernel with it."""
+    torch = pytest.importorskip("torch")
+    from flashattn import _torch_ops
+
+    case = Case(h=8, hk=2, snew=1, page_size=16, sink=True)
+    case.sink = torch.tensor(case.sink).to(torch.bfloat16).float().numpy()  # exact in bfloat16
+    out, lse, kc, vc = _torch_call(case, "cpu", learnable_sink=torch.from_numpy(case.sink).to(torch.bfloat16))
+    check(case, out.numpy(), lse.numpy(), kc.numpy(), vc.numpy())
+
+    fresh = Case(h=8, hk=2, snew=1, page_size=16, sink=True)
+    t = lambda x: None if x is None else torch.from_numpy(np.ascontiguousarray(x))  # noqa: E731
+    args = (t(fresh.q), t(np.nan_to_num(fresh.k_cache)), t(np.nan_to_num(fresh.v_cache)),
+            t(fresh.k_new), t(fresh.v_new), None, None, t(fresh.seqlens), None, None,
+            t(fresh.block_table), None, 0.0, False, -1, -1, 0.0, True, 0, t(fresh.sink))
+    torch.library.opcheck(_torch_ops.fwd_kvcache, args, test_utils=("test_schema", "test_faketensor"))
+    fresh = Case(h=8, hk=2, snew=1, page_size=16, sink=True)
+    args = (t(fresh.q), t(fresh.k_cache), t(fresh.v_cache), t(fresh.k_new), t(fresh.v_new), None,
+            None, t(fresh.seqlens), None, None, t(fresh.block_table), None, 0.0, False, -1, -1,
+            0.0, True, 0, t(fresh.sink))
+    out, lse = torch.ops.flashattn.fwd_kvcache(*args)
+    check(fresh, out.numpy(), lse.numpy(), args[1].numpy(), args[2].numpy())
 
 
 def test_torch_compile_fullgraph():
@@ -388,3 +480,62 @@ def test_cuda_graph_capture_decode_step():
         torch.cuda.synchronize()
         eager = step()
         assert torch.equal(out, eager)
+
+
+def _bf16_exact(case, torch):
+    """Rounds the case's floating inputs to bfloat16 values (kept as float32), so that its float64
+    reference is the reference of the bfloat16 problem the GPU runs."""
+    for name in ("q", "k_log", "v_log", "k_new", "v_new", "k_cache", "v_cache"):
+        x = getattr(case, name)
+        if x is not None:
+            setattr(case, name, torch.from_numpy(x).to(torch.bfloat16).float().numpy())
+    return case
+
+
+CUDA_SINK_CASES = [
+    # Decode GQA: the CUDA backend folds each group's 4 query heads into one KV head's rows.
+    dict(d=128, h=32, hk=8, snew=1, page_size=16, capacity=512, seqlens=[0, 300, 510]),
+    dict(d=128, h=32, hk=8, snew=1, causal=True, capacity=256, seqlens=[5, 0, 200]),
+    dict(d=128, h=8, hk=2, seqlens=[0, 0, 40]),  # sequences without keys: out 0, lse = sink
+    dict(d=128, snew=3, sq=3, causal=True, page_size=16, capacity=256, seqlens=[0, 1, 250]),
+]
+
+
+@pytest.mark.parametrize("splits", [1, 3, 0])
+@pytest.mark.parametrize("spec", CUDA_SINK_CASES, ids=lambda s: "-".join(f"{k}{v}" for k, v in s.items()))
+def test_cuda_bf16_sink_matches_reference(spec, splits):
+    torch = _cuda_ready()
+    case = _bf16_exact(Case(sink=True, **spec), torch)
+    conv = lambda x: None if x is None else torch.from_numpy(np.ascontiguousarray(x)).to(torch.bfloat16).cuda()  # noqa: E731
+    ints = lambda x: None if x is None else torch.from_numpy(x).cuda()  # noqa: E731
+    kc, vc = conv(case.k_cache), conv(case.v_cache)
+    out, lse = flashattn.flash_attn_with_kvcache(
+        conv(case.q), kc, vc, conv(case.k_new), conv(case.v_new), cache_seqlens=ints(case.seqlens),
+        block_table=ints(case.block_table), causal=case.causal, num_splits=splits,
+        return_softmax_lse=True, learnable_sink=torch.from_numpy(case.sink).cuda())
+    torch.cuda.synchronize()
+    out_ref, lse_ref, _, _ = case.expected()
+    assert np.max(np.abs(out.float().cpu().numpy() - out_ref)) < 2e-2
+    lse = lse.cpu().numpy()
+    finite = np.isfinite(lse_ref)
+    assert np.array_equal(np.isfinite(lse), finite)
+    assert np.max(np.abs(lse[finite] - lse_ref[finite]), initial=0.0) < 2e-2
+    # An empty sequence's rows are exactly 0.
+    for i in np.flatnonzero(case.seqlens + case.snew == 0):
+        assert torch.count_nonzero(out[int(i)]).item() == 0
+
+
+def test_cuda_sink_neg_inf_equals_no_sink_bitwise():
+    torch = _cuda_ready()
+    case = Case(d=128, h=32, hk=8, snew=1, page_size=16, capacity=512, seqlens=[0, 300, 510])
+    conv = lambda x: None if x is None else torch.from_numpy(np.ascontiguousarray(x)).to(torch.bfloat16).cuda()  # noqa: E731
+    ints = lambda x: torch.from_numpy(x).cuda()  # noqa: E731
+    for splits in (1, 3):
+        runs = []
+        for sink in (None, torch.full((32,), -float("inf"), device="cuda")):
+            runs.append(flashattn.flash_attn_with_kvcache(
+                conv(case.q), conv(case.k_cache), conv(case.v_cache), conv(case.k_new),
+                conv(case.v_new), cache_seqlens=ints(case.seqlens),
+                block_table=ints(case.block_table), num_splits=splits, return_softmax_lse=True,
+                learnable_sink=sink))
+        assert torch.equal(runs[0][0], runs[1][0]) and torch.equal(runs[0][1], runs[1][1]), splits
