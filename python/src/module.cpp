@@ -120,6 +120,18 @@ Error status_error(const fa::Status& s) {
           "flashattn: unexpected status code " + std::to_string(static_cast<int>(s.code())) + ": " + m};
 }
 
+// Runs a library call with the GIL released (it may wait on the device or run CPU threads) and
+// returns its outcome as to_python does.
+template <typename Call>
+nb::object run_released(const Call& call) {
+  fa::Status s;
+  {
+    nb::gil_scoped_release release;
+    s = call();
+  }
+  return to_python(status_error(s));
+}
+
 // ---- DLPack -> TensorView ------------------------------------------------------------------
 
 // Imports arrays and keeps each one alive until the call returns (a TensorView owns nothing).
@@ -296,12 +308,7 @@ nb::object forward(nb::handle q, nb::handle k, nb::handle v, nb::handle out, nb:
   opt.fill(im, &args);
   args.num_splits = num_splits;
   if (im.error()) return to_python(im.error());
-  fa::Status s;
-  {
-    nb::gil_scoped_release release;
-    s = fa::forward(args);
-  }
-  return to_python(status_error(s));
+  return run_released([&] { return fa::forward(args); });
 }
 
 nb::object backward(nb::handle dout, nb::handle q, nb::handle k, nb::handle v, nb::handle out,
@@ -323,12 +330,7 @@ nb::object backward(nb::handle dout, nb::handle q, nb::handle k, nb::handle v, n
   args.dsink = im.output("dsink", dsink);
   args.dbias = im.output("dbias", dbias);
   if (im.error()) return to_python(im.error());
-  fa::Status s;
-  {
-    nb::gil_scoped_release release;
-    s = fa::backward(args);
-  }
-  return to_python(status_error(s));
+  return run_released([&] { return fa::backward(args); });
 }
 
 nb::object check_varlen(nb::handle cu_seqlens_q, nb::handle cu_seqlens_k, int64_t total_q,
@@ -338,13 +340,10 @@ nb::object check_varlen(nb::handle cu_seqlens_q, nb::handle cu_seqlens_k, int64_
   const fa::TensorView cq = im.input("cu_seqlens_q", cu_seqlens_q);
   const fa::TensorView ck = im.input("cu_seqlens_k", cu_seqlens_k);
   if (im.error()) return to_python(im.error());
-  fa::Status s;
-  {
-    nb::gil_scoped_release release;
-    s = fa::check_varlen_metadata(cq, ck, total_q, total_k, max_seqlen_q, max_seqlen_k,
-                                  reinterpret_cast<void*>(stream));
-  }
-  return to_python(status_error(s));
+  return run_released([&] {
+    return fa::check_varlen_metadata(cq, ck, total_q, total_k, max_seqlen_q, max_seqlen_k,
+                                     reinterpret_cast<void*>(stream));
+  });
 }
 
 // forward_kvcache: k_cache/v_cache are written (the append), so they are imported as outputs.
@@ -384,12 +383,7 @@ nb::object forward_kvcache(nb::handle q, nb::handle k_cache, nb::handle v_cache,
   args.stream = reinterpret_cast<void*>(stream);
   args.num_threads = num_threads;
   if (im.error()) return to_python(im.error());
-  fa::Status s;
-  {
-    nb::gil_scoped_release release;
-    s = fa::forward_kvcache(args);
-  }
-  return to_python(status_error(s));
+  return run_released([&] { return fa::forward_kvcache(args); });
 }
 
 }  // namespace

@@ -276,11 +276,13 @@ Status pad_out(void* dst, const Strides3& ds, int64_t width, const PaddedOperand
 
 // Runs p at plan.run_dim with the operands plan says on zero-padded workspace copies, then
 // copies the first head_dim (q-side) / head_dim_v (v-side) columns of the padded outputs back.
-// The padded problem is a plain same-d one (head_dim == head_dim_v), so dispatch_forward may
-// give it to the sm90 kernels like any other call.
-Status padded_forward(const ForwardParams& p, const PadPlan& plan, int major, cudaStream_t stream) {
+// k and v are (kr.batch, kr.rows, heads_k) operands (k_rows(p), or a KV cache's pages);
+// run(pp) runs the padded problem, a plain same-d one (head_dim == head_dim_v), so a forward
+// may give it to the sm90 kernels like any other call.
+template <typename Run>
+Status padded_forward(const ForwardParams& p, const PadPlan& plan, RowSpace kr, cudaStream_t stream, const Run& run) {
   const bool varlen = p.is_varlen();
-  const RowSpace qr = q_rows(p), kr = k_rows(p);
+  const RowSpace qr = q_rows(p);
   const int64_t w = plan.run_dim;
   const int64_t q_elems = qr.batch * qr.rows * p.heads * w, k_elems = kr.batch * kr.rows * p.heads_k * w;
   // q-side: q, k; v-side: v, out.
@@ -307,7 +309,7 @@ Status padded_forward(const ForwardParams& p, const PadPlan& plan, int major, cu
     pp.v = v.data, pp.v_strides = v.strides;
     pp.out = out.data, pp.out_strides = out.strides;
   }
-  if (Status s = dispatch_forward(pp, major, stream); !s.ok()) return s;
+  if (Status s = run(pp); !s.ok()) return s;
   if (!plan.v) return Status::Ok();  // the kernels wrote the caller's out directly
   return pad_out(p.out, p.out_strides, p.head_dim_v, out, w, qr, p.heads, stream);
 }
@@ -380,7 +382,10 @@ Status cuda_forward(const ForwardParams& p) {
     return cuda::fill_lse(p.lse, p.lse_batch_stride, p.lse_head_stride, qr.batch, p.heads, qr.rows,
                           -std::numeric_limits<float>::infinity(), stream, p.learnable_sink);
   }
-  if (plan.any()) return padded_forward(p, plan, major, stream);
+  if (plan.any()) {
+    return padded_forward(p, plan, k_rows(p), stream,
+                          [&](const ForwardParams& pp) { return dispatch_forward(pp, major, stream); });
+  }
   return dispatch_forward(p, major, stream);
 }
 
@@ -445,49 +450,40 @@ Status run_kvcache(const ForwardParams& p, cudaStream_t stream) {
 
 // A head dim the build did not instantiate: as flash_attn does for head dims that are not a
 // multiple of 8, the call runs at the next built head dim on zero-padded copies of q, the whole
-// cache and the new k/v, then copies out back and, when tokens were appended, the cache's first
-// head_dim columns (zero columns change neither q.k nor P.V; rotary pairs lie inside head_dim).
-// Exact, but every call moves the whole cache twice (SEMANTICS.md says so): such head dims are
-// far from the decode bandwidth.
-Status padded_kvcache(const ForwardParams& p, int run_dim, cudaStream_t stream) {
+// cache (padded_forward) and the new k/v, then copies out back and, when tokens were appended,
+// the cache's first head_dim columns (zero columns change neither q.k nor P.V; rotary pairs lie
+// inside head_dim). Exact, but every call moves the whole cache twice (SEMANTICS.md says so):
+// such head dims are far from the decode bandwidth.
+Status padded_kvcache(const ForwardParams& p, const PadPlan& plan, cudaStream_t stream) {
   const KVCacheParams& kv = p.kv;
-  const int64_t d = p.head_dim, w = run_dim;
   // The cache as (pages or cache rows, rows per page or capacity, heads_k, d).
   const RowSpace cr = kv.paged() ? RowSpace{kv.num_blocks, kv.page_size} : RowSpace{kv.batch_cache, kv.capacity};
-  const RowSpace qr{p.batch, p.seqlen_q}, nr{p.batch, kv.seqlen_new};
-  const bool append = kv.k_new != nullptr;
-  const int64_t elems = 2 * qr.batch * qr.rows * p.heads * w + 2 * cr.batch * cr.rows * p.heads_k * w +
-                        (append ? 2 * nr.batch * nr.rows * p.heads_k * w : 0);
-  ScopedWorkspace ws(stream);
-  if (Status s = ws.alloc(static_cast<size_t>(elems) * sizeof(uint16_t)); !s.ok()) return s;
-  uint16_t* cursor = ws.data();
-  const PaddedOperand q = carve(&cursor, qr, p.heads, w, false);
-  const PaddedOperand out = carve(&cursor, qr, p.heads, w, false);
-  const PaddedOperand kc = carve(&cursor, cr, p.heads_k, w, false);
-  const PaddedOperand vc = carve(&cursor, cr, p.heads_k, w, false);
-  if (Status s = pad_in(q, w, p.q, p.q_strides, d, qr, p.heads, stream); !s.ok()) return s;
-  if (Status s = pad_in(kc, w, p.k, p.k_strides, d, cr, p.heads_k, stream); !s.ok()) return s;
-  if (Status s = pad_in(vc, w, p.v, p.v_strides, d, cr, p.heads_k, stream); !s.ok()) return s;
-
-  ForwardParams pp = p;  // scale and scale_log2 stay those of the caller's head dim
-  pp.head_dim = pp.head_dim_v = run_dim;
-  pp.q = q.data, pp.q_strides = q.strides;
-  pp.k = kc.data, pp.k_strides = kc.strides;
-  pp.v = vc.data, pp.v_strides = vc.strides;
-  pp.out = out.data, pp.out_strides = out.strides;
-  if (append) {
+  return padded_forward(p, plan, cr, stream, [&](const ForwardParams& pp) -> Status {
+    if (kv.k_new == nullptr) return run_kvcache(pp, stream);
+    const RowSpace nr{p.batch, kv.seqlen_new};
+    const int64_t w = plan.run_dim, d = p.head_dim;
+    ScopedWorkspace ws(stream);
+    if (Status s = ws.alloc(static_cast<size_t>(2 * nr.batch * nr.rows * p.heads_k * w) * sizeof(uint16_t)); !s.ok()) {
+      return s;
+    }
+    uint16_t* cursor = ws.data();
     const PaddedOperand kn = carve(&cursor, nr, p.heads_k, w, false);
     const PaddedOperand vn = carve(&cursor, nr, p.heads_k, w, false);
     if (Status s = pad_in(kn, w, kv.k_new, kv.k_new_strides, d, nr, p.heads_k, stream); !s.ok()) return s;
     if (Status s = pad_in(vn, w, kv.v_new, kv.v_new_strides, d, nr, p.heads_k, stream); !s.ok()) return s;
-    pp.kv.k_new = kn.data, pp.kv.k_new_strides = kn.strides;
-    pp.kv.v_new = vn.data, pp.kv.v_new_strides = vn.strides;
-  }
-  if (Status s = run_kvcache(pp, stream); !s.ok()) return s;
-  if (Status s = pad_out(p.out, p.out_strides, d, out, w, qr, p.heads, stream); !s.ok()) return s;
-  if (!append) return Status::Ok();
-  if (Status s = pad_out(const_cast<void*>(p.k), p.k_strides, d, kc, w, cr, p.heads_k, stream); !s.ok()) return s;
-  return pad_out(const_cast<void*>(p.v), p.v_strides, d, vc, w, cr, p.heads_k, stream);
+    ForwardParams pa = pp;
+    pa.kv.k_new = kn.data, pa.kv.k_new_strides = kn.strides;
+    pa.kv.v_new = vn.data, pa.kv.v_new_strides = vn.strides;
+    if (Status s = run_kvcache(pa, stream); !s.ok()) return s;
+    const auto padded = [](const void* data, const Strides3& strides) {
+      return PaddedOperand{static_cast<uint16_t*>(const_cast<void*>(data)), strides};
+    };
+    if (Status s = pad_out(const_cast<void*>(p.k), p.k_strides, d, padded(pp.k, pp.k_strides), w, cr, p.heads_k, stream);
+        !s.ok()) {
+      return s;
+    }
+    return pad_out(const_cast<void*>(p.v), p.v_strides, d, padded(pp.v, pp.v_strides), w, cr, p.heads_k, stream);
+  });
 }
 
 }  // namespace
@@ -504,7 +500,7 @@ Status cuda_forward_kvcache(const ForwardParams& p) {
                                 " (the cpu backend takes both)");
   }
   const auto stream = static_cast<cudaStream_t>(p.stream);
-  if (plan.any()) return padded_kvcache(p, plan.run_dim, stream);
+  if (plan.any()) return padded_kvcache(p, plan, stream);
   const KVCacheParams& kv = p.kv;
   if (Status s = check_operand("out", p.out, p.out_strides); !s.ok()) return s;
   if (kv.k_new != nullptr) {

@@ -51,7 +51,9 @@ __device__ __forceinline__ void load_rows(Element* smem, const char* g_row0, int
 // (row tid / kChunksPerRow + p * kRowsPerPass of the tile) comes from row_src(p), a pointer to
 // its first element; rows >= valid_rows are zero-filled (their cp.async reads nothing, from
 // `any_row`, a valid address). Same thread -> (row, chunk) map and shared-memory layout as
-// load_rows, so the two are interchangeable for one tile.
+// load_rows, so the two are interchangeable for one tile. The pass loop is not shared with
+// load_rows: written as one loop over a source callback, the plain kernels' SASS changed (d128
+// forward +120 instructions, ptxas sm_90), so load_rows keeps its own pointer walk.
 template <typename Element, int kRows, int kThreads, int kChunksPerRow, typename Layout, typename RowSrc>
 __device__ __forceinline__ void load_rows_gather(Element* smem, const RowSrc& row_src, const char* any_row,
                                                  int valid_rows, int tid) {
