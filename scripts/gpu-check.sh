@@ -5,7 +5,7 @@
 #   SUITE=quick|full|decode|none   benchmark suite (default quick); several: SUITE="quick decode"
 #   BENCH_ARGS="--impls a,b"       extra bench.py arguments
 #   SANITIZE=1                     also run compute-sanitizer memcheck, racecheck, synccheck on a reduced set
-#                                  (SANITIZE=kvcache: only the KV-cache memcheck)
+#                                  (SANITIZE=kvcache: only the KV-cache memcheck and racecheck)
 #   TESTS=0                        skip the test suites (TESTS=ctest or TESTS=pytest: only that one)
 #   BUILD=0                        reuse build-gpu and the installed package of an earlier call on
 #                                  the same (still warm) machine
@@ -107,10 +107,13 @@ if [ "${SANITIZE:-0}" != 0 ]; then
       >"$OUT/sanitizer-$tool.log" 2>&1
     echo "$tool: exit $? ($(grep -cE 'ERROR SUMMARY: 0 errors|RACECHECK SUMMARY: 0 hazards' "$OUT/sanitizer-$tool.log") clean summaries)"
   done
-  # The KV-cache path: append + rotary and paged reads (page sizes 1-256, left padding).
-  compute-sanitizer --tool memcheck --error-exitcode 9 build-gpu/tests/cpp/flashattn_test_kvcache \
-    --gtest_filter='Backends/KVCache.*/cuda:KVCacheCpuVsCuda.*' >"$OUT/sanitizer-kvcache.log" 2>&1
-  echo "memcheck kvcache: exit $? ($(grep -c 'ERROR SUMMARY: 0 errors' "$OUT/sanitizer-kvcache.log") clean summaries)"
+  # The KV-cache path: append + rotary and paged reads (page sizes 1-256, left padding; racecheck
+  # for the paged offsets double-buffered in shared memory).
+  for tool in memcheck racecheck; do
+    compute-sanitizer --tool $tool --error-exitcode 9 build-gpu/tests/cpp/flashattn_test_kvcache \
+      --gtest_filter='Backends/KVCache.*/cuda:KVCacheCpuVsCuda.*' >"$OUT/sanitizer-kvcache-$tool.log" 2>&1
+    echo "$tool kvcache: exit $? ($(grep -cE 'ERROR SUMMARY: 0 errors|RACECHECK SUMMARY: 0 hazards' "$OUT/sanitizer-kvcache-$tool.log") clean summaries)"
+  done
 fi
 
 for suite in ${SUITE:-quick}; do
