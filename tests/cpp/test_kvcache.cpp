@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <iostream>
 #include <limits>
 #include <memory>
 #include <numeric>
@@ -593,6 +594,9 @@ TEST_P(KVCache, SplitEqualsUnsplitWithinCriterion) {
 }
 
 TEST_P(KVCache, OtherDtypesAndHeadDims) {
+  // A combination the backend declines (float32 on CUDA) is skipped alone, so the others still run.
+  int ran = 0;
+  std::string skipped;
   for (DType dt : {DType::kFloat32, DType::kFloat16}) {
     for (int d : {64, 40}) {
       KVCase kc;
@@ -604,9 +608,17 @@ TEST_P(KVCache, OtherDtypesAndHeadDims) {
       kc.rotary_dim = d / 2;
       kc.page_size = 16;
       SCOPED_TRACE(std::string(dtype_name(dt)) + " d" + std::to_string(d));
-      KV_RUN_OR_SKIP(o, GetParam(), kc, true);
+      const KVOutcome o = run_case(GetParam(), kc, true);
+      if (o.skipped) {
+        skipped += std::string(dtype_name(dt)) + " d" + std::to_string(d) + ": " + o.skip_reason + "; ";
+        continue;
+      }
+      ASSERT_TRUE(o.status.ok());
+      ++ran;
     }
   }
+  if (ran == 0) GTEST_SKIP() << skipped;
+  if (!skipped.empty()) std::cout << "[ partly skipped ] " << skipped << "\n";
 }
 
 // ---- learnable sinks ------------------------------------------------------------------------

@@ -374,35 +374,57 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
       // one batch entry of packed tokens.
       const int map_batch = map_batch_varlen ? 0 : w.batch;
       const int head_k = w.head / group;
-      ptx::mbarrier_wait(ring.q_empty, (q_pass & 1) ^ 1);
-      ptx::mbarrier_arrive_expect_tx(ring.q_full, Traits::kTileBytesQ);
-#pragma unroll
-      for (int panel = 0; panel < Traits::kPanels; ++panel) {
-        ptx::tma_load_4d(sQ + panel * Traits::kPanelBytesQ, &kp.q, ring.q_full, 64 * panel, int(w.row0_q) + w.m0,
-                         w.head, map_batch);
-      }
-      ++q_pass;
-      for (int n_block = w.n_hi - 1; n_block >= w.n_lo; --n_block, ++it) {
-        const int stage = it % kStages;
-        const uint32_t parity = (it / kStages) & 1;
-        unsigned char* k_dst = sK + stage * Traits::kTileBytesKV;
-        unsigned char* v_dst = sV + stage * Traits::kTileBytesKV;
-        const int key = int(w.row0_k) + n_block * kBlockN;
-        ptx::mbarrier_wait(&ring.k_empty[stage], parity ^ 1);
+      const auto load_k = [&](int n_block, int index) {
+        const int stage = index % kStages;
+        ptx::mbarrier_wait(&ring.k_empty[stage], ((index / kStages) & 1) ^ 1);
         ptx::mbarrier_arrive_expect_tx(&ring.k_full[stage], Traits::kTileBytesKV);
 #pragma unroll
         for (int panel = 0; panel < Traits::kPanels; ++panel) {
-          ptx::tma_load_4d(k_dst + panel * Traits::kPanelBytesKV, &kp.k, &ring.k_full[stage], 64 * panel, key, head_k,
-                           map_batch);
+          ptx::tma_load_4d(sK + stage * Traits::kTileBytesKV + panel * Traits::kPanelBytesKV, &kp.k,
+                           &ring.k_full[stage], 64 * panel, int(w.row0_k) + n_block * kBlockN, head_k, map_batch);
         }
-        ptx::mbarrier_wait(&ring.v_empty[stage], parity ^ 1);
+      };
+      const auto load_v = [&](int n_block, int index) {
+        const int stage = index % kStages;
+        ptx::mbarrier_wait(&ring.v_empty[stage], ((index / kStages) & 1) ^ 1);
         ptx::mbarrier_arrive_expect_tx(&ring.v_full[stage], Traits::kTileBytesKV);
 #pragma unroll
         for (int panel = 0; panel < Traits::kPanels; ++panel) {
-          ptx::tma_load_4d(v_dst + panel * Traits::kPanelBytesKV, &kp.v, &ring.v_full[stage], 64 * panel, key, head_k,
-                           map_batch);
+          ptx::tma_load_4d(sV + stage * Traits::kTileBytesKV + panel * Traits::kPanelBytesKV, &kp.v,
+                           &ring.v_full[stage], 64 * panel, int(w.row0_k) + n_block * kBlockN, head_k, map_batch);
         }
+      };
+      const auto load_q = [&] {
+        ptx::mbarrier_wait(ring.q_empty, (q_pass & 1) ^ 1);
+        ptx::mbarrier_arrive_expect_tx(ring.q_full, Traits::kTileBytesQ);
+#pragma unroll
+        for (int panel = 0; panel < Traits::kPanels; ++panel) {
+          ptx::tma_load_4d(sQ + panel * Traits::kPanelBytesQ, &kp.q, ring.q_full, 64 * panel, int(w.row0_q) + w.m0,
+                           w.head, map_batch);
+        }
+        ++q_pass;
+      };
+#if defined(FLASHATTN_DEV_SM90_KV_TOGETHER)
+      // dev/ A/B: the previous order (Q; then K_j and V_j together, so K_{j+2} waits for P V_j).
+      load_q();
+      for (int n_block = w.n_hi - 1; n_block >= w.n_lo; --n_block, ++it) {
+        load_k(n_block, it);
+        load_v(n_block, it);
       }
+#else
+      // K runs one block ahead of V, as the consumers use them (S_j is issued with P_{j+1} V_{j+1}):
+      // K_j waits only for S_{j+2} to free its slot, not for the later P V product, so the next
+      // K lands a whole block earlier. The first K goes before Q: in the persistent loop the Q
+      // buffer frees only after this CTA's previous tile has issued its last S.
+      load_k(w.n_hi - 1, it);
+      load_q();
+      for (int n_block = w.n_hi - 2; n_block >= w.n_lo; --n_block, ++it) {
+        load_k(n_block, it + 1);
+        load_v(n_block + 1, it);
+      }
+      load_v(w.n_lo, it);
+      ++it;
+#endif
     }
     return;
   }

@@ -58,8 +58,16 @@ struct FwdTraits {
   static constexpr int kThreads = 128 * (kConsumers + 1);  // warpgroup 0 produces
   // setmaxnreg: the producer gives its registers to the consumers. 65536 per SM (one CTA):
   // 128 x 24 + 256 x 240 = 64512.
+#if defined(FLASHATTN_DEV_SM90_PRODUCER_REGS)
+  // dev/: a producer that keeps more state (the dynamic tile feed) spills in 24 registers.
+  static constexpr int kProducerRegs = FLASHATTN_DEV_SM90_PRODUCER_REGS;
+  static constexpr int kConsumerRegs = (65536 / 128 - kProducerRegs) / kConsumers / 8 * 8 > 240
+                                           ? 240
+                                           : (65536 / 128 - kProducerRegs) / kConsumers / 8 * 8;
+#else
   static constexpr int kProducerRegs = 24;
   static constexpr int kConsumerRegs = kConsumers == 2 ? 240 : (kConsumers == 3 ? 160 : 240);
+#endif
 
   // Tiles are 64-column panels of 128-byte rows (the widest swizzled row the copy engine writes).
   static constexpr int kPanels = kHeadDim / 64;
