@@ -294,8 +294,11 @@ template <int kConsumerWarps>
 __device__ __forceinline__ int take_tile(const TileFeed& feed, int k, int lane) {
   const int s = k & 1;
   ptx::mbarrier_wait(&feed.full[s], (k >> 1) & 1);
-  const int tile = feed.slot[s];
-  __syncwarp();
+  // redux.sync writes a uniform register: the compiler then keeps the tile's coordinates, the
+  // loop bounds and the ring counters derived from it on the uniform datapath, as it does for
+  // blockIdx (a plain shared-memory load would move them, and every descriptor of the main
+  // loop, to vector registers).
+  const int tile = int(__reduce_max_sync(0xffffffffu, unsigned(feed.slot[s])));
   if (lane == 0) ptx::mbarrier_arrive(&feed.empty[s]);
   return tile;
 }
@@ -360,7 +363,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
     int q_pass = 0;  // Q tiles issued so far
 #if defined(FLASHATTN_DEV_SM90_DYNAMIC)
     for (int k = 0;; ++k) {
-      const int t = k == 0 ? int(blockIdx.x) : atomicAdd(kp.tile_counter, 1) + int(gridDim.x);
+      // Uniform register (redux.sync over the one producer lane), as in take_tile.
+      const int t = k == 0 ? int(blockIdx.x)
+                           : int(__reduce_max_sync(1u, unsigned(atomicAdd(kp.tile_counter, 1)))) + int(gridDim.x);
       publish_tile(feed, k, t);
       if (t >= order.tiles) break;
 #else
@@ -418,6 +423,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
       // buffer frees only after this CTA's previous tile has issued its last S.
       load_k(w.n_hi - 1, it);
       load_q();
+#pragma unroll 1
       for (int n_block = w.n_hi - 2; n_block >= w.n_lo; --n_block, ++it) {
         load_k(n_block, it + 1);
         load_v(n_block + 1, it);
