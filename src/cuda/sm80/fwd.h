@@ -14,6 +14,11 @@ Status run_fwd(const ForwardParams& params, cudaStream_t stream);
 template <typename Traits>
 Status run_fwd_kvcache(const ForwardParams& params, cudaStream_t stream);
 
+// Whether the split-KV combine may start as a programmatic dependent launch of the split kernel
+// (fwd_launch.h): the device is compute 9.0+ and `combine` was compiled for compute 9.0+ (its
+// grid-dependency wait exists). Cached per device.
+Status combine_waits_for_partials(const void* combine, bool* dependent);
+
 // Picks the instantiation for params (dtype, head dim, mask, score modifiers) and launches it.
 Status dispatch_fwd(const ForwardParams& params, cudaStream_t stream);
 // The same for forward_kvcache (params.kv.enabled; K and V are the cache), after the append.

@@ -1,4 +1,7 @@
 // The one place where the forward's run-time options become template arguments.
+#include <atomic>
+
+#include "cuda/common/cuda_check.h"
 #include "cuda/common/variants.h"
 #include "cuda/sm80/fwd.h"
 #include "cuda/sm80/fwd_kernel.h"
@@ -48,6 +51,27 @@ Status dispatch_fwd_kvcache(const ForwardParams& params, cudaStream_t stream) {
   return dispatch_variant(p, [&]<typename Element, int kHeadDim, MaskMode kMask, ScoreMods kMods>() {
     return run_fwd_kvcache<FwdTraits<Element, kHeadDim, kMask, kMods>>(p, stream);
   });
+}
+
+Status combine_waits_for_partials(const void* combine, bool* dependent) {
+  // Every combine instantiation of one build has the same PTX target, so one answer per device
+  // serves them all: 0 unknown, 1 no, 2 yes.
+  constexpr int kMaxDevices = 64;
+  static std::atomic<int> known[kMaxDevices];
+  int device = 0;
+  FLASHATTN_CUDA_TRY(cudaGetDevice(&device));
+  const bool cached = device >= 0 && device < kMaxDevices;
+  if (cached && known[device].load(std::memory_order_relaxed) != 0) {
+    *dependent = known[device].load(std::memory_order_relaxed) == 2;
+    return Status::Ok();
+  }
+  int major = 0;
+  FLASHATTN_CUDA_TRY(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  cudaFuncAttributes attributes = {};
+  FLASHATTN_CUDA_TRY(cudaFuncGetAttributes(&attributes, combine));
+  *dependent = major >= 9 && attributes.ptxVersion >= 90;
+  if (cached) known[device].store(*dependent ? 2 : 1, std::memory_order_relaxed);
+  return Status::Ok();
 }
 
 }  // namespace flashattn::cuda

@@ -653,7 +653,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
 // the decode step went from 22.6 to 15.4 us; the LSEs had been read one split after the other).
 template <typename Element, int kHeadDim>
 __global__ void __launch_bounds__(128) fwd_combine_kernel(const __grid_constant__ ForwardParams params) {
-#if defined(FLASHATTN_DEV_PDL) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   // Launched as a programmatic dependent of the split kernel (fwd_launch.h): wait here for its
   // partials (a no-op for an ordinary launch).
   cudaGridDependencySynchronize();

@@ -7,6 +7,7 @@
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/split_heuristic.h"
 #include "cuda/common/workspace.h"
+#include "cuda/sm80/fwd.h"
 #include "cuda/sm80/fwd_kernel.h"
 
 namespace flashattn::cuda {
@@ -59,26 +60,28 @@ Status launch_fwd(const ForwardParams& params_in, cudaStream_t stream) {
   if (splits > 1) {
     if (status.ok() && params.total_q > 0) {
       const dim3 cgrid(unsigned((params.total_q + 3) / 4), params.heads);
-#if defined(FLASHATTN_DEV_PDL)
-      // dev candidate (not measured): the combine as a programmatic dependent launch (sm90), so
-      // its launch overlaps the split kernel's last CTAs instead of following the whole grid;
-      // the kernel waits for the partials with cudaGridDependencySynchronize. Older GPUs ignore
-      // the attribute. Aimed at decode latency (batch 1 x 4k: 17.4 us against cuDNN's 12.3).
-      cudaLaunchConfig_t config = {};
-      config.gridDim = cgrid;
-      config.blockDim = dim3(128);
-      config.stream = stream;
-      cudaLaunchAttribute attribute[1];
-      attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-      attribute[0].val.programmaticStreamSerializationAllowed = 1;
-      config.attrs = attribute;
-      config.numAttrs = 1;
-      // The error, if any, stays pending for cudaGetLastError below (the workspace is freed).
-      (void)cudaLaunchKernelEx(&config, fwd_combine_kernel<typename Traits::Element, Traits::kHeadDim>, params);
-#else
-      fwd_combine_kernel<typename Traits::Element, Traits::kHeadDim><<<cgrid, 128, 0, stream>>>(params);
-#endif
-      status = cuda_status(cudaGetLastError(), "launching the split-KV combine kernel");
+      // On sm90 the combine is a programmatic dependent launch: it starts while the split
+      // kernel's last CTAs run and waits for their partials in the kernel
+      // (cudaGridDependencySynchronize), instead of launching after the whole grid. H200, batch 1
+      // x 4k decode: 16.7 -> 15.8 us (flash_attn_func) and 17.8 -> 16.5 us (KV cache), larger
+      // shapes within 1% (dev/results/h200-2026-12-01-ab-pdl-*.json). Only where the loaded
+      // combine kernel was compiled for compute 9.0 or newer: older code (a build without sm_90,
+      // JIT-compiled from compute_80 PTX on a Hopper GPU) has no wait and launches plainly.
+      const auto combine = fwd_combine_kernel<typename Traits::Element, Traits::kHeadDim>;
+      bool dependent = false;
+      status = combine_waits_for_partials(reinterpret_cast<const void*>(combine), &dependent);
+      if (status.ok()) {
+        cudaLaunchAttribute attribute[1];
+        attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attribute[0].val.programmaticStreamSerializationAllowed = 1;
+        cudaLaunchConfig_t config = {};
+        config.gridDim = cgrid;
+        config.blockDim = dim3(128);
+        config.stream = stream;
+        config.attrs = attribute;
+        config.numAttrs = dependent ? 1 : 0;
+        status = cuda_status(cudaLaunchKernelEx(&config, combine, params), "launching the split-KV combine kernel");
+      }
     }
     Status freed = workspace_free(workspace, stream);
     if (status.ok()) status = freed;

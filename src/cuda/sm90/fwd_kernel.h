@@ -269,14 +269,13 @@ __device__ __forceinline__ TileWork tile_work(const ForwardParams& params, const
   return w;
 }
 
-#if defined(FLASHATTN_DEV_SM90_DYNAMIC)
-// dev/ candidate (not measured): a dynamic tile scheduler. Every launch is persistent; a CTA's
-// producer takes its next tile from a global counter (atomicAdd) as soon as it has issued the
-// last copies of the current one, and hands the index to the consumers through a two-slot ring
-// in shared memory (full: the producer's arrival; empty: one per consumer warp). Tiles are taken
-// in TileOrder, heaviest first, so under a causal mask the CTAs balance as the hardware's own
-// dispatch of one CTA per tile does, while keeping the persistent kernel's overlap of one tile's
-// epilogue with the next tile's loads.
+// The dynamic tile feed (FwdTraits::kDynamicTiles, masked launches): a CTA's producer takes its
+// next tile from a global counter (atomicAdd) as soon as it has issued the last copies of the
+// current one, and hands the index to the consumers through a two-slot ring in shared memory
+// (full: the producer's arrival; empty: one per consumer warp). Tiles are taken in TileOrder,
+// heaviest first, so under a causal mask the CTAs balance as the hardware's dispatch of one CTA
+// per tile would, while keeping the persistent kernel's overlap of one tile's epilogue with the
+// next tile's loads.
 struct TileFeed {
   int* slot;       // [2] in shared memory
   uint64_t* full;  // [2]
@@ -290,7 +289,6 @@ __device__ __forceinline__ void publish_tile(const TileFeed& feed, int k, int ti
   ptx::mbarrier_arrive(&feed.full[s]);  // release: the slot's value is visible to the waiters
 }
 
-template <int kConsumerWarps>
 __device__ __forceinline__ int take_tile(const TileFeed& feed, int k, int lane) {
   const int s = k & 1;
   ptx::mbarrier_wait(&feed.full[s], (k >> 1) & 1);
@@ -302,11 +300,11 @@ __device__ __forceinline__ int take_tile(const TileFeed& feed, int k, int lane) 
   if (lane == 0) ptx::mbarrier_arrive(&feed.empty[s]);
   return tile;
 }
-#endif
 
-// Persistent: each CTA walks its tiles of TileOrder (TileOrder::cta_tile), one per round. The
-// producer and the consumers walk the same tiles and count the K/V ring's slots across them, so
-// the producer loads the next tile's Q and first K/V tiles while the consumers finish this one.
+// Persistent: one CTA per SM. Each CTA walks its tiles of TileOrder, in fixed rounds
+// (TileOrder::cta_tile) without a mask or from the tile feed with one (FwdTraits::kDynamicTiles).
+// The producer and the consumers walk the same tiles and count the K/V ring's slots across them,
+// so the producer loads the next tile's Q and first K/V tiles while the consumers finish this one.
 template <typename Traits>
 __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_constant__ FwdParams kp) {
   using Element = typename Traits::Element;
@@ -323,9 +321,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
   uint64_t* bars = reinterpret_cast<uint64_t*>(sV + kStages * Traits::kTileBytesKV);
   const Ring ring{bars, bars + 1, bars + 1 + kStages, bars + 1 + 2 * kStages, bars + 1 + 3 * kStages,
                   bars + 1 + 4 * kStages};
-#if defined(FLASHATTN_DEV_SM90_DYNAMIC)
+  // Only with kDynamicTiles (kBarriers counts them).
   const TileFeed feed{reinterpret_cast<int*>(bars + 6 + 4 * kStages), bars + 2 + 4 * kStages, bars + 4 + 4 * kStages};
-#endif
 
   const int warpgroup = threadIdx.x / 128;
   const int warp = threadIdx.x / 32;
@@ -343,12 +340,12 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
       ptx::mbarrier_init(&ring.k_empty[s], 4 * Traits::kConsumers);
       ptx::mbarrier_init(&ring.v_empty[s], 4 * Traits::kConsumers);
     }
-#if defined(FLASHATTN_DEV_SM90_DYNAMIC)
-    for (int s = 0; s < 2; ++s) {
-      ptx::mbarrier_init(&feed.full[s], 1);
-      ptx::mbarrier_init(&feed.empty[s], 4 * Traits::kConsumers);
+    if constexpr (Traits::kDynamicTiles) {
+      for (int s = 0; s < 2; ++s) {
+        ptx::mbarrier_init(&feed.full[s], 1);
+        ptx::mbarrier_init(&feed.empty[s], 4 * Traits::kConsumers);
+      }
     }
-#endif
     ptx::mbarrier_init_fence();
   }
   __syncthreads();
@@ -361,18 +358,17 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
     ptx::tma_prefetch_map(&kp.v);
     int it = 0;      // K/V tiles issued so far, across tiles: slot it % kStages, pass it / kStages
     int q_pass = 0;  // Q tiles issued so far
-#if defined(FLASHATTN_DEV_SM90_DYNAMIC)
-    for (int k = 0;; ++k) {
-      // Uniform register (redux.sync over the one producer lane), as in take_tile.
-      const int t = k == 0 ? int(blockIdx.x)
-                           : int(__reduce_max_sync(1u, unsigned(atomicAdd(kp.tile_counter, 1)))) + int(gridDim.x);
-      publish_tile(feed, k, t);
+    for (int k = 0;; ++k) {  // the CTA's k-th tile
+      int t;
+      if constexpr (Traits::kDynamicTiles) {
+        // Uniform register (redux.sync over the one producer lane), as in take_tile.
+        t = k == 0 ? int(blockIdx.x)
+                   : int(__reduce_max_sync(1u, unsigned(atomicAdd(kp.tile_counter, 1)))) + int(gridDim.x);
+        publish_tile(feed, k, t);
+      } else {
+        t = order.cta_tile(k, blockIdx.x, gridDim.x);
+      }
       if (t >= order.tiles) break;
-#else
-    for (int round = 0;; ++round) {
-      const int t = order.cta_tile(round, blockIdx.x, gridDim.x);
-      if (t >= order.tiles) break;
-#endif
       const TileWork w = tile_work<Traits>(params, order, t);
       if (!w.exists() || !w.has_keys()) continue;
       // Tensor-map coordinates: dense operands are (dim, position, head, batch); varlen ones are
@@ -409,18 +405,13 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
         }
         ++q_pass;
       };
-#if defined(FLASHATTN_DEV_SM90_KV_TOGETHER)
-      // dev/ A/B: the previous order (Q; then K_j and V_j together, so K_{j+2} waits for P V_j).
-      load_q();
-      for (int n_block = w.n_hi - 1; n_block >= w.n_lo; --n_block, ++it) {
-        load_k(n_block, it);
-        load_v(n_block, it);
-      }
-#else
       // K runs one block ahead of V, as the consumers use them (S_j is issued with P_{j+1} V_{j+1}):
       // K_j waits only for S_{j+2} to free its slot, not for the later P V product, so the next
-      // K lands a whole block earlier. The first K goes before Q: in the persistent loop the Q
-      // buffer frees only after this CTA's previous tile has issued its last S.
+      // K lands a whole block earlier (H200 bf16 against K_j and V_j issued together: d128 +2-4%
+      // from 1k to 2k, +1% at 16k; d64 and d256 within 1% but d256 1k -2.6%; dev/results/
+      // h200-2026-12-01-ab-sm90d-*.json). The first K goes before Q: in the persistent loop the
+      // Q buffer frees only after this CTA's previous tile has issued its last S. The loop is not
+      // unrolled: unrolled, the producer's 24 registers spilled with the tile feed.
       load_k(w.n_hi - 1, it);
       load_q();
 #pragma unroll 1
@@ -430,7 +421,6 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
       }
       load_v(w.n_lo, it);
       ++it;
-#endif
     }
     return;
   }
@@ -456,15 +446,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
 
   int it = 0;      // K/V tiles consumed so far, across tiles (the producer's count)
   int q_pass = 0;  // Q tiles consumed so far
-#if defined(FLASHATTN_DEV_SM90_DYNAMIC)
   for (int k = 0;; ++k) {
-    const int tile = take_tile<4 * Traits::kConsumers>(feed, k, lane);
+    const int tile = Traits::kDynamicTiles ? take_tile(feed, k, lane) : order.cta_tile(k, blockIdx.x, gridDim.x);
     if (tile >= order.tiles) break;
-#else
-  for (int round = 0;; ++round) {
-    const int tile = order.cta_tile(round, blockIdx.x, gridDim.x);
-    if (tile >= order.tiles) break;
-#endif
     const TileWork w = tile_work<Traits>(params, order, tile);
     if (!w.exists()) continue;
     const WindowMask mask = make_window_mask<Traits::kMask == MaskMode::kWindow>(

@@ -53,24 +53,26 @@ Status run_fwd(const ForwardParams& params, cudaStream_t stream) {
   }
   kp.order = TileOrder{int(planes * m_blocks), m_blocks, int(planes),
                        causal_group_planes(params.is_causal, m_blocks, planes, sms)};
-  // Without a mask every tile is the same work: persistent CTAs, one per SM (their shared memory
-  // allows no second), load the next tile while finishing one (1k-2k: +5-11% against one CTA per
-  // tile). Under a causal or window mask tiles differ, and one CTA per tile, started heaviest
-  // first, lets the hardware balance them: static rounds lost up to 22% at 16k causal even when
-  // alternating direction (H200, bf16; dev/results/h200-2026-12-01-ab-sm90{b,c}-*.json).
-#if defined(FLASHATTN_DEV_SM90_DYNAMIC)
-  // dev/ candidate: every launch persistent, tiles taken from a counter (fwd_kernel.h, TileFeed).
+  // Persistent CTAs, one per SM (their shared memory allows no second): each loads its next tile
+  // while finishing one (1k-2k without a mask: +5-11% against one CTA per tile). Under a causal
+  // or window mask they take tiles from a counter (FwdTraits::kDynamicTiles), zeroed here in
+  // stream order; one CTA per tile, the previous choice there, was 0-18% slower (shortest rows
+  // the most).
   const int ctas = std::min(kp.order.tiles, sms);
-  if (Status st = workspace_alloc(reinterpret_cast<void**>(&kp.tile_counter), sizeof(int), stream); !st.ok()) return st;
-  FLASHATTN_CUDA_TRY(cudaMemsetAsync(kp.tile_counter, 0, sizeof(int), stream));
+  kp.tile_counter = nullptr;
+  if constexpr (Traits::kDynamicTiles) {
+    if (Status st = workspace_alloc(reinterpret_cast<void**>(&kp.tile_counter), sizeof(int), stream); !st.ok()) {
+      return st;
+    }
+    Status launched = cuda_status(cudaMemsetAsync(kp.tile_counter, 0, sizeof(int), stream), "zeroing the tile counter");
+    if (launched.ok()) {
+      kernel<<<ctas, Traits::kThreads, kSmem, stream>>>(kp);
+      launched = cuda_status(cudaGetLastError(), "launching the sm90 forward kernel");
+    }
+    Status freed = workspace_free(kp.tile_counter, stream);
+    return launched.ok() ? freed : launched;
+  }
   kernel<<<ctas, Traits::kThreads, kSmem, stream>>>(kp);
-  Status launched = cuda_status(cudaGetLastError(), "launching the sm90 forward kernel");
-  Status freed = workspace_free(kp.tile_counter, stream);
-  return launched.ok() ? freed : launched;
-#else
-  const int ctas = params.has_window() ? kp.order.tiles : std::min(kp.order.tiles, sms);
-  kernel<<<ctas, Traits::kThreads, kSmem, stream>>>(kp);
-#endif
   return cuda_status(cudaGetLastError(), "launching the sm90 forward kernel");
 }
 

@@ -58,16 +58,8 @@ struct FwdTraits {
   static constexpr int kThreads = 128 * (kConsumers + 1);  // warpgroup 0 produces
   // setmaxnreg: the producer gives its registers to the consumers. 65536 per SM (one CTA):
   // 128 x 24 + 256 x 240 = 64512.
-#if defined(FLASHATTN_DEV_SM90_PRODUCER_REGS)
-  // dev/: a producer that keeps more state (the dynamic tile feed) spills in 24 registers.
-  static constexpr int kProducerRegs = FLASHATTN_DEV_SM90_PRODUCER_REGS;
-  static constexpr int kConsumerRegs = (65536 / 128 - kProducerRegs) / kConsumers / 8 * 8 > 240
-                                           ? 240
-                                           : (65536 / 128 - kProducerRegs) / kConsumers / 8 * 8;
-#else
   static constexpr int kProducerRegs = 24;
   static constexpr int kConsumerRegs = kConsumers == 2 ? 240 : (kConsumers == 3 ? 160 : 240);
-#endif
 
   // Tiles are 64-column panels of 128-byte rows (the widest swizzled row the copy engine writes).
   static constexpr int kPanels = kHeadDim / 64;
@@ -76,11 +68,16 @@ struct FwdTraits {
   static constexpr int kPanelBytesKV = kBlockN * kRowBytes;
   static constexpr int kTileBytesQ = kPanels * kPanelBytesQ;
   static constexpr int kTileBytesKV = kPanels * kPanelBytesKV;
+  // Which tile a CTA takes next (fwd_kernel.h): under a causal or window mask tiles differ in
+  // work, so each CTA's producer takes the next one from a global counter, heaviest first, and
+  // hands it to the consumers (TileFeed); without a mask every tile is the same work and CTAs
+  // walk fixed rounds (TileOrder::cta_tile), which skips the hand-off. Measured on H200, bf16,
+  // against the other choice in the same build (dev/results/h200-2026-12-01-ab-sm90e-*.json):
+  // causal +16/+10/+5/+2% at d64 1k/2k/4k/16k, +18/+12/+5/+3% at d128, +7/+4/+3.5/0% at d256;
+  // unmasked -5% at d128 (1k-16k), -2% at d256, within 2% at d64.
+  static constexpr bool kDynamicTiles = kMask == MaskMode::kWindow;
   static constexpr int kBarriers = 2 + 4 * kStages  // Q full and empty; K, V full and empty per stage
-#if defined(FLASHATTN_DEV_SM90_DYNAMIC)
-                                   + 4 + 1  // the tile feed's full/empty pairs, and its two slots
-#endif
-      ;
+                                   + (kDynamicTiles ? 4 + 1 : 0);  // the feed's full/empty pairs, its two slots
   // +1024: the dynamic shared-memory base is rounded up to the swizzle's 1024-byte period.
   static constexpr size_t kSmemBytes = 1024 + kTileBytesQ + 2 * kStages * kTileBytesKV + 8 * kBarriers;
 
@@ -99,9 +96,7 @@ struct FwdParams {
   CUtensorMap v;  // 64 x block_n
   ForwardParams p;
   TileOrder order;
-#if defined(FLASHATTN_DEV_SM90_DYNAMIC)
-  int* tile_counter;  // dev/ candidate (fwd_kernel.h, TileFeed): zeroed before each launch
-#endif
+  int* tile_counter;  // kDynamicTiles: tiles handed out so far beyond the first wave (zeroed per launch)
 };
 
 }  // namespace flashattn::cuda::sm90

@@ -37,10 +37,10 @@ struct TileOrder {
 
   // The tile CTA `cta` of `ctas` takes in round r (>= tiles: none, in this or any later round).
   // Rounds alternate direction (r even: cta, r odd: ctas - 1 - cta), so a CTA that took one of
-  // the heaviest tiles of a round takes one of the lightest of the next (varlen batches; causal
-  // launches run one CTA per tile, fwd_launch.h). Under a causal mask the plain stride had given
-  // CTA 0 the heaviest tile of every round: 532 against 660 TFLOP/s at d128 16k; alternating,
-  // 571 (dev/results/h200-2026-12-01-ab-sm90{b,c}-*.json).
+  // the heaviest tiles of a round takes one of the lightest of the next (varlen batches; masked
+  // launches take tiles from the dynamic feed instead, fwd_kernel.h). Under a causal mask the
+  // plain stride had given CTA 0 the heaviest tile of every round: 532 against 660 TFLOP/s at
+  // d128 16k; alternating, 571 (dev/results/h200-2026-12-01-ab-sm90{b,c}-*.json).
   FLASHATTN_TILE_HD int cta_tile(int r, int cta, int ctas) const {
     return r * ctas + ((r & 1) ? ctas - 1 - cta : cta);
   }
