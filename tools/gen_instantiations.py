@@ -23,7 +23,7 @@ FAMILIES = {
 
 # Hopper (sm_90a) families: {family}_hdim{D}_{dtype}_{mask}.cu, compiled for sm_90a only
 # (cmake/cuda_sources.cmake). They take no score modifiers (those run on the sm80 kernels).
-SM90_HEAD_DIMS = [64, 128, 256]
+SM90_HEAD_DIMS = [64, 128, 192, 256]
 SM90_FAMILIES = {
     "sm90fwd": ("cuda/sm90/fwd_launch.h", "sm90::FwdTraits", "sm90::run_fwd", "ForwardParams"),
 }

@@ -10,12 +10,14 @@ namespace flashattn::cuda::sm90 {
 namespace {
 
 // The head dims the Hopper forward is instantiated for (tools/gen_instantiations.py).
-constexpr bool has_kernel(int head_dim) { return head_dim == 64 || head_dim == 128 || head_dim == 256; }
+constexpr bool has_kernel(int head_dim) {
+  return head_dim == 64 || head_dim == 128 || head_dim == 192 || head_dim == 256;
+}
 
 }  // namespace
 
 std::string fwd_declines(const ForwardParams& p, bool any_runnable) {
-  if (!has_kernel(p.head_dim)) return "head_dim is not 64, 128 or 256";
+  if (!has_kernel(p.head_dim)) return "head_dim is not 64, 128, 192 or 256";
   if (!head_dim_built(p.head_dim)) return "head_dim not built";
   // Never true from cuda_backend.cu, which pads a head_dim_v != head_dim call to one head dim.
   if (p.head_dim_v != p.head_dim) return "head_dim_v differs from head_dim";

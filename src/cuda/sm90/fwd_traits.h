@@ -29,6 +29,8 @@ struct FwdTile {
 //  - d128 without a mask: 128 x 176, 2 stages (32 + 176 KB): +1.5-5% from 8k up (710 against 678
 //    at 16k). With a window or causal mask 128 x 128 (32 + 128 KB): 176 lost 7% at 1k causal
 //    and gained 4% at 16k causal, and short causal rows are the weaker ones.
+//  - d192 (DeepSeek-V3's q/k; its v of 128 is zero-padded to 192): 128 x 112, 2 stages: 48 + 168
+//    KB; O 96 + S 56 + P 28 registers. The largest N that fits; not swept.
 //  - d256: 128 x 80, 2 stages: 64 + 160 KB (the most that fits); O 128 + S 40 + P 20. Not swept.
 //  - Ping-pong (turns between the consumers): +1-3% at d128 (ab-sm90a-nopp128).
 constexpr FwdTile fwd_tile(int head_dim, bool windowed) {
@@ -41,6 +43,7 @@ constexpr FwdTile fwd_tile(int head_dim, bool windowed) {
 #endif
   if (head_dim <= 64) return {3, 128, 2, true};
   if (head_dim <= 128) return windowed ? FwdTile{2, 128, 2, true} : FwdTile{2, 176, 2, true};
+  if (head_dim <= 192) return {2, 112, 2, true};
   return {2, 80, 2, true};
 }
 
