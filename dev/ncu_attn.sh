@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Nsight Compute sections for flashattn's kernels and FA2's (SDPA flash) on one shape and pass, on
-# the GPU machine, for side-by-side stall and instruction analysis. Writes $OUT/ncu-PASS-*.txt.
-# Usage: dev/ncu_attn.sh fwd|bwd "B H N D [causal]"   (default shape "4 16 4096 128")
+# Nsight Compute sections for flashattn's kernels and its peers' (dev/profile_attn.py: PEERS,
+# default SDPA flash = FA2; sdpa_cudnn, fa4 with FA4's wheels on PYTHONPATH as gpu-check.sh
+# FA4_WHEELS sets it) on one shape and pass, on the GPU machine, for side-by-side stall and
+# instruction analysis. Writes $OUT/ncu-PASS-*.txt.
+# Usage: [PEERS=fa4] dev/ncu_attn.sh fwd|bwd "B H N D [causal]"   (default shape "4 16 4096 128")
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/flashattn-out}

@@ -1,7 +1,10 @@
-"""One call of flashattn and of SDPA's flash (FlashAttention-2) backend on the same shape, inside
-a cudaProfilerStart/Stop window, for dev/ncu_attn.sh. The pass is "fwd" (one forward each) or
-"bwd" (one backward each, from a forward run outside the window).
-Usage: profile_attn.py fwd|bwd B H N D [causal]."""
+"""One call of flashattn and of each peer on the same shape, inside a cudaProfilerStart/Stop
+window, for dev/ncu_attn.sh. The pass is "fwd" (one forward each) or "bwd" (one backward each,
+from a forward run outside the window). Peers (PEERS, comma-separated, default sdpa_flash):
+sdpa_flash (FlashAttention-2), sdpa_cudnn, fa4 (flash_attn.cute, forward only; its JIT
+compile happens in the warm-up, outside the window).
+Usage: [PEERS=sdpa_cudnn,fa4] profile_attn.py fwd|bwd B H N D [causal]."""
+import os
 import sys
 
 import torch
@@ -24,24 +27,41 @@ def ours():
     return flashattn.flash_attn_func(q, k, v, causal=causal)
 
 
-def sdpa():
-    with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
-        return F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal).transpose(1, 2)
+def sdpa(backend):
+    def call():
+        with sdpa_kernel([backend]):
+            return F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal).transpose(1, 2)
+    return call
 
+
+def fa4():
+    from flash_attn.cute import flash_attn_func as fa4_func
+    out = fa4_func(q, k, v, causal=causal)
+    return out[0] if isinstance(out, tuple) else out
+
+
+peers = {"sdpa_flash": sdpa(SDPBackend.FLASH_ATTENTION), "sdpa_cudnn": sdpa(SDPBackend.CUDNN_ATTENTION), "fa4": fa4}
+names = os.environ.get("PEERS", "sdpa_flash").split(",")
+unknown = [n for n in names if n not in peers]
+if unknown:
+    sys.exit(f"PEERS: unknown {unknown}; known: {sorted(peers)}")
+if backward and "fa4" in names:
+    sys.exit("PEERS: fa4 is profiled forward only here")
+calls = [ours] + [peers[n] for n in names]
 
 for _ in range(3):  # warm-up outside the profiled window
-    for f in (ours, sdpa):
+    for f in calls:
         o = f()
         if backward:
             o.backward(dout)
-outs = [f() for f in (ours, sdpa)] if backward else None
+outs = [f() for f in calls] if backward else None
 torch.cuda.synchronize()
 torch.cuda.cudart().cudaProfilerStart()
 if backward:
     for o in outs:
         o.backward(dout)
 else:
-    ours()
-    sdpa()
+    for f in calls:
+        f()
 torch.cuda.synchronize()
 torch.cuda.cudart().cudaProfilerStop()
