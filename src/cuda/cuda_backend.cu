@@ -18,6 +18,7 @@
 #include "cuda/pad.h"
 #include "cuda/sm80/bwd.h"
 #include "cuda/sm80/fwd.h"
+#include "cuda/sm90/bwd.h"
 #include "cuda/sm90/fwd.h"
 
 namespace flashattn {
@@ -212,6 +213,20 @@ Status dispatch_forward(const ForwardParams& p, int major, cudaStream_t stream) 
   return cuda::dispatch_fwd(p, stream);
 }
 
+// Runs a backward the kernels take directly. The sm90 backward (sm90/bwd_kernel.h) runs only
+// when FLASHATTN_CUDA_PATH=sm90 asks for the Hopper kernels: it has not been measured yet, so
+// the default (auto) stays on the sm80 kernels on every GPU.
+Status dispatch_backward(const BackwardParams& p, cudaStream_t stream) {
+#if defined(FLASHATTN_CUDA_SM90)
+  if (cuda_path() == CudaPath::kSm90 && cuda::sm90::bwd_declines(p).empty()) {
+    int major = 0;
+    FLASHATTN_CUDA_TRY(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, p.device.index));
+    if (major == 9) return cuda::sm90::dispatch_bwd(p, stream);
+  }
+#endif
+  return cuda::dispatch_bwd(p, stream);
+}
+
 // The (batch, rows) index space of the q-like and k-like operands: dense (batch, seqlen),
 // varlen (1, total) with the sequences found through cu_seqlens.
 struct RowSpace {
@@ -353,7 +368,7 @@ Status padded_backward(const BackwardParams& p, const PadPlan& plan, cudaStream_
     pp.v = v.data, pp.v_strides = v.strides;
     pp.dv = dv.data, pp.dv_strides = dv.strides;
   }
-  if (Status s = cuda::dispatch_bwd(pp, stream); !s.ok()) return s;
+  if (Status s = dispatch_backward(pp, stream); !s.ok()) return s;
   if (plan.qk) {
     if (Status s = pad_out(p.dq, p.dq_strides, p.head_dim, dq, w, qr, p.heads, stream); !s.ok()) return s;
     if (Status s = pad_out(p.dk, p.dk_strides, p.head_dim, dk, w, kr, p.heads_k, stream); !s.ok()) return s;
@@ -420,7 +435,7 @@ Status cuda_backward(const BackwardParams& p) {
     return zero_fill(p.dv, p.dv_strides, kr, p.heads_k, p.head_dim_v, stream);
   }
   if (plan.any()) return padded_backward(p, plan, stream);
-  return cuda::dispatch_bwd(p, stream);
+  return dispatch_backward(p, stream);
 }
 
 namespace {

@@ -1,0 +1,26 @@
+// The Hopper backward (bwd_kernel.h): which calls it takes, and its dispatch.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "core/params.h"
+
+namespace flashattn::cuda::sm90 {
+
+// Why the sm90 backward does not take p (empty when it does): head dims other than 64 and 128,
+// head_dim_v != head_dim (cuda_backend.cu pads such calls first), softcap, ALiBi and dropout,
+// broadcast (stride 0) operands, a head dim or dtype this build lacks.
+std::string bwd_declines(const BackwardParams& p);
+
+// Runs p, which bwd_declines accepted, on the sm90 kernels (deterministic whatever
+// p.deterministic says). NotSupported (nothing launched) when the copy engine cannot describe
+// an operand.
+Status dispatch_bwd(const BackwardParams& p, cudaStream_t stream);
+
+// Defined in bwd_launch.h; each traits is instantiated in its own generated .cu file.
+template <typename Traits>
+Status run_bwd(const BackwardParams& params, cudaStream_t stream);
+
+}  // namespace flashattn::cuda::sm90

@@ -1,0 +1,42 @@
+// Which calls the Hopper backward takes (bwd_declines), and its dispatch through dispatch_variant.
+#include "cuda/common/build_config.h"
+#include "cuda/common/variants.h"
+#include "cuda/sm90/bwd.h"
+#include "cuda/sm90/bwd_kernel.h"
+
+namespace flashattn::cuda::sm90 {
+namespace {
+
+// The head dims the Hopper backward is instantiated for (tools/gen_instantiations.py).
+constexpr bool has_bwd_kernel(int head_dim) { return head_dim == 64 || head_dim == 128; }
+
+}  // namespace
+
+std::string bwd_declines(const BackwardParams& p) {
+  if (!has_bwd_kernel(p.head_dim)) return "head_dim is not 64 or 128";
+  if (!head_dim_built(p.head_dim)) return "head_dim not built";
+  if (p.head_dim_v != p.head_dim) return "head_dim_v differs from head_dim";
+  if (p.softcap > 0.0f || p.alibi != nullptr || p.has_dropout()) return "softcap, ALiBi and dropout run on sm80";
+  if (p.has_score_mods()) return "attn_bias, attn_mask and block masks run on sm80";
+  const auto broadcast = [&](const Strides3& s, int heads) {
+    return s.row == 0 || (heads > 1 && s.head == 0) || (!p.is_varlen() && p.batch > 1 && s.batch == 0);
+  };
+  if (broadcast(p.q_strides, p.heads) || broadcast(p.k_strides, p.heads_k) || broadcast(p.v_strides, p.heads_k) ||
+      broadcast(p.dout_strides, p.heads)) {
+    return "a broadcast (stride 0) operand";
+  }
+  return {};
+}
+
+Status dispatch_bwd(const BackwardParams& p, cudaStream_t stream) {
+  return dispatch_variant(p, [&]<typename Element, int kHeadDim, MaskMode kMask, ScoreMods kMods>() -> Status {
+    if constexpr (has_bwd_kernel(kHeadDim) && kMods == ScoreMods::kNone) {
+      return run_bwd<BwdTraits<Element, kHeadDim, kMask>>(p, stream);
+    } else {
+      return Status::NotSupported("the sm90 backward has no kernel for head_dim " + std::to_string(kHeadDim) +
+                                  " with score modifiers " + (kMods == ScoreMods::kNone ? "off" : "on"));
+    }
+  });
+}
+
+}  // namespace flashattn::cuda::sm90
