@@ -67,21 +67,18 @@ __global__ void states_from_list(uint8_t* states, const BlockList l, uint8_t sta
 // the list is sorted as the kernel walks it.
 __device__ void list_one(int32_t* list, const uint8_t* table, const Geometry& g, int64_t m, int block_m,
                          int block_n, int bq, int bk, int seqlen_q, int seqlen_k, bool has_mask, int lane) {
-  const int64_t r0 = m * block_m / bq, r1 = (min(int64_t(seqlen_q), (m + 1) * block_m) - 1) / bq;
+  int64_t r0, r1;
+  tile_blocks(m, block_m, bq, seqlen_q, &r0, &r1);
   int32_t count = 0;
   for (int64_t base = 0; base < g.n_tiles; base += 32) {
     const int64_t nt = g.n_tiles - 1 - (base + lane);
-    unsigned seen = 0;  // bit s: some block in state s
+    int32_t kind = kTileSkipped;
     if (nt >= 0) {
-      const int64_t c0 = nt * block_n / bk, c1 = (min(int64_t(seqlen_k), (nt + 1) * block_n) - 1) / bk;
-      for (int64_t r = r0; r <= r1; ++r) {
-        for (int64_t c = c0; c <= c1; ++c) seen |= 1u << table[r * g.k_blocks + c];
-      }
-      // Without attn_mask a partial block is visible everywhere, as a full one.
-      if (!has_mask && (seen & (1u << kBlockPartial))) seen = (seen & ~(1u << kBlockPartial)) | (1u << kBlockFull);
+      int64_t c0, c1;
+      tile_blocks(nt, block_n, bk, seqlen_k, &c0, &c1);
+      kind = tile_kind(table, g.k_blocks, r0, r1, c0, c1, has_mask);
     }
-    const bool kept = (seen & ((1u << kBlockPartial) | (1u << kBlockFull))) != 0;
-    const int32_t kind = seen == (1u << kBlockFull) ? kTileClean : seen == (1u << kBlockPartial) ? kTileMask : kTileMixed;
+    const bool kept = kind != kTileSkipped;
     const unsigned ballot = __ballot_sync(0xffffffffu, kept);
     if (kept) list[1 + count + __popc(ballot & ((1u << lane) - 1))] = int32_t(nt) | (kind << kTileKindShift);
     count += __popc(ballot);

@@ -26,14 +26,9 @@
 #include <cstdint>
 
 #include "core/params.h"
+#include "cuda/common/tile_kind.h"
 
 namespace flashattn::cuda {
-
-// What a visited key tile needs besides the window mask (see above); stored in the list entry
-// above kTileKindShift, the tile index below it.
-enum TileKind : int32_t { kTileClean = 0, kTileMask = 1, kTileMixed = 2 };
-constexpr int kTileKindShift = 24;
-constexpr int32_t kTileIndexMask = (1 << kTileKindShift) - 1;
 
 // For a call with a block mask (either form): the bytes of workspace the plan for block_m x
 // block_n tiles needs.

@@ -91,6 +91,7 @@ struct ModsCase {
   std::array<int64_t, 4> bias_shape{};  // attn_bias's (and dbias's) shape
   std::vector<double> bias;             // bias_shape, row-major
   View qv, kv, vv, outv, lsev, doutv, dqv, dkv, dvv, dbiasv;
+  int num_splits = 0;  // ForwardArgs::num_splits (CUDA split-KV; 0 = the heuristic)
 };
 
 inline ForwardArgs case_forward_args(const ModsCase& c, const AttentionOptions& o) {
@@ -98,6 +99,7 @@ inline ForwardArgs case_forward_args(const ModsCase& c, const AttentionOptions& 
   static_cast<AttentionOptions&>(a) = o;
   a.q = c.qv.tensor(), a.k = c.kv.tensor(), a.v = c.vv.tensor();
   a.out = c.outv.tensor(), a.lse = c.lsev.tensor();
+  a.num_splits = c.num_splits;
   return a;
 }
 
@@ -116,6 +118,15 @@ struct ModsRefs {
   bool ran = false;  // false: the forward failed, or the backend declined the backward (CUDA)
   std::vector<double> dbias;
 };
+
+// Whether the CUDA build may decline a case of this dtype and these head dims: a trimmed build
+// (FLASHATTN_CUDA_DTYPES / FLASHATTN_CUDA_HEAD_DIMS) without them. The operands have padded,
+// 16-byte aligned strides.
+inline bool cuda_not_built(DType dtype, int head_dim, int head_dim_v) {
+  ProblemSpec p;
+  p.dtype = dtype, p.head_dim = head_dim, p.head_dim_v = head_dim_v, p.layout = Layout::kPadded;
+  return cuda_may_not_support(p);
+}
 
 // The naive low-precision forward of case c (test_util.h run_naive_lowp, with its bias and
 // keep mask): the naive_lowp of the criterion for a backend that rounds P before P.V (CUDA).

@@ -12,7 +12,7 @@
 #include <cstdint>
 
 #include "core/params.h"
-#include "cuda/block_tiles.h"
+#include "cuda/common/tile_kind.h"
 
 namespace flashattn::cuda {
 

@@ -1,0 +1,48 @@
+// How the CUDA forward classifies one of its key tiles under a block mask (cuda/block_tiles.h
+// says why), host-device so that tests/cpp/test_tile_kind.cpp proves the classification on the
+// host.
+#pragma once
+
+#include <cstdint>
+
+#include "core/host_device.h"
+#include "core/params.h"
+
+namespace flashattn::cuda {
+
+// What a visited key tile needs besides the window mask; stored in a list entry above
+// kTileKindShift, the tile index below it.
+enum TileKind : int32_t {
+  kTileClean = 0,  // only full blocks (or partial ones without attn_mask): no element check
+  kTileMask = 1,   // only partial blocks: attn_mask per element
+  kTileMixed = 2,  // anything else: each element's block state, then attn_mask where partial
+};
+constexpr int kTileKindShift = 24;
+constexpr int32_t kTileIndexMask = (1 << kTileKindShift) - 1;
+constexpr int32_t kTileSkipped = -1;  // tile_kind: no kept block, the tile is not visited
+
+// The user blocks [*first, *last] that tile t of `tile` positions covers along one axis of
+// `len` positions (blocks of `block`); t * tile < len.
+FLASHATTN_HOST_DEVICE void tile_blocks(int64_t t, int64_t tile, int64_t block, int64_t len, int64_t* first,
+                                       int64_t* last) {
+  const int64_t end = (t + 1) * tile < len ? (t + 1) * tile : len;
+  *first = t * tile / block;
+  *last = (end - 1) / block;
+}
+
+// The kind of a tile whose rectangle touches the query blocks [r0, r1] and key blocks [c0, c1]
+// of a table of BlockState bytes (row stride k_blocks), or kTileSkipped. has_mask: the call
+// has attn_mask (without it a partial block is visible everywhere, as a full one).
+FLASHATTN_HOST_DEVICE int32_t tile_kind(const uint8_t* table, int64_t k_blocks, int64_t r0, int64_t r1, int64_t c0,
+                                        int64_t c1, bool has_mask) {
+  unsigned seen = 0;  // bit s: some block in state s
+  for (int64_t r = r0; r <= r1; ++r) {
+    for (int64_t c = c0; c <= c1; ++c) seen |= 1u << table[r * k_blocks + c];
+  }
+  constexpr unsigned kPartial = 1u << kBlockPartial, kFull = 1u << kBlockFull;
+  if (!has_mask && (seen & kPartial) != 0) seen = (seen & ~kPartial) | kFull;
+  if ((seen & (kPartial | kFull)) == 0) return kTileSkipped;
+  return seen == kFull ? kTileClean : seen == kPartial ? kTileMask : kTileMixed;
+}
+
+}  // namespace flashattn::cuda
