@@ -95,8 +95,9 @@ __device__ __forceinline__ ScoreTensors score_tensors(const ForwardParams& p, in
   return t;
 }
 
-// The key tiles one CTA visits under a block mask: its plan's list, walked in order (descending
-// tile index).
+// The key tiles one CTA visits under a block mask: its plan's list (descending tile index),
+// from the first entry below n_hi (tiles past this CTA's split, window or sequence are never
+// read), walked in order; the caller stops below its n_lo.
 struct TileWalk {
   const int32_t* next_entry = nullptr;
   const int32_t* end = nullptr;
@@ -110,9 +111,22 @@ struct TileWalk {
   }
 };
 
-__device__ __forceinline__ TileWalk tile_walk(const BlockTilePlan& plan, int b, int h, int heads, int m_block) {
+__device__ __forceinline__ TileWalk tile_walk(const BlockTilePlan& plan, int b, int h, int heads, int m_block,
+                                              int n_hi) {
   const int32_t* list = plan.lists + (plan.plane(b, h, heads) * plan.m_tiles + m_block) * int64_t(plan.n_tiles + 1);
-  return TileWalk{list + 1, list + 1 + __ldg(list)};
+  const int32_t* entries = list + 1;
+  // Binary search: causal and split-KV CTAs start deep in the list, and a linear skip would
+  // cost one dependent load per skipped tile.
+  int lo = 0, hi = __ldg(list);
+  while (lo < hi) {
+    const int mid = (lo + hi) / 2;
+    if ((__ldg(entries + mid) & kTileIndexMask) >= n_hi) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
+  }
+  return TileWalk{entries + lo, entries + __ldg(list)};
 }
 
 }  // namespace flashattn::cuda

@@ -59,11 +59,12 @@ constexpr FwdTile fwd_bias_mask_tile(int head_dim) {
 // the 16-row O alone takes 96-128 registers, so two CTAs. Measured (d128, bf16, H200,
 // bench/results/h200-2026-11-29-decode.json): 3.96-4.48 TB/s from batch 8 or 128k keys on,
 // 1.00x FA2 at batch 8 and 1.6x at batch 64. d64 (256-key tiles) and d256 are unmeasured.
-// With attn_bias / attn_mask / block masks (bias_mask) d64 takes 128-key tiles: its 256-key
-// tile spilled 48 bytes under the 168-register cap (ptxas, sm_80).
+// With attn_bias / attn_mask / block masks (bias_mask) the tiles hold half the keys: under the
+// 168-register cap the d64 256-key tile spilled 48 bytes (ptxas, sm_80), the d128 128-key
+// tile 8 bytes (sm_90).
 constexpr FwdTile fwd_decode_tile(int head_dim, bool bias_mask = false) {
   if (head_dim <= 64) return bias_mask ? FwdTile{16, 128, 4, 3} : FwdTile{16, 256, 4, 3};
-  if (head_dim <= 128) return {16, 128, 4, 3};
+  if (head_dim <= 128) return bias_mask ? FwdTile{16, 64, 4, 3} : FwdTile{16, 128, 4, 3};
   return {16, 64, 4, 2};
 }
 

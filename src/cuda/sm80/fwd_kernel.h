@@ -364,10 +364,8 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
     tensors = score_tensors(params, batch, head, seqlen_q, seqlen_k);
     if (params.mask.defined()) kind = kTileMask;
     if (walk_list) {
-      walk = tile_walk(params.block_tiles, batch, head, params.heads, m_block);
-      do {
-        n_first = walk.next(&kind);
-      } while (n_first >= n_hi);  // tiles past this split, window or sequence
+      walk = tile_walk(params.block_tiles, batch, head, params.heads, m_block, n_hi);
+      n_first = walk.next(&kind);
     }
   }
 
