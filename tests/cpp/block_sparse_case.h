@@ -230,6 +230,27 @@ inline Built build(const Spec& s, Backend be) {
   return b;
 }
 
+// Lists (broadcast over the batch, per head) in which key block c is absent for every query
+// block, with NaN in the K and V rows of its keys: whatever reads those rows turns NaN.
+inline void unlist_key_block(Built* b, Backend be, const Spec& s, int c, uint32_t seed) {
+  for (size_t e = static_cast<size_t>(c); e < b->states.size(); e += static_cast<size_t>(b->nkb)) b->states[e] = kAbsent;
+  std::mt19937 g(seed);
+  set_lists(b, be, b->states, 1, s.heads, b->nkb, g);
+  for (int bb = 0; bb < b->batch; ++bb) {
+    for (int j = c * s.block_k; j < std::min((c + 1) * s.block_k, b->max_k); ++j) {
+      for (int h = 0; h < s.heads_k; ++h) {
+        for (View* v : {&b->kv, &b->vv}) {
+          for (int64_t x = 0; x < v->shape[3]; ++x) {
+            v->arena->set(v->offset + bb * v->strides[0] + j * v->strides[1] + h * v->strides[2] + x, kNaN);
+          }
+        }
+      }
+    }
+  }
+  b->kv.arena->upload();
+  b->vv.arena->upload();
+}
+
 inline void set_options(const Spec& s, const Built& b, AttentionOptions* o) {
   o->causal = s.causal;
   o->window_left = s.window_left;

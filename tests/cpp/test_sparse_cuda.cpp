@@ -189,22 +189,7 @@ TEST(SparseCudaDifferential, AbsentBlocksAreNotRead) {
   s.lens_q = {300, 300}, s.lens_k = {600, 600};
   if (cuda_not_built(s.dtype, s.head_dim, s.head_dim_v)) GTEST_SKIP() << "not in this build";
   Built b = build(s, Backend::kCuda);
-  for (size_t e = 1; e < b.states.size(); e += static_cast<size_t>(b.nkb)) b.states[e] = kAbsent;
-  std::mt19937 g(9);
-  set_lists(&b, Backend::kCuda, b.states, 1, s.heads, b.nkb, g);
-  for (int bb = 0; bb < b.batch; ++bb) {
-    for (int j = 128; j < 256; ++j) {
-      for (int h = 0; h < s.heads_k; ++h) {
-        for (View* v : {&b.kv, &b.vv}) {
-          for (int64_t x = 0; x < v->shape[3]; ++x) {
-            v->arena->set(v->offset + bb * v->strides[0] + j * v->strides[1] + h * v->strides[2] + x, kNaN);
-          }
-        }
-      }
-    }
-  }
-  b.kv.arena->upload();
-  b.vv.arena->upload();
+  unlist_key_block(&b, Backend::kCuda, s, 1, 9);
   ASSERT_TRUE(forward(case_forward_args(b, options(s, b))).ok());
   b.outv.arena->download();
   for (double x : b.outv.read()) ASSERT_TRUE(std::isfinite(x));

@@ -179,8 +179,8 @@ def test_cuda_forward_matches_float64(case, bias_dtype):
 
 def test_cuda_backward_refuses_naming_the_argument():
     torch = _cuda_torch()
-    (q, k, v), bias, mask, block, bs, _ = cuda_case(torch, CASES[3], torch.bfloat16, torch.float32)
-    for name, kw in [("attn_bias", dict(attn_bias=bias)), ("attn_mask", dict(attn_mask=mask[:, :1])),
+    (q, k, v), bias, _, block, bs, keep = cuda_case(torch, CASES[3], torch.bfloat16, torch.float32)
+    for name, kw in [("attn_bias", dict(attn_bias=bias)), ("attn_mask", dict(attn_mask=keep)),
                      ("block_mask", dict(block_mask=block, block_size=bs))]:
         leaf = [x.clone().requires_grad_() for x in (q, k, v)]
         out = flashattn.flash_attn_func(*leaf, **kw)  # the forward runs
