@@ -3,7 +3,9 @@
 // random block tables at aligned and unaligned block sizes and ragged lengths, a skipped tile
 // holds no visible score, a clean tile only scores visible whatever attn_mask says, a mask tile
 // only scores of partial blocks (visible exactly where attn_mask keeps), and with block sizes
-// that are multiples of the tile no tile is mixed (the fast path).
+// that are multiples of the tile no tile is mixed (the fast path). Together with the kernel's
+// per-score rule (hidden_in_tile) every score of every tile gets exactly the CPU backend's
+// visibility. The walk's start (first_tile_below) finds the first listed tile below a bound.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -14,6 +16,8 @@
 
 namespace {
 
+using flashattn::cuda::first_tile_below;
+using flashattn::cuda::hidden_in_tile;
 using flashattn::cuda::tile_blocks;
 using flashattn::cuda::tile_kind;
 using flashattn::cuda::kTileClean;
@@ -42,10 +46,20 @@ TEST(TileKind, MatchesTheElementRule) {
       for (const bool has_mask : {false, true}) {
         std::uniform_real_distribution<double> u(0.0, 1.0);
         std::vector<uint8_t> table(static_cast<size_t>(qb * kb));
+        // attn_mask, 0 throughout full blocks: a read there would hide a visible score.
+        std::vector<uint8_t> mask(static_cast<size_t>(ge.seqlen_q) * ge.seqlen_k);
+        for (uint8_t& x : mask) x = u(g) < 0.5 ? 1 : 0;
         for (uint8_t& s : table) {
           const double x = u(g);
           s = x < absent ? flashattn::kBlockAbsent : x < absent + (1 - absent) / 2 ? flashattn::kBlockPartial
                                                                                   : flashattn::kBlockFull;
+        }
+        for (int64_t i = 0; i < ge.seqlen_q; ++i) {
+          for (int64_t j = 0; j < ge.seqlen_k; ++j) {
+            if (table[static_cast<size_t>(i / ge.bq * kb + j / ge.bk)] == flashattn::kBlockFull) {
+              mask[static_cast<size_t>(i * ge.seqlen_k + j)] = 0;
+            }
+          }
         }
         const bool aligned = ge.bq % ge.tile_m == 0 && ge.bk % ge.tile_n == 0;
         for (int64_t m = 0; m * ge.tile_m < ge.seqlen_q; ++m) {
@@ -75,6 +89,17 @@ TEST(TileKind, MatchesTheElementRule) {
                 if (kind == kTileMask) {
                   ASSERT_TRUE(has_mask && s == flashattn::kBlockPartial) << "mask tile outside a partial block";
                 }
+                // The kernel's decision for a visited tile against the CPU backend's rule
+                // (cpu/attention_common.h ScoreMods::apply): absent hides, partial follows
+                // attn_mask, full shows; full blocks never read attn_mask.
+                const bool keeps = !has_mask || mask[static_cast<size_t>(i * ge.seqlen_k + j)] != 0;
+                const bool visible = s == flashattn::kBlockFull || (s == flashattn::kBlockPartial && keeps);
+                if (kind != kTileSkipped) {
+                  const uint8_t* block_row = table.data() + i / ge.bq * kb;
+                  const uint8_t* mask_row = has_mask ? mask.data() + i * ge.seqlen_k : nullptr;
+                  ASSERT_EQ(!hidden_in_tile(kind, block_row, static_cast<int>(j), ge.bk, mask_row), visible)
+                      << "kind " << kind << " state " << int(s);
+                }
               }
             }
             ASSERT_EQ(kind == kTileSkipped, !any_visible) << "a tile is skipped iff nothing in it is kept";
@@ -83,10 +108,27 @@ TEST(TileKind, MatchesTheElementRule) {
       }
     }
   }
-  // The random tables reach every kind.
+  // The random tables reach every kind (u is drawn once more per table for attn_mask).
   EXPECT_GT(kinds_seen[kTileClean], 0);
   EXPECT_GT(kinds_seen[kTileMask], 0);
   EXPECT_GT(kinds_seen[kTileMixed], 0);
+}
+
+// The walk starts at the first entry below n_hi of a descending list, whatever n_hi.
+TEST(TileKind, FirstTileBelow) {
+  std::mt19937 g(7);
+  for (int count = 0; count < 40; ++count) {
+    std::vector<int32_t> entries;
+    for (int t = 200; static_cast<int>(entries.size()) < count; t -= 1 + static_cast<int>(g() % 5)) {
+      entries.push_back(t | (static_cast<int32_t>(g() % 3) << flashattn::cuda::kTileKindShift));
+    }
+    for (int n_hi = -1; n_hi <= 202; ++n_hi) {
+      int want = 0;
+      while (want < count && (entries[static_cast<size_t>(want)] & flashattn::cuda::kTileIndexMask) >= n_hi) ++want;
+      EXPECT_EQ(first_tile_below(count, n_hi, [&](int e) { return entries[static_cast<size_t>(e)]; }), want)
+          << count << " entries, n_hi " << n_hi;
+    }
+  }
 }
 
 }  // namespace

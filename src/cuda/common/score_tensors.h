@@ -1,7 +1,7 @@
 // The score modifiers read from tensors (ScoreMods::kBiasMask): attn_bias, attn_mask and the
 // block mask's states, for the scores of one (sequence, head) (docs/SEMANTICS.md "Bias and
-// masks"). Positions i, j are inside the sequence. Rows past seqlen_q and keys past seqlen_k
-// (the padding of a tile) read the last row / key instead: those scores are never stored or
+// masks"). Positions i, j are inside the sequence. Callers clamp rows past seqlen_q and keys
+// past seqlen_k (the padding of a tile) to the last row / key: those scores are never stored or
 // are masked by the key bound, and the clamp keeps every read inside the tensors without a
 // branch.
 #pragma once
@@ -16,83 +16,51 @@
 
 namespace flashattn::cuda {
 
-struct ScoreTensors {
-  const char* bias = nullptr;  // this (sequence, head)'s plane of attn_bias; null = none
-  int64_t bias_row = 0;        // elements
-  DType bias_dtype = DType::kFloat32;
-  const uint8_t* mask = nullptr;  // attn_mask's plane; null = none
-  int64_t mask_row = 0;
-  const uint8_t* states = nullptr;  // BlockTilePlan::states of this plane; null = no block mask
-  int32_t k_blocks = 0, block_q = 1, block_k = 1;
-  int last_i = 0, last_j = 0;  // seqlen_q - 1, seqlen_k - 1
-
-  // One query row's pointers, found once per row and reused for its keys.
-  struct Row {
-    const char* bias;
-    const uint8_t* mask;
-    const uint8_t* states;
-  };
-
-  __device__ __forceinline__ Row row(int i) const {
-    const int64_t r = min(i, last_i);
-    const int64_t size = bias_dtype == DType::kFloat32 ? 4 : 2;
-    return Row{bias == nullptr ? nullptr : bias + r * bias_row * size, mask == nullptr ? nullptr : mask + r * mask_row,
-               states == nullptr ? nullptr : states + r / block_q * k_blocks};
-  }
-
-  // attn_bias at (row, j), in log2 units (scores are after scale_log2 / softcap there).
-  __device__ __forceinline__ float bias_log2(const Row& r, int j) const {
-    const int64_t c = min(j, last_j);
-    float x;
-    if (bias_dtype == DType::kFloat32) {
-      x = __ldg(reinterpret_cast<const float*>(r.bias) + c);
-    } else if (bias_dtype == DType::kBFloat16) {
-      x = __bfloat162float(__ldg(reinterpret_cast<const __nv_bfloat16*>(r.bias) + c));
-    } else {
-      x = __half2float(__ldg(reinterpret_cast<const __half*>(r.bias) + c));
-    }
-    return x * 1.4426950408889634f;  // log2(e)
-  }
-
-  // Whether (row, j) is hidden in a tile of `kind` (block_tiles.h): clean tiles hide nothing;
-  // mask tiles lie in partial blocks (attn_mask decides); mixed tiles look up the block state,
-  // and attn_mask is read only where the block is partial (full blocks never read it).
-  __device__ __forceinline__ bool hidden(const Row& r, int kind, int j) const {
-    const int64_t c = min(j, last_j);
-    const auto mask_drops = [&] { return r.mask != nullptr && __ldg(r.mask + c) == 0; };
-    if (kind == kTileMask) return mask_drops();
-    if (kind == kTileMixed) {
-      const uint8_t s = __ldg(r.states + c / block_k);
-      return s == kBlockAbsent || (s == kBlockPartial && mask_drops());
-    }
-    return false;
-  }
+// One query row's pointers into attn_bias, attn_mask and the block states (null: not given),
+// found once per row of a tile and reused for its keys. Everything else is read from the
+// kernel's parameters (constant memory), which keeps the hot loop's registers for the tile.
+struct ScoreRow {
+  const char* bias;
+  const uint8_t* mask;
+  const uint8_t* states;
 };
 
-// The tensors of (sequence b, head h) with lengths seqlen_q, seqlen_k.
-__device__ __forceinline__ ScoreTensors score_tensors(const ForwardParams& p, int b, int h, int seqlen_q,
-                                                      int seqlen_k) {
-  ScoreTensors t;
+// Row i (clamped to the sequence: see above) of (sequence b, head h).
+__device__ __forceinline__ ScoreRow score_row(const ForwardParams& p, int b, int h, int i) {
+  ScoreRow r{nullptr, nullptr, nullptr};
   if (p.bias.defined()) {
-    t.bias_dtype = p.bias.dtype;
     const int64_t size = p.bias.dtype == DType::kFloat32 ? 4 : 2;
-    t.bias = static_cast<const char*>(p.bias.data) + (b * p.bias.batch + h * p.bias.head) * size;
-    t.bias_row = p.bias.row;
+    r.bias = static_cast<const char*>(p.bias.data) + (b * p.bias.batch + h * p.bias.head + i * p.bias.row) * size;
   }
   if (p.mask.defined()) {
-    t.mask = static_cast<const uint8_t*>(p.mask.data) + b * p.mask.batch + h * p.mask.head;
-    t.mask_row = p.mask.row;
+    r.mask = static_cast<const uint8_t*>(p.mask.data) + b * p.mask.batch + h * p.mask.head + i * p.mask.row;
   }
   const BlockTilePlan& plan = p.block_tiles;
   if (plan.on()) {
-    t.states = plan.states + plan.plane(b, h, p.heads) * plan.q_blocks * plan.k_blocks;
-    t.k_blocks = plan.k_blocks;
-    t.block_q = p.block_size_q;
-    t.block_k = p.block_size_k;
+    r.states = plan.states + (plan.plane(b, h, p.heads) * plan.q_blocks + i / p.block_size_q) * plan.k_blocks;
   }
-  t.last_i = seqlen_q - 1;
-  t.last_j = seqlen_k - 1;
-  return t;
+  return r;
+}
+
+// attn_bias at (row, key j) in log2 units (scores are after scale_log2 / softcap there); the
+// row has a bias. j clamped to the sequence.
+__device__ __forceinline__ float bias_log2(const ForwardParams& p, const ScoreRow& r, int j) {
+  float x;
+  if (p.bias.dtype == DType::kFloat32) {
+    x = __ldg(reinterpret_cast<const float*>(r.bias) + j);
+  } else if (p.bias.dtype == DType::kBFloat16) {
+    x = __bfloat162float(__ldg(reinterpret_cast<const __nv_bfloat16*>(r.bias) + j));
+  } else {
+    x = __half2float(__ldg(reinterpret_cast<const __half*>(r.bias) + j));
+  }
+  return x * 1.4426950408889634f;  // log2(e)
+}
+
+// Whether (row, key j) is hidden in a tile of `kind` (tile_kind.h hidden_in_tile: clean tiles
+// read nothing, mask tiles attn_mask, mixed tiles the block state and then attn_mask where the
+// block is partial; full blocks never read it). j clamped to the sequence.
+__device__ __forceinline__ bool score_hidden(const ForwardParams& p, const ScoreRow& r, int kind, int j) {
+  return hidden_in_tile(kind, r.states, j, p.block_size_k, r.mask);
 }
 
 // The key tiles one CTA visits under a block mask: its plan's list (descending tile index),
@@ -115,18 +83,9 @@ __device__ __forceinline__ TileWalk tile_walk(const BlockTilePlan& plan, int b, 
                                               int n_hi) {
   const int32_t* list = plan.lists + (plan.plane(b, h, heads) * plan.m_tiles + m_block) * int64_t(plan.n_tiles + 1);
   const int32_t* entries = list + 1;
-  // Binary search: causal and split-KV CTAs start deep in the list, and a linear skip would
-  // cost one dependent load per skipped tile.
-  int lo = 0, hi = __ldg(list);
-  while (lo < hi) {
-    const int mid = (lo + hi) / 2;
-    if ((__ldg(entries + mid) & kTileIndexMask) >= n_hi) {
-      lo = mid + 1;
-    } else {
-      hi = mid;
-    }
-  }
-  return TileWalk{entries + lo, entries + __ldg(list)};
+  const int count = __ldg(list);
+  const int first = first_tile_below(count, n_hi, [&](int e) { return __ldg(entries + e); });
+  return TileWalk{entries + first, entries + count};
 }
 
 }  // namespace flashattn::cuda

@@ -45,4 +45,46 @@ FLASHATTN_HOST_DEVICE int32_t tile_kind(const uint8_t* table, int64_t k_blocks, 
   return seen == kFull ? kTileClean : seen == kPartial ? kTileMask : kTileMixed;
 }
 
+// A read of data no thread writes during the kernel: through the read-only cache on the device.
+template <typename T>
+FLASHATTN_HOST_DEVICE T read_only(const T* p) {
+#if defined(__CUDA_ARCH__)
+  return __ldg(p);
+#else
+  return *p;
+#endif
+}
+
+// Whether the score of key j is hidden (beyond the window mask) in a tile of `kind`, given its
+// query row's block states (block_row: key block c at block_row[c], blocks of block_k keys) and
+// attn_mask bytes (mask_row[j]; null: no attn_mask). Each is read only where the kind needs it,
+// so clean tiles read nothing and full blocks never read attn_mask.
+FLASHATTN_HOST_DEVICE bool hidden_in_tile(int32_t kind, const uint8_t* block_row, int j, int block_k,
+                                          const uint8_t* mask_row) {
+  const auto drops = [&] { return mask_row != nullptr && read_only(mask_row + j) == 0; };
+  if (kind == kTileMask) return drops();
+  if (kind == kTileMixed) {
+    const uint8_t s = read_only(block_row + j / block_k);
+    return s == kBlockAbsent || (s == kBlockPartial && drops());
+  }
+  return false;
+}
+
+// The first of `count` list entries (descending tile index; entry(e) reads entry e) whose tile
+// is below n_hi: a binary search, since a causal or split-KV CTA may start deep in the list,
+// where skipping entry by entry would cost one dependent load each.
+template <typename Entry>
+FLASHATTN_HOST_DEVICE int first_tile_below(int count, int n_hi, const Entry& entry) {
+  int lo = 0, hi = count;
+  while (lo < hi) {
+    const int mid = (lo + hi) / 2;
+    if ((entry(mid) & kTileIndexMask) >= n_hi) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
+  }
+  return lo;
+}
+
 }  // namespace flashattn::cuda

@@ -38,13 +38,15 @@ constexpr FwdTile fwd_tile(int head_dim, bool score_mods) {
 }
 
 // With attn_bias, attn_mask or a block mask (ScoreMods::kBiasMask) each score also needs its
-// row's bias, mask and block-state pointers next to the modifiers' state. At d128 the 128 x 32
-// x 4-warp modifier tile (32 rows per warp) then spilled 120 bytes (ptxas, sm_80, 255
-// registers), d64 96 bytes; 16 rows per warp over 8 warps halves O's registers, and the tile
-// keeps 64 keys, so a 128 x 128 block (FlexAttention's) is two whole tiles. Unmeasured on a GPU.
+// row's bias, mask and block-state pointers and the key-tile walk next to the modifiers' state.
+// At 32 rows per warp (the modifier tiles of fwd_tile) that spilled: d64 4 / 92 bytes (ptxas
+// sm_80 / sm_90), d128 4 / 48 bytes. 16 rows per warp over 8 warps halves O's registers; the
+// tile keeps 64 keys, so a 128 x 128 block (FlexAttention's) is two whole tiles. At d256 (16 rows
+// per warp already) 64 keys spilled 92 bytes and 32 keys 8 (sm_80). The tiles below spill
+// nothing at sm_80 or sm_90, at any head dim. Unmeasured on a GPU.
 constexpr FwdTile fwd_bias_mask_tile(int head_dim) {
   if (head_dim <= 192) return {128, 64, 8};
-  return {64, 32, 4};  // d256: 16 rows per warp already at 64 x 64 (92 bytes spilled); 32 keys
+  return {64, 16, 4};
 }
 
 // Decode-shaped forward (at most block_m query rows per (head, batch), e.g. one token, or the

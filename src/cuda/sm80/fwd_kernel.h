@@ -356,12 +356,10 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
   // ones its list names for this query tile (block_tiles.h), each with the element check its
   // kind needs. Without a block mask every tile is kTileMask (attn_mask given) or kTileClean.
   int n_first = n_hi - 1;
-  ScoreTensors tensors;
   TileWalk walk;
   const bool walk_list = kBiasMask && params.block_tiles.on();
   int kind = kTileClean;
   if constexpr (kBiasMask) {
-    tensors = score_tensors(params, batch, head, seqlen_q, seqlen_k);
     if (params.mask.defined()) kind = kTileMask;
     if (walk_list) {
       walk = tile_walk(params.block_tiles, batch, head, params.heads, m_block, n_hi);
@@ -434,8 +432,8 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
           mask.row_range(i, &lo, &hi);
           lo -= key0 + 2 * t;
           hi -= key0 + 2 * t;
-          ScoreTensors::Row mods_row{};
-          if constexpr (kBiasMask) mods_row = tensors.row(i);
+          ScoreRow mods_row{};
+          if constexpr (kBiasMask) mods_row = score_row(params, batch, head, min(i, seqlen_q - 1));
 #pragma unroll
           for (int nt = 0; nt < kNTiles; ++nt) {
 #pragma unroll
@@ -449,9 +447,9 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
               if constexpr (kBiasMask) {
                 // After softcap and ALiBi (both additions: the order is rounding only, and the
                 // CPU backend's), then the element mask of the tile's kind.
-                const int j = key0 + 2 * t + c;
-                if (tensors.bias != nullptr) x += tensors.bias_log2(mods_row, j);
-                if (tensors.hidden(mods_row, this_kind, j)) x = -INFINITY;
+                const int j = min(key0 + 2 * t + c, seqlen_k - 1);
+                if (params.bias.defined()) x += bias_log2(params, mods_row, j);
+                if (score_hidden(params, mods_row, this_kind, j)) x = -INFINITY;
               }
               if (needs_mask && (c < lo || c >= hi)) x = -INFINITY;
               s[mt][nt][2 * h + e] = x;
