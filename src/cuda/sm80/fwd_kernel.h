@@ -6,7 +6,10 @@
 //   -> wait V_j -> prefetch K_{j-1} -> online softmax (rescale O) -> O += P V_j
 // so each tile's copy overlaps the other operand's matrix product. Key blocks are visited from
 // the last to the first, blocks wholly outside the window are skipped, and only blocks that
-// straddle a boundary pay for the mask. O is normalised once, at the end, and LSE written.
+// straddle a boundary pay for the mask. With attn_bias, attn_mask or a block mask
+// (ScoreMods::kBiasMask) the bias and masks join the score modifiers, and under a block mask the
+// CTA visits only the key blocks its list names (cuda/block_tiles.h). O is normalised once, at
+// the end, and LSE written.
 // Decode shapes (few query rows) use the split-key variant: the warps share 16 rows and each
 // takes a quarter of every K/V tile's keys, then they merge (FwdTraits::kSplitKeys).
 #pragma once
