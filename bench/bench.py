@@ -12,7 +12,12 @@ configuration gets {"error": ...} or {"skipped": ...} in that row instead of fig
 
 Suites: quick (5 rows for gpu-check), full (bf16/fp16, head dims 64/128/256, seqlen 512..16k with
 batch = 16k/seqlen and 2048/head_dim heads, causal or not), decode (one query token, 32 query heads
-over 8 KV heads, d128, bf16). --dtypes/--head-dims/--seqlens keep a subset of a suite's rows.
+over 8 KV heads, d128, bf16), sparse (block-sparse forward: a random mask of --block-size square
+blocks kept with probability --block-density, one row per density, bf16, d128, 16 heads, seqlen
+16k, batch 16k/seqlen; peers flashattn (block_mask=) and flex = PyTorch FlexAttention compiled
+(torch.compile(flex_attention)) on the same blocks as a BlockMask of full blocks; figures are
+effective TFLOP/s, the FLOPs of the kept blocks). --block-density alone selects the sparse suite.
+--dtypes/--head-dims/--seqlens keep a subset of a suite's rows.
 
 FLOPs: forward 4*B*H*Nq*Nk*d (halved for causal when Nq == Nk); backward 2.5x forward;
 forward+backward 3.5x forward. Times: CUDA events around one call (a GPU sleep queued first, so
@@ -46,6 +51,7 @@ IMPLS = ("flashattn", "sdpa_cudnn", "sdpa_flash", "fa4", "sdpa_efficient", "sdpa
          "kvcache_paged16")
 KVCACHE_IMPLS = ("kvcache", "kvcache_paged16")
 DECODE_IMPLS = ("flashattn", "kvcache", "kvcache_paged16", "sdpa_cudnn", "sdpa_flash", "sdpa_efficient", "sdpa_math")
+SPARSE_IMPLS = ("flashattn", "flex")
 DESCRIPTIONS = {
     "flashattn": "this library: flashattn.flash_attn_func (layout B, N, H, d)",
     "sdpa_cudnn": "torch SDPA, cuDNN backend (SDPBackend.CUDNN_ATTENTION)",
@@ -58,6 +64,8 @@ DESCRIPTIONS = {
                "cache_seqlens (decode suite only)",
     "kvcache_paged16": "this library: flashattn.flash_attn_with_kvcache on a paged cache of 16-row pages in "
                        "shuffled order, with block_table and cache_seqlens (decode suite only)",
+    "flex": "torch FlexAttention, torch.compile(flex_attention) with a BlockMask of the same blocks, all full "
+            "(sparse suite only)",
 }
 FLOPS_NOTE = "fwd 4*B*H*Nq*Nk*d (causal /2), bwd 2.5x fwd, fwdbwd 3.5x fwd; TFLOP/s"
 TIMING_NOTE = ("CUDA events around one call, median of repeats after 5 warm-up calls; timing 'device': a GPU "
@@ -89,6 +97,37 @@ def suite_rows(suite, dtypes=None, head_dims=None, seqlens=None):
         raise ValueError(f"suite_rows: no attention rows for suite {suite!r}")
     return [r for r in rows if (not dtypes or r["dtype"] in dtypes) and (not head_dims or r["d"] in head_dims)
             and (not seqlens or r["n"] in seqlens)]
+
+
+def sparse_rows(densities, dtypes=None, head_dims=None, seqlens=None):
+    """The (dtype, d, n, causal, density) rows of the sparse suite: bf16, d128, seqlen 16k (the
+    issue's setting) unless filters choose others, one row per density."""
+    for x in densities:
+        if not 0.0 <= x <= 1.0:
+            raise ValueError(f"block density {x} is outside [0, 1]")
+    return [dict(dtype=dtype, d=d, n=n, causal=False, density=x) for dtype in (dtypes or ["bf16"])
+            for d in (head_dims or [128]) for n in (seqlens or [16384]) for x in densities]
+
+
+def sparse_shape(n, d):
+    """(batch, heads) of a sparse row: 16 heads (FlexAttention's published setting), batch 16k / n."""
+    return max(1, 16384 // n), 16
+
+
+def format_sparse_row(row):
+    """One console line: density, effective TFLOP/s and time per peer, ours vs Flex."""
+    parts = [f"{row['dtype']} d{row['d']} n{row['n']} density {row['density']:.2f} (kept {row['kept']:.3f})"]
+    for name in SPARSE_IMPLS:
+        r = row.get(name)
+        if isinstance(r, dict) and "fwd_tflops" in r:
+            parts.append(f"{name} fwd {r['fwd_ms']:.3f} ms {r['fwd_tflops']:.0f}" +
+                         (f" bwd {r['bwd_tflops']:.0f}" if "bwd_tflops" in r else ""))
+        elif isinstance(r, dict):
+            parts.append(f"{name} n/a")
+    ours, flex = row.get("flashattn", {}), row.get("flex", {})
+    if "fwd_ms" in ours and "fwd_ms" in flex:
+        parts.append(f"vs Flex fwd {flex['fwd_ms'] / ours['fwd_ms']:.2f}x")
+    return "  ".join(parts)
 
 
 def decode_rows():
@@ -459,6 +498,74 @@ def run_decode_suite(impls, repeats, save=lambda rows: None):
     return rows
 
 
+def random_block_mask(b, h, blocks, density, seed=18):
+    """bool (b, h, blocks, blocks) on the GPU, each block kept with probability density."""
+    import torch
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    return torch.rand((b, h, blocks, blocks), generator=g, device="cuda") < density
+
+
+def sparse_impls(names, block_mask, block_size):
+    """({name: Impl}, {name: reason}) of the sparse suite's peers for one block mask (b, h, nq, nk
+    bool over block_size x block_size blocks). flex is unavailable where torch has no
+    FlexAttention; its BlockMask holds the kept blocks as full blocks (no mask_mod)."""
+    import torch
+    impls, unavailable = {}, {}
+    if "flashattn" in names:
+        import flashattn
+        # The CUDA backward declines block masks (issue 18): forward only.
+        impls["flashattn"] = Impl("bshd", lambda q, k, v, causal: flashattn.flash_attn_func(
+            q, k, v, block_mask=block_mask, block_size=(block_size, block_size)), backward=False)
+    if "flex" in names:
+        try:
+            from torch.nn.attention.flex_attention import BlockMask, flex_attention
+        except Exception as e:  # torch < 2.5
+            unavailable["flex"] = "not available: " + short_error(e)
+        else:
+            if "flex" not in _FLEX:
+                _FLEX["flex"] = torch.compile(flex_attention)
+            bm = flex_block_mask(BlockMask, block_mask, block_size)
+            impls["flex"] = Impl("bhsd", lambda q, k, v, causal: _FLEX["flex"](q, k, v, block_mask=bm))
+    return impls, unavailable
+
+
+_FLEX = {}  # the compiled flex_attention, made once per process
+
+
+def flex_block_mask(block_mask_cls, block_mask, block_size):
+    """Flex's BlockMask (block_mask_cls: torch's class) holding the kept blocks of a dense
+    (b, h, nq, nk) bool table as full blocks: no partial blocks, so no mask_mod runs."""
+    import torch
+    counts = block_mask.sum(-1, dtype=torch.int32)
+    # Kept blocks first (stable order), as Flex's kv_indices lists them.
+    indices = torch.argsort(block_mask.to(torch.int8), dim=-1, descending=True, stable=True).to(torch.int32)
+    return block_mask_cls.from_kv_blocks(torch.zeros_like(counts), indices, counts, indices,
+                                         BLOCK_SIZE=(block_size, block_size))
+
+
+def run_sparse_suite(rows_cfg, names, repeats, backward, block_size, save=lambda rows: None):
+    import torch
+    rows = []
+    for cfg in rows_cfg:
+        d, n = cfg["d"], cfg["n"]
+        b, h = sparse_shape(n, d)
+        dtype = torch.bfloat16 if cfg["dtype"] == "bf16" else torch.float16
+        blocks = -(-n // block_size)
+        mask = random_block_mask(b, h, blocks, cfg["density"])
+        kept = mask.float().mean().item()
+        row = dict(cfg, kind="sparse", batch=b, heads=h, block_size=block_size, kept=kept)
+        fl = flops(b, h, n, n, d, False) * kept
+        impls, unavailable = sparse_impls(names, mask, block_size)
+        row.update({name: {"unavailable": reason} for name, reason in unavailable.items()})
+        for name, impl in impls.items():
+            r = measure(impl, name, (b, h, h, n, n, d, False), dtype, backward, repeats)
+            row[name] = add_rates(r, fl) if "fwd_ms" in r and fl > 0 else r
+        rows.append(row)
+        save(rows)
+        print(format_sparse_row(row), flush=True)
+    return rows
+
+
 def environment():
     import torch
     props = torch.cuda.get_device_properties(0)
@@ -515,14 +622,24 @@ def str_list(text):
     return [x for x in text.split(",") if x]
 
 
+def float_list(text):
+    return [float(x) for x in text.split(",") if x]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--suite", choices=("quick", "issue3", "full", "decode"), default="quick")
+    ap.add_argument("--suite", choices=("quick", "issue3", "full", "decode", "sparse"),
+                    help="default quick, or sparse when --block-density is given")
+    ap.add_argument("--block-density", type=float_list,
+                    help="sparse suite: comma-separated fractions of kept blocks, e.g. 0.1 or 1,0.5,0.1 "
+                         "(default 1,0.5,0.25,0.1)")
+    ap.add_argument("--block-size", type=int, default=128, help="sparse suite: square block size (default 128)")
     ap.add_argument("--repeats", type=int, default=30, help="timed calls per figure (median), default 30")
     ap.add_argument("--no-backward", action="store_true", help="forward only")
     ap.add_argument("--out", help="JSON file to write")
     ap.add_argument("--impls", type=str_list, default=list(IMPLS),
-                    help="comma-separated peers (default all: %s)" % ",".join(IMPLS))
+                    help="comma-separated peers (default all: %s; the sparse suite: %s)" % (
+                        ",".join(IMPLS), ",".join(SPARSE_IMPLS)))
     ap.add_argument("--math-max-seqlen", type=int, default=4096,
                     help="sdpa_math (which stores the Nq x Nk scores) runs only where Nq * Nk <= this^2 (default 4096)")
     ap.add_argument("--dtypes", type=str_list, help="keep only these dtypes of the suite (bf16,fp16)")
@@ -535,8 +652,16 @@ def main():
                     help="device (default): GPU execution time, host dispatch hidden behind a GPU sleep; "
                          "eager: the GPU idles while the host dispatches, as formats 1-2 measured")
     args = ap.parse_args()
+    if args.suite is None:
+        args.suite = "sparse" if args.block_density is not None else "quick"
+    if args.suite == "sparse" and args.block_density is None:
+        args.block_density = [1.0, 0.5, 0.25, 0.1]
+    if args.block_density is not None and args.suite != "sparse":
+        ap.error("--block-density belongs to the sparse suite")
+    if args.block_size < 1:
+        ap.error("--block-size must be >= 1")
     TIMING["mode"] = args.timing
-    unknown = sorted(set(args.impls) - set(IMPLS))
+    unknown = sorted(set(args.impls) - set(IMPLS) - set(SPARSE_IMPLS))
     if unknown:
         ap.error(f"unknown --impls {','.join(unknown)}; choose from {','.join(IMPLS)}")
     if args.repeats < 1:
@@ -555,7 +680,11 @@ def main():
     env = environment()
     # The KV-cache entries time decode steps only; the other suites leave them out.
     names = [n for n in args.impls if (n in DECODE_IMPLS if args.suite == "decode" else n not in KVCACHE_IMPLS)]
-    impls, unavailable = attention_impls(names, args.math_max_seqlen, args.softcap)
+    if args.suite == "sparse":
+        # Peers per row (each row has its own block mask); flex is in by default.
+        names = [n for n in SPARSE_IMPLS if n in args.impls or args.impls == list(IMPLS)]
+    impls, unavailable = attention_impls([] if args.suite == "sparse" else names, args.math_max_seqlen,
+                                         args.softcap)
     for name, reason in unavailable.items():
         print(f"{name}: {reason}", flush=True)
     host_us = {}
@@ -581,6 +710,10 @@ def main():
 
     if args.suite == "decode":
         rows = run_decode_suite(impls, args.repeats, save)
+    elif args.suite == "sparse":
+        result.update(block_size=args.block_size, implementations={n: DESCRIPTIONS[n] for n in names})
+        rows_cfg = sparse_rows(args.block_density, args.dtypes, args.head_dims, args.seqlens)
+        rows = run_sparse_suite(rows_cfg, names, args.repeats, not args.no_backward, args.block_size, save)
     else:
         rows_cfg = suite_rows(args.suite, args.dtypes, args.head_dims, args.seqlens)
         if not rows_cfg:

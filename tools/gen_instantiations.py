@@ -12,6 +12,11 @@ DTYPES = {"fp16": "__half", "bf16": "__nv_bfloat16"}
 MASKS = {"nomask": "MaskMode::kNone", "window": "MaskMode::kWindow"}
 MODS = {"plain": "ScoreMods::kNone", "mods": "ScoreMods::kAny"}
 
+# attn_bias, attn_mask and block masks (variants.h ScoreMods::kBiasMask): the sm80 forward only,
+# with the window mask (it takes calls without a window at run time), so one file per head dim
+# and dtype: {family}_hdim{D}_{dtype}_window_biasmask.cu.
+BIAS_MASK_FAMILIES = {"fwd"}
+
 # family -> (launch header, traits template, run function, params type)
 # The sm80-class families take every head dim, mask and modifier set.
 FAMILIES = {
@@ -66,6 +71,12 @@ def main():
                         path.write_text(TEMPLATE.format(header=header, run=run, traits=traits, elem=elem,
                                                         hdim=hdim, mask=mask, mods=mods, params=params))
                         count += 1
+                if family in BIAS_MASK_FAMILIES:
+                    path = out / f"{family}_hdim{hdim}_{dname}_window_biasmask.cu"
+                    path.write_text(TEMPLATE.format(header=header, run=run, traits=traits, elem=elem, hdim=hdim,
+                                                    mask=MASKS["window"], mods="ScoreMods::kBiasMask",
+                                                    params=params))
+                    count += 1
     for family, (header, traits, run, params) in SM90_FAMILIES.items():
         for hdim in SM90_FAMILY_HEAD_DIMS[family]:
             for dname, elem in DTYPES.items():

@@ -62,6 +62,34 @@ struct BlockList {
   }
 };
 
+// The state of one (query block, key block) pair of a block mask, as backends tabulate either
+// form (cpu/block_states.h, cuda/block_tiles.cu). One byte per block.
+enum BlockState : uint8_t {
+  kBlockAbsent = 0,   // no pair of the block is visible: skipped
+  kBlockPartial = 1,  // visible where attn_mask keeps (everywhere without attn_mask)
+  kBlockFull = 2,     // visible everywhere; attn_mask is not read
+};
+
+// The CUDA forward's plan for a block mask (either form), built on the device by the launcher
+// (cuda/block_tiles.h) for the kernel's own tiles of kBlockM x kBlockN; off (states null) for
+// calls without one. Planes are (sequence, head) pairs, one per sequence (head) only when the
+// block mask differs between them.
+struct BlockTilePlan {
+  // BlockState of (plane, query block r, key block c) at states[plane * q_blocks * k_blocks +
+  // r * k_blocks + c]: the user's blocks of block_size_q x block_size_k.
+  const uint8_t* states = nullptr;
+  // Per (plane, query tile m): lists[(plane * m_tiles + m) * (n_tiles + 1)] is the number of key
+  // tiles to visit, followed by their entries (tile index | kind << kTileKindShift), in
+  // descending tile order.
+  const int32_t* lists = nullptr;
+  int32_t q_blocks = 0, k_blocks = 0, m_tiles = 0, n_tiles = 0;
+  bool by_batch = false, by_head = false;
+  FLASHATTN_HOST_DEVICE bool on() const { return states != nullptr; }
+  FLASHATTN_HOST_DEVICE int64_t plane(int64_t b, int64_t h, int64_t heads) const {
+    return (by_batch ? b : 0) * (by_head ? heads : 1) + (by_head ? h : 0);
+  }
+};
+
 struct QKVParams {
   DType dtype = DType::kFloat16;
   Device device{};
@@ -232,6 +260,8 @@ struct ForwardParams : QKVParams {
   int32_t sink_fold = 1;
   // forward_kvcache only: k/v (and k_strides/v_strides) then describe the cache; see above.
   KVCacheParams kv;
+  // Set by the CUDA launcher for calls with a block mask (either form).
+  BlockTilePlan block_tiles;
 };
 
 struct BackwardParams : QKVParams {

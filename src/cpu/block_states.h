@@ -14,11 +14,8 @@
 
 namespace flashattn::cpu {
 
-enum BlockState : uint8_t {
-  kBlockAbsent = 0,   // no pair of the block is visible: skipped
-  kBlockPartial = 1,  // visible where attn_mask keeps (everywhere without attn_mask)
-  kBlockFull = 2,     // visible everywhere; attn_mask is not read
-};
+// BlockState (kBlockAbsent, kBlockPartial, kBlockFull): core/params.h, shared with the CUDA
+// backend's table (cuda/block_tiles.cu).
 
 class BlockStates {
  public:

@@ -64,10 +64,11 @@ CudaPath cuda_path() {
 // softmax scale already resolved from the caller's head dim (validate.cpp), then the first
 // head_dim columns of the results are copied back.
 //
-// Why padding rather than more instantiations: every head dim costs 16 instantiations (forward
-// and backward x no mask / window x plain / score modifiers x fp16 / bf16). flash_attn's sizes
-// 160 and 224 would add 32 (96 -> 128 files, a third more build time: about 56 s -> 75 s on the
-// 16-core H200 machine); every multiple of 8 up to 256 would add 416 (about 5x the build).
+// Why padding rather than more instantiations: every head dim costs 26 instantiations (forward,
+// KV-cache forward and backward x no mask / window x plain / score modifiers, plus the forward's
+// bias-and-mask variant, x fp16 / bf16). flash_attn's sizes 160 and 224 would add 52 (156 -> 208
+// sm80-class files, a third more build time); every multiple of 8 up to 256 would add 676
+// (about 5x the build).
 // Padding costs, per call, one copy of each padded operand (q, k, v; out, dout, dq, dk, dv in
 // the backward) at copy bandwidth, plus the matrix products over the padded width: d 80 -> 96 and 160 -> 192
 // are 20% more FLOPs, 224 -> 256 14%, 40 -> 64 60%, 16 -> 32 100%. Not yet timed on a GPU;
@@ -121,21 +122,6 @@ struct PadPlan {
 // kernels run at and which operands are padded, *major the device's compute capability major
 // version.
 Status prepare(const QKVParams& p, PadPlan* plan, int* major_out = nullptr) {
-  // Checked first, so that neither the sm80 nor the sm90 path is ever reached with them.
-  const struct {
-    const char* name;
-    bool given;
-  } not_yet[] = {{"attn_bias", p.bias.defined()},
-                 {"attn_mask", p.mask.defined()},
-                 {"block_mask", p.block_mask.defined()},
-                 {"block_mask_lists (the compressed block_mask)", p.has_block_lists()}};
-  for (const auto& m : not_yet) {
-    if (m.given) {
-      return Status::NotSupported(std::string(m.name) +
-                                  " is not supported by the CUDA backend yet (the cpu backend "
-                                  "implements it)");
-    }
-  }
   if (p.dtype != DType::kFloat16 && p.dtype != DType::kBFloat16) {
     return Status::NotSupported(std::string("q has dtype ") + dtype_name(p.dtype) +
                                 "; the CUDA backend supports float16 and bfloat16 "
@@ -405,6 +391,22 @@ Status cuda_forward(const ForwardParams& p) {
 }
 
 Status cuda_backward(const BackwardParams& p) {
+  // The forward runs them (sm80, ScoreMods::kBiasMask); the backward does not yet. Checked
+  // first, before any other CUDA-specific check.
+  const struct {
+    const char* name;
+    bool given;
+  } not_yet[] = {{"attn_bias", p.bias.defined()},
+                 {"attn_mask", p.mask.defined()},
+                 {"block_mask", p.block_mask.defined()},
+                 {"block_mask_lists (the compressed block_mask)", p.has_block_lists()}};
+  for (const auto& m : not_yet) {
+    if (m.given) {
+      return Status::NotSupported(std::string(m.name) +
+                                  " is not supported by the CUDA backward yet (the CUDA forward and "
+                                  "the cpu backend implement it)");
+    }
+  }
   cuda::DeviceScope restore_device;  // prepare() selects the tensors' device
   PadPlan plan;
   if (Status s = prepare(p, &plan); !s.ok()) return s;

@@ -72,6 +72,11 @@ Results run_naive_lowp(const HostProblem& p, DType dtype, bool with_backward, bo
         std::vector<double> keep(static_cast<size_t>(sq * sk), 1.0);  // keep / (1 - p)
         std::vector<double> Pd(static_cast<size_t>(sq * sk), 0.0);    // after dropout
 
+        // attn_bias and the keep mask (reference::Options): dense (batch, heads, rows, cols).
+        const int64_t mrows = o.mods_rows > 0 ? o.mods_rows : sq, mcols = o.mods_cols > 0 ? o.mods_cols : sk;
+        const auto mods_at = [&](int64_t i, int64_t j) {
+          return static_cast<size_t>(((static_cast<int64_t>(b) * H + h) * mrows + i) * mcols + j);
+        };
         for (int64_t i = 0; i < sq; ++i) {
           const double* qi = at(p.q, q0 + i, H, h, D);
           for (int64_t j = 0; j < sk; ++j) {
@@ -84,6 +89,7 @@ Results run_naive_lowp(const HostProblem& p, DType dtype, bool with_backward, bo
                              : 0.0;
             }
             if (!in_window(rel, o.window_left, o.window_right)) continue;
+            if (!o.keep.empty() && o.keep[mods_at(i, j)] == 0) continue;
             const double* kj = at(p.k, k0 + j, Hk, hk, D);
             double acc = 0.0;
             for (int t = 0; t < D; ++t) acc += qi[t] * kj[t];
@@ -93,6 +99,7 @@ Results run_naive_lowp(const HostProblem& p, DType dtype, bool with_backward, bo
               x = R(o.softcap * Y[ij]);
             }
             if (slope != 0.0) x = R(x - slope * static_cast<double>(std::llabs(rel)));
+            if (!o.bias.empty()) x = R(x + o.bias[mods_at(i, j)]);
             S[ij] = x;
           }
           double m = kNegInf;

@@ -91,6 +91,7 @@ struct ModsCase {
   std::array<int64_t, 4> bias_shape{};  // attn_bias's (and dbias's) shape
   std::vector<double> bias;             // bias_shape, row-major
   View qv, kv, vv, outv, lsev, doutv, dqv, dkv, dvv, dbiasv;
+  int num_splits = 0;  // ForwardArgs::num_splits (CUDA split-KV; 0 = the heuristic)
 };
 
 inline ForwardArgs case_forward_args(const ModsCase& c, const AttentionOptions& o) {
@@ -98,6 +99,7 @@ inline ForwardArgs case_forward_args(const ModsCase& c, const AttentionOptions& 
   static_cast<AttentionOptions&>(a) = o;
   a.q = c.qv.tensor(), a.k = c.kv.tensor(), a.v = c.vv.tensor();
   a.out = c.outv.tensor(), a.lse = c.lsev.tensor();
+  a.num_splits = c.num_splits;
   return a;
 }
 
@@ -113,32 +115,66 @@ inline BackwardArgs case_backward_args(const ModsCase& c, const AttentionOptions
 
 // The reference's dbias summed onto bias_shape (empty when the case asks for no dbias).
 struct ModsRefs {
-  bool ran = false;  // false: the backend declined (CUDA) as expected
+  bool ran = false;  // false: the forward failed, or the backend declined the backward (CUDA)
   std::vector<double> dbias;
 };
 
-// Runs forward and backward of case c with options o on `backend`. CUDA must decline both with
-// kNotSupported naming `declined` (not implemented there yet). The CPU's out and lse, and for
-// float32 runs dq, dk, dv and dbias, must meet the criterion against the float64 reference:
-// float32 1e-4 relative; a 16-bit run reads inputs exact in its dtype and computes in float32,
-// so only the final stores round, and passing the reference as naive_lowp leaves the bound
-// 2 u (max|ref| + 0.3).
+// Whether the CUDA build may decline a case of this dtype and these head dims: a trimmed build
+// (FLASHATTN_CUDA_DTYPES / FLASHATTN_CUDA_HEAD_DIMS) without them. The operands have padded,
+// 16-byte aligned strides.
+inline bool cuda_not_built(DType dtype, int head_dim, int head_dim_v) {
+  ProblemSpec p;
+  p.dtype = dtype, p.head_dim = head_dim, p.head_dim_v = head_dim_v, p.layout = Layout::kPadded;
+  return cuda_may_not_support(p);
+}
+
+// The naive low-precision forward of case c (test_util.h run_naive_lowp, with its bias and
+// keep mask): the naive_lowp of the criterion for a backend that rounds P before P.V (CUDA).
+inline Results naive_lowp_forward(const ModsCase& c, DType dtype) {
+  HostProblem h;
+  h.shape = c.shape;
+  h.opt = c.opt;
+  h.q = c.q, h.k = c.k, h.v = c.v, h.dout = c.dout;
+  return run_naive_lowp(h, dtype, false);
+}
+
+// Runs forward and backward of case c with options o on `backend`; the outputs must meet the
+// criterion against the float64 reference. CPU: out and lse, and for float32 runs dq, dk, dv
+// and dbias: float32 1e-4 relative; a 16-bit CPU run reads inputs exact in its dtype and
+// computes in float32, so only the final stores round, and passing the reference as naive_lowp
+// leaves the bound 2 u (max|ref| + 0.3). CUDA (16-bit only): out and lse against the naive
+// low-precision forward with the same bias and mask (P rounds to the dtype before P.V); the
+// backward must decline with kNotSupported naming `declined` (not implemented there yet).
 inline ModsRefs run_and_check(Backend backend, ModsCase& c, const AttentionOptions& o, DType dtype,
                               const std::string& name, const char* declined) {
   ModsRefs refs;
   const Status fs = forward(case_forward_args(c, o));
+  EXPECT_TRUE(fs.ok()) << fs.message();
+  if (!fs.ok()) return refs;
+  c.outv.arena->download();
+  c.lsev.arena->download();
+  EXPECT_TRUE(c.outv.arena->padding_untouched("out"));
+
+  const int B = c.shape.batch, H = c.shape.heads;
+  std::vector<double> out(c.outv.numel()), lse(static_cast<size_t>(H) * c.shape.total_q());
+  reference::forward(c.shape, c.opt, c.q.data(), c.k.data(), c.v.data(), out.data(), lse.data());
+  // Dense lse (batch, heads, seqlen_q) -> the reference's (heads, total_q); varlen is already so.
+  const std::vector<double> lse_ours =
+      c.lsev.ndim == 2 ? c.lsev.read()
+                       : lse_ref_layout(c.lsev.read(), B, H, static_cast<int>(c.lsev.shape[2]));
   if (backend == Backend::kCuda) {
-    EXPECT_EQ(fs.code(), StatusCode::kNotSupported) << fs.message();
-    EXPECT_NE(fs.message().find(declined), std::string::npos) << fs.message();
+    const Results low = naive_lowp_forward(c, dtype);
+    EXPECT_TRUE(meets_criterion("out", dtype, c.outv.read(), out, low.out)) << name;
+    EXPECT_TRUE(meets_criterion("lse", dtype, lse_ours, lse, low.lse)) << name;
     const Status bs = backward(case_backward_args(c, o));
     EXPECT_EQ(bs.code(), StatusCode::kNotSupported) << bs.message();
     EXPECT_NE(bs.message().find(declined), std::string::npos) << bs.message();
     return refs;
   }
-  EXPECT_TRUE(fs.ok()) << fs.message();
-  if (!fs.ok()) return refs;
-  c.outv.arena->download();
-  c.lsev.arena->download();
+  const std::vector<double> lowp = dtype == DType::kFloat32 ? std::vector<double>{} : out;
+  EXPECT_TRUE(meets_criterion("out", dtype, c.outv.read(), out, lowp)) << name;
+  EXPECT_TRUE(meets_criterion("lse", DType::kFloat32, lse_ours, lse, {})) << name;
+
   const Status bs = backward(case_backward_args(c, o));
   EXPECT_TRUE(bs.ok()) << bs.message();
   if (!bs.ok()) return refs;
@@ -146,21 +182,10 @@ inline ModsRefs run_and_check(Backend backend, ModsCase& c, const AttentionOptio
     if (v->defined()) v->arena->download();
   }
   refs.ran = true;
-
-  const int B = c.shape.batch, H = c.shape.heads;
-  std::vector<double> out(c.outv.numel()), lse(static_cast<size_t>(H) * c.shape.total_q());
-  reference::forward(c.shape, c.opt, c.q.data(), c.k.data(), c.v.data(), out.data(), lse.data());
   std::vector<double> dq(c.q.size()), dk(c.k.size()), dv(c.v.size());
   std::vector<double> dbias_dense(c.dbiasv.defined() ? c.opt.bias.size() : 0);
   reference::backward(c.shape, c.opt, c.q.data(), c.k.data(), c.v.data(), c.dout.data(), dq.data(),
                       dk.data(), dv.data(), nullptr, dbias_dense.empty() ? nullptr : dbias_dense.data());
-  // Dense lse (batch, heads, seqlen_q) -> the reference's (heads, total_q); varlen is already so.
-  const std::vector<double> lse_ours =
-      c.lsev.ndim == 2 ? c.lsev.read()
-                       : lse_ref_layout(c.lsev.read(), B, H, static_cast<int>(c.lsev.shape[2]));
-  const std::vector<double> lowp = dtype == DType::kFloat32 ? std::vector<double>{} : out;
-  EXPECT_TRUE(meets_criterion("out", dtype, c.outv.read(), out, lowp)) << name;
-  EXPECT_TRUE(meets_criterion("lse", DType::kFloat32, lse_ours, lse, {})) << name;
   if (dtype != DType::kFloat32) return refs;  // gradients: float32 cases
   const double mag = std::max({max_abs(dq), max_abs(dk), max_abs(dv)});
   EXPECT_TRUE(meets_criterion("dq", dtype, c.dqv.read(), dq, {}, mag)) << name;

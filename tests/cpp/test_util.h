@@ -216,7 +216,8 @@ Results run_reference(const HostProblem& p, bool with_backward);
 // computes it (PyTorch eager in fp16/bf16: matmuls accumulate in fp32 and round their result
 // once; elementwise ops and softmax round their result). Precisely, with R() = round_to(dtype):
 //   forward:  S = R(q.k^T); S = R(S * scale); softcap: S = R(c * R(tanh(S / c)));
-//             ALiBi: S = R(S + bias); mask; P = R(softmax(S)) (softmax and LSE in fp64 from the
+//             ALiBi: S = R(S + bias); attn_bias: S = R(S + attn_bias); mask (window, keep);
+//             P = R(softmax(S)) (softmax and LSE in fp64 from the
 //             rounded S); Pd = R(P * keep / (1-p)); out = R(Pd V).
 //   backward: dV_h = R(Pd^T dout) per query head, dV = R(sum over the GQA group);
 //             dPd = R(dout V^T); dP = R(dPd * keep / (1-p)); D = rowsum(dout * out) (fp64,

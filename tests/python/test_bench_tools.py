@@ -115,6 +115,39 @@ def test_softcap_runs_skip_the_peers_without_softcap():
     assert plain["sdpa_flash"].skip(*shape) is None
 
 
+def test_sparse_rows_shape_and_format():
+    rows = bench.sparse_rows([1.0, 0.1])
+    assert [(r["dtype"], r["d"], r["n"], r["density"]) for r in rows] == [("bf16", 128, 16384, 1.0),
+                                                                          ("bf16", 128, 16384, 0.1)]
+    assert len(bench.sparse_rows([0.5], head_dims=[64, 128], seqlens=[4096])) == 2
+    with pytest.raises(ValueError, match="outside"):
+        bench.sparse_rows([1.5])
+    assert bench.sparse_shape(16384, 128) == (1, 16) and bench.sparse_shape(4096, 128) == (4, 16)
+    row = dict(rows[1], kept=0.102, flashattn=bench.add_rates({"fwd_ms": 0.5}, 1e12),
+               flex=bench.add_rates({"fwd_ms": 0.75, "bwd_ms": 1.0}, 1e12))
+    line = bench.format_sparse_row(row)
+    assert "density 0.10" in line and "flashattn fwd 0.500 ms 2000" in line and "vs Flex fwd 1.50x" in line
+    assert "n/a" in bench.format_sparse_row(dict(rows[0], kept=1.0, flex={"unavailable": "old torch"}))
+
+
+def test_flex_block_mask_holds_the_kept_blocks():
+    torch = pytest.importorskip("torch")
+    flex = pytest.importorskip("torch.nn.attention.flex_attention")
+    table = torch.rand(2, 3, 5, 5, generator=torch.Generator().manual_seed(1)) < 0.4
+    bm = bench.flex_block_mask(flex.BlockMask, table, 16)
+    assert torch.equal(bm.full_kv_num_blocks, table.sum(-1, dtype=torch.int32))
+    assert int(bm.kv_num_blocks.sum()) == 0  # every kept block is full: no mask_mod evaluation
+    for b, h, r in zip(*torch.nonzero(torch.ones(2, 3, 5), as_tuple=True)):
+        n = int(bm.full_kv_num_blocks[b, h, r])
+        assert sorted(bm.full_kv_indices[b, h, r, :n].tolist()) == torch.nonzero(table[b, h, r]).flatten().tolist()
+
+
+def test_sparse_suite_cli_arguments():
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "bench.py"), "--suite", "quick",
+                          "--block-density", "0.1"], capture_output=True, text=True)
+    assert out.returncode != 0 and "--block-density belongs to the sparse suite" in out.stderr
+
+
 def test_write_json_creates_the_folder_and_leaves_no_temporary(tmp_path):
     path = tmp_path / "new" / "run.json"
     bench.write_json(str(path), {"rows": [1, 2], "complete": False})

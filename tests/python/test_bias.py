@@ -1,13 +1,15 @@
 """Additive bias, boolean mask and block-sparse mask (issue 18) through the Python package:
 numpy arrays (forward through flash_attn_func, backward and dbias through the low-level API)
 against a float64 numpy reference, torch autograd (dq, dk, dv and the bias gradient, expanded
-biases included) against float64 torch autograd, and CUDA, which must refuse them naming the
-argument (skipped without a GPU)."""
+biases included) against float64 torch autograd, and the CUDA forward (bf16, bias in float32
+and bfloat16) against float64 torch with the naive bf16 computation as the yardstick, whose
+backward must refuse them naming the argument (skipped without a GPU)."""
 
 import numpy as np
 import pytest
 
 import flashattn
+from attn_ref import assert_fa_close
 from score_ref import close, dense_keep, reduce_like, reference, torch_reference
 
 RNG = np.random.default_rng(18)
@@ -139,20 +141,52 @@ def test_torch_bias_without_grad_and_opcheck():
     torch.library.opcheck(ops.fwd.default, args)
 
 
-def test_cuda_refuses_naming_the_argument():
+def _cuda_torch():
     torch = _torch()
-    if not torch.cuda.is_available() or not flashattn.cuda_available():
+    if not flashattn.cuda_built() or not flashattn.cuda_available() or not torch.cuda.is_available():
         pytest.skip("no CUDA device")
-    q, k, v = (torch.randn(1, 64, 2, 64, device="cuda", dtype=torch.bfloat16) for _ in range(3))
-    bias = torch.zeros(1, 2, 64, 64, device="cuda", dtype=torch.float32)
-    with pytest.raises(NotImplementedError, match="attn_bias"):
-        flashattn.flash_attn_func(q, k, v, attn_bias=bias)
-    mask = torch.ones(1, 1, 64, 64, device="cuda", dtype=torch.bool)
-    with pytest.raises(NotImplementedError, match="attn_mask"):
-        flashattn.flash_attn_func(q, k, v, attn_mask=mask)
-    block = torch.ones(1, 1, 1, 1, device="cuda", dtype=torch.bool)
-    with pytest.raises(NotImplementedError, match="block_mask"):
-        flashattn.flash_attn_func(q, k, v, block_mask=block, block_size=(64, 64))
+    return torch
+
+
+def cuda_case(torch, c, dtype, bias_dtype):
+    """The case on the GPU: q, k, v in dtype, the bias in bias_dtype, masks as bool."""
+    q, k, v, dout, bias, mask, block, bs, keep = make_case(c)
+    dev = torch.device("cuda")
+    t = [torch.from_numpy(x).to(dev, dtype) for x in (q, k, v)]
+    bias_t = torch.from_numpy(bias).to(dev, bias_dtype) if bias is not None else None
+    mask_t = torch.from_numpy(mask).to(dev) if mask is not None else None
+    block_t = torch.from_numpy(block).to(dev) if block is not None else None
+    return t, bias_t, mask_t, block_t, bs, torch.from_numpy(keep).to(dev)
+
+
+@pytest.mark.parametrize("case", range(len(CASES)))
+@pytest.mark.parametrize("bias_dtype", ["float32", "bfloat16"])
+def test_cuda_forward_matches_float64(case, bias_dtype):
+    torch = _cuda_torch()
+    c = CASES[case]
+    (q, k, v), bias, mask, block, bs, keep = cuda_case(torch, c, torch.bfloat16, getattr(torch, bias_dtype))
+    out, lse, _ = flashattn.flash_attn_func(q, k, v, causal=c.get("causal", False), return_attn_probs=True,
+                                            attn_bias=bias, attn_mask=mask, block_mask=block, block_size=bs)
+    scale = 1 / np.sqrt(SHAPE["d"])
+    ref = torch_reference(q.double(), k.double(), v.double(), bias.double() if bias is not None else None,
+                          keep, scale)
+    naive = torch_reference(q, k, v, bias, keep, scale)
+    assert_fa_close("out", out.float().cpu().numpy(), ref.cpu().numpy(), naive.float().cpu().numpy(), 1e-3)
+    # Rows with no visible key: LSE -inf exactly where the keep mask has nothing.
+    empty = ~keep.any(dim=-1)
+    assert torch.equal(torch.isinf(lse), empty)
+
+
+def test_cuda_backward_refuses_naming_the_argument():
+    torch = _cuda_torch()
+    (q, k, v), bias, _, block, bs, keep = cuda_case(torch, CASES[3], torch.bfloat16, torch.float32)
+    for name, kw in [("attn_bias", dict(attn_bias=bias)), ("attn_mask", dict(attn_mask=keep)),
+                     ("block_mask", dict(block_mask=block, block_size=bs))]:
+        leaf = [x.clone().requires_grad_() for x in (q, k, v)]
+        out = flashattn.flash_attn_func(*leaf, **kw)  # the forward runs
+        assert torch.isfinite(out).all()
+        with pytest.raises(NotImplementedError, match=name):
+            out.sum().backward()
 
 
 def test_torch_bias_is_the_only_leaf():

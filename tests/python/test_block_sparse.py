@@ -469,10 +469,12 @@ def test_compile_fullgraph_with_a_block_mask():
     assert q.grad is not None and torch.isfinite(q.grad).all()
 
 
-def test_cuda_builders_run_on_the_device_and_the_backend_refuses():
+def test_cuda_builders_run_on_the_device_and_the_forward_takes_them():
     torch = _torch()
     if not torch.cuda.is_available() or not flashattn.cuda_available():
         pytest.skip("no CUDA device")
+    import torch_ref
+    from attn_ref import assert_fa_close
     bm = flashattn.block_mask_from_mask_mod(lambda b, h, qi, ki: qi >= ki, None, None, 256, 256, 64,
                                             device="cuda")
     assert bm.kv_indices.is_cuda and bm.full_kv_indices.is_cuda
@@ -480,5 +482,47 @@ def test_cuda_builders_run_on_the_device_and_the_backend_refuses():
                                             64)
     assert dense.full_kv_num_blocks.is_cuda
     q, k, v = (torch.randn(1, 256, 2, 64, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    # Everything kept (full blocks) is plain attention; the causal mask_mod is causal attention
+    # (its diagonal blocks are partial, read through the evaluated element mask).
+    for block_mask, causal in [(dense, False), (bm, True)]:
+        out = flashattn.flash_attn_func(q, k, v, block_mask=block_mask)
+        ref = torch_ref.attention(q.double(), k.double(), v.double(), causal=causal)[0]
+        naive = torch_ref.attention(q, k, v, causal=causal)[0]
+        assert_fa_close("out", out.float().cpu().numpy(), ref.cpu().numpy(), naive.float().cpu().numpy(), 1e-3)
     with pytest.raises(NotImplementedError, match="block_mask_lists"):
-        flashattn.flash_attn_func(q, k, v, block_mask=dense)
+        leaf = q.clone().requires_grad_()
+        flashattn.flash_attn_func(leaf, k, v, block_mask=dense).sum().backward()
+
+
+def test_cuda_varlen_lists_match_the_cpu_backend():
+    """The compressed form on a varlen CUDA call against the same call on the CPU backend
+    (bf16 inputs; the CPU computes in float32)."""
+    torch = _torch()
+    if not torch.cuda.is_available() or not flashattn.cuda_available():
+        pytest.skip("no CUDA device")
+    from attn_ref import assert_fa_close
+    lens_q, lens_k, bs = [100, 1, 260, 0], [130, 300, 200, 7], 64
+    cu_q = torch.tensor(np.cumsum([0] + lens_q), dtype=torch.int32)
+    cu_k = torch.tensor(np.cumsum([0] + lens_k), dtype=torch.int32)
+    mq, mk = max(lens_q), max(lens_k)
+    nq, nk = -(-mq // bs), -(-mk // bs)
+    g = torch.Generator().manual_seed(5)
+    q = torch.randn(sum(lens_q), 4, 64, generator=g).bfloat16()
+    k, v = (torch.randn(sum(lens_k), 2, 64, generator=g).bfloat16() for _ in range(2))
+    block = torch.rand(len(lens_q), 4, nq, nk, generator=g) < 0.5
+    mask = torch.rand(len(lens_q), 4, mq, mk, generator=g) < 0.7
+    bias = torch.randn(1, 4, mq, mk, generator=g)
+    lists = flashattn.block_mask_from_dense(block, bs, attn_mask=mask)
+    outs = []
+    for dev in ("cpu", "cuda"):
+        to = lambda t: None if t is None else t.to(dev)  # noqa: E731
+        bm = flashattn.BlockMask(*(to(t) for t in (lists.kv_num_blocks, lists.kv_indices,
+                                                   lists.full_kv_num_blocks, lists.full_kv_indices)),
+                                 block_size=lists.block_size, mask=to(lists.mask))
+        outs.append(flashattn.flash_attn_varlen_func(to(q), to(k), to(v), to(cu_q), to(cu_k), mq, mk,
+                                                     block_mask=bm, attn_bias=to(bias)).float().cpu())
+    # The CPU result is within float32 rounding of float64: it stands in for the reference, its
+    # bf16 rounding for the naive term, and the slack covers P's rounding to bf16 before P.V
+    # (a few bf16 ulps of outputs below 1).
+    cpu, gpu = outs
+    assert_fa_close("out", gpu.numpy(), cpu.numpy(), cpu.bfloat16().float().numpy(), 2e-2)

@@ -37,6 +37,18 @@ constexpr FwdTile fwd_tile(int head_dim, bool score_mods) {
   return {128, 64, 8};
 }
 
+// With attn_bias, attn_mask or a block mask (ScoreMods::kBiasMask) each score also needs its
+// row's bias, mask and block-state pointers and the key-tile walk next to the modifiers' state.
+// At 32 rows per warp (the modifier tiles of fwd_tile) that spilled: d64 4 / 92 bytes (ptxas
+// sm_80 / sm_90), d128 4 / 48 bytes. 16 rows per warp over 8 warps halves O's registers; the
+// tile keeps 64 keys, so a 128 x 128 block (FlexAttention's) is two whole tiles. At d256 (16 rows
+// per warp already) 64 keys spilled 92 bytes and 32 keys 8 (sm_80). The tiles below spill
+// nothing at sm_80 or sm_90, at any head dim. Unmeasured on a GPU.
+constexpr FwdTile fwd_bias_mask_tile(int head_dim) {
+  if (head_dim <= 192) return {128, 64, 8};
+  return {64, 16, 4};
+}
+
 // Decode-shaped forward (at most block_m query rows per (head, batch), e.g. one token, or the
 // query heads of a GQA group folded into rows): the warps share the block_m = 16 rows and split
 // each K/V tile's keys between them (FwdTraits::kSplitKeys), merging their partial (O, max, sum)
@@ -49,9 +61,12 @@ constexpr FwdTile fwd_tile(int head_dim, bool score_mods) {
 // the 16-row O alone takes 96-128 registers, so two CTAs. Measured (d128, bf16, H200,
 // bench/results/h200-2026-11-29-decode.json): 3.96-4.48 TB/s from batch 8 or 128k keys on,
 // 1.00x FA2 at batch 8 and 1.6x at batch 64. d64 (256-key tiles) and d256 are unmeasured.
-constexpr FwdTile fwd_decode_tile(int head_dim) {
-  if (head_dim <= 64) return {16, 256, 4, 3};
-  if (head_dim <= 128) return {16, 128, 4, 3};
+// With attn_bias / attn_mask / block masks (bias_mask) the tiles hold half the keys: under the
+// 168-register cap the d64 256-key tile spilled 48 bytes (ptxas, sm_80), the d128 128-key
+// tile 8 bytes (sm_90).
+constexpr FwdTile fwd_decode_tile(int head_dim, bool bias_mask = false) {
+  if (head_dim <= 64) return bias_mask ? FwdTile{16, 128, 4, 3} : FwdTile{16, 256, 4, 3};
+  if (head_dim <= 128) return bias_mask ? FwdTile{16, 64, 4, 3} : FwdTile{16, 128, 4, 3};
   return {16, 64, 4, 2};
 }
 

@@ -18,13 +18,23 @@ enum class MaskMode {
 };
 
 // Score modifiers beyond scale + mask. kNone keeps the inner loop lean; kAny handles softcap,
-// ALiBi and dropout with uniform run-time branches.
-enum class ScoreMods { kNone, kAny };
+// ALiBi and dropout with uniform run-time branches; kBiasMask (the forward only, with the
+// window mask, which costs nothing when there is none) adds attn_bias, attn_mask and block
+// masks (sm80/fwd_kernel.h, cuda/block_tiles.h) to kAny. A variant of its own so that the
+// other instantiations keep their code, and one instantiation per head dim and dtype: the
+// calls that carry tensors of scores are rare enough that an unused window or softcap branch
+// does not matter next to the bias and mask reads.
+enum class ScoreMods { kNone, kAny, kBiasMask };
 
 namespace variants_detail {
 
-template <typename Element, int kHeadDim, typename Launch>
+template <bool kBiasMask, typename Element, int kHeadDim, typename Launch>
 Status by_mask(const QKVParams& p, Launch& launch) {
+  if constexpr (kBiasMask) {
+    if (p.has_score_mods()) {
+      return launch.template operator()<Element, kHeadDim, MaskMode::kWindow, ScoreMods::kBiasMask>();
+    }
+  }
   const bool mods = p.softcap > 0.0f || p.alibi != nullptr || p.has_dropout();
   if (p.has_window()) {
     if (mods) return launch.template operator()<Element, kHeadDim, MaskMode::kWindow, ScoreMods::kAny>();
@@ -34,26 +44,26 @@ Status by_mask(const QKVParams& p, Launch& launch) {
   return launch.template operator()<Element, kHeadDim, MaskMode::kNone, ScoreMods::kNone>();
 }
 
-template <typename Element, typename Launch>
+template <bool kBiasMask, typename Element, typename Launch>
 Status by_head_dim(const QKVParams& p, Launch& launch) {
   switch (p.head_dim) {
 #ifdef FLASHATTN_CUDA_HDIM_32
-    case 32: return by_mask<Element, 32>(p, launch);
+    case 32: return by_mask<kBiasMask, Element, 32>(p, launch);
 #endif
 #ifdef FLASHATTN_CUDA_HDIM_64
-    case 64: return by_mask<Element, 64>(p, launch);
+    case 64: return by_mask<kBiasMask, Element, 64>(p, launch);
 #endif
 #ifdef FLASHATTN_CUDA_HDIM_96
-    case 96: return by_mask<Element, 96>(p, launch);
+    case 96: return by_mask<kBiasMask, Element, 96>(p, launch);
 #endif
 #ifdef FLASHATTN_CUDA_HDIM_128
-    case 128: return by_mask<Element, 128>(p, launch);
+    case 128: return by_mask<kBiasMask, Element, 128>(p, launch);
 #endif
 #ifdef FLASHATTN_CUDA_HDIM_192
-    case 192: return by_mask<Element, 192>(p, launch);
+    case 192: return by_mask<kBiasMask, Element, 192>(p, launch);
 #endif
 #ifdef FLASHATTN_CUDA_HDIM_256
-    case 256: return by_mask<Element, 256>(p, launch);
+    case 256: return by_mask<kBiasMask, Element, 256>(p, launch);
 #endif
     default:
       return Status::NotSupported("head_dim " + std::to_string(p.head_dim) +
@@ -65,15 +75,18 @@ Status by_head_dim(const QKVParams& p, Launch& launch) {
 
 // Calls launch.template operator()<Element, kHeadDim, kMask, kMods>() for p's dtype, head dim,
 // mask and score modifiers, among the instantiations this build contains (CMake defines
-// FLASHATTN_CUDA_HDIM_<d> and FLASHATTN_CUDA_DTYPE_<T>; see build_config.h).
-template <typename Launch>
+// FLASHATTN_CUDA_HDIM_<d> and FLASHATTN_CUDA_DTYPE_<T>; see build_config.h). kBiasMask: the
+// caller has ScoreMods::kBiasMask instantiations (the sm80 forward), which take every call with
+// attn_bias, attn_mask or a block mask; other callers never see those (their backends decline
+// them first).
+template <bool kBiasMask = false, typename Launch>
 Status dispatch_variant(const QKVParams& p, Launch&& launch) {
   switch (p.dtype) {
 #ifdef FLASHATTN_CUDA_DTYPE_FP16
-    case DType::kFloat16: return variants_detail::by_head_dim<__half>(p, launch);
+    case DType::kFloat16: return variants_detail::by_head_dim<kBiasMask, __half>(p, launch);
 #endif
 #ifdef FLASHATTN_CUDA_DTYPE_BF16
-    case DType::kBFloat16: return variants_detail::by_head_dim<__nv_bfloat16>(p, launch);
+    case DType::kBFloat16: return variants_detail::by_head_dim<kBiasMask, __nv_bfloat16>(p, launch);
 #endif
     default:
       return Status::NotSupported(std::string("q has dtype ") + dtype_name(p.dtype) +

@@ -14,12 +14,14 @@ namespace {
 // sequence (q viewed as (batch, group, heads_k, d)) gives each CTA `group` useful rows and reads
 // each KV head once instead of once per query head. Exact only when every folded row sees the
 // same keys with the same scores: no left window, no ALiBi (per-head slopes), no dropout (the
-// mask is indexed by head and row); LSE must have a unit head stride to keep unit row stride.
+// mask is indexed by head and row), no bias or masks (per head and row either); LSE must have
+// a unit head stride to keep unit row stride.
 // Learnable sinks are per query head: sink_fold tells the epilogue and the combine whose sink
 // each folded row takes.
 ForwardParams fold_gqa_decode(const ForwardParams& p) {
   const bool foldable = p.seqlen_q == 1 && p.heads > p.heads_k && !p.is_varlen() && p.alibi == nullptr &&
-                        !p.has_dropout() && p.window_left < 0 && (p.lse == nullptr || p.lse_head_stride == 1);
+                        !p.has_dropout() && p.window_left < 0 && !p.has_score_mods() &&
+                        (p.lse == nullptr || p.lse_head_stride == 1);
   if (!foldable) return p;
   const int group = p.heads / p.heads_k;
   ForwardParams f = p;
@@ -41,7 +43,7 @@ ForwardParams fold_gqa_decode(const ForwardParams& p) {
 
 Status dispatch_fwd(const ForwardParams& params, cudaStream_t stream) {
   const ForwardParams p = fold_gqa_decode(params);
-  return dispatch_variant(p, [&]<typename Element, int kHeadDim, MaskMode kMask, ScoreMods kMods>() {
+  return dispatch_variant<true>(p, [&]<typename Element, int kHeadDim, MaskMode kMask, ScoreMods kMods>() {
     return run_fwd<FwdTraits<Element, kHeadDim, kMask, kMods>>(p, stream);
   });
 }

@@ -6,7 +6,10 @@
 //   -> wait V_j -> prefetch K_{j-1} -> online softmax (rescale O) -> O += P V_j
 // so each tile's copy overlaps the other operand's matrix product. Key blocks are visited from
 // the last to the first, blocks wholly outside the window are skipped, and only blocks that
-// straddle a boundary pay for the mask. O is normalised once, at the end, and LSE written.
+// straddle a boundary pay for the mask. With attn_bias, attn_mask or a block mask
+// (ScoreMods::kBiasMask) the bias and masks join the score modifiers, and under a block mask the
+// CTA visits only the key blocks its list names (cuda/block_tiles.h). O is normalised once, at
+// the end, and LSE written.
 // Decode shapes (few query rows) use the split-key variant: the warps share 16 rows and each
 // takes a quarter of every K/V tile's keys, then they merge (FwdTraits::kSplitKeys).
 #pragma once
@@ -22,6 +25,7 @@
 #include "core/sink.h"
 #include "cuda/common/cta_order.h"
 #include "cuda/common/mask.h"
+#include "cuda/common/score_tensors.h"
 #include "cuda/common/seq_extent.h"
 #include "cuda/common/smem_layout.h"
 #include "cuda/common/tile_copy.h"
@@ -58,7 +62,9 @@ struct FwdTraits {
   using Decode = FwdTraits<Element_, kHeadDim_, kMask_, kMods_, true, kCache_>;
   using Cache = FwdTraits<Element_, kHeadDim_, kMask_, kMods_, kSplitKeys_, true>;
 
-  static constexpr FwdTile kTile = kSplitKeys ? fwd_decode_tile(kHeadDim) : fwd_tile(kHeadDim, kMods == ScoreMods::kAny);
+  static constexpr FwdTile kTile = kSplitKeys ? fwd_decode_tile(kHeadDim, kMods == ScoreMods::kBiasMask)
+                                   : kMods == ScoreMods::kBiasMask ? fwd_bias_mask_tile(kHeadDim)
+                                                                   : fwd_tile(kHeadDim, kMods == ScoreMods::kAny);
   static constexpr int kBlockM = kTile.block_m;
   static constexpr int kBlockN = kTile.block_n;
   static constexpr int kWarps = kTile.warps;
@@ -93,6 +99,7 @@ struct FwdTraits {
   static constexpr size_t kMergeBytes = kSplitKeys ? sizeof(float) * (kWarps - 1) * 32 * (kMTiles * kDTiles * 4 + 4 * kMTiles) : 0;
   static_assert(kMergeBytes <= sizeof(Element) * 2 * kSmemKV, "the merge fits in the K/V buffers");
   static_assert(kHeadDim % 16 == 0, "head_dim must be a multiple of 16");
+  static_assert(!(kCache && kMods == ScoreMods::kBiasMask), "forward_kvcache takes no bias or masks");
 };
 
 // Row addressing of one (batch, head) slice of a (batch, seq, head, dim) operand.
@@ -237,7 +244,9 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
   constexpr int kNTiles = Traits::kNTiles;
   constexpr int kDTiles = Traits::kDTiles;
   using Layout = typename Traits::SmemLayout;
-  constexpr bool kMods = Traits::kMods == ScoreMods::kAny;
+  constexpr bool kMods = Traits::kMods != ScoreMods::kNone;
+  // attn_bias, attn_mask and block masks (score_tensors.h, block_tiles.h), on top of kMods.
+  constexpr bool kBiasMask = Traits::kMods == ScoreMods::kBiasMask;
 
   extern __shared__ __align__(128) unsigned char smem_raw[];
   Element* sQ = reinterpret_cast<Element*>(smem_raw);  // kBlockM rows (Layout)
@@ -346,7 +355,24 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
   const bool use_dropout = kMods && params.has_dropout();
   const uint32_t dropout_bh = uint32_t(batch) * uint32_t(params.heads) + uint32_t(head);
 
-  if (n_hi > n_lo) {
+  // Key tiles are visited from the last: every one of [n_lo, n_hi), or under a block mask the
+  // ones its list names for this query tile (block_tiles.h), each with the element check its
+  // kind needs. Without a block mask every tile is kTileMask (attn_mask given) or kTileClean.
+  int n_first = n_hi - 1;
+  TileWalk walk;
+  const bool walk_list = kBiasMask && params.block_tiles.on();
+  int kind = kTileClean;
+  if constexpr (kBiasMask) {
+    if (params.mask.defined()) kind = kTileMask;
+    if (walk_list) {
+      walk = tile_walk(params.block_tiles, batch, head, params.heads, m_block, n_hi);
+      n_first = walk.next(&kind);
+    }
+  }
+
+  // (The plain kernels keep their original expressions, which compile to the same code as
+  // before this walk existed: verified on the SASS.)
+  if (kBiasMask ? n_first >= n_lo : n_hi > n_lo) {
     if (rows_here == kBlockM) {
       load_tile<Traits, kBlockM, true>(sQ, gQ, kBlockM, tid);
     } else {
@@ -360,13 +386,17 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
       load_paged_tile<Traits>(sK, params.k, params.k_strides.head, head_k, page_offsets(n_hi - 1), seqlen_k - n0, tid);
       if (n_hi - 2 >= n_lo) fetch.load(pages, int(row0_k) + n0 - kBlockN, kBlockN, tid);
     } else {
-      load_kv_tile<Traits>(sK, gK, (n_hi - 1) * kBlockN, seqlen_k, tid);
+      load_kv_tile<Traits>(sK, gK, (kBiasMask ? n_first : n_hi - 1) * kBlockN, seqlen_k, tid);
     }
     ptx::cp_async_commit();
   }
 
-  for (int n_block = n_hi - 1; n_block >= n_lo; --n_block) {
+  int n_next = -1;
+  for (int n_block = n_first; n_block >= n_lo; n_block = kBiasMask ? n_next : n_block - 1) {
     const int n0 = n_block * kBlockN;
+    // The tile after this one (below n_lo: none); its kind is read ahead of its use.
+    const int this_kind = kind;
+    if constexpr (kBiasMask) n_next = walk_list ? walk.next(&kind) : n_block - 1;
     const int key0 = n0 + warp_key0;  // this warp's first key
     ptx::cp_async_wait<0>();
     __syncthreads();  // K_j (and Q) landed; every warp is done with the V buffer
@@ -405,6 +435,8 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
           mask.row_range(i, &lo, &hi);
           lo -= key0 + 2 * t;
           hi -= key0 + 2 * t;
+          ScoreRow mods_row{};
+          if constexpr (kBiasMask) mods_row = score_row(params, batch, head, min(i, seqlen_q - 1));
 #pragma unroll
           for (int nt = 0; nt < kNTiles; ++nt) {
 #pragma unroll
@@ -414,6 +446,13 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
               if constexpr (kMods) {
                 x = use_softcap ? ptx::tanh_approx(x * softcap_in) * softcap_out : x * params.scale_log2;
                 x -= alibi_slope_log2 * fabsf(float(mask.diag(i) - (key0 + 2 * t + c)));
+              }
+              if constexpr (kBiasMask) {
+                // After softcap and ALiBi (both additions: the order is rounding only, and the
+                // CPU backend's), then the element mask of the tile's kind.
+                const int j = min(key0 + 2 * t + c, seqlen_k - 1);
+                if (params.bias.defined()) x += bias_log2(params, mods_row, j);
+                if (score_hidden(params, mods_row, this_kind, j)) x = -INFINITY;
               }
               if (needs_mask && (c < lo || c >= hi)) x = -INFINITY;
               s[mt][nt][2 * h + e] = x;
@@ -425,12 +464,12 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
 
     ptx::cp_async_wait<0>();
     __syncthreads();  // V_j landed; every warp is done with the K buffer
-    if (n_block > n_lo) {
+    if (kBiasMask ? n_next >= n_lo : n_block > n_lo) {
       // Blocks below the last are whole: no predicate.
       if (paged) {
         load_paged_tile<Traits>(sK, params.k, params.k_strides.head, head_k, page_offsets(n_block - 1), kBlockN, tid);
       } else {
-        const RowPtr tile{static_cast<const char*>(gK.row(n0 - kBlockN)), gK.row_bytes};
+        const RowPtr tile{static_cast<const char*>(gK.row(kBiasMask ? n_next * kBlockN : n0 - kBlockN)), gK.row_bytes};
         load_tile<Traits, kBlockN, true>(sK, tile, kBlockN, tid);
       }
       ptx::cp_async_commit();

@@ -4,6 +4,7 @@
 
 #include <cuda_runtime.h>
 
+#include "cuda/block_tiles.h"
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/split_heuristic.h"
 #include "cuda/common/workspace.h"
@@ -43,12 +44,28 @@ Status launch_fwd(const ForwardParams& params_in, cudaStream_t stream) {
         true, m_blocks, static_cast<long long>(params.heads) * params.batch * splits, sms * std::max(1, per_sm));
   }
 
+  // A block mask: the plan of this traits' tiles (block_tiles.h), freed after the launch.
+  void* plan = nullptr;
+  if constexpr (Traits::kMods == ScoreMods::kBiasMask) {
+    if (params.block_mask.defined() || params.has_block_lists()) {
+      if (Status s = workspace_alloc(&plan, block_tiles_bytes(params, Traits::kBlockM, Traits::kBlockN), stream);
+          !s.ok()) {
+        return s;
+      }
+      if (Status s = build_block_tiles(&params, Traits::kBlockM, Traits::kBlockN, plan, stream); !s.ok()) {
+        (void)workspace_free(plan, stream);
+        return s;
+      }
+    }
+  }
+
   float* workspace = nullptr;
   if (splits > 1) {
     const size_t rows = size_t(params.total_q) * params.heads * splits;
     if (Status s = workspace_alloc(reinterpret_cast<void**>(&workspace),
                                    rows * (Traits::kHeadDim + 1) * sizeof(float), stream);
         !s.ok()) {
+      if (plan != nullptr) (void)workspace_free(plan, stream);
       return s;
     }
     params.split_out = workspace;
@@ -57,6 +74,10 @@ Status launch_fwd(const ForwardParams& params_in, cudaStream_t stream) {
   const dim3 grid(m_blocks, params.heads, params.batch * splits);
   kernel<<<grid, Traits::kThreads, kSmem, stream>>>(params);
   Status status = cuda_status(cudaGetLastError(), "launching the sm80 forward kernel");
+  if (plan != nullptr) {
+    Status freed = workspace_free(plan, stream);
+    if (status.ok()) status = freed;
+  }
   if (splits > 1) {
     if (status.ok() && params.total_q > 0) {
       const dim3 cgrid(unsigned((params.total_q + 3) / 4), params.heads);

@@ -22,6 +22,9 @@ std::string fwd_declines(const ForwardParams& p, bool any_runnable) {
   // Never true from cuda_backend.cu, which pads a head_dim_v != head_dim call to one head dim.
   if (p.head_dim_v != p.head_dim) return "head_dim_v differs from head_dim";
   if (p.softcap > 0.0f || p.alibi != nullptr || p.has_dropout()) return "softcap, ALiBi and dropout run on sm80";
+  // Even when FLASHATTN_CUDA_PATH=sm90 asks for every call the kernels can run: they have no
+  // bias or mask reads, so these calls always go to sm80.
+  if (p.has_score_mods()) return "attn_bias, attn_mask and block masks run on sm80";
   // A broadcast operand (stride 0 over a dimension of extent > 1) has no tensor map.
   const auto broadcast = [&](const Strides3& s, int heads) {
     return s.row == 0 || (heads > 1 && s.head == 0) || (!p.is_varlen() && p.batch > 1 && s.batch == 0);

@@ -1,0 +1,152 @@
+// Builds BlockTilePlan (block_tiles.h): the table of block states from either form of the block
+// mask, then per (plane, query tile) the list of key tiles to visit with their kind.
+#include "cuda/block_tiles.h"
+
+#include <string>
+
+#include "cuda/common/cuda_check.h"
+
+namespace flashattn::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+size_t align16(size_t x) { return (x + 15) / 16 * 16; }
+
+// The plan's geometry: planes (one per sequence / head only where the mask differs between
+// them), the user's blocks and the kernel's tiles over the longest sequences.
+struct Geometry {
+  int64_t planes_b, planes_h, q_blocks, k_blocks, m_tiles, n_tiles;
+  __host__ __device__ int64_t planes() const { return planes_b * planes_h; }
+  __host__ __device__ size_t states_bytes() const { return size_t(planes() * q_blocks * k_blocks); }
+  size_t lists_bytes() const { return size_t(planes() * m_tiles * (n_tiles + 1)) * sizeof(int32_t); }
+};
+
+Geometry geometry(const ForwardParams& p, int block_m, int block_n) {
+  Geometry g;
+  const bool by_batch = p.block_mask.defined() ? p.block_mask.size[0] > 1 : p.block_lists_vary_over_batch();
+  const bool by_head = p.block_mask.defined() ? p.block_mask.size[1] > 1 : p.block_lists_vary_over_heads();
+  g.planes_b = by_batch ? p.batch : 1;
+  g.planes_h = by_head ? p.heads : 1;
+  g.q_blocks = (int64_t(p.seqlen_q) + p.block_size_q - 1) / p.block_size_q;
+  g.k_blocks = (int64_t(p.seqlen_k) + p.block_size_k - 1) / p.block_size_k;
+  g.m_tiles = (p.seqlen_q + block_m - 1) / block_m;
+  g.n_tiles = (p.seqlen_k + block_n - 1) / block_n;
+  return g;
+}
+
+// Dense block_mask: a kept block is partial (attn_mask applies to it; without attn_mask it is
+// visible everywhere, like a full one).
+__global__ void states_from_dense(uint8_t* states, const Broadcast4 m, Geometry g) {
+  const int64_t n = int64_t(g.states_bytes());
+  for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < n; e += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t c = e % g.k_blocks, r = e / g.k_blocks % g.q_blocks, plane = e / (g.k_blocks * g.q_blocks);
+    const int64_t b = plane / g.planes_h, h = plane % g.planes_h;
+    const uint8_t keep = static_cast<const uint8_t*>(m.data)[b * m.batch + h * m.head + r * m.row + c];
+    states[e] = keep != 0 ? kBlockPartial : kBlockAbsent;
+  }
+}
+
+// One list of the compressed form: every listed block of (plane, query block r) gets `state`.
+// Device values are not checked on the host (SEMANTICS.md): an index outside the key blocks is
+// ignored here, so no write leaves the table.
+__global__ void states_from_list(uint8_t* states, const BlockList l, uint8_t state, Geometry g) {
+  const int64_t n = g.planes() * g.q_blocks * l.width;
+  for (int64_t x = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; x < n; x += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t e = x % l.width, r = x / l.width % g.q_blocks, plane = x / (l.width * g.q_blocks);
+    const int64_t b = plane / g.planes_h, h = plane % g.planes_h;
+    if (e >= l.count_at(b, h, r)) continue;
+    const int32_t c = l.row_at(b, h, r)[e];
+    if (c >= 0 && c < g.k_blocks) states[(plane * g.q_blocks + r) * g.k_blocks + c] = state;
+  }
+}
+
+// The list of query tile m of one plane (`table` its block states), by one warp: lane l
+// classifies key tile n_tiles - 1 - (base + l) from the states of the user blocks its rectangle
+// touches, then the warp appends the kept tiles in descending order (ballot + prefix count), so
+// the list is sorted as the kernel walks it.
+__device__ void list_one(int32_t* list, const uint8_t* table, const Geometry& g, int64_t m, int block_m,
+                         int block_n, int bq, int bk, int seqlen_q, int seqlen_k, bool has_mask, int lane) {
+  int64_t r0, r1;
+  tile_blocks(m, block_m, bq, seqlen_q, &r0, &r1);
+  int32_t count = 0;
+  for (int64_t base = 0; base < g.n_tiles; base += 32) {
+    const int64_t nt = g.n_tiles - 1 - (base + lane);
+    int32_t kind = kTileSkipped;
+    if (nt >= 0) {
+      int64_t c0, c1;
+      tile_blocks(nt, block_n, bk, seqlen_k, &c0, &c1);
+      kind = tile_kind(table, g.k_blocks, r0, r1, c0, c1, has_mask);
+    }
+    const bool kept = kind != kTileSkipped;
+    const unsigned ballot = __ballot_sync(0xffffffffu, kept);
+    if (kept) list[1 + count + __popc(ballot & ((1u << lane) - 1))] = int32_t(nt) | (kind << kTileKindShift);
+    count += __popc(ballot);
+  }
+  if (lane == 0) list[0] = count;
+}
+
+// One warp per (plane, query tile), grid-stride.
+__global__ void tile_lists(int32_t* lists, const uint8_t* states, Geometry g, int block_m, int block_n, int bq,
+                           int bk, int seqlen_q, int seqlen_k, bool has_mask) {
+  const int lane = threadIdx.x % 32;
+  const int64_t warps = int64_t(gridDim.x) * blockDim.x / 32;
+  for (int64_t item = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) / 32; item < g.planes() * g.m_tiles;
+       item += warps) {  // item = plane * m_tiles + m; uniform across the warp
+    list_one(lists + item * (g.n_tiles + 1), states + item / g.m_tiles * g.q_blocks * g.k_blocks, g,
+             item % g.m_tiles, block_m, block_n, bq, bk, seqlen_q, seqlen_k, has_mask, lane);
+  }
+}
+
+unsigned grid_for(int64_t n) {
+  const int64_t blocks = (n + kThreads - 1) / kThreads;
+  return unsigned(blocks < 65535 ? (blocks > 0 ? blocks : 1) : 65535);
+}
+
+}  // namespace
+
+size_t block_tiles_bytes(const ForwardParams& p, int block_m, int block_n) {
+  const Geometry g = geometry(p, block_m, block_n);
+  return align16(g.states_bytes()) + g.lists_bytes();
+}
+
+Status build_block_tiles(ForwardParams* p, int block_m, int block_n, void* workspace, cudaStream_t stream) {
+  const Geometry g = geometry(*p, block_m, block_n);
+  if (g.n_tiles > kTileIndexMask) {
+    return Status::NotSupported("block_mask: seqlen_k " + std::to_string(p->seqlen_k) +
+                                " has more key tiles than the CUDA block-sparse plan indexes");
+  }
+  auto* states = static_cast<uint8_t*>(workspace);
+  auto* lists = reinterpret_cast<int32_t*>(states + align16(g.states_bytes()));
+  if (p->block_mask.defined()) {
+    states_from_dense<<<grid_for(int64_t(g.states_bytes())), kThreads, 0, stream>>>(states, p->block_mask, g);
+  } else {
+    FLASHATTN_CUDA_TRY(cudaMemsetAsync(states, kBlockAbsent, g.states_bytes(), stream));
+    const struct {
+      const BlockList& list;
+      BlockState state;
+    } given[2] = {{p->partial_blocks, kBlockPartial}, {p->full_blocks, kBlockFull}};
+    for (const auto& l : given) {
+      if (!l.list.defined() || l.list.width == 0) continue;
+      states_from_list<<<grid_for(g.planes() * g.q_blocks * l.list.width), kThreads, 0, stream>>>(states, l.list,
+                                                                                                  l.state, g);
+    }
+  }
+  const int64_t warps = g.planes() * g.m_tiles;
+  tile_lists<<<grid_for(warps * 32), kThreads, 0, stream>>>(lists, states, g, block_m, block_n, p->block_size_q,
+                                                            p->block_size_k, p->seqlen_q, p->seqlen_k,
+                                                            p->mask.defined());
+  FLASHATTN_CUDA_TRY(cudaGetLastError());
+  BlockTilePlan& plan = p->block_tiles;
+  plan.states = states;
+  plan.lists = lists;
+  plan.q_blocks = int32_t(g.q_blocks);
+  plan.k_blocks = int32_t(g.k_blocks);
+  plan.m_tiles = int32_t(g.m_tiles);
+  plan.n_tiles = int32_t(g.n_tiles);
+  plan.by_batch = g.planes_b > 1;
+  plan.by_head = g.planes_h > 1;
+  return Status::Ok();
+}
+
+}  // namespace flashattn::cuda

@@ -1,0 +1,40 @@
+// Block-sparse attention on the CUDA forward: the plan (BlockTilePlan, core/params.h) that tells
+// each CTA which of its key tiles to visit and how much checking each needs.
+//
+// Mapping between the user's blocks (bq x bk, any sizes) and the kernel's tiles (kBlockM x
+// kBlockN): a kernel tile is classified by the user blocks its rectangle touches (the kernel
+// never sees bq or bk except in a mixed tile):
+//   no kept block          -> not listed: no load, no math;
+//   only full blocks       -> kTileClean: no element check (partial blocks count as full when
+//                             there is no attn_mask, so a dense block_mask lands here);
+//   only partial blocks    -> kTileMask: attn_mask per element;
+//   anything else          -> kTileMixed: per element, the state of its block from the table,
+//                             then attn_mask where that block is partial.
+// When bq and bk are multiples of the tile (FlexAttention's 128 x 128 against 128 x 32/64
+// tiles, or 64 x 64 against 64 x 64) every tile lies inside one user block and is never
+// mixed: the fast path is the common case. Other sizes (96 x 80) stay exact through the mixed
+// tiles at their block boundaries, which pay an integer division and a byte read per score.
+// Why classify on the device rather than convert the mask on the host: the masks live on the
+// GPU (reading them back would synchronise and break CUDA-graph capture), and one small pass
+// over the block table (one warp per query tile, one lane per key tile) is cheap next to the
+// attention itself. Why not classify inside the attention kernel: finding the next kept tile
+// ahead of time (the K prefetch needs it) would cost the hot loop a scan per step.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "core/params.h"
+#include "cuda/common/tile_kind.h"
+
+namespace flashattn::cuda {
+
+// For a call with a block mask (either form): the bytes of workspace the plan for block_m x
+// block_n tiles needs.
+size_t block_tiles_bytes(const ForwardParams& p, int block_m, int block_n);
+// Builds the plan in `workspace` (block_tiles_bytes of it, 16-byte aligned) on `stream` and
+// points p->block_tiles at it.
+Status build_block_tiles(ForwardParams* p, int block_m, int block_n, void* workspace, cudaStream_t stream);
+
+}  // namespace flashattn::cuda

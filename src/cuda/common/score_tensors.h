@@ -1,0 +1,91 @@
+// The score modifiers read from tensors (ScoreMods::kBiasMask): attn_bias, attn_mask and the
+// block mask's states, for the scores of one (sequence, head) (docs/SEMANTICS.md "Bias and
+// masks"). Positions i, j are inside the sequence. Callers clamp rows past seqlen_q and keys
+// past seqlen_k (the padding of a tile) to the last row / key: those scores are never stored or
+// are masked by the key bound, and the clamp keeps every read inside the tensors without a
+// branch.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "core/params.h"
+#include "cuda/common/tile_kind.h"
+
+namespace flashattn::cuda {
+
+// One query row's pointers into attn_bias, attn_mask and the block states (null: not given),
+// found once per row of a tile and reused for its keys. Everything else is read from the
+// kernel's parameters (constant memory), which keeps the hot loop's registers for the tile.
+struct ScoreRow {
+  const char* bias;
+  const uint8_t* mask;
+  const uint8_t* states;
+};
+
+// Row i (clamped to the sequence: see above) of (sequence b, head h).
+__device__ __forceinline__ ScoreRow score_row(const ForwardParams& p, int b, int h, int i) {
+  ScoreRow r{nullptr, nullptr, nullptr};
+  if (p.bias.defined()) {
+    const int64_t size = p.bias.dtype == DType::kFloat32 ? 4 : 2;
+    r.bias = static_cast<const char*>(p.bias.data) + (b * p.bias.batch + h * p.bias.head + i * p.bias.row) * size;
+  }
+  if (p.mask.defined()) {
+    r.mask = static_cast<const uint8_t*>(p.mask.data) + b * p.mask.batch + h * p.mask.head + i * p.mask.row;
+  }
+  const BlockTilePlan& plan = p.block_tiles;
+  if (plan.on()) {
+    r.states = plan.states + (plan.plane(b, h, p.heads) * plan.q_blocks + i / p.block_size_q) * plan.k_blocks;
+  }
+  return r;
+}
+
+// attn_bias at (row, key j) in log2 units (scores are after scale_log2 / softcap there); the
+// row has a bias. j clamped to the sequence.
+__device__ __forceinline__ float bias_log2(const ForwardParams& p, const ScoreRow& r, int j) {
+  float x;
+  if (p.bias.dtype == DType::kFloat32) {
+    x = __ldg(reinterpret_cast<const float*>(r.bias) + j);
+  } else if (p.bias.dtype == DType::kBFloat16) {
+    x = __bfloat162float(__ldg(reinterpret_cast<const __nv_bfloat16*>(r.bias) + j));
+  } else {
+    x = __half2float(__ldg(reinterpret_cast<const __half*>(r.bias) + j));
+  }
+  return x * 1.4426950408889634f;  // log2(e)
+}
+
+// Whether (row, key j) is hidden in a tile of `kind` (tile_kind.h hidden_in_tile: clean tiles
+// read nothing, mask tiles attn_mask, mixed tiles the block state and then attn_mask where the
+// block is partial; full blocks never read it). j clamped to the sequence.
+__device__ __forceinline__ bool score_hidden(const ForwardParams& p, const ScoreRow& r, int kind, int j) {
+  return hidden_in_tile(kind, r.states, j, p.block_size_k, r.mask);
+}
+
+// The key tiles one CTA visits under a block mask: its plan's list (descending tile index),
+// from the first entry below n_hi (tiles past this CTA's split, window or sequence are never
+// read), walked in order; the caller stops below its n_lo.
+struct TileWalk {
+  const int32_t* next_entry = nullptr;
+  const int32_t* end = nullptr;
+
+  // The next listed tile and its kind; -1 past the end.
+  __device__ __forceinline__ int next(int* kind) {
+    if (next_entry == end) return -1;
+    const int32_t e = __ldg(next_entry++);
+    *kind = e >> kTileKindShift;
+    return e & kTileIndexMask;
+  }
+};
+
+__device__ __forceinline__ TileWalk tile_walk(const BlockTilePlan& plan, int b, int h, int heads, int m_block,
+                                              int n_hi) {
+  const int32_t* list = plan.lists + (plan.plane(b, h, heads) * plan.m_tiles + m_block) * int64_t(plan.n_tiles + 1);
+  const int32_t* entries = list + 1;
+  const int count = __ldg(list);
+  const int first = first_tile_below(count, n_hi, [&](int e) { return __ldg(entries + e); });
+  return TileWalk{entries + first, entries + count};
+}
+
+}  // namespace flashattn::cuda
