@@ -98,4 +98,6 @@ def torch_reference(q, k, v, bias, keep, scale, softcap=0.0):
     s = s.masked_fill(~keep, float("-inf"))
     empty = torch.isinf(s).all(dim=-1, keepdim=True)
     p = torch.softmax(s.masked_fill(empty, 0.0), dim=-1).masked_fill(empty | ~keep, 0.0)
-    return torch.einsum("bhij,bjhd->bihd", p, ve)
+    # A float32 bias promotes the low-precision (naive) scores: P then meets V in V's dtype, as
+    # a low-precision implementation would round it.
+    return torch.einsum("bhij,bjhd->bihd", p.to(ve.dtype), ve)
