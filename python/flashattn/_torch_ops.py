@@ -30,8 +30,9 @@ Design
   return ``dbias`` (float32, the bias's shape) after ``dsink``, an empty (0,) tensor when not
   requested; autograd hands it back in the bias's position, summed over expanded dimensions by
   autograd itself when the bias is an ``expand``ed view.
-* FP8 (issue 21): ``q_descale``, ``k_descale``, ``v_descale`` (Tensor?, default None, float32
-  (batch, heads_k)) close the option list (_DESCALES) and reach only the forward; float8_e4m3fn
+* FP8 (issue 21): the forward ops end with ``q_descale``, ``k_descale``, ``v_descale``
+  (Tensor?, default None, float32 (batch, heads_k); _FWD_EXTRA, after the shared options, so the
+  backward ops' positional schema is unchanged); float8_e4m3fn
   q/k/v (and caches) go to the extension as uint8 views named in its ``float8`` argument (torch
   exports float8 by DLPack only from 2.8 on), and write bfloat16 ``out``. Autograd refuses the
   backward of a float8 forward (NotImplementedError): FP8 is forward-only.
@@ -227,16 +228,15 @@ _OPTIONS = (("alibi_slopes", "Tensor?"), ("softmax_scale", "float"), ("causal", 
             ("learnable_sink", "Tensor?", "None"), ("attn_bias", "Tensor?", "None"),
             ("attn_mask", "Tensor?", "None"), ("block_mask", "Tensor?", "None"),
             ("block_size_q", "SymInt", "0"), ("block_size_k", "SymInt", "0"),
-            *((name, "Tensor?", "None") for name in BLOCK_LISTS),
-            ("q_descale", "Tensor?", "None"), ("k_descale", "Tensor?", "None"),
-            ("v_descale", "Tensor?", "None"))
+            *((name, "Tensor?", "None") for name in BLOCK_LISTS))
 _N_OPTIONS = len(_OPTIONS)
 _OPT_INDEX = {p[0]: i for i, p in enumerate(_OPTIONS)}
-# The FP8 descale factors (forward only), last.
-DESCALES = ("q_descale", "k_descale", "v_descale")
-# The bias and mask options (attn_bias up to the descales), named as the extension's keywords
-# and as _lowlevel.resolve_score_mods returns them.
-SCORE_MOD_OPTIONS = tuple(p[0] for p in _OPTIONS[_OPT_INDEX["attn_bias"]:_OPT_INDEX["q_descale"]])
+# The bias and mask options (attn_bias onwards), named as the extension's keywords and as
+# _lowlevel.resolve_score_mods returns them.
+SCORE_MOD_OPTIONS = tuple(p[0] for p in _OPTIONS[_OPT_INDEX["attn_bias"]:])
+# Forward ops only, after the options: the FP8 descale factors.
+_FWD_EXTRA = (("q_descale", "Tensor?", "None"), ("k_descale", "Tensor?", "None"),
+              ("v_descale", "Tensor?", "None"))
 _OPTION_DEFAULTS = tuple(None if len(p) < 3 or p[2] == "None" else int(p[2]) for p in _OPTIONS)
 # Backward ops only: whether to compute dbias (after the options).
 _BWD_EXTRA = (("bias_grad", "bool", "False"),)
@@ -312,7 +312,7 @@ _LAYOUTS = (
 
 # The score-mod keywords of a call without bias or masks (the common case), built once: a call
 # that gives none of them skips the per-option conversion (host time, see call_forward).
-_MOD_DEFAULTS = _OPTION_DEFAULTS[_OPT_INDEX["attn_bias"]:_OPT_INDEX["q_descale"]]
+_MOD_DEFAULTS = _OPTION_DEFAULTS[_OPT_INDEX["attn_bias"]:]
 _NO_MODS = {name: (0 if name.startswith("block_size") else None) for name in SCORE_MOD_OPTIONS}
 
 
@@ -322,7 +322,7 @@ def _options(lay: _Layout, varlen: Sequence, opts: Sequence, stream: int,
     forward only, are added by _run_fwd)."""
     cu_q, cu_k, max_q, max_k = lay.varlen_qk(varlen)
     alibi, scale, causal, wl, wr, softcap, p, rng, _, sink = opts[:_OPT_INDEX["attn_bias"]]
-    tail = opts[_OPT_INDEX["attn_bias"]:_OPT_INDEX["q_descale"]]
+    tail = opts[_OPT_INDEX["attn_bias"]:]
     if all(value is None or (type(value) is int and value == default)
            for value, default in zip(tail, _MOD_DEFAULTS)):
         mods = _NO_MODS
@@ -339,14 +339,16 @@ def _options(lay: _Layout, varlen: Sequence, opts: Sequence, stream: int,
 
 def _run_fwd(lay: _Layout, args: tuple) -> tuple:
     n, nv = len(lay.inputs), len(lay.varlen)
-    varlen, opts = args[n:n + nv], _full_options(args[n + nv:])
+    varlen, rest = args[n:n + nv], args[n + nv:]
+    opts = _full_options(rest[:_N_OPTIONS])
+    extra = tuple(rest[_N_OPTIONS:])
+    qd, kd, vd = extra + (None,) * (len(_FWD_EXTRA) - len(extra))
     q, k, v = lay.split(*args[:n])
     is_varlen = varlen[0] is not None
     check_rank("q", q.shape, is_varlen)
     q, k, v = _kernel_ready(q), _kernel_ready(k), _kernel_ready(v)
     out = torch.empty(_out_shape(q, v), dtype=_out_dtype(q), device=q.device)
     lse = torch.empty(_lse_shape(q, is_varlen), dtype=torch.float32, device=q.device)
-    qd, kd, vd = opts[_OPT_INDEX["q_descale"]:]
     guard, stream, threads = _launch(q)
     with guard:
         raise_error(_C.forward(_plain(q), _plain(k), _plain(v), _plain(out), _plain(lse),
@@ -406,7 +408,7 @@ def _define(lay: _Layout):
         return _run_bwd(lay, args)
 
     fwd = torch.library.custom_op(f"flashattn::fwd{lay.suffix}", fwd_impl, mutates_args=(),
-                                  schema=_schema(tensors + tail, "(Tensor, Tensor)"))
+                                  schema=_schema(tensors + tail + _FWD_EXTRA, "(Tensor, Tensor)"))
     bwd = torch.library.custom_op(
         f"flashattn::bwd{lay.suffix}", bwd_impl, mutates_args=(),
         schema=_schema((("dout", "Tensor"),) + tensors + (("out", "Tensor"), ("lse", "Tensor"))
@@ -434,7 +436,7 @@ def _define(lay: _Layout):
 
     def setup_context(ctx, inputs, output):
         out, lse = output
-        rest = tuple(inputs[n:n + nv]) + _full_options(inputs[n + nv:])
+        rest = tuple(inputs[n:n + nv]) + _full_options(inputs[n + nv:n + nv + _N_OPTIONS])
         ctx.save_for_backward(*inputs[:n], out, lse, *(rest[i] for i in tensor_tail))
         ctx.rest = rest  # non-tensor entries are read from here; tensors from saved_tensors
         ctx.mark_non_differentiable(lse)
@@ -457,7 +459,7 @@ def _define(lay: _Layout):
         option_grads[_OPT_INDEX["learnable_sink"]] = _sink_grad(rest[nv + _OPT_INDEX["learnable_sink"]],
                                                                 dsink)
         option_grads[_OPT_INDEX["attn_bias"]] = dbias if bias_grad else None
-        return tuple(grads) + (None,) * nv + tuple(option_grads)
+        return tuple(grads) + (None,) * nv + tuple(option_grads) + (None,) * len(_FWD_EXTRA)
 
     fwd.register_autograd(backward, setup_context=setup_context)
     _IMPLS[fwd] = fwd_impl

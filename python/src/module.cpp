@@ -143,7 +143,7 @@ class Imports {
   // and names it here (a tuple of str, or None).
   explicit Imports(nb::handle float8_names = nb::none()) {
     if (float8_names.is_none()) return;
-    for (nb::handle n : float8_names) float8_.push_back(nb::cast<std::string>(n));
+    for (nb::handle n : float8_names) float8_.emplace_back(nb::str(n).c_str());
   }
 
   // A tensor the library only reads. None gives an undefined view ("not given").
