@@ -40,6 +40,22 @@ FLASHATTN_CPU_INLINE float half_to_float(uint16_t h) {
   return bits_float(sign | mag);
 }
 
+// The magnitude bits of finite |f| (float32 bits `a`, below the format's overflow threshold) in
+// a narrower IEEE-like format with kMant mantissa bits and exponent bias kBias, round to nearest
+// even. Normal results re-bias the exponent and round away the low 23 - kMant mantissa bits; a
+// subnormal result (or zero) rounds |f| * 2^(kBias - 1 + kMant) (exact, below 2^kMant) to an
+// integer by adding and subtracting 2^23, and 2^kMant correctly becomes the smallest normal.
+template <int kMant, int kBias>
+inline uint32_t narrow_magnitude(uint32_t a) {
+  constexpr int kShift = 23 - kMant;
+  if (a >= (127u - kBias + 1) << 23) {  // >= 2^(1 - bias), the smallest normal
+    const uint32_t rebiased = a - ((127u - kBias) << 23);
+    return (rebiased + ((1u << (kShift - 1)) - 1u) + ((rebiased >> kShift) & 1u)) >> kShift;
+  }
+  const float scaled = bits_float(a) * bits_float((127u + kBias - 1 + kMant) << 23);
+  return static_cast<uint32_t>((scaled + 0x1p23f) - 0x1p23f);
+}
+
 // float32 -> IEEE binary16, round to nearest even; overflow gives infinity, NaN stays NaN.
 inline uint16_t float_to_half(float f) {
   const uint32_t x = float_bits(f);
@@ -51,16 +67,7 @@ inline uint16_t float_to_half(float f) {
   // 65520 = 0x477ff000 is halfway between the largest half (65504) and 2^16; ties go to the
   // even neighbour, which is infinity.
   if (a >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);
-  if (a >= 0x38800000u) {  // >= 2^-14: a normal half
-    const uint32_t rebiased = a - (112u << 23);
-    const uint32_t rounded = rebiased + 0x0fffu + ((rebiased >> 13) & 1u);
-    return static_cast<uint16_t>(sign | (rounded >> 13));
-  }
-  // Subnormal half or zero: round |f| * 2^24 (< 1024, exact) to an integer, ties to even,
-  // by adding and subtracting 2^23. 1024 correctly becomes the smallest normal half.
-  const float scaled = bits_float(a) * 0x1p24f;
-  const float rounded = (scaled + 0x1p23f) - 0x1p23f;
-  return static_cast<uint16_t>(sign | static_cast<uint16_t>(rounded));
+  return static_cast<uint16_t>(sign | narrow_magnitude<10, 15>(a));
 }
 
 FLASHATTN_CPU_INLINE float bf16_to_float(uint16_t b) {
@@ -105,16 +112,7 @@ inline uint8_t float_to_e4m3(float f) {
   const uint32_t a = x & 0x7fffffffu;
   if (a > 0x7f800000u) return static_cast<uint8_t>(sign | 0x7fu);
   if (a >= 0x43e00000u) return static_cast<uint8_t>(sign | 0x7eu);  // >= 448: saturate
-  if (a >= 0x3c800000u) {  // >= 2^-6: a normal e4m3; keep 3 of float's 23 mantissa bits
-    const uint32_t rebiased = a - (120u << 23);
-    const uint32_t rounded = rebiased + 0x7ffffu + ((rebiased >> 20) & 1u);
-    return static_cast<uint8_t>(sign | (rounded >> 20));
-  }
-  // Subnormal or zero: round |f| * 2^9 (< 8, exact) to an integer, ties to even, by adding and
-  // subtracting 2^23. 8 correctly becomes the smallest normal (code 0x08).
-  const float scaled = bits_float(a) * 0x1p9f;
-  const float rounded = (scaled + 0x1p23f) - 0x1p23f;
-  return static_cast<uint8_t>(sign | static_cast<uint8_t>(rounded));
+  return static_cast<uint8_t>(sign | narrow_magnitude<3, 7>(a));
 }
 
 // f rounded to the nearest e4m3 value (as float32), as float_to_e4m3 rounds it.

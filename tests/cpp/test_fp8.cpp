@@ -114,6 +114,18 @@ TEST(Fp8Codec, EncodesAFloat32SweepLikeTheTestEncoder) {
   EXPECT_GT(checked, 16000000);
 }
 
+// float_to_half shares its rounding with float_to_e4m3 (cpu::narrow_magnitude): the same sweep
+// against test_util's own float16 encoder.
+TEST(Fp8Codec, SharedNarrowingKeepsFloat16Exact) {
+  for (uint64_t bits = 0; bits <= 0xffffffffull; bits += 251) {
+    const uint32_t u = static_cast<uint32_t>(bits);
+    float f;
+    std::memcpy(&f, &u, sizeof f);
+    if (std::isnan(f)) continue;
+    ASSERT_EQ(cpu::float_to_half(f), float_to_half_bits(f)) << "f = " << f;
+  }
+}
+
 TEST(Fp8Codec, MidpointsTiesAndSaturation) {
   const auto& v = positive_values();
   for (size_t i = 0; i + 1 < v.size(); ++i) {
