@@ -72,6 +72,27 @@ struct HeadView {
   int64_t q_row = 0, k_row = 0, v_row = 0;
 };
 
+// The FP8 forward's weights of one row (Options::fp8_round_p): pd[j] = e4m3(2^(x_j - r)) / L
+// for the visible keys, with x_j = s[j] * log2(e), r = ceil(max visible x) - 8 and L the sum of
+// the unrounded 2^(x_j - r) plus the sink's 2^(sink * log2(e) - r).
+void fp8_probabilities(const Problem& pr, const std::vector<double>& s,
+                       const std::vector<char>& vis, double* pd) {
+  const double log2e = 1.0 / std::log(2.0);
+  double mx = kNegInf;
+  for (size_t j = 0; j < s.size(); ++j) {
+    if (vis[j]) mx = std::max(mx, s[j] * log2e);
+  }
+  if (mx == kNegInf) return;  // only the sink: every weight stays 0
+  const double r = std::ceil(mx) - 8.0;
+  double sum = pr.sink == kNegInf ? 0.0 : std::exp2(pr.sink * log2e - r);
+  for (size_t j = 0; j < s.size(); ++j) {
+    if (vis[j]) sum += std::exp2(s[j] * log2e - r);
+  }
+  for (size_t j = 0; j < s.size(); ++j) {
+    if (vis[j]) pd[j] = round_e4m3(std::exp2(s[j] * log2e - r)) / sum;
+  }
+}
+
 void forward_head(const Shape& shape, const Options& opt, const Problem& pr, const HeadView& hv,
                   uint32_t batch_head, HeadState* st) {
   const int64_t sq = pr.seqlen_q;
@@ -117,6 +138,13 @@ void forward_head(const Shape& shape, const Options& opt, const Problem& pr, con
     }
     st->lse[i] = row_max + std::log(sum);
     if (pr.sink != kNegInf) st->p_sink[i] = std::exp(pr.sink - row_max) / sum;
+    if (opt.fp8_round_p) {
+      fp8_probabilities(pr, s, vis, st->pd.data() + i * sk);
+      for (int64_t j = 0; j < sk; ++j) {
+        if (vis[j]) st->p[i * sk + j] = std::exp(s[j] - row_max) / sum;
+      }
+      continue;
+    }
     for (int64_t j = 0; j < sk; ++j) {
       if (!vis[j]) continue;
       const double pij = std::exp(s[j] - row_max) / sum;
@@ -163,6 +191,18 @@ HeadView head_view(const Shape& shape, int b, int h, const double* q, const doub
 }
 
 }  // namespace
+
+double round_e4m3(double x) {
+  if (std::isnan(x)) return x;
+  const double a = std::fabs(x);
+  if (a >= 448.0) return std::copysign(448.0, x);  // saturate, infinities included
+  // a = f * 2^e with f in [0.5, 1): a normal e4m3 1.mmm * 2^(e - 1) has quantum 2^(e - 4);
+  // below 2^-6 the quantum is the subnormals' 2^-9.
+  int e = 0;
+  std::frexp(a, &e);
+  const double quantum = std::ldexp(1.0, std::max(e - 1, -6) - 3);
+  return std::copysign(std::nearbyint(a / quantum) * quantum, x);
+}
 
 Shape Shape::dense(int batch, int seqlen_q, int seqlen_k, int heads, int heads_k, int head_dim,
                    int head_dim_v) {

@@ -54,7 +54,16 @@ struct Options {
   std::vector<unsigned char> keep;
   int64_t mods_rows = 0;
   int64_t mods_cols = 0;
+  // FP8 forward (docs/SEMANTICS.md, "FP8"), the naive computation FP8 results are judged by:
+  // q, k, v are the dequantized values (e4m3 code * descale, exact in float64) and each
+  // probability is rounded to float8_e4m3 before P.V, as e4m3(2^(x_ij - r_i)) with x in log2
+  // units and r_i = ceil(max_j x_ij) - 8 over the row's visible keys; out divides by the
+  // unrounded sum (with the sink). The LSE is unaffected. Forward only; no dropout.
+  bool fp8_round_p = false;
 };
+
+// x rounded to the nearest float8_e4m3 value (ties to even), saturating to +-448; NaN stays.
+double round_e4m3(double x);
 
 // out and lse are written in full.
 void forward(const Shape& shape, const Options& opt, const double* q, const double* k,

@@ -29,7 +29,7 @@ enum {
   FLASHATTN_DTYPE_FLOAT32 = 0,
   FLASHATTN_DTYPE_FLOAT16 = 1,
   FLASHATTN_DTYPE_BFLOAT16 = 2,
-  FLASHATTN_DTYPE_FLOAT8_E4M3 = 3, /* reserved; rejected by every backend today */
+  FLASHATTN_DTYPE_FLOAT8_E4M3 = 3, /* OCP E4M3FN; FP8 forward and FP8 KV cache (cpu backend) */
   FLASHATTN_DTYPE_INT32 = 4,       /* cu_seqlens */
   FLASHATTN_DTYPE_UINT8 = 5        /* boolean masks (bool or uint8 storage) */
 };
@@ -108,6 +108,12 @@ typedef struct flashattn_forward_args {
   flashattn_tensor kv_indices;         /* (b|1, h|1, ceil(sq/bsq), width): partial blocks */
   flashattn_tensor full_kv_num_blocks; /* like kv_num_blocks */
   flashattn_tensor full_kv_indices;    /* like kv_indices: full blocks */
+
+  /* Appended in 0.6 (issue 21): FP8 descale factors for float8_e4m3 q, k, v (out bfloat16);
+   * optional float32 (batch, heads_k), any strides; see flashattn::ForwardArgs. */
+  flashattn_tensor q_descale;
+  flashattn_tensor k_descale;
+  flashattn_tensor v_descale;
 } flashattn_forward_args;
 
 /* Mirrors flashattn::BackwardArgs. */
@@ -213,6 +219,12 @@ typedef struct flashattn_kvcache_args {
 
   /* Appended in 0.5 (issue 19): */
   flashattn_tensor learnable_sink; /* optional float32 (heads): sink logits (see flashattn.h) */
+
+  /* Appended in 0.6 (issue 21): descale factors of an FP8 (float8_e4m3) cache, and of q when
+   * q is float8_e4m3 too; optional float32 (batch, heads_k); see flashattn::KVCacheArgs. */
+  flashattn_tensor q_descale;
+  flashattn_tensor k_descale;
+  flashattn_tensor v_descale;
 } flashattn_kvcache_args;
 
 void flashattn_kvcache_args_init(flashattn_kvcache_args* args);

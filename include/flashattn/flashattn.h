@@ -98,11 +98,20 @@ struct ForwardArgs : AttentionOptions {
   TensorView q;    // (batch, seqlen_q, heads, head_dim)     varlen: (total_q, heads, head_dim)
   TensorView k;    // (batch, seqlen_k, heads_k, head_dim)   varlen: (total_k, heads_k, head_dim)
   TensorView v;    // (batch, seqlen_k, heads_k, head_dim_v) varlen: (total_k, heads_k, head_dim_v)
+  // q's dtype, bfloat16 when q is float8_e4m3.
   TensorView out;  // (batch, seqlen_q, heads, head_dim_v)   varlen: (total_q, heads, head_dim_v)
   // Optional float32 log-sum-exp (natural log): (batch, heads, seqlen_q), varlen (heads, total_q).
   TensorView lse;
   // CUDA: number of key/value splits (flash-decoding); 0 = heuristic, 1 = never split.
   int32_t num_splits = 0;
+  // FP8 (q, k, v float8_e4m3; out bfloat16): optional float32 descale factors, each
+  // (batch, heads_k) with any strides (0 broadcasts one factor), as FlashAttention-3 takes them.
+  // The values q, k, v stand for are q * q_descale[b, h / (heads / heads_k)], k * k_descale[b,
+  // hk], v * v_descale[b, hk]; not given = 1. Only with float8_e4m3 operands. Forward only.
+  // docs/SEMANTICS.md, "FP8", defines the arithmetic (P is rounded to e4m3 before P.V).
+  TensorView q_descale;
+  TensorView k_descale;
+  TensorView v_descale;
 };
 
 struct BackwardArgs : AttentionOptions {
@@ -174,7 +183,7 @@ struct KVCacheArgs {
   // int32 (batch, max_blocks): page of each sequence's block of page_size rows.
   TensorView block_table;
 
-  TensorView out;  // (batch, seqlen_q, heads, head_dim_v)
+  TensorView out;  // (batch, seqlen_q, heads, head_dim_v); q's dtype (bfloat16 for a float8 q)
   TensorView lse;  // optional float32 (batch, heads, seqlen_q), natural log
 
   float softmax_scale = 0.0f;  // <= 0: 1/sqrt(head_dim)
@@ -190,6 +199,14 @@ struct KVCacheArgs {
   // (checked the same way); the LSE includes them, and a sequence with no key to attend to
   // gets out 0 and LSE = sink.
   TensorView learnable_sink;
+  // FP8 KV cache (docs/SEMANTICS.md, "FP8 KV cache"): k_cache/v_cache in float8_e4m3 with q
+  // (and the new k/v) in float16 or bfloat16; the cache holds k / k_descale and v / v_descale,
+  // and the new tokens are quantized into it with the same factors. Or q, the cache and the new
+  // k/v all in float8_e4m3: the FP8 forward against the cache (out bfloat16). Optional float32
+  // (batch, heads_k), any strides; not given = 1. q_descale only with a float8_e4m3 q.
+  TensorView q_descale;
+  TensorView k_descale;
+  TensorView v_descale;
 };
 
 Status forward_kvcache(const KVCacheArgs& args);

@@ -14,7 +14,9 @@ enum class DType : int32_t {
   kFloat32 = 0,
   kFloat16 = 1,
   kBFloat16 = 2,
-  kFloat8E4M3 = 3,  // reserved for the FP8 forward path; rejected by every backend today
+  // OCP float8 E4M3FN (torch.float8_e4m3fn): no infinities, NaN = S.1111.111, largest 448.
+  // q/k/v of an FP8 forward, or the cache of an FP8 KV cache (docs/SEMANTICS.md, "FP8").
+  kFloat8E4M3 = 3,
   kInt32 = 4,       // index tensors (cu_seqlens)
   kUInt8 = 5,       // boolean masks (bool or uint8 storage; nonzero = keep)
 };

@@ -61,6 +61,35 @@ def _plain(x: Any) -> Any:
     return x
 
 
+def is_float8(x: Any) -> bool:
+    """Whether x holds float8_e4m3fn (torch.float8_e4m3fn, or numpy with ml_dtypes)."""
+    return x is not None and str(getattr(x, "dtype", "")).endswith("float8_e4m3fn")
+
+
+def float8_views(**arrays) -> tuple:
+    """(arrays, names): each float8_e4m3fn array replaced by a uint8 view of the same memory
+    (torch exports float8 by DLPack only from 2.8 on, numpy's ml_dtypes never), and the names
+    of those the extension must read as float8_e4m3 (its ``float8`` argument), or None."""
+    names = tuple(name for name, x in arrays.items() if is_float8(x))
+    if not names:
+        return arrays, None
+    out = dict(arrays)
+    for name in names:
+        x = arrays[name]
+        out[name] = x.view(_uint8_of(x))
+    return out, names
+
+
+def _uint8_of(x: Any):
+    if _framework(x) == "torch":
+        import torch
+
+        return torch.uint8
+    import numpy
+
+    return numpy.uint8
+
+
 class _DeviceGuard:
     """For torch CUDA tensors: make the tensor's GPU current (torch exports a CUDA tensor by
     DLPack only from its own device)."""
@@ -247,7 +276,8 @@ def forward(q, k, v, out, lse=None, *, cu_seqlens_q=None, cu_seqlens_k=None, max
             max_seqlen_k=0, softmax_scale=None, causal=False, window_size=(-1, -1),
             softcap=0.0, alibi_slopes=None, dropout_p=0.0, seed=0, offset=0, num_splits=0,
             check_cu_seqlens=None, stream=None, num_threads=0, learnable_sink=None,
-            attn_bias=None, attn_mask=None, block_mask=None, block_size=None) -> None:
+            attn_bias=None, attn_mask=None, block_mask=None, block_size=None, q_descale=None,
+            k_descale=None, v_descale=None) -> None:
     """Attention forward into preallocated ``out`` (and ``lse`` unless None).
 
     Layouts (strides arbitrary, last dimension contiguous):
@@ -271,12 +301,18 @@ def forward(q, k, v, out, lse=None, *, cu_seqlens_q=None, cu_seqlens_k=None, max
     ``block_size=(bq, bk)``, or a ``flashattn.BlockMask`` (the compressed form, which brings
     its block size and element mask); absent blocks are skipped. Varlen: over (max_seqlen_q,
     max_seqlen_k), positions inside each sequence. The CPU backend only for now
-    (docs/SEMANTICS.md). Returns None; raises ValueError, TypeError,
-    NotImplementedError or RuntimeError (see flashattn's package docs).
+    (docs/SEMANTICS.md).
+    FP8: q, k, v in float8_e4m3fn (torch.float8_e4m3fn, or numpy with ml_dtypes) write a
+    bfloat16 ``out``; ``q_descale``, ``k_descale``, ``v_descale`` are optional float32
+    (batch, heads_k) factors (any strides), FlashAttention-3's; docs/SEMANTICS.md, "FP8".
+    Returns None; raises ValueError, TypeError, NotImplementedError or RuntimeError (see
+    flashattn's package docs).
     """
     window_left, window_right = resolve_window(window_size)
     if stream is None:
         stream = current_stream(q)
+    qkv, float8 = float8_views(q=q, k=k, v=v)
+    q, k, v = qkv["q"], qkv["k"], qkv["v"]
     with _DeviceGuard(q):
         raise_error(_C.forward(_plain(q), _plain(k), _plain(v), _plain(out), _plain(lse),
                    cu_seqlens_q=_plain(cu_seqlens_q), cu_seqlens_k=_plain(cu_seqlens_k),
@@ -289,7 +325,8 @@ def forward(q, k, v, out, lse=None, *, cu_seqlens_q=None, cu_seqlens_k=None, max
                    offset=int(offset) & _U64, num_splits=int32("num_splits", num_splits),
                    check_cu_seqlens=_check_flag(check_cu_seqlens), stream=int(stream),
                    num_threads=int32("num_threads", num_threads),
-                   learnable_sink=_plain(learnable_sink),
+                   learnable_sink=_plain(learnable_sink), q_descale=_plain(q_descale),
+                   k_descale=_plain(k_descale), v_descale=_plain(v_descale), float8=float8,
                    **_score_mods(q, k, (cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k),
                                  attn_bias, attn_mask, block_mask, block_size)))
 
@@ -335,7 +372,7 @@ def forward_kvcache(q, k_cache, v_cache, out, lse=None, *, k=None, v=None, rotar
                     cache_leftpad=None, block_table=None, softmax_scale=None, causal=False,
                     window_size=(-1, -1), softcap=0.0, rotary_interleaved=True,
                     alibi_slopes=None, num_splits=0, stream=None, num_threads=0,
-                    learnable_sink=None) -> None:
+                    learnable_sink=None, q_descale=None, k_descale=None, v_descale=None) -> None:
     """Attention against a KV cache into preallocated ``out`` (and ``lse`` unless None).
 
     When ``k``/``v`` (batch, seqlen_new, heads_k, head_dim) are given they are first written into
@@ -344,11 +381,15 @@ def forward_kvcache(q, k_cache, v_cache, out, lse=None, *, k=None, v=None, rotar
     head_dim), or pages (num_blocks, page_size, heads_k, head_dim) with ``block_table`` int32
     (batch, max_blocks). ``cache_seqlens``, ``cache_batch_idx``, ``cache_leftpad``: int32
     (batch,) arrays. ``learnable_sink``: float32 (heads) sink logits, as in ``forward`` (the
-    LSE includes them). Other arguments as in ``forward``; see flash_attn_with_kvcache.
+    LSE includes them). FP8 KV cache: ``k_cache``/``v_cache`` in float8_e4m3fn with
+    ``k_descale``/``v_descale`` float32 (batch, heads_k) (docs/SEMANTICS.md, "FP8 KV cache").
+    Other arguments as in ``forward``; see flash_attn_with_kvcache.
     """
     window_left, window_right = resolve_window(window_size)
     if stream is None:
         stream = current_stream(q)
+    arrays, float8 = float8_views(q=q, k_cache=k_cache, v_cache=v_cache, k=k, v=v)
+    q, k_cache, v_cache, k, v = (arrays[n] for n in ("q", "k_cache", "v_cache", "k", "v"))
     with _DeviceGuard(q):
         raise_error(_C.forward_kvcache(
             _plain(q), k_cache, v_cache, _plain(k), _plain(v), _plain(rotary_cos),
@@ -356,4 +397,5 @@ def forward_kvcache(q, k_cache, v_cache, out, lse=None, *, k=None, v=None, rotar
             _plain(alibi_slopes), _plain(out), _plain(lse), resolve_scale(softmax_scale),
             bool(causal), window_left, window_right, float(softcap), bool(rotary_interleaved),
             int32("num_splits", num_splits), int(stream), int32("num_threads", num_threads),
-            _plain(learnable_sink)))
+            _plain(learnable_sink), _plain(q_descale), _plain(k_descale), _plain(v_descale),
+            float8))

@@ -30,6 +30,12 @@ Design
   return ``dbias`` (float32, the bias's shape) after ``dsink``, an empty (0,) tensor when not
   requested; autograd hands it back in the bias's position, summed over expanded dimensions by
   autograd itself when the bias is an ``expand``ed view.
+* FP8 (issue 21): the forward ops end with ``q_descale``, ``k_descale``, ``v_descale``
+  (Tensor?, default None, float32 (batch, heads_k); _FWD_EXTRA, after the shared options, so the
+  backward ops' positional schema is unchanged); float8_e4m3fn
+  q/k/v (and caches) go to the extension as uint8 views named in its ``float8`` argument (torch
+  exports float8 by DLPack only from 2.8 on), and write bfloat16 ``out``. Autograd refuses the
+  backward of a float8 forward (NotImplementedError): FP8 is forward-only.
 * Varlen metadata: ``varlen_metadata`` checks cu_seqlens on the host when that is free (CPU
   values for CUDA tensors) or asked for; inside the ops ``CHECK_CU_SEQLENS``
   (FLASHATTN_CHECK_CU_SEQLENS, read once at import) is passed as ``check_cu_seqlens``.
@@ -103,13 +109,32 @@ def _last_dim_ready(t: Optional[Tensor]) -> Optional[Tensor]:
     return t.contiguous()
 
 
+_FP8 = torch.float8_e4m3fn
+
+
 def _plain(t: Optional[Tensor]):
     """What the extension receives for t: a DLPack capsule of t detached (DLPack refuses tensors
     that require grad). Handed the tensor itself, nanobind would call Tensor.__dlpack__, a Python
     method of about 2 us per tensor (five to ten tensors per call); the capsule is the same
     export without it. No stream synchronisation either way: the kernels run on the current
-    stream, where the inputs were produced."""
-    return None if t is None else _to_dlpack(t.detach() if t.requires_grad else t)
+    stream, where the inputs were produced. float8_e4m3fn goes as a uint8 view of the same
+    memory (named in the extension's ``float8`` argument by the caller)."""
+    if t is None:
+        return None
+    if t.requires_grad:
+        t = t.detach()
+    return _to_dlpack(t.view(torch.uint8) if t.dtype == _FP8 else t)
+
+
+def _float8_names(**tensors) -> Optional[tuple]:
+    """The names of the float8_e4m3fn tensors among ``tensors`` (the extension's ``float8``)."""
+    names = tuple(n for n, t in tensors.items() if t is not None and t.dtype == _FP8)
+    return names or None
+
+
+def _out_dtype(q: Tensor):
+    """out's dtype: q's, bfloat16 for float8_e4m3fn q (docs/SEMANTICS.md, "FP8")."""
+    return torch.bfloat16 if q.dtype == _FP8 else q.dtype
 
 
 def _lse_shape(q: Tensor, varlen: bool) -> tuple:
@@ -209,6 +234,9 @@ _OPT_INDEX = {p[0]: i for i, p in enumerate(_OPTIONS)}
 # The bias and mask options (attn_bias onwards), named as the extension's keywords and as
 # _lowlevel.resolve_score_mods returns them.
 SCORE_MOD_OPTIONS = tuple(p[0] for p in _OPTIONS[_OPT_INDEX["attn_bias"]:])
+# Forward ops only, after the options: the FP8 descale factors.
+_FWD_EXTRA = (("q_descale", "Tensor?", "None"), ("k_descale", "Tensor?", "None"),
+              ("v_descale", "Tensor?", "None"))
 _OPTION_DEFAULTS = tuple(None if len(p) < 3 or p[2] == "None" else int(p[2]) for p in _OPTIONS)
 # Backward ops only: whether to compute dbias (after the options).
 _BWD_EXTRA = (("bias_grad", "bool", "False"),)
@@ -290,7 +318,8 @@ _NO_MODS = {name: (0 if name.startswith("block_size") else None) for name in SCO
 
 def _options(lay: _Layout, varlen: Sequence, opts: Sequence, stream: int,
              num_threads: int) -> dict:
-    """The extension's keyword arguments shared by _C.forward and _C.backward."""
+    """The extension's keyword arguments shared by _C.forward and _C.backward (the descales,
+    forward only, are added by _run_fwd)."""
     cu_q, cu_k, max_q, max_k = lay.varlen_qk(varlen)
     alibi, scale, causal, wl, wr, softcap, p, rng, _, sink = opts[:_OPT_INDEX["attn_bias"]]
     tail = opts[_OPT_INDEX["attn_bias"]:]
@@ -310,16 +339,21 @@ def _options(lay: _Layout, varlen: Sequence, opts: Sequence, stream: int,
 
 def _run_fwd(lay: _Layout, args: tuple) -> tuple:
     n, nv = len(lay.inputs), len(lay.varlen)
-    varlen, opts = args[n:n + nv], _full_options(args[n + nv:])
+    varlen, rest = args[n:n + nv], args[n + nv:]
+    opts = _full_options(rest[:_N_OPTIONS])
+    extra = tuple(rest[_N_OPTIONS:])
+    qd, kd, vd = extra + (None,) * (len(_FWD_EXTRA) - len(extra))
     q, k, v = lay.split(*args[:n])
     is_varlen = varlen[0] is not None
     check_rank("q", q.shape, is_varlen)
     q, k, v = _kernel_ready(q), _kernel_ready(k), _kernel_ready(v)
-    out = torch.empty(_out_shape(q, v), dtype=q.dtype, device=q.device)
+    out = torch.empty(_out_shape(q, v), dtype=_out_dtype(q), device=q.device)
     lse = torch.empty(_lse_shape(q, is_varlen), dtype=torch.float32, device=q.device)
     guard, stream, threads = _launch(q)
     with guard:
         raise_error(_C.forward(_plain(q), _plain(k), _plain(v), _plain(out), _plain(lse),
+                               q_descale=_plain(qd), k_descale=_plain(kd), v_descale=_plain(vd),
+                               float8=_float8_names(q=q, k=k, v=v),
                                **_options(lay, varlen, opts, stream, threads)))
     return out, lse
 
@@ -374,7 +408,7 @@ def _define(lay: _Layout):
         return _run_bwd(lay, args)
 
     fwd = torch.library.custom_op(f"flashattn::fwd{lay.suffix}", fwd_impl, mutates_args=(),
-                                  schema=_schema(tensors + tail, "(Tensor, Tensor)"))
+                                  schema=_schema(tensors + tail + _FWD_EXTRA, "(Tensor, Tensor)"))
     bwd = torch.library.custom_op(
         f"flashattn::bwd{lay.suffix}", bwd_impl, mutates_args=(),
         schema=_schema((("dout", "Tensor"),) + tensors + (("out", "Tensor"), ("lse", "Tensor"))
@@ -385,7 +419,7 @@ def _define(lay: _Layout):
         q, _, v = lay.split(*args[:n])
         is_varlen = args[n] is not None
         check_rank("q", q.shape, is_varlen)
-        return (q.new_empty(_out_shape(q, v)),
+        return (q.new_empty(_out_shape(q, v), dtype=_out_dtype(q)),
                 q.new_empty(_lse_shape(q, is_varlen), dtype=torch.float32))
 
     @bwd.register_fake
@@ -402,13 +436,17 @@ def _define(lay: _Layout):
 
     def setup_context(ctx, inputs, output):
         out, lse = output
-        rest = tuple(inputs[n:n + nv]) + _full_options(inputs[n + nv:])
+        rest = tuple(inputs[n:n + nv]) + _full_options(inputs[n + nv:n + nv + _N_OPTIONS])
         ctx.save_for_backward(*inputs[:n], out, lse, *(rest[i] for i in tensor_tail))
         ctx.rest = rest  # non-tensor entries are read from here; tensors from saved_tensors
         ctx.mark_non_differentiable(lse)
 
     def backward(ctx, dout, dlse):
         saved = ctx.saved_tensors
+        if any(t.dtype == _FP8 for t in saved[:n]):
+            raise NotImplementedError(
+                "flashattn has no backward for float8_e4m3fn inputs: the FP8 forward is "
+                "inference-only (as in FlashAttention-3); train in bfloat16 or float16")
         rest = list(ctx.rest)
         for i, t in zip(tensor_tail, saved[n + 2:]):
             rest[i] = t
@@ -421,7 +459,7 @@ def _define(lay: _Layout):
         option_grads[_OPT_INDEX["learnable_sink"]] = _sink_grad(rest[nv + _OPT_INDEX["learnable_sink"]],
                                                                 dsink)
         option_grads[_OPT_INDEX["attn_bias"]] = dbias if bias_grad else None
-        return tuple(grads) + (None,) * nv + tuple(option_grads)
+        return tuple(grads) + (None,) * nv + tuple(option_grads) + (None,) * len(_FWD_EXTRA)
 
     fwd.register_autograd(backward, setup_context=setup_context)
     _IMPLS[fwd] = fwd_impl
@@ -442,20 +480,22 @@ _KVCACHE_ARGS = (("q", "Tensor"), ("k_cache", "Tensor(a!)"), ("v_cache", "Tensor
                  ("softmax_scale", "float"), ("causal", "bool"), ("window_left", "SymInt"),
                  ("window_right", "SymInt"), ("softcap", "float"),
                  ("rotary_interleaved", "bool"), ("num_splits", "SymInt"),
-                 ("learnable_sink", "Tensor?", "None"))
+                 ("learnable_sink", "Tensor?", "None"), ("q_descale", "Tensor?", "None"),
+                 ("k_descale", "Tensor?", "None"), ("v_descale", "Tensor?", "None"))
 
 
 def _fwd_kvcache_impl(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens,
                       cache_batch_idx, cache_leftpad, block_table, alibi_slopes, softmax_scale,
                       causal, window_left, window_right, softcap, rotary_interleaved,
-                      num_splits, learnable_sink=None):
+                      num_splits, learnable_sink=None, q_descale=None, k_descale=None,
+                      v_descale=None):
     """Appends k/v into k_cache/v_cache (in place; they are never copied, so the caller's
     tensors change) and attends; returns (out, lse)."""
     check_rank("q", q.shape, False)
     q = _kernel_ready(q)
     k = None if k is None else _kernel_ready(k)
     v = None if v is None else _kernel_ready(v)
-    out = torch.empty(_out_shape(q, v_cache), dtype=q.dtype, device=q.device)
+    out = torch.empty(_out_shape(q, v_cache), dtype=_out_dtype(q), device=q.device)
     lse = torch.empty(_lse_shape(q, False), dtype=torch.float32, device=q.device)
     guard, stream, threads = _launch(q)
     with guard:
@@ -465,7 +505,9 @@ def _fwd_kvcache_impl(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_s
             _plain(cache_batch_idx), _plain(cache_leftpad), _plain(block_table),
             _plain(alibi_slopes), _plain(out), _plain(lse), float(softmax_scale), bool(causal),
             int(window_left), int(window_right), float(softcap), bool(rotary_interleaved),
-            int32("num_splits", num_splits), stream, threads, _plain(learnable_sink)))
+            int32("num_splits", num_splits), stream, threads, _plain(learnable_sink),
+            _plain(q_descale), _plain(k_descale), _plain(v_descale),
+            _float8_names(q=q, k_cache=k_cache, v_cache=v_cache, k=k, v=v)))
     return out, lse
 
 
@@ -477,7 +519,7 @@ fwd_kvcache = torch.library.custom_op(
 @fwd_kvcache.register_fake
 def _(q, k_cache, v_cache, *args):
     check_rank("q", q.shape, False)
-    return (q.new_empty(_out_shape(q, v_cache)),
+    return (q.new_empty(_out_shape(q, v_cache), dtype=_out_dtype(q)),
             q.new_empty(_lse_shape(q, False), dtype=torch.float32))
 
 

@@ -42,6 +42,16 @@ size and element mask; build one with ``flashattn.block_mask_from_dense``,
 ``block_mask_from_mask_mod`` or ``block_mask_from_flex``). Absent blocks are skipped. The
 varlen functions take them over (max_seqlen_q, max_seqlen_k), indexed by positions inside each
 sequence. CPU tensors only for now (CUDA raises NotImplementedError naming the argument).
+
+Addition (issue 21, FlashAttention-3's keywords): every function takes keyword-only
+``q_descale``, ``k_descale``, ``v_descale`` for float8_e4m3fn inputs (torch tensors): float32
+factors of shape (batch, nheads_k), or anything that broadcasts to it (a 0-d or (1,) tensor is a
+per-tensor factor; expanded, never copied). out is bfloat16. Forward only: autograd raises
+NotImplementedError. ``flash_attn_with_kvcache`` takes float8_e4m3fn caches with bfloat16 or
+float16 q (k/v appended in q's dtype are quantized into the cache as e4m3(x / descale)), or
+everything in float8_e4m3fn. numpy float8 (ml_dtypes) is not taken by these functions: numpy has
+no bfloat16 to write the output in; ``flashattn.forward`` takes it with a caller-made output.
+See docs/SEMANTICS.md, "FP8".
 """
 
 from __future__ import annotations
@@ -117,6 +127,41 @@ def _torch_mods(mods: dict, lengths) -> tuple:
     return tuple(resolved[name] for name in _torch_ops.SCORE_MOD_OPTIONS)
 
 
+def _descales(q_descale, k_descale, v_descale, batch: int, heads_k: int) -> tuple:
+    """The descale factors as the ops take them: torch tensors broadcast (a view, no copy) to
+    (batch, heads_k); None stays None. ValueError naming the argument when one does not
+    broadcast."""
+    out = []
+    for name, d in (("q_descale", q_descale), ("k_descale", k_descale), ("v_descale", v_descale)):
+        if d is not None and _is_torch(d) and tuple(d.shape) != (batch, heads_k):
+            try:
+                d = torch.broadcast_to(d, (batch, heads_k))
+            except RuntimeError:
+                raise ValueError(f"{name} must have shape (batch, heads_k) = ({batch}, {heads_k}) "
+                                 f"or broadcast to it, got {tuple(d.shape)}") from None
+        out.append(d)
+    return tuple(out)
+
+
+def _torch_tail(mods: dict, lengths, descales: tuple) -> tuple:
+    """The trailing torch op options: the score mods (_torch_mods), then the descales when any
+    is given (with the score mods' defaults before them)."""
+    tail = _torch_mods(mods, lengths)
+    if all(d is None for d in descales):
+        return tail
+    if not tail:
+        tail = tuple(0 if n.startswith("block_size") else None
+                     for n in _torch_ops.SCORE_MOD_OPTIONS)
+    return tail + descales
+
+
+def _no_float8_arrays(q) -> None:
+    if _lowlevel.is_float8(q):
+        raise TypeError("float8_e4m3fn q: the flash_attn functions take FP8 inputs as torch "
+                        "tensors (numpy has no bfloat16 for the output); use flashattn.forward "
+                        "with a preallocated bfloat16 output")
+
+
 # ---- non-torch arrays -------------------------------------------------------------------------
 
 def _shape(name: str, x: Any) -> tuple:
@@ -152,7 +197,7 @@ def _select(packed: Any, index: int, n: int, name: str) -> Any:
 def _array_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                      dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
                      return_attn_probs, learnable_sink=None, check_cu_seqlens=False,
-                     score_mods=None):
+                     score_mods=None, descales=(None, None, None)):
     varlen = cu_seqlens_q is not None
     q_shape, v_shape = _shape("q", q), _shape("v", v)
     _lowlevel.check_rank("q", q_shape, varlen)
@@ -165,7 +210,9 @@ def _array_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
                       softmax_scale=softmax_scale, causal=causal, window_size=window_size,
                       softcap=softcap, alibi_slopes=alibi_slopes, dropout_p=dropout_p,
                       seed=seed, learnable_sink=learnable_sink,
-                      check_cu_seqlens=True if check_cu_seqlens else None, **(score_mods or {}))
+                      check_cu_seqlens=True if check_cu_seqlens else None,
+                      q_descale=descales[0], k_descale=descales[1], v_descale=descales[2],
+                      **(score_mods or {}))
     return _finish(out, lse, return_attn_probs)
 
 
@@ -174,7 +221,8 @@ def _array_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
 def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
                     window_size=(-1, -1), softcap=0.0, alibi_slopes=None, deterministic=False,
                     return_attn_probs=False, learnable_sink=None, *, attn_bias=None,
-                    attn_mask=None, block_mask=None, block_size=None):
+                    attn_mask=None, block_mask=None, block_size=None,
+                    q_descale=None, k_descale=None, v_descale=None):
     """Exact attention softmax(q k^T * scale) v.
 
     q: (batch, seqlen_q, nheads, headdim); k, v: (batch, seqlen_k, nheads_k, headdim), nheads a
@@ -192,16 +240,19 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
     """
     mods = _score_mods(attn_bias, attn_mask, block_mask, block_size)
     if not _is_torch(q):
+        _no_float8_arrays(q)
         return _array_attention(q, k, v, None, None, 0, 0, dropout_p, softmax_scale, causal,
                                 window_size, softcap, alibi_slopes, return_attn_probs,
-                                learnable_sink, score_mods=mods)
+                                learnable_sink, score_mods=mods,
+                                descales=(q_descale, k_descale, v_descale))
     wl, wr = _lowlevel.resolve_window(window_size)
+    descales = _descales(q_descale, k_descale, v_descale, q.shape[0], k.shape[2])
     out, lse = _torch_ops.call_forward(
         _torch_ops.fwd,
         q, k, v, None, None, 0, 0, alibi_slopes, _lowlevel.resolve_scale(softmax_scale),
         bool(causal), wl, wr, float(softcap), float(dropout_p),
         _torch_ops.draw_rng_state(dropout_p), bool(deterministic), _torch_sink(learnable_sink),
-        *_torch_mods(mods, lambda: (q.shape[1], k.shape[1])))
+        *_torch_tail(mods, lambda: (q.shape[1], k.shape[1]), descales))
     return _finish(out, lse, return_attn_probs)
 
 
@@ -209,22 +260,26 @@ def flash_attn_qkvpacked_func(qkv, dropout_p=0.0, softmax_scale=None, causal=Fal
                               window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
                               deterministic=False, return_attn_probs=False, learnable_sink=None,
                               *, attn_bias=None, attn_mask=None, block_mask=None,
-                              block_size=None):
+                              block_size=None, q_descale=None, k_descale=None,
+                              v_descale=None):
     """flash_attn_func on packed qkv (batch, seqlen, 3, nheads, headdim); q, k and v are
     strided views of qkv (no copy) and the gradient is written into one dqkv tensor."""
     mods = _score_mods(attn_bias, attn_mask, block_mask, block_size)
     if not _is_torch(qkv):
+        _no_float8_arrays(qkv)
         q, k, v = (_select(qkv, i, 3, "qkv") for i in range(3))
         return _array_attention(q, k, v, None, None, 0, 0, dropout_p, softmax_scale, causal,
                                 window_size, softcap, alibi_slopes, return_attn_probs,
-                                learnable_sink, score_mods=mods)
+                                learnable_sink, score_mods=mods,
+                                descales=(q_descale, k_descale, v_descale))
     wl, wr = _lowlevel.resolve_window(window_size)
+    descales = _descales(q_descale, k_descale, v_descale, qkv.shape[0], qkv.shape[-2])
     out, lse = _torch_ops.call_forward(
         _torch_ops.fwd_qkvpacked,
         qkv, None, 0, alibi_slopes, _lowlevel.resolve_scale(softmax_scale), bool(causal), wl,
         wr, float(softcap), float(dropout_p), _torch_ops.draw_rng_state(dropout_p),
         bool(deterministic), _torch_sink(learnable_sink),
-        *_torch_mods(mods, lambda: (qkv.shape[1], qkv.shape[1])))
+        *_torch_tail(mods, lambda: (qkv.shape[1], qkv.shape[1]), descales))
     return _finish(out, lse, return_attn_probs)
 
 
@@ -232,21 +287,25 @@ def flash_attn_kvpacked_func(q, kv, dropout_p=0.0, softmax_scale=None, causal=Fa
                              window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
                              deterministic=False, return_attn_probs=False, learnable_sink=None,
                              *, attn_bias=None, attn_mask=None, block_mask=None,
-                             block_size=None):
+                             block_size=None, q_descale=None, k_descale=None,
+                             v_descale=None):
     """flash_attn_func with packed kv (batch, seqlen_k, 2, nheads_k, headdim)."""
     mods = _score_mods(attn_bias, attn_mask, block_mask, block_size)
     if not _is_torch(q):
+        _no_float8_arrays(q)
         k, v = (_select(kv, i, 2, "kv") for i in range(2))
         return _array_attention(q, k, v, None, None, 0, 0, dropout_p, softmax_scale, causal,
                                 window_size, softcap, alibi_slopes, return_attn_probs,
-                                learnable_sink, score_mods=mods)
+                                learnable_sink, score_mods=mods,
+                                descales=(q_descale, k_descale, v_descale))
     wl, wr = _lowlevel.resolve_window(window_size)
+    descales = _descales(q_descale, k_descale, v_descale, q.shape[0], kv.shape[-2])
     out, lse = _torch_ops.call_forward(
         _torch_ops.fwd_kvpacked,
         q, kv, None, None, 0, 0, alibi_slopes, _lowlevel.resolve_scale(softmax_scale),
         bool(causal), wl, wr, float(softcap), float(dropout_p),
         _torch_ops.draw_rng_state(dropout_p), bool(deterministic), _torch_sink(learnable_sink),
-        *_torch_mods(mods, lambda: (q.shape[1], kv.shape[1])))
+        *_torch_tail(mods, lambda: (q.shape[1], kv.shape[1]), descales))
     return _finish(out, lse, return_attn_probs)
 
 
@@ -265,7 +324,8 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
                            window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
                            deterministic=False, return_attn_probs=False, block_table=None,
                            learnable_sink=None, *, check_cu_seqlens=False, attn_bias=None,
-                           attn_mask=None, block_mask=None, block_size=None):
+                           attn_mask=None, block_mask=None, block_size=None,
+                    q_descale=None, k_descale=None, v_descale=None):
     """Variable-length batch: q (total_q, nheads, headdim), k, v (total_k, nheads_k, headdim),
     cu_seqlens_q/k int32 (batch + 1) prefix sums, max_seqlen_q/k the longest sequences.
     softmax_lse is (nheads, total_q). block_table (paged KV) is not supported yet.
@@ -278,7 +338,8 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
         return _array_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                 max_seqlen_k, dropout_p, softmax_scale, causal, window_size,
                                 softcap, alibi_slopes, return_attn_probs,
-                                learnable_sink, check_cu_seqlens, mods)
+                                learnable_sink, check_cu_seqlens, mods,
+                                (q_descale, k_descale, v_descale))
     cu_seqlens_q, cu_seqlens_k = _torch_ops.varlen_metadata(
         q.device, q.shape[0], k.shape[0], cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
         max_seqlen_k, check_cu_seqlens)
@@ -289,8 +350,10 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
         _lowlevel.resolve_scale(softmax_scale), bool(causal), wl, wr, float(softcap),
         float(dropout_p), _torch_ops.draw_rng_state(dropout_p), bool(deterministic),
         _torch_sink(learnable_sink),
-        *_torch_mods(mods, _varlen_lengths(cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
-                                           max_seqlen_k)))
+        *_torch_tail(mods, _varlen_lengths(cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                                           max_seqlen_k),
+                     _descales(q_descale, k_descale, v_descale, len(cu_seqlens_q) - 1,
+                               k.shape[-2])))
     return _finish(out, lse, return_attn_probs)
 
 
@@ -299,7 +362,8 @@ def flash_attn_varlen_qkvpacked_func(qkv, cu_seqlens, max_seqlen, dropout_p=0.0,
                                      softcap=0.0, alibi_slopes=None, deterministic=False,
                                      return_attn_probs=False, learnable_sink=None, *,
                                      check_cu_seqlens=False, attn_bias=None, attn_mask=None,
-                                     block_mask=None, block_size=None):
+                                     block_mask=None, block_size=None,
+                    q_descale=None, k_descale=None, v_descale=None):
     """flash_attn_varlen_func on packed qkv (total, 3, nheads, headdim)."""
     mods = _score_mods(attn_bias, attn_mask, block_mask, block_size)
     if not _is_torch(qkv):
@@ -307,7 +371,8 @@ def flash_attn_varlen_qkvpacked_func(qkv, cu_seqlens, max_seqlen, dropout_p=0.0,
         return _array_attention(q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen,
                                 dropout_p, softmax_scale, causal, window_size, softcap,
                                 alibi_slopes, return_attn_probs,
-                                learnable_sink, check_cu_seqlens, mods)
+                                learnable_sink, check_cu_seqlens, mods,
+                                (q_descale, k_descale, v_descale))
     cu_seqlens, _ = _torch_ops.varlen_metadata(
         qkv.device, qkv.shape[0], qkv.shape[0], cu_seqlens, cu_seqlens, max_seqlen, max_seqlen,
         check_cu_seqlens)
@@ -317,7 +382,9 @@ def flash_attn_varlen_qkvpacked_func(qkv, cu_seqlens, max_seqlen, dropout_p=0.0,
         qkv, cu_seqlens, max_seqlen, alibi_slopes, _lowlevel.resolve_scale(softmax_scale),
         bool(causal), wl, wr, float(softcap), float(dropout_p),
         _torch_ops.draw_rng_state(dropout_p), bool(deterministic), _torch_sink(learnable_sink),
-        *_torch_mods(mods, _varlen_lengths(cu_seqlens, cu_seqlens, max_seqlen, max_seqlen)))
+        *_torch_tail(mods, _varlen_lengths(cu_seqlens, cu_seqlens, max_seqlen, max_seqlen),
+                     _descales(q_descale, k_descale, v_descale, len(cu_seqlens) - 1,
+                               qkv.shape[-2])))
     return _finish(out, lse, return_attn_probs)
 
 
@@ -327,7 +394,8 @@ def flash_attn_varlen_kvpacked_func(q, kv, cu_seqlens_q, cu_seqlens_k, max_seqle
                                     alibi_slopes=None, deterministic=False,
                                     return_attn_probs=False, learnable_sink=None, *,
                                     check_cu_seqlens=False, attn_bias=None, attn_mask=None,
-                                    block_mask=None, block_size=None):
+                                    block_mask=None, block_size=None,
+                    q_descale=None, k_descale=None, v_descale=None):
     """flash_attn_varlen_func with packed kv (total_k, 2, nheads_k, headdim)."""
     mods = _score_mods(attn_bias, attn_mask, block_mask, block_size)
     if not _is_torch(q):
@@ -335,7 +403,8 @@ def flash_attn_varlen_kvpacked_func(q, kv, cu_seqlens_q, cu_seqlens_k, max_seqle
         return _array_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                 max_seqlen_k, dropout_p, softmax_scale, causal, window_size,
                                 softcap, alibi_slopes, return_attn_probs,
-                                learnable_sink, check_cu_seqlens, mods)
+                                learnable_sink, check_cu_seqlens, mods,
+                                (q_descale, k_descale, v_descale))
     cu_seqlens_q, cu_seqlens_k = _torch_ops.varlen_metadata(
         q.device, q.shape[0], kv.shape[0], cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
         max_seqlen_k, check_cu_seqlens)
@@ -346,8 +415,10 @@ def flash_attn_varlen_kvpacked_func(q, kv, cu_seqlens_q, cu_seqlens_k, max_seqle
         _lowlevel.resolve_scale(softmax_scale), bool(causal), wl, wr, float(softcap),
         float(dropout_p), _torch_ops.draw_rng_state(dropout_p), bool(deterministic),
         _torch_sink(learnable_sink),
-        *_torch_mods(mods, _varlen_lengths(cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
-                                           max_seqlen_k)))
+        *_torch_tail(mods, _varlen_lengths(cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                                           max_seqlen_k),
+                     _descales(q_descale, k_descale, v_descale, len(cu_seqlens_q) - 1,
+                               kv.shape[-2])))
     return _finish(out, lse, return_attn_probs)
 
 
@@ -365,7 +436,8 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
                             cache_leftpad=None, block_table=None, softmax_scale=None,
                             causal=False, window_size=(-1, -1), softcap=0.0,
                             rotary_interleaved=True, alibi_slopes=None, num_splits=0,
-                            return_softmax_lse=False, learnable_sink=None):
+                            return_softmax_lse=False, learnable_sink=None, *, q_descale=None,
+                            k_descale=None, v_descale=None):
     """Attention of q against a KV cache, appending new keys/values first (incremental decoding).
 
     q: (batch, seqlen_q, nheads, headdim). k_cache, v_cache: (batch_cache, seqlen_cache, nheads_k,
@@ -382,7 +454,10 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     Masks are bottom-right aligned over each sequence's keys [leftpad, cache_seqlens +
     seqlen_new). num_splits: CUDA split-KV (0 = from shapes, 1 = none). learnable_sink:
     (nheads,) sink logits (see the module docs); a sequence with no key gets out 0 and
-    softmax_lse = the sink.
+    softmax_lse = the sink. FP8 KV cache: k_cache/v_cache in float8_e4m3fn with
+    k_descale/v_descale float32 (batch, nheads_k) (or broadcast to it); q and k/v in bfloat16 or
+    float16 (k/v are quantized into the cache as e4m3(x / descale)), or q, k, v all in
+    float8_e4m3fn with q_descale too (out bfloat16). See the module docs.
 
     Returns out (batch, seqlen_q, nheads, headdim_v), or (out, softmax_lse) with
     return_softmax_lse (lse float32 (batch, nheads, seqlen_q)). No backward.
@@ -392,11 +467,12 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     wl, wr = _lowlevel.resolve_window(window_size)
     scale = _lowlevel.resolve_scale(softmax_scale)
     if _is_torch(q):
+        descales = _descales(q_descale, k_descale, v_descale, q.shape[0], k_cache.shape[-2])
         out, lse = _torch_ops.call_forward(
             _torch_ops.fwd_kvcache, q, k_cache, v_cache, k, v, rotary_cos, rotary_sin,
             cache_seqlens, cache_batch_idx, cache_leftpad, block_table, alibi_slopes, scale,
             bool(causal), wl, wr, float(softcap), bool(rotary_interleaved), int(num_splits),
-            _torch_sink(learnable_sink))
+            _torch_sink(learnable_sink), *descales)
         return (out, lse) if return_softmax_lse else out
     q_shape, v_shape = _shape("q", q), _shape("v_cache", v_cache)
     _lowlevel.check_rank("q", q_shape, False)
@@ -408,5 +484,6 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
         cache_leftpad=cache_leftpad, block_table=block_table, softmax_scale=softmax_scale,
         causal=causal, window_size=window_size, softcap=softcap,
         rotary_interleaved=rotary_interleaved, alibi_slopes=alibi_slopes, num_splits=num_splits,
-        learnable_sink=learnable_sink)
+        learnable_sink=learnable_sink, q_descale=q_descale, k_descale=k_descale,
+        v_descale=v_descale)
     return (out, lse) if return_softmax_lse else out

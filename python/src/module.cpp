@@ -11,6 +11,7 @@
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -137,6 +138,14 @@ nb::object run_released(const Call& call) {
 // Imports arrays and keeps each one alive until the call returns (a TensorView owns nothing).
 class Imports {
  public:
+  // Names of the arrays that arrive as uint8 views of float8_e4m3 storage: torch exports float8
+  // by DLPack only from 2.8 on, numpy's ml_dtypes never, so the Python layer passes a uint8 view
+  // and names it here (a tuple of str, or None).
+  explicit Imports(nb::handle float8_names = nb::none()) {
+    if (float8_names.is_none()) return;
+    for (nb::handle n : float8_names) float8_.emplace_back(nb::str(n).c_str());
+  }
+
   // A tensor the library only reads. None gives an undefined view ("not given").
   // After the first failure every later call is a no-op and error() holds the reason.
   fa::TensorView input(const char* name, nb::handle obj) {
@@ -208,9 +217,13 @@ class Imports {
     fa::TensorView t;
     if (!to_dtype(dt, &t.dtype)) {
       error_ = {"TypeError", std::string(name) + " has dtype " + dlpack_dtype_name(dt) +
-                                 ", which flashattn does not support (float32, float16, bfloat16; "
-                                 "int32 for cu_seqlens)"};
+                                 ", which flashattn does not support (float32, float16, bfloat16, "
+                                 "float8_e4m3fn; int32 for cu_seqlens)"};
       return {};
+    }
+    if (t.dtype == fa::DType::kUInt8 &&
+        std::find(float8_.begin(), float8_.end(), name) != float8_.end()) {
+      t.dtype = fa::DType::kFloat8E4M3;
     }
     if (device_type == nb::device::cpu::value) {
       t.device = fa::Device{fa::DeviceType::kCPU, 0};
@@ -240,6 +253,7 @@ class Imports {
 
   std::vector<nb::ndarray<nb::ro>> inputs_;
   std::vector<nb::ndarray<>> outputs_;
+  std::vector<std::string> float8_;
   Error error_;
 };
 
@@ -296,9 +310,15 @@ struct Options {
   }
 };
 
+// FP8 descale factors (float32 (batch, heads_k) or None) and the names of the uint8 views that
+// hold float8_e4m3 (see Imports).
+struct Fp8 {
+  nb::handle q_descale, k_descale, v_descale, float8_names;
+};
+
 nb::object forward(nb::handle q, nb::handle k, nb::handle v, nb::handle out, nb::handle lse,
-                   const Options& opt, int32_t num_splits) {
-  Imports im;
+                   const Options& opt, int32_t num_splits, const Fp8& fp8) {
+  Imports im(fp8.float8_names);
   fa::ForwardArgs args;
   args.q = im.input("q", q);
   args.k = im.input("k", k);
@@ -307,6 +327,9 @@ nb::object forward(nb::handle q, nb::handle k, nb::handle v, nb::handle out, nb:
   args.lse = im.output("lse", lse);
   opt.fill(im, &args);
   args.num_splits = num_splits;
+  args.q_descale = im.input("q_descale", fp8.q_descale);
+  args.k_descale = im.input("k_descale", fp8.k_descale);
+  args.v_descale = im.input("v_descale", fp8.v_descale);
   if (im.error()) return to_python(im.error());
   return run_released([&] { return fa::forward(args); });
 }
@@ -355,9 +378,13 @@ nb::object forward_kvcache(nb::handle q, nb::handle k_cache, nb::handle v_cache,
                            float softmax_scale, bool causal, int32_t window_left,
                            int32_t window_right, float softcap, bool rotary_interleaved,
                            int32_t num_splits, uintptr_t stream, int32_t num_threads,
-                           nb::handle learnable_sink) {
-  Imports im;
+                           nb::handle learnable_sink, nb::handle q_descale, nb::handle k_descale,
+                           nb::handle v_descale, nb::handle float8_names) {
+  Imports im(float8_names);
   fa::KVCacheArgs args;
+  args.q_descale = im.input("q_descale", q_descale);
+  args.k_descale = im.input("k_descale", k_descale);
+  args.v_descale = im.input("v_descale", v_descale);
   args.q = im.input("q", q);
   args.k_cache = im.output("k_cache", k_cache);
   args.v_cache = im.output("v_cache", v_cache);
@@ -402,7 +429,8 @@ NB_MODULE(_C, m) {
          uintptr_t stream, int32_t num_threads, nb::handle learnable_sink, nb::handle attn_bias,
          nb::handle attn_mask, nb::handle block_mask, int32_t block_size_q, int32_t block_size_k,
          nb::handle kv_num_blocks, nb::handle kv_indices, nb::handle full_kv_num_blocks,
-         nb::handle full_kv_indices) {
+         nb::handle full_kv_indices, nb::handle q_descale, nb::handle k_descale,
+         nb::handle v_descale, nb::handle float8) {
         Options o{cu_seqlens_q, cu_seqlens_k, alibi_slopes, max_seqlen_q, max_seqlen_k,
                   softmax_scale, causal, window_left, window_right, softcap, dropout_p,
                   seed, offset, check_cu_seqlens, stream, num_threads};
@@ -410,7 +438,7 @@ NB_MODULE(_C, m) {
         o.attn_bias = attn_bias, o.attn_mask = attn_mask, o.block_mask = block_mask;
         o.block_size_q = block_size_q, o.block_size_k = block_size_k;
         o.set_block_lists(kv_num_blocks, kv_indices, full_kv_num_blocks, full_kv_indices);
-        return forward(q, k, v, out, lse, o, num_splits);
+        return forward(q, k, v, out, lse, o, num_splits, Fp8{q_descale, k_descale, v_descale, float8});
       },
       nb::arg("q").none(), nb::arg("k").none(), nb::arg("v").none(), nb::arg("out").none(), nb::arg("lse").none(),
       nb::kw_only(), nb::arg("cu_seqlens_q").none() = nb::none(),
@@ -425,9 +453,12 @@ NB_MODULE(_C, m) {
       nb::arg("block_size_q") = 0, nb::arg("block_size_k") = 0,
       nb::arg("kv_num_blocks").none() = nb::none(), nb::arg("kv_indices").none() = nb::none(),
       nb::arg("full_kv_num_blocks").none() = nb::none(),
-      nb::arg("full_kv_indices").none() = nb::none(),
-      "Attention forward into preallocated out (and lse, when not None). Returns None, or "
-      "(exception class name, message) for the caller to raise. See flashattn.forward.");
+      nb::arg("full_kv_indices").none() = nb::none(), nb::arg("q_descale").none() = nb::none(),
+      nb::arg("k_descale").none() = nb::none(), nb::arg("v_descale").none() = nb::none(),
+      nb::arg("float8").none() = nb::none(),
+      "Attention forward into preallocated out (and lse, when not None). float8: names of the "
+      "arguments given as uint8 views of float8_e4m3 data. Returns None, or (exception class "
+      "name, message) for the caller to raise. See flashattn.forward.");
 
   m.def(
       "backward",
@@ -497,7 +528,9 @@ NB_MODULE(_C, m) {
         nb::arg("softmax_scale"), nb::arg("causal"), nb::arg("window_left"),
         nb::arg("window_right"), nb::arg("softcap"), nb::arg("rotary_interleaved"),
         nb::arg("num_splits"), nb::arg("stream"), nb::arg("num_threads"),
-        nb::arg("learnable_sink").none() = nb::none(),
+        nb::arg("learnable_sink").none() = nb::none(), nb::arg("q_descale").none() = nb::none(),
+        nb::arg("k_descale").none() = nb::none(), nb::arg("v_descale").none() = nb::none(),
+        nb::arg("float8").none() = nb::none(),
         "KV-cache attention (append into k_cache/v_cache in place, rotary, paging) into "
         "preallocated out (and lse unless None). Every argument is positional-capable so the "
         "torch path can call it without keyword parsing. Returns None, or (exception class "

@@ -173,6 +173,20 @@ Status block_lists_from(const CArgs& c, BlockMaskLists* l) {
                    {"full_kv_indices", c.full_kv_indices, l->full_kv_indices}});
 }
 
+// The FP8 descale factors (the fields appended in 0.6).
+template <class CArgs>
+Status descales_from(const CArgs& c, TensorView* q, TensorView* k, TensorView* v) {
+  return to_views({{"q_descale", c.q_descale, *q},
+                   {"k_descale", c.k_descale, *k},
+                   {"v_descale", c.v_descale, *v}});
+}
+
+// Whether a caller's struct of `struct_size` bytes has the 0.6 fields.
+template <class CArgs>
+constexpr bool has_descales(size_t struct_size) {
+  return has_field(struct_size, offsetof(CArgs, v_descale) + sizeof(flashattn_tensor));
+}
+
 // Whether a caller's struct of `struct_size` bytes has the 0.4 fields.
 template <class CArgs>
 constexpr bool has_block_lists(size_t struct_size) {
@@ -184,6 +198,7 @@ Status run_forward(const flashattn_forward_args* c) {
   if (Status s = struct_size_ok("flashattn_forward_args", c->struct_size,
                                 {kForwardArgsMinSize, offsetof(flashattn_forward_args, attn_bias),
                                  offsetof(flashattn_forward_args, kv_num_blocks),
+                                 offsetof(flashattn_forward_args, q_descale),
                                  sizeof(flashattn_forward_args)});
       !s.ok()) {
     return s;
@@ -207,6 +222,9 @@ Status run_forward(const flashattn_forward_args* c) {
   }
   if (has_block_lists<flashattn_forward_args>(c->struct_size)) {
     if (Status s = block_lists_from(*c, &a.block_mask_lists); !s.ok()) return s;
+  }
+  if (has_descales<flashattn_forward_args>(c->struct_size)) {
+    if (Status s = descales_from(*c, &a.q_descale, &a.k_descale, &a.v_descale); !s.ok()) return s;
   }
   return forward(a);
 }
@@ -251,7 +269,8 @@ constexpr size_t kKVCacheArgsMinSize = offsetof(flashattn_kvcache_args, learnabl
 Status run_forward_kvcache(const flashattn_kvcache_args* c) {
   if (c == nullptr) return Status::InvalidArgument("args is a null pointer (flashattn_forward_kvcache)");
   if (Status s = struct_size_ok("flashattn_kvcache_args", c->struct_size,
-                                {kKVCacheArgsMinSize, sizeof(flashattn_kvcache_args)});
+                                {kKVCacheArgsMinSize, offsetof(flashattn_kvcache_args, q_descale),
+                                 sizeof(flashattn_kvcache_args)});
       !s.ok()) {
     return s;
   }
@@ -284,6 +303,9 @@ Status run_forward_kvcache(const flashattn_kvcache_args* c) {
   a.stream = c->stream;
   if (has_field(c->struct_size, offsetof(flashattn_kvcache_args, learnable_sink) + sizeof(flashattn_tensor))) {
     if (Status s = to_view("learnable_sink", c->learnable_sink, &a.learnable_sink); !s.ok()) return s;
+  }
+  if (has_descales<flashattn_kvcache_args>(c->struct_size)) {
+    if (Status s = descales_from(*c, &a.q_descale, &a.k_descale, &a.v_descale); !s.ok()) return s;
   }
   return forward_kvcache(a);
 }

@@ -90,8 +90,23 @@ struct BlockTilePlan {
   }
 };
 
+// A float32 factor per (sequence b, kv head hk) for an FP8 operand (docs/SEMANTICS.md, "FP8"):
+// data[b * batch + hk * head]; a stride of 0 broadcasts. Null data = 1 (no descale).
+struct Descale {
+  const float* data = nullptr;
+  int64_t batch = 0;
+  int64_t head = 0;
+  FLASHATTN_HOST_DEVICE float at(int64_t b, int64_t hk) const {
+    return data == nullptr ? 1.0f : data[b * batch + hk * head];
+  }
+};
+
 struct QKVParams {
-  DType dtype = DType::kFloat16;
+  DType dtype = DType::kFloat16;  // q's dtype
+  // k's and v's: dtype, except for an FP8 KV cache read by float16/bfloat16 queries.
+  DType kv_dtype = DType::kFloat16;
+  // out's (and dout's): dtype, except bfloat16 for float8_e4m3 q.
+  DType out_dtype = DType::kFloat16;
   Device device{};
 
   const void* q = nullptr;  // (batch, seqlen_q, heads, head_dim)
@@ -146,6 +161,13 @@ struct QKVParams {
 
   // Learnable sink logits, float32 (heads), natural log (core/sink.h). Null when off.
   const float* learnable_sink = nullptr;
+
+  // FP8: the scores are scale * q_descale * k_descale * (q . k) and the output is
+  // v_descale * (P . v) / rowsum, per (sequence, kv head); all 1 unless an operand is
+  // float8_e4m3. With a float8_e4m3 q the probabilities are rounded to e4m3 before P.V
+  // (core/fp8.h); an FP8 KV cache read by float16/bfloat16 queries only dequantizes.
+  Descale q_descale, k_descale, v_descale;
+  FLASHATTN_HOST_DEVICE bool rounds_p_to_fp8() const { return dtype == DType::kFloat8E4M3; }
 
   // attn_bias (float32 or dtype), attn_mask (uint8), block_mask (uint8 over blocks of
   // block_size_q x block_size_k); see Broadcast4. Varlen: over (max_seqlen_q, max_seqlen_k),

@@ -263,9 +263,13 @@ Status check_score_mods(const AttentionOptions& o, QKVParams* p) {
                               : "(batch|1, heads|1, seqlen_q|1, seqlen_k)";
   if (o.attn_bias.defined()) {
     check_broadcast4(c, "attn_bias", o.attn_bias, full, p->device, layout, &p->bias);
-    if (c.ok() && o.attn_bias.dtype != DType::kFloat32 && o.attn_bias.dtype != p->dtype) {
-      c.invalid(std::string("attn_bias must have dtype float32 or q's dtype (") +
-                dtype_name(p->dtype) + "), got " + dtype_name(o.attn_bias.dtype));
+    // A float8_e4m3 q takes a float32 bias only (an e4m3 bias would need its own descale).
+    const bool fp8 = p->dtype == DType::kFloat8E4M3;
+    if (c.ok() && o.attn_bias.dtype != DType::kFloat32 && (fp8 || o.attn_bias.dtype != p->dtype)) {
+      c.invalid(fp8 ? std::string("attn_bias must have dtype float32 with float8_e4m3 q, got ") +
+                          dtype_name(o.attn_bias.dtype)
+                    : std::string("attn_bias must have dtype float32 or q's dtype (") +
+                          dtype_name(p->dtype) + "), got " + dtype_name(o.attn_bias.dtype));
     }
   }
   if (o.attn_mask.defined()) {
@@ -387,9 +391,10 @@ Status check_cu_seqlens_values(const TensorView& cu_q, const TensorView& cu_k, i
   return Status::Ok();
 }
 
-// Shared part of forward and backward: q, k, v and the options.
+// Shared part of forward and backward: q, k, v and the options. fp8_cache: k and v are a KV
+// cache, which may be float8_e4m3 under float16/bfloat16 queries (forward_kvcache).
 Status make_qkv_params(const AttentionOptions& o, const TensorView& q, const TensorView& k,
-                       const TensorView& v, QKVParams* p) {
+                       const TensorView& v, QKVParams* p, bool fp8_cache = false) {
   Checker c;
   const bool varlen = o.cu_seqlens_q.defined() || o.cu_seqlens_k.defined();
   if (o.cu_seqlens_q.defined() != o.cu_seqlens_k.defined()) {
@@ -414,12 +419,28 @@ Status make_qkv_params(const AttentionOptions& o, const TensorView& q, const Ten
   if (dev.type == DeviceType::kCUDA && dev.index < 0) {
     c.invalid("q is on cuda:" + std::to_string(dev.index) + "; the device index must be >= 0");
   }
-  if (q.dtype != DType::kFloat32 && q.dtype != DType::kFloat16 && q.dtype != DType::kBFloat16) {
+  if (q.dtype != DType::kFloat32 && q.dtype != DType::kFloat16 && q.dtype != DType::kBFloat16 &&
+      q.dtype != DType::kFloat8E4M3) {
     c.fail(StatusCode::kNotSupported, std::string("q has dtype ") + dtype_name(q.dtype) +
-                                          "; supported: float32 (cpu), float16, bfloat16");
+                                          "; supported: float32 (cpu), float16, bfloat16, "
+                                          "float8_e4m3");
   }
-  c.dtype("k", k, q.dtype);
-  c.dtype("v", v, q.dtype);
+  // An FP8 cache under 16-bit queries: k decides, v must follow it.
+  const bool fp8_kv = fp8_cache && k.dtype == DType::kFloat8E4M3 &&
+                      (q.dtype == DType::kFloat16 || q.dtype == DType::kBFloat16);
+  const DType kv_dtype = fp8_kv ? DType::kFloat8E4M3 : q.dtype;
+  if (fp8_kv) {
+    c.dtype("v", v, kv_dtype);
+  } else {
+    c.dtype("k", k, q.dtype);
+    c.dtype("v", v, q.dtype);
+  }
+  if (c.ok() && q.dtype == DType::kFloat8E4M3 && o.dropout_p > 0.0f) {
+    c.fail(StatusCode::kNotSupported,
+           "dropout_p = " + std::to_string(o.dropout_p) +
+               " is not supported with float8_e4m3 inputs: the FP8 forward is for inference "
+               "(it has no backward); pass dropout_p = 0");
+  }
   if (!c.ok()) return c.status();
 
   const int off = varlen ? 1 : 0;  // dimension shift for varlen
@@ -554,6 +575,8 @@ Status make_qkv_params(const AttentionOptions& o, const TensorView& q, const Ten
   }
 
   p->dtype = q.dtype;
+  p->kv_dtype = kv_dtype;
+  p->out_dtype = q.dtype == DType::kFloat8E4M3 ? DType::kBFloat16 : q.dtype;
   p->device = dev;
   p->q = q.data;
   p->k = k.data;
@@ -632,6 +655,58 @@ std::vector<int64_t> k_like_shape(const QKVParams& p, int64_t head_dim) {
   return {p.batch, p.seqlen_k, p.heads_k, head_dim};
 }
 
+// One FP8 descale factor (q_descale, k_descale, v_descale): given only for a float8_e4m3
+// operand; float32 (batch, heads_k) on q's device with any non-negative strides, as
+// FlashAttention-3 takes it (an expanded scalar has strides (0, 0)); for CPU tensors every
+// value finite and > 0 (a zero or NaN factor would turn the new keys of a KV-cache append into
+// NaN or saturated codes).
+void check_descale(Checker& c, const char* name, const TensorView& t, const char* operand,
+                   DType operand_dtype, const QKVParams& p, Descale* out) {
+  if (!c.ok() || !t.defined()) return;
+  const std::string n = name;
+  if (operand_dtype != DType::kFloat8E4M3) {
+    c.invalid(n + " was given but " + operand + " has dtype " + dtype_name(operand_dtype) +
+              "; descale factors apply to float8_e4m3 operands only");
+    return;
+  }
+  const std::vector<int64_t> expect{p.batch, p.heads_k};
+  c.shape(name, t, expect, "(batch, heads_k)");
+  c.dtype(name, t, DType::kFloat32);
+  c.device(name, t, p.device);
+  if (!c.ok()) return;
+  if (t.strides[0] < 0 || t.strides[1] < 0) {
+    c.invalid(n + " has a negative stride (" + std::to_string(t.strides[0]) + ", " +
+              std::to_string(t.strides[1]) + ")");
+    return;
+  }
+  if (t.numel() > 0 && t.data == nullptr) {
+    c.invalid(n + " has a null data pointer but " + std::to_string(t.numel()) + " elements");
+    return;
+  }
+  out->data = static_cast<const float*>(t.data);
+  out->batch = t.strides[0];
+  out->head = t.strides[1];
+  if (p.device.type != DeviceType::kCPU) return;
+  for (int64_t b = 0; b < p.batch; ++b) {
+    for (int64_t h = 0; h < p.heads_k; ++h) {
+      const float f = out->at(b, h);
+      if (!(f > 0.0f) || !std::isfinite(f)) {
+        c.invalid(n + "[" + std::to_string(b) + ", " + std::to_string(h) + "] = " +
+                  std::to_string(f) + "; a descale factor must be finite and > 0");
+        return;
+      }
+    }
+  }
+}
+
+// q_descale, k_descale, v_descale of a forward or forward_kvcache call, into p.
+void check_descales(Checker& c, const TensorView& q, const TensorView& k, const TensorView& v,
+                    QKVParams* p) {
+  check_descale(c, "q_descale", q, "q", p->dtype, *p, &p->q_descale);
+  check_descale(c, "k_descale", k, "k", p->kv_dtype, *p, &p->k_descale);
+  check_descale(c, "v_descale", v, "v", p->kv_dtype, *p, &p->v_descale);
+}
+
 }  // namespace
 
 Status check_varlen_metadata(const TensorView& cu_seqlens_q, const TensorView& cu_seqlens_k,
@@ -666,12 +741,22 @@ Status check_varlen_metadata(const TensorView& cu_seqlens_q, const TensorView& c
                                  max_seqlen_k, stream, longest);
 }
 
-Status make_forward_params(const ForwardArgs& args, ForwardParams* p) {
-  if (Status s = make_qkv_params(args, args.q, args.k, args.v, p); !s.ok()) return s;
+namespace {
+
+// make_forward_params; fp8_cache as in make_qkv_params.
+Status forward_params(const ForwardArgs& args, ForwardParams* p, bool fp8_cache) {
+  if (Status s = make_qkv_params(args, args.q, args.k, args.v, p, fp8_cache); !s.ok()) return s;
   Checker c;
   const bool varlen = p->is_varlen();
   const char* o_layout = varlen ? "(total_q, heads, head_dim_v)" : "(batch, seqlen_q, heads, head_dim_v)";
-  check_like(c, "out", args.out, q_like_shape(*p, p->head_dim_v), p->dtype, p->device, o_layout);
+  if (args.out.defined() && p->dtype == DType::kFloat8E4M3 && args.out.dtype != p->out_dtype) {
+    // As FlashAttention-3: an FP8 forward writes bfloat16 (an e4m3 output would need an output
+    // scale, and float16 would overflow where bfloat16 does not).
+    c.fail(StatusCode::kNotSupported, std::string("out must have dtype bfloat16 with float8_e4m3 "
+                                                  "q, got ") + dtype_name(args.out.dtype));
+  }
+  check_like(c, "out", args.out, q_like_shape(*p, p->head_dim_v), p->out_dtype, p->device, o_layout);
+  check_descales(c, args.q_descale, args.k_descale, args.v_descale, p);
   if (args.lse.defined()) check_lse(c, "lse", args.lse, *p, p);
   if (c.ok() && args.num_splits < 0) {
     c.invalid("num_splits must be >= 0 (0 = heuristic), got " + std::to_string(args.num_splits));
@@ -683,7 +768,20 @@ Status make_forward_params(const ForwardArgs& args, ForwardParams* p) {
   return Status::Ok();
 }
 
+}  // namespace
+
+Status make_forward_params(const ForwardArgs& args, ForwardParams* p) {
+  return forward_params(args, p, /*fp8_cache=*/false);
+}
+
 Status make_backward_params(const BackwardArgs& args, BackwardParams* p) {
+  if (args.q.defined() && args.q.dtype == DType::kFloat8E4M3) {
+    // FlashAttention-3 has no FP8 backward either (only cuDNN does): training in FP8 needs
+    // scaled dO and dS, and P's rounding to e4m3 in the forward has no derivative of its own.
+    return Status::NotSupported(
+        "backward is not supported for float8_e4m3 inputs (q has dtype float8_e4m3): the FP8 "
+        "forward is inference-only; train in bfloat16 or float16");
+  }
   if (Status s = make_qkv_params(args, args.q, args.k, args.v, p); !s.ok()) return s;
   Checker c;
   const bool varlen = p->is_varlen();
@@ -870,7 +968,10 @@ Status make_kvcache_params(const KVCacheArgs& a, ForwardParams* p) {
   f.num_splits = a.num_splits;
   f.stream = a.stream;
   f.num_threads = a.num_threads;
-  if (Status s = make_forward_params(f, p); !s.ok()) {
+  f.q_descale = a.q_descale;
+  f.k_descale = a.k_descale;
+  f.v_descale = a.v_descale;
+  if (Status s = forward_params(f, p, /*fp8_cache=*/true); !s.ok()) {
     // The cache's messages name the synthetic views "k"/"v"; rename them.
     std::string m = s.message();
     if (m.size() > 2 && (m[0] == 'k' || m[0] == 'v') && m[1] == ' ') m.insert(1, "_cache");
@@ -939,6 +1040,13 @@ Status make_kvcache_params(const KVCacheArgs& a, ForwardParams* p) {
     return c.status();
   }
   if (a.rotary_cos.defined()) {
+    if (p->dtype == DType::kFloat8E4M3) {
+      c.fail(StatusCode::kNotSupported,
+             "rotary_cos/rotary_sin are not supported with float8_e4m3 q and new k: rotating "
+             "e4m3 values would round them twice; rotate before quantizing, or pass q and k/v in "
+             "bfloat16 with an FP8 cache (the new keys are rotated, then quantized)");
+      return c.status();
+    }
     if (!a.k.defined()) {
       c.invalid("rotary_cos/rotary_sin need k and v: the rotary embedding is applied to the new "
                 "keys and to q at their cache positions");

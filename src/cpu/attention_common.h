@@ -147,6 +147,8 @@ struct Visibility {
 //   softcap  > 0:  t = tanh(dot * cap_in), x = cap_out * t   (cap_in = scale / softcap,
 //                                                              cap_out = softcap * log2(e))
 //   ALiBi:         x += -slope * log2(e) * |i + diag - j|
+// FP8 descale factors (q_descale * k_descale of the head's kv head; 1 otherwise) multiply the
+// scale, as in FlashAttention-3: the raw dot products are those of the stored e4m3 values.
 // Without softcap and ALiBi (`plain`) the tiles keep the raw dot products and the scale is
 // folded into the exponent: exp2(dot * exp_scale - m) in one multiply-add. Otherwise tiles hold
 // x and exp_scale is 1. Either way max(tile) * exp_scale is the maximum logit (exp_scale > 0).
@@ -161,10 +163,12 @@ struct ScoreTransform {
   float exp_scale = 1.0f;
 
   ScoreTransform(const QKVParams& p, int64_t b, int64_t h) {
-    scale_log2 = p.scale_log2;
+    const int64_t hk = h / (p.heads / p.heads_k);
+    const float descale = p.q_descale.at(b, hk) * p.k_descale.at(b, hk);
+    scale_log2 = p.scale_log2 * descale;
     softcap = p.softcap > 0.0f;
     if (softcap) {
-      cap_in = p.scale / p.softcap;
+      cap_in = p.scale * descale / p.softcap;
       cap_out = p.softcap * kLog2e;
     }
     alibi = p.alibi != nullptr;

@@ -16,6 +16,9 @@
 //     m_new = max(m, colmax(x)); P = exp2(x - m_new); l = l * 2^(m - m_new) + colsum(P)
 //     O^T = O^T * 2^(m - m_new) + V^T . (P * dropout)
 //   fold the learnable sink into (m, l) (core/sink.h); O = O^T / l, LSE = (m + log2 l) * ln 2
+// FP8 (float8_e4m3 q, k, v): m is the reference fp8_p_reference(running max) (core/fp8.h), an
+// integer minus 8, and P is rounded to e4m3 after its column sums are taken; O picks up
+// v_descale at the end. An FP8 KV cache under 16-bit queries only dequantizes its rows.
 // Without softcap/ALiBi the scale is folded into the exponent and, for unmasked blocks, the
 // column maximum comes out of the S product's registers; the O^T rescale is folded into the
 // P.V product and skipped when no column maximum moved (FlashAttention-4's conditional
@@ -33,6 +36,7 @@
 #include <vector>
 
 #include "core/backend.h"
+#include "core/fp8.h"
 #include "core/params.h"
 #include "core/sink.h"
 #include "cpu/attention_common.h"
@@ -76,7 +80,7 @@ struct ForwardScratch {
     s = lay.add(kBlockK * kBlockQ);
     mult = lay.add(p.has_dropout() ? kBlockK * kBlockQ : 0);
     // Paged caches are always gathered into the buffers (a key block may span pages).
-    const bool convert = p.dtype != DType::kFloat32 || p.kv.paged();
+    const bool convert = p.kv_dtype != DType::kFloat32 || p.kv.paged();
     k = lay.add(convert ? kBlockK * d : 0);
     v = lay.add(convert ? kBlockK * dv : 0);
     row = lay.add(std::max(d, dv));
@@ -109,12 +113,12 @@ FLASHATTN_CPU_INLINE const float* kv_rows_as_float(const ForwardParams& p, const
                                                    int64_t* ld) {
   if (!p.kv.paged()) {
     const int64_t cb = p.kv.enabled ? p.kv.cache_batch(static_cast<int>(b)) : b;
-    return rows_as_float(p.dtype, base, st, cb, seq.k_row0, j0, n, hh, width, buf, ld);
+    return rows_as_float(p.kv_dtype, base, st, cb, seq.k_row0, j0, n, hh, width, buf, ld);
   }
-  const int64_t es = dtype_size(p.dtype);
+  const int64_t es = dtype_size(p.kv_dtype);
   for (int64_t r = 0; r < n; ++r) {
     const int64_t off = p.kv.row_offset(st, static_cast<int>(b), seq.k_row0 + j0 + r) + hh * st.head;
-    load_row(p.dtype, static_cast<const char*>(base) + off * es, width, buf + r * width);
+    load_row(p.kv_dtype, static_cast<const char*>(base) + off * es, width, buf + r * width);
   }
   *ld = width;
   return buf;
@@ -139,6 +143,8 @@ FLASHATTN_CPU_INLINE void forward_item(const ForwardContext& ctx, const ForwardI
   const Sequence seq = forward_sequence(p, b);
   const Visibility vis(p, seq);
   const ScoreTransform tf(p, b, h);
+  const bool fp8 = p.rounds_p_to_fp8();
+  const float v_descale = p.v_descale.at(b, hk);
   const ScoreMods mods(p, *ctx.blocks, b, h);
   const int64_t i0 = static_cast<int64_t>(item.q_block) * kBlockQ;
   const int64_t nq = std::min(kBlockQ, seq.len_q - i0);
@@ -207,12 +213,18 @@ FLASHATTN_CPU_INLINE void forward_item(const ForwardContext& ctx, const ForwardI
     const bool dropout = p.has_dropout();
     if (dropout) dropout_key_rows(p, batch_head, i0, nq, j0, nk, mult, cols);
     bool rescale = false;
-    V exp_scale;
+    V exp_scale, max_scale;
     vsplat<W>(exp_scale, tf.exp_scale);
+    vsplat<W>(max_scale, tf.exp_scale);
+    if (fp8) {
+      // The tile's candidate references; m (the running one) only ever steps by integers.
+      for (int64_t c = 0; c < cols; ++c) mx[c] = fp8_p_reference(mx[c] * tf.exp_scale);
+      vsplat<W>(max_scale, 1.0f);
+    }
     for (int64_t c = 0; c < cols; c += W) {
       V m_old, m_new, a, use;
       vload<W>(m_new, mx + c);
-      m_new *= exp_scale;
+      m_new *= max_scale;
       vload<W>(m_old, m + c);
       vmax_inplace<W>(m_new, m_old);
       // A column that has seen only masked keys keeps m = -inf; subtracting 0 instead keeps
@@ -242,6 +254,10 @@ FLASHATTN_CPU_INLINE void forward_item(const ForwardContext& ctx, const ForwardI
       lv = lv * a + sum;
       vstore<W>(l + c, lv);
     }
+    // FP8: P.V takes the probabilities rounded to e4m3 (l above summed them unrounded).
+    if (fp8) {
+      for (int64_t e = 0; e < nk * cols; ++e) st[e] = round_to_e4m3(st[e]);
+    }
 
     // O^T = O^T * alpha + V^T . P^T (the rescale is skipped when no column maximum moved).
     if (rescale) {
@@ -259,10 +275,10 @@ FLASHATTN_CPU_INLINE void forward_item(const ForwardContext& ctx, const ForwardI
   for (int64_t ir = 0; ir < nq; ++ir) {
     const float factor =
         sink ? fold_sink(sink_log2, &m[ir], &l[ir], [](float x) { return std::exp2(x); }) : 1.0f;
-    const float inv = l[ir] == 0.0f ? 0.0f : factor / l[ir];
+    const float inv = l[ir] == 0.0f ? 0.0f : factor * v_descale / l[ir];
     for (int64_t c = 0; c < dv; ++c) row[c] = ot[c * cols + ir];
-    store_row(p.dtype, row, inv, dv,
-              element_ptr(p.out, p.dtype, p.out_strides, b, seq.q_row0, i0 + ir, h));
+    store_row(p.out_dtype, row, inv, dv,
+              element_ptr(p.out, p.out_dtype, p.out_strides, b, seq.q_row0, i0 + ir, h));
   }
   if (p.lse != nullptr) {
     float* lse = p.lse + b * p.lse_batch_stride + h * p.lse_head_stride + seq.q_row0 + i0;
@@ -308,7 +324,7 @@ void clear_unused_rows(const ForwardParams& p) {
   const int64_t used = p.cu_seqlens_q[p.batch];
   for (int64_t r = used; r < p.total_q; ++r) {
     for (int64_t h = 0; h < p.heads; ++h) {
-      zero_row(p.dtype, p.head_dim_v, element_ptr(p.out, p.dtype, p.out_strides, 0, 0, r, h));
+      zero_row(p.out_dtype, p.head_dim_v, element_ptr(p.out, p.out_dtype, p.out_strides, 0, 0, r, h));
       if (p.lse != nullptr) p.lse[h * p.lse_head_stride + r] = kNegInf;
     }
   }

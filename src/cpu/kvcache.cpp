@@ -30,15 +30,28 @@ void rotate(const KVCacheParams& kv, DType dt, int64_t pos, float* x, float* cos
   }
 }
 
+// dst[i] = e4m3(x[i] / descale), n elements: a division, not a multiplication by 1 / descale,
+// so every backend quantizes bit for bit alike (vLLM's scaled_fp8_conversion<false> divides
+// the same way).
+void store_quantized(const float* x, float descale, int64_t n, unsigned char* dst) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = float_to_e4m3(x[i] / descale);
+}
+
 }  // namespace
 
 void kvcache_prepare(const ForwardParams& p, std::vector<unsigned char>* q_rot,
                      ForwardParams* attend) {
   *attend = p;
   const KVCacheParams& kv = p.kv;
-  const DType dt = p.dtype;
+  const DType dt = p.dtype;  // q's, the new keys' and values', the rotary tables'
   const int64_t es = dtype_size(dt);
+  const DType cdt = p.kv_dtype;  // the cache's
+  const int64_t ces = dtype_size(cdt);
+  // float16/bfloat16 tokens into an FP8 cache: each element is quantized once, as
+  // e4m3(x / descale[b, hk]) (x after rotary), in float32 (docs/SEMANTICS.md, "FP8 KV cache").
+  const bool quantize = cdt != dt;
   const int64_t d = p.head_dim, dv = p.head_dim_v;
+  std::vector<float> vrow(static_cast<size_t>(dv));
   const bool rotary = kv.rotary_dim > 0;
   std::vector<float> row(static_cast<size_t>(std::max(d, dv)));
   std::vector<float> cos(static_cast<size_t>(kv.rotary_dim / 2 + 1));
@@ -55,8 +68,16 @@ void kvcache_prepare(const ForwardParams& p, std::vector<unsigned char>* q_rot,
       for (int64_t h = 0; h < p.heads_k; ++h) {
         const void* ks = element_ptr(kv.k_new, dt, kv.k_new_strides, b, 0, t, h);
         const void* vs = element_ptr(kv.v_new, dt, kv.v_new_strides, b, 0, t, h);
-        auto* kd = static_cast<unsigned char*>(const_cast<void*>(p.k)) + (k_off + h * p.k_strides.head) * es;
-        auto* vd = static_cast<unsigned char*>(const_cast<void*>(p.v)) + (v_off + h * p.v_strides.head) * es;
+        auto* kd = static_cast<unsigned char*>(const_cast<void*>(p.k)) + (k_off + h * p.k_strides.head) * ces;
+        auto* vd = static_cast<unsigned char*>(const_cast<void*>(p.v)) + (v_off + h * p.v_strides.head) * ces;
+        if (quantize) {
+          load_row(dt, ks, d, row.data());
+          if (rotary) rotate(kv, dt, r, row.data(), cos.data(), sin.data());
+          store_quantized(row.data(), p.k_descale.at(b, h), d, kd);
+          load_row(dt, vs, dv, vrow.data());
+          store_quantized(vrow.data(), p.v_descale.at(b, h), dv, vd);
+          continue;
+        }
         if (rotary) {
           load_row(dt, ks, d, row.data());
           rotate(kv, dt, r, row.data(), cos.data(), sin.data());

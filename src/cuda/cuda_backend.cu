@@ -122,6 +122,12 @@ struct PadPlan {
 // kernels run at and which operands are padded, *major the device's compute capability major
 // version.
 Status prepare(const QKVParams& p, PadPlan* plan, int* major_out = nullptr) {
+  // FP8 (issue 21): the semantics, validation and the cpu backend exist; the kernels do not.
+  if (p.dtype == DType::kFloat8E4M3 || p.kv_dtype == DType::kFloat8E4M3) {
+    return Status::NotSupported(std::string(p.dtype == DType::kFloat8E4M3 ? "q" : "k_cache/v_cache") +
+                                " has dtype float8_e4m3, which the CUDA backend does not run yet "
+                                "(the cpu backend implements the FP8 forward and the FP8 KV cache)");
+  }
   if (p.dtype != DType::kFloat16 && p.dtype != DType::kBFloat16) {
     return Status::NotSupported(std::string("q has dtype ") + dtype_name(p.dtype) +
                                 "; the CUDA backend supports float16 and bfloat16 "

@@ -62,10 +62,28 @@ def _with_sink(s, sink):
     return np.concatenate([s, col], axis=-1)
 
 
+def round_e4m3(x):
+    """x rounded to the nearest float8_e4m3 (OCP E4M3FN) value, ties to even, saturating to
+    +-448 (as PTX cvt.rn.satfinite); NaN stays NaN. float64 in, float64 out."""
+    x = np.asarray(x, dtype=np.float64)
+    a = np.abs(x)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        # a = m * 2^e with m in [0.5, 1): a normal e4m3 has quantum 2^(e - 4), the subnormals 2^-9.
+        _, e = np.frexp(a)
+        quantum = np.ldexp(1.0, np.maximum(e - 1, -6) - 3)
+        r = np.rint(a / quantum) * quantum  # rint: round half to even
+    r = np.where(a >= 448.0, 448.0, r)
+    return np.where(np.isnan(x), np.nan, np.copysign(r, x))
+
+
 def forward(q, k, v, *, scale=None, causal=False, window=(-1, -1), softcap=0.0, alibi=None,
-            dropout_p=0.0, keep=None, sink=None, dtype=np.float64):
+            dropout_p=0.0, keep=None, sink=None, dtype=np.float64, fp8_round_p=False):
     """Returns out (b, sq, h, dv) and lse (b, h, sq). keep: bool (b, h, sq, sk) dropout mask.
-    sink: (h,) learnable sink logits (a softmax column without a value row), or None."""
+    sink: (h,) learnable sink logits (a softmax column without a value row), or None.
+    fp8_round_p: the naive FP8 computation of docs/SEMANTICS.md ("FP8"): q, k, v are the
+    dequantized values and each probability is rounded to e4m3 before P.V as
+    e4m3(2^(x - r)), x the logit in log2 units, r = ceil(max visible x) - 8; out divides by the
+    unrounded sum (with the sink)."""
     q, k, v = (np.asarray(t).astype(dtype) for t in (q, k, v))
     heads = q.shape[2]
     scale = q.shape[-1] ** -0.5 if scale is None else scale
@@ -82,10 +100,25 @@ def forward(q, k, v, *, scale=None, causal=False, window=(-1, -1), softcap=0.0, 
         lse = np.where(denom[..., 0] > 0, np.log(denom[..., 0]) + m[..., 0], -np.inf)
     if sink is not None:
         p = p[..., :-1]
+    if fp8_round_p:
+        p = _fp8_weights(s, sink is not None)
     if dropout_p > 0:
         p = p * keep / dtype(1 - dropout_p)
     out = np.einsum("bhij,bjhd->bihd", p, v)
     return out, lse
+
+
+def _fp8_weights(s, has_sink):
+    """P.V's weights of the FP8 forward: e4m3(2^(x - r)) / L per row (see forward)."""
+    x = s * (1.0 / np.log(2.0))  # log2 units; the sink column last when has_sink
+    keys = x[..., :-1] if has_sink else x
+    mx = keys.max(axis=-1, keepdims=True)
+    r = np.where(np.isfinite(mx), np.ceil(mx) - 8.0, 0.0)
+    with np.errstate(invalid="ignore", over="ignore"):
+        e = np.where(np.isfinite(x), np.exp2(x - r), 0.0)
+        total = e.sum(axis=-1, keepdims=True)
+        w = round_e4m3(e[..., :-1] if has_sink else e)
+        return np.where(np.isfinite(mx) & (total > 0), w / np.where(total > 0, total, 1.0), 0.0)
 
 
 def backward(dout, q, k, v, *, scale=None, causal=False, window=(-1, -1), softcap=0.0,

@@ -1,0 +1,322 @@
+"""FP8 (float8_e4m3fn) through the Python layer (issue 21; docs/SEMANTICS.md, "FP8"): the
+flash_attn functions on torch CPU tensors against the naive FP8 computation of attn_ref (tight:
+bfloat16 output rounding plus the probabilities a float32 logit may round the other way) and
+against float64 of the dequantized inputs (FlashAttention's criterion), descale broadcasting,
+varlen, the FP8 KV cache (dense, paged, append), the custom ops' fake shapes, autograd's refusal
+and the error paths. CUDA: the kernels do not exist yet, so the GPU tests assert today's
+NotImplementedError; flip them when the sm90 FP8 forward / FP8 KV decode land.
+
+torch is needed (numpy has no float8 without ml_dtypes and no bfloat16 for the output); the
+module is skipped without it, as CI (no torch) does.
+"""
+
+import numpy as np
+import pytest
+
+import attn_ref
+
+torch = pytest.importorskip("torch")
+import flashattn  # noqa: E402
+from flashattn import _torch_ops  # noqa: E402
+
+FP8 = torch.float8_e4m3fn
+LOG2E = 1.0 / np.log(2.0)
+
+
+def quantize(x, heads_k, per_head=True):
+    """(codes float8 tensor, descale float32 (batch, heads_k)) with x ~ codes * descale; x is a
+    float32 (batch, seqlen, heads, d) tensor whose heads are grouped over heads_k."""
+    b, s, h, d = x.shape
+    g = x.reshape(b, s, heads_k, h // heads_k, d)
+    amax = g.abs().amax(dim=(1, 3, 4)) if per_head else x.abs().amax().expand(b, heads_k)
+    descale = (amax.clamp_min(1e-3) / 336.0).to(torch.float32).contiguous()
+    codes = (g / descale[:, None, :, None, None]).reshape(b, s, h, d).to(FP8)
+    return codes, descale
+
+
+def dequantize(codes, descale):
+    b, s, h, d = codes.shape
+    hk = descale.shape[1]
+    x = codes.to(torch.float64).reshape(b, s, hk, h // hk, d)
+    return (x * descale.to(torch.float64)[:, None, :, None, None]).reshape(b, s, h, d).numpy()
+
+
+def naive_tolerance(q, k, v, naive, scale, causal, window, softcap, sink):
+    """Per-element bound on |ours - naive| (numpy float64 inputs, (b, s, h, d) layouts): one
+    bfloat16 ulp of the value, plus, for every probability within 2^-12 of an e4m3 rounding
+    boundary (or in e4m3's subnormal range), one e4m3 ulp of its weight times |v|."""
+    h = q.shape[2]
+    ke, ve = np.repeat(k, h // k.shape[2], axis=2), np.repeat(v, h // v.shape[2], axis=2)
+    s = np.einsum("bihd,bjhd->bhij", q, ke) * scale
+    if softcap > 0:
+        s = softcap * np.tanh(s / softcap)
+    s = np.where(attn_ref.visible(q.shape[1], k.shape[1], causal, window), s, -np.inf)
+    x = s * LOG2E
+    mx = x.max(axis=-1, keepdims=True)
+    r = np.where(np.isfinite(mx), np.ceil(mx) - 8.0, 0.0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        pv = np.where(np.isfinite(x), np.exp2(x - r), 0.0)
+        total = pv.sum(axis=-1, keepdims=True)
+        if sink is not None:
+            total = total + np.exp2(np.asarray(sink)[None, :, None, None] * LOG2E - r)
+        m = pv / np.exp2(np.floor(np.log2(np.where(pv > 0, pv, 1.0))))
+        frac = m * 8.0 - np.floor(m * 8.0)
+        near = np.abs(frac - 0.5) < 8.0 * 2.0 ** -12
+        slack = np.where(pv <= 0, 0.0, np.where(pv < 2.0 ** -5, 2.0 ** -9, np.where(near, pv / 8, 0)))
+        weight = np.where(total > 0, slack / np.where(total > 0, total, 1.0), 0.0)
+    extra = np.einsum("bhij,bjhd->bihd", weight, np.abs(ve)) * 1.01
+    return np.abs(naive) * 2.0 ** -8 + 1e-6 + extra
+
+
+CASES = [
+    dict(name="gqa", b=2, sq=37, sk=83, h=4, hk=2, d=64),
+    dict(name="causal_mqa", b=1, sq=70, sk=70, h=4, hk=1, d=128, causal=True),
+    dict(name="window_softcap", b=2, sq=50, sk=90, h=2, hk=2, d=64, window=(16, 4), softcap=5.0),
+    dict(name="sink", b=2, sq=20, sk=65, h=4, hk=2, d=32, sink=True, causal=True),
+    dict(name="scalar_descale", b=2, sq=33, sk=33, h=2, hk=2, d=64, per_head=False),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])
+def test_flash_attn_func_fp8_matches_naive_and_float64(case):
+    g = torch.Generator().manual_seed(3)
+    b, sq, sk, h, hk, d = (case[n] for n in ("b", "sq", "sk", "h", "hk", "d"))
+    causal, window = case.get("causal", False), case.get("window", (-1, -1))
+    softcap = case.get("softcap", 0.0)
+    x = [torch.randn(b, s, hh, d, generator=g) for s, hh in ((sq, h), (sk, hk), (sk, hk))]
+    (q8, qd), (k8, kd), (v8, vd) = (quantize(t, hk, case.get("per_head", True)) for t in x)
+    sink = torch.rand(h, generator=g) * 2 - 1 if case.get("sink") else None
+    out, lse, _ = flashattn.flash_attn_func(
+        q8, k8, v8, causal=causal, window_size=window, softcap=softcap, learnable_sink=sink,
+        return_attn_probs=True, q_descale=qd, k_descale=kd, v_descale=vd)
+    assert out.dtype == torch.bfloat16 and out.shape == (b, sq, h, d)
+    qf, kf, vf = dequantize(q8, qd), dequantize(k8, kd), dequantize(v8, vd)
+    kw = dict(scale=d ** -0.5, causal=causal, window=window, softcap=softcap,
+              sink=None if sink is None else sink.double().numpy())
+    naive, _ = attn_ref.forward(qf, kf, vf, fp8_round_p=True, **kw)
+    exact, lse_ref = attn_ref.forward(qf, kf, vf, **kw)
+    ours = out.double().numpy()
+    tol = naive_tolerance(qf, kf, vf, naive, d ** -0.5, causal, window, softcap, kw["sink"])
+    assert (np.abs(ours - naive) <= tol).all(), np.abs(ours - naive).max()
+    attn_ref.assert_fa_close("out", ours, exact, naive, atol=2.0 ** -8 * np.abs(exact).max())
+    np.testing.assert_allclose(lse.double().numpy(), lse_ref, rtol=2e-5, atol=2e-5)
+
+
+def test_varlen_fp8_equals_per_sequence_calls():
+    g = torch.Generator().manual_seed(5)
+    lens_q, lens_k = [5, 33, 1], [9, 70, 1]
+    h, hk, d = 4, 2, 64
+    q = torch.randn(sum(lens_q), h, d, generator=g).to(FP8)
+    k = torch.randn(sum(lens_k), hk, d, generator=g).to(FP8)
+    v = torch.randn(sum(lens_k), hk, d, generator=g).to(FP8)
+    descale = torch.rand(3, hk, generator=g) + 0.5
+    cu_q = torch.tensor(np.cumsum([0] + lens_q), dtype=torch.int32)
+    cu_k = torch.tensor(np.cumsum([0] + lens_k), dtype=torch.int32)
+    out = flashattn.flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(lens_q), max(lens_k),
+                                           causal=True, q_descale=descale, k_descale=descale,
+                                           v_descale=descale)
+    for i in range(3):
+        qs, ks = slice(cu_q[i], cu_q[i + 1]), slice(cu_k[i], cu_k[i + 1])
+        one = flashattn.flash_attn_func(q[None, qs], k[None, ks], v[None, ks], causal=True,
+                                        q_descale=descale[i:i + 1], k_descale=descale[i:i + 1],
+                                        v_descale=descale[i:i + 1])
+        assert torch.equal(out[qs], one[0])
+
+
+def test_descale_broadcasts_like_a_full_tensor():
+    g = torch.Generator().manual_seed(9)
+    q = torch.randn(2, 16, 4, 32, generator=g).to(FP8)
+    k = torch.randn(2, 24, 2, 32, generator=g).to(FP8)
+    v = torch.randn(2, 24, 2, 32, generator=g).to(FP8)
+    full = torch.full((2, 2), 0.25)
+    want = flashattn.flash_attn_func(q, k, v, q_descale=full, k_descale=full, v_descale=full)
+    for d in (torch.tensor(0.25), torch.tensor([0.25]), torch.full((2, 1), 0.25),
+              torch.full((1, 2), 0.25), full.expand(2, 2)):
+        got = flashattn.flash_attn_func(q, k, v, q_descale=d, k_descale=d, v_descale=d)
+        assert torch.equal(got, want), tuple(d.shape)
+    with pytest.raises(ValueError, match=r"q_descale must have shape \(batch, heads_k\) = \(2, 2\)"):
+        flashattn.flash_attn_func(q, k, v, q_descale=torch.ones(3))
+    # The packed layouts take them too.
+    kv = torch.stack([k.view(torch.uint8), v.view(torch.uint8)], dim=2).view(FP8)  # no fp8 cat on CPU
+    got = flashattn.flash_attn_kvpacked_func(q, kv, q_descale=full, k_descale=full, v_descale=full)
+    assert torch.equal(got, want)
+
+
+def test_lowlevel_forward_takes_float8_tensors():
+    g = torch.Generator().manual_seed(2)
+    q = torch.randn(1, 8, 2, 16, generator=g).to(FP8)
+    k = torch.randn(1, 8, 2, 16, generator=g).to(FP8)
+    out = torch.empty(1, 8, 2, 16, dtype=torch.bfloat16)
+    flashattn.forward(q, k, k, out, k_descale=torch.full((1, 2), 0.5))
+    assert torch.equal(out, flashattn.flash_attn_func(q, k, k, k_descale=torch.full((1, 2), 0.5)))
+
+
+def test_errors():
+    q = torch.randn(1, 8, 2, 16).to(FP8)
+    kb = torch.randn(1, 8, 2, 16, dtype=torch.bfloat16)
+    with pytest.raises(TypeError, match="k must have dtype float8_e4m3"):
+        flashattn.flash_attn_func(q, kb, kb)
+    # A message about a dtype is a TypeError (the binding's rule, python/src/module.cpp).
+    with pytest.raises(TypeError, match="q_descale was given but q has dtype bfloat16"):
+        flashattn.flash_attn_func(kb, kb, kb, q_descale=torch.ones(1, 2))
+    with pytest.raises(TypeError, match="q_descale must have dtype float32"):
+        flashattn.flash_attn_func(q, q, q, q_descale=torch.ones(1, 2, dtype=torch.float16))
+    with pytest.raises(ValueError, match=r"v_descale\[0, 1\]"):
+        flashattn.flash_attn_func(q, q, q, v_descale=torch.tensor([[1.0, 0.0]]))
+    with pytest.raises(NotImplementedError, match="dropout_p"):
+        flashattn.flash_attn_func(q, q, q, dropout_p=0.1)
+
+
+def test_numpy_float8_is_refused_by_the_flash_attn_functions():
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    q = np.zeros((1, 2, 1, 8), dtype=ml_dtypes.float8_e4m3fn)
+    with pytest.raises(TypeError, match="torch tensors"):
+        flashattn.flash_attn_func(q, q, q)
+
+
+def test_autograd_refuses_fp8_backward():
+    q = torch.randn(1, 8, 2, 16).to(FP8).requires_grad_()
+    k = torch.randn(1, 8, 2, 16).to(FP8)
+    out = flashattn.flash_attn_func(q, k, k)
+    assert out.dtype == torch.bfloat16
+    with pytest.raises(NotImplementedError, match="no backward for float8_e4m3fn"):
+        out.float().sum().backward()
+
+
+def test_fake_tensor_shapes_and_dtypes():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        q = torch.empty(2, 8, 4, 64, dtype=FP8)
+        k = torch.empty(2, 9, 2, 64, dtype=FP8)
+        d = torch.ones(2, 2)
+        out, lse = _torch_ops.fwd(q, k, k, None, None, 0, 0, None, 0.125, False, -1, -1, 0.0,
+                                  0.0, None, False, None, None, None, None, 0, 0, None, None,
+                                  None, None, d, d, d)
+        assert out.dtype == torch.bfloat16 and out.shape == (2, 8, 4, 64)
+        assert lse.dtype == torch.float32 and lse.shape == (2, 4, 8)
+        kc = torch.empty(2, 32, 2, 64, dtype=FP8)
+        qb = torch.empty(2, 1, 4, 64, dtype=torch.bfloat16)
+        out, _ = _torch_ops.fwd_kvcache(qb, kc, torch.empty_like(kc), None, None, None, None, None, None, None,
+                                        None, None, 0.125, False, -1, -1, 0.0, True, 0, None,
+                                        None, d, d)
+        assert out.dtype == torch.bfloat16
+    # Through the op (not the eager shortcut): the dispatcher sees float8 in and bfloat16 out.
+    q = torch.randn(1, 4, 2, 16).to(FP8)
+    out, _ = _torch_ops.fwd(q, q, q, None, None, 0, 0, None, 0.25, False, -1, -1, 0.0, 0.0, None,
+                            False)
+    assert torch.equal(out, flashattn.flash_attn_func(q, q, q, softmax_scale=0.25))
+
+
+def _cache_case(page_size, fp8_q, seed=4):
+    g = torch.Generator().manual_seed(seed)
+    b, h, hk, d, cap, sq, snew = 2, 4, 2, 64, 64, 2, 3
+    lens = torch.tensor([10, 40], dtype=torch.int32)
+    kd = torch.rand(b, hk, generator=g) * 0.02 + 0.01
+    vd = torch.rand(b, hk, generator=g) * 0.02 + 0.01
+    k_cache = (torch.randn(b, cap, hk, d, generator=g) * 50).to(FP8)
+    v_cache = (torch.randn(b, cap, hk, d, generator=g) * 50).to(FP8)
+    dt = FP8 if fp8_q else torch.bfloat16
+    scale_new = 50 if fp8_q else 0.5
+    q = (torch.randn(b, sq, h, d, generator=g) * (50 if fp8_q else 1)).to(dt)
+    k = (torch.randn(b, snew, hk, d, generator=g) * scale_new).to(dt)
+    v = (torch.randn(b, snew, hk, d, generator=g) * scale_new).to(dt)
+    qd = torch.full((b, hk), 0.02) if fp8_q else None
+    return dict(q=q, k_cache=k_cache, v_cache=v_cache, k=k, v=v, cache_seqlens=lens,
+                k_descale=kd, v_descale=vd, q_descale=qd, page_size=page_size)
+
+
+def _run_cache(c):
+    kc, vc = c["k_cache"].clone(), c["v_cache"].clone()
+    extra = {}
+    if c["page_size"]:
+        ps = c["page_size"]
+        b, cap = kc.shape[:2]
+        pages = kc.shape[0] * cap // ps
+        perm = torch.randperm(pages, generator=torch.Generator().manual_seed(1))
+        kp = torch.empty((pages, ps) + tuple(kc.shape[2:]), dtype=FP8)
+        vp = torch.empty_like(kp)
+        kp.view(torch.uint8)[perm] = kc.view(torch.uint8).reshape(pages, ps, *kc.shape[2:])
+        vp.view(torch.uint8)[perm] = vc.view(torch.uint8).reshape(pages, ps, *kc.shape[2:])
+        extra["block_table"] = perm.reshape(b, cap // ps).to(torch.int32)
+        kc, vc = kp, vp
+    out = flashattn.flash_attn_with_kvcache(
+        c["q"], kc, vc, c["k"], c["v"], cache_seqlens=c["cache_seqlens"], causal=True,
+        q_descale=c["q_descale"], k_descale=c["k_descale"], v_descale=c["v_descale"], **extra)
+    if c["page_size"]:
+        perm = extra["block_table"].reshape(-1)
+        kc = kc.view(torch.uint8)[perm].reshape(c["k_cache"].shape).view(FP8)
+        vc = vc.view(torch.uint8)[perm].reshape(c["v_cache"].shape).view(FP8)
+    return out, kc, vc
+
+
+@pytest.mark.parametrize("fp8_q", [False, True], ids=["bf16_q", "fp8_q"])
+def test_fp8_kvcache_dense_and_paged(fp8_q):
+    c = _cache_case(0, fp8_q)
+    out, kc, vc = _run_cache(c)
+    for ps in (1, 16):
+        paged = _run_cache(_cache_case(ps, fp8_q))
+        assert torch.equal(paged[0], out)
+        assert torch.equal(paged[1].view(torch.uint8), kc.view(torch.uint8))
+    lens, snew = c["cache_seqlens"], c["k"].shape[1]
+    kd, vd = c["k_descale"], c["v_descale"]
+    for b in range(2):
+        rows = slice(int(lens[b]), int(lens[b]) + snew)
+        if fp8_q:  # copied as they are
+            want_k, want_v = c["k"][b], c["v"][b]
+        else:  # quantized: e4m3(x / descale), saturating (computed here in float64)
+            want_k = attn_ref.round_e4m3(c["k"][b].double().numpy() / kd[b][None, :, None].double().numpy())
+            want_v = attn_ref.round_e4m3(c["v"][b].double().numpy() / vd[b][None, :, None].double().numpy())
+            want_k, want_v = torch.from_numpy(want_k).to(FP8), torch.from_numpy(want_v).to(FP8)
+        assert torch.equal(kc[b, rows].view(torch.uint8), want_k.view(torch.uint8))
+        assert torch.equal(vc[b, rows].view(torch.uint8), want_v.view(torch.uint8))
+        n = int(lens[b]) + snew
+        kf = kc[b:b + 1, :n].double() * kd[b][None, None, :, None].double()
+        vf = vc[b:b + 1, :n].double() * vd[b][None, None, :, None].double()
+        qf = c["q"][b:b + 1].double()
+        if fp8_q:
+            qf = qf * c["q_descale"][b][None, None, :, None].repeat_interleave(2, dim=2).double()
+        ref, _ = attn_ref.forward(qf.numpy(), kf.numpy(), vf.numpy(), causal=True,
+                                  fp8_round_p=fp8_q)
+        atol = (0.02 if fp8_q else 4e-3) * np.abs(ref).max()
+        np.testing.assert_allclose(out[b:b + 1].double().numpy(), ref, rtol=2 ** -7, atol=atol)
+
+
+def test_fp8_kvcache_errors():
+    c = _cache_case(0, False)
+    with pytest.raises(TypeError, match="q_descale was given but q has dtype bfloat16"):
+        flashattn.flash_attn_with_kvcache(c["q"], c["k_cache"], c["v_cache"],
+                                          q_descale=torch.ones(2, 2))
+    with pytest.raises(TypeError, match="k must have dtype bfloat16"):
+        flashattn.flash_attn_with_kvcache(c["q"], c["k_cache"], c["v_cache"], c["k_cache"][:, :1],
+                                          c["v_cache"][:, :1], cache_seqlens=3)
+
+
+# ---- CUDA: the FP8 kernels do not exist yet -------------------------------------------------------
+
+def _cuda_or_skip():
+    if not flashattn.cuda_built() or not flashattn.cuda_available() or not torch.cuda.is_available():
+        pytest.skip("no usable CUDA GPU for flashattn")
+    return torch.device("cuda", torch.cuda.current_device())
+
+
+def test_cuda_fp8_forward_declined_today():
+    # TODO(issue 21, kernel author): when the sm90 FP8 forward lands, replace the raises below
+    # with test_flash_attn_func_fp8_matches_naive_and_float64's checks on CUDA tensors.
+    dev = _cuda_or_skip()
+    q = torch.randn(2, 128, 4, 128, device=dev).to(FP8)
+    k = torch.randn(2, 128, 2, 128, device=dev).to(FP8)
+    d = torch.ones(2, 2, device=dev)
+    # kNotSupported naming a dtype: TypeError, as for float32 on CUDA (test_cuda.py).
+    with pytest.raises(TypeError, match="q has dtype float8_e4m3"):
+        flashattn.flash_attn_func(q, k, k, q_descale=d, k_descale=d, v_descale=d)
+
+
+def test_cuda_fp8_kvcache_declined_today():
+    # TODO(issue 21, kernel author): when the FP8 KV-cache decode lands, compare with
+    # test_fp8_kvcache_dense_and_paged's reference instead.
+    dev = _cuda_or_skip()
+    q = torch.randn(2, 1, 4, 128, device=dev, dtype=torch.bfloat16)
+    kc = torch.randn(2, 256, 2, 128, device=dev).to(FP8)
+    with pytest.raises(TypeError, match="k_cache/v_cache has dtype float8_e4m3"):
+        flashattn.flash_attn_with_kvcache(q, kc, kc.clone(), cache_seqlens=100)
