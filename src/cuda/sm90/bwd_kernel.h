@@ -35,6 +35,7 @@
 #include "cuda/ptx/warpgroup.h"
 #include "cuda/ptx/wgmma.h"
 #include "cuda/sm80/bwd_common.h"  // BwdKernelParams, query_block_range, MaskMode
+#include "cuda/sm90/fwd_kernel.h"   // Turns (ping-pong between the consumers)
 
 namespace flashattn::cuda::sm90 {
 
@@ -54,13 +55,24 @@ struct BwdTraits {
   static constexpr int kPanels = kHeadDim / 64;  // 64-column panels of 128-byte swizzled rows
   static constexpr int kRowBytes = 128;
   static constexpr int kStages = 2;
+  // dev/ A/B (-DFLASHATTN_DEV_SM90_BWD_PINGPONG): the consumers take turns issuing their products
+  // (the forward's Turns), so one warpgroup's element-wise work overlaps the other's products.
+#if defined(FLASHATTN_DEV_SM90_BWD_PINGPONG)
+  static constexpr bool kPingPong = true;
+#else
+  static constexpr bool kPingPong = false;
+#endif
 
   // dK/dV kernel: kKvBlockN keys per CTA (64 per consumer), kKvBlockM queries per step.
   static constexpr int kKvBlockN = 64 * kConsumers;
   static constexpr int kKvBlockM = 64;
   // dQ kernel: kDqBlockM queries per CTA (64 per consumer), kDqBlockN keys per step.
   static constexpr int kDqBlockM = 64 * kConsumers;
+#if defined(FLASHATTN_DEV_SM90_BWD_DQ_BN)
+  static constexpr int kDqBlockN = FLASHATTN_DEV_SM90_BWD_DQ_BN;  // dev/ A/B: 128 (S, dP 64 regs each)
+#else
   static constexpr int kDqBlockN = 64;
+#endif
   // Workspace rows are allocated in whole blocks of the larger query block (BwdKernelParams).
   static constexpr int kWsBlock = kDqBlockM;
 
@@ -255,6 +267,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
 #pragma unroll
   for (int i = 0; i < kAcc; ++i) dk[i] = dv[i] = 0.0f;
 
+  const Turns<Traits> turns{consumer};
+  if (consumer == Traits::kConsumers - 1) turns.pass();  // the last warpgroup hands warpgroup 0 the first turn
+
   if (steps > 0) ptx::mbarrier_wait(kv_full, 0);
   for (int step = 0; step < steps; ++step) {
     const int s = step % kStages;
@@ -270,11 +285,13 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
     const uint64_t do_mn = ptx::smem_desc(do_addr, Traits::panel_bytes(kBlockM), 1024, SmemSwizzle::k128B);
 
     float st[kS], dpt[kS];
+    turns.take();
     bwd90::gemm_kmajor<kBlockM, Element, Traits::kPanels>(st, k_desc, Traits::panel_bytes(kBlockN), q_kmajor,
                                                           Traits::panel_bytes(kBlockM));
     bwd90::gemm_kmajor<kBlockM, Element, Traits::kPanels>(dpt, v_desc, Traits::panel_bytes(kBlockN), do_kmajor,
                                                           Traits::panel_bytes(kBlockM));
     ptx::wgmma_commit();
+    turns.pass();
     ptx::wgmma_wait<0>();
     ptx::fence_operand(st);
     ptx::fence_operand(dpt);
@@ -306,14 +323,18 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
     uint32_t pt[kS / 2], dst[kS / 2];
     bwd90::pack_pairs<Element>(st, pt);
     bwd90::pack_pairs<Element>(dpt, dst);
+    turns.take();
     bwd90::gemm_rs<kHeadDim, Element, kBlockM>(dv, pt, do_mn);
     bwd90::gemm_rs<kHeadDim, Element, kBlockM>(dk, dst, q_mn);
     ptx::wgmma_commit();
+    turns.pass();
     ptx::wgmma_wait<0>();
     ptx::fence_operand(dv);
     ptx::fence_operand(dk);
     bwd90::release(&empty[s], lane);
   }
+
+  if (consumer == 0) turns.take();  // the turn the last warpgroup passed at the end
 
   // Epilogue: dK = scale * sum dS^T Q, dV = sum P^T dO, from the accumulators (each quad writes
   // 8 contiguous bytes of a row per 8-column chunk), or the unscaled f32 partials of this chunk of
@@ -365,7 +386,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_dq_kernel(const __gri
   constexpr int kHeadDim = Traits::kHeadDim;
   const BwdKernelParams& params = args.p;
 
-  const int m_block = blockIdx.x;
+  // The last query blocks first: under a causal mask they see the most keys, so the lightest
+  // CTAs fill the tail of the grid (not yet timed against the plain order).
+  const int m_block = int(gridDim.x) - 1 - int(blockIdx.x);
   const int head = blockIdx.y;
   const int batch = blockIdx.z;
   const int kv_head = head / (params.heads / params.heads_k);
@@ -454,6 +477,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_dq_kernel(const __gri
 #pragma unroll
   for (int i = 0; i < kHeadDim / 2; ++i) dq[i] = 0.0f;
 
+  const Turns<Traits> turns{consumer};
+  if (consumer == Traits::kConsumers - 1) turns.pass();
   if (steps > 0) {
     ptx::mbarrier_wait(q_full, 0);
     float lse[2], dsum[2];
@@ -472,11 +497,13 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_dq_kernel(const __gri
       const uint64_t k_mn = ptx::smem_desc(k_addr, Traits::panel_bytes(kBlockN), 1024, SmemSwizzle::k128B);
 
       float sc[kS], dp[kS];
+      turns.take();
       bwd90::gemm_kmajor<kBlockN, Element, Traits::kPanels>(sc, q_desc, Traits::panel_bytes(kBlockM), k_kmajor,
                                                             Traits::panel_bytes(kBlockN));
       bwd90::gemm_kmajor<kBlockN, Element, Traits::kPanels>(dp, do_desc, Traits::panel_bytes(kBlockM), v_kmajor,
                                                             Traits::panel_bytes(kBlockN));
       ptx::wgmma_commit();
+      turns.pass();
       ptx::wgmma_wait<0>();
       ptx::fence_operand(sc);
       ptx::fence_operand(dp);
@@ -504,13 +531,17 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_dq_kernel(const __gri
       }
       uint32_t ds[kS / 2];
       bwd90::pack_pairs<Element>(dp, ds);
+      turns.take();
       bwd90::gemm_rs<kHeadDim, Element, kBlockN>(dq, ds, k_mn);
       ptx::wgmma_commit();
+      turns.pass();
       ptx::wgmma_wait<0>();
       ptx::fence_operand(dq);
       bwd90::release(&empty[s], lane);
     }
   }
+
+  if (consumer == 0) turns.take();  // the turn the last warpgroup passed at the end
 
   // dQ = scale * sum dS K, written from the accumulators.
   const float dq_scale = params.scale;
