@@ -94,6 +94,14 @@ __device__ __forceinline__ void gemm_pv(float (&o)[Traits::kHeadDim / 2], const 
   ptx::wgmma_commit();
 }
 
+// softcap * tanh(s * scale / softcap) in log2 units (multiplied by log2 e), before the mask: the
+// order of docs/SEMANTICS.md, as the sm80 kernels apply it.
+template <typename Traits>
+__device__ __forceinline__ void softcap_scores(float (&s)[Traits::kBlockN / 2], float softcap_in, float softcap_out) {
+#pragma unroll
+  for (int i = 0; i < Traits::kBlockN / 2; ++i) s[i] = ptx::tanh_approx(s[i] * softcap_in) * softcap_out;
+}
+
 // -inf outside the rows' visible key intervals (only for blocks that straddle a boundary).
 template <typename Traits>
 __device__ __forceinline__ void apply_mask(float (&s)[Traits::kBlockN / 2], const WindowMask& mask, int row, int key0) {
@@ -199,7 +207,7 @@ __device__ __forceinline__ void release(uint64_t* bar, int lane) {
 // shared memory: the next tile's Q may already be landing in the Q buffer.
 template <typename Traits, typename TileWork>
 __device__ __forceinline__ void store_tile(const ForwardParams& params, const TileWork& w, ConsumerState<Traits>& st,
-                                           int row_in_tile, int t4) {
+                                           int row_in_tile, int t4, float scale_log2) {
   using Element = typename Traits::Element;
   const int64_t lse_base =
       w.batch * params.lse_batch_stride + int64_t(w.head) * params.lse_head_stride + w.row0_q + w.m0;
@@ -215,7 +223,7 @@ __device__ __forceinline__ void store_tile(const ForwardParams& params, const Ti
     l += __shfl_xor_sync(0xffffffffu, l, 2);
     // The kept maximum in log2 units; __fmul_rn keeps it one rounding, so a sink of -inf leaves
     // the LSE bitwise unchanged. The learnable sink joins the row here (core/sink.h).
-    float m_log2 = __fmul_rn(st.row_max[h], params.scale_log2);
+    float m_log2 = __fmul_rn(st.row_max[h], scale_log2);
     const float o_factor = fold_sink(sink_log2, &m_log2, &l, [](float x) { return ptx::exp2_approx(x); });
     const bool empty = l == 0.0f;  // no visible key and no sink; a NaN sum stays NaN
     const float inv = empty ? 0.0f : o_factor / l;
@@ -431,7 +439,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
   const int t4 = lane % 4;
   const int wg_row0 = consumer * 64;                      // this warpgroup's first row of the tile
   const int row_in_tile = wg_row0 + (warp % 4) * 16 + g;  // this thread's rows: +0 and +8
-  const float scale_log2 = params.scale_log2;
+  // With softcap the scores are already in log2 units after softcap_scores.
+  const float scale_log2 = Traits::kSoftcap ? 1.0f : params.scale_log2;
+  const float softcap_in = Traits::kSoftcap ? params.scale / params.softcap : 0.0f;
+  const float softcap_out = Traits::kSoftcap ? params.softcap * kLog2e : 0.0f;
   // Descriptors: Q and K are K-major (their rows hold head-dim elements), V MN-major (the head
   // dim, P V's N, is contiguous; the leading offset steps one 64-column panel).
   const uint64_t q_desc = ptx::smem_desc(ptx::smem_u32(sQ + wg_row0 * Traits::kRowBytes), 16, 1024,
@@ -482,6 +493,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
       ptx::wgmma_wait<0>();
       ptx::fence_operand(st.s);
       release(&ring.k_empty[stage], lane);
+      if constexpr (Traits::kSoftcap) softcap_scores<Traits>(st.s, softcap_in, softcap_out);
       if (needs_mask(w.n_hi - 1)) apply_mask<Traits>(st.s, mask, row, (w.n_hi - 1) * kBlockN + 2 * t4);
       {
         float correction[2];
@@ -504,6 +516,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
         ptx::wgmma_wait<1>();  // S_j is done; P V is still running
         ptx::fence_operand(st.s);
         release(&ring.k_empty[stage], lane);
+        if constexpr (Traits::kSoftcap) softcap_scores<Traits>(st.s, softcap_in, softcap_out);
         if (needs_mask(n_block)) apply_mask<Traits>(st.s, mask, row, n_block * kBlockN + 2 * t4);
         float correction[2];
         const bool rescale = softmax_block<Traits>(st, scale_log2, correction);
@@ -526,7 +539,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
       release(&ring.v_empty[stage], lane);
       ++it;
     }
-    store_tile<Traits>(params, w, st, row_in_tile, t4);
+    store_tile<Traits>(params, w, st, row_in_tile, t4, scale_log2);
   }
   // Warpgroup 0 takes the turn the last one passed at the end, so no arrival is left over.
   if (consumer == 0) turns.take();

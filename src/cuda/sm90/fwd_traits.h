@@ -47,11 +47,14 @@ constexpr FwdTile fwd_tile(int head_dim, bool windowed) {
   return {2, 80, 2, true};
 }
 
-template <typename Element_, int kHeadDim_, MaskMode kMask_>
+template <typename Element_, int kHeadDim_, MaskMode kMask_, bool kSoftcap_ = false>
 struct FwdTraits {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr MaskMode kMask = kMask_;
+  // Scores pass through softcap * tanh(s * scale / softcap) (Gemma 2): one more MUFU operation per
+  // score, in log2 units straight from the transform (fwd_kernel.h, softcap_scores).
+  static constexpr bool kSoftcap = kSoftcap_;
   static constexpr FwdTile kTile = fwd_tile(kHeadDim, kMask == MaskMode::kWindow);
   static constexpr int kConsumers = kTile.consumers;
   static constexpr int kBlockM = 64 * kConsumers;
