@@ -46,16 +46,51 @@ inline bool dev_bwd_single_buffer() {
   return v != nullptr && v[0] == '1';
 }
 
-// Launches the kernels; the workspace pointers in kp are set.
-template <typename Traits>
-Status launch_bwd_kernels(const BwdKernelParams& kp, cudaStream_t stream) {
-  using Element = typename Traits::Element;
-  using DqTraits = BwdDqTraits<Traits>;
-  constexpr int kHeadDim = Traits::kHeadDim;
+// The workspace rows of kp (BwdKernelParams) for query blocks of ws_block rows.
+inline void set_workspace_rows(BwdKernelParams* kp, int ws_block) {
+  kp->ws_block = ws_block;
+  kp->ws_seq_rows = int32_t(round_up(kp->seqlen_q, ws_block));
+  kp->ws_rows = kp->is_varlen() ? round_up(kp->total_q, kWsRowAlign) + int64_t(kp->batch) * (ws_block + kWsRowAlign)
+                                : int64_t(kp->batch) * kp->ws_seq_rows;
+}
 
+// Allocates (stream-ordered) and carves the workspace, O(rows * head_dim), for kp's rows
+// (set_workspace_rows), kv_splits and deterministic flag: LSE*log2(e) and D per (head, row); the
+// f32 dQ accumulator (atomics path only); f32 dK/dV partials when query heads are split; the
+// sink gradient's partials, one per preprocess CTA (launch_bwd_preprocess's grid) and head.
+// *ws is the allocation to free.
+template <int kHeadDim>
+Status alloc_workspace(BwdKernelParams* kp, cudaStream_t stream, void** ws) {
+  const size_t stat_bytes = round_up(sizeof(float) * size_t(kp->heads) * kp->ws_rows, kWsAlign);
+  const size_t dq_bytes =
+      kp->deterministic ? 0 : round_up(sizeof(float) * size_t(kp->heads) * kp->ws_rows * kHeadDim, kWsAlign);
+  const size_t part_bytes =
+      kp->kv_splits > 1
+          ? round_up(sizeof(float) * size_t(kp->kv_splits) * kp->total_k * kp->heads_k * kHeadDim, kWsAlign)
+          : 0;
+  const int64_t pre_ctas = ceil_div(kp->ws_seq_rows, bwd_preprocess_rows_per_cta<kHeadDim>());
+  kp->sink_partials_per_head = kp->dsink != nullptr ? int32_t(pre_ctas * kp->batch) : 0;
+  const size_t sink_bytes = round_up(sizeof(float) * size_t(kp->heads) * kp->sink_partials_per_head, kWsAlign);
+  const size_t total = std::max<size_t>(2 * stat_bytes + dq_bytes + 2 * part_bytes + sink_bytes, kWsAlign);
+  if (Status s = workspace_alloc(ws, total, stream); !s.ok()) return s;
+  char* base = static_cast<char*>(*ws);
+  kp->lse_log2 = reinterpret_cast<float*>(base);
+  kp->dsum = reinterpret_cast<float*>(base + stat_bytes);
+  kp->dq_accum = kp->deterministic ? nullptr : reinterpret_cast<float*>(base + 2 * stat_bytes);
+  if (kp->kv_splits > 1) {
+    kp->dk_partial = reinterpret_cast<float*>(base + 2 * stat_bytes + dq_bytes);
+    kp->dv_partial = reinterpret_cast<float*>(base + 2 * stat_bytes + dq_bytes + part_bytes);
+  }
+  if (kp->dsink != nullptr) kp->sink_partial = reinterpret_cast<float*>(base + 2 * stat_bytes + dq_bytes + 2 * part_bytes);
+  return Status::Ok();
+}
+
+// The statistics every backward kernel reads (LSE*log2(e), D), and dsink when requested.
+template <typename Element, int kHeadDim>
+Status launch_bwd_preprocess(const BwdKernelParams& kp, cudaStream_t stream) {
   if (kp.seqlen_q > 0) {
     constexpr int kRows = bwd_preprocess_rows_per_cta<kHeadDim>();
-    const dim3 grid(unsigned(ceil_div(round_up(kp.seqlen_q, Traits::kBlockM), kRows)), kp.heads, kp.batch);
+    const dim3 grid(unsigned(ceil_div(kp.ws_seq_rows, kRows)), kp.heads, kp.batch);
     bwd_preprocess_kernel<Element, kHeadDim><<<grid, kBwdAuxThreads, 0, stream>>>(kp);
     FLASHATTN_CUDA_TRY(cudaGetLastError());
   }
@@ -63,6 +98,28 @@ Status launch_bwd_kernels(const BwdKernelParams& kp, cudaStream_t stream) {
     bwd_sink_grad_kernel<Element><<<kp.heads, 32, 0, stream>>>(kp);
     FLASHATTN_CUDA_TRY(cudaGetLastError());
   }
+  return Status::Ok();
+}
+
+// GQA with split query heads: dK, dV = the sums of the f32 partials.
+template <typename Element, int kHeadDim>
+Status launch_bwd_reduce_dkv(const BwdKernelParams& kp, cudaStream_t stream) {
+  if (kp.kv_splits > 1 && kp.seqlen_k > 0) {
+    const dim3 grid(unsigned(ceil_div(kp.seqlen_k, kBwdAuxRows)), kp.heads_k, kp.batch);
+    bwd_reduce_dkv_kernel<Element, kHeadDim><<<grid, kBwdAuxThreads, 0, stream>>>(kp);
+    FLASHATTN_CUDA_TRY(cudaGetLastError());
+  }
+  return Status::Ok();
+}
+
+// Launches the kernels; the workspace pointers in kp are set.
+template <typename Traits>
+Status launch_bwd_kernels(const BwdKernelParams& kp, cudaStream_t stream) {
+  using Element = typename Traits::Element;
+  using DqTraits = BwdDqTraits<Traits>;
+  constexpr int kHeadDim = Traits::kHeadDim;
+
+  if (Status s = launch_bwd_preprocess<Element, kHeadDim>(kp, stream); !s.ok()) return s;
   if (kp.dq_accum != nullptr) {
     FLASHATTN_CUDA_TRY(cudaMemsetAsync(kp.dq_accum, 0, sizeof(float) * size_t(kp.heads) * kp.ws_rows * kHeadDim,
                                        stream));
@@ -95,12 +152,7 @@ Status launch_bwd_kernels(const BwdKernelParams& kp, cudaStream_t stream) {
     }
     FLASHATTN_CUDA_TRY(cudaGetLastError());
   }
-  if (kp.kv_splits > 1 && kp.seqlen_k > 0) {
-    const dim3 grid(unsigned(ceil_div(kp.seqlen_k, kBwdAuxRows)), kp.heads_k, kp.batch);
-    bwd_reduce_dkv_kernel<Element, kHeadDim><<<grid, kBwdAuxThreads, 0, stream>>>(kp);
-    FLASHATTN_CUDA_TRY(cudaGetLastError());
-  }
-  return Status::Ok();
+  return launch_bwd_reduce_dkv<Element, kHeadDim>(kp, stream);
 }
 
 }  // namespace bwd_detail
@@ -139,11 +191,7 @@ Status run_bwd(const BackwardParams& params, cudaStream_t stream) {
 
   BwdKernelParams kp;
   static_cast<BackwardParams&>(kp) = params;
-  kp.ws_block = kBlockM;
-  kp.ws_seq_rows = int32_t(round_up(params.seqlen_q, kBlockM));
-  kp.ws_rows = params.is_varlen() ? round_up(params.total_q, kWsRowAlign) +
-                                        int64_t(params.batch) * (kBlockM + kWsRowAlign)
-                                  : int64_t(params.batch) * kp.ws_seq_rows;
+  set_workspace_rows(&kp, kBlockM);
   kp.kv_splits = kv_splits_for(params, Traits::kBlockN, num_sms);
   kp.step_buffers = step_buffers;
   kp.smem_limit = Traits::kSmemBytes <= size_t(smem_optin) ? Traits::kSmemBytes : Traits::kSmemBytesSingle;
@@ -153,33 +201,8 @@ Status run_bwd(const BackwardParams& params, cudaStream_t stream) {
                                               num_sms);
   }
 
-  // Workspace, O(rows * head_dim): LSE*log2(e) and D per (head, row); the f32 dQ accumulator
-  // (atomics path only); f32 dK/dV partials when query heads are split.
-  const size_t stat_bytes = round_up(sizeof(float) * size_t(params.heads) * kp.ws_rows, kWsAlign);
-  const size_t dq_bytes =
-      params.deterministic ? 0 : round_up(sizeof(float) * size_t(params.heads) * kp.ws_rows * kHeadDim, kWsAlign);
-  const size_t part_bytes =
-      kp.kv_splits > 1
-          ? round_up(sizeof(float) * size_t(kp.kv_splits) * params.total_k * params.heads_k * kHeadDim, kWsAlign)
-          : 0;
-  // dsink: one f32 partial per preprocess CTA (launch_bwd_kernels' grid) and head.
-  const int64_t pre_ctas = ceil_div(round_up(params.seqlen_q, kBlockM), bwd_preprocess_rows_per_cta<kHeadDim>());
-  kp.sink_partials_per_head = params.dsink != nullptr ? int32_t(pre_ctas * params.batch) : 0;
-  const size_t sink_bytes = round_up(sizeof(float) * size_t(params.heads) * kp.sink_partials_per_head, kWsAlign);
-  const size_t total = std::max<size_t>(2 * stat_bytes + dq_bytes + 2 * part_bytes + sink_bytes, kWsAlign);
   void* ws = nullptr;
-  if (Status s = workspace_alloc(&ws, total, stream); !s.ok()) return s;
-  char* base = static_cast<char*>(ws);
-  kp.lse_log2 = reinterpret_cast<float*>(base);
-  kp.dsum = reinterpret_cast<float*>(base + stat_bytes);
-  kp.dq_accum = params.deterministic ? nullptr : reinterpret_cast<float*>(base + 2 * stat_bytes);
-  if (kp.kv_splits > 1) {
-    kp.dk_partial = reinterpret_cast<float*>(base + 2 * stat_bytes + dq_bytes);
-    kp.dv_partial = reinterpret_cast<float*>(base + 2 * stat_bytes + dq_bytes + part_bytes);
-  }
-  if (params.dsink != nullptr) {
-    kp.sink_partial = reinterpret_cast<float*>(base + 2 * stat_bytes + dq_bytes + 2 * part_bytes);
-  }
+  if (Status s = alloc_workspace<kHeadDim>(&kp, stream, &ws); !s.ok()) return s;
 
   const Status launched = launch_bwd_kernels<Traits>(kp, stream);
   const Status freed = workspace_free(ws, stream);

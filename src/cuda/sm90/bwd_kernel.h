@@ -141,6 +141,32 @@ __device__ __forceinline__ void gemm_rs(float (&acc)[N / 2], const uint32_t (&a)
   }
 }
 
+// Descriptors of a tile of 128-byte swizzled panels: K-major (its rows hold the k index's
+// elements) and MN-major (its rows are the k index, its panels `panel_bytes` apart the N index).
+__device__ __forceinline__ uint64_t kmajor_desc(uint32_t addr) {
+  return ptx::smem_desc(addr, 16, 1024, ptx::SmemSwizzle::k128B);
+}
+__device__ __forceinline__ uint64_t mn_desc(uint32_t addr, int panel_bytes) {
+  return ptx::smem_desc(addr, panel_bytes, 1024, ptx::SmemSwizzle::k128B);
+}
+
+// S = A_s B_s^T and dP = A_dp B_dp^T over the head dim (all K-major), issued as one group in
+// this warpgroup's turn; returns when both are done.
+template <int N, typename Traits, typename Turns>
+__device__ __forceinline__ void gemm_s_dp(float (&s)[N / 2], float (&dp)[N / 2], uint64_t a_s, uint64_t a_dp,
+                                          int a_panel_bytes, uint64_t b_s, uint64_t b_dp, int b_panel_bytes,
+                                          const Turns& turns) {
+  using Element = typename Traits::Element;
+  turns.take();
+  gemm_kmajor<N, Element, Traits::kPanels>(s, a_s, a_panel_bytes, b_s, b_panel_bytes);
+  gemm_kmajor<N, Element, Traits::kPanels>(dp, a_dp, a_panel_bytes, b_dp, b_panel_bytes);
+  ptx::wgmma_commit();
+  turns.pass();
+  ptx::wgmma_wait<0>();
+  ptx::fence_operand(s);
+  ptx::fence_operand(dp);
+}
+
 template <typename Element, int n>
 __device__ __forceinline__ void pack_pairs(const float (&x)[n], uint32_t (&out)[n / 2]) {
 #pragma unroll
@@ -256,10 +282,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
   const int key_row0 = consumer * 64;                       // this warpgroup's first key of the block
   const int key_local = key_row0 + (warp % 4) * 16 + g;    // this thread's keys: +0 and +8
   const float scale_log2 = params.scale_log2;
-  using ptx::SmemSwizzle;
   // A operands (K-major: rows hold head-dim elements): this warpgroup's 64 keys of K and V.
-  const uint64_t k_desc = ptx::smem_desc(ptx::smem_u32(sK + key_row0 * Traits::kRowBytes), 16, 1024, SmemSwizzle::k128B);
-  const uint64_t v_desc = ptx::smem_desc(ptx::smem_u32(sV + key_row0 * Traits::kRowBytes), 16, 1024, SmemSwizzle::k128B);
+  const uint64_t k_desc = bwd90::kmajor_desc(ptx::smem_u32(sK + key_row0 * Traits::kRowBytes));
+  const uint64_t v_desc = bwd90::kmajor_desc(ptx::smem_u32(sV + key_row0 * Traits::kRowBytes));
 
   constexpr int kAcc = kHeadDim / 2;  // dK, dV: 64 x head_dim per warpgroup
   constexpr int kS = kBlockM / 2;     // S^T, dP^T: 64 x block_m
@@ -279,22 +304,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
     const uint32_t do_addr = ptx::smem_u32(stage_do(s));
     // B operands K-major for S^T and dP^T (rows = queries), MN-major for dV and dK (rows = the
     // queries as the k index, the head dim across panels).
-    const uint64_t q_kmajor = ptx::smem_desc(q_addr, 16, 1024, SmemSwizzle::k128B);
-    const uint64_t do_kmajor = ptx::smem_desc(do_addr, 16, 1024, SmemSwizzle::k128B);
-    const uint64_t q_mn = ptx::smem_desc(q_addr, Traits::panel_bytes(kBlockM), 1024, SmemSwizzle::k128B);
-    const uint64_t do_mn = ptx::smem_desc(do_addr, Traits::panel_bytes(kBlockM), 1024, SmemSwizzle::k128B);
-
     float st[kS], dpt[kS];
-    turns.take();
-    bwd90::gemm_kmajor<kBlockM, Element, Traits::kPanels>(st, k_desc, Traits::panel_bytes(kBlockN), q_kmajor,
-                                                          Traits::panel_bytes(kBlockM));
-    bwd90::gemm_kmajor<kBlockM, Element, Traits::kPanels>(dpt, v_desc, Traits::panel_bytes(kBlockN), do_kmajor,
-                                                          Traits::panel_bytes(kBlockM));
-    ptx::wgmma_commit();
-    turns.pass();
-    ptx::wgmma_wait<0>();
-    ptx::fence_operand(st);
-    ptx::fence_operand(dpt);
+    bwd90::gemm_s_dp<kBlockM, Traits>(st, dpt, k_desc, v_desc, Traits::panel_bytes(kBlockN), bwd90::kmajor_desc(q_addr),
+                                      bwd90::kmajor_desc(do_addr), Traits::panel_bytes(kBlockM), turns);
 
     // Element (key row key_local + 8h, query column 8c + 2t4 + e) is st[4c + 2h + e].
     const float* lse = stage_lse(s);
@@ -324,8 +336,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
     bwd90::pack_pairs<Element>(st, pt);
     bwd90::pack_pairs<Element>(dpt, dst);
     turns.take();
-    bwd90::gemm_rs<kHeadDim, Element, kBlockM>(dv, pt, do_mn);
-    bwd90::gemm_rs<kHeadDim, Element, kBlockM>(dk, dst, q_mn);
+    bwd90::gemm_rs<kHeadDim, Element, kBlockM>(dv, pt, bwd90::mn_desc(do_addr, Traits::panel_bytes(kBlockM)));
+    bwd90::gemm_rs<kHeadDim, Element, kBlockM>(dk, dst, bwd90::mn_desc(q_addr, Traits::panel_bytes(kBlockM)));
     ptx::wgmma_commit();
     turns.pass();
     ptx::wgmma_wait<0>();
@@ -468,9 +480,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_dq_kernel(const __gri
   const int row_base = consumer * 64;
   const int row_local = row_base + (warp % 4) * 16 + g;  // this thread's rows: +0 and +8
   const float scale_log2 = params.scale_log2;
-  using ptx::SmemSwizzle;
-  const uint64_t q_desc = ptx::smem_desc(ptx::smem_u32(sQ + row_base * Traits::kRowBytes), 16, 1024, SmemSwizzle::k128B);
-  const uint64_t do_desc = ptx::smem_desc(ptx::smem_u32(sdO + row_base * Traits::kRowBytes), 16, 1024, SmemSwizzle::k128B);
+  const uint64_t q_desc = bwd90::kmajor_desc(ptx::smem_u32(sQ + row_base * Traits::kRowBytes));
+  const uint64_t do_desc = bwd90::kmajor_desc(ptx::smem_u32(sdO + row_base * Traits::kRowBytes));
 
   constexpr int kS = kBlockN / 2;
   float dq[kHeadDim / 2];
@@ -492,21 +503,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_dq_kernel(const __gri
       const int n0 = (n_lo + step) * kBlockN;
       ptx::mbarrier_wait(&full[s], (step / kStages) & 1);
       const uint32_t k_addr = ptx::smem_u32(stage_k(s));
-      const uint64_t k_kmajor = ptx::smem_desc(k_addr, 16, 1024, SmemSwizzle::k128B);
-      const uint64_t v_kmajor = ptx::smem_desc(ptx::smem_u32(stage_v(s)), 16, 1024, SmemSwizzle::k128B);
-      const uint64_t k_mn = ptx::smem_desc(k_addr, Traits::panel_bytes(kBlockN), 1024, SmemSwizzle::k128B);
-
       float sc[kS], dp[kS];
-      turns.take();
-      bwd90::gemm_kmajor<kBlockN, Element, Traits::kPanels>(sc, q_desc, Traits::panel_bytes(kBlockM), k_kmajor,
-                                                            Traits::panel_bytes(kBlockN));
-      bwd90::gemm_kmajor<kBlockN, Element, Traits::kPanels>(dp, do_desc, Traits::panel_bytes(kBlockM), v_kmajor,
-                                                            Traits::panel_bytes(kBlockN));
-      ptx::wgmma_commit();
-      turns.pass();
-      ptx::wgmma_wait<0>();
-      ptx::fence_operand(sc);
-      ptx::fence_operand(dp);
+      bwd90::gemm_s_dp<kBlockN, Traits>(sc, dp, q_desc, do_desc, Traits::panel_bytes(kBlockM), bwd90::kmajor_desc(k_addr),
+                                        bwd90::kmajor_desc(ptx::smem_u32(stage_v(s))), Traits::panel_bytes(kBlockN),
+                                        turns);
 
       // Element (query row row_local + 8h, key column n0 + 8c + 2t4 + e) is sc[4c + 2h + e].
       const bool needs_mask =
@@ -532,7 +532,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_dq_kernel(const __gri
       uint32_t ds[kS / 2];
       bwd90::pack_pairs<Element>(dp, ds);
       turns.take();
-      bwd90::gemm_rs<kHeadDim, Element, kBlockN>(dq, ds, k_mn);
+      bwd90::gemm_rs<kHeadDim, Element, kBlockN>(dq, ds, bwd90::mn_desc(k_addr, Traits::panel_bytes(kBlockN)));
       ptx::wgmma_commit();
       turns.pass();
       ptx::wgmma_wait<0>();
