@@ -205,16 +205,18 @@ Status dispatch_forward(const ForwardParams& p, int major, cudaStream_t stream) 
   return cuda::dispatch_fwd(p, stream);
 }
 
-// Runs a backward the kernels take directly. The sm90 backward (sm90/bwd_kernel.h) runs only
-// when FLASHATTN_CUDA_PATH=sm90 asks for the Hopper kernels: faster than sm80 where timed, but
-// fp16, the C++ suite and the sanitizers have not run on it yet, so the default (auto) stays on
-// the sm80 kernels on every GPU.
+// Runs a backward the kernels take directly: on a Hopper GPU the sm90 backward where cuda_path()
+// lets it (sm90/bwd.h: by default only where it was timed faster than sm80), else the sm80 kernels.
 Status dispatch_backward(const BackwardParams& p, cudaStream_t stream) {
 #if defined(FLASHATTN_CUDA_SM90)
-  if (cuda_path() == CudaPath::kSm90 && cuda::sm90::bwd_declines(p).empty()) {
+  const CudaPath path = cuda_path();
+  if (path != CudaPath::kSm80 && cuda::sm90::bwd_declines(p, path == CudaPath::kSm90).empty()) {
     int major = 0;
     FLASHATTN_CUDA_TRY(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, p.device.index));
-    if (major == 9) return cuda::sm90::dispatch_bwd(p, stream);
+    if (major == 9) {
+      Status s = cuda::sm90::dispatch_bwd(p, stream);
+      if (s.code() != StatusCode::kNotSupported || path == CudaPath::kSm90) return s;
+    }
   }
 #endif
   return cuda::dispatch_bwd(p, stream);

@@ -12,7 +12,7 @@ constexpr bool has_bwd_kernel(int head_dim) { return head_dim == 64 || head_dim 
 
 }  // namespace
 
-std::string bwd_declines(const BackwardParams& p) {
+std::string bwd_declines(const BackwardParams& p, bool any_runnable) {
   if (!has_bwd_kernel(p.head_dim)) return "head_dim is not 64 or 128";
   if (!head_dim_built(p.head_dim)) return "head_dim not built";
   if (p.head_dim_v != p.head_dim) return "head_dim_v differs from head_dim";
@@ -24,6 +24,9 @@ std::string bwd_declines(const BackwardParams& p) {
   if (broadcast(p.q_strides, p.heads) || broadcast(p.k_strides, p.heads_k) || broadcast(p.v_strides, p.heads_k) ||
       broadcast(p.dout_strides, p.heads)) {
     return "a broadcast (stride 0) operand";
+  }
+  if (!any_runnable && p.head_dim == 64 && p.has_window()) {
+    return "head_dim 64 under a causal or window mask runs faster on sm80";
   }
   return {};
 }
