@@ -10,7 +10,11 @@
 //  - bwd_dq_kernel, one CTA per query block of one head: Q and dO stay, K and V stream per key
 //    block; per step S = Q K^T, dP = dO V^T, dS = P (dP - D), dQ += dS K.
 // S and dP are computed twice (7 products instead of 5): the price of no f32 dQ accumulator in
-// global memory and no atomics. The statistics come from the sm80 preprocess kernel (workspace
+// global memory and no atomics. That is the deterministic form. The default (non-deterministic)
+// form is one fused kernel, bwd_kv_kernel<Traits, true>: each step also stages dS^T in shared
+// memory, computes the step's dQ contribution dS K as a wgmma from there, and has the copy
+// engine add it into an f32 accumulator in global memory (cp.reduce.async.bulk), which
+// bwd_dq_convert_kernel scales and converts: 5 products, and the order of the additions varies. The statistics come from the sm80 preprocess kernel (workspace
 // layout of BwdKernelParams, with ws_block = the dQ kernel's block_m); the learnable sink's
 // gradient and the GQA reduction of split query heads are the sm80 auxiliary kernels too.
 //
@@ -94,7 +98,25 @@ struct BwdTraits {
   static constexpr size_t kDqSmemBytes =
       1024 + 2 * tile_bytes(kDqBlockM) + 1024 + kStages * kDqStageBytes + 8 * kDqBarriers;
 
+  // The fused dK/dV/dQ kernel (bwd_kv_kernel<Traits, true>, the non-deterministic default): each
+  // step also writes dS^T to shared memory (kDsBytes, two buffers by step parity) and computes the
+  // step's dQ contribution as a wgmma from there, added into the f32 accumulator in global memory
+  // by the copy engine (bulk reduce-add from kDqPartBytes of shared memory per consumer). At d128
+  // the consumers split dQ's columns (64 each, all 128 keys: a barrier between them per step); at
+  // d64 each takes its own 64 keys and all 64 columns (no barrier, twice the reduce traffic).
+  static constexpr bool kDqSplitKeys = kHeadDim == 64;
+  static constexpr int kDqCols = kDqSplitKeys ? kHeadDim : kHeadDim / kConsumers;  // dQ columns per consumer
+  static constexpr int kDqKeys = kDqSplitKeys ? 64 : kKvBlockN;                    // keys per dQ product
+  static constexpr int kDqParts = kDqSplitKeys ? 1 : kConsumers;  // column parts of a 64-row dQ block
+  static constexpr int kDsBytes = kKvBlockN * kKvBlockM * 2;
+  static constexpr int kDqPartBytes = 64 * kDqCols * 4;
+  static constexpr int kFusedExtraBytes = 2 * kDsBytes + kConsumers * kDqPartBytes;
+  static constexpr size_t kKvFusedSmemBytes = kKvSmemBytes + kFusedExtraBytes;
+
   static_assert(kHeadDim % 64 == 0 && kHeadDim <= 128, "d64 and d128 (d256 needs dK/dV split over d)");
+  static_assert(kKvBlockM * 2 == kRowBytes, "dS^T rows are one 128-byte swizzled panel of queries");
+  static_assert(kDqCols == 64, "the dQ product is m64n64 (Wgmma<64>)");
+  static_assert(kKvFusedSmemBytes <= 232448, "the fused kernel fits the 227 KB an sm90 CTA may use");
   static_assert(2 * kKvStatBytes <= 1024 && 2 * kDqStatBytes <= 1024, "statistics fit their padding");
   static_assert(kKvSmemBytes <= 232448 && kDqSmemBytes <= 232448, "fits the 227 KB an sm90 CTA may use");
 };
@@ -176,14 +198,39 @@ __device__ __forceinline__ void release(uint64_t* bar, int lane) {
   if (lane == 0) ptx::mbarrier_arrive(bar);
 }
 
+// dQ (+)= dS K for one step of the fused kernel: A = dS from dS^T in shared memory (MN-major:
+// rows are keys, the k index; 64 queries per 128-byte row), B = K MN-major (rows are keys, this
+// consumer's 64 head-dim columns one panel); kKeys / 16 k16 steps of 16 rows.
+template <int kKeys, typename Element>
+__device__ __forceinline__ void gemm_dq(float (&acc)[32], uint64_t ds_desc, uint64_t k_desc) {
+  using Mma = ptx::Wgmma<64, Element>;
+  ptx::wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < kKeys / 16; ++kk) {
+    Mma::template ss<1, 1>(acc, ptx::desc_advance(ds_desc, kk * 16 * 128), ptx::desc_advance(k_desc, kk * 16 * 128),
+                           kk != 0 ? 1u : 0u);
+  }
+}
+
+// Where accumulator value i of warpgroup thread `tid` lives in a 64 x 64 f32 part of the dQ
+// accumulator (float4 groups of four values, consecutive threads adjacent: conflict-free stores,
+// and bwd_dq_convert_kernel's inverse below).
+__device__ __forceinline__ int dq_part_index(int i, int tid) { return ((i / 4) * 128 + tid) * 4 + i % 4; }
+
 // Tensor-map coordinates: dense operands are (dim, position, head, batch); varlen ones are one
 // batch entry of packed tokens.
 __device__ __forceinline__ int map_batch(const BwdKernelParams& p, int batch) { return p.is_varlen() ? 0 : batch; }
 
 }  // namespace bwd90
 
-// dK/dV. Grid (key blocks of the longest sequence, heads_k * kv_splits, batch).
-template <typename Traits>
+// Named barriers of the fused kernel (ids after the forward's turn barriers 1 and 2): dS^T of
+// both consumers written (d128), and per consumer its dQ part staged in shared memory.
+constexpr int kDsReadyBarrier = 3;
+constexpr int kDqStagedBarrier0 = 4;
+
+// dK/dV, and with kFusedDq dQ too (Traits::kDqSplitKeys says how). Grid (key blocks of the
+// longest sequence, heads_k * kv_splits, batch).
+template <typename Traits, bool kFusedDq>
 __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __grid_constant__ BwdKernelArgs args) {
   using Element = typename Traits::Element;
   constexpr int kBlockN = Traits::kKvBlockN;
@@ -219,7 +266,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
   unsigned char* sK = smem;
   unsigned char* sV = sK + Traits::tile_bytes(kBlockN);
   unsigned char* stages = sV + Traits::tile_bytes(kBlockN);
-  uint64_t* bars = reinterpret_cast<uint64_t*>(stages + kStages * Traits::kKvStageBytes);
+  // Fused: dS^T (two buffers), then one f32 dQ part per consumer, before the barriers.
+  unsigned char* sDs = stages + kStages * Traits::kKvStageBytes;
+  float* sDq = reinterpret_cast<float*>(sDs + 2 * Traits::kDsBytes);
+  uint64_t* bars = reinterpret_cast<uint64_t*>(stages + kStages * Traits::kKvStageBytes +
+                                               (kFusedDq ? Traits::kFusedExtraBytes : 0));
   uint64_t* kv_full = bars;
   uint64_t* full = bars + 1;               // [kStages]
   uint64_t* empty = bars + 1 + kStages;    // [kStages]
@@ -294,6 +345,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
   const Turns<Traits> turns{consumer};
   if (consumer == Traits::kConsumers - 1) turns.pass();  // the last warpgroup hands warpgroup 0 the first turn
 
+  // Fused: keys past this sequence (the last block) must not reach dQ: their P is forced to 0.
+  const bool key_ok[2] = {!kFusedDq || key_local < keys_here, !kFusedDq || key_local + 8 < keys_here};
+  const int tid_wg = threadIdx.x % 128;
+  float* dq_part = sDq + consumer * (Traits::kDqPartBytes / 4);
+
   if (steps > 0) ptx::mbarrier_wait(kv_full, 0);
   for (int step = 0; step < steps; ++step) {
     const int s = step % kStages;
@@ -324,6 +380,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
           const int idx = 4 * c + 2 * h + e;
           float x = st[idx];
           if (needs_mask && !mask.visible(m0 + 8 * c + 2 * t4 + e, n0 + key_local + 8 * h)) x = -INFINITY;
+          if (!key_ok[h]) x = -INFINITY;
           // Rows past the queries (and LSE = -inf) carry LSE_log2 = +inf: P = 0 there.
           const float p = ptx::exp2_approx(fmaf(x, scale_log2, -(e == 0 ? l.x : l.y)));
           st[idx] = p;
@@ -334,15 +391,70 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
     uint32_t pt[kS / 2], dst[kS / 2];
     bwd90::pack_pairs<Element>(st, pt);
     bwd90::pack_pairs<Element>(dpt, dst);
+    unsigned char* ds_buf = sDs + (step & 1) * Traits::kDsBytes;
+    if constexpr (kFusedDq) {
+      // dS^T rows of this thread's keys into the 128-byte swizzled panel (16-byte chunk c of
+      // row r at chunk c ^ (r % 8), as the copy engine writes): dst[2c + h] holds queries
+      // 8c + 2t4 and +1 of key row key_local + 8h. Conflict-free: a warp's 8 rows x 4 quads.
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int r = key_local + 8 * h;
+#pragma unroll
+        for (int c = 0; c < kBlockM / 8; ++c) {
+          *reinterpret_cast<uint32_t*>(ds_buf + r * Traits::kRowBytes + ((c ^ (r % 8)) << 4) + 4 * t4) = dst[2 * c + h];
+        }
+      }
+      ptx::fence_proxy_async_smem();  // visible to the dQ product's operand reads
+    }
     turns.take();
     bwd90::gemm_rs<kHeadDim, Element, kBlockM>(dv, pt, bwd90::mn_desc(do_addr, Traits::panel_bytes(kBlockM)));
     bwd90::gemm_rs<kHeadDim, Element, kBlockM>(dk, dst, bwd90::mn_desc(q_addr, Traits::panel_bytes(kBlockM)));
     ptx::wgmma_commit();
     turns.pass();
-    ptx::wgmma_wait<0>();
-    ptx::fence_operand(dv);
-    ptx::fence_operand(dk);
-    bwd90::release(&empty[s], lane);
+    if constexpr (!kFusedDq) {
+      ptx::wgmma_wait<0>();
+      ptx::fence_operand(dv);
+      ptx::fence_operand(dk);
+      bwd90::release(&empty[s], lane);
+    } else {
+      // dQ part of this step: d128, both consumers' dS^T rows (wait for the other's), this
+      // consumer's 64 columns of K; d64, this consumer's 64 keys, all columns.
+      if constexpr (!Traits::kDqSplitKeys) ptx::named_barrier_sync(kDsReadyBarrier, 128 * Traits::kConsumers);
+      const int key0 = Traits::kDqSplitKeys ? key_row0 : 0;
+      const uint32_t k_cols = ptx::smem_u32(sK) + (Traits::kDqSplitKeys ? 0 : consumer * Traits::panel_bytes(kBlockN));
+      float dq[Traits::kDqCols / 2];
+      bwd90::gemm_dq<Traits::kDqKeys, Element>(
+          dq, bwd90::mn_desc(ptx::smem_u32(ds_buf + key0 * Traits::kRowBytes), Traits::kDsBytes),
+          bwd90::mn_desc(k_cols + key0 * Traits::kRowBytes, Traits::panel_bytes(kBlockN)));
+      ptx::wgmma_commit();
+      ptx::wgmma_wait<0>();
+      ptx::fence_operand(dv);
+      ptx::fence_operand(dk);
+      ptx::fence_operand(dq);
+      bwd90::release(&empty[s], lane);
+      // Stage the part (once the previous step's reduce has read it) and hand it to the copy
+      // engine, which adds it into this query block's 64 x head_dim f32 accumulator.
+      if (tid_wg == 0) ptx::bulk_wait_group_read<0>();
+      ptx::named_barrier_sync(kDqStagedBarrier0 + consumer, 128);
+#pragma unroll
+      for (int i = 0; i < Traits::kDqCols / 2; i += 4) {
+        *reinterpret_cast<float4*>(dq_part + bwd90::dq_part_index(i, tid_wg)) =
+            make_float4(dq[i], dq[i + 1], dq[i + 2], dq[i + 3]);
+      }
+      ptx::fence_proxy_async_smem();
+      ptx::named_barrier_sync(kDqStagedBarrier0 + consumer, 128);
+      if (tid_wg == 0) {
+        const int head = head_begin + step / n_m;
+        const int part = Traits::kDqSplitKeys ? 0 : consumer;
+        float* gdq = params.dq_accum + (int64_t(head) * params.ws_rows + ws_row0 + m0) * kHeadDim +
+                     part * (Traits::kDqPartBytes / 4);
+        ptx::bulk_reduce_add_f32(gdq, dq_part, Traits::kDqPartBytes);
+        ptx::bulk_commit_group();
+      }
+    }
+  }
+  if constexpr (kFusedDq) {
+    if (tid_wg == 0) ptx::bulk_wait_group<0>();  // the reduces done before the CTA's memory goes
   }
 
   if (consumer == 0) turns.take();  // the turn the last warpgroup passed at the end
@@ -555,6 +667,40 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_dq_kernel(const __gri
     for (int c = 0; c < kHeadDim / 8; ++c) {
       *reinterpret_cast<uint32_t*>(gdq + sizeof(Element) * 8 * c) =
           ptx::pack2<Element>(dq[4 * c + 2 * h] * dq_scale, dq[4 * c + 2 * h + 1] * dq_scale);
+    }
+  }
+}
+
+// dQ = scale * the fused kernel's f32 accumulator, in Element: the inverse of dq_part_index per
+// 64-row query block. Grid (64-row blocks of the longest sequence, heads, batch), 128 threads.
+template <typename Traits>
+__global__ void __launch_bounds__(128) bwd_dq_convert_kernel(const __grid_constant__ BwdKernelParams params) {
+  using Element = typename Traits::Element;
+  constexpr int kHeadDim = Traits::kHeadDim;
+  constexpr int kPartQuads = 64 * Traits::kDqCols / 4;  // float4 groups per part
+  const int m0 = int(blockIdx.x) * 64;
+  const int head = blockIdx.y;
+  const int batch = blockIdx.z;
+  const SeqExtent seq = seq_extent(params, batch);
+  if (m0 >= seq.seqlen_q) return;
+  const float* src =
+      params.dq_accum + (int64_t(head) * params.ws_rows + params.ws_row0(batch, seq.row0_q) + m0) * kHeadDim;
+  char* dq = static_cast<char*>(params.dq) +
+             sizeof(Element) * (batch * params.dq_strides.batch + int64_t(head) * params.dq_strides.head);
+  const float scale = params.scale;
+  for (int quad = threadIdx.x; quad < 64 * kHeadDim / 4; quad += 128) {
+    const float4 v = *reinterpret_cast<const float4*>(src + 4 * quad);
+    const int part = quad / kPartQuads;
+    const int chunk = quad % kPartQuads / 128;  // the accumulator's 8-column chunk
+    const int tid = quad % 128;                 // the warpgroup thread that held it
+    const int row = 16 * (tid / 32) + (tid % 32) / 4;
+    const int col = part * Traits::kDqCols + 8 * chunk + 2 * (tid % 4);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = m0 + row + 8 * h;
+      if (r >= seq.seqlen_q) continue;
+      *reinterpret_cast<uint32_t*>(dq + sizeof(Element) * ((seq.row0_q + r) * params.dq_strides.row + col)) =
+          ptx::pack2<Element>((h == 0 ? v.x : v.z) * scale, (h == 0 ? v.y : v.w) * scale);
     }
   }
 }
