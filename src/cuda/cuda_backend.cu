@@ -174,11 +174,14 @@ Status prepare(const QKVParams& p, PadPlan* plan, int* major_out = nullptr) {
   plan->v = p.head_dim_v != plan->run_dim;
   // An e4m3 cache runs at the head dims of its own instantiations, unpadded (a padded copy of
   // the cache would be a 16-bit one, and would cost more than the attention).
+  if (fp8_cache && cuda::head_dim_in(p.head_dim, cuda::kFp8CacheHeadDims) && !cuda::head_dim_built(p.head_dim)) {
+    return Status::NotSupported("head_dim " + std::to_string(p.head_dim) + " with a float8_e4m3 k_cache/v_cache "
+                                "was not built into this flashattn (FLASHATTN_CUDA_HEAD_DIMS)");
+  }
   if (fp8_cache && (plan->any() || !cuda::head_dim_in(p.head_dim, cuda::kFp8CacheHeadDims))) {
     return Status::NotSupported("head_dim " + std::to_string(p.head_dim) +
                                 " with a float8_e4m3 k_cache/v_cache is not supported by the CUDA backend "
-                                "(built for head_dim 64, 128 and 256 where this flashattn has them; the "
-                                "cpu backend takes any)");
+                                "(head_dim 128 only; the cpu backend takes any)");
   }
   if (p.batch > 65535 || p.heads > 65535) {
     return Status::NotSupported("the CUDA backend supports batch and heads up to 65535, got batch " +
