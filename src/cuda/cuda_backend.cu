@@ -13,6 +13,7 @@
 #include "core/backend.h"
 #include "cuda/common/build_config.h"
 #include "cuda/common/cuda_check.h"
+#include "cuda/common/variants.h"
 #include "cuda/common/workspace.h"
 #include "cuda/kvcache.h"
 #include "cuda/pad.h"
@@ -26,13 +27,17 @@ namespace {
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
-Status check_operand(const char* name, const void* ptr, const Strides3& s) {
+// The kernels copy 16-byte chunks: 16-byte aligned data and strides of whole chunks (8 16-bit
+// or 16 e4m3 elements; elem_bytes is the operand's element size).
+Status check_operand(const char* name, const void* ptr, const Strides3& s, int elem_bytes = 2) {
   if (!aligned16(ptr)) {
     return Status::NotSupported(std::string(name) +
                                 ": the CUDA backend needs 16-byte aligned data pointers");
   }
-  if (s.batch % 8 != 0 || s.row % 8 != 0 || s.head % 8 != 0) {
-    return Status::NotSupported(std::string(name) + ": the CUDA backend needs strides that are multiples of 8 elements, got (" +
+  const int64_t chunk = 16 / elem_bytes;
+  if (s.batch % chunk != 0 || s.row % chunk != 0 || s.head % chunk != 0) {
+    return Status::NotSupported(std::string(name) + ": the CUDA backend needs strides that are multiples of " +
+                                std::to_string(chunk) + " elements, got (" +
                                 std::to_string(s.batch) + ", " + std::to_string(s.row) + ", " +
                                 std::to_string(s.head) + ")");
   }
@@ -122,12 +127,15 @@ struct PadPlan {
 // kernels run at and which operands are padded, *major the device's compute capability major
 // version.
 Status prepare(const QKVParams& p, PadPlan* plan, int* major_out = nullptr) {
-  // FP8 (issue 21): the semantics, validation and the cpu backend exist; the kernels do not.
-  if (p.dtype == DType::kFloat8E4M3 || p.kv_dtype == DType::kFloat8E4M3) {
-    return Status::NotSupported(std::string(p.dtype == DType::kFloat8E4M3 ? "q" : "k_cache/v_cache") +
-                                " has dtype float8_e4m3, which the CUDA backend does not run yet "
-                                "(the cpu backend implements the FP8 forward and the FP8 KV cache)");
+  // FP8 (issue 21): an e4m3 KV cache read by float16/bfloat16 queries runs on the sm80 cache
+  // kernels (FwdTraits::Fp8Cache); the FP8 forward (an e4m3 q, also against a cache) has no
+  // CUDA kernel yet.
+  if (p.dtype == DType::kFloat8E4M3) {
+    return Status::NotSupported("q has dtype float8_e4m3, which the CUDA backend does not run yet "
+                                "(the cpu backend implements the FP8 forward; an e4m3 k_cache/v_cache "
+                                "with float16/bfloat16 q runs on CUDA)");
   }
+  const bool fp8_cache = p.kv_dtype == DType::kFloat8E4M3;
   if (p.dtype != DType::kFloat16 && p.dtype != DType::kBFloat16) {
     return Status::NotSupported(std::string("q has dtype ") + dtype_name(p.dtype) +
                                 "; the CUDA backend supports float16 and bfloat16 "
@@ -164,6 +172,17 @@ Status prepare(const QKVParams& p, PadPlan* plan, int* major_out = nullptr) {
   }
   plan->qk = p.head_dim != plan->run_dim;
   plan->v = p.head_dim_v != plan->run_dim;
+  // An e4m3 cache runs at the head dims of its own instantiations, unpadded (a padded copy of
+  // the cache would be a 16-bit one, and would cost more than the attention).
+  if (fp8_cache && cuda::head_dim_in(p.head_dim, cuda::kFp8CacheHeadDims) && !cuda::head_dim_built(p.head_dim)) {
+    return Status::NotSupported("head_dim " + std::to_string(p.head_dim) + " with a float8_e4m3 k_cache/v_cache "
+                                "was not built into this flashattn (FLASHATTN_CUDA_HEAD_DIMS)");
+  }
+  if (fp8_cache && (plan->any() || !cuda::head_dim_in(p.head_dim, cuda::kFp8CacheHeadDims))) {
+    return Status::NotSupported("head_dim " + std::to_string(p.head_dim) +
+                                " with a float8_e4m3 k_cache/v_cache is not supported by the CUDA backend "
+                                "(head_dim 128 only; the cpu backend takes any)");
+  }
   if (p.batch > 65535 || p.heads > 65535) {
     return Status::NotSupported("the CUDA backend supports batch and heads up to 65535, got batch " +
                                 std::to_string(p.batch) + " and heads " + std::to_string(p.heads));
@@ -172,10 +191,10 @@ Status prepare(const QKVParams& p, PadPlan* plan, int* major_out = nullptr) {
   // directly need their 16-byte alignment.
   if (!plan->qk) {
     if (Status s = check_operand("q", p.q, p.q_strides); !s.ok()) return s;
-    if (Status s = check_operand("k", p.k, p.k_strides); !s.ok()) return s;
+    if (Status s = check_operand("k", p.k, p.k_strides, int(dtype_size(p.kv_dtype))); !s.ok()) return s;
   }
   if (!plan->v) {
-    if (Status s = check_operand("v", p.v, p.v_strides); !s.ok()) return s;
+    if (Status s = check_operand("v", p.v, p.v_strides, int(dtype_size(p.kv_dtype))); !s.ok()) return s;
   }
 
   FLASHATTN_CUDA_TRY(cudaSetDevice(p.device.index));
