@@ -111,6 +111,15 @@ struct BwdTraits {
   static constexpr int kDsBytes = kKvBlockN * kKvBlockM * 2;
   static constexpr int kDqPartBytes = 64 * kDqCols * 4;
   static constexpr int kFusedExtraBytes = 2 * kDsBytes + kConsumers * kDqPartBytes;
+  // dev/ A/B (-DFLASHATTN_DEV_SM90_BWD_DQ_OVERLAP): a step's dQ part is staged and handed to the
+  // copy engine while the next step's S^T/dP^T products run (dQ stays in registers across
+  // them), instead of after its own products. d64 only: at d128 dK, dV, S^T, dP^T and dQ
+  // together (224 floats) spill 256 bytes (ptxas, sm_90a).
+#if defined(FLASHATTN_DEV_SM90_BWD_DQ_OVERLAP)
+  static constexpr bool kDqOverlap = kHeadDim == 64;
+#else
+  static constexpr bool kDqOverlap = false;
+#endif
   static constexpr size_t kKvFusedSmemBytes = kKvSmemBytes + kFusedExtraBytes;
 
   static_assert(kHeadDim % 64 == 0 && kHeadDim <= 128, "d64 and d128 (d256 needs dK/dV split over d)");
@@ -349,6 +358,28 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
   const bool key_ok[2] = {!kFusedDq || key_local < keys_here, !kFusedDq || key_local + 8 < keys_here};
   const int tid_wg = threadIdx.x % 128;
   float* dq_part = sDq + consumer * (Traits::kDqPartBytes / 4);
+  float dq[Traits::kDqCols / 2];  // the fused kernel's dQ part of one step
+  // Stages the dQ part of `step` (once the previous reduce has read the buffer) and hands it to
+  // the copy engine, which adds it into that query block's 64 x head_dim f32 accumulator.
+  const auto stage_dq = [&](int step) {
+    if (tid_wg == 0) ptx::bulk_wait_group_read<0>();
+    ptx::named_barrier_sync(kDqStagedBarrier0 + consumer, 128);
+#pragma unroll
+    for (int i = 0; i < Traits::kDqCols / 2; i += 4) {
+      *reinterpret_cast<float4*>(dq_part + bwd90::dq_part_index(i, tid_wg)) = make_float4(dq[i], dq[i + 1], dq[i + 2], dq[i + 3]);
+    }
+    ptx::fence_proxy_async_smem();
+    ptx::named_barrier_sync(kDqStagedBarrier0 + consumer, 128);
+    if (tid_wg == 0) {
+      const int head = head_begin + step / n_m;
+      const int m0 = (m_lo + step % n_m) * kBlockM;
+      const int part = Traits::kDqSplitKeys ? 0 : consumer;
+      float* gdq = params.dq_accum + (int64_t(head) * params.ws_rows + ws_row0 + m0) * kHeadDim +
+                   part * (Traits::kDqPartBytes / 4);
+      ptx::bulk_reduce_add_f32(gdq, dq_part, Traits::kDqPartBytes);
+      ptx::bulk_commit_group();
+    }
+  };
 
   if (steps > 0) ptx::mbarrier_wait(kv_full, 0);
   for (int step = 0; step < steps; ++step) {
@@ -360,8 +391,24 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
     // B operands K-major for S^T and dP^T (rows = queries), MN-major for dV and dK (rows = the
     // queries as the k index, the head dim across panels).
     float st[kS], dpt[kS];
-    bwd90::gemm_s_dp<kBlockM, Traits>(st, dpt, k_desc, v_desc, Traits::panel_bytes(kBlockN), bwd90::kmajor_desc(q_addr),
-                                      bwd90::kmajor_desc(do_addr), Traits::panel_bytes(kBlockM), turns);
+    if constexpr (kFusedDq && Traits::kDqOverlap) {
+      // The previous step's dQ part goes out while these products run.
+      turns.take();
+      bwd90::gemm_kmajor<kBlockM, Element, Traits::kPanels>(st, k_desc, Traits::panel_bytes(kBlockN),
+                                                            bwd90::kmajor_desc(q_addr), Traits::panel_bytes(kBlockM));
+      bwd90::gemm_kmajor<kBlockM, Element, Traits::kPanels>(dpt, v_desc, Traits::panel_bytes(kBlockN),
+                                                            bwd90::kmajor_desc(do_addr), Traits::panel_bytes(kBlockM));
+      ptx::wgmma_commit();
+      turns.pass();
+      if (step > 0) stage_dq(step - 1);
+      ptx::wgmma_wait<0>();
+      ptx::fence_operand(st);
+      ptx::fence_operand(dpt);
+    } else {
+      bwd90::gemm_s_dp<kBlockM, Traits>(st, dpt, k_desc, v_desc, Traits::panel_bytes(kBlockN),
+                                        bwd90::kmajor_desc(q_addr), bwd90::kmajor_desc(do_addr),
+                                        Traits::panel_bytes(kBlockM), turns);
+    }
 
     // Element (key row key_local + 8h, query column 8c + 2t4 + e) is st[4c + 2h + e].
     const float* lse = stage_lse(s);
@@ -422,7 +469,6 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
       if constexpr (!Traits::kDqSplitKeys) ptx::named_barrier_sync(kDsReadyBarrier, 128 * Traits::kConsumers);
       const int key0 = Traits::kDqSplitKeys ? key_row0 : 0;
       const uint32_t k_cols = ptx::smem_u32(sK) + (Traits::kDqSplitKeys ? 0 : consumer * Traits::panel_bytes(kBlockN));
-      float dq[Traits::kDqCols / 2];
       bwd90::gemm_dq<Traits::kDqKeys, Element>(
           dq, bwd90::mn_desc(ptx::smem_u32(ds_buf + key0 * Traits::kRowBytes), Traits::kDsBytes),
           bwd90::mn_desc(k_cols + key0 * Traits::kRowBytes, Traits::panel_bytes(kBlockN)));
@@ -432,28 +478,13 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
       ptx::fence_operand(dk);
       ptx::fence_operand(dq);
       bwd90::release(&empty[s], lane);
-      // Stage the part (once the previous step's reduce has read it) and hand it to the copy
-      // engine, which adds it into this query block's 64 x head_dim f32 accumulator.
-      if (tid_wg == 0) ptx::bulk_wait_group_read<0>();
-      ptx::named_barrier_sync(kDqStagedBarrier0 + consumer, 128);
-#pragma unroll
-      for (int i = 0; i < Traits::kDqCols / 2; i += 4) {
-        *reinterpret_cast<float4*>(dq_part + bwd90::dq_part_index(i, tid_wg)) =
-            make_float4(dq[i], dq[i + 1], dq[i + 2], dq[i + 3]);
-      }
-      ptx::fence_proxy_async_smem();
-      ptx::named_barrier_sync(kDqStagedBarrier0 + consumer, 128);
-      if (tid_wg == 0) {
-        const int head = head_begin + step / n_m;
-        const int part = Traits::kDqSplitKeys ? 0 : consumer;
-        float* gdq = params.dq_accum + (int64_t(head) * params.ws_rows + ws_row0 + m0) * kHeadDim +
-                     part * (Traits::kDqPartBytes / 4);
-        ptx::bulk_reduce_add_f32(gdq, dq_part, Traits::kDqPartBytes);
-        ptx::bulk_commit_group();
-      }
+      if constexpr (!Traits::kDqOverlap) stage_dq(step);
     }
   }
   if constexpr (kFusedDq) {
+    if constexpr (Traits::kDqOverlap) {
+      if (steps > 0) stage_dq(steps - 1);
+    }
     if (tid_wg == 0) ptx::bulk_wait_group<0>();  // the reduces done before the CTA's memory goes
   }
 
