@@ -46,6 +46,10 @@ namespace flashattn::cuda::sm90 {
 // Registers per consumer thread, dK/dV kernel: dK and dV head_dim / 2 floats each, S^T and dP^T
 // block_m / 2 each, P^T and dS^T block_m / 4 (16-bit pairs) each: 224 at d128 under the 240 of
 // setmaxnreg. dQ kernel: dQ head_dim / 2, S and dP block_n / 2, dS block_n / 4: 144 at d128.
+// d256 (kSplitRoles): dK and dV alone would be 256 per thread, so the two consumers share one
+// block of 64 keys by role, not by keys: consumer 0 computes S^T, P^T and dV += P^T dO, consumer
+// 1 dP^T, dS^T and dK += dS^T Q, with P^T (f32) handed over in shared memory (bwd_kv_kernel's
+// split-role path); 128 + 32 + 16 each. Its dQ kernel steps over 32 keys (shared memory).
 template <typename Element_, int kHeadDim_, MaskMode kMask_>
 struct BwdTraits {
   using Element = Element_;
@@ -58,6 +62,7 @@ struct BwdTraits {
   static constexpr int kPanels = kHeadDim / 64;  // 64-column panels of 128-byte swizzled rows
   static constexpr int kRowBytes = 128;
   static constexpr int kStages = 2;
+  static constexpr bool kSplitRoles = kHeadDim == 256;
   // dev/ A/B (-DFLASHATTN_DEV_SM90_BWD_PINGPONG): the consumers take turns issuing their products
   // (the forward's Turns), so one warpgroup's element-wise work overlaps the other's products.
 #if defined(FLASHATTN_DEV_SM90_BWD_PINGPONG)
@@ -66,15 +71,16 @@ struct BwdTraits {
   static constexpr bool kPingPong = false;
 #endif
 
-  // dK/dV kernel: kKvBlockN keys per CTA (64 per consumer), kKvBlockM queries per step.
-  static constexpr int kKvBlockN = 64 * kConsumers;
+  // dK/dV kernel: kKvBlockN keys per CTA (64 per consumer; 64 shared by role at d256),
+  // kKvBlockM queries per step.
+  static constexpr int kKvBlockN = kSplitRoles ? 64 : 64 * kConsumers;
   static constexpr int kKvBlockM = 64;
   // dQ kernel: kDqBlockM queries per CTA (64 per consumer), kDqBlockN keys per step.
   static constexpr int kDqBlockM = 64 * kConsumers;
 #if defined(FLASHATTN_DEV_SM90_BWD_DQ_BN)
   static constexpr int kDqBlockN = FLASHATTN_DEV_SM90_BWD_DQ_BN;  // dev/ A/B: 128 (S, dP 64 regs each)
 #else
-  static constexpr int kDqBlockN = 64;
+  static constexpr int kDqBlockN = kHeadDim == 256 ? 32 : 64;
 #endif
   // Workspace rows are allocated in whole blocks of the larger query block (BwdKernelParams).
   static constexpr int kWsBlock = kDqBlockM;
@@ -87,8 +93,10 @@ struct BwdTraits {
   static constexpr int kKvStatBytes = kKvBlockM * 4;
   static constexpr int kKvStageBytes = 2 * tile_bytes(kKvBlockM) + 1024;
   static constexpr int kKvBarriers = 1 + 2 * kStages;  // K/V full; per stage full and empty
+  // Split roles: P^T of one step (64 x 64 f32 in accumulator order) from consumer 0 to 1.
+  static constexpr int kPtBytes = kSplitRoles ? 64 * kKvBlockM * 4 : 0;
   static constexpr size_t kKvSmemBytes =
-      1024 + 2 * tile_bytes(kKvBlockN) + kStages * kKvStageBytes + 8 * kKvBarriers;
+      1024 + 2 * tile_bytes(kKvBlockN) + kStages * kKvStageBytes + kPtBytes + 8 * kKvBarriers;
 
   // dQ kernel: Q, dO (kDqBlockM rows) and their statistics (padded to 1024 bytes), then
   // kStages x {K, V (kDqBlockN rows)}, then the barriers.
@@ -122,10 +130,12 @@ struct BwdTraits {
 #endif
   static constexpr size_t kKvFusedSmemBytes = kKvSmemBytes + kFusedExtraBytes;
 
-  static_assert(kHeadDim % 64 == 0 && kHeadDim <= 128, "d64 and d128 (d256 needs dK/dV split over d)");
+  static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256, "d64, d128 and d256");
   static_assert(kKvBlockM * 2 == kRowBytes, "dS^T rows are one 128-byte swizzled panel of queries");
-  static_assert(kDqCols == 64, "the dQ product is m64n64 (Wgmma<64>)");
-  static_assert(kKvFusedSmemBytes <= 232448, "the fused kernel fits the 227 KB an sm90 CTA may use");
+  // The fused kernel: d64 and d128 (at d256 dK and dV already fill the registers).
+  static constexpr bool kHasFused = !kSplitRoles;
+  static_assert(!kHasFused || kDqCols == 64, "the dQ product is m64n64 (Wgmma<64>)");
+  static_assert(!kHasFused || kKvFusedSmemBytes <= 232448, "the fused kernel fits the 227 KB an sm90 CTA may use");
   static_assert(2 * kKvStatBytes <= 1024 && 2 * kDqStatBytes <= 1024, "statistics fit their padding");
   static_assert(kKvSmemBytes <= 232448 && kDqSmemBytes <= 232448, "fits the 227 KB an sm90 CTA may use");
 };
@@ -233,9 +243,12 @@ __device__ __forceinline__ int map_batch(const BwdKernelParams& p, int batch) { 
 }  // namespace bwd90
 
 // Named barriers of the fused kernel (ids after the forward's turn barriers 1 and 2): dS^T of
-// both consumers written (d128), and per consumer its dQ part staged in shared memory.
+// both consumers written (d128), and per consumer its dQ part staged in shared memory. Of the
+// split-role kernel (d256): P^T of a step written by consumer 0, and read by consumer 1.
 constexpr int kDsReadyBarrier = 3;
 constexpr int kDqStagedBarrier0 = 4;
+constexpr int kPtReadyBarrier = 3;
+constexpr int kPtFreeBarrier = 4;
 
 // dK/dV, and with kFusedDq dQ too (Traits::kDqSplitKeys says how). Grid (key blocks of the
 // longest sequence, heads_k * kv_splits, batch).
@@ -278,7 +291,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
   // Fused: dS^T (two buffers), then one f32 dQ part per consumer, before the barriers.
   unsigned char* sDs = stages + kStages * Traits::kKvStageBytes;
   float* sDq = reinterpret_cast<float*>(sDs + 2 * Traits::kDsBytes);
-  uint64_t* bars = reinterpret_cast<uint64_t*>(stages + kStages * Traits::kKvStageBytes +
+  // Split roles (d256): P^T handed from consumer 0 to 1, before the barriers.
+  float* sPt = reinterpret_cast<float*>(stages + kStages * Traits::kKvStageBytes);
+  uint64_t* bars = reinterpret_cast<uint64_t*>(stages + kStages * Traits::kKvStageBytes + Traits::kPtBytes +
                                                (kFusedDq ? Traits::kFusedExtraBytes : 0));
   uint64_t* kv_full = bars;
   uint64_t* full = bars + 1;               // [kStages]
@@ -338,6 +353,121 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
   const int consumer = warpgroup - 1;
   const int g = lane / 4;
   const int t4 = lane % 4;
+  if constexpr (Traits::kSplitRoles) {
+    // d256: both consumers take the CTA's 64 keys; consumer 0 (role P) computes S^T, P^T and
+    // dV += P^T dO, consumer 1 (role dS) dP^T, dS^T = P^T (dP^T - D) and dK += dS^T Q. P^T goes
+    // from one to the other in f32 through sPt in accumulator order (thread t of each writes or
+    // reads the same 32 values: conflict-free float4s), one step in flight (P ready / P free).
+    static_assert(!kFusedDq && !Traits::kPingPong, "the split-role kernel is the two-kernel form, no ping-pong");
+    constexpr int kS = kBlockM / 2;
+    const bool role_p = consumer == 0;
+    const int tid_wg = threadIdx.x % 128;
+    const int key_local = (warp % 4) * 16 + g;  // this thread's keys: +0 and +8
+    const uint64_t a_desc = bwd90::kmajor_desc(ptx::smem_u32(role_p ? sK : sV));
+    float acc[kHeadDim / 2];  // dV (role P) or dK (role dS): 64 keys x head_dim
+#pragma unroll
+    for (int i = 0; i < kHeadDim / 2; ++i) acc[i] = 0.0f;
+    if (steps > 0) ptx::mbarrier_wait(kv_full, 0);
+    for (int step = 0; step < steps; ++step) {
+      const int s = step % kStages;
+      const int m0 = (m_lo + step % n_m) * kBlockM;
+      ptx::mbarrier_wait(&full[s], (step / kStages) & 1);
+      const uint32_t q_addr = ptx::smem_u32(stage_q(s));
+      const uint32_t do_addr = ptx::smem_u32(stage_do(s));
+      // S^T = K Q^T (role P) or dP^T = V dO^T (role dS), over the head dim.
+      float x[kS];
+      bwd90::gemm_kmajor<kBlockM, Element, Traits::kPanels>(x, a_desc, Traits::panel_bytes(kBlockN),
+                                                            bwd90::kmajor_desc(role_p ? q_addr : do_addr),
+                                                            Traits::panel_bytes(kBlockM));
+      ptx::wgmma_commit();
+      ptx::wgmma_wait<0>();
+      ptx::fence_operand(x);
+      // Element (key row key_local + 8h, query column 8c + 2t4 + e) is x[4c + 2h + e].
+      uint32_t a[kS / 2];  // P^T or dS^T, 16-bit pairs: the A operand of the last product
+      if (role_p) {
+        const float* lse = stage_lse(s);
+        const bool needs_mask = Traits::kMask == MaskMode::kWindow &&
+                                mask.block_needs_mask(m0, min(m0 + kBlockM, seq.seqlen_q), n0, n0 + kBlockN);
+#pragma unroll
+        for (int c = 0; c < kBlockM / 8; ++c) {
+          const float2 l = *reinterpret_cast<const float2*>(lse + 8 * c + 2 * t4);
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              const int idx = 4 * c + 2 * h + e;
+              float v = x[idx];
+              if (needs_mask && !mask.visible(m0 + 8 * c + 2 * t4 + e, n0 + key_local + 8 * h)) v = -INFINITY;
+              x[idx] = ptx::exp2_approx(fmaf(v, params.scale_log2, -(e == 0 ? l.x : l.y)));
+            }
+          }
+        }
+        if (step > 0) ptx::named_barrier_sync(kPtFreeBarrier, 256);  // the other read the last one
+#pragma unroll
+        for (int i = 0; i < kS; i += 4) {
+          *reinterpret_cast<float4*>(sPt + bwd90::dq_part_index(i, tid_wg)) = make_float4(x[i], x[i + 1], x[i + 2], x[i + 3]);
+        }
+        ptx::named_barrier_arrive(kPtReadyBarrier, 256);
+        bwd90::pack_pairs<Element>(x, a);
+      } else {
+        const float* dsum = stage_dsum(s);
+        ptx::named_barrier_sync(kPtReadyBarrier, 256);
+        float pt[kS];
+#pragma unroll
+        for (int i = 0; i < kS; i += 4) {
+          const float4 v = *reinterpret_cast<const float4*>(sPt + bwd90::dq_part_index(i, tid_wg));
+          pt[i] = v.x, pt[i + 1] = v.y, pt[i + 2] = v.z, pt[i + 3] = v.w;
+        }
+        if (step + 1 < steps) ptx::named_barrier_arrive(kPtFreeBarrier, 256);
+#pragma unroll
+        for (int c = 0; c < kBlockM / 8; ++c) {
+          const float2 d = *reinterpret_cast<const float2*>(dsum + 8 * c + 2 * t4);
+#pragma unroll
+          for (int i = 4 * c; i < 4 * c + 4; ++i) x[i] = pt[i] * (x[i] - (i % 2 == 0 ? d.x : d.y));
+        }
+        bwd90::pack_pairs<Element>(x, a);
+      }
+      // dV += P^T dO (role P) or dK += dS^T Q (role dS): B MN-major (rows = queries, the k index).
+      bwd90::gemm_rs<kHeadDim, Element, kBlockM>(acc, a, bwd90::mn_desc(role_p ? do_addr : q_addr,
+                                                                        Traits::panel_bytes(kBlockM)));
+      ptx::wgmma_commit();
+      ptx::wgmma_wait<0>();
+      ptx::fence_operand(acc);
+      bwd90::release(&empty[s], lane);
+    }
+    // Epilogue: dV (role P) or dK = scale * acc (role dS), or their unscaled f32 partials.
+    if (params.kv_splits > 1) {
+      const int64_t row_base = int64_t(split) * params.total_k + params.k_row0(batch, seq.row0_k) + n0;
+      float* part = role_p ? params.dv_partial : params.dk_partial;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int r = key_local + 8 * h;
+        if (r >= keys_here) continue;
+        const int64_t off = ((row_base + r) * params.heads_k + kv_head) * kHeadDim + 2 * t4;
+#pragma unroll
+        for (int c = 0; c < kHeadDim / 8; ++c) {
+          *reinterpret_cast<float2*>(part + off + 8 * c) = make_float2(acc[4 * c + 2 * h], acc[4 * c + 2 * h + 1]);
+        }
+      }
+      return;
+    }
+    const float out_scale = role_p ? 1.0f : params.scale;
+    const Strides3& st = role_p ? params.dv_strides : params.dk_strides;
+    char* base = static_cast<char*>(role_p ? params.dv : params.dk);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = key_local + 8 * h;
+      if (r >= keys_here) continue;
+      const int64_t row = seq.row0_k + n0 + r;
+      char* out = base + sizeof(Element) * (batch * st.batch + row * st.row + int64_t(kv_head) * st.head + 2 * t4);
+#pragma unroll
+      for (int c = 0; c < kHeadDim / 8; ++c) {
+        *reinterpret_cast<uint32_t*>(out + sizeof(Element) * 8 * c) =
+            ptx::pack2<Element>(acc[4 * c + 2 * h] * out_scale, acc[4 * c + 2 * h + 1] * out_scale);
+      }
+    }
+    return;
+  }
   const int key_row0 = consumer * 64;                       // this warpgroup's first key of the block
   const int key_local = key_row0 + (warp % 4) * 16 + g;    // this thread's keys: +0 and +8
   const float scale_log2 = params.scale_log2;

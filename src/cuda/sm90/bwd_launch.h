@@ -67,24 +67,27 @@ Status run_bwd(const BackwardParams& params, cudaStream_t stream) {
   // deterministic.
   set_workspace_rows(&kp, kWsBlock);
   kp.kv_splits = kv_splits_for(params, Traits::kKvBlockN, num_sms);
+  if constexpr (!Traits::kHasFused) kp.deterministic = true;  // d256: the two-kernel form only
   void* ws = nullptr;
   if (Status s = alloc_workspace<kHeadDim>(&kp, stream, &ws); !s.ok()) return s;
 
   const auto launch = [&]() -> Status {
     if (Status s = launch_bwd_preprocess<Element, kHeadDim>(kp, stream); !s.ok()) return s;
     const dim3 kv_grid(unsigned(ceil_div(kp.seqlen_k, Traits::kKvBlockN)), kp.heads_k * kp.kv_splits, kp.batch);
-    if (!kp.deterministic) {
-      FLASHATTN_CUDA_TRY(
-          cudaMemsetAsync(kp.dq_accum, 0, sizeof(float) * size_t(kp.heads) * kp.ws_rows * kHeadDim, stream));
-      const auto kernel = bwd_kv_kernel<Traits, true>;
-      constexpr size_t kSmem = Traits::kKvFusedSmemBytes;
-      FLASHATTN_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmem)));
-      kernel<<<kv_grid, Traits::kThreads, kSmem, stream>>>(args);
-      FLASHATTN_CUDA_TRY(cudaGetLastError());
-      const dim3 grid(unsigned(ceil_div(kp.seqlen_q, 64)), kp.heads, kp.batch);
-      bwd_dq_convert_kernel<Traits><<<grid, 128, 0, stream>>>(kp);
-      FLASHATTN_CUDA_TRY(cudaGetLastError());
-      return launch_bwd_reduce_dkv<Element, kHeadDim>(kp, stream);
+    if constexpr (Traits::kHasFused) {
+      if (!kp.deterministic) {
+        FLASHATTN_CUDA_TRY(
+            cudaMemsetAsync(kp.dq_accum, 0, sizeof(float) * size_t(kp.heads) * kp.ws_rows * kHeadDim, stream));
+        const auto kernel = bwd_kv_kernel<Traits, true>;
+        constexpr size_t kSmem = Traits::kKvFusedSmemBytes;
+        FLASHATTN_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmem)));
+        kernel<<<kv_grid, Traits::kThreads, kSmem, stream>>>(args);
+        FLASHATTN_CUDA_TRY(cudaGetLastError());
+        const dim3 grid(unsigned(ceil_div(kp.seqlen_q, 64)), kp.heads, kp.batch);
+        bwd_dq_convert_kernel<Traits><<<grid, 128, 0, stream>>>(kp);
+        FLASHATTN_CUDA_TRY(cudaGetLastError());
+        return launch_bwd_reduce_dkv<Element, kHeadDim>(kp, stream);
+      }
     }
     {
       const auto kernel = bwd_kv_kernel<Traits, false>;
