@@ -407,6 +407,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
         for (int i = 0; i < kS; i += 4) {
           *reinterpret_cast<float4*>(sPt + bwd90::dq_part_index(i, tid_wg)) = make_float4(x[i], x[i + 1], x[i + 2], x[i + 3]);
         }
+        __threadfence_block();  // the stores before the arrival (bar.arrive alone does not wait for them)
         ptx::named_barrier_arrive(kPtReadyBarrier, 256);
         bwd90::pack_pairs<Element>(x, a);
       } else {
