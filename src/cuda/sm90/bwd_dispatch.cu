@@ -14,9 +14,6 @@ constexpr bool has_bwd_kernel(int head_dim) { return head_dim == 64 || head_dim 
 
 std::string bwd_declines(const BackwardParams& p, bool any_runnable) {
   if (!has_bwd_kernel(p.head_dim)) return "head_dim is not 64, 128 or 256";
-  // The d256 split-role kernel runs only when FLASHATTN_CUDA_PATH=sm90 asks for the Hopper
-  // kernels, until it has run on a GPU.
-  if (p.head_dim == 256 && !any_runnable) return "head_dim 256 runs on sm80 unless FLASHATTN_CUDA_PATH=sm90";
   if (!head_dim_built(p.head_dim)) return "head_dim not built";
   if (p.head_dim_v != p.head_dim) return "head_dim_v differs from head_dim";
   if (p.softcap > 0.0f || p.alibi != nullptr || p.has_dropout()) return "softcap, ALiBi and dropout run on sm80";

@@ -119,15 +119,6 @@ struct BwdTraits {
   static constexpr int kDsBytes = kKvBlockN * kKvBlockM * 2;
   static constexpr int kDqPartBytes = 64 * kDqCols * 4;
   static constexpr int kFusedExtraBytes = 2 * kDsBytes + kConsumers * kDqPartBytes;
-  // dev/ A/B (-DFLASHATTN_DEV_SM90_BWD_DQ_OVERLAP): a step's dQ part is staged and handed to the
-  // copy engine while the next step's S^T/dP^T products run (dQ stays in registers across
-  // them), instead of after its own products. d64 only: at d128 dK, dV, S^T, dP^T and dQ
-  // together (224 floats) spill 256 bytes (ptxas, sm_90a).
-#if defined(FLASHATTN_DEV_SM90_BWD_DQ_OVERLAP)
-  static constexpr bool kDqOverlap = kHeadDim == 64;
-#else
-  static constexpr bool kDqOverlap = false;
-#endif
   static constexpr size_t kKvFusedSmemBytes = kKvSmemBytes + kFusedExtraBytes;
 
   static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256, "d64, d128 and d256");
@@ -546,24 +537,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
     // B operands K-major for S^T and dP^T (rows = queries), MN-major for dV and dK (rows = the
     // queries as the k index, the head dim across panels).
     float st[kS], dpt[kS];
-    if constexpr (kFusedDq && Traits::kDqOverlap) {
-      // The previous step's dQ part goes out while these products run.
-      turns.take();
-      bwd90::gemm_kmajor<kBlockM, Element, Traits::kPanels>(st, k_desc, Traits::panel_bytes(kBlockN),
-                                                            bwd90::kmajor_desc(q_addr), Traits::panel_bytes(kBlockM));
-      bwd90::gemm_kmajor<kBlockM, Element, Traits::kPanels>(dpt, v_desc, Traits::panel_bytes(kBlockN),
-                                                            bwd90::kmajor_desc(do_addr), Traits::panel_bytes(kBlockM));
-      ptx::wgmma_commit();
-      turns.pass();
-      if (step > 0) stage_dq(step - 1);
-      ptx::wgmma_wait<0>();
-      ptx::fence_operand(st);
-      ptx::fence_operand(dpt);
-    } else {
-      bwd90::gemm_s_dp<kBlockM, Traits>(st, dpt, k_desc, v_desc, Traits::panel_bytes(kBlockN),
-                                        bwd90::kmajor_desc(q_addr), bwd90::kmajor_desc(do_addr),
-                                        Traits::panel_bytes(kBlockM), turns);
-    }
+    bwd90::gemm_s_dp<kBlockM, Traits>(st, dpt, k_desc, v_desc, Traits::panel_bytes(kBlockN),
+                                      bwd90::kmajor_desc(q_addr), bwd90::kmajor_desc(do_addr),
+                                      Traits::panel_bytes(kBlockM), turns);
 
     // Element (key row key_local + 8h, query column 8c + 2t4 + e) is st[4c + 2h + e].
     const float* lse = stage_lse(s);
@@ -633,13 +609,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
       ptx::fence_operand(dk);
       ptx::fence_operand(dq);
       bwd90::release(&empty[s], lane);
-      if constexpr (!Traits::kDqOverlap) stage_dq(step);
+      stage_dq(step);
     }
   }
   if constexpr (kFusedDq) {
-    if constexpr (Traits::kDqOverlap) {
-      if (steps > 0) stage_dq(steps - 1);
-    }
     if (tid_wg == 0) ptx::bulk_wait_group<0>();  // the reduces done before the CTA's memory goes
   }
 
