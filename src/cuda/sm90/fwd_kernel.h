@@ -223,6 +223,28 @@ __device__ __forceinline__ void release(uint64_t* bar, int lane) {
   if (lane == 0) ptx::mbarrier_arrive(bar);
 }
 
+// A 4 x 4 transpose of 32-bit words across a quad (lanes 4i .. 4i + 3): on entry word j of
+// lane t is piece t of chunk j; on return lane t holds chunk t, its pieces in order. Round r
+// sends the word the lane r places ahead wants and receives from it; the indices are selects,
+// not a local-memory array.
+__device__ __forceinline__ uint4 quad_transpose(const uint32_t (&x)[4], int t4) {
+  uint32_t y[4] = {x[0], x[1], x[2], x[3]};
+#pragma unroll
+  for (int r = 1; r < 4; ++r) {
+    const int send = (t4 - r) & 3;
+    const int from = (t4 + r) & 3;
+    const uint32_t v = send == 0 ? x[0] : send == 1 ? x[1] : send == 2 ? x[2] : x[3];
+    const uint32_t got = __shfl_sync(0xffffffffu, v, (threadIdx.x & 28) | from);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) y[j] = j == from ? got : y[j];
+  }
+  // Round 0 is the lane's own piece: piece t4 of chunk t4.
+  const uint32_t own = t4 == 0 ? x[0] : t4 == 1 ? x[1] : t4 == 2 ? x[2] : x[3];
+#pragma unroll
+  for (int j = 0; j < 4; ++j) y[j] = j == t4 ? own : y[j];
+  return make_uint4(y[0], y[1], y[2], y[3]);
+}
+
 // Epilogue of one tile: finish the row sums across the quad, normalise, write LSE and O straight
 // from the accumulators (each quad writes 16 contiguous bytes of a row per 8-column chunk). No
 // shared memory: the next tile's Q may already be landing in the Q buffer.
@@ -249,14 +271,36 @@ __device__ __forceinline__ void store_tile(const ForwardParams& params, const Ti
     const bool empty = l == 0.0f;  // no visible key and no sink; a NaN sum stays NaN
     const float inv = empty ? 0.0f : o_factor / l;
     const int r = row_in_tile + 8 * h;
+#if defined(FLASHATTN_DEV_SM90_FWD_O_QUAD)
+    // Each quad holds 4 bytes of every 16-byte chunk of its row; transposed across the quad, a
+    // thread holds one whole chunk, so a warp's store writes 64 contiguous bytes of each of its
+    // 8 rows (whole sectors) instead of 16.
+    uint4 chunk[Traits::kHeadDim / 32];
+#pragma unroll
+    for (int q = 0; q < Traits::kHeadDim / 32; ++q) {
+      uint32_t x[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int c = 4 * q + j;
+        x[j] = ptx::pack2<Element>(st.o[4 * c + 2 * h] * inv, st.o[4 * c + 2 * h + 1] * inv);
+      }
+      chunk[q] = quad_transpose(x, t4);
+    }
+#endif
     if (r < w.rows_here) {
       if (params.lse != nullptr && t4 == 0) params.lse[lse_base + r] = empty ? -INFINITY : (m_log2 + __log2f(l)) * kLn2;
+#if defined(FLASHATTN_DEV_SM90_FWD_O_QUAD)
+      char* dst = gO + r * o_row_bytes + 16 * t4;
+#pragma unroll
+      for (int q = 0; q < Traits::kHeadDim / 32; ++q) *reinterpret_cast<uint4*>(dst + 64 * q) = chunk[q];
+#else
       char* dst = gO + r * o_row_bytes + 4 * t4;
 #pragma unroll
       for (int c = 0; c < Traits::kHeadDim / 8; ++c) {
         *reinterpret_cast<uint32_t*>(dst + 16 * c) =
             ptx::pack2<Element>(st.o[4 * c + 2 * h] * inv, st.o[4 * c + 2 * h + 1] * inv);
       }
+#endif
     }
   }
 }
