@@ -39,6 +39,13 @@ __device__ __forceinline__ void fence_operand(uint32_t (&r)[n]) {
 #pragma unroll
   for (int i = 0; i < n; ++i) asm volatile("" : "+r"(r[i])::"memory");
 }
+
+// A shared-memory store of v: ptxas does not move a wgmma wait above an earlier shared-memory
+// store, so storing a value computed from some registers keeps their computation before the
+// next wait (fence_operand does not: it only orders the compiler's view, not ptxas's schedule).
+__device__ __forceinline__ void st_shared_f32(uint32_t addr, float v) {
+  asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(addr), "f"(v) : "memory");
+}
 #endif
 
 }  // namespace flashattn::ptx

@@ -502,6 +502,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
   const int consumer = warpgroup - 1;
   const int g = lane / 4;
   const int t4 = lane % 4;
+#if defined(FLASHATTN_DEV_SM90_FWD_PIN_SOFTMAX)
+  const uint32_t pin_slot = ptx::smem_u32(bars + Traits::kBarriers) + 4 * (warp - 4);  // after the barriers
+#endif
   const int wg_row0 = consumer * 64;                      // this warpgroup's first row of the tile
   const int row_in_tile = wg_row0 + (warp % 4) * 16 + g;  // this thread's rows: +0 and +8
   // With modifiers the scores are already in log2 units after modify_scores.
@@ -592,6 +595,14 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
         if (needs_mask(n_block)) apply_mask<Traits>(st.s, mask, row, n_block * kBlockN + 2 * t4);
         float correction[2];
         const bool rescale = softmax_block<Traits>(st, scale_log2, correction);
+#if defined(FLASHATTN_DEV_SM90_FWD_PIN_SOFTMAX)
+        // ptxas schedules the wait for P V as early as it can: right after the first maxima,
+        // before every exponential (SASS: WARPGROUP.DEPBAR.LE gsb0, 0x0 then 88 MUFU.EX2 at
+        // d128), so the softmax never overlaps its own P V product. It keeps the wait after a
+        // shared-memory store, so one lane per warp stores the row sums (which need every
+        // exponential) to a slot nobody reads.
+        if (lane == 0) ptx::st_shared_f32(pin_slot, st.row_sum[0] + st.row_sum[1]);
+#endif
         ptx::wgmma_wait<0>();
         ptx::fence_operand(st.o);
         ptx::fence_operand(st.p);

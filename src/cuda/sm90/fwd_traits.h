@@ -86,7 +86,12 @@ struct FwdTraits {
   static constexpr int kBarriers = 2 + 4 * kStages  // Q full and empty; K, V full and empty per stage
                                    + (kDynamicTiles ? 4 + 1 : 0);  // the feed's full/empty pairs, its two slots
   // +1024: the dynamic shared-memory base is rounded up to the swizzle's 1024-byte period.
-  static constexpr size_t kSmemBytes = 1024 + kTileBytesQ + 2 * kStages * kTileBytesKV + 8 * kBarriers;
+#if defined(FLASHATTN_DEV_SM90_FWD_PIN_SOFTMAX)
+  static constexpr int kPinBytes = 4 * 4 * kConsumers;  // one float per consumer warp (fwd_kernel.h)
+#else
+  static constexpr int kPinBytes = 0;
+#endif
+  static constexpr size_t kSmemBytes = 1024 + kTileBytesQ + 2 * kStages * kTileBytesKV + 8 * kBarriers + kPinBytes;
 
   static_assert(kHeadDim % 64 == 0, "whole 64-column panels");
   static_assert(!kPingPong || kConsumers >= 2, "ping-pong takes turns between consumer warpgroups");
