@@ -12,8 +12,8 @@
 //    so the exponentials of one block overlap the P V product of the previous one
 //    (FlashAttention-3's intra-warpgroup pipelining). P stays in registers as the A operand.
 // Masks, block ranges and the lazy rescale are the sm80 kernel's (common/mask.h, the threshold
-// in sm80/fwd_kernel.h); O is normalised once at the end, staged through the warpgroup's own
-// rows of the Q tile and stored in 16-byte chunks.
+// in sm80/fwd_kernel.h); O is normalised once at the end and stored from the accumulators
+// (store_tile).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -246,8 +246,8 @@ __device__ __forceinline__ uint4 quad_transpose(const uint32_t (&x)[4], int t4) 
 }
 
 // Epilogue of one tile: finish the row sums across the quad, normalise, write LSE and O straight
-// from the accumulators (each quad writes 16 contiguous bytes of a row per 8-column chunk). No
-// shared memory: the next tile's Q may already be landing in the Q buffer.
+// from the accumulators (Traits::kStoreOChunks: 64 contiguous bytes of a row per quad and store,
+// otherwise 16). No shared memory: the next tile's Q may already be landing in the Q buffer.
 template <typename Traits, typename TileWork>
 __device__ __forceinline__ void store_tile(const ForwardParams& params, const TileWork& w, ConsumerState<Traits>& st,
                                            int row_in_tile, int t4, float scale_log2) {
@@ -271,36 +271,37 @@ __device__ __forceinline__ void store_tile(const ForwardParams& params, const Ti
     const bool empty = l == 0.0f;  // no visible key and no sink; a NaN sum stays NaN
     const float inv = empty ? 0.0f : o_factor / l;
     const int r = row_in_tile + 8 * h;
-#if defined(FLASHATTN_DEV_SM90_FWD_O_QUAD)
-    // Each quad holds 4 bytes of every 16-byte chunk of its row; transposed across the quad, a
-    // thread holds one whole chunk, so a warp's store writes 64 contiguous bytes of each of its
-    // 8 rows (whole sectors) instead of 16.
-    uint4 chunk[Traits::kHeadDim / 32];
+    // kStoreOChunks: each quad holds 4 bytes of every 16-byte chunk of its row; transposed
+    // across the quad (outside the row test: every lane shuffles), a thread holds whole chunks,
+    // so a warp's store writes 64 contiguous bytes of each of its 8 rows instead of 16.
+    constexpr int kGroups = Traits::kStoreOChunks ? Traits::kHeadDim / 32 : 1;
+    uint4 chunk[kGroups];
+    if constexpr (Traits::kStoreOChunks) {
 #pragma unroll
-    for (int q = 0; q < Traits::kHeadDim / 32; ++q) {
-      uint32_t x[4];
+      for (int q = 0; q < kGroups; ++q) {
+        uint32_t x[4];
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const int c = 4 * q + j;
-        x[j] = ptx::pack2<Element>(st.o[4 * c + 2 * h] * inv, st.o[4 * c + 2 * h + 1] * inv);
+        for (int j = 0; j < 4; ++j) {
+          const int c = 4 * q + j;
+          x[j] = ptx::pack2<Element>(st.o[4 * c + 2 * h] * inv, st.o[4 * c + 2 * h + 1] * inv);
+        }
+        chunk[q] = quad_transpose(x, t4);
       }
-      chunk[q] = quad_transpose(x, t4);
     }
-#endif
     if (r < w.rows_here) {
       if (params.lse != nullptr && t4 == 0) params.lse[lse_base + r] = empty ? -INFINITY : (m_log2 + __log2f(l)) * kLn2;
-#if defined(FLASHATTN_DEV_SM90_FWD_O_QUAD)
-      char* dst = gO + r * o_row_bytes + 16 * t4;
+      if constexpr (Traits::kStoreOChunks) {
+        char* dst = gO + r * o_row_bytes + 16 * t4;
 #pragma unroll
-      for (int q = 0; q < Traits::kHeadDim / 32; ++q) *reinterpret_cast<uint4*>(dst + 64 * q) = chunk[q];
-#else
-      char* dst = gO + r * o_row_bytes + 4 * t4;
+        for (int q = 0; q < kGroups; ++q) *reinterpret_cast<uint4*>(dst + 64 * q) = chunk[q];
+      } else {
+        char* dst = gO + r * o_row_bytes + 4 * t4;
 #pragma unroll
-      for (int c = 0; c < Traits::kHeadDim / 8; ++c) {
-        *reinterpret_cast<uint32_t*>(dst + 16 * c) =
-            ptx::pack2<Element>(st.o[4 * c + 2 * h] * inv, st.o[4 * c + 2 * h + 1] * inv);
+        for (int c = 0; c < Traits::kHeadDim / 8; ++c) {
+          *reinterpret_cast<uint32_t*>(dst + 16 * c) =
+              ptx::pack2<Element>(st.o[4 * c + 2 * h] * inv, st.o[4 * c + 2 * h + 1] * inv);
+        }
       }
-#endif
     }
   }
 }
@@ -502,9 +503,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
   const int consumer = warpgroup - 1;
   const int g = lane / 4;
   const int t4 = lane % 4;
-#if defined(FLASHATTN_DEV_SM90_FWD_PIN_SOFTMAX)
-  const uint32_t pin_slot = ptx::smem_u32(bars + Traits::kBarriers) + 4 * (warp - 4);  // after the barriers
-#endif
+  // Traits::kPinSoftmax: one float per consumer warp after the barriers, stored, never read.
+  [[maybe_unused]] const uint32_t pin_slot = ptx::smem_u32(bars + Traits::kBarriers) + 4 * (warp - 4);
   const int wg_row0 = consumer * 64;                      // this warpgroup's first row of the tile
   const int row_in_tile = wg_row0 + (warp % 4) * 16 + g;  // this thread's rows: +0 and +8
   // With modifiers the scores are already in log2 units after modify_scores.
@@ -595,14 +595,14 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
         if (needs_mask(n_block)) apply_mask<Traits>(st.s, mask, row, n_block * kBlockN + 2 * t4);
         float correction[2];
         const bool rescale = softmax_block<Traits>(st, scale_log2, correction);
-#if defined(FLASHATTN_DEV_SM90_FWD_PIN_SOFTMAX)
         // ptxas schedules the wait for P V as early as it can: right after the first maxima,
         // before every exponential (SASS: WARPGROUP.DEPBAR.LE gsb0, 0x0 then 88 MUFU.EX2 at
         // d128), so the softmax never overlaps its own P V product. It keeps the wait after a
         // shared-memory store, so one lane per warp stores the row sums (which need every
         // exponential) to a slot nobody reads.
-        if (lane == 0) ptx::st_shared_f32(pin_slot, st.row_sum[0] + st.row_sum[1]);
-#endif
+        if constexpr (Traits::kPinSoftmax) {
+          if (lane == 0) ptx::st_shared_f32(pin_slot, st.row_sum[0] + st.row_sum[1]);
+        }
         ptx::wgmma_wait<0>();
         ptx::fence_operand(st.o);
         ptx::fence_operand(st.p);

@@ -86,11 +86,19 @@ struct FwdTraits {
   static constexpr int kBarriers = 2 + 4 * kStages  // Q full and empty; K, V full and empty per stage
                                    + (kDynamicTiles ? 4 + 1 : 0);  // the feed's full/empty pairs, its two slots
   // +1024: the dynamic shared-memory base is rounded up to the swizzle's 1024-byte period.
-#if defined(FLASHATTN_DEV_SM90_FWD_PIN_SOFTMAX)
-  static constexpr int kPinBytes = 4 * 4 * kConsumers;  // one float per consumer warp (fwd_kernel.h)
-#else
-  static constexpr int kPinBytes = 0;
-#endif
+  // ptxas hoists the wait for P V above the softmax unless a shared-memory store of its result
+  // comes first (fwd_kernel.h). Pinned, the exponentials overlap their own P V product: H200
+  // bf16, against the unpinned kernel in the same session (dev/results/h200-2026-12-01-ab-fwdpin-
+  // {base,pin,pinq}.json): d128 +1.5-4.3% from 1k to 16k (16k 712 -> 727, causal 683 -> 712),
+  // d64 +0-2%. d192, d256 and the softcap/ALiBi kernels were not timed with it and keep the
+  // unpinned schedule.
+  static constexpr bool kPinSoftmax = kHeadDim <= 128 && !kMods;
+  static constexpr int kPinBytes = kPinSoftmax ? 4 * 4 * kConsumers : 0;  // one float per consumer warp
+  // O stored in whole 16-byte chunks after a transpose across each quad (fwd_kernel.h,
+  // store_tile): the plain store wrote each 32-byte sector in two halves (ncu at d128 16k: 2.1 M
+  // excessive sectors, the output's size). With the pin: d128 +0.4-2.6% (1k 546 -> 560), but d64
+  // -2.5-5% at 1k-4k (three consumers, short tiles: the shuffles cost more than they save).
+  static constexpr bool kStoreOChunks = kHeadDim == 128;
   static constexpr size_t kSmemBytes = 1024 + kTileBytesQ + 2 * kStages * kTileBytesKV + 8 * kBarriers + kPinBytes;
 
   static_assert(kHeadDim % 64 == 0, "whole 64-column panels");
