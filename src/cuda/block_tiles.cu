@@ -22,7 +22,7 @@ struct Geometry {
   size_t lists_bytes() const { return size_t(planes() * m_tiles * (n_tiles + 1)) * sizeof(int32_t); }
 };
 
-Geometry geometry(const ForwardParams& p, int block_m, int block_n) {
+Geometry geometry(const QKVParams& p, int block_m, int block_n) {
   Geometry g;
   const bool by_batch = p.block_mask.defined() ? p.block_mask.size[0] > 1 : p.block_lists_vary_over_batch();
   const bool by_head = p.block_mask.defined() ? p.block_mask.size[1] > 1 : p.block_lists_vary_over_heads();
@@ -103,6 +103,36 @@ unsigned grid_for(int64_t n) {
   return unsigned(blocks < 65535 ? (blocks > 0 ? blocks : 1) : 65535);
 }
 
+// The table of block states from either form of the block mask (the plan's first part).
+Status fill_states(const QKVParams& p, const Geometry& g, uint8_t* states, cudaStream_t stream) {
+  if (p.block_mask.defined()) {
+    states_from_dense<<<grid_for(int64_t(g.states_bytes())), kThreads, 0, stream>>>(states, p.block_mask, g);
+    return Status::Ok();
+  }
+  FLASHATTN_CUDA_TRY(cudaMemsetAsync(states, kBlockAbsent, g.states_bytes(), stream));
+  const struct {
+    const BlockList& list;
+    BlockState state;
+  } given[2] = {{p.partial_blocks, kBlockPartial}, {p.full_blocks, kBlockFull}};
+  for (const auto& l : given) {
+    if (!l.list.defined() || l.list.width == 0) continue;
+    states_from_list<<<grid_for(g.planes() * g.q_blocks * l.list.width), kThreads, 0, stream>>>(states, l.list,
+                                                                                                l.state, g);
+  }
+  return Status::Ok();
+}
+
+void set_plan(BlockTilePlan* plan, const Geometry& g, const uint8_t* states, const int32_t* lists) {
+  plan->states = states;
+  plan->lists = lists;
+  plan->q_blocks = int32_t(g.q_blocks);
+  plan->k_blocks = int32_t(g.k_blocks);
+  plan->m_tiles = int32_t(g.m_tiles);
+  plan->n_tiles = int32_t(g.n_tiles);
+  plan->by_batch = g.planes_b > 1;
+  plan->by_head = g.planes_h > 1;
+}
+
 }  // namespace
 
 size_t block_tiles_bytes(const ForwardParams& p, int block_m, int block_n) {
@@ -118,34 +148,24 @@ Status build_block_tiles(ForwardParams* p, int block_m, int block_n, void* works
   }
   auto* states = static_cast<uint8_t*>(workspace);
   auto* lists = reinterpret_cast<int32_t*>(states + align16(g.states_bytes()));
-  if (p->block_mask.defined()) {
-    states_from_dense<<<grid_for(int64_t(g.states_bytes())), kThreads, 0, stream>>>(states, p->block_mask, g);
-  } else {
-    FLASHATTN_CUDA_TRY(cudaMemsetAsync(states, kBlockAbsent, g.states_bytes(), stream));
-    const struct {
-      const BlockList& list;
-      BlockState state;
-    } given[2] = {{p->partial_blocks, kBlockPartial}, {p->full_blocks, kBlockFull}};
-    for (const auto& l : given) {
-      if (!l.list.defined() || l.list.width == 0) continue;
-      states_from_list<<<grid_for(g.planes() * g.q_blocks * l.list.width), kThreads, 0, stream>>>(states, l.list,
-                                                                                                  l.state, g);
-    }
-  }
+  if (Status s = fill_states(*p, g, states, stream); !s.ok()) return s;
   const int64_t warps = g.planes() * g.m_tiles;
   tile_lists<<<grid_for(warps * 32), kThreads, 0, stream>>>(lists, states, g, block_m, block_n, p->block_size_q,
                                                             p->block_size_k, p->seqlen_q, p->seqlen_k,
                                                             p->mask.defined());
   FLASHATTN_CUDA_TRY(cudaGetLastError());
-  BlockTilePlan& plan = p->block_tiles;
-  plan.states = states;
-  plan.lists = lists;
-  plan.q_blocks = int32_t(g.q_blocks);
-  plan.k_blocks = int32_t(g.k_blocks);
-  plan.m_tiles = int32_t(g.m_tiles);
-  plan.n_tiles = int32_t(g.n_tiles);
-  plan.by_batch = g.planes_b > 1;
-  plan.by_head = g.planes_h > 1;
+  set_plan(&p->block_tiles, g, states, lists);
+  return Status::Ok();
+}
+
+size_t block_states_bytes(const QKVParams& p) { return geometry(p, 1, 1).states_bytes(); }
+
+Status build_block_states(const QKVParams& p, void* workspace, cudaStream_t stream, BlockTilePlan* plan) {
+  const Geometry g = geometry(p, 1, 1);
+  auto* states = static_cast<uint8_t*>(workspace);
+  if (Status s = fill_states(p, g, states, stream); !s.ok()) return s;
+  FLASHATTN_CUDA_TRY(cudaGetLastError());
+  set_plan(plan, g, states, nullptr);
   return Status::Ok();
 }
 

@@ -37,4 +37,11 @@ size_t block_tiles_bytes(const ForwardParams& p, int block_m, int block_n);
 // points p->block_tiles at it.
 Status build_block_tiles(ForwardParams* p, int block_m, int block_n, void* workspace, cudaStream_t stream);
 
+// The backward's part of the plan: the table of block states only (plan->lists stays null; the
+// m_tiles / n_tiles fields are meaningless). Its kernels classify each (query tile, key tile)
+// step from the table themselves (sm80/bwd_kernel.h says why). block_states_bytes of
+// workspace, built on `stream`.
+size_t block_states_bytes(const QKVParams& p);
+Status build_block_states(const QKVParams& p, void* workspace, cudaStream_t stream, BlockTilePlan* plan);
+
 }  // namespace flashattn::cuda

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "core/backend.h"
+#include "cuda/bwd_dbias.h"
 #include "cuda/common/build_config.h"
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/workspace.h"
@@ -398,21 +399,13 @@ Status cuda_forward(const ForwardParams& p) {
 }
 
 Status cuda_backward(const BackwardParams& p) {
-  // The forward runs them (sm80, ScoreMods::kBiasMask); the backward does not yet. Checked
-  // first, before any other CUDA-specific check.
-  const struct {
-    const char* name;
-    bool given;
-  } not_yet[] = {{"attn_bias", p.bias.defined()},
-                 {"attn_mask", p.mask.defined()},
-                 {"block_mask", p.block_mask.defined()},
-                 {"block_mask_lists (the compressed block_mask)", p.has_block_lists()}};
-  for (const auto& m : not_yet) {
-    if (m.given) {
-      return Status::NotSupported(std::string(m.name) +
-                                  " is not supported by the CUDA backward yet (the CUDA forward and "
-                                  "the cpu backend implement it)");
-    }
+  // attn_bias, attn_mask and block masks run on the sm80 kernels (ScoreMods::kBiasMask), dbias
+  // included, except dbias with softcap: the kernels' dS already carries softcap's factor
+  // (1 - tanh^2), and dbias needs it without (SEMANTICS.md "Gradient"). Checked first, before
+  // any other CUDA-specific check.
+  if (p.dbias.defined() && p.softcap > 0.0f) {
+    return Status::NotSupported("dbias with softcap is not supported by the CUDA backward yet (the cpu backend "
+                                "implements it; attn_bias without dbias runs with softcap)");
   }
   cuda::DeviceScope restore_device;  // prepare() selects the tensors' device
   PadPlan plan;
@@ -437,6 +430,10 @@ Status cuda_backward(const BackwardParams& p) {
     // sink, so P_sink = 1 and D = rowsum(dO * O) = 0, as O = 0: 0 too).
     if (p.dsink != nullptr) {
       FLASHATTN_CUDA_TRY(cudaMemsetAsync(p.dsink, 0, sizeof(float) * size_t(p.heads), stream));
+    }
+    // dbias: 0 too (P = 0 wherever there is a pair).
+    if (p.dbias.defined()) {
+      if (Status s = cuda::zero_dbias(p.dbias, p.seqlen_k, stream); !s.ok()) return s;
     }
     if (p.batch == 0) return Status::Ok();
     if (Status s = zero_fill(p.dq, p.dq_strides, qr, p.heads, p.head_dim, stream); !s.ok()) return s;

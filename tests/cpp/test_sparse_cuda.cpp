@@ -1,13 +1,16 @@
-// The CUDA forward with block masks (dense and compressed), attn_bias and attn_mask (issue 18;
-// sm80 kernels, ScoreMods::kBiasMask): against the float64 reference given the equivalent dense
-// keep mask and bias, with the naive low-precision forward as the error yardstick. Cases cover
+// The CUDA forward and backward with block masks (dense and compressed), attn_bias and attn_mask
+// (issue 18; sm80 kernels, ScoreMods::kBiasMask): out, lse, dq, dk, dv and dbias against the
+// float64 reference given the equivalent dense keep mask and bias, with the naive low-precision
+// attention as the error yardstick (score_mods_util.h run_and_check). Cases cover
 // block sizes that align with the kernel tiles (128 x 128 as FlexAttention uses, 64 x 64) and
 // ones that do not (96 x 80, 1 x 64), densities 0 and 1, rows with no kept block, ragged and
 // varlen lengths, bias in float32 and bfloat16 with broadcast dimensions, GQA, causal and
-// windowed masks, softcap, ALiBi, dropout, split-KV and the decode shape; the backward must
-// decline naming the argument. Differential tests: CUDA against the CPU backend, split-KV
-// against one split, and NaN in keys only absent blocks cover (never loaded). Every case skips
-// without a GPU. Label `sparse`: `ctest -L sparse`.
+// windowed masks, softcap, ALiBi, dropout, split-KV and the decode shape; every case also runs
+// the deterministic backward (dQ kernel), which must be bitwise repeatable; dbias with softcap
+// is declined naming it, softcap with a bias but no dbias runs. Differential tests: CUDA against
+// the CPU backend (dbias included), split-KV against one split, and NaN in keys only absent
+// blocks cover (never loaded, forward and backward). Every case skips without a GPU. Label
+// `sparse`: `ctest -L sparse`.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -109,11 +112,45 @@ std::vector<Spec> cases() {
   return cs;
 }
 
-// The first given argument, which the CUDA backward names when it declines.
-const char* declined(const Spec& s) {
-  if (s.bias) return "attn_bias";
-  if (s.mask_density >= 0.0) return "attn_mask";
-  return s.blocks == Blocks::kDense ? "block_mask" : "block_mask_lists";
+// The gradients' bytes (dq, dk, dv, dbias where given) after the last backward of b.
+std::vector<std::vector<unsigned char>> gradient_bytes(Built* b) {
+  std::vector<std::vector<unsigned char>> bytes;
+  for (View* v : {&b->dqv, &b->dkv, &b->dvv, &b->dbiasv}) {
+    if (!v->defined()) continue;
+    v->arena->download();
+    bytes.push_back(v->arena->bytes());
+  }
+  return bytes;
+}
+
+// Checks case s (forward, then the backward with `deterministic`) against the reference.
+void check_case(const Spec& s, bool deterministic) {
+  Built b = build(s, Backend::kCuda);
+  b.deterministic = deterministic;
+  const ModsRefs refs = run_and_check(Backend::kCuda, b, options(s, b), s.dtype, s.name);
+  if (s.absent == 1.0 && s.blocks != Blocks::kNone) {
+    for (double x : b.outv.read()) ASSERT_EQ(x, 0.0) << s.name;
+    for (double x : b.lsev.read()) ASSERT_EQ(x, -std::numeric_limits<double>::infinity()) << s.name;
+    if (refs.ran) {
+      for (View* v : {&b.dqv, &b.dkv, &b.dvv, &b.dbiasv}) {
+        if (!v->defined()) continue;
+        for (double x : v->read()) ASSERT_EQ(x, 0.0) << s.name;
+      }
+    }
+  }
+  if (!refs.ran) return;
+  // dbias elements no sequence reaches (NaN in the bias: past a sequence's lengths) are 0.
+  if (!refs.dbias.empty()) {
+    const std::vector<double> ours = b.dbiasv.read();
+    for (size_t e = 0; e < ours.size(); ++e) {
+      if (std::isnan(b.bias[e])) ASSERT_EQ(ours[e], 0.0) << s.name << " dbias element " << e;
+    }
+  }
+  if (deterministic) {  // a second backward gives the same bits
+    const auto first = gradient_bytes(&b);
+    ASSERT_TRUE(backward(case_backward_args(b, options(s, b))).ok()) << s.name;
+    EXPECT_TRUE(gradient_bytes(&b) == first) << s.name << ": deterministic gradients differ between runs";
+  }
 }
 
 class SparseCuda : public testing::TestWithParam<size_t> {};
@@ -122,12 +159,16 @@ TEST_P(SparseCuda, MatchesReference) {
   FLASHATTN_SKIP_IF_UNAVAILABLE(Backend::kCuda);
   const Spec s = cases()[GetParam()];
   if (cuda_not_built(s.dtype, s.head_dim, s.head_dim_v)) GTEST_SKIP() << "dtype or head dim not in this build";
-  Built b = build(s, Backend::kCuda);
-  run_and_check(Backend::kCuda, b, options(s, b), s.dtype, s.name, declined(s));
-  if (s.absent == 1.0 && s.blocks != Blocks::kNone) {
-    for (double x : b.outv.read()) ASSERT_EQ(x, 0.0) << s.name;
-    for (double x : b.lsev.read()) ASSERT_EQ(x, -std::numeric_limits<double>::infinity()) << s.name;
-  }
+  check_case(s, false);
+}
+
+// The deterministic backward: dQ from bwd_dq_kernel, with the same bias, masks and skipped
+// tiles; bitwise repeatable (dbias included, as in every mode).
+TEST_P(SparseCuda, DeterministicMatchesReference) {
+  FLASHATTN_SKIP_IF_UNAVAILABLE(Backend::kCuda);
+  const Spec s = cases()[GetParam()];
+  if (cuda_not_built(s.dtype, s.head_dim, s.head_dim_v)) GTEST_SKIP() << "dtype or head dim not in this build";
+  check_case(s, true);
 }
 
 INSTANTIATE_TEST_SUITE_P(All, SparseCuda, testing::Range<size_t>(0, cases().size()),
@@ -156,6 +197,38 @@ TEST(SparseCudaDifferential, MatchesCpuBackend) {
     // with the CPU's output as the reference holds whenever it holds against float64.
     const Results low = naive_lowp_forward(gpu, s.dtype);
     EXPECT_TRUE(meets_criterion("out", s.dtype, gpu.outv.read(), cpu.outv.read(), low.out)) << s.name;
+  }
+}
+
+// Softcap with a bias runs the backward when dbias is not asked for (with dbias it is declined,
+// the case above): dq, dk and dv against the reference.
+TEST(SparseCudaDifferential, SoftcapBiasWithoutDbias) {
+  FLASHATTN_SKIP_IF_UNAVAILABLE(Backend::kCuda);
+  Spec s = cases()[8];
+  ASSERT_EQ(s.name, "bias_f32_heads_softcap_alibi_blocks");
+  if (cuda_not_built(s.dtype, s.head_dim, s.head_dim_v)) GTEST_SKIP() << "not in this build";
+  Built b = build(s, Backend::kCuda);
+  b.dbiasv = View{};
+  const ModsRefs refs = run_and_check(Backend::kCuda, b, options(s, b), s.dtype, s.name);
+  EXPECT_TRUE(refs.ran) << s.name;
+}
+
+// dbias on the GPU against the CPU backend's on the same bf16 inputs, for a bias broadcast over
+// the batch (the reduction's path) and a full one (stored directly): the CPU's float32 dbias
+// stands in for the reference at the dtype's atol.
+TEST(SparseCudaDifferential, DbiasMatchesCpuBackend) {
+  FLASHATTN_SKIP_IF_UNAVAILABLE(Backend::kCuda);
+  for (const size_t index : {size_t(1), size_t(13)}) {
+    const Spec s = cases()[index];
+    if (cuda_not_built(s.dtype, s.head_dim, s.head_dim_v)) GTEST_SKIP() << "not in this build";
+    Built gpu = build(s, Backend::kCuda), cpu = build(s, Backend::kCpu);
+    for (Built* x : {&gpu, &cpu}) {
+      ASSERT_TRUE(forward(case_forward_args(*x, options(s, *x))).ok()) << s.name;
+      ASSERT_TRUE(backward(case_backward_args(*x, options(s, *x))).ok()) << s.name;
+      x->dbiasv.arena->download();
+    }
+    const std::vector<double> theirs = cpu.dbiasv.read();
+    EXPECT_TRUE(meets_criterion("dbias", s.dtype, gpu.dbiasv.read(), theirs, theirs, max_abs(theirs))) << s.name;
   }
 }
 
@@ -193,6 +266,15 @@ TEST(SparseCudaDifferential, AbsentBlocksAreNotRead) {
   ASSERT_TRUE(forward(case_forward_args(b, options(s, b))).ok());
   b.outv.arena->download();
   for (double x : b.outv.read()) ASSERT_TRUE(std::isfinite(x));
+  // The backward (both dQ paths) skips those steps too: no gradient turns NaN.
+  for (const bool deterministic : {false, true}) {
+    b.deterministic = deterministic;
+    ASSERT_TRUE(backward(case_backward_args(b, options(s, b))).ok());
+    for (View* v : {&b.dqv, &b.dkv, &b.dvv}) {
+      v->arena->download();
+      for (double x : v->read()) ASSERT_TRUE(std::isfinite(x)) << "deterministic " << deterministic;
+    }
+  }
 }
 
 }  // namespace

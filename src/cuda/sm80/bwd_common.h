@@ -14,9 +14,11 @@
 #include "cuda/common/cta_order.h"
 #include "cuda/common/dq_layout.h"
 #include "cuda/common/mask.h"
+#include "cuda/common/score_tensors.h"
 #include "cuda/common/seq_extent.h"
 #include "cuda/common/smem_layout.h"
 #include "cuda/common/tile_copy.h"
+#include "cuda/common/tile_kind.h"
 #include "cuda/common/tile_size.h"
 #include "cuda/ptx/cp_async.h"
 #include "cuda/ptx/ldmatrix.h"
@@ -62,6 +64,15 @@ struct BwdKernelParams : BackwardParams {
   // summed in that order by bwd_sink_grad_kernel. Null when dsink is not requested.
   float* sink_partial = nullptr;
   int32_t sink_partials_per_head = 0;
+  // ScoreMods::kBiasMask under a block mask: the table of block states (build_block_states,
+  // cuda/block_tiles.h; no tile lists); off otherwise.
+  BlockTilePlan block_tiles;
+  // ScoreMods::kBiasMask with dbias: where the main kernel stores dS (f32) of (sequence b, head h,
+  // query i, key j), at data + b * batch + h * head + i * row + j (Broadcast4's strides, every
+  // dimension full): dbias itself when no two (b, h, i) share one of its elements, else a
+  // (batch, heads, seqlen_q, seqlen_k) workspace that reduce_dbias (bwd_dbias.h) sums into
+  // dbias. Null data: no dbias.
+  Broadcast4 dbias_out;
 
   __device__ __forceinline__ int64_t ws_row0(int b, int64_t row0_q) const {
     return is_varlen() ? (row0_q & ~int64_t(kWsRowAlign - 1)) + int64_t(b) * (ws_block + kWsRowAlign)
@@ -108,7 +119,13 @@ struct BwdTraits {
   // With score modifiers the warp tile may be processed in row slices: the softcap, ALiBi and
   // dropout temporaries need the registers that part of S and dP gives back (at the price of
   // reading the K / V fragments once per slice).
-  static constexpr int kSdpSplits = kMods == ScoreMods::kAny ? kTile.mods_splits : 1;
+  // kBiasMask: at least two slices where the warp tile has two 16-row tiles (its per-row
+  // pointers into attn_bias, attn_mask and the block states need more registers still; see
+  // the ptxas figures in sm80/bwd_kernel.h).
+  static constexpr int kSdpSplits = kMods == ScoreMods::kBiasMask && kSdpMTiles >= 2
+                                        ? (kTile.mods_splits > 2 ? kTile.mods_splits : 2)
+                                    : kMods != ScoreMods::kNone ? kTile.mods_splits
+                                                                : 1;
   static constexpr int kSdpSubMTiles = kSdpMTiles / kSdpSplits;
   // dV += P^T dO and dK += dS^T Q: warp tile kKvRows keys x kKvCols columns.
   static constexpr int kKvWarpsN = kTile.kv_warps_n;
@@ -249,7 +266,7 @@ struct BwdScoreState {
 
 template <ScoreMods kMods>
 __device__ __forceinline__ BwdScoreState score_state(const BackwardParams& p, int batch, int head) {
-  constexpr bool kAny = kMods == ScoreMods::kAny;
+  constexpr bool kAny = kMods != ScoreMods::kNone;  // kBiasMask includes kAny's modifiers
   BwdScoreState st;
   st.scale_log2 = p.scale_log2;
   st.use_softcap = kAny && p.softcap > 0.0f;
@@ -282,6 +299,34 @@ __device__ __forceinline__ BwdScoreState score_state(const BackwardParams& p, in
 // dp then holds dS with respect to the raw product q.k divided by the softmax scale (the scale
 // is applied once to dK and dQ at the end). Splitting the passes around the dP product keeps
 // the dropout and softcap temporaries out of the region where S and dP are both live.
+
+// ScoreMods::kBiasMask: what pass 1 needs, besides the kernel parameters, to read attn_bias,
+// attn_mask and the block states for one step: the step's (sequence, head), the kind of its
+// (query tile, key tile) pair (tile_kind.h: which element check it needs) and the sequence's
+// lengths (reads are clamped there, score_tensors.h). Unused by the other variants.
+struct StepScores {
+  int batch, head, kind, seqlen_q, seqlen_k;
+};
+
+// The kind of the step (query tile m, key tile n) of a kernel whose tiles are kBlockM x kBlockN
+// under a block mask, or kTileSkipped when the tile touches no kept block: from the user blocks
+// its rectangle (cut to this sequence) touches in the state table, as block_tiles.cu classifies
+// the forward's tiles.
+template <int kBlockM, int kBlockN>
+__device__ __forceinline__ int32_t step_kind(const BwdKernelParams& p, int batch, int head, int m, int n,
+                                             int seqlen_q, int seqlen_k) {
+  const BlockTilePlan& plan = p.block_tiles;
+  const uint8_t* table = plan.states + plan.plane(batch, head, p.heads) * int64_t(plan.q_blocks) * plan.k_blocks;
+  int64_t r0, r1, c0, c1;
+  tile_blocks(m, kBlockM, p.block_size_q, seqlen_q, &r0, &r1);
+  tile_blocks(n, kBlockN, p.block_size_k, seqlen_k, &c0, &c1);
+  return tile_kind(table, plan.k_blocks, r0, r1, c0, c1, p.mask.defined());
+}
+
+// The element check of a step without a block mask: attn_mask's where given.
+__device__ __forceinline__ int32_t unplanned_kind(const BwdKernelParams& p) {
+  return p.mask.defined() ? kTileMask : kTileClean;
+}
 
 // One bit per element of a warp's kMT x kNT accumulator tiles (at most 64).
 template <int kMT, int kNT>
@@ -320,8 +365,10 @@ template <ScoreMods kMods, typename Element, int kMT, int kNT, int kPStride>
 __device__ __forceinline__ void scores_to_probs(float (&s)[kMT][kNT][4], KeepBits<kMT, kNT>& keep,
                                                 Element* sP, int row0, int col0, int m0, int n0,
                                                 const float* stat_lse, bool needs_mask, const WindowMask& mask,
-                                                const BwdScoreState& st, int lane) {
-  constexpr bool kAny = kMods == ScoreMods::kAny;
+                                                const BwdScoreState& st, int lane, const BwdKernelParams& params,
+                                                const StepScores& step) {
+  constexpr bool kAny = kMods != ScoreMods::kNone;  // kBiasMask includes kAny's modifiers
+  constexpr bool kBiasMask = kMods == ScoreMods::kBiasMask;
   const int g = lane / 4;
   const int t = lane % 4;
   keep.bits = 0;
@@ -347,6 +394,8 @@ __device__ __forceinline__ void scores_to_probs(float (&s)[kMT][kNT][4], KeepBit
       const int r = row0 + mt * 16 + g + 8 * h;
       const int i = m0 + r;
       const float lse2 = stat_lse[r];
+      ScoreRow mods_row{};
+      if constexpr (kBiasMask) mods_row = score_row(params, step.batch, step.head, min(i, step.seqlen_q - 1));
 #pragma unroll
       for (int nt = 0; nt < kNT; ++nt) {
         const int j = n0 + col0 + nt * 8 + 2 * t;  // key of element e = 0; e = 1 is j + 1
@@ -364,6 +413,13 @@ __device__ __forceinline__ void scores_to_probs(float (&s)[kMT][kNT][4], KeepBit
               x *= st.scale_log2;
             }
             x -= st.alibi_slope_log2 * fabsf(float(mask.diag(i) - (j + e)));
+            if constexpr (kBiasMask) {
+              // As the forward: after softcap and ALiBi, attn_bias, then the element mask of the
+              // step's kind (hidden: -inf, so P = 0 and dS = 0).
+              const int jc = min(j + e, step.seqlen_k - 1);
+              if (params.bias.defined()) x += bias_log2(params, mods_row, jc);
+              if (score_hidden(params, mods_row, step.kind, jc)) x = -INFINITY;
+            }
             p[e] = ptx::exp2_approx(x - lse2);
           } else {
             p[e] = ptx::exp2_approx(fmaf(x, st.scale_log2, -lse2));  // masked before the loop
@@ -411,7 +467,7 @@ template <ScoreMods kMods, int kMT, int kNT>
 __device__ __forceinline__ void probs_to_grads(const float (&s)[kMT][kNT][4], float (&dp)[kMT][kNT][4],
                                                const KeepBits<kMT, kNT>& keep_bits, int row0,
                                                const float* stat_dsum, const BwdScoreState& st, int lane) {
-  constexpr bool kAny = kMods == ScoreMods::kAny;
+  constexpr bool kAny = kMods != ScoreMods::kNone;
   const int g = lane / 4;
 #pragma unroll
   for (int mt = 0; mt < kMT; ++mt) {
@@ -425,6 +481,35 @@ __device__ __forceinline__ void probs_to_grads(const float (&s)[kMT][kNT][4], fl
           float dpv = dp[mt][nt][2 * h + e];
           if (kAny && st.use_dropout) dpv = keep_bits.get(mt, nt, 2 * h + e) ? dpv * st.dropout_rescale : 0.0f;
           dp[mt][nt][2 * h + e] = s[mt][nt][2 * h + e] * (dpv - dsum);
+        }
+      }
+    }
+  }
+}
+
+// ScoreMods::kBiasMask with dbias: stores this lane's dS (dp after probs_to_grads: P (dP - D),
+// before the softmax scale and, since the CUDA backward declines dbias with softcap, without
+// its factor) at params.dbias_out for the rows and keys inside the sequence. Element (mt, nt, e)
+// as in scores_to_probs; m0 + row0 and n0 + col0 are the warp tile's first query and key.
+// Scalar stores: a row of dbias starts at any float (seqlen_k odd), so pairs may be misaligned.
+template <int kMT, int kNT>
+__device__ __forceinline__ void store_dbias(const float (&ds)[kMT][kNT][4], const BwdKernelParams& params,
+                                            const StepScores& step, int i0, int j0, int lane) {
+  const Broadcast4& d = params.dbias_out;
+  float* base = static_cast<float*>(d.data) + step.batch * d.batch + step.head * d.head;
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int i = i0 + mt * 16 + lane / 4 + 8 * h;
+      if (i >= step.seqlen_q) continue;
+      float* row = base + i * d.row;
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int j = j0 + nt * 8 + 2 * (lane % 4) + e;
+          if (j < step.seqlen_k) row[j] = ds[mt][nt][2 * h + e];
         }
       }
     }

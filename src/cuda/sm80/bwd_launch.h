@@ -10,6 +10,8 @@
 #include <cstdlib>
 #include <string>
 
+#include "cuda/block_tiles.h"
+#include "cuda/bwd_dbias.h"
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/workspace.h"
 #include "cuda/sm80/bwd_common.h"
@@ -44,6 +46,13 @@ inline int kv_splits_for(const BackwardParams& p, int block_n, int num_sms) {
 inline bool dev_bwd_single_buffer() {
   const char* v = std::getenv("FLASHATTN_DEV_BWD_SINGLE_BUFFER");
   return v != nullptr && v[0] == '1';
+}
+
+// Whether dbias can take the main kernel's stores itself: no two (sequence, head, query row)
+// share one of its elements (bwd_dbias.h).
+inline bool dbias_is_direct(const BackwardParams& p) {
+  const Broadcast4& d = p.dbias;
+  return d.size[0] == p.batch && d.size[1] == p.heads && d.size[2] == p.seqlen_q;
 }
 
 // Launches the kernels; the workspace pointers in kp are set.
@@ -101,6 +110,39 @@ Status launch_bwd_kernels(const BwdKernelParams& kp, cudaStream_t stream) {
     FLASHATTN_CUDA_TRY(cudaGetLastError());
   }
   return Status::Ok();
+}
+
+// launch_bwd_kernels with ScoreMods::kBiasMask's passes around it: the block states of a block
+// mask (into states_ws), and dbias zeroed before the kernels (stored into directly) or its
+// workspace (dbias_ws, dbias_ws_elems floats) zeroed before and reduced into dbias after.
+template <typename Traits>
+Status launch_bias_mask_bwd(BwdKernelParams* kp, void* states_ws, void* dbias_ws, int64_t dbias_ws_elems,
+                            cudaStream_t stream) {
+  if constexpr (Traits::kMods == ScoreMods::kBiasMask) {
+    if (kp->block_mask.defined() || kp->has_block_lists()) {
+      if (Status s = build_block_states(*kp, states_ws, stream, &kp->block_tiles); !s.ok()) return s;
+    }
+    if (kp->dbias.defined()) {
+      if (dbias_ws_elems == 0) {
+        kp->dbias_out = kp->dbias;
+        if (Status s = zero_dbias(kp->dbias, kp->seqlen_k, stream); !s.ok()) return s;
+      } else {
+        Broadcast4& o = kp->dbias_out;
+        o.data = dbias_ws;
+        o.row = kp->seqlen_k;
+        o.head = int64_t(kp->seqlen_q) * kp->seqlen_k;
+        o.batch = int64_t(kp->heads) * o.head;
+        FLASHATTN_CUDA_TRY(cudaMemsetAsync(dbias_ws, 0, sizeof(float) * size_t(dbias_ws_elems), stream));
+      }
+    }
+    if (Status s = launch_bwd_kernels<Traits>(*kp, stream); !s.ok()) return s;
+    if (dbias_ws_elems == 0) return Status::Ok();
+    return reduce_dbias(kp->dbias, static_cast<const float*>(dbias_ws), kp->batch, kp->heads, kp->seqlen_q,
+                        kp->seqlen_k, stream);
+  } else {
+    (void)states_ws, (void)dbias_ws, (void)dbias_ws_elems;
+    return launch_bwd_kernels<Traits>(*kp, stream);
+  }
 }
 
 }  // namespace bwd_detail
@@ -166,7 +208,14 @@ Status run_bwd(const BackwardParams& params, cudaStream_t stream) {
   const int64_t pre_ctas = ceil_div(round_up(params.seqlen_q, kBlockM), bwd_preprocess_rows_per_cta<kHeadDim>());
   kp.sink_partials_per_head = params.dsink != nullptr ? int32_t(pre_ctas * params.batch) : 0;
   const size_t sink_bytes = round_up(sizeof(float) * size_t(params.heads) * kp.sink_partials_per_head, kWsAlign);
-  const size_t total = std::max<size_t>(2 * stat_bytes + dq_bytes + 2 * part_bytes + sink_bytes, kWsAlign);
+  // ScoreMods::kBiasMask: the block states of a block mask; dbias's workspace where it broadcasts.
+  const bool states = Traits::kMods == ScoreMods::kBiasMask && (params.block_mask.defined() || params.has_block_lists());
+  const size_t states_bytes = states ? round_up(block_states_bytes(params), kWsAlign) : 0;
+  const bool dbias_ws = Traits::kMods == ScoreMods::kBiasMask && params.dbias.defined() && !dbias_is_direct(params);
+  const int64_t dbias_ws_elems = dbias_ws ? int64_t(params.batch) * params.heads * params.seqlen_q * params.seqlen_k : 0;
+  const size_t dbias_bytes = round_up(sizeof(float) * size_t(dbias_ws_elems), kWsAlign);
+  const size_t fixed_bytes = 2 * stat_bytes + dq_bytes + 2 * part_bytes + sink_bytes;
+  const size_t total = std::max<size_t>(fixed_bytes + states_bytes + dbias_bytes, kWsAlign);
   void* ws = nullptr;
   if (Status s = workspace_alloc(&ws, total, stream); !s.ok()) return s;
   char* base = static_cast<char*>(ws);
@@ -181,7 +230,8 @@ Status run_bwd(const BackwardParams& params, cudaStream_t stream) {
     kp.sink_partial = reinterpret_cast<float*>(base + 2 * stat_bytes + dq_bytes + 2 * part_bytes);
   }
 
-  const Status launched = launch_bwd_kernels<Traits>(kp, stream);
+  const Status launched = launch_bias_mask_bwd<Traits>(&kp, base + fixed_bytes, base + fixed_bytes + states_bytes,
+                                                       dbias_ws_elems, stream);
   const Status freed = workspace_free(ws, stream);
   return launched.ok() ? freed : launched;
 }
