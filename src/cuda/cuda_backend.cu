@@ -65,11 +65,11 @@ CudaPath cuda_path() {
 // softmax scale already resolved from the caller's head dim (validate.cpp), then the first
 // head_dim columns of the results are copied back.
 //
-// Why padding rather than more instantiations: every head dim costs 26 instantiations (forward,
+// Why padding rather than more instantiations: every head dim costs 28 instantiations (forward,
 // KV-cache forward and backward x no mask / window x plain / score modifiers, plus the forward's
-// bias-and-mask variant, x fp16 / bf16). flash_attn's sizes 160 and 224 would add 52 (156 -> 208
-// sm80-class files, a third more build time); every multiple of 8 up to 256 would add 676
-// (about 5x the build).
+// and the backward's bias-and-mask variants, x fp16 / bf16). flash_attn's sizes 160 and 224
+// would add 56 (168 -> 224 sm80-class files, a third more build time); every multiple of 8 up
+// to 256 would add 728 (about 5x the build).
 // Padding costs, per call, one copy of each padded operand (q, k, v; out, dout, dq, dk, dv in
 // the backward) at copy bandwidth, plus the matrix products over the padded width: d 80 -> 96 and 160 -> 192
 // are 20% more FLOPs, 224 -> 256 14%, 40 -> 64 60%, 16 -> 32 100%. Not yet timed on a GPU;

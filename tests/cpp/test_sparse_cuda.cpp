@@ -143,7 +143,9 @@ void check_case(const Spec& s, bool deterministic) {
   if (!refs.dbias.empty()) {
     const std::vector<double> ours = b.dbiasv.read();
     for (size_t e = 0; e < ours.size(); ++e) {
-      if (std::isnan(b.bias[e])) ASSERT_EQ(ours[e], 0.0) << s.name << " dbias element " << e;
+      if (std::isnan(b.bias[e])) {
+        ASSERT_EQ(ours[e], 0.0) << s.name << " dbias element " << e;
+      }
     }
   }
   if (deterministic) {  // a second backward gives the same bits

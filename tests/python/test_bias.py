@@ -1,9 +1,10 @@
 """Additive bias, boolean mask and block-sparse mask (issue 18) through the Python package:
 numpy arrays (forward through flash_attn_func, backward and dbias through the low-level API)
 against a float64 numpy reference, torch autograd (dq, dk, dv and the bias gradient, expanded
-biases included) against float64 torch autograd, and the CUDA forward (bf16, bias in float32
-and bfloat16) against float64 torch with the naive bf16 computation as the yardstick, whose
-backward must refuse them naming the argument (skipped without a GPU)."""
+biases included) against float64 torch autograd, and the CUDA forward and backward (bf16, bias in
+float32 and bfloat16; dq, dk, dv and dbias, deterministic mode bitwise repeatable) against
+float64 torch with the naive bf16 computation as the yardstick; the CUDA backward refuses dbias
+with softcap naming it (skipped without a GPU)."""
 
 import numpy as np
 import pytest
@@ -149,10 +150,10 @@ def _cuda_torch():
 
 
 def cuda_case(torch, c, dtype, bias_dtype):
-    """The case on the GPU: q, k, v in dtype, the bias in bias_dtype, masks as bool."""
+    """The case on the GPU: q, k, v, dout in dtype, the bias in bias_dtype, masks as bool."""
     q, k, v, dout, bias, mask, block, bs, keep = make_case(c)
     dev = torch.device("cuda")
-    t = [torch.from_numpy(x).to(dev, dtype) for x in (q, k, v)]
+    t = [torch.from_numpy(x).to(dev, dtype) for x in (q, k, v, dout)]
     bias_t = torch.from_numpy(bias).to(dev, bias_dtype) if bias is not None else None
     mask_t = torch.from_numpy(mask).to(dev) if mask is not None else None
     block_t = torch.from_numpy(block).to(dev) if block is not None else None
@@ -164,7 +165,7 @@ def cuda_case(torch, c, dtype, bias_dtype):
 def test_cuda_forward_matches_float64(case, bias_dtype):
     torch = _cuda_torch()
     c = CASES[case]
-    (q, k, v), bias, mask, block, bs, keep = cuda_case(torch, c, torch.bfloat16, getattr(torch, bias_dtype))
+    (q, k, v, _), bias, mask, block, bs, keep = cuda_case(torch, c, torch.bfloat16, getattr(torch, bias_dtype))
     out, lse, _ = flashattn.flash_attn_func(q, k, v, causal=c.get("causal", False), return_attn_probs=True,
                                             attn_bias=bias, attn_mask=mask, block_mask=block, block_size=bs)
     scale = 1 / np.sqrt(SHAPE["d"])
@@ -177,16 +178,51 @@ def test_cuda_forward_matches_float64(case, bias_dtype):
     assert torch.equal(torch.isinf(lse), empty)
 
 
-def test_cuda_backward_refuses_naming_the_argument():
+@pytest.mark.parametrize("case", range(len(CASES)))
+@pytest.mark.parametrize("bias_dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_cuda_backward_matches_float64(case, bias_dtype, deterministic):
+    """dq, dk, dv and dbias (the bias requires grad) through autograd on the GPU against float64
+    torch autograd, with the naive bf16 autograd as the yardstick; deterministic runs give the
+    same bits twice."""
     torch = _cuda_torch()
-    (q, k, v), bias, _, block, bs, keep = cuda_case(torch, CASES[3], torch.bfloat16, torch.float32)
-    for name, kw in [("attn_bias", dict(attn_bias=bias)), ("attn_mask", dict(attn_mask=keep)),
-                     ("block_mask", dict(block_mask=block, block_size=bs))]:
-        leaf = [x.clone().requires_grad_() for x in (q, k, v)]
-        out = flashattn.flash_attn_func(*leaf, **kw)  # the forward runs
-        assert torch.isfinite(out).all()
-        with pytest.raises(NotImplementedError, match=name):
-            out.sum().backward()
+    import torch_ref
+    c = CASES[case]
+    (q, k, v, dout), bias, mask, block, bs, keep = cuda_case(torch, c, torch.bfloat16, getattr(torch, bias_dtype))
+    scale = 1 / np.sqrt(SHAPE["d"])
+
+    def fa(q, k, v, *b):
+        return flashattn.flash_attn_func(q, k, v, causal=c.get("causal", False), deterministic=deterministic,
+                                         attn_bias=b[0] if b else None, attn_mask=mask, block_mask=block,
+                                         block_size=bs)
+
+    def ref(q, k, v, *b):
+        return torch_reference(q, k, v, b[0] if b else None, keep, scale)
+
+    inputs = [q, k, v] + ([bias] if bias is not None else [])
+    ours = torch_ref.values_and_grads(fa, inputs, dout)
+    ref64 = torch_ref.values_and_grads(ref, [x.double() for x in inputs], dout)
+    naive = torch_ref.values_and_grads(ref, inputs, dout)
+    for name, o, r, n in zip(("out", "dq", "dk", "dv", "dbias"), ours, ref64, naive):
+        assert_fa_close(name, o, r, n, 1e-3 if name == "out" else 1e-2)
+    if deterministic:
+        again = torch_ref.values_and_grads(fa, inputs, dout)
+        for name, a, b in zip(("out", "dq", "dk", "dv", "dbias"), ours, again):
+            assert np.array_equal(a, b), f"{name} differs between deterministic runs"
+
+
+def test_cuda_backward_declines_dbias_with_softcap():
+    """dbias with softcap is refused naming it; softcap with a bias that needs no gradient runs."""
+    torch = _cuda_torch()
+    (q, k, v, dout), bias, _, _, _, keep = cuda_case(torch, CASES[0], torch.bfloat16, torch.float32)
+    leaf = [x.clone().requires_grad_() for x in (q, k, v)]
+    bias_leaf = bias.clone().requires_grad_()
+    out = flashattn.flash_attn_func(*leaf, softcap=5.0, attn_bias=bias_leaf)
+    with pytest.raises(NotImplementedError, match="dbias with softcap"):
+        out.backward(dout)
+    out = flashattn.flash_attn_func(*leaf, softcap=5.0, attn_bias=bias)
+    out.backward(dout)
+    assert all(torch.isfinite(x.grad).all() for x in leaf)
 
 
 def test_torch_bias_is_the_only_leaf():

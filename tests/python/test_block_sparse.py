@@ -489,14 +489,21 @@ def test_cuda_builders_run_on_the_device_and_the_forward_takes_them():
         ref = torch_ref.attention(q.double(), k.double(), v.double(), causal=causal)[0]
         naive = torch_ref.attention(q, k, v, causal=causal)[0]
         assert_fa_close("out", out.float().cpu().numpy(), ref.cpu().numpy(), naive.float().cpu().numpy(), 1e-3)
-    with pytest.raises(NotImplementedError, match="block_mask_lists"):
-        leaf = q.clone().requires_grad_()
-        flashattn.flash_attn_func(leaf, k, v, block_mask=dense).sum().backward()
+    # The backward takes them too: the causal mask_mod's lists give causal attention's gradients.
+    dout = torch.randn_like(q)
+    ours = torch_ref.values_and_grads(lambda q, k, v: flashattn.flash_attn_func(q, k, v, block_mask=bm),
+                                      [q, k, v], dout)
+    causal = lambda q, k, v: torch_ref.attention(q, k, v, causal=True)[0]  # noqa: E731
+    ref = torch_ref.values_and_grads(causal, [x.double() for x in (q, k, v)], dout)
+    naive = torch_ref.values_and_grads(causal, [q, k, v], dout)
+    for name, o, r, n in zip(("out", "dq", "dk", "dv"), ours, ref, naive):
+        assert_fa_close(name, o, r, n, 1e-2)
 
 
 def test_cuda_varlen_lists_match_the_cpu_backend():
     """The compressed form on a varlen CUDA call against the same call on the CPU backend
-    (bf16 inputs; the CPU computes in float32)."""
+    (bf16 inputs; the CPU computes in float32): out, and the gradients of q, k, v and of the
+    bias (shared by the batch: the CUDA reduction's path)."""
     torch = _torch()
     if not torch.cuda.is_available() or not flashattn.cuda_available():
         pytest.skip("no CUDA device")
@@ -513,16 +520,20 @@ def test_cuda_varlen_lists_match_the_cpu_backend():
     mask = torch.rand(len(lens_q), 4, mq, mk, generator=g) < 0.7
     bias = torch.randn(1, 4, mq, mk, generator=g)
     lists = flashattn.block_mask_from_dense(block, bs, attn_mask=mask)
-    outs = []
+    dout = torch.randn(sum(lens_q), 4, 64, generator=g).bfloat16()
+    results = []
     for dev in ("cpu", "cuda"):
         to = lambda t: None if t is None else t.to(dev)  # noqa: E731
         bm = flashattn.BlockMask(*(to(t) for t in (lists.kv_num_blocks, lists.kv_indices,
                                                    lists.full_kv_num_blocks, lists.full_kv_indices)),
                                  block_size=lists.block_size, mask=to(lists.mask))
-        outs.append(flashattn.flash_attn_varlen_func(to(q), to(k), to(v), to(cu_q), to(cu_k), mq, mk,
-                                                     block_mask=bm, attn_bias=to(bias)).float().cpu())
+        leaves = [to(t).requires_grad_() for t in (q, k, v, bias)]
+        out = flashattn.flash_attn_varlen_func(*leaves[:3], to(cu_q), to(cu_k), mq, mk, block_mask=bm,
+                                               attn_bias=leaves[3])
+        out.backward(to(dout))
+        results.append([out.float().cpu()] + [t.grad.float().cpu() for t in leaves])
     # The CPU result is within float32 rounding of float64: it stands in for the reference, its
     # bf16 rounding for the naive term, and the slack covers P's rounding to bf16 before P.V
     # (a few bf16 ulps of outputs below 1).
-    cpu, gpu = outs
-    assert_fa_close("out", gpu.numpy(), cpu.numpy(), cpu.bfloat16().float().numpy(), 2e-2)
+    for name, gpu, cpu in zip(("out", "dq", "dk", "dv", "dbias"), results[1], results[0]):
+        assert_fa_close(name, gpu.numpy(), cpu.numpy(), cpu.bfloat16().float().numpy(), 2e-2)
