@@ -98,6 +98,19 @@ __global__ void tile_lists(int32_t* lists, const uint8_t* states, Geometry g, in
   }
 }
 
+// The backward's tables: one thread per (plane, query tile, key tile), grid-stride.
+__global__ void tile_kinds_kernel(int8_t* kinds, const uint8_t* states, Geometry g, int block_m, int block_n,
+                                  int bq, int bk, int seqlen_q, int seqlen_k, bool has_mask) {
+  const int64_t n = g.planes() * g.m_tiles * g.n_tiles;
+  for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < n; e += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t nt = e % g.n_tiles, m = e / g.n_tiles % g.m_tiles, plane = e / (g.n_tiles * g.m_tiles);
+    int64_t r0, r1, c0, c1;
+    tile_blocks(m, block_m, bq, seqlen_q, &r0, &r1);
+    tile_blocks(nt, block_n, bk, seqlen_k, &c0, &c1);
+    kinds[e] = int8_t(tile_kind(states + plane * g.q_blocks * g.k_blocks, g.k_blocks, r0, r1, c0, c1, has_mask));
+  }
+}
+
 unsigned grid_for(int64_t n) {
   const int64_t blocks = (n + kThreads - 1) / kThreads;
   return unsigned(blocks < 65535 ? (blocks > 0 ? blocks : 1) : 65535);
@@ -158,7 +171,7 @@ Status build_block_tiles(ForwardParams* p, int block_m, int block_n, void* works
   return Status::Ok();
 }
 
-size_t block_states_bytes(const QKVParams& p) { return geometry(p, 1, 1).states_bytes(); }
+size_t block_states_bytes(const QKVParams& p) { return align16(geometry(p, 1, 1).states_bytes()); }
 
 Status build_block_states(const QKVParams& p, void* workspace, cudaStream_t stream, BlockTilePlan* plan) {
   const Geometry g = geometry(p, 1, 1);
@@ -166,6 +179,27 @@ Status build_block_states(const QKVParams& p, void* workspace, cudaStream_t stre
   if (Status s = fill_states(p, g, states, stream); !s.ok()) return s;
   FLASHATTN_CUDA_TRY(cudaGetLastError());
   set_plan(plan, g, states, nullptr);
+  return Status::Ok();
+}
+
+size_t tile_kinds_bytes(const QKVParams& p, int block_m, int block_n) {
+  const Geometry g = geometry(p, block_m, block_n);
+  return align16(size_t(g.planes() * g.m_tiles * g.n_tiles));
+}
+
+Status build_tile_kinds(const QKVParams& p, const BlockTilePlan& plan, int block_m, int block_n, void* workspace,
+                        cudaStream_t stream, TileKinds* kinds) {
+  const Geometry g = geometry(p, block_m, block_n);
+  auto* table = static_cast<int8_t*>(workspace);
+  const int64_t n = g.planes() * g.m_tiles * g.n_tiles;
+  if (n > 0) {
+    tile_kinds_kernel<<<grid_for(n), kThreads, 0, stream>>>(table, plan.states, g, block_m, block_n, p.block_size_q,
+                                                            p.block_size_k, p.seqlen_q, p.seqlen_k, p.mask.defined());
+    FLASHATTN_CUDA_TRY(cudaGetLastError());
+  }
+  kinds->kinds = table;
+  kinds->m_tiles = int32_t(g.m_tiles);
+  kinds->n_tiles = int32_t(g.n_tiles);
   return Status::Ok();
 }
 

@@ -65,8 +65,10 @@ struct BwdKernelParams : BackwardParams {
   float* sink_partial = nullptr;
   int32_t sink_partials_per_head = 0;
   // ScoreMods::kBiasMask under a block mask: the table of block states (build_block_states,
-  // cuda/block_tiles.h; no tile lists); off otherwise.
+  // cuda/block_tiles.h; no tile lists) and the kinds of the main kernel's and (deterministic
+  // mode) the dQ kernel's (query tile, key tile) steps (build_tile_kinds); off otherwise.
   BlockTilePlan block_tiles;
+  TileKinds step_kinds, dq_step_kinds;
   // ScoreMods::kBiasMask with dbias: where the main kernel stores dS (f32) of (sequence b, head h,
   // query i, key j), at data + b * batch + h * head + i * row + j (Broadcast4's strides, every
   // dimension full): dbias itself when no two (b, h, i) share one of its elements, else a
@@ -308,19 +310,15 @@ struct StepScores {
   int batch, head, kind, seqlen_q, seqlen_k;
 };
 
-// The kind of the step (query tile m, key tile n) of a kernel whose tiles are kBlockM x kBlockN
-// under a block mask, or kTileSkipped when the tile touches no kept block: from the user blocks
-// its rectangle (cut to this sequence) touches in the state table, as block_tiles.cu classifies
-// the forward's tiles.
-template <int kBlockM, int kBlockN>
-__device__ __forceinline__ int32_t step_kind(const BwdKernelParams& p, int batch, int head, int m, int n,
-                                             int seqlen_q, int seqlen_k) {
-  const BlockTilePlan& plan = p.block_tiles;
-  const uint8_t* table = plan.states + plan.plane(batch, head, p.heads) * int64_t(plan.q_blocks) * plan.k_blocks;
-  int64_t r0, r1, c0, c1;
-  tile_blocks(m, kBlockM, p.block_size_q, seqlen_q, &r0, &r1);
-  tile_blocks(n, kBlockN, p.block_size_k, seqlen_k, &c0, &c1);
-  return tile_kind(table, plan.k_blocks, r0, r1, c0, c1, p.mask.defined());
+// The kind of the step (query tile m, key tile n) of (sequence batch, query head head) under a
+// block mask, from `kinds`, the table of the kernel's tiling (build_tile_kinds): a TileKind, or
+// kTileSkipped when the tile touches no kept block. One byte read: classifying in the loop from
+// the block states instead (tile_kind over the user blocks a tile touches) cost the main
+// kernel's d128 hot loop 70 more bytes of spills (ptxas sm_90: 40 -> 112 bytes of stores).
+__device__ __forceinline__ int32_t step_kind(const BwdKernelParams& p, const TileKinds& kinds, int batch, int head,
+                                             int m, int n) {
+  const int64_t plane = p.block_tiles.plane(batch, head, p.heads);
+  return __ldg(kinds.kinds + (plane * kinds.m_tiles + m) * kinds.n_tiles + n);
 }
 
 // The element check of a step without a block mask: attn_mask's where given.

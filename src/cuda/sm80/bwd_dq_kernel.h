@@ -9,7 +9,7 @@
 // double-buffered; Q, dO and the row statistics are loaded once. With attn_bias, attn_mask or a
 // block mask (ScoreMods::kBiasMask) pass 1 reads them as the main kernel does, and under a block
 // mask the key tiles that touch no kept block are passed over before their prefetch (step_kind
-// on the table of block states, as in bwd_kernel.h).
+// on this kernel's own table of tile kinds, as in bwd_kernel.h).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -64,12 +64,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   // kBiasMask under a block mask: the first key tile at or after n that touches a kept block
   // (n_hi when none is left), and its kind.
   constexpr bool kBiasMask = Traits::kMods == ScoreMods::kBiasMask;
-  const bool planned = kBiasMask && params.block_tiles.on();
+  const bool planned = kBiasMask && params.dq_step_kinds.on();
   const auto skip_absent = [&](int& n, int& kind) {
-    while (n < n_hi && (kind = step_kind<kBlockM, kBlockN>(params, batch, head, m_block, n, seq.seqlen_q,
-                                                           seq.seqlen_k)) == kTileSkipped) {
-      ++n;
-    }
+    while (n < n_hi && (kind = step_kind(params, params.dq_step_kinds, batch, head, m_block, n)) == kTileSkipped) ++n;
   };
   int n_first = n_lo, first_kind = kBiasMask ? unplanned_kind(params) : kTileClean;
   if (planned) skip_absent(n_first, first_kind);

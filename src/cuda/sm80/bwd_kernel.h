@@ -50,17 +50,18 @@
 // attn_bias, attn_mask and block masks (ScoreMods::kBiasMask, kAny's modifiers included): pass 1
 // adds the bias to each score after softcap and ALiBi and hides masked ones, exactly as the
 // forward (score_tensors.h). Under a block mask, this key-block-major CTA needs the query tiles
-// of its key block that touch a kept block. It finds them itself, from the table of block states
-// (build_block_states): before each step it classifies the next (query tile, key tile) pair in
-// its walk order (step_kind, tile_kind.h: the few user blocks the tile touches) and moves past
-// absent ones before issuing that step's prefetch, so an absent step costs a few byte reads of
-// the table (L1/L2-resident, the same for every thread) and no load or math. Why not a transposed
-// plan (per key tile, the list of query tiles) built ahead like the forward's: this kernel walks
-// (query head, query block) pairs from a rotated start (m_rot), and under a head-varying mask the
-// lists would be per head; the in-kernel scan is exact for any walk order, needs no second
-// device pass or workspace of lists, and its cost (one classification per skipped step) is small
-// next to a step's four products. dbias: each step stores its dS at params.dbias_out (plain
-// stores: every (b, h, i, j) belongs to one step of one CTA; store_dbias).
+// of its key block that touch a kept block. Before the kernels, one device pass classifies every
+// (plane, query tile, key tile) pair of this kernel's tiling into a byte table (build_tile_kinds:
+// the forward's tile_kind, so the same kinds and element checks); before each step the CTA reads
+// the next pairs of its walk order there (step_kind) and moves past absent ones before issuing
+// that step's prefetch: an absent step costs one byte read (the same for every thread, L1/L2-
+// resident) and no load or math. Why a dense table rather than a transposed list per key tile
+// like the forward's per query tile: this kernel walks (query head, query block) pairs from a
+// rotated start (m_rot), and under a head-varying mask the lists would be per head anyway; the
+// table serves any walk order (the deterministic dQ kernel reads its own tiling's table the
+// other way round), costs planes x tiles bytes, a quarter of the forward's int32 lists, and its
+// skip loop is cheaper than a list walk with its binary search. dbias: each step stores its dS at
+// params.dbias_out (plain stores: every (b, h, i, j) belongs to one step of one CTA; store_dbias).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -164,10 +165,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   // kBiasMask under a block mask: the first step (head, mi) at or after the given one in the
   // walk order whose tiles touch a kept block, and its kind; (head_end, *) when none is left.
   constexpr bool kBiasMask = Traits::kMods == ScoreMods::kBiasMask;
-  const bool planned = kBiasMask && params.block_tiles.on();
+  const bool planned = kBiasMask && params.step_kinds.on();
   const auto skip_absent = [&](int& head, int& mi, int& kind) {
-    while (head < head_end && (kind = step_kind<kBlockM, kBlockN>(params, batch, head, m_lo + mi, int(n_block),
-                                                                  seq.seqlen_q, seq.seqlen_k)) == kTileSkipped) {
+    while (head < head_end &&
+           (kind = step_kind(params, params.step_kinds, batch, head, m_lo + mi, int(n_block))) == kTileSkipped) {
       mi = mi + 1 == n_m ? 0 : mi + 1;
       if (mi == m_rot) ++head;
     }

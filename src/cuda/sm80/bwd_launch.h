@@ -112,15 +112,32 @@ Status launch_bwd_kernels(const BwdKernelParams& kp, cudaStream_t stream) {
   return Status::Ok();
 }
 
-// launch_bwd_kernels with ScoreMods::kBiasMask's passes around it: the block states of a block
-// mask (into states_ws), and dbias zeroed before the kernels (stored into directly) or its
-// workspace (dbias_ws, dbias_ws_elems floats) zeroed before and reduced into dbias after.
+// launch_bwd_kernels with ScoreMods::kBiasMask's passes around it: under a block mask, the
+// block states and the tables of tile kinds (into states_ws), and dbias zeroed before the
+// kernels (stored into directly) or its workspace (dbias_ws, dbias_ws_elems floats) zeroed
+// before and reduced into dbias after.
 template <typename Traits>
 Status launch_bias_mask_bwd(BwdKernelParams* kp, void* states_ws, void* dbias_ws, int64_t dbias_ws_elems,
                             cudaStream_t stream) {
   if constexpr (Traits::kMods == ScoreMods::kBiasMask) {
+    using DqTraits = BwdDqTraits<Traits>;
     if (kp->block_mask.defined() || kp->has_block_lists()) {
-      if (Status s = build_block_states(*kp, states_ws, stream, &kp->block_tiles); !s.ok()) return s;
+      char* ws = static_cast<char*>(states_ws);
+      if (Status s = build_block_states(*kp, ws, stream, &kp->block_tiles); !s.ok()) return s;
+      ws += block_states_bytes(*kp);
+      if (Status s = build_tile_kinds(*kp, kp->block_tiles, Traits::kBlockM, Traits::kBlockN, ws, stream,
+                                      &kp->step_kinds);
+          !s.ok()) {
+        return s;
+      }
+      ws += tile_kinds_bytes(*kp, Traits::kBlockM, Traits::kBlockN);
+      if (kp->deterministic) {
+        if (Status s = build_tile_kinds(*kp, kp->block_tiles, DqTraits::kBlockM, DqTraits::kBlockN, ws, stream,
+                                        &kp->dq_step_kinds);
+            !s.ok()) {
+          return s;
+        }
+      }
     }
     if (kp->dbias.defined()) {
       if (dbias_ws_elems == 0) {
@@ -209,8 +226,13 @@ Status run_bwd(const BackwardParams& params, cudaStream_t stream) {
   kp.sink_partials_per_head = params.dsink != nullptr ? int32_t(pre_ctas * params.batch) : 0;
   const size_t sink_bytes = round_up(sizeof(float) * size_t(params.heads) * kp.sink_partials_per_head, kWsAlign);
   // ScoreMods::kBiasMask: the block states of a block mask; dbias's workspace where it broadcasts.
+  // The tables of tile kinds follow the states (main kernel's tiling, then the dQ kernel's).
   const bool states = Traits::kMods == ScoreMods::kBiasMask && (params.block_mask.defined() || params.has_block_lists());
-  const size_t states_bytes = states ? round_up(block_states_bytes(params), kWsAlign) : 0;
+  const size_t states_bytes =
+      states ? round_up(block_states_bytes(params) + tile_kinds_bytes(params, Traits::kBlockM, Traits::kBlockN) +
+                            (params.deterministic ? tile_kinds_bytes(params, DqTraits::kBlockM, DqTraits::kBlockN) : 0),
+                        kWsAlign)
+             : 0;
   const bool dbias_ws = Traits::kMods == ScoreMods::kBiasMask && params.dbias.defined() && !dbias_is_direct(params);
   const int64_t dbias_ws_elems = dbias_ws ? int64_t(params.batch) * params.heads * params.seqlen_q * params.seqlen_k : 0;
   const size_t dbias_bytes = round_up(sizeof(float) * size_t(dbias_ws_elems), kWsAlign);
