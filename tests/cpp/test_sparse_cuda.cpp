@@ -107,6 +107,11 @@ std::vector<Spec> cases() {
   s.dtype = DType::kFloat16, s.bias_dtype = DType::kFloat16;
   s.blocks = Blocks::kLists, s.block_q = s.block_k = 128, s.bias = true, s.mask_density = 0.7;
   cs.push_back(s);
+  // dbias summed over the heads of both GQA groups (the reduction's path), under causal lists.
+  s = cuda_spec("bias_f32_head_broadcast_gqa_causal_lists");
+  s.blocks = Blocks::kLists, s.block_q = 64, s.block_k = 128, s.bias = true, s.bias_dims = {0, 1, 0};
+  s.causal = true, s.mask_density = 0.8, s.heads = 8, s.heads_k = 2;
+  cs.push_back(s);
   uint32_t seed = 3800;
   for (Spec& c : cs) c.seed = seed++;
   return cs;
