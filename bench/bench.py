@@ -52,6 +52,8 @@ IMPLS = ("flashattn", "sdpa_cudnn", "sdpa_flash", "fa4", "sdpa_efficient", "sdpa
 KVCACHE_IMPLS = ("kvcache", "kvcache_paged16")
 DECODE_IMPLS = ("flashattn", "kvcache", "kvcache_paged16", "sdpa_cudnn", "sdpa_flash", "sdpa_efficient", "sdpa_math")
 SPARSE_IMPLS = ("flashattn", "flex")
+# Named only on request (not in the default --impls): dev measurements beside flashattn's own row.
+OPT_IN_IMPLS = ("flashattn_sink",)
 DESCRIPTIONS = {
     "flashattn": "this library: flashattn.flash_attn_func (layout B, N, H, d)",
     "sdpa_cudnn": "torch SDPA, cuDNN backend (SDPBackend.CUDNN_ATTENTION)",
@@ -64,6 +66,8 @@ DESCRIPTIONS = {
                "cache_seqlens (decode suite only)",
     "kvcache_paged16": "this library: flashattn.flash_attn_with_kvcache on a paged cache of 16-row pages in "
                        "shuffled order, with block_table and cache_seqlens (decode suite only)",
+    "flashattn_sink": "this library: flashattn.flash_attn_func with learnable_sink (zeros, float32, one per head; "
+                      "the sink's cost beside the flashattn row, issue 19)",
     "flex": "torch FlexAttention, torch.compile(flex_attention) with a BlockMask of the same blocks, all full "
             "(sparse suite only)",
 }
@@ -146,7 +150,7 @@ def add_rates(result, fl):
 def format_row(row):
     """One console line: TFLOP/s fwd/bwd/fwd+bwd per peer, then ours vs FA2 and cuDNN."""
     parts = [f"{row['dtype']} d{row['d']} n{row['n']} {'causal' if row['causal'] else 'full  '}"]
-    for name in IMPLS:
+    for name in IMPLS + OPT_IN_IMPLS:
         r = row.get(name)
         if not isinstance(r, dict):
             continue
@@ -162,6 +166,12 @@ def format_row(row):
                   if key + "_tflops" in ours and key + "_tflops" in other]
         if ratios:
             parts.append(f"vs {label} " + " ".join(ratios))
+    sink = row.get("flashattn_sink", {})
+    # The sink's cost: time with it over time without, minus 1 (issue 19's bound is +3%).
+    costs = [f"{key} {sink[key + '_ms'] / ours[key + '_ms'] - 1.0:+.1%}"
+             for key in ("fwd", "bwd", "fwdbwd") if key + "_ms" in ours and key + "_ms" in sink]
+    if costs:
+        parts.append("sink cost " + " ".join(costs))
     return "  ".join(parts)
 
 
@@ -360,6 +370,17 @@ def attention_impls(names, math_max_seqlen=4096, softcap=0.0):
         import flashattn
         impls["flashattn"] = Impl("bshd", lambda q, k, v, causal: flashattn.flash_attn_func(q, k, v, causal=causal,
                                                                                             softcap=softcap))
+
+    if "flashattn_sink" in names:
+        import flashattn
+        sinks = {}  # one (heads,) float32 tensor per head count, made once
+
+        def run_sink(q, k, v, causal):
+            h = q.shape[2]
+            if h not in sinks:
+                sinks[h] = torch.zeros(h, dtype=torch.float32, device=q.device)
+            return flashattn.flash_attn_func(q, k, v, causal=causal, softcap=softcap, learnable_sink=sinks[h])
+        impls["flashattn_sink"] = Impl("bshd", run_sink)
 
     def no_softcap(*args):
         return "no softcap in this peer" if softcap > 0 else None
@@ -638,8 +659,8 @@ def main():
     ap.add_argument("--no-backward", action="store_true", help="forward only")
     ap.add_argument("--out", help="JSON file to write")
     ap.add_argument("--impls", type=str_list, default=list(IMPLS),
-                    help="comma-separated peers (default all: %s; the sparse suite: %s)" % (
-                        ",".join(IMPLS), ",".join(SPARSE_IMPLS)))
+                    help="comma-separated peers (default all: %s; the sparse suite: %s; on request: %s)" % (
+                        ",".join(IMPLS), ",".join(SPARSE_IMPLS), ",".join(OPT_IN_IMPLS)))
     ap.add_argument("--math-max-seqlen", type=int, default=4096,
                     help="sdpa_math (which stores the Nq x Nk scores) runs only where Nq * Nk <= this^2 (default 4096)")
     ap.add_argument("--dtypes", type=str_list, help="keep only these dtypes of the suite (bf16,fp16)")
@@ -661,7 +682,7 @@ def main():
     if args.block_size < 1:
         ap.error("--block-size must be >= 1")
     TIMING["mode"] = args.timing
-    unknown = sorted(set(args.impls) - set(IMPLS) - set(SPARSE_IMPLS))
+    unknown = sorted(set(args.impls) - set(IMPLS) - set(SPARSE_IMPLS) - set(OPT_IN_IMPLS))
     if unknown:
         ap.error(f"unknown --impls {','.join(unknown)}; choose from {','.join(IMPLS)}")
     if args.repeats < 1:

@@ -105,6 +105,20 @@ def test_format_row_lists_every_peer_and_ratios():
     assert "vs cuDNN fwd 0.50x" in line
 
 
+def test_format_row_states_the_sink_cost():
+    row = {"dtype": "bf16", "d": 128, "n": 2048, "causal": True,
+           "flashattn": {"fwd_ms": 2.0, "bwd_ms": 4.0, "fwd_tflops": 100.0, "bwd_tflops": 100.0},
+           "flashattn_sink": {"fwd_ms": 2.05, "bwd_ms": 3.96, "fwd_tflops": 97.6, "bwd_tflops": 101.0}}
+    line = bench.format_row(row)
+    assert "flashattn_sink 98/101/-" in line
+    assert "sink cost fwd +2.5% bwd -1.0%" in line
+    assert "fwdbwd" not in line.split("sink cost")[1]
+
+
+def test_sink_peer_is_accepted_only_on_request():
+    assert "flashattn_sink" in bench.OPT_IN_IMPLS and "flashattn_sink" not in bench.IMPLS
+
+
 def test_softcap_runs_skip_the_peers_without_softcap():
     pytest.importorskip("torch")
     impls, _ = bench.attention_impls(["sdpa_flash", "sdpa_math"], softcap=30.0)

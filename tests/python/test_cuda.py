@@ -247,14 +247,18 @@ LONG_SHAPES = [
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
 @pytest.mark.parametrize("shape", LONG_SHAPES, ids=lambda s: "b{b}_sq{sq}_sk{sk}_h{h}_hk{hk}_d{d}".format(**s))
-@pytest.mark.parametrize("mask", ["none", "causal", "window"])
+@pytest.mark.parametrize("mask", ["none", "causal", "window", "softcap_causal"])
 def test_long_forward_and_lse_match_float64(dtype, shape, mask):
+    # softcap_causal: the Hopper softcap kernels (FwdTraits::kSoftcap) under FLASHATTN_CUDA_PATH=sm90.
     q, k, v, _ = make(shape, dtype, seed=11)
-    causal = mask == "causal"
+    causal = mask in ("causal", "softcap_causal")
     window = (100, 20) if mask == "window" else (-1, -1)
-    out, lse, _ = flashattn.flash_attn_func(q, k, v, causal=causal, window_size=window, return_attn_probs=True)
-    ref_out, ref_lse = torch_ref.attention(q.double(), k.double(), v.double(), causal=causal, window=window)
-    naive_out, naive_lse = torch_ref.attention(q, k, v, causal=causal, window=window)
+    softcap = 30.0 if mask == "softcap_causal" else 0.0
+    out, lse, _ = flashattn.flash_attn_func(q, k, v, causal=causal, window_size=window, softcap=softcap,
+                                            return_attn_probs=True)
+    ref_out, ref_lse = torch_ref.attention(q.double(), k.double(), v.double(), causal=causal, window=window,
+                                           softcap=softcap)
+    naive_out, naive_lse = torch_ref.attention(q, k, v, causal=causal, window=window, softcap=softcap)
     attn_ref.assert_fa_close("out", torch_ref.to_numpy(out), torch_ref.to_numpy(ref_out),
                              torch_ref.to_numpy(naive_out), ATOL[dtype])
     attn_ref.assert_fa_close("lse", torch_ref.to_numpy(lse), torch_ref.to_numpy(ref_lse),

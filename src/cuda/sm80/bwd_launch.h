@@ -48,11 +48,74 @@ inline bool dev_bwd_single_buffer() {
   return v != nullptr && v[0] == '1';
 }
 
-// Whether dbias can take the main kernel's stores itself: no two (sequence, head, query row)
-// share one of its elements (bwd_dbias.h).
-inline bool dbias_is_direct(const BackwardParams& p) {
-  const Broadcast4& d = p.dbias;
-  return d.size[0] == p.batch && d.size[1] == p.heads && d.size[2] == p.seqlen_q;
+// The workspace rows of kp (BwdKernelParams) for query blocks of ws_block rows.
+inline void set_workspace_rows(BwdKernelParams* kp, int ws_block) {
+  kp->ws_block = ws_block;
+  kp->ws_seq_rows = int32_t(round_up(kp->seqlen_q, ws_block));
+  kp->ws_rows = kp->is_varlen() ? round_up(kp->total_q, kWsRowAlign) + int64_t(kp->batch) * (ws_block + kWsRowAlign)
+                                : int64_t(kp->batch) * kp->ws_seq_rows;
+}
+
+// Allocates (stream-ordered) and carves the workspace, O(rows * head_dim), for kp's rows
+// (set_workspace_rows), kv_splits and deterministic flag: LSE*log2(e) and D per (head, row); the
+// f32 dQ accumulator (atomics path only); f32 dK/dV partials when query heads are split; the
+// sink gradient's partials, one per preprocess CTA (launch_bwd_preprocess's grid) and head;
+// then extra_bytes for the caller (*extra, 256-byte aligned; the sm80 kBiasMask passes).
+// *ws is the allocation to free.
+template <int kHeadDim>
+Status alloc_workspace(BwdKernelParams* kp, cudaStream_t stream, void** ws, size_t extra_bytes = 0,
+                       void** extra = nullptr) {
+  const size_t stat_bytes = round_up(sizeof(float) * size_t(kp->heads) * kp->ws_rows, kWsAlign);
+  const size_t dq_bytes =
+      kp->deterministic ? 0 : round_up(sizeof(float) * size_t(kp->heads) * kp->ws_rows * kHeadDim, kWsAlign);
+  const size_t part_bytes =
+      kp->kv_splits > 1
+          ? round_up(sizeof(float) * size_t(kp->kv_splits) * kp->total_k * kp->heads_k * kHeadDim, kWsAlign)
+          : 0;
+  const int64_t pre_ctas = ceil_div(kp->ws_seq_rows, bwd_preprocess_rows_per_cta<kHeadDim>());
+  kp->sink_partials_per_head = kp->dsink != nullptr ? int32_t(pre_ctas * kp->batch) : 0;
+  const size_t sink_bytes = round_up(sizeof(float) * size_t(kp->heads) * kp->sink_partials_per_head, kWsAlign);
+  const size_t fixed_bytes = 2 * stat_bytes + dq_bytes + 2 * part_bytes + sink_bytes;
+  const size_t total = std::max<size_t>(fixed_bytes + round_up(extra_bytes, kWsAlign), kWsAlign);
+  if (Status s = workspace_alloc(ws, total, stream); !s.ok()) return s;
+  char* base = static_cast<char*>(*ws);
+  kp->lse_log2 = reinterpret_cast<float*>(base);
+  kp->dsum = reinterpret_cast<float*>(base + stat_bytes);
+  kp->dq_accum = kp->deterministic ? nullptr : reinterpret_cast<float*>(base + 2 * stat_bytes);
+  if (kp->kv_splits > 1) {
+    kp->dk_partial = reinterpret_cast<float*>(base + 2 * stat_bytes + dq_bytes);
+    kp->dv_partial = reinterpret_cast<float*>(base + 2 * stat_bytes + dq_bytes + part_bytes);
+  }
+  if (kp->dsink != nullptr) kp->sink_partial = reinterpret_cast<float*>(base + 2 * stat_bytes + dq_bytes + 2 * part_bytes);
+  if (extra != nullptr) *extra = extra_bytes > 0 ? base + fixed_bytes : nullptr;
+  return Status::Ok();
+}
+
+// The statistics every backward kernel reads (LSE*log2(e), D), and dsink when requested.
+template <typename Element, int kHeadDim>
+Status launch_bwd_preprocess(const BwdKernelParams& kp, cudaStream_t stream) {
+  if (kp.seqlen_q > 0) {
+    constexpr int kRows = bwd_preprocess_rows_per_cta<kHeadDim>();
+    const dim3 grid(unsigned(ceil_div(kp.ws_seq_rows, kRows)), kp.heads, kp.batch);
+    bwd_preprocess_kernel<Element, kHeadDim><<<grid, kBwdAuxThreads, 0, stream>>>(kp);
+    FLASHATTN_CUDA_TRY(cudaGetLastError());
+  }
+  if (kp.dsink != nullptr) {
+    bwd_sink_grad_kernel<Element><<<kp.heads, 32, 0, stream>>>(kp);
+    FLASHATTN_CUDA_TRY(cudaGetLastError());
+  }
+  return Status::Ok();
+}
+
+// GQA with split query heads: dK, dV = the sums of the f32 partials.
+template <typename Element, int kHeadDim>
+Status launch_bwd_reduce_dkv(const BwdKernelParams& kp, cudaStream_t stream) {
+  if (kp.kv_splits > 1 && kp.seqlen_k > 0) {
+    const dim3 grid(unsigned(ceil_div(kp.seqlen_k, kBwdAuxRows)), kp.heads_k, kp.batch);
+    bwd_reduce_dkv_kernel<Element, kHeadDim><<<grid, kBwdAuxThreads, 0, stream>>>(kp);
+    FLASHATTN_CUDA_TRY(cudaGetLastError());
+  }
+  return Status::Ok();
 }
 
 // Launches the kernels; the workspace pointers in kp are set.
@@ -62,16 +125,7 @@ Status launch_bwd_kernels(const BwdKernelParams& kp, cudaStream_t stream) {
   using DqTraits = BwdDqTraits<Traits>;
   constexpr int kHeadDim = Traits::kHeadDim;
 
-  if (kp.seqlen_q > 0) {
-    constexpr int kRows = bwd_preprocess_rows_per_cta<kHeadDim>();
-    const dim3 grid(unsigned(ceil_div(round_up(kp.seqlen_q, Traits::kBlockM), kRows)), kp.heads, kp.batch);
-    bwd_preprocess_kernel<Element, kHeadDim><<<grid, kBwdAuxThreads, 0, stream>>>(kp);
-    FLASHATTN_CUDA_TRY(cudaGetLastError());
-  }
-  if (kp.dsink != nullptr) {
-    bwd_sink_grad_kernel<Element><<<kp.heads, 32, 0, stream>>>(kp);
-    FLASHATTN_CUDA_TRY(cudaGetLastError());
-  }
+  if (Status s = launch_bwd_preprocess<Element, kHeadDim>(kp, stream); !s.ok()) return s;
   if (kp.dq_accum != nullptr) {
     FLASHATTN_CUDA_TRY(cudaMemsetAsync(kp.dq_accum, 0, sizeof(float) * size_t(kp.heads) * kp.ws_rows * kHeadDim,
                                        stream));
@@ -104,40 +158,55 @@ Status launch_bwd_kernels(const BwdKernelParams& kp, cudaStream_t stream) {
     }
     FLASHATTN_CUDA_TRY(cudaGetLastError());
   }
-  if (kp.kv_splits > 1 && kp.seqlen_k > 0) {
-    const dim3 grid(unsigned(ceil_div(kp.seqlen_k, kBwdAuxRows)), kp.heads_k, kp.batch);
-    bwd_reduce_dkv_kernel<Element, kHeadDim><<<grid, kBwdAuxThreads, 0, stream>>>(kp);
-    FLASHATTN_CUDA_TRY(cudaGetLastError());
-  }
-  return Status::Ok();
+  return launch_bwd_reduce_dkv<Element, kHeadDim>(kp, stream);
+}
+
+// ScoreMods::kBiasMask under a block mask: the bytes of the block states and the tables of
+// tile kinds (the main kernel's tiling, then in deterministic mode the dQ kernel's); 0 otherwise.
+template <typename Traits>
+size_t block_tiles_ws_bytes(const BackwardParams& p) {
+  using DqTraits = BwdDqTraits<Traits>;
+  if (Traits::kMods != ScoreMods::kBiasMask || !(p.block_mask.defined() || p.has_block_lists())) return 0;
+  return round_up(block_states_bytes(p) + tile_kinds_bytes(p, Traits::kBlockM, Traits::kBlockN) +
+                      (p.deterministic ? tile_kinds_bytes(p, DqTraits::kBlockM, DqTraits::kBlockN) : 0),
+                  kWsAlign);
+}
+
+// Whether dbias can take the main kernel's stores itself: no two (sequence, head, query row)
+// share one of its elements (bwd_dbias.h).
+inline bool dbias_is_direct(const BackwardParams& p) {
+  const Broadcast4& d = p.dbias;
+  return d.size[0] == p.batch && d.size[1] == p.heads && d.size[2] == p.seqlen_q;
 }
 
 // launch_bwd_kernels with ScoreMods::kBiasMask's passes around it: under a block mask, the
-// block states and the tables of tile kinds (into states_ws), and dbias zeroed before the
-// kernels (stored into directly) or its workspace (dbias_ws, dbias_ws_elems floats) zeroed
-// before and reduced into dbias after.
+// block states and the tables of tile kinds (block_tiles_ws_bytes of ws), then dbias's
+// workspace (dbias_ws_elems floats; the workspace alloc_workspace appended for both); dbias
+// zeroed before the kernels (stored into directly) or its workspace zeroed before and reduced
+// into dbias after.
 template <typename Traits>
-Status launch_bias_mask_bwd(BwdKernelParams* kp, void* states_ws, void* dbias_ws, int64_t dbias_ws_elems,
-                            cudaStream_t stream) {
+Status launch_bias_mask_bwd(BwdKernelParams* kp, int64_t dbias_ws_elems, void* ws, cudaStream_t stream) {
   if constexpr (Traits::kMods == ScoreMods::kBiasMask) {
     using DqTraits = BwdDqTraits<Traits>;
+    char* next = static_cast<char*>(ws);
     if (kp->block_mask.defined() || kp->has_block_lists()) {
-      char* ws = static_cast<char*>(states_ws);
-      if (Status s = build_block_states(*kp, ws, stream, &kp->block_tiles); !s.ok()) return s;
-      ws += block_states_bytes(*kp);
-      if (Status s = build_tile_kinds(*kp, kp->block_tiles, Traits::kBlockM, Traits::kBlockN, ws, stream,
+      char* w = next;
+      if (Status s = build_block_states(*kp, w, stream, &kp->block_tiles); !s.ok()) return s;
+      w += block_states_bytes(*kp);
+      if (Status s = build_tile_kinds(*kp, kp->block_tiles, Traits::kBlockM, Traits::kBlockN, w, stream,
                                       &kp->step_kinds);
           !s.ok()) {
         return s;
       }
-      ws += tile_kinds_bytes(*kp, Traits::kBlockM, Traits::kBlockN);
+      w += tile_kinds_bytes(*kp, Traits::kBlockM, Traits::kBlockN);
       if (kp->deterministic) {
-        if (Status s = build_tile_kinds(*kp, kp->block_tiles, DqTraits::kBlockM, DqTraits::kBlockN, ws, stream,
+        if (Status s = build_tile_kinds(*kp, kp->block_tiles, DqTraits::kBlockM, DqTraits::kBlockN, w, stream,
                                         &kp->dq_step_kinds);
             !s.ok()) {
           return s;
         }
       }
+      next += block_tiles_ws_bytes<Traits>(*kp);
     }
     if (kp->dbias.defined()) {
       if (dbias_ws_elems == 0) {
@@ -145,19 +214,19 @@ Status launch_bias_mask_bwd(BwdKernelParams* kp, void* states_ws, void* dbias_ws
         if (Status s = zero_dbias(kp->dbias, kp->seqlen_k, stream); !s.ok()) return s;
       } else {
         Broadcast4& o = kp->dbias_out;
-        o.data = dbias_ws;
+        o.data = next;
         o.row = kp->seqlen_k;
         o.head = int64_t(kp->seqlen_q) * kp->seqlen_k;
         o.batch = int64_t(kp->heads) * o.head;
-        FLASHATTN_CUDA_TRY(cudaMemsetAsync(dbias_ws, 0, sizeof(float) * size_t(dbias_ws_elems), stream));
+        FLASHATTN_CUDA_TRY(cudaMemsetAsync(next, 0, sizeof(float) * size_t(dbias_ws_elems), stream));
       }
     }
     if (Status s = launch_bwd_kernels<Traits>(*kp, stream); !s.ok()) return s;
     if (dbias_ws_elems == 0) return Status::Ok();
-    return reduce_dbias(kp->dbias, static_cast<const float*>(dbias_ws), kp->batch, kp->heads, kp->seqlen_q,
+    return reduce_dbias(kp->dbias, reinterpret_cast<const float*>(next), kp->batch, kp->heads, kp->seqlen_q,
                         kp->seqlen_k, stream);
   } else {
-    (void)states_ws, (void)dbias_ws, (void)dbias_ws_elems;
+    (void)dbias_ws_elems, (void)ws;
     return launch_bwd_kernels<Traits>(*kp, stream);
   }
 }
@@ -198,11 +267,7 @@ Status run_bwd(const BackwardParams& params, cudaStream_t stream) {
 
   BwdKernelParams kp;
   static_cast<BackwardParams&>(kp) = params;
-  kp.ws_block = kBlockM;
-  kp.ws_seq_rows = int32_t(round_up(params.seqlen_q, kBlockM));
-  kp.ws_rows = params.is_varlen() ? round_up(params.total_q, kWsRowAlign) +
-                                        int64_t(params.batch) * (kBlockM + kWsRowAlign)
-                                  : int64_t(params.batch) * kp.ws_seq_rows;
+  set_workspace_rows(&kp, kBlockM);
   kp.kv_splits = kv_splits_for(params, Traits::kBlockN, num_sms);
   kp.step_buffers = step_buffers;
   kp.smem_limit = Traits::kSmemBytes <= size_t(smem_optin) ? Traits::kSmemBytes : Traits::kSmemBytesSingle;
@@ -212,48 +277,15 @@ Status run_bwd(const BackwardParams& params, cudaStream_t stream) {
                                               num_sms);
   }
 
-  // Workspace, O(rows * head_dim): LSE*log2(e) and D per (head, row); the f32 dQ accumulator
-  // (atomics path only); f32 dK/dV partials when query heads are split.
-  const size_t stat_bytes = round_up(sizeof(float) * size_t(params.heads) * kp.ws_rows, kWsAlign);
-  const size_t dq_bytes =
-      params.deterministic ? 0 : round_up(sizeof(float) * size_t(params.heads) * kp.ws_rows * kHeadDim, kWsAlign);
-  const size_t part_bytes =
-      kp.kv_splits > 1
-          ? round_up(sizeof(float) * size_t(kp.kv_splits) * params.total_k * params.heads_k * kHeadDim, kWsAlign)
-          : 0;
-  // dsink: one f32 partial per preprocess CTA (launch_bwd_kernels' grid) and head.
-  const int64_t pre_ctas = ceil_div(round_up(params.seqlen_q, kBlockM), bwd_preprocess_rows_per_cta<kHeadDim>());
-  kp.sink_partials_per_head = params.dsink != nullptr ? int32_t(pre_ctas * params.batch) : 0;
-  const size_t sink_bytes = round_up(sizeof(float) * size_t(params.heads) * kp.sink_partials_per_head, kWsAlign);
-  // ScoreMods::kBiasMask: the block states of a block mask; dbias's workspace where it broadcasts.
-  // The tables of tile kinds follow the states (main kernel's tiling, then the dQ kernel's).
-  const bool states = Traits::kMods == ScoreMods::kBiasMask && (params.block_mask.defined() || params.has_block_lists());
-  const size_t states_bytes =
-      states ? round_up(block_states_bytes(params) + tile_kinds_bytes(params, Traits::kBlockM, Traits::kBlockN) +
-                            (params.deterministic ? tile_kinds_bytes(params, DqTraits::kBlockM, DqTraits::kBlockN) : 0),
-                        kWsAlign)
-             : 0;
+  // ScoreMods::kBiasMask: dbias's workspace where it broadcasts (the full shape of its gradient).
   const bool dbias_ws = Traits::kMods == ScoreMods::kBiasMask && params.dbias.defined() && !dbias_is_direct(params);
   const int64_t dbias_ws_elems = dbias_ws ? int64_t(params.batch) * params.heads * params.seqlen_q * params.seqlen_k : 0;
-  const size_t dbias_bytes = round_up(sizeof(float) * size_t(dbias_ws_elems), kWsAlign);
-  const size_t fixed_bytes = 2 * stat_bytes + dq_bytes + 2 * part_bytes + sink_bytes;
-  const size_t total = std::max<size_t>(fixed_bytes + states_bytes + dbias_bytes, kWsAlign);
   void* ws = nullptr;
-  if (Status s = workspace_alloc(&ws, total, stream); !s.ok()) return s;
-  char* base = static_cast<char*>(ws);
-  kp.lse_log2 = reinterpret_cast<float*>(base);
-  kp.dsum = reinterpret_cast<float*>(base + stat_bytes);
-  kp.dq_accum = params.deterministic ? nullptr : reinterpret_cast<float*>(base + 2 * stat_bytes);
-  if (kp.kv_splits > 1) {
-    kp.dk_partial = reinterpret_cast<float*>(base + 2 * stat_bytes + dq_bytes);
-    kp.dv_partial = reinterpret_cast<float*>(base + 2 * stat_bytes + dq_bytes + part_bytes);
-  }
-  if (params.dsink != nullptr) {
-    kp.sink_partial = reinterpret_cast<float*>(base + 2 * stat_bytes + dq_bytes + 2 * part_bytes);
-  }
+  void* bias_mask_ws = nullptr;
+  const size_t bias_mask_bytes = block_tiles_ws_bytes<Traits>(params) + sizeof(float) * size_t(dbias_ws_elems);
+  if (Status s = alloc_workspace<kHeadDim>(&kp, stream, &ws, bias_mask_bytes, &bias_mask_ws); !s.ok()) return s;
 
-  const Status launched = launch_bias_mask_bwd<Traits>(&kp, base + fixed_bytes, base + fixed_bytes + states_bytes,
-                                                       dbias_ws_elems, stream);
+  const Status launched = launch_bias_mask_bwd<Traits>(&kp, dbias_ws_elems, bias_mask_ws, stream);
   const Status freed = workspace_free(ws, stream);
   return launched.ok() ? freed : launched;
 }

@@ -35,6 +35,7 @@
 #include "cuda/ptx/warpgroup.h"
 #include "cuda/ptx/wgmma.h"
 #include "cuda/sm80/bwd_common.h"  // BwdKernelParams, query_block_range, MaskMode
+#include "cuda/sm90/fwd_kernel.h"   // Turns (ping-pong between the consumers)
 
 namespace flashattn::cuda::sm90 {
 
@@ -54,13 +55,24 @@ struct BwdTraits {
   static constexpr int kPanels = kHeadDim / 64;  // 64-column panels of 128-byte swizzled rows
   static constexpr int kRowBytes = 128;
   static constexpr int kStages = 2;
+  // dev/ A/B (-DFLASHATTN_DEV_SM90_BWD_PINGPONG): the consumers take turns issuing their products
+  // (the forward's Turns), so one warpgroup's element-wise work overlaps the other's products.
+#if defined(FLASHATTN_DEV_SM90_BWD_PINGPONG)
+  static constexpr bool kPingPong = true;
+#else
+  static constexpr bool kPingPong = false;
+#endif
 
   // dK/dV kernel: kKvBlockN keys per CTA (64 per consumer), kKvBlockM queries per step.
   static constexpr int kKvBlockN = 64 * kConsumers;
   static constexpr int kKvBlockM = 64;
   // dQ kernel: kDqBlockM queries per CTA (64 per consumer), kDqBlockN keys per step.
   static constexpr int kDqBlockM = 64 * kConsumers;
+#if defined(FLASHATTN_DEV_SM90_BWD_DQ_BN)
+  static constexpr int kDqBlockN = FLASHATTN_DEV_SM90_BWD_DQ_BN;  // dev/ A/B: 128 (S, dP 64 regs each)
+#else
   static constexpr int kDqBlockN = 64;
+#endif
   // Workspace rows are allocated in whole blocks of the larger query block (BwdKernelParams).
   static constexpr int kWsBlock = kDqBlockM;
 
@@ -127,6 +139,32 @@ __device__ __forceinline__ void gemm_rs(float (&acc)[N / 2], const uint32_t (&a)
     const uint32_t frag[4] = {a[4 * kk], a[4 * kk + 1], a[4 * kk + 2], a[4 * kk + 3]};
     Mma::template rs<1>(acc, frag, ptx::desc_advance(b_desc, kk * 16 * 128), 1u);
   }
+}
+
+// Descriptors of a tile of 128-byte swizzled panels: K-major (its rows hold the k index's
+// elements) and MN-major (its rows are the k index, its panels `panel_bytes` apart the N index).
+__device__ __forceinline__ uint64_t kmajor_desc(uint32_t addr) {
+  return ptx::smem_desc(addr, 16, 1024, ptx::SmemSwizzle::k128B);
+}
+__device__ __forceinline__ uint64_t mn_desc(uint32_t addr, int panel_bytes) {
+  return ptx::smem_desc(addr, panel_bytes, 1024, ptx::SmemSwizzle::k128B);
+}
+
+// S = A_s B_s^T and dP = A_dp B_dp^T over the head dim (all K-major), issued as one group in
+// this warpgroup's turn; returns when both are done.
+template <int N, typename Traits, typename Turns>
+__device__ __forceinline__ void gemm_s_dp(float (&s)[N / 2], float (&dp)[N / 2], uint64_t a_s, uint64_t a_dp,
+                                          int a_panel_bytes, uint64_t b_s, uint64_t b_dp, int b_panel_bytes,
+                                          const Turns& turns) {
+  using Element = typename Traits::Element;
+  turns.take();
+  gemm_kmajor<N, Element, Traits::kPanels>(s, a_s, a_panel_bytes, b_s, b_panel_bytes);
+  gemm_kmajor<N, Element, Traits::kPanels>(dp, a_dp, a_panel_bytes, b_dp, b_panel_bytes);
+  ptx::wgmma_commit();
+  turns.pass();
+  ptx::wgmma_wait<0>();
+  ptx::fence_operand(s);
+  ptx::fence_operand(dp);
 }
 
 template <typename Element, int n>
@@ -244,16 +282,18 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
   const int key_row0 = consumer * 64;                       // this warpgroup's first key of the block
   const int key_local = key_row0 + (warp % 4) * 16 + g;    // this thread's keys: +0 and +8
   const float scale_log2 = params.scale_log2;
-  using ptx::SmemSwizzle;
   // A operands (K-major: rows hold head-dim elements): this warpgroup's 64 keys of K and V.
-  const uint64_t k_desc = ptx::smem_desc(ptx::smem_u32(sK + key_row0 * Traits::kRowBytes), 16, 1024, SmemSwizzle::k128B);
-  const uint64_t v_desc = ptx::smem_desc(ptx::smem_u32(sV + key_row0 * Traits::kRowBytes), 16, 1024, SmemSwizzle::k128B);
+  const uint64_t k_desc = bwd90::kmajor_desc(ptx::smem_u32(sK + key_row0 * Traits::kRowBytes));
+  const uint64_t v_desc = bwd90::kmajor_desc(ptx::smem_u32(sV + key_row0 * Traits::kRowBytes));
 
   constexpr int kAcc = kHeadDim / 2;  // dK, dV: 64 x head_dim per warpgroup
   constexpr int kS = kBlockM / 2;     // S^T, dP^T: 64 x block_m
   float dk[kAcc], dv[kAcc];
 #pragma unroll
   for (int i = 0; i < kAcc; ++i) dk[i] = dv[i] = 0.0f;
+
+  const Turns<Traits> turns{consumer};
+  if (consumer == Traits::kConsumers - 1) turns.pass();  // the last warpgroup hands warpgroup 0 the first turn
 
   if (steps > 0) ptx::mbarrier_wait(kv_full, 0);
   for (int step = 0; step < steps; ++step) {
@@ -264,20 +304,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
     const uint32_t do_addr = ptx::smem_u32(stage_do(s));
     // B operands K-major for S^T and dP^T (rows = queries), MN-major for dV and dK (rows = the
     // queries as the k index, the head dim across panels).
-    const uint64_t q_kmajor = ptx::smem_desc(q_addr, 16, 1024, SmemSwizzle::k128B);
-    const uint64_t do_kmajor = ptx::smem_desc(do_addr, 16, 1024, SmemSwizzle::k128B);
-    const uint64_t q_mn = ptx::smem_desc(q_addr, Traits::panel_bytes(kBlockM), 1024, SmemSwizzle::k128B);
-    const uint64_t do_mn = ptx::smem_desc(do_addr, Traits::panel_bytes(kBlockM), 1024, SmemSwizzle::k128B);
-
     float st[kS], dpt[kS];
-    bwd90::gemm_kmajor<kBlockM, Element, Traits::kPanels>(st, k_desc, Traits::panel_bytes(kBlockN), q_kmajor,
-                                                          Traits::panel_bytes(kBlockM));
-    bwd90::gemm_kmajor<kBlockM, Element, Traits::kPanels>(dpt, v_desc, Traits::panel_bytes(kBlockN), do_kmajor,
-                                                          Traits::panel_bytes(kBlockM));
-    ptx::wgmma_commit();
-    ptx::wgmma_wait<0>();
-    ptx::fence_operand(st);
-    ptx::fence_operand(dpt);
+    bwd90::gemm_s_dp<kBlockM, Traits>(st, dpt, k_desc, v_desc, Traits::panel_bytes(kBlockN), bwd90::kmajor_desc(q_addr),
+                                      bwd90::kmajor_desc(do_addr), Traits::panel_bytes(kBlockM), turns);
 
     // Element (key row key_local + 8h, query column 8c + 2t4 + e) is st[4c + 2h + e].
     const float* lse = stage_lse(s);
@@ -306,14 +335,18 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
     uint32_t pt[kS / 2], dst[kS / 2];
     bwd90::pack_pairs<Element>(st, pt);
     bwd90::pack_pairs<Element>(dpt, dst);
-    bwd90::gemm_rs<kHeadDim, Element, kBlockM>(dv, pt, do_mn);
-    bwd90::gemm_rs<kHeadDim, Element, kBlockM>(dk, dst, q_mn);
+    turns.take();
+    bwd90::gemm_rs<kHeadDim, Element, kBlockM>(dv, pt, bwd90::mn_desc(do_addr, Traits::panel_bytes(kBlockM)));
+    bwd90::gemm_rs<kHeadDim, Element, kBlockM>(dk, dst, bwd90::mn_desc(q_addr, Traits::panel_bytes(kBlockM)));
     ptx::wgmma_commit();
+    turns.pass();
     ptx::wgmma_wait<0>();
     ptx::fence_operand(dv);
     ptx::fence_operand(dk);
     bwd90::release(&empty[s], lane);
   }
+
+  if (consumer == 0) turns.take();  // the turn the last warpgroup passed at the end
 
   // Epilogue: dK = scale * sum dS^T Q, dV = sum P^T dO, from the accumulators (each quad writes
   // 8 contiguous bytes of a row per 8-column chunk), or the unscaled f32 partials of this chunk of
@@ -365,7 +398,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_dq_kernel(const __gri
   constexpr int kHeadDim = Traits::kHeadDim;
   const BwdKernelParams& params = args.p;
 
-  const int m_block = blockIdx.x;
+  // The last query blocks first: under a causal mask they see the most keys, so the lightest
+  // CTAs fill the tail of the grid (not yet timed against the plain order).
+  const int m_block = int(gridDim.x) - 1 - int(blockIdx.x);
   const int head = blockIdx.y;
   const int batch = blockIdx.z;
   const int kv_head = head / (params.heads / params.heads_k);
@@ -445,15 +480,16 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_dq_kernel(const __gri
   const int row_base = consumer * 64;
   const int row_local = row_base + (warp % 4) * 16 + g;  // this thread's rows: +0 and +8
   const float scale_log2 = params.scale_log2;
-  using ptx::SmemSwizzle;
-  const uint64_t q_desc = ptx::smem_desc(ptx::smem_u32(sQ + row_base * Traits::kRowBytes), 16, 1024, SmemSwizzle::k128B);
-  const uint64_t do_desc = ptx::smem_desc(ptx::smem_u32(sdO + row_base * Traits::kRowBytes), 16, 1024, SmemSwizzle::k128B);
+  const uint64_t q_desc = bwd90::kmajor_desc(ptx::smem_u32(sQ + row_base * Traits::kRowBytes));
+  const uint64_t do_desc = bwd90::kmajor_desc(ptx::smem_u32(sdO + row_base * Traits::kRowBytes));
 
   constexpr int kS = kBlockN / 2;
   float dq[kHeadDim / 2];
 #pragma unroll
   for (int i = 0; i < kHeadDim / 2; ++i) dq[i] = 0.0f;
 
+  const Turns<Traits> turns{consumer};
+  if (consumer == Traits::kConsumers - 1) turns.pass();
   if (steps > 0) {
     ptx::mbarrier_wait(q_full, 0);
     float lse[2], dsum[2];
@@ -467,19 +503,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_dq_kernel(const __gri
       const int n0 = (n_lo + step) * kBlockN;
       ptx::mbarrier_wait(&full[s], (step / kStages) & 1);
       const uint32_t k_addr = ptx::smem_u32(stage_k(s));
-      const uint64_t k_kmajor = ptx::smem_desc(k_addr, 16, 1024, SmemSwizzle::k128B);
-      const uint64_t v_kmajor = ptx::smem_desc(ptx::smem_u32(stage_v(s)), 16, 1024, SmemSwizzle::k128B);
-      const uint64_t k_mn = ptx::smem_desc(k_addr, Traits::panel_bytes(kBlockN), 1024, SmemSwizzle::k128B);
-
       float sc[kS], dp[kS];
-      bwd90::gemm_kmajor<kBlockN, Element, Traits::kPanels>(sc, q_desc, Traits::panel_bytes(kBlockM), k_kmajor,
-                                                            Traits::panel_bytes(kBlockN));
-      bwd90::gemm_kmajor<kBlockN, Element, Traits::kPanels>(dp, do_desc, Traits::panel_bytes(kBlockM), v_kmajor,
-                                                            Traits::panel_bytes(kBlockN));
-      ptx::wgmma_commit();
-      ptx::wgmma_wait<0>();
-      ptx::fence_operand(sc);
-      ptx::fence_operand(dp);
+      bwd90::gemm_s_dp<kBlockN, Traits>(sc, dp, q_desc, do_desc, Traits::panel_bytes(kBlockM), bwd90::kmajor_desc(k_addr),
+                                        bwd90::kmajor_desc(ptx::smem_u32(stage_v(s))), Traits::panel_bytes(kBlockN),
+                                        turns);
 
       // Element (query row row_local + 8h, key column n0 + 8c + 2t4 + e) is sc[4c + 2h + e].
       const bool needs_mask =
@@ -504,13 +531,17 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_dq_kernel(const __gri
       }
       uint32_t ds[kS / 2];
       bwd90::pack_pairs<Element>(dp, ds);
-      bwd90::gemm_rs<kHeadDim, Element, kBlockN>(dq, ds, k_mn);
+      turns.take();
+      bwd90::gemm_rs<kHeadDim, Element, kBlockN>(dq, ds, bwd90::mn_desc(k_addr, Traits::panel_bytes(kBlockN)));
       ptx::wgmma_commit();
+      turns.pass();
       ptx::wgmma_wait<0>();
       ptx::fence_operand(dq);
       bwd90::release(&empty[s], lane);
     }
   }
+
+  if (consumer == 0) turns.take();  // the turn the last warpgroup passed at the end
 
   // dQ = scale * sum dS K, written from the accumulators.
   const float dq_scale = params.scale;

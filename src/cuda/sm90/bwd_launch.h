@@ -9,7 +9,7 @@
 
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/workspace.h"
-#include "cuda/sm80/bwd_launch.h"  // bwd_detail::kv_splits_for, ceil_div, round_up, kWsAlign
+#include "cuda/sm80/bwd_launch.h"  // bwd_detail: workspace layout, auxiliary launches, kv_splits_for
 #include "cuda/sm80/bwd_preprocess.h"
 #include "cuda/sm90/bwd.h"
 #include "cuda/sm90/bwd_kernel.h"
@@ -60,46 +60,16 @@ Status run_bwd(const BackwardParams& params, cudaStream_t stream) {
   FLASHATTN_CUDA_TRY(cudaGetDevice(&device));
   FLASHATTN_CUDA_TRY(cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, device));
 
-  // Workspace (BwdKernelParams): LSE*log2(e) and D per (head, row) in whole kWsBlock blocks;
-  // f32 dK/dV partials when query heads are split; the sink gradient's partials.
-  kp.ws_block = kWsBlock;
-  kp.ws_seq_rows = int32_t(round_up(params.seqlen_q, kWsBlock));
-  kp.ws_rows = varlen ? round_up(params.total_q, kWsRowAlign) + int64_t(params.batch) * (kWsBlock + kWsRowAlign)
-                      : int64_t(params.batch) * kp.ws_seq_rows;
+  // Workspace (BwdKernelParams) in whole kWsBlock query blocks (the dQ kernel's), no dQ
+  // accumulator: the kernels are deterministic.
+  set_workspace_rows(&kp, kWsBlock);
   kp.kv_splits = kv_splits_for(params, Traits::kKvBlockN, num_sms);
   kp.deterministic = true;
-  const size_t stat_bytes = round_up(sizeof(float) * size_t(params.heads) * kp.ws_rows, kWsAlign);
-  const size_t part_bytes =
-      kp.kv_splits > 1
-          ? round_up(sizeof(float) * size_t(kp.kv_splits) * params.total_k * params.heads_k * kHeadDim, kWsAlign)
-          : 0;
-  const int64_t pre_ctas = ceil_div(round_up(params.seqlen_q, kWsBlock), bwd_preprocess_rows_per_cta<kHeadDim>());
-  kp.sink_partials_per_head = params.dsink != nullptr ? int32_t(pre_ctas * params.batch) : 0;
-  const size_t sink_bytes = round_up(sizeof(float) * size_t(params.heads) * kp.sink_partials_per_head, kWsAlign);
-  const size_t total = std::max<size_t>(2 * stat_bytes + 2 * part_bytes + sink_bytes, kWsAlign);
   void* ws = nullptr;
-  if (Status s = workspace_alloc(&ws, total, stream); !s.ok()) return s;
-  char* base = static_cast<char*>(ws);
-  kp.lse_log2 = reinterpret_cast<float*>(base);
-  kp.dsum = reinterpret_cast<float*>(base + stat_bytes);
-  kp.dq_accum = nullptr;
-  if (kp.kv_splits > 1) {
-    kp.dk_partial = reinterpret_cast<float*>(base + 2 * stat_bytes);
-    kp.dv_partial = reinterpret_cast<float*>(base + 2 * stat_bytes + part_bytes);
-  }
-  if (params.dsink != nullptr) kp.sink_partial = reinterpret_cast<float*>(base + 2 * stat_bytes + 2 * part_bytes);
+  if (Status s = alloc_workspace<kHeadDim>(&kp, stream, &ws); !s.ok()) return s;
 
   const auto launch = [&]() -> Status {
-    {
-      constexpr int kRows = bwd_preprocess_rows_per_cta<kHeadDim>();
-      const dim3 grid(unsigned(ceil_div(kp.ws_seq_rows, kRows)), kp.heads, kp.batch);
-      bwd_preprocess_kernel<Element, kHeadDim><<<grid, kBwdAuxThreads, 0, stream>>>(kp);
-      FLASHATTN_CUDA_TRY(cudaGetLastError());
-    }
-    if (kp.dsink != nullptr) {
-      bwd_sink_grad_kernel<Element><<<kp.heads, 32, 0, stream>>>(kp);
-      FLASHATTN_CUDA_TRY(cudaGetLastError());
-    }
+    if (Status s = launch_bwd_preprocess<Element, kHeadDim>(kp, stream); !s.ok()) return s;
     {
       const auto kernel = bwd_kv_kernel<Traits>;
       constexpr size_t kSmem = Traits::kKvSmemBytes;
@@ -116,12 +86,7 @@ Status run_bwd(const BackwardParams& params, cudaStream_t stream) {
       kernel<<<grid, Traits::kThreads, kSmem, stream>>>(args);
       FLASHATTN_CUDA_TRY(cudaGetLastError());
     }
-    if (kp.kv_splits > 1) {
-      const dim3 grid(unsigned(ceil_div(kp.seqlen_k, kBwdAuxRows)), kp.heads_k, kp.batch);
-      bwd_reduce_dkv_kernel<Element, kHeadDim><<<grid, kBwdAuxThreads, 0, stream>>>(kp);
-      FLASHATTN_CUDA_TRY(cudaGetLastError());
-    }
-    return Status::Ok();
+    return launch_bwd_reduce_dkv<Element, kHeadDim>(kp, stream);
   };
   const Status launched = launch();
   const Status freed = workspace_free(ws, stream);

@@ -94,6 +94,35 @@ __device__ __forceinline__ void gemm_pv(float (&o)[Traits::kHeadDim / 2], const 
   ptx::wgmma_commit();
 }
 
+// The score modifiers of FwdTraits::kMods, in the order of docs/SEMANTICS.md (scale, softcap,
+// ALiBi; the mask after them), as the sm80 kernels apply them: the scores leave in log2 units.
+struct ScoreMods90 {
+  bool softcap;      // softcap > 0
+  float scale_log2;  // without softcap
+  float softcap_in;  // scale / softcap
+  float softcap_out; // softcap * log2(e)
+  float alibi_log2;  // ALiBi slope * log2(e); 0 when off
+};
+
+// Rows row and row + 8 (h = 0, 1) of this thread; columns key0 + 8c + e (key0 = block start + 2t).
+template <typename Traits>
+__device__ __forceinline__ void modify_scores(float (&s)[Traits::kBlockN / 2], const ScoreMods90& m,
+                                              const WindowMask& mask, int row, int key0) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int diag = mask.diag(row + 8 * h);
+#pragma unroll
+    for (int c = 0; c < Traits::kBlockN / 8; ++c) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        float& x = s[4 * c + 2 * h + e];
+        x = m.softcap ? ptx::tanh_approx(x * m.softcap_in) * m.softcap_out : x * m.scale_log2;
+        x -= m.alibi_log2 * fabsf(float(diag - (key0 + 8 * c + e)));
+      }
+    }
+  }
+}
+
 // -inf outside the rows' visible key intervals (only for blocks that straddle a boundary).
 template <typename Traits>
 __device__ __forceinline__ void apply_mask(float (&s)[Traits::kBlockN / 2], const WindowMask& mask, int row, int key0) {
@@ -199,7 +228,7 @@ __device__ __forceinline__ void release(uint64_t* bar, int lane) {
 // shared memory: the next tile's Q may already be landing in the Q buffer.
 template <typename Traits, typename TileWork>
 __device__ __forceinline__ void store_tile(const ForwardParams& params, const TileWork& w, ConsumerState<Traits>& st,
-                                           int row_in_tile, int t4) {
+                                           int row_in_tile, int t4, float scale_log2) {
   using Element = typename Traits::Element;
   const int64_t lse_base =
       w.batch * params.lse_batch_stride + int64_t(w.head) * params.lse_head_stride + w.row0_q + w.m0;
@@ -215,7 +244,7 @@ __device__ __forceinline__ void store_tile(const ForwardParams& params, const Ti
     l += __shfl_xor_sync(0xffffffffu, l, 2);
     // The kept maximum in log2 units; __fmul_rn keeps it one rounding, so a sink of -inf leaves
     // the LSE bitwise unchanged. The learnable sink joins the row here (core/sink.h).
-    float m_log2 = __fmul_rn(st.row_max[h], params.scale_log2);
+    float m_log2 = __fmul_rn(st.row_max[h], scale_log2);
     const float o_factor = fold_sink(sink_log2, &m_log2, &l, [](float x) { return ptx::exp2_approx(x); });
     const bool empty = l == 0.0f;  // no visible key and no sink; a NaN sum stays NaN
     const float inv = empty ? 0.0f : o_factor / l;
@@ -431,7 +460,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
   const int t4 = lane % 4;
   const int wg_row0 = consumer * 64;                      // this warpgroup's first row of the tile
   const int row_in_tile = wg_row0 + (warp % 4) * 16 + g;  // this thread's rows: +0 and +8
-  const float scale_log2 = params.scale_log2;
+  // With modifiers the scores are already in log2 units after modify_scores.
+  const float scale_log2 = Traits::kMods ? 1.0f : params.scale_log2;
   // Descriptors: Q and K are K-major (their rows hold head-dim elements), V MN-major (the head
   // dim, P V's N, is contiguous; the leading offset steps one 64-column panel).
   const uint64_t q_desc = ptx::smem_desc(ptx::smem_u32(sQ + wg_row0 * Traits::kRowBytes), 16, 1024,
@@ -453,6 +483,15 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
     if (!w.exists()) continue;
     const WindowMask mask = make_window_mask<Traits::kMask == MaskMode::kWindow>(
         w.seqlen_q, w.seqlen_k, params.window_left, params.window_right);
+    ScoreMods90 mods{};
+    if constexpr (Traits::kMods) {
+      mods.softcap = params.softcap > 0.0f;
+      mods.scale_log2 = params.scale_log2;
+      mods.softcap_in = mods.softcap ? params.scale / params.softcap : 0.0f;
+      mods.softcap_out = mods.softcap ? params.softcap * kLog2e : 0.0f;
+      mods.alibi_log2 =
+          params.alibi != nullptr ? params.alibi[w.batch * params.alibi_batch_stride + w.head] * kLog2e : 0.0f;
+    }
 
     ConsumerState<Traits> st;
 #pragma unroll
@@ -482,6 +521,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
       ptx::wgmma_wait<0>();
       ptx::fence_operand(st.s);
       release(&ring.k_empty[stage], lane);
+      if constexpr (Traits::kMods) modify_scores<Traits>(st.s, mods, mask, row, (w.n_hi - 1) * kBlockN + 2 * t4);
       if (needs_mask(w.n_hi - 1)) apply_mask<Traits>(st.s, mask, row, (w.n_hi - 1) * kBlockN + 2 * t4);
       {
         float correction[2];
@@ -504,6 +544,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
         ptx::wgmma_wait<1>();  // S_j is done; P V is still running
         ptx::fence_operand(st.s);
         release(&ring.k_empty[stage], lane);
+        if constexpr (Traits::kMods) modify_scores<Traits>(st.s, mods, mask, row, n_block * kBlockN + 2 * t4);
         if (needs_mask(n_block)) apply_mask<Traits>(st.s, mask, row, n_block * kBlockN + 2 * t4);
         float correction[2];
         const bool rescale = softmax_block<Traits>(st, scale_log2, correction);
@@ -526,7 +567,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
       release(&ring.v_empty[stage], lane);
       ++it;
     }
-    store_tile<Traits>(params, w, st, row_in_tile, t4);
+    store_tile<Traits>(params, w, st, row_in_tile, t4, scale_log2);
   }
   // Warpgroup 0 takes the turn the last one passed at the end, so no arrival is left over.
   if (consumer == 0) turns.take();

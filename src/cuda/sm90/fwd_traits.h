@@ -47,11 +47,15 @@ constexpr FwdTile fwd_tile(int head_dim, bool windowed) {
   return {2, 80, 2, true};
 }
 
-template <typename Element_, int kHeadDim_, MaskMode kMask_>
+template <typename Element_, int kHeadDim_, MaskMode kMask_, bool kMods_ = false>
 struct FwdTraits {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr MaskMode kMask = kMask_;
+  // Score modifiers (fwd_kernel.h, modify_scores): softcap * tanh(s * scale / softcap) (Gemma 2;
+  // one more MUFU operation per score) and/or ALiBi's -slope |i + seqlen_k - seqlen_q - j|, each
+  // under a uniform run-time branch, the scores then in log2 units. Dropout stays on sm80.
+  static constexpr bool kMods = kMods_;
   static constexpr FwdTile kTile = fwd_tile(kHeadDim, kMask == MaskMode::kWindow);
   static constexpr int kConsumers = kTile.consumers;
   static constexpr int kBlockM = 64 * kConsumers;
