@@ -4,7 +4,8 @@
 // attention as the error yardstick (score_mods_util.h run_and_check). Cases cover
 // block sizes that align with the kernel tiles (128 x 128 as FlexAttention uses, 64 x 64) and
 // ones that do not (96 x 80, 1 x 64), densities 0 and 1, rows with no kept block, ragged and
-// varlen lengths, bias in float32 and bfloat16 with broadcast dimensions, GQA, causal and
+// varlen lengths, bias in float32 and bfloat16 with every broadcast pattern of dbias (full,
+// (B, 1, 1, Nk), (1, H, Nq, Nk), (1, 1, Nq, Nk), (B, H, 1, Nk), (1, 1, 1, Nk)), GQA, causal and
 // windowed masks, softcap, ALiBi, dropout, split-KV and the decode shape; every case also runs
 // the deterministic backward (dQ kernel), which must be bitwise repeatable; dbias with softcap
 // is declined naming it, softcap with a bias but no dbias runs. Differential tests: CUDA against
@@ -112,6 +113,33 @@ std::vector<Spec> cases() {
   s.blocks = Blocks::kLists, s.block_q = 64, s.block_k = 128, s.bias = true, s.bias_dims = {0, 1, 0};
   s.causal = true, s.mask_density = 0.8, s.heads = 8, s.heads_k = 2;
   cs.push_back(s);
+  // dbias for each broadcast pattern of the bias (bwd_dbias.h, DbiasPlan): summed over the query
+  // rows in the CTA and stored directly, (B, H, 1, Nk), with GQA (several heads per CTA, one
+  // flush each, and split query heads) and causal block lists;
+  s = cuda_spec("bias_f32_rows_broadcast_gqa_causal_lists");
+  s.blocks = Blocks::kLists, s.block_q = s.block_k = 128, s.bias = true, s.bias_dims = {0, 0, 1};
+  s.causal = true, s.mask_density = 0.8, s.heads = 8, s.heads_k = 2;
+  s.lens_q = {700, 700}, s.lens_k = {900, 900};
+  cs.push_back(s);
+  // summed over the rows into partials, then over the heads: a float32 key-padding bias
+  // (B, 1, 1, Nk) with ragged varlen lengths and rows with no kept key;
+  s = cuda_spec("varlen_key_padding_f32_sparse_rows");
+  s.varlen = true, s.bias = true, s.bias_dims = {0, 1, 1}, s.mask_density = 0.02;
+  s.lens_q = {333, 1, 0, 129, 64}, s.lens_k = {517, 300, 10, 0, 64};
+  cs.push_back(s);
+  // (1, 1, 1, Nk) under a block mask of density 0 (nothing kept: dbias 0) and of density 1;
+  s = cuda_spec("bias_keys_only_density_0");
+  s.blocks = Blocks::kDense, s.block_q = s.block_k = 128, s.absent = 1.0, s.bias = true, s.bias_dims = {1, 1, 1};
+  cs.push_back(s);
+  s = cuda_spec("bias_keys_only_density_1_window");
+  s.blocks = Blocks::kDense, s.block_q = 64, s.block_k = 128, s.absent = 0.0, s.bias = true, s.bias_dims = {1, 1, 1};
+  s.window_left = 200, s.window_right = 16, s.lens_q = {1000, 1000}, s.lens_k = {1100, 1100};
+  cs.push_back(s);
+  // (1, 1, Nq, Nk): element partials per (b, h), summed over both, under random lists.
+  s = cuda_spec("bias_bf16_shared_rows_random_lists");
+  s.blocks = Blocks::kLists, s.block_q = 64, s.block_k = 64, s.mask_density = 0.5, s.bias = true;
+  s.bias_dims = {1, 1, 0}, s.bias_dtype = DType::kBFloat16, s.heads = 4, s.heads_k = 4;
+  cs.push_back(s);
   uint32_t seed = 3800;
   for (Spec& c : cs) c.seed = seed++;
   return cs;
@@ -212,12 +240,13 @@ TEST(SparseCudaDifferential, SoftcapBiasWithoutDbias) {
   EXPECT_TRUE(refs.ran) << s.name;
 }
 
-// dbias on the GPU against the CPU backend's on the same bf16 inputs, for a bias broadcast over
-// the batch (the reduction's path) and a full one (stored directly): the CPU's float32 dbias
-// stands in for the reference at the dtype's atol.
+// dbias on the GPU against the CPU backend's on the same bf16 inputs, for a full bias (stored
+// directly), one broadcast over the batch (element partials), over the query rows (row sums
+// stored directly) and a varlen key-padding bias (row sums into partials): the CPU's float32
+// dbias stands in for the reference at the dtype's atol.
 TEST(SparseCudaDifferential, DbiasMatchesCpuBackend) {
   FLASHATTN_SKIP_IF_UNAVAILABLE(Backend::kCuda);
-  for (const size_t index : {size_t(1), size_t(13)}) {
+  for (const size_t index : {size_t(1), size_t(13), size_t(20), size_t(21)}) {
     const Spec s = cases()[index];
     if (cuda_not_built(s.dtype, s.head_dim, s.head_dim_v)) GTEST_SKIP() << "not in this build";
     Built gpu = build(s, Backend::kCuda), cpu = build(s, Backend::kCpu);

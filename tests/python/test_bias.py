@@ -3,8 +3,9 @@ numpy arrays (forward through flash_attn_func, backward and dbias through the lo
 against a float64 numpy reference, torch autograd (dq, dk, dv and the bias gradient, expanded
 biases included) against float64 torch autograd, and the CUDA forward and backward (bf16, bias in
 float32 and bfloat16; dq, dk, dv and dbias, deterministic mode bitwise repeatable) against
-float64 torch with the naive bf16 computation as the yardstick; the CUDA backward refuses dbias
-with softcap naming it (skipped without a GPU)."""
+float64 torch with the naive bf16 computation as the yardstick, each broadcast pattern of dbias
+at lengths of several kernel tiles; the CUDA backward refuses dbias with softcap naming it
+(the CUDA tests skip without a GPU)."""
 
 import numpy as np
 import pytest
@@ -29,6 +30,8 @@ CASES = [
     dict(block=(2, 1), bs=(16, 8), density=0.0),           # nothing kept: fully masked rows
     dict(block=(1, 4), bs=(5, 7), density=1.0),
     dict(mask=(1, 1, 37, 53), density=0.03),               # many rows keep nothing
+    dict(bias=(2, 4, 1, 53), causal=True),                 # per (b, h) over the keys only
+    dict(bias=(1, 1, 1, 53), block=(2, 4), bs=(8, 8), density=0.5),
 ]
 
 
@@ -209,6 +212,56 @@ def test_cuda_backward_matches_float64(case, bias_dtype, deterministic):
         again = torch_ref.values_and_grads(fa, inputs, dout)
         for name, a, b in zip(("out", "dq", "dk", "dv", "dbias"), ours, again):
             assert np.array_equal(a, b), f"{name} differs between deterministic runs"
+
+
+# dbias on the GPU for each broadcast pattern of the bias at lengths of several kernel tiles
+# (the CUDA backward sums a bias broadcast over the query rows across query blocks inside a CTA,
+# and one broadcast over the batch or heads through partials; cuda/bwd_dbias.h).
+LONG = dict(b=2, sq=300, sk=520, h=4, hk=2, d=64)
+LONG_BIASES = [(2, 4, 300, 520), (2, 1, 1, 520), (1, 4, 300, 520), (1, 1, 300, 520), (2, 4, 1, 520),
+               (1, 1, 1, 520)]
+
+
+@pytest.mark.parametrize("bias_shape", LONG_BIASES)
+@pytest.mark.parametrize("masked", [False, True])
+def test_cuda_dbias_broadcast_patterns(bias_shape, masked):
+    """dq, dk, dv and dbias against float64 with the naive bf16 computation as the yardstick;
+    masked: an element mask that leaves some rows no key, and causal."""
+    torch = _cuda_torch()
+    import torch_ref
+    b, sq, sk, h, hk, d = (LONG[x] for x in ("b", "sq", "sk", "h", "hk", "d"))
+    dev = torch.device("cuda")
+    q, dout = (torch.from_numpy(randn(b, sq, h, d)).to(dev, torch.bfloat16) for _ in range(2))
+    k, v = (torch.from_numpy(randn(b, sk, hk, d)).to(dev, torch.bfloat16) for _ in range(2))
+    bias = torch.from_numpy(2 * randn(*bias_shape)).to(dev)
+    mask = None
+    if masked:
+        m = RNG.random((b, 1, sq, sk)) < 0.5
+        m[:, :, 5:9] = False  # rows with no kept key
+        mask = torch.from_numpy(m).to(dev)
+    keep = torch.from_numpy(dense_keep(b, h, sq, sk, masked, m if masked else None, None, None)).to(dev)
+    scale = 1 / np.sqrt(d)
+
+    def fa(q, k, v, bias):
+        return flashattn.flash_attn_func(q, k, v, causal=masked, attn_bias=bias, attn_mask=mask)
+
+    def ref(q, k, v, bias):
+        return torch_reference(q, k, v, bias, keep, scale)
+
+    inputs = [q, k, v, bias]
+    ours = torch_ref.values_and_grads(fa, inputs, dout)
+    ref64 = torch_ref.values_and_grads(ref, [x.double() for x in inputs], dout)
+    naive = torch_ref.values_and_grads(ref, inputs, dout)
+    for name, o, r, n in zip(("out", "dq", "dk", "dv", "dbias"), ours, ref64, naive):
+        assert_fa_close(name, o, r, n, {"out": 1e-3, "dbias": dbias_atol(r)}.get(name, 1e-2))
+
+
+def dbias_atol(ref):
+    """dbias summed over hundreds of rows reaches tens: besides the naive bf16 yardstick, the
+    bound of the C++ suite (score_mods_util.h), 2 u (max|dbias| + 0.3) with u = 2^-8, as D =
+    rowsum(dO * out) reads the bf16 out (a bf16 CPU run of these cases measured up to 2.5x the
+    naive error on the row-summed dbias, well inside this)."""
+    return max(1e-2, 2 * 2.0**-8 * (np.abs(ref).max() + 0.3))
 
 
 def test_cuda_backward_declines_dbias_with_softcap():

@@ -69,12 +69,14 @@ struct BwdKernelParams : BackwardParams {
   // mode) the dQ kernel's (query tile, key tile) steps (build_tile_kinds); off otherwise.
   BlockTilePlan block_tiles;
   TileKinds step_kinds, dq_step_kinds;
-  // ScoreMods::kBiasMask with dbias: where the main kernel stores dS (f32) of (sequence b, head h,
-  // query i, key j), at data + b * batch + h * head + i * row + j (Broadcast4's strides, every
-  // dimension full): dbias itself when no two (b, h, i) share one of its elements, else a
-  // (batch, heads, seqlen_q, seqlen_k) workspace that reduce_dbias (bwd_dbias.h) sums into
-  // dbias. Null data: no dbias.
+  // ScoreMods::kBiasMask with dbias (DbiasPlan, bwd_dbias.h): where the main kernel puts the f32
+  // values of (sequence b, head h), at data + b * batch + h * head + i * row + j: dS of query i,
+  // key j (store_dbias), or with dbias_row_sum its sum over the query rows at i = 0
+  // (flush_dbias_cols). data: dbias itself when no two (b, h) share one of its elements, else
+  // the (batch, heads, 1 or seqlen_q, seqlen_k) partials that reduce_dbias sums into dbias.
+  // Null data: no dbias.
   Broadcast4 dbias_out;
+  bool dbias_row_sum = false;
 
   __device__ __forceinline__ int64_t ws_row0(int b, int64_t row0_q) const {
     return is_varlen() ? (row0_q & ~int64_t(kWsRowAlign - 1)) + int64_t(b) * (ws_block + kWsRowAlign)
@@ -370,6 +372,11 @@ __device__ __forceinline__ void scores_to_probs(float (&s)[kMT][kNT][4], KeepBit
   const int g = lane / 4;
   const int t = lane % 4;
   keep.bits = 0;
+  // kBiasMask: this lane's first key, from the lane index read here (%laneid, volatile): derived
+  // from `t`, the clamped keys of its 2 kNT columns are loop-invariant, and ptxas kept them
+  // across the main kernel's loop, spilled. ptxas sm_90, d128 main kernel: 80 -> 40 bytes of
+  // spill stores (36 with the dbias row sums), none left inside the loop.
+  const int j_lane = kBiasMask ? n0 + col0 + 2 * int(ptx::lane_id() % 4) : 0;
   // Plain kernels mask in a pass of its own under one warp-uniform branch, so that blocks inside
   // the mask run none of its arithmetic (like the forward). As a select per element inside the
   // loop below, ptxas computed the compares on every block: ncu, d64 bf16 16k without a mask,
@@ -414,7 +421,7 @@ __device__ __forceinline__ void scores_to_probs(float (&s)[kMT][kNT][4], KeepBit
             if constexpr (kBiasMask) {
               // As the forward: after softcap and ALiBi, attn_bias, then the element mask of the
               // step's kind (hidden: -inf, so P = 0 and dS = 0).
-              const int jc = min(j + e, step.seqlen_k - 1);
+              const int jc = min(j_lane + nt * 8 + e, step.seqlen_k - 1);
               if (params.bias.defined()) x += bias_log2(params, mods_row, jc);
               if (score_hidden(params, mods_row, step.kind, jc)) x = -INFINITY;
             }
@@ -511,6 +518,93 @@ __device__ __forceinline__ void store_dbias(const float (&ds)[kMT][kNT][4], cons
         }
       }
     }
+  }
+}
+
+// ScoreMods::kBiasMask, dbias summed over the query rows (BwdKernelParams::dbias_row_sum): the
+// main kernel's column sums of dS live in shared memory that is otherwise unused, the padding
+// columns of sP (PaddedRows: kPStride - kBlockN 16-bit elements after each row's kBlockN, never
+// read by ldmatrix nor written by store_acc_16bit). Float f = warp_m * kBlockN + key holds the
+// sum over the rows of the warps at S/dP warp row warp_m, over the current head's steps so far;
+// each such float is written by one lane of one warp only, so no barrier orders the adds.
+template <int kBlockN, int kPStride, typename Element>
+__device__ __forceinline__ float* dbias_col_slot(Element* sP, int f) {
+  constexpr int kPerRow = (kPStride - kBlockN) * int(sizeof(Element)) / int(sizeof(float));
+  return reinterpret_cast<float*>(sP + (f / kPerRow) * kPStride + kBlockN) + f % kPerRow;
+}
+
+template <int kBlockN, int kPStride, int kWarpsM, int kRows, typename Element>
+constexpr bool dbias_cols_fit() {
+  return (kPStride - kBlockN) * sizeof(Element) % sizeof(float) == 0 && kBlockN * sizeof(Element) % 16 == 0 &&
+         size_t(kRows) * (kPStride - kBlockN) * sizeof(Element) >= sizeof(float) * kWarpsM * kBlockN;
+}
+
+// Adds this warp's dS of one slice (as store_dbias: dp after probs_to_grads) summed over its
+// rows into the column sums: per lane over its rows, then over the warp's (shuffles over the
+// row bits of the lane, lane / 4), then lanes 0..3 add their keys col0 + nt * 8 + 2 * lane + e
+// into the slots. Rows past the sequence add 0 (their LSE is +inf, so P = 0). The slots of a
+// lane are one address plus compile-time offsets (col0 is a multiple of 8: key pairs 2 lane,
+// 2 lane + 1 share a 4-float row of padding); the lane index is read here (%laneid) so that
+// address is rebuilt per call rather than held across the loop (as the dQ atomics' pointer).
+template <int kBlockN, int kPStride, int kMT, int kNT, typename Element>
+__device__ __forceinline__ void add_dbias_cols(const float (&ds)[kMT][kNT][4], Element* sP, int warp_m, int col0) {
+  constexpr int kPerRow = (kPStride - kBlockN) * int(sizeof(Element)) / int(sizeof(float));
+  static_assert(kPerRow == 4, "a lane pair's keys fill one row of padding");
+  float v[kNT][2];
+#pragma unroll
+  for (int nt = 0; nt < kNT; ++nt) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      v[nt][e] = 0.0f;
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt) v[nt][e] += ds[mt][nt][e] + ds[mt][nt][2 + e];
+      v[nt][e] += __shfl_xor_sync(0xffffffffu, v[nt][e], 4);
+      v[nt][e] += __shfl_xor_sync(0xffffffffu, v[nt][e], 8);
+      v[nt][e] += __shfl_xor_sync(0xffffffffu, v[nt][e], 16);
+    }
+  }
+  const int lane = int(ptx::lane_id());
+  if (lane < 4) {
+    // Key col0 + nt * 8 + 2 * lane + e: float (warp_m * kBlockN + col0) / 4 + 2 nt + lane / 2 of
+    // the rows, at 2 * (lane % 2) + e in the row.
+    float* slot = reinterpret_cast<float*>(sP + ((warp_m * kBlockN + col0) / 4 + lane / 2) * kPStride + kBlockN) +
+                  2 * (lane % 2);
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt) {
+      float2* pair = reinterpret_cast<float2*>(slot + nt * 2 * kPStride * int(sizeof(Element)) / int(sizeof(float)));
+      const float2 old = *pair;
+      *pair = make_float2(old.x + v[nt][0], old.y + v[nt][1]);
+    }
+  }
+}
+
+// Sets every column sum to 0 (before the first step; the loop's first barrier orders it).
+template <int kBlockN, int kPStride, int kWarpsM, typename Element>
+__device__ __forceinline__ void zero_dbias_cols(Element* sP, int tid) {
+  if (tid < kBlockN) {
+#pragma unroll
+    for (int w = 0; w < kWarpsM; ++w) *dbias_col_slot<kBlockN, kPStride>(sP, w * kBlockN + tid) = 0.0f;
+  }
+}
+
+// Ends one (sequence, head): called by every thread after barrier B of the head's last step
+// (every warp's adds are done and visible). Thread tid < kBlockN sums key tid's column sums over
+// the warp rows in order, zeroes them for the next head (whose first adds follow the next
+// step's barrier A) and stores the sum at row (batch, head) of params.dbias_out, which belongs
+// to this CTA alone (its key block; a head is in one query-head split).
+template <int kBlockN, int kPStride, int kWarpsM, typename Element>
+__device__ __forceinline__ void flush_dbias_cols(Element* sP, const BwdKernelParams& params, int batch, int head,
+                                                 int n0, int seqlen_k, int tid) {
+  if (tid < kBlockN) {
+    float sum = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarpsM; ++w) {
+      float* slot = dbias_col_slot<kBlockN, kPStride>(sP, w * kBlockN + tid);
+      sum += *slot;
+      *slot = 0.0f;
+    }
+    const Broadcast4& d = params.dbias_out;
+    if (n0 + tid < seqlen_k) static_cast<float*>(d.data)[batch * d.batch + head * d.head + n0 + tid] = sum;
   }
 }
 

@@ -60,8 +60,11 @@
 // rotated start (m_rot), and under a head-varying mask the lists would be per head anyway; the
 // table serves any walk order (the deterministic dQ kernel reads its own tiling's table the
 // other way round), costs planes x tiles bytes, a quarter of the forward's int32 lists, and its
-// skip loop is cheaper than a list walk with its binary search. dbias: each step stores its dS at
-// params.dbias_out (plain stores: every (b, h, i, j) belongs to one step of one CTA; store_dbias).
+// skip loop is cheaper than a list walk with its binary search. dbias (bwd_dbias.h): each step
+// stores its dS at params.dbias_out (plain stores: every (b, h, i, j) belongs to one step of one
+// CTA; store_dbias), or, for a dbias broadcast over the query rows, adds its sum over the warp's
+// rows into column sums in sP's padding that the head's last step sums over the warps and
+// stores (add_dbias_cols, flush_dbias_cols).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -222,6 +225,13 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   float dv_acc[Traits::kKvMTiles][Traits::kKvDTiles][4];
   zero_acc(dk_acc);
   zero_acc(dv_acc);
+  // kBiasMask, dbias summed over the query rows: column sums of dS in sP's padding columns
+  // (add_dbias_cols, flush_dbias_cols).
+  static_assert(!kBiasMask || dbias_cols_fit<kBlockN, kPStride, Traits::kSdpWarpsM, kBlockM, Element>(),
+                "the dbias column sums fit in sP's padding");
+  if constexpr (kBiasMask) {
+    if (params.dbias_row_sum) zero_dbias_cols<kBlockN, kPStride, Traits::kSdpWarpsM>(sP, tid);
+  }
 
   if (any_step) {
     const RowPtr gk = row_ptr<Element>(params.k, params.k_strides, batch, seq.row0_k + n0, kv_head);
@@ -295,7 +305,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       }
       probs_to_grads<Traits::kMods>(s, dp, keep, row0, stats + kBlockM, st, lane);
       if constexpr (kBiasMask) {
-        if (params.dbias_out.defined()) store_dbias(dp, params, step, m0 + row0, n0 + sdp_col0, lane);
+        if (params.dbias_row_sum) {
+          add_dbias_cols<kBlockN, kPStride>(dp, sP, warp % Traits::kSdpWarpsM, sdp_col0);
+        } else if (params.dbias_out.defined()) {
+          store_dbias(dp, params, step, m0 + row0, n0 + sdp_col0, lane);
+        }
       }
       store_acc_16bit<Element, kMT, kNT, PLayout>(sdS, dp, row0, sdp_col0, lane);
     }
@@ -346,6 +360,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       __syncthreads();  // C: every warp is done with this step's Q, dO and stats
       load_step(next_head, (m_lo + next_mi) * kBlockM, 0);
       ptx::cp_async_commit();
+    }
+    if constexpr (kBiasMask) {
+      if (params.dbias_row_sum && next_head != head) {  // the head's last step (after barrier B)
+        flush_dbias_cols<kBlockN, kPStride, Traits::kSdpWarpsM>(sP, params, batch, head, n0, seq.seqlen_k, tid);
+      }
     }
     head = next_head;
     mi = next_mi;

@@ -172,20 +172,13 @@ size_t block_tiles_ws_bytes(const BackwardParams& p) {
                   kWsAlign);
 }
 
-// Whether dbias can take the main kernel's stores itself: no two (sequence, head, query row)
-// share one of its elements (bwd_dbias.h).
-inline bool dbias_is_direct(const BackwardParams& p) {
-  const Broadcast4& d = p.dbias;
-  return d.size[0] == p.batch && d.size[1] == p.heads && d.size[2] == p.seqlen_q;
-}
-
 // launch_bwd_kernels with ScoreMods::kBiasMask's passes around it: under a block mask, the
-// block states and the tables of tile kinds (block_tiles_ws_bytes of ws), then dbias's
-// workspace (dbias_ws_elems floats; the workspace alloc_workspace appended for both); dbias
-// zeroed before the kernels (stored into directly) or its workspace zeroed before and reduced
-// into dbias after.
+// block states and the tables of tile kinds (block_tiles_ws_bytes of ws), then dbias's partials
+// (dbias.ws_floats; the workspace alloc_workspace appended for both); dbias zeroed
+// before the kernels (stored into directly) or its partials zeroed before and reduced into
+// dbias after (DbiasPlan).
 template <typename Traits>
-Status launch_bias_mask_bwd(BwdKernelParams* kp, int64_t dbias_ws_elems, void* ws, cudaStream_t stream) {
+Status launch_bias_mask_bwd(BwdKernelParams* kp, const DbiasPlan& dbias, void* ws, cudaStream_t stream) {
   if constexpr (Traits::kMods == ScoreMods::kBiasMask) {
     using DqTraits = BwdDqTraits<Traits>;
     char* next = static_cast<char*>(ws);
@@ -208,25 +201,26 @@ Status launch_bias_mask_bwd(BwdKernelParams* kp, int64_t dbias_ws_elems, void* w
       }
       next += block_tiles_ws_bytes<Traits>(*kp);
     }
+    float* partials = dbias.ws_floats > 0 ? reinterpret_cast<float*>(next) : nullptr;
     if (kp->dbias.defined()) {
-      if (dbias_ws_elems == 0) {
+      kp->dbias_row_sum = dbias.row_sum;
+      if (partials == nullptr) {
         kp->dbias_out = kp->dbias;
         if (Status s = zero_dbias(kp->dbias, kp->seqlen_k, stream); !s.ok()) return s;
       } else {
         Broadcast4& o = kp->dbias_out;
-        o.data = next;
+        o.data = partials;
         o.row = kp->seqlen_k;
-        o.head = int64_t(kp->seqlen_q) * kp->seqlen_k;
+        o.head = dbias.ws_rows * kp->seqlen_k;
         o.batch = int64_t(kp->heads) * o.head;
-        FLASHATTN_CUDA_TRY(cudaMemsetAsync(next, 0, sizeof(float) * size_t(dbias_ws_elems), stream));
+        FLASHATTN_CUDA_TRY(cudaMemsetAsync(partials, 0, sizeof(float) * size_t(dbias.ws_floats), stream));
       }
     }
     if (Status s = launch_bwd_kernels<Traits>(*kp, stream); !s.ok()) return s;
-    if (dbias_ws_elems == 0) return Status::Ok();
-    return reduce_dbias(kp->dbias, reinterpret_cast<const float*>(next), kp->batch, kp->heads, kp->seqlen_q,
-                        kp->seqlen_k, stream);
+    if (partials == nullptr) return Status::Ok();
+    return reduce_dbias(kp->dbias, partials, kp->batch, kp->heads, dbias.ws_rows, kp->seqlen_k, stream);
   } else {
-    (void)dbias_ws_elems, (void)ws;
+    (void)dbias, (void)ws;
     return launch_bwd_kernels<Traits>(*kp, stream);
   }
 }
@@ -277,15 +271,13 @@ Status run_bwd(const BackwardParams& params, cudaStream_t stream) {
                                               num_sms);
   }
 
-  // ScoreMods::kBiasMask: dbias's workspace where it broadcasts (the full shape of its gradient).
-  const bool dbias_ws = Traits::kMods == ScoreMods::kBiasMask && params.dbias.defined() && !dbias_is_direct(params);
-  const int64_t dbias_ws_elems = dbias_ws ? int64_t(params.batch) * params.heads * params.seqlen_q * params.seqlen_k : 0;
+  const DbiasPlan dbias = Traits::kMods == ScoreMods::kBiasMask ? plan_dbias(params) : DbiasPlan{};
   void* ws = nullptr;
   void* bias_mask_ws = nullptr;
-  const size_t bias_mask_bytes = block_tiles_ws_bytes<Traits>(params) + sizeof(float) * size_t(dbias_ws_elems);
+  const size_t bias_mask_bytes = block_tiles_ws_bytes<Traits>(params) + sizeof(float) * size_t(dbias.ws_floats);
   if (Status s = alloc_workspace<kHeadDim>(&kp, stream, &ws, bias_mask_bytes, &bias_mask_ws); !s.ok()) return s;
 
-  const Status launched = launch_bias_mask_bwd<Traits>(&kp, dbias_ws_elems, bias_mask_ws, stream);
+  const Status launched = launch_bias_mask_bwd<Traits>(&kp, dbias, bias_mask_ws, stream);
   const Status freed = workspace_free(ws, stream);
   return launched.ok() ? freed : launched;
 }
