@@ -591,7 +591,8 @@ def test_cuda_varlen_lists_match_the_cpu_backend():
         bm = flashattn.BlockMask(*(to(t) for t in (lists.kv_num_blocks, lists.kv_indices,
                                                    lists.full_kv_num_blocks, lists.full_kv_indices)),
                                  block_size=lists.block_size, mask=to(lists.mask))
-        leaves = [to(t).requires_grad_() for t in (q, k, v, bias)]
+        # Leaves on each device: .to() of a tensor that requires grad would be a non-leaf.
+        leaves = [t.detach().to(dev).requires_grad_() for t in (q, k, v, bias)]
         out = flashattn.flash_attn_varlen_func(*leaves[:3], to(cu_q), to(cu_k), mq, mk, block_mask=bm,
                                                attn_bias=leaves[3])
         out.backward(to(dout))
