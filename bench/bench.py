@@ -26,6 +26,9 @@ random inputs per peer. bwd = torch.autograd.grad of a saved output (no gradient
 accumulation); fwd+bwd = forward with autograd recording, then that backward, timed as one.
 Decode rows also carry *_graph figures: the same call captured in a CUDA graph and replayed,
 which removes the host launch overhead that dominates the smallest decode shapes.
+--kv-dtype fp8 (decode suite): the kvcache entries read an e4m3 cache (the bf16 keys quantized
+once per (batch, kv head), descales passed as k_descale/v_descale); their kv_tb_per_s counts the
+cache's bytes (1 per element), and each row prints their speed-up over flashattn's bf16 call.
 
 Device time on an H200 (estimates): quick ~1.5 min, decode ~1 min, full ~5 min (sdpa_math
 is ~1/4 of full; --impls drops peers; --dtypes bf16 then fp16 splits full in two).
@@ -184,6 +187,12 @@ def format_decode_row(row):
             if "fwd_ms_graph" in r:
                 s += f" (graph {r['fwd_ms_graph'] * 1e3:.1f}us {r['kv_tb_per_s_graph']:.2f}TB/s)"
             parts.append(s)
+    # An e4m3 cache: its decode steps per second over flashattn's bf16 ones (the issue's ~1.9x).
+    base = row.get("flashattn", {})
+    if row.get("kv_dtype") == "fp8" and "fwd_ms" in base:
+        ups = [f"{n} {base['fwd_ms'] / row[n]['fwd_ms']:.2f}x" for n in KVCACHE_IMPLS if "fwd_ms" in row.get(n, {})]
+        if ups:
+            parts.append("fp8 cache vs bf16 flashattn " + " ".join(ups))
     return "  ".join(parts)
 
 
@@ -328,13 +337,18 @@ class Impl:
         self.skip = skip or (lambda *args: None)
 
 
-def kvcache_fn(page):
+def kvcache_fn(page, kv_dtype="bf16"):
     """fn(q, k, v, causal) for flash_attn_with_kvcache over the keys k, v (B, N, Hk, d): a dense
     cache (page 0) is k and v themselves; a paged one holds their pages in a shuffled order
-    (built once per k and kept, so the timed calls only attend)."""
+    (built once per k and kept, so the timed calls only attend). kv_dtype "fp8": the cache holds
+    k and v quantized to e4m3 per (batch, kv head) (absmax / 336), descales passed along."""
     import torch
     import flashattn
     made = {}
+
+    def quantize(x):
+        descale = (x.abs().amax(dim=(1, 3)).float() / 336.0).clamp_min(1e-6)  # (B, Hk)
+        return (x.float() / descale[:, None, :, None]).to(torch.float8_e4m3fn), descale.contiguous()
 
     def fn(q, k, v, causal):
         key = (k.data_ptr(), v.data_ptr())
@@ -342,8 +356,12 @@ def kvcache_fn(page):
             made.clear()
             b, n, hk, d = k.shape
             seqlens = torch.full((b,), n, dtype=torch.int32, device=k.device)
+            descales = (None, None)
+            if kv_dtype == "fp8":
+                (k, kd), (v, vd) = quantize(k), quantize(v)
+                descales = (kd, vd)
             if page == 0:
-                made[key] = (k, v, seqlens, None)
+                made[key] = (k, v, seqlens, None) + descales
             else:
                 pages = b * n // page
                 perm = torch.randperm(pages, device=k.device)
@@ -351,13 +369,14 @@ def kvcache_fn(page):
                 vc = torch.empty_like(kc)
                 kc[perm] = k.reshape(pages, page, hk, d)
                 vc[perm] = v.reshape(pages, page, hk, d)
-                made[key] = (kc, vc, seqlens, perm.to(torch.int32).view(b, n // page))
-        kc, vc, seqlens, table = made[key]
-        return flashattn.flash_attn_with_kvcache(q, kc, vc, cache_seqlens=seqlens, block_table=table, causal=causal)
+                made[key] = (kc, vc, seqlens, perm.to(torch.int32).view(b, n // page)) + descales
+        kc, vc, seqlens, table, kd, vd = made[key]
+        return flashattn.flash_attn_with_kvcache(q, kc, vc, cache_seqlens=seqlens, block_table=table, causal=causal,
+                                                 k_descale=kd, v_descale=vd)
     return fn
 
 
-def attention_impls(names, math_max_seqlen=4096, softcap=0.0):
+def attention_impls(names, math_max_seqlen=4096, softcap=0.0, kv_dtype="bf16"):
     """({name: Impl} for the requested peers that load, {name: reason} for those that do not).
     softcap > 0 (dev A/Bs of the modifier kernels): flashattn applies it; the peers have no
     softcap, so they skip every row."""
@@ -409,7 +428,7 @@ def attention_impls(names, math_max_seqlen=4096, softcap=0.0):
 
     for name, page in (("kvcache", 0), ("kvcache_paged16", 16)):
         if name in names:
-            impls[name] = Impl("bshd", kvcache_fn(page), backward=False,
+            impls[name] = Impl("bshd", kvcache_fn(page, kv_dtype), backward=False,
                                skip=lambda b, h, hk, sq, sk, dtype, page=page: (
                                    f"seqlen_k not a multiple of the page size {page}" if page and sk % page else None))
 
@@ -500,13 +519,16 @@ def run_attention_suite(rows_cfg, impls, repeats, backward, save=lambda rows: No
     return rows
 
 
-def run_decode_suite(impls, repeats, save=lambda rows: None):
+def run_decode_suite(impls, repeats, save=lambda rows: None, kv_dtype="bf16"):
     import torch
     rows = []
     for b, sk in decode_rows():
-        row = dict(kind="decode", batch=b, seqlen_k=sk, heads=32, heads_k=8, d=128, dtype="bf16")
-        kv_bytes = 2 * b * sk * 8 * 128 * 2
+        row = dict(kind="decode", batch=b, seqlen_k=sk, heads=32, heads_k=8, d=128, dtype="bf16", kv_dtype=kv_dtype)
         for name, impl in impls.items():
+            # Bytes of the K and V the call reads: an e4m3 cache (the kvcache entries under
+            # --kv-dtype fp8) holds one byte per element.
+            elem_bytes = 1 if kv_dtype == "fp8" and name in KVCACHE_IMPLS else 2
+            kv_bytes = 2 * b * sk * 8 * 128 * elem_bytes
             r = measure(impl, name, (b, 32, 8, 1, sk, 128, False), torch.bfloat16, False, repeats, graph=True)
             if "fwd_ms" in r:
                 r["kv_tb_per_s"] = kv_bytes / r["fwd_ms"] / 1e9
@@ -656,6 +678,9 @@ def main():
                          "(default 1,0.5,0.25,0.1)")
     ap.add_argument("--block-size", type=int, default=128, help="sparse suite: square block size (default 128)")
     ap.add_argument("--repeats", type=int, default=30, help="timed calls per figure (median), default 30")
+    ap.add_argument("--kv-dtype", choices=("bf16", "fp8"), default="bf16",
+                    help="decode suite: the kvcache entries' cache dtype (fp8 = e4m3 with per-(batch, kv head) "
+                         "descales; kv_tb_per_s then counts 1 byte per element)")
     ap.add_argument("--no-backward", action="store_true", help="forward only")
     ap.add_argument("--out", help="JSON file to write")
     ap.add_argument("--impls", type=str_list, default=list(IMPLS),
@@ -705,7 +730,7 @@ def main():
         # Peers per row (each row has its own block mask); flex is in by default.
         names = [n for n in SPARSE_IMPLS if n in args.impls or args.impls == list(IMPLS)]
     impls, unavailable = attention_impls([] if args.suite == "sparse" else names, args.math_max_seqlen,
-                                         args.softcap)
+                                         args.softcap, args.kv_dtype)
     for name, reason in unavailable.items():
         print(f"{name}: {reason}", flush=True)
     host_us = {}
@@ -730,7 +755,8 @@ def main():
             write_json(args.out, result)
 
     if args.suite == "decode":
-        rows = run_decode_suite(impls, args.repeats, save)
+        result["kv_dtype"] = args.kv_dtype
+        rows = run_decode_suite(impls, args.repeats, save, args.kv_dtype)
     elif args.suite == "sparse":
         result.update(block_size=args.block_size, implementations={n: DESCRIPTIONS[n] for n in names})
         rows_cfg = sparse_rows(args.block_density, args.dtypes, args.head_dims, args.seqlens)

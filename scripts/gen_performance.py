@@ -209,6 +209,10 @@ def decode_section(files):
         r0 = rows[0]
         extra = (f"{r0['heads']} query heads over {r0['heads_k']} KV heads, d{r0['d']}, {r0['dtype']}, "
                  f"one query token, {doc.get('repeats', '?')} repeats, {timing_label(doc)}")
+        fp8 = doc.get("kv_dtype") == "fp8"
+        if fp8:
+            extra += ("; the kvcache columns read an e4m3 cache (1 byte per element, TB/s of those "
+                      "bytes), the others the bf16 one: their ratios are speed-ups (time against time)")
         out += [run_heading(doc, path, extra), ""]
         peers = [p for p in ("sdpa_cudnn", "sdpa_flash") if p in names]
         kv_names = [n for n in KV_SHORT if n in names] if "sdpa_cudnn" in names else []
@@ -228,7 +232,11 @@ def decode_section(files):
                         cells.append("—")
                     else:
                         cells.append(notes.cell(r.get(n)))
-                rate = lambda n: plot.figure(r.get(n), "kv_tb_per_s" + suffix)  # noqa: E731
+                if fp8:  # speed: 1 / time, so the ratios compare calls that read different bytes
+                    rate = lambda n: (lambda ms: None if ms is None else 1.0 / ms)(  # noqa: E731
+                        plot.figure(r.get(n), "fwd_ms" + suffix))
+                else:
+                    rate = lambda n: plot.figure(r.get(n), "kv_tb_per_s" + suffix)  # noqa: E731
                 cells += [fmt_ratio(rate("flashattn"), rate(p)) for p in peers]
                 # flash_attn_with_kvcache (when timed): dense and paged caches against cuDNN,
                 # and what paging costs.
@@ -238,7 +246,7 @@ def decode_section(files):
                 body.append(cells)
             header = ["batch", "KV length"] + [plot.IMPL_LABELS.get(n, n) for n in names] + \
                      [f"ours / {plot.IMPL_LABELS[p]}" for p in peers] + \
-                     [f"{KV_SHORT[n]} / SDPA cuDNN" for n in kv_names] + \
+                     [f"{KV_SHORT[n]}{' e4m3' if fp8 else ''} / SDPA cuDNN" for n in kv_names] + \
                      (["paged / dense"] if len(kv_names) == 2 else [])
             out += [f"**{how}**:", "", table(header, body), ""]
             if notes.notes:

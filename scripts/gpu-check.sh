@@ -12,11 +12,13 @@
 #   CTEST_ARGS="-R kvcache"        extra ctest arguments (e.g. a subset of the suite)
 #   PYTEST_FILES="tests/python/test_kvcache.py"  the pytest files (default: all, then test_cuda.py and
 #                                  test_torch.py again under each non-auto path)
+#   PYTEST_JOBS=4                  pytest processes at a time (one per file and path; 1: one after another)
 #   LARGE=0                        skip ctest's `large` label (2^31-element and 100k-token tests, ~40 s)
 #   PATHS="auto sm90 sm80"         FLASHATTN_CUDA_PATH values the GPU tests run under (src/cuda/cuda_backend.cu):
 #                                  auto = the default dispatch, sm90 = the Hopper kernels wherever they can
 #                                  run, sm80 = the sm80 kernels only. ctest runs under the first two
-#                                  (CTEST_PATHS overrides), test_cuda.py and test_torch.py under each.
+#                                  (CTEST_PATHS overrides; concurrently), test_cuda.py and
+#                                  test_torch.py under each.
 #   HEAD_DIMS="64;128;256"         trim the build (FLASHATTN_CUDA_HEAD_DIMS); default: all
 #   FA4_WHEELS=DIR                 install FlashAttention-4 from the wheel files in DIR (DEVELOPERS.md)
 #                                  so the benchmark times it as the peer `fa4`
@@ -57,27 +59,43 @@ tests=${TESTS:-1}
 paths=(${PATHS:-auto sm90 sm80})
 if [ "$tests" = 1 ] || [ "$tests" = ctest ]; then
   large=(); [ "${LARGE:-1}" = 0 ] && large=(-LE large)
-  for path in ${CTEST_PATHS:-${paths[@]:0:2}}; do
-    log "ctest (FLASHATTN_CUDA_PATH=$path)"
+  ctest_paths=(${CTEST_PATHS:-${paths[@]:0:2}})
+  log "ctest (FLASHATTN_CUDA_PATH=${ctest_paths[*]}, concurrently)"
+  for path in "${ctest_paths[@]}"; do
     # shellcheck disable=SC2086
-    FLASHATTN_CUDA_PATH=$path ctest --test-dir build-gpu -j 4 --output-on-failure "${large[@]}" ${CTEST_ARGS:-} >"$OUT/ctest-$path.log" 2>&1 || status=1
-    tail -4 "$OUT/ctest-$path.log"
+    FLASHATTN_CUDA_PATH=$path ctest --test-dir build-gpu -j 4 --output-on-failure "${large[@]}" ${CTEST_ARGS:-} >"$OUT/ctest-$path.log" 2>&1 &
   done
+  for job in $(jobs -p); do wait "$job" || status=1; done
+  for path in "${ctest_paths[@]}"; do echo "-- $path"; tail -4 "$OUT/ctest-$path.log"; done
 fi
 if [ "$tests" = 1 ] || [ "$tests" = pytest ]; then
-  log "pytest (one process per file, so a crash names its file)"
-  : >"$OUT/pytest.log"
-  for f in ${PYTEST_FILES:-tests/python/test_*.py}; do
-    python3 -X faulthandler -m pytest "$f" -q -rs -p no:cacheprovider >>"$OUT/pytest.log" 2>&1 || status=1
-    echo "$f: $(tail -1 "$OUT/pytest.log")"
-  done
+  # One process per file (a crash names its file), PYTEST_JOBS (default 4) at a time on the one
+  # GPU: the suites are small, and one after another they took ~4 min of a 10-min call.
+  log "pytest (one process per file, ${PYTEST_JOBS:-4} at a time)"
+  runs=()
+  for f in ${PYTEST_FILES:-tests/python/test_*.py}; do runs+=("auto $f"); done
   for path in "${paths[@]}"; do
     [ "$path" = auto ] || [ -n "${PYTEST_FILES:-}" ] && continue
-    for f in tests/python/test_cuda.py tests/python/test_torch.py; do
-      FLASHATTN_CUDA_PATH=$path python3 -X faulthandler -m pytest "$f" -q -rs -p no:cacheprovider >>"$OUT/pytest.log" 2>&1 || status=1
-      echo "$f (FLASHATTN_CUDA_PATH=$path): $(tail -1 "$OUT/pytest.log")"
-    done
+    for f in tests/python/test_cuda.py tests/python/test_torch.py; do runs+=("$path $f"); done
   done
+  logs=$(mktemp -d)
+  for i in "${!runs[@]}"; do
+    read -r path f <<<"${runs[$i]}"
+    while [ "$(jobs -pr | wc -l)" -ge "${PYTEST_JOBS:-4}" ]; do wait -n || true; done
+    ( if [ "$path" = auto ]; then unset FLASHATTN_CUDA_PATH; else export FLASHATTN_CUDA_PATH=$path; fi
+      python3 -X faulthandler -m pytest "$f" -q -rs -p no:cacheprovider >"$logs/$i.log" 2>&1
+      echo $? >"$logs/$i.rc" ) &
+  done
+  wait
+  : >"$OUT/pytest.log"
+  for i in "${!runs[@]}"; do
+    read -r path f <<<"${runs[$i]}"
+    [ "$(cat "$logs/$i.rc" 2>/dev/null)" = 0 ] || status=1
+    label=$f; [ "$path" = auto ] || label="$f (FLASHATTN_CUDA_PATH=$path)"
+    { echo "== $label"; cat "$logs/$i.log"; } >>"$OUT/pytest.log"
+    echo "$label: $(tail -1 "$logs/$i.log")"
+  done
+  rm -rf "$logs"
 fi
 
 if [ -n "${FA2_TESTS:-}" ]; then

@@ -22,9 +22,17 @@ BIAS_MASK_FAMILIES = {"fwd", "bwd"}
 FAMILIES = {
     "fwd": ("cuda/sm80/fwd_launch.h", "FwdTraits", "run_fwd", "ForwardParams"),
     "fwdkv": ("cuda/sm80/fwd_launch.h", "FwdTraits", "run_fwd_kvcache", "ForwardParams"),
+    # forward_kvcache with an e4m3 cache read by 16-bit queries (FwdTraits::Fp8Cache).
+    "fwdkv8": ("cuda/sm80/fwd_launch.h", "FwdTraits", "run_fwd_kvcache_fp8", "ForwardParams"),
     "fwdsplit": ("cuda/sm80/fwd_split_launch.h", "FwdTraits", "run_fwd_split", "ForwardParams"),
     "bwd": ("cuda/sm80/bwd_launch.h", "BwdTraits", "run_bwd", "BackwardParams"),
 }
+
+# Families built for some head dims only (the rest: every one of HEAD_DIMS). The e4m3 cache
+# takes the common decode head dims (variants.h kFp8CacheHeadDims must list the same).
+# fwdkv8: the kernel code takes 64, 128 and 256 (tile choices in common/tile_size.h); only 128 has
+# run on a GPU (H200, 2026-12-01), so only 128 is built until the others have.
+FAMILY_HEAD_DIMS = {"fwdkv8": [128]}
 
 # Hopper (sm_90a) families: {family}_hdim{D}_{dtype}_{mask}.cu, compiled for sm_90a only
 # (cmake/cuda_sources.cmake). They take no score modifiers (those run on the sm80 kernels).
@@ -34,8 +42,8 @@ SM90_FAMILIES = {
     "sm90fwdmods": ("cuda/sm90/fwd_launch.h", "sm90::FwdTraits", "sm90::run_fwd", "ForwardParams"),
     "sm90bwd": ("cuda/sm90/bwd_launch.h", "sm90::BwdTraits", "sm90::run_bwd", "BackwardParams"),
 }
-# Head dims per sm90 family (the backward keeps dK and dV of 64 keys in registers: up to d128).
-SM90_FAMILY_HEAD_DIMS = {"sm90fwd": SM90_HEAD_DIMS, "sm90fwdmods": SM90_HEAD_DIMS, "sm90bwd": [64, 128]}
+# Head dims per sm90 family (the backward: d256 splits the consumers by role, bwd_kernel.h).
+SM90_FAMILY_HEAD_DIMS = {"sm90fwd": SM90_HEAD_DIMS, "sm90fwdmods": SM90_HEAD_DIMS, "sm90bwd": [64, 128, 256]}
 # Extra template arguments per sm90 family: the forward with softcap / ALiBi (FwdTraits::kMods).
 SM90_FAMILY_EXTRA = {"sm90fwdmods": ", true"}
 
@@ -66,7 +74,7 @@ def main():
     for family, (header, traits, run, params) in FAMILIES.items():
         if not (root / "src" / header).exists():
             continue  # family not written yet
-        for hdim in HEAD_DIMS:
+        for hdim in FAMILY_HEAD_DIMS.get(family, HEAD_DIMS):
             for dname, elem in DTYPES.items():
                 for mname, mask in MASKS.items():
                     for oname, mods in MODS.items():

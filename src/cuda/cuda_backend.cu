@@ -14,6 +14,7 @@
 #include "cuda/bwd_dbias.h"
 #include "cuda/common/build_config.h"
 #include "cuda/common/cuda_check.h"
+#include "cuda/common/variants.h"
 #include "cuda/common/workspace.h"
 #include "cuda/kvcache.h"
 #include "cuda/pad.h"
@@ -27,13 +28,17 @@ namespace {
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
-Status check_operand(const char* name, const void* ptr, const Strides3& s) {
+// The kernels copy 16-byte chunks: 16-byte aligned data and strides of whole chunks (8 16-bit
+// or 16 e4m3 elements; elem_bytes is the operand's element size).
+Status check_operand(const char* name, const void* ptr, const Strides3& s, int elem_bytes = 2) {
   if (!aligned16(ptr)) {
     return Status::NotSupported(std::string(name) +
                                 ": the CUDA backend needs 16-byte aligned data pointers");
   }
-  if (s.batch % 8 != 0 || s.row % 8 != 0 || s.head % 8 != 0) {
-    return Status::NotSupported(std::string(name) + ": the CUDA backend needs strides that are multiples of 8 elements, got (" +
+  const int64_t chunk = 16 / elem_bytes;
+  if (s.batch % chunk != 0 || s.row % chunk != 0 || s.head % chunk != 0) {
+    return Status::NotSupported(std::string(name) + ": the CUDA backend needs strides that are multiples of " +
+                                std::to_string(chunk) + " elements, got (" +
                                 std::to_string(s.batch) + ", " + std::to_string(s.row) + ", " +
                                 std::to_string(s.head) + ")");
   }
@@ -123,12 +128,15 @@ struct PadPlan {
 // kernels run at and which operands are padded, *major the device's compute capability major
 // version.
 Status prepare(const QKVParams& p, PadPlan* plan, int* major_out = nullptr) {
-  // FP8 (issue 21): the semantics, validation and the cpu backend exist; the kernels do not.
-  if (p.dtype == DType::kFloat8E4M3 || p.kv_dtype == DType::kFloat8E4M3) {
-    return Status::NotSupported(std::string(p.dtype == DType::kFloat8E4M3 ? "q" : "k_cache/v_cache") +
-                                " has dtype float8_e4m3, which the CUDA backend does not run yet "
-                                "(the cpu backend implements the FP8 forward and the FP8 KV cache)");
+  // FP8 (issue 21): an e4m3 KV cache read by float16/bfloat16 queries runs on the sm80 cache
+  // kernels (FwdTraits::Fp8Cache); the FP8 forward (an e4m3 q, also against a cache) has no
+  // CUDA kernel yet.
+  if (p.dtype == DType::kFloat8E4M3) {
+    return Status::NotSupported("q has dtype float8_e4m3, which the CUDA backend does not run yet "
+                                "(the cpu backend implements the FP8 forward; an e4m3 k_cache/v_cache "
+                                "with float16/bfloat16 q runs on CUDA)");
   }
+  const bool fp8_cache = p.kv_dtype == DType::kFloat8E4M3;
   if (p.dtype != DType::kFloat16 && p.dtype != DType::kBFloat16) {
     return Status::NotSupported(std::string("q has dtype ") + dtype_name(p.dtype) +
                                 "; the CUDA backend supports float16 and bfloat16 "
@@ -165,6 +173,17 @@ Status prepare(const QKVParams& p, PadPlan* plan, int* major_out = nullptr) {
   }
   plan->qk = p.head_dim != plan->run_dim;
   plan->v = p.head_dim_v != plan->run_dim;
+  // An e4m3 cache runs at the head dims of its own instantiations, unpadded (a padded copy of
+  // the cache would be a 16-bit one, and would cost more than the attention).
+  if (fp8_cache && cuda::head_dim_in(p.head_dim, cuda::kFp8CacheHeadDims) && !cuda::head_dim_built(p.head_dim)) {
+    return Status::NotSupported("head_dim " + std::to_string(p.head_dim) + " with a float8_e4m3 k_cache/v_cache "
+                                "was not built into this flashattn (FLASHATTN_CUDA_HEAD_DIMS)");
+  }
+  if (fp8_cache && (plan->any() || !cuda::head_dim_in(p.head_dim, cuda::kFp8CacheHeadDims))) {
+    return Status::NotSupported("head_dim " + std::to_string(p.head_dim) +
+                                " with a float8_e4m3 k_cache/v_cache is not supported by the CUDA backend "
+                                "(head_dim 128 only; the cpu backend takes any)");
+  }
   if (p.batch > 65535 || p.heads > 65535) {
     return Status::NotSupported("the CUDA backend supports batch and heads up to 65535, got batch " +
                                 std::to_string(p.batch) + " and heads " + std::to_string(p.heads));
@@ -173,10 +192,10 @@ Status prepare(const QKVParams& p, PadPlan* plan, int* major_out = nullptr) {
   // directly need their 16-byte alignment.
   if (!plan->qk) {
     if (Status s = check_operand("q", p.q, p.q_strides); !s.ok()) return s;
-    if (Status s = check_operand("k", p.k, p.k_strides); !s.ok()) return s;
+    if (Status s = check_operand("k", p.k, p.k_strides, int(dtype_size(p.kv_dtype))); !s.ok()) return s;
   }
   if (!plan->v) {
-    if (Status s = check_operand("v", p.v, p.v_strides); !s.ok()) return s;
+    if (Status s = check_operand("v", p.v, p.v_strides, int(dtype_size(p.kv_dtype))); !s.ok()) return s;
   }
 
   FLASHATTN_CUDA_TRY(cudaSetDevice(p.device.index));
@@ -206,16 +225,18 @@ Status dispatch_forward(const ForwardParams& p, int major, cudaStream_t stream) 
   return cuda::dispatch_fwd(p, stream);
 }
 
-// Runs a backward the kernels take directly. The sm90 backward (sm90/bwd_kernel.h) runs only
-// when FLASHATTN_CUDA_PATH=sm90 asks for the Hopper kernels: faster than sm80 where timed, but
-// fp16, the C++ suite and the sanitizers have not run on it yet, so the default (auto) stays on
-// the sm80 kernels on every GPU.
+// Runs a backward the kernels take directly: on a Hopper GPU the sm90 backward where cuda_path()
+// lets it (sm90/bwd.h: by default only where it was timed faster than sm80), else the sm80 kernels.
 Status dispatch_backward(const BackwardParams& p, cudaStream_t stream) {
 #if defined(FLASHATTN_CUDA_SM90)
-  if (cuda_path() == CudaPath::kSm90 && cuda::sm90::bwd_declines(p).empty()) {
+  const CudaPath path = cuda_path();
+  if (path != CudaPath::kSm80 && cuda::sm90::bwd_declines(p, path == CudaPath::kSm90).empty()) {
     int major = 0;
     FLASHATTN_CUDA_TRY(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, p.device.index));
-    if (major == 9) return cuda::sm90::dispatch_bwd(p, stream);
+    if (major == 9) {
+      Status s = cuda::sm90::dispatch_bwd(p, stream, path == CudaPath::kSm90);
+      if (s.code() != StatusCode::kNotSupported || path == CudaPath::kSm90) return s;
+    }
   }
 #endif
   return cuda::dispatch_bwd(p, stream);

@@ -6,9 +6,11 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/common/cuda_check.h"
 #include "cuda/kvcache.h"
+#include "cuda/ptx/fp8.h"
 
 namespace flashattn::cuda {
 namespace {
@@ -41,13 +43,36 @@ __device__ void rotate_row(const KVCacheParams& kv, const Element* src, Element*
   for (int i = kv.rotary_dim + lane; i < d; i += 32) dst[i] = src[i];
 }
 
+// An e4m3 cache (docs/SEMANTICS.md, "FP8 KV cache"): dst[i] = e4m3(x_i / descale), x the row of
+// src in float32, its rotary pairs turned as rotate_row turns them but not rounded to Element
+// (rotate: whether to), a true division (__fdiv_rn; never a multiplication by 1 / descale),
+// round to nearest even, saturating: the CPU backend's store_quantized (cpu/kvcache.cpp) bit for
+// bit.
+template <typename Element>
+__device__ void quantize_row(const KVCacheParams& kv, const Element* src, uint8_t* dst, int d, int64_t pos,
+                             bool rotate, float descale, int lane) {
+  const int half = rotate ? kv.rotary_dim / 2 : 0;
+  const auto* cos_row = static_cast<const Element*>(kv.rotary_cos) + pos * kv.rotary_cos_stride;
+  const auto* sin_row = static_cast<const Element*>(kv.rotary_sin) + pos * kv.rotary_sin_stride;
+  for (int i = lane; i < half; i += 32) {
+    const int ia = kv.rotary_interleaved ? 2 * i : i;
+    const int ib = kv.rotary_interleaved ? 2 * i + 1 : i + half;
+    const float a = load(src, ia), b = load(src, ib);
+    const float c = load(cos_row, i), s = load(sin_row, i);
+    dst[ia] = ptx::float_to_e4m3(__fdiv_rn(__fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s)), descale));
+    dst[ib] = ptx::float_to_e4m3(__fdiv_rn(__fadd_rn(__fmul_rn(a, s), __fmul_rn(b, c)), descale));
+  }
+  for (int i = 2 * half + lane; i < d; i += 32) dst[i] = ptx::float_to_e4m3(__fdiv_rn(load(src, i), descale));
+}
+
 template <typename Element>
 __device__ void copy_row(const Element* src, Element* dst, int d, int lane) {
   for (int i = lane; i < d; i += 32) dst[i] = src[i];
 }
 
 // Work items: first the appended rows (b, t, h_k), then, with rotary, the query rows (b, t, h).
-template <typename Element>
+// CacheElement: Element, or uint8_t for an e4m3 cache (quantize_row).
+template <typename Element, typename CacheElement>
 __global__ void __launch_bounds__(32 * kWarpsPerBlock)
     kvcache_append_kernel(const __grid_constant__ ForwardParams p, Element* q_rot) {
   const KVCacheParams& kv = p.kv;
@@ -67,16 +92,21 @@ __global__ void __launch_bounds__(32 * kWarpsPerBlock)
                         t * kv.k_new_strides.row + h * kv.k_new_strides.head;
     const auto* v_src = static_cast<const Element*>(kv.v_new) + b * kv.v_new_strides.batch +
                         t * kv.v_new_strides.row + h * kv.v_new_strides.head;
-    auto* k_dst = const_cast<Element*>(static_cast<const Element*>(p.k)) + kv.row_offset(p.k_strides, b, row) +
-                  h * p.k_strides.head;
-    auto* v_dst = const_cast<Element*>(static_cast<const Element*>(p.v)) + kv.row_offset(p.v_strides, b, row) +
-                  h * p.v_strides.head;
-    if (rotary) {
-      rotate_row(kv, k_src, k_dst, p.head_dim, row, lane);
+    auto* k_dst = const_cast<CacheElement*>(static_cast<const CacheElement*>(p.k)) +
+                  kv.row_offset(p.k_strides, b, row) + h * p.k_strides.head;
+    auto* v_dst = const_cast<CacheElement*>(static_cast<const CacheElement*>(p.v)) +
+                  kv.row_offset(p.v_strides, b, row) + h * p.v_strides.head;
+    if constexpr (!std::is_same_v<CacheElement, Element>) {
+      quantize_row(kv, k_src, k_dst, p.head_dim, row, rotary, p.k_descale.at(b, h), lane);
+      quantize_row(kv, v_src, v_dst, p.head_dim_v, row, false, p.v_descale.at(b, h), lane);
     } else {
-      copy_row(k_src, k_dst, p.head_dim, lane);
+      if (rotary) {
+        rotate_row(kv, k_src, k_dst, p.head_dim, row, lane);
+      } else {
+        copy_row(k_src, k_dst, p.head_dim, lane);
+      }
+      copy_row(v_src, v_dst, p.head_dim_v, lane);
     }
-    copy_row(v_src, v_dst, p.head_dim_v, lane);
     return;
   }
   item -= append_items;
@@ -102,11 +132,14 @@ Status kvcache_append(const ForwardParams& p, void* q_rot, cudaStream_t stream) 
     return Status::NotSupported("forward_kvcache: more than 2^31 rows of k/v to append and q to rotate");
   }
   const dim3 grid(static_cast<unsigned>((items + kWarpsPerBlock - 1) / kWarpsPerBlock));
+  const bool fp8_cache = p.kv_dtype == DType::kFloat8E4M3;
   if (p.dtype == DType::kBFloat16) {
-    kvcache_append_kernel<__nv_bfloat16><<<grid, 32 * kWarpsPerBlock, 0, stream>>>(
-        p, static_cast<__nv_bfloat16*>(q_rot));
+    const auto kernel = fp8_cache ? kvcache_append_kernel<__nv_bfloat16, uint8_t>
+                                  : kvcache_append_kernel<__nv_bfloat16, __nv_bfloat16>;
+    kernel<<<grid, 32 * kWarpsPerBlock, 0, stream>>>(p, static_cast<__nv_bfloat16*>(q_rot));
   } else {
-    kvcache_append_kernel<__half><<<grid, 32 * kWarpsPerBlock, 0, stream>>>(p, static_cast<__half*>(q_rot));
+    const auto kernel = fp8_cache ? kvcache_append_kernel<__half, uint8_t> : kvcache_append_kernel<__half, __half>;
+    kernel<<<grid, 32 * kWarpsPerBlock, 0, stream>>>(p, static_cast<__half*>(q_rot));
   }
   return cuda_status(cudaGetLastError(), "launching the KV-cache append kernel");
 }

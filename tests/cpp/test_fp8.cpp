@@ -3,7 +3,8 @@
 // naive FP8 computation of reference/ (tight: bf16 output rounding plus the probabilities whose
 // e4m3 rounding a float32 logit may legitimately flip) and against float64 attention on the
 // unquantized inputs (loose; RMSE reported next to bfloat16's), descale broadcasting, the FP8
-// KV cache (dense, paged, append), every error path, the C ABI, and the CUDA backend's decline.
+// KV cache (dense, paged, append), every error path, the C ABI, and on CUDA: the e4m3 cache read
+// by 16-bit queries against the CPU backend and the reference, and the decline of e4m3 queries.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -985,12 +986,11 @@ TEST(Fp8CApi, DescalesReachTheLibraryAndOldLayoutsIgnoreThem) {
   EXPECT_EQ(kv.q_descale.ndim, 0);
 }
 
-// ---- CUDA: the kernels do not exist yet ----------------------------------------------------------
+// ---- CUDA ----------------------------------------------------------------------------------------
 
-// Today the CUDA backend declines FP8 with kNotSupported naming the dtype, before any kernel.
-// When the sm90 FP8 forward / the FP8 KV-cache decode land, flip these to compare against the
-// naive FP8 computation (as Fp8Forward.MatchesNaiveFp8AndFloat64 does on the CPU).
-TEST(Fp8Cuda, DeclinesFp8ForwardAndFp8CacheToday) {
+// The FP8 forward (an e4m3 q) has no CUDA kernel yet: kNotSupported naming the dtype, before any
+// kernel, also against a cache (the all-e4m3 mode of "FP8 KV cache").
+TEST(Fp8Cuda, DeclinesFp8Queries) {
   if (!backend_available(Backend::kCuda)) GTEST_SKIP() << "no CUDA device";
   DeviceBuffer q(Backend::kCuda, 2 * 64 * 4 * 128), k(Backend::kCuda, 2 * 64 * 2 * 128),
       v(Backend::kCuda, 2 * 64 * 2 * 128), out(Backend::kCuda, 2 * 2 * 64 * 4 * 128);
@@ -1000,14 +1000,296 @@ TEST(Fp8Cuda, DeclinesFp8ForwardAndFp8CacheToday) {
   a.k = make_contiguous_view(k.data(), DType::kFloat8E4M3, dev, {2, 64, 2, 128});
   a.v = make_contiguous_view(v.data(), DType::kFloat8E4M3, dev, {2, 64, 2, 128});
   a.out = make_contiguous_view(out.data(), DType::kBFloat16, dev, {2, 64, 4, 128});
-  expect_error(forward(a), StatusCode::kNotSupported, "float8_e4m3");
+  expect_error(forward(a), StatusCode::kNotSupported, "q has dtype float8_e4m3");
 
   KVCacheArgs c;
-  c.q = make_contiguous_view(out.data(), DType::kBFloat16, dev, {2, 1, 4, 128});
+  c.q = make_contiguous_view(q.data(), DType::kFloat8E4M3, dev, {2, 1, 4, 128});
   c.k_cache = make_contiguous_view(k.data(), DType::kFloat8E4M3, dev, {2, 64, 2, 128});
   c.v_cache = make_contiguous_view(v.data(), DType::kFloat8E4M3, dev, {2, 64, 2, 128});
-  c.out = make_contiguous_view(q.data(), DType::kBFloat16, dev, {2, 1, 4, 128});
-  expect_error(forward_kvcache(c), StatusCode::kNotSupported, "k_cache/v_cache has dtype float8_e4m3");
+  c.out = make_contiguous_view(out.data(), DType::kBFloat16, dev, {2, 1, 4, 128});
+  expect_error(forward_kvcache(c), StatusCode::kNotSupported, "q has dtype float8_e4m3");
+}
+
+// The e4m3 cache read by 16-bit queries on CUDA (FwdTraits::Fp8Cache): the same call on the CPU
+// backend and on CUDA, from the same inputs. The appended rows must be bitwise the CPU's
+// (e4m3(x / descale) after rotary, RNE, saturating); the output is held to the reference on the
+// dequantized cache (code * descale, exact in float64) with FlashAttention's criterion against
+// the naive computation in q's dtype.
+struct CudaCacheCase {
+  DType dtype = DType::kBFloat16;
+  int heads = 8, heads_k = 2, d = 128, seqlen_q = 1, seqlen_new = 0;
+  std::vector<int> seqlens = {5, 37, 300, 777};  // ragged: per sequence, rows already cached
+  int capacity = 1024;  // a multiple of every page size below
+  int page_size = 0;    // 0 = dense
+  int rotary_dim = 0;
+  bool rotary_interleaved = true;
+  bool causal = false;
+  int num_splits = 0;
+  uint32_t seed = 5;
+  std::string name() const {
+    return std::string(dtype_name(dtype)) + " d" + std::to_string(d) + " h" + std::to_string(heads) + "/" +
+           std::to_string(heads_k) + " sq" + std::to_string(seqlen_q) + " new" + std::to_string(seqlen_new) +
+           " page" + std::to_string(page_size) + " rotary" + std::to_string(rotary_dim) +
+           (causal ? " causal" : "") + " splits" + std::to_string(num_splits);
+  }
+};
+
+// One backend's tensors of a CudaCacheCase, filled identically on every backend.
+struct CacheTensors {
+  Arena q, kn, vn, cos, sin, kc, vc, seqlens, table, kd, vd, out, lse;
+  int rows0, rows1;  // the cache's first two dimensions: (batch, capacity) or (pages, page_size)
+  std::vector<int32_t> page_of;  // logical page (b * max_blocks + j) -> stored page
+
+  CacheTensors(Backend be, const CudaCacheCase& cc)
+      : q(be, cc.dtype, int64_t(cc.seqlens.size()) * cc.seqlen_q * cc.heads * cc.d),
+        kn(be, cc.dtype, std::max<int64_t>(1, int64_t(cc.seqlens.size()) * cc.seqlen_new * cc.heads_k * cc.d)),
+        vn(be, cc.dtype, std::max<int64_t>(1, int64_t(cc.seqlens.size()) * cc.seqlen_new * cc.heads_k * cc.d)),
+        cos(be, cc.dtype, std::max<int64_t>(1, int64_t(cc.capacity) * cc.rotary_dim / 2)),
+        sin(be, cc.dtype, std::max<int64_t>(1, int64_t(cc.capacity) * cc.rotary_dim / 2)),
+        kc(be, DType::kUInt8, int64_t(cc.seqlens.size()) * cc.capacity * cc.heads_k * cc.d),
+        vc(be, DType::kUInt8, int64_t(cc.seqlens.size()) * cc.capacity * cc.heads_k * cc.d),
+        seqlens(be, DType::kInt32, int64_t(cc.seqlens.size())),
+        table(be, DType::kInt32, std::max<int64_t>(1, cc.page_size > 0 ? int64_t(cc.seqlens.size()) * (cc.capacity / cc.page_size) : 1)),
+        kd(be, DType::kFloat32, int64_t(cc.seqlens.size()) * cc.heads_k),
+        vd(be, DType::kFloat32, int64_t(cc.seqlens.size()) * cc.heads_k),
+        out(be, cc.dtype, int64_t(cc.seqlens.size()) * cc.seqlen_q * cc.heads * cc.d),
+        lse(be, DType::kFloat32, int64_t(cc.seqlens.size()) * cc.heads * cc.seqlen_q) {
+    const int B = static_cast<int>(cc.seqlens.size());
+    std::mt19937 rng(cc.seed);
+    std::normal_distribution<double> g(0.0, 1.0);
+    std::uniform_real_distribution<double> u(0.004, 0.03);
+    for (int64_t i = 0; i < q.numel(); ++i) q.set(i, g(rng));
+    for (int64_t i = 0; i < kn.numel(); ++i) kn.set(i, g(rng) * 3.0);
+    for (int64_t i = 0; i < vn.numel(); ++i) vn.set(i, g(rng) * 3.0);
+    const int half = cc.rotary_dim / 2;
+    for (int64_t r = 0; r < (half > 0 ? cc.capacity : 0); ++r) {
+      for (int i = 0; i < half; ++i) {
+        const double angle = double(r) * std::pow(10000.0, -2.0 * i / cc.rotary_dim);
+        cos.set(r * half + i, std::cos(angle));
+        sin.set(r * half + i, std::sin(angle));
+      }
+    }
+    if (half == 0) cos.set(0, 0.0), sin.set(0, 0.0);
+    if (kn.numel() == 1 && cc.seqlen_new == 0) kn.set(0, 0.0), vn.set(0, 0.0);
+    for (int64_t i = 0; i < kd.numel(); ++i) kd.set(i, u(rng)), vd.set(i, u(rng));
+    // Cache codes of N(0, 40) (finite: ref_encode saturates), in dense order first.
+    std::vector<uint8_t> kdense(static_cast<size_t>(kc.numel())), vdense(kdense.size());
+    for (auto& x : kdense) x = ref_encode(g(rng) * 40.0);
+    for (auto& x : vdense) x = ref_encode(g(rng) * 40.0);
+    for (int b = 0; b < B; ++b) seqlens.set(b, cc.seqlens[static_cast<size_t>(b)]);
+    if (cc.page_size > 0) {
+      const int per_seq = cc.capacity / cc.page_size, pages = B * per_seq;
+      page_of.resize(static_cast<size_t>(pages));
+      for (int i = 0; i < pages; ++i) page_of[static_cast<size_t>(i)] = i;
+      std::mt19937 shuffle_rng(cc.seed + 1);
+      std::shuffle(page_of.begin(), page_of.end(), shuffle_rng);
+      for (int i = 0; i < pages; ++i) table.set(i, page_of[static_cast<size_t>(i)]);
+      rows0 = pages, rows1 = cc.page_size;
+    } else {
+      table.set(0, 0);
+      rows0 = B, rows1 = cc.capacity;
+    }
+    const int64_t row_elems = int64_t(cc.heads_k) * cc.d;
+    for (int b = 0; b < B; ++b) {
+      for (int64_t r = 0; r < cc.capacity; ++r) {
+        const int64_t at = stored_row(cc, b, r) * row_elems, from = (int64_t(b) * cc.capacity + r) * row_elems;
+        for (int64_t e = 0; e < row_elems; ++e) {
+          kc.set(at + e, kdense[static_cast<size_t>(from + e)]);
+          vc.set(at + e, vdense[static_cast<size_t>(from + e)]);
+        }
+      }
+    }
+    for (int64_t i = 0; i < out.numel(); ++i) out.set(i, 0.0);
+    for (int64_t i = 0; i < lse.numel(); ++i) lse.set(i, 0.0);
+    for (Arena* a : {&q, &kn, &vn, &cos, &sin, &kc, &vc, &seqlens, &table, &kd, &vd, &out, &lse}) a->upload();
+  }
+
+  // The stored row (first index into (rows0 * rows1)) of sequence b's cache row r.
+  int64_t stored_row(const CudaCacheCase& cc, int b, int64_t r) const {
+    if (cc.page_size == 0) return int64_t(b) * cc.capacity + r;
+    const int per_seq = cc.capacity / cc.page_size;
+    return int64_t(page_of[static_cast<size_t>(b * per_seq + r / cc.page_size)]) * cc.page_size + r % cc.page_size;
+  }
+
+  Status run(Backend be, const CudaCacheCase& cc) {
+    const Device dev = device_of(be);
+    const int64_t B = int64_t(cc.seqlens.size()), hk = cc.heads_k, d = cc.d;
+    KVCacheArgs a;
+    a.q = make_contiguous_view(q.device_data(), cc.dtype, dev, {B, cc.seqlen_q, cc.heads, d});
+    a.k_cache = make_contiguous_view(kc.device_data(), DType::kFloat8E4M3, dev, {rows0, rows1, hk, d});
+    a.v_cache = make_contiguous_view(vc.device_data(), DType::kFloat8E4M3, dev, {rows0, rows1, hk, d});
+    if (cc.seqlen_new > 0) {
+      a.k = make_contiguous_view(kn.device_data(), cc.dtype, dev, {B, cc.seqlen_new, hk, d});
+      a.v = make_contiguous_view(vn.device_data(), cc.dtype, dev, {B, cc.seqlen_new, hk, d});
+    }
+    if (cc.rotary_dim > 0) {
+      a.rotary_cos = make_contiguous_view(cos.device_data(), cc.dtype, dev, {cc.capacity, cc.rotary_dim / 2});
+      a.rotary_sin = make_contiguous_view(sin.device_data(), cc.dtype, dev, {cc.capacity, cc.rotary_dim / 2});
+      a.rotary_interleaved = cc.rotary_interleaved;
+    }
+    a.cache_seqlens = make_contiguous_view(seqlens.device_data(), DType::kInt32, dev, {B});
+    if (cc.page_size > 0) {
+      a.block_table = make_contiguous_view(table.device_data(), DType::kInt32, dev, {B, cc.capacity / cc.page_size});
+    }
+    a.k_descale = make_contiguous_view(kd.device_data(), DType::kFloat32, dev, {B, hk});
+    a.v_descale = make_contiguous_view(vd.device_data(), DType::kFloat32, dev, {B, hk});
+    a.out = make_contiguous_view(out.device_data(), cc.dtype, dev, {B, cc.seqlen_q, cc.heads, d});
+    a.lse = make_contiguous_view(lse.device_data(), DType::kFloat32, dev, {B, cc.heads, cc.seqlen_q});
+    a.causal = cc.causal;
+    a.num_splits = cc.num_splits;
+    const Status st = forward_kvcache(a);
+    if (st.ok()) {
+      for (Arena* x : {&kc, &vc, &out, &lse}) x->download();
+    }
+    return st;
+  }
+};
+
+// `tested`: the backend under test (CUDA; the CPU backend checks this harness without a GPU).
+void check_cuda_cache_case(const CudaCacheCase& cc, Backend tested = Backend::kCuda) {
+  SCOPED_TRACE(cc.name());
+  CacheTensors cpu(Backend::kCpu, cc), gpu(tested, cc);
+  const Status sc = cpu.run(Backend::kCpu, cc);
+  ASSERT_TRUE(sc.ok()) << sc.message();
+  const Status sg = gpu.run(tested, cc);
+  ASSERT_TRUE(sg.ok()) << sg.message();
+  // The append: bitwise the CPU's (and everything else untouched).
+  ASSERT_EQ(gpu.kc.bytes(), cpu.kc.bytes()) << "k_cache after the append";
+  ASSERT_EQ(gpu.vc.bytes(), cpu.vc.bytes()) << "v_cache after the append";
+
+  // Reference: q rotated (as the backend stores it: in q's dtype) against the dequantized rows
+  // [0, seqlen + seqlen_new) of each sequence.
+  const int B = static_cast<int>(cc.seqlens.size()), H = cc.heads, Hk = cc.heads_k, D = cc.d, sq = cc.seqlen_q;
+  const int half = cc.rotary_dim / 2;
+  HostProblem hp;
+  hp.shape.batch = B;
+  hp.shape.heads = H;
+  hp.shape.heads_k = Hk;
+  hp.shape.head_dim = D;
+  hp.shape.head_dim_v = D;
+  hp.shape.cu_seqlens_q = {0};
+  hp.shape.cu_seqlens_k = {0};
+  for (int b = 0; b < B; ++b) {
+    const int len = cc.seqlens[static_cast<size_t>(b)] + cc.seqlen_new;
+    hp.shape.cu_seqlens_q.push_back(hp.shape.cu_seqlens_q.back() + sq);
+    hp.shape.cu_seqlens_k.push_back(hp.shape.cu_seqlens_k.back() + len);
+    for (int t = 0; t < sq; ++t) {
+      const int64_t pos = cc.seqlens[static_cast<size_t>(b)] + (cc.causal ? t : 0);
+      for (int h = 0; h < H; ++h) {
+        const int64_t qo = ((int64_t(b) * sq + t) * H + h) * D;
+        std::vector<double> row(static_cast<size_t>(D));
+        for (int c = 0; c < D; ++c) row[static_cast<size_t>(c)] = cpu.q.get(qo + c);
+        for (int i = 0; i < half; ++i) {
+          const int ia = cc.rotary_interleaved ? 2 * i : i, ib = cc.rotary_interleaved ? 2 * i + 1 : i + half;
+          const double co = cpu.cos.get(pos * half + i), si = cpu.sin.get(pos * half + i);
+          const double x = row[static_cast<size_t>(ia)], y = row[static_cast<size_t>(ib)];
+          row[static_cast<size_t>(ia)] = round_to(cc.dtype, x * co - y * si);
+          row[static_cast<size_t>(ib)] = round_to(cc.dtype, x * si + y * co);
+        }
+        hp.q.insert(hp.q.end(), row.begin(), row.end());
+      }
+    }
+    for (int64_t r = 0; r < len; ++r) {
+      const int64_t at = cpu.stored_row(cc, b, r) * Hk * D;
+      for (int h = 0; h < Hk; ++h) {
+        const double kf = cpu.kd.get(b * Hk + h), vf = cpu.vd.get(b * Hk + h);
+        for (int c = 0; c < D; ++c) {
+          hp.k.push_back(ref_decode(cpu.kc.bytes()[static_cast<size_t>(at + h * D + c)]) * kf);
+          hp.v.push_back(ref_decode(cpu.vc.bytes()[static_cast<size_t>(at + h * D + c)]) * vf);
+        }
+      }
+    }
+  }
+  hp.opt.scale = 1.0 / std::sqrt(static_cast<double>(D));
+  hp.opt.window_right = cc.causal ? 0 : -1;
+  const Results ref = run_reference(hp, false);
+  const Results lowp = run_naive_lowp(hp, cc.dtype, false);
+  std::vector<double> out_gpu, out_cpu, lse_gpu(static_cast<size_t>(gpu.lse.numel()));
+  for (int64_t i = 0; i < gpu.out.numel(); ++i) out_gpu.push_back(gpu.out.get(i)), out_cpu.push_back(cpu.out.get(i));
+  for (int b = 0; b < B; ++b) {
+    for (int h = 0; h < H; ++h) {
+      for (int t = 0; t < sq; ++t) {
+        lse_gpu[static_cast<size_t>(h) * B * sq + b * sq + t] = gpu.lse.get((int64_t(b) * H + h) * sq + t);
+      }
+    }
+  }
+  EXPECT_TRUE(meets_criterion("out (cuda)", cc.dtype, out_gpu, ref.out, lowp.out));
+  EXPECT_TRUE(meets_criterion("lse (cuda)", cc.dtype, lse_gpu, ref.lse, lowp.lse));
+  EXPECT_TRUE(meets_criterion("out (cpu, same inputs)", cc.dtype, out_cpu, ref.out, lowp.out));
+}
+
+// The one head dim the CUDA backend runs an e4m3 cache at today (cuda/common/variants.h).
+constexpr int kCudaFp8CacheHeadDim = 128;
+
+class Fp8CudaCache : public testing::TestWithParam<CudaCacheCase> {};
+
+TEST_P(Fp8CudaCache, MatchesCpuAppendAndReference) {
+  if (!backend_available(Backend::kCuda)) GTEST_SKIP() << "no CUDA device";
+  const int d = GetParam().d;
+  if (cuda_run_head_dim(d, d) != d) GTEST_SKIP() << "head_dim " << d << " not built (FLASHATTN_CUDA_HEAD_DIMS)";
+  if (d != kCudaFp8CacheHeadDim) {
+    // Built only where it has run on a GPU (cuda/common/variants.h kFp8CacheHeadDims): the other
+    // head dims are a clear kNotSupported, not a fallback.
+    CacheTensors gpu(Backend::kCuda, GetParam());
+    expect_error(gpu.run(Backend::kCuda, GetParam()), StatusCode::kNotSupported, "head_dim " + std::to_string(d));
+    return;
+  }
+  check_cuda_cache_case(GetParam());
+}
+
+std::vector<CudaCacheCase> cuda_cache_cases() {
+  std::vector<CudaCacheCase> v;
+  for (DType dt : {DType::kBFloat16, DType::kFloat16}) {
+    for (int d : {64, 128, 256}) {
+      for (int page : {0, 1, 16, 256}) {
+        CudaCacheCase c;  // decode: one token, GQA 4, ragged lengths, folded group rows
+        c.dtype = dt, c.d = d, c.page_size = page;
+        v.push_back(c);
+        c.seqlen_new = 1, c.rotary_dim = d / 2, c.causal = true;  // append with rotary
+        v.push_back(c);
+      }
+      CudaCacheCase c;  // speculative: 4 tokens appended and attended, causal, non-interleaved rotary
+      c.dtype = dt, c.d = d, c.seqlen_q = 4, c.seqlen_new = 4, c.causal = true, c.rotary_dim = d;
+      c.rotary_interleaved = false, c.page_size = 16;
+      v.push_back(c);
+      c.seqlen_q = c.seqlen_new = 40, c.page_size = 0;  // more rows than the decode tile
+      v.push_back(c);
+    }
+  }
+  // Split-KV forced (and off): MHA unsplit, MQA in 3 splits, GQA 8 in 16 splits over pages.
+  const struct {
+    int splits, heads, heads_k, page;
+  } split_cases[] = {{1, 8, 8, 0}, {3, 8, 1, 0}, {16, 16, 2, 16}};
+  for (const auto& sc : split_cases) {
+    CudaCacheCase c;
+    c.num_splits = sc.splits, c.heads = sc.heads, c.heads_k = sc.heads_k, c.page_size = sc.page;
+    c.seqlen_new = 2, c.rotary_dim = 64, c.causal = true;
+    v.push_back(c);
+  }
+  return v;
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, Fp8CudaCache, testing::ValuesIn(cuda_cache_cases()));
+
+// The harness above (inputs, paging, rotary of q, reference, criterion) with the CPU backend in
+// CUDA's place, so that it is known to hold before a GPU runs it.
+TEST(Fp8CudaCacheHarness, HoldsForTheCpuBackend) {
+  for (const CudaCacheCase& c : cuda_cache_cases()) {
+    if (c.dtype == DType::kBFloat16 && (c.page_size == 16 || c.seqlen_q > 1 || c.num_splits > 0)) {
+      check_cuda_cache_case(c, Backend::kCpu);
+    }
+  }
+}
+
+// An e4m3 cache at a head dim without Fp8Cache kernels: kNotSupported naming head_dim.
+TEST(Fp8Cuda, CacheHeadDimWithoutKernelsIsNotSupported) {
+  if (!backend_available(Backend::kCuda)) GTEST_SKIP() << "no CUDA device";
+  CudaCacheCase cc;
+  cc.d = 96;
+  cc.capacity = 64;
+  cc.seqlens = {3, 9};
+  CacheTensors gpu(Backend::kCuda, cc);
+  expect_error(gpu.run(Backend::kCuda, cc), StatusCode::kNotSupported, "head_dim 96");
 }
 
 }  // namespace

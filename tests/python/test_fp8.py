@@ -3,8 +3,9 @@ flash_attn functions on torch CPU tensors against the naive FP8 computation of a
 bfloat16 output rounding plus the probabilities a float32 logit may round the other way) and
 against float64 of the dequantized inputs (FlashAttention's criterion), descale broadcasting,
 varlen, the FP8 KV cache (dense, paged, append), the custom ops' fake shapes, autograd's refusal
-and the error paths. CUDA: the kernels do not exist yet, so the GPU tests assert today's
-NotImplementedError; flip them when the sm90 FP8 forward / FP8 KV decode land.
+and the error paths. CUDA: the e4m3 cache read by 16-bit queries against the CPU backend (the
+append bitwise) and the float64 reference, dense and paged (pages 1/16/256), with rotary, GQA,
+ragged lengths and forced split-KV; the FP8 forward (e4m3 q) is still declined there.
 
 torch is needed (numpy has no float8 without ml_dtypes and no bfloat16 for the output); the
 module is skipped without it, as CI (no torch) does.
@@ -292,7 +293,7 @@ def test_fp8_kvcache_errors():
                                           c["v_cache"][:, :1], cache_seqlens=3)
 
 
-# ---- CUDA: the FP8 kernels do not exist yet -------------------------------------------------------
+# ---- CUDA ------------------------------------------------------------------------------------------
 
 def _cuda_or_skip():
     if not flashattn.cuda_built() or not flashattn.cuda_available() or not torch.cuda.is_available():
@@ -300,7 +301,7 @@ def _cuda_or_skip():
     return torch.device("cuda", torch.cuda.current_device())
 
 
-def test_cuda_fp8_forward_declined_today():
+def test_cuda_fp8_forward_declined():
     # TODO(issue 21, kernel author): when the sm90 FP8 forward lands, replace the raises below
     # with test_flash_attn_func_fp8_matches_naive_and_float64's checks on CUDA tensors.
     dev = _cuda_or_skip()
@@ -310,13 +311,132 @@ def test_cuda_fp8_forward_declined_today():
     # kNotSupported naming a dtype: TypeError, as for float32 on CUDA (test_cuda.py).
     with pytest.raises(TypeError, match="q has dtype float8_e4m3"):
         flashattn.flash_attn_func(q, k, k, q_descale=d, k_descale=d, v_descale=d)
+    # The all-e4m3 mode of the FP8 KV cache is the FP8 forward too.
+    with pytest.raises(TypeError, match="q has dtype float8_e4m3"):
+        flashattn.flash_attn_with_kvcache(q[:, :1], k, k.clone(), cache_seqlens=100, q_descale=d,
+                                          k_descale=d, v_descale=d)
 
 
-def test_cuda_fp8_kvcache_declined_today():
-    # TODO(issue 21, kernel author): when the FP8 KV-cache decode lands, compare with
-    # test_fp8_kvcache_dense_and_paged's reference instead.
+def _cuda_cache_case(d, page_size, dtype=torch.bfloat16, sq=1, snew=1, rotary=True, interleaved=True,
+                     causal=True, heads=8, heads_k=2, num_splits=0, seed=3):
+    """An e4m3 cache read by 16-bit queries: ragged lengths (one sequence nearly empty), per-(b, hk)
+    descales, new tokens appended with rotary."""
+    g = torch.Generator().manual_seed(seed)
+    b, cap = 3, 1024
+    lens = torch.tensor([2, 131, 900], dtype=torch.int32)
+    kd = torch.rand(b, heads_k, generator=g) * 0.02 + 0.005
+    vd = torch.rand(b, heads_k, generator=g) * 0.02 + 0.005
+    k_cache = (torch.randn(b, cap, heads_k, d, generator=g) * 40).to(FP8)
+    v_cache = (torch.randn(b, cap, heads_k, d, generator=g) * 40).to(FP8)
+    q = torch.randn(b, sq, heads, d, generator=g).to(dtype)
+    k = (torch.randn(b, snew, heads_k, d, generator=g) * 3).to(dtype) if snew else None
+    v = (torch.randn(b, snew, heads_k, d, generator=g) * 3).to(dtype) if snew else None
+    cos = sin = None
+    if rotary and snew:
+        rd = d // 2
+        angle = torch.arange(cap, dtype=torch.float64)[:, None] * 10000.0 ** (-torch.arange(rd // 2) * 2.0 / rd)
+        cos, sin = angle.cos().to(dtype), angle.sin().to(dtype)
+    return dict(q=q, k_cache=k_cache, v_cache=v_cache, k=k, v=v, cos=cos, sin=sin, interleaved=interleaved,
+                cache_seqlens=lens, k_descale=kd, v_descale=vd, page_size=page_size, causal=causal,
+                num_splits=num_splits)
+
+
+def _run_cache_on(c, dev):
+    """Runs the case on `dev`; returns (out, k_cache, v_cache) on the CPU, caches in dense order."""
+    kc, vc = c["k_cache"].clone(), c["v_cache"].clone()
+    extra = {}
+    if c["page_size"]:
+        ps = c["page_size"]
+        b, cap = kc.shape[:2]
+        pages = b * cap // ps
+        perm = torch.randperm(pages, generator=torch.Generator().manual_seed(1))
+        kp = torch.empty((pages, ps) + tuple(kc.shape[2:]), dtype=torch.uint8)
+        vp = torch.empty_like(kp)
+        kp[perm] = kc.view(torch.uint8).reshape(pages, ps, *kc.shape[2:])
+        vp[perm] = vc.view(torch.uint8).reshape(pages, ps, *kc.shape[2:])
+        extra["block_table"] = perm.reshape(b, cap // ps).to(torch.int32).to(dev)
+        kc, vc = kp.view(FP8), vp.view(FP8)
+    kc, vc = kc.to(dev), vc.to(dev)
+    moved = {n: (c[n].to(dev) if c[n] is not None else None)
+             for n in ("q", "k", "v", "cos", "sin", "cache_seqlens", "k_descale", "v_descale")}
+    out = flashattn.flash_attn_with_kvcache(
+        moved["q"], kc, vc, moved["k"], moved["v"], rotary_cos=moved["cos"], rotary_sin=moved["sin"],
+        cache_seqlens=moved["cache_seqlens"], causal=c["causal"], rotary_interleaved=c["interleaved"],
+        num_splits=c["num_splits"], k_descale=moved["k_descale"], v_descale=moved["v_descale"], **extra)
+    kc, vc = kc.cpu().view(torch.uint8), vc.cpu().view(torch.uint8)
+    if c["page_size"]:
+        perm = extra["block_table"].cpu().reshape(-1)
+        kc = kc[perm].reshape(c["k_cache"].shape)
+        vc = vc[perm].reshape(c["v_cache"].shape)
+    return out.cpu(), kc, vc
+
+
+def _rotate_ref(x, cos, sin, pos, interleaved):
+    """x (heads, d) float64 rotated at table row pos (the test's own rotary)."""
+    x = x.clone()
+    c, s = cos[pos].double(), sin[pos].double()
+    half = c.shape[0]
+    if interleaved:
+        a, b = x[:, 0:2 * half:2].clone(), x[:, 1:2 * half:2].clone()
+        x[:, 0:2 * half:2], x[:, 1:2 * half:2] = a * c - b * s, a * s + b * c
+    else:
+        a, b = x[:, :half].clone(), x[:, half:2 * half].clone()
+        x[:, :half], x[:, half:2 * half] = a * c - b * s, a * s + b * c
+    return x
+
+
+# The head dims the CUDA backend runs an e4m3 cache at today (cuda/common/variants.h).
+CUDA_FP8_CACHE_HEAD_DIMS = (128,)
+
+CUDA_CACHE_CASES = (
+    [dict(d=d, page_size=ps) for d in (64, 128, 256) for ps in (0, 1, 16, 256)]
+    + [dict(d=128, page_size=0, snew=0, rotary=False, causal=False),  # no append
+       dict(d=128, page_size=16, dtype=torch.float16),
+       dict(d=64, page_size=0, sq=4, snew=4, interleaved=False),  # speculative tokens
+       dict(d=128, page_size=256, sq=40, snew=40),  # more query rows than the decode tile
+       dict(d=128, page_size=16, num_splits=7),  # split-KV forced
+       dict(d=256, page_size=0, num_splits=1, heads=4, heads_k=4),  # unsplit, no GQA
+       dict(d=128, page_size=1, num_splits=32, heads=8, heads_k=1)]  # MQA, many splits
+)
+
+
+@pytest.mark.parametrize("kw", CUDA_CACHE_CASES, ids=lambda kw: "-".join(f"{k}{v}" for k, v in kw.items()))
+def test_cuda_fp8_kvcache_matches_cpu_append_and_reference(kw):
     dev = _cuda_or_skip()
-    q = torch.randn(2, 1, 4, 128, device=dev, dtype=torch.bfloat16)
-    kc = torch.randn(2, 256, 2, 128, device=dev).to(FP8)
-    with pytest.raises(TypeError, match="k_cache/v_cache has dtype float8_e4m3"):
+    c = _cuda_cache_case(**kw)
+    if kw["d"] not in CUDA_FP8_CACHE_HEAD_DIMS:
+        # Built only where it has run on a GPU: elsewhere a clear error, not a fallback.
+        with pytest.raises(NotImplementedError, match=f"head_dim {kw['d']} with a float8_e4m3"):
+            _run_cache_on(c, dev)
+        return
+    out, kc, vc = _run_cache_on(c, dev)
+    out_cpu, kc_cpu, vc_cpu = _run_cache_on(c, torch.device("cpu"))
+    # The append is bitwise the CPU backend's: e4m3(x / descale) after rotary, RNE, saturating.
+    assert torch.equal(kc, kc_cpu)
+    assert torch.equal(vc, vc_cpu)
+    lens, snew = c["cache_seqlens"], (c["k"].shape[1] if c["k"] is not None else 0)
+    kd, vd, q = c["k_descale"], c["v_descale"], c["q"]
+    dt = q.dtype
+    for b in range(q.shape[0]):
+        n = int(lens[b]) + snew
+        kf = kc[b:b + 1, :n].view(FP8).double() * kd[b][None, None, :, None].double()
+        vf = vc[b:b + 1, :n].view(FP8).double() * vd[b][None, None, :, None].double()
+        qf = q[b].double()
+        if c["cos"] is not None:  # q rotated at its positions, stored in q's dtype
+            qf = torch.stack([_rotate_ref(qf[t], c["cos"], c["sin"], int(lens[b]) + (t if c["causal"] else 0),
+                                          c["interleaved"]).to(dt).double() for t in range(q.shape[1])])
+        ref, _ = attn_ref.forward(qf[None].numpy(), kf.numpy(), vf.numpy(), causal=c["causal"])
+        # q's dtype: output rounding and P rounded to 16 bits before P.V (as the CPU backend).
+        tol = 2 ** -7 if dt == torch.bfloat16 else 2 ** -10
+        atol = 4 * tol * np.abs(ref).max()
+        np.testing.assert_allclose(out[b:b + 1].double().numpy(), ref, rtol=tol, atol=atol)
+        np.testing.assert_allclose(out[b:b + 1].double().numpy(), out_cpu[b:b + 1].double().numpy(),
+                                   rtol=tol, atol=atol)
+
+
+def test_cuda_fp8_kvcache_head_dim_without_kernels():
+    dev = _cuda_or_skip()
+    q = torch.randn(2, 1, 4, 96, device=dev, dtype=torch.bfloat16)
+    kc = torch.randn(2, 256, 2, 96, device=dev).to(FP8)
+    with pytest.raises(NotImplementedError, match="head_dim 96 with a float8_e4m3 k_cache/v_cache"):
         flashattn.flash_attn_with_kvcache(q, kc, kc.clone(), cache_seqlens=100)

@@ -70,6 +70,32 @@ constexpr FwdTile fwd_decode_tile(int head_dim, bool bias_mask = false) {
   return {16, 64, 4, 2};
 }
 
+// The decode tile of an e4m3 KV cache read by 16-bit queries (FwdTraits::kFp8Cache): its K/V
+// tiles hold one byte per element, so more keys per tile keep fwd_decode_tile's bytes (or more)
+// in flight per CTA, as far as three CTAs (two at d256) still fit an sm90 SM's 228 KB with the
+// page offsets shared by K and V (FwdTraits::smem_bytes; 8 bytes per key). Shared memory per CTA
+// (Q + K/V + offsets): d64 320 keys 2 + 50 (rows padded to 80 bytes) + 5 = 57 KB; d128 256 keys
+// 4 + 64 + 4 = 72 KB; d256 128 keys 8 + 64 + 2 = 74 KB (two CTAs; fewer keys would not hold the
+// split-key merge, 48 KB). Registers (ptxas, sm_90, cap 168 at three CTAs) decided the rest:
+// d64 x 384 keys spilled 36 bytes; at d128, 256 keys spilled 36 bytes with score modifiers
+// (softcap, ALiBi) and 48 with the window mask, and 192 keys spilled 28 bytes, so those take
+// fwd_decode_tile's 128 keys. Unmeasured on a GPU.
+constexpr FwdTile fwd_fp8_cache_decode_tile(int head_dim, bool score_mods, bool window) {
+  if (head_dim <= 64) return score_mods ? FwdTile{16, 256, 4, 3} : FwdTile{16, 320, 4, 3};
+  if (head_dim <= 128) return score_mods || window ? FwdTile{16, 128, 4, 3} : FwdTile{16, 256, 4, 3};
+  return {16, 128, 4, 2};
+}
+
+// An e4m3 KV cache read by 16-bit queries (FwdTraits::kFp8Cache) with more query rows than the
+// decode tile takes (prefill or long speculative steps against the cache): the widening holds
+// two k steps of Q fragments and four widened K fragments at once (common/warp_gemm_e4m3.h), so
+// 32 rows per warp (fwd_tile's d <= 128 shape) spilled (d128: 64 bytes at sm_90, ptxas); 16 rows
+// per warp over 8 warps do not. Unmeasured on a GPU.
+constexpr FwdTile fwd_fp8_cache_tile(int head_dim) {
+  if (head_dim > 192) return {64, 64, 4};
+  return {128, 64, 8};
+}
+
 // Backward (FlashAttention-2 algorithm, sm80-class). One CTA per key block accumulates dK and dV
 // in registers over the query blocks, so block_n * head_dim * 2 floats per CTA live in registers
 // for the whole kernel: at 8 warps that is block_n * head_dim / 128 per thread, which is why

@@ -26,6 +26,16 @@ enum class MaskMode {
 // does not matter next to the bias and mask reads.
 enum class ScoreMods { kNone, kAny, kBiasMask };
 
+// Sets of head dims as bit masks (bit d / 32: 32, 64, 96, 128, 192, 256 are bits 1-4, 6, 8), for
+// families built at some head dims only (tools/gen_instantiations.py FAMILY_HEAD_DIMS).
+constexpr int head_dim_bit(int d) { return 1 << (d / 32); }
+constexpr int kAnyHeadDim = ~0;  // every head dim (the families built at all of them)
+// The e4m3 KV cache read by 16-bit queries (FwdTraits::Fp8Cache, the fwdkv8 instantiations):
+// head dim 128, the one that has run on a GPU; the code also takes 64 and 256 (add them here and
+// in tools/gen_instantiations.py once a GPU run of tests/*fp8* has passed at them).
+constexpr int kFp8CacheHeadDims = head_dim_bit(128);
+constexpr bool head_dim_in(int d, int set) { return d > 0 && d <= 256 && d % 32 == 0 && (set & head_dim_bit(d)) != 0; }
+
 namespace variants_detail {
 
 template <bool kBiasMask, typename Element, int kHeadDim, typename Launch>
@@ -44,31 +54,45 @@ Status by_mask(const QKVParams& p, Launch& launch) {
   return launch.template operator()<Element, kHeadDim, MaskMode::kNone, ScoreMods::kNone>();
 }
 
-template <bool kBiasMask, typename Element, typename Launch>
+template <bool kBiasMask, int kHeadDims, typename Element, typename Launch>
 Status by_head_dim(const QKVParams& p, Launch& launch) {
   switch (p.head_dim) {
 #ifdef FLASHATTN_CUDA_HDIM_32
-    case 32: return by_mask<kBiasMask, Element, 32>(p, launch);
+    case 32:
+      if constexpr (head_dim_in(32, kHeadDims)) return by_mask<kBiasMask, Element, 32>(p, launch);
+      break;
 #endif
 #ifdef FLASHATTN_CUDA_HDIM_64
-    case 64: return by_mask<kBiasMask, Element, 64>(p, launch);
+    case 64:
+      if constexpr (head_dim_in(64, kHeadDims)) return by_mask<kBiasMask, Element, 64>(p, launch);
+      break;
 #endif
 #ifdef FLASHATTN_CUDA_HDIM_96
-    case 96: return by_mask<kBiasMask, Element, 96>(p, launch);
+    case 96:
+      if constexpr (head_dim_in(96, kHeadDims)) return by_mask<kBiasMask, Element, 96>(p, launch);
+      break;
 #endif
 #ifdef FLASHATTN_CUDA_HDIM_128
-    case 128: return by_mask<kBiasMask, Element, 128>(p, launch);
+    case 128:
+      if constexpr (head_dim_in(128, kHeadDims)) return by_mask<kBiasMask, Element, 128>(p, launch);
+      break;
 #endif
 #ifdef FLASHATTN_CUDA_HDIM_192
-    case 192: return by_mask<kBiasMask, Element, 192>(p, launch);
+    case 192:
+      if constexpr (head_dim_in(192, kHeadDims)) return by_mask<kBiasMask, Element, 192>(p, launch);
+      break;
 #endif
 #ifdef FLASHATTN_CUDA_HDIM_256
-    case 256: return by_mask<kBiasMask, Element, 256>(p, launch);
+    case 256:
+      if constexpr (head_dim_in(256, kHeadDims)) return by_mask<kBiasMask, Element, 256>(p, launch);
+      break;
 #endif
     default:
-      return Status::NotSupported("head_dim " + std::to_string(p.head_dim) +
-                                  " was not built into this flashattn (FLASHATTN_CUDA_HEAD_DIMS)");
+      break;
   }
+  return Status::NotSupported("head_dim " + std::to_string(p.head_dim) +
+                              " was not built into this flashattn (FLASHATTN_CUDA_HEAD_DIMS)" +
+                              (kHeadDims == kAnyHeadDim ? "" : " for this kernel family"));
 }
 
 }  // namespace variants_detail
@@ -78,15 +102,16 @@ Status by_head_dim(const QKVParams& p, Launch& launch) {
 // FLASHATTN_CUDA_HDIM_<d> and FLASHATTN_CUDA_DTYPE_<T>; see build_config.h). kBiasMask: the
 // caller has ScoreMods::kBiasMask instantiations (the sm80 forward and backward), which take
 // every call with attn_bias, attn_mask or a block mask; other callers never see those (their
-// backends decline them first).
-template <bool kBiasMask = false, typename Launch>
+// backends decline them first). kHeadDims: the head dims the caller's family has (others:
+// kNotSupported).
+template <bool kBiasMask = false, int kHeadDims = kAnyHeadDim, typename Launch>
 Status dispatch_variant(const QKVParams& p, Launch&& launch) {
   switch (p.dtype) {
 #ifdef FLASHATTN_CUDA_DTYPE_FP16
-    case DType::kFloat16: return variants_detail::by_head_dim<kBiasMask, __half>(p, launch);
+    case DType::kFloat16: return variants_detail::by_head_dim<kBiasMask, kHeadDims, __half>(p, launch);
 #endif
 #ifdef FLASHATTN_CUDA_DTYPE_BF16
-    case DType::kBFloat16: return variants_detail::by_head_dim<kBiasMask, __nv_bfloat16>(p, launch);
+    case DType::kBFloat16: return variants_detail::by_head_dim<kBiasMask, kHeadDims, __nv_bfloat16>(p, launch);
 #endif
     default:
       return Status::NotSupported(std::string("q has dtype ") + dtype_name(p.dtype) +

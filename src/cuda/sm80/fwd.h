@@ -14,6 +14,10 @@ Status run_fwd(const ForwardParams& params, cudaStream_t stream);
 template <typename Traits>
 Status run_fwd_kvcache(const ForwardParams& params, cudaStream_t stream);
 
+// The same with an e4m3 cache (params.kv_dtype) read by 16-bit queries.
+template <typename Traits>
+Status run_fwd_kvcache_fp8(const ForwardParams& params, cudaStream_t stream);
+
 // Whether the split-KV combine may start as a programmatic dependent launch of the split kernel
 // (fwd_launch.h): the device is compute 9.0+ and `combine` was compiled for compute 9.0+ (its
 // grid-dependency wait exists). Cached per device.
@@ -21,7 +25,8 @@ Status combine_waits_for_partials(const void* combine, bool* dependent);
 
 // Picks the instantiation for params (dtype, head dim, mask, score modifiers) and launches it.
 Status dispatch_fwd(const ForwardParams& params, cudaStream_t stream);
-// The same for forward_kvcache (params.kv.enabled; K and V are the cache), after the append.
+// The same for forward_kvcache (params.kv.enabled; K and V are the cache), after the append;
+// an e4m3 cache (params.kv_dtype) runs the FwdTraits::Fp8Cache kernels, at kFp8CacheHeadDims.
 Status dispatch_fwd_kvcache(const ForwardParams& params, cudaStream_t stream);
 
 }  // namespace flashattn::cuda

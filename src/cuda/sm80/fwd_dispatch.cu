@@ -50,6 +50,12 @@ Status dispatch_fwd(const ForwardParams& params, cudaStream_t stream) {
 
 Status dispatch_fwd_kvcache(const ForwardParams& params, cudaStream_t stream) {
   const ForwardParams p = fold_gqa_decode(params);
+  if (p.kv_dtype == DType::kFloat8E4M3) {
+    return dispatch_variant<false, kFp8CacheHeadDims>(
+        p, [&]<typename Element, int kHeadDim, MaskMode kMask, ScoreMods kMods>() {
+          return run_fwd_kvcache_fp8<FwdTraits<Element, kHeadDim, kMask, kMods>>(p, stream);
+        });
+  }
   return dispatch_variant(p, [&]<typename Element, int kHeadDim, MaskMode kMask, ScoreMods kMods>() {
     return run_fwd_kvcache<FwdTraits<Element, kHeadDim, kMask, kMods>>(p, stream);
   });

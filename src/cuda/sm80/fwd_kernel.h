@@ -32,6 +32,7 @@
 #include "cuda/common/tile_size.h"
 #include "cuda/common/variants.h"
 #include "cuda/common/warp_gemm.h"
+#include "cuda/common/warp_gemm_e4m3.h"
 #include "cuda/ptx/cp_async.h"
 #include "cuda/ptx/ldmatrix.h"
 #include "cuda/ptx/math.h"
@@ -49,20 +50,29 @@ constexpr float kRescaleThreshold = 8.0f;
 // rows and its own kBlockN / kWarps keys of each tile; the warps merge their results at the end.
 // kCache_: forward_kvcache; K and V are a KV cache (params.kv): dense (a fixed row stride from
 // the sequence's cache row, as without a cache) or paged (rows located per page, PageFetch).
+// KVElement_: the cache's element type, Element_ or __nv_fp8_e4m3 (an e4m3 cache read by 16-bit
+// queries, docs/SEMANTICS.md "FP8 KV cache": K and V tiles stay one byte per element in shared
+// memory and are widened on their way into the fragments, common/warp_gemm_e4m3.h).
 template <typename Element_, int kHeadDim_, MaskMode kMask_, ScoreMods kMods_, bool kSplitKeys_ = false,
-          bool kCache_ = false>
+          bool kCache_ = false, typename KVElement_ = Element_>
 struct FwdTraits {
   using Element = Element_;
+  using KVElement = KVElement_;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr MaskMode kMask = kMask_;
   static constexpr ScoreMods kMods = kMods_;
   static constexpr bool kSplitKeys = kSplitKeys_;
   static constexpr bool kCache = kCache_;
-  // The same options with the decode shape, and reading a KV cache.
-  using Decode = FwdTraits<Element_, kHeadDim_, kMask_, kMods_, true, kCache_>;
-  using Cache = FwdTraits<Element_, kHeadDim_, kMask_, kMods_, kSplitKeys_, true>;
+  static constexpr bool kFp8Cache = sizeof(KVElement_) == 1;
+  // The same options with the decode shape, reading a KV cache, and reading an e4m3 KV cache.
+  using Decode = FwdTraits<Element_, kHeadDim_, kMask_, kMods_, true, kCache_, KVElement_>;
+  using Cache = FwdTraits<Element_, kHeadDim_, kMask_, kMods_, kSplitKeys_, true, KVElement_>;
+  using Fp8Cache = FwdTraits<Element_, kHeadDim_, kMask_, kMods_, kSplitKeys_, true, __nv_fp8_e4m3>;
 
-  static constexpr FwdTile kTile = kSplitKeys ? fwd_decode_tile(kHeadDim, kMods == ScoreMods::kBiasMask)
+  static constexpr FwdTile kTile = kSplitKeys && kFp8Cache ? fwd_fp8_cache_decode_tile(kHeadDim, kMods != ScoreMods::kNone,
+                                                                                      kMask == MaskMode::kWindow)
+                                   : kSplitKeys ? fwd_decode_tile(kHeadDim, kMods == ScoreMods::kBiasMask)
+                                   : kFp8Cache  ? fwd_fp8_cache_tile(kHeadDim)
                                    : kMods == ScoreMods::kBiasMask ? fwd_bias_mask_tile(kHeadDim)
                                                                    : fwd_tile(kHeadDim, kMods == ScoreMods::kAny);
   static constexpr int kBlockM = kTile.block_m;
@@ -85,11 +95,28 @@ struct FwdTraits {
   static constexpr int kSmemStride = SmemLayout::kStride;
   static constexpr int kChunksPerRow = kHeadDim / 8;  // 16-byte chunks
   static constexpr int kSmemQ = kBlockM * kSmemStride;
-  static constexpr int kSmemKV = kBlockN * kSmemStride;
+  // K and V tiles: 16-bit rows as Q's; an e4m3 cache's rows of kHeadDim bytes are laid out as
+  // 16-bit rows of kHeadDim / 2 (swizzled when those are whole 128-byte lines, d128 / d256, and
+  // a copy pass covers a multiple of 4 rows; else padded by 16 bytes, conflict-free too).
+  static constexpr int kKVRowElems = kFp8Cache ? kHeadDim / 2 : kHeadDim;  // 16-bit units
+  static constexpr int kKVChunksPerRow = kKVRowElems / 8;
+  static constexpr bool kKVSwizzle = kFp8Cache ? kKVRowElems % 64 == 0 && (kThreads / kKVChunksPerRow) % 4 == 0
+                                               : kSwizzle;
+  using KVLayout = std::conditional_t<!kFp8Cache, SmemLayout,
+                                      std::conditional_t<kKVSwizzle, SwizzledRows<kKVRowElems>,
+                                                         PaddedRows<kKVRowElems + 8>>>;
+  static constexpr int kSmemKV = kBlockN * KVLayout::kStride;  // Element units
   // Paged KV cache: the K and V row offsets of two key blocks (the one whose V tile is next, and
   // the next K; PageFetch).
   static constexpr size_t kPageOffsetBytes = kCache_ ? 2 * 2 * kBlockN * sizeof(int64_t) : 0;
   static constexpr size_t kSmemBytes = sizeof(Element) * (kSmemQ + 2 * kSmemKV) + kPageOffsetBytes;
+  // An e4m3 cache's kernels launch with less: no page offsets for a dense cache, and one set
+  // (K's, shared with V) when K and V have the same page and row strides (page_offsets_shared;
+  // the usual case), so that the decode tiles' 256 keys at d128 keep three CTAs per SM.
+  static constexpr size_t smem_bytes(bool paged, bool shared_offsets) {
+    if constexpr (!kFp8Cache) return kSmemBytes;
+    return kSmemBytes - (!paged ? kPageOffsetBytes : shared_offsets ? kPageOffsetBytes / 2 : 0);
+  }
 
   static_assert(kRowsPerWarp % 16 == 0, "each warp owns whole 16-row tiles");
   static_assert(!kSwizzle || (sizeof(Element) * kSmemQ % 128 == 0 && sizeof(Element) * kSmemKV % 128 == 0),
@@ -100,6 +127,13 @@ struct FwdTraits {
   static_assert(kMergeBytes <= sizeof(Element) * 2 * kSmemKV, "the merge fits in the K/V buffers");
   static_assert(kHeadDim % 16 == 0, "head_dim must be a multiple of 16");
   static_assert(!(kCache && kMods == ScoreMods::kBiasMask), "forward_kvcache takes no bias or masks");
+  static_assert(!kFp8Cache || (kCache && kHeadDim % 32 == 0 && kDTiles % 4 == 0),
+                "an e4m3 cache: forward_kvcache, x4 ldmatrix of 32 columns");
+  static_assert(!kKVSwizzle || sizeof(Element) * kSmemQ % 128 == 0, "swizzled K/V tiles start on 128-byte lines");
+  // The e4m3 decode tiles are sized to keep min_ctas CTAs on an sm90 SM (228 KB, 1 KB reserved
+  // per CTA; tile_size.h fwd_fp8_cache_decode_tile) with shared page offsets.
+  static_assert(!(kFp8Cache && kSplitKeys) || kTile.min_ctas * (smem_bytes(true, true) + 1024) <= 228 * 1024,
+                "the e4m3 decode tile keeps its CTAs per SM");
 };
 
 // Row addressing of one (batch, head) slice of a (batch, seq, head, dim) operand.
@@ -146,15 +180,24 @@ __device__ __forceinline__ void load_tile(typename Traits::Element* smem, const 
       smem, src.base, src.row_bytes, valid_rows, tid);
 }
 
+// The kBlockN rows of a K or V tile (KVLayout; an e4m3 cache's rows copied as 16-bit rows of
+// half the width): kFull when every row exists, else rows >= valid_rows are zero-filled.
+template <typename Traits, bool kFull>
+__device__ __forceinline__ void load_kv_rows(typename Traits::Element* smem, const RowPtr& src, int valid_rows,
+                                             int tid) {
+  load_rows<typename Traits::Element, Traits::kBlockN, Traits::kThreads, Traits::kKVChunksPerRow,
+            typename Traits::KVLayout, kFull>(smem, src.base, src.row_bytes, valid_rows, tid);
+}
+
 // A K or V tile starting at key n0: the unpredicated copy when all kBlockN keys exist.
 template <typename Traits>
 __device__ __forceinline__ void load_kv_tile(typename Traits::Element* smem, const RowPtr& src, int n0,
                                              int seqlen_k, int tid) {
   const RowPtr tile{static_cast<const char*>(src.row(n0)), src.row_bytes};
   if (n0 + Traits::kBlockN <= seqlen_k) {
-    load_tile<Traits, Traits::kBlockN, true>(smem, tile, Traits::kBlockN, tid);
+    load_kv_rows<Traits, true>(smem, tile, Traits::kBlockN, tid);
   } else {
-    load_tile<Traits, Traits::kBlockN, false>(smem, tile, seqlen_k - n0, tid);
+    load_kv_rows<Traits, false>(smem, tile, seqlen_k - n0, tid);
   }
 }
 
@@ -203,9 +246,10 @@ struct PageFetch {
       page[i] = r < valid && r < Traits::kBlockN ? __ldg(pages.table + block) : 0;
     }
   }
-  // offsets[r] and offsets[kBlockN + r]: key r's K and V element offsets (without the head).
-  __device__ __forceinline__ void store(int64_t* offsets, const CachePages& pages, int row0, const Strides3& ks,
-                                        const Strides3& vs, int tid) const {
+  // offsets[r] and offsets[v_slots + r]: key r's K and V element offsets (without the head);
+  // v_slots = kBlockN, or 0 where K's offsets are V's too (page_offsets_shared).
+  __device__ __forceinline__ void store(int64_t* offsets, int v_slots, const CachePages& pages, int row0,
+                                        const Strides3& ks, const Strides3& vs, int tid) const {
 #pragma unroll
     for (int i = 0; i < kPerThread; ++i) {
       const int r = tid + i * Traits::kThreads;
@@ -214,7 +258,7 @@ struct PageFetch {
         const int64_t pg = min(max(page[i], 0), pages.last_page);
         const int64_t in = pages.page_shift >= 0 ? row & (pages.page_size - 1) : row % pages.page_size;
         offsets[r] = pg * ks.batch + in * ks.row;
-        offsets[Traits::kBlockN + r] = pg * vs.batch + in * vs.row;
+        offsets[v_slots + r] = pg * vs.batch + in * vs.row;
       }
     }
   }
@@ -226,12 +270,22 @@ template <typename Traits>
 __device__ __forceinline__ void load_paged_tile(typename Traits::Element* smem, const void* cache, int64_t head_stride,
                                                 int head_k, const int64_t* offsets, int valid, int tid) {
   using Element = typename Traits::Element;
-  const char* base = static_cast<const char*>(cache) + sizeof(Element) * int64_t(head_k) * head_stride;
-  constexpr int kRowsPerPass = Traits::kThreads / Traits::kChunksPerRow;
-  const int r0 = tid / Traits::kChunksPerRow;
-  const auto row_src = [&](int p) { return base + sizeof(Element) * offsets[r0 + p * kRowsPerPass]; };
-  load_rows_gather<Element, Traits::kBlockN, Traits::kThreads, Traits::kChunksPerRow, typename Traits::SmemLayout>(
+  constexpr int64_t kKVBytes = sizeof(typename Traits::KVElement);
+  const char* base = static_cast<const char*>(cache) + kKVBytes * int64_t(head_k) * head_stride;
+  constexpr int kRowsPerPass = Traits::kThreads / Traits::kKVChunksPerRow;
+  const int r0 = tid / Traits::kKVChunksPerRow;
+  const auto row_src = [&](int p) { return base + kKVBytes * offsets[r0 + p * kRowsPerPass]; };
+  load_rows_gather<Element, Traits::kBlockN, Traits::kThreads, Traits::kKVChunksPerRow, typename Traits::KVLayout>(
       smem, row_src, base, valid, tid);
+}
+
+// Whether a forward_kvcache call's K and V pages share their row offsets (an e4m3 cache whose
+// K and V have the same page and row strides): the launcher's shared-memory size and the
+// kernel's offset slots follow it. Always false for 16-bit caches (their kernels are unchanged).
+template <typename Traits>
+__host__ __device__ __forceinline__ bool page_offsets_shared(const ForwardParams& p) {
+  if constexpr (!Traits::kFp8Cache) return false;
+  return p.k_strides.batch == p.v_strides.batch && p.k_strides.row == p.v_strides.row;
 }
 
 template <typename Traits>
@@ -244,6 +298,8 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
   constexpr int kNTiles = Traits::kNTiles;
   constexpr int kDTiles = Traits::kDTiles;
   using Layout = typename Traits::SmemLayout;
+  using KVLayout = typename Traits::KVLayout;
+  using KVElement = typename Traits::KVElement;
   constexpr bool kMods = Traits::kMods != ScoreMods::kNone;
   // attn_bias, attn_mask and block masks (score_tensors.h, block_tiles.h), on top of kMods.
   constexpr bool kBiasMask = Traits::kMods == ScoreMods::kBiasMask;
@@ -252,9 +308,17 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
   Element* sQ = reinterpret_cast<Element*>(smem_raw);  // kBlockM rows (Layout)
   Element* sK = sQ + Traits::kSmemQ;                   // kBlockN rows
   Element* sV = sK + Traits::kSmemKV;                  // kBlockN rows
-  // Paged cache: the K and V row offsets of key block j at page_offsets(j) (PageFetch).
+  // Paged cache: the K and V row offsets of key block j at page_offsets(j) and page_offsets(j) +
+  // v_offsets (PageFetch); an e4m3 cache's K and V share one set when their strides allow
+  // (page_offsets_shared, as the launcher sized shared memory).
+  // v_offsets: V's slots after K's, or K's own (PageFetch::store then writes V's offsets over
+  // K's equal ones). Read from the parameters where used, so that no register holds it.
+  const auto v_offsets = [&] { return page_offsets_shared<Traits>(params) ? 0 : kBlockN; };
   int64_t* const page_offset_base = reinterpret_cast<int64_t*>(sV + Traits::kSmemKV);
-  const auto page_offsets = [&](int j) { return page_offset_base + (j & 1) * 2 * kBlockN; };
+  const auto page_offsets = [&](int j) {
+    if constexpr (!Traits::kFp8Cache) return page_offset_base + (j & 1) * 2 * kBlockN;
+    return page_offset_base + ((j & 1) ? kBlockN + v_offsets() : 0);
+  };
 
   const int tid = threadIdx.x;
   const int warp = tid / 32;
@@ -307,8 +371,8 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
   }
 
   const RowPtr gQ = row_ptr<Element>(params.q, params.q_strides, batch, row0_q + m0, head);
-  const RowPtr gK = row_ptr<Element>(params.k, params.k_strides, kv_batch, row0_k, head_k);
-  const RowPtr gV = row_ptr<Element>(params.v, params.v_strides, kv_batch, row0_k, head_k);
+  const RowPtr gK = row_ptr<KVElement>(params.k, params.k_strides, kv_batch, row0_k, head_k);
+  const RowPtr gV = row_ptr<KVElement>(params.v, params.v_strides, kv_batch, row0_k, head_k);
   char* gO = static_cast<char*>(params.out) +
              sizeof(Element) * (batch * params.out_strides.batch + (row0_q + m0) * params.out_strides.row +
                                 int64_t(head) * params.out_strides.head);
@@ -324,8 +388,9 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
   // stored [m][k] (kind A), K a B operand stored [n][k] (kind B), V a B operand stored [k][n]
   // read with .trans (kind A). The products add compile-time offsets to these.
   const uint32_t q_frag_addr = Layout::smem_at(sQ, warp_row0 + ldsm_row_a(lane), ldsm_col_a(lane));
-  const uint32_t k_frag_addr = Layout::smem_at(sK, warp_key0 + ldsm_row_b(lane), ldsm_col_b(lane));
-  const uint32_t v_frag_addr = Layout::smem_at(sV, warp_key0 + ldsm_row_a(lane), ldsm_col_a(lane));
+  // An e4m3 cache's tiles take the same addressing in their 16-bit view (warp_gemm_e4m3.h).
+  const uint32_t k_frag_addr = KVLayout::smem_at(sK, warp_key0 + ldsm_row_b(lane), ldsm_col_b(lane));
+  const uint32_t v_frag_addr = KVLayout::smem_at(sV, warp_key0 + ldsm_row_a(lane), ldsm_col_a(lane));
 
   float o_acc[kMTiles][kDTiles][4];
   float row_max[kMTiles][2];
@@ -344,9 +409,14 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
   // Scores live in log2 units after `to_log2`: the lean path folds scale * log2(e) into the
   // exponent's FMA; the modifier path converts each score explicitly (softcap needs the tanh of
   // the scaled score) and then uses a unit factor.
+  // An e4m3 cache: k_descale joins the softmax scale here and v_descale the output's
+  // normalisation in the epilogue (read there: no register held across the loop), once per
+  // (sequence, kv head) (docs/SEMANTICS.md, "FP8 KV cache"); both are 1 otherwise.
+  const float k_descale = Traits::kFp8Cache ? params.k_descale.at(batch, head_k) : 1.0f;
+  const float scale_log2 = params.scale_log2 * k_descale;
   const bool use_softcap = kMods && params.softcap > 0.0f;
-  const float exp_scale = kMods ? 1.0f : params.scale_log2;
-  const float softcap_in = use_softcap ? params.scale / params.softcap : 0.0f;
+  const float exp_scale = kMods ? 1.0f : scale_log2;
+  const float softcap_in = use_softcap ? params.scale * k_descale / params.softcap : 0.0f;
   const float softcap_out = use_softcap ? params.softcap * kLog2e : 0.0f;
   const float alibi_slope_log2 =
       kMods && params.alibi != nullptr
@@ -381,7 +451,8 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
     if (paged) {
       const int n0 = (n_hi - 1) * kBlockN;
       fetch.load(pages, int(row0_k) + n0, seqlen_k - n0, tid);
-      fetch.store(page_offsets(n_hi - 1), pages, int(row0_k) + n0, params.k_strides, params.v_strides, tid);
+      fetch.store(page_offsets(n_hi - 1), v_offsets(), pages, int(row0_k) + n0, params.k_strides, params.v_strides,
+                  tid);
       __syncthreads();
       load_paged_tile<Traits>(sK, params.k, params.k_strides.head, head_k, page_offsets(n_hi - 1), seqlen_k - n0, tid);
       if (n_hi - 2 >= n_lo) fetch.load(pages, int(row0_k) + n0 - kBlockN, kBlockN, tid);
@@ -389,6 +460,13 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
       load_kv_tile<Traits>(sK, gK, (kBiasMask ? n_first : n_hi - 1) * kBlockN, seqlen_k, tid);
     }
     ptx::cp_async_commit();
+    if constexpr (Traits::kFp8Cache) {
+      // Q's columns into K's fragment order (warp_gemm_e4m3.h), once; the loop's first barrier
+      // orders this before any read. The first K tile's copy is in flight meanwhile.
+      ptx::cp_async_wait<0>();
+      __syncthreads();
+      permute_q_e4m3<kBlockM, Traits::kHeadDim, Traits::kThreads, Layout>(sQ, tid);
+    }
   }
 
   int n_next = -1;
@@ -404,11 +482,11 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
       // K_j's keys; then the next K block's (fetched during the last iteration), read by the
       // threads after the barrier below (the buffer it overwrites was last read by V_{j+1},
       // before the barrier above); then the table read for the block after it.
-      load_paged_tile<Traits>(sV, params.v, params.v_strides.head, head_k, page_offsets(n_block) + kBlockN,
+      load_paged_tile<Traits>(sV, params.v, params.v_strides.head, head_k, page_offsets(n_block) + v_offsets(),
                               seqlen_k - n0, tid);
       if (n_block > n_lo) {
-        fetch.store(page_offsets(n_block - 1), pages, int(row0_k) + n0 - kBlockN, params.k_strides, params.v_strides,
-                    tid);
+        fetch.store(page_offsets(n_block - 1), v_offsets(), pages, int(row0_k) + n0 - kBlockN, params.k_strides,
+                    params.v_strides, tid);
         if (n_block - 2 >= n_lo) fetch.load(pages, int(row0_k) + n0 - 2 * kBlockN, kBlockN, tid);
       }
     } else {
@@ -419,7 +497,11 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
     // S = Q K^T for this warp's rows.
     float s[kMTiles][kNTiles][4];
     zero_acc(s);
-    warp_gemm_abt<Element, kMTiles, kNTiles, Traits::kHeadDim / 16, Layout, Layout>(s, q_frag_addr, k_frag_addr);
+    if constexpr (Traits::kFp8Cache) {
+      warp_gemm_qk_e4m3<Element, kMTiles, kNTiles, Traits::kHeadDim, Layout, KVLayout>(s, q_frag_addr, k_frag_addr);
+    } else {
+      warp_gemm_abt<Element, kMTiles, kNTiles, Traits::kHeadDim / 16, Layout, Layout>(s, q_frag_addr, k_frag_addr);
+    }
 
     // Score modifiers, then the mask (only on blocks that straddle a boundary).
     const bool needs_mask = mask.block_needs_mask(m0, m0 + rows_here, key0, key0 + Traits::kWarpKeys);
@@ -444,7 +526,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
               const int c = nt * 8 + e;  // column offset from key0 + 2t
               float x = s[mt][nt][2 * h + e];
               if constexpr (kMods) {
-                x = use_softcap ? ptx::tanh_approx(x * softcap_in) * softcap_out : x * params.scale_log2;
+                x = use_softcap ? ptx::tanh_approx(x * softcap_in) * softcap_out : x * scale_log2;
                 x -= alibi_slope_log2 * fabsf(float(mask.diag(i) - (key0 + 2 * t + c)));
               }
               if constexpr (kBiasMask) {
@@ -470,7 +552,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
         load_paged_tile<Traits>(sK, params.k, params.k_strides.head, head_k, page_offsets(n_block - 1), kBlockN, tid);
       } else {
         const RowPtr tile{static_cast<const char*>(gK.row(kBiasMask ? n_next * kBlockN : n0 - kBlockN)), gK.row_bytes};
-        load_tile<Traits, kBlockN, true>(sK, tile, kBlockN, tid);
+        load_kv_rows<Traits, true>(sK, tile, kBlockN, tid);
       }
       ptx::cp_async_commit();
     }
@@ -544,7 +626,11 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
     }
 
     // O += P V: P stays in registers (two adjacent S tiles form one A fragment).
-    warp_gemm_rs<Element, kMTiles, kDTiles, Traits::kWarpKeys / 16, Layout>(o_acc, s, v_frag_addr);
+    if constexpr (Traits::kFp8Cache) {
+      warp_gemm_pv_e4m3<kMTiles, kDTiles, Traits::kWarpKeys / 16, KVLayout>(o_acc, s, v_frag_addr);
+    } else {
+      warp_gemm_rs<Element, kMTiles, kDTiles, Traits::kWarpKeys / 16, Layout>(o_acc, s, v_frag_addr);
+    }
   }
 
   if constexpr (Traits::kSplitKeys) {
@@ -612,7 +698,8 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
   // normalise, write LSE, stage O through this warp's own rows of sQ (no other warp reads them)
   // and store 16-byte chunks. Split-KV CTAs write float32 partials without the sink instead,
   // merged by fwd_combine_kernel, which adds it.
-  const float out_scale = use_dropout ? params.dropout_rescale : 1.0f;
+  const float v_descale = Traits::kFp8Cache ? params.v_descale.at(batch, head_k) : 1.0f;
+  const float out_scale = (use_dropout ? params.dropout_rescale : 1.0f) * v_descale;
   const bool sink_here = params.learnable_sink != nullptr && num_splits == 1;
   const int64_t global_row0 = params.is_varlen() ? row0_q + m0 : int64_t(batch) * params.seqlen_q + m0;
 #pragma unroll
@@ -645,10 +732,21 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
           const int64_t row = global_row0 + r;
           if (t == 0) params.split_lse[(int64_t(split) * params.heads + head) * params.total_q + row] = lse;
           float* dst = params.split_out +
-                       ((int64_t(split) * params.total_q + row) * params.heads + head) * Traits::kHeadDim + 2 * t;
+                       ((int64_t(split) * params.total_q + row) * params.heads + head) * Traits::kHeadDim;
+          if constexpr (Traits::kFp8Cache) {
+            // Tiles 2c and 2c + 1 hold chunk c's even and odd columns (o_col_e4m3): four adjacent.
 #pragma unroll
-          for (int dt = 0; dt < kDTiles; ++dt) {
-            *reinterpret_cast<float2*>(dst + dt * 8) = make_float2(o_acc[mt][dt][2 * h], o_acc[mt][dt][2 * h + 1]);
+            for (int dt = 0; dt < kDTiles; dt += 2) {
+              *reinterpret_cast<float4*>(dst + o_col_e4m3(dt, 0, t)) =
+                  make_float4(o_acc[mt][dt][2 * h], o_acc[mt][dt + 1][2 * h], o_acc[mt][dt][2 * h + 1],
+                              o_acc[mt][dt + 1][2 * h + 1]);
+            }
+          } else {
+#pragma unroll
+            for (int dt = 0; dt < kDTiles; ++dt) {
+              *reinterpret_cast<float2*>(dst + dt * 8 + 2 * t) =
+                  make_float2(o_acc[mt][dt][2 * h], o_acc[mt][dt][2 * h + 1]);
+            }
           }
         }
       } else if (params.lse != nullptr && t == 0 && r < rows_here) {
@@ -661,13 +759,28 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
   __syncwarp();  // this warp's last reads of its own Q rows are done before they hold O
 #pragma unroll
   for (int mt = 0; mt < kMTiles; ++mt) {
+    const int r = warp_row0 + mt * 16 + g;
+    if constexpr (Traits::kFp8Cache) {
+      // Columns 16c + 4t .. 4t + 3 of chunk c are (tile 2c, tile 2c + 1) x (e, e + 1) (o_col_e4m3).
 #pragma unroll
-    for (int dt = 0; dt < kDTiles; ++dt) {
-      const int r = warp_row0 + mt * 16 + g;
-      const int c = dt * 8 + 2 * t;
-      *reinterpret_cast<uint32_t*>(Layout::at(sQ, r, c)) = ptx::pack2<Element>(o_acc[mt][dt][0], o_acc[mt][dt][1]);
-      *reinterpret_cast<uint32_t*>(Layout::at(sQ, r + 8, c)) =
-          ptx::pack2<Element>(o_acc[mt][dt][2], o_acc[mt][dt][3]);
+      for (int dt = 0; dt < kDTiles; dt += 2) {
+        const int c = o_col_e4m3(dt, 0, t);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          *reinterpret_cast<uint32_t*>(Layout::at(sQ, r + 8 * h, c)) =
+              ptx::pack2<Element>(o_acc[mt][dt][2 * h], o_acc[mt][dt + 1][2 * h]);
+          *reinterpret_cast<uint32_t*>(Layout::at(sQ, r + 8 * h, c + 2)) =
+              ptx::pack2<Element>(o_acc[mt][dt][2 * h + 1], o_acc[mt][dt + 1][2 * h + 1]);
+        }
+      }
+    } else {
+#pragma unroll
+      for (int dt = 0; dt < kDTiles; ++dt) {
+        const int c = dt * 8 + 2 * t;
+        *reinterpret_cast<uint32_t*>(Layout::at(sQ, r, c)) = ptx::pack2<Element>(o_acc[mt][dt][0], o_acc[mt][dt][1]);
+        *reinterpret_cast<uint32_t*>(Layout::at(sQ, r + 8, c)) =
+            ptx::pack2<Element>(o_acc[mt][dt][2], o_acc[mt][dt][3]);
+      }
     }
   }
   __syncwarp();

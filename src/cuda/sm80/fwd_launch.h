@@ -16,11 +16,12 @@ namespace flashattn::cuda {
 template <typename Traits>
 Status launch_fwd(const ForwardParams& params_in, cudaStream_t stream) {
   const auto kernel = fwd_kernel<Traits>;
-  constexpr size_t kSmem = Traits::kSmemBytes;
-  if constexpr (kSmem > 48 * 1024) {
+  if constexpr (Traits::kSmemBytes > 48 * 1024) {
     FLASHATTN_CUDA_TRY(
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmem)));
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(Traits::kSmemBytes)));
   }
+  // The e4m3 cache kernels take less without pages or with shared page offsets (FwdTraits::smem_bytes).
+  const size_t smem = Traits::smem_bytes(params_in.kv.paged(), page_offsets_shared<Traits>(params_in));
   ForwardParams params = params_in;
   const int m_blocks = (params.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM;
   const int n_blocks = (params.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN;
@@ -31,7 +32,7 @@ Status launch_fwd(const ForwardParams& params_in, cudaStream_t stream) {
     int device = 0;
     FLASHATTN_CUDA_TRY(cudaGetDevice(&device));
     FLASHATTN_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    FLASHATTN_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, Traits::kThreads, kSmem));
+    FLASHATTN_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, Traits::kThreads, smem));
   }
   if (splits == 0) {
     splits = choose_num_splits(static_cast<long long>(m_blocks) * params.heads * params.batch, n_blocks, sms,
@@ -72,7 +73,7 @@ Status launch_fwd(const ForwardParams& params_in, cudaStream_t stream) {
     params.split_lse = workspace + rows * Traits::kHeadDim;
   }
   const dim3 grid(m_blocks, params.heads, params.batch * splits);
-  kernel<<<grid, Traits::kThreads, kSmem, stream>>>(params);
+  kernel<<<grid, Traits::kThreads, smem, stream>>>(params);
   Status status = cuda_status(cudaGetLastError(), "launching the sm80 forward kernel");
   if (plan != nullptr) {
     Status freed = workspace_free(plan, stream);
@@ -123,6 +124,12 @@ Status run_fwd(const ForwardParams& params, cudaStream_t stream) {
 template <typename Traits>
 Status run_fwd_kvcache(const ForwardParams& params, cudaStream_t stream) {
   return run_fwd<typename Traits::Cache>(params, stream);
+}
+
+// forward_kvcache with an e4m3 cache read by 16-bit queries (FwdTraits::Fp8Cache).
+template <typename Traits>
+Status run_fwd_kvcache_fp8(const ForwardParams& params, cudaStream_t stream) {
+  return run_fwd<typename Traits::Fp8Cache>(params, stream);
 }
 
 }  // namespace flashattn::cuda

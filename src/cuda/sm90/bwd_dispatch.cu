@@ -8,12 +8,15 @@ namespace flashattn::cuda::sm90 {
 namespace {
 
 // The head dims the Hopper backward is instantiated for (tools/gen_instantiations.py).
-constexpr bool has_bwd_kernel(int head_dim) { return head_dim == 64 || head_dim == 128; }
+constexpr bool has_bwd_kernel(int head_dim) { return head_dim == 64 || head_dim == 128 || head_dim == 256; }
 
 }  // namespace
 
-std::string bwd_declines(const BackwardParams& p) {
-  if (!has_bwd_kernel(p.head_dim)) return "head_dim is not 64 or 128";
+std::string bwd_declines(const BackwardParams& p, bool any_runnable) {
+  if (!has_bwd_kernel(p.head_dim)) return "head_dim is not 64, 128 or 256";
+  // The d256 split-role kernel runs only when FLASHATTN_CUDA_PATH=sm90 asks for the Hopper
+  // kernels, until it has run on a GPU.
+  if (p.head_dim == 256 && !any_runnable) return "head_dim 256 runs on sm80 unless FLASHATTN_CUDA_PATH=sm90";
   if (!head_dim_built(p.head_dim)) return "head_dim not built";
   if (p.head_dim_v != p.head_dim) return "head_dim_v differs from head_dim";
   if (p.softcap > 0.0f || p.alibi != nullptr || p.has_dropout()) return "softcap, ALiBi and dropout run on sm80";
@@ -25,13 +28,24 @@ std::string bwd_declines(const BackwardParams& p) {
       broadcast(p.dout_strides, p.heads)) {
     return "a broadcast (stride 0) operand";
   }
+  if (!any_runnable && p.head_dim == 64 && p.has_window()) {
+    return "head_dim 64 under a causal or window mask runs faster on sm80";
+  }
   return {};
 }
 
-Status dispatch_bwd(const BackwardParams& p, cudaStream_t stream) {
-  return dispatch_variant(p, [&]<typename Element, int kHeadDim, MaskMode kMask, ScoreMods kMods>() -> Status {
+Status dispatch_bwd(const BackwardParams& p, cudaStream_t stream, bool any_runnable) {
+  // The fused kernel (5 products, f32 dQ added by the copy engine) against the deterministic two
+  // kernels (7 products), H200 bf16 d64/d128 (dev/results/h200-2026-12-01-bwd-sm90-fused.json
+  // against -bwd-sm90-default.json): +1-3% at 4k and +4-12% at 16k without a mask, -7-9% at 1k,
+  // and 4-20% slower under a causal mask at every length. So by default it runs only where it
+  // won; FLASHATTN_CUDA_PATH=sm90 (any_runnable: the tests) sends every non-deterministic call
+  // to it. The two-kernel form is what deterministic=true asks for, so choosing it is allowed.
+  BackwardParams q = p;
+  if (!any_runnable && (p.has_window() || p.seqlen_k < 4096)) q.deterministic = true;
+  return dispatch_variant(q, [&]<typename Element, int kHeadDim, MaskMode kMask, ScoreMods kMods>() -> Status {
     if constexpr (has_bwd_kernel(kHeadDim) && kMods == ScoreMods::kNone) {
-      return run_bwd<BwdTraits<Element, kHeadDim, kMask>>(p, stream);
+      return run_bwd<BwdTraits<Element, kHeadDim, kMask>>(q, stream);
     } else {
       return Status::NotSupported("the sm90 backward has no kernel for head_dim " + std::to_string(kHeadDim) +
                                   " with score modifiers " + (kMods == ScoreMods::kNone ? "off" : "on"));

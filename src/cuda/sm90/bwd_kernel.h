@@ -10,15 +10,18 @@
 //  - bwd_dq_kernel, one CTA per query block of one head: Q and dO stay, K and V stream per key
 //    block; per step S = Q K^T, dP = dO V^T, dS = P (dP - D), dQ += dS K.
 // S and dP are computed twice (7 products instead of 5): the price of no f32 dQ accumulator in
-// global memory and no atomics. The statistics come from the sm80 preprocess kernel (workspace
+// global memory and no atomics. That is the deterministic form. The default (non-deterministic)
+// form is one fused kernel, bwd_kv_kernel<Traits, true>: each step also stages dS^T in shared
+// memory, computes the step's dQ contribution dS K as a wgmma from there, and has the copy
+// engine add it into an f32 accumulator in global memory (cp.reduce.async.bulk), which
+// bwd_dq_convert_kernel scales and converts: 5 products, and the order of the additions varies. The statistics come from the sm80 preprocess kernel (workspace
 // layout of BwdKernelParams, with ws_block = the dQ kernel's block_m); the learnable sink's
 // gradient and the GQA reduction of split query heads are the sm80 auxiliary kernels too.
 //
-// First version (2026-12-01): no ping-pong between the consumers and no overlap of the
-// exponentials with the products inside a warpgroup. On the H200 (bf16, d128) it passed
-// test_cuda.py under FLASHATTN_CUDA_PATH=sm90 and ran the backward at 409 / 441 TFLOP/s (2k /
-// 16k; sm80 296 / 320, cuDNN 525 / 558; dev/NOTES.md). Reached only with FLASHATTN_CUDA_PATH=sm90
-// (cuda_backend.cu) until fp16, the C++ suite and the sanitizers have run on it.
+// No ping-pong between the consumers (timed: it loses 0-12%) and no overlap of the exponentials
+// with the products inside a warpgroup. On the H200 (bf16, 2026-12-01) it runs the backward at
+// 1.17-1.42x the sm80 kernels and 0.76-0.80x cuDNN without a mask (d64/d128, 1k-16k); under a
+// causal mask 0.6-0.7x cuDNN, and at d64 below sm80, which keeps those calls (sm90/bwd.h).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -43,6 +46,10 @@ namespace flashattn::cuda::sm90 {
 // Registers per consumer thread, dK/dV kernel: dK and dV head_dim / 2 floats each, S^T and dP^T
 // block_m / 2 each, P^T and dS^T block_m / 4 (16-bit pairs) each: 224 at d128 under the 240 of
 // setmaxnreg. dQ kernel: dQ head_dim / 2, S and dP block_n / 2, dS block_n / 4: 144 at d128.
+// d256 (kSplitRoles): dK and dV alone would be 256 per thread, so the two consumers share one
+// block of 64 keys by role, not by keys: consumer 0 computes S^T, P^T and dV += P^T dO, consumer
+// 1 dP^T, dS^T and dK += dS^T Q, with P^T (f32) handed over in shared memory (bwd_kv_kernel's
+// split-role path); 128 + 32 + 16 each. Its dQ kernel steps over 32 keys (shared memory).
 template <typename Element_, int kHeadDim_, MaskMode kMask_>
 struct BwdTraits {
   using Element = Element_;
@@ -55,6 +62,7 @@ struct BwdTraits {
   static constexpr int kPanels = kHeadDim / 64;  // 64-column panels of 128-byte swizzled rows
   static constexpr int kRowBytes = 128;
   static constexpr int kStages = 2;
+  static constexpr bool kSplitRoles = kHeadDim == 256;
   // dev/ A/B (-DFLASHATTN_DEV_SM90_BWD_PINGPONG): the consumers take turns issuing their products
   // (the forward's Turns), so one warpgroup's element-wise work overlaps the other's products.
 #if defined(FLASHATTN_DEV_SM90_BWD_PINGPONG)
@@ -63,15 +71,16 @@ struct BwdTraits {
   static constexpr bool kPingPong = false;
 #endif
 
-  // dK/dV kernel: kKvBlockN keys per CTA (64 per consumer), kKvBlockM queries per step.
-  static constexpr int kKvBlockN = 64 * kConsumers;
+  // dK/dV kernel: kKvBlockN keys per CTA (64 per consumer; 64 shared by role at d256),
+  // kKvBlockM queries per step.
+  static constexpr int kKvBlockN = kSplitRoles ? 64 : 64 * kConsumers;
   static constexpr int kKvBlockM = 64;
   // dQ kernel: kDqBlockM queries per CTA (64 per consumer), kDqBlockN keys per step.
   static constexpr int kDqBlockM = 64 * kConsumers;
 #if defined(FLASHATTN_DEV_SM90_BWD_DQ_BN)
   static constexpr int kDqBlockN = FLASHATTN_DEV_SM90_BWD_DQ_BN;  // dev/ A/B: 128 (S, dP 64 regs each)
 #else
-  static constexpr int kDqBlockN = 64;
+  static constexpr int kDqBlockN = kHeadDim == 256 ? 32 : 64;
 #endif
   // Workspace rows are allocated in whole blocks of the larger query block (BwdKernelParams).
   static constexpr int kWsBlock = kDqBlockM;
@@ -84,8 +93,10 @@ struct BwdTraits {
   static constexpr int kKvStatBytes = kKvBlockM * 4;
   static constexpr int kKvStageBytes = 2 * tile_bytes(kKvBlockM) + 1024;
   static constexpr int kKvBarriers = 1 + 2 * kStages;  // K/V full; per stage full and empty
+  // Split roles: P^T of one step (64 x 64 f32 in accumulator order) from consumer 0 to 1.
+  static constexpr int kPtBytes = kSplitRoles ? 64 * kKvBlockM * 4 : 0;
   static constexpr size_t kKvSmemBytes =
-      1024 + 2 * tile_bytes(kKvBlockN) + kStages * kKvStageBytes + 8 * kKvBarriers;
+      1024 + 2 * tile_bytes(kKvBlockN) + kStages * kKvStageBytes + kPtBytes + 8 * kKvBarriers;
 
   // dQ kernel: Q, dO (kDqBlockM rows) and their statistics (padded to 1024 bytes), then
   // kStages x {K, V (kDqBlockN rows)}, then the barriers.
@@ -95,7 +106,36 @@ struct BwdTraits {
   static constexpr size_t kDqSmemBytes =
       1024 + 2 * tile_bytes(kDqBlockM) + 1024 + kStages * kDqStageBytes + 8 * kDqBarriers;
 
-  static_assert(kHeadDim % 64 == 0 && kHeadDim <= 128, "d64 and d128 (d256 needs dK/dV split over d)");
+  // The fused dK/dV/dQ kernel (bwd_kv_kernel<Traits, true>, the non-deterministic default): each
+  // step also writes dS^T to shared memory (kDsBytes, two buffers by step parity) and computes the
+  // step's dQ contribution as a wgmma from there, added into the f32 accumulator in global memory
+  // by the copy engine (bulk reduce-add from kDqPartBytes of shared memory per consumer). At d128
+  // the consumers split dQ's columns (64 each, all 128 keys: a barrier between them per step); at
+  // d64 each takes its own 64 keys and all 64 columns (no barrier, twice the reduce traffic).
+  static constexpr bool kDqSplitKeys = kHeadDim == 64;
+  static constexpr int kDqCols = kDqSplitKeys ? kHeadDim : kHeadDim / kConsumers;  // dQ columns per consumer
+  static constexpr int kDqKeys = kDqSplitKeys ? 64 : kKvBlockN;                    // keys per dQ product
+  static constexpr int kDqParts = kDqSplitKeys ? 1 : kConsumers;  // column parts of a 64-row dQ block
+  static constexpr int kDsBytes = kKvBlockN * kKvBlockM * 2;
+  static constexpr int kDqPartBytes = 64 * kDqCols * 4;
+  static constexpr int kFusedExtraBytes = 2 * kDsBytes + kConsumers * kDqPartBytes;
+  // dev/ A/B (-DFLASHATTN_DEV_SM90_BWD_DQ_OVERLAP): a step's dQ part is staged and handed to the
+  // copy engine while the next step's S^T/dP^T products run (dQ stays in registers across
+  // them), instead of after its own products. d64 only: at d128 dK, dV, S^T, dP^T and dQ
+  // together (224 floats) spill 256 bytes (ptxas, sm_90a).
+#if defined(FLASHATTN_DEV_SM90_BWD_DQ_OVERLAP)
+  static constexpr bool kDqOverlap = kHeadDim == 64;
+#else
+  static constexpr bool kDqOverlap = false;
+#endif
+  static constexpr size_t kKvFusedSmemBytes = kKvSmemBytes + kFusedExtraBytes;
+
+  static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256, "d64, d128 and d256");
+  static_assert(kKvBlockM * 2 == kRowBytes, "dS^T rows are one 128-byte swizzled panel of queries");
+  // The fused kernel: d64 and d128 (at d256 dK and dV already fill the registers).
+  static constexpr bool kHasFused = !kSplitRoles;
+  static_assert(!kHasFused || kDqCols == 64, "the dQ product is m64n64 (Wgmma<64>)");
+  static_assert(!kHasFused || kKvFusedSmemBytes <= 232448, "the fused kernel fits the 227 KB an sm90 CTA may use");
   static_assert(2 * kKvStatBytes <= 1024 && 2 * kDqStatBytes <= 1024, "statistics fit their padding");
   static_assert(kKvSmemBytes <= 232448 && kDqSmemBytes <= 232448, "fits the 227 KB an sm90 CTA may use");
 };
@@ -177,14 +217,42 @@ __device__ __forceinline__ void release(uint64_t* bar, int lane) {
   if (lane == 0) ptx::mbarrier_arrive(bar);
 }
 
+// dQ (+)= dS K for one step of the fused kernel: A = dS from dS^T in shared memory (MN-major:
+// rows are keys, the k index; 64 queries per 128-byte row), B = K MN-major (rows are keys, this
+// consumer's 64 head-dim columns one panel); kKeys / 16 k16 steps of 16 rows.
+template <int kKeys, typename Element>
+__device__ __forceinline__ void gemm_dq(float (&acc)[32], uint64_t ds_desc, uint64_t k_desc) {
+  using Mma = ptx::Wgmma<64, Element>;
+  ptx::wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < kKeys / 16; ++kk) {
+    Mma::template ss<1, 1>(acc, ptx::desc_advance(ds_desc, kk * 16 * 128), ptx::desc_advance(k_desc, kk * 16 * 128),
+                           kk != 0 ? 1u : 0u);
+  }
+}
+
+// Where accumulator value i of warpgroup thread `tid` lives in a 64 x 64 f32 part of the dQ
+// accumulator (float4 groups of four values, consecutive threads adjacent: conflict-free stores,
+// and bwd_dq_convert_kernel's inverse below).
+__device__ __forceinline__ int dq_part_index(int i, int tid) { return ((i / 4) * 128 + tid) * 4 + i % 4; }
+
 // Tensor-map coordinates: dense operands are (dim, position, head, batch); varlen ones are one
 // batch entry of packed tokens.
 __device__ __forceinline__ int map_batch(const BwdKernelParams& p, int batch) { return p.is_varlen() ? 0 : batch; }
 
 }  // namespace bwd90
 
-// dK/dV. Grid (key blocks of the longest sequence, heads_k * kv_splits, batch).
-template <typename Traits>
+// Named barriers of the fused kernel (ids after the forward's turn barriers 1 and 2): dS^T of
+// both consumers written (d128), and per consumer its dQ part staged in shared memory. Of the
+// split-role kernel (d256): P^T of a step written by consumer 0, and read by consumer 1.
+constexpr int kDsReadyBarrier = 3;
+constexpr int kDqStagedBarrier0 = 4;
+constexpr int kPtReadyBarrier = 3;
+constexpr int kPtFreeBarrier = 4;
+
+// dK/dV, and with kFusedDq dQ too (Traits::kDqSplitKeys says how). Grid (key blocks of the
+// longest sequence, heads_k * kv_splits, batch).
+template <typename Traits, bool kFusedDq>
 __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __grid_constant__ BwdKernelArgs args) {
   using Element = typename Traits::Element;
   constexpr int kBlockN = Traits::kKvBlockN;
@@ -220,7 +288,13 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
   unsigned char* sK = smem;
   unsigned char* sV = sK + Traits::tile_bytes(kBlockN);
   unsigned char* stages = sV + Traits::tile_bytes(kBlockN);
-  uint64_t* bars = reinterpret_cast<uint64_t*>(stages + kStages * Traits::kKvStageBytes);
+  // Fused: dS^T (two buffers), then one f32 dQ part per consumer, before the barriers.
+  unsigned char* sDs = stages + kStages * Traits::kKvStageBytes;
+  float* sDq = reinterpret_cast<float*>(sDs + 2 * Traits::kDsBytes);
+  // Split roles (d256): P^T handed from consumer 0 to 1, before the barriers.
+  float* sPt = reinterpret_cast<float*>(stages + kStages * Traits::kKvStageBytes);
+  uint64_t* bars = reinterpret_cast<uint64_t*>(stages + kStages * Traits::kKvStageBytes + Traits::kPtBytes +
+                                               (kFusedDq ? Traits::kFusedExtraBytes : 0));
   uint64_t* kv_full = bars;
   uint64_t* full = bars + 1;               // [kStages]
   uint64_t* empty = bars + 1 + kStages;    // [kStages]
@@ -279,6 +353,121 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
   const int consumer = warpgroup - 1;
   const int g = lane / 4;
   const int t4 = lane % 4;
+  if constexpr (Traits::kSplitRoles) {
+    // d256: both consumers take the CTA's 64 keys; consumer 0 (role P) computes S^T, P^T and
+    // dV += P^T dO, consumer 1 (role dS) dP^T, dS^T = P^T (dP^T - D) and dK += dS^T Q. P^T goes
+    // from one to the other in f32 through sPt in accumulator order (thread t of each writes or
+    // reads the same 32 values: conflict-free float4s), one step in flight (P ready / P free).
+    static_assert(!kFusedDq && !Traits::kPingPong, "the split-role kernel is the two-kernel form, no ping-pong");
+    constexpr int kS = kBlockM / 2;
+    const bool role_p = consumer == 0;
+    const int tid_wg = threadIdx.x % 128;
+    const int key_local = (warp % 4) * 16 + g;  // this thread's keys: +0 and +8
+    const uint64_t a_desc = bwd90::kmajor_desc(ptx::smem_u32(role_p ? sK : sV));
+    float acc[kHeadDim / 2];  // dV (role P) or dK (role dS): 64 keys x head_dim
+#pragma unroll
+    for (int i = 0; i < kHeadDim / 2; ++i) acc[i] = 0.0f;
+    if (steps > 0) ptx::mbarrier_wait(kv_full, 0);
+    for (int step = 0; step < steps; ++step) {
+      const int s = step % kStages;
+      const int m0 = (m_lo + step % n_m) * kBlockM;
+      ptx::mbarrier_wait(&full[s], (step / kStages) & 1);
+      const uint32_t q_addr = ptx::smem_u32(stage_q(s));
+      const uint32_t do_addr = ptx::smem_u32(stage_do(s));
+      // S^T = K Q^T (role P) or dP^T = V dO^T (role dS), over the head dim.
+      float x[kS];
+      bwd90::gemm_kmajor<kBlockM, Element, Traits::kPanels>(x, a_desc, Traits::panel_bytes(kBlockN),
+                                                            bwd90::kmajor_desc(role_p ? q_addr : do_addr),
+                                                            Traits::panel_bytes(kBlockM));
+      ptx::wgmma_commit();
+      ptx::wgmma_wait<0>();
+      ptx::fence_operand(x);
+      // Element (key row key_local + 8h, query column 8c + 2t4 + e) is x[4c + 2h + e].
+      uint32_t a[kS / 2];  // P^T or dS^T, 16-bit pairs: the A operand of the last product
+      if (role_p) {
+        const float* lse = stage_lse(s);
+        const bool needs_mask = Traits::kMask == MaskMode::kWindow &&
+                                mask.block_needs_mask(m0, min(m0 + kBlockM, seq.seqlen_q), n0, n0 + kBlockN);
+#pragma unroll
+        for (int c = 0; c < kBlockM / 8; ++c) {
+          const float2 l = *reinterpret_cast<const float2*>(lse + 8 * c + 2 * t4);
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              const int idx = 4 * c + 2 * h + e;
+              float v = x[idx];
+              if (needs_mask && !mask.visible(m0 + 8 * c + 2 * t4 + e, n0 + key_local + 8 * h)) v = -INFINITY;
+              x[idx] = ptx::exp2_approx(fmaf(v, params.scale_log2, -(e == 0 ? l.x : l.y)));
+            }
+          }
+        }
+        if (step > 0) ptx::named_barrier_sync(kPtFreeBarrier, 256);  // the other read the last one
+#pragma unroll
+        for (int i = 0; i < kS; i += 4) {
+          *reinterpret_cast<float4*>(sPt + bwd90::dq_part_index(i, tid_wg)) = make_float4(x[i], x[i + 1], x[i + 2], x[i + 3]);
+        }
+        ptx::named_barrier_arrive(kPtReadyBarrier, 256);
+        bwd90::pack_pairs<Element>(x, a);
+      } else {
+        const float* dsum = stage_dsum(s);
+        ptx::named_barrier_sync(kPtReadyBarrier, 256);
+        float pt[kS];
+#pragma unroll
+        for (int i = 0; i < kS; i += 4) {
+          const float4 v = *reinterpret_cast<const float4*>(sPt + bwd90::dq_part_index(i, tid_wg));
+          pt[i] = v.x, pt[i + 1] = v.y, pt[i + 2] = v.z, pt[i + 3] = v.w;
+        }
+        if (step + 1 < steps) ptx::named_barrier_arrive(kPtFreeBarrier, 256);
+#pragma unroll
+        for (int c = 0; c < kBlockM / 8; ++c) {
+          const float2 d = *reinterpret_cast<const float2*>(dsum + 8 * c + 2 * t4);
+#pragma unroll
+          for (int i = 4 * c; i < 4 * c + 4; ++i) x[i] = pt[i] * (x[i] - (i % 2 == 0 ? d.x : d.y));
+        }
+        bwd90::pack_pairs<Element>(x, a);
+      }
+      // dV += P^T dO (role P) or dK += dS^T Q (role dS): B MN-major (rows = queries, the k index).
+      bwd90::gemm_rs<kHeadDim, Element, kBlockM>(acc, a, bwd90::mn_desc(role_p ? do_addr : q_addr,
+                                                                        Traits::panel_bytes(kBlockM)));
+      ptx::wgmma_commit();
+      ptx::wgmma_wait<0>();
+      ptx::fence_operand(acc);
+      bwd90::release(&empty[s], lane);
+    }
+    // Epilogue: dV (role P) or dK = scale * acc (role dS), or their unscaled f32 partials.
+    if (params.kv_splits > 1) {
+      const int64_t row_base = int64_t(split) * params.total_k + params.k_row0(batch, seq.row0_k) + n0;
+      float* part = role_p ? params.dv_partial : params.dk_partial;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int r = key_local + 8 * h;
+        if (r >= keys_here) continue;
+        const int64_t off = ((row_base + r) * params.heads_k + kv_head) * kHeadDim + 2 * t4;
+#pragma unroll
+        for (int c = 0; c < kHeadDim / 8; ++c) {
+          *reinterpret_cast<float2*>(part + off + 8 * c) = make_float2(acc[4 * c + 2 * h], acc[4 * c + 2 * h + 1]);
+        }
+      }
+      return;
+    }
+    const float out_scale = role_p ? 1.0f : params.scale;
+    const Strides3& st = role_p ? params.dv_strides : params.dk_strides;
+    char* base = static_cast<char*>(role_p ? params.dv : params.dk);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = key_local + 8 * h;
+      if (r >= keys_here) continue;
+      const int64_t row = seq.row0_k + n0 + r;
+      char* out = base + sizeof(Element) * (batch * st.batch + row * st.row + int64_t(kv_head) * st.head + 2 * t4);
+#pragma unroll
+      for (int c = 0; c < kHeadDim / 8; ++c) {
+        *reinterpret_cast<uint32_t*>(out + sizeof(Element) * 8 * c) =
+            ptx::pack2<Element>(acc[4 * c + 2 * h] * out_scale, acc[4 * c + 2 * h + 1] * out_scale);
+      }
+    }
+    return;
+  }
   const int key_row0 = consumer * 64;                       // this warpgroup's first key of the block
   const int key_local = key_row0 + (warp % 4) * 16 + g;    // this thread's keys: +0 and +8
   const float scale_log2 = params.scale_log2;
@@ -295,6 +484,33 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
   const Turns<Traits> turns{consumer};
   if (consumer == Traits::kConsumers - 1) turns.pass();  // the last warpgroup hands warpgroup 0 the first turn
 
+  // Fused: keys past this sequence (the last block) must not reach dQ: their P is forced to 0.
+  const bool key_ok[2] = {!kFusedDq || key_local < keys_here, !kFusedDq || key_local + 8 < keys_here};
+  const int tid_wg = threadIdx.x % 128;
+  float* dq_part = sDq + consumer * (Traits::kDqPartBytes / 4);
+  float dq[Traits::kDqCols / 2];  // the fused kernel's dQ part of one step
+  // Stages the dQ part of `step` (once the previous reduce has read the buffer) and hands it to
+  // the copy engine, which adds it into that query block's 64 x head_dim f32 accumulator.
+  const auto stage_dq = [&](int step) {
+    if (tid_wg == 0) ptx::bulk_wait_group_read<0>();
+    ptx::named_barrier_sync(kDqStagedBarrier0 + consumer, 128);
+#pragma unroll
+    for (int i = 0; i < Traits::kDqCols / 2; i += 4) {
+      *reinterpret_cast<float4*>(dq_part + bwd90::dq_part_index(i, tid_wg)) = make_float4(dq[i], dq[i + 1], dq[i + 2], dq[i + 3]);
+    }
+    ptx::fence_proxy_async_smem();
+    ptx::named_barrier_sync(kDqStagedBarrier0 + consumer, 128);
+    if (tid_wg == 0) {
+      const int head = head_begin + step / n_m;
+      const int m0 = (m_lo + step % n_m) * kBlockM;
+      const int part = Traits::kDqSplitKeys ? 0 : consumer;
+      float* gdq = params.dq_accum + (int64_t(head) * params.ws_rows + ws_row0 + m0) * kHeadDim +
+                   part * (Traits::kDqPartBytes / 4);
+      ptx::bulk_reduce_add_f32(gdq, dq_part, Traits::kDqPartBytes);
+      ptx::bulk_commit_group();
+    }
+  };
+
   if (steps > 0) ptx::mbarrier_wait(kv_full, 0);
   for (int step = 0; step < steps; ++step) {
     const int s = step % kStages;
@@ -305,8 +521,24 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
     // B operands K-major for S^T and dP^T (rows = queries), MN-major for dV and dK (rows = the
     // queries as the k index, the head dim across panels).
     float st[kS], dpt[kS];
-    bwd90::gemm_s_dp<kBlockM, Traits>(st, dpt, k_desc, v_desc, Traits::panel_bytes(kBlockN), bwd90::kmajor_desc(q_addr),
-                                      bwd90::kmajor_desc(do_addr), Traits::panel_bytes(kBlockM), turns);
+    if constexpr (kFusedDq && Traits::kDqOverlap) {
+      // The previous step's dQ part goes out while these products run.
+      turns.take();
+      bwd90::gemm_kmajor<kBlockM, Element, Traits::kPanels>(st, k_desc, Traits::panel_bytes(kBlockN),
+                                                            bwd90::kmajor_desc(q_addr), Traits::panel_bytes(kBlockM));
+      bwd90::gemm_kmajor<kBlockM, Element, Traits::kPanels>(dpt, v_desc, Traits::panel_bytes(kBlockN),
+                                                            bwd90::kmajor_desc(do_addr), Traits::panel_bytes(kBlockM));
+      ptx::wgmma_commit();
+      turns.pass();
+      if (step > 0) stage_dq(step - 1);
+      ptx::wgmma_wait<0>();
+      ptx::fence_operand(st);
+      ptx::fence_operand(dpt);
+    } else {
+      bwd90::gemm_s_dp<kBlockM, Traits>(st, dpt, k_desc, v_desc, Traits::panel_bytes(kBlockN),
+                                        bwd90::kmajor_desc(q_addr), bwd90::kmajor_desc(do_addr),
+                                        Traits::panel_bytes(kBlockM), turns);
+    }
 
     // Element (key row key_local + 8h, query column 8c + 2t4 + e) is st[4c + 2h + e].
     const float* lse = stage_lse(s);
@@ -325,6 +557,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
           const int idx = 4 * c + 2 * h + e;
           float x = st[idx];
           if (needs_mask && !mask.visible(m0 + 8 * c + 2 * t4 + e, n0 + key_local + 8 * h)) x = -INFINITY;
+          if (!key_ok[h]) x = -INFINITY;
           // Rows past the queries (and LSE = -inf) carry LSE_log2 = +inf: P = 0 there.
           const float p = ptx::exp2_approx(fmaf(x, scale_log2, -(e == 0 ? l.x : l.y)));
           st[idx] = p;
@@ -335,15 +568,54 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
     uint32_t pt[kS / 2], dst[kS / 2];
     bwd90::pack_pairs<Element>(st, pt);
     bwd90::pack_pairs<Element>(dpt, dst);
+    unsigned char* ds_buf = sDs + (step & 1) * Traits::kDsBytes;
+    if constexpr (kFusedDq) {
+      // dS^T rows of this thread's keys into the 128-byte swizzled panel (16-byte chunk c of
+      // row r at chunk c ^ (r % 8), as the copy engine writes): dst[2c + h] holds queries
+      // 8c + 2t4 and +1 of key row key_local + 8h. Conflict-free: a warp's 8 rows x 4 quads.
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int r = key_local + 8 * h;
+#pragma unroll
+        for (int c = 0; c < kBlockM / 8; ++c) {
+          *reinterpret_cast<uint32_t*>(ds_buf + r * Traits::kRowBytes + ((c ^ (r % 8)) << 4) + 4 * t4) = dst[2 * c + h];
+        }
+      }
+      ptx::fence_proxy_async_smem();  // visible to the dQ product's operand reads
+    }
     turns.take();
     bwd90::gemm_rs<kHeadDim, Element, kBlockM>(dv, pt, bwd90::mn_desc(do_addr, Traits::panel_bytes(kBlockM)));
     bwd90::gemm_rs<kHeadDim, Element, kBlockM>(dk, dst, bwd90::mn_desc(q_addr, Traits::panel_bytes(kBlockM)));
     ptx::wgmma_commit();
     turns.pass();
-    ptx::wgmma_wait<0>();
-    ptx::fence_operand(dv);
-    ptx::fence_operand(dk);
-    bwd90::release(&empty[s], lane);
+    if constexpr (!kFusedDq) {
+      ptx::wgmma_wait<0>();
+      ptx::fence_operand(dv);
+      ptx::fence_operand(dk);
+      bwd90::release(&empty[s], lane);
+    } else {
+      // dQ part of this step: d128, both consumers' dS^T rows (wait for the other's), this
+      // consumer's 64 columns of K; d64, this consumer's 64 keys, all columns.
+      if constexpr (!Traits::kDqSplitKeys) ptx::named_barrier_sync(kDsReadyBarrier, 128 * Traits::kConsumers);
+      const int key0 = Traits::kDqSplitKeys ? key_row0 : 0;
+      const uint32_t k_cols = ptx::smem_u32(sK) + (Traits::kDqSplitKeys ? 0 : consumer * Traits::panel_bytes(kBlockN));
+      bwd90::gemm_dq<Traits::kDqKeys, Element>(
+          dq, bwd90::mn_desc(ptx::smem_u32(ds_buf + key0 * Traits::kRowBytes), Traits::kDsBytes),
+          bwd90::mn_desc(k_cols + key0 * Traits::kRowBytes, Traits::panel_bytes(kBlockN)));
+      ptx::wgmma_commit();
+      ptx::wgmma_wait<0>();
+      ptx::fence_operand(dv);
+      ptx::fence_operand(dk);
+      ptx::fence_operand(dq);
+      bwd90::release(&empty[s], lane);
+      if constexpr (!Traits::kDqOverlap) stage_dq(step);
+    }
+  }
+  if constexpr (kFusedDq) {
+    if constexpr (Traits::kDqOverlap) {
+      if (steps > 0) stage_dq(steps - 1);
+    }
+    if (tid_wg == 0) ptx::bulk_wait_group<0>();  // the reduces done before the CTA's memory goes
   }
 
   if (consumer == 0) turns.take();  // the turn the last warpgroup passed at the end
@@ -556,6 +828,40 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_dq_kernel(const __gri
     for (int c = 0; c < kHeadDim / 8; ++c) {
       *reinterpret_cast<uint32_t*>(gdq + sizeof(Element) * 8 * c) =
           ptx::pack2<Element>(dq[4 * c + 2 * h] * dq_scale, dq[4 * c + 2 * h + 1] * dq_scale);
+    }
+  }
+}
+
+// dQ = scale * the fused kernel's f32 accumulator, in Element: the inverse of dq_part_index per
+// 64-row query block. Grid (64-row blocks of the longest sequence, heads, batch), 128 threads.
+template <typename Traits>
+__global__ void __launch_bounds__(128) bwd_dq_convert_kernel(const __grid_constant__ BwdKernelParams params) {
+  using Element = typename Traits::Element;
+  constexpr int kHeadDim = Traits::kHeadDim;
+  constexpr int kPartQuads = 64 * Traits::kDqCols / 4;  // float4 groups per part
+  const int m0 = int(blockIdx.x) * 64;
+  const int head = blockIdx.y;
+  const int batch = blockIdx.z;
+  const SeqExtent seq = seq_extent(params, batch);
+  if (m0 >= seq.seqlen_q) return;
+  const float* src =
+      params.dq_accum + (int64_t(head) * params.ws_rows + params.ws_row0(batch, seq.row0_q) + m0) * kHeadDim;
+  char* dq = static_cast<char*>(params.dq) +
+             sizeof(Element) * (batch * params.dq_strides.batch + int64_t(head) * params.dq_strides.head);
+  const float scale = params.scale;
+  for (int quad = threadIdx.x; quad < 64 * kHeadDim / 4; quad += 128) {
+    const float4 v = *reinterpret_cast<const float4*>(src + 4 * quad);
+    const int part = quad / kPartQuads;
+    const int chunk = quad % kPartQuads / 128;  // the accumulator's 8-column chunk
+    const int tid = quad % 128;                 // the warpgroup thread that held it
+    const int row = 16 * (tid / 32) + (tid % 32) / 4;
+    const int col = part * Traits::kDqCols + 8 * chunk + 2 * (tid % 4);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = m0 + row + 8 * h;
+      if (r >= seq.seqlen_q) continue;
+      *reinterpret_cast<uint32_t*>(dq + sizeof(Element) * ((seq.row0_q + r) * params.dq_strides.row + col)) =
+          ptx::pack2<Element>((h == 0 ? v.x : v.z) * scale, (h == 0 ? v.y : v.w) * scale);
     }
   }
 }

@@ -1,5 +1,7 @@
-// Host side of the Hopper backward for one traits: workspace, then preprocess (sm80's) -> dK/dV
-// kernel -> dQ kernel -> (GQA reduction of split query heads, sm80's), all on `stream`.
+// Host side of the Hopper backward for one traits: workspace, then preprocess (sm80's) ->
+//   deterministic: dK/dV kernel -> dQ kernel (S and dP twice, no atomics);
+//   otherwise:     zeroed f32 dQ accumulator -> fused dK/dV/dQ kernel -> dQ conversion;
+// -> (GQA reduction of split query heads, sm80's), all on `stream`.
 // Included only by the generated src/cuda/instantiations/sm90bwd_*.cu files.
 #pragma once
 
@@ -60,22 +62,38 @@ Status run_bwd(const BackwardParams& params, cudaStream_t stream) {
   FLASHATTN_CUDA_TRY(cudaGetDevice(&device));
   FLASHATTN_CUDA_TRY(cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, device));
 
-  // Workspace (BwdKernelParams) in whole kWsBlock query blocks (the dQ kernel's), no dQ
-  // accumulator: the kernels are deterministic.
+  // Workspace (BwdKernelParams) in whole kWsBlock query blocks (the dQ kernel's); the f32 dQ
+  // accumulator (heads x ws_rows x head_dim, in dq_part_index order per 64-row block) unless
+  // deterministic.
   set_workspace_rows(&kp, kWsBlock);
   kp.kv_splits = kv_splits_for(params, Traits::kKvBlockN, num_sms);
-  kp.deterministic = true;
+  if constexpr (!Traits::kHasFused) kp.deterministic = true;  // d256: the two-kernel form only
   void* ws = nullptr;
   if (Status s = alloc_workspace<kHeadDim>(&kp, stream, &ws); !s.ok()) return s;
 
   const auto launch = [&]() -> Status {
     if (Status s = launch_bwd_preprocess<Element, kHeadDim>(kp, stream); !s.ok()) return s;
+    const dim3 kv_grid(unsigned(ceil_div(kp.seqlen_k, Traits::kKvBlockN)), kp.heads_k * kp.kv_splits, kp.batch);
+    if constexpr (Traits::kHasFused) {
+      if (!kp.deterministic) {
+        FLASHATTN_CUDA_TRY(
+            cudaMemsetAsync(kp.dq_accum, 0, sizeof(float) * size_t(kp.heads) * kp.ws_rows * kHeadDim, stream));
+        const auto kernel = bwd_kv_kernel<Traits, true>;
+        constexpr size_t kSmem = Traits::kKvFusedSmemBytes;
+        FLASHATTN_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmem)));
+        kernel<<<kv_grid, Traits::kThreads, kSmem, stream>>>(args);
+        FLASHATTN_CUDA_TRY(cudaGetLastError());
+        const dim3 grid(unsigned(ceil_div(kp.seqlen_q, 64)), kp.heads, kp.batch);
+        bwd_dq_convert_kernel<Traits><<<grid, 128, 0, stream>>>(kp);
+        FLASHATTN_CUDA_TRY(cudaGetLastError());
+        return launch_bwd_reduce_dkv<Element, kHeadDim>(kp, stream);
+      }
+    }
     {
-      const auto kernel = bwd_kv_kernel<Traits>;
+      const auto kernel = bwd_kv_kernel<Traits, false>;
       constexpr size_t kSmem = Traits::kKvSmemBytes;
       FLASHATTN_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmem)));
-      const dim3 grid(unsigned(ceil_div(kp.seqlen_k, Traits::kKvBlockN)), kp.heads_k * kp.kv_splits, kp.batch);
-      kernel<<<grid, Traits::kThreads, kSmem, stream>>>(args);
+      kernel<<<kv_grid, Traits::kThreads, kSmem, stream>>>(args);
       FLASHATTN_CUDA_TRY(cudaGetLastError());
     }
     {

@@ -13,8 +13,7 @@ namespace flashattn::cuda::sm90 {
 // Why the sm90 forward does not take p (empty when it does). What it leaves to the sm80 kernels
 // (docs/SEMANTICS.md): head dims other than 64, 128, 192 and 256; head_dim_v != head_dim (a guard:
 // cuda_backend.cu turns such a call into the zero-padded same-d problem before it gets here,
-// and that one this path may take); dropout; softcap and ALiBi unless `any_runnable` (their
-// kernels, FwdTraits::kMods, have not run on a GPU yet); requested key splits; and,
+// and that one this path may take); dropout; attn_bias, attn_mask and block masks; requested key splits; and,
 // unless `any_runnable` (tests), at most 16 query rows (the sm80 decode shape) and launches
 // that the split-KV heuristic would split.
 std::string fwd_declines(const ForwardParams& p, bool any_runnable = false);

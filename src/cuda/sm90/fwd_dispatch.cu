@@ -22,11 +22,6 @@ std::string fwd_declines(const ForwardParams& p, bool any_runnable) {
   // Never true from cuda_backend.cu, which pads a head_dim_v != head_dim call to one head dim.
   if (p.head_dim_v != p.head_dim) return "head_dim_v differs from head_dim";
   if (p.has_dropout()) return "dropout runs on sm80";
-  // The modifier kernels (FwdTraits::kMods: softcap, ALiBi) run only when FLASHATTN_CUDA_PATH=sm90
-  // asks for the Hopper kernels, until they have run on a GPU.
-  if ((p.softcap > 0.0f || p.alibi != nullptr) && !any_runnable) {
-    return "softcap and ALiBi run on sm80 unless FLASHATTN_CUDA_PATH=sm90";
-  }
   // Even when FLASHATTN_CUDA_PATH=sm90 asks for every call the kernels can run: they have no
   // bias or mask reads, so these calls always go to sm80.
   if (p.has_score_mods()) return "attn_bias, attn_mask and block masks run on sm80";
