@@ -407,6 +407,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
         for (int i = 0; i < kS; i += 4) {
           *reinterpret_cast<float4*>(sPt + bwd90::dq_part_index(i, tid_wg)) = make_float4(x[i], x[i + 1], x[i + 2], x[i + 3]);
         }
+        __threadfence_block();  // the stores before the arrival (bar.arrive alone does not wait for them)
         ptx::named_barrier_arrive(kPtReadyBarrier, 256);
         bwd90::pack_pairs<Element>(x, a);
       } else {
@@ -418,7 +419,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
           const float4 v = *reinterpret_cast<const float4*>(sPt + bwd90::dq_part_index(i, tid_wg));
           pt[i] = v.x, pt[i + 1] = v.y, pt[i + 2] = v.z, pt[i + 3] = v.w;
         }
-        if (step + 1 < steps) ptx::named_barrier_arrive(kPtFreeBarrier, 256);
+        if (step + 1 < steps) {
+          __threadfence_block();  // the loads done before consumer 0 may overwrite sPt
+          ptx::named_barrier_arrive(kPtFreeBarrier, 256);
+        }
 #pragma unroll
         for (int c = 0; c < kBlockM / 8; ++c) {
           const float2 d = *reinterpret_cast<const float2*>(dsum + 8 * c + 2 * t4);
