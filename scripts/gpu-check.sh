@@ -131,6 +131,10 @@ if [ "${SANITIZE:-0}" != 0 ]; then
     compute-sanitizer --tool $tool --error-exitcode 9 build-gpu/tests/cpp/flashattn_test_kvcache \
       --gtest_filter='Backends/KVCache.*/cuda:KVCacheCpuVsCuda.*' >"$OUT/sanitizer-kvcache-$tool.log" 2>&1
     echo "$tool kvcache: exit $? ($(grep -cE 'ERROR SUMMARY: 0 errors|RACECHECK SUMMARY: 0 hazards' "$OUT/sanitizer-kvcache-$tool.log") clean summaries)"
+    # The e4m3 cache kernels (cp.async of 1-byte tiles, widened in registers; paged offsets).
+    compute-sanitizer --tool $tool --error-exitcode 9 build-gpu/tests/cpp/flashattn_test_fp8 \
+      --gtest_filter='Cases/Fp8CudaCache.*' >"$OUT/sanitizer-fp8cache-$tool.log" 2>&1
+    echo "$tool fp8 cache: exit $? ($(grep -cE 'ERROR SUMMARY: 0 errors|RACECHECK SUMMARY: 0 hazards' "$OUT/sanitizer-fp8cache-$tool.log") clean summaries)"
   done
 fi
 

@@ -22,35 +22,14 @@ __device__ __forceinline__ float load(const Element* p, int64_t i) {
   return static_cast<float>(p[i]);
 }
 
-// dst[0, d) = src[0, d) with the rotary pairs of [0, rotary_dim) turned by the angle of table
-// row `pos`: interleaved pairs (2i, 2i + 1), else (i, i + rotary_dim / 2); (a, b) ->
-// (a cos - b sin, a sin + b cos). The products are rounded separately (no FMA contraction) to
-// match the CPU backend bit for bit. src and dst may be the same row only without rotation.
-template <typename Element>
-__device__ void rotate_row(const KVCacheParams& kv, const Element* src, Element* dst, int d, int64_t pos,
-                           int lane) {
-  const int half = kv.rotary_dim / 2;
-  const auto* cos_row = static_cast<const Element*>(kv.rotary_cos) + pos * kv.rotary_cos_stride;
-  const auto* sin_row = static_cast<const Element*>(kv.rotary_sin) + pos * kv.rotary_sin_stride;
-  for (int i = lane; i < half; i += 32) {
-    const int ia = kv.rotary_interleaved ? 2 * i : i;
-    const int ib = kv.rotary_interleaved ? 2 * i + 1 : i + half;
-    const float a = load(src, ia), b = load(src, ib);
-    const float c = load(cos_row, i), s = load(sin_row, i);
-    dst[ia] = Element(__fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s)));
-    dst[ib] = Element(__fadd_rn(__fmul_rn(a, s), __fmul_rn(b, c)));
-  }
-  for (int i = kv.rotary_dim + lane; i < d; i += 32) dst[i] = src[i];
-}
-
-// An e4m3 cache (docs/SEMANTICS.md, "FP8 KV cache"): dst[i] = e4m3(x_i / descale), x the row of
-// src in float32, its rotary pairs turned as rotate_row turns them but not rounded to Element
-// (rotate: whether to), a true division (__fdiv_rn; never a multiplication by 1 / descale),
-// round to nearest even, saturating: the CPU backend's store_quantized (cpu/kvcache.cpp) bit for
-// bit.
-template <typename Element>
-__device__ void quantize_row(const KVCacheParams& kv, const Element* src, uint8_t* dst, int d, int64_t pos,
-                             bool rotate, float descale, int lane) {
+// Calls put(i, x) for the rotary columns i of [0, rotary_dim) of a row of src (none unless
+// `rotate`), x in float32 turned by the angle of table row `pos`: interleaved pairs (2i, 2i + 1),
+// else (i, i + rotary_dim / 2); (a, b) -> (a cos - b sin, a sin + b cos). The products are
+// rounded separately (no FMA contraction) to match the CPU backend bit for bit. Returns the
+// first column it left to the caller.
+template <typename Element, typename Put>
+__device__ int put_rotated(const KVCacheParams& kv, const Element* src, int64_t pos, bool rotate, int lane,
+                           Put put) {
   const int half = rotate ? kv.rotary_dim / 2 : 0;
   const auto* cos_row = static_cast<const Element*>(kv.rotary_cos) + pos * kv.rotary_cos_stride;
   const auto* sin_row = static_cast<const Element*>(kv.rotary_sin) + pos * kv.rotary_sin_stride;
@@ -59,10 +38,31 @@ __device__ void quantize_row(const KVCacheParams& kv, const Element* src, uint8_
     const int ib = kv.rotary_interleaved ? 2 * i + 1 : i + half;
     const float a = load(src, ia), b = load(src, ib);
     const float c = load(cos_row, i), s = load(sin_row, i);
-    dst[ia] = ptx::float_to_e4m3(__fdiv_rn(__fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s)), descale));
-    dst[ib] = ptx::float_to_e4m3(__fdiv_rn(__fadd_rn(__fmul_rn(a, s), __fmul_rn(b, c)), descale));
+    put(ia, __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s)));
+    put(ib, __fadd_rn(__fmul_rn(a, s), __fmul_rn(b, c)));
   }
-  for (int i = 2 * half + lane; i < d; i += 32) dst[i] = ptx::float_to_e4m3(__fdiv_rn(load(src, i), descale));
+  return 2 * half;
+}
+
+// dst[0, d) = src[0, d) with its rotary pairs turned (put_rotated) and rounded to Element, the
+// other columns copied. src and dst may be the same row only without rotation.
+template <typename Element>
+__device__ void rotate_row(const KVCacheParams& kv, const Element* src, Element* dst, int d, int64_t pos,
+                           int lane) {
+  const int rest = put_rotated(kv, src, pos, true, lane, [&](int i, float x) { dst[i] = Element(x); });
+  for (int i = rest + lane; i < d; i += 32) dst[i] = src[i];
+}
+
+// An e4m3 cache (docs/SEMANTICS.md, "FP8 KV cache"): dst[i] = e4m3(x_i / descale), x the row of
+// src in float32, its rotary pairs turned when `rotate` but not rounded to Element, a true
+// division (__fdiv_rn; never a multiplication by 1 / descale), round to nearest even,
+// saturating: the CPU backend's store_quantized (cpu/kvcache.cpp) bit for bit.
+template <typename Element>
+__device__ void quantize_row(const KVCacheParams& kv, const Element* src, uint8_t* dst, int d, int64_t pos,
+                             bool rotate, float descale, int lane) {
+  const auto put = [&](int i, float x) { dst[i] = ptx::float_to_e4m3(__fdiv_rn(x, descale)); };
+  const int rest = put_rotated(kv, src, pos, rotate, lane, put);
+  for (int i = rest + lane; i < d; i += 32) put(i, load(src, i));
 }
 
 template <typename Element>

@@ -231,10 +231,64 @@ __device__ __forceinline__ void gemm_dq(float (&acc)[32], uint64_t ds_desc, uint
   }
 }
 
-// Where accumulator value i of warpgroup thread `tid` lives in a 64 x 64 f32 part of the dQ
-// accumulator (float4 groups of four values, consecutive threads adjacent: conflict-free stores,
-// and bwd_dq_convert_kernel's inverse below).
-__device__ __forceinline__ int dq_part_index(int i, int tid) { return ((i / 4) * 128 + tid) * 4 + i % 4; }
+// Where accumulator value i of warpgroup thread `tid` lives in a 64 x 64 f32 tile kept in
+// accumulator order (float4 groups of four values, consecutive threads adjacent: conflict-free):
+// the fused kernel's dQ parts (bwd_dq_convert_kernel inverts it) and the d256 P^T handover.
+__device__ __forceinline__ int acc_order_index(int i, int tid) { return ((i / 4) * 128 + tid) * 4 + i % 4; }
+
+// The mbarriers of a kernel's ring: `first` (its resident tiles, one arrival), then per stage
+// full (the producer's) and empty (one arrival per consumer warp).
+__device__ __forceinline__ void init_ring(uint64_t* first, uint64_t* full, uint64_t* empty, int stages,
+                                          int consumer_warps) {
+  if (threadIdx.x == 0) {
+    ptx::mbarrier_init(first, 1);
+    for (int s = 0; s < stages; ++s) {
+      ptx::mbarrier_init(&full[s], 1);
+      ptx::mbarrier_init(&empty[s], consumer_warps);
+    }
+    ptx::mbarrier_init_fence();
+  }
+  __syncthreads();
+}
+
+// Writes a 64-row block of dK or dV from its accumulator (rows key_local and +8 of this thread;
+// element (row key_local + 8h, column 8c + 2 t4 + e) is acc[4c + 2h + e]): scaled into `out`
+// (Element, strides st; each quad writes 8 contiguous bytes of a row per 8-column chunk), or,
+// when query heads are split over CTAs (kv_splits > 1), unscaled into the f32 `partial` that the
+// sm80 reduction kernel sums.
+template <typename Element, int kHeadDim>
+__device__ __forceinline__ void store_kv_grad(const float (&acc)[kHeadDim / 2], const BwdKernelParams& params,
+                                              const SeqExtent& seq, int batch, int kv_head, int split, int n0,
+                                              int key_local, int keys_here, int t4, float* partial, void* out,
+                                              const Strides3& st, float scale) {
+  if (params.kv_splits > 1) {
+    const int64_t row_base = int64_t(split) * params.total_k + params.k_row0(batch, seq.row0_k) + n0;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = key_local + 8 * h;
+      if (r >= keys_here) continue;
+      const int64_t off = ((row_base + r) * params.heads_k + kv_head) * kHeadDim + 2 * t4;
+#pragma unroll
+      for (int c = 0; c < kHeadDim / 8; ++c) {
+        *reinterpret_cast<float2*>(partial + off + 8 * c) = make_float2(acc[4 * c + 2 * h], acc[4 * c + 2 * h + 1]);
+      }
+    }
+    return;
+  }
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int r = key_local + 8 * h;
+    if (r >= keys_here) continue;
+    const int64_t row = seq.row0_k + n0 + r;
+    char* g = static_cast<char*>(out) +
+              sizeof(Element) * (batch * st.batch + row * st.row + int64_t(kv_head) * st.head + 2 * t4);
+#pragma unroll
+    for (int c = 0; c < kHeadDim / 8; ++c) {
+      *reinterpret_cast<uint32_t*>(g + sizeof(Element) * 8 * c) =
+          ptx::pack2<Element>(acc[4 * c + 2 * h] * scale, acc[4 * c + 2 * h + 1] * scale);
+    }
+  }
+}
 
 // Tensor-map coordinates: dense operands are (dim, position, head, batch); varlen ones are one
 // batch entry of packed tokens.
@@ -306,15 +360,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
   const int warpgroup = threadIdx.x / 128;
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
-  if (threadIdx.x == 0) {
-    ptx::mbarrier_init(kv_full, 1);
-    for (int s = 0; s < kStages; ++s) {
-      ptx::mbarrier_init(&full[s], 1);
-      ptx::mbarrier_init(&empty[s], 4 * Traits::kConsumers);
-    }
-    ptx::mbarrier_init_fence();
-  }
-  __syncthreads();
+  bwd90::init_ring(kv_full, full, empty, kStages, 4 * Traits::kConsumers);
 
   if (warpgroup == 0) {
     ptx::warpgroup_reg_dealloc<Traits::kProducerRegs>();
@@ -405,7 +451,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
         if (step > 0) ptx::named_barrier_sync(kPtFreeBarrier, 256);  // the other read the last one
 #pragma unroll
         for (int i = 0; i < kS; i += 4) {
-          *reinterpret_cast<float4*>(sPt + bwd90::dq_part_index(i, tid_wg)) = make_float4(x[i], x[i + 1], x[i + 2], x[i + 3]);
+          *reinterpret_cast<float4*>(sPt + bwd90::acc_order_index(i, tid_wg)) = make_float4(x[i], x[i + 1], x[i + 2], x[i + 3]);
         }
         __threadfence_block();  // the stores before the arrival (bar.arrive alone does not wait for them)
         ptx::named_barrier_arrive(kPtReadyBarrier, 256);
@@ -416,7 +462,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
         float pt[kS];
 #pragma unroll
         for (int i = 0; i < kS; i += 4) {
-          const float4 v = *reinterpret_cast<const float4*>(sPt + bwd90::dq_part_index(i, tid_wg));
+          const float4 v = *reinterpret_cast<const float4*>(sPt + bwd90::acc_order_index(i, tid_wg));
           pt[i] = v.x, pt[i + 1] = v.y, pt[i + 2] = v.z, pt[i + 3] = v.w;
         }
         if (step + 1 < steps) {
@@ -440,36 +486,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
       bwd90::release(&empty[s], lane);
     }
     // Epilogue: dV (role P) or dK = scale * acc (role dS), or their unscaled f32 partials.
-    if (params.kv_splits > 1) {
-      const int64_t row_base = int64_t(split) * params.total_k + params.k_row0(batch, seq.row0_k) + n0;
-      float* part = role_p ? params.dv_partial : params.dk_partial;
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int r = key_local + 8 * h;
-        if (r >= keys_here) continue;
-        const int64_t off = ((row_base + r) * params.heads_k + kv_head) * kHeadDim + 2 * t4;
-#pragma unroll
-        for (int c = 0; c < kHeadDim / 8; ++c) {
-          *reinterpret_cast<float2*>(part + off + 8 * c) = make_float2(acc[4 * c + 2 * h], acc[4 * c + 2 * h + 1]);
-        }
-      }
-      return;
-    }
-    const float out_scale = role_p ? 1.0f : params.scale;
-    const Strides3& st = role_p ? params.dv_strides : params.dk_strides;
-    char* base = static_cast<char*>(role_p ? params.dv : params.dk);
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int r = key_local + 8 * h;
-      if (r >= keys_here) continue;
-      const int64_t row = seq.row0_k + n0 + r;
-      char* out = base + sizeof(Element) * (batch * st.batch + row * st.row + int64_t(kv_head) * st.head + 2 * t4);
-#pragma unroll
-      for (int c = 0; c < kHeadDim / 8; ++c) {
-        *reinterpret_cast<uint32_t*>(out + sizeof(Element) * 8 * c) =
-            ptx::pack2<Element>(acc[4 * c + 2 * h] * out_scale, acc[4 * c + 2 * h + 1] * out_scale);
-      }
-    }
+    bwd90::store_kv_grad<Element, kHeadDim>(acc, params, seq, batch, kv_head, split, n0, key_local, keys_here, t4,
+                                            role_p ? params.dv_partial : params.dk_partial,
+                                            role_p ? params.dv : params.dk,
+                                            role_p ? params.dv_strides : params.dk_strides,
+                                            role_p ? 1.0f : params.scale);
     return;
   }
   const int key_row0 = consumer * 64;                       // this warpgroup's first key of the block
@@ -500,7 +521,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
     ptx::named_barrier_sync(kDqStagedBarrier0 + consumer, 128);
 #pragma unroll
     for (int i = 0; i < Traits::kDqCols / 2; i += 4) {
-      *reinterpret_cast<float4*>(dq_part + bwd90::dq_part_index(i, tid_wg)) = make_float4(dq[i], dq[i + 1], dq[i + 2], dq[i + 3]);
+      *reinterpret_cast<float4*>(dq_part + bwd90::acc_order_index(i, tid_wg)) = make_float4(dq[i], dq[i + 1], dq[i + 2], dq[i + 3]);
     }
     ptx::fence_proxy_async_smem();
     ptx::named_barrier_sync(kDqStagedBarrier0 + consumer, 128);
@@ -624,44 +645,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
 
   if (consumer == 0) turns.take();  // the turn the last warpgroup passed at the end
 
-  // Epilogue: dK = scale * sum dS^T Q, dV = sum P^T dO, from the accumulators (each quad writes
-  // 8 contiguous bytes of a row per 8-column chunk), or the unscaled f32 partials of this chunk of
-  // query heads (kv_splits > 1, summed by the sm80 reduction kernel).
-  if (params.kv_splits > 1) {
-    const int64_t row_base = int64_t(split) * params.total_k + params.k_row0(batch, seq.row0_k) + n0;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int r = key_local + 8 * h;
-      if (r >= keys_here) continue;
-      const int64_t off = ((row_base + r) * params.heads_k + kv_head) * kHeadDim + 2 * t4;
-#pragma unroll
-      for (int c = 0; c < kHeadDim / 8; ++c) {
-        *reinterpret_cast<float2*>(params.dk_partial + off + 8 * c) = make_float2(dk[4 * c + 2 * h], dk[4 * c + 2 * h + 1]);
-        *reinterpret_cast<float2*>(params.dv_partial + off + 8 * c) = make_float2(dv[4 * c + 2 * h], dv[4 * c + 2 * h + 1]);
-      }
-    }
-    return;
-  }
-  const float dk_scale = params.scale;
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int r = key_local + 8 * h;
-    if (r >= keys_here) continue;
-    const int64_t row = seq.row0_k + n0 + r;
-    char* gdk = static_cast<char*>(params.dk) +
-                sizeof(Element) * (batch * params.dk_strides.batch + row * params.dk_strides.row +
-                                   int64_t(kv_head) * params.dk_strides.head + 2 * t4);
-    char* gdv = static_cast<char*>(params.dv) +
-                sizeof(Element) * (batch * params.dv_strides.batch + row * params.dv_strides.row +
-                                   int64_t(kv_head) * params.dv_strides.head + 2 * t4);
-#pragma unroll
-    for (int c = 0; c < kHeadDim / 8; ++c) {
-      *reinterpret_cast<uint32_t*>(gdk + sizeof(Element) * 8 * c) =
-          ptx::pack2<Element>(dk[4 * c + 2 * h] * dk_scale, dk[4 * c + 2 * h + 1] * dk_scale);
-      *reinterpret_cast<uint32_t*>(gdv + sizeof(Element) * 8 * c) =
-          ptx::pack2<Element>(dv[4 * c + 2 * h], dv[4 * c + 2 * h + 1]);
-    }
-  }
+  // Epilogue: dK = scale * sum dS^T Q, dV = sum P^T dO (or their partials).
+  bwd90::store_kv_grad<Element, kHeadDim>(dk, params, seq, batch, kv_head, split, n0, key_local, keys_here, t4,
+                                          params.dk_partial, params.dk, params.dk_strides, params.scale);
+  bwd90::store_kv_grad<Element, kHeadDim>(dv, params, seq, batch, kv_head, split, n0, key_local, keys_here, t4,
+                                          params.dv_partial, params.dv, params.dv_strides, 1.0f);
 }
 
 // dQ. Grid (query blocks of the longest sequence, heads, batch).
@@ -707,15 +695,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_dq_kernel(const __gri
   const int warpgroup = threadIdx.x / 128;
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
-  if (threadIdx.x == 0) {
-    ptx::mbarrier_init(q_full, 1);
-    for (int s = 0; s < kStages; ++s) {
-      ptx::mbarrier_init(&full[s], 1);
-      ptx::mbarrier_init(&empty[s], 4 * Traits::kConsumers);
-    }
-    ptx::mbarrier_init_fence();
-  }
-  __syncthreads();
+  bwd90::init_ring(q_full, full, empty, kStages, 4 * Traits::kConsumers);
 
   const int64_t ws = int64_t(head) * params.ws_rows + params.ws_row0(batch, seq.row0_q) + m0;
   if (warpgroup == 0) {
@@ -836,7 +816,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_dq_kernel(const __gri
   }
 }
 
-// dQ = scale * the fused kernel's f32 accumulator, in Element: the inverse of dq_part_index per
+// dQ = scale * the fused kernel's f32 accumulator, in Element: the inverse of acc_order_index per
 // 64-row query block. Grid (64-row blocks of the longest sequence, heads, batch), 128 threads.
 template <typename Traits>
 __global__ void __launch_bounds__(128) bwd_dq_convert_kernel(const __grid_constant__ BwdKernelParams params) {

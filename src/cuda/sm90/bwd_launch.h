@@ -63,7 +63,7 @@ Status run_bwd(const BackwardParams& params, cudaStream_t stream) {
   FLASHATTN_CUDA_TRY(cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, device));
 
   // Workspace (BwdKernelParams) in whole kWsBlock query blocks (the dQ kernel's); the f32 dQ
-  // accumulator (heads x ws_rows x head_dim, in dq_part_index order per 64-row block) unless
+  // accumulator (heads x ws_rows x head_dim, in acc_order_index order per 64-row block) unless
   // deterministic.
   set_workspace_rows(&kp, kWsBlock);
   kp.kv_splits = kv_splits_for(params, Traits::kKvBlockN, num_sms);
