@@ -187,7 +187,11 @@ def test_cuda_forward_matches_float64(case, bias_dtype):
 def test_cuda_backward_matches_float64(case, bias_dtype, deterministic):
     """dq, dk, dv and dbias (the bias requires grad) through autograd on the GPU against float64
     torch autograd, with the naive bf16 autograd as the yardstick; deterministic runs give the
-    same bits twice."""
+    same bits twice. dbias takes dbias_atol, as in test_cuda_dbias_broadcast_patterns: with a
+    float32 bias the naive yardstick's softmax and its D = sum P dP run in float32 from its own
+    dP, so its dbias lacks the kernel's main error, D = rowsum(dO * out) from the bf16 out, which
+    a bias broadcast over the query rows sums over them (case 7 measured 0.0547 against
+    2 x naive 0.0111 + 0.01 on the H200, 2026-12-01; dev/NOTES.md, branch sparse-bwd)."""
     torch = _cuda_torch()
     import torch_ref
     c = CASES[case]
@@ -207,7 +211,7 @@ def test_cuda_backward_matches_float64(case, bias_dtype, deterministic):
     ref64 = torch_ref.values_and_grads(ref, [x.double() for x in inputs], dout)
     naive = torch_ref.values_and_grads(ref, inputs, dout)
     for name, o, r, n in zip(("out", "dq", "dk", "dv", "dbias"), ours, ref64, naive):
-        assert_fa_close(name, o, r, n, 1e-3 if name == "out" else 1e-2)
+        assert_fa_close(name, o, r, n, {"out": 1e-3, "dbias": dbias_atol(r)}.get(name, 1e-2))
     if deterministic:
         again = torch_ref.values_and_grads(fa, inputs, dout)
         for name, a, b in zip(("out", "dq", "dk", "dv", "dbias"), ours, again):
