@@ -5,7 +5,8 @@
 #   SUITE=quick|full|decode|none   benchmark suite (default quick); several: SUITE="quick decode"
 #   BENCH_ARGS="--impls a,b"       extra bench.py arguments
 #   SANITIZE=1                     also run compute-sanitizer memcheck, racecheck, synccheck on a reduced set
-#                                  (SANITIZE=kvcache: only the KV-cache memcheck and racecheck)
+#                                  (SANITIZE=kvcache: only the KV-cache memcheck and racecheck;
+#                                  SANITIZE=sparse: only the bias/mask backward's)
 #   TESTS=0                        skip the test suites (TESTS=ctest or TESTS=pytest: only that one)
 #   BUILD=0                        reuse build-gpu and the installed package of an earlier call on
 #                                  the same (still warm) machine
@@ -123,7 +124,7 @@ if [ "${SANITIZE:-0}" != 0 ]; then
   log "compute-sanitizer"
   # FLASHATTN_CUDA_PATH=sm90: the Hopper kernels take these small shapes too (synccheck: their
   # mbarriers and named barriers).
-  tools="memcheck racecheck synccheck"; [ "$SANITIZE" = kvcache ] && tools=""
+  tools="memcheck racecheck synccheck"; [ "$SANITIZE" = kvcache ] || [ "$SANITIZE" = sparse ] && tools=""
   for tool in $tools; do
     FLASHATTN_CUDA_PATH=sm90 compute-sanitizer --tool $tool --error-exitcode 9 build-gpu/tests/cpp/flashattn_test_special \
       --gtest_filter='Backends/Special.SeqlenOne/cuda:Backends/Special.FullyMasked*/cuda:Backends/Special.Deterministic*/cuda:Backends/Special.SplitKv*/cuda:Backends/Special.Varlen*/cuda' \
@@ -132,7 +133,8 @@ if [ "${SANITIZE:-0}" != 0 ]; then
   done
   # The KV-cache path: append + rotary and paged reads (page sizes 1-256, left padding; racecheck
   # for the paged offsets double-buffered in shared memory).
-  for tool in memcheck racecheck; do
+  kv_tools="memcheck racecheck"; [ "$SANITIZE" = sparse ] && kv_tools=""
+  for tool in $kv_tools; do
     compute-sanitizer --tool $tool --error-exitcode 9 build-gpu/tests/cpp/flashattn_test_kvcache \
       --gtest_filter='Backends/KVCache.*/cuda:KVCacheCpuVsCuda.*' >"$OUT/sanitizer-kvcache-$tool.log" 2>&1
     echo "$tool kvcache: exit $? ($(grep -cE 'ERROR SUMMARY: 0 errors|RACECHECK SUMMARY: 0 hazards' "$OUT/sanitizer-kvcache-$tool.log") clean summaries)"
@@ -140,6 +142,15 @@ if [ "${SANITIZE:-0}" != 0 ]; then
     compute-sanitizer --tool $tool --error-exitcode 9 build-gpu/tests/cpp/flashattn_test_fp8 \
       --gtest_filter='Cases/Fp8CudaCache.*' >"$OUT/sanitizer-fp8cache-$tool.log" 2>&1
     echo "$tool fp8 cache: exit $? ($(grep -cE 'ERROR SUMMARY: 0 errors|RACECHECK SUMMARY: 0 hazards' "$OUT/sanitizer-fp8cache-$tool.log") clean summaries)"
+  done
+  # The bias/mask backward (ScoreMods::kBiasMask): dbias summed over the query rows in sP's
+  # padding columns (racecheck for those slots), both dQ modes.
+  sparse_tools="memcheck racecheck"; [ "$SANITIZE" = kvcache ] && sparse_tools=""
+  for tool in $sparse_tools; do
+    compute-sanitizer --tool $tool --error-exitcode 9 build-gpu/tests/cpp/flashattn_test_sparse \
+      --gtest_filter='SparseCudaDifferential.RowSummedDbias*:All/SparseCuda.*/bias_f32_rows_broadcast_gqa_causal_lists' \
+      >"$OUT/sanitizer-sparse-$tool.log" 2>&1
+    echo "$tool sparse: exit $? ($(grep -cE 'ERROR SUMMARY: 0 errors|RACECHECK SUMMARY: 0 hazards' "$OUT/sanitizer-sparse-$tool.log") clean summaries)"
   done
 fi
 

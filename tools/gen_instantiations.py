@@ -12,10 +12,10 @@ DTYPES = {"fp16": "__half", "bf16": "__nv_bfloat16"}
 MASKS = {"nomask": "MaskMode::kNone", "window": "MaskMode::kWindow"}
 MODS = {"plain": "ScoreMods::kNone", "mods": "ScoreMods::kAny"}
 
-# attn_bias, attn_mask and block masks (variants.h ScoreMods::kBiasMask): the sm80 forward only,
-# with the window mask (it takes calls without a window at run time), so one file per head dim
+# attn_bias, attn_mask and block masks (variants.h ScoreMods::kBiasMask): the sm80 forward and
+# backward, with the window mask (it takes calls without a window at run time), so one file per head dim
 # and dtype: {family}_hdim{D}_{dtype}_window_biasmask.cu.
-BIAS_MASK_FAMILIES = {"fwd"}
+BIAS_MASK_FAMILIES = {"fwd", "bwd"}
 
 # family -> (launch header, traits template, run function, params type)
 # The sm80-class families take every head dim, mask and modifier set.

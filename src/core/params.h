@@ -90,6 +90,16 @@ struct BlockTilePlan {
   }
 };
 
+// The CUDA backward's table of tile kinds for one kernel tiling (cuda/block_tiles.h): the
+// kind of (plane, query tile m, key tile n) at kinds[(plane * m_tiles + m) * n_tiles + n], a
+// TileKind (cuda/common/tile_kind.h) or -1 (no kept block: the step is skipped). Off (null)
+// without a block mask.
+struct TileKinds {
+  const int8_t* kinds = nullptr;
+  int32_t m_tiles = 0, n_tiles = 0;
+  FLASHATTN_HOST_DEVICE bool on() const { return kinds != nullptr; }
+};
+
 // A float32 factor per (sequence b, kv head hk) for an FP8 operand (docs/SEMANTICS.md, "FP8"):
 // data[b * batch + hk * head]; a stride of 0 broadcasts. Null data = 1 (no descale).
 struct Descale {

@@ -22,7 +22,7 @@ struct Geometry {
   size_t lists_bytes() const { return size_t(planes() * m_tiles * (n_tiles + 1)) * sizeof(int32_t); }
 };
 
-Geometry geometry(const ForwardParams& p, int block_m, int block_n) {
+Geometry geometry(const QKVParams& p, int block_m, int block_n) {
   Geometry g;
   const bool by_batch = p.block_mask.defined() ? p.block_mask.size[0] > 1 : p.block_lists_vary_over_batch();
   const bool by_head = p.block_mask.defined() ? p.block_mask.size[1] > 1 : p.block_lists_vary_over_heads();
@@ -98,9 +98,52 @@ __global__ void tile_lists(int32_t* lists, const uint8_t* states, Geometry g, in
   }
 }
 
+// The backward's tables: one thread per (plane, query tile, key tile), grid-stride.
+__global__ void tile_kinds_kernel(int8_t* kinds, const uint8_t* states, Geometry g, int block_m, int block_n,
+                                  int bq, int bk, int seqlen_q, int seqlen_k, bool has_mask) {
+  const int64_t n = g.planes() * g.m_tiles * g.n_tiles;
+  for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < n; e += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t nt = e % g.n_tiles, m = e / g.n_tiles % g.m_tiles, plane = e / (g.n_tiles * g.m_tiles);
+    int64_t r0, r1, c0, c1;
+    tile_blocks(m, block_m, bq, seqlen_q, &r0, &r1);
+    tile_blocks(nt, block_n, bk, seqlen_k, &c0, &c1);
+    kinds[e] = int8_t(tile_kind(states + plane * g.q_blocks * g.k_blocks, g.k_blocks, r0, r1, c0, c1, has_mask));
+  }
+}
+
 unsigned grid_for(int64_t n) {
   const int64_t blocks = (n + kThreads - 1) / kThreads;
   return unsigned(blocks < 65535 ? (blocks > 0 ? blocks : 1) : 65535);
+}
+
+// The table of block states from either form of the block mask (the plan's first part).
+Status fill_states(const QKVParams& p, const Geometry& g, uint8_t* states, cudaStream_t stream) {
+  if (p.block_mask.defined()) {
+    states_from_dense<<<grid_for(int64_t(g.states_bytes())), kThreads, 0, stream>>>(states, p.block_mask, g);
+    return Status::Ok();
+  }
+  FLASHATTN_CUDA_TRY(cudaMemsetAsync(states, kBlockAbsent, g.states_bytes(), stream));
+  const struct {
+    const BlockList& list;
+    BlockState state;
+  } given[2] = {{p.partial_blocks, kBlockPartial}, {p.full_blocks, kBlockFull}};
+  for (const auto& l : given) {
+    if (!l.list.defined() || l.list.width == 0) continue;
+    states_from_list<<<grid_for(g.planes() * g.q_blocks * l.list.width), kThreads, 0, stream>>>(states, l.list,
+                                                                                                l.state, g);
+  }
+  return Status::Ok();
+}
+
+void set_plan(BlockTilePlan* plan, const Geometry& g, const uint8_t* states, const int32_t* lists) {
+  plan->states = states;
+  plan->lists = lists;
+  plan->q_blocks = int32_t(g.q_blocks);
+  plan->k_blocks = int32_t(g.k_blocks);
+  plan->m_tiles = int32_t(g.m_tiles);
+  plan->n_tiles = int32_t(g.n_tiles);
+  plan->by_batch = g.planes_b > 1;
+  plan->by_head = g.planes_h > 1;
 }
 
 }  // namespace
@@ -118,34 +161,45 @@ Status build_block_tiles(ForwardParams* p, int block_m, int block_n, void* works
   }
   auto* states = static_cast<uint8_t*>(workspace);
   auto* lists = reinterpret_cast<int32_t*>(states + align16(g.states_bytes()));
-  if (p->block_mask.defined()) {
-    states_from_dense<<<grid_for(int64_t(g.states_bytes())), kThreads, 0, stream>>>(states, p->block_mask, g);
-  } else {
-    FLASHATTN_CUDA_TRY(cudaMemsetAsync(states, kBlockAbsent, g.states_bytes(), stream));
-    const struct {
-      const BlockList& list;
-      BlockState state;
-    } given[2] = {{p->partial_blocks, kBlockPartial}, {p->full_blocks, kBlockFull}};
-    for (const auto& l : given) {
-      if (!l.list.defined() || l.list.width == 0) continue;
-      states_from_list<<<grid_for(g.planes() * g.q_blocks * l.list.width), kThreads, 0, stream>>>(states, l.list,
-                                                                                                  l.state, g);
-    }
-  }
+  if (Status s = fill_states(*p, g, states, stream); !s.ok()) return s;
   const int64_t warps = g.planes() * g.m_tiles;
   tile_lists<<<grid_for(warps * 32), kThreads, 0, stream>>>(lists, states, g, block_m, block_n, p->block_size_q,
                                                             p->block_size_k, p->seqlen_q, p->seqlen_k,
                                                             p->mask.defined());
   FLASHATTN_CUDA_TRY(cudaGetLastError());
-  BlockTilePlan& plan = p->block_tiles;
-  plan.states = states;
-  plan.lists = lists;
-  plan.q_blocks = int32_t(g.q_blocks);
-  plan.k_blocks = int32_t(g.k_blocks);
-  plan.m_tiles = int32_t(g.m_tiles);
-  plan.n_tiles = int32_t(g.n_tiles);
-  plan.by_batch = g.planes_b > 1;
-  plan.by_head = g.planes_h > 1;
+  set_plan(&p->block_tiles, g, states, lists);
+  return Status::Ok();
+}
+
+size_t block_states_bytes(const QKVParams& p) { return align16(geometry(p, 1, 1).states_bytes()); }
+
+Status build_block_states(const QKVParams& p, void* workspace, cudaStream_t stream, BlockTilePlan* plan) {
+  const Geometry g = geometry(p, 1, 1);
+  auto* states = static_cast<uint8_t*>(workspace);
+  if (Status s = fill_states(p, g, states, stream); !s.ok()) return s;
+  FLASHATTN_CUDA_TRY(cudaGetLastError());
+  set_plan(plan, g, states, nullptr);
+  return Status::Ok();
+}
+
+size_t tile_kinds_bytes(const QKVParams& p, int block_m, int block_n) {
+  const Geometry g = geometry(p, block_m, block_n);
+  return align16(size_t(g.planes() * g.m_tiles * g.n_tiles));
+}
+
+Status build_tile_kinds(const QKVParams& p, const BlockTilePlan& plan, int block_m, int block_n, void* workspace,
+                        cudaStream_t stream, TileKinds* kinds) {
+  const Geometry g = geometry(p, block_m, block_n);
+  auto* table = static_cast<int8_t*>(workspace);
+  const int64_t n = g.planes() * g.m_tiles * g.n_tiles;
+  if (n > 0) {
+    tile_kinds_kernel<<<grid_for(n), kThreads, 0, stream>>>(table, plan.states, g, block_m, block_n, p.block_size_q,
+                                                            p.block_size_k, p.seqlen_q, p.seqlen_k, p.mask.defined());
+    FLASHATTN_CUDA_TRY(cudaGetLastError());
+  }
+  kinds->kinds = table;
+  kinds->m_tiles = int32_t(g.m_tiles);
+  kinds->n_tiles = int32_t(g.n_tiles);
   return Status::Ok();
 }
 

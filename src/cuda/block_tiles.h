@@ -37,4 +37,15 @@ size_t block_tiles_bytes(const ForwardParams& p, int block_m, int block_n);
 // points p->block_tiles at it.
 Status build_block_tiles(ForwardParams* p, int block_m, int block_n, void* workspace, cudaStream_t stream);
 
+// The backward's plan (sm80/bwd_kernel.h says why it differs): the table of block states
+// (plan->lists stays null; m_tiles / n_tiles are those of 1 x 1 tiles, unused), then, per
+// kernel tiling of block_m x block_n, a table of tile kinds: byte (plane, m, n) is the
+// tile_kind (TileKind, or kTileSkipped) of query tile m and key tile n, as the forward's lists
+// classify their tiles. Sizes in bytes of workspace (16-byte aligned pieces), built on `stream`.
+size_t block_states_bytes(const QKVParams& p);
+Status build_block_states(const QKVParams& p, void* workspace, cudaStream_t stream, BlockTilePlan* plan);
+size_t tile_kinds_bytes(const QKVParams& p, int block_m, int block_n);
+Status build_tile_kinds(const QKVParams& p, const BlockTilePlan& plan, int block_m, int block_n, void* workspace,
+                        cudaStream_t stream, TileKinds* kinds);
+
 }  // namespace flashattn::cuda

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "core/backend.h"
+#include "cuda/bwd_dbias.h"
 #include "cuda/common/build_config.h"
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/variants.h"
@@ -69,11 +70,11 @@ CudaPath cuda_path() {
 // softmax scale already resolved from the caller's head dim (validate.cpp), then the first
 // head_dim columns of the results are copied back.
 //
-// Why padding rather than more instantiations: every head dim costs 26 instantiations (forward,
+// Why padding rather than more instantiations: every head dim costs 28 instantiations (forward,
 // KV-cache forward and backward x no mask / window x plain / score modifiers, plus the forward's
-// bias-and-mask variant, x fp16 / bf16). flash_attn's sizes 160 and 224 would add 52 (156 -> 208
-// sm80-class files, a third more build time); every multiple of 8 up to 256 would add 676
-// (about 5x the build).
+// and the backward's bias-and-mask variants, x fp16 / bf16). flash_attn's sizes 160 and 224
+// would add 56 (168 -> 224 sm80-class files, a third more build time); every multiple of 8 up
+// to 256 would add 728 (about 5x the build).
 // Padding costs, per call, one copy of each padded operand (q, k, v; out, dout, dq, dk, dv in
 // the backward) at copy bandwidth, plus the matrix products over the padded width: d 80 -> 96 and 160 -> 192
 // are 20% more FLOPs, 224 -> 256 14%, 40 -> 64 60%, 16 -> 32 100%. Not yet timed on a GPU;
@@ -419,21 +420,13 @@ Status cuda_forward(const ForwardParams& p) {
 }
 
 Status cuda_backward(const BackwardParams& p) {
-  // The forward runs them (sm80, ScoreMods::kBiasMask); the backward does not yet. Checked
-  // first, before any other CUDA-specific check.
-  const struct {
-    const char* name;
-    bool given;
-  } not_yet[] = {{"attn_bias", p.bias.defined()},
-                 {"attn_mask", p.mask.defined()},
-                 {"block_mask", p.block_mask.defined()},
-                 {"block_mask_lists (the compressed block_mask)", p.has_block_lists()}};
-  for (const auto& m : not_yet) {
-    if (m.given) {
-      return Status::NotSupported(std::string(m.name) +
-                                  " is not supported by the CUDA backward yet (the CUDA forward and "
-                                  "the cpu backend implement it)");
-    }
+  // attn_bias, attn_mask and block masks run on the sm80 kernels (ScoreMods::kBiasMask), dbias
+  // included, except dbias with softcap: the kernels' dS already carries softcap's factor
+  // (1 - tanh^2), and dbias needs it without (SEMANTICS.md "Gradient"). Checked first, before
+  // any other CUDA-specific check.
+  if (p.dbias.defined() && p.softcap > 0.0f) {
+    return Status::NotSupported("dbias with softcap is not supported by the CUDA backward yet (the cpu backend "
+                                "implements it; attn_bias without dbias runs with softcap)");
   }
   cuda::DeviceScope restore_device;  // prepare() selects the tensors' device
   PadPlan plan;
@@ -458,6 +451,10 @@ Status cuda_backward(const BackwardParams& p) {
     // sink, so P_sink = 1 and D = rowsum(dO * O) = 0, as O = 0: 0 too).
     if (p.dsink != nullptr) {
       FLASHATTN_CUDA_TRY(cudaMemsetAsync(p.dsink, 0, sizeof(float) * size_t(p.heads), stream));
+    }
+    // dbias: 0 too (P = 0 wherever there is a pair).
+    if (p.dbias.defined()) {
+      if (Status s = cuda::zero_dbias(p.dbias, p.seqlen_k, stream); !s.ok()) return s;
     }
     if (p.batch == 0) return Status::Ok();
     if (Status s = zero_fill(p.dq, p.dq_strides, qr, p.heads, p.head_dim, stream); !s.ok()) return s;

@@ -1,5 +1,5 @@
 // One case of the bias / mask / block-mask tests on dense or varlen calls, shared by
-// test_block_sparse.cpp (both backends) and test_sparse_cuda.cpp (CUDA forward): a Spec, its
+// test_block_sparse.cpp (both backends) and test_sparse_cuda.cpp (CUDA): a Spec, its
 // inputs built on the host in the reference's layouts (the equivalent dense keep mask and bias)
 // and as views on a backend, and the AttentionOptions that hand them to flashattn.
 #pragma once
@@ -249,6 +249,18 @@ inline void unlist_key_block(Built* b, Backend be, const Spec& s, int c, uint32_
   }
   b->kv.arena->upload();
   b->vv.arena->upload();
+}
+
+// After run_and_check: the dbias elements no sequence reaches (NaN in the bias, past a
+// sequence's lengths) are exactly 0.
+inline void expect_unreached_dbias_zero(const Built& b, const ModsRefs& refs, const std::string& name) {
+  if (!refs.ran || refs.dbias.empty()) return;
+  const std::vector<double> ours = b.dbiasv.read();
+  for (size_t e = 0; e < ours.size(); ++e) {
+    if (std::isnan(b.bias[e])) {
+      ASSERT_EQ(ours[e], 0.0) << name << " dbias element " << e;
+    }
+  }
 }
 
 inline void set_options(const Spec& s, const Built& b, AttentionOptions* o) {

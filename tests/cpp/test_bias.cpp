@@ -2,9 +2,10 @@
 // reference given the equivalent dense bias and keep mask, dbias against the reference's
 // (summed over the broadcast dimensions) and the reference's dbias against float64 finite
 // differences, reproducibility of dbias, and the argument checks, on dense calls (varlen calls
-// and the compressed block mask: test_block_sparse.cpp). CUDA runs each case's forward in
-// bfloat16 (float32 is CPU-only) and must decline the backward with kNotSupported naming the
-// argument (skipped without a GPU; the CUDA-specific cases are in test_sparse_cuda.cpp).
+// and the compressed block mask: test_block_sparse.cpp). CUDA runs each case in bfloat16
+// (float32 is CPU-only), gradients included, and declines dbias with softcap naming it
+// (score_mods_util.h run_and_check; skipped without a GPU; the CUDA-specific cases are in
+// test_sparse_cuda.cpp).
 #include <gtest/gtest.h>
 
 #include <array>
@@ -245,9 +246,7 @@ TEST_P(ScoreMods, MatchesReference) {
   if (backend == Backend::kCuda && s.dtype == DType::kFloat32) s.dtype = DType::kBFloat16;
   if (backend == Backend::kCuda && cuda_not_built(s.dtype, s.head_dim, s.head_dim_v)) GTEST_SKIP() << "not built";
   Built b = build(s, backend);
-  // The CUDA backward declines them: the first of the given arguments is named.
-  const char* first = s.bias ? "attn_bias" : s.mask_density >= 0.0 ? "attn_mask" : "block_mask";
-  const ModsRefs refs = run_and_check(backend, b, options(s, b), s.dtype, s.name, first);
+  const ModsRefs refs = run_and_check(backend, b, options(s, b), s.dtype, s.name);
   if (refs.ran && s.dbias && s.dtype == DType::kFloat32) {
     EXPECT_GT(max_abs(refs.dbias), 0.0) << s.name;
   }

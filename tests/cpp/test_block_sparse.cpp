@@ -2,9 +2,8 @@
 // of partial and full key blocks) and the bias and masks on varlen calls (issue 18): values and
 // gradients against the float64 reference given the equivalent dense keep mask and bias, at
 // ragged lengths; full blocks do not read attn_mask; the lists give bitwise the dense form's
-// results; absent blocks are never read; list values are checked. CUDA runs each case's forward
-// in bfloat16 (float32 is CPU-only) and must decline the backward with kNotSupported naming the
-// argument.
+// results; absent blocks are never read; list values are checked. CUDA runs each case in
+// bfloat16 (float32 is CPU-only), gradients included (score_mods_util.h run_and_check).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -85,13 +84,6 @@ std::vector<Spec> cases() {
   return cs;
 }
 
-// The first of the case's arguments the CUDA backend names when it declines.
-const char* first_declined(const Spec& s) {
-  if (s.bias) return "attn_bias";
-  if (s.mask_density >= 0.0) return "attn_mask";
-  return s.blocks == Blocks::kDense ? "block_mask" : "block_mask_lists";
-}
-
 using Param = std::tuple<Backend, size_t>;
 class BlockSparse : public testing::TestWithParam<Param> {};
 
@@ -103,20 +95,11 @@ TEST_P(BlockSparse, MatchesReference) {
   if (backend == Backend::kCuda && s.dtype == DType::kFloat32) s.dtype = DType::kBFloat16;
   if (backend == Backend::kCuda && cuda_not_built(s.dtype, s.head_dim, s.head_dim_v)) GTEST_SKIP() << "not built";
   Built b = build(s, backend);
-  const ModsRefs refs = run_and_check(backend, b, options(s, b), s.dtype, s.name, first_declined(s));
+  const ModsRefs refs = run_and_check(backend, b, options(s, b), s.dtype, s.name);
   if (s.absent == 1.0 && s.blocks != Blocks::kNone) {
     for (double x : b.outv.read()) ASSERT_EQ(x, 0.0);
   }
-  if (!refs.ran) return;
-  // dbias elements no sequence reaches (NaN in the bias) get an exact 0.
-  if (!refs.dbias.empty()) {
-    const std::vector<double> ours = b.dbiasv.read();
-    for (size_t e = 0; e < ours.size(); ++e) {
-      if (std::isnan(b.bias[e])) {
-        ASSERT_EQ(ours[e], 0.0) << s.name << " dbias element " << e;
-      }
-    }
-  }
+  expect_unreached_dbias_zero(b, refs, s.name);
 }
 
 INSTANTIATE_TEST_SUITE_P(All, BlockSparse,

@@ -2,7 +2,8 @@
 compressed block mask (flashattn.BlockMask, FlexAttention's layout) and its builders
 (block_mask_from_dense, block_mask_from_mask_mod, block_mask_from_flex). Everything is checked
 against the float64 reference (score_ref.py) given the equivalent dense keep mask, which these
-tests derive on their own (numpy predicates, list expansion)."""
+tests derive on their own (numpy predicates, list expansion). The varlen cases also run on the
+GPU (dq, dk, dv and dbias for each bias broadcast pattern; skipped without a GPU)."""
 
 import numpy as np
 import pytest
@@ -75,6 +76,9 @@ VARLEN_CASES = [
     dict(bias=(1, H, MAX_Q, MAX_K), causal=True, mask=(B, 1, MAX_Q, MAX_K)),  # one bias for all
     dict(bias=(B, 1, 1, MAX_K), block=(1, H), bs=(16, 8), density=0.5),  # key padding bias
     dict(block=(B, 1), bs=(7, 9), density=0.4, mask=(1, H, MAX_Q, MAX_K), window=(20, 5)),
+    dict(bias=(B, H, 1, MAX_K), causal=True, block=(B, H), bs=(16, 16), density=1.0),
+    dict(bias=(1, 1, 1, MAX_K), block=(1, 1), bs=(8, 8), density=0.0),  # nothing kept: dbias 0
+    dict(bias=(1, 1, MAX_Q, MAX_K), block=(B, H), bs=(16, 8), density=0.5),
 ]
 
 
@@ -139,6 +143,66 @@ def test_varlen_torch_autograd(case):
         close(ours, theirs, name)
     if bias is not None:
         close(bias_t.grad.numpy(), reduce_like(ref[5], bias.shape), "dbias")
+
+
+@pytest.mark.parametrize("case", range(len(VARLEN_CASES)))
+def test_cuda_varlen_backward_matches_float64(case):
+    """The varlen cases on the GPU (bf16; empty sequences, rows with no kept key, every bias
+    broadcast pattern): out, dq, dk, dv and dbias against the float64 reference of the same
+    bf16 values, with the naive bf16 computation of each sequence (torch) as the yardstick."""
+    torch = _torch()
+    if not flashattn.cuda_built() or not flashattn.cuda_available() or not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    from attn_ref import assert_fa_close
+    from score_ref import torch_reference
+    import torch_ref
+    c = VARLEN_CASES[case]
+    dev = torch.device("cuda")
+    q, k, v, dout = (torch.from_numpy(x).to(dev, torch.bfloat16) for x in varlen_inputs())
+    bias, mask, block, bs, keep = make_varlen_case(c)
+    cq, ck = torch.from_numpy(cu(LENS_Q)).to(dev), torch.from_numpy(cu(LENS_K)).to(dev)
+    scale = D ** -0.5
+
+    def fa(q, k, v, *b):
+        return flashattn.flash_attn_varlen_func(
+            q, k, v, cq, ck, MAX_Q, MAX_K, causal=c.get("causal", False),
+            window_size=c.get("window", (-1, -1)), attn_bias=b[0] if b else None,
+            attn_mask=torch.from_numpy(mask).to(dev) if mask is not None else None,
+            block_mask=torch.from_numpy(block).to(dev) if block is not None else None, block_size=bs)
+
+    inputs = [q, k, v] + ([torch.from_numpy(bias).to(dev)] if bias is not None else [])
+    ours = torch_ref.values_and_grads(fa, inputs, dout)
+    f32 = [x.float().cpu().numpy() for x in (q, k, v, dout)]
+    ref = varlen_reference(*f32, bias, keep, scale)
+    ref64 = list(ref[:1]) + list(ref[2:5]) + ([reduce_like(ref[5], bias.shape)] if bias is not None else [])
+    # The yardstick: each sequence's dense attention in bf16, its dS as the bias gradient.
+    naive = [np.zeros(r.shape) for r in ref64[:4]]
+    ds = np.zeros((B, H, MAX_Q, MAX_K))
+    for b in range(B):
+        lq, lk = LENS_Q[b], LENS_K[b]
+        if lq == 0 or lk == 0:
+            continue
+        oq, ok = cu(LENS_Q), cu(LENS_K)
+        rq, rk = slice(int(oq[b]), int(oq[b + 1])), slice(int(ok[b]), int(ok[b + 1]))
+        kb = torch.from_numpy(keep[b:b + 1, :, :lq, :lk]).to(dev)
+        sb = torch.zeros(1, H, lq, lk, device=dev)
+        if bias is not None:
+            sl = bias[min(b, bias.shape[0] - 1):][:1, :, :lq if bias.shape[2] > 1 else 1, :lk]
+            sb = sb + torch.from_numpy(sl).to(dev)
+
+        def seq(qs, ks, vs, bs_):
+            return torch_reference(qs, ks, vs, bs_, kb, scale)[0]  # (lq, H, DV)
+
+        r = torch_ref.values_and_grads(lambda qs, ks, vs, bs_: seq(qs[None], ks[None], vs[None], bs_),
+                                       [q[rq], k[rk], v[rk], sb], dout[rq])
+        naive[0][rq], naive[1][rq], naive[2][rk], naive[3][rk] = r[0], r[1], r[2], r[3]
+        ds[b, :, :lq, :lk] = r[4][0]
+    if bias is not None:
+        naive.append(reduce_like(ds, bias.shape))
+    for name, o, r, n in zip(("out", "dq", "dk", "dv", "dbias"), ours, ref64, naive):
+        # dbias: also the C++ suite's 2 u (max|dbias| + 0.3), u = 2^-8 (test_bias.py dbias_atol).
+        atol = {"out": 1e-3, "dbias": max(1e-2, 2 * 2.0**-8 * (np.abs(r).max() + 0.3))}.get(name, 1e-2)
+        assert_fa_close(name, o, r, n, atol)
 
 
 def test_varlen_packed_variants_take_the_bias():
@@ -489,14 +553,21 @@ def test_cuda_builders_run_on_the_device_and_the_forward_takes_them():
         ref = torch_ref.attention(q.double(), k.double(), v.double(), causal=causal)[0]
         naive = torch_ref.attention(q, k, v, causal=causal)[0]
         assert_fa_close("out", out.float().cpu().numpy(), ref.cpu().numpy(), naive.float().cpu().numpy(), 1e-3)
-    with pytest.raises(NotImplementedError, match="block_mask_lists"):
-        leaf = q.clone().requires_grad_()
-        flashattn.flash_attn_func(leaf, k, v, block_mask=dense).sum().backward()
+    # The backward takes them too: the causal mask_mod's lists give causal attention's gradients.
+    dout = torch.randn_like(q)
+    ours = torch_ref.values_and_grads(lambda q, k, v: flashattn.flash_attn_func(q, k, v, block_mask=bm),
+                                      [q, k, v], dout)
+    causal = lambda q, k, v: torch_ref.attention(q, k, v, causal=True)[0]  # noqa: E731
+    ref = torch_ref.values_and_grads(causal, [x.double() for x in (q, k, v)], dout)
+    naive = torch_ref.values_and_grads(causal, [q, k, v], dout)
+    for name, o, r, n in zip(("out", "dq", "dk", "dv"), ours, ref, naive):
+        assert_fa_close(name, o, r, n, 1e-2)
 
 
 def test_cuda_varlen_lists_match_the_cpu_backend():
     """The compressed form on a varlen CUDA call against the same call on the CPU backend
-    (bf16 inputs; the CPU computes in float32)."""
+    (bf16 inputs; the CPU computes in float32): out, and the gradients of q, k, v and of the
+    bias (shared by the batch: the CUDA reduction's path)."""
     torch = _torch()
     if not torch.cuda.is_available() or not flashattn.cuda_available():
         pytest.skip("no CUDA device")
@@ -513,16 +584,21 @@ def test_cuda_varlen_lists_match_the_cpu_backend():
     mask = torch.rand(len(lens_q), 4, mq, mk, generator=g) < 0.7
     bias = torch.randn(1, 4, mq, mk, generator=g)
     lists = flashattn.block_mask_from_dense(block, bs, attn_mask=mask)
-    outs = []
+    dout = torch.randn(sum(lens_q), 4, 64, generator=g).bfloat16()
+    results = []
     for dev in ("cpu", "cuda"):
         to = lambda t: None if t is None else t.to(dev)  # noqa: E731
         bm = flashattn.BlockMask(*(to(t) for t in (lists.kv_num_blocks, lists.kv_indices,
                                                    lists.full_kv_num_blocks, lists.full_kv_indices)),
                                  block_size=lists.block_size, mask=to(lists.mask))
-        outs.append(flashattn.flash_attn_varlen_func(to(q), to(k), to(v), to(cu_q), to(cu_k), mq, mk,
-                                                     block_mask=bm, attn_bias=to(bias)).float().cpu())
+        # Leaves on each device: .to() of a tensor that requires grad would be a non-leaf.
+        leaves = [t.detach().to(dev).requires_grad_() for t in (q, k, v, bias)]
+        out = flashattn.flash_attn_varlen_func(*leaves[:3], to(cu_q), to(cu_k), mq, mk, block_mask=bm,
+                                               attn_bias=leaves[3])
+        out.backward(to(dout))
+        results.append([out.float().cpu()] + [t.grad.float().cpu() for t in leaves])
     # The CPU result is within float32 rounding of float64: it stands in for the reference, its
     # bf16 rounding for the naive term, and the slack covers P's rounding to bf16 before P.V
     # (a few bf16 ulps of outputs below 1).
-    cpu, gpu = outs
-    assert_fa_close("out", gpu.numpy(), cpu.numpy(), cpu.bfloat16().float().numpy(), 2e-2)
+    for name, gpu, cpu in zip(("out", "dq", "dk", "dv", "dbias"), results[1], results[0]):
+        assert_fa_close(name, gpu.numpy(), cpu.numpy(), cpu.bfloat16().float().numpy(), 2e-2)

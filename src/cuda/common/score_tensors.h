@@ -25,8 +25,10 @@ struct ScoreRow {
   const uint8_t* states;
 };
 
-// Row i (clamped to the sequence: see above) of (sequence b, head h).
-__device__ __forceinline__ ScoreRow score_row(const ForwardParams& p, int b, int h, int i) {
+// Row i (clamped to the sequence: see above) of (sequence b, head h). Params: the forward's
+// or the backward's kernel parameters (both carry the call's QKVParams and a block_tiles plan).
+template <typename Params>
+__device__ __forceinline__ ScoreRow score_row(const Params& p, int b, int h, int i) {
   ScoreRow r{nullptr, nullptr, nullptr};
   if (p.bias.defined()) {
     const int64_t size = p.bias.dtype == DType::kFloat32 ? 4 : 2;
@@ -44,7 +46,7 @@ __device__ __forceinline__ ScoreRow score_row(const ForwardParams& p, int b, int
 
 // attn_bias at (row, key j) in log2 units (scores are after scale_log2 / softcap there); the
 // row has a bias. j clamped to the sequence.
-__device__ __forceinline__ float bias_log2(const ForwardParams& p, const ScoreRow& r, int j) {
+__device__ __forceinline__ float bias_log2(const QKVParams& p, const ScoreRow& r, int j) {
   float x;
   if (p.bias.dtype == DType::kFloat32) {
     x = __ldg(reinterpret_cast<const float*>(r.bias) + j);
@@ -59,7 +61,7 @@ __device__ __forceinline__ float bias_log2(const ForwardParams& p, const ScoreRo
 // Whether (row, key j) is hidden in a tile of `kind` (tile_kind.h hidden_in_tile: clean tiles
 // read nothing, mask tiles attn_mask, mixed tiles the block state and then attn_mask where the
 // block is partial; full blocks never read it). j clamped to the sequence.
-__device__ __forceinline__ bool score_hidden(const ForwardParams& p, const ScoreRow& r, int kind, int j) {
+__device__ __forceinline__ bool score_hidden(const QKVParams& p, const ScoreRow& r, int kind, int j) {
   return hidden_in_tile(kind, r.states, j, p.block_size_k, r.mask);
 }
 

@@ -18,9 +18,9 @@ enum class MaskMode {
 };
 
 // Score modifiers beyond scale + mask. kNone keeps the inner loop lean; kAny handles softcap,
-// ALiBi and dropout with uniform run-time branches; kBiasMask (the forward only, with the
-// window mask, which costs nothing when there is none) adds attn_bias, attn_mask and block
-// masks (sm80/fwd_kernel.h, cuda/block_tiles.h) to kAny. A variant of its own so that the
+// ALiBi and dropout with uniform run-time branches; kBiasMask (the sm80 forward and backward,
+// with the window mask, which costs nothing when there is none) adds attn_bias, attn_mask and
+// block masks (sm80/fwd_kernel.h, sm80/bwd_kernel.h, cuda/block_tiles.h) to kAny. A variant of its own so that the
 // other instantiations keep their code, and one instantiation per head dim and dtype: the
 // calls that carry tensors of scores are rare enough that an unused window or softcap branch
 // does not matter next to the bias and mask reads.
@@ -100,9 +100,10 @@ Status by_head_dim(const QKVParams& p, Launch& launch) {
 // Calls launch.template operator()<Element, kHeadDim, kMask, kMods>() for p's dtype, head dim,
 // mask and score modifiers, among the instantiations this build contains (CMake defines
 // FLASHATTN_CUDA_HDIM_<d> and FLASHATTN_CUDA_DTYPE_<T>; see build_config.h). kBiasMask: the
-// caller has ScoreMods::kBiasMask instantiations (the sm80 forward), which take every call with
-// attn_bias, attn_mask or a block mask; other callers never see those (their backends decline
-// them first). kHeadDims: the head dims the caller's family has (others: kNotSupported).
+// caller has ScoreMods::kBiasMask instantiations (the sm80 forward and backward), which take
+// every call with attn_bias, attn_mask or a block mask; other callers never see those (their
+// backends decline them first). kHeadDims: the head dims the caller's family has (others:
+// kNotSupported).
 template <bool kBiasMask = false, int kHeadDims = kAnyHeadDim, typename Launch>
 Status dispatch_variant(const QKVParams& p, Launch&& launch) {
   switch (p.dtype) {

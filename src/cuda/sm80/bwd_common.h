@@ -14,9 +14,11 @@
 #include "cuda/common/cta_order.h"
 #include "cuda/common/dq_layout.h"
 #include "cuda/common/mask.h"
+#include "cuda/common/score_tensors.h"
 #include "cuda/common/seq_extent.h"
 #include "cuda/common/smem_layout.h"
 #include "cuda/common/tile_copy.h"
+#include "cuda/common/tile_kind.h"
 #include "cuda/common/tile_size.h"
 #include "cuda/ptx/cp_async.h"
 #include "cuda/ptx/ldmatrix.h"
@@ -62,6 +64,19 @@ struct BwdKernelParams : BackwardParams {
   // summed in that order by bwd_sink_grad_kernel. Null when dsink is not requested.
   float* sink_partial = nullptr;
   int32_t sink_partials_per_head = 0;
+  // ScoreMods::kBiasMask under a block mask: the table of block states (build_block_states,
+  // cuda/block_tiles.h; no tile lists) and the kinds of the main kernel's and (deterministic
+  // mode) the dQ kernel's (query tile, key tile) steps (build_tile_kinds); off otherwise.
+  BlockTilePlan block_tiles;
+  TileKinds step_kinds, dq_step_kinds;
+  // ScoreMods::kBiasMask with dbias (DbiasPlan, bwd_dbias.h): where the main kernel puts the f32
+  // values of (sequence b, head h), at data + b * batch + h * head + i * row + j: dS of query i,
+  // key j (store_dbias), or with dbias_row_sum its sum over the query rows at i = 0
+  // (flush_dbias_cols). data: dbias itself when no two (b, h) share one of its elements, else
+  // the (batch, heads, 1 or seqlen_q, seqlen_k) partials that reduce_dbias sums into dbias.
+  // Null data: no dbias.
+  Broadcast4 dbias_out;
+  bool dbias_row_sum = false;
 
   __device__ __forceinline__ int64_t ws_row0(int b, int64_t row0_q) const {
     return is_varlen() ? (row0_q & ~int64_t(kWsRowAlign - 1)) + int64_t(b) * (ws_block + kWsRowAlign)
@@ -108,7 +123,13 @@ struct BwdTraits {
   // With score modifiers the warp tile may be processed in row slices: the softcap, ALiBi and
   // dropout temporaries need the registers that part of S and dP gives back (at the price of
   // reading the K / V fragments once per slice).
-  static constexpr int kSdpSplits = kMods == ScoreMods::kAny ? kTile.mods_splits : 1;
+  // kBiasMask: at least two slices where the warp tile has two 16-row tiles (its per-row
+  // pointers into attn_bias, attn_mask and the block states need more registers still; see
+  // the ptxas figures in sm80/bwd_kernel.h).
+  static constexpr int kSdpSplits = kMods == ScoreMods::kBiasMask && kSdpMTiles >= 2
+                                        ? (kTile.mods_splits > 2 ? kTile.mods_splits : 2)
+                                    : kMods != ScoreMods::kNone ? kTile.mods_splits
+                                                                : 1;
   static constexpr int kSdpSubMTiles = kSdpMTiles / kSdpSplits;
   // dV += P^T dO and dK += dS^T Q: warp tile kKvRows keys x kKvCols columns.
   static constexpr int kKvWarpsN = kTile.kv_warps_n;
@@ -249,7 +270,7 @@ struct BwdScoreState {
 
 template <ScoreMods kMods>
 __device__ __forceinline__ BwdScoreState score_state(const BackwardParams& p, int batch, int head) {
-  constexpr bool kAny = kMods == ScoreMods::kAny;
+  constexpr bool kAny = kMods != ScoreMods::kNone;  // kBiasMask includes kAny's modifiers
   BwdScoreState st;
   st.scale_log2 = p.scale_log2;
   st.use_softcap = kAny && p.softcap > 0.0f;
@@ -282,6 +303,30 @@ __device__ __forceinline__ BwdScoreState score_state(const BackwardParams& p, in
 // dp then holds dS with respect to the raw product q.k divided by the softmax scale (the scale
 // is applied once to dK and dQ at the end). Splitting the passes around the dP product keeps
 // the dropout and softcap temporaries out of the region where S and dP are both live.
+
+// ScoreMods::kBiasMask: what pass 1 needs, besides the kernel parameters, to read attn_bias,
+// attn_mask and the block states for one step: the step's (sequence, head), the kind of its
+// (query tile, key tile) pair (tile_kind.h: which element check it needs) and the sequence's
+// lengths (reads are clamped there, score_tensors.h). Unused by the other variants.
+struct StepScores {
+  int batch, head, kind, seqlen_q, seqlen_k;
+};
+
+// The kind of the step (query tile m, key tile n) of (sequence batch, query head head) under a
+// block mask, from `kinds`, the table of the kernel's tiling (build_tile_kinds): a TileKind, or
+// kTileSkipped when the tile touches no kept block. One byte read: classifying in the loop from
+// the block states instead (tile_kind over the user blocks a tile touches) cost the main
+// kernel's d128 hot loop 70 more bytes of spills (ptxas sm_90: 40 -> 112 bytes of stores).
+__device__ __forceinline__ int32_t step_kind(const BwdKernelParams& p, const TileKinds& kinds, int batch, int head,
+                                             int m, int n) {
+  const int64_t plane = p.block_tiles.plane(batch, head, p.heads);
+  return __ldg(kinds.kinds + (plane * kinds.m_tiles + m) * kinds.n_tiles + n);
+}
+
+// The element check of a step without a block mask: attn_mask's where given.
+__device__ __forceinline__ int32_t unplanned_kind(const BwdKernelParams& p) {
+  return p.mask.defined() ? kTileMask : kTileClean;
+}
 
 // One bit per element of a warp's kMT x kNT accumulator tiles (at most 64).
 template <int kMT, int kNT>
@@ -320,11 +365,18 @@ template <ScoreMods kMods, typename Element, int kMT, int kNT, int kPStride>
 __device__ __forceinline__ void scores_to_probs(float (&s)[kMT][kNT][4], KeepBits<kMT, kNT>& keep,
                                                 Element* sP, int row0, int col0, int m0, int n0,
                                                 const float* stat_lse, bool needs_mask, const WindowMask& mask,
-                                                const BwdScoreState& st, int lane) {
-  constexpr bool kAny = kMods == ScoreMods::kAny;
+                                                const BwdScoreState& st, int lane, const BwdKernelParams& params,
+                                                const StepScores& step) {
+  constexpr bool kAny = kMods != ScoreMods::kNone;  // kBiasMask includes kAny's modifiers
+  constexpr bool kBiasMask = kMods == ScoreMods::kBiasMask;
   const int g = lane / 4;
   const int t = lane % 4;
   keep.bits = 0;
+  // kBiasMask: this lane's first key, from the lane index read here (%laneid, volatile): derived
+  // from `t`, the clamped keys of its 2 kNT columns are loop-invariant, and ptxas kept them
+  // across the main kernel's loop, spilled. ptxas sm_90, d128 main kernel: 80 -> 40 bytes of
+  // spill stores (36 with the dbias row sums), none left inside the loop.
+  const int j_lane = kBiasMask ? n0 + col0 + 2 * int(ptx::lane_id() % 4) : 0;
   // Plain kernels mask in a pass of its own under one warp-uniform branch, so that blocks inside
   // the mask run none of its arithmetic (like the forward). As a select per element inside the
   // loop below, ptxas computed the compares on every block: ncu, d64 bf16 16k without a mask,
@@ -347,6 +399,8 @@ __device__ __forceinline__ void scores_to_probs(float (&s)[kMT][kNT][4], KeepBit
       const int r = row0 + mt * 16 + g + 8 * h;
       const int i = m0 + r;
       const float lse2 = stat_lse[r];
+      ScoreRow mods_row{};
+      if constexpr (kBiasMask) mods_row = score_row(params, step.batch, step.head, min(i, step.seqlen_q - 1));
 #pragma unroll
       for (int nt = 0; nt < kNT; ++nt) {
         const int j = n0 + col0 + nt * 8 + 2 * t;  // key of element e = 0; e = 1 is j + 1
@@ -364,6 +418,13 @@ __device__ __forceinline__ void scores_to_probs(float (&s)[kMT][kNT][4], KeepBit
               x *= st.scale_log2;
             }
             x -= st.alibi_slope_log2 * fabsf(float(mask.diag(i) - (j + e)));
+            if constexpr (kBiasMask) {
+              // As the forward: after softcap and ALiBi, attn_bias, then the element mask of the
+              // step's kind (hidden: -inf, so P = 0 and dS = 0).
+              const int jc = min(j_lane + nt * 8 + e, step.seqlen_k - 1);
+              if (params.bias.defined()) x += bias_log2(params, mods_row, jc);
+              if (score_hidden(params, mods_row, step.kind, jc)) x = -INFINITY;
+            }
             p[e] = ptx::exp2_approx(x - lse2);
           } else {
             p[e] = ptx::exp2_approx(fmaf(x, st.scale_log2, -lse2));  // masked before the loop
@@ -411,7 +472,7 @@ template <ScoreMods kMods, int kMT, int kNT>
 __device__ __forceinline__ void probs_to_grads(const float (&s)[kMT][kNT][4], float (&dp)[kMT][kNT][4],
                                                const KeepBits<kMT, kNT>& keep_bits, int row0,
                                                const float* stat_dsum, const BwdScoreState& st, int lane) {
-  constexpr bool kAny = kMods == ScoreMods::kAny;
+  constexpr bool kAny = kMods != ScoreMods::kNone;
   const int g = lane / 4;
 #pragma unroll
   for (int mt = 0; mt < kMT; ++mt) {
@@ -428,6 +489,122 @@ __device__ __forceinline__ void probs_to_grads(const float (&s)[kMT][kNT][4], fl
         }
       }
     }
+  }
+}
+
+// ScoreMods::kBiasMask with dbias: stores this lane's dS (dp after probs_to_grads: P (dP - D),
+// before the softmax scale and, since the CUDA backward declines dbias with softcap, without
+// its factor) at params.dbias_out for the rows and keys inside the sequence. Element (mt, nt, e)
+// as in scores_to_probs; m0 + row0 and n0 + col0 are the warp tile's first query and key.
+// Scalar stores: a row of dbias starts at any float (seqlen_k odd), so pairs may be misaligned.
+template <int kMT, int kNT>
+__device__ __forceinline__ void store_dbias(const float (&ds)[kMT][kNT][4], const BwdKernelParams& params,
+                                            const StepScores& step, int i0, int j0, int lane) {
+  const Broadcast4& d = params.dbias_out;
+  float* base = static_cast<float*>(d.data) + step.batch * d.batch + step.head * d.head;
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int i = i0 + mt * 16 + lane / 4 + 8 * h;
+      if (i >= step.seqlen_q) continue;
+      float* row = base + i * d.row;
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int j = j0 + nt * 8 + 2 * (lane % 4) + e;
+          if (j < step.seqlen_k) row[j] = ds[mt][nt][2 * h + e];
+        }
+      }
+    }
+  }
+}
+
+// ScoreMods::kBiasMask, dbias summed over the query rows (BwdKernelParams::dbias_row_sum): the
+// main kernel's column sums of dS live in shared memory that is otherwise unused, the padding
+// columns of sP (PaddedRows: kPStride - kBlockN 16-bit elements after each row's kBlockN, never
+// read by ldmatrix nor written by store_acc_16bit). Float f = warp_m * kBlockN + key holds the
+// sum over the rows of the warps at S/dP warp row warp_m, over the current head's steps so far;
+// each such float is written by one lane of one warp only, so no barrier orders the adds.
+template <int kBlockN, int kPStride, typename Element>
+__device__ __forceinline__ float* dbias_col_slot(Element* sP, int f) {
+  constexpr int kPerRow = (kPStride - kBlockN) * int(sizeof(Element)) / int(sizeof(float));
+  return reinterpret_cast<float*>(sP + (f / kPerRow) * kPStride + kBlockN) + f % kPerRow;
+}
+
+template <int kBlockN, int kPStride, int kWarpsM, int kRows, typename Element>
+constexpr bool dbias_cols_fit() {
+  return (kPStride - kBlockN) * sizeof(Element) % sizeof(float) == 0 && kBlockN * sizeof(Element) % 16 == 0 &&
+         size_t(kRows) * (kPStride - kBlockN) * sizeof(Element) >= sizeof(float) * kWarpsM * kBlockN;
+}
+
+// Adds this warp's dS of one slice (as store_dbias: dp after probs_to_grads) summed over its
+// rows into the column sums: per lane over its rows, then over the warp's (shuffles over the
+// row bits of the lane, lane / 4), then lanes 0..3 add their keys col0 + nt * 8 + 2 * lane + e
+// into the slots. Rows past the sequence add 0 (their LSE is +inf, so P = 0). The slots of a
+// lane are one address plus compile-time offsets (col0 is a multiple of 8: key pairs 2 lane,
+// 2 lane + 1 share a 4-float row of padding); the lane index is read here (%laneid) so that
+// address is rebuilt per call rather than held across the loop (as the dQ atomics' pointer).
+template <int kBlockN, int kPStride, int kMT, int kNT, typename Element>
+__device__ __forceinline__ void add_dbias_cols(const float (&ds)[kMT][kNT][4], Element* sP, int warp_m, int col0) {
+  constexpr int kPerRow = (kPStride - kBlockN) * int(sizeof(Element)) / int(sizeof(float));
+  static_assert(kPerRow == 4, "a lane pair's keys fill one row of padding");
+  float v[kNT][2];
+#pragma unroll
+  for (int nt = 0; nt < kNT; ++nt) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      v[nt][e] = 0.0f;
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt) v[nt][e] += ds[mt][nt][e] + ds[mt][nt][2 + e];
+      v[nt][e] += __shfl_xor_sync(0xffffffffu, v[nt][e], 4);
+      v[nt][e] += __shfl_xor_sync(0xffffffffu, v[nt][e], 8);
+      v[nt][e] += __shfl_xor_sync(0xffffffffu, v[nt][e], 16);
+    }
+  }
+  const int lane = int(ptx::lane_id());
+  if (lane < 4) {
+    // Key col0 + nt * 8 + 2 * lane + e: float (warp_m * kBlockN + col0) / 4 + 2 nt + lane / 2 of
+    // the rows, at 2 * (lane % 2) + e in the row.
+    float* slot = reinterpret_cast<float*>(sP + ((warp_m * kBlockN + col0) / 4 + lane / 2) * kPStride + kBlockN) +
+                  2 * (lane % 2);
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt) {
+      float2* pair = reinterpret_cast<float2*>(slot + nt * 2 * kPStride * int(sizeof(Element)) / int(sizeof(float)));
+      const float2 old = *pair;
+      *pair = make_float2(old.x + v[nt][0], old.y + v[nt][1]);
+    }
+  }
+}
+
+// Sets every column sum to 0 (before the first step; the loop's first barrier orders it).
+template <int kBlockN, int kPStride, int kWarpsM, typename Element>
+__device__ __forceinline__ void zero_dbias_cols(Element* sP, int tid) {
+  if (tid < kBlockN) {
+#pragma unroll
+    for (int w = 0; w < kWarpsM; ++w) *dbias_col_slot<kBlockN, kPStride>(sP, w * kBlockN + tid) = 0.0f;
+  }
+}
+
+// Ends one (sequence, head): called by every thread after barrier B of the head's last step
+// (every warp's adds are done and visible). Thread tid < kBlockN sums key tid's column sums over
+// the warp rows in order, zeroes them for the next head (whose first adds follow the next
+// step's barrier A) and stores the sum at row (batch, head) of params.dbias_out, which belongs
+// to this CTA alone (its key block; a head is in one query-head split).
+template <int kBlockN, int kPStride, int kWarpsM, typename Element>
+__device__ __forceinline__ void flush_dbias_cols(Element* sP, const BwdKernelParams& params, int batch, int head,
+                                                 int n0, int seqlen_k, int tid) {
+  if (tid < kBlockN) {
+    float sum = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarpsM; ++w) {
+      float* slot = dbias_col_slot<kBlockN, kPStride>(sP, w * kBlockN + tid);
+      sum += *slot;
+      *slot = 0.0f;
+    }
+    const Broadcast4& d = params.dbias_out;
+    if (n0 + tid < seqlen_k) static_cast<float*>(d.data)[batch * d.batch + head * d.head + n0 + tid] = sum;
   }
 }
 

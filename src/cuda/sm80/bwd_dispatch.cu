@@ -6,7 +6,7 @@
 namespace flashattn::cuda {
 
 Status dispatch_bwd(const BackwardParams& p, cudaStream_t stream) {
-  return dispatch_variant(p, [&]<typename Element, int kHeadDim, MaskMode kMask, ScoreMods kMods>() {
+  return dispatch_variant</*kBiasMask=*/true>(p, [&]<typename Element, int kHeadDim, MaskMode kMask, ScoreMods kMods>() {
     return run_bwd<BwdTraits<Element, kHeadDim, kMask, kMods>>(p, stream);
   });
 }

@@ -6,7 +6,10 @@
 // dQ is bitwise reproducible. It costs the S and dP products a second time (the main kernel
 // skips its dQ product in this mode). Warps own 16-row slices, as in the forward: dS leaves the
 // S/dP accumulators as an A fragment without touching shared memory. K_j and V_j are
-// double-buffered; Q, dO and the row statistics are loaded once.
+// double-buffered; Q, dO and the row statistics are loaded once. With attn_bias, attn_mask or a
+// block mask (ScoreMods::kBiasMask) pass 1 reads them as the main kernel does, and under a block
+// mask the key tiles that touch no kept block are passed over before their prefetch (step_kind
+// on this kernel's own table of tile kinds, as in bwd_kernel.h).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -58,6 +61,16 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     mask.block_range(m0, m0 + rows_here, kBlockN, &n_lo, &n_hi);
   }
 
+  // kBiasMask under a block mask: the first key tile at or after n that touches a kept block
+  // (n_hi when none is left), and its kind.
+  constexpr bool kBiasMask = Traits::kMods == ScoreMods::kBiasMask;
+  const bool planned = kBiasMask && params.dq_step_kinds.on();
+  const auto skip_absent = [&](int& n, int& kind) {
+    while (n < n_hi && (kind = step_kind(params, params.dq_step_kinds, batch, head, m_block, n)) == kTileSkipped) ++n;
+  };
+  int n_first = n_lo, first_kind = kBiasMask ? unplanned_kind(params) : kTileClean;
+  if (planned) skip_absent(n_first, first_kind);
+
   const RowPtr gK = row_ptr<Element>(params.k, params.k_strides, batch, seq.row0_k, head_k);
   const RowPtr gV = row_ptr<Element>(params.v, params.v_strides, batch, seq.row0_k, head_k);
   auto load_kv = [&](int n_block, int buf) {
@@ -79,7 +92,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   float dq_acc[kMTiles][kDTiles][4];
   zero_acc(dq_acc);
 
-  if (n_hi > n_lo) {
+  if (n_hi > n_first) {
     const int64_t row = seq.row0_q + m0;
     const RowPtr gq = row_ptr<Element>(params.q, params.q_strides, batch, row, head);
     const RowPtr gdo = row_ptr<Element>(params.dout, params.dout_strides, batch, row, head);
@@ -89,18 +102,20 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
                                                                                   rows_here, tid);
     const int64_t ws = int64_t(head) * params.ws_rows + params.ws_row0(batch, seq.row0_q) + m0;
     load_stats<kBlockM, Traits::kThreads>(sStats, params.lse_log2 + ws, params.dsum + ws, tid);
-    load_kv(n_lo, 0);
+    load_kv(n_first, 0);
     ptx::cp_async_commit();
   }
   const BwdScoreState st = score_state<Traits::kMods>(params, batch, head);
 
-  for (int n_block = n_lo; n_block < n_hi; ++n_block) {
-    const int buf = (n_block - n_lo) & 1;
+  for (int n_block = n_first, kind = first_kind, visited = 0; n_block < n_hi; ++visited) {
+    const int buf = kBiasMask ? visited & 1 : (n_block - n_lo) & 1;
     const int n0 = n_block * kBlockN;
+    int n_next = n_block + 1, next_kind = kind;
+    if (planned) skip_absent(n_next, next_kind);
     ptx::cp_async_wait<0>();
     __syncthreads();  // K_j, V_j (and Q, dO, stats) landed; every warp is done with the other buffer
-    if (n_block + 1 < n_hi) {
-      load_kv(n_block + 1, buf ^ 1);
+    if (n_next < n_hi) {
+      load_kv(n_next, buf ^ 1);
       ptx::cp_async_commit();
     }
 
@@ -109,8 +124,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     float s[kMTiles][kNTiles][4];
     zero_acc(s);
     warp_gemm_abt<Element, kMTiles, kNTiles, kHeadDim / 16, Layout, Layout>(s, q_a_addr, k_b_addr + buf * kKVBufBytes);
+    const StepScores step{batch, head, kind, seq.seqlen_q, seq.seqlen_k};
     scores_to_probs<Traits::kMods, Element, kMTiles, kNTiles, 0>(s, keep, nullptr, warp_row0, 0, m0, n0, sStats,
-                                                                 needs_mask, mask, st, lane);
+                                                                 needs_mask, mask, st, lane, params, step);
     float dp[kMTiles][kNTiles][4];
     zero_acc(dp);
     warp_gemm_abt<Element, kMTiles, kNTiles, kHeadDim / 16, Layout, Layout>(dp, do_a_addr, v_b_addr + buf * kKVBufBytes);
@@ -119,6 +135,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     // dQ += dS K_j: dS stays in registers (A operand); K_j is stored [key][d] = [k][n], read
     // with ldmatrix.trans.
     warp_gemm_rs<Element, kMTiles, kDTiles, kBlockN / 16, Layout>(dq_acc, dp, k_bt_addr + buf * kKVBufBytes);
+    n_block = n_next;
+    kind = next_kind;
   }
 
   // Epilogue: dQ * scale, staged through this warp's own rows of sQ (no other warp reads them;

@@ -46,6 +46,25 @@
 //
 // Query blocks that see no key of block j are skipped (query_block_range); blocks that straddle
 // the window or the end of the keys pay for the element-wise mask.
+//
+// attn_bias, attn_mask and block masks (ScoreMods::kBiasMask, kAny's modifiers included): pass 1
+// adds the bias to each score after softcap and ALiBi and hides masked ones, exactly as the
+// forward (score_tensors.h). Under a block mask, this key-block-major CTA needs the query tiles
+// of its key block that touch a kept block. Before the kernels, one device pass classifies every
+// (plane, query tile, key tile) pair of this kernel's tiling into a byte table (build_tile_kinds:
+// the forward's tile_kind, so the same kinds and element checks); before each step the CTA reads
+// the next pairs of its walk order there (step_kind) and moves past absent ones before issuing
+// that step's prefetch: an absent step costs one byte read (the same for every thread, L1/L2-
+// resident) and no load or math. Why a dense table rather than a transposed list per key tile
+// like the forward's per query tile: this kernel walks (query head, query block) pairs from a
+// rotated start (m_rot), and under a head-varying mask the lists would be per head anyway; the
+// table serves any walk order (the deterministic dQ kernel reads its own tiling's table the
+// other way round), costs planes x tiles bytes, a quarter of the forward's int32 lists, and its
+// skip loop is cheaper than a list walk with its binary search. dbias (bwd_dbias.h): each step
+// stores its dS at params.dbias_out (plain stores: every (b, h, i, j) belongs to one step of one
+// CTA; store_dbias), or, for a dbias broadcast over the query rows, adds its sum over the warp's
+// rows into column sums in sP's padding that the head's last step sums over the warps and
+// stores (add_dbias_cols, flush_dbias_cols).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -146,6 +165,21 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   const int m_rot = n_m > 0 ? n_block % n_m : 0;
   const int64_t ws_row0 = params.ws_row0(batch, seq.row0_q);
 
+  // kBiasMask under a block mask: the first step (head, mi) at or after the given one in the
+  // walk order whose tiles touch a kept block, and its kind; (head_end, *) when none is left.
+  constexpr bool kBiasMask = Traits::kMods == ScoreMods::kBiasMask;
+  const bool planned = kBiasMask && params.step_kinds.on();
+  const auto skip_absent = [&](int& head, int& mi, int& kind) {
+    while (head < head_end &&
+           (kind = step_kind(params, params.step_kinds, batch, head, m_lo + mi, int(n_block))) == kTileSkipped) {
+      mi = mi + 1 == n_m ? 0 : mi + 1;
+      if (mi == m_rot) ++head;
+    }
+  };
+  int first_head = head_begin, first_mi = m_rot, first_kind = kBiasMask ? unplanned_kind(params) : kTileClean;
+  if (planned) skip_absent(first_head, first_mi, first_kind);
+  const bool any_step = first_head < head_end;
+
   // Issues the cp.async copies of one step's Q, dO (zero-filled past seqlen_q) and stats.
   auto load_step = [&](int head, int m0, int buf) {
     const int64_t row = seq.row0_q + m0;
@@ -191,15 +225,22 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   float dv_acc[Traits::kKvMTiles][Traits::kKvDTiles][4];
   zero_acc(dk_acc);
   zero_acc(dv_acc);
+  // kBiasMask, dbias summed over the query rows: column sums of dS in sP's padding columns
+  // (add_dbias_cols, flush_dbias_cols).
+  static_assert(!kBiasMask || dbias_cols_fit<kBlockN, kPStride, Traits::kSdpWarpsM, kBlockM, Element>(),
+                "the dbias column sums fit in sP's padding");
+  if constexpr (kBiasMask) {
+    if (params.dbias_row_sum) zero_dbias_cols<kBlockN, kPStride, Traits::kSdpWarpsM>(sP, tid);
+  }
 
-  if (head_begin < head_end) {
+  if (any_step) {
     const RowPtr gk = row_ptr<Element>(params.k, params.k_strides, batch, seq.row0_k + n0, kv_head);
     const RowPtr gv = row_ptr<Element>(params.v, params.v_strides, batch, seq.row0_k + n0, kv_head);
     load_rows<Element, kBlockN, Traits::kThreads, Traits::kChunksPerRow, RowLayout>(sK, gk.base, gk.row_bytes,
                                                                                   keys_here, tid);
     load_rows<Element, kBlockN, Traits::kThreads, Traits::kChunksPerRow, RowLayout>(sV, gv.base, gv.row_bytes,
                                                                                   keys_here, tid);
-    load_step(head_begin, (m_lo + m_rot) * kBlockM, 0);
+    load_step(first_head, (m_lo + first_mi) * kBlockM, 0);
     ptx::cp_async_commit();
   }
 
@@ -211,7 +252,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   constexpr bool kVInRegs = kHeadDim <= 64;
   uint32_t v_frags[kVInRegs ? kHeadDim / 16 : 1][kVInRegs ? Traits::kSdpNTiles / 2 : 1][4];
   if constexpr (kVInRegs) {
-    if (head_begin < head_end) {
+    if (any_step) {
       ptx::cp_async_wait<0>();
       __syncthreads();  // K, V (and the first step) landed
       load_b_frags<Element, Traits::kSdpNTiles, kHeadDim / 16, RowLayout>(v_frags, k_b_addr + kVOffset);
@@ -224,10 +265,12 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   const bool single = params.step_buffers == 1;
   const int buf_flip = single ? 0 : 1;
   int buf = 0;
-  for (int head = head_begin, mi = m_rot; head < head_end; buf ^= buf_flip) {
+  for (int head = first_head, mi = first_mi, kind = first_kind; head < head_end; buf ^= buf_flip) {
     const int m0 = (m_lo + mi) * kBlockM;
-    const int next_mi = mi + 1 == n_m ? 0 : mi + 1;
-    const int next_head = next_mi == m_rot ? head + 1 : head;
+    int next_mi = mi + 1 == n_m ? 0 : mi + 1;
+    int next_head = next_mi == m_rot ? head + 1 : head;
+    int next_kind = kind;
+    if (planned) skip_absent(next_head, next_mi, next_kind);
     ptx::cp_async_wait<0>();
     __syncthreads();  // A: this step's Q, dO, stats (and K, V) landed; the previous step is done
     if (!single && next_head < head_end) {
@@ -240,6 +283,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     const bool needs_mask = mask.block_needs_mask(m0, min(m0 + kBlockM, seq.seqlen_q), n0, n0 + kBlockN);
     const float* stats = reinterpret_cast<const float*>(step_bufs + buf * Traits::kStepBufBytes + kStatsOffset);
     const BwdScoreState st = score_state<Traits::kMods>(params, batch, head);
+    const StepScores step{batch, head, kind, seq.seqlen_q, seq.seqlen_k};
 #pragma unroll
     for (int half = 0; half < Traits::kSdpSplits; ++half) {
       constexpr int kMT = Traits::kSdpSubMTiles;
@@ -251,7 +295,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       warp_gemm_abt<Element, kMT, kNT, kHeadDim / 16, RowLayout, RowLayout>(s, q_addr, k_b_addr);
       KeepBits<kMT, kNT> keep;
       scores_to_probs<Traits::kMods, Element, kMT, kNT, kPStride>(s, keep, sP, row0, sdp_col0, m0, n0, stats,
-                                                                 needs_mask, mask, st, lane);
+                                                                 needs_mask, mask, st, lane, params, step);
       float dp[kMT][kNT][4];
       zero_acc(dp);
       if constexpr (kVInRegs) {
@@ -260,6 +304,13 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
         warp_gemm_abt<Element, kMT, kNT, kHeadDim / 16, RowLayout, RowLayout>(dp, q_addr + kDoOffset, k_b_addr + kVOffset);
       }
       probs_to_grads<Traits::kMods>(s, dp, keep, row0, stats + kBlockM, st, lane);
+      if constexpr (kBiasMask) {
+        if (params.dbias_row_sum) {
+          add_dbias_cols<kBlockN, kPStride>(dp, sP, warp % Traits::kSdpWarpsM, sdp_col0);
+        } else if (params.dbias_out.defined()) {
+          store_dbias(dp, params, step, m0 + row0, n0 + sdp_col0, lane);
+        }
+      }
       store_acc_16bit<Element, kMT, kNT, PLayout>(sdS, dp, row0, sdp_col0, lane);
     }
     __syncthreads();  // B: sP and sdS are complete
@@ -310,13 +361,19 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       load_step(next_head, (m_lo + next_mi) * kBlockM, 0);
       ptx::cp_async_commit();
     }
+    if constexpr (kBiasMask) {
+      if (params.dbias_row_sum && next_head != head) {  // the head's last step (after barrier B)
+        flush_dbias_cols<kBlockN, kPStride, Traits::kSdpWarpsM>(sP, params, batch, head, n0, seq.seqlen_k, tid);
+      }
+    }
     head = next_head;
     mi = next_mi;
+    kind = next_kind;
   }
 
   // Epilogue. dK = scale * sum dS^T Q; dV = sum Pd^T dO / (1 - p).
   const float dk_scale = params.scale;
-  const float dv_scale = Traits::kMods == ScoreMods::kAny && params.has_dropout() ? params.dropout_rescale : 1.0f;
+  const float dv_scale = Traits::kMods != ScoreMods::kNone && params.has_dropout() ? params.dropout_rescale : 1.0f;
   if (params.kv_splits > 1) {
     // Unscaled f32 partials of this chunk of query heads, written straight from registers.
     const int g = lane / 4;

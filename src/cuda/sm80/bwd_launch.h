@@ -10,6 +10,8 @@
 #include <cstdlib>
 #include <string>
 
+#include "cuda/block_tiles.h"
+#include "cuda/bwd_dbias.h"
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/workspace.h"
 #include "cuda/sm80/bwd_common.h"
@@ -57,10 +59,12 @@ inline void set_workspace_rows(BwdKernelParams* kp, int ws_block) {
 // Allocates (stream-ordered) and carves the workspace, O(rows * head_dim), for kp's rows
 // (set_workspace_rows), kv_splits and deterministic flag: LSE*log2(e) and D per (head, row); the
 // f32 dQ accumulator (atomics path only); f32 dK/dV partials when query heads are split; the
-// sink gradient's partials, one per preprocess CTA (launch_bwd_preprocess's grid) and head.
+// sink gradient's partials, one per preprocess CTA (launch_bwd_preprocess's grid) and head;
+// then extra_bytes for the caller (*extra, 256-byte aligned; the sm80 kBiasMask passes).
 // *ws is the allocation to free.
 template <int kHeadDim>
-Status alloc_workspace(BwdKernelParams* kp, cudaStream_t stream, void** ws) {
+Status alloc_workspace(BwdKernelParams* kp, cudaStream_t stream, void** ws, size_t extra_bytes = 0,
+                       void** extra = nullptr) {
   const size_t stat_bytes = round_up(sizeof(float) * size_t(kp->heads) * kp->ws_rows, kWsAlign);
   const size_t dq_bytes =
       kp->deterministic ? 0 : round_up(sizeof(float) * size_t(kp->heads) * kp->ws_rows * kHeadDim, kWsAlign);
@@ -71,7 +75,8 @@ Status alloc_workspace(BwdKernelParams* kp, cudaStream_t stream, void** ws) {
   const int64_t pre_ctas = ceil_div(kp->ws_seq_rows, bwd_preprocess_rows_per_cta<kHeadDim>());
   kp->sink_partials_per_head = kp->dsink != nullptr ? int32_t(pre_ctas * kp->batch) : 0;
   const size_t sink_bytes = round_up(sizeof(float) * size_t(kp->heads) * kp->sink_partials_per_head, kWsAlign);
-  const size_t total = std::max<size_t>(2 * stat_bytes + dq_bytes + 2 * part_bytes + sink_bytes, kWsAlign);
+  const size_t fixed_bytes = 2 * stat_bytes + dq_bytes + 2 * part_bytes + sink_bytes;
+  const size_t total = std::max<size_t>(fixed_bytes + round_up(extra_bytes, kWsAlign), kWsAlign);
   if (Status s = workspace_alloc(ws, total, stream); !s.ok()) return s;
   char* base = static_cast<char*>(*ws);
   kp->lse_log2 = reinterpret_cast<float*>(base);
@@ -82,6 +87,7 @@ Status alloc_workspace(BwdKernelParams* kp, cudaStream_t stream, void** ws) {
     kp->dv_partial = reinterpret_cast<float*>(base + 2 * stat_bytes + dq_bytes + part_bytes);
   }
   if (kp->dsink != nullptr) kp->sink_partial = reinterpret_cast<float*>(base + 2 * stat_bytes + dq_bytes + 2 * part_bytes);
+  if (extra != nullptr) *extra = extra_bytes > 0 ? base + fixed_bytes : nullptr;
   return Status::Ok();
 }
 
@@ -155,6 +161,70 @@ Status launch_bwd_kernels(const BwdKernelParams& kp, cudaStream_t stream) {
   return launch_bwd_reduce_dkv<Element, kHeadDim>(kp, stream);
 }
 
+// ScoreMods::kBiasMask under a block mask: the bytes of the block states and the tables of
+// tile kinds (the main kernel's tiling, then in deterministic mode the dQ kernel's); 0 otherwise.
+template <typename Traits>
+size_t block_tiles_ws_bytes(const BackwardParams& p) {
+  using DqTraits = BwdDqTraits<Traits>;
+  if (Traits::kMods != ScoreMods::kBiasMask || !(p.block_mask.defined() || p.has_block_lists())) return 0;
+  return round_up(block_states_bytes(p) + tile_kinds_bytes(p, Traits::kBlockM, Traits::kBlockN) +
+                      (p.deterministic ? tile_kinds_bytes(p, DqTraits::kBlockM, DqTraits::kBlockN) : 0),
+                  kWsAlign);
+}
+
+// launch_bwd_kernels with ScoreMods::kBiasMask's passes around it: under a block mask, the
+// block states and the tables of tile kinds (block_tiles_ws_bytes of ws), then dbias's partials
+// (dbias.ws_floats; the workspace alloc_workspace appended for both); dbias zeroed
+// before the kernels (stored into directly) or its partials zeroed before and reduced into
+// dbias after (DbiasPlan).
+template <typename Traits>
+Status launch_bias_mask_bwd(BwdKernelParams* kp, const DbiasPlan& dbias, void* ws, cudaStream_t stream) {
+  if constexpr (Traits::kMods == ScoreMods::kBiasMask) {
+    using DqTraits = BwdDqTraits<Traits>;
+    char* next = static_cast<char*>(ws);
+    if (kp->block_mask.defined() || kp->has_block_lists()) {
+      char* w = next;
+      if (Status s = build_block_states(*kp, w, stream, &kp->block_tiles); !s.ok()) return s;
+      w += block_states_bytes(*kp);
+      if (Status s = build_tile_kinds(*kp, kp->block_tiles, Traits::kBlockM, Traits::kBlockN, w, stream,
+                                      &kp->step_kinds);
+          !s.ok()) {
+        return s;
+      }
+      w += tile_kinds_bytes(*kp, Traits::kBlockM, Traits::kBlockN);
+      if (kp->deterministic) {
+        if (Status s = build_tile_kinds(*kp, kp->block_tiles, DqTraits::kBlockM, DqTraits::kBlockN, w, stream,
+                                        &kp->dq_step_kinds);
+            !s.ok()) {
+          return s;
+        }
+      }
+      next += block_tiles_ws_bytes<Traits>(*kp);
+    }
+    float* partials = dbias.ws_floats > 0 ? reinterpret_cast<float*>(next) : nullptr;
+    if (kp->dbias.defined()) {
+      kp->dbias_row_sum = dbias.row_sum;
+      if (partials == nullptr) {
+        kp->dbias_out = kp->dbias;
+        if (Status s = zero_dbias(kp->dbias, kp->seqlen_k, stream); !s.ok()) return s;
+      } else {
+        Broadcast4& o = kp->dbias_out;
+        o.data = partials;
+        o.row = kp->seqlen_k;
+        o.head = dbias.ws_rows * kp->seqlen_k;
+        o.batch = int64_t(kp->heads) * o.head;
+        FLASHATTN_CUDA_TRY(cudaMemsetAsync(partials, 0, sizeof(float) * size_t(dbias.ws_floats), stream));
+      }
+    }
+    if (Status s = launch_bwd_kernels<Traits>(*kp, stream); !s.ok()) return s;
+    if (partials == nullptr) return Status::Ok();
+    return reduce_dbias(kp->dbias, partials, kp->batch, kp->heads, dbias.ws_rows, kp->seqlen_k, stream);
+  } else {
+    (void)dbias, (void)ws;
+    return launch_bwd_kernels<Traits>(*kp, stream);
+  }
+}
+
 }  // namespace bwd_detail
 
 template <typename Traits>
@@ -201,10 +271,13 @@ Status run_bwd(const BackwardParams& params, cudaStream_t stream) {
                                               num_sms);
   }
 
+  const DbiasPlan dbias = Traits::kMods == ScoreMods::kBiasMask ? plan_dbias(params) : DbiasPlan{};
   void* ws = nullptr;
-  if (Status s = alloc_workspace<kHeadDim>(&kp, stream, &ws); !s.ok()) return s;
+  void* bias_mask_ws = nullptr;
+  const size_t bias_mask_bytes = block_tiles_ws_bytes<Traits>(params) + sizeof(float) * size_t(dbias.ws_floats);
+  if (Status s = alloc_workspace<kHeadDim>(&kp, stream, &ws, bias_mask_bytes, &bias_mask_ws); !s.ok()) return s;
 
-  const Status launched = launch_bwd_kernels<Traits>(kp, stream);
+  const Status launched = launch_bias_mask_bwd<Traits>(&kp, dbias, bias_mask_ws, stream);
   const Status freed = workspace_free(ws, stream);
   return launched.ok() ? freed : launched;
 }
