@@ -1,0 +1,331 @@
+// MLA decode (DeepSeek-V3 multi-head latent attention) on a KV cache: q/k head dim 576, v head
+// dim 512, sm80-class code (mma.sync m16n8k16, ldmatrix, cp.async; it runs on Hopper as well).
+//
+// One CTA per (row block, KV head, sequence[, key split]). Its rows are the kBlockM rows of the
+// (query token t, query head of the KV head's group) space, row = t * group + head_in_group, so
+// every query head of a GQA group and every query token share the K/V tiles the CTA reads (with
+// one latent KV head, the whole cache is read once per row block). Per tile of kBlockN keys:
+//   S = Q K^T         the 8 warps split the tile's keys, 8 keys each, over the full depth 576;
+//   softmax           each warp's partial row maxima and sums meet in shared memory, so every
+//                     warp holds the same row statistics (same values, same order);
+//   O += P V          P goes through shared memory (16-bit, like the other kernels' P), and
+//                     each warp owns 64 of O's 512 columns for all rows.
+// V is the first 512 columns of the K tile when v_cache aliases k_cache (the shared latent
+// cache; MlaTraits::kSeparateV false): those bytes are read once. A separate v_cache gets its
+// own tile next to K's.
+// K/V tiles stream through kStages shared-memory stages with cp.async: with 2 stages the copy of
+// tile j + 1 runs under the products of tile j. With splits, each CTA writes float32 partials that
+// fwd_combine_kernel (sm80/fwd_kernel.h) merges, adding the learnable sink there.
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+
+#include "core/params.h"
+#include "core/sink.h"
+#include "cuda/common/smem_layout.h"
+#include "cuda/common/warp_gemm.h"
+#include "cuda/ptx/cp_async.h"
+#include "cuda/ptx/ldmatrix.h"
+#include "cuda/ptx/math.h"
+#include "cuda/ptx/mma.h"
+
+namespace flashattn::cuda::mla {
+
+constexpr int kHeadDim = 576;   // q and k: 512 latent columns + 64 rotary ones
+constexpr int kHeadDimV = 512;  // v: the latent columns
+constexpr int kMaxSeqlenQ = 16; // query tokens per call (decode, MTP / speculative decoding)
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+// The compile-time shape of one instantiation.
+//   kStages_     K (and V) tile stages in shared memory: 2 where the device's opt-in shared
+//                memory holds them (sm90: 227 KB), else 1 (A100: 163 KB; no copy overlap).
+//   kSeparateV_  v_cache is its own tensor (not a view of k_cache): V tiles are copied too.
+template <typename Element_, int kStages_, bool kSeparateV_>
+struct MlaTraits {
+  using Element = Element_;
+  static constexpr int kStages = kStages_;
+  static constexpr bool kSeparateV = kSeparateV_;
+  // 16 rows: one m16 tile, so S and O need no row loop. The 16-128 query heads of one latent
+  // KV head at one token are 1-8 row blocks; a block of 64 rows would read the cache once for
+  // 64 heads, but O (64 x 512 f32) would take 128 registers per thread (see the report in
+  // dev/NOTES.md, "MLA decode").
+  static constexpr int kBlockM = 16;
+  static constexpr int kBlockN = 64;  // keys per tile: 72 KB of K at d 576
+  static constexpr int kWarps = 8;
+  static constexpr int kThreads = 32 * kWarps;
+  static constexpr int kKeysPerWarp = kBlockN / kWarps;   // S columns per warp: one n8 tile
+  static constexpr int kColsPerWarp = kHeadDimV / kWarps;  // O columns per warp
+  static constexpr int kONTiles = kColsPerWarp / 8;
+  static_assert(kKeysPerWarp == 8, "one n8 tile of S per warp");
+
+  // Unpadded rows, 16-byte chunks swizzled within 128-byte lines (smem_layout.h).
+  using QKLayout = SwizzledRows<kHeadDim>;
+  using VLayout = std::conditional_t<kSeparateV, SwizzledRows<kHeadDimV>, QKLayout>;
+  using PLayout = SwizzledRows<kBlockN>;
+
+  static constexpr int kKBytes = kBlockN * kHeadDim * 2;
+  static constexpr int kVBytes = kSeparateV ? kBlockN * kHeadDimV * 2 : 0;
+  static constexpr int kStageBytes = kKBytes + kVBytes;
+  static constexpr int kQBytes = kBlockM * kHeadDim * 2;
+  static constexpr int kPBytes = kBlockM * kBlockN * 2;
+  static constexpr int kStatBytes = 2 * kWarps * kBlockM * 4;  // per-warp row maxima and sums
+  // Offsets from the (128-byte aligned) start of dynamic shared memory.
+  static constexpr int kQOffset = kStages * kStageBytes;
+  static constexpr int kPOffset = kQOffset + kQBytes;
+  static constexpr int kStatOffset = kPOffset + kPBytes;
+  static constexpr int kSmemBytes = kStatOffset + kStatBytes;
+  static_assert(kStageBytes % 128 == 0 && kQBytes % 128 == 0 && kPBytes % 128 == 0, "128-byte lines");
+};
+
+// The launch plan (set by the launcher, mla_launch.h).
+struct MlaPlan {
+  int group = 1;            // query heads per KV head
+  int rows = 1;             // group * seqlen_q: the rows of one (sequence, KV head)
+  int tiles_per_split = 1;  // key tiles each split covers
+};
+
+// Copies the kBlockN cache rows of the key tile starting at cache row n0 (rows at or past
+// key_end zero-filled, never read) into a tile of Layout with kWidth columns. Thread tid copies
+// row tid / 4, chunks tid % 4 + 4 i: one page look-up per thread, and a warp's copy instruction
+// covers 8 rows x 64 contiguous bytes.
+template <typename Traits, int kWidth, typename Layout>
+__device__ __forceinline__ void load_cache_tile(typename Traits::Element* smem, const ForwardParams& p,
+                                                const void* cache, const Strides3& strides, int b, int hk, int n0,
+                                                int key_end, int tid) {
+  static_assert(Traits::kThreads == 4 * Traits::kBlockN, "four threads per row");
+  constexpr int kChunks = kWidth / 8;
+  const int r = tid / 4;
+  const bool valid = n0 + r < key_end;
+  const auto* src = static_cast<const char*>(cache);
+  if (valid) src += 2 * (p.kv.row_offset(strides, b, n0 + r) + int64_t(hk) * strides.head);
+  const int c0 = tid % 4;
+  const uint32_t dst0 = Layout::smem_at(smem, r, 8 * c0);
+#pragma unroll
+  for (int i = 0; i < kChunks / 4; ++i) {
+    ptx::cp_async_16(Layout::advance(dst0, 0, 32 * i), src + 16 * (c0 + 4 * i), valid);
+  }
+}
+
+template <typename Traits>
+__global__ void __launch_bounds__(Traits::kThreads, 1)
+    mla_decode_kernel(const __grid_constant__ ForwardParams p, const __grid_constant__ MlaPlan plan) {
+  using Element = typename Traits::Element;
+  using QKLayout = typename Traits::QKLayout;
+  using VLayout = typename Traits::VLayout;
+  using PLayout = typename Traits::PLayout;
+  constexpr int kBlockM = Traits::kBlockM;
+  constexpr int kBlockN = Traits::kBlockN;
+  constexpr int kStages = Traits::kStages;
+  constexpr int kWarps = Traits::kWarps;
+  extern __shared__ __align__(128) char smem[];
+  auto* sQ = reinterpret_cast<Element*>(smem + Traits::kQOffset);            // (kBlockM, 576)
+  auto* sP = reinterpret_cast<Element*>(smem + Traits::kPOffset);            // (kBlockM, kBlockN)
+  auto* sMax = reinterpret_cast<float*>(smem + Traits::kStatOffset);         // (kWarps, kBlockM)
+  float* sSum = sMax + kWarps * kBlockM;                                      // (kWarps, kBlockM)
+  const auto k_stage = [&](int s) { return reinterpret_cast<Element*>(smem + s * Traits::kStageBytes); };
+  const auto v_stage = [&](int s) {
+    return reinterpret_cast<Element*>(smem + s * Traits::kStageBytes + Traits::kKBytes);  // == K's without kSeparateV
+  };
+
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int g = lane / 4, t4 = lane % 4;  // the mma fragment's row group and column pair
+  const int m0 = blockIdx.x * kBlockM;
+  const int hk = blockIdx.y;
+  const int b = blockIdx.z / p.num_splits, split = blockIdx.z % p.num_splits;
+  const KVCacheParams& kv = p.kv;
+
+  // Keys: cache rows [key_first, key_end). Causal: row (t, .) sees keys up to
+  // key_end - seqlen_q + t (bottom-right aligned), so the CTA's last row bounds its tiles.
+  const int key_first = kv.first(b), key_end = kv.end(b);
+  int visible_end = key_end;
+  if (p.is_causal) {
+    const int t_last = (min(m0 + kBlockM, plan.rows) - 1) / plan.group;
+    visible_end = min(key_end, key_end - p.seqlen_q + t_last + 1);
+  }
+  const int n_tiles = visible_end > key_first ? (visible_end - key_first + kBlockN - 1) / kBlockN : 0;
+  const int tile_begin = split * plan.tiles_per_split;
+  const int tiles = max(0, min(n_tiles, tile_begin + plan.tiles_per_split) - tile_begin);
+
+  // This thread's two rows (g and g + 8): query token, query head, last visible key.
+  int row_t[2], row_head[2], row_last_key[2];
+  bool row_in[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int row = m0 + g + 8 * h;
+    row_in[h] = row < plan.rows;
+    row_t[h] = row_in[h] ? row / plan.group : 0;
+    row_head[h] = hk * plan.group + (row_in[h] ? row % plan.group : 0);
+    row_last_key[h] = p.is_causal ? key_end - p.seqlen_q + row_t[h] : key_end - 1;
+  }
+
+  // Q: (kBlockM, 576), rows past plan.rows zero-filled.
+  {
+    constexpr int kChunks = kHeadDim / 8;
+    for (int c = tid; c < kBlockM * kChunks; c += Traits::kThreads) {
+      const int r = c / kChunks, col = (c % kChunks) * 8;
+      const int row = m0 + r;
+      const bool valid = row < plan.rows;
+      const int t = valid ? row / plan.group : 0, head = hk * plan.group + (valid ? row % plan.group : 0);
+      const auto* src = static_cast<const Element*>(p.q) + b * p.q_strides.batch + t * p.q_strides.row +
+                        int64_t(head) * p.q_strides.head + col;
+      ptx::cp_async_16(QKLayout::smem_at(sQ, r, col), src, valid);
+    }
+    ptx::cp_async_commit();
+  }
+  const auto load_tile = [&](int j) {
+    const int n0 = key_first + (tile_begin + j) * kBlockN;
+    const int s = j % kStages;
+    load_cache_tile<Traits, kHeadDim, QKLayout>(k_stage(s), p, p.k, p.k_strides, b, hk, n0, key_end, tid);
+    if constexpr (Traits::kSeparateV) {
+      load_cache_tile<Traits, kHeadDimV, VLayout>(v_stage(s), p, p.v, p.v_strides, b, hk, n0, key_end, tid);
+    }
+  };
+#pragma unroll
+  for (int j = 0; j < kStages - 1; ++j) {
+    if (j < tiles) load_tile(j);
+    ptx::cp_async_commit();
+  }
+
+  // ldmatrix addresses of this lane. Q (A of S, [m][k]): kind A. K (B of S, [n][k]): the warp's
+  // 8 keys, lane / 8 picking one of four 8-column chunks, so one x4 load serves two k steps.
+  // P (A of O, [m][k]): kind A. V (B of O, [k][n], read transposed): kind A at the warp's columns.
+  const uint32_t q_addr = QKLayout::smem_at(sQ, ldsm_row_a(lane), ldsm_col_a(lane));
+  const uint32_t p_addr = PLayout::smem_at(sP, ldsm_row_a(lane), ldsm_col_a(lane));
+  const int warp_key0 = warp * Traits::kKeysPerWarp;
+  const int warp_col0 = warp * Traits::kColsPerWarp;
+
+  float o[1][Traits::kONTiles][4];
+  zero_acc(o);
+  float row_max[2] = {-INFINITY, -INFINITY};  // log2 units (scores * scale * log2 e)
+  float row_sum[2] = {0.0f, 0.0f};
+
+  for (int j = 0; j < tiles; ++j) {
+    __syncthreads();  // every warp is done with tile j - 1: its stage, P and the statistics
+    if (j + kStages - 1 < tiles) load_tile(j + kStages - 1);
+    ptx::cp_async_commit();
+    ptx::cp_async_wait<kStages - 1>();
+    __syncthreads();  // tile j (and Q) in shared memory for every warp
+    const int s = j % kStages;
+    const int n0 = key_first + (tile_begin + j) * kBlockN;
+
+    // S = Q K^T for the warp's 8 keys: 36 k steps in 4 independent accumulator chains.
+    float chain[4][4];
+#pragma unroll
+    for (int c = 0; c < 4; ++c)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) chain[c][e] = 0.0f;
+    const uint32_t k_addr = QKLayout::smem_at(k_stage(s), warp_key0 + lane % 8, 8 * (lane / 8));
+#pragma unroll
+    for (int kk2 = 0; kk2 < kHeadDim / 32; ++kk2) {
+      uint32_t kb[4], qa0[4], qa1[4];
+      ptx::ldmatrix_x4(kb, QKLayout::advance(k_addr, 0, 32 * kk2));
+      ptx::ldmatrix_x4(qa0, QKLayout::advance(q_addr, 0, 32 * kk2));
+      ptx::ldmatrix_x4(qa1, QKLayout::advance(q_addr, 0, 32 * kk2 + 16));
+      const uint32_t b0[2] = {kb[0], kb[1]}, b1[2] = {kb[2], kb[3]};
+      ptx::mma_m16n8k16<Element>(chain[(2 * kk2) % 4], qa0, b0);
+      ptx::mma_m16n8k16<Element>(chain[(2 * kk2 + 1) % 4], qa1, b1);
+    }
+    // Scale to log2 units and mask: keys past the sequence, and (causal) past the row's last.
+    float x[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int key = n0 + warp_key0 + 2 * t4 + (e & 1);
+      const float sc = (chain[0][e] + chain[1][e]) + (chain[2][e] + chain[3][e]);
+      x[e] = key <= row_last_key[e / 2] ? sc * p.scale_log2 : -INFINITY;
+    }
+    // Row maxima across the quad, then across the warps through shared memory.
+    float part[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      part[h] = fmaxf(x[2 * h], x[2 * h + 1]);
+      part[h] = fmaxf(part[h], __shfl_xor_sync(0xffffffffu, part[h], 1));
+      part[h] = fmaxf(part[h], __shfl_xor_sync(0xffffffffu, part[h], 2));
+      if (t4 == 0) sMax[warp * kBlockM + g + 8 * h] = part[h];
+    }
+    __syncthreads();
+    float ref[2], alpha[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float mx = row_max[h];
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, sMax[w * kBlockM + g + 8 * h]);
+      // A row with no visible key yet keeps -inf; exponents are then taken against 0 (all 0).
+      ref[h] = mx == -INFINITY ? 0.0f : mx;
+      alpha[h] = ptx::exp2_approx(row_max[h] - ref[h]);
+      row_max[h] = mx;
+    }
+    float pr[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) pr[e] = ptx::exp2_approx(x[e] - ref[e / 2]);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float sum = pr[2 * h] + pr[2 * h + 1];
+      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+      if (t4 == 0) sSum[warp * kBlockM + g + 8 * h] = sum;
+    }
+    {
+      const float pf[1][1][4] = {{{pr[0], pr[1], pr[2], pr[3]}}};
+      store_acc_16bit<Element, 1, 1, PLayout>(sP, pf, 0, warp_key0, lane);
+    }
+    __syncthreads();  // P and the row sums of every warp
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float sum = 0.0f;
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) sum += sSum[w * kBlockM + g + 8 * h];
+      row_sum[h] = row_sum[h] * alpha[h] + sum;
+    }
+#pragma unroll
+    for (int nt = 0; nt < Traits::kONTiles; ++nt) {
+      o[0][nt][0] *= alpha[0], o[0][nt][1] *= alpha[0];
+      o[0][nt][2] *= alpha[1], o[0][nt][3] *= alpha[1];
+    }
+    // O[:, warp's 64 columns] += P V; V is the first 512 columns of the K tile unless separate.
+    const uint32_t v_addr = VLayout::smem_at(v_stage(s), ldsm_row_a(lane), warp_col0 + ldsm_col_a(lane));
+    warp_gemm_ab<Element, 1, Traits::kONTiles, kBlockN / 16, PLayout, VLayout>(o, p_addr, v_addr);
+  }
+  ptx::cp_async_wait<0>();  // nothing may be left in flight at exit (no tiles: the Q copy)
+
+  // Epilogue. Unsplit: fold the learnable sink into the row statistics (core/sink.h), write out
+  // and LSE. Split: float32 partials normalised by the split's own sum, LSE without the sink
+  // (fwd_combine_kernel adds it); a split that saw no key writes O = 0, LSE = -inf.
+  const bool unsplit = p.num_splits == 1;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    if (!row_in[h]) continue;
+    float m = row_max[h], l = row_sum[h], factor = 1.0f;
+    if (unsplit && p.learnable_sink != nullptr) {
+      factor = fold_sink(p.learnable_sink[row_head[h]] * kLog2e, &m, &l, [](float v) { return ptx::exp2_approx(v); });
+    }
+    const float inv = l > 0.0f ? factor / l : 0.0f;
+    const float lse = l > 0.0f ? (m + __log2f(l)) * kLn2 : (l == 0.0f ? -INFINITY : l);
+    const int64_t grow = int64_t(b) * p.seqlen_q + row_t[h];  // the row's global index
+    const int col0 = warp_col0 + 2 * t4;
+    if (unsplit) {
+      auto* out = static_cast<Element*>(p.out) + b * p.out_strides.batch + row_t[h] * p.out_strides.row +
+                  int64_t(row_head[h]) * p.out_strides.head + col0;
+#pragma unroll
+      for (int nt = 0; nt < Traits::kONTiles; ++nt) {
+        *reinterpret_cast<uint32_t*>(out + nt * 8) =
+            ptx::pack2<Element>(o[0][nt][2 * h] * inv, o[0][nt][2 * h + 1] * inv);
+      }
+      if (p.lse != nullptr && warp == 0 && t4 == 0) {
+        p.lse[b * p.lse_batch_stride + int64_t(row_head[h]) * p.lse_head_stride + row_t[h]] = lse;
+      }
+    } else {
+      float* out = p.split_out + ((int64_t(split) * p.total_q + grow) * p.heads + row_head[h]) * kHeadDimV + col0;
+#pragma unroll
+      for (int nt = 0; nt < Traits::kONTiles; ++nt) {
+        *reinterpret_cast<float2*>(out + nt * 8) = make_float2(o[0][nt][2 * h] * inv, o[0][nt][2 * h + 1] * inv);
+      }
+      if (warp == 0 && t4 == 0) {
+        p.split_lse[(int64_t(split) * p.heads + row_head[h]) * p.total_q + grow] = lse;
+      }
+    }
+  }
+}
+
+}  // namespace flashattn::cuda::mla
