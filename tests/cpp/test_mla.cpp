@@ -28,6 +28,7 @@ constexpr int kDv = 512;  // v: the first 512 columns of the latent cache
 struct MlaCase {
   DType dtype = DType::kBFloat16;
   std::vector<int> cache_seqlens{37};  // per sequence: rows already in the cache
+  std::vector<int> leftpad;            // per sequence: first cache row attended to; empty = 0
   int seqlen_q = 1;
   int seqlen_new = 0;  // 0 = no k/v appended
   int heads = 16;
@@ -117,6 +118,7 @@ class MlaRun {
       a.rotary_interleaved = false;
     }
     a.cache_seqlens = make_contiguous_view(seqlens_->device_data(), DType::kInt32, dev, {B});
+    if (!mc_.leftpad.empty()) a.cache_leftpad = make_contiguous_view(leftpad_->device_data(), DType::kInt32, dev, {B});
     if (mc_.page_size > 0) {
       a.block_table = make_contiguous_view(table_->device_data(), DType::kInt32, dev, {B, mc_.max_blocks()});
     }
@@ -215,8 +217,9 @@ class MlaRun {
     hp.shape.cu_seqlens_k = {0};
     for (int b = 0; b < B; ++b) {
       const int64_t end = seqlens_host_[b] + mc_.seqlen_new;
+      const int64_t first = mc_.leftpad.empty() ? 0 : mc_.leftpad[b];
       hp.shape.cu_seqlens_q.push_back(hp.shape.cu_seqlens_q.back() + sq);
-      hp.shape.cu_seqlens_k.push_back(hp.shape.cu_seqlens_k.back() + end);
+      hp.shape.cu_seqlens_k.push_back(hp.shape.cu_seqlens_k.back() + (end - first));
       for (int t = 0; t < sq; ++t) {
         for (int h = 0; h < H; ++h) {
           const int64_t qo = ((int64_t(b) * sq + t) * H + h) * kD;
@@ -228,7 +231,7 @@ class MlaRun {
           }
         }
       }
-      for (int64_t r = 0; r < end; ++r) {
+      for (int64_t r = first; r < end; ++r) {
         for (int h = 0; h < HK; ++h) {
           const int64_t ko = ((int64_t(b) * mc_.capacity + r) * HK + h) * kD;
           hp.k.insert(hp.k.end(), kexp.begin() + ko, kexp.begin() + ko + kD);
@@ -320,13 +323,15 @@ class MlaRun {
     }
     seqlens_ = arena(DType::kInt32, B);
     for (int b = 0; b < B; ++b) seqlens_->set(b, seqlens_host_[b]);
+    leftpad_ = arena(DType::kInt32, B);
+    for (int b = 0; b < B; ++b) leftpad_->set(b, mc_.leftpad.empty() ? 0 : mc_.leftpad[b]);
     table_ = arena(DType::kInt32, static_cast<int64_t>(table_host_.size()));
     for (size_t i = 0; i < table_host_.size(); ++i) table_->set(static_cast<int64_t>(i), table_host_[i]);
     sink_ = arena(DType::kFloat32, H);
     for (size_t h = 0; h < mc_.sink.size(); ++h) sink_->set(static_cast<int64_t>(h), mc_.sink[h]);
     out_ = arena(dt, int64_t(B) * mc_.seqlen_q * H * kDv);
     lse_ = arena(DType::kFloat32, int64_t(B) * H * mc_.seqlen_q);
-    for (const auto& a : {q_, kcache_, vcache_, knew_, vnew_, cos_, sin_, seqlens_, table_, sink_, out_, lse_}) {
+    for (const auto& a : {q_, kcache_, vcache_, knew_, vnew_, cos_, sin_, seqlens_, leftpad_, table_, sink_, out_, lse_}) {
       if (a) a->upload();
     }
   }
@@ -336,7 +341,8 @@ class MlaRun {
   int64_t rows0_ = 0, rows1_ = 0;
   std::vector<int> seqlens_host_, table_host_;
   std::vector<double> q_host_, klog_, vlog_, knew_host_, vnew_host_, cos_host_, sin_host_;
-  std::shared_ptr<Arena> q_, kcache_, vcache_, knew_, vnew_, cos_, sin_, seqlens_, table_, sink_, out_, lse_;
+  std::shared_ptr<Arena> q_, kcache_, vcache_, knew_, vnew_, cos_, sin_, seqlens_, leftpad_, table_, sink_, out_,
+      lse_;
 };
 
 // A CUDA build trimmed without the MLA kernel (FLASHATTN_CUDA_HEAD_DIMS without 576) or the
@@ -477,6 +483,22 @@ TEST_P(Mla, AppendWithRotarySeparateCaches) {
   mc.causal = true;
   mc.rotary_dim = 64;
   MLA_RUN_OR_SKIP(o, GetParam(), mc);
+}
+
+// Left padding moves the first key (and the causal diagonal stays bottom-right over the rest).
+TEST_P(Mla, LeftPadding) {
+  for (int page : {0, 16}) {
+    MlaCase mc;
+    mc.cache_seqlens = {70, 300, 12};
+    mc.leftpad = {5, 200, 12};  // the last sequence: no key left
+    mc.capacity = 320;
+    mc.page_size = page;
+    mc.seqlen_q = 2;
+    mc.causal = true;
+    mc.sink = sink_logits(mc.heads, 9);
+    SCOPED_TRACE("page " + std::to_string(page));
+    MLA_RUN_OR_SKIP(o, GetParam(), mc);
+  }
 }
 
 TEST_P(Mla, ForcedSplits) {
