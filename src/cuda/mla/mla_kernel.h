@@ -86,22 +86,38 @@ struct MlaPlan {
   int tiles_per_split = 1;  // key tiles each split covers
 };
 
-// Copies the kBlockN cache rows of the key tile starting at cache row n0 (rows at or past
-// key_end zero-filled, never read) into a tile of Layout with kWidth columns. Thread tid copies
-// row tid / 4, chunks tid % 4 + 4 i: one page look-up per thread, and a warp's copy instruction
-// covers 8 rows x 64 contiguous bytes.
+// Where this thread's cache row of one key tile lives: thread tid copies row tid / 4 of every
+// tile (chunks tid % 4 + 4 i), so one page look-up per thread and tile, and a warp's copy
+// instruction covers 8 rows x 64 contiguous bytes. Looked up one iteration before the copy
+// (paged caches: the block-table read's latency passes under a whole tile's work).
+struct TileRow {
+  int64_t k_offset = 0;  // elements from the cache's start (head included)
+  int64_t v_offset = 0;
+  bool valid = false;    // the row exists (< key_end); else zero-filled, never read
+};
+
+template <typename Traits>
+__device__ __forceinline__ TileRow tile_row(const ForwardParams& p, int b, int hk, int n0, int key_end, int tid) {
+  TileRow t;
+  const int row = n0 + tid / 4;
+  t.valid = row < key_end;
+  if (t.valid) {
+    t.k_offset = p.kv.row_offset(p.k_strides, b, row) + int64_t(hk) * p.k_strides.head;
+    if constexpr (Traits::kSeparateV) t.v_offset = p.kv.row_offset(p.v_strides, b, row) + int64_t(hk) * p.v_strides.head;
+  }
+  return t;
+}
+
+// Copies this thread's chunks of its row (kWidth columns, from element `offset` of `cache`) into
+// a tile of Layout.
 template <typename Traits, int kWidth, typename Layout>
-__device__ __forceinline__ void load_cache_tile(typename Traits::Element* smem, const ForwardParams& p,
-                                                const void* cache, const Strides3& strides, int b, int hk, int n0,
-                                                int key_end, int tid) {
+__device__ __forceinline__ void copy_tile_row(typename Traits::Element* smem, const void* cache, int64_t offset,
+                                              bool valid, int tid) {
   static_assert(Traits::kThreads == 4 * Traits::kBlockN, "four threads per row");
   constexpr int kChunks = kWidth / 8;
-  const int r = tid / 4;
-  const bool valid = n0 + r < key_end;
-  const auto* src = static_cast<const char*>(cache);
-  if (valid) src += 2 * (p.kv.row_offset(strides, b, n0 + r) + int64_t(hk) * strides.head);
+  const auto* src = static_cast<const char*>(cache) + 2 * offset;
   const int c0 = tid % 4;
-  const uint32_t dst0 = Layout::smem_at(smem, r, 8 * c0);
+  const uint32_t dst0 = Layout::smem_at(smem, tid / 4, 8 * c0);
 #pragma unroll
   for (int i = 0; i < kChunks / 4; ++i) {
     ptx::cp_async_16(Layout::advance(dst0, 0, 32 * i), src + 16 * (c0 + 4 * i), valid);
@@ -174,19 +190,20 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     }
     ptx::cp_async_commit();
   }
-  const auto load_tile = [&](int j) {
-    const int n0 = key_first + (tile_begin + j) * kBlockN;
+  const auto row_of = [&](int j) {
+    return tile_row<Traits>(p, b, hk, key_first + (tile_begin + j) * kBlockN, key_end, tid);
+  };
+  const auto load_tile = [&](int j, const TileRow& r) {
     const int s = j % kStages;
-    load_cache_tile<Traits, kHeadDim, QKLayout>(k_stage(s), p, p.k, p.k_strides, b, hk, n0, key_end, tid);
-    if constexpr (Traits::kSeparateV) {
-      load_cache_tile<Traits, kHeadDimV, VLayout>(v_stage(s), p, p.v, p.v_strides, b, hk, n0, key_end, tid);
-    }
+    copy_tile_row<Traits, kHeadDim, QKLayout>(k_stage(s), p.k, r.k_offset, r.valid, tid);
+    if constexpr (Traits::kSeparateV) copy_tile_row<Traits, kHeadDimV, VLayout>(v_stage(s), p.v, r.v_offset, r.valid, tid);
   };
 #pragma unroll
   for (int j = 0; j < kStages - 1; ++j) {
-    if (j < tiles) load_tile(j);
+    if (j < tiles) load_tile(j, row_of(j));
     ptx::cp_async_commit();
   }
+  TileRow next_row = row_of(kStages - 1);  // the row of the next tile to copy
 
   // ldmatrix addresses of this lane. Q (A of S, [m][k]): kind A. K (B of S, [n][k]): the warp's
   // 8 keys, lane / 8 picking one of four 8-column chunks, so one x4 load serves two k steps.
@@ -203,7 +220,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
 
   for (int j = 0; j < tiles; ++j) {
     __syncthreads();  // every warp is done with tile j - 1: its stage, P and the statistics
-    if (j + kStages - 1 < tiles) load_tile(j + kStages - 1);
+    if (j + kStages - 1 < tiles) {
+      load_tile(j + kStages - 1, next_row);
+      next_row = row_of(j + kStages);
+    }
     ptx::cp_async_commit();
     ptx::cp_async_wait<kStages - 1>();
     __syncthreads();  // tile j (and Q) in shared memory for every warp
