@@ -178,6 +178,20 @@ TEST(SmemLayout, MlaDecodeAddressSteps) {
         EXPECT_EQ(QK::advance(QK::offset(r, c), 0, 32 * kk2), QK::offset(r, c + 32 * kk2));
       }
     }
+    // S by depth (MlaTraits::kSplitDepth): warp (key group kg, depth part dq) reads Q (kind A)
+    // and its 32 keys of K (kind B, two 16-key halves) at k steps dq + 4 i: 64 i columns on.
+    for (int dq = 0; dq < 4; ++dq) {
+      for (int i = 0; i < 9; ++i) {
+        const int qc = 16 * dq + 8 * chunk_a(lane);
+        EXPECT_EQ(QK::advance(QK::offset(row_a(lane), qc), 0, 64 * i), QK::offset(row_a(lane), qc + 64 * i));
+        for (int kg = 0; kg < 2; ++kg) {
+          const int kr = 32 * kg + row_b(lane), kc = 16 * dq + 8 * chunk_b(lane);
+          for (int np = 0; np < 2; ++np) {
+            EXPECT_EQ(QK::advance(QK::offset(kr, kc), 16 * np, 64 * i), QK::offset(kr + 16 * np, kc + 64 * i));
+          }
+        }
+      }
+    }
     // P, A of O (kind A), 4 k steps of 16 keys.
     for (int kk = 0; kk < 4; ++kk) {
       const uint32_t base = P::offset(row_a(lane), 8 * chunk_a(lane));

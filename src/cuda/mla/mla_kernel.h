@@ -5,7 +5,8 @@
 // (query token t, query head of the KV head's group) space, row = t * group + head_in_group, so
 // every query head of a GQA group and every query token share the K/V tiles the CTA reads (with
 // one latent KV head, the whole cache is read once per row block). Per tile of kBlockN keys:
-//   S = Q K^T         the 8 warps split the tile's keys, 8 keys each, over the full depth 576;
+//   S = Q K^T         the 8 warps split the tile's keys (8 each, over the full depth 576), or
+//                     keys and depth with the partial sums exchanged (MlaTraits::kSplitDepth);
 //   softmax           each warp's partial row maxima and sums meet in shared memory, so every
 //                     warp holds the same row statistics (same values, same order);
 //   O += P V          P goes through shared memory (16-bit, like the other kernels' P), and
@@ -65,17 +66,37 @@ struct MlaTraits {
   using VLayout = std::conditional_t<kSeparateV, SwizzledRows<kHeadDimV>, QKLayout>;
   using PLayout = SwizzledRows<kBlockN>;
 
+  // How the warps share S = Q K^T of a tile; either way each warp ends with S of its own
+  // kKeysPerWarp keys for the softmax:
+  //   by keys   (kSplitDepth false) each warp computes its 8 keys over the whole depth 576, so
+  //             every warp reads all of Q: 8 x 18 KB of ldmatrix reads of Q per tile;
+  //   by depth  (kSplitDepth true) warp w computes the 32 keys of key group w % kKeyGroups over
+  //             the k steps w / kKeyGroups + kDepthParts i (9 of the 36), and the kDepthParts
+  //             partial sums meet in shared memory (sS, f32): Q is read twice per tile, not 8
+  //             times (S's ldmatrix traffic 221 -> 111 KB per tile, plus 2 x 16 KB for the
+  //             partials), for one more barrier per tile.
+  // By depth for the latent cache; a separate v_cache keeps by keys, so that its stage of K and
+  // V (136 KB) still fits A100's 163 KB with the rest.
+  static constexpr bool kSplitDepth = !kSeparateV;
+  static constexpr int kKeyGroups = 2;
+  static constexpr int kDepthParts = kWarps / kKeyGroups;
+  static constexpr int kGroupKeys = kBlockN / kKeyGroups;  // 32 keys: 4 n8 tiles
+  static_assert(kHeadDim % (16 * kDepthParts) == 0, "whole k steps per depth part");
+  static constexpr int kSStride = kBlockN + 8;  // floats between rows of a partial (conflict-free float2)
+
   static constexpr int kKBytes = kBlockN * kHeadDim * 2;
   static constexpr int kVBytes = kSeparateV ? kBlockN * kHeadDimV * 2 : 0;
   static constexpr int kStageBytes = kKBytes + kVBytes;
   static constexpr int kQBytes = kBlockM * kHeadDim * 2;
   static constexpr int kPBytes = kBlockM * kBlockN * 2;
   static constexpr int kStatBytes = 2 * kWarps * kBlockM * 4;  // per-warp row maxima and sums
+  static constexpr int kSBytes = kSplitDepth ? kDepthParts * kBlockM * kSStride * 4 : 0;  // S partials
   // Offsets from the (128-byte aligned) start of dynamic shared memory.
   static constexpr int kQOffset = kStages * kStageBytes;
   static constexpr int kPOffset = kQOffset + kQBytes;
   static constexpr int kStatOffset = kPOffset + kPBytes;
-  static constexpr int kSmemBytes = kStatOffset + kStatBytes;
+  static constexpr int kSOffset = kStatOffset + kStatBytes;
+  static constexpr int kSmemBytes = kSOffset + kSBytes;
   static_assert(kStageBytes % 128 == 0 && kQBytes % 128 == 0 && kPBytes % 128 == 0, "128-byte lines");
 };
 
@@ -205,10 +226,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   }
   TileRow next_row = row_of(kStages - 1);  // the row of the next tile to copy
 
-  // ldmatrix addresses of this lane. Q (A of S, [m][k]): kind A. K (B of S, [n][k]): the warp's
-  // 8 keys, lane / 8 picking one of four 8-column chunks, so one x4 load serves two k steps.
-  // P (A of O, [m][k]): kind A. V (B of O, [k][n], read transposed): kind A at the warp's columns.
-  const uint32_t q_addr = QKLayout::smem_at(sQ, ldsm_row_a(lane), ldsm_col_a(lane));
+  // ldmatrix addresses of this lane. Q (A of S, [m][k]): kind A. K (B of S, [n][k]) by depth:
+  // kind B; by keys: the warp's 8 keys, lane / 8 picking one of four 8-column chunks, so one x4
+  // load serves two k steps. P (A of O, [m][k]): kind A. V (B of O, [k][n], read transposed):
+  // kind A at the warp's columns.
   const uint32_t p_addr = PLayout::smem_at(sP, ldsm_row_a(lane), ldsm_col_a(lane));
   const int warp_key0 = warp * Traits::kKeysPerWarp;
   const int warp_col0 = warp * Traits::kColsPerWarp;
@@ -230,30 +251,78 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     const int s = j % kStages;
     const int n0 = key_first + (tile_begin + j) * kBlockN;
 
-    // S = Q K^T for the warp's 8 keys: 36 k steps in 4 independent accumulator chains.
-    float chain[4][4];
+    // S of the warp's 8 keys (rows g, g + 8; keys 2 t4, 2 t4 + 1 of them), see kSplitDepth.
+    float sc[4];
+    if constexpr (Traits::kSplitDepth) {
+      // Key group kg, depth part dq: 4 n8 tiles, 4 independent accumulators of 9 k steps.
+      const int kg = warp % Traits::kKeyGroups, dq = warp / Traits::kKeyGroups;
+      auto* sS = reinterpret_cast<float*>(smem + Traits::kSOffset);  // (kDepthParts, kBlockM, kSStride)
+      float part[1][Traits::kGroupKeys / 8][4];
+      zero_acc(part);
+      const uint32_t q_part = QKLayout::smem_at(sQ, ldsm_row_a(lane), 16 * dq + ldsm_col_a(lane));
+      const uint32_t k_part =
+          QKLayout::smem_at(k_stage(s), Traits::kGroupKeys * kg + ldsm_row_b(lane), 16 * dq + ldsm_col_b(lane));
 #pragma unroll
-    for (int c = 0; c < 4; ++c)
+      for (int i = 0; i < kHeadDim / (16 * Traits::kDepthParts); ++i) {
+        // k step dq + kDepthParts i: 64 i columns on, a whole number of 128-byte groups.
+        uint32_t a[1][4];
+        ptx::ldmatrix_x4(a[0], QKLayout::advance(q_part, 0, 16 * Traits::kDepthParts * i));
 #pragma unroll
-      for (int e = 0; e < 4; ++e) chain[c][e] = 0.0f;
-    const uint32_t k_addr = QKLayout::smem_at(k_stage(s), warp_key0 + lane % 8, 8 * (lane / 8));
+        for (int np = 0; np < Traits::kGroupKeys / 16; ++np) {
+          uint32_t bk[4];
+          ptx::ldmatrix_x4(bk, QKLayout::advance(k_part, 16 * np, 16 * Traits::kDepthParts * i));
+          mma_b_pair<Element>(part, a, bk, 2 * np);
+        }
+      }
+      float* mine = sS + dq * kBlockM * Traits::kSStride;
 #pragma unroll
-    for (int kk2 = 0; kk2 < kHeadDim / 32; ++kk2) {
-      uint32_t kb[4], qa0[4], qa1[4];
-      ptx::ldmatrix_x4(kb, QKLayout::advance(k_addr, 0, 32 * kk2));
-      ptx::ldmatrix_x4(qa0, QKLayout::advance(q_addr, 0, 32 * kk2));
-      ptx::ldmatrix_x4(qa1, QKLayout::advance(q_addr, 0, 32 * kk2 + 16));
-      const uint32_t b0[2] = {kb[0], kb[1]}, b1[2] = {kb[2], kb[3]};
-      ptx::mma_m16n8k16<Element>(chain[(2 * kk2) % 4], qa0, b0);
-      ptx::mma_m16n8k16<Element>(chain[(2 * kk2 + 1) % 4], qa1, b1);
+      for (int nt = 0; nt < Traits::kGroupKeys / 8; ++nt) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          *reinterpret_cast<float2*>(mine + (g + 8 * h) * Traits::kSStride + Traits::kGroupKeys * kg + 8 * nt + 2 * t4) =
+              make_float2(part[0][nt][2 * h], part[0][nt][2 * h + 1]);
+        }
+      }
+      __syncthreads();  // every depth part of every key
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float2 sum[Traits::kDepthParts];
+#pragma unroll
+        for (int d = 0; d < Traits::kDepthParts; ++d) {
+          sum[d] = *reinterpret_cast<const float2*>(sS + (d * kBlockM + g + 8 * h) * Traits::kSStride + warp_key0 + 2 * t4);
+        }
+        sc[2 * h] = (sum[0].x + sum[1].x) + (sum[2].x + sum[3].x);
+        sc[2 * h + 1] = (sum[0].y + sum[1].y) + (sum[2].y + sum[3].y);
+      }
+      static_assert(Traits::kDepthParts == 4, "the sums above add four parts");
+    } else {
+      // 36 k steps in 4 independent accumulator chains.
+      float chain[4][4];
+#pragma unroll
+      for (int c = 0; c < 4; ++c)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) chain[c][e] = 0.0f;
+      const uint32_t q_addr = QKLayout::smem_at(sQ, ldsm_row_a(lane), ldsm_col_a(lane));
+      const uint32_t k_addr = QKLayout::smem_at(k_stage(s), warp_key0 + lane % 8, 8 * (lane / 8));
+#pragma unroll
+      for (int kk2 = 0; kk2 < kHeadDim / 32; ++kk2) {
+        uint32_t kb[4], qa0[4], qa1[4];
+        ptx::ldmatrix_x4(kb, QKLayout::advance(k_addr, 0, 32 * kk2));
+        ptx::ldmatrix_x4(qa0, QKLayout::advance(q_addr, 0, 32 * kk2));
+        ptx::ldmatrix_x4(qa1, QKLayout::advance(q_addr, 0, 32 * kk2 + 16));
+        const uint32_t b0[2] = {kb[0], kb[1]}, b1[2] = {kb[2], kb[3]};
+        ptx::mma_m16n8k16<Element>(chain[(2 * kk2) % 4], qa0, b0);
+        ptx::mma_m16n8k16<Element>(chain[(2 * kk2 + 1) % 4], qa1, b1);
+      }
+#pragma unroll
+      for (int e = 0; e < 4; ++e) sc[e] = (chain[0][e] + chain[1][e]) + (chain[2][e] + chain[3][e]);
     }
     // Scale to log2 units and mask: keys past the sequence, and (causal) past the row's last.
     float x[4];
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int key = n0 + warp_key0 + 2 * t4 + (e & 1);
-      const float sc = (chain[0][e] + chain[1][e]) + (chain[2][e] + chain[3][e]);
-      x[e] = key <= row_last_key[e / 2] ? sc * p.scale_log2 : -INFINITY;
+      x[e] = key <= row_last_key[e / 2] ? sc[e] * p.scale_log2 : -INFINITY;
     }
     // Row maxima across the quad, then across the warps through shared memory.
     float part[2];

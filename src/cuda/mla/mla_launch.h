@@ -33,7 +33,7 @@ Status launch_decode(const ForwardParams& params_in, cudaStream_t stream, int sm
   const int n_tiles = std::max(1, (params.kv.capacity + Traits::kBlockN - 1) / Traits::kBlockN);
   int splits = params.num_splits;
   if (splits == 0) {
-    // One CTA per SM (__launch_bounds__(kThreads, 1), 94-166 KB of shared memory); the decode
+    // One CTA per SM (__launch_bounds__(kThreads, 1), 111-183 KB of shared memory); the decode
     // cost model of split_heuristic.h, which fills the SMs in about one wave.
     splits = choose_num_splits(static_cast<long long>(params.batch) * params.heads_k * m_blocks, n_tiles, sms, 1,
                                kMaxSplits, SplitCost::kDecode);
@@ -65,8 +65,9 @@ Status launch_decode(const ForwardParams& params_in, cudaStream_t stream, int sm
 }
 
 // Picks the instantiation: a separate v_cache copies V tiles too (one stage: K + V of 64 keys are
-// 136 KB); the latent cache double-buffers its K tiles where the device's opt-in shared memory
-// holds two (165 KB: sm90's 227 KB does, A100's 163 KB does not), else uses one stage.
+// 136 KB, 157 KB in all); the latent cache double-buffers its K tiles where the device's opt-in
+// shared memory holds two (183 KB: sm90's 227 KB does, A100's 163 KB does not), else uses one
+// stage (111 KB).
 template <typename Element>
 Status run_decode(const ForwardParams& params, cudaStream_t stream) {
   int device = 0, optin = 0, sms = 0;
