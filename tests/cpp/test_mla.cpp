@@ -423,19 +423,23 @@ TEST_P(Mla, Heads128) {
   }
 }
 
+// Two KV heads of 8 query heads each; 3 query tokens make 24 rows: a 32-row block, part empty.
 TEST_P(Mla, GqaTwoKVHeads) {
   for (bool latent : {true, false}) {
-    MlaCase mc;
-    mc.heads = 16;
-    mc.heads_k = 2;
-    mc.cache_seqlens = {33, 200, 64};
-    mc.capacity = 256;
-    mc.page_size = 16;
-    mc.seqlen_q = 2;
-    mc.causal = true;
-    mc.latent = latent;
-    SCOPED_TRACE(latent ? "latent" : "separate v_cache");
-    MLA_RUN_OR_SKIP(o, GetParam(), mc);
+    for (int sq : {2, 3}) {
+      MlaCase mc;
+      mc.heads = 16;
+      mc.heads_k = 2;
+      mc.cache_seqlens = {33, 200, 64};
+      mc.capacity = 256;
+      mc.page_size = 16;
+      mc.seqlen_q = sq;
+      mc.causal = true;
+      mc.latent = latent;
+      mc.sink = sink_logits(mc.heads, 4);
+      SCOPED_TRACE(std::string(latent ? "latent" : "separate v_cache") + " seqlen_q " + std::to_string(sq));
+      MLA_RUN_OR_SKIP(o, GetParam(), mc);
+    }
   }
 }
 

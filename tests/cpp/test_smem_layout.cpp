@@ -183,7 +183,10 @@ TEST(SmemLayout, MlaDecodeAddressSteps) {
     for (int dq = 0; dq < 4; ++dq) {
       for (int i = 0; i < 9; ++i) {
         const int qc = 16 * dq + 8 * chunk_a(lane);
-        EXPECT_EQ(QK::advance(QK::offset(row_a(lane), qc), 0, 64 * i), QK::offset(row_a(lane), qc + 64 * i));
+        for (int mt = 0; mt < 2; ++mt) {  // 16- and 32-row blocks
+          EXPECT_EQ(QK::advance(QK::offset(row_a(lane), qc), 16 * mt, 64 * i),
+                    QK::offset(row_a(lane) + 16 * mt, qc + 64 * i));
+        }
         for (int kg = 0; kg < 2; ++kg) {
           const int kr = 32 * kg + row_b(lane), kc = 16 * dq + 8 * chunk_b(lane);
           for (int np = 0; np < 2; ++np) {
@@ -195,7 +198,9 @@ TEST(SmemLayout, MlaDecodeAddressSteps) {
     // P, A of O (kind A), 4 k steps of 16 keys.
     for (int kk = 0; kk < 4; ++kk) {
       const uint32_t base = P::offset(row_a(lane), 8 * chunk_a(lane));
-      EXPECT_EQ(P::advance(base, 0, 16 * kk), P::offset(row_a(lane), 8 * chunk_a(lane) + 16 * kk));
+      for (int mt = 0; mt < 2; ++mt) {
+        EXPECT_EQ(P::advance(base, 16 * mt, 16 * kk), P::offset(row_a(lane) + 16 * mt, 8 * chunk_a(lane) + 16 * kk));
+      }
     }
     // V, B of O read transposed (kind A): warp w's 64 columns, 16-key steps, pairs of 8 columns.
     for (int warp = 0; warp < 8; ++warp) {

@@ -43,16 +43,19 @@ constexpr float kLn2 = 0.6931471805599453f;
 //   kStages_     K (and V) tile stages in shared memory: 2 where the device's opt-in shared
 //                memory holds them (sm90: 227 KB), else 1 (A100: 163 KB; no copy overlap).
 //   kSeparateV_  v_cache is its own tensor (not a view of k_cache): V tiles are copied too.
-template <typename Element_, int kStages_, bool kSeparateV_>
+//   kBlockM_     rows per CTA: 16 (one m16 tile), or 32 where a call has more than 16 rows
+//                (heads_per_group x seqlen_q: 128 heads, or 16 heads with 2+ query tokens), so
+//                that half as many CTAs read each K tile. O (kBlockM x 512 f32) is split over
+//                the 8 warps: 64 columns each, 32 or 64 registers per thread; 64 rows would take
+//                128 and the 2-stage tiles would not fit beside their Q (dev/NOTES.md, "MLA decode").
+template <typename Element_, int kStages_, bool kSeparateV_, int kBlockM_ = 16>
 struct MlaTraits {
   using Element = Element_;
   static constexpr int kStages = kStages_;
   static constexpr bool kSeparateV = kSeparateV_;
-  // 16 rows: one m16 tile, so S and O need no row loop. The 16-128 query heads of one latent
-  // KV head at one token are 1-8 row blocks; a block of 64 rows would read the cache once for
-  // 64 heads, but O (64 x 512 f32) would take 128 registers per thread (see the report in
-  // dev/NOTES.md, "MLA decode").
-  static constexpr int kBlockM = 16;
+  static constexpr int kBlockM = kBlockM_;
+  static constexpr int kMTiles = kBlockM / 16;
+  static_assert(kBlockM % 16 == 0, "whole m16 tiles");
   static constexpr int kBlockN = 64;  // keys per tile: 72 KB of K at d 576
   static constexpr int kWarps = 8;
   static constexpr int kThreads = 32 * kWarps;
@@ -98,6 +101,7 @@ struct MlaTraits {
   static constexpr int kSOffset = kStatOffset + kStatBytes;
   static constexpr int kSmemBytes = kSOffset + kSBytes;
   static_assert(kStageBytes % 128 == 0 && kQBytes % 128 == 0 && kPBytes % 128 == 0, "128-byte lines");
+  static_assert(kSeparateV ? kMTiles == 1 && !kSplitDepth : kSplitDepth, "by keys: 16 rows; by depth: the latent cache");
 };
 
 // The launch plan (set by the launcher, mla_launch.h).
@@ -153,14 +157,16 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   using VLayout = typename Traits::VLayout;
   using PLayout = typename Traits::PLayout;
   constexpr int kBlockM = Traits::kBlockM;
+  constexpr int kMT = Traits::kMTiles;
+  constexpr int kRows = 2 * kMT;  // rows per thread: g and g + 8 of each m16 tile
   constexpr int kBlockN = Traits::kBlockN;
   constexpr int kStages = Traits::kStages;
   constexpr int kWarps = Traits::kWarps;
   extern __shared__ __align__(128) char smem[];
-  auto* sQ = reinterpret_cast<Element*>(smem + Traits::kQOffset);            // (kBlockM, 576)
-  auto* sP = reinterpret_cast<Element*>(smem + Traits::kPOffset);            // (kBlockM, kBlockN)
-  auto* sMax = reinterpret_cast<float*>(smem + Traits::kStatOffset);         // (kWarps, kBlockM)
-  float* sSum = sMax + kWarps * kBlockM;                                      // (kWarps, kBlockM)
+  auto* sQ = reinterpret_cast<Element*>(smem + Traits::kQOffset);     // (kBlockM, 576)
+  auto* sP = reinterpret_cast<Element*>(smem + Traits::kPOffset);     // (kBlockM, kBlockN)
+  auto* sMax = reinterpret_cast<float*>(smem + Traits::kStatOffset);  // (kWarps, kBlockM)
+  float* sSum = sMax + kWarps * kBlockM;                               // (kWarps, kBlockM)
   const auto k_stage = [&](int s) { return reinterpret_cast<Element*>(smem + s * Traits::kStageBytes); };
   const auto v_stage = [&](int s) {
     return reinterpret_cast<Element*>(smem + s * Traits::kStageBytes + Traits::kKBytes);  // == K's without kSeparateV
@@ -185,16 +191,17 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   const int tile_begin = split * plan.tiles_per_split;
   const int tiles = max(0, min(n_tiles, tile_begin + plan.tiles_per_split) - tile_begin);
 
-  // This thread's two rows (g and g + 8): query token, query head, last visible key.
-  int row_t[2], row_head[2], row_last_key[2];
-  bool row_in[2];
+  // This thread's rows r = 2 mt + h (CTA row mt * 16 + g + 8 h): query token, query head, last
+  // visible key.
+  int row_t[kRows], row_head[kRows], row_last_key[kRows];
+  bool row_in[kRows];
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int row = m0 + g + 8 * h;
-    row_in[h] = row < plan.rows;
-    row_t[h] = row_in[h] ? row / plan.group : 0;
-    row_head[h] = hk * plan.group + (row_in[h] ? row % plan.group : 0);
-    row_last_key[h] = p.is_causal ? key_end - p.seqlen_q + row_t[h] : key_end - 1;
+  for (int r = 0; r < kRows; ++r) {
+    const int row = m0 + (r / 2) * 16 + g + 8 * (r % 2);
+    row_in[r] = row < plan.rows;
+    row_t[r] = row_in[r] ? row / plan.group : 0;
+    row_head[r] = hk * plan.group + (row_in[r] ? row % plan.group : 0);
+    row_last_key[r] = p.is_causal ? key_end - p.seqlen_q + row_t[r] : key_end - 1;
   }
 
   // Q: (kBlockM, 576), rows past plan.rows zero-filled.
@@ -234,10 +241,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   const int warp_key0 = warp * Traits::kKeysPerWarp;
   const int warp_col0 = warp * Traits::kColsPerWarp;
 
-  float o[1][Traits::kONTiles][4];
+  float o[kMT][Traits::kONTiles][4];  // O: (kBlockM, the warp's 64 columns), unnormalised
   zero_acc(o);
-  float row_max[2] = {-INFINITY, -INFINITY};  // log2 units (scores * scale * log2 e)
-  float row_sum[2] = {0.0f, 0.0f};
+  float row_max[kRows], row_sum[kRows];  // log2 units (scores * scale * log2 e)
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) row_max[r] = -INFINITY, row_sum[r] = 0.0f;
 
   for (int j = 0; j < tiles; ++j) {
     __syncthreads();  // every warp is done with tile j - 1: its stage, P and the statistics
@@ -251,13 +259,14 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     const int s = j % kStages;
     const int n0 = key_first + (tile_begin + j) * kBlockN;
 
-    // S of the warp's 8 keys (rows g, g + 8; keys 2 t4, 2 t4 + 1 of them), see kSplitDepth.
-    float sc[4];
+    // S of the warp's 8 keys: sc[mt][e] is row mt * 16 + g + 8 (e / 2), key 2 t4 + e % 2 of
+    // them (the mma C layout); see kSplitDepth.
+    float sc[kMT][4];
     if constexpr (Traits::kSplitDepth) {
-      // Key group kg, depth part dq: 4 n8 tiles, 4 independent accumulators of 9 k steps.
+      // Key group kg, depth part dq: 4 n8 tiles, 4 kMT independent accumulators of 9 k steps.
       const int kg = warp % Traits::kKeyGroups, dq = warp / Traits::kKeyGroups;
       auto* sS = reinterpret_cast<float*>(smem + Traits::kSOffset);  // (kDepthParts, kBlockM, kSStride)
-      float part[1][Traits::kGroupKeys / 8][4];
+      float part[kMT][Traits::kGroupKeys / 8][4];
       zero_acc(part);
       const uint32_t q_part = QKLayout::smem_at(sQ, ldsm_row_a(lane), 16 * dq + ldsm_col_a(lane));
       const uint32_t k_part =
@@ -265,8 +274,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
 #pragma unroll
       for (int i = 0; i < kHeadDim / (16 * Traits::kDepthParts); ++i) {
         // k step dq + kDepthParts i: 64 i columns on, a whole number of 128-byte groups.
-        uint32_t a[1][4];
-        ptx::ldmatrix_x4(a[0], QKLayout::advance(q_part, 0, 16 * Traits::kDepthParts * i));
+        uint32_t a[kMT][4];
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt) {
+          ptx::ldmatrix_x4(a[mt], QKLayout::advance(q_part, 16 * mt, 16 * Traits::kDepthParts * i));
+        }
 #pragma unroll
         for (int np = 0; np < Traits::kGroupKeys / 16; ++np) {
           uint32_t bk[4];
@@ -276,27 +288,36 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       }
       float* mine = sS + dq * kBlockM * Traits::kSStride;
 #pragma unroll
-      for (int nt = 0; nt < Traits::kGroupKeys / 8; ++nt) {
+      for (int mt = 0; mt < kMT; ++mt) {
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          *reinterpret_cast<float2*>(mine + (g + 8 * h) * Traits::kSStride + Traits::kGroupKeys * kg + 8 * nt + 2 * t4) =
-              make_float2(part[0][nt][2 * h], part[0][nt][2 * h + 1]);
+        for (int nt = 0; nt < Traits::kGroupKeys / 8; ++nt) {
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int row = mt * 16 + g + 8 * h, key = Traits::kGroupKeys * kg + 8 * nt + 2 * t4;
+            *reinterpret_cast<float2*>(mine + row * Traits::kSStride + key) =
+                make_float2(part[mt][nt][2 * h], part[mt][nt][2 * h + 1]);
+          }
         }
       }
       __syncthreads();  // every depth part of every key
+      static_assert(Traits::kDepthParts == 4, "the sums below add four parts");
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        float2 sum[Traits::kDepthParts];
+      for (int mt = 0; mt < kMT; ++mt) {
 #pragma unroll
-        for (int d = 0; d < Traits::kDepthParts; ++d) {
-          sum[d] = *reinterpret_cast<const float2*>(sS + (d * kBlockM + g + 8 * h) * Traits::kSStride + warp_key0 + 2 * t4);
+        for (int h = 0; h < 2; ++h) {
+          float2 sum[Traits::kDepthParts];
+#pragma unroll
+          for (int d = 0; d < Traits::kDepthParts; ++d) {
+            sum[d] = *reinterpret_cast<const float2*>(sS + (d * kBlockM + mt * 16 + g + 8 * h) * Traits::kSStride +
+                                                      warp_key0 + 2 * t4);
+          }
+          sc[mt][2 * h] = (sum[0].x + sum[1].x) + (sum[2].x + sum[3].x);
+          sc[mt][2 * h + 1] = (sum[0].y + sum[1].y) + (sum[2].y + sum[3].y);
         }
-        sc[2 * h] = (sum[0].x + sum[1].x) + (sum[2].x + sum[3].x);
-        sc[2 * h + 1] = (sum[0].y + sum[1].y) + (sum[2].y + sum[3].y);
       }
-      static_assert(Traits::kDepthParts == 4, "the sums above add four parts");
     } else {
       // 36 k steps in 4 independent accumulator chains.
+      static_assert(kMT == 1, "by keys: one m16 tile");
       float chain[4][4];
 #pragma unroll
       for (int c = 0; c < 4; ++c)
@@ -315,66 +336,75 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
         ptx::mma_m16n8k16<Element>(chain[(2 * kk2 + 1) % 4], qa1, b1);
       }
 #pragma unroll
-      for (int e = 0; e < 4; ++e) sc[e] = (chain[0][e] + chain[1][e]) + (chain[2][e] + chain[3][e]);
+      for (int e = 0; e < 4; ++e) sc[0][e] = (chain[0][e] + chain[1][e]) + (chain[2][e] + chain[3][e]);
     }
     // Scale to log2 units and mask: keys past the sequence, and (causal) past the row's last.
-    float x[4];
+    float x[kMT][4];
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int key = n0 + warp_key0 + 2 * t4 + (e & 1);
-      x[e] = key <= row_last_key[e / 2] ? sc[e] * p.scale_log2 : -INFINITY;
+    for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int key = n0 + warp_key0 + 2 * t4 + (e & 1);
+        x[mt][e] = key <= row_last_key[2 * mt + e / 2] ? sc[mt][e] * p.scale_log2 : -INFINITY;
+      }
     }
     // Row maxima across the quad, then across the warps through shared memory.
-    float part[2];
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      part[h] = fmaxf(x[2 * h], x[2 * h + 1]);
-      part[h] = fmaxf(part[h], __shfl_xor_sync(0xffffffffu, part[h], 1));
-      part[h] = fmaxf(part[h], __shfl_xor_sync(0xffffffffu, part[h], 2));
-      if (t4 == 0) sMax[warp * kBlockM + g + 8 * h] = part[h];
+    for (int r = 0; r < kRows; ++r) {
+      const int mt = r / 2, h = r % 2;
+      float part_max = fmaxf(x[mt][2 * h], x[mt][2 * h + 1]);
+      part_max = fmaxf(part_max, __shfl_xor_sync(0xffffffffu, part_max, 1));
+      part_max = fmaxf(part_max, __shfl_xor_sync(0xffffffffu, part_max, 2));
+      if (t4 == 0) sMax[warp * kBlockM + mt * 16 + g + 8 * h] = part_max;
     }
     __syncthreads();
-    float ref[2], alpha[2];
+    float ref[kRows], alpha[kRows];
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      float mx = row_max[h];
+    for (int r = 0; r < kRows; ++r) {
+      const int row = (r / 2) * 16 + g + 8 * (r % 2);
+      float mx = row_max[r];
 #pragma unroll
-      for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, sMax[w * kBlockM + g + 8 * h]);
+      for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, sMax[w * kBlockM + row]);
       // A row with no visible key yet keeps -inf; exponents are then taken against 0 (all 0).
-      ref[h] = mx == -INFINITY ? 0.0f : mx;
-      alpha[h] = ptx::exp2_approx(row_max[h] - ref[h]);
-      row_max[h] = mx;
+      ref[r] = mx == -INFINITY ? 0.0f : mx;
+      alpha[r] = ptx::exp2_approx(row_max[r] - ref[r]);
+      row_max[r] = mx;
     }
-    float pr[4];
+    float pr[kMT][1][4];
 #pragma unroll
-    for (int e = 0; e < 4; ++e) pr[e] = ptx::exp2_approx(x[e] - ref[e / 2]);
+    for (int mt = 0; mt < kMT; ++mt) {
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      float sum = pr[2 * h] + pr[2 * h + 1];
+      for (int e = 0; e < 4; ++e) pr[mt][0][e] = ptx::exp2_approx(x[mt][e] - ref[2 * mt + e / 2]);
+    }
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      const int mt = r / 2, h = r % 2;
+      float sum = pr[mt][0][2 * h] + pr[mt][0][2 * h + 1];
       sum += __shfl_xor_sync(0xffffffffu, sum, 1);
       sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-      if (t4 == 0) sSum[warp * kBlockM + g + 8 * h] = sum;
+      if (t4 == 0) sSum[warp * kBlockM + mt * 16 + g + 8 * h] = sum;
     }
-    {
-      const float pf[1][1][4] = {{{pr[0], pr[1], pr[2], pr[3]}}};
-      store_acc_16bit<Element, 1, 1, PLayout>(sP, pf, 0, warp_key0, lane);
-    }
+    store_acc_16bit<Element, kMT, 1, PLayout>(sP, pr, 0, warp_key0, lane);
     __syncthreads();  // P and the row sums of every warp
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
+    for (int r = 0; r < kRows; ++r) {
+      const int row = (r / 2) * 16 + g + 8 * (r % 2);
       float sum = 0.0f;
 #pragma unroll
-      for (int w = 0; w < kWarps; ++w) sum += sSum[w * kBlockM + g + 8 * h];
-      row_sum[h] = row_sum[h] * alpha[h] + sum;
+      for (int w = 0; w < kWarps; ++w) sum += sSum[w * kBlockM + row];
+      row_sum[r] = row_sum[r] * alpha[r] + sum;
     }
 #pragma unroll
-    for (int nt = 0; nt < Traits::kONTiles; ++nt) {
-      o[0][nt][0] *= alpha[0], o[0][nt][1] *= alpha[0];
-      o[0][nt][2] *= alpha[1], o[0][nt][3] *= alpha[1];
+    for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+      for (int nt = 0; nt < Traits::kONTiles; ++nt) {
+        o[mt][nt][0] *= alpha[2 * mt], o[mt][nt][1] *= alpha[2 * mt];
+        o[mt][nt][2] *= alpha[2 * mt + 1], o[mt][nt][3] *= alpha[2 * mt + 1];
+      }
     }
     // O[:, warp's 64 columns] += P V; V is the first 512 columns of the K tile unless separate.
     const uint32_t v_addr = VLayout::smem_at(v_stage(s), ldsm_row_a(lane), warp_col0 + ldsm_col_a(lane));
-    warp_gemm_ab<Element, 1, Traits::kONTiles, kBlockN / 16, PLayout, VLayout>(o, p_addr, v_addr);
+    warp_gemm_ab<Element, kMT, Traits::kONTiles, kBlockN / 16, PLayout, VLayout>(o, p_addr, v_addr);
   }
   ptx::cp_async_wait<0>();  // nothing may be left in flight at exit (no tiles: the Q copy)
 
@@ -383,36 +413,36 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   // (fwd_combine_kernel adds it); a split that saw no key writes O = 0, LSE = -inf.
   const bool unsplit = p.num_splits == 1;
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    if (!row_in[h]) continue;
-    float m = row_max[h], l = row_sum[h], factor = 1.0f;
+  for (int r = 0; r < kRows; ++r) {
+    if (!row_in[r]) continue;
+    const int mt = r / 2, h = r % 2;
+    float m = row_max[r], l = row_sum[r], factor = 1.0f;
     if (unsplit && p.learnable_sink != nullptr) {
-      factor = fold_sink(p.learnable_sink[row_head[h]] * kLog2e, &m, &l, [](float v) { return ptx::exp2_approx(v); });
+      factor = fold_sink(p.learnable_sink[row_head[r]] * kLog2e, &m, &l, [](float v) { return ptx::exp2_approx(v); });
     }
     const float inv = l > 0.0f ? factor / l : 0.0f;
     const float lse = l > 0.0f ? (m + __log2f(l)) * kLn2 : (l == 0.0f ? -INFINITY : l);
-    const int64_t grow = int64_t(b) * p.seqlen_q + row_t[h];  // the row's global index
+    const int64_t grow = int64_t(b) * p.seqlen_q + row_t[r];  // the row's global index
     const int col0 = warp_col0 + 2 * t4;
     if (unsplit) {
-      auto* out = static_cast<Element*>(p.out) + b * p.out_strides.batch + row_t[h] * p.out_strides.row +
-                  int64_t(row_head[h]) * p.out_strides.head + col0;
+      auto* out = static_cast<Element*>(p.out) + b * p.out_strides.batch + row_t[r] * p.out_strides.row +
+                  int64_t(row_head[r]) * p.out_strides.head + col0;
 #pragma unroll
       for (int nt = 0; nt < Traits::kONTiles; ++nt) {
         *reinterpret_cast<uint32_t*>(out + nt * 8) =
-            ptx::pack2<Element>(o[0][nt][2 * h] * inv, o[0][nt][2 * h + 1] * inv);
+            ptx::pack2<Element>(o[mt][nt][2 * h] * inv, o[mt][nt][2 * h + 1] * inv);
       }
       if (p.lse != nullptr && warp == 0 && t4 == 0) {
-        p.lse[b * p.lse_batch_stride + int64_t(row_head[h]) * p.lse_head_stride + row_t[h]] = lse;
+        p.lse[b * p.lse_batch_stride + int64_t(row_head[r]) * p.lse_head_stride + row_t[r]] = lse;
       }
     } else {
-      float* out = p.split_out + ((int64_t(split) * p.total_q + grow) * p.heads + row_head[h]) * kHeadDimV + col0;
+      float* out = p.split_out + ((int64_t(split) * p.total_q + grow) * p.heads + row_head[r]) * kHeadDimV + col0;
 #pragma unroll
       for (int nt = 0; nt < Traits::kONTiles; ++nt) {
-        *reinterpret_cast<float2*>(out + nt * 8) = make_float2(o[0][nt][2 * h] * inv, o[0][nt][2 * h + 1] * inv);
+        *reinterpret_cast<float2*>(out + nt * 8) =
+            make_float2(o[mt][nt][2 * h] * inv, o[mt][nt][2 * h + 1] * inv);
       }
-      if (warp == 0 && t4 == 0) {
-        p.split_lse[(int64_t(split) * p.heads + row_head[h]) * p.total_q + grow] = lse;
-      }
+      if (warp == 0 && t4 == 0) p.split_lse[(int64_t(split) * p.heads + row_head[r]) * p.total_q + grow] = lse;
     }
   }
 }

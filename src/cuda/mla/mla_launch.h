@@ -67,7 +67,8 @@ Status launch_decode(const ForwardParams& params_in, cudaStream_t stream, int sm
 // Picks the instantiation: a separate v_cache copies V tiles too (one stage: K + V of 64 keys are
 // 136 KB, 157 KB in all); the latent cache double-buffers its K tiles where the device's opt-in
 // shared memory holds two (183 KB: sm90's 227 KB does, A100's 163 KB does not), else uses one
-// stage (111 KB).
+// stage (111 KB); with more than 16 rows per (sequence, KV head) it takes 32-row blocks where
+// their 222 KB fit (sm90), halving the CTAs that read each K tile.
 template <typename Element>
 Status run_decode(const ForwardParams& params, cudaStream_t stream) {
   int device = 0, optin = 0, sms = 0;
@@ -76,6 +77,7 @@ Status run_decode(const ForwardParams& params, cudaStream_t stream) {
   FLASHATTN_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   using Separate = MlaTraits<Element, 1, true>;
   using Latent2 = MlaTraits<Element, 2, false>;
+  using Latent2Rows32 = MlaTraits<Element, 2, false, 32>;
   using Latent1 = MlaTraits<Element, 1, false>;
   const bool separate = !v_aliases_k(params);
   const int need = separate ? Separate::kSmemBytes : Latent1::kSmemBytes;
@@ -86,6 +88,10 @@ Status run_decode(const ForwardParams& params, cudaStream_t stream) {
                                 std::to_string(device) + " allows " + std::to_string(optin));
   }
   if (separate) return launch_decode<Separate>(params, stream, sms);
+  const int rows = params.heads / params.heads_k * params.seqlen_q;
+  if (rows > Latent2::kBlockM && optin >= Latent2Rows32::kSmemBytes) {
+    return launch_decode<Latent2Rows32>(params, stream, sms);
+  }
   if (optin >= Latent2::kSmemBytes) return launch_decode<Latent2>(params, stream, sms);
   return launch_decode<Latent1>(params, stream, sms);
 }
