@@ -17,8 +17,10 @@
 
 namespace flashattn::cuda::mla {
 
-// Most splits per (sequence, KV head, row block): as the sm80 decode (fwd_launch.h).
-constexpr int kMaxSplits = 64;
+// Most splits per (sequence, KV head, row block). One CTA fills an SM here, so a single sequence
+// (batch 1, one latent KV head, 16 heads: one CTA before splitting) needs ~132 splits to fill an
+// H200; the sm80 decode stops at 64 (fwd_launch.h), where 2-3 CTAs share an SM.
+constexpr int kMaxSplits = 128;
 
 template <typename Traits>
 Status launch_decode(const ForwardParams& params_in, cudaStream_t stream, int sms) {
