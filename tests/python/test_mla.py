@@ -90,17 +90,16 @@ def test_mla_decode_matches_float64_reference(spec):
         blocks = capacity // page_size
         perm = torch.randperm(b * blocks, generator=gen)
         table = perm.view(b, blocks).to(torch.int32)
-        k_cache = torch.empty(b * blocks, page_size, hk, D, dtype=dtype)
-        k_cache.view(-1, hk, D)[:] = 0
+        k_cache = torch.zeros(b * blocks, page_size, hk, D, dtype=dtype)
         for i in range(b):
             for j in range(blocks):
-                k_cache[table[i, j]] = k_log[i, j * page_size:(j + 1) * page_size]
+                k_cache[int(table[i, j])] = k_log[i, j * page_size:(j + 1) * page_size]
         v_full = None
         if not latent:
-            v_full = torch.empty(b * blocks, page_size, hk, DV, dtype=dtype)
+            v_full = torch.zeros(b * blocks, page_size, hk, DV, dtype=dtype)
             for i in range(b):
                 for j in range(blocks):
-                    v_full[table[i, j]] = v_log[i, j * page_size:(j + 1) * page_size]
+                    v_full[int(table[i, j])] = v_log[i, j * page_size:(j + 1) * page_size]
     else:
         table = None
         k_cache = k_log.clone()
@@ -135,10 +134,11 @@ def test_mla_decode_matches_float64_reference(spec):
         for i in range(b):
             for t in range(snew):
                 r = seqlens[i] + t
-                row = k_cache_d[table[i, r // page_size], r % page_size] if page_size else k_cache_d[i, r]
+                page = int(table[i, r // page_size]) if page_size else 0
+                row = k_cache_d[page, r % page_size] if page_size else k_cache_d[i, r]
                 assert torch.equal(row.cpu(), k_new[i, t])
                 vrow = (row[..., :DV] if latent else
-                        (v_cache_d[table[i, r // page_size], r % page_size] if page_size else v_cache_d[i, r]))
+                        (v_cache_d[page, r % page_size] if page_size else v_cache_d[i, r]))
                 assert torch.equal(vrow.cpu(), v_new[i, t])
 
     u = 2.0 ** -8 if dtype == torch.bfloat16 else 2.0 ** -11
