@@ -58,7 +58,7 @@ CASES = [
     dict(seqlens=[1, 7, 63, 64, 65, 1000, 4097], h=16, capacity=4352, page_size=64),
     dict(seqlens=[5, 130, 700], h=128, sq=2, causal=True, capacity=768, page_size=16),
     dict(seqlens=[33, 200], h=16, hk=2, sq=2, causal=True, capacity=256, page_size=1),
-    dict(seqlens=[17, 300], h=16, sq=16, causal=True, capacity=320, page_size=256),
+    dict(seqlens=[17, 300], h=16, sq=16, causal=True, capacity=512, page_size=256),
     dict(seqlens=[17, 300], h=16, sq=2, causal=True, capacity=320, latent=False),
     dict(seqlens=[0, 9, 300], h=16, sq=2, causal=True, capacity=320, page_size=16, sink=True, num_splits=5),
     dict(seqlens=[9, 300], h=16, sq=1, capacity=320, snew=1, page_size=16, sink=True),
