@@ -596,7 +596,7 @@ def test_cuda_varlen_lists_match_the_cpu_backend():
         out = flashattn.flash_attn_varlen_func(*leaves[:3], to(cu_q), to(cu_k), mq, mk, block_mask=bm,
                                                attn_bias=leaves[3])
         out.backward(to(dout))
-        results.append([out.float().cpu()] + [t.grad.float().cpu() for t in leaves])
+        results.append([out.detach().float().cpu()] + [t.grad.float().cpu() for t in leaves])
     # The CPU result is within float32 rounding of float64: it stands in for the reference, its
     # bf16 rounding for the naive term, and the slack covers P's rounding to bf16 before P.V
     # (a few bf16 ulps of outputs below 1).
