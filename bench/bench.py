@@ -18,6 +18,14 @@ blocks kept with probability --block-density, one row per density, bf16, d128, 1
 (torch.compile(flex_attention)) on the same blocks as a BlockMask of full blocks; figures are
 effective TFLOP/s, the FLOPs of the kept blocks). --block-density alone selects the sparse suite.
 --dtypes/--head-dims/--seqlens keep a subset of a suite's rows.
+mla (DeepSeek-V3 MLA decode: one query token, head_dim 576 / head_dim_v 512, one latent KV head,
+bf16, batch {1, 8, 32, 64} x cache {4k, 8k, 32k} x query heads {16, 128}): entries
+flashattn_latent (v_cache = k_cache[..., :512], dense), flashattn_latent_paged64 (the same in
+shuffled pages of 64), flashattn_separate_v (a separate v_cache: 576 + 512 columns read) and
+torch_bmm (the absorbed-MLA math in torch eager: bmm, softmax, bmm over the same latent tensors,
+a sanity line). SDPA is left out: its GQA path expands the single KV head to every query head
+(128 x the cache). Figures: us, TB/s of cache bytes read (the latent cache once: 576 columns;
+separate: 576 + 512), TFLOP/s of 2 * b * h * sk * (576 + 512).
 
 FLOPs: forward 4*B*H*Nq*Nk*d (halved for causal when Nq == Nk); backward 2.5x forward;
 forward+backward 3.5x forward. Times: CUDA events around one call (a GPU sleep queued first, so
@@ -541,6 +549,102 @@ def run_decode_suite(impls, repeats, save=lambda rows: None, kv_dtype="bf16"):
     return rows
 
 
+MLA_D, MLA_DV = 576, 512
+
+
+def mla_rows():
+    """(batch, seqlen_k, heads) of the mla suite: one latent KV head, one query token."""
+    return [(b, sk, h) for h in (16, 128) for b in (1, 8, 32, 64) for sk in (4096, 8192, 32768)]
+
+
+def mla_entries():
+    """{name: (fn(q, k_cache) -> out, cache columns read per key)} of the mla suite. k_cache is the
+    latent cache (b, sk, 1, 576); each fn builds what else it needs once per cache and keeps it."""
+    import torch
+    import flashattn
+    made = {}
+
+    def latent(page):
+        def run(q, k_cache):
+            b, sk = k_cache.shape[0], k_cache.shape[1]
+            key = ("latent", page, k_cache.data_ptr())
+            if key not in made:
+                seqlens = torch.full((b,), sk, dtype=torch.int32, device="cuda")
+                if page:
+                    blocks = sk // page
+                    perm = torch.randperm(b * blocks, device="cuda")
+                    pages = torch.empty_like(k_cache).view(b * blocks, page, 1, MLA_D)
+                    pages[perm] = k_cache.view(b * blocks, page, 1, MLA_D)
+                    made[key] = (pages, seqlens, perm.view(b, blocks).to(torch.int32))
+                else:
+                    made[key] = (k_cache, seqlens, None)
+            cache, seqlens, table = made[key]
+            return flashattn.flash_attn_with_kvcache(q, cache, cache[..., :MLA_DV], cache_seqlens=seqlens,
+                                                     block_table=table)
+        return run
+
+    def separate(q, k_cache):
+        key = ("separate", k_cache.data_ptr())
+        if key not in made:
+            made[key] = (k_cache[..., :MLA_DV].contiguous(),
+                         torch.full((k_cache.shape[0],), k_cache.shape[1], dtype=torch.int32, device="cuda"))
+        v_cache, seqlens = made[key]
+        return flashattn.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=seqlens)
+
+    def torch_bmm(q, k_cache):
+        b, _, h, _ = q.shape
+        k = k_cache[:, :, 0]  # (b, sk, 576)
+        s = torch.bmm(q[:, 0], k.transpose(1, 2)).float() * (MLA_D ** -0.5)  # (b, h, sk)
+        p = torch.softmax(s, dim=-1).to(q.dtype)
+        return torch.bmm(p, k[..., :MLA_DV]).view(b, 1, h, MLA_DV)
+
+    return {"flashattn_latent": (latent(0), MLA_D), "flashattn_latent_paged64": (latent(64), MLA_D),
+            "flashattn_separate_v": (separate, MLA_D + MLA_DV), "torch_bmm": (torch_bmm, MLA_D)}
+
+
+def run_mla_suite(repeats, save=lambda rows: None):
+    import torch
+    rows = []
+    entries = mla_entries()
+    for b, sk, h in mla_rows():
+        row = dict(kind="mla", batch=b, seqlen_k=sk, heads=h, heads_k=1, d=MLA_D, dv=MLA_DV, dtype="bf16")
+        q = torch.randn(b, 1, h, MLA_D, device="cuda", dtype=torch.bfloat16)
+        k_cache = torch.randn(b, sk, 1, MLA_D, device="cuda", dtype=torch.bfloat16)
+        fl = 2.0 * b * h * sk * (MLA_D + MLA_DV)
+        for name, (fn, columns) in entries.items():
+            try:
+                with torch.no_grad():
+                    r = {"fwd_ms": median_ms(lambda: fn(q, k_cache), repeats)}
+                    try:
+                        r["fwd_ms_graph"] = graph_median_ms(lambda: fn(q, k_cache), repeats)
+                    except Exception as e:  # not capturable: keep the eager figure
+                        r["graph_error"] = short_error(e)
+            except (RuntimeError, ValueError, TypeError, NotImplementedError) as e:
+                row[name] = {"error": short_error(e)}
+                continue
+            cache_bytes = 2.0 * b * sk * columns
+            for suffix in ("", "_graph"):
+                if "fwd_ms" + suffix in r:
+                    r["kv_tb_per_s" + suffix] = cache_bytes / r["fwd_ms" + suffix] / 1e9
+                    r["tflops" + suffix] = fl / r["fwd_ms" + suffix] / 1e9
+            row[name] = r
+        del q, k_cache
+        torch.cuda.empty_cache()
+        rows.append(row)
+        save(rows)
+        parts = [f"mla b{b} sk{sk} h{h}:"]
+        for name in entries:
+            r = row[name]
+            if "fwd_ms" in r:
+                t = r.get("fwd_ms_graph", r["fwd_ms"])
+                parts.append(f"{name} {t * 1e3:.1f}us {r.get('kv_tb_per_s_graph', r['kv_tb_per_s']):.2f}TB/s "
+                             f"{r.get('tflops_graph', r['tflops']):.0f}TFLOP/s")
+            else:
+                parts.append(f"{name} {r.get('error')}")
+        print("  ".join(parts), flush=True)
+    return rows
+
+
 def random_block_mask(b, h, blocks, density, seed=18):
     """bool (b, h, blocks, blocks) on the GPU, each block kept with probability density."""
     import torch
@@ -671,7 +775,7 @@ def float_list(text):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--suite", choices=("quick", "issue3", "full", "decode", "sparse"),
+    ap.add_argument("--suite", choices=("quick", "issue3", "full", "decode", "sparse", "mla"),
                     help="default quick, or sparse when --block-density is given")
     ap.add_argument("--block-density", type=float_list,
                     help="sparse suite: comma-separated fractions of kept blocks, e.g. 0.1 or 1,0.5,0.1 "
@@ -729,7 +833,8 @@ def main():
     if args.suite == "sparse":
         # Peers per row (each row has its own block mask); flex is in by default.
         names = [n for n in SPARSE_IMPLS if n in args.impls or args.impls == list(IMPLS)]
-    impls, unavailable = attention_impls([] if args.suite == "sparse" else names, args.math_max_seqlen,
+    # The mla suite builds its own entries (mla_entries).
+    impls, unavailable = attention_impls([] if args.suite in ("sparse", "mla") else names, args.math_max_seqlen,
                                          args.softcap, args.kv_dtype)
     for name, reason in unavailable.items():
         print(f"{name}: {reason}", flush=True)
@@ -754,7 +859,13 @@ def main():
             result.update(rows=rows, complete=complete)
             write_json(args.out, result)
 
-    if args.suite == "decode":
+    if args.suite == "mla":
+        result["implementations"] = {"flashattn_latent": "flash_attn_with_kvcache, v_cache = k_cache[..., :512]",
+                                     "flashattn_latent_paged64": "the same, shuffled pages of 64",
+                                     "flashattn_separate_v": "flash_attn_with_kvcache, v_cache a separate tensor",
+                                     "torch_bmm": "torch eager bmm-softmax-bmm over the latent cache"}
+        rows = run_mla_suite(args.repeats, save)
+    elif args.suite == "decode":
         result["kv_dtype"] = args.kv_dtype
         rows = run_decode_suite(impls, args.repeats, save, args.kv_dtype)
     elif args.suite == "sparse":

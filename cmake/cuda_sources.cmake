@@ -1,7 +1,7 @@
 # CUDA backend sources: the hand-written files plus the generated instantiations selected by
 # FLASHATTN_CUDA_HEAD_DIMS and FLASHATTN_CUDA_DTYPES. Included from the top-level CMakeLists.
 set(_fa_cuda_dir ${CMAKE_CURRENT_SOURCE_DIR}/src/cuda)
-file(GLOB _fa_cuda_core CONFIGURE_DEPENDS ${_fa_cuda_dir}/*.cu ${_fa_cuda_dir}/sm80/*.cu)
+file(GLOB _fa_cuda_core CONFIGURE_DEPENDS ${_fa_cuda_dir}/*.cu ${_fa_cuda_dir}/sm80/*.cu ${_fa_cuda_dir}/mla/*.cu)
 file(GLOB _fa_cuda_inst CONFIGURE_DEPENDS ${_fa_cuda_dir}/instantiations/*.cu)
 
 set(_fa_selected)

@@ -2,7 +2,7 @@
 # On the GPU machine (device tool): build with all cores, run the GPU tests (C++ and Python),
 # benchmark against PyTorch SDPA (cuDNN and flash backends) in the same process, write logs and
 # JSON under $OUT, and print a short table last.
-#   SUITE=quick|full|decode|none   benchmark suite (default quick); several: SUITE="quick decode"
+#   SUITE=quick|full|decode|mla|none   benchmark suite (default quick); several: SUITE="quick decode"
 #   BENCH_ARGS="--impls a,b"       extra bench.py arguments
 #   SANITIZE=1                     also run compute-sanitizer memcheck, racecheck, synccheck on a reduced set
 #                                  (SANITIZE=kvcache: only the KV-cache memcheck and racecheck;
@@ -142,6 +142,12 @@ if [ "${SANITIZE:-0}" != 0 ]; then
     compute-sanitizer --tool $tool --error-exitcode 9 build-gpu/tests/cpp/flashattn_test_fp8 \
       --gtest_filter='Cases/Fp8CudaCache.*' >"$OUT/sanitizer-fp8cache-$tool.log" 2>&1
     echo "$tool fp8 cache: exit $? ($(grep -cE 'ERROR SUMMARY: 0 errors|RACECHECK SUMMARY: 0 hazards' "$OUT/sanitizer-fp8cache-$tool.log") clean summaries)"
+    # The MLA decode kernel (cuda/mla): 16- and 32-row blocks, the S partial exchange, the
+    # latent and separate-V paths, splits (the small cases only).
+    compute-sanitizer --tool $tool --error-exitcode 9 build-gpu/tests/cpp/flashattn_test_mla \
+      --gtest_filter='Backends/Mla.GqaTwoKVHeads/cuda:Backends/Mla.AppendIntoLatentCache/cuda:Backends/Mla.SeparateVCache/cuda:Backends/Mla.LearnableSink/cuda:Backends/Mla.LeftPadding/cuda' \
+      >"$OUT/sanitizer-mla-$tool.log" 2>&1
+    echo "$tool mla: exit $? ($(grep -cE 'ERROR SUMMARY: 0 errors|RACECHECK SUMMARY: 0 hazards' "$OUT/sanitizer-mla-$tool.log") clean summaries)"
   done
   # The bias/mask backward (ScoreMods::kBiasMask): dbias summed over the query rows in sP's
   # padding columns (racecheck for those slots), both dQ modes.

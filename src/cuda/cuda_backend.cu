@@ -17,6 +17,7 @@
 #include "cuda/common/variants.h"
 #include "cuda/common/workspace.h"
 #include "cuda/kvcache.h"
+#include "cuda/mla/mla.h"
 #include "cuda/pad.h"
 #include "cuda/sm80/bwd.h"
 #include "cuda/sm80/fwd.h"
@@ -104,7 +105,8 @@ CudaPath cuda_path() {
 // Cost (docs/SEMANTICS.md): the matrix products at width D, e.g. 192/128 forward
 // (192 + 192) / (192 + 128) = 1.2x the FLOPs, backward (5 * 192) / (3 * 192 + 2 * 128) = 1.15x;
 // plus a copy of v (and out; backward: v, out, dout in and dv out) at copy bandwidth.
-// kMaxCudaHeadDim bounds both head dims: MLA decode (576/512) is NotSupported here.
+// kMaxCudaHeadDim bounds both head dims here; forward_kvcache at MLA decode's 576/512 runs on
+// its own kernel (cuda/mla, mla_kvcache below), every other pair above 256 is NotSupported.
 constexpr int kMaxCudaHeadDim = 256;
 
 // The built head dim that head_dim runs at (itself when built); 0 when none is large enough.
@@ -155,6 +157,7 @@ Status prepare(const QKVParams& p, PadPlan* plan, int* major_out = nullptr) {
       return Status::NotSupported(std::string(d.name) + " " + std::to_string(d.value) +
                                   " is not supported by the CUDA backend; supported: head_dim and "
                                   "head_dim_v 1.." + std::to_string(kMaxCudaHeadDim) +
+                                  ", and forward_kvcache at head_dim 576 with head_dim_v 512 (MLA decode)"
                                   " (the cpu backend takes up to 1024)");
     }
   }
@@ -487,7 +490,55 @@ Status run_kvcache(const ForwardParams& p, cudaStream_t stream) {
   if (Status s = cuda::kvcache_append(p, q_rot.data(), stream); !s.ok()) return s;
   // Sequences with no row to attend to (an empty cache included) are the kernels' empty key
   // ranges: out 0 and LSE -inf, or the sink's (SEMANTICS.md).
+  if (cuda::mla::is_mla_shape(p)) return cuda::mla::dispatch_decode(attend, stream);
   return cuda::dispatch_fwd_kvcache(attend, stream);
+}
+
+// forward_kvcache at MLA decode's head dims (576 / 512) on the MLA kernel (cuda/mla/mla.h), with
+// the checks of prepare() that apply, in its place (prepare() bounds head dims at 256). The
+// append kernel (kvcache.cu) takes head_dim != head_dim_v as it is: k rows of 576 columns, then v
+// rows of 512. With the shared latent cache (v_cache a view of k_cache[..., :512]) both land in
+// the same row, v last, so its 512 columns win in the shared part, as on the CPU backend
+// (cpu/kvcache.cpp writes k, then v); callers pass v = k[..., :512] and the two agree
+// (docs/SEMANTICS.md, "MLA decode").
+Status mla_kvcache(const ForwardParams& p) {
+  if (p.dtype != DType::kFloat16 && p.dtype != DType::kBFloat16) {
+    return Status::NotSupported(std::string("q has dtype ") + dtype_name(p.dtype) +
+                                "; the CUDA MLA decode supports float16 and bfloat16 (the cpu backend takes it)");
+  }
+  if (!cuda::mla_built()) {
+    return Status::NotSupported("head_dim 576 (MLA decode, head_dim_v 512) was not built into this flashattn "
+                                "(FLASHATTN_CUDA_HEAD_DIMS does not list 576)");
+  }
+  if (!cuda::dtype_built(p.dtype)) {
+    return Status::NotSupported(std::string("dtype ") + dtype_name(p.dtype) +
+                                " was not built into this flashattn (FLASHATTN_CUDA_DTYPES)");
+  }
+  if (const std::string why = cuda::mla::declines(p); !why.empty()) return Status::NotSupported(why);
+  if (p.batch > 65535 || p.heads > 65535) {
+    return Status::NotSupported("the CUDA backend supports batch and heads up to 65535, got batch " +
+                                std::to_string(p.batch) + " and heads " + std::to_string(p.heads));
+  }
+  const KVCacheParams& kv = p.kv;
+  const struct {
+    const char* name;
+    const void* ptr;
+    const Strides3& strides;
+  } operands[] = {{"q", p.q, p.q_strides},        {"k_cache", p.k, p.k_strides},
+                  {"v_cache", p.v, p.v_strides},  {"out", p.out, p.out_strides},
+                  {"k", kv.k_new, kv.k_new_strides}, {"v", kv.v_new, kv.v_new_strides}};
+  for (const auto& o : operands) {
+    if (o.ptr == nullptr) continue;  // no new k/v
+    if (Status s = check_operand(o.name, o.ptr, o.strides); !s.ok()) return s;
+  }
+  FLASHATTN_CUDA_TRY(cudaSetDevice(p.device.index));
+  int major = 0;
+  FLASHATTN_CUDA_TRY(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, p.device.index));
+  if (major < 8) {
+    return Status::NotSupported("the CUDA backend needs compute capability 8.0 or newer; device " +
+                                std::to_string(p.device.index) + " is " + std::to_string(major) + ".x");
+  }
+  return run_kvcache(p, static_cast<cudaStream_t>(p.stream));
 }
 
 // A head dim the build did not instantiate: as flash_attn does for head dims that are not a
@@ -531,9 +582,10 @@ Status padded_kvcache(const ForwardParams& p, const PadPlan& plan, cudaStream_t 
 }  // namespace
 
 // forward_kvcache: runs directly at a built head dim, on padded copies at another (both need
-// head_dim_v == head_dim: the pair runs on the CPU).
+// head_dim_v == head_dim: other pairs run on the CPU), and MLA decode's 576 / 512 on its own kernel.
 Status cuda_forward_kvcache(const ForwardParams& p) {
   cuda::DeviceScope restore_device;  // prepare() selects the tensors' device
+  if (cuda::mla::is_mla_shape(p)) return mla_kvcache(p);
   PadPlan plan;
   if (Status s = prepare(p, &plan); !s.ok()) return s;
   if (p.head_dim_v != p.head_dim) {

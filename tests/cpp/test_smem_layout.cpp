@@ -56,6 +56,7 @@ TEST(SmemLayout, SwizzleIsAPermutationOfEachRow) {
   check_permutation<SwizzledRows<64>>(32);
   check_permutation<SwizzledRows<128>>(32);
   check_permutation<SwizzledRows<256>>(32);
+  check_permutation<SwizzledRows<576>>(32);
 }
 
 TEST(SmemLayout, LdmatrixIsConflictFreeInBothLayouts) {
@@ -155,6 +156,72 @@ TEST(SmemLayout, FourRowCopyPassesStepByXor) {
   // Two-row passes are not an XOR step (rows 2 -> 4 move the phase by a carry): rejected by the
   // copy's static_assert.
   EXPECT_NE(L::offset(2, 0) + 2 * L::kRowBytes, L::offset(4, 0));
+}
+
+// The MLA decode kernel (src/cuda/mla/mla_kernel.h) steps its swizzled addresses with advance():
+// every (lane base, step) it takes must land where offset() says. Q and K rows are 576 wide, P
+// 64, a separate V 512; 8 warps.
+TEST(SmemLayout, MlaDecodeAddressSteps) {
+  using QK = SwizzledRows<576>;
+  using V = SwizzledRows<512>;
+  using P = SwizzledRows<64>;
+  for (int lane = 0; lane < 32; ++lane) {
+    for (int kk2 = 0; kk2 < 576 / 32; ++kk2) {
+      // Q, A of S (kind A), two k steps per iteration: columns 32 kk2 and 32 kk2 + 16.
+      for (int half : {0, 16}) {
+        const uint32_t base = QK::offset(row_a(lane), 8 * chunk_a(lane));
+        EXPECT_EQ(QK::advance(base, 0, 32 * kk2 + half), QK::offset(row_a(lane), 8 * chunk_a(lane) + 32 * kk2 + half));
+      }
+      // K, B of S: warp w's keys 8 w + lane % 8, chunk lane / 8 of each 32-column step.
+      for (int warp = 0; warp < 8; ++warp) {
+        const int r = 8 * warp + lane % 8, c = 8 * (lane / 8);
+        EXPECT_EQ(QK::advance(QK::offset(r, c), 0, 32 * kk2), QK::offset(r, c + 32 * kk2));
+      }
+    }
+    // S by depth (MlaTraits::kSplitDepth): warp (key group kg, depth part dq) reads Q (kind A)
+    // and its 32 keys of K (kind B, two 16-key halves) at k steps dq + 4 i: 64 i columns on.
+    for (int dq = 0; dq < 4; ++dq) {
+      for (int i = 0; i < 9; ++i) {
+        const int qc = 16 * dq + 8 * chunk_a(lane);
+        for (int mt = 0; mt < 2; ++mt) {  // 16- and 32-row blocks
+          EXPECT_EQ(QK::advance(QK::offset(row_a(lane), qc), 16 * mt, 64 * i),
+                    QK::offset(row_a(lane) + 16 * mt, qc + 64 * i));
+        }
+        for (int kg = 0; kg < 2; ++kg) {
+          const int kr = 32 * kg + row_b(lane), kc = 16 * dq + 8 * chunk_b(lane);
+          for (int np = 0; np < 2; ++np) {
+            EXPECT_EQ(QK::advance(QK::offset(kr, kc), 16 * np, 64 * i), QK::offset(kr + 16 * np, kc + 64 * i));
+          }
+        }
+      }
+    }
+    // P, A of O (kind A), 4 k steps of 16 keys.
+    for (int kk = 0; kk < 4; ++kk) {
+      const uint32_t base = P::offset(row_a(lane), 8 * chunk_a(lane));
+      for (int mt = 0; mt < 2; ++mt) {
+        EXPECT_EQ(P::advance(base, 16 * mt, 16 * kk), P::offset(row_a(lane) + 16 * mt, 8 * chunk_a(lane) + 16 * kk));
+      }
+    }
+    // V, B of O read transposed (kind A): warp w's 64 columns, 16-key steps, pairs of 8 columns.
+    for (int warp = 0; warp < 8; ++warp) {
+      const int r = row_a(lane), c = 64 * warp + 8 * chunk_a(lane);
+      for (int kk = 0; kk < 4; ++kk) {
+        for (int nt = 0; nt < 8; nt += 2) {
+          EXPECT_EQ(QK::advance(QK::offset(r, c), 16 * kk, 8 * nt), QK::offset(r + 16 * kk, c + 8 * nt));
+          EXPECT_EQ(V::advance(V::offset(r, c), 16 * kk, 8 * nt), V::offset(r + 16 * kk, c + 8 * nt));
+        }
+      }
+    }
+  }
+  // The cache copy: thread tid writes row tid / 4, chunks tid % 4 + 4 i.
+  for (int tid = 0; tid < 256; ++tid) {
+    for (int i = 0; i < 576 / 32; ++i) {
+      EXPECT_EQ(QK::advance(QK::offset(tid / 4, 8 * (tid % 4)), 0, 32 * i), QK::offset(tid / 4, 8 * (tid % 4 + 4 * i)));
+    }
+    for (int i = 0; i < 512 / 32; ++i) {
+      EXPECT_EQ(V::advance(V::offset(tid / 4, 8 * (tid % 4)), 0, 32 * i), V::offset(tid / 4, 8 * (tid % 4 + 4 * i)));
+    }
+  }
 }
 
 }  // namespace

@@ -13,6 +13,32 @@
 
 namespace flashattn::cuda {
 
+// Launches fwd_combine_kernel over params' split partials (params.num_splits > 1, split_out and
+// split_lse set, row width kHeadDimV). On sm90 the combine is a programmatic dependent launch: it
+// starts while the split kernel's last CTAs run and waits for their partials in the kernel
+// (cudaGridDependencySynchronize), instead of launching after the whole grid. H200, batch 1 x 4k
+// decode: 16.7 -> 15.8 us (flash_attn_func) and 17.8 -> 16.5 us (KV cache), larger shapes within
+// 1% (dev/results/h200-2026-12-01-ab-pdl-*.json). Only where the loaded combine kernel was
+// compiled for compute 9.0 or newer: older code (a build without sm_90, JIT-compiled from
+// compute_80 PTX on a Hopper GPU) has no wait and launches plainly. Also used by the MLA decode
+// (mla/mla_launch.h) at kHeadDimV 512.
+template <typename Element, int kHeadDimV>
+Status launch_split_combine(const ForwardParams& params, cudaStream_t stream) {
+  const auto combine = fwd_combine_kernel<Element, kHeadDimV>;
+  bool dependent = false;
+  if (Status s = combine_waits_for_partials(reinterpret_cast<const void*>(combine), &dependent); !s.ok()) return s;
+  cudaLaunchAttribute attribute[1];
+  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(unsigned((params.total_q + 3) / 4), params.heads);
+  config.blockDim = dim3(128);
+  config.stream = stream;
+  config.attrs = attribute;
+  config.numAttrs = dependent ? 1 : 0;
+  return cuda_status(cudaLaunchKernelEx(&config, combine, params), "launching the split-KV combine kernel");
+}
+
 template <typename Traits>
 Status launch_fwd(const ForwardParams& params_in, cudaStream_t stream) {
   const auto kernel = fwd_kernel<Traits>;
@@ -81,29 +107,7 @@ Status launch_fwd(const ForwardParams& params_in, cudaStream_t stream) {
   }
   if (splits > 1) {
     if (status.ok() && params.total_q > 0) {
-      const dim3 cgrid(unsigned((params.total_q + 3) / 4), params.heads);
-      // On sm90 the combine is a programmatic dependent launch: it starts while the split
-      // kernel's last CTAs run and waits for their partials in the kernel
-      // (cudaGridDependencySynchronize), instead of launching after the whole grid. H200, batch 1
-      // x 4k decode: 16.7 -> 15.8 us (flash_attn_func) and 17.8 -> 16.5 us (KV cache), larger
-      // shapes within 1% (dev/results/h200-2026-12-01-ab-pdl-*.json). Only where the loaded
-      // combine kernel was compiled for compute 9.0 or newer: older code (a build without sm_90,
-      // JIT-compiled from compute_80 PTX on a Hopper GPU) has no wait and launches plainly.
-      const auto combine = fwd_combine_kernel<typename Traits::Element, Traits::kHeadDim>;
-      bool dependent = false;
-      status = combine_waits_for_partials(reinterpret_cast<const void*>(combine), &dependent);
-      if (status.ok()) {
-        cudaLaunchAttribute attribute[1];
-        attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        attribute[0].val.programmaticStreamSerializationAllowed = 1;
-        cudaLaunchConfig_t config = {};
-        config.gridDim = cgrid;
-        config.blockDim = dim3(128);
-        config.stream = stream;
-        config.attrs = attribute;
-        config.numAttrs = dependent ? 1 : 0;
-        status = cuda_status(cudaLaunchKernelEx(&config, combine, params), "launching the split-KV combine kernel");
-      }
+      status = launch_split_combine<typename Traits::Element, Traits::kHeadDim>(params, stream);
     }
     Status freed = workspace_free(workspace, stream);
     if (status.ok()) status = freed;

@@ -1,0 +1,450 @@
+// MLA decode (DeepSeek-V3 multi-head latent attention) on a KV cache: q/k head dim 576, v head
+// dim 512, sm80-class code (mma.sync m16n8k16, ldmatrix, cp.async; it runs on Hopper as well).
+//
+// One CTA per (row block, KV head, sequence[, key split]). Its rows are the kBlockM rows of the
+// (query token t, query head of the KV head's group) space, row = t * group + head_in_group, so
+// every query head of a GQA group and every query token share the K/V tiles the CTA reads (with
+// one latent KV head, the whole cache is read once per row block). Per tile of kBlockN keys:
+//   S = Q K^T         the 8 warps split the tile's keys (8 each, over the full depth 576), or
+//                     keys and depth with the partial sums exchanged (MlaTraits::kSplitDepth);
+//   softmax           each warp's partial row maxima and sums meet in shared memory, so every
+//                     warp holds the same row statistics (same values, same order);
+//   O += P V          P goes through shared memory (16-bit, like the other kernels' P), and
+//                     each warp owns 64 of O's 512 columns for all rows.
+// V is the first 512 columns of the K tile when v_cache aliases k_cache (the shared latent
+// cache; MlaTraits::kSeparateV false): those bytes are read once. A separate v_cache gets its
+// own tile next to K's.
+// K/V tiles stream through kStages shared-memory stages with cp.async: with 2 stages the copy of
+// tile j + 1 runs under the products of tile j. With splits, each CTA writes float32 partials that
+// fwd_combine_kernel (sm80/fwd_kernel.h) merges, adding the learnable sink there.
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+
+#include "core/params.h"
+#include "core/sink.h"
+#include "cuda/common/smem_layout.h"
+#include "cuda/common/warp_gemm.h"
+#include "cuda/ptx/cp_async.h"
+#include "cuda/ptx/ldmatrix.h"
+#include "cuda/ptx/math.h"
+#include "cuda/ptx/mma.h"
+
+namespace flashattn::cuda::mla {
+
+constexpr int kHeadDim = 576;   // q and k: 512 latent columns + 64 rotary ones
+constexpr int kHeadDimV = 512;  // v: the latent columns
+constexpr int kMaxSeqlenQ = 16; // query tokens per call (decode, MTP / speculative decoding)
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+// The compile-time shape of one instantiation.
+//   kStages_     K (and V) tile stages in shared memory: 2 where the device's opt-in shared
+//                memory holds them (sm90: 227 KB), else 1 (A100: 163 KB; no copy overlap).
+//   kSeparateV_  v_cache is its own tensor (not a view of k_cache): V tiles are copied too.
+//   kBlockM_     rows per CTA: 16 (one m16 tile), or 32 where a call has more than 16 rows
+//                (heads_per_group x seqlen_q: 128 heads, or 16 heads with 2+ query tokens), so
+//                that half as many CTAs read each K tile. O (kBlockM x 512 f32) is split over
+//                the 8 warps: 64 columns each, 32 or 64 registers per thread; 64 rows would take
+//                128 and the 2-stage tiles would not fit beside their Q (dev/NOTES.md, "MLA decode").
+template <typename Element_, int kStages_, bool kSeparateV_, int kBlockM_ = 16>
+struct MlaTraits {
+  using Element = Element_;
+  static constexpr int kStages = kStages_;
+  static constexpr bool kSeparateV = kSeparateV_;
+  static constexpr int kBlockM = kBlockM_;
+  static constexpr int kMTiles = kBlockM / 16;
+  static_assert(kBlockM % 16 == 0, "whole m16 tiles");
+  static constexpr int kBlockN = 64;  // keys per tile: 72 KB of K at d 576
+  static constexpr int kWarps = 8;
+  static constexpr int kThreads = 32 * kWarps;
+  static constexpr int kKeysPerWarp = kBlockN / kWarps;   // S columns per warp: one n8 tile
+  static constexpr int kColsPerWarp = kHeadDimV / kWarps;  // O columns per warp
+  static constexpr int kONTiles = kColsPerWarp / 8;
+  static_assert(kKeysPerWarp == 8, "one n8 tile of S per warp");
+
+  // Unpadded rows, 16-byte chunks swizzled within 128-byte lines (smem_layout.h).
+  using QKLayout = SwizzledRows<kHeadDim>;
+  using VLayout = std::conditional_t<kSeparateV, SwizzledRows<kHeadDimV>, QKLayout>;
+  using PLayout = SwizzledRows<kBlockN>;
+
+  // How the warps share S = Q K^T of a tile; either way each warp ends with S of its own
+  // kKeysPerWarp keys for the softmax:
+  //   by keys   (kSplitDepth false) each warp computes its 8 keys over the whole depth 576, so
+  //             every warp reads all of Q: 8 x 18 KB of ldmatrix reads of Q per tile;
+  //   by depth  (kSplitDepth true) warp w computes the 32 keys of key group w % kKeyGroups over
+  //             the k steps w / kKeyGroups + kDepthParts i (9 of the 36), and the kDepthParts
+  //             partial sums meet in shared memory (sS, f32): Q is read twice per tile, not 8
+  //             times (S's ldmatrix traffic 221 -> 111 KB per tile, plus 2 x 16 KB for the
+  //             partials), for one more barrier per tile.
+  // By depth for the latent cache; a separate v_cache keeps by keys, so that its stage of K and
+  // V (136 KB) still fits A100's 163 KB with the rest.
+  static constexpr bool kSplitDepth = !kSeparateV;
+  static constexpr int kKeyGroups = 2;
+  static constexpr int kDepthParts = kWarps / kKeyGroups;
+  static constexpr int kGroupKeys = kBlockN / kKeyGroups;  // 32 keys: 4 n8 tiles
+  static_assert(kHeadDim % (16 * kDepthParts) == 0, "whole k steps per depth part");
+  static constexpr int kSStride = kBlockN + 8;  // floats between rows of a partial (conflict-free float2)
+
+  static constexpr int kKBytes = kBlockN * kHeadDim * 2;
+  static constexpr int kVBytes = kSeparateV ? kBlockN * kHeadDimV * 2 : 0;
+  static constexpr int kStageBytes = kKBytes + kVBytes;
+  static constexpr int kQBytes = kBlockM * kHeadDim * 2;
+  static constexpr int kPBytes = kBlockM * kBlockN * 2;
+  static constexpr int kStatBytes = 2 * kWarps * kBlockM * 4;  // per-warp row maxima and sums
+  static constexpr int kSBytes = kSplitDepth ? kDepthParts * kBlockM * kSStride * 4 : 0;  // S partials
+  // Offsets from the (128-byte aligned) start of dynamic shared memory.
+  static constexpr int kQOffset = kStages * kStageBytes;
+  static constexpr int kPOffset = kQOffset + kQBytes;
+  static constexpr int kStatOffset = kPOffset + kPBytes;
+  static constexpr int kSOffset = kStatOffset + kStatBytes;
+  static constexpr int kSmemBytes = kSOffset + kSBytes;
+  static_assert(kStageBytes % 128 == 0 && kQBytes % 128 == 0 && kPBytes % 128 == 0, "128-byte lines");
+  static_assert(kSeparateV ? kMTiles == 1 && !kSplitDepth : kSplitDepth, "by keys: 16 rows; by depth: the latent cache");
+};
+
+// The launch plan (set by the launcher, mla_launch.h).
+struct MlaPlan {
+  int group = 1;            // query heads per KV head
+  int rows = 1;             // group * seqlen_q: the rows of one (sequence, KV head)
+  int tiles_per_split = 1;  // key tiles each split covers
+};
+
+// Where this thread's cache row of one key tile lives: thread tid copies row tid / 4 of every
+// tile (chunks tid % 4 + 4 i), so one page look-up per thread and tile, and a warp's copy
+// instruction covers 8 rows x 64 contiguous bytes. Looked up one iteration before the copy
+// (paged caches: the block-table read's latency passes under a whole tile's work).
+struct TileRow {
+  int64_t k_offset = 0;  // elements from the cache's start (head included)
+  int64_t v_offset = 0;
+  bool valid = false;    // the row exists (< key_end); else zero-filled, never read
+};
+
+template <typename Traits>
+__device__ __forceinline__ TileRow tile_row(const ForwardParams& p, int b, int hk, int n0, int key_end, int tid) {
+  TileRow t;
+  const int row = n0 + tid / 4;
+  t.valid = row < key_end;
+  if (t.valid) {
+    t.k_offset = p.kv.row_offset(p.k_strides, b, row) + int64_t(hk) * p.k_strides.head;
+    if constexpr (Traits::kSeparateV) t.v_offset = p.kv.row_offset(p.v_strides, b, row) + int64_t(hk) * p.v_strides.head;
+  }
+  return t;
+}
+
+// Copies this thread's chunks of its row (kWidth columns, from element `offset` of `cache`) into
+// a tile of Layout.
+template <typename Traits, int kWidth, typename Layout>
+__device__ __forceinline__ void copy_tile_row(typename Traits::Element* smem, const void* cache, int64_t offset,
+                                              bool valid, int tid) {
+  static_assert(Traits::kThreads == 4 * Traits::kBlockN, "four threads per row");
+  constexpr int kChunks = kWidth / 8;
+  const auto* src = static_cast<const char*>(cache) + 2 * offset;
+  const int c0 = tid % 4;
+  const uint32_t dst0 = Layout::smem_at(smem, tid / 4, 8 * c0);
+#pragma unroll
+  for (int i = 0; i < kChunks / 4; ++i) {
+    ptx::cp_async_16(Layout::advance(dst0, 0, 32 * i), src + 16 * (c0 + 4 * i), valid);
+  }
+}
+
+template <typename Traits>
+__global__ void __launch_bounds__(Traits::kThreads, 1)
+    mla_decode_kernel(const __grid_constant__ ForwardParams p, const __grid_constant__ MlaPlan plan) {
+  using Element = typename Traits::Element;
+  using QKLayout = typename Traits::QKLayout;
+  using VLayout = typename Traits::VLayout;
+  using PLayout = typename Traits::PLayout;
+  constexpr int kBlockM = Traits::kBlockM;
+  constexpr int kMT = Traits::kMTiles;
+  constexpr int kRows = 2 * kMT;  // rows per thread: g and g + 8 of each m16 tile
+  constexpr int kBlockN = Traits::kBlockN;
+  constexpr int kStages = Traits::kStages;
+  constexpr int kWarps = Traits::kWarps;
+  extern __shared__ __align__(128) char smem[];
+  auto* sQ = reinterpret_cast<Element*>(smem + Traits::kQOffset);     // (kBlockM, 576)
+  auto* sP = reinterpret_cast<Element*>(smem + Traits::kPOffset);     // (kBlockM, kBlockN)
+  auto* sMax = reinterpret_cast<float*>(smem + Traits::kStatOffset);  // (kWarps, kBlockM)
+  float* sSum = sMax + kWarps * kBlockM;                               // (kWarps, kBlockM)
+  const auto k_stage = [&](int s) { return reinterpret_cast<Element*>(smem + s * Traits::kStageBytes); };
+  const auto v_stage = [&](int s) {
+    return reinterpret_cast<Element*>(smem + s * Traits::kStageBytes + Traits::kKBytes);  // == K's without kSeparateV
+  };
+
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int g = lane / 4, t4 = lane % 4;  // the mma fragment's row group and column pair
+  const int m0 = blockIdx.x * kBlockM;
+  const int hk = blockIdx.y;
+  const int b = blockIdx.z / p.num_splits, split = blockIdx.z % p.num_splits;
+  const KVCacheParams& kv = p.kv;
+
+  // Keys: cache rows [key_first, key_end). Causal: row (t, .) sees keys up to
+  // key_end - seqlen_q + t (bottom-right aligned), so the CTA's last row bounds its tiles.
+  const int key_first = kv.first(b), key_end = kv.end(b);
+  int visible_end = key_end;
+  if (p.is_causal) {
+    const int t_last = (min(m0 + kBlockM, plan.rows) - 1) / plan.group;
+    visible_end = min(key_end, key_end - p.seqlen_q + t_last + 1);
+  }
+  const int n_tiles = visible_end > key_first ? (visible_end - key_first + kBlockN - 1) / kBlockN : 0;
+  const int tile_begin = split * plan.tiles_per_split;
+  const int tiles = max(0, min(n_tiles, tile_begin + plan.tiles_per_split) - tile_begin);
+
+  // This thread's rows r = 2 mt + h (CTA row mt * 16 + g + 8 h): query token, query head, last
+  // visible key.
+  int row_t[kRows], row_head[kRows], row_last_key[kRows];
+  bool row_in[kRows];
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    const int row = m0 + (r / 2) * 16 + g + 8 * (r % 2);
+    row_in[r] = row < plan.rows;
+    row_t[r] = row_in[r] ? row / plan.group : 0;
+    row_head[r] = hk * plan.group + (row_in[r] ? row % plan.group : 0);
+    row_last_key[r] = p.is_causal ? key_end - p.seqlen_q + row_t[r] : key_end - 1;
+  }
+
+  // Q: (kBlockM, 576), rows past plan.rows zero-filled.
+  {
+    constexpr int kChunks = kHeadDim / 8;
+    for (int c = tid; c < kBlockM * kChunks; c += Traits::kThreads) {
+      const int r = c / kChunks, col = (c % kChunks) * 8;
+      const int row = m0 + r;
+      const bool valid = row < plan.rows;
+      const int t = valid ? row / plan.group : 0, head = hk * plan.group + (valid ? row % plan.group : 0);
+      const auto* src = static_cast<const Element*>(p.q) + b * p.q_strides.batch + t * p.q_strides.row +
+                        int64_t(head) * p.q_strides.head + col;
+      ptx::cp_async_16(QKLayout::smem_at(sQ, r, col), src, valid);
+    }
+    ptx::cp_async_commit();
+  }
+  const auto row_of = [&](int j) {
+    return tile_row<Traits>(p, b, hk, key_first + (tile_begin + j) * kBlockN, key_end, tid);
+  };
+  const auto load_tile = [&](int j, const TileRow& r) {
+    const int s = j % kStages;
+    copy_tile_row<Traits, kHeadDim, QKLayout>(k_stage(s), p.k, r.k_offset, r.valid, tid);
+    if constexpr (Traits::kSeparateV) copy_tile_row<Traits, kHeadDimV, VLayout>(v_stage(s), p.v, r.v_offset, r.valid, tid);
+  };
+#pragma unroll
+  for (int j = 0; j < kStages - 1; ++j) {
+    if (j < tiles) load_tile(j, row_of(j));
+    ptx::cp_async_commit();
+  }
+  TileRow next_row = row_of(kStages - 1);  // the row of the next tile to copy
+
+  // ldmatrix addresses of this lane. Q (A of S, [m][k]): kind A. K (B of S, [n][k]) by depth:
+  // kind B; by keys: the warp's 8 keys, lane / 8 picking one of four 8-column chunks, so one x4
+  // load serves two k steps. P (A of O, [m][k]): kind A. V (B of O, [k][n], read transposed):
+  // kind A at the warp's columns.
+  const uint32_t p_addr = PLayout::smem_at(sP, ldsm_row_a(lane), ldsm_col_a(lane));
+  const int warp_key0 = warp * Traits::kKeysPerWarp;
+  const int warp_col0 = warp * Traits::kColsPerWarp;
+
+  float o[kMT][Traits::kONTiles][4];  // O: (kBlockM, the warp's 64 columns), unnormalised
+  zero_acc(o);
+  float row_max[kRows], row_sum[kRows];  // log2 units (scores * scale * log2 e)
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) row_max[r] = -INFINITY, row_sum[r] = 0.0f;
+
+  for (int j = 0; j < tiles; ++j) {
+    __syncthreads();  // every warp is done with tile j - 1: its stage, P and the statistics
+    if (j + kStages - 1 < tiles) {
+      load_tile(j + kStages - 1, next_row);
+      next_row = row_of(j + kStages);
+    }
+    ptx::cp_async_commit();
+    ptx::cp_async_wait<kStages - 1>();
+    __syncthreads();  // tile j (and Q) in shared memory for every warp
+    const int s = j % kStages;
+    const int n0 = key_first + (tile_begin + j) * kBlockN;
+
+    // S of the warp's 8 keys: sc[mt][e] is row mt * 16 + g + 8 (e / 2), key 2 t4 + e % 2 of
+    // them (the mma C layout); see kSplitDepth.
+    float sc[kMT][4];
+    if constexpr (Traits::kSplitDepth) {
+      // Key group kg, depth part dq: 4 n8 tiles, 4 kMT independent accumulators of 9 k steps.
+      const int kg = warp % Traits::kKeyGroups, dq = warp / Traits::kKeyGroups;
+      auto* sS = reinterpret_cast<float*>(smem + Traits::kSOffset);  // (kDepthParts, kBlockM, kSStride)
+      float part[kMT][Traits::kGroupKeys / 8][4];
+      zero_acc(part);
+      const uint32_t q_part = QKLayout::smem_at(sQ, ldsm_row_a(lane), 16 * dq + ldsm_col_a(lane));
+      const uint32_t k_part =
+          QKLayout::smem_at(k_stage(s), Traits::kGroupKeys * kg + ldsm_row_b(lane), 16 * dq + ldsm_col_b(lane));
+#pragma unroll
+      for (int i = 0; i < kHeadDim / (16 * Traits::kDepthParts); ++i) {
+        // k step dq + kDepthParts i: 64 i columns on, a whole number of 128-byte groups.
+        uint32_t a[kMT][4];
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt) {
+          ptx::ldmatrix_x4(a[mt], QKLayout::advance(q_part, 16 * mt, 16 * Traits::kDepthParts * i));
+        }
+#pragma unroll
+        for (int np = 0; np < Traits::kGroupKeys / 16; ++np) {
+          uint32_t bk[4];
+          ptx::ldmatrix_x4(bk, QKLayout::advance(k_part, 16 * np, 16 * Traits::kDepthParts * i));
+          mma_b_pair<Element>(part, a, bk, 2 * np);
+        }
+      }
+      float* mine = sS + dq * kBlockM * Traits::kSStride;
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+        for (int nt = 0; nt < Traits::kGroupKeys / 8; ++nt) {
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int row = mt * 16 + g + 8 * h, key = Traits::kGroupKeys * kg + 8 * nt + 2 * t4;
+            *reinterpret_cast<float2*>(mine + row * Traits::kSStride + key) =
+                make_float2(part[mt][nt][2 * h], part[mt][nt][2 * h + 1]);
+          }
+        }
+      }
+      __syncthreads();  // every depth part of every key
+      static_assert(Traits::kDepthParts == 4, "the sums below add four parts");
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          float2 sum[Traits::kDepthParts];
+#pragma unroll
+          for (int d = 0; d < Traits::kDepthParts; ++d) {
+            sum[d] = *reinterpret_cast<const float2*>(sS + (d * kBlockM + mt * 16 + g + 8 * h) * Traits::kSStride +
+                                                      warp_key0 + 2 * t4);
+          }
+          sc[mt][2 * h] = (sum[0].x + sum[1].x) + (sum[2].x + sum[3].x);
+          sc[mt][2 * h + 1] = (sum[0].y + sum[1].y) + (sum[2].y + sum[3].y);
+        }
+      }
+    } else {
+      // 36 k steps in 4 independent accumulator chains.
+      static_assert(kMT == 1, "by keys: one m16 tile");
+      float chain[4][4];
+#pragma unroll
+      for (int c = 0; c < 4; ++c)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) chain[c][e] = 0.0f;
+      const uint32_t q_addr = QKLayout::smem_at(sQ, ldsm_row_a(lane), ldsm_col_a(lane));
+      const uint32_t k_addr = QKLayout::smem_at(k_stage(s), warp_key0 + lane % 8, 8 * (lane / 8));
+#pragma unroll
+      for (int kk2 = 0; kk2 < kHeadDim / 32; ++kk2) {
+        uint32_t kb[4], qa0[4], qa1[4];
+        ptx::ldmatrix_x4(kb, QKLayout::advance(k_addr, 0, 32 * kk2));
+        ptx::ldmatrix_x4(qa0, QKLayout::advance(q_addr, 0, 32 * kk2));
+        ptx::ldmatrix_x4(qa1, QKLayout::advance(q_addr, 0, 32 * kk2 + 16));
+        const uint32_t b0[2] = {kb[0], kb[1]}, b1[2] = {kb[2], kb[3]};
+        ptx::mma_m16n8k16<Element>(chain[(2 * kk2) % 4], qa0, b0);
+        ptx::mma_m16n8k16<Element>(chain[(2 * kk2 + 1) % 4], qa1, b1);
+      }
+#pragma unroll
+      for (int e = 0; e < 4; ++e) sc[0][e] = (chain[0][e] + chain[1][e]) + (chain[2][e] + chain[3][e]);
+    }
+    // Scale to log2 units and mask: keys past the sequence, and (causal) past the row's last.
+    float x[kMT][4];
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int key = n0 + warp_key0 + 2 * t4 + (e & 1);
+        x[mt][e] = key <= row_last_key[2 * mt + e / 2] ? sc[mt][e] * p.scale_log2 : -INFINITY;
+      }
+    }
+    // Row maxima across the quad, then across the warps through shared memory.
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      const int mt = r / 2, h = r % 2;
+      float part_max = fmaxf(x[mt][2 * h], x[mt][2 * h + 1]);
+      part_max = fmaxf(part_max, __shfl_xor_sync(0xffffffffu, part_max, 1));
+      part_max = fmaxf(part_max, __shfl_xor_sync(0xffffffffu, part_max, 2));
+      if (t4 == 0) sMax[warp * kBlockM + mt * 16 + g + 8 * h] = part_max;
+    }
+    __syncthreads();
+    float ref[kRows], alpha[kRows];
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      const int row = (r / 2) * 16 + g + 8 * (r % 2);
+      float mx = row_max[r];
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, sMax[w * kBlockM + row]);
+      // A row with no visible key yet keeps -inf; exponents are then taken against 0 (all 0).
+      ref[r] = mx == -INFINITY ? 0.0f : mx;
+      alpha[r] = ptx::exp2_approx(row_max[r] - ref[r]);
+      row_max[r] = mx;
+    }
+    float pr[kMT][1][4];
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) pr[mt][0][e] = ptx::exp2_approx(x[mt][e] - ref[2 * mt + e / 2]);
+    }
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      const int mt = r / 2, h = r % 2;
+      float sum = pr[mt][0][2 * h] + pr[mt][0][2 * h + 1];
+      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+      if (t4 == 0) sSum[warp * kBlockM + mt * 16 + g + 8 * h] = sum;
+    }
+    store_acc_16bit<Element, kMT, 1, PLayout>(sP, pr, 0, warp_key0, lane);
+    __syncthreads();  // P and the row sums of every warp
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      const int row = (r / 2) * 16 + g + 8 * (r % 2);
+      float sum = 0.0f;
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) sum += sSum[w * kBlockM + row];
+      row_sum[r] = row_sum[r] * alpha[r] + sum;
+    }
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+      for (int nt = 0; nt < Traits::kONTiles; ++nt) {
+        o[mt][nt][0] *= alpha[2 * mt], o[mt][nt][1] *= alpha[2 * mt];
+        o[mt][nt][2] *= alpha[2 * mt + 1], o[mt][nt][3] *= alpha[2 * mt + 1];
+      }
+    }
+    // O[:, warp's 64 columns] += P V; V is the first 512 columns of the K tile unless separate.
+    const uint32_t v_addr = VLayout::smem_at(v_stage(s), ldsm_row_a(lane), warp_col0 + ldsm_col_a(lane));
+    warp_gemm_ab<Element, kMT, Traits::kONTiles, kBlockN / 16, PLayout, VLayout>(o, p_addr, v_addr);
+  }
+  ptx::cp_async_wait<0>();  // nothing may be left in flight at exit (no tiles: the Q copy)
+
+  // Epilogue. Unsplit: fold the learnable sink into the row statistics (core/sink.h), write out
+  // and LSE. Split: float32 partials normalised by the split's own sum, LSE without the sink
+  // (fwd_combine_kernel adds it); a split that saw no key writes O = 0, LSE = -inf.
+  const bool unsplit = p.num_splits == 1;
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    if (!row_in[r]) continue;
+    const int mt = r / 2, h = r % 2;
+    float m = row_max[r], l = row_sum[r], factor = 1.0f;
+    if (unsplit && p.learnable_sink != nullptr) {
+      factor = fold_sink(p.learnable_sink[row_head[r]] * kLog2e, &m, &l, [](float v) { return ptx::exp2_approx(v); });
+    }
+    const float inv = l > 0.0f ? factor / l : 0.0f;
+    const float lse = l > 0.0f ? (m + __log2f(l)) * kLn2 : (l == 0.0f ? -INFINITY : l);
+    const int64_t grow = int64_t(b) * p.seqlen_q + row_t[r];  // the row's global index
+    const int col0 = warp_col0 + 2 * t4;
+    if (unsplit) {
+      auto* out = static_cast<Element*>(p.out) + b * p.out_strides.batch + row_t[r] * p.out_strides.row +
+                  int64_t(row_head[r]) * p.out_strides.head + col0;
+#pragma unroll
+      for (int nt = 0; nt < Traits::kONTiles; ++nt) {
+        *reinterpret_cast<uint32_t*>(out + nt * 8) =
+            ptx::pack2<Element>(o[mt][nt][2 * h] * inv, o[mt][nt][2 * h + 1] * inv);
+      }
+      if (p.lse != nullptr && warp == 0 && t4 == 0) {
+        p.lse[b * p.lse_batch_stride + int64_t(row_head[r]) * p.lse_head_stride + row_t[r]] = lse;
+      }
+    } else {
+      float* out = p.split_out + ((int64_t(split) * p.total_q + grow) * p.heads + row_head[r]) * kHeadDimV + col0;
+#pragma unroll
+      for (int nt = 0; nt < Traits::kONTiles; ++nt) {
+        *reinterpret_cast<float2*>(out + nt * 8) =
+            make_float2(o[mt][nt][2 * h] * inv, o[mt][nt][2 * h + 1] * inv);
+      }
+      if (warp == 0 && t4 == 0) p.split_lse[(int64_t(split) * p.heads + row_head[r]) * p.total_q + grow] = lse;
+    }
+  }
+}
+
+}  // namespace flashattn::cuda::mla

@@ -1,0 +1,101 @@
+// Host-side launch of the MLA decode kernel (mla_kernel.h): the stage count the device's shared
+// memory allows, the key splits, the split-KV workspace and the combine. Included only by the
+// generated instantiations/mla_hdim576_*.cu, one per dtype.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <string>
+
+#include "cuda/common/cuda_check.h"
+#include "cuda/common/split_heuristic.h"
+#include "cuda/common/workspace.h"
+#include "cuda/mla/mla.h"
+#include "cuda/mla/mla_kernel.h"
+#include "cuda/sm80/fwd_launch.h"  // launch_split_combine
+
+namespace flashattn::cuda::mla {
+
+// Most splits per (sequence, KV head, row block). One CTA fills an SM here, so a single sequence
+// (batch 1, one latent KV head, 16 heads: one CTA before splitting) needs ~132 splits to fill an
+// H200; the sm80 decode stops at 64 (fwd_launch.h), where 2-3 CTAs share an SM.
+constexpr int kMaxSplits = 128;
+
+template <typename Traits>
+Status launch_decode(const ForwardParams& params_in, cudaStream_t stream, int sms) {
+  const auto kernel = mla_decode_kernel<Traits>;
+  FLASHATTN_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSmemBytes));
+  ForwardParams params = params_in;
+  MlaPlan plan;
+  plan.group = params.heads / params.heads_k;
+  plan.rows = plan.group * params.seqlen_q;
+  const int m_blocks = (plan.rows + Traits::kBlockM - 1) / Traits::kBlockM;
+  // Splits from shapes only (the capacity, never cache_seqlens: a captured graph stays valid).
+  const int n_tiles = std::max(1, (params.kv.capacity + Traits::kBlockN - 1) / Traits::kBlockN);
+  int splits = params.num_splits;
+  if (splits == 0) {
+    // One CTA per SM (__launch_bounds__(kThreads, 1), 111-183 KB of shared memory); the decode
+    // cost model of split_heuristic.h, which fills the SMs in about one wave.
+    splits = choose_num_splits(static_cast<long long>(params.batch) * params.heads_k * m_blocks, n_tiles, sms, 1,
+                               kMaxSplits, SplitCost::kDecode);
+  }
+  splits = std::max(1, std::min({splits, n_tiles, 65535 / std::max(1, params.batch)}));
+  plan.tiles_per_split = (n_tiles + splits - 1) / splits;
+  splits = (n_tiles + plan.tiles_per_split - 1) / plan.tiles_per_split;  // no split without tiles
+  params.num_splits = splits;
+
+  float* workspace = nullptr;
+  if (splits > 1) {
+    const size_t rows = size_t(params.total_q) * params.heads * splits;
+    if (Status s = workspace_alloc(reinterpret_cast<void**>(&workspace), rows * (kHeadDimV + 1) * sizeof(float), stream);
+        !s.ok()) {
+      return s;
+    }
+    params.split_out = workspace;
+    params.split_lse = workspace + rows * kHeadDimV;
+  }
+  const dim3 grid(m_blocks, params.heads_k, params.batch * splits);
+  kernel<<<grid, Traits::kThreads, Traits::kSmemBytes, stream>>>(params, plan);
+  Status status = cuda_status(cudaGetLastError(), "launching the MLA decode kernel");
+  if (splits > 1) {
+    if (status.ok()) status = launch_split_combine<typename Traits::Element, kHeadDimV>(params, stream);
+    Status freed = workspace_free(workspace, stream);
+    if (status.ok()) status = freed;
+  }
+  return status;
+}
+
+// Picks the instantiation: a separate v_cache copies V tiles too (one stage: K + V of 64 keys are
+// 136 KB, 157 KB in all); the latent cache double-buffers its K tiles where the device's opt-in
+// shared memory holds two (183 KB: sm90's 227 KB does, A100's 163 KB does not), else uses one
+// stage (111 KB); with more than 16 rows per (sequence, KV head) it takes 32-row blocks where
+// their 222 KB fit (sm90), halving the CTAs that read each K tile.
+template <typename Element>
+Status run_decode(const ForwardParams& params, cudaStream_t stream) {
+  int device = 0, optin = 0, sms = 0;
+  FLASHATTN_CUDA_TRY(cudaGetDevice(&device));
+  FLASHATTN_CUDA_TRY(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  FLASHATTN_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  using Separate = MlaTraits<Element, 1, true>;
+  using Latent2 = MlaTraits<Element, 2, false>;
+  using Latent2Rows32 = MlaTraits<Element, 2, false, 32>;
+  using Latent1 = MlaTraits<Element, 1, false>;
+  const bool separate = !v_aliases_k(params);
+  const int need = separate ? Separate::kSmemBytes : Latent1::kSmemBytes;
+  if (optin < need) {
+    return Status::NotSupported("the CUDA MLA decode needs " + std::to_string(need) +
+                                " bytes of shared memory per block (v_cache " +
+                                (separate ? "separate from" : "a view of") + " k_cache); device " +
+                                std::to_string(device) + " allows " + std::to_string(optin));
+  }
+  if (separate) return launch_decode<Separate>(params, stream, sms);
+  const int rows = params.heads / params.heads_k * params.seqlen_q;
+  if (rows > Latent2::kBlockM && optin >= Latent2Rows32::kSmemBytes) {
+    return launch_decode<Latent2Rows32>(params, stream, sms);
+  }
+  if (optin >= Latent2::kSmemBytes) return launch_decode<Latent2>(params, stream, sms);
+  return launch_decode<Latent1>(params, stream, sms);
+}
+
+}  // namespace flashattn::cuda::mla
