@@ -294,4 +294,27 @@ TEST(SmemLayout, MlaSmemMap) {
   EXPECT_LE((MlaTraits<E, 1, false>::kSmemBytes), 163 * 1024);
 }
 
+// The MLA split combine's walk (mla_combine_kernel, mla_traits.h): warp w's passes k0 = w,
+// w + 256, ... and their combine_pass_splits(splits, k0) splits k0 + 8 j merge every split exactly
+// once, for every split count the launcher can ask for (up to 65535 / batch).
+TEST(SmemLayout, MlaCombineCoversEverySplit) {
+  using namespace flashattn::cuda::mla;
+  for (int splits = 1; splits <= 2100; ++splits) {
+    std::vector<int> seen(splits, 0);
+    for (int w = 0; w < kCombineWarps; ++w) {
+      for (int k0 = w; k0 < splits; k0 += 32 * kCombineWarps) {
+        const int n = combine_pass_splits(splits, k0);
+        ASSERT_GT(n, 0);
+        ASSERT_LE(n, 32);
+        for (int j = 0; j < n; ++j) {
+          const int s = k0 + kCombineWarps * j;
+          ASSERT_LT(s, splits) << "splits " << splits << " warp " << w;
+          ++seen[s];
+        }
+      }
+    }
+    for (int s = 0; s < splits; ++s) ASSERT_EQ(seen[s], 1) << "split " << s << " of " << splits;
+  }
+}
+
 }  // namespace

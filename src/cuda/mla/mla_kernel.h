@@ -16,7 +16,7 @@
 // own tile next to K's.
 // K/V tiles stream through kStages shared-memory stages with cp.async: with 2 stages the copy of
 // tile j + 1 runs under the products of tile j. With splits, each CTA writes float32 partials that
-// fwd_combine_kernel (sm80/fwd_kernel.h) merges, adding the learnable sink there.
+// mla_combine_kernel (below) merges, adding the learnable sink there.
 #pragma once
 
 #include <cstdint>
@@ -365,6 +365,104 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       }
       if (warp == 0 && t4 == 0) p.split_lse[(int64_t(split) * p.heads + row_head[r]) * p.total_q + grow] = lse;
     }
+  }
+}
+
+// Merges the MLA decode's split partials (split_out (splits, total_q, heads, 512) f32 normalised
+// per split, split_lse (splits, heads, total_q)): LSE = log(sum_s exp(LSE_s) + exp(sink)), O =
+// sum_s exp(LSE_s - LSE) O_s. fwd_combine_kernel (sm80/fwd_kernel.h) gives one warp a whole row
+// and walks the splits one after the other; at 512 columns and up to kMaxSplits (128) splits,
+// with batch 1 x 16 heads (16 warps on the GPU), that walk was most of the H200 run's 27 us
+// (64 splits) and 43 us (128 splits) (dev/NOTES.md). Here one CTA per (row, head, 128 columns):
+// its 8 warps take the splits w, w + 8, ... (each lane a float4 of the columns, a warp reading
+// 512 contiguous bytes per split), and the 8 partial sums meet in shared memory in warp order
+// (deterministic). Every warp computes the same LSE (the lanes read splits l, l + 32, ...). NaN
+// in a split's LSE makes the row NaN; a row with no visible key anywhere and no sink gets O = 0,
+// LSE = -inf; the sink (per query head, as the unsplit epilogue takes it) is one more LSE term.
+// (kCombineWarps, kCombineCols, combine_pass_splits: mla_traits.h.)
+
+template <typename Element>
+__global__ void __launch_bounds__(32 * kCombineWarps) mla_combine_kernel(const __grid_constant__ ForwardParams p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  // A programmatic dependent of the decode kernel (mla_launch.h): wait for its partials (a
+  // no-op for an ordinary launch).
+  cudaGridDependencySynchronize();
+#endif
+  __shared__ float4 s_acc[kCombineWarps][32];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t row = blockIdx.x;  // global row b * seqlen_q + t (total_q = batch * seqlen_q)
+  const int head = blockIdx.y;
+  const int col = blockIdx.z * kCombineCols + 4 * lane;
+  const int splits = p.num_splits;
+  const float* lse_s = p.split_lse + int64_t(head) * p.total_q + row;
+  const int64_t lse_stride = int64_t(p.heads) * p.total_q;
+  float mx = -INFINITY;
+  bool nan = false;
+  for (int s = lane; s < splits; s += 32) {
+    const float x = lse_s[s * lse_stride];
+    mx = fmaxf(mx, x);
+    nan |= isnan(x);
+  }
+#pragma unroll
+  for (int m = 16; m > 0; m /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, m));
+  const float sink = p.learnable_sink != nullptr ? p.learnable_sink[head] : -INFINITY;
+  mx = fmaxf(mx, sink);
+  if (__any_sync(0xffffffffu, nan)) mx = NAN;
+  float sum = 0.0f;
+  if (mx != -INFINITY) {
+    for (int s = lane; s < splits; s += 32) sum += __expf(lse_s[s * lse_stride] - mx);
+  }
+#pragma unroll
+  for (int m = 16; m > 0; m /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, m);
+  if (sink != -INFINITY) sum += __expf(sink - mx);
+  const float lse = mx == -INFINITY ? -INFINITY : mx + __logf(sum);
+
+  float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  if (lse != -INFINITY) {
+    const float* o = p.split_out + (row * p.heads + head) * kHeadDimV + col;
+    const int64_t o_stride = int64_t(p.total_q) * p.heads * kHeadDimV;
+    // This warp's splits k0 + 8 j, 32 at a time, lane j holding split k0 + 8 j's weight.
+    for (int k0 = warp; k0 < splits; k0 += 32 * kCombineWarps) {
+      const int mine = k0 + kCombineWarps * lane;
+      const float my_weight = mine < splits ? __expf(lse_s[mine * lse_stride] - lse) : 0.0f;
+      const int n = combine_pass_splits(splits, k0);
+      // Eight loads issued before their sums (a plain unrolled loop kept only ~3 in flight).
+      int j = 0;
+      for (; j + kCombineBatch <= n; j += kCombineBatch) {
+        float4 v[kCombineBatch];
+#pragma unroll
+        for (int u = 0; u < kCombineBatch; ++u) {
+          v[u] = *reinterpret_cast<const float4*>(o + (k0 + kCombineWarps * (j + u)) * o_stride);
+        }
+#pragma unroll
+        for (int u = 0; u < kCombineBatch; ++u) {
+          const float w = __shfl_sync(0xffffffffu, my_weight, j + u);
+          acc.x += w * v[u].x, acc.y += w * v[u].y, acc.z += w * v[u].z, acc.w += w * v[u].w;
+        }
+      }
+      for (; j < n; ++j) {
+        const float w = __shfl_sync(0xffffffffu, my_weight, j);
+        const float4 v = *reinterpret_cast<const float4*>(o + (k0 + kCombineWarps * j) * o_stride);
+        acc.x += w * v.x, acc.y += w * v.y, acc.z += w * v.z, acc.w += w * v.w;
+      }
+    }
+  }
+  s_acc[warp][lane] = acc;
+  __syncthreads();
+  if (warp != 0) return;
+  float4 t = s_acc[0][lane];
+#pragma unroll
+  for (int w = 1; w < kCombineWarps; ++w) {
+    const float4 u = s_acc[w][lane];
+    t.x += u.x, t.y += u.y, t.z += u.z, t.w += u.w;
+  }
+  const int64_t b = row / p.seqlen_q, pos = row % p.seqlen_q;
+  Element* out = static_cast<Element*>(p.out) + b * p.out_strides.batch + pos * p.out_strides.row +
+                 int64_t(head) * p.out_strides.head + col;
+  *reinterpret_cast<uint32_t*>(out) = ptx::pack2<Element>(t.x, t.y);
+  *reinterpret_cast<uint32_t*>(out + 2) = ptx::pack2<Element>(t.z, t.w);
+  if (p.lse != nullptr && blockIdx.z == 0 && lane == 0) {
+    p.lse[b * p.lse_batch_stride + int64_t(head) * p.lse_head_stride + pos] = lse;
   }
 }
 

@@ -95,4 +95,18 @@ struct MlaPlan {
   int tiles_per_split = 1;  // key tiles each split covers
 };
 
+// The split combine (mla_combine_kernel): one CTA of kCombineWarps warps per (row, head,
+// kCombineCols columns); warp w merges splits w + kCombineWarps j in passes of 32 (pass p starts
+// at split k0 = w + 32 kCombineWarps p, lane j holding the weight of split k0 + kCombineWarps j).
+// combine_pass_splits: how many of a pass's 32 exist (> 0 while k0 < splits). Checked on the
+// host: every split merged exactly once (test_smem_layout.cpp, MlaCombineCoversEverySplit).
+constexpr int kCombineWarps = 8;
+constexpr int kCombineCols = 128;  // columns per CTA: one float4 per lane
+constexpr int kCombineBatch = 8;   // splits whose partials a warp loads before summing them
+static_assert(kHeadDimV % kCombineCols == 0 && kCombineCols == 4 * 32, "a float4 per lane");
+constexpr int combine_pass_splits(int splits, int k0) {
+  const int n = (splits - k0 + kCombineWarps - 1) / kCombineWarps;
+  return n < 32 ? n : 32;
+}
+
 }  // namespace flashattn::cuda::mla
