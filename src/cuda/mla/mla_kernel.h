@@ -357,11 +357,15 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
         p.lse[b * p.lse_batch_stride + int64_t(row_head[r]) * p.lse_head_stride + row_t[r]] = lse;
       }
     } else {
+      // A row that saw no key here (LSE -inf) writes no O: mla_combine_kernel gives it weight 0
+      // and does not read it (splits past a short sequence's end, under a capacity-sized plan).
       float* out = p.split_out + ((int64_t(split) * p.total_q + grow) * p.heads + row_head[r]) * kHeadDimV + col0;
+      if (l != 0.0f) {
 #pragma unroll
-      for (int nt = 0; nt < Traits::kONTiles; ++nt) {
-        *reinterpret_cast<float2*>(out + nt * 8) =
-            make_float2(o[mt][nt][2 * h] * inv, o[mt][nt][2 * h + 1] * inv);
+        for (int nt = 0; nt < Traits::kONTiles; ++nt) {
+          *reinterpret_cast<float2*>(out + nt * 8) =
+              make_float2(o[mt][nt][2 * h] * inv, o[mt][nt][2 * h + 1] * inv);
+        }
       }
       if (warp == 0 && t4 == 0) p.split_lse[(int64_t(split) * p.heads + row_head[r]) * p.total_q + grow] = lse;
     }
@@ -426,22 +430,27 @@ __global__ void __launch_bounds__(32 * kCombineWarps) mla_combine_kernel(const _
       const int mine = k0 + kCombineWarps * lane;
       const float my_weight = mine < splits ? __expf(lse_s[mine * lse_stride] - lse) : 0.0f;
       const int n = combine_pass_splits(splits, k0);
-      // Eight loads issued before their sums (a plain unrolled loop kept only ~3 in flight).
+      // Eight loads issued before their sums (a plain unrolled loop kept only ~3 in flight). A
+      // split of weight 0 (LSE -inf: no visible key; the decode kernel then writes no O) is
+      // not read: the weight is the same for the whole warp, so the predicate is uniform.
       int j = 0;
       for (; j + kCombineBatch <= n; j += kCombineBatch) {
+        float w[kCombineBatch];
         float4 v[kCombineBatch];
 #pragma unroll
         for (int u = 0; u < kCombineBatch; ++u) {
-          v[u] = *reinterpret_cast<const float4*>(o + (k0 + kCombineWarps * (j + u)) * o_stride);
+          w[u] = __shfl_sync(0xffffffffu, my_weight, j + u);
+          v[u] = w[u] != 0.0f ? *reinterpret_cast<const float4*>(o + (k0 + kCombineWarps * (j + u)) * o_stride)
+                              : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         }
 #pragma unroll
         for (int u = 0; u < kCombineBatch; ++u) {
-          const float w = __shfl_sync(0xffffffffu, my_weight, j + u);
-          acc.x += w * v[u].x, acc.y += w * v[u].y, acc.z += w * v[u].z, acc.w += w * v[u].w;
+          acc.x += w[u] * v[u].x, acc.y += w[u] * v[u].y, acc.z += w[u] * v[u].z, acc.w += w[u] * v[u].w;
         }
       }
       for (; j < n; ++j) {
         const float w = __shfl_sync(0xffffffffu, my_weight, j);
+        if (w == 0.0f) continue;
         const float4 v = *reinterpret_cast<const float4*>(o + (k0 + kCombineWarps * j) * o_stride);
         acc.x += w * v.x, acc.y += w * v.y, acc.z += w * v.z, acc.w += w * v.w;
       }
