@@ -143,9 +143,10 @@ if [ "${SANITIZE:-0}" != 0 ]; then
       --gtest_filter='Cases/Fp8CudaCache.*' >"$OUT/sanitizer-fp8cache-$tool.log" 2>&1
     echo "$tool fp8 cache: exit $? ($(grep -cE 'ERROR SUMMARY: 0 errors|RACECHECK SUMMARY: 0 hazards' "$OUT/sanitizer-fp8cache-$tool.log") clean summaries)"
     # The MLA decode kernel (cuda/mla): 16- and 32-row blocks, the S partial exchange, the
-    # latent and separate-V paths, splits (the small cases only).
+    # latent and separate-V paths, splits (the small cases only); BothStagesSmall: both stages
+    # of the latent kernel with 2+ tiles per CTA at 16 and 32 rows.
     compute-sanitizer --tool $tool --error-exitcode 9 build-gpu/tests/cpp/flashattn_test_mla \
-      --gtest_filter='Backends/Mla.GqaTwoKVHeads/cuda:Backends/Mla.AppendIntoLatentCache/cuda:Backends/Mla.SeparateVCache/cuda:Backends/Mla.LearnableSink/cuda:Backends/Mla.LeftPadding/cuda' \
+      --gtest_filter='Backends/Mla.BothStagesSmall/cuda:Backends/Mla.GqaTwoKVHeads/cuda:Backends/Mla.AppendIntoLatentCache/cuda:Backends/Mla.SeparateVCache/cuda:Backends/Mla.LearnableSink/cuda:Backends/Mla.LeftPadding/cuda' \
       >"$OUT/sanitizer-mla-$tool.log" 2>&1
     echo "$tool mla: exit $? ($(grep -cE 'ERROR SUMMARY: 0 errors|RACECHECK SUMMARY: 0 hazards' "$OUT/sanitizer-mla-$tool.log") clean summaries)"
   done

@@ -519,6 +519,42 @@ TEST_P(Mla, ForcedSplits) {
   }
 }
 
+// Both stages of the latent kernel, small enough for the sanitizers: every split covers 2+ key
+// tiles, so tile j + 1 is copied into one stage while tile j's V is read from the other. 16 rows
+// (one token, 16 heads) and 32 rows (two tokens), dense and paged. The first GPU run read the
+// latent V from the wrong stage (the next K tile, or past the 183 KB of 16-row blocks: an
+// illegal address), which the cases with one tile per split did not show.
+TEST_P(Mla, BothStagesSmall) {
+  for (int sq : {1, 2}) {
+    for (int splits : {1, 2}) {
+      for (int page : {0, 16}) {
+        MlaCase mc;
+        mc.cache_seqlens = {1, 130, 256};
+        mc.capacity = 256;  // 4 tiles: 4 per CTA unsplit, 2 per split
+        mc.page_size = page;
+        mc.seqlen_q = sq;
+        mc.causal = sq > 1;
+        mc.num_splits = splits;
+        SCOPED_TRACE("seqlen_q " + std::to_string(sq) + " num_splits " + std::to_string(splits) + " page " +
+                     std::to_string(page));
+        MLA_RUN_OR_SKIP(o, GetParam(), mc);
+      }
+    }
+  }
+}
+
+// More splits than one pass of the MLA combine's warps takes (8 warps x 32 = 256 splits): 261
+// one-tile splits, so each warp of mla_combine_kernel makes two passes.
+TEST_P(Mla, CombineManySplits) {
+  MlaCase mc;
+  mc.cache_seqlens = {261 * 64, 100};
+  mc.capacity = 261 * 64;
+  mc.page_size = 64;
+  mc.num_splits = 261;
+  mc.sink = sink_logits(mc.heads, 6);
+  MLA_RUN_OR_SKIP(o, GetParam(), mc);
+}
+
 TEST_P(Mla, LearnableSink) {
   for (int splits : {1, 5}) {
     for (bool empty_sequence : {false, true}) {

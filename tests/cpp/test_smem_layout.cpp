@@ -4,10 +4,13 @@
 // steps (advance) land where offset() says, for every step the kernels take.
 #include <gtest/gtest.h>
 
+#include <cstdint>
+#include <algorithm>
 #include <set>
 #include <vector>
 
 #include "cuda/common/smem_layout.h"
+#include "cuda/mla/mla_traits.h"
 
 namespace {
 
@@ -221,6 +224,96 @@ TEST(SmemLayout, MlaDecodeAddressSteps) {
     for (int i = 0; i < 512 / 32; ++i) {
       EXPECT_EQ(V::advance(V::offset(tid / 4, 8 * (tid % 4)), 0, 32 * i), V::offset(tid / 4, 8 * (tid % 4 + 4 * i)));
     }
+  }
+}
+
+// The MLA decode kernel's shared-memory map (src/cuda/mla/mla_traits.h), for every instantiation
+// mla_launch.h picks: each region inside kSmemBytes and apart from the others, every byte an
+// operand read or a tile copy touches inside its own region, and the latent cache's V (the K
+// tile's first 512 columns) read from the K tile of the same stage. The first GPU run
+// (2026-12-01) read the latent V one K tile further on (s * kStageBytes + kKBytes): the next
+// stage, which the copy of tile j + 1 was filling (racecheck), or for the last stage Q, P, the
+// statistics and the S partials, past kSmemBytes for 16-row blocks (illegal address).
+template <typename T>
+void check_mla_smem_map(const char* name) {
+  SCOPED_TRACE(name);
+  using QK = typename T::QKLayout;
+  using V = typename T::VLayout;
+  using P = typename T::PLayout;
+  // Regions in order, each ending where the next starts.
+  EXPECT_EQ(T::k_stage_offset(0), 0);
+  EXPECT_EQ(T::kQOffset, T::k_stage_offset(T::kStages));
+  EXPECT_EQ(T::kPOffset, T::kQOffset + T::kQBytes);
+  EXPECT_EQ(T::kStatOffset, T::kPOffset + T::kPBytes);
+  EXPECT_EQ(T::kSOffset, T::kStatOffset + T::kStatBytes);
+  EXPECT_EQ(T::kSmemBytes, T::kSOffset + T::kSBytes);
+  EXPECT_LE(T::kSmemBytes, 227 * 1024) << "sm90's opt-in shared memory per block";
+  for (int s = 0; s < T::kStages; ++s) {
+    const int64_t k0 = T::k_stage_offset(s), k1 = k0 + T::kKBytes, stage_end = k0 + T::kStageBytes;
+    int64_t k_lo = INT64_MAX, k_hi = -1, v_lo = INT64_MAX, v_hi = -1;
+    for (int r = 0; r < T::kBlockN; ++r) {
+      for (int c = 0; c < flashattn::cuda::mla::kHeadDim; c += 8) {
+        const int64_t a = k0 + QK::offset(r, c);
+        k_lo = std::min(k_lo, a), k_hi = std::max(k_hi, a + 15);
+      }
+      for (int c = 0; c < flashattn::cuda::mla::kHeadDimV; c += 8) {
+        const int64_t a = T::v_stage_offset(s) + V::offset(r, c);
+        v_lo = std::min(v_lo, a), v_hi = std::max(v_hi, a + 15);
+        if (!T::kSeparateV) {
+          ASSERT_EQ(a, k0 + QK::offset(r, c)) << "latent V is K's column " << c << " of row " << r << ", stage " << s;
+        }
+      }
+    }
+    EXPECT_EQ(k_lo, k0);
+    EXPECT_EQ(k_hi, k1 - 1);
+    EXPECT_GE(v_lo, T::kSeparateV ? k1 : k0) << "stage " << s;
+    EXPECT_LT(v_hi, T::kSeparateV ? stage_end : k1) << "stage " << s;
+  }
+  // Q rows and P rows of the block; the S partials (kDepthParts, kBlockM, kSStride floats, keys
+  // < kBlockN) and the statistics (2 x kWarps x kBlockM floats).
+  EXPECT_EQ(int64_t(QK::offset(T::kBlockM - 1, 576 - 8)) + 16 <= T::kQBytes, true);
+  EXPECT_EQ(int64_t(P::offset(T::kBlockM - 1, T::kBlockN - 8)) + 16 <= T::kPBytes, true);
+  if (T::kSplitDepth) {
+    const int64_t last = ((T::kDepthParts - 1) * T::kBlockM + T::kBlockM - 1) * T::kSStride + T::kBlockN - 1;
+    EXPECT_LT(4 * last + 3, T::kSBytes);
+  }
+  EXPECT_EQ(2 * T::kWarps * T::kBlockM * 4, T::kStatBytes);
+  // The 2-stage loop copies tile j + kStages - 1 while it reads tile j: different stages.
+  for (int j = 0; j < 8 && T::kStages > 1; ++j) EXPECT_NE((j + T::kStages - 1) % T::kStages, j % T::kStages);
+}
+
+TEST(SmemLayout, MlaSmemMap) {
+  using flashattn::cuda::mla::MlaTraits;
+  using E = uint16_t;  // the map does not depend on which 16-bit type
+  check_mla_smem_map<MlaTraits<E, 1, true>>("separate v_cache, 1 stage");
+  check_mla_smem_map<MlaTraits<E, 1, false>>("latent, 1 stage (A100)");
+  check_mla_smem_map<MlaTraits<E, 2, false>>("latent, 2 stages, 16 rows");
+  check_mla_smem_map<MlaTraits<E, 2, false, 32>>("latent, 2 stages, 32 rows");
+  // A100 (163 KB opt-in) runs the 1-stage instantiations.
+  EXPECT_LE((MlaTraits<E, 1, true>::kSmemBytes), 163 * 1024);
+  EXPECT_LE((MlaTraits<E, 1, false>::kSmemBytes), 163 * 1024);
+}
+
+// The MLA split combine's walk (mla_combine_kernel, mla_traits.h): warp w's passes k0 = w,
+// w + 256, ... and their combine_pass_splits(splits, k0) splits k0 + 8 j merge every split exactly
+// once, for every split count the launcher can ask for (up to 65535 / batch).
+TEST(SmemLayout, MlaCombineCoversEverySplit) {
+  using namespace flashattn::cuda::mla;
+  for (int splits = 1; splits <= 2100; ++splits) {
+    std::vector<int> seen(splits, 0);
+    for (int w = 0; w < kCombineWarps; ++w) {
+      for (int k0 = w; k0 < splits; k0 += 32 * kCombineWarps) {
+        const int n = combine_pass_splits(splits, k0);
+        ASSERT_GT(n, 0);
+        ASSERT_LE(n, 32);
+        for (int j = 0; j < n; ++j) {
+          const int s = k0 + kCombineWarps * j;
+          ASSERT_LT(s, splits) << "splits " << splits << " warp " << w;
+          ++seen[s];
+        }
+      }
+    }
+    for (int s = 0; s < splits; ++s) ASSERT_EQ(seen[s], 1) << "split " << s << " of " << splits;
   }
 }
 

@@ -16,15 +16,15 @@
 // own tile next to K's.
 // K/V tiles stream through kStages shared-memory stages with cp.async: with 2 stages the copy of
 // tile j + 1 runs under the products of tile j. With splits, each CTA writes float32 partials that
-// fwd_combine_kernel (sm80/fwd_kernel.h) merges, adding the learnable sink there.
+// mla_combine_kernel (below) merges, adding the learnable sink there.
 #pragma once
 
 #include <cstdint>
-#include <type_traits>
 
 #include "core/params.h"
 #include "core/sink.h"
 #include "cuda/common/smem_layout.h"
+#include "cuda/mla/mla_traits.h"
 #include "cuda/common/warp_gemm.h"
 #include "cuda/ptx/cp_async.h"
 #include "cuda/ptx/ldmatrix.h"
@@ -32,84 +32,6 @@
 #include "cuda/ptx/mma.h"
 
 namespace flashattn::cuda::mla {
-
-constexpr int kHeadDim = 576;   // q and k: 512 latent columns + 64 rotary ones
-constexpr int kHeadDimV = 512;  // v: the latent columns
-constexpr int kMaxSeqlenQ = 16; // query tokens per call (decode, MTP / speculative decoding)
-constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kLn2 = 0.6931471805599453f;
-
-// The compile-time shape of one instantiation.
-//   kStages_     K (and V) tile stages in shared memory: 2 where the device's opt-in shared
-//                memory holds them (sm90: 227 KB), else 1 (A100: 163 KB; no copy overlap).
-//   kSeparateV_  v_cache is its own tensor (not a view of k_cache): V tiles are copied too.
-//   kBlockM_     rows per CTA: 16 (one m16 tile), or 32 where a call has more than 16 rows
-//                (heads_per_group x seqlen_q: 128 heads, or 16 heads with 2+ query tokens), so
-//                that half as many CTAs read each K tile. O (kBlockM x 512 f32) is split over
-//                the 8 warps: 64 columns each, 32 or 64 registers per thread; 64 rows would take
-//                128 and the 2-stage tiles would not fit beside their Q (dev/NOTES.md, "MLA decode").
-template <typename Element_, int kStages_, bool kSeparateV_, int kBlockM_ = 16>
-struct MlaTraits {
-  using Element = Element_;
-  static constexpr int kStages = kStages_;
-  static constexpr bool kSeparateV = kSeparateV_;
-  static constexpr int kBlockM = kBlockM_;
-  static constexpr int kMTiles = kBlockM / 16;
-  static_assert(kBlockM % 16 == 0, "whole m16 tiles");
-  static constexpr int kBlockN = 64;  // keys per tile: 72 KB of K at d 576
-  static constexpr int kWarps = 8;
-  static constexpr int kThreads = 32 * kWarps;
-  static constexpr int kKeysPerWarp = kBlockN / kWarps;   // S columns per warp: one n8 tile
-  static constexpr int kColsPerWarp = kHeadDimV / kWarps;  // O columns per warp
-  static constexpr int kONTiles = kColsPerWarp / 8;
-  static_assert(kKeysPerWarp == 8, "one n8 tile of S per warp");
-
-  // Unpadded rows, 16-byte chunks swizzled within 128-byte lines (smem_layout.h).
-  using QKLayout = SwizzledRows<kHeadDim>;
-  using VLayout = std::conditional_t<kSeparateV, SwizzledRows<kHeadDimV>, QKLayout>;
-  using PLayout = SwizzledRows<kBlockN>;
-
-  // How the warps share S = Q K^T of a tile; either way each warp ends with S of its own
-  // kKeysPerWarp keys for the softmax:
-  //   by keys   (kSplitDepth false) each warp computes its 8 keys over the whole depth 576, so
-  //             every warp reads all of Q: 8 x 18 KB of ldmatrix reads of Q per tile;
-  //   by depth  (kSplitDepth true) warp w computes the 32 keys of key group w % kKeyGroups over
-  //             the k steps w / kKeyGroups + kDepthParts i (9 of the 36), and the kDepthParts
-  //             partial sums meet in shared memory (sS, f32): Q is read twice per tile, not 8
-  //             times (S's ldmatrix traffic 221 -> 111 KB per tile, plus 2 x 16 KB for the
-  //             partials), for one more barrier per tile.
-  // By depth for the latent cache; a separate v_cache keeps by keys, so that its stage of K and
-  // V (136 KB) still fits A100's 163 KB with the rest.
-  static constexpr bool kSplitDepth = !kSeparateV;
-  static constexpr int kKeyGroups = 2;
-  static constexpr int kDepthParts = kWarps / kKeyGroups;
-  static constexpr int kGroupKeys = kBlockN / kKeyGroups;  // 32 keys: 4 n8 tiles
-  static_assert(kHeadDim % (16 * kDepthParts) == 0, "whole k steps per depth part");
-  static constexpr int kSStride = kBlockN + 8;  // floats between rows of a partial (conflict-free float2)
-
-  static constexpr int kKBytes = kBlockN * kHeadDim * 2;
-  static constexpr int kVBytes = kSeparateV ? kBlockN * kHeadDimV * 2 : 0;
-  static constexpr int kStageBytes = kKBytes + kVBytes;
-  static constexpr int kQBytes = kBlockM * kHeadDim * 2;
-  static constexpr int kPBytes = kBlockM * kBlockN * 2;
-  static constexpr int kStatBytes = 2 * kWarps * kBlockM * 4;  // per-warp row maxima and sums
-  static constexpr int kSBytes = kSplitDepth ? kDepthParts * kBlockM * kSStride * 4 : 0;  // S partials
-  // Offsets from the (128-byte aligned) start of dynamic shared memory.
-  static constexpr int kQOffset = kStages * kStageBytes;
-  static constexpr int kPOffset = kQOffset + kQBytes;
-  static constexpr int kStatOffset = kPOffset + kPBytes;
-  static constexpr int kSOffset = kStatOffset + kStatBytes;
-  static constexpr int kSmemBytes = kSOffset + kSBytes;
-  static_assert(kStageBytes % 128 == 0 && kQBytes % 128 == 0 && kPBytes % 128 == 0, "128-byte lines");
-  static_assert(kSeparateV ? kMTiles == 1 && !kSplitDepth : kSplitDepth, "by keys: 16 rows; by depth: the latent cache");
-};
-
-// The launch plan (set by the launcher, mla_launch.h).
-struct MlaPlan {
-  int group = 1;            // query heads per KV head
-  int rows = 1;             // group * seqlen_q: the rows of one (sequence, KV head)
-  int tiles_per_split = 1;  // key tiles each split covers
-};
 
 // Where this thread's cache row of one key tile lives: thread tid copies row tid / 4 of every
 // tile (chunks tid % 4 + 4 i), so one page look-up per thread and tile, and a warp's copy
@@ -167,10 +89,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   auto* sP = reinterpret_cast<Element*>(smem + Traits::kPOffset);     // (kBlockM, kBlockN)
   auto* sMax = reinterpret_cast<float*>(smem + Traits::kStatOffset);  // (kWarps, kBlockM)
   float* sSum = sMax + kWarps * kBlockM;                               // (kWarps, kBlockM)
-  const auto k_stage = [&](int s) { return reinterpret_cast<Element*>(smem + s * Traits::kStageBytes); };
-  const auto v_stage = [&](int s) {
-    return reinterpret_cast<Element*>(smem + s * Traits::kStageBytes + Traits::kKBytes);  // == K's without kSeparateV
-  };
+  const auto k_stage = [&](int s) { return reinterpret_cast<Element*>(smem + Traits::k_stage_offset(s)); };
+  // The latent cache: V is the K tile's first 512 columns (v_stage(s) == k_stage(s)).
+  const auto v_stage = [&](int s) { return reinterpret_cast<Element*>(smem + Traits::v_stage_offset(s)); };
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int g = lane / 4, t4 = lane % 4;  // the mma fragment's row group and column pair
@@ -436,14 +357,121 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
         p.lse[b * p.lse_batch_stride + int64_t(row_head[r]) * p.lse_head_stride + row_t[r]] = lse;
       }
     } else {
+      // A row that saw no key here (LSE -inf) writes no O: mla_combine_kernel gives it weight 0
+      // and does not read it (splits past a short sequence's end, under a capacity-sized plan).
       float* out = p.split_out + ((int64_t(split) * p.total_q + grow) * p.heads + row_head[r]) * kHeadDimV + col0;
+      if (l != 0.0f) {
 #pragma unroll
-      for (int nt = 0; nt < Traits::kONTiles; ++nt) {
-        *reinterpret_cast<float2*>(out + nt * 8) =
-            make_float2(o[mt][nt][2 * h] * inv, o[mt][nt][2 * h + 1] * inv);
+        for (int nt = 0; nt < Traits::kONTiles; ++nt) {
+          *reinterpret_cast<float2*>(out + nt * 8) =
+              make_float2(o[mt][nt][2 * h] * inv, o[mt][nt][2 * h + 1] * inv);
+        }
       }
       if (warp == 0 && t4 == 0) p.split_lse[(int64_t(split) * p.heads + row_head[r]) * p.total_q + grow] = lse;
     }
+  }
+}
+
+// Merges the MLA decode's split partials (split_out (splits, total_q, heads, 512) f32 normalised
+// per split, split_lse (splits, heads, total_q)): LSE = log(sum_s exp(LSE_s) + exp(sink)), O =
+// sum_s exp(LSE_s - LSE) O_s. fwd_combine_kernel (sm80/fwd_kernel.h) gives one warp a whole row
+// and walks the splits one after the other; at 512 columns and up to kMaxSplits (128) splits,
+// with batch 1 x 16 heads (16 warps on the GPU), that walk was most of the H200 run's 27 us
+// (64 splits) and 43 us (128 splits) (dev/NOTES.md). Here one CTA per (row, head, 128 columns):
+// its 8 warps take the splits w, w + 8, ... (each lane a float4 of the columns, a warp reading
+// 512 contiguous bytes per split), and the 8 partial sums meet in shared memory in warp order
+// (deterministic). Every warp computes the same LSE (the lanes read splits l, l + 32, ...). NaN
+// in a split's LSE makes the row NaN; a row with no visible key anywhere and no sink gets O = 0,
+// LSE = -inf; the sink (per query head, as the unsplit epilogue takes it) is one more LSE term.
+// (kCombineWarps, kCombineCols, combine_pass_splits: mla_traits.h.)
+
+template <typename Element>
+__global__ void __launch_bounds__(32 * kCombineWarps) mla_combine_kernel(const __grid_constant__ ForwardParams p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  // A programmatic dependent of the decode kernel (mla_launch.h): wait for its partials (a
+  // no-op for an ordinary launch).
+  cudaGridDependencySynchronize();
+#endif
+  __shared__ float4 s_acc[kCombineWarps][32];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t row = blockIdx.x;  // global row b * seqlen_q + t (total_q = batch * seqlen_q)
+  const int head = blockIdx.y;
+  const int col = blockIdx.z * kCombineCols + 4 * lane;
+  const int splits = p.num_splits;
+  const float* lse_s = p.split_lse + int64_t(head) * p.total_q + row;
+  const int64_t lse_stride = int64_t(p.heads) * p.total_q;
+  float mx = -INFINITY;
+  bool nan = false;
+  for (int s = lane; s < splits; s += 32) {
+    const float x = lse_s[s * lse_stride];
+    mx = fmaxf(mx, x);
+    nan |= isnan(x);
+  }
+#pragma unroll
+  for (int m = 16; m > 0; m /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, m));
+  const float sink = p.learnable_sink != nullptr ? p.learnable_sink[head] : -INFINITY;
+  mx = fmaxf(mx, sink);
+  if (__any_sync(0xffffffffu, nan)) mx = NAN;
+  float sum = 0.0f;
+  if (mx != -INFINITY) {
+    for (int s = lane; s < splits; s += 32) sum += __expf(lse_s[s * lse_stride] - mx);
+  }
+#pragma unroll
+  for (int m = 16; m > 0; m /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, m);
+  if (sink != -INFINITY) sum += __expf(sink - mx);
+  const float lse = mx == -INFINITY ? -INFINITY : mx + __logf(sum);
+
+  float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  if (lse != -INFINITY) {
+    const float* o = p.split_out + (row * p.heads + head) * kHeadDimV + col;
+    const int64_t o_stride = int64_t(p.total_q) * p.heads * kHeadDimV;
+    // This warp's splits k0 + 8 j, 32 at a time, lane j holding split k0 + 8 j's weight.
+    for (int k0 = warp; k0 < splits; k0 += 32 * kCombineWarps) {
+      const int mine = k0 + kCombineWarps * lane;
+      const float my_weight = mine < splits ? __expf(lse_s[mine * lse_stride] - lse) : 0.0f;
+      const int n = combine_pass_splits(splits, k0);
+      // Eight loads issued before their sums (a plain unrolled loop kept only ~3 in flight). A
+      // split of weight 0 (LSE -inf: no visible key; the decode kernel then writes no O) is
+      // not read: the weight is the same for the whole warp, so the predicate is uniform.
+      int j = 0;
+      for (; j + kCombineBatch <= n; j += kCombineBatch) {
+        float w[kCombineBatch];
+        float4 v[kCombineBatch];
+#pragma unroll
+        for (int u = 0; u < kCombineBatch; ++u) {
+          w[u] = __shfl_sync(0xffffffffu, my_weight, j + u);
+          v[u] = w[u] != 0.0f ? *reinterpret_cast<const float4*>(o + (k0 + kCombineWarps * (j + u)) * o_stride)
+                              : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        }
+#pragma unroll
+        for (int u = 0; u < kCombineBatch; ++u) {
+          acc.x += w[u] * v[u].x, acc.y += w[u] * v[u].y, acc.z += w[u] * v[u].z, acc.w += w[u] * v[u].w;
+        }
+      }
+      for (; j < n; ++j) {
+        const float w = __shfl_sync(0xffffffffu, my_weight, j);
+        if (w == 0.0f) continue;
+        const float4 v = *reinterpret_cast<const float4*>(o + (k0 + kCombineWarps * j) * o_stride);
+        acc.x += w * v.x, acc.y += w * v.y, acc.z += w * v.z, acc.w += w * v.w;
+      }
+    }
+  }
+  s_acc[warp][lane] = acc;
+  __syncthreads();
+  if (warp != 0) return;
+  float4 t = s_acc[0][lane];
+#pragma unroll
+  for (int w = 1; w < kCombineWarps; ++w) {
+    const float4 u = s_acc[w][lane];
+    t.x += u.x, t.y += u.y, t.z += u.z, t.w += u.w;
+  }
+  const int64_t b = row / p.seqlen_q, pos = row % p.seqlen_q;
+  Element* out = static_cast<Element*>(p.out) + b * p.out_strides.batch + pos * p.out_strides.row +
+                 int64_t(head) * p.out_strides.head + col;
+  *reinterpret_cast<uint32_t*>(out) = ptx::pack2<Element>(t.x, t.y);
+  *reinterpret_cast<uint32_t*>(out + 2) = ptx::pack2<Element>(t.z, t.w);
+  if (p.lse != nullptr && blockIdx.z == 0 && lane == 0) {
+    p.lse[b * p.lse_batch_stride + int64_t(head) * p.lse_head_stride + pos] = lse;
   }
 }
 

@@ -1,5 +1,5 @@
 // Host-side launch of the MLA decode kernel (mla_kernel.h): the stage count the device's shared
-// memory allows, the key splits, the split-KV workspace and the combine. Included only by the
+// memory allows, the key splits, the split-KV workspace and the combine (mla_combine_kernel). Included only by the
 // generated instantiations/mla_hdim576_*.cu, one per dtype.
 #pragma once
 
@@ -13,7 +13,7 @@
 #include "cuda/common/workspace.h"
 #include "cuda/mla/mla.h"
 #include "cuda/mla/mla_kernel.h"
-#include "cuda/sm80/fwd_launch.h"  // launch_split_combine
+#include "cuda/sm80/fwd.h"  // combine_waits_for_partials
 
 namespace flashattn::cuda::mla {
 
@@ -21,6 +21,26 @@ namespace flashattn::cuda::mla {
 // (batch 1, one latent KV head, 16 heads: one CTA before splitting) needs ~132 splits to fill an
 // H200; the sm80 decode stops at 64 (fwd_launch.h), where 2-3 CTAs share an SM.
 constexpr int kMaxSplits = 128;
+
+// Launches mla_combine_kernel over params' split partials: one CTA per (row, head, 128
+// columns); on sm90 a programmatic dependent of the decode kernel, as launch_split_combine
+// (sm80/fwd_launch.h) launches the forward's combine.
+template <typename Element>
+Status launch_combine(const ForwardParams& params, cudaStream_t stream) {
+  const auto combine = mla_combine_kernel<Element>;
+  bool dependent = false;
+  if (Status s = combine_waits_for_partials(reinterpret_cast<const void*>(combine), &dependent); !s.ok()) return s;
+  cudaLaunchAttribute attribute[1];
+  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(unsigned(params.total_q), unsigned(params.heads), unsigned(kHeadDimV / kCombineCols));
+  config.blockDim = dim3(32 * kCombineWarps);
+  config.stream = stream;
+  config.attrs = attribute;
+  config.numAttrs = dependent ? 1 : 0;
+  return cuda_status(cudaLaunchKernelEx(&config, combine, params), "launching the MLA split combine kernel");
+}
 
 template <typename Traits>
 Status launch_decode(const ForwardParams& params_in, cudaStream_t stream, int sms) {
@@ -59,7 +79,7 @@ Status launch_decode(const ForwardParams& params_in, cudaStream_t stream, int sm
   kernel<<<grid, Traits::kThreads, Traits::kSmemBytes, stream>>>(params, plan);
   Status status = cuda_status(cudaGetLastError(), "launching the MLA decode kernel");
   if (splits > 1) {
-    if (status.ok()) status = launch_split_combine<typename Traits::Element, kHeadDimV>(params, stream);
+    if (status.ok()) status = launch_combine<typename Traits::Element>(params, stream);
     Status freed = workspace_free(workspace, stream);
     if (status.ok()) status = freed;
   }
