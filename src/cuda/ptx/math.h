@@ -6,8 +6,6 @@
 
 #include <cstdint>
 
-#include "cuda/ptx/exp2_fma.h"
-
 namespace flashattn::ptx {
 
 // 2^x on the special-function unit; ex2.approx(-inf) = +0.

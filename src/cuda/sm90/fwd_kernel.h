@@ -170,14 +170,7 @@ __device__ __forceinline__ bool softmax_block(ConsumerState<Traits>& st, float s
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         const float x = fmaf(st.s[4 * c + 2 * h + e], scale_log2, -m_scaled);
-#if defined(FLASHATTN_DEV_SM90_FWD_EXP2_FMA)
-        // dev/ A/B at d64 (bound by MUFU throughput): every FLASHATTN_DEV_SM90_FWD_EXP2_FMA-th
-        // chunk's exponentials on the FMA units (ptx::exp2_fma), the rest on MUFU.
-        constexpr int kEvery = FLASHATTN_DEV_SM90_FWD_EXP2_FMA;
-        const float p = Traits::kHeadDim == 64 && c % kEvery == kEvery - 1 ? ptx::exp2_fma(x) : ptx::exp2_approx(x);
-#else
         const float p = ptx::exp2_approx(x);
-#endif
         st.s[4 * c + 2 * h + e] = p;
         sum += p;
       }

@@ -90,13 +90,10 @@ struct FwdTraits {
   // comes first (fwd_kernel.h). Pinned, the exponentials overlap their own P V product: H200
   // bf16, against the unpinned kernel in the same session (dev/results/h200-2026-12-01-ab-fwdpin-
   // {base,pin,pinq}.json): d128 +1.5-4.3% from 1k to 16k (16k 712 -> 727, causal 683 -> 712),
-  // d64 +0-2%. d192, d256 and the softcap/ALiBi kernels were not timed with it and keep the
-  // unpinned schedule.
-#if defined(FLASHATTN_DEV_SM90_FWD_PIN_ALL)  // dev/ A/B: the pin at every head dim and with modifiers
-  static constexpr bool kPinSoftmax = true;
-#else
+  // d64 +0-2%. At d256 and on the softcap kernels (d64/d128) it moved -1..+2% (one row +3.6%;
+  // dev/results/h200-2026-12-01-ab-{hd,sc}-{base,pinall}.json): within noise, so those keep the
+  // unpinned schedule (d192 not timed).
   static constexpr bool kPinSoftmax = kHeadDim <= 128 && !kMods;
-#endif
   static constexpr int kPinBytes = kPinSoftmax ? 4 * 4 * kConsumers : 0;  // one float per consumer warp
   // O stored in whole 16-byte chunks after a transpose across each quad (fwd_kernel.h,
   // store_tile): the plain store wrote each 32-byte sector in two halves (ncu at d128 16k: 2.1 M
