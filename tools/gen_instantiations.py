@@ -42,8 +42,8 @@ SM90_FAMILIES = {
     "sm90fwdmods": ("cuda/sm90/fwd_launch.h", "sm90::FwdTraits", "sm90::run_fwd", "ForwardParams"),
     "sm90bwd": ("cuda/sm90/bwd_launch.h", "sm90::BwdTraits", "sm90::run_bwd", "BackwardParams"),
 }
-# Head dims per sm90 family (the backward: d256 splits the consumers by role, bwd_kernel.h).
-SM90_FAMILY_HEAD_DIMS = {"sm90fwd": SM90_HEAD_DIMS, "sm90fwdmods": SM90_HEAD_DIMS, "sm90bwd": [64, 128, 256]}
+# Head dims per sm90 family (the backward: d192 and d256 split the consumers by role, bwd_kernel.h).
+SM90_FAMILY_HEAD_DIMS = {"sm90fwd": SM90_HEAD_DIMS, "sm90fwdmods": SM90_HEAD_DIMS, "sm90bwd": [64, 128, 192, 256]}
 # Extra template arguments per sm90 family: the forward with softcap / ALiBi (FwdTraits::kMods).
 SM90_FAMILY_EXTRA = {"sm90fwdmods": ", true"}
 

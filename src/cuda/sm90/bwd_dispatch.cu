@@ -8,12 +8,12 @@ namespace flashattn::cuda::sm90 {
 namespace {
 
 // The head dims the Hopper backward is instantiated for (tools/gen_instantiations.py).
-constexpr bool has_bwd_kernel(int head_dim) { return head_dim == 64 || head_dim == 128 || head_dim == 256; }
+constexpr bool has_bwd_kernel(int head_dim) { return head_dim == 64 || head_dim == 128 || head_dim == 192 || head_dim == 256; }
 
 }  // namespace
 
 std::string bwd_declines(const BackwardParams& p, bool any_runnable) {
-  if (!has_bwd_kernel(p.head_dim)) return "head_dim is not 64, 128 or 256";
+  if (!has_bwd_kernel(p.head_dim)) return "head_dim is not 64, 128, 192 or 256";
   if (!head_dim_built(p.head_dim)) return "head_dim not built";
   if (p.head_dim_v != p.head_dim) return "head_dim_v differs from head_dim";
   if (p.softcap > 0.0f || p.alibi != nullptr || p.has_dropout()) return "softcap, ALiBi and dropout run on sm80";

@@ -62,7 +62,7 @@ struct BwdTraits {
   static constexpr int kPanels = kHeadDim / 64;  // 64-column panels of 128-byte swizzled rows
   static constexpr int kRowBytes = 128;
   static constexpr int kStages = 2;
-  static constexpr bool kSplitRoles = kHeadDim == 256;
+  static constexpr bool kSplitRoles = kHeadDim >= 192;
   // dev/ A/B (-DFLASHATTN_DEV_SM90_BWD_PINGPONG): the consumers take turns issuing their products
   // (the forward's Turns), so one warpgroup's element-wise work overlaps the other's products.
 #if defined(FLASHATTN_DEV_SM90_BWD_PINGPONG)
@@ -121,7 +121,7 @@ struct BwdTraits {
   static constexpr int kFusedExtraBytes = 2 * kDsBytes + kConsumers * kDqPartBytes;
   static constexpr size_t kKvFusedSmemBytes = kKvSmemBytes + kFusedExtraBytes;
 
-  static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256, "d64, d128 and d256");
+  static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 192 || kHeadDim == 256, "d64, d128, d192 and d256");
   static_assert(kKvBlockM * 2 == kRowBytes, "dS^T rows are one 128-byte swizzled panel of queries");
   // The fused kernel: d64 and d128 (at d256 dK and dV already fill the registers).
   static constexpr bool kHasFused = !kSplitRoles;
