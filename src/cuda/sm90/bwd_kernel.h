@@ -806,8 +806,16 @@ __global__ void __launch_bounds__(128) bwd_dq_convert_kernel(const __grid_consta
   char* dq = static_cast<char*>(params.dq) +
              sizeof(Element) * (batch * params.dq_strides.batch + int64_t(head) * params.dq_strides.head);
   const float scale = params.scale;
-  for (int quad = threadIdx.x; quad < 64 * kHeadDim / 4; quad += 128) {
-    const float4 v = *reinterpret_cast<const float4*>(src + 4 * quad);
+  // Every load first, then the stores: dq may alias the accumulator as far as the compiler knows,
+  // so a load-store loop waited one memory latency per float4 (ncu, H200 d128 16k: 176 us at
+  // 1.1 TB/s, IPC 0.45, against 53 us for cuDNN's conversion).
+  constexpr int kIters = 64 * kHeadDim / 4 / 128;
+  float4 v[kIters];
+#pragma unroll
+  for (int i = 0; i < kIters; ++i) v[i] = __ldg(reinterpret_cast<const float4*>(src) + threadIdx.x + 128 * i);
+#pragma unroll
+  for (int i = 0; i < kIters; ++i) {
+    const int quad = threadIdx.x + 128 * i;
     const int part = quad / kPartQuads;
     const int chunk = quad % kPartQuads / 128;  // the accumulator's 8-column chunk
     const int tid = quad % 128;                 // the warpgroup thread that held it
@@ -818,7 +826,7 @@ __global__ void __launch_bounds__(128) bwd_dq_convert_kernel(const __grid_consta
       const int r = m0 + row + 8 * h;
       if (r >= seq.seqlen_q) continue;
       *reinterpret_cast<uint32_t*>(dq + sizeof(Element) * ((seq.row0_q + r) * params.dq_strides.row + col)) =
-          ptx::pack2<Element>((h == 0 ? v.x : v.z) * scale, (h == 0 ? v.y : v.w) * scale);
+          ptx::pack2<Element>((h == 0 ? v[i].x : v[i].z) * scale, (h == 0 ? v[i].y : v[i].w) * scale);
     }
   }
 }
