@@ -44,7 +44,7 @@ def load(path):
 
 
 def kind(doc):
-    """"attention", "decode", "io", "memory", "cpu_vs_torch", or None for an unknown file."""
+    """"attention", "decode", "mla", "io", "memory", "cpu_vs_torch", or None for an unknown file."""
     if not isinstance(doc, dict):
         return None
     suite = doc.get("suite")
@@ -54,6 +54,8 @@ def kind(doc):
     if isinstance(rows, list) and rows and all(isinstance(r, dict) for r in rows):
         if all(r.get("kind") == "decode" for r in rows):
             return "decode"
+        if all(r.get("kind") == "mla" for r in rows):
+            return "mla"
         if all("n" in r and "d" in r and "dtype" in r for r in rows):
             return "attention"
     if "cpu_model" in doc and isinstance(doc.get("results"), list):

@@ -511,6 +511,32 @@ def plots_section(files, plot_dir, out_path):
 
 # ---- driver ------------------------------------------------------------------------------------
 
+def mla_section(files):
+    """bench.py --suite mla: MLA decode (576/512, one latent KV head), time and cache bytes/s."""
+    out = ["## MLA decode (head_dim 576 / head_dim_v 512)", ""]
+    if not files:
+        out.append("Not measured: no MLA results. Run "
+                   "`python3 bench/bench.py --suite mla --out bench/results/<gpu>-<date>-mla.json`.")
+        return out
+    for path, doc in files:
+        rows = doc["rows"]
+        names = [n for n in rows[0] if isinstance(rows[0][n], dict)]
+        extra = (f"one latent KV head ({rows[0]['d']} wide, its first {rows[0]['dv']} columns are V), one "
+                 f"query token, {rows[0]['dtype']}, {doc.get('repeats', '?')} repeats, {timing_label(doc)}; "
+                 "TB/s counts each implementation's own cache bytes (a separate v_cache reads 1.9x)")
+        out += [run_heading(doc, path, extra), ""]
+        body = []
+        for r in rows:
+            cells = [r["heads"], r["batch"], r["seqlen_k"]]
+            for n in names:
+                e = r.get(n) or {}
+                ms, tb, tf = e.get("fwd_ms"), e.get("kv_tb_per_s"), e.get("tflops")
+                cells.append("—" if ms is None else f"{fmt_sig(ms * 1e3)} µs, {fmt(tb, 2)} TB/s, {fmt(tf)} TFLOP/s")
+            body.append(cells)
+        out += [table(["query heads", "batch", "KV length"] + [n.replace("_", " ") for n in names], body), ""]
+    return out
+
+
 def classify(results_dir):
     """{kind: [(path, doc)]} for every *.json in the folder, sorted by file name."""
     groups = {}
@@ -545,7 +571,7 @@ def existing_notes(out_path):
 
 def runs_index(groups):
     body = []
-    labels = {"attention": "bench.py attention", "decode": "bench.py decode", "io": "io_repro.py",
+    labels = {"attention": "bench.py attention", "decode": "bench.py decode", "mla": "bench.py mla", "io": "io_repro.py",
               "memory": "memory.py", "cpu_vs_torch": "cpu_vs_torch.py", "flashattn_bench": "flashattn-bench"}
     items = [(path, k, doc) for k, files in groups.items() if k is not None for path, doc in files]
     for path, k, doc in sorted(items, key=lambda t: os.path.basename(t[0])):
@@ -590,6 +616,7 @@ def generate(results_dir, out_path, plot_dir):
     lines += superseded_index(results_dir)
     lines += attention_section(groups.get("attention", [])) + [""]
     lines += decode_section(groups.get("decode", [])) + [""]
+    lines += mla_section(groups.get("mla", [])) + [""]
     lines += io_section(groups.get("io", [])) + [""]
     lines += block_size_section(groups.get("io", []))
     lines += memory_section(groups.get("memory", [])) + [""]
