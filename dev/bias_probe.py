@@ -1,0 +1,78 @@
+"""Additive bias (issue 18's "bias >= 1.0x SDPA") against SDPA with the same float attn_mask,
+cuDNN and memory-efficient backends, same process, bf16, d128, 16 heads, batch = 16k / N:
+forward, backward, and backward with the bias's gradient. Bias shapes (B, H, N, N) and
+(1, H, N, N) (T5-style, shared over the batch). TFLOP/s with the attention FLOPs (4 B H N^2 d
+forward, 2.5x backward). Usage: python3 dev/bias_probe.py --out X.json [--seqlens 1024,4096]"""
+import argparse
+import json
+import statistics
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+import flashattn
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--out", required=True)
+ap.add_argument("--repeats", type=int, default=10)
+ap.add_argument("--seqlens", default="1024,2048,4096")
+args = ap.parse_args()
+
+
+def timed(fn):
+    for _ in range(2):
+        fn()
+    times = []
+    for _ in range(args.repeats):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b) * 1e-3)
+    return statistics.median(times)
+
+
+rows = []
+d, h = 128, 16
+backends = {"sdpa_cudnn": SDPBackend.CUDNN_ATTENTION, "sdpa_efficient": SDPBackend.EFFICIENT_ATTENTION}
+for n in (int(x) for x in args.seqlens.split(",")):
+    b = max(1, 16384 // n)
+    for shared in (False, True):
+        fl = 4.0 * b * h * n * n * d
+        q, k, v = (torch.randn(b, n, h, d, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+        bias = torch.randn(1 if shared else b, h, n, n, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        dout = torch.randn(b, n, h, d, device="cuda", dtype=torch.bfloat16)
+        qt, kt, vt = (x.detach().transpose(1, 2).requires_grad_(True) for x in (q, k, v))
+        doutt = dout.transpose(1, 2)
+        row = {"d": d, "seqlen": n, "batch": b, "heads": h, "bias": "1,H,N,N" if shared else "B,H,N,N"}
+        out = flashattn.flash_attn_func(q, k, v, attn_bias=bias)
+        with torch.no_grad():
+            row["flashattn_fwd"] = fl / timed(lambda: flashattn.flash_attn_func(q, k, v, attn_bias=bias)) / 1e12
+        row["flashattn_bwd"] = 2.5 * fl / timed(lambda: torch.autograd.grad(out, (q, k, v), dout, retain_graph=True)) / 1e12
+        row["flashattn_bwd_dbias"] = 2.5 * fl / timed(
+            lambda: torch.autograd.grad(out, (q, k, v, bias), dout, retain_graph=True)) / 1e12
+        for name, be in backends.items():
+            try:
+                with sdpa_kernel([be]):
+                    ref = F.scaled_dot_product_attention(qt, kt, vt, attn_mask=bias)
+                row[f"{name}_max_abs_diff"] = (out - ref.transpose(1, 2)).abs().max().item()
+
+                def fwd():
+                    with sdpa_kernel([be]), torch.no_grad():
+                        F.scaled_dot_product_attention(qt, kt, vt, attn_mask=bias)
+                row[f"{name}_fwd"] = fl / timed(fwd) / 1e12
+                row[f"{name}_bwd"] = 2.5 * fl / timed(
+                    lambda: torch.autograd.grad(ref, (qt, kt, vt), doutt, retain_graph=True)) / 1e12
+                row[f"{name}_bwd_dbias"] = 2.5 * fl / timed(
+                    lambda: torch.autograd.grad(ref, (qt, kt, vt, bias), doutt, retain_graph=True)) / 1e12
+                del ref
+            except Exception as e:  # noqa: BLE001
+                row[f"{name}_error"] = str(e).splitlines()[0][:160]
+        rows.append(row)
+        print(" ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()), flush=True)
+        del q, k, v, qt, kt, vt, out, bias
+        torch.cuda.empty_cache()
+env = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "cudnn": torch.backends.cudnn.version()}
+json.dump({"environment": env, "rows": rows}, open(args.out, "w"), indent=1)
