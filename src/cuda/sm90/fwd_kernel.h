@@ -492,6 +492,14 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
       // h200-2026-12-01-ab-sm90d-*.json). The first K goes before Q: in the persistent loop the
       // Q buffer frees only after this CTA's previous tile has issued its last S. The loop is not
       // unrolled: unrolled, the producer's 24 registers spilled with the tile feed.
+#if defined(FLASHATTN_DEV_SM90_FWD_QPF)  // dev/ A/B: the Q tile into L2 as soon as the producer reaches it
+      if constexpr (kQ == 1) {
+#pragma unroll
+        for (int panel = 0; panel < Traits::kPanels; ++panel) {
+          ptx::tma_prefetch_l2_4d(&kp.q, 64 * panel, int(w.row0_q) + w.m0, w.head, map_batch);
+        }
+      }
+#endif
       load_k(w.n_hi - 1, it);
       load_q();
 #pragma unroll 1
