@@ -49,6 +49,16 @@ Design
   torch.func transform; no torch function or dispatch mode; plain cpu/cuda tensors) calls the
   forward ops' implementations directly (``call_forward``): the same code without the
   dispatcher's host time. Everything else goes through the ops.
+* Fast path (issue 17): calls without bias, masks or FP8 hand the torch tensors themselves to
+  the extension (``_C.torch_forward``, ``_C.torch_forward_kvcache``; python/src/torch_path.cpp),
+  which reads pointers, shapes, strides, dtypes and devices through the CPython API,
+  allocates out and lse (torch.empty_like / Tensor.new_empty, contiguous) and runs the call:
+  no DLPack export, no keyword marshalling. It returns None for anything it does not take
+  (then the code below runs, unchanged), so copies, conversions and errors are those of the
+  DLPack path. ``flash_attn_func`` and
+  ``flash_attn_with_kvcache`` call it first with ``direct=True`` (the extension then makes
+  _direct_ok's checks too; torch.compile's is made in Python), and the ops' implementations
+  call it with ``direct=False``.
 * Host path: kernels run on the current stream of the tensors' GPU, read with
   ``torch._C._cuda_getCurrentRawStream`` (an int, no Stream object); the device guard is only
   entered when that GPU is not the current one. Nothing reads the environment per call.
@@ -316,6 +326,20 @@ _MOD_DEFAULTS = _OPTION_DEFAULTS[_OPT_INDEX["attn_bias"]:]
 _NO_MODS = {name: (0 if name.startswith("block_size") else None) for name in SCORE_MOD_OPTIONS}
 
 
+def _no_mods(opts: Sequence) -> bool:
+    """Whether opts (full) give no bias or mask (block sizes at their default 0)."""
+    return all(value is None or (type(value) is int and value == default)
+               for value, default in zip(opts[_OPT_INDEX["attn_bias"]:], _MOD_DEFAULTS))
+
+
+def fast_result(result: tuple) -> tuple:
+    """(out, lse) from a torch fast-path entry of the extension (_C.torch_forward,
+    _C.torch_forward_kvcache) that handled the call; raises the error it returned instead."""
+    if type(result[0]) is str:
+        raise_error(result)
+    return result
+
+
 def _options(lay: _Layout, varlen: Sequence, opts: Sequence, stream: int,
              num_threads: int) -> dict:
     """The extension's keyword arguments shared by _C.forward and _C.backward (the descales,
@@ -323,8 +347,7 @@ def _options(lay: _Layout, varlen: Sequence, opts: Sequence, stream: int,
     cu_q, cu_k, max_q, max_k = lay.varlen_qk(varlen)
     alibi, scale, causal, wl, wr, softcap, p, rng, _, sink = opts[:_OPT_INDEX["attn_bias"]]
     tail = opts[_OPT_INDEX["attn_bias"]:]
-    if all(value is None or (type(value) is int and value == default)
-           for value, default in zip(tail, _MOD_DEFAULTS)):
+    if _no_mods(opts):
         mods = _NO_MODS
     else:
         mods = {name: int(value) if name.startswith("block_size") else _plain(_last_dim_ready(value))
@@ -344,6 +367,14 @@ def _run_fwd(lay: _Layout, args: tuple) -> tuple:
     extra = tuple(rest[_N_OPTIONS:])
     qd, kd, vd = extra + (None,) * (len(_FWD_EXTRA) - len(extra))
     q, k, v = lay.split(*args[:n])
+    if qd is None and kd is None and vd is None and _no_mods(opts):
+        cu_q, cu_k, max_q, max_k = lay.varlen_qk(varlen)
+        alibi, scale, causal, wl, wr, softcap, p, rng, _, sink = opts[:_OPT_INDEX["attn_bias"]]
+        result = _C.torch_forward(q, k, v, cu_q, cu_k, max_q, max_k, alibi, scale, causal,
+                                  (wl, wr), softcap, p, _seed_of(rng), sink, CHECK_CU_SEQLENS,
+                                  False)
+        if result is not None:
+            return fast_result(result)
     is_varlen = varlen[0] is not None
     check_rank("q", q.shape, is_varlen)
     q, k, v = _kernel_ready(q), _kernel_ready(k), _kernel_ready(v)
@@ -491,6 +522,14 @@ def _fwd_kvcache_impl(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_s
                       v_descale=None):
     """Appends k/v into k_cache/v_cache (in place; they are never copied, so the caller's
     tensors change) and attends; returns (out, lse)."""
+    if q_descale is None and k_descale is None and v_descale is None:
+        result = _C.torch_forward_kvcache(
+            q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
+            cache_leftpad, block_table, alibi_slopes, softmax_scale, causal,
+            (window_left, window_right), softcap, rotary_interleaved, num_splits,
+            learnable_sink, False)
+        if result is not None:
+            return fast_result(result)
     check_rank("q", q.shape, False)
     q = _kernel_ready(q)
     k = None if k is None else _kernel_ready(k)
@@ -553,6 +592,16 @@ def _direct_ok(args) -> bool:
                                       or (grad and a.requires_grad)):
             return False
     return True
+
+
+# The torch objects the extension's fast path uses (python/src/torch_path.cpp), handed over once.
+# The queries are _direct_ok's, except torch.compile's, which callers check in Python (dynamo
+# reads it as a constant while tracing).
+_C.torch_init(Tensor, torch.nn.Parameter, torch.empty_like,
+              (torch.float32, torch.float16, torch.bfloat16, torch.int32), _raw_stream,
+              _get_device, torch.get_num_threads, torch.is_grad_enabled,
+              (torch._C._is_tracing, _functorch_active, _mode_enabled, _dispatch_depth,
+               _profiling))
 
 
 def call_forward(op, *args):
