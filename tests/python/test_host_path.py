@@ -332,3 +332,82 @@ def test_kvcache_op_implementation_takes_the_fast_path(monkeypatch):
     ref_out, ref_lse = _torch_ops._IMPLS[_torch_ops.fwd_kvcache](
         q, k_cache.clone(), v_cache.clone(), *args[3:])
     assert torch.equal(out, ref_out) and torch.equal(lse, ref_lse)
+
+
+# ---- CUDA (skipped without a GPU) -------------------------------------------------------------
+
+def _cuda_ready() -> bool:
+    return flashattn.cuda_built() and flashattn.cuda_available() and torch.cuda.is_available()
+
+
+cuda = pytest.mark.skipif(not _cuda_ready(), reason="no CUDA build, GPU or CUDA torch")
+
+
+def cuda_decode(g, sk=300, dtype=torch.bfloat16):
+    dev = torch.device("cuda", torch.cuda.current_device())
+    r = lambda *s: torch.randn(*s, generator=g).to(dev, dtype)  # noqa: E731
+    return r(1, 1, 32, 128), r(1, sk, 8, 128), r(1, sk, 8, 128), r(1, 1, 8, 128), r(1, 1, 8, 128)
+
+
+@cuda
+def test_cuda_fast_path_matches_the_dlpack_path(dlpack_only, monkeypatch):
+    q, kc, vc, kn, vn = cuda_decode(gen(20))
+    seqlens = torch.tensor([200], dtype=torch.int32, device=q.device)
+    assert fast_forward(q, kc, vc) is not None
+
+    def calls():
+        k2, v2 = kc.clone(), vc.clone()
+        out, lse, _ = flashattn.flash_attn_func(q, kc, vc, causal=True, return_attn_probs=True)
+        kv_out, kv_lse = flashattn.flash_attn_with_kvcache(q, k2, v2, kn, vn, cache_seqlens=seqlens,
+                                                           return_softmax_lse=True)
+        return out, lse, kv_out, kv_lse, k2, v2
+
+    fast, slow = both_paths(calls, dlpack_only, monkeypatch)
+    assert_same(fast, slow)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # the current stream, not the default one
+        on_side = calls()
+    side.synchronize()
+    assert_same(on_side, fast)
+
+
+@cuda
+def test_cuda_fast_path_declines_misaligned_operands(dlpack_only, monkeypatch):
+    q, kc, vc, _, _ = cuda_decode(gen(21))
+    shifted = torch.empty(q.numel() + 1, dtype=q.dtype, device=q.device)[1:].view(q.shape)
+    shifted.copy_(q)  # data_ptr % 16 == 2: _kernel_ready copies it
+    assert fast_forward(shifted, kc, vc) is None
+    assert_same(*both_paths(lambda: flashattn.flash_attn_func(shifted, kc, vc), dlpack_only,
+                            monkeypatch))
+
+
+@cuda
+def test_cuda_graph_replays_the_fast_path_kvcache_step():
+    q, kc, vc, kn, vn = cuda_decode(gen(22))
+    seqlens = torch.tensor([100], dtype=torch.int32, device=q.device)
+    step = lambda: flashattn.flash_attn_with_kvcache(q, kc, vc, kn, vn, cache_seqlens=seqlens)  # noqa: E731
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        eager = step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = step()
+    q.copy_(torch.randn(q.shape, generator=gen(23)).to(q))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(captured, step()) and not torch.equal(captured, eager)
+
+
+@cuda
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
+def test_cuda_fast_path_declines_a_gpu_that_is_not_current(dlpack_only, monkeypatch):
+    with torch.cuda.device(1):
+        q, kc, vc, _, _ = cuda_decode(gen(24))
+    assert torch.cuda.current_device() != 1
+    assert fast_forward(q, kc, vc) is None
+    fast, slow = both_paths(lambda: flashattn.flash_attn_func(q, kc, vc), dlpack_only, monkeypatch)
+    assert fast.device == q.device
+    assert_same(fast, slow)
