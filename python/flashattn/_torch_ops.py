@@ -597,11 +597,11 @@ def _direct_ok(args) -> bool:
 # The torch objects the extension's fast path uses (python/src/torch_path.cpp), handed over once.
 # The queries are _direct_ok's, except torch.compile's, which callers check in Python (dynamo
 # reads it as a constant while tracing).
-_C.torch_init(Tensor, torch.nn.Parameter, torch.empty_like,
-              (torch.float32, torch.float16, torch.bfloat16, torch.int32), _raw_stream,
-              _get_device, torch.get_num_threads, torch.is_grad_enabled,
-              (torch._C._is_tracing, _functorch_active, _mode_enabled, _dispatch_depth,
-               _profiling))
+raise_error(_C.torch_init(Tensor, torch.nn.Parameter, torch.empty_like,
+                          (torch.float32, torch.float16, torch.bfloat16, torch.int32),
+                          _raw_stream, _get_device, torch.get_num_threads, torch.is_grad_enabled,
+                          (torch._C._is_tracing, _functorch_active, _mode_enabled,
+                           _dispatch_depth, _profiling)))
 
 
 def call_forward(op, *args):

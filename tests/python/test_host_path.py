@@ -386,7 +386,10 @@ def test_cuda_fast_path_declines_misaligned_operands(dlpack_only, monkeypatch):
 def test_cuda_graph_replays_the_fast_path_kvcache_step():
     q, kc, vc, kn, vn = cuda_decode(gen(22))
     seqlens = torch.tensor([100], dtype=torch.int32, device=q.device)
-    step = lambda: flashattn.flash_attn_with_kvcache(q, kc, vc, kn, vn, cache_seqlens=seqlens)  # noqa: E731
+
+    def step():
+        return flashattn.flash_attn_with_kvcache(q, kc, vc, kn, vn, cache_seqlens=seqlens)
+
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
