@@ -48,7 +48,11 @@ Design
 * Eager inference (no autograd graph to record; not compiling, jit-tracing, profiling or under a
   torch.func transform; no torch function or dispatch mode; plain cpu/cuda tensors) calls the
   forward ops' implementations directly (``call_forward``): the same code without the
-  dispatcher's host time. Everything else goes through the ops.
+  dispatcher's host time. Eager calls that record an autograd graph (same conditions, some
+  input requires grad) run the op's own autograd formula (setup_context, backward) as an
+  autograd.Function (``_EAGER_AUTOGRAD``), whose backward calls the backward implementation
+  directly: torch's custom-op autograd wrapper costs ~0.3 ms per forward in torch 2.15
+  (dev/NOTES.md). Everything else goes through the ops.
 * Fast path (issue 17): calls without bias, masks or FP8 hand the torch tensors themselves to
   the extension (``_C.torch_forward``, ``_C.torch_forward_kvcache``; python/src/torch_path.cpp),
   which reads pointers, shapes, strides, dtypes and devices through the CPython API,
@@ -422,6 +426,7 @@ def _schema(params: Sequence[tuple], returns: str) -> str:
 
 
 _IMPLS = {}
+_EAGER_AUTOGRAD = {}  # forward op -> its autograd formula as an autograd.Function (_define)
 
 
 def _define(lay: _Layout):
@@ -472,7 +477,9 @@ def _define(lay: _Layout):
         ctx.rest = rest  # non-tensor entries are read from here; tensors from saved_tensors
         ctx.mark_non_differentiable(lse)
 
-    def backward(ctx, dout, dlse):
+    def backward(ctx, dout, dlse, eager=False):
+        """eager (EagerAutograd's backward): call the backward implementation directly when
+        nothing needs the registered op (_route), as call_forward does."""
         saved = ctx.saved_tensors
         if any(t.dtype == _FP8 for t in saved[:n]):
             raise NotImplementedError(
@@ -484,7 +491,9 @@ def _define(lay: _Layout):
         bias_index = n + nv + _OPT_INDEX["attn_bias"]
         bias_grad = bool(ctx.needs_input_grad[bias_index]) if bias_index < len(
             ctx.needs_input_grad) else False
-        *grads, dsink, dbias = bwd(dout, *saved[:n], saved[n], saved[n + 1], *rest, bias_grad)
+        bwd_args = (dout, *saved[:n], saved[n], saved[n + 1], *rest, bias_grad)
+        direct = eager and _route(bwd_args) != _OP
+        *grads, dsink, dbias = bwd_impl(*bwd_args) if direct else bwd(*bwd_args)
         # No gradient for the varlen arguments and options, except the sink's and the bias's.
         option_grads = [None] * _N_OPTIONS
         option_grads[_OPT_INDEX["learnable_sink"]] = _sink_grad(rest[nv + _OPT_INDEX["learnable_sink"]],
@@ -494,6 +503,27 @@ def _define(lay: _Layout):
 
     fwd.register_autograd(backward, setup_context=setup_context)
     _IMPLS[fwd] = fwd_impl
+
+    class EagerAutograd(torch.autograd.Function):
+        """The op's autograd formula (the same setup_context and backward) as a plain
+        autograd.Function, for eager calls that record a graph (see call_forward): the custom
+        op's autograd wrapper costs ~0.3 ms of host time per forward in torch 2.15
+        (torch._library.utils.fill_defaults reads the schema's argument list, rebuilt per
+        access, twice per argument; dev/NOTES.md, "Host path of flash_attn_func")."""
+
+        @staticmethod
+        def forward(ctx, *args):
+            out, lse = fwd_impl(*args)
+            setup_context(ctx, args, (out, lse))
+            return out, lse
+
+        @staticmethod
+        def backward(ctx, dout, dlse):
+            # One gradient per schema argument; those past the given arguments are None, which
+            # autograd drops.
+            return backward(ctx, dout, dlse, eager=True)
+
+    _EAGER_AUTOGRAD[fwd] = EagerAutograd
     return fwd, bwd
 
 
@@ -578,20 +608,36 @@ _profiling = torch.autograd._profiler_enabled
 _grad_enabled = torch.is_grad_enabled
 
 
-def _direct_ok(args) -> bool:
-    """Whether nothing needs the registered op: not compiling, not tracing with torch.jit, no
-    torch.func transform, no torch function or dispatch mode, no profiler (which should show the
-    op), every tensor a plain torch.Tensor on cpu or cuda (meta tensors need the fake kernel),
-    and no autograd graph to record."""
+_OP, _DIRECT, _EAGER_GRAPH = 0, 1, 2
+
+
+def _route(args) -> int:
+    """How call_forward runs a call. _OP unless nothing needs the registered op: not compiling,
+    not tracing with torch.jit, no torch.func transform, no torch function or dispatch mode, no
+    profiler (which should show the op), every tensor a plain torch.Tensor (or Parameter) on
+    cpu or cuda (meta tensors need the fake kernel). Then _DIRECT without an autograd graph to
+    record, else _EAGER_GRAPH."""
     if (_is_compiling() or _jit_tracing() or _functorch_active() or _mode_enabled()
             or _dispatch_depth() > 0 or _profiling()):
-        return False
+        return _OP
     grad = _grad_enabled()
+    route = _DIRECT
     for a in args:
-        if isinstance(a, Tensor) and (type(a) is not Tensor or not (a.is_cuda or a.is_cpu)
-                                      or (grad and a.requires_grad)):
-            return False
-    return True
+        if isinstance(a, Tensor):
+            if (type(a) is not Tensor and type(a) is not _Parameter) or not (a.is_cuda or a.is_cpu):
+                return _OP
+            if grad and a.requires_grad:
+                route = _EAGER_GRAPH
+    return route
+
+
+def _direct_ok(args) -> bool:
+    """Whether the op's implementation can run directly (_route: nothing needs the op and there
+    is no autograd graph to record)."""
+    return _route(args) == _DIRECT
+
+
+_Parameter = torch.nn.Parameter
 
 
 # The torch objects the extension's fast path uses (python/src/torch_path.cpp), handed over once.
@@ -605,8 +651,15 @@ raise_error(_C.torch_init(Tensor, torch.nn.Parameter, torch.empty_like,
 
 
 def call_forward(op, *args):
-    """Runs a forward op. In eager inference (see _direct_ok) it calls the op's implementation
+    """Runs a forward op. In eager inference (see _route) it calls the op's implementation
     directly: the same code, without the custom-op dispatcher's host time (tens of microseconds
-    per call, which decides the latency of small calls). Otherwise it goes through the op, so
-    autograd, torch.compile and dispatch modes see it."""
-    return _IMPLS[op](*args) if _direct_ok(args) else op(*args)
+    per call, which decides the latency of small calls). An eager call that records an autograd
+    graph runs the op's autograd formula as an autograd.Function (_EAGER_AUTOGRAD: the same
+    setup_context and backward, without the custom op's autograd wrapper). Otherwise it goes
+    through the op, so torch.compile, tracers, transforms and dispatch modes see it."""
+    route = _route(args)
+    if route == _DIRECT:
+        return _IMPLS[op](*args)
+    if route == _EAGER_GRAPH and op in _EAGER_AUTOGRAD:
+        return _EAGER_AUTOGRAD[op].apply(*args)
+    return op(*args)

@@ -414,3 +414,55 @@ def test_cuda_fast_path_declines_a_gpu_that_is_not_current(dlpack_only, monkeypa
     fast, slow = both_paths(lambda: flashattn.flash_attn_func(q, kc, vc), dlpack_only, monkeypatch)
     assert fast.device == q.device
     assert_same(fast, slow)
+
+
+# ---- eager autograd without the custom op's wrapper ------------------------------------------
+
+@pytest.mark.parametrize("extras", ["plain", "sink_bias_dropout", "packed"])
+def test_eager_autograd_function_matches_the_op_route(extras, monkeypatch):
+    """A call that records a graph runs the op's autograd formula as an autograd.Function
+    (call_forward, _EAGER_AUTOGRAD); values and every gradient equal the op route's bitwise."""
+    g = gen(30)
+    q0, k0, v0 = decode_inputs(g, sq=6, sk=11)
+    dout = randn(2, 6, 8, 32, g=g)
+    sink0 = randn(8, g=g)
+    bias0 = randn(1, 8, 6, 11, g=g)
+
+    def run():
+        torch.manual_seed(7)  # the dropout seed
+        if extras == "packed":
+            qkv = torch.stack([q0, q0.flip(1), q0.flip(2)], dim=2).requires_grad_()
+            out = flashattn.flash_attn_qkvpacked_func(qkv, causal=True)
+            out.backward(dout)
+            return out.detach(), qkv.grad
+        q, k, v = (t.clone().requires_grad_() for t in (q0, k0, v0))
+        kw = {}
+        if extras == "sink_bias_dropout":
+            kw = dict(learnable_sink=torch.nn.Parameter(sink0.clone()),
+                      attn_bias=bias0.clone().requires_grad_(), dropout_p=0.2)
+        out = flashattn.flash_attn_func(q, k, v, causal=True, **kw)
+        assert out.grad_fn is not None
+        out.backward(dout)
+        grads = [q.grad, k.grad, v.grad]
+        if kw:
+            grads += [kw["learnable_sink"].grad, kw["attn_bias"].grad]
+            assert all(t is not None for t in grads)
+        return (out.detach(), *grads)
+
+    applied = []
+    functions = dict(_torch_ops._EAGER_AUTOGRAD)
+
+    def counted(fn):
+        class Counted(fn):
+            @staticmethod
+            def forward(ctx, *args):
+                applied.append(1)
+                return fn.forward(ctx, *args)
+        return Counted
+
+    for op, fn in functions.items():
+        monkeypatch.setitem(_torch_ops._EAGER_AUTOGRAD, op, counted(fn))
+    eager = run()
+    assert applied == [1]
+    monkeypatch.setattr(_torch_ops, "_EAGER_AUTOGRAD", {})
+    assert_same(eager, run())
