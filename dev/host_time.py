@@ -25,7 +25,8 @@ Implementations (all on the same q/k/v/caches):
                       in SDPA's (batch, heads, seqlen, dim) layout, k/v expanded to 32 heads
                       beforehand (copies; cuDNN's GQA support varies by version)
     sdpa_default      the same with enable_gqa=True and torch's own backend choice
-    flash_attn_func   flashattn.flash_attn_func(q, k, v) (inference, under torch.no_grad)
+    flash_attn_func   flashattn.flash_attn_func(q, k, v) (inference: every row but the training
+                      ones runs under torch.no_grad, entered once per round)
     kvcache           flashattn.flash_attn_with_kvcache(q, k_cache, v_cache, k_new, v_new,
                       cache_seqlens=...): one decode step, appending one token (at the same
                       row every call, so the cache never fills)
@@ -33,6 +34,9 @@ Implementations (all on the same q/k/v/caches):
     c_torch_forward, c_torch_forward_kvcache
                       the extension's torch fast-path entries called directly (no Python
                       wrapper): the C++ side's share of the two calls above
+    flash_attn_func_train, sdpa_cudnn_train
+                      a training step's attention, forward + backward (q/k/v require grad,
+                      grad enabled), flash_attn_func against SDPA under cuDNN
 
 Also, where torch.cuda.graphs works: the kvcache decode step and sdpa_cudnn captured in a CUDA
 graph, replayed --calls times per round (graph_replay_us: wall per replay).
@@ -78,6 +82,17 @@ def build(cache_len: int, device: str, dtype):
     k_t, v_t = (x.transpose(1, 2).contiguous() for x in (k_cache, v_cache))
     k_x, v_x = (x.repeat_interleave(h // hk, dim=1).contiguous() for x in (k_t, v_t))
 
+    # Training: separate leaves that require grad; dout like the output.
+    q_g, k_g, v_g = (x.detach().clone().requires_grad_() for x in (q, k_cache, v_cache))
+    qt_g, kx_g, vx_g = (x.detach().clone().requires_grad_() for x in (q_t, k_x, v_x))
+    dout, dout_t = torch.randn_like(q), torch.randn_like(q_t)
+
+    def train_func():
+        flashattn.flash_attn_func(q_g, k_g, v_g).backward(dout)
+
+    def train_sdpa():
+        F.scaled_dot_product_attention(qt_g, kx_g, vx_g).backward(dout_t)
+
     fns = {
         "sdpa_cudnn": lambda: F.scaled_dot_product_attention(q_t, k_x, v_x),
         "sdpa_default": lambda: F.scaled_dot_product_attention(q_t, k_t, v_t, enable_gqa=True),
@@ -97,8 +112,25 @@ def build(cache_len: int, device: str, dtype):
         fns["c_torch_forward_kvcache"] = lambda: _C.torch_forward_kvcache(*kv_args)
         fast = {"flash_attn_func": _C.torch_forward(*fwd_args) is not None,
                 "kvcache": _C.torch_forward_kvcache(*kv_args) is not None}
+    fns["flash_attn_func_train"] = train_func
+    fns["sdpa_cudnn_train"] = train_sdpa
     graphs = {"kvcache": fns["kvcache"], "sdpa_cudnn": fns["sdpa_cudnn"]}
     return fns, graphs, fast
+
+
+def context(name: str):
+    """What a round of `name` runs under, entered once per round (not per call): grad enabled
+    only for the training rows, cuDNN as SDPA's only backend for the sdpa_cudnn rows."""
+    import contextlib
+
+    import torch
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    stack = contextlib.ExitStack()
+    stack.enter_context(torch.enable_grad() if name.endswith("_train") else torch.no_grad())
+    if name.startswith("sdpa_cudnn"):
+        stack.enter_context(sdpa_kernel(SDPBackend.CUDNN_ATTENTION))
+    return stack
 
 
 def timed_round(fn, calls: int, sync) -> tuple:
@@ -141,7 +173,6 @@ def main(argv=None) -> dict:
     a = p.parse_args(argv)
 
     import torch
-    from torch.nn.attention import SDPBackend, sdpa_kernel
 
     import flashattn
 
@@ -160,45 +191,33 @@ def main(argv=None) -> dict:
     for cache_len in (int(x) for x in a.cache_lens.split(",") if x):
         fns, graph_fns, fast = build(cache_len, a.device, dtype)
         rows = {}
-        with torch.no_grad():
+        for name, fn in fns.items():
+            try:
+                with context(name):
+                    for _ in range(a.warmup):
+                        fn()
+                sync()
+                rows[name] = {"wall_us": [], "enqueue_us": []}
+            except Exception as e:  # noqa: BLE001 - record the peer as unavailable
+                rows[name] = {"error": f"{type(e).__name__}: {e}"}
+        for _ in range(a.rounds):
             for name, fn in fns.items():
-                ctx = sdpa_kernel(SDPBackend.CUDNN_ATTENTION) if name == "sdpa_cudnn" else None
+                if "error" in rows[name]:
+                    continue
+                with context(name):
+                    wall, enq = timed_round(fn, a.calls, sync)
+                rows[name]["wall_us"].append(wall)
+                rows[name]["enqueue_us"].append(enq)
+        if cuda:
+            for name, fn in graph_fns.items():
+                key = f"graph_{name}"
                 try:
-                    if ctx is not None:
-                        with ctx:
-                            for _ in range(a.warmup):
-                                fn()
-                    else:
-                        for _ in range(a.warmup):
-                            fn()
-                    sync()
-                    rows[name] = {"wall_us": [], "enqueue_us": []}
-                except Exception as e:  # noqa: BLE001 - record the peer as unavailable
-                    rows[name] = {"error": f"{type(e).__name__}: {e}"}
-            for _ in range(a.rounds):
-                for name, fn in fns.items():
-                    if "error" in rows[name]:
-                        continue
-                    if name == "sdpa_cudnn":
-                        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-                            wall, enq = timed_round(fn, a.calls, sync)
-                    else:
-                        wall, enq = timed_round(fn, a.calls, sync)
-                    rows[name]["wall_us"].append(wall)
-                    rows[name]["enqueue_us"].append(enq)
-            if cuda:
-                for name, fn in graph_fns.items():
-                    key = f"graph_{name}"
-                    try:
-                        if name == "sdpa_cudnn":
-                            with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-                                graph = capture(fn)
-                        else:
-                            graph = capture(fn)
-                        rows[key] = {"graph_replay_us": [timed_round(graph.replay, a.calls, sync)[0]
-                                                         for _ in range(a.rounds)]}
-                    except Exception as e:  # noqa: BLE001
-                        rows[key] = {"error": f"{type(e).__name__}: {e}"}
+                    with context(name):
+                        graph = capture(fn)
+                    rows[key] = {"graph_replay_us": [timed_round(graph.replay, a.calls, sync)[0]
+                                                     for _ in range(a.rounds)]}
+                except Exception as e:  # noqa: BLE001
+                    rows[key] = {"error": f"{type(e).__name__}: {e}"}
         for row in rows.values():
             for key in ("wall_us", "enqueue_us", "graph_replay_us"):
                 if row.get(key):
