@@ -5,7 +5,7 @@
 // entry points never allocate a tensor: outputs are preallocated by the caller (the Python layer
 // allocates them with torch or numpy). The extension does not link against any array framework;
 // its torch fast path (torch_path.cpp) reads torch tensors through the CPython API and
-// allocates with torch.empty, handed over by flashattn._torch_ops.
+// allocates with torch.empty_like / Tensor.new_empty, handed over by flashattn._torch_ops.
 //
 // Errors: argument problems found here and every non-ok Status come back as (exception class
 // name, message), which flashattn._lowlevel raises; every message names the argument (see
