@@ -48,7 +48,21 @@ Design
 * Eager inference (no autograd graph to record; not compiling, jit-tracing, profiling or under a
   torch.func transform; no torch function or dispatch mode; plain cpu/cuda tensors) calls the
   forward ops' implementations directly (``call_forward``): the same code without the
-  dispatcher's host time. Everything else goes through the ops.
+  dispatcher's host time. Eager calls that record an autograd graph (same conditions, some
+  input requires grad) run the op's own autograd formula (setup_context, backward) as an
+  autograd.Function (``_EAGER_AUTOGRAD``), whose backward calls the backward implementation
+  directly: torch's custom-op autograd wrapper costs ~0.3 ms per forward in torch 2.15
+  (dev/NOTES.md). Everything else goes through the ops.
+* Fast path (issue 17): calls without bias, masks or FP8 hand the torch tensors themselves to
+  the extension (``_C.torch_forward``, ``_C.torch_forward_kvcache``; python/src/torch_path.cpp),
+  which reads pointers, shapes, strides, dtypes and devices through the CPython API,
+  allocates out and lse (torch.empty_like / Tensor.new_empty, contiguous) and runs the call:
+  no DLPack export, no keyword marshalling. It returns None for anything it does not take
+  (then the code below runs, unchanged), so copies, conversions and errors are those of the
+  DLPack path. ``flash_attn_func`` and
+  ``flash_attn_with_kvcache`` call it first with ``direct=True`` (the extension then makes
+  _direct_ok's checks too; torch.compile's is made in Python), and the ops' implementations
+  call it with ``direct=False``.
 * Host path: kernels run on the current stream of the tensors' GPU, read with
   ``torch._C._cuda_getCurrentRawStream`` (an int, no Stream object); the device guard is only
   entered when that GPU is not the current one. Nothing reads the environment per call.
@@ -316,6 +330,20 @@ _MOD_DEFAULTS = _OPTION_DEFAULTS[_OPT_INDEX["attn_bias"]:]
 _NO_MODS = {name: (0 if name.startswith("block_size") else None) for name in SCORE_MOD_OPTIONS}
 
 
+def _no_mods(opts: Sequence) -> bool:
+    """Whether opts (full) give no bias or mask (block sizes at their default 0)."""
+    return all(value is None or (type(value) is int and value == default)
+               for value, default in zip(opts[_OPT_INDEX["attn_bias"]:], _MOD_DEFAULTS))
+
+
+def fast_result(result: tuple) -> tuple:
+    """(out, lse) from a torch fast-path entry of the extension (_C.torch_forward,
+    _C.torch_forward_kvcache) that handled the call; raises the error it returned instead."""
+    if type(result[0]) is str:
+        raise_error(result)
+    return result
+
+
 def _options(lay: _Layout, varlen: Sequence, opts: Sequence, stream: int,
              num_threads: int) -> dict:
     """The extension's keyword arguments shared by _C.forward and _C.backward (the descales,
@@ -323,8 +351,7 @@ def _options(lay: _Layout, varlen: Sequence, opts: Sequence, stream: int,
     cu_q, cu_k, max_q, max_k = lay.varlen_qk(varlen)
     alibi, scale, causal, wl, wr, softcap, p, rng, _, sink = opts[:_OPT_INDEX["attn_bias"]]
     tail = opts[_OPT_INDEX["attn_bias"]:]
-    if all(value is None or (type(value) is int and value == default)
-           for value, default in zip(tail, _MOD_DEFAULTS)):
+    if _no_mods(opts):
         mods = _NO_MODS
     else:
         mods = {name: int(value) if name.startswith("block_size") else _plain(_last_dim_ready(value))
@@ -344,6 +371,14 @@ def _run_fwd(lay: _Layout, args: tuple) -> tuple:
     extra = tuple(rest[_N_OPTIONS:])
     qd, kd, vd = extra + (None,) * (len(_FWD_EXTRA) - len(extra))
     q, k, v = lay.split(*args[:n])
+    if qd is None and kd is None and vd is None and _no_mods(opts):
+        cu_q, cu_k, max_q, max_k = lay.varlen_qk(varlen)
+        alibi, scale, causal, wl, wr, softcap, p, rng, _, sink = opts[:_OPT_INDEX["attn_bias"]]
+        result = _C.torch_forward(q, k, v, cu_q, cu_k, max_q, max_k, alibi, scale, causal,
+                                  (wl, wr), softcap, p, _seed_of(rng), sink, CHECK_CU_SEQLENS,
+                                  False)
+        if result is not None:
+            return fast_result(result)
     is_varlen = varlen[0] is not None
     check_rank("q", q.shape, is_varlen)
     q, k, v = _kernel_ready(q), _kernel_ready(k), _kernel_ready(v)
@@ -391,6 +426,7 @@ def _schema(params: Sequence[tuple], returns: str) -> str:
 
 
 _IMPLS = {}
+_EAGER_AUTOGRAD = {}  # forward op -> its autograd formula as an autograd.Function (_define)
 
 
 def _define(lay: _Layout):
@@ -441,7 +477,9 @@ def _define(lay: _Layout):
         ctx.rest = rest  # non-tensor entries are read from here; tensors from saved_tensors
         ctx.mark_non_differentiable(lse)
 
-    def backward(ctx, dout, dlse):
+    def backward(ctx, dout, dlse, eager=False):
+        """eager (EagerAutograd's backward): call the backward implementation directly when
+        nothing needs the registered op (_route), as call_forward does."""
         saved = ctx.saved_tensors
         if any(t.dtype == _FP8 for t in saved[:n]):
             raise NotImplementedError(
@@ -453,7 +491,9 @@ def _define(lay: _Layout):
         bias_index = n + nv + _OPT_INDEX["attn_bias"]
         bias_grad = bool(ctx.needs_input_grad[bias_index]) if bias_index < len(
             ctx.needs_input_grad) else False
-        *grads, dsink, dbias = bwd(dout, *saved[:n], saved[n], saved[n + 1], *rest, bias_grad)
+        bwd_args = (dout, *saved[:n], saved[n], saved[n + 1], *rest, bias_grad)
+        direct = eager and _route(bwd_args) != _OP
+        *grads, dsink, dbias = bwd_impl(*bwd_args) if direct else bwd(*bwd_args)
         # No gradient for the varlen arguments and options, except the sink's and the bias's.
         option_grads = [None] * _N_OPTIONS
         option_grads[_OPT_INDEX["learnable_sink"]] = _sink_grad(rest[nv + _OPT_INDEX["learnable_sink"]],
@@ -463,6 +503,27 @@ def _define(lay: _Layout):
 
     fwd.register_autograd(backward, setup_context=setup_context)
     _IMPLS[fwd] = fwd_impl
+
+    class EagerAutograd(torch.autograd.Function):
+        """The op's autograd formula (the same setup_context and backward) as a plain
+        autograd.Function, for eager calls that record a graph (see call_forward): the custom
+        op's autograd wrapper costs ~0.3 ms of host time per forward in torch 2.15
+        (torch._library.utils.fill_defaults reads the schema's argument list, rebuilt per
+        access, twice per argument; dev/NOTES.md, "Host path of flash_attn_func")."""
+
+        @staticmethod
+        def forward(ctx, *args):
+            out, lse = fwd_impl(*args)
+            setup_context(ctx, args, (out, lse))
+            return out, lse
+
+        @staticmethod
+        def backward(ctx, dout, dlse):
+            # One gradient per schema argument; those past the given arguments are None, which
+            # autograd drops.
+            return backward(ctx, dout, dlse, eager=True)
+
+    _EAGER_AUTOGRAD[fwd] = EagerAutograd
     return fwd, bwd
 
 
@@ -491,6 +552,14 @@ def _fwd_kvcache_impl(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_s
                       v_descale=None):
     """Appends k/v into k_cache/v_cache (in place; they are never copied, so the caller's
     tensors change) and attends; returns (out, lse)."""
+    if q_descale is None and k_descale is None and v_descale is None:
+        result = _C.torch_forward_kvcache(
+            q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
+            cache_leftpad, block_table, alibi_slopes, softmax_scale, causal,
+            (window_left, window_right), softcap, rotary_interleaved, num_splits,
+            learnable_sink, False)
+        if result is not None:
+            return fast_result(result)
     check_rank("q", q.shape, False)
     q = _kernel_ready(q)
     k = None if k is None else _kernel_ready(k)
@@ -539,25 +608,58 @@ _profiling = torch.autograd._profiler_enabled
 _grad_enabled = torch.is_grad_enabled
 
 
-def _direct_ok(args) -> bool:
-    """Whether nothing needs the registered op: not compiling, not tracing with torch.jit, no
-    torch.func transform, no torch function or dispatch mode, no profiler (which should show the
-    op), every tensor a plain torch.Tensor on cpu or cuda (meta tensors need the fake kernel),
-    and no autograd graph to record."""
+_OP, _DIRECT, _EAGER_GRAPH = 0, 1, 2
+
+
+def _route(args) -> int:
+    """How call_forward runs a call. _OP unless nothing needs the registered op: not compiling,
+    not tracing with torch.jit, no torch.func transform, no torch function or dispatch mode, no
+    profiler (which should show the op), every tensor a plain torch.Tensor (or Parameter) on
+    cpu or cuda (meta tensors need the fake kernel). Then _DIRECT without an autograd graph to
+    record, else _EAGER_GRAPH."""
     if (_is_compiling() or _jit_tracing() or _functorch_active() or _mode_enabled()
             or _dispatch_depth() > 0 or _profiling()):
-        return False
+        return _OP
     grad = _grad_enabled()
+    route = _DIRECT
     for a in args:
-        if isinstance(a, Tensor) and (type(a) is not Tensor or not (a.is_cuda or a.is_cpu)
-                                      or (grad and a.requires_grad)):
-            return False
-    return True
+        if isinstance(a, Tensor):
+            if (type(a) is not Tensor and type(a) is not _Parameter) or not (a.is_cuda or a.is_cpu):
+                return _OP
+            if grad and a.requires_grad:
+                route = _EAGER_GRAPH
+    return route
+
+
+def _direct_ok(args) -> bool:
+    """Whether the op's implementation can run directly (_route: nothing needs the op and there
+    is no autograd graph to record)."""
+    return _route(args) == _DIRECT
+
+
+_Parameter = torch.nn.Parameter
+
+
+# The torch objects the extension's fast path uses (python/src/torch_path.cpp), handed over once.
+# The queries are _direct_ok's, except torch.compile's, which callers check in Python (dynamo
+# reads it as a constant while tracing).
+raise_error(_C.torch_init(Tensor, torch.nn.Parameter, torch.empty_like,
+                          (torch.float32, torch.float16, torch.bfloat16, torch.int32),
+                          _raw_stream, _get_device, torch.get_num_threads, torch.is_grad_enabled,
+                          (torch._C._is_tracing, _functorch_active, _mode_enabled,
+                           _dispatch_depth, _profiling)))
 
 
 def call_forward(op, *args):
-    """Runs a forward op. In eager inference (see _direct_ok) it calls the op's implementation
+    """Runs a forward op. In eager inference (see _route) it calls the op's implementation
     directly: the same code, without the custom-op dispatcher's host time (tens of microseconds
-    per call, which decides the latency of small calls). Otherwise it goes through the op, so
-    autograd, torch.compile and dispatch modes see it."""
-    return _IMPLS[op](*args) if _direct_ok(args) else op(*args)
+    per call, which decides the latency of small calls). An eager call that records an autograd
+    graph runs the op's autograd formula as an autograd.Function (_EAGER_AUTOGRAD: the same
+    setup_context and backward, without the custom op's autograd wrapper). Otherwise it goes
+    through the op, so torch.compile, tracers, transforms and dispatch modes see it."""
+    route = _route(args)
+    if route == _DIRECT:
+        return _IMPLS[op](*args)
+    if route == _EAGER_GRAPH and op in _EAGER_AUTOGRAD:
+        return _EAGER_AUTOGRAD[op].apply(*args)
+    return op(*args)

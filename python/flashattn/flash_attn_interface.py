@@ -69,8 +69,11 @@ try:  # torch is optional
 except ImportError:  # pragma: no cover - exercised where torch is absent
     torch = None
     _torch_ops = None
+    _C = None  # the torch fast path's entry points are used only with torch
 else:
-    from . import _torch_ops
+    from . import _C, _torch_ops
+
+    _is_compiling = torch.compiler.is_compiling
 
 __all__ = [
     "flash_attn_func",
@@ -239,6 +242,16 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
 
     Returns out (batch, seqlen_q, nheads, headdim_v), or (out, softmax_lse, None).
     """
+    if (attn_bias is None and attn_mask is None and block_mask is None and block_size is None
+            and q_descale is None and k_descale is None and v_descale is None
+            and _C is not None and not _is_compiling()):
+        # Eager inference on plain torch tensors, all of it in the extension; None: any other
+        # call, which takes the path below (see _torch_ops, "Fast path").
+        result = _C.torch_forward(q, k, v, None, None, 0, 0, alibi_slopes, softmax_scale, causal,
+                                  window_size, softcap, dropout_p, 0, learnable_sink, False, True)
+        if result is not None:
+            out, lse = _torch_ops.fast_result(result)
+            return (out, lse, None) if return_attn_probs else out
     mods = _score_mods(attn_bias, attn_mask, block_mask, block_size)
     if not _is_torch(q):
         _no_float8_arrays(q)
@@ -465,6 +478,16 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     """
     if isinstance(cache_seqlens, int):
         cache_seqlens = _seqlens_array(cache_seqlens, q, _shape("q", q)[0])
+    if (q_descale is None and k_descale is None and v_descale is None and _C is not None
+            and not _is_compiling()):
+        # As in flash_attn_func: the whole call in the extension, or None for the path below.
+        result = _C.torch_forward_kvcache(
+            q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
+            cache_leftpad, block_table, alibi_slopes, softmax_scale, causal, window_size,
+            softcap, rotary_interleaved, num_splits, learnable_sink, True)
+        if result is not None:
+            out, lse = _torch_ops.fast_result(result)
+            return (out, lse) if return_softmax_lse else out
     wl, wr = _lowlevel.resolve_window(window_size)
     scale = _lowlevel.resolve_scale(softmax_scale)
     if _is_torch(q):

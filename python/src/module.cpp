@@ -1,9 +1,11 @@
 // flashattn._C: the nanobind extension behind the Python package.
 //
 // Tensors arrive through DLPack (or the buffer protocol) as nb::ndarray, are turned into
-// non-owning flashattn::TensorView's, and the C++ entry points run with the GIL released. The
-// extension never allocates a tensor: outputs are preallocated by the caller (the Python layer
-// allocates them with torch or numpy). It does not link against any array framework.
+// non-owning flashattn::TensorView's, and the C++ entry points run with the GIL released. These
+// entry points never allocate a tensor: outputs are preallocated by the caller (the Python layer
+// allocates them with torch or numpy). The extension does not link against any array framework;
+// its torch fast path (torch_path.cpp) reads torch tensors through the CPython API and
+// allocates with torch.empty_like / Tensor.new_empty, handed over by flashattn._torch_ops.
 //
 // Errors: argument problems found here and every non-ok Status come back as (exception class
 // name, message), which flashattn._lowlevel raises; every message names the argument (see
@@ -16,12 +18,15 @@
 #include <string>
 #include <vector>
 
+#include "binding.h"
 #include "flashattn/flashattn.h"
 
-namespace nb = nanobind;
-namespace fa = flashattn;
-
 namespace {
+
+using flashattn_py::Error;
+using flashattn_py::run_released;
+using flashattn_py::status_error;
+using flashattn_py::to_python;
 
 // ---- DLPack vocabulary for messages --------------------------------------------------------
 
@@ -85,52 +90,6 @@ std::string shape_str(const int64_t* shape, size_t ndim) {
   std::string s = "(";
   for (size_t i = 0; i < ndim; ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
   return s + ")";
-}
-
-// An error for Python: the name of the exception class and its message. The entry points return
-// it (as a (name, message) tuple; None on success) and flashattn._lowlevel raises it, so no C++
-// exception crosses the binding. (An earlier crash blamed on exceptions here turned out to be
-// the exported static libstdc++; python/src/exports.map fixes that.)
-struct Error {
-  const char* kind = nullptr;  // "ValueError", "TypeError", "NotImplementedError", "RuntimeError"
-  std::string message;
-  explicit operator bool() const { return kind != nullptr; }
-};
-
-nb::object to_python(const Error& e) {
-  if (!e) return nb::none();
-  return nb::make_tuple(nb::str(e.kind), nb::str(e.message.c_str(), e.message.size()));
-}
-
-// Status -> Error. A message about a dtype is a TypeError whatever the code (this covers "k must
-// have dtype float16, got float32" and "q has dtype float32; supported: ..."). Otherwise:
-// kInvalidArgument -> ValueError, kNotSupported -> NotImplementedError (a valid request this
-// build/backend/GPU cannot run; a subclass of RuntimeError), kCudaError and kInternal ->
-// RuntimeError.
-Error status_error(const fa::Status& s) {
-  const std::string& m = s.message();
-  const bool about_dtype = m.find("dtype") != std::string::npos;
-  switch (s.code()) {
-    case fa::StatusCode::kOk: return {};
-    case fa::StatusCode::kInvalidArgument: return {about_dtype ? "TypeError" : "ValueError", m};
-    case fa::StatusCode::kNotSupported: return {about_dtype ? "TypeError" : "NotImplementedError", m};
-    case fa::StatusCode::kCudaError: return {"RuntimeError", "CUDA error: " + m};
-    case fa::StatusCode::kInternal: return {"RuntimeError", "flashattn internal error (please report): " + m};
-  }
-  return {"RuntimeError",
-          "flashattn: unexpected status code " + std::to_string(static_cast<int>(s.code())) + ": " + m};
-}
-
-// Runs a library call with the GIL released (it may wait on the device or run CPU threads) and
-// returns its outcome as to_python does.
-template <typename Call>
-nb::object run_released(const Call& call) {
-  fa::Status s;
-  {
-    nb::gil_scoped_release release;
-    s = call();
-  }
-  return to_python(status_error(s));
 }
 
 // ---- DLPack -> TensorView ------------------------------------------------------------------
@@ -518,6 +477,8 @@ NB_MODULE(_C, m) {
       },
       "Whether this build contains the CUDA backend (whatever the GPUs present).");
   m.def("version", &fa::version, "Library version string.");
+
+  flashattn_py::register_torch_path(m);
 
   m.def("forward_kvcache", &forward_kvcache, nb::arg("q").none(), nb::arg("k_cache").none(),
         nb::arg("v_cache").none(), nb::arg("k").none(), nb::arg("v").none(),

@@ -1,0 +1,468 @@
+"""The torch fast path (python/src/torch_path.cpp, issue 17): flash_attn_func and
+flash_attn_with_kvcache read torch tensors in C++ and allocate their outputs there. It must
+take the common calls, decline everything else before doing anything (the DLPack path then
+runs unchanged), and give bitwise the DLPack path's results and the same errors."""
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import flashattn  # noqa: E402
+from flashattn import _C, _torch_ops  # noqa: E402
+
+
+def gen(seed=0):
+    return torch.Generator().manual_seed(seed)
+
+
+def randn(*shape, g, dtype=torch.float32):
+    return torch.randn(*shape, generator=g, dtype=dtype)
+
+
+@pytest.fixture
+def dlpack_only(monkeypatch):
+    """Turns the fast path off: both entries decline every call."""
+    def off(monkey=monkeypatch):
+        monkey.setattr(_C, "torch_forward", lambda *a: None)
+        monkey.setattr(_C, "torch_forward_kvcache", lambda *a: None)
+    return off
+
+
+def both_paths(fn, dlpack_only, monkeypatch):
+    """fn() with the fast path, then with the DLPack path only."""
+    fast = fn()
+    with monkeypatch.context() as m:
+        dlpack_only(m)
+        slow = fn()
+    return fast, slow
+
+
+def outcome(fn):
+    """fn()'s result, or (exception type, message)."""
+    try:
+        return fn()
+    except Exception as e:  # noqa: BLE001 - compared, not handled
+        return type(e), str(e)
+
+
+def assert_same(a, b):
+    if isinstance(a, tuple) and a and isinstance(a[0], type):
+        assert a == b
+        return
+    a = a if isinstance(a, (tuple, list)) else (a,)
+    b = b if isinstance(b, (tuple, list)) else (b,)
+    assert len(a) == len(b)
+    for x, y in zip(a, b):
+        if x is None:
+            assert y is None
+            continue
+        assert x.dtype == y.dtype and x.shape == y.shape and x.stride() == y.stride()
+        assert torch.equal(x, y)
+
+
+def decode_inputs(g, b=2, sq=1, sk=19, h=8, hk=2, d=32, dtype=torch.float32):
+    return (randn(b, sq, h, d, g=g, dtype=dtype), randn(b, sk, hk, d, g=g, dtype=dtype),
+            randn(b, sk, hk, d, g=g, dtype=dtype))
+
+
+def fast_forward(q, k, v, direct=True, **kw):
+    """_C.torch_forward as flash_attn_func calls it, with keywords for the options."""
+    o = dict(alibi_slopes=None, softmax_scale=None, causal=False, window_size=(-1, -1),
+             softcap=0.0, dropout_p=0.0, learnable_sink=None)
+    o.update(kw)
+    return _C.torch_forward(q, k, v, None, None, 0, 0, o["alibi_slopes"], o["softmax_scale"],
+                            o["causal"], o["window_size"], o["softcap"], o["dropout_p"], 0,
+                            o["learnable_sink"], False, direct)
+
+
+# ---- flash_attn_func ------------------------------------------------------------------------
+
+OPTIONS = [
+    dict(),
+    dict(causal=True),
+    dict(window_size=(3, 1), softcap=4.0),
+    dict(softmax_scale=0.25, alibi_slopes="heads"),
+    dict(alibi_slopes="batch_heads", causal=True),
+    dict(learnable_sink=True),
+    dict(window_size=[2, 0], softmax_scale=1),  # a list and an int: as float()/int() read them
+]
+
+
+@pytest.mark.parametrize("opt", OPTIONS, ids=lambda o: "-".join(o) or "plain")
+@pytest.mark.parametrize("sq", [1, 5])
+def test_func_takes_common_calls_and_matches_the_dlpack_path(opt, sq, dlpack_only, monkeypatch):
+    g = gen(1)
+    q, k, v = decode_inputs(g, sq=sq)
+    kw = dict(opt)
+    if kw.get("alibi_slopes") == "heads":
+        kw["alibi_slopes"] = torch.rand(8, generator=g)
+    elif kw.get("alibi_slopes") == "batch_heads":
+        kw["alibi_slopes"] = torch.rand(2, 8, generator=g)
+    if kw.get("learnable_sink"):
+        kw["learnable_sink"] = randn(8, g=g)
+    assert fast_forward(q, k, v, **kw) is not None
+    fast, slow = both_paths(
+        lambda: flashattn.flash_attn_func(q, k, v, return_attn_probs=True, **kw), dlpack_only,
+        monkeypatch)
+    assert_same(fast, slow)
+    assert fast[0].shape == q.shape and fast[1].shape == (2, 8, sq)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_func_16_bit(dtype, dlpack_only, monkeypatch):
+    q, k, v = decode_inputs(gen(2), sq=3, dtype=dtype)
+    assert fast_forward(q, k, v) is not None
+    assert_same(*both_paths(lambda: flashattn.flash_attn_func(q, k, v, causal=True), dlpack_only,
+                            monkeypatch))
+
+
+def declined_calls(g):
+    """(name, q, k, v, keywords) of calls the fast path must decline (None), each then handled
+    by the DLPack path."""
+    q, k, v = decode_inputs(g, sq=3)
+    d = q.shape[-1]
+    strided_last = randn(2, 3, 8, 2 * d, g=g)[..., ::2]
+    return [
+        ("last dim strided (copied)", strided_last, k, v, {}),
+        ("float64 q (TypeError)", q.double(), k, v, {}),
+        ("q of rank 3", q[0], k, v, {}),
+        ("bfloat16 sink (cast)", q, k, v, dict(learnable_sink=randn(8, g=g).bfloat16())),
+        ("strided sink (copied)", q, k, v, dict(learnable_sink=randn(16, g=g)[::2])),
+        ("numpy scale", q, k, v, dict(softmax_scale=np.float32(0.5))),
+        ("zero scale (ValueError)", q, k, v, dict(softmax_scale=0.0)),
+        ("window of numpy ints", q, k, v, dict(window_size=(np.int64(2), np.int64(0)))),
+        ("window beyond int32", q, k, v, dict(window_size=(1 << 40, 0))),
+        ("window not a pair", q, k, v, dict(window_size=(1, 2, 3))),
+        ("numpy q", q.numpy(), k.numpy(), v.numpy(), {}),
+        ("meta tensors", q.to("meta"), k.to("meta"), v.to("meta"), {}),
+    ]
+
+
+def test_func_declines_what_the_dlpack_path_converts_or_rejects(dlpack_only, monkeypatch):
+    for name, q, k, v, kw in declined_calls(gen(3)):
+        assert fast_forward(q, k, v, **kw) is None, name
+        fast, slow = both_paths(lambda: outcome(lambda: flashattn.flash_attn_func(q, k, v, **kw)),
+                                dlpack_only, monkeypatch)
+        if name.startswith("numpy"):
+            np.testing.assert_array_equal(fast, slow)
+        elif name.startswith("meta"):
+            assert fast.device.type == slow.device.type == "meta"
+        else:
+            assert_same(fast, slow)
+
+
+def test_direct_calls_decline_dropout_and_autograd():
+    q, k, v = decode_inputs(gen(4))
+    assert fast_forward(q, k, v, dropout_p=0.1) is None  # the seed is drawn in Python
+    q.requires_grad_()
+    assert fast_forward(q, k, v) is None  # autograd needs the op
+    with torch.no_grad():
+        assert fast_forward(q, k, v) is not None
+    assert fast_forward(q, k, v, direct=False) is not None  # inside the op: no such checks
+
+
+def test_errors_name_the_argument_on_both_paths(dlpack_only, monkeypatch):
+    g = gen(5)
+    q, k, v = decode_inputs(g, sq=2)
+    cases = [
+        (q, k[..., :16], v),                    # head dims differ
+        (q, k.half(), v),                       # dtypes differ
+        (q, k, v[:, :7]),                       # seqlen_k differs
+        (q[:, :, :7], k, v),                    # heads not a multiple of heads_k
+    ]
+    for q_, k_, v_ in cases:
+        fast, slow = both_paths(lambda: outcome(lambda: flashattn.flash_attn_func(q_, k_, v_)),
+                                dlpack_only, monkeypatch)
+        assert isinstance(fast, tuple) and issubclass(fast[0], Exception), fast
+        assert fast == slow
+    fast, _ = both_paths(lambda: outcome(
+        lambda: flashattn.flash_attn_func(q, k, v, alibi_slopes=torch.rand(3, generator=g))),
+        dlpack_only, monkeypatch)
+    assert fast[0] is ValueError and "alibi_slopes" in fast[1]
+
+
+def test_autograd_forward_runs_the_fast_path_inside_the_op(monkeypatch, dlpack_only):
+    g = gen(6)
+    q, k, v = (t.requires_grad_() for t in decode_inputs(g, sq=4))
+    dout = randn(2, 4, 8, 32, g=g)
+    calls = []
+    real = _C.torch_forward
+
+    def counted(*a):
+        result = real(*a)
+        calls.append((a[-1], result is not None))
+        return result
+
+    def grads():
+        for t in (q, k, v):
+            t.grad = None
+        out = flashattn.flash_attn_func(q, k, v, causal=True)
+        out.backward(dout)
+        return (out.detach(), q.grad, k.grad, v.grad)
+
+    with monkeypatch.context() as m:
+        m.setattr(_C, "torch_forward", counted)
+        fast = grads()
+    assert calls == [(True, False), (False, True)]  # declined directly, taken inside the op
+    with monkeypatch.context() as m:
+        dlpack_only(m)
+        slow = grads()
+    assert_same(fast, slow)
+
+
+def test_packed_and_varlen_ops_take_the_fast_path(monkeypatch, dlpack_only):
+    g = gen(7)
+    qkv = randn(2, 9, 3, 4, 16, g=g)
+    cu = torch.tensor([0, 5, 12], dtype=torch.int32)
+    q, k, v = randn(12, 4, 16, g=g), randn(12, 2, 16, g=g), randn(12, 2, 16, g=g)
+    taken = []
+    real = _C.torch_forward
+
+    def counted(*a):
+        result = real(*a)
+        taken.append((a[-1], result is not None))
+        return result
+
+    monkeypatch.setattr(_C, "torch_forward", counted)
+    calls = [
+        lambda: flashattn.flash_attn_qkvpacked_func(qkv, causal=True),
+        lambda: flashattn.flash_attn_kvpacked_func(qkv[:, :, 0], qkv[:, :, 1:], causal=True),
+        lambda: flashattn.flash_attn_varlen_func(q, k, v, cu, cu, 7, 7, causal=True,
+                                                 return_attn_probs=True),
+    ]
+    for call in calls:
+        taken.clear()
+        fast = call()
+        assert taken == [(False, True)], taken  # call_forward's direct call of the op's code
+        with monkeypatch.context() as m:
+            dlpack_only(m)
+            slow = call()
+        assert_same(fast, slow)
+
+
+# ---- flash_attn_with_kvcache ----------------------------------------------------------------
+
+def kvcache_case(g, paged=False, dtype=torch.float32):
+    b, h, hk, d, cap = 2, 8, 2, 32, 40
+    q = randn(b, 1, h, d, g=g, dtype=dtype)
+    if paged:
+        page = 8
+        k_cache = randn(b * cap // page, page, hk, d, g=g, dtype=dtype)
+        table = torch.randperm(b * cap // page, generator=g).to(torch.int32).view(b, -1)
+    else:
+        k_cache, table = randn(b, cap, hk, d, g=g, dtype=dtype), None
+    v_cache = randn(*k_cache.shape, g=g, dtype=dtype)
+    k_new, v_new = randn(b, 1, hk, d, g=g, dtype=dtype), randn(b, 1, hk, d, g=g, dtype=dtype)
+    seqlens = torch.tensor([17, 30], dtype=torch.int32)
+    return q, k_cache, v_cache, k_new, v_new, seqlens, table
+
+
+@pytest.mark.parametrize("variant", ["read", "append", "paged", "rotary", "options", "int_seqlens",
+                                     "bfloat16"])
+def test_kvcache_fast_path_matches_the_dlpack_path(variant, dlpack_only, monkeypatch):
+    g = gen(8)
+    dtype = torch.bfloat16 if variant == "bfloat16" else torch.float32
+    q, k_cache, v_cache, k_new, v_new, seqlens, table = kvcache_case(
+        g, paged=variant == "paged", dtype=dtype)
+    kw = dict(cache_seqlens=seqlens, return_softmax_lse=True)
+    if variant != "read":
+        kw.update(k=k_new, v=v_new)
+    if variant == "paged":
+        kw["block_table"] = table
+    if variant == "rotary":
+        kw.update(rotary_cos=randn(64, 8, g=g), rotary_sin=randn(64, 8, g=g), causal=True,
+                  rotary_interleaved=False)
+    if variant == "options":
+        kw.update(causal=True, window_size=(9, 0), softcap=3.0, softmax_scale=0.2, num_splits=1,
+                  alibi_slopes=torch.rand(8, generator=g), learnable_sink=randn(8, g=g))
+    if variant == "int_seqlens":
+        kw["cache_seqlens"] = 21
+
+    def call():
+        kc, vc = k_cache.clone(), v_cache.clone()
+        out, lse = flashattn.flash_attn_with_kvcache(q, kc, vc, **kw)
+        return out, lse, kc, vc
+
+    seq = kw["cache_seqlens"]
+    seq = seq if isinstance(seq, torch.Tensor) else torch.full((2,), seq, dtype=torch.int32)
+    assert _C.torch_forward_kvcache(
+        q, k_cache.clone(), v_cache.clone(), kw.get("k"), kw.get("v"), kw.get("rotary_cos"),
+        kw.get("rotary_sin"), seq, None, None, kw.get("block_table"), kw.get("alibi_slopes"),
+        kw.get("softmax_scale"), kw.get("causal", False), kw.get("window_size", (-1, -1)),
+        kw.get("softcap", 0.0), kw.get("rotary_interleaved", True), kw.get("num_splits", 0),
+        kw.get("learnable_sink"), True) is not None
+    assert_same(*both_paths(call, dlpack_only, monkeypatch))
+
+
+def test_kvcache_declines_and_errors_as_the_dlpack_path(dlpack_only, monkeypatch):
+    g = gen(9)
+    q, k_cache, v_cache, k_new, v_new, seqlens, table = kvcache_case(g)
+    calls = [
+        dict(cache_seqlens=seqlens.long()),                  # int64 seqlens: TypeError
+        dict(cache_seqlens=seqlens, k=k_new),                # k without v: ValueError
+        dict(cache_seqlens=seqlens, num_splits=1 << 33),     # beyond int32: ValueError
+        dict(cache_seqlens=seqlens, block_table=table, cache_batch_idx=seqlens),
+        dict(cache_seqlens=seqlens, learnable_sink=randn(8, g=g).half()),  # cast to float32
+        dict(cache_seqlens=seqlens, k=randn(2, 1, 2, 64, g=g)[..., ::2], v=v_new),  # copied
+    ]
+    for kw in calls:
+        def call():
+            kc, vc = k_cache.clone(), v_cache.clone()
+            r = outcome(lambda: flashattn.flash_attn_with_kvcache(q, kc, vc, **kw))
+            return r if isinstance(r, tuple) and isinstance(r[0], type) else (r, kc, vc)
+        assert_same(*both_paths(call, dlpack_only, monkeypatch))
+
+
+def test_kvcache_op_implementation_takes_the_fast_path(monkeypatch):
+    g = gen(10)
+    q, k_cache, v_cache, k_new, v_new, seqlens, _ = kvcache_case(g)
+    taken = []
+    real = _C.torch_forward_kvcache
+    def counted(*a):
+        result = real(*a)
+        taken.append((a[-1], result is not None))
+        return result
+
+    monkeypatch.setattr(_C, "torch_forward_kvcache", counted)
+    args = (q, k_cache.clone(), v_cache.clone(), k_new, v_new, None, None, seqlens, None, None,
+            None, None, 0.0, False, -1, -1, 0.0, True, 0, None)
+    out, lse = torch.ops.flashattn.fwd_kvcache(*args)
+    assert taken == [(False, True)]  # direct=False, and taken
+    ref_out, ref_lse = _torch_ops._IMPLS[_torch_ops.fwd_kvcache](
+        q, k_cache.clone(), v_cache.clone(), *args[3:])
+    assert torch.equal(out, ref_out) and torch.equal(lse, ref_lse)
+
+
+# ---- CUDA (skipped without a GPU) -------------------------------------------------------------
+
+def _cuda_ready() -> bool:
+    return flashattn.cuda_built() and flashattn.cuda_available() and torch.cuda.is_available()
+
+
+cuda = pytest.mark.skipif(not _cuda_ready(), reason="no CUDA build, GPU or CUDA torch")
+
+
+def cuda_decode(g, sk=300, dtype=torch.bfloat16):
+    dev = torch.device("cuda", torch.cuda.current_device())
+    r = lambda *s: torch.randn(*s, generator=g).to(dev, dtype)  # noqa: E731
+    return r(1, 1, 32, 128), r(1, sk, 8, 128), r(1, sk, 8, 128), r(1, 1, 8, 128), r(1, 1, 8, 128)
+
+
+@cuda
+def test_cuda_fast_path_matches_the_dlpack_path(dlpack_only, monkeypatch):
+    q, kc, vc, kn, vn = cuda_decode(gen(20))
+    seqlens = torch.tensor([200], dtype=torch.int32, device=q.device)
+    assert fast_forward(q, kc, vc) is not None
+
+    def calls():
+        k2, v2 = kc.clone(), vc.clone()
+        out, lse, _ = flashattn.flash_attn_func(q, kc, vc, causal=True, return_attn_probs=True)
+        kv_out, kv_lse = flashattn.flash_attn_with_kvcache(q, k2, v2, kn, vn, cache_seqlens=seqlens,
+                                                           return_softmax_lse=True)
+        return out, lse, kv_out, kv_lse, k2, v2
+
+    fast, slow = both_paths(calls, dlpack_only, monkeypatch)
+    assert_same(fast, slow)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # the current stream, not the default one
+        on_side = calls()
+    side.synchronize()
+    assert_same(on_side, fast)
+
+
+@cuda
+def test_cuda_fast_path_declines_misaligned_operands(dlpack_only, monkeypatch):
+    q, kc, vc, _, _ = cuda_decode(gen(21))
+    shifted = torch.empty(q.numel() + 1, dtype=q.dtype, device=q.device)[1:].view(q.shape)
+    shifted.copy_(q)  # data_ptr % 16 == 2: _kernel_ready copies it
+    assert fast_forward(shifted, kc, vc) is None
+    assert_same(*both_paths(lambda: flashattn.flash_attn_func(shifted, kc, vc), dlpack_only,
+                            monkeypatch))
+
+
+@cuda
+def test_cuda_graph_replays_the_fast_path_kvcache_step():
+    q, kc, vc, kn, vn = cuda_decode(gen(22))
+    seqlens = torch.tensor([100], dtype=torch.int32, device=q.device)
+
+    def step():
+        return flashattn.flash_attn_with_kvcache(q, kc, vc, kn, vn, cache_seqlens=seqlens)
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        eager = step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = step()
+    q.copy_(torch.randn(q.shape, generator=gen(23)).to(q))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(captured, step()) and not torch.equal(captured, eager)
+
+
+@cuda
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
+def test_cuda_fast_path_declines_a_gpu_that_is_not_current(dlpack_only, monkeypatch):
+    with torch.cuda.device(1):
+        q, kc, vc, _, _ = cuda_decode(gen(24))
+    assert torch.cuda.current_device() != 1
+    assert fast_forward(q, kc, vc) is None
+    fast, slow = both_paths(lambda: flashattn.flash_attn_func(q, kc, vc), dlpack_only, monkeypatch)
+    assert fast.device == q.device
+    assert_same(fast, slow)
+
+
+# ---- eager autograd without the custom op's wrapper ------------------------------------------
+
+@pytest.mark.parametrize("extras", ["plain", "sink_bias_dropout", "packed"])
+def test_eager_autograd_function_matches_the_op_route(extras, monkeypatch):
+    """A call that records a graph runs the op's autograd formula as an autograd.Function
+    (call_forward, _EAGER_AUTOGRAD); values and every gradient equal the op route's bitwise."""
+    g = gen(30)
+    q0, k0, v0 = decode_inputs(g, sq=6, sk=11)
+    dout = randn(2, 6, 8, 32, g=g)
+    sink0 = randn(8, g=g)
+    bias0 = randn(1, 8, 6, 11, g=g)
+
+    def run():
+        torch.manual_seed(7)  # the dropout seed
+        if extras == "packed":
+            qkv = torch.stack([q0, q0.flip(1), q0.flip(2)], dim=2).requires_grad_()
+            out = flashattn.flash_attn_qkvpacked_func(qkv, causal=True)
+            out.backward(dout)
+            return out.detach(), qkv.grad
+        q, k, v = (t.clone().requires_grad_() for t in (q0, k0, v0))
+        kw = {}
+        if extras == "sink_bias_dropout":
+            kw = dict(learnable_sink=torch.nn.Parameter(sink0.clone()),
+                      attn_bias=bias0.clone().requires_grad_(), dropout_p=0.2)
+        out = flashattn.flash_attn_func(q, k, v, causal=True, **kw)
+        assert out.grad_fn is not None
+        out.backward(dout)
+        grads = [q.grad, k.grad, v.grad]
+        if kw:
+            grads += [kw["learnable_sink"].grad, kw["attn_bias"].grad]
+            assert all(t is not None for t in grads)
+        return (out.detach(), *grads)
+
+    applied = []
+    functions = dict(_torch_ops._EAGER_AUTOGRAD)
+
+    def counted(fn):
+        class Counted(fn):
+            @staticmethod
+            def forward(ctx, *args):
+                applied.append(1)
+                return fn.forward(ctx, *args)
+        return Counted
+
+    for op, fn in functions.items():
+        monkeypatch.setitem(_torch_ops._EAGER_AUTOGRAD, op, counted(fn))
+    eager = run()
+    assert applied == [1]
+    monkeypatch.setattr(_torch_ops, "_EAGER_AUTOGRAD", {})
+    assert_same(eager, run())
