@@ -22,6 +22,9 @@ for n in q2pf q2 n160; do
   ( r=$(PYTHONPATH=/tmp/ab-$n FLASHATTN_CUDA_PATH=sm90 timeout 200 python3 -m pytest tests/python/test_cuda.py -q -p no:cacheprovider 2>&1 | tail -1)
     echo "test_cuda (sm90) $n: $r" ) &
 done
+( for f in test_host_path test_torch; do
+    echo "$f (base, auto path): $(PYTHONPATH=/tmp/ab-base timeout 200 python3 -m pytest tests/python/$f.py -q -p no:cacheprovider 2>&1 | tail -1)"
+  done ) &
 wait
 b() {  # variant dims
   PYTHONPATH=/tmp/ab-$1 timeout 150 python3 bench/bench.py --suite issue3 --dtypes bf16 --repeats 20 --no-backward \
@@ -30,4 +33,6 @@ b() {  # variant dims
 }
 for n in base q2pf q2; do echo "== $n"; b $n $([ $n = q2 ] && echo 64,128 || echo 64,128,256); done
 echo "== n160"; b n160 128
+echo "== host time (base)"
+PYTHONPATH=/tmp/ab-base timeout 120 python3 dev/host_time.py --out "$OUT/host-time.json" 2>&1 | tail -25 | cut -c1-160
 echo "total $(( $(date +%s) - start )) s"
