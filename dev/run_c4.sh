@@ -34,5 +34,5 @@ b() {  # variant dims
 for n in base q2pf q2; do echo "== $n"; b $n $([ $n = q2 ] && echo 64,128 || echo 64,128,256); done
 echo "== n160"; b n160 128
 echo "== host time (base)"
-PYTHONPATH=/tmp/ab-base timeout 120 python3 dev/host_time.py --out "$OUT/host-time.json" 2>&1 | tail -25 | cut -c1-160
+PYTHONPATH=/tmp/ab-base timeout 120 python3 dev/host_time.py --calls 1000 --rounds 3 --out "$OUT/host-time.json" 2>&1 | tail -25 | cut -c1-160
 echo "total $(( $(date +%s) - start )) s"
