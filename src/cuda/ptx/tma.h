@@ -21,15 +21,6 @@ __device__ __forceinline__ void tma_load_4d(void* smem, const CUtensorMap* map, 
       : "memory");
 }
 
-// Asks the copy engine to bring the box at (c0 .. c3) of a rank-4 tensor map into L2, with no
-// destination and no completion: a later tma_load_4d of the same box then reads L2, not DRAM.
-__device__ __forceinline__ void tma_prefetch_l2_4d(const CUtensorMap* map, int c0, int c1, int c2, int c3) {
-  asm volatile("cp.async.bulk.prefetch.tensor.4d.L2.global.tile [%0, {%1, %2, %3, %4}];\n" ::"l"(
-                   reinterpret_cast<uint64_t>(map)),
-               "r"(c0), "r"(c1), "r"(c2), "r"(c3)
-               : "memory");
-}
-
 // Copies `bytes` contiguous bytes (a multiple of 16; both addresses 16-byte aligned) from global
 // to shared memory with the copy engine, completing on `bar`'s transaction count (no tensor map:
 // the backward's per-row statistics).

@@ -43,12 +43,12 @@ constexpr float kRescaleThreshold = 8.0f;
 
 // Where the ring's barriers live and how a (stage, pass) maps to a parity.
 struct Ring {
-  uint64_t* q_full;   // [Q slots]
+  uint64_t* q_full;
   uint64_t* k_full;   // [stages]
   uint64_t* v_full;   // [stages]
   uint64_t* k_empty;  // [stages]
   uint64_t* v_empty;  // [stages]
-  uint64_t* q_empty;  // [Q slots]
+  uint64_t* q_empty;
 };
 
 // Row statistics and accumulators of one consumer thread: rows g and g + 8 of its warp's 16
@@ -390,16 +390,14 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
   extern __shared__ unsigned char smem_raw[];
   // The 128-byte swizzle repeats every 1024 bytes and is applied to absolute addresses.
   unsigned char* smem = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
-  constexpr int kQ = Traits::kQStages;
-  unsigned char* sQ = smem;                                 // kQStages x kPanels x (kBlockM rows)
-  unsigned char* sK = sQ + kQ * Traits::kTileBytesQ;        // kStages x kPanels x (kBlockN rows)
+  unsigned char* sQ = smem;                                 // kPanels x (kBlockM rows)
+  unsigned char* sK = sQ + Traits::kTileBytesQ;             // kStages x kPanels x (kBlockN rows)
   unsigned char* sV = sK + kStages * Traits::kTileBytesKV;  // same
   uint64_t* bars = reinterpret_cast<uint64_t*>(sV + kStages * Traits::kTileBytesKV);
-  const Ring ring{bars, bars + kQ, bars + kQ + kStages, bars + kQ + 2 * kStages, bars + kQ + 3 * kStages,
-                  bars + kQ + 4 * kStages};
+  const Ring ring{bars, bars + 1, bars + 1 + kStages, bars + 1 + 2 * kStages, bars + 1 + 3 * kStages,
+                  bars + 1 + 4 * kStages};
   // Only with kDynamicTiles (kBarriers counts them).
-  uint64_t* const feed_bars = bars + 2 * kQ + 4 * kStages;
-  const TileFeed feed{reinterpret_cast<int*>(feed_bars + 4), feed_bars, feed_bars + 2};
+  const TileFeed feed{reinterpret_cast<int*>(bars + 6 + 4 * kStages), bars + 2 + 4 * kStages, bars + 4 + 4 * kStages};
 
   const int warpgroup = threadIdx.x / 128;
   const int warp = threadIdx.x / 32;
@@ -409,10 +407,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
   const int map_batch_varlen = params.is_varlen();
 
   if (threadIdx.x == 0) {
-    for (int s = 0; s < kQ; ++s) {
-      ptx::mbarrier_init(&ring.q_full[s], 1);
-      ptx::mbarrier_init(&ring.q_empty[s], 4 * Traits::kConsumers);
-    }
+    ptx::mbarrier_init(ring.q_full, 1);
+    ptx::mbarrier_init(ring.q_empty, 4 * Traits::kConsumers);
     for (int s = 0; s < kStages; ++s) {
       ptx::mbarrier_init(&ring.k_full[s], 1);
       ptx::mbarrier_init(&ring.v_full[s], 1);
@@ -475,13 +471,12 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
         }
       };
       const auto load_q = [&] {
-        const int slot = q_pass % kQ;
-        ptx::mbarrier_wait(&ring.q_empty[slot], ((q_pass / kQ) & 1) ^ 1);
-        ptx::mbarrier_arrive_expect_tx(&ring.q_full[slot], Traits::kTileBytesQ);
+        ptx::mbarrier_wait(ring.q_empty, (q_pass & 1) ^ 1);
+        ptx::mbarrier_arrive_expect_tx(ring.q_full, Traits::kTileBytesQ);
 #pragma unroll
         for (int panel = 0; panel < Traits::kPanels; ++panel) {
-          ptx::tma_load_4d(sQ + slot * Traits::kTileBytesQ + panel * Traits::kPanelBytesQ, &kp.q, &ring.q_full[slot],
-                           64 * panel, int(w.row0_q) + w.m0, w.head, map_batch);
+          ptx::tma_load_4d(sQ + panel * Traits::kPanelBytesQ, &kp.q, ring.q_full, 64 * panel, int(w.row0_q) + w.m0,
+                           w.head, map_batch);
         }
         ++q_pass;
       };
@@ -490,16 +485,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
       // K lands a whole block earlier (H200 bf16 against K_j and V_j issued together: d128 +2-4%
       // from 1k to 2k, +1% at 16k; d64 and d256 within 1% but d256 1k -2.6%; dev/results/
       // h200-2026-12-01-ab-sm90d-*.json). The first K goes before Q: in the persistent loop the
-      // Q buffer frees only after this CTA's previous tile has issued its last S. The loop is not
-      // unrolled: unrolled, the producer's 24 registers spilled with the tile feed.
-#if defined(FLASHATTN_DEV_SM90_FWD_QPF)  // dev/ A/B: the Q tile into L2 as soon as the producer reaches it
-      if constexpr (kQ == 1) {
-#pragma unroll
-        for (int panel = 0; panel < Traits::kPanels; ++panel) {
-          ptx::tma_prefetch_l2_4d(&kp.q, 64 * panel, int(w.row0_q) + w.m0, w.head, map_batch);
-        }
-      }
-#endif
+      // Q buffer frees only after this CTA's previous tile has issued its last S. Its load is hidden
+      // behind that tile's last P V and epilogue: two Q slots (d64, masked d128) or an L2 prefetch
+      // of the next Q moved the forward by -1..+2% at 512-16k (H200 bf16, dev/results/
+      // h200-2026-12-01-ab-qslot-*.json). The loop is not unrolled: unrolled, the producer's 24
+      // registers spilled with the tile feed.
       load_k(w.n_hi - 1, it);
       load_q();
 #pragma unroll 1
@@ -525,8 +515,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
   const float scale_log2 = Traits::kMods ? 1.0f : params.scale_log2;
   // Descriptors: Q and K are K-major (their rows hold head-dim elements), V MN-major (the head
   // dim, P V's N, is contiguous; the leading offset steps one 64-column panel).
-  const uint64_t q_desc0 = ptx::smem_desc(ptx::smem_u32(sQ + wg_row0 * Traits::kRowBytes), 16, 1024,
-                                          ptx::SmemSwizzle::k128B);
+  const uint64_t q_desc = ptx::smem_desc(ptx::smem_u32(sQ + wg_row0 * Traits::kRowBytes), 16, 1024,
+                                         ptx::SmemSwizzle::k128B);
   const uint64_t k_desc0 = ptx::smem_desc(ptx::smem_u32(sK), 16, 1024, ptx::SmemSwizzle::k128B);
   const uint64_t v_desc0 = ptx::smem_desc(ptx::smem_u32(sV), Traits::kPanelBytesKV, 1024, ptx::SmemSwizzle::k128B);
   const auto k_desc = [&](int stage) { return ptx::desc_advance(k_desc0, stage * Traits::kTileBytesKV); };
@@ -570,9 +560,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
                    : false;
       };
       const int row = w.m0 + row_in_tile;
-      const int q_slot = q_pass % kQ;
-      const uint64_t q_desc = kQ == 1 ? q_desc0 : ptx::desc_advance(q_desc0, q_slot * Traits::kTileBytesQ);
-      ptx::mbarrier_wait(&ring.q_full[q_slot], (q_pass / kQ) & 1);
+      ptx::mbarrier_wait(ring.q_full, q_pass & 1);
 
       // The first (last-keyed) block: S, softmax, no P V yet.
       int stage = it % kStages;
@@ -627,7 +615,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
         convert_p(st);
       }
       // Every Q K^T product of this tile has completed: the producer may load the next Q.
-      release(&ring.q_empty[q_slot], lane);
+      release(ring.q_empty, lane);
       ++q_pass;
       ptx::mbarrier_wait(&ring.v_full[stage], parity);
       turns.take();

@@ -83,18 +83,7 @@ struct FwdTraits {
   // causal +16/+10/+5/+2% at d64 1k/2k/4k/16k, +18/+12/+5/+3% at d128, +7/+4/+3.5/0% at d256;
   // unmasked -5% at d128 (1k-16k), -2% at d256, within 2% at d64.
   static constexpr bool kDynamicTiles = kMask == MaskMode::kWindow;
-  // Q slots: with one, the next tile's Q is loaded only once this tile's last S = Q K^T is done,
-  // so its whole load latency (~1-2 us from HBM) falls between two tiles of the same CTA; at
-  // 1k keys a d128 tile is ~13 us of products. With two, the producer loads the next Q as soon as
-  // it reaches that tile (kStages key blocks ahead of the consumers). Two where they fit in
-  // shared memory (d64; d128 with a window or causal mask: 128-key tiles).
-#if defined(FLASHATTN_DEV_SM90_FWD_Q2)  // dev/ A/B: two Q slots where they fit
-  static constexpr int kQStages =
-      1024 + 2 * kTileBytesQ + 2 * kStages * kTileBytesKV + 8 * (4 + 4 * kStages + 5) + 4 * 4 * kConsumers <= 232448 ? 2 : 1;
-#else
-  static constexpr int kQStages = 1;
-#endif
-  static constexpr int kBarriers = 2 * kQStages + 4 * kStages  // Q full and empty per slot; K, V full and empty per stage
+  static constexpr int kBarriers = 2 + 4 * kStages  // Q full and empty; K, V full and empty per stage
                                    + (kDynamicTiles ? 4 + 1 : 0);  // the feed's full/empty pairs, its two slots
   // +1024: the dynamic shared-memory base is rounded up to the swizzle's 1024-byte period.
   // ptxas hoists the wait for P V above the softmax unless a shared-memory store of its result
@@ -111,7 +100,7 @@ struct FwdTraits {
   // excessive sectors, the output's size). With the pin: d128 +0.4-2.6% (1k 546 -> 560), but d64
   // -2.5-5% at 1k-4k (three consumers, short tiles: the shuffles cost more than they save).
   static constexpr bool kStoreOChunks = kHeadDim == 128;
-  static constexpr size_t kSmemBytes = 1024 + kQStages * kTileBytesQ + 2 * kStages * kTileBytesKV + 8 * kBarriers + kPinBytes;
+  static constexpr size_t kSmemBytes = 1024 + kTileBytesQ + 2 * kStages * kTileBytesKV + 8 * kBarriers + kPinBytes;
 
   static_assert(kHeadDim % 64 == 0, "whole 64-column panels");
   static_assert(!kPingPong || kConsumers >= 2, "ping-pong takes turns between consumer warpgroups");
