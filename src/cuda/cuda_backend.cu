@@ -105,6 +105,12 @@ CudaPath cuda_path() {
 // Cost (docs/SEMANTICS.md): the matrix products at width D, e.g. 192/128 forward
 // (192 + 192) / (192 + 128) = 1.2x the FLOPs, backward (5 * 192) / (3 * 192 + 2 * 128) = 1.15x;
 // plus a copy of v (and out; backward: v, out, dout in and dv out) at copy bandwidth.
+// One exception, the forward at 192/128 on a Hopper GPU: the sm90 forward has kernels of that
+// shape (Q, K 192 wide; V, O 128), and where it takes the call (sm90/fwd.h, fwd_declines) the call
+// runs on them unpadded (native_head_dim_v). Its out and LSE are what the padded call computes
+// (up to rounding: the key blocks differ, 128 against 112), so the backward, which stays padded
+// (sm80 at D = 192: the sm90 backward has no d192 kernel), pads that out and dout as it pads any
+// caller's: the padded columns of both are 0, and D_i = rowsum(dO o O) is unchanged.
 // kMaxCudaHeadDim bounds both head dims here; forward_kvcache at MLA decode's 576/512 runs on
 // its own kernel (cuda/mla, mla_kvcache below), every other pair above 256 is NotSupported.
 constexpr int kMaxCudaHeadDim = 256;
@@ -226,6 +232,33 @@ Status dispatch_forward(const ForwardParams& p, int major, cudaStream_t stream) 
   (void)major;
 #endif
   return cuda::dispatch_fwd(p, stream);
+}
+
+// The forward of a head_dim_v != head_dim call that has kernels of its own (192 / 128 on the sm90
+// forward): true, with *result, when it ran there unpadded; false (nothing launched) when the
+// call goes the padding way instead: another GPU or FLASHATTN_CUDA_PATH=sm80 (the sm80 kernels
+// have no such shape), a call the sm90 forward declines (dropout, requested splits, and in the
+// default mode decode shapes and launches the split heuristic splits), q-side padding, v or
+// out not 16-byte aligned (the padding copy takes any strides), or, in the default mode, an
+// operand the copy engine cannot describe (FLASHATTN_CUDA_PATH=sm90 returns that error, as
+// dispatch_forward does).
+bool native_head_dim_v(const ForwardParams& p, const PadPlan& plan, int major, cudaStream_t stream, Status* result) {
+#if defined(FLASHATTN_CUDA_SM90)
+  const CudaPath path = cuda_path();
+  if (plan.qk || major != 9 || path == CudaPath::kSm80) return false;
+  if (!cuda::sm90::fwd_declines(p, path == CudaPath::kSm90).empty()) return false;
+  if (!check_operand("v", p.v, p.v_strides, int(dtype_size(p.kv_dtype))).ok() ||
+      !check_operand("out", p.out, p.out_strides).ok()) {
+    return false;
+  }
+  Status s = cuda::sm90::dispatch_fwd(p, stream);
+  if (s.code() == StatusCode::kNotSupported && path != CudaPath::kSm90) return false;
+  *result = s;
+  return true;
+#else
+  (void)p, (void)plan, (void)major, (void)stream, (void)result;
+  return false;
+#endif
 }
 
 // Runs a backward the kernels take directly: on a Hopper GPU the sm90 backward where cuda_path()
@@ -416,6 +449,7 @@ Status cuda_forward(const ForwardParams& p) {
                           -std::numeric_limits<float>::infinity(), stream, p.learnable_sink);
   }
   if (plan.any()) {
+    if (Status s; native_head_dim_v(p, plan, major, stream, &s)) return s;
     return padded_forward(p, plan, k_rows(p), stream,
                           [&](const ForwardParams& pp) { return dispatch_forward(pp, major, stream); });
   }

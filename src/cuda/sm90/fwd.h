@@ -11,9 +11,10 @@ namespace flashattn::cuda::sm90 {
 
 // Built when FLASHATTN_CUDA_SM90 is defined (CMake: 90 among the CUDA architectures).
 // Why the sm90 forward does not take p (empty when it does). What it leaves to the sm80 kernels
-// (docs/SEMANTICS.md): head dims other than 64, 128, 192 and 256; head_dim_v != head_dim (a guard:
-// cuda_backend.cu turns such a call into the zero-padded same-d problem before it gets here,
-// and that one this path may take); dropout; attn_bias, attn_mask and block masks; requested key splits; and,
+// (docs/SEMANTICS.md): head dims other than 64, 128, 192 and 256; head_dim_v != head_dim except
+// 192 / 128, which has its own kernels (cuda_backend.cu tries it unpadded first; every other pair
+// it turns into the zero-padded same-d problem, which this path may take); dropout; attn_bias,
+// attn_mask and block masks; requested key splits; and,
 // unless `any_runnable` (tests), at most 16 query rows (the sm80 decode shape) and launches
 // that the split-KV heuristic would split.
 std::string fwd_declines(const ForwardParams& p, bool any_runnable = false);

@@ -9,9 +9,14 @@
 namespace flashattn::cuda::sm90 {
 namespace {
 
-// The head dims the Hopper forward is instantiated for (tools/gen_instantiations.py).
+// The head dims the Hopper forward is instantiated for (tools/gen_instantiations.py): 64, 128,
+// 192 and 256 with head_dim_v the same, and 192 with head_dim_v 128 (DeepSeek-V3 prefill,
+// SM90_FWD_DV_PAIRS there), built whenever 192 is.
 constexpr bool has_kernel(int head_dim) {
   return head_dim == 64 || head_dim == 128 || head_dim == 192 || head_dim == 256;
+}
+constexpr bool has_kernel(int head_dim, int head_dim_v) {
+  return head_dim_v == head_dim ? has_kernel(head_dim) : head_dim == 192 && head_dim_v == 128;
 }
 
 }  // namespace
@@ -19,8 +24,8 @@ constexpr bool has_kernel(int head_dim) {
 std::string fwd_declines(const ForwardParams& p, bool any_runnable) {
   if (!has_kernel(p.head_dim)) return "head_dim is not 64, 128, 192 or 256";
   if (!head_dim_built(p.head_dim)) return "head_dim not built";
-  // Never true from cuda_backend.cu, which pads a head_dim_v != head_dim call to one head dim.
-  if (p.head_dim_v != p.head_dim) return "head_dim_v differs from head_dim";
+  // cuda_backend.cu pads every other head_dim_v != head_dim call to one head dim first.
+  if (!has_kernel(p.head_dim, p.head_dim_v)) return "head_dim_v differs from head_dim (other than 192 / 128)";
   if (p.has_dropout()) return "dropout runs on sm80";
   // Even when FLASHATTN_CUDA_PATH=sm90 asks for every call the kernels can run: they have no
   // bias or mask reads, so these calls always go to sm80.
@@ -43,7 +48,7 @@ std::string fwd_declines(const ForwardParams& p, bool any_runnable) {
         cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
       return "device query failed";
     }
-    const FwdTile tile = fwd_tile(p.head_dim, p.has_window());
+    const FwdTile tile = fwd_tile(p.head_dim, p.head_dim_v, p.has_window());
     const int bm = 64 * tile.consumers, bn = tile.block_n;
     const long long ctas = static_cast<long long>((p.seqlen_q + bm - 1) / bm) * p.heads * p.batch;
     if (choose_num_splits(ctas, (p.seqlen_k + bn - 1) / bn, sms, 1) > 1) return "the split-KV heuristic splits";
@@ -52,13 +57,21 @@ std::string fwd_declines(const ForwardParams& p, bool any_runnable) {
 }
 
 // dispatch_variant (common/variants.h) turns the options into template arguments, as for the sm80
-// kernels; fwd_declines has already left the combinations without an sm90 kernel to those.
+// kernels; fwd_declines has already left the combinations without an sm90 kernel to those. The
+// one head_dim_v != head_dim pair (192 / 128) is the run-time branch inside head dim 192.
 Status dispatch_fwd(const ForwardParams& p, cudaStream_t stream) {
   return dispatch_variant(p, [&]<typename Element, int kHeadDim, MaskMode kMask, ScoreMods kMods>() -> Status {
+    constexpr bool kMods90 = kMods == ScoreMods::kAny;  // fwd_declines left softcap and ALiBi alone (no dropout)
+    if constexpr (kHeadDim == 192 && (kMods == ScoreMods::kNone || kMods90)) {
+      if (p.head_dim_v == 128) return run_fwd<FwdTraits<Element, 192, kMask, kMods90, 128>>(p, stream);
+    }
+    if (p.head_dim_v != kHeadDim) {
+      return Status::NotSupported("the sm90 forward has no kernel for head_dim " + std::to_string(kHeadDim) +
+                                  " with head_dim_v " + std::to_string(p.head_dim_v));
+    }
     if constexpr (has_kernel(kHeadDim) && kMods == ScoreMods::kNone) {
       return run_fwd<FwdTraits<Element, kHeadDim, kMask>>(p, stream);
-    } else if constexpr (has_kernel(kHeadDim) && kMods == ScoreMods::kAny) {
-      // fwd_declines left softcap and ALiBi alone among the modifiers (no dropout).
+    } else if constexpr (has_kernel(kHeadDim) && kMods90) {
       return run_fwd<FwdTraits<Element, kHeadDim, kMask, true>>(p, stream);
     } else {
       return Status::NotSupported("the sm90 forward has no kernel for head_dim " + std::to_string(kHeadDim) +

@@ -13,7 +13,8 @@
 //    (FlashAttention-3's intra-warpgroup pipelining). P stays in registers as the A operand.
 // Masks, block ranges and the lazy rescale are the sm80 kernel's (common/mask.h, the threshold
 // in sm80/fwd_kernel.h); O is normalised once at the end and stored from the accumulators
-// (store_tile).
+// (store_tile). V and O are Traits::kHeadDimV wide (192 / 128: Q and K in three panels, V and
+// O in two).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -53,10 +54,10 @@ struct Ring {
 
 // Row statistics and accumulators of one consumer thread: rows g and g + 8 of its warp's 16
 // (h = 0, 1), in the accumulator order of an m64nN product (per 8-column chunk c: elements
-// 4c + 2h + e at column 8c + 2t + e).
+// 4c + 2h + e at column 8c + 2t + e). O is head_dim_v (kHeadDimV) wide.
 template <typename Traits>
 struct ConsumerState {
-  static constexpr int kORegs = Traits::kHeadDim / 2;
+  static constexpr int kORegs = Traits::kHeadDimV / 2;
   static constexpr int kSRegs = Traits::kBlockN / 2;
   float o[kORegs];
   float s[kSRegs];
@@ -82,9 +83,9 @@ __device__ __forceinline__ void gemm_qk(float (&s)[Traits::kBlockN / 2], uint64_
 }
 
 template <typename Traits>
-__device__ __forceinline__ void gemm_pv(float (&o)[Traits::kHeadDim / 2], const uint32_t (&p)[Traits::kBlockN / 4],
+__device__ __forceinline__ void gemm_pv(float (&o)[Traits::kHeadDimV / 2], const uint32_t (&p)[Traits::kBlockN / 4],
                                         uint64_t v_desc) {
-  using Mma = ptx::Wgmma<Traits::kHeadDim, typename Traits::Element>;
+  using Mma = ptx::Wgmma<Traits::kHeadDimV, typename Traits::Element>;
   ptx::wgmma_fence();
 #pragma unroll
   for (int kk = 0; kk < Traits::kBlockN / 16; ++kk) {  // 16 keys = 16 rows of 128 bytes per step
@@ -183,7 +184,7 @@ __device__ __forceinline__ bool softmax_block(ConsumerState<Traits>& st, float s
 template <typename Traits>
 __device__ __forceinline__ void rescale_o(ConsumerState<Traits>& st, const float (&correction)[2]) {
 #pragma unroll
-  for (int c = 0; c < Traits::kHeadDim / 8; ++c) {
+  for (int c = 0; c < Traits::kHeadDimV / 8; ++c) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       st.o[4 * c + 2 * h] *= correction[h];
@@ -275,7 +276,7 @@ __device__ __forceinline__ void store_tile(const ForwardParams& params, const Ti
     // kStoreOChunks: each quad holds 4 bytes of every 16-byte chunk of its row; transposed
     // across the quad (outside the row test: every lane shuffles), a thread holds whole chunks,
     // so a warp's store writes 64 contiguous bytes of each of its 8 rows instead of 16.
-    constexpr int kGroups = Traits::kStoreOChunks ? Traits::kHeadDim / 32 : 1;
+    constexpr int kGroups = Traits::kStoreOChunks ? Traits::kHeadDimV / 32 : 1;
     uint4 chunk[kGroups];
     if constexpr (Traits::kStoreOChunks) {
 #pragma unroll
@@ -298,7 +299,7 @@ __device__ __forceinline__ void store_tile(const ForwardParams& params, const Ti
       } else {
         char* dst = gO + r * o_row_bytes + 4 * t4;
 #pragma unroll
-        for (int c = 0; c < Traits::kHeadDim / 8; ++c) {
+        for (int c = 0; c < Traits::kHeadDimV / 8; ++c) {
           *reinterpret_cast<uint32_t*>(dst + 16 * c) =
               ptx::pack2<Element>(st.o[4 * c + 2 * h] * inv, st.o[4 * c + 2 * h + 1] * inv);
         }
@@ -390,10 +391,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
   extern __shared__ unsigned char smem_raw[];
   // The 128-byte swizzle repeats every 1024 bytes and is applied to absolute addresses.
   unsigned char* smem = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
-  unsigned char* sQ = smem;                                 // kPanels x (kBlockM rows)
-  unsigned char* sK = sQ + Traits::kTileBytesQ;             // kStages x kPanels x (kBlockN rows)
-  unsigned char* sV = sK + kStages * Traits::kTileBytesKV;  // same
-  uint64_t* bars = reinterpret_cast<uint64_t*>(sV + kStages * Traits::kTileBytesKV);
+  unsigned char* sQ = smem;                                // kPanels x (kBlockM rows)
+  unsigned char* sK = sQ + Traits::kTileBytesQ;            // kStages x kPanels x (kBlockN rows)
+  unsigned char* sV = sK + kStages * Traits::kTileBytesK;  // kStages x kPanelsV x (kBlockN rows)
+  uint64_t* bars = reinterpret_cast<uint64_t*>(sV + kStages * Traits::kTileBytesV);
   const Ring ring{bars, bars + 1, bars + 1 + kStages, bars + 1 + 2 * kStages, bars + 1 + 3 * kStages,
                   bars + 1 + 4 * kStages};
   // Only with kDynamicTiles (kBarriers counts them).
@@ -453,20 +454,20 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
       const auto load_k = [&](int n_block, int index) {
         const int stage = index % kStages;
         ptx::mbarrier_wait(&ring.k_empty[stage], ((index / kStages) & 1) ^ 1);
-        ptx::mbarrier_arrive_expect_tx(&ring.k_full[stage], Traits::kTileBytesKV);
+        ptx::mbarrier_arrive_expect_tx(&ring.k_full[stage], Traits::kTileBytesK);
 #pragma unroll
         for (int panel = 0; panel < Traits::kPanels; ++panel) {
-          ptx::tma_load_4d(sK + stage * Traits::kTileBytesKV + panel * Traits::kPanelBytesKV, &kp.k,
+          ptx::tma_load_4d(sK + stage * Traits::kTileBytesK + panel * Traits::kPanelBytesKV, &kp.k,
                            &ring.k_full[stage], 64 * panel, int(w.row0_k) + n_block * kBlockN, head_k, map_batch);
         }
       };
       const auto load_v = [&](int n_block, int index) {
         const int stage = index % kStages;
         ptx::mbarrier_wait(&ring.v_empty[stage], ((index / kStages) & 1) ^ 1);
-        ptx::mbarrier_arrive_expect_tx(&ring.v_full[stage], Traits::kTileBytesKV);
+        ptx::mbarrier_arrive_expect_tx(&ring.v_full[stage], Traits::kTileBytesV);
 #pragma unroll
-        for (int panel = 0; panel < Traits::kPanels; ++panel) {
-          ptx::tma_load_4d(sV + stage * Traits::kTileBytesKV + panel * Traits::kPanelBytesKV, &kp.v,
+        for (int panel = 0; panel < Traits::kPanelsV; ++panel) {
+          ptx::tma_load_4d(sV + stage * Traits::kTileBytesV + panel * Traits::kPanelBytesKV, &kp.v,
                            &ring.v_full[stage], 64 * panel, int(w.row0_k) + n_block * kBlockN, head_k, map_batch);
         }
       };
@@ -514,13 +515,13 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
   // With modifiers the scores are already in log2 units after modify_scores.
   const float scale_log2 = Traits::kMods ? 1.0f : params.scale_log2;
   // Descriptors: Q and K are K-major (their rows hold head-dim elements), V MN-major (the head
-  // dim, P V's N, is contiguous; the leading offset steps one 64-column panel).
+  // dim, P V's N = kHeadDimV, is contiguous; the leading offset steps one 64-column panel).
   const uint64_t q_desc = ptx::smem_desc(ptx::smem_u32(sQ + wg_row0 * Traits::kRowBytes), 16, 1024,
                                          ptx::SmemSwizzle::k128B);
   const uint64_t k_desc0 = ptx::smem_desc(ptx::smem_u32(sK), 16, 1024, ptx::SmemSwizzle::k128B);
   const uint64_t v_desc0 = ptx::smem_desc(ptx::smem_u32(sV), Traits::kPanelBytesKV, 1024, ptx::SmemSwizzle::k128B);
-  const auto k_desc = [&](int stage) { return ptx::desc_advance(k_desc0, stage * Traits::kTileBytesKV); };
-  const auto v_desc = [&](int stage) { return ptx::desc_advance(v_desc0, stage * Traits::kTileBytesKV); };
+  const auto k_desc = [&](int stage) { return ptx::desc_advance(k_desc0, stage * Traits::kTileBytesK); };
+  const auto v_desc = [&](int stage) { return ptx::desc_advance(v_desc0, stage * Traits::kTileBytesV); };
   const Turns<Traits> turns{consumer};
   // The last warpgroup hands the first turn to warpgroup 0.
   if (consumer == Traits::kConsumers - 1) turns.pass();

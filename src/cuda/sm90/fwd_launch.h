@@ -34,7 +34,7 @@ Status run_fwd(const ForwardParams& params, cudaStream_t stream) {
       !s.ok()) {
     return Status::NotSupported("k: " + s.message());
   }
-  if (Status s = make_operand_map(&kp.v, params.v, params.dtype, Traits::kHeadDim, rows_k, params.heads_k,
+  if (Status s = make_operand_map(&kp.v, params.v, params.dtype, Traits::kHeadDimV, rows_k, params.heads_k,
                                   map_batch, params.v_strides, Traits::kBlockN);
       !s.ok()) {
     return Status::NotSupported("v: " + s.message());

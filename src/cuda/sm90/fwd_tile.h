@@ -1,0 +1,78 @@
+// Tile choices of the Hopper (sm90a) forward (fwd_traits.h), and the shared-memory and register
+// algebra behind them. Host-safe (no CUDA headers): tests/cpp/test_sm90_layout.cpp checks every
+// instantiated tile against the limits without a GPU.
+#pragma once
+
+#include <cstddef>
+
+namespace flashattn::cuda::sm90 {
+
+struct FwdTile {
+  int consumers;   // consumer warpgroups; each owns 64 query rows, so block_m = 64 * consumers
+  int block_n;     // keys per K/V tile (the N of S = Q K^T, a multiple of 16)
+  int stages;      // K/V tiles in flight (each stage holds one K and one V tile)
+  bool ping_pong;  // consumers take turns issuing their products (fwd_kernel.h, Turns)
+};
+
+// Per head dim (and mask). Registers per consumer thread: O takes head_dim_v / 2 floats, S
+// block_n / 2 and P (16-bit pairs) block_n / 4, under the 240 that setmaxnreg gives two consumer
+// warpgroups (160 for three). Shared memory: Q (block_m x d) + stages x (K (block_n x d) + V
+// (block_n x d_v)), 16-bit, within 227 KB. Measured on H200 (bf16, forward, 1k-16k, against the
+// 128 x 128 ping-pong tile; dev/results/h200-2026-12-01-ab-sm90a-*.json):
+//  - d64: three consumer warpgroups (192 x 128, 2 stages: 24 + 64 KB; O 32 + S 64 + P 32
+//    registers of 160): +16-23% from 2k up (544 against 453 TFLOP/s at 16k), +6% at 1k, -3% at
+//    1k causal. 128 x 192 with two: -8% to +3%.
+//  - d128 without a mask: 128 x 176, 2 stages (32 + 176 KB): +1.5-5% from 8k up (710 against 678
+//    at 16k). With a window or causal mask 128 x 128 (32 + 128 KB): 176 lost 7% at 1k causal
+//    and gained 4% at 16k causal, and short causal rows are the weaker ones.
+//  - d192 (head_dim_v 192): 128 x 112, 2 stages: 48 + 168 KB; O 96 + S 56 + P 28 registers. The
+//    largest N that fits; not swept.
+//  - d192 with head_dim_v 128 (DeepSeek-V3 prefill; issue 19): 128 x 128, 2 stages, every mask:
+//    48 + 2 x (48 + 32) = 208 KB; O 64 + S 64 + P 32 registers (the d128 masked tile's count).
+//    The largest N that fits: 144 needs 48 + 2 x 90 = 228 KB plus the 1 KB alignment; 3 stages
+//    fit only N <= 80. Not run on a GPU yet (dev/NOTES.md, "Hopper forward at 192/128").
+//  - d256: 128 x 80, 2 stages: 64 + 160 KB (the most that fits); O 128 + S 40 + P 20. Not swept.
+//  - Ping-pong (turns between the consumers): +1-3% at d128 (ab-sm90a-nopp128).
+constexpr FwdTile fwd_tile(int head_dim, int head_dim_v, bool windowed) {
+#if defined(FLASHATTN_DEV_SM90_BN)
+  // dev/ experiments: -DFLASHATTN_DEV_SM90_{HDIM,CONSUMERS,BN,STAGES,PINGPONG}=... replace the
+  // tile of head dim FLASHATTN_DEV_SM90_HDIM (and head_dim_v FLASHATTN_DEV_SM90_HDIMV, default
+  // the same).
+#if !defined(FLASHATTN_DEV_SM90_HDIMV)
+#define FLASHATTN_DEV_SM90_HDIMV FLASHATTN_DEV_SM90_HDIM
+#endif
+  if (head_dim == FLASHATTN_DEV_SM90_HDIM && head_dim_v == FLASHATTN_DEV_SM90_HDIMV) {
+    return {FLASHATTN_DEV_SM90_CONSUMERS, FLASHATTN_DEV_SM90_BN, FLASHATTN_DEV_SM90_STAGES, FLASHATTN_DEV_SM90_PINGPONG != 0};
+  }
+#endif
+  if (head_dim == 192 && head_dim_v == 128) return {2, 128, 2, true};
+  if (head_dim <= 64) return {3, 128, 2, true};
+  if (head_dim <= 128) return windowed ? FwdTile{2, 128, 2, true} : FwdTile{2, 176, 2, true};
+  if (head_dim <= 192) return {2, 112, 2, true};
+  return {2, 80, 2, true};
+}
+
+// The dynamic shared memory a CTA may use on sm90 (227 KB).
+constexpr size_t kFwdSmemLimit = 232448;
+
+// Shared memory of the forward kernel (FwdTraits::kSmemBytes): the 1024-byte alignment of the
+// dynamic base, Q, the K/V ring, `barriers` mbarriers of 8 bytes, `extra_bytes` after them.
+constexpr size_t fwd_smem_bytes(const FwdTile& t, int head_dim, int head_dim_v, int barriers, int extra_bytes) {
+  const size_t q = size_t(64 * t.consumers) * head_dim * 2;
+  const size_t kv = size_t(t.block_n) * (head_dim + head_dim_v) * 2;
+  return 1024 + q + t.stages * kv + 8 * size_t(barriers) + size_t(extra_bytes);
+}
+
+// The most FwdTraits ever adds after the ring: the Q, K and V barriers, the tile feed's four
+// barriers and two slots (kDynamicTiles), one pin slot per consumer warp (kPinSoftmax).
+constexpr size_t fwd_smem_bound(const FwdTile& t, int head_dim, int head_dim_v) {
+  return fwd_smem_bytes(t, head_dim, head_dim_v, 2 + 4 * t.stages + 4 + 1, 16 * t.consumers);
+}
+
+// Registers of a consumer thread's accumulators (O, S, P), and what setmaxnreg gives it.
+constexpr int fwd_accumulator_regs(const FwdTile& t, int head_dim_v) {
+  return head_dim_v / 2 + t.block_n / 2 + t.block_n / 4;
+}
+constexpr int fwd_consumer_regs(const FwdTile& t) { return t.consumers == 3 ? 160 : 240; }
+
+}  // namespace flashattn::cuda::sm90
