@@ -16,7 +16,10 @@ over 8 KV heads, d128, bf16), sparse (block-sparse forward: a random mask of --b
 blocks kept with probability --block-density, one row per density, bf16, d128, 16 heads, seqlen
 16k, batch 16k/seqlen; peers flashattn (block_mask=) and flex = PyTorch FlexAttention compiled
 (torch.compile(flex_attention)) on the same blocks as a BlockMask of full blocks; figures are
-effective TFLOP/s, the FLOPs of the kept blocks). --block-density alone selects the sparse suite.
+effective TFLOP/s, the FLOPs of the kept blocks), dsv3 (DeepSeek-V3 prefill: head_dim 192 for q/k,
+head_dim_v 128 for v and out, bf16, 16 heads, batch = 16k/seqlen, seqlen 1k..16k, causal or not;
+SDPA takes a v of another width, a peer that refuses it gets {"error": ...}). --block-density alone
+selects the sparse suite.
 --dtypes/--head-dims/--seqlens keep a subset of a suite's rows.
 mla (DeepSeek-V3 MLA decode: one query token, head_dim 576 / head_dim_v 512, one latent KV head,
 bf16, batch {1, 8, 32, 64} x cache {4k, 8k, 32k} x query heads {16, 128}): entries
@@ -27,8 +30,8 @@ a sanity line). SDPA is left out: its GQA path expands the single KV head to eve
 (128 x the cache). Figures: us, TB/s of cache bytes read (the latent cache once: 576 columns;
 separate: 576 + 512), TFLOP/s of 2 * b * h * sk * (576 + 512).
 
-FLOPs: forward 4*B*H*Nq*Nk*d (halved for causal when Nq == Nk); backward 2.5x forward;
-forward+backward 3.5x forward. Times: CUDA events around one call (a GPU sleep queued first, so
+FLOPs: forward 2*B*H*Nq*Nk*(d + dv), i.e. 4*B*H*Nq*Nk*d when dv = d (halved for causal when
+Nq == Nk); backward 2.5x forward; forward+backward 3.5x forward. Times: CUDA events around one call (a GPU sleep queued first, so
 host dispatch is hidden; --timing eager drops it), median of --repeats after warm-up, fresh
 random inputs per peer. bwd = torch.autograd.grad of a saved output (no gradient
 accumulation); fwd+bwd = forward with autograd recording, then that backward, timed as one.
@@ -82,7 +85,7 @@ DESCRIPTIONS = {
     "flex": "torch FlexAttention, torch.compile(flex_attention) with a BlockMask of the same blocks, all full "
             "(sparse suite only)",
 }
-FLOPS_NOTE = "fwd 4*B*H*Nq*Nk*d (causal /2), bwd 2.5x fwd, fwdbwd 3.5x fwd; TFLOP/s"
+FLOPS_NOTE = "fwd 2*B*H*Nq*Nk*(d + dv) = 4*B*H*Nq*Nk*d at dv = d (causal /2), bwd 2.5x fwd, fwdbwd 3.5x fwd; TFLOP/s"
 TIMING_NOTE = ("CUDA events around one call, median of repeats after 5 warm-up calls; timing 'device': a GPU "
                "sleep queued before the start event hides host dispatch, 'eager': it does not; bwd: "
                "autograd.grad of a saved output; fwdbwd: forward + backward as one timed call; *_graph: CUDA "
@@ -91,13 +94,15 @@ TIMING_NOTE = ("CUDA events around one call, median of repeats after 5 warm-up c
 
 # ---- helpers that need no torch ----------------------------------------------------------------
 
-def flops(b, h, sq, sk, d, causal):
-    f = 4.0 * b * h * sq * sk * d
+def flops(b, h, sq, sk, d, causal, dv=None):
+    """Forward FLOPs: S = Q K^T (2 * d per score) and O = P V (2 * dv per score); dv defaults to d."""
+    f = 2.0 * b * h * sq * sk * (d + (d if dv is None else dv))
     return f / 2 if causal and sq == sk else f
 
 
 def suite_rows(suite, dtypes=None, head_dims=None, seqlens=None):
-    """The (dtype, d, n, causal) rows of an attention suite, optionally filtered."""
+    """The (dtype, d, n, causal) rows of an attention suite, optionally filtered. A row may also
+    carry dv (head_dim_v, default d) and heads (default 2048 / d)."""
     if suite == "quick":
         rows = [dict(dtype="bf16", d=d, n=n, causal=causal) for d, n, causal in (
             (128, 2048, False), (128, 16384, False), (128, 16384, True), (64, 16384, False), (256, 16384, False))]
@@ -108,6 +113,9 @@ def suite_rows(suite, dtypes=None, head_dims=None, seqlens=None):
     elif suite == "full":
         rows = [dict(dtype=dtype, d=d, n=n, causal=causal) for dtype in ("bf16", "fp16") for d in (64, 128, 256)
                 for n in (512, 1024, 2048, 4096, 8192, 16384) for causal in (False, True)]
+    elif suite == "dsv3":  # DeepSeek-V3 prefill (issue 19): q/k 192, v/out 128, 16 heads
+        rows = [dict(dtype="bf16", d=192, dv=128, heads=16, n=n, causal=causal)
+                for n in (1024, 2048, 4096, 8192, 16384) for causal in (False, True)]
     else:
         raise ValueError(f"suite_rows: no attention rows for suite {suite!r}")
     return [r for r in rows if (not dtypes or r["dtype"] in dtypes) and (not head_dims or r["d"] in head_dims)
@@ -160,7 +168,8 @@ def add_rates(result, fl):
 
 def format_row(row):
     """One console line: TFLOP/s fwd/bwd/fwd+bwd per peer, then ours vs FA2 and cuDNN."""
-    parts = [f"{row['dtype']} d{row['d']} n{row['n']} {'causal' if row['causal'] else 'full  '}"]
+    dims = f"d{row['d']}" + (f"/{row['dv']}" if row.get("dv", row["d"]) != row["d"] else "")
+    parts = [f"{row['dtype']} {dims} n{row['n']} {'causal' if row['causal'] else 'full  '}"]
     for name in IMPLS + OPT_IN_IMPLS:
         r = row.get(name)
         if not isinstance(r, dict):
@@ -463,15 +472,18 @@ def attention_impls(names, math_max_seqlen=4096, softcap=0.0, kv_dtype="bf16"):
     return impls, unavailable
 
 
-def bench_row(impl, b, h, hk, sq, sk, d, causal, dtype, backward, repeats, graph=False):
-    """{"fwd_ms", ["bwd_ms", "fwdbwd_ms"], ["fwd_ms_graph"]} for one peer and shape."""
+def bench_row(impl, b, h, hk, sq, sk, d, causal, dtype, backward, repeats, graph=False, dv=None):
+    """{"fwd_ms", ["bwd_ms", "fwdbwd_ms"], ["fwd_ms_graph"]} for one peer and shape (v and out
+    dv wide, default d)."""
     import torch
+    dv = d if dv is None else dv
     shape_q = (b, sq, h, d) if impl.layout == "bshd" else (b, h, sq, d)
     shape_k = (b, sk, hk, d) if impl.layout == "bshd" else (b, hk, sk, d)
+    shape_v = shape_k[:-1] + (dv,)
     grad_inputs = backward and impl.backward
     q = torch.randn(shape_q, device="cuda", dtype=dtype, requires_grad=grad_inputs)
     k = torch.randn(shape_k, device="cuda", dtype=dtype, requires_grad=grad_inputs)
-    v = torch.randn(shape_k, device="cuda", dtype=dtype, requires_grad=grad_inputs)
+    v = torch.randn(shape_v, device="cuda", dtype=dtype, requires_grad=grad_inputs)
     result = {}
     with torch.no_grad():
         result["fwd_ms"] = median_ms(lambda: impl.fn(q, k, v, causal), repeats)
@@ -492,17 +504,18 @@ def bench_row(impl, b, h, hk, sq, sk, d, causal, dtype, backward, repeats, graph
     return result
 
 
-def measure(impl, name, shape, dtype, backward, repeats, graph=False):
-    """Runs bench_row for one peer and shape (b, h, hk, sq, sk, d, causal), turning a peer's
-    refusal or an out-of-memory error into {"skipped": ...} or {"error": ...}."""
+def measure(impl, name, shape, dtype, backward, repeats, graph=False, dv=None):
+    """Runs bench_row for one peer and shape (b, h, hk, sq, sk, d, causal; v dv wide), turning a
+    peer's refusal or an out-of-memory error into {"skipped": ...} or {"error": ...}."""
     import torch
     b, h, hk, sq, sk, d, causal = shape
     reason = impl.skip(b, h, hk, sq, sk, dtype)
     if reason:
         return {"skipped": reason}
     try:
-        return bench_row(impl, b, h, hk, sq, sk, d, causal, dtype, backward, repeats, graph)
-    except (RuntimeError, ValueError, TypeError, NotImplementedError) as e:  # a peer without this shape
+        return bench_row(impl, b, h, hk, sq, sk, d, causal, dtype, backward, repeats, graph, dv)
+    # A peer without this shape (AssertionError: peers that assert their head dims, e.g. at dv != d).
+    except (RuntimeError, ValueError, TypeError, NotImplementedError, AssertionError) as e:
         return {"error": short_error(e)}
     finally:
         if name == "sdpa_math":
@@ -514,12 +527,13 @@ def run_attention_suite(rows_cfg, impls, repeats, backward, save=lambda rows: No
     rows = []
     for cfg in rows_cfg:
         d, n, causal = cfg["d"], cfg["n"], cfg["causal"]
-        b, h = 16384 // n, 2048 // d
+        dv = cfg.get("dv", d)
+        b, h = 16384 // n, cfg.get("heads", 2048 // d)
         dtype = torch.bfloat16 if cfg["dtype"] == "bf16" else torch.float16
         row = dict(cfg, batch=b, heads=h)
-        fl = flops(b, h, n, n, d, causal)
+        fl = flops(b, h, n, n, d, causal, dv)
         for name, impl in impls.items():
-            r = measure(impl, name, (b, h, h, n, n, d, causal), dtype, backward, repeats)
+            r = measure(impl, name, (b, h, h, n, n, d, causal), dtype, backward, repeats, dv=dv)
             row[name] = add_rates(r, fl) if "fwd_ms" in r else r
         rows.append(row)
         save(rows)
@@ -775,7 +789,7 @@ def float_list(text):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--suite", choices=("quick", "issue3", "full", "decode", "sparse", "mla"),
+    ap.add_argument("--suite", choices=("quick", "issue3", "full", "dsv3", "decode", "sparse", "mla"),
                     help="default quick, or sparse when --block-density is given")
     ap.add_argument("--block-density", type=float_list,
                     help="sparse suite: comma-separated fractions of kept blocks, e.g. 0.1 or 1,0.5,0.1 "

@@ -2,7 +2,8 @@
 # On the GPU machine (device tool): build with all cores, run the GPU tests (C++ and Python),
 # benchmark against PyTorch SDPA (cuDNN and flash backends) in the same process, write logs and
 # JSON under $OUT, and print a short table last.
-#   SUITE=quick|full|decode|mla|none   benchmark suite (default quick); several: SUITE="quick decode"
+#   SUITE=quick|full|dsv3|decode|mla|none   benchmark suite (default quick); several: SUITE="quick decode"
+#                                  (dsv3: DeepSeek-V3 prefill, head_dim 192 / head_dim_v 128, needs 192 built)
 #   BENCH_ARGS="--impls a,b"       extra bench.py arguments
 #   SANITIZE=1                     also run compute-sanitizer memcheck, racecheck, synccheck on a reduced set
 #                                  (SANITIZE=kvcache: only the KV-cache memcheck and racecheck;

@@ -1,6 +1,10 @@
 // head_dim_v != head_dim (issue 19) on every backend. The CPU backend runs any pair; the CUDA
 // backend runs a pair as the same-d problem at D = the smallest built head dim >= both, on
-// zero-padded copies of the side narrower than D (docs/SEMANTICS.md, "Head dims on CUDA"):
+// zero-padded copies of the side narrower than D (docs/SEMANTICS.md, "Head dims on CUDA"),
+// except the forward at 192/128 where the Hopper forward takes it: that runs unpadded on its own
+// kernels (sm90 FwdTraits kHeadDimV), and its backward pads the out it wrote. ctest runs this
+// file under FLASHATTN_CUDA_PATH=auto and =sm90 (scripts/gpu-check.sh); under sm90 every 192/128
+// case without dropout or requested splits reaches those kernels, whatever its length.
 //   * PairsMatchTheReference: forward and backward (O, LSE, dQ, dK, dV, dsink) against the
 //     float64 reference at the pairs models use (192/128) and at pairs that pad either side
 //     (128/64: v-side; 64/128: q-side; 80/48: both), with ragged lengths, causal and windows,
@@ -71,6 +75,21 @@ std::vector<Case> cases() {
   s = ProblemSpec::dense(D::kFloat16, 2, 64, 129, 4, 4, 192, 128);
   s.layout = Layout::kHeadMajor;
   add("192_128_head_major_f16", s);
+  // The Hopper 192/128 kernels' other variants: a window (the dynamic tile feed) with GQA and
+  // ragged lengths; softcap and ALiBi without dropout (FwdTraits kMods); a varlen batch with an
+  // empty sequence and a sink, no mask (fixed rounds).
+  s = ProblemSpec::dense(D::kBFloat16, 1, 180, 257, 4, 2, 192, 128);
+  s.window_left = 100, s.window_right = 0;
+  add("192_128_window_gqa_bf16", s);
+  s = ProblemSpec::dense(D::kFloat16, 1, 129, 257, 2, 1, 192, 128);
+  s.softcap = 5.0f, s.alibi = Alibi::kHeads, s.causal = true;
+  add("192_128_softcap_alibi_causal_f16", s);
+  s = ProblemSpec{};
+  s.dtype = D::kFloat16, s.varlen = true;
+  s.seqlens_q = {150, 0, 130, 3}, s.seqlens_k = {129, 40, 150, 1};
+  s.heads = 4, s.heads_k = 1, s.head_dim = 192, s.head_dim_v = 128;
+  s.sink = Sink::kRandom;
+  add("192_128_varlen_sink_mqa_f16", s);
 
   // head_dim_v < head_dim at a size the Hopper forward has (CUDA: run at 128, so the sm90
   // kernels may take the padded call).
@@ -199,7 +218,11 @@ bool run_cuda(const ProblemSpec& spec, const HostProblem& host, RunResult* r, st
 
 // One per padded side and path: v-side (192/128 causal GQA with a sink; 128/64 long enough that
 // the sm90 forward takes it in the default mode; the decode fold with split-KV), q-side
-// (64/128 varlen), both (80/48). Deterministic, so that dQ is reproducible.
+// (64/128 varlen), both (80/48). Deterministic, so that dQ is reproducible. The 192/128 cases
+// request key splits, which keep their forward on the padded sm80 path in every mode: without
+// them FLASHATTN_CUDA_PATH=sm90 runs 192/128 on its own kernels, unpadded, with 128-key blocks
+// against the padded d192 kernel's 112 (the same values, not the same bits; the reference
+// cases above check it).
 std::vector<Case> bitwise_cases() {
   std::vector<Case> cs;
   uint32_t seed = 19500;
@@ -210,8 +233,8 @@ std::vector<Case> bitwise_cases() {
   };
   using D = DType;
   ProblemSpec s = ProblemSpec::dense(D::kBFloat16, 1, 300, 129, 4, 2, 192, 128);
-  s.causal = true, s.sink = Sink::kRandom;
-  add("192_128_causal_sink", s);
+  s.causal = true, s.sink = Sink::kRandom, s.num_splits = 2;
+  add("192_128_causal_sink_splits", s);
   s = ProblemSpec::dense(D::kBFloat16, 2, 1024, 1537, 16, 4, 128, 64);
   s.causal = true;
   add("128_64_long_causal", s);

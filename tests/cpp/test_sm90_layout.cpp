@@ -1,12 +1,16 @@
 // Host-side algebra of the Hopper forward (src/cuda/sm90, src/cuda/ptx/smem_desc.h), checked
-// without a GPU: the wgmma shared-memory descriptor fields, and the persistent tile order (every
+// without a GPU: the wgmma shared-memory descriptor fields, the persistent tile order (every
 // tile visited exactly once, heaviest query blocks first within a group of planes, and every
-// tile taken by exactly one CTA over the alternating rounds).
+// tile taken by exactly one CTA over the alternating rounds), and the tiles of fwd_tile.h (every
+// instantiated (head_dim, head_dim_v, mask) fits shared memory and registers; 192 / 128 takes the
+// largest key block that fits).
 #include <gtest/gtest.h>
 
+#include <string>
 #include <vector>
 
 #include "cuda/ptx/smem_desc.h"
+#include "cuda/sm90/fwd_tile.h"
 #include "cuda/sm90/tile_order.h"
 
 namespace {
@@ -14,8 +18,10 @@ namespace {
 using flashattn::ptx::desc_advance;
 using flashattn::ptx::smem_desc;
 using flashattn::ptx::SmemSwizzle;
+using flashattn::cuda::sm90::FwdTile;
 using flashattn::cuda::sm90::TileCoord;
 using flashattn::cuda::sm90::TileOrder;
+namespace sm90 = flashattn::cuda::sm90;
 
 TEST(Sm90Descriptor, FieldsSitWhereThePtxIsaPutsThem) {
   // Start address 0x2400 (bits 0-13, 16-byte units), leading offset 16 (bits 16-29), stride
@@ -87,6 +93,48 @@ TEST(Sm90TileOrder, AlternatingRoundsGiveEveryTileToOneCta) {
   EXPECT_EQ(order.cta_tile(0, 0, 132), 0);
   EXPECT_EQ(order.cta_tile(1, 0, 132), 263);
   EXPECT_EQ(order.cta_tile(1, 131, 132), 132);
+}
+
+// The (head_dim, head_dim_v) pairs tools/gen_instantiations.py writes sm90 forward kernels for.
+constexpr int kFwdPairs[][2] = {{64, 64}, {128, 128}, {192, 192}, {256, 256}, {192, 128}};
+
+TEST(Sm90FwdTile, EveryInstantiatedTileFitsSharedMemoryAndRegisters) {
+  for (const auto& pair : kFwdPairs) {
+    for (bool windowed : {false, true}) {
+      const int d = pair[0], dv = pair[1];
+      SCOPED_TRACE(std::to_string(d) + "/" + std::to_string(dv) + (windowed ? " window" : " no mask"));
+      const FwdTile t = sm90::fwd_tile(d, dv, windowed);
+      EXPECT_EQ(t.block_n % 16, 0) << "P V takes 16 keys per k-step";
+      EXPECT_EQ(t.block_n * 128 % 1024, 0) << "K/V panels start on the swizzle period";
+      EXPECT_LE(sm90::fwd_smem_bound(t, d, dv), sm90::kFwdSmemLimit);
+      // The accumulators leave at least 32 registers for addresses, row statistics and loop state.
+      EXPECT_LE(sm90::fwd_accumulator_regs(t, dv) + 32, sm90::fwd_consumer_regs(t));
+      // setmaxnreg: 128 producer threads at 24 plus the consumers within the SM's 65536.
+      EXPECT_LE(128 * 24 + 128 * t.consumers * sm90::fwd_consumer_regs(t), 65536);
+    }
+  }
+}
+
+TEST(Sm90FwdTile, HeadDim192V128TakesTheLargestKeyBlockThatFits) {
+  for (bool windowed : {false, true}) {
+    const FwdTile t = sm90::fwd_tile(192, 128, windowed);
+    EXPECT_EQ(t.consumers, 2);
+    EXPECT_EQ(t.block_n, 128);
+    EXPECT_EQ(t.stages, 2);
+    EXPECT_TRUE(t.ping_pong);
+    // Q 128 x 192, two stages of K 128 x 192 and V 128 x 128, 16-bit: 48 + 2 x (48 + 32) KB.
+    EXPECT_EQ(sm90::fwd_smem_bytes(t, 192, 128, 0, 0), 1024u + 49152u + 2u * (49152u + 32768u));
+    // 16 more keys, or a third stage, do not fit.
+    EXPECT_GT(sm90::fwd_smem_bytes(FwdTile{2, t.block_n + 16, 2, true}, 192, 128, 0, 0), sm90::kFwdSmemLimit);
+    EXPECT_GT(sm90::fwd_smem_bytes(FwdTile{2, t.block_n, 3, true}, 192, 128, 0, 0), sm90::kFwdSmemLimit);
+    // O 64 + S 64 + P 32, fewer than the padded d192 tile's O 96 + S 56 + P 28.
+    EXPECT_EQ(sm90::fwd_accumulator_regs(t, 128), 160);
+    EXPECT_LT(sm90::fwd_accumulator_regs(t, 128), sm90::fwd_accumulator_regs(sm90::fwd_tile(192, 192, windowed), 192));
+  }
+  // The same-d tiles are those of their head dim, whatever the 192 / 128 entry says.
+  EXPECT_EQ(sm90::fwd_tile(192, 192, false).block_n, 112);
+  EXPECT_EQ(sm90::fwd_tile(128, 128, false).block_n, 176);
+  EXPECT_EQ(sm90::fwd_tile(128, 128, true).block_n, 128);
 }
 
 }  // namespace

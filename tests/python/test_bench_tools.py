@@ -81,12 +81,21 @@ def test_suite_rows_and_filters():
     assert [(r["dtype"], r["d"], r["n"]) for r in some] == [("bf16", 128, 2048)] * 2 + [("bf16", 128, 16384)] * 2
     with pytest.raises(ValueError):
         bench.suite_rows("decode")
+    dsv3 = bench.suite_rows("dsv3")
+    assert len(dsv3) == 5 * 2
+    assert {(r["d"], r["dv"], r["heads"]) for r in dsv3} == {(192, 128, 16)}
+    assert {r["n"] for r in dsv3} == {1024, 2048, 4096, 8192, 16384}
+    assert len(bench.suite_rows("dsv3", head_dims=[192], seqlens=[8192])) == 2
 
 
 def test_flops_and_rates():
     assert bench.flops(2, 3, 5, 7, 11, False) == 4 * 2 * 3 * 5 * 7 * 11
     assert bench.flops(2, 3, 5, 5, 11, True) == 4 * 2 * 3 * 5 * 5 * 11 / 2
     assert bench.flops(2, 3, 5, 7, 11, True) == 4 * 2 * 3 * 5 * 7 * 11  # Nq != Nk: not halved
+    # head_dim_v != head_dim: Q K^T at d, P V at dv; dv = d is the formula above.
+    assert bench.flops(2, 3, 5, 7, 192, False, 128) == 2 * 2 * 3 * 5 * 7 * (192 + 128)
+    assert bench.flops(2, 3, 5, 5, 192, True, 128) == 2 * 2 * 3 * 5 * 5 * (192 + 128) / 2
+    assert bench.flops(2, 3, 5, 7, 11, False, 11) == bench.flops(2, 3, 5, 7, 11, False)
     r = bench.add_rates({"fwd_ms": 2.0, "bwd_ms": 4.0, "fwdbwd_ms": 7.0}, 1e12)
     assert r["fwd_tflops"] == pytest.approx(500.0)
     assert r["bwd_tflops"] == pytest.approx(625.0)
@@ -98,6 +107,7 @@ def test_format_row_lists_every_peer_and_ratios():
     row = fixture("bench_v2_full.json")["rows"][0]
     line = bench.format_row(row)
     assert line.startswith("bf16 d128 n1024 full")
+    assert bench.format_row(dict(row, d=192, dv=128)).startswith("bf16 d192/128 n1024 full")
     assert "flashattn 111/123/135" in line
     assert "sdpa_efficient n/a" in line
     assert "triton 156/-/-" in line

@@ -410,8 +410,10 @@ def test_long_broadcast_kv_over_batch():
 # The CUDA backend runs such a call at D = the smallest built head dim >= both, on zero-padded
 # copies of the narrow side (v, out, dout, dv when head_dim_v < D; q, k, dq, dk when head_dim < D),
 # and copies the first columns back (docs/SEMANTICS.md, "Head dims on CUDA"). 128/64 runs at
-# 128, where the Hopper forward may take it; scripts/gpu-check.sh also runs this file with
-# FLASHATTN_CUDA_PATH=sm80 and =sm90.
+# 128, where the Hopper forward may take it. 192/128 is the exception on a Hopper GPU: where the
+# sm90 forward takes the call (every call here under FLASHATTN_CUDA_PATH=sm90; the long ones in
+# the default mode) it runs unpadded on its own kernels, and the backward pads the out it wrote.
+# scripts/gpu-check.sh also runs this file with FLASHATTN_CUDA_PATH=sm80 and =sm90.
 HDV_PAIRS = [(192, 128), (128, 64), (64, 128), (256, 128), (80, 48)]
 
 
@@ -471,20 +473,55 @@ def test_head_dim_v_varlen_matches_float64(d, dv):
                                      ATOL[torch.bfloat16] * (1 if name == "out" else 4))
 
 
-@pytest.mark.parametrize("d,dv", [(192, 128), (128, 64)])
-@pytest.mark.parametrize("mask", ["none", "causal"])
-def test_head_dim_v_long_forward_and_backward_match_float64(d, dv, mask):
-    # Grids that fill the GPU and ragged tiles: at 128/64 the padded call is one the Hopper
-    # forward takes in the default mode; the backward runs the sm80 kernels at D.
+@pytest.mark.parametrize("d,dv,mask,dtype", [
+    (192, 128, "none", torch.bfloat16), (192, 128, "causal", torch.bfloat16), (192, 128, "window", torch.bfloat16),
+    (192, 128, "none", torch.float16), (192, 128, "causal", torch.float16),
+    (128, 64, "none", torch.bfloat16), (128, 64, "causal", torch.bfloat16)], ids=str)
+def test_head_dim_v_long_forward_and_backward_match_float64(d, dv, mask, dtype):
+    # Grids that fill the GPU and ragged tiles: in the default mode on a Hopper GPU, 192/128 runs
+    # on the sm90 forward's own 192/128 kernels (no mask: fixed rounds; causal and window: the
+    # tile feed) and 128/64's padded call is one the Hopper forward takes; the backward runs
+    # the sm80 kernels at D on the padded out and dout.
     s = dict(b=2, sq=1000, sk=1537, h=16, hk=4, d=d)
-    q, k, v, dout = make_dv(s, dv, torch.bfloat16, seed=21)
+    q, k, v, dout = make_dv(s, dv, dtype, seed=21)
     causal = mask == "causal"
-    check(lambda q, k, v: flashattn.flash_attn_func(q, k, v, causal=causal, deterministic=True),
-          lambda q, k, v: torch_ref.attention(q, k, v, causal=causal)[0],
-          [q, k, v], dout, torch.bfloat16)
-    out, lse, _ = flashattn.flash_attn_func(q, k, v, causal=causal, return_attn_probs=True)
-    ref_lse = torch_ref.attention(q.double(), k.double(), v.double(), causal=causal)[1]
+    window = (300, 40) if mask == "window" else (-1, -1)
+    check(lambda q, k, v: flashattn.flash_attn_func(q, k, v, causal=causal, window_size=window, deterministic=True),
+          lambda q, k, v: torch_ref.attention(q, k, v, causal=causal, window=window)[0],
+          [q, k, v], dout, dtype)
+    out, lse, _ = flashattn.flash_attn_func(q, k, v, causal=causal, window_size=window, return_attn_probs=True)
+    ref_lse = torch_ref.attention(q.double(), k.double(), v.double(), causal=causal, window=window)[1]
     np.testing.assert_allclose(torch_ref.to_numpy(lse), torch_ref.to_numpy(ref_lse), rtol=0, atol=1e-3)
+
+
+def test_head_dim_v_192_128_long_varlen_gqa_matches_float64():
+    # DeepSeek-V3's shape packed: ragged sequences (one empty, one of a single token) long enough
+    # that the default mode runs the sm90 192/128 kernels (no key splits), causal, GQA 4:1;
+    # values and gradients per sequence against float64.
+    lens_q, lens_k, h, hk, d, dv = [1000, 1, 0, 1537], [1537, 700, 9, 1537], 16, 4, 192, 128
+    g = torch.Generator(device=DEV).manual_seed(23)
+    def r(*shape):
+        return torch.randn(*shape, generator=g, device=DEV, dtype=torch.bfloat16)
+    q, k, v, dout = r(sum(lens_q), h, d), r(sum(lens_k), hk, d), r(sum(lens_k), hk, dv), r(sum(lens_q), h, dv)
+    cu_q = torch.tensor(np.cumsum([0] + lens_q), dtype=torch.int32, device=DEV)
+    cu_k = torch.tensor(np.cumsum([0] + lens_k), dtype=torch.int32, device=DEV)
+    ours = torch_ref.values_and_grads(
+        lambda q, k, v: flashattn.flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(lens_q), max(lens_k),
+                                                         causal=True, deterministic=True),
+        [q, k, v], dout)
+    for i in range(len(lens_q)):
+        sq = slice(int(cu_q[i]), int(cu_q[i + 1]))
+        sk = slice(int(cu_k[i]), int(cu_k[i + 1]))
+        if lens_q[i] == 0:
+            continue
+        seq = [t[None, s] for t, s in ((q, sq), (k, sk), (v, sk))]
+        fn = lambda q, k, v: torch_ref.attention(q, k, v, causal=True)[0]  # noqa: E731
+        ref = torch_ref.values_and_grads(fn, [t.double() for t in seq], dout[None, sq])
+        naive = torch_ref.values_and_grads(fn, seq, dout[None, sq])
+        for j, name in enumerate(["out", "dq", "dk", "dv"]):
+            rows = sq if name in ("out", "dq") else sk
+            attn_ref.assert_fa_close(f"{name}[{i}]", ours[j][rows][None], ref[j], naive[j],
+                                     ATOL[torch.bfloat16] * (1 if name == "out" else 4))
 
 
 def test_head_dim_v_strided_and_split_kv_forward():
