@@ -63,8 +63,16 @@ struct FwdTraits {
   // {base,pin,pinq}.json): d128 +1.5-4.3% from 1k to 16k (16k 712 -> 727, causal 683 -> 712),
   // d64 +0-2%. At d256 and on the softcap kernels (d64/d128) it moved -1..+2% (one row +3.6%;
   // dev/results/h200-2026-12-01-ab-{hd,sc}-{base,pinall}.json): within noise, so those keep the
-  // unpinned schedule (d192 and 192 / 128 not timed).
-  static constexpr bool kPinSoftmax = kHeadDim <= 128 && !kMods;
+  // unpinned schedule (d192 not timed). 192 / 128 (not timed either) takes the pin: its softmax
+  // is d128's masked tile's (128 x 128 scores) against products of 320 FLOPs per score (d128
+  // 256, d256 512), its P V product and O are d128's (m64n128, 8 k-steps, 64 accumulators), and
+  // its unpinned SASS shows the same hoisted wait (all 66 MUFU.EX2 after it; pinned, all 66
+  // between the two waits, no new spills).
+#if defined(FLASHATTN_DEV_SM90_FWD_PIN_NONE)  // dev/ A/B: no pin anywhere
+  static constexpr bool kPinSoftmax = false;
+#else
+  static constexpr bool kPinSoftmax = (kHeadDim <= 128 || (kHeadDim == 192 && kHeadDimV == 128)) && !kMods;
+#endif
   static constexpr int kPinBytes = kPinSoftmax ? 4 * 4 * kConsumers : 0;  // one float per consumer warp
   // O stored in whole 16-byte chunks after a transpose across each quad (fwd_kernel.h,
   // store_tile): the plain store wrote each 32-byte sector in two halves (ncu at d128 16k: 2.1 M
