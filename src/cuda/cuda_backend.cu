@@ -109,8 +109,9 @@ CudaPath cuda_path() {
 // shape (Q, K 192 wide; V, O 128), and where it takes the call (sm90/fwd.h, fwd_declines) the call
 // runs on them unpadded (native_head_dim_v). Its out and LSE are what the padded call computes
 // (up to rounding: the key blocks differ, 128 against 112), so the backward, which stays padded
-// (sm80 at D = 192: the sm90 backward has no d192 kernel), pads that out and dout as it pads any
-// caller's: the padded columns of both are 0, and D_i = rowsum(dO o O) is unchanged.
+// (at D = 192: the sm90 backward's d192 kernels where they take it, else sm80), pads that out
+// and dout as it pads any caller's: the padded columns of both are 0, and D_i = rowsum(dO o O)
+// is unchanged.
 // kMaxCudaHeadDim bounds both head dims here; forward_kvcache at MLA decode's 576/512 runs on
 // its own kernel (cuda/mla, mla_kvcache below), every other pair above 256 is NotSupported.
 constexpr int kMaxCudaHeadDim = 256;

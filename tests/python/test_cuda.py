@@ -480,8 +480,8 @@ def test_head_dim_v_varlen_matches_float64(d, dv):
 def test_head_dim_v_long_forward_and_backward_match_float64(d, dv, mask, dtype):
     # Grids that fill the GPU and ragged tiles: in the default mode on a Hopper GPU, 192/128 runs
     # on the sm90 forward's own 192/128 kernels (no mask: fixed rounds; causal and window: the
-    # tile feed) and 128/64's padded call is one the Hopper forward takes; the backward runs
-    # the sm80 kernels at D on the padded out and dout.
+    # tile feed) and 128/64's padded call is one the Hopper forward takes; the backward runs at
+    # D on the padded out and dout (sm90 at 192 and 128 where it takes the call, else sm80).
     s = dict(b=2, sq=1000, sk=1537, h=16, hk=4, d=d)
     q, k, v, dout = make_dv(s, dv, dtype, seed=21)
     causal = mask == "causal"
