@@ -32,8 +32,8 @@ separate: 576 + 512), TFLOP/s of 2 * b * h * sk * (576 + 512).
 
 FLOPs: forward 2*B*H*Nq*Nk*(d + dv), i.e. 4*B*H*Nq*Nk*d when dv = d (halved for causal when
 Nq == Nk); backward 2.5x forward; forward+backward 3.5x forward. Times: CUDA events around one
-call (a GPU sleep queued first, so host dispatch is hidden; --timing eager drops it), median of --repeats after warm-up, fresh
-random inputs per peer. bwd = torch.autograd.grad of a saved output (no gradient
+call (a GPU sleep queued first, so host dispatch is hidden; --timing eager drops it), median of
+--repeats after warm-up, fresh random inputs per peer. bwd = torch.autograd.grad of a saved output (no gradient
 accumulation); fwd+bwd = forward with autograd recording, then that backward, timed as one.
 Decode rows also carry *_graph figures: the same call captured in a CUDA graph and replayed,
 which removes the host launch overhead that dominates the smallest decode shapes.
