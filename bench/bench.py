@@ -329,9 +329,8 @@ def host_overhead_us(impl, calls=200):
     return (time.perf_counter() - start) / calls * 1e6
 
 
-def graph_median_ms(fn, repeats):
-    """Median time of replaying fn captured in a CUDA graph (fn runs 3 times first, on a side
-    stream, as capture requires)."""
+def capture_graph(fn):
+    """fn captured in a CUDA graph (fn runs 3 times first, on a side stream, as capture requires)."""
     import torch
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
@@ -342,7 +341,12 @@ def graph_median_ms(fn, repeats):
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         fn()
-    return median_ms(graph.replay, repeats)
+    return graph
+
+
+def graph_median_ms(fn, repeats):
+    """Median time of replaying fn captured in a CUDA graph."""
+    return median_ms(capture_graph(fn).replay, repeats)
 
 
 class Impl:

@@ -5,13 +5,13 @@ forward, backward, and backward with the bias's gradient. Bias shapes (B, H, N, 
 forward, 2.5x backward). Usage: python3 dev/bias_probe.py --out X.json [--seqlens 1024,4096]"""
 import argparse
 import json
-import statistics
 
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import flashattn
+from probe_timing import timed
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--out", required=True)
@@ -20,18 +20,8 @@ ap.add_argument("--seqlens", default="1024,2048,4096")
 args = ap.parse_args()
 
 
-def timed(fn):
-    for _ in range(2):
-        fn()
-    times = []
-    for _ in range(args.repeats):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) * 1e-3)
-    return statistics.median(times)
+def timed_r(fn):
+    return timed(fn, args.repeats)
 
 
 rows = []
@@ -49,9 +39,9 @@ for n in (int(x) for x in args.seqlens.split(",")):
         row = {"d": d, "seqlen": n, "batch": b, "heads": h, "bias": "1,H,N,N" if shared else "B,H,N,N"}
         out = flashattn.flash_attn_func(q, k, v, attn_bias=bias)
         with torch.no_grad():
-            row["flashattn_fwd"] = fl / timed(lambda: flashattn.flash_attn_func(q, k, v, attn_bias=bias)) / 1e12
-        row["flashattn_bwd"] = 2.5 * fl / timed(lambda: torch.autograd.grad(out, (q, k, v), dout, retain_graph=True)) / 1e12
-        row["flashattn_bwd_dbias"] = 2.5 * fl / timed(
+            row["flashattn_fwd"] = fl / timed_r(lambda: flashattn.flash_attn_func(q, k, v, attn_bias=bias)) / 1e12
+        row["flashattn_bwd"] = 2.5 * fl / timed_r(lambda: torch.autograd.grad(out, (q, k, v), dout, retain_graph=True)) / 1e12
+        row["flashattn_bwd_dbias"] = 2.5 * fl / timed_r(
             lambda: torch.autograd.grad(out, (q, k, v, bias), dout, retain_graph=True)) / 1e12
         for name, be in backends.items():
             try:
@@ -62,10 +52,10 @@ for n in (int(x) for x in args.seqlens.split(",")):
                 def fwd():
                     with sdpa_kernel([be]), torch.no_grad():
                         F.scaled_dot_product_attention(qt, kt, vt, attn_mask=bias)
-                row[f"{name}_fwd"] = fl / timed(fwd) / 1e12
-                row[f"{name}_bwd"] = 2.5 * fl / timed(
+                row[f"{name}_fwd"] = fl / timed_r(fwd) / 1e12
+                row[f"{name}_bwd"] = 2.5 * fl / timed_r(
                     lambda: torch.autograd.grad(ref, (qt, kt, vt), doutt, retain_graph=True)) / 1e12
-                row[f"{name}_bwd_dbias"] = 2.5 * fl / timed(
+                row[f"{name}_bwd_dbias"] = 2.5 * fl / timed_r(
                     lambda: torch.autograd.grad(ref, (qt, kt, vt, bias), doutt, retain_graph=True)) / 1e12
                 del ref
             except Exception as e:  # noqa: BLE001

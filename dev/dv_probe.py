@@ -4,32 +4,18 @@ halved under causal; backward 2.5x). Batch = 16k / N, 16 heads. Device time (CUD
 median of --repeats). Writes JSON to --out. Usage: python3 dev/dv_probe.py --out X.json"""
 import argparse
 import json
-import statistics
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import flashattn
+from probe_timing import timed
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--out", required=True)
 ap.add_argument("--repeats", type=int, default=20)
 ap.add_argument("--seqlens", default="1024,2048,4096,8192,16384")
 args = ap.parse_args()
-
-
-def timed(fn, repeats):
-    for _ in range(3):
-        fn()
-    times = []
-    for _ in range(repeats):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) * 1e-3)
-    return statistics.median(times)
 
 
 rows = []

@@ -47,9 +47,14 @@ returned a result rather than None).
 """
 import argparse
 import json
+import os
 import statistics
 import subprocess
+import sys
 import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench"))
+from bench import capture_graph  # noqa: E402  (bench/bench.py imports without torch)
 
 
 def commit() -> str:
@@ -145,22 +150,6 @@ def timed_round(fn, calls: int, sync) -> tuple:
     return (end - start) / calls * 1e6, (enqueued - start) / calls * 1e6
 
 
-def capture(fn):
-    """fn captured in a CUDA graph (three warm-up calls on a side stream first)."""
-    import torch
-
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
-    return graph
-
-
 def main(argv=None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", required=True, help="JSON output path")
@@ -213,7 +202,7 @@ def main(argv=None) -> dict:
                 key = f"graph_{name}"
                 try:
                     with context(name):
-                        graph = capture(fn)
+                        graph = capture_graph(fn)
                     rows[key] = {"graph_replay_us": [timed_round(graph.replay, a.calls, sync)[0]
                                                      for _ in range(a.rounds)]}
                 except Exception as e:  # noqa: BLE001

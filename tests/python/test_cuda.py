@@ -444,11 +444,10 @@ def test_head_dim_v_values_and_grads_match_float64(dtype, d, dv, opt):
           [q, k, v], dout, dtype)
 
 
-@pytest.mark.parametrize("d,dv", [(192, 128), (64, 128)])
-def test_head_dim_v_varlen_matches_float64(d, dv):
-    # Packed sequences with an empty one; values and gradients per sequence against float64.
-    lens_q, lens_k, h, hk = [65, 1, 0, 130], [70, 33, 9, 200], 4, 2
-    g = torch.Generator(device=DEV).manual_seed(d + dv)
+def check_varlen_dv(lens_q, lens_k, h, hk, d, dv, seed, **kw):
+    """Packed causal sequences, q/k d wide and v dv wide: values and gradients of each sequence
+    against float64 (an empty sequence is skipped)."""
+    g = torch.Generator(device=DEV).manual_seed(seed)
     def r(*shape):
         return torch.randn(*shape, generator=g, device=DEV, dtype=torch.bfloat16)
     q, k, v, dout = r(sum(lens_q), h, d), r(sum(lens_k), hk, d), r(sum(lens_k), hk, dv), r(sum(lens_q), h, dv)
@@ -456,7 +455,7 @@ def test_head_dim_v_varlen_matches_float64(d, dv):
     cu_k = torch.tensor(np.cumsum([0] + lens_k), dtype=torch.int32, device=DEV)
     ours = torch_ref.values_and_grads(
         lambda q, k, v: flashattn.flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(lens_q), max(lens_k),
-                                                         causal=True),
+                                                         causal=True, **kw),
         [q, k, v], dout)
     for i in range(len(lens_q)):
         sq = slice(int(cu_q[i]), int(cu_q[i + 1]))
@@ -471,6 +470,12 @@ def test_head_dim_v_varlen_matches_float64(d, dv):
             rows = sq if name in ("out", "dq") else sk
             attn_ref.assert_fa_close(f"{name}[{i}]", ours[j][rows][None], ref[j], naive[j],
                                      ATOL[torch.bfloat16] * (1 if name == "out" else 4))
+
+
+@pytest.mark.parametrize("d,dv", [(192, 128), (64, 128)])
+def test_head_dim_v_varlen_matches_float64(d, dv):
+    # Packed sequences with an empty one.
+    check_varlen_dv([65, 1, 0, 130], [70, 33, 9, 200], 4, 2, d, dv, seed=d + dv)
 
 
 @pytest.mark.parametrize("d,dv,mask,dtype", [
@@ -496,32 +501,8 @@ def test_head_dim_v_long_forward_and_backward_match_float64(d, dv, mask, dtype):
 
 def test_head_dim_v_192_128_long_varlen_gqa_matches_float64():
     # DeepSeek-V3's shape packed: ragged sequences (one empty, one of a single token) long enough
-    # that the default mode runs the sm90 192/128 kernels (no key splits), causal, GQA 4:1;
-    # values and gradients per sequence against float64.
-    lens_q, lens_k, h, hk, d, dv = [1000, 1, 0, 1537], [1537, 700, 9, 1537], 16, 4, 192, 128
-    g = torch.Generator(device=DEV).manual_seed(23)
-    def r(*shape):
-        return torch.randn(*shape, generator=g, device=DEV, dtype=torch.bfloat16)
-    q, k, v, dout = r(sum(lens_q), h, d), r(sum(lens_k), hk, d), r(sum(lens_k), hk, dv), r(sum(lens_q), h, dv)
-    cu_q = torch.tensor(np.cumsum([0] + lens_q), dtype=torch.int32, device=DEV)
-    cu_k = torch.tensor(np.cumsum([0] + lens_k), dtype=torch.int32, device=DEV)
-    ours = torch_ref.values_and_grads(
-        lambda q, k, v: flashattn.flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(lens_q), max(lens_k),
-                                                         causal=True, deterministic=True),
-        [q, k, v], dout)
-    for i in range(len(lens_q)):
-        sq = slice(int(cu_q[i]), int(cu_q[i + 1]))
-        sk = slice(int(cu_k[i]), int(cu_k[i + 1]))
-        if lens_q[i] == 0:
-            continue
-        seq = [t[None, s] for t, s in ((q, sq), (k, sk), (v, sk))]
-        fn = lambda q, k, v: torch_ref.attention(q, k, v, causal=True)[0]  # noqa: E731
-        ref = torch_ref.values_and_grads(fn, [t.double() for t in seq], dout[None, sq])
-        naive = torch_ref.values_and_grads(fn, seq, dout[None, sq])
-        for j, name in enumerate(["out", "dq", "dk", "dv"]):
-            rows = sq if name in ("out", "dq") else sk
-            attn_ref.assert_fa_close(f"{name}[{i}]", ours[j][rows][None], ref[j], naive[j],
-                                     ATOL[torch.bfloat16] * (1 if name == "out" else 4))
+    # that the default mode runs the sm90 192/128 kernels (no key splits), causal, GQA 4:1.
+    check_varlen_dv([1000, 1, 0, 1537], [1537, 700, 9, 1537], 16, 4, 192, 128, seed=23, deterministic=True)
 
 
 def test_head_dim_v_strided_and_split_kv_forward():
