@@ -46,6 +46,17 @@ Status check_operand(const char* name, const void* ptr, const Strides3& s, int e
   return Status::Ok();
 }
 
+// Makes `device` current and reads its compute capability's major version; the kernels need 8+.
+Status use_device(int device, int* major) {
+  FLASHATTN_CUDA_TRY(cudaSetDevice(device));
+  FLASHATTN_CUDA_TRY(cudaDeviceGetAttribute(major, cudaDevAttrComputeCapabilityMajor, device));
+  if (*major < 8) {
+    return Status::NotSupported("the CUDA backend needs compute capability 8.0 or newer; device " +
+                                std::to_string(device) + " is " + std::to_string(*major) + ".x");
+  }
+  return Status::Ok();
+}
+
 // Which kernels a Hopper GPU runs, from FLASHATTN_CUDA_PATH (read once per process):
 //   unset/auto  the sm90 kernels where they take the problem and are expected to be faster,
 //               the sm80 kernels for the rest (sm90/fwd.h says which);
@@ -208,13 +219,8 @@ Status prepare(const QKVParams& p, PadPlan* plan, int* major_out = nullptr) {
     if (Status s = check_operand("v", p.v, p.v_strides, int(dtype_size(p.kv_dtype))); !s.ok()) return s;
   }
 
-  FLASHATTN_CUDA_TRY(cudaSetDevice(p.device.index));
   int major = 0;
-  FLASHATTN_CUDA_TRY(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, p.device.index));
-  if (major < 8) {
-    return Status::NotSupported("the CUDA backend needs compute capability 8.0 or newer; device " +
-                                std::to_string(p.device.index) + " is " + std::to_string(major) + ".x");
-  }
+  if (Status s = use_device(p.device.index, &major); !s.ok()) return s;
   if (major_out != nullptr) *major_out = major;
   return Status::Ok();
 }
@@ -566,13 +572,8 @@ Status mla_kvcache(const ForwardParams& p) {
     if (o.ptr == nullptr) continue;  // no new k/v
     if (Status s = check_operand(o.name, o.ptr, o.strides); !s.ok()) return s;
   }
-  FLASHATTN_CUDA_TRY(cudaSetDevice(p.device.index));
   int major = 0;
-  FLASHATTN_CUDA_TRY(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, p.device.index));
-  if (major < 8) {
-    return Status::NotSupported("the CUDA backend needs compute capability 8.0 or newer; device " +
-                                std::to_string(p.device.index) + " is " + std::to_string(major) + ".x");
-  }
+  if (Status s = use_device(p.device.index, &major); !s.ok()) return s;
   return run_kvcache(p, static_cast<cudaStream_t>(p.stream));
 }
 
