@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <limits>
@@ -590,6 +591,73 @@ TEST_P(KVCache, SplitEqualsUnsplitWithinCriterion) {
     kc.num_splits = splits;
     SCOPED_TRACE("num_splits " + std::to_string(splits));
     KV_RUN_OR_SKIP(o, GetParam(), kc, true);
+  }
+}
+
+// Sets an environment variable for one scope (restoring what was there).
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old, had_ = true;
+    setenv(name, value, 1);
+  }
+  ~ScopedEnv() {
+    if (had_) {
+      setenv(name_, old_.c_str(), 1);
+    } else {
+      unsetenv(name_);
+    }
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+  std::string old_;
+  bool had_ = false;
+};
+
+std::vector<unsigned char> bytes_of(const std::vector<double>& v) {
+  std::vector<unsigned char> b(v.size() * sizeof(double));
+  if (!v.empty()) std::memcpy(b.data(), v.data(), b.size());
+  return b;
+}
+
+// The decode kernels merge their split-KV partials in the last split CTA of each row group (the
+// fused combine, sm80/fwd_kernel.h merge_if_last_split); FLASHATTN_SPLIT_COMBINE=kernel merges
+// them with the combine kernel instead. Both add the splits in split order, so the results are
+// the same bits: dense and paged caches, a sequence without keys (all its splits empty) and short
+// ones (most splits empty), sinks, GQA folding, 3, 36 (more than a warp's 32 lanes) and the
+// heuristic's splits. A second fused call gives the same bits again: the last CTA of every
+// group left its counter at zero.
+TEST_P(KVCache, FusedSplitCombineMatchesTheCombineKernelBitwise) {
+  if (GetParam() != Backend::kCuda) GTEST_SKIP() << "the split-KV combine is a CUDA path";
+  for (int page : {0, 16}) {
+    for (int splits : {3, 36, 0}) {
+      KVCase kc;
+      kc.heads = 32;
+      kc.heads_k = 8;
+      kc.capacity = 4608;  // 36 key blocks of 128
+      kc.page_size = page;
+      kc.cache_seqlens = {4500, 0, 130};
+      kc.seqlen_new = 1;
+      kc.num_splits = splits;
+      kc.sink = sink_logits(kc.heads, 93);
+      SCOPED_TRACE("page " + std::to_string(page) + ", num_splits " + std::to_string(splits));
+      KV_RUN_OR_SKIP(fused, GetParam(), kc, true);
+      const KVOutcome again = run_case(GetParam(), kc, false);
+      ASSERT_TRUE(again.status.ok());
+      KVOutcome kernel;
+      {
+        ScopedEnv env("FLASHATTN_SPLIT_COMBINE", "kernel");
+        kernel = run_case(GetParam(), kc, true);
+      }
+      ASSERT_TRUE(kernel.status.ok());
+      EXPECT_TRUE(fused.out_bytes == kernel.out_bytes) << "out: fused combine != combine kernel";
+      EXPECT_TRUE(bytes_of(fused.lse) == bytes_of(kernel.lse)) << "lse: fused combine != combine kernel";
+      EXPECT_TRUE(fused.out_bytes == again.out_bytes) << "out: second fused call differs";
+      EXPECT_TRUE(bytes_of(fused.lse) == bytes_of(again.lse)) << "lse: second fused call differs";
+    }
   }
 }
 

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <string>
 #include <vector>
@@ -421,6 +422,73 @@ TEST_P(Special, SplitKvManySplits) {
     if (!check_split_kv(backend, s, {1, 36, 0}, &skip)) {
       if (!skip.empty()) GTEST_SKIP() << skip;
       return;
+    }
+  }
+}
+
+// The decode kernels (at most 16 query rows after the GQA fold) merge their split-KV partials in
+// the last split CTA of each row group (sm80/fwd_kernel.h merge_if_last_split);
+// FLASHATTN_SPLIT_COMBINE=kernel merges them with the combine kernel instead. Both add the
+// splits in split order: the same bits, at one query (GQA folded, with a sink), at 7 causal rows
+// (not folded), varlen, with 3, 36 (beyond one warp's 32 lanes) and the heuristic's splits; a
+// second fused call gives the same bits again (the counters were left at zero).
+TEST_P(Special, FusedSplitCombineMatchesTheCombineKernelBitwise) {
+  const Backend backend = GetParam();
+  FLASHATTN_SKIP_IF_UNAVAILABLE(backend);
+  if (backend != Backend::kCuda) GTEST_SKIP() << "the split-KV combine is a CUDA path";
+  struct Case {
+    int seqlen_q, head_dim;
+    bool causal, varlen;
+    Sink sink;
+  };
+  for (const Case& c : {Case{1, 128, false, false, Sink::kRandom}, Case{7, 64, true, false, Sink::kNone},
+                        Case{1, 96, false, true, Sink::kLarge}}) {
+    for (int splits : {3, 36, 0}) {
+      ProblemSpec s = ProblemSpec::dense(DType::kBFloat16, 2, c.seqlen_q, 4600, 16, 4, c.head_dim, c.head_dim);
+      s.causal = c.causal;
+      s.sink = c.sink;
+      s.num_splits = splits;
+      if (c.varlen) {
+        s.varlen = true;
+        s.seqlens_k = {4600, 77};
+      }
+      s.data_seed = 6300u + static_cast<uint32_t>(c.head_dim + splits);
+      SCOPED_TRACE(s.describe());
+      const HostProblem host = make_host_problem(s);
+      std::vector<std::vector<double>> outs, lses;
+      for (int call = 0; call < 3; ++call) {
+        // Calls 0 and 1 fused, call 2 through the combine kernel.
+        const char* old = std::getenv("FLASHATTN_SPLIT_COMBINE");
+        const std::string saved = old != nullptr ? old : "";
+        if (call == 2) setenv("FLASHATTN_SPLIT_COMBINE", "kernel", 1);
+        DeviceProblem dev(backend, s, host);
+        std::string skip;
+        const bool ran = run(backend, s, dev, false, &skip);
+        if (call == 2) {
+          if (old != nullptr) {
+            setenv("FLASHATTN_SPLIT_COMBINE", saved.c_str(), 1);
+          } else {
+            unsetenv("FLASHATTN_SPLIT_COMBINE");
+          }
+        }
+        if (!ran) {
+          if (!skip.empty()) GTEST_SKIP() << skip;
+          return;
+        }
+        outs.push_back(dev.out());
+        lses.push_back(dev.lse());
+      }
+      const auto same_bits = [](const std::vector<double>& a, const std::vector<double>& b) {
+        return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(double)) == 0;
+      };
+      EXPECT_TRUE(same_bits(outs[0], outs[2])) << "out: fused combine != combine kernel";
+      EXPECT_TRUE(same_bits(lses[0], lses[2])) << "lse: fused combine != combine kernel";
+      EXPECT_TRUE(same_bits(outs[0], outs[1])) << "out: second fused call differs";
+      EXPECT_TRUE(same_bits(lses[0], lses[1])) << "lse: second fused call differs";
+      const Results ref = run_reference(host, false);
+      const Results low = run_naive_lowp(host, s.dtype, false);
+      EXPECT_TRUE(meets_criterion("out", s.dtype, outs[0], ref.out, low.out));
+      EXPECT_TRUE(meets_criterion("lse", s.dtype, lses[0], ref.lse, low.lse));
     }
   }
 }

@@ -36,6 +36,16 @@ TEST(SplitHeuristic, DecodeMatchesTheMeasuredOptima) {
   EXPECT_GE(8LL * s, 3LL * kSms - 8);
 }
 
+TEST(SplitHeuristic, DecodeBatchOneTakesOneKeyBlockPerSplit) {
+  // Batch 1, 8 KV heads, 4k keys (32 blocks of 128): 32 splits, 256 CTAs in one wave, each one
+  // key block. Each such CTA copies Q, K and V in its prologue (FwdTraits::kSplitKeys), so the
+  // whole cache is requested at once and the step waits for one DRAM round trip plus the
+  // transfer; 16 splits of two blocks would wait for three round trips (K and V of the second
+  // block follow the first's), and the fused combine leaves the merge cost nearly independent of
+  // the split count (dev/NOTES.md "Decode latency").
+  EXPECT_EQ(choose_num_splits(8, 4096 / 128, kSms, 3, 64, SplitCost::kDecode), 32);
+}
+
 TEST(SplitHeuristic, StaysWithinItsBounds) {
   for (SplitCost model : {SplitCost::kRowTiles, SplitCost::kDecode}) {
     for (long long ctas : {1LL, 7LL, 64LL, 500LL, 5000LL}) {

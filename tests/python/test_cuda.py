@@ -194,6 +194,44 @@ def test_cuda_graph_capture_and_replay():
         assert torch.equal(static_out, eager)
 
 
+def test_cuda_graph_decode_split_kv_replays():
+    """Decode at batch 1 x 4k keys, GQA 32/8: 32 split CTAs per KV head, whose last one merges the
+    partials (the fused combine; its counters are set back to zero by that CTA, never by a
+    memset). Several graph replays and eager calls on two streams all give the eager bits, and
+    FLASHATTN_SPLIT_COMBINE=kernel (the combine kernel) gives them too."""
+    import os
+
+    gen = torch.Generator(device="cpu").manual_seed(11)
+    shape = dict(q=(1, 1, 32, 128), k=(1, 4096, 8, 128))
+    q = torch.randn(shape["q"], generator=gen).to(DEV, torch.bfloat16)
+    k = torch.randn(shape["k"], generator=gen).to(DEV, torch.bfloat16)
+    v = torch.randn(shape["k"], generator=gen).to(DEV, torch.bfloat16)
+    eager = flashattn.flash_attn_func(q, k, v)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        assert torch.equal(flashattn.flash_attn_func(q, k, v), eager)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_out = flashattn.flash_attn_func(q, k, v)
+    for _ in range(3):
+        static_out.zero_()
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(static_out, eager)
+        assert torch.equal(flashattn.flash_attn_func(q, k, v), eager)
+    saved = os.environ.get("FLASHATTN_SPLIT_COMBINE")
+    os.environ["FLASHATTN_SPLIT_COMBINE"] = "kernel"
+    try:
+        assert torch.equal(flashattn.flash_attn_func(q, k, v), eager)
+    finally:
+        if saved is None:
+            del os.environ["FLASHATTN_SPLIT_COMBINE"]
+        else:
+            os.environ["FLASHATTN_SPLIT_COMBINE"] = saved
+
+
 def test_runs_on_the_current_stream():
     # The inputs are written on a side stream after a long sleep; reading them on any other
     # stream would race with the copy and see the old values.

@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <cstdint>
 
 #include "flashattn/types.h"
 
@@ -18,5 +19,20 @@ Status workspace_alloc(void** ptr, size_t bytes, cudaStream_t stream);
 Status workspace_free(void* ptr, cudaStream_t stream);
 
 constexpr size_t kWorkspaceCacheBytes = size_t(1) << 30;
+
+// `count` uint32 counters, zero, for the fused split-KV combine (sm80/fwd_kernel.h
+// merge_if_last_split), whose kernels leave them zero again: no memset per call and none in a
+// captured CUDA graph. Allocated once (cudaMalloc, zeroed on a private stream) and kept for the
+// process. No two launches that may run at the same time share counters: launches on one stream
+// run in order, so each stream of a device (cudaStreamPerThread: of each host thread) has its
+// own buffer (grown on demand; a replaced one is kept, since work already queued may still use
+// it), and a launch being captured into a CUDA graph takes counters of its own that nothing else
+// ever uses (the graph may be replayed on any stream). Two executable graphs instantiated from
+// one captured graph share its counters and must not be replayed at the same time.
+// *counters = nullptr (and Ok) when count exceeds kMaxSplitCounters: the caller merges with the
+// combine kernel instead.
+Status split_counters(size_t count, cudaStream_t stream, uint32_t** counters);
+
+constexpr size_t kMaxSplitCounters = size_t(1) << 20;
 
 }  // namespace flashattn::cuda

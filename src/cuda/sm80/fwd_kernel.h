@@ -288,6 +288,151 @@ __host__ __device__ __forceinline__ bool page_offsets_shared(const ForwardParams
   return p.k_strides.batch == p.v_strides.batch && p.k_strides.row == p.v_strides.row;
 }
 
+// Merges the split-KV partials of one global row (params.split_out / split_lse) into O and LSE:
+// LSE = log sum_s exp(LSE_s) and O = sum_s exp(LSE_s - LSE) O_s, run by one warp (`lane`).
+// Splits whose LSE is -inf (no visible key) weigh 0, and a row with no visible key anywhere gets
+// O = 0, LSE = -inf. The lanes read the splits' LSEs side by side (lane l: splits l, l + 32, ...)
+// and reduce them with shuffles; each lane then owns kHeadDim / 32 adjacent columns of O and
+// reads them as one vector per split, the split's weight coming from the lane that read that
+// split's LSE (with 32 splits, batch 1 and 4k keys, the decode step went from 22.6 to 15.4 us;
+// the LSEs had been read one split after the other). The splits are added in split order
+// whoever calls it (fwd_combine_kernel, or the last split CTA of a decode row group), so both
+// give the same bits. The partials are read from L2 (__ldcg): they were written by other SMs.
+// kBatchRegs: registers of loaded columns the merge may hold (kBatch splits' columns are loaded
+// before any is added): 64 in the combine kernel; 32 inside the decode kernels, under their
+// register cap (64 spilled 16-28 bytes in two d128 KV-cache kernels, ptxas sm_90a).
+template <typename Element, int kHeadDim, int kBatchRegs>
+__device__ __forceinline__ void combine_split_row(const ForwardParams& params, int64_t row, int head, int lane) {
+  static_assert(kHeadDim % 32 == 0, "whole columns per lane");
+  constexpr int kPerLane = kHeadDim / 32;
+  constexpr int kVec = kPerLane % 4 == 0 ? 4 : (kPerLane % 2 == 0 ? 2 : 1);  // floats per load
+  constexpr int kBatch = kBatchRegs / kPerLane < 1 ? 1 : (kBatchRegs / kPerLane > 16 ? 16 : kBatchRegs / kPerLane);
+  const int splits = params.num_splits;
+  const float* lse_s = params.split_lse + int64_t(head) * params.total_q + row;
+  const int64_t lse_split_stride = int64_t(params.heads) * params.total_q;
+  const float* o = params.split_out + (row * params.heads + head) * kHeadDim + lane * kPerLane;
+  const int64_t o_split_stride = params.total_q * params.heads * kHeadDim;
+  // This lane's columns of splits [j0, j0 + kBatch) (past the last split: the last one again).
+  float v[kBatch][kPerLane];
+  const auto load_batch = [&](int j0) {
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const float* src = o + min(j0 + u, splits - 1) * o_split_stride;
+#pragma unroll
+      for (int e = 0; e < kPerLane; e += kVec) {
+        if constexpr (kVec == 4) {
+          const float4 x = __ldcg(reinterpret_cast<const float4*>(src + e));
+          v[u][e] = x.x, v[u][e + 1] = x.y, v[u][e + 2] = x.z, v[u][e + 3] = x.w;
+        } else if constexpr (kVec == 2) {
+          const float2 x = __ldcg(reinterpret_cast<const float2*>(src + e));
+          v[u][e] = x.x, v[u][e + 1] = x.y;
+        } else {
+          v[u][e] = __ldcg(src + e);
+        }
+      }
+    }
+  };
+  // The first batch's columns travel with the LSEs (they do not depend on them), so the merge
+  // waits for one L2 round trip per kBatch splits (two at 32 splits in the combine kernel at
+  // d <= 128, four inside the decode kernels), where reading the LSEs, then each weight, then
+  // four splits at a time had waited for about eleven. Each lane's first LSE (split `lane`) is
+  // read once and kept for the three passes below.
+  load_batch(0);
+  const float lse_lane = lane < splits ? __ldcg(lse_s + lane * lse_split_stride) : -INFINITY;
+  const auto split_lse = [&](int s) { return s < 32 ? lse_lane : __ldcg(lse_s + s * lse_split_stride); };
+  float mx = -INFINITY;
+  bool nan = false;  // a split's NaN (from NaN or infinite inputs) makes the row NaN, as in torch
+  for (int s = lane; s < splits; s += 32) {
+    const float x = split_lse(s);
+    mx = fmaxf(mx, x);
+    nan |= isnan(x);
+  }
+#pragma unroll
+  for (int m = 16; m > 0; m /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, m));
+  // The learnable sink joins here, once per row (the split partials exclude it): one more term
+  // of the LSE with no O. A sink of -inf changes nothing.
+  const float sink =
+      params.learnable_sink != nullptr ? params.learnable_sink[sink_head(params, head, row)] : -INFINITY;
+  mx = fmaxf(mx, sink);
+  if (__any_sync(0xffffffffu, nan)) mx = NAN;
+  float sum = 0.0f;
+  if (mx != -INFINITY) {
+    for (int s = lane; s < splits; s += 32) sum += __expf(split_lse(s) - mx);
+  }
+#pragma unroll
+  for (int m = 16; m > 0; m /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, m);
+  if (sink != -INFINITY) sum += __expf(sink - mx);
+  const float lse = mx == -INFINITY ? -INFINITY : mx + __logf(sum);
+  float acc[kPerLane];
+#pragma unroll
+  for (int e = 0; e < kPerLane; ++e) acc[e] = 0.0f;
+  if (lse != -INFINITY) {
+    for (int s0 = 0; s0 < splits; s0 += 32) {
+      const int mine = s0 + lane;
+      const float my_weight = mine < splits ? __expf(split_lse(mine) - lse) : 0.0f;
+      const int n = min(32, splits - s0);
+      for (int j0 = 0; j0 < n; j0 += kBatch) {
+        if (s0 + j0 > 0) load_batch(s0 + j0);
+        // Split order; a split past the last adds nothing (not even 0 x v: -0 would become +0).
+#pragma unroll
+        for (int u = 0; u < kBatch; ++u) {
+          const float w = __shfl_sync(0xffffffffu, my_weight, (j0 + u) % 32);
+          if (j0 + u < n) {
+#pragma unroll
+            for (int e = 0; e < kPerLane; ++e) acc[e] += w * v[u][e];
+          }
+        }
+      }
+    }
+  }
+  // Global row -> (batch, position) for the strided output and LSE.
+  int64_t b = 0, pos = row;
+  if (!params.is_varlen()) {
+    b = row / params.seqlen_q;
+    pos = row % params.seqlen_q;
+  }
+  Element* out = static_cast<Element*>(params.out) + b * params.out_strides.batch +
+                 pos * params.out_strides.row + int64_t(head) * params.out_strides.head + lane * kPerLane;
+#pragma unroll
+  for (int e = 0; e < kPerLane; ++e) out[e] = Element(acc[e]);
+  if (params.lse != nullptr && lane == 0) {
+    params.lse[b * params.lse_batch_stride + int64_t(head) * params.lse_head_stride + pos] = lse;
+  }
+}
+
+// The fused split-KV combine of the decode kernels (params.split_counters set; FwdTraits::kSplitKeys,
+// num_splits > 1): every thread of the CTA calls it once warp 0 has stored this split's partials
+// (rows [row0, row0 + rows) of `head`), each thread after a __threadfence. Thread 0
+// counts the split in on the row group's counter; the CTA that arrives last sets the counter back
+// to 0 (so the next launch, or the next replay of a CUDA graph, finds it zeroed without a memset)
+// and merges the group's rows with combine_split_row, one warp per row, in place of the second
+// kernel (fwd_combine_kernel) and its launch. `flag` is one int of shared memory that nothing
+// reads any more (Q's tile).
+template <typename Traits>
+__device__ __forceinline__ void merge_if_last_split(const ForwardParams& params, int* flag, int group, int64_t row0,
+                                                    int rows, int head, int tid) {
+  __syncthreads();  // warp 0's partials are stored and fenced
+  if (tid == 0) {
+    uint32_t* counter = params.split_counters + group;
+    // Release (cumulative: the partials this thread saw stored through the barrier), count, and
+    // for the last split acquire: every other split's partials were released before its count,
+    // which this count follows; the barrier below passes that on to the CTA's other threads.
+    __threadfence();
+    const bool last = atomicAdd(counter, 1u) == uint32_t(params.num_splits - 1);
+    if (last) {
+      atomicExch(counter, 0u);
+      __threadfence();
+    }
+    *flag = last;
+  }
+  __syncthreads();
+  if (*flag == 0) return;
+  const int warp = tid / 32;
+  for (int r = warp; r < rows; r += Traits::kWarps) {
+    combine_split_row<typename Traits::Element, Traits::kHeadDim, 32>(params, row0 + r, head, tid % 32);
+  }
+}
+
 template <typename Traits>
 __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
     fwd_kernel(const __grid_constant__ ForwardParams params) {
@@ -303,6 +448,10 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
   constexpr bool kMods = Traits::kMods != ScoreMods::kNone;
   // attn_bias, attn_mask and block masks (score_tensors.h, block_tiles.h), on top of kMods.
   constexpr bool kBiasMask = Traits::kMods == ScoreMods::kBiasMask;
+  // The decode shape copies its first V tile in the prologue, next to Q and the first K tile,
+  // instead of after K has landed: a split of one or two key blocks (batch 1, 4k keys: 32 splits
+  // of one 128-key block) waits for one DRAM round trip instead of two before its first O += P V.
+  constexpr bool kPrefetchV = Traits::kSplitKeys;
 
   extern __shared__ __align__(128) unsigned char smem_raw[];
   Element* sQ = reinterpret_cast<Element*>(smem_raw);  // kBlockM rows (Layout)
@@ -460,36 +609,56 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
       load_kv_tile<Traits>(sK, gK, (kBiasMask ? n_first : n_hi - 1) * kBlockN, seqlen_k, tid);
     }
     ptx::cp_async_commit();
+    if constexpr (kPrefetchV) {
+      // The first V tile too, while its buffer is free (the loop's first iteration copies none).
+      const int n0 = n_first * kBlockN;
+      if (paged) {
+        load_paged_tile<Traits>(sV, params.v, params.v_strides.head, head_k, page_offsets(n_first) + v_offsets(),
+                                seqlen_k - n0, tid);
+      } else {
+        load_kv_tile<Traits>(sV, gV, n0, seqlen_k, tid);
+      }
+      ptx::cp_async_commit();
+    }
     if constexpr (Traits::kFp8Cache) {
       // Q's columns into K's fragment order (warp_gemm_e4m3.h), once; the loop's first barrier
       // orders this before any read. The first K tile's copy is in flight meanwhile.
-      ptx::cp_async_wait<0>();
+      ptx::cp_async_wait<kPrefetchV ? 1 : 0>();
       __syncthreads();
       permute_q_e4m3<kBlockM, Traits::kHeadDim, Traits::kThreads, Layout>(sQ, tid);
     }
   }
 
   int n_next = -1;
+  bool v_prefetched = kPrefetchV;
   for (int n_block = n_first; n_block >= n_lo; n_block = kBiasMask ? n_next : n_block - 1) {
     const int n0 = n_block * kBlockN;
     // The tile after this one (below n_lo: none); its kind is read ahead of its use.
     const int this_kind = kind;
     if constexpr (kBiasMask) n_next = walk_list ? walk.next(&kind) : n_block - 1;
     const int key0 = n0 + warp_key0;  // this warp's first key
-    ptx::cp_async_wait<0>();
+    const bool v_ahead = v_prefetched;  // V_j in flight since the prologue
+    v_prefetched = false;
+    if (v_ahead) {
+      ptx::cp_async_wait<1>();
+    } else {
+      ptx::cp_async_wait<0>();
+    }
     __syncthreads();  // K_j (and Q) landed; every warp is done with the V buffer
     if (paged) {
       // K_j's keys; then the next K block's (fetched during the last iteration), read by the
       // threads after the barrier below (the buffer it overwrites was last read by V_{j+1},
       // before the barrier above); then the table read for the block after it.
-      load_paged_tile<Traits>(sV, params.v, params.v_strides.head, head_k, page_offsets(n_block) + v_offsets(),
-                              seqlen_k - n0, tid);
+      if (!v_ahead) {
+        load_paged_tile<Traits>(sV, params.v, params.v_strides.head, head_k, page_offsets(n_block) + v_offsets(),
+                                seqlen_k - n0, tid);
+      }
       if (n_block > n_lo) {
         fetch.store(page_offsets(n_block - 1), v_offsets(), pages, int(row0_k) + n0 - kBlockN, params.k_strides,
                     params.v_strides, tid);
         if (n_block - 2 >= n_lo) fetch.load(pages, int(row0_k) + n0 - 2 * kBlockN, kBlockN, tid);
       }
-    } else {
+    } else if (!v_ahead) {
       load_kv_tile<Traits>(sV, gV, n0, seqlen_k, tid);
     }
     ptx::cp_async_commit();
@@ -633,6 +802,12 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
     }
   }
 
+  // Split-KV decode with the fused combine (merge_if_last_split): this CTA's row group
+  // (batch, head, query block) and the first global row of its partials.
+  const bool fused_combine = Traits::kSplitKeys && num_splits > 1 && params.split_counters != nullptr;
+  const int group = (batch * int(gridDim.y) + head) * int(gridDim.x) + m_block;
+  int* const flag = reinterpret_cast<int*>(sQ);
+  const int64_t global_row0 = params.is_varlen() ? row0_q + m0 : int64_t(batch) * params.seqlen_q + m0;
   if constexpr (Traits::kSplitKeys) {
     // The warps hold partial results for the same rows over disjoint keys. Warps 1.. leave O,
     // their kept row maxima and their lane's partial row sums in the K/V buffers, laid out
@@ -659,37 +834,41 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
       }
     }
     __syncthreads();
-    if (warp > 0) return;
+    // With the fused combine warps 1.. stay for merge_if_last_split (they pass the epilogue
+    // without storing anything: split_writer).
+    if (warp > 0 && !fused_combine) return;
+    if (warp == 0) {
 #pragma unroll
-    for (int mt = 0; mt < kMTiles; ++mt) {
+      for (int mt = 0; mt < kMTiles; ++mt) {
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const float* part = merge + (kStats + 4 * mt + 2 * h) * 32 + lane;
-        float mx = row_max[mt][h];
+        for (int h = 0; h < 2; ++h) {
+          const float* part = merge + (kStats + 4 * mt + 2 * h) * 32 + lane;
+          float mx = row_max[mt][h];
 #pragma unroll
-        for (int w = 1; w < Traits::kWarps; ++w) mx = fmaxf(mx, part[(w - 1) * kValues * 32]);
-        // A part whose kept maximum is -inf saw no visible key and weighs 0 (its O and sum are
-        // 0); this also keeps exp2(-inf - -inf) from forming a NaN.
-        const auto weight = [&](float m) { return m == -INFINITY ? 0.0f : ptx::exp2_approx((m - mx) * exp_scale); };
-        const float self = weight(row_max[mt][h]);
-        row_sum[mt][h] *= self;
-#pragma unroll
-        for (int dt = 0; dt < kDTiles; ++dt) {
-          o_acc[mt][dt][2 * h] *= self;
-          o_acc[mt][dt][2 * h + 1] *= self;
-        }
-#pragma unroll
-        for (int w = 1; w < Traits::kWarps; ++w) {
-          const float* src = merge + (w - 1) * kValues * 32 + lane;
-          const float wt = weight(part[(w - 1) * kValues * 32]);
-          row_sum[mt][h] += wt * part[(w - 1) * kValues * 32 + 32];
+          for (int w = 1; w < Traits::kWarps; ++w) mx = fmaxf(mx, part[(w - 1) * kValues * 32]);
+          // A part whose kept maximum is -inf saw no visible key and weighs 0 (its O and sum are
+          // 0); this also keeps exp2(-inf - -inf) from forming a NaN.
+          const auto weight = [&](float m) { return m == -INFINITY ? 0.0f : ptx::exp2_approx((m - mx) * exp_scale); };
+          const float self = weight(row_max[mt][h]);
+          row_sum[mt][h] *= self;
 #pragma unroll
           for (int dt = 0; dt < kDTiles; ++dt) {
-            o_acc[mt][dt][2 * h] += wt * src[((mt * kDTiles + dt) * 4 + 2 * h) * 32];
-            o_acc[mt][dt][2 * h + 1] += wt * src[((mt * kDTiles + dt) * 4 + 2 * h + 1) * 32];
+            o_acc[mt][dt][2 * h] *= self;
+            o_acc[mt][dt][2 * h + 1] *= self;
           }
+#pragma unroll
+          for (int w = 1; w < Traits::kWarps; ++w) {
+            const float* src = merge + (w - 1) * kValues * 32 + lane;
+            const float wt = weight(part[(w - 1) * kValues * 32]);
+            row_sum[mt][h] += wt * part[(w - 1) * kValues * 32 + 32];
+#pragma unroll
+            for (int dt = 0; dt < kDTiles; ++dt) {
+              o_acc[mt][dt][2 * h] += wt * src[((mt * kDTiles + dt) * 4 + 2 * h) * 32];
+              o_acc[mt][dt][2 * h + 1] += wt * src[((mt * kDTiles + dt) * 4 + 2 * h + 1) * 32];
+            }
+          }
+          row_max[mt][h] = mx;
         }
-        row_max[mt][h] = mx;
       }
     }
   }
@@ -697,11 +876,12 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
   // Epilogue: finish the row sums across the quad, fold in the learnable sink (core/sink.h),
   // normalise, write LSE, stage O through this warp's own rows of sQ (no other warp reads them)
   // and store 16-byte chunks. Split-KV CTAs write float32 partials without the sink instead,
-  // merged by fwd_combine_kernel, which adds it.
+  // merged by the group's last split CTA (merge_if_last_split) or by fwd_combine_kernel, which
+  // add it.
   const float v_descale = Traits::kFp8Cache ? params.v_descale.at(batch, head_k) : 1.0f;
   const float out_scale = (use_dropout ? params.dropout_rescale : 1.0f) * v_descale;
   const bool sink_here = params.learnable_sink != nullptr && num_splits == 1;
-  const int64_t global_row0 = params.is_varlen() ? row0_q + m0 : int64_t(batch) * params.seqlen_q + m0;
+  const bool split_writer = !Traits::kSplitKeys || warp == 0;  // the split-key warps merged into warp 0
 #pragma unroll
   for (int mt = 0; mt < kMTiles; ++mt) {
 #pragma unroll
@@ -728,7 +908,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
       const int r = warp_row0 + mt * 16 + g + 8 * h;
       const float lse = empty ? -INFINITY : (m_log2 + __log2f(l)) * kLn2;
       if (num_splits > 1) {
-        if (r < rows_here) {
+        if (r < rows_here && split_writer) {
           const int64_t row = global_row0 + r;
           if (t == 0) params.split_lse[(int64_t(split) * params.heads + head) * params.total_q + row] = lse;
           float* dst = params.split_out +
@@ -755,7 +935,13 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
       }
     }
   }
-  if (num_splits > 1) return;
+  if (num_splits > 1) {
+    if (fused_combine) {
+      __threadfence();  // release: this thread's partials before thread 0's count
+      merge_if_last_split<Traits>(params, flag, group, global_row0, rows_here, head, tid);
+    }
+    return;
+  }
   __syncwarp();  // this warp's last reads of its own Q rows are done before they hold O
 #pragma unroll
   for (int mt = 0; mt < kMTiles; ++mt) {
@@ -796,13 +982,9 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
   }
 }
 
-// Merges split-KV partials: with per-split (O_s, LSE_s), LSE = log sum_s exp(LSE_s) and
-// O = sum_s exp(LSE_s - LSE) O_s. One warp per (row, head); splits whose LSE is -inf (no visible
-// key) weigh 0, and a row with no visible key anywhere gets O = 0, LSE = -inf. The lanes read the
-// splits' LSEs side by side (lane l: splits l, l + 32, ...) and reduce them with shuffles; each
-// lane then owns kHeadDim / 32 adjacent columns of O and reads them as one vector per split, the
-// split's weight coming from the lane that read its LSE (with 32 splits, batch 1 and 4k keys,
-// the decode step went from 22.6 to 15.4 us; the LSEs had been read one split after the other).
+// Merges split-KV partials (combine_split_row), one warp per (row, head), as a second kernel
+// after the split kernel: used where the split CTAs do not merge themselves (params.split_counters
+// null: the row-split tile, FLASHATTN_SPLIT_COMBINE=kernel, more row groups than counters).
 template <typename Element, int kHeadDim>
 __global__ void __launch_bounds__(128) fwd_combine_kernel(const __grid_constant__ ForwardParams params) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -810,83 +992,11 @@ __global__ void __launch_bounds__(128) fwd_combine_kernel(const __grid_constant_
   // partials (a no-op for an ordinary launch).
   cudaGridDependencySynchronize();
 #endif
-  static_assert(kHeadDim % 32 == 0, "whole columns per lane");
-  constexpr int kPerLane = kHeadDim / 32;
-  constexpr int kVec = kPerLane % 4 == 0 ? 4 : (kPerLane % 2 == 0 ? 2 : 1);  // floats per load
   const int64_t row = int64_t(blockIdx.x) * 4 + threadIdx.x / 32;  // global row
-  const int head = blockIdx.y;
-  const int lane = threadIdx.x % 32;
   // Varlen rows past cu_seqlens_q[batch] belong to no sequence: leave them untouched.
   const int64_t rows = params.is_varlen() ? params.cu_seqlens_q[params.batch] : params.total_q;
   if (row >= rows) return;
-  const int splits = params.num_splits;
-  const float* lse_s = params.split_lse + int64_t(head) * params.total_q + row;
-  const int64_t lse_split_stride = int64_t(params.heads) * params.total_q;
-  float mx = -INFINITY;
-  bool nan = false;  // a split's NaN (from NaN or infinite inputs) makes the row NaN, as in torch
-  for (int s = lane; s < splits; s += 32) {
-    const float x = lse_s[s * lse_split_stride];
-    mx = fmaxf(mx, x);
-    nan |= isnan(x);
-  }
-#pragma unroll
-  for (int m = 16; m > 0; m /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, m));
-  // The learnable sink joins here, once per row (the split partials exclude it): one more term
-  // of the LSE with no O. A sink of -inf changes nothing.
-  const float sink =
-      params.learnable_sink != nullptr ? params.learnable_sink[sink_head(params, head, row)] : -INFINITY;
-  mx = fmaxf(mx, sink);
-  if (__any_sync(0xffffffffu, nan)) mx = NAN;
-  float sum = 0.0f;
-  if (mx != -INFINITY) {
-    for (int s = lane; s < splits; s += 32) sum += __expf(lse_s[s * lse_split_stride] - mx);
-  }
-#pragma unroll
-  for (int m = 16; m > 0; m /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, m);
-  if (sink != -INFINITY) sum += __expf(sink - mx);
-  const float lse = mx == -INFINITY ? -INFINITY : mx + __logf(sum);
-  float acc[kPerLane];
-#pragma unroll
-  for (int e = 0; e < kPerLane; ++e) acc[e] = 0.0f;
-  if (lse != -INFINITY) {
-    const float* o = params.split_out + (row * params.heads + head) * kHeadDim + lane * kPerLane;
-    const int64_t o_split_stride = params.total_q * params.heads * kHeadDim;
-    for (int s0 = 0; s0 < splits; s0 += 32) {
-      const int mine = s0 + lane;
-      const float my_weight = mine < splits ? __expf(lse_s[mine * lse_split_stride] - lse) : 0.0f;
-      const int n = min(32, splits - s0);
-#pragma unroll 4
-      for (int j = 0; j < n; ++j) {
-        const float w = __shfl_sync(0xffffffffu, my_weight, j);
-        const float* src = o + (s0 + j) * o_split_stride;
-#pragma unroll
-        for (int e = 0; e < kPerLane; e += kVec) {
-          if constexpr (kVec == 4) {
-            const float4 v = *reinterpret_cast<const float4*>(src + e);
-            acc[e] += w * v.x, acc[e + 1] += w * v.y, acc[e + 2] += w * v.z, acc[e + 3] += w * v.w;
-          } else if constexpr (kVec == 2) {
-            const float2 v = *reinterpret_cast<const float2*>(src + e);
-            acc[e] += w * v.x, acc[e + 1] += w * v.y;
-          } else {
-            acc[e] += w * src[e];
-          }
-        }
-      }
-    }
-  }
-  // Global row -> (batch, position) for the strided output and LSE.
-  int64_t b = 0, pos = row;
-  if (!params.is_varlen()) {
-    b = row / params.seqlen_q;
-    pos = row % params.seqlen_q;
-  }
-  Element* out = static_cast<Element*>(params.out) + b * params.out_strides.batch +
-                 pos * params.out_strides.row + int64_t(head) * params.out_strides.head + lane * kPerLane;
-#pragma unroll
-  for (int e = 0; e < kPerLane; ++e) out[e] = Element(acc[e]);
-  if (params.lse != nullptr && lane == 0) {
-    params.lse[b * params.lse_batch_stride + int64_t(head) * params.lse_head_stride + pos] = lse;
-  }
+  combine_split_row<Element, kHeadDim, 64>(params, row, blockIdx.y, threadIdx.x % 32);
 }
 
 }  // namespace flashattn::cuda

@@ -20,8 +20,8 @@ namespace flashattn::cuda {
 // decode: 16.7 -> 15.8 us (flash_attn_func) and 17.8 -> 16.5 us (KV cache), larger shapes within
 // 1% (dev/results/h200-2026-12-01-ab-pdl-*.json). Only where the loaded combine kernel was
 // compiled for compute 9.0 or newer: older code (a build without sm_90, JIT-compiled from
-// compute_80 PTX on a Hopper GPU) has no wait and launches plainly. Also used by the MLA decode
-// (mla/mla_launch.h) at kHeadDimV 512.
+// compute_80 PTX on a Hopper GPU) has no wait and launches plainly. Not used where the decode
+// kernels merge their own partials (params.split_counters; launch_fwd).
 template <typename Element, int kHeadDimV>
 Status launch_split_combine(const ForwardParams& params, cudaStream_t stream) {
   const auto combine = fwd_combine_kernel<Element, kHeadDimV>;
@@ -97,6 +97,21 @@ Status launch_fwd(const ForwardParams& params_in, cudaStream_t stream) {
     }
     params.split_out = workspace;
     params.split_lse = workspace + rows * Traits::kHeadDim;
+    // The decode kernels merge their own partials: the last split CTA of each row group does
+    // (fwd_kernel.h merge_if_last_split), so no combine kernel follows: at batch 1 x 4k keys its
+    // wait for the whole split grid and its chain of L2 reads are, by the model in dev/NOTES.md
+    // "Decode latency", 3-5 us of the 15.7 measured (not yet timed without them).
+    // FLASHATTN_SPLIT_COMBINE=kernel keeps the combine kernel (tests compare the two bit for bit).
+    if constexpr (Traits::kSplitKeys) {
+      if (fused_split_combine()) {
+        const size_t groups = size_t(m_blocks) * params.heads * params.batch;
+        if (Status s = split_counters(groups, stream, &params.split_counters); !s.ok()) {
+          if (plan != nullptr) (void)workspace_free(plan, stream);
+          (void)workspace_free(workspace, stream);
+          return s;
+        }
+      }
+    }
   }
   const dim3 grid(m_blocks, params.heads, params.batch * splits);
   kernel<<<grid, Traits::kThreads, smem, stream>>>(params);
@@ -106,7 +121,7 @@ Status launch_fwd(const ForwardParams& params_in, cudaStream_t stream) {
     if (status.ok()) status = freed;
   }
   if (splits > 1) {
-    if (status.ok() && params.total_q > 0) {
+    if (status.ok() && params.total_q > 0 && params.split_counters == nullptr) {
       status = launch_split_combine<typename Traits::Element, Traits::kHeadDim>(params, stream);
     }
     Status freed = workspace_free(workspace, stream);
