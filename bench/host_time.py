@@ -1,140 +1,231 @@
-"""Host time per call: flashattn's flash_attn_func and flash_attn_with_kvcache against PyTorch
-SDPA on the same tiny tensors, in one process and one loop.
+"""Host time per call of flashattn's torch entry points against SDPA (cuDNN) on the same CUDA
+tensors (issue 17: "host time per call of flash_attn_func and flash_attn_with_kvcache <= SDPA's
+on the same tensors").
 
-    python3 bench/host_time.py [--device cuda] [--calls 2000] [--rounds 5] [--json out.json]
+    pip install --no-build-isolation .        # on the GPU machine, from the repository root
+    python3 bench/host_time.py --out host_time.json [--calls 2000] [--rounds 5]
+                             [--cache-lens 4096,128]
 
-What is measured: the wall time of N back-to-back calls divided by N. A synchronisation every
---sync-every calls keeps the device queue from filling; every implementation pays it alike.
-On tiny shapes (decode: one
-query token, batch 1, 32 query heads over 8 KV heads, d128, a 4k cache) the GPU kernel takes a
-few microseconds, so the loop is bound by the host path: argument handling, DLPack export,
-stream lookup, launch. The median over --rounds rounds is reported, per implementation:
+Shape: decode, batch 1, one query token, 32 query heads over 8 KV heads, head dim 128, bf16,
+a cache of --cache-lens keys (each length is one set of rows). Per implementation and cache
+length, --rounds rounds of --calls back-to-back eager calls, the implementations alternating
+round by round; each round is timed on the CPU clock with torch.cuda.synchronize only before
+its first and after its last call:
 
-    sdpa            torch.nn.functional.scaled_dot_product_attention (its default backend choice,
-                    enable_gqa=True), q/k/v in SDPA's (batch, heads, seqlen, dim) layout
-    flash_attn_func flashattn.flash_attn_func(q, k, v) (eager inference: the direct path)
-    kvcache         flashattn.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=...)
-    kvcache_append  the same with k/v of one new token (append in place) and a paged cache
-                    (page size 16)
+    wall_us     (time to the final synchronize) / calls: the larger of host time and GPU time
+                per call. At 4096 keys the GPU kernels take ~17-24 us, about the host time, so
+                this can be GPU-bound; the 128-key rows are host-bound.
+    enqueue_us  (time to the last call's return, before the final synchronize) / calls: host
+                time while the launch queue has room (it can fill on long rounds, then this
+                too waits on the GPU).
 
-Runs on the CPU too (--device cpu), where the kernels, not the host path, dominate; the figures
-that matter come from a GPU. Each implementation is warmed up first (--warmup calls).
+Implementations (all on the same q/k/v/caches):
+
+    sdpa_cudnn        F.scaled_dot_product_attention under sdpa_kernel(CUDNN_ATTENTION), q/k/v
+                      in SDPA's (batch, heads, seqlen, dim) layout, k/v expanded to 32 heads
+                      beforehand (copies; cuDNN's GQA support varies by version)
+    sdpa_default      the same with enable_gqa=True and torch's own backend choice
+    flash_attn_func   flashattn.flash_attn_func(q, k, v) (inference: every row but the training
+                      ones runs under torch.no_grad, entered once per round)
+    kvcache           flashattn.flash_attn_with_kvcache(q, k_cache, v_cache, k_new, v_new,
+                      cache_seqlens=...): one decode step, appending one token (at the same
+                      row every call, so the cache never fills)
+    kvcache_read      the same without k_new/v_new (no append)
+    c_torch_forward, c_torch_forward_kvcache
+                      the extension's torch fast-path entries called directly (no Python
+                      wrapper): the C++ side's share of the two calls above
+    flash_attn_func_train, sdpa_cudnn_train
+                      a training step's attention, forward + backward (q/k/v require grad,
+                      grad enabled), flash_attn_func against SDPA under cuDNN
+
+Also, where torch.cuda.graphs works: the kvcache decode step and sdpa_cudnn captured in a CUDA
+graph, replayed --calls times per round (graph_replay_us: wall per replay).
+
+The JSON (--out) holds the environment, the per-round figures and their medians, and whether
+the fast path took the calls (fast_path: the extension's torch_forward / torch_forward_kvcache
+returned a result rather than None).
 """
 import argparse
 import json
 import statistics
+import subprocess
 import time
 
+from bench import capture_graph  # bench/bench.py, beside this file (imports without torch)
 
-def build(device: str, dtype_name: str, cache_len: int):
+
+def commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def build(cache_len: int, device: str, dtype):
+    """The callables of one cache length, all on one set of tensors."""
     import torch
+    import torch.nn.functional as F
 
     import flashattn
+    from flashattn import _C
 
-    dtype = getattr(torch, dtype_name)
-    b, h, hk, d, page = 1, 32, 8, 128, 16
+    b, h, hk, d = 1, 32, 8, 128
     g = torch.Generator(device="cpu").manual_seed(0)
     r = lambda *s: torch.randn(*s, generator=g).to(device=device, dtype=dtype)  # noqa: E731
     q = r(b, 1, h, d)
-    k = r(b, cache_len, hk, d)
-    v = r(b, cache_len, hk, d)
-    q_t, k_t, v_t = (x.transpose(1, 2).contiguous() for x in (q, k, v))
-    k_cache = r(b, cache_len + 64, hk, d)
-    v_cache = r(b, cache_len + 64, hk, d)
-    seqlens = torch.full((b,), cache_len, dtype=torch.int32, device=device)
-    blocks = (cache_len + 64) // page
-    k_pages = r(b * blocks, page, hk, d)
-    v_pages = r(b * blocks, page, hk, d)
-    table = torch.arange(b * blocks, dtype=torch.int32, device=device).view(b, blocks)
+    k_cache, v_cache = r(b, cache_len, hk, d), r(b, cache_len, hk, d)
     k_new, v_new = r(b, 1, hk, d), r(b, 1, hk, d)
-    sdpa = torch.nn.functional.scaled_dot_product_attention
+    # The decode step appends at row cache_len - 1 and attends cache_len keys.
+    seqlens_append = torch.full((b,), cache_len - 1, dtype=torch.int32, device=device)
+    seqlens_full = torch.full((b,), cache_len, dtype=torch.int32, device=device)
+    # SDPA's layout; k/v expanded to all query heads for the cuDNN backend.
+    q_t = q.transpose(1, 2).contiguous()
+    k_t, v_t = (x.transpose(1, 2).contiguous() for x in (k_cache, v_cache))
+    k_x, v_x = (x.repeat_interleave(h // hk, dim=1).contiguous() for x in (k_t, v_t))
 
-    def call_sdpa():
-        return sdpa(q_t, k_t, v_t, enable_gqa=True)
+    # Training: separate leaves that require grad; dout like the output.
+    q_g, k_g, v_g = (x.detach().clone().requires_grad_() for x in (q, k_cache, v_cache))
+    qt_g, kx_g, vx_g = (x.detach().clone().requires_grad_() for x in (q_t, k_x, v_x))
+    dout, dout_t = torch.randn_like(q), torch.randn_like(q_t)
 
-    def call_func():
-        return flashattn.flash_attn_func(q, k, v)
+    def train_func():
+        flashattn.flash_attn_func(q_g, k_g, v_g).backward(dout)
 
-    def call_kvcache():
-        return flashattn.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=seqlens)
+    def train_sdpa():
+        F.scaled_dot_product_attention(qt_g, kx_g, vx_g).backward(dout_t)
 
-    def call_append():
-        # Appending at the same position every call: the cache never fills.
-        return flashattn.flash_attn_with_kvcache(q, k_pages, v_pages, k_new, v_new,
-                                                 cache_seqlens=seqlens, block_table=table)
+    fns = {
+        "sdpa_cudnn": lambda: F.scaled_dot_product_attention(q_t, k_x, v_x),
+        "sdpa_default": lambda: F.scaled_dot_product_attention(q_t, k_t, v_t, enable_gqa=True),
+        "flash_attn_func": lambda: flashattn.flash_attn_func(q, k_cache, v_cache),
+        "kvcache": lambda: flashattn.flash_attn_with_kvcache(
+            q, k_cache, v_cache, k_new, v_new, cache_seqlens=seqlens_append),
+        "kvcache_read": lambda: flashattn.flash_attn_with_kvcache(
+            q, k_cache, v_cache, cache_seqlens=seqlens_full),
+    }
+    fast = {}
+    if hasattr(_C, "torch_forward"):
+        fwd_args = (q, k_cache, v_cache, None, None, 0, 0, None, None, False, (-1, -1), 0.0,
+                    0.0, 0, None, False, True)
+        kv_args = (q, k_cache, v_cache, k_new, v_new, None, None, seqlens_append, None, None,
+                   None, None, None, False, (-1, -1), 0.0, True, 0, None, True)
+        fns["c_torch_forward"] = lambda: _C.torch_forward(*fwd_args)
+        fns["c_torch_forward_kvcache"] = lambda: _C.torch_forward_kvcache(*kv_args)
+        fast = {"flash_attn_func": _C.torch_forward(*fwd_args) is not None,
+                "kvcache": _C.torch_forward_kvcache(*kv_args) is not None}
+    fns["flash_attn_func_train"] = train_func
+    fns["sdpa_cudnn_train"] = train_sdpa
+    graphs = {"kvcache": fns["kvcache"], "sdpa_cudnn": fns["sdpa_cudnn"]}
+    return fns, graphs, fast
 
-    return {"sdpa": call_sdpa, "flash_attn_func": call_func, "kvcache": call_kvcache,
-            "kvcache_append": call_append}
+
+def context(name: str):
+    """What a round of `name` runs under, entered once per round (not per call): grad enabled
+    only for the training rows, cuDNN as SDPA's only backend for the sdpa_cudnn rows."""
+    import contextlib
+
+    import torch
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    stack = contextlib.ExitStack()
+    stack.enter_context(torch.enable_grad() if name.endswith("_train") else torch.no_grad())
+    if name.startswith("sdpa_cudnn"):
+        stack.enter_context(sdpa_kernel(SDPBackend.CUDNN_ATTENTION))
+    return stack
 
 
-def per_call_us(fn, calls: int, sync, sync_every: int) -> float:
-    start = time.perf_counter()
-    for i in range(calls):
-        fn()
-        if (i + 1) % sync_every == 0:
-            sync()
+def timed_round(fn, calls: int, sync) -> tuple:
+    """(wall_us, enqueue_us) per call of one round."""
     sync()
-    return (time.perf_counter() - start) / calls * 1e6
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    enqueued = time.perf_counter()
+    sync()
+    end = time.perf_counter()
+    return (end - start) / calls * 1e6, (enqueued - start) / calls * 1e6
 
 
 def main(argv=None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--device", default="cuda")
-    p.add_argument("--dtype", default="bfloat16")
-    p.add_argument("--cache-len", type=int, default=4096)
+    p.add_argument("--out", required=True, help="JSON output path")
     p.add_argument("--calls", type=int, default=2000)
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--warmup", type=int, default=50)
-    p.add_argument("--sync-every", type=int, default=200)
-    p.add_argument("--impls", default="sdpa,flash_attn_func,kvcache,kvcache_append")
-    p.add_argument("--json", default=None)
+    p.add_argument("--cache-lens", default="4096,128")
+    p.add_argument("--device", default="cuda", help="cuda (the figures that matter) or cpu")
+    p.add_argument("--dtype", default="bfloat16")
     a = p.parse_args(argv)
 
     import torch
 
     import flashattn
 
-    if a.device == "cpu" and a.dtype == "bfloat16":
-        a.dtype = "float32"
-    sync = torch.cuda.synchronize if a.device.startswith("cuda") else (lambda: None)
-    fns = build(a.device, a.dtype, a.cache_len)
-    names = [n for n in a.impls.split(",") if n]
-    results = {}
-    for name in names:
-        fn = fns[name]
-        try:
-            for _ in range(a.warmup):
-                fn()
-            sync()
-        except Exception as e:  # noqa: BLE001 - report the peer as unavailable, keep the others
-            results[name] = {"error": f"{type(e).__name__}: {e}"}
-            continue
-        results[name] = {"rounds_us": []}
-    # One loop: the implementations alternate round by round, so drift affects all alike.
-    for _ in range(a.rounds):
-        for name in names:
-            if "error" in results[name]:
-                continue
-            results[name]["rounds_us"].append(per_call_us(fns[name], a.calls, sync, a.sync_every))
-    for r in results.values():
-        if "rounds_us" in r:
-            r["median_us"] = statistics.median(r["rounds_us"])
+    cuda = a.device.startswith("cuda")
+    dtype = getattr(torch, a.dtype if cuda else "float32")
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
     report = {
-        "device": torch.cuda.get_device_name() if a.device.startswith("cuda") else "cpu",
-        "torch": torch.__version__, "flashattn": flashattn.__version__,
-        "shape": {"batch": 1, "heads": 32, "heads_k": 8, "head_dim": 128, "seqlen_q": 1,
-                  "cache_len": a.cache_len, "dtype": a.dtype},
-        "calls": a.calls, "rounds": a.rounds, "results": results,
+        "what": "host time per call, eager, CPU wall clock, synchronize only at round ends",
+        "device": torch.cuda.get_device_name() if cuda else "cpu", "torch": torch.__version__,
+        "cudnn": torch.backends.cudnn.version() if cuda else None,
+        "flashattn": flashattn.__version__, "commit": commit(),
+        "shape": {"batch": 1, "seqlen_q": 1, "heads": 32, "heads_k": 8, "head_dim": 128,
+                  "dtype": str(dtype).replace("torch.", "")},
+        "calls": a.calls, "rounds": a.rounds, "by_cache_len": {},
     }
-    base = results.get("sdpa", {}).get("median_us")
-    for name, r in results.items():
-        line = f"{name:16s} " + (f"{r['median_us']:8.2f} us/call" if "median_us" in r else r["error"])
-        if base and "median_us" in r:
-            line += f"   {r['median_us'] / base:5.2f}x sdpa"
-        print(line)
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump(report, f, indent=1)
+    for cache_len in (int(x) for x in a.cache_lens.split(",") if x):
+        fns, graph_fns, fast = build(cache_len, a.device, dtype)
+        rows = {}
+        for name, fn in fns.items():
+            try:
+                with context(name):
+                    for _ in range(a.warmup):
+                        fn()
+                sync()
+                rows[name] = {"wall_us": [], "enqueue_us": []}
+            except Exception as e:  # noqa: BLE001 - record the peer as unavailable
+                rows[name] = {"error": f"{type(e).__name__}: {e}"}
+        for _ in range(a.rounds):
+            for name, fn in fns.items():
+                if "error" in rows[name]:
+                    continue
+                with context(name):
+                    wall, enq = timed_round(fn, a.calls, sync)
+                rows[name]["wall_us"].append(wall)
+                rows[name]["enqueue_us"].append(enq)
+        if cuda:
+            for name, fn in graph_fns.items():
+                key = f"graph_{name}"
+                try:
+                    with context(name):
+                        graph = capture_graph(fn)
+                    rows[key] = {"graph_replay_us": [timed_round(graph.replay, a.calls, sync)[0]
+                                                     for _ in range(a.rounds)]}
+                except Exception as e:  # noqa: BLE001
+                    rows[key] = {"error": f"{type(e).__name__}: {e}"}
+        for row in rows.values():
+            for key in ("wall_us", "enqueue_us", "graph_replay_us"):
+                if row.get(key):
+                    row[key.replace("_us", "_median_us")] = round(statistics.median(row[key]), 2)
+                    row[key] = [round(x, 2) for x in row[key]]
+        report["by_cache_len"][str(cache_len)] = {"fast_path": fast, "results": rows}
+        base = rows.get("sdpa_cudnn", {}).get("wall_median_us")
+        print(f"cache {cache_len}: fast path {fast}")
+        for name, row in rows.items():
+            if "error" in row:
+                print(f"  {name:24s} {row['error']}")
+                continue
+            if "graph_replay_median_us" in row:
+                print(f"  {name:24s} replay {row['graph_replay_median_us']:8.2f} us")
+                continue
+            line = (f"  {name:24s} wall {row['wall_median_us']:8.2f} us  "
+                    f"enqueue {row['enqueue_median_us']:8.2f} us")
+            if base:
+                line += f"  {row['wall_median_us'] / base:5.2f}x sdpa_cudnn"
+            print(line)
+    with open(a.out, "w") as f:
+        json.dump(report, f, indent=1)
     return report
 
 

@@ -489,7 +489,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
       // Q buffer frees only after this CTA's previous tile has issued its last S. Its load is hidden
       // behind that tile's last P V and epilogue: two Q slots (d64, masked d128) or an L2 prefetch
       // of the next Q moved the forward by -1..+2% at 512-16k (H200 bf16, dev/results/
-      // h200-2026-12-01-ab-qslot-*.json). The loop is not unrolled: unrolled, the producer's 24
+      // h200-2026-12-02-ab-qslot-*.json). The loop is not unrolled: unrolled, the producer's 24
       // registers spilled with the tile feed.
       load_k(w.n_hi - 1, it);
       load_q();
