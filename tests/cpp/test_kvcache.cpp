@@ -65,21 +65,6 @@ struct KVOutcome {
 
 double uniform(std::mt19937& g) { return std::uniform_real_distribution<double>(-1.0, 1.0)(g); }
 
-// Sink logits for `heads` query heads, by head % 4: beside the scores (~N(0.5, 1.5)), -inf (that
-// head has no sink), above every score (4..8: the sink sets the row maximum), beside again.
-std::vector<float> sink_logits(int heads, uint32_t seed) {
-  std::mt19937 g(seed);
-  std::normal_distribution<float> around(0.5f, 1.5f);
-  std::uniform_real_distribution<float> large(4.0f, 8.0f);
-  std::vector<float> sink;
-  for (int h = 0; h < heads; ++h) {
-    if (h % 4 == 1) sink.push_back(-std::numeric_limits<float>::infinity());
-    else if (h % 4 == 2) sink.push_back(large(g));
-    else sink.push_back(around(g));
-  }
-  return sink;
-}
-
 // The test's own rotary: pair (a, b) of row x at position pos -> (a c - b s, a s + b c).
 void rotate_ref(std::vector<double>& x, int64_t off, int rotary_dim, bool interleaved,
                 const std::vector<double>& cos, const std::vector<double>& sin, int64_t pos) {

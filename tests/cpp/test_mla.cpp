@@ -57,20 +57,6 @@ struct MlaOutcome {
 
 double uniform(std::mt19937& g) { return std::uniform_real_distribution<double>(-1.0, 1.0)(g); }
 
-// Sink logits by head % 4: beside the scores, -inf (no sink), above every score, beside again.
-std::vector<float> sink_logits(int heads, uint32_t seed) {
-  std::mt19937 g(seed);
-  std::normal_distribution<float> around(0.5f, 1.5f);
-  std::uniform_real_distribution<float> large(4.0f, 8.0f);
-  std::vector<float> sink;
-  for (int h = 0; h < heads; ++h) {
-    if (h % 4 == 1) sink.push_back(-std::numeric_limits<float>::infinity());
-    else if (h % 4 == 2) sink.push_back(large(g));
-    else sink.push_back(around(g));
-  }
-  return sink;
-}
-
 // Pair (a, b) of x[off..] at table row pos -> (a c - b s, a s + b c), non-interleaved halves.
 void rotate_ref(std::vector<double>& x, int64_t off, int rotary_dim, const std::vector<double>& cos,
                 const std::vector<double>& sin, int64_t pos) {

@@ -628,6 +628,19 @@ const char* sink_name(Sink s) {
   return "?";
 }
 
+std::vector<float> sink_logits(int heads, uint32_t seed) {
+  std::mt19937 g(seed);
+  std::normal_distribution<float> around(0.5f, 1.5f);
+  std::uniform_real_distribution<float> large(4.0f, 8.0f);
+  std::vector<float> sink;
+  for (int h = 0; h < heads; ++h) {
+    if (h % 4 == 1) sink.push_back(-std::numeric_limits<float>::infinity());
+    else if (h % 4 == 2) sink.push_back(large(g));
+    else sink.push_back(around(g));
+  }
+  return sink;
+}
+
 Results run_reference(const HostProblem& p, bool with_backward) {
   const reference::Shape& s = p.shape;
   Results r;

@@ -156,6 +156,11 @@ enum class Alibi { kNone, kHeads, kBatchHeads };
 enum class Sink { kNone, kRandom, kLarge, kHuge, kNegInf };
 const char* sink_name(Sink s);
 
+// Sink logits of a KV-cache test (test_kvcache, test_mla) for `heads` query heads, by head % 4:
+// beside the scores (~N(0.5, 1.5)), -inf (that head has no sink), above every score (4..8: the
+// sink sets the row maximum), beside again.
+std::vector<float> sink_logits(int heads, uint32_t seed);
+
 struct ProblemSpec {
   DType dtype = DType::kFloat16;
   bool varlen = false;
