@@ -174,7 +174,8 @@ def attention_section(files):
             notes = Footnotes()
             body = []
             for r in sorted(rows, key=lambda r: (r["dtype"], r["d"], r["causal"], r["n"])):
-                cells = [r["dtype"], r["d"], r["n"], "causal" if r["causal"] else "full", f"{r['batch']}×{r['heads']}"]
+                d = r["d"] if r.get("dv", r["d"]) == r["d"] else f"{r['d']}/{r['dv']}"  # head_dim / head_dim_v
+                cells = [r["dtype"], d, r["n"], "causal" if r["causal"] else "full", f"{r['batch']}×{r['heads']}"]
                 for n in names:
                     value = plot.figure(r.get(n), f"{key}_tflops")
                     if value is not None:
