@@ -10,6 +10,7 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "core/params.h"
 #include "cuda/common/tile_kind.h"
@@ -57,6 +58,37 @@ __device__ __forceinline__ float bias_log2(const QKVParams& p, const ScoreRow& r
   }
   return x * 1.4426950408889634f;  // log2(e)
 }
+
+#if defined(FLASHATTN_DEV_BIAS_SMEM)
+// dev candidate (dev/NOTES.md "Bias tiles through shared memory"): the sm80 forward copies each
+// (query block, key block) tile of a 16-bit attn_bias into shared memory with cp.async, one
+// stage ahead like K, and reads it from there in the score loop.
+
+// Whether this call's attn_bias can be copied in 16-byte chunks: a 16-bit dtype (the call's),
+// a 16-byte aligned base, every stride a multiple of 8 elements, and a key extent (seqlen_k;
+// varlen: max_seqlen_k) that is a multiple of 8, so that a chunk holding any key inside the
+// sequence lies inside its row. Otherwise the kernel reads the bias per element (bias_log2).
+__device__ __forceinline__ bool bias_tile_copyable(const QKVParams& p) {
+  const Broadcast4& b = p.bias;
+  return b.defined() && b.dtype != DType::kFloat32 && reinterpret_cast<uintptr_t>(b.data) % 16 == 0 &&
+         (b.batch | b.head | b.row) % 8 == 0 && p.seqlen_k % 8 == 0;
+}
+
+// Two adjacent 16-bit attn_bias elements as packed in memory (key 2c low, 2c + 1 high) in log2
+// units, rounded as bias_log2 rounds them.
+template <typename Element>
+__device__ __forceinline__ float2 bias_pair_log2(uint32_t w) {
+  float lo, hi;
+  if constexpr (sizeof(Element) == 2 && std::is_same_v<Element, __nv_bfloat16>) {
+    lo = __uint_as_float(w << 16);
+    hi = __uint_as_float(w & 0xffff0000u);
+  } else {
+    lo = __half2float(__ushort_as_half(static_cast<unsigned short>(w & 0xffffu)));
+    hi = __half2float(__ushort_as_half(static_cast<unsigned short>(w >> 16)));
+  }
+  return make_float2(lo * 1.4426950408889634f, hi * 1.4426950408889634f);  // log2(e)
+}
+#endif
 
 // Whether (row, key j) is hidden in a tile of `kind` (tile_kind.h hidden_in_tile: clean tiles
 // read nothing, mask tiles attn_mask, mixed tiles the block state and then attn_mask where the

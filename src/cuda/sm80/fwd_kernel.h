@@ -109,7 +109,16 @@ struct FwdTraits {
   // Paged KV cache: the K and V row offsets of two key blocks (the one whose V tile is next, and
   // the next K; PageFetch).
   static constexpr size_t kPageOffsetBytes = kCache_ ? 2 * 2 * kBlockN * sizeof(int64_t) : 0;
-  static constexpr size_t kSmemBytes = sizeof(Element) * (kSmemQ + 2 * kSmemKV) + kPageOffsetBytes;
+#if defined(FLASHATTN_DEV_BIAS_SMEM)
+  // dev candidate (dev/NOTES.md "Bias tiles through shared memory"): the bias tile of the
+  // current (query block, key block), kBlockM rows of kBlockN 16-bit elements, after V. Rows of
+  // whole groups of 8 chunks (kBlockN % 64 == 0): d <= 192's 64-key tiles, not d256's 16 keys.
+  static constexpr bool kBiasSmem = kMods == ScoreMods::kBiasMask && !kSplitKeys && kBlockN % 64 == 0;
+#else
+  static constexpr bool kBiasSmem = false;
+#endif
+  static constexpr int kSmemBias = kBiasSmem ? kBlockM * kBlockN : 0;  // Element units
+  static constexpr size_t kSmemBytes = sizeof(Element) * (kSmemQ + 2 * kSmemKV + kSmemBias) + kPageOffsetBytes;
   // An e4m3 cache's kernels launch with less: no page offsets for a dense cache, and one set
   // (K's, shared with V) when K and V have the same page and row strides (page_offsets_shared;
   // the usual case), so that the decode tiles' 256 keys at d128 keep three CTAs per SM.
@@ -126,6 +135,8 @@ struct FwdTraits {
   static constexpr size_t kMergeBytes = kSplitKeys ? sizeof(float) * (kWarps - 1) * 32 * (kMTiles * kDTiles * 4 + 4 * kMTiles) : 0;
   static_assert(kMergeBytes <= sizeof(Element) * 2 * kSmemKV, "the merge fits in the K/V buffers");
   static_assert(kHeadDim % 16 == 0, "head_dim must be a multiple of 16");
+  static_assert(!kBiasSmem || sizeof(Element) * (kSmemQ + 2 * kSmemKV) % 128 == 0,
+                "the bias tile starts on a 128-byte line (its swizzle XORs address bits 4-6)");
   static_assert(!(kCache && kMods == ScoreMods::kBiasMask), "forward_kvcache takes no bias or masks");
   static_assert(!kFp8Cache || (kCache && kHeadDim % 32 == 0 && kDTiles % 4 == 0),
                 "an e4m3 cache: forward_kvcache, x4 ldmatrix of 32 columns");
@@ -433,6 +444,43 @@ __device__ __forceinline__ void merge_if_last_split(const ForwardParams& params,
   }
 }
 
+#if defined(FLASHATTN_DEV_BIAS_SMEM)
+// Byte offset from the bias tile of row r's 16-byte chunk c (FwdTraits::kBiasSmem): rows of
+// kBlockN 16-bit elements, chunk bits 0-2 XOR row % 8, so the score loop's reads (rows g of a
+// 8-row group, chunk nt, word t) hit 32 distinct banks.
+template <typename Traits>
+__device__ __forceinline__ uint32_t bias_smem_offset(int r, int c) {
+  return uint32_t(r * Traits::kBlockN * 2 + ((c ^ (r & 7)) << 4));
+}
+
+// Copies the attn_bias tile of (sequence b, head h, rows [m0, m0 + kBlockM), keys [n0, n0 +
+// kBlockN)) into shared memory (bias_smem_offset) with cp.async, 16 bytes a chunk; rows at or
+// past seqlen_q and chunks at or past seqlen_k are zero-filled (their scores are never stored or
+// are masked by the key bound). The bias passed bias_tile_copyable. Thread tid owns chunk tid %
+// kChunks of rows tid / kChunks + p * kRowsPerPass, one pointer stepping down the rows.
+template <typename Traits>
+__device__ __forceinline__ void load_bias_tile(uint32_t s_bias, const QKVParams& p, int b, int h, int m0, int n0,
+                                               int seqlen_q, int seqlen_k, int tid) {
+  constexpr int kChunks = Traits::kBlockN / 8;
+  constexpr int kRowsPerPass = Traits::kThreads / kChunks;
+  constexpr int kPasses = Traits::kBlockM / kRowsPerPass;
+  static_assert(kRowsPerPass % 8 == 0 && Traits::kBlockM % kRowsPerPass == 0, "a pass keeps row % 8");
+  const int r0 = tid / kChunks;
+  const int c = tid % kChunks;
+  const int64_t pass_bytes = 2 * kRowsPerPass * p.bias.row;
+  const char* g = static_cast<const char*>(p.bias.data) +
+                  2 * (b * p.bias.batch + h * p.bias.head + (m0 + r0) * p.bias.row + n0 + c * 8);
+  const bool key_in = n0 + c * 8 < seqlen_k;
+  const uint32_t dst = s_bias + bias_smem_offset<Traits>(r0, c);
+#pragma unroll
+  for (int pass = 0; pass < kPasses; ++pass) {
+    const bool valid = key_in && m0 + r0 + pass * kRowsPerPass < seqlen_q;
+    ptx::cp_async_16(dst + uint32_t(pass * kRowsPerPass * Traits::kBlockN * 2), valid ? g : p.bias.data, valid);
+    g += pass_bytes;
+  }
+}
+#endif
+
 template <typename Traits>
 __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
     fwd_kernel(const __grid_constant__ ForwardParams params) {
@@ -462,8 +510,13 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
   // (page_offsets_shared, as the launcher sized shared memory).
   // v_offsets: V's slots after K's, or K's own (PageFetch::store then writes V's offsets over
   // K's equal ones). Read from the parameters where used, so that no register holds it.
+#if defined(FLASHATTN_DEV_BIAS_SMEM)
+  // The bias tile (FwdTraits::kBiasSmem), used where the call's bias passes bias_tile_copyable.
+  unsigned char* const s_bias_bytes = reinterpret_cast<unsigned char*>(sV + Traits::kSmemKV);
+  const bool bias_smem = Traits::kBiasSmem && bias_tile_copyable(params);
+#endif
   const auto v_offsets = [&] { return page_offsets_shared<Traits>(params) ? 0 : kBlockN; };
-  int64_t* const page_offset_base = reinterpret_cast<int64_t*>(sV + Traits::kSmemKV);
+  int64_t* const page_offset_base = reinterpret_cast<int64_t*>(sV + Traits::kSmemKV + Traits::kSmemBias);
   const auto page_offsets = [&](int j) {
     if constexpr (!Traits::kFp8Cache) return page_offset_base + (j & 1) * 2 * kBlockN;
     return page_offset_base + ((j & 1) ? kBlockN + v_offsets() : 0);
@@ -607,6 +660,15 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
       if (n_hi - 2 >= n_lo) fetch.load(pages, int(row0_k) + n0 - kBlockN, kBlockN, tid);
     } else {
       load_kv_tile<Traits>(sK, gK, (kBiasMask ? n_first : n_hi - 1) * kBlockN, seqlen_k, tid);
+#if defined(FLASHATTN_DEV_BIAS_SMEM)
+      // The first bias tile travels with the first K tile (one commit group).
+      if constexpr (Traits::kBiasSmem) {
+        if (bias_smem) {
+          load_bias_tile<Traits>(ptx::smem_addr(s_bias_bytes), params, batch, head, m0, n_first * kBlockN, seqlen_q,
+                                 seqlen_k, tid);
+        }
+      }
+#endif
     }
     ptx::cp_async_commit();
     if constexpr (kPrefetchV) {
@@ -688,8 +750,26 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
           hi -= key0 + 2 * t;
           ScoreRow mods_row{};
           if constexpr (kBiasMask) mods_row = score_row(params, batch, head, min(i, seqlen_q - 1));
+#if defined(FLASHATTN_DEV_BIAS_SMEM)
+          // This lane's bias word of chunk 0 in row i's tile row (bias_smem_offset): row r has
+          // r % 8 == g; chunk nt is one XOR away.
+          const int bias_r = warp_row0 + mt * 16 + g + 8 * h;
+          const uint32_t bias_off0 = bias_smem_offset<Traits>(bias_r, 0) + 4 * t;
+          // The row's kNTiles words are read together, ahead of the per-element branches below
+          // (read inside them, each waited for its own shared-memory latency).
+          uint32_t bias_words[kNTiles];
 #pragma unroll
           for (int nt = 0; nt < kNTiles; ++nt) {
+            bias_words[nt] = Traits::kBiasSmem && bias_smem
+                                 ? *reinterpret_cast<const uint32_t*>(s_bias_bytes + (bias_off0 ^ uint32_t(nt << 4)))
+                                 : 0u;
+          }
+#endif
+#pragma unroll
+          for (int nt = 0; nt < kNTiles; ++nt) {
+#if defined(FLASHATTN_DEV_BIAS_SMEM)
+            const float2 bias_pair = bias_pair_log2<Element>(bias_words[nt]);
+#endif
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
               const int c = nt * 8 + e;  // column offset from key0 + 2t
@@ -702,7 +782,15 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
                 // After softcap and ALiBi (both additions: the order is rounding only, and the
                 // CPU backend's), then the element mask of the tile's kind.
                 const int j = min(key0 + 2 * t + c, seqlen_k - 1);
+#if defined(FLASHATTN_DEV_BIAS_SMEM)
+                if (Traits::kBiasSmem && bias_smem) {
+                  x += e == 0 ? bias_pair.x : bias_pair.y;
+                } else if (params.bias.defined()) {
+                  x += bias_log2(params, mods_row, j);
+                }
+#else
                 if (params.bias.defined()) x += bias_log2(params, mods_row, j);
+#endif
                 if (score_hidden(params, mods_row, this_kind, j)) x = -INFINITY;
               }
               if (needs_mask && (c < lo || c >= hi)) x = -INFINITY;
@@ -722,6 +810,15 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
       } else {
         const RowPtr tile{static_cast<const char*>(gK.row(kBiasMask ? n_next * kBlockN : n0 - kBlockN)), gK.row_bytes};
         load_kv_rows<Traits, true>(sK, tile, kBlockN, tid);
+#if defined(FLASHATTN_DEV_BIAS_SMEM)
+        // The next bias tile with the next K tile: every warp read this one before the barrier.
+        if constexpr (Traits::kBiasSmem) {
+          if (bias_smem) {
+            load_bias_tile<Traits>(ptx::smem_addr(s_bias_bytes), params, batch, head, m0, n_next * kBlockN, seqlen_q,
+                                   seqlen_k, tid);
+          }
+        }
+#endif
       }
       ptx::cp_async_commit();
     }
