@@ -79,7 +79,7 @@ __device__ __forceinline__ bool bias_tile_copyable(const QKVParams& p) {
 template <typename Element>
 __device__ __forceinline__ float2 bias_pair_log2(uint32_t w) {
   float lo, hi;
-  if constexpr (sizeof(Element) == 2 && std::is_same_v<Element, __nv_bfloat16>) {
+  if constexpr (std::is_same_v<Element, __nv_bfloat16>) {
     lo = __uint_as_float(w << 16);
     hi = __uint_as_float(w & 0xffff0000u);
   } else {
