@@ -1,6 +1,6 @@
-"""Bitwise A/B of the forward's attn_bias paths (dev/NOTES.md "Bias tiles through shared memory"):
-run once per build, each writing its outputs and LSEs for a fixed set of seeded cases, then
-compare. The cases cover what the FLASHATTN_DEV_BIAS_SMEM copy handles (full and broadcast
+"""Bitwise A/B of the attn_bias paths (dev/NOTES.md "Bias tiles through shared memory"): run
+once per build, each writing its outputs, LSEs and gradients for a fixed set of seeded cases,
+then compare. The cases cover what the FLASHATTN_DEV_BIAS_SMEM copy handles (full and broadcast
 biases, a key-padding row of stride 0, ragged tiles, a padded row stride, varlen, fp16, the
 window / softcap / ALiBi / attn_mask modifiers around it) and what falls back to the per-element
 reads (a float32 bias, an odd key count). Usage:
@@ -28,20 +28,31 @@ def rand(*shape, dtype=torch.bfloat16):
     return torch.randn(*shape, device=dev, dtype=dtype)
 
 
-def dense(name, b, h, nq, nk, bias, dtype=torch.bfloat16, **kw):
+def run(name, q, k, v, leaf, view, fn, **kw):
+    """Forward and backward (deterministic: dQ comes from the dQ kernel, which reads the bias per
+    element either way; dK, dV and dBias from the main kernel) of one case."""
+    grad_bias = not kw.get("softcap")  # dbias with softcap is declined
+    for x in (q, k, v, leaf) if grad_bias else (q, k, v):
+        x.requires_grad_(True)
+    out, lse, _ = fn(q, k, v, attn_bias=view(leaf), return_attn_probs=True, deterministic=True, **kw)
+    out.backward(torch.randn_like(out))
+    dbias = leaf.grad if grad_bias else torch.zeros(0)
+    results[name] = [t.detach().cpu() for t in (out, lse, q.grad, k.grad, v.grad, dbias)]
+
+
+def dense(name, b, h, nq, nk, leaf, view=lambda x: x, dtype=torch.bfloat16, **kw):
     torch.manual_seed(zlib.crc32(name.encode()))
     q, k, v = rand(b, nq, h, 128, dtype=dtype), rand(b, nk, h, 128, dtype=dtype), rand(b, nk, h, 128, dtype=dtype)
-    out, lse, _ = flashattn.flash_attn_func(q, k, v, attn_bias=bias, return_attn_probs=True, **kw)
-    results[name] = (out.cpu(), lse.cpu())
+    run(name, q, k, v, leaf, view, flashattn.flash_attn_func, **kw)
 
 
 torch.manual_seed(0)
 dense("full", 2, 4, 2048, 2048, rand(2, 4, 2048, 2048))
 dense("shared_heads", 2, 4, 2048, 2048, rand(1, 4, 2048, 2048))
-dense("key_padding", 2, 4, 1024, 1024, rand(2, 1, 1, 1024).expand(2, 4, 1024, 1024))
+dense("key_padding", 2, 4, 1024, 1024, rand(2, 1, 1, 1024), lambda x: x.expand(2, 4, 1024, 1024))
 dense("ragged_1000", 2, 4, 1000, 1000, rand(2, 4, 1000, 1000))
 dense("ragged_q_only", 2, 4, 1000, 1024, rand(2, 4, 1000, 1024))
-dense("padded_stride", 2, 4, 1000, 1000, rand(2, 4, 1000, 1024)[..., :1000])
+dense("padded_stride", 2, 4, 1000, 1000, rand(2, 4, 1000, 1024), lambda x: x[..., :1000])
 dense("odd_keys_fallback", 2, 4, 1001, 1001, rand(2, 4, 1001, 1001))
 dense("float32_fallback", 2, 4, 1024, 1024, rand(2, 4, 1024, 1024, dtype=torch.float32))
 dense("fp16", 2, 4, 1024, 1024, rand(2, 4, 1024, 1024, dtype=torch.float16), dtype=torch.float16)
@@ -55,19 +66,18 @@ dense("with_mask", 2, 4, 1024, 1024, rand(2, 4, 1024, 1024),
 # Varlen: the bias over (max_seqlen_q, max_seqlen_k), indexed inside each sequence.
 torch.manual_seed(1)
 lens = [1000, 517, 333]
-cu = torch.tensor([0] + list(torch.tensor(lens).cumsum(0)), device=dev, dtype=torch.int32)
+cu = torch.tensor([0] + torch.tensor(lens).cumsum(0).tolist(), device=dev, dtype=torch.int32)
 total = sum(lens)
-q, k, v = rand(total, 4, 128), rand(total, 4, 128), rand(total, 4, 128)
-bias = rand(3, 4, 1000, 1000)
-out, lse, _ = flashattn.flash_attn_varlen_func(q, k, v, cu, cu, 1000, 1000, attn_bias=bias, return_attn_probs=True)
-results["varlen"] = (out.cpu(), lse.cpu())
+run("varlen", rand(total, 4, 128), rand(total, 4, 128), rand(total, 4, 128), rand(3, 4, 1000, 1000), lambda x: x,
+    lambda q, k, v, **kw: flashattn.flash_attn_varlen_func(q, k, v, cu, cu, 1000, 1000, **kw))
 
 torch.save(results, args.save)
 if args.compare:
     ref = torch.load(args.compare)
     bad = 0
-    for name, (out, lse) in results.items():
-        same = torch.equal(out, ref[name][0]) and torch.equal(lse, ref[name][1])
-        bad += not same
-        print(f"{name}: {'bitwise equal' if same else 'DIFFERS (max |dO| %.3g)' % (out.float() - ref[name][0].float()).abs().max()}")
+    names = ("out", "lse", "dq", "dk", "dv", "dbias")
+    for name, tensors in results.items():
+        diff = [n for n, a, b in zip(names, tensors, ref[name]) if not torch.equal(a, b)]
+        bad += bool(diff)
+        print(f"{name}: {'bitwise equal' if not diff else 'DIFFERS in ' + ', '.join(diff)}")
     sys.exit(1 if bad else 0)

@@ -14,6 +14,7 @@
 
 #include "core/params.h"
 #include "cuda/common/tile_kind.h"
+#include "cuda/ptx/cp_async.h"
 
 namespace flashattn::cuda {
 
@@ -87,6 +88,43 @@ __device__ __forceinline__ float2 bias_pair_log2(uint32_t w) {
     hi = __half2float(__ushort_as_half(static_cast<unsigned short>(w >> 16)));
   }
   return make_float2(lo * 1.4426950408889634f, hi * 1.4426950408889634f);  // log2(e)
+}
+
+// Byte offset from a bias tile (rows of kKeys 16-bit elements, kKeys % 64 == 0) of row r's
+// 16-byte chunk c: chunk bits 0-2 XOR row % 8, so that a warp's reads of one mma accumulator
+// tile (rows g of an 8-row group, chunk c, word t) hit 32 distinct banks.
+template <int kKeys>
+__device__ __forceinline__ uint32_t bias_smem_offset(int r, int c) {
+  static_assert(kKeys % 64 == 0, "rows of whole 8-chunk groups");
+  return uint32_t(r * kKeys * 2 + ((c ^ (r & 7)) << 4));
+}
+
+// Copies the attn_bias tile of (sequence b, head h, rows [m0, m0 + kRows), keys [n0, n0 + kKeys))
+// into shared memory at s_bias (bias_smem_offset) with cp.async, 16 bytes a chunk; rows at or
+// past seqlen_q and chunks at or past seqlen_k are zero-filled (their scores are never stored or
+// are masked by the key bound, which overrides the bias). The bias passed bias_tile_copyable.
+// Thread tid owns chunk tid % kChunks of rows tid / kChunks + p * kRowsPerPass, one pointer
+// stepping down the rows.
+template <int kRows, int kKeys, int kThreads>
+__device__ __forceinline__ void load_bias_tile(uint32_t s_bias, const QKVParams& p, int b, int h, int m0, int n0,
+                                               int seqlen_q, int seqlen_k, int tid) {
+  constexpr int kChunks = kKeys / 8;
+  constexpr int kRowsPerPass = kThreads / kChunks;
+  constexpr int kPasses = kRows / kRowsPerPass;
+  static_assert(kRowsPerPass % 8 == 0 && kRows % kRowsPerPass == 0, "whole passes that keep row % 8");
+  const int r0 = tid / kChunks;
+  const int c = tid % kChunks;
+  const int64_t pass_bytes = 2 * kRowsPerPass * p.bias.row;
+  const char* g = static_cast<const char*>(p.bias.data) +
+                  2 * (b * p.bias.batch + h * p.bias.head + (m0 + r0) * p.bias.row + n0 + c * 8);
+  const bool key_in = n0 + c * 8 < seqlen_k;
+  const uint32_t dst = s_bias + bias_smem_offset<kKeys>(r0, c);
+#pragma unroll
+  for (int pass = 0; pass < kPasses; ++pass) {
+    const bool valid = key_in && m0 + r0 + pass * kRowsPerPass < seqlen_q;
+    ptx::cp_async_16(dst + uint32_t(pass * kRowsPerPass * kKeys * 2), valid ? g : p.bias.data, valid);
+    g += pass_bytes;
+  }
 }
 #endif
 

@@ -179,7 +179,18 @@ struct BwdTraits {
   static constexpr int kSmemKV = kBlockN * kSmemStride;
   static constexpr int kSmemQ = kBlockM * kSmemStride;
   static constexpr int kSmemP = kBlockM * kPStride;
-  static constexpr uint32_t kStepBufBytes = sizeof(Element) * 2 * kSmemQ + sizeof(float) * 2 * kBlockM;
+#if defined(FLASHATTN_DEV_BIAS_SMEM)
+  // dev candidate (dev/NOTES.md "Bias tiles through shared memory"): each step buffer also holds
+  // the step's (query tile, key tile) bias tile after the stats (score_tensors.h load_bias_tile),
+  // copied with the step's Q and dO. 64-row steps only (d96-d192: +8-16 KB per buffer; d64's
+  // 128 x 128 steps would add 32 KB per buffer and lose the double buffer on H200).
+  static constexpr bool kBiasSmem = kMods == ScoreMods::kBiasMask && kBlockM == 64 && kBlockN % 64 == 0 &&
+                                    kHeadDim <= 192;
+#else
+  static constexpr bool kBiasSmem = false;
+#endif
+  static constexpr uint32_t kBiasOffset = sizeof(Element) * 2 * kSmemQ + sizeof(float) * 2 * kBlockM;  // in a step buffer
+  static constexpr uint32_t kStepBufBytes = kBiasOffset + (kBiasSmem ? 2 * kBlockM * kBlockN : 0);
   static constexpr size_t kSmemFixedBytes = sizeof(Element) * (2 * kSmemKV + 2 * kSmemP);
   static constexpr size_t kSmemBytes = kSmemFixedBytes + 2 * kStepBufBytes;        // double-buffered
   static constexpr size_t kSmemBytesSingle = kSmemFixedBytes + kStepBufBytes;      // one step buffer
@@ -193,6 +204,8 @@ struct BwdTraits {
                 "swizzled tiles start on 128-byte boundaries");
 
   static_assert(kHeadDim % 32 == 0, "head_dim must be a multiple of 32");
+  static_assert(!kBiasSmem || (kSmemFixedBytes % 128 == 0 && kBiasOffset % 128 == 0 && kStepBufBytes % 128 == 0),
+                "bias tiles start on 128-byte lines (their swizzle XORs address bits 4-6)");
   static_assert(kSdpRows % 16 == 0 && kSdpCols % 16 == 0, "S/dP warp tiles are whole 16 x 16 tiles");
   static_assert(kSdpMTiles % kSdpSplits == 0, "S/dP slices are whole 16-row tiles");
   static_assert(kKvRows % 16 == 0 && kKvCols % 16 == 0, "dK/dV warp tiles are whole 16 x 16 tiles");
@@ -310,6 +323,12 @@ __device__ __forceinline__ BwdScoreState score_state(const BackwardParams& p, in
 // lengths (reads are clamped there, score_tensors.h). Unused by the other variants.
 struct StepScores {
   int batch, head, kind, seqlen_q, seqlen_k;
+#if defined(FLASHATTN_DEV_BIAS_SMEM)
+  // The byte offset of the step's bias tile (BwdTraits::kBiasSmem) from the kernel's dynamic
+  // shared memory, or -1 where the call's bias is not copied (bias_tile_copyable; the dQ kernel)
+  // and is read per element. One register: a pointer and a flag spilled more.
+  int bias_tile = -1;
+#endif
 };
 
 // The kind of the step (query tile m, key tile n) of (sequence batch, query head head) under a
@@ -361,7 +380,7 @@ __device__ __forceinline__ void for_each_masked_pair(const WindowMask& mask, int
 
 // Pass 1. Also records the dropout keep mask in `keep` for pass 2 (written only when dropout is
 // on). kPStride = 0: Pd is not stored (the deterministic dQ kernel needs dS only).
-template <ScoreMods kMods, typename Element, int kMT, int kNT, int kPStride>
+template <ScoreMods kMods, typename Element, int kMT, int kNT, int kPStride, int kBiasKeys = 64>
 __device__ __forceinline__ void scores_to_probs(float (&s)[kMT][kNT][4], KeepBits<kMT, kNT>& keep,
                                                 Element* sP, int row0, int col0, int m0, int n0,
                                                 const float* stat_lse, bool needs_mask, const WindowMask& mask,
@@ -401,9 +420,33 @@ __device__ __forceinline__ void scores_to_probs(float (&s)[kMT][kNT][4], KeepBit
       const float lse2 = stat_lse[r];
       ScoreRow mods_row{};
       if constexpr (kBiasMask) mods_row = score_row(params, step.batch, step.head, min(i, step.seqlen_q - 1));
+#if defined(FLASHATTN_DEV_BIAS_SMEM)
+      // This lane's word of chunk col0 / 8 in row r of the step's bias tile (bias_smem_offset);
+      // col0 / 8 is a multiple of kNT, so chunk col0 / 8 + nt is one XOR away.
+      static_assert((kNT & (kNT - 1)) == 0, "col0 / 8 + nt == col0 / 8 ^ nt");
+      extern __shared__ __align__(128) unsigned char bias_smem_base[];
+      const bool bias_in_smem = kBiasMask && step.bias_tile >= 0;
+      // sm_80 reads the lane from %laneid (volatile, as j_lane), sm_90 uses `lane`: ptxas d128,
+      // bytes of spill stores / loads against main's 24 / 48 (sm_80) and 36 / 60 (sm_90a):
+      // %laneid 20 / 36 and 96 / 128, `lane` 36 / 52 and 32 / 40.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+      const int bias_lane = lane;
+#else
+      const int bias_lane = int(ptx::lane_id());
+#endif
+      const int bias_row = step.bias_tile +
+                           int(bias_smem_offset<kBiasKeys>(row0 + mt * 16 + bias_lane / 4 + 8 * h, col0 / 8)) +
+                           4 * (bias_lane % 4);
+#endif
 #pragma unroll
       for (int nt = 0; nt < kNT; ++nt) {
         const int j = n0 + col0 + nt * 8 + 2 * t;  // key of element e = 0; e = 1 is j + 1
+#if defined(FLASHATTN_DEV_BIAS_SMEM)
+        // One word at a time: the row's kNT words read ahead of the branches spilled (ptxas
+        // d128: sm_90a 36 -> 68 bytes of spill stores, sm_80 24 -> 32).
+        const float2 bias_pair = bias_pair_log2<Element>(
+            bias_in_smem ? *reinterpret_cast<const uint32_t*>(bias_smem_base + (bias_row ^ (nt << 4))) : 0u);
+#endif
         float p[2], dtanh[2] = {1.0f, 1.0f};
         bool kept[2] = {true, true};
 #pragma unroll
@@ -422,7 +465,15 @@ __device__ __forceinline__ void scores_to_probs(float (&s)[kMT][kNT][4], KeepBit
               // As the forward: after softcap and ALiBi, attn_bias, then the element mask of the
               // step's kind (hidden: -inf, so P = 0 and dS = 0).
               const int jc = min(j_lane + nt * 8 + e, step.seqlen_k - 1);
+#if defined(FLASHATTN_DEV_BIAS_SMEM)
+              if (bias_in_smem) {
+                x += e == 0 ? bias_pair.x : bias_pair.y;
+              } else if (params.bias.defined()) {
+                x += bias_log2(params, mods_row, jc);
+              }
+#else
               if (params.bias.defined()) x += bias_log2(params, mods_row, jc);
+#endif
               if (score_hidden(params, mods_row, step.kind, jc)) x = -INFINITY;
             }
             p[e] = ptx::exp2_approx(x - lse2);

@@ -180,7 +180,13 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   if (planned) skip_absent(first_head, first_mi, first_kind);
   const bool any_step = first_head < head_end;
 
-  // Issues the cp.async copies of one step's Q, dO (zero-filled past seqlen_q) and stats.
+#if defined(FLASHATTN_DEV_BIAS_SMEM)
+  // The step buffers' bias tiles (BwdTraits::kBiasSmem), used where the call's bias passes
+  // bias_tile_copyable.
+  const bool bias_smem = Traits::kBiasSmem && bias_tile_copyable(params);
+#endif
+  // Issues the cp.async copies of one step's Q, dO (zero-filled past seqlen_q) and stats (and
+  // with FLASHATTN_DEV_BIAS_SMEM its bias tile).
   auto load_step = [&](int head, int m0, int buf) {
     const int64_t row = seq.row0_q + m0;
     const RowPtr gq = row_ptr<Element>(params.q, params.q_strides, batch, row, head);
@@ -193,6 +199,17 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     const int64_t ws = int64_t(head) * params.ws_rows + ws_row0 + m0;
     load_stats<kBlockM, Traits::kThreads>(reinterpret_cast<float*>(b + kStatsOffset), params.lse_log2 + ws,
                                           params.dsum + ws, tid);
+#if defined(FLASHATTN_DEV_BIAS_SMEM)
+    if constexpr (Traits::kBiasSmem) {
+      if (bias_smem) {
+        // The thread index rebuilt from %laneid (volatile): from `tid`, ptxas kept the copy's
+        // per-thread source offset across the loop and spilled.
+        load_bias_tile<kBlockM, kBlockN, Traits::kThreads>(ptx::smem_addr(b + Traits::kBiasOffset), params, batch,
+                                                           head, m0, n0, seq.seqlen_q, seq.seqlen_k,
+                                                           warp * 32 + int(ptx::lane_id()));
+      }
+    }
+#endif
   };
 
   // Warp tiles of the three products (see BwdTraits).
@@ -283,7 +300,14 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     const bool needs_mask = mask.block_needs_mask(m0, min(m0 + kBlockM, seq.seqlen_q), n0, n0 + kBlockN);
     const float* stats = reinterpret_cast<const float*>(step_bufs + buf * Traits::kStepBufBytes + kStatsOffset);
     const BwdScoreState st = score_state<Traits::kMods>(params, batch, head);
+#if defined(FLASHATTN_DEV_BIAS_SMEM)
+    const StepScores step{batch, head, kind, seq.seqlen_q, seq.seqlen_k,
+                          Traits::kBiasSmem && bias_smem
+                              ? int(step_bufs - smem_raw) + buf * int(Traits::kStepBufBytes) + int(Traits::kBiasOffset)
+                              : -1};
+#else
     const StepScores step{batch, head, kind, seq.seqlen_q, seq.seqlen_k};
+#endif
 #pragma unroll
     for (int half = 0; half < Traits::kSdpSplits; ++half) {
       constexpr int kMT = Traits::kSdpSubMTiles;
@@ -294,7 +318,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       zero_acc(s);
       warp_gemm_abt<Element, kMT, kNT, kHeadDim / 16, RowLayout, RowLayout>(s, q_addr, k_b_addr);
       KeepBits<kMT, kNT> keep;
-      scores_to_probs<Traits::kMods, Element, kMT, kNT, kPStride>(s, keep, sP, row0, sdp_col0, m0, n0, stats,
+      scores_to_probs<Traits::kMods, Element, kMT, kNT, kPStride, kBlockN>(s, keep, sP, row0, sdp_col0, m0, n0, stats,
                                                                  needs_mask, mask, st, lane, params, step);
       float dp[kMT][kNT][4];
       zero_acc(dp);

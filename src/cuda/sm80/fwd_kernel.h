@@ -111,8 +111,9 @@ struct FwdTraits {
   static constexpr size_t kPageOffsetBytes = kCache_ ? 2 * 2 * kBlockN * sizeof(int64_t) : 0;
 #if defined(FLASHATTN_DEV_BIAS_SMEM)
   // dev candidate (dev/NOTES.md "Bias tiles through shared memory"): the bias tile of the
-  // current (query block, key block), kBlockM rows of kBlockN 16-bit elements, after V. Rows of
-  // whole groups of 8 chunks (kBlockN % 64 == 0): d <= 192's 64-key tiles, not d256's 16 keys.
+  // current (query block, key block), kBlockM rows of kBlockN 16-bit elements, after V
+  // (score_tensors.h load_bias_tile). Rows of whole groups of 8 chunks (kBlockN % 64 == 0):
+  // d <= 192's 64-key tiles, not d256's 16 keys.
   static constexpr bool kBiasSmem = kMods == ScoreMods::kBiasMask && !kSplitKeys && kBlockN % 64 == 0;
 #else
   static constexpr bool kBiasSmem = false;
@@ -444,43 +445,6 @@ __device__ __forceinline__ void merge_if_last_split(const ForwardParams& params,
   }
 }
 
-#if defined(FLASHATTN_DEV_BIAS_SMEM)
-// Byte offset from the bias tile of row r's 16-byte chunk c (FwdTraits::kBiasSmem): rows of
-// kBlockN 16-bit elements, chunk bits 0-2 XOR row % 8, so the score loop's reads (rows g of a
-// 8-row group, chunk nt, word t) hit 32 distinct banks.
-template <typename Traits>
-__device__ __forceinline__ uint32_t bias_smem_offset(int r, int c) {
-  return uint32_t(r * Traits::kBlockN * 2 + ((c ^ (r & 7)) << 4));
-}
-
-// Copies the attn_bias tile of (sequence b, head h, rows [m0, m0 + kBlockM), keys [n0, n0 +
-// kBlockN)) into shared memory (bias_smem_offset) with cp.async, 16 bytes a chunk; rows at or
-// past seqlen_q and chunks at or past seqlen_k are zero-filled (their scores are never stored or
-// are masked by the key bound). The bias passed bias_tile_copyable. Thread tid owns chunk tid %
-// kChunks of rows tid / kChunks + p * kRowsPerPass, one pointer stepping down the rows.
-template <typename Traits>
-__device__ __forceinline__ void load_bias_tile(uint32_t s_bias, const QKVParams& p, int b, int h, int m0, int n0,
-                                               int seqlen_q, int seqlen_k, int tid) {
-  constexpr int kChunks = Traits::kBlockN / 8;
-  constexpr int kRowsPerPass = Traits::kThreads / kChunks;
-  constexpr int kPasses = Traits::kBlockM / kRowsPerPass;
-  static_assert(kRowsPerPass % 8 == 0 && Traits::kBlockM % kRowsPerPass == 0, "a pass keeps row % 8");
-  const int r0 = tid / kChunks;
-  const int c = tid % kChunks;
-  const int64_t pass_bytes = 2 * kRowsPerPass * p.bias.row;
-  const char* g = static_cast<const char*>(p.bias.data) +
-                  2 * (b * p.bias.batch + h * p.bias.head + (m0 + r0) * p.bias.row + n0 + c * 8);
-  const bool key_in = n0 + c * 8 < seqlen_k;
-  const uint32_t dst = s_bias + bias_smem_offset<Traits>(r0, c);
-#pragma unroll
-  for (int pass = 0; pass < kPasses; ++pass) {
-    const bool valid = key_in && m0 + r0 + pass * kRowsPerPass < seqlen_q;
-    ptx::cp_async_16(dst + uint32_t(pass * kRowsPerPass * Traits::kBlockN * 2), valid ? g : p.bias.data, valid);
-    g += pass_bytes;
-  }
-}
-#endif
-
 template <typename Traits>
 __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
     fwd_kernel(const __grid_constant__ ForwardParams params) {
@@ -664,8 +628,8 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
       // The first bias tile travels with the first K tile (one commit group).
       if constexpr (Traits::kBiasSmem) {
         if (bias_smem) {
-          load_bias_tile<Traits>(ptx::smem_addr(s_bias_bytes), params, batch, head, m0, n_first * kBlockN, seqlen_q,
-                                 seqlen_k, tid);
+          load_bias_tile<kBlockM, kBlockN, Traits::kThreads>(ptx::smem_addr(s_bias_bytes), params, batch, head, m0,
+                                                             n_first * kBlockN, seqlen_q, seqlen_k, tid);
         }
       }
 #endif
@@ -754,7 +718,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
           // This lane's bias word of chunk 0 in row i's tile row (bias_smem_offset): row r has
           // r % 8 == g; chunk nt is one XOR away.
           const int bias_r = warp_row0 + mt * 16 + g + 8 * h;
-          const uint32_t bias_off0 = bias_smem_offset<Traits>(bias_r, 0) + 4 * t;
+          const uint32_t bias_off0 = bias_smem_offset<kBlockN>(bias_r, 0) + 4 * t;
           // The row's kNTiles words are read together, ahead of the per-element branches below
           // (read inside them, each waited for its own shared-memory latency).
           uint32_t bias_words[kNTiles];
@@ -814,8 +778,8 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
         // The next bias tile with the next K tile: every warp read this one before the barrier.
         if constexpr (Traits::kBiasSmem) {
           if (bias_smem) {
-            load_bias_tile<Traits>(ptx::smem_addr(s_bias_bytes), params, batch, head, m0, n_next * kBlockN, seqlen_q,
-                                   seqlen_k, tid);
+            load_bias_tile<kBlockM, kBlockN, Traits::kThreads>(ptx::smem_addr(s_bias_bytes), params, batch, head,
+                                                               m0, n_next * kBlockN, seqlen_q, seqlen_k, tid);
           }
         }
 #endif
