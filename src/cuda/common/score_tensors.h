@@ -61,9 +61,9 @@ __device__ __forceinline__ float bias_log2(const QKVParams& p, const ScoreRow& r
 }
 
 #if defined(FLASHATTN_DEV_BIAS_SMEM)
-// dev candidate (dev/NOTES.md "Bias tiles through shared memory"): the sm80 forward copies each
-// (query block, key block) tile of a 16-bit attn_bias into shared memory with cp.async, one
-// stage ahead like K, and reads it from there in the score loop.
+// dev candidate (dev/NOTES.md "Bias tiles through shared memory"): the sm80 forward and backward
+// copy each (query tile, key tile) tile of a 16-bit attn_bias into shared memory with cp.async,
+// with the forward's K tile / the backward's step (Q, dO), and read it from there.
 
 // Whether this call's attn_bias can be copied in 16-byte chunks: a 16-bit dtype (the call's),
 // a 16-byte aligned base, every stride a multiple of 8 elements, and a key extent (seqlen_k;

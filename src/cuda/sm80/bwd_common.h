@@ -182,14 +182,16 @@ struct BwdTraits {
 #if defined(FLASHATTN_DEV_BIAS_SMEM)
   // dev candidate (dev/NOTES.md "Bias tiles through shared memory"): each step buffer also holds
   // the step's (query tile, key tile) bias tile after the stats (score_tensors.h load_bias_tile),
-  // copied with the step's Q and dO. 64-row steps only (d96-d192: +8-16 KB per buffer; d64's
-  // 128 x 128 steps would add 32 KB per buffer and lose the double buffer on H200).
+  // copied with the step's Q and dO. d96 / d128 only (64 x 128 steps: +16 KB per buffer): d64's
+  // 128 x 128 steps would add 32 KB per buffer and lose the double buffer on H200, and at d192
+  // the sm_80 binary's spills grew (ptxas, bytes of stores / loads: 56 / 88 -> 88 / 148).
   static constexpr bool kBiasSmem = kMods == ScoreMods::kBiasMask && kBlockM == 64 && kBlockN % 64 == 0 &&
-                                    kHeadDim <= 192;
+                                    kHeadDim <= 128;
 #else
   static constexpr bool kBiasSmem = false;
 #endif
-  static constexpr uint32_t kBiasOffset = sizeof(Element) * 2 * kSmemQ + sizeof(float) * 2 * kBlockM;  // in a step buffer
+  // A step buffer: sQ, sdO, stats, then (kBiasSmem) the bias tile.
+  static constexpr uint32_t kBiasOffset = sizeof(Element) * 2 * kSmemQ + sizeof(float) * 2 * kBlockM;
   static constexpr uint32_t kStepBufBytes = kBiasOffset + (kBiasSmem ? 2 * kBlockM * kBlockN : 0);
   static constexpr size_t kSmemFixedBytes = sizeof(Element) * (2 * kSmemKV + 2 * kSmemP);
   static constexpr size_t kSmemBytes = kSmemFixedBytes + 2 * kStepBufBytes;        // double-buffered

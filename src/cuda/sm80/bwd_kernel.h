@@ -318,8 +318,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       zero_acc(s);
       warp_gemm_abt<Element, kMT, kNT, kHeadDim / 16, RowLayout, RowLayout>(s, q_addr, k_b_addr);
       KeepBits<kMT, kNT> keep;
-      scores_to_probs<Traits::kMods, Element, kMT, kNT, kPStride, kBlockN>(s, keep, sP, row0, sdp_col0, m0, n0, stats,
-                                                                 needs_mask, mask, st, lane, params, step);
+      scores_to_probs<Traits::kMods, Element, kMT, kNT, kPStride, kBlockN>(
+          s, keep, sP, row0, sdp_col0, m0, n0, stats, needs_mask, mask, st, lane, params, step);
       float dp[kMT][kNT][4];
       zero_acc(dp);
       if constexpr (kVInRegs) {
