@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import attn_ref
+from cuda_ready import cuda_torch
 import flashattn
 
 RNG = np.random.default_rng(20261201)
@@ -378,15 +379,6 @@ def test_torch_compile_fullgraph():
 
 # ---- CUDA -------------------------------------------------------------------------------------
 
-def _cuda_ready():
-    torch = pytest.importorskip("torch")
-    if not flashattn.cuda_built():
-        pytest.skip("flashattn was built without the CUDA backend")
-    if not flashattn.cuda_available() or not torch.cuda.is_available():
-        pytest.skip("no usable CUDA GPU")
-    return torch
-
-
 CUDA_CASES = [
     dict(d=128, snew=1, capacity=256),
     dict(d=128, snew=3, sq=3, causal=True, capacity=256, seqlens=[0, 1, 250]),
@@ -406,7 +398,7 @@ CUDA_CASES = [
 
 @pytest.mark.parametrize("spec", CUDA_CASES, ids=lambda s: "-".join(f"{k}{v}" for k, v in s.items()))
 def test_cuda_bf16_matches_cpu_and_reference(spec):
-    torch = _cuda_ready()
+    torch = cuda_torch()
     case = Case(**spec)
     cpu = _torch_call(case, "cpu")
     # bf16 copies of every floating input; the CPU backend runs the same bf16 problem.
@@ -429,7 +421,7 @@ def test_cuda_bf16_matches_cpu_and_reference(spec):
 
 
 def test_cuda_split_vs_unsplit_and_paged_vs_dense():
-    torch = _cuda_ready()
+    torch = cuda_torch()
     case = Case(d=128, h=32, hk=8, snew=1, capacity=4096, seqlens=[4000, 1000, 17])
     conv = lambda x: torch.from_numpy(np.ascontiguousarray(x)).to(torch.bfloat16).cuda()  # noqa: E731
     q, kn, vn = conv(case.q), conv(case.k_new), conv(case.v_new)
@@ -458,7 +450,7 @@ def test_cuda_split_vs_unsplit_and_paged_vs_dense():
 def test_cuda_graph_capture_decode_step():
     """A decode step captured once and replayed with changed cache_seqlens (the split count is
     chosen from shapes only, so the captured launch stays valid): each replay matches eager."""
-    torch = _cuda_ready()
+    torch = cuda_torch()
     case = Case(d=128, h=32, hk=8, snew=1, page_size=16, capacity=1024, seqlens=[100, 500, 7])
     conv = lambda x: torch.from_numpy(np.ascontiguousarray(x)).to(torch.bfloat16).cuda()  # noqa: E731
     q, kn, vn = conv(case.q), conv(case.k_new), conv(case.v_new)
@@ -504,7 +496,7 @@ CUDA_SINK_CASES = [
 @pytest.mark.parametrize("splits", [1, 3, 0])
 @pytest.mark.parametrize("spec", CUDA_SINK_CASES, ids=lambda s: "-".join(f"{k}{v}" for k, v in s.items()))
 def test_cuda_bf16_sink_matches_reference(spec, splits):
-    torch = _cuda_ready()
+    torch = cuda_torch()
     case = _bf16_exact(Case(sink=True, **spec), torch)
     conv = lambda x: None if x is None else torch.from_numpy(np.ascontiguousarray(x)).to(torch.bfloat16).cuda()  # noqa: E731
     ints = lambda x: None if x is None else torch.from_numpy(x).cuda()  # noqa: E731
@@ -526,7 +518,7 @@ def test_cuda_bf16_sink_matches_reference(spec, splits):
 
 
 def test_cuda_sink_neg_inf_equals_no_sink_bitwise():
-    torch = _cuda_ready()
+    torch = cuda_torch()
     case = Case(d=128, h=32, hk=8, snew=1, page_size=16, capacity=512, seqlens=[0, 300, 510])
     conv = lambda x: None if x is None else torch.from_numpy(np.ascontiguousarray(x)).to(torch.bfloat16).cuda()  # noqa: E731
     ints = lambda x: torch.from_numpy(x).cuda()  # noqa: E731

@@ -9,17 +9,9 @@ import numpy as np
 import pytest
 
 import flashattn
+from cuda_ready import cuda_torch
 
 D, DV = 576, 512
-
-
-def _cuda_ready():
-    torch = pytest.importorskip("torch")
-    if not flashattn.cuda_built():
-        pytest.skip("flashattn was built without the CUDA backend")
-    if not flashattn.cuda_available() or not torch.cuda.is_available():
-        pytest.skip("no usable CUDA GPU")
-    return torch
 
 
 def reference(torch, q, k_rows, v_rows, seqlens, causal, sink):
@@ -68,7 +60,7 @@ CASES = [
 
 @pytest.mark.parametrize("spec", CASES, ids=lambda s: "-".join(f"{k}{v}" for k, v in s.items() if k != "seqlens"))
 def test_mla_decode_matches_float64_reference(spec):
-    torch = _cuda_ready()
+    torch = cuda_torch()
     seqlens = spec["seqlens"]
     b, h, hk, sq = len(seqlens), spec["h"], spec.get("hk", 1), spec.get("sq", 1)
     capacity, page_size, snew = spec["capacity"], spec.get("page_size", 0), spec.get("snew", 0)
@@ -150,7 +142,7 @@ def test_mla_decode_matches_float64_reference(spec):
 
 
 def test_mla_declines_rotary_on_latent_cache():
-    torch = _cuda_ready()
+    torch = cuda_torch()
     q = torch.randn(1, 1, 16, D, dtype=torch.bfloat16, device="cuda")
     k_cache = torch.randn(1, 64, 1, D, dtype=torch.bfloat16, device="cuda")
     k = torch.randn(1, 1, 1, D, dtype=torch.bfloat16, device="cuda")
