@@ -13,7 +13,7 @@
 #include "cuda/common/workspace.h"
 #include "cuda/mla/mla.h"
 #include "cuda/mla/mla_kernel.h"
-#include "cuda/sm80/fwd.h"  // combine_waits_for_partials
+#include "cuda/sm80/fwd.h"  // launch_combine_after_splits
 
 namespace flashattn::cuda::mla {
 
@@ -27,19 +27,10 @@ constexpr int kMaxSplits = 128;
 // (sm80/fwd_launch.h) launches the forward's combine.
 template <typename Element>
 Status launch_combine(const ForwardParams& params, cudaStream_t stream) {
-  const auto combine = mla_combine_kernel<Element>;
-  bool dependent = false;
-  if (Status s = combine_waits_for_partials(reinterpret_cast<const void*>(combine), &dependent); !s.ok()) return s;
-  cudaLaunchAttribute attribute[1];
-  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute[0].val.programmaticStreamSerializationAllowed = 1;
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(unsigned(params.total_q), unsigned(params.heads), unsigned(kHeadDimV / kCombineCols));
-  config.blockDim = dim3(32 * kCombineWarps);
-  config.stream = stream;
-  config.attrs = attribute;
-  config.numAttrs = dependent ? 1 : 0;
-  return cuda_status(cudaLaunchKernelEx(&config, combine, params), "launching the MLA split combine kernel");
+  return launch_combine_after_splits(
+      mla_combine_kernel<Element>,
+      dim3(unsigned(params.total_q), unsigned(params.heads), unsigned(kHeadDimV / kCombineCols)),
+      dim3(32 * kCombineWarps), params, stream, "launching the MLA split combine kernel");
 }
 
 template <typename Traits>

@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include "core/params.h"
+#include "cuda/common/cuda_check.h"
 
 namespace flashattn::cuda {
 
@@ -22,6 +23,27 @@ Status run_fwd_kvcache_fp8(const ForwardParams& params, cudaStream_t stream);
 // (fwd_launch.h): the device is compute 9.0+ and `combine` was compiled for compute 9.0+ (its
 // grid-dependency wait exists). Cached per device.
 Status combine_waits_for_partials(const void* combine, bool* dependent);
+
+// Launches a split-KV combine kernel, combine(params), over grid x block: a programmatic
+// dependent launch of the split kernel where combine_waits_for_partials says it may be (it
+// starts while the split grid's last CTAs run and waits for their partials in the kernel),
+// else a plain launch. `what` names it in the error.
+template <typename Kernel>
+Status launch_combine_after_splits(Kernel combine, dim3 grid, dim3 block, const ForwardParams& params,
+                                   cudaStream_t stream, const char* what) {
+  bool dependent = false;
+  if (Status s = combine_waits_for_partials(reinterpret_cast<const void*>(combine), &dependent); !s.ok()) return s;
+  cudaLaunchAttribute attribute[1];
+  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.stream = stream;
+  config.attrs = attribute;
+  config.numAttrs = dependent ? 1 : 0;
+  return cuda_status(cudaLaunchKernelEx(&config, combine, params), what);
+}
 
 // Whether the decode kernels merge their split-KV partials themselves (the last split CTA of a
 // row group; fwd_kernel.h merge_if_last_split): yes unless the environment variable

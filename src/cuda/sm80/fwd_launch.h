@@ -24,19 +24,9 @@ namespace flashattn::cuda {
 // kernels merge their own partials (params.split_counters; launch_fwd).
 template <typename Element, int kHeadDimV>
 Status launch_split_combine(const ForwardParams& params, cudaStream_t stream) {
-  const auto combine = fwd_combine_kernel<Element, kHeadDimV>;
-  bool dependent = false;
-  if (Status s = combine_waits_for_partials(reinterpret_cast<const void*>(combine), &dependent); !s.ok()) return s;
-  cudaLaunchAttribute attribute[1];
-  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute[0].val.programmaticStreamSerializationAllowed = 1;
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(unsigned((params.total_q + 3) / 4), params.heads);
-  config.blockDim = dim3(128);
-  config.stream = stream;
-  config.attrs = attribute;
-  config.numAttrs = dependent ? 1 : 0;
-  return cuda_status(cudaLaunchKernelEx(&config, combine, params), "launching the split-KV combine kernel");
+  return launch_combine_after_splits(fwd_combine_kernel<Element, kHeadDimV>,
+                                     dim3(unsigned((params.total_q + 3) / 4), unsigned(params.heads)), dim3(128),
+                                     params, stream, "launching the split-KV combine kernel");
 }
 
 template <typename Traits>
