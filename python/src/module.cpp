@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "binding.h"
+#include "core/switches.h"
 #include "flashattn/flashattn.h"
 
 namespace {
@@ -477,6 +478,26 @@ NB_MODULE(_C, m) {
       },
       "Whether this build contains the CUDA backend (whatever the GPUs present).");
   m.def("version", &fa::version, "Library version string.");
+  m.def(
+      "_set_switch",
+      [](const std::string& name, bool on) {
+        namespace d = fa::detail;
+        d::Switch s;
+        if (name == "split_combine_kernel") {
+          s = d::Switch::kSplitCombineKernel;
+        } else if (name == "bwd_single_buffer") {
+          s = d::Switch::kBwdSingleBuffer;
+        } else {
+          throw nb::value_error(("_set_switch: unknown switch '" + name +
+                                 "' (split_combine_kernel, bwd_single_buffer)").c_str());
+        }
+        const bool was = d::switch_on(s);
+        d::set_switch(s, on);
+        return was;
+      },
+      nb::arg("name"), nb::arg("on"),
+      "For tests: sets a process-wide kernel switch (src/core/switches.h) and returns its "
+      "previous state.");
 
   flashattn_py::register_torch_path(m);
 

@@ -579,29 +579,6 @@ TEST_P(KVCache, SplitEqualsUnsplitWithinCriterion) {
   }
 }
 
-// Sets an environment variable for one scope (restoring what was there).
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old, had_ = true;
-    setenv(name, value, 1);
-  }
-  ~ScopedEnv() {
-    if (had_) {
-      setenv(name_, old_.c_str(), 1);
-    } else {
-      unsetenv(name_);
-    }
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  const char* name_;
-  std::string old_;
-  bool had_ = false;
-};
-
 std::vector<unsigned char> bytes_of(const std::vector<double>& v) {
   std::vector<unsigned char> b(v.size() * sizeof(double));
   if (!v.empty()) std::memcpy(b.data(), v.data(), b.size());
@@ -609,7 +586,7 @@ std::vector<unsigned char> bytes_of(const std::vector<double>& v) {
 }
 
 // The decode kernels merge their split-KV partials in the last split CTA of each row group (the
-// fused combine, sm80/fwd_kernel.h merge_if_last_split); FLASHATTN_SPLIT_COMBINE=kernel merges
+// fused combine, sm80/fwd_kernel.h merge_if_last_split); the kSplitCombineKernel switch merges
 // them with the combine kernel instead. Both add the splits in split order, so the results are
 // the same bits: dense and paged caches, a sequence without keys (all its splits empty) and short
 // ones (most splits empty), sinks, GQA folding, 3, 36 (more than a warp's 32 lanes) and the
@@ -634,7 +611,7 @@ TEST_P(KVCache, FusedSplitCombineMatchesTheCombineKernelBitwise) {
       ASSERT_TRUE(again.status.ok());
       KVOutcome kernel;
       {
-        ScopedEnv env("FLASHATTN_SPLIT_COMBINE", "kernel");
+        ScopedSwitch combine_kernel(detail::Switch::kSplitCombineKernel, true);
         kernel = run_case(GetParam(), kc, true);
       }
       ASSERT_TRUE(kernel.status.ok());

@@ -427,9 +427,9 @@ TEST_P(Special, SplitKvManySplits) {
 }
 
 // The decode kernels (at most 16 query rows after the GQA fold) merge their split-KV partials in
-// the last split CTA of each row group (sm80/fwd_kernel.h merge_if_last_split);
-// FLASHATTN_SPLIT_COMBINE=kernel merges them with the combine kernel instead. Both add the
-// splits in split order: the same bits, at one query (GQA folded, with a sink), at 7 causal rows
+// the last split CTA of each row group (sm80/fwd_kernel.h merge_if_last_split); the
+// kSplitCombineKernel switch (core/switches.h) merges them with the combine kernel instead. Both
+// add the splits in split order: the same bits, at one query (GQA folded, with a sink), at 7 causal rows
 // (not folded), varlen, with 3, 36 (beyond one warp's 32 lanes) and the heuristic's splits; a
 // second fused call gives the same bits again (the counters were left at zero).
 TEST_P(Special, FusedSplitCombineMatchesTheCombineKernelBitwise) {
@@ -458,18 +458,12 @@ TEST_P(Special, FusedSplitCombineMatchesTheCombineKernelBitwise) {
       std::vector<std::vector<double>> outs, lses;
       for (int call = 0; call < 3; ++call) {
         // Calls 0 and 1 fused, call 2 through the combine kernel.
-        const char* old = std::getenv("FLASHATTN_SPLIT_COMBINE");
-        const std::string saved = old != nullptr ? old : "";
-        if (call == 2) setenv("FLASHATTN_SPLIT_COMBINE", "kernel", 1);
-        DeviceProblem dev(backend, s, host);
+        bool ran = false;
         std::string skip;
-        const bool ran = run(backend, s, dev, false, &skip);
-        if (call == 2) {
-          if (old != nullptr) {
-            setenv("FLASHATTN_SPLIT_COMBINE", saved.c_str(), 1);
-          } else {
-            unsetenv("FLASHATTN_SPLIT_COMBINE");
-          }
+        DeviceProblem dev(backend, s, host);
+        {
+          ScopedSwitch combine_kernel(detail::Switch::kSplitCombineKernel, call == 2);
+          ran = run(backend, s, dev, false, &skip);
         }
         if (!ran) {
           if (!skip.empty()) GTEST_SKIP() << skip;
@@ -595,13 +589,12 @@ TEST(Philox, KeepFractionAndIndependence) {
 // ---- CUDA only -------------------------------------------------------------------------------
 
 // The backward with one Q/dO step buffer: the variant for GPUs whose shared memory cannot hold
-// two (A100 at head dim >= 64). FLASHATTN_DEV_BWD_SINGLE_BUFFER=1 forces it on this GPU; every
+// two (A100 at head dim >= 64). The kBwdSingleBuffer switch forces it on this GPU; every
 // head dim of the build, plain, causal, with window + softcap + ALiBi + dropout, and
-// deterministic, against the float64 reference. (Each test runs in its own process under
-// ctest, so the variable does not reach other tests.)
+// deterministic, against the float64 reference. (The switch is put back at the end.)
 TEST(Cuda, SingleStepBufferBackwardMatchesReference) {
   if (!backend_available(Backend::kCuda)) GTEST_SKIP() << "no usable CUDA GPU";
-  ASSERT_EQ(setenv("FLASHATTN_DEV_BWD_SINGLE_BUFFER", "1", 1), 0);
+  ScopedSwitch single_buffer(detail::Switch::kBwdSingleBuffer, true);
   int ran = 0;
   std::string last_skip;
   for (int d : {32, 64, 96, 128, 192, 256}) {
@@ -627,7 +620,6 @@ TEST(Cuda, SingleStepBufferBackwardMatchesReference) {
       }
     }
   }
-  unsetenv("FLASHATTN_DEV_BWD_SINGLE_BUFFER");
   if (ran == 0) GTEST_SKIP() << last_skip;
 }
 

@@ -18,11 +18,26 @@
 #include <string>
 #include <vector>
 
+#include "core/switches.h"
 #include "flashattn/c_api.h"
 #include "flashattn/flashattn.h"
 #include "reference/reference.h"
 
 namespace flashattn::test {
+
+// Sets one of the library's process-wide switches (core/switches.h) for a scope, restoring what
+// it was (also when an ASSERT leaves the scope early).
+class ScopedSwitch {
+ public:
+  ScopedSwitch(detail::Switch s, bool on) : s_(s), saved_(detail::switch_on(s)) { detail::set_switch(s, on); }
+  ~ScopedSwitch() { detail::set_switch(s_, saved_); }
+  ScopedSwitch(const ScopedSwitch&) = delete;
+  ScopedSwitch& operator=(const ScopedSwitch&) = delete;
+
+ private:
+  detail::Switch s_;
+  bool saved_;
+};
 
 // ---- backends -------------------------------------------------------------------------------
 

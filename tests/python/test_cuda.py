@@ -198,8 +198,7 @@ def test_cuda_graph_decode_split_kv_replays():
     """Decode at batch 1 x 4k keys, GQA 32/8: 32 split CTAs per KV head, whose last one merges the
     partials (the fused combine; its counters are set back to zero by that CTA, never by a
     memset). Several graph replays and eager calls on two streams all give the eager bits, and
-    FLASHATTN_SPLIT_COMBINE=kernel (the combine kernel) gives them too."""
-    import os
+    the combine kernel (the split_combine_kernel switch) gives them too."""
 
     gen = torch.Generator(device="cpu").manual_seed(11)
     shape = dict(q=(1, 1, 32, 128), k=(1, 4096, 8, 128))
@@ -221,15 +220,11 @@ def test_cuda_graph_decode_split_kv_replays():
         torch.cuda.synchronize()
         assert torch.equal(static_out, eager)
         assert torch.equal(flashattn.flash_attn_func(q, k, v), eager)
-    saved = os.environ.get("FLASHATTN_SPLIT_COMBINE")
-    os.environ["FLASHATTN_SPLIT_COMBINE"] = "kernel"
+    saved = flashattn._C._set_switch("split_combine_kernel", True)
     try:
         assert torch.equal(flashattn.flash_attn_func(q, k, v), eager)
     finally:
-        if saved is None:
-            del os.environ["FLASHATTN_SPLIT_COMBINE"]
-        else:
-            os.environ["FLASHATTN_SPLIT_COMBINE"] = saved
+        flashattn._C._set_switch("split_combine_kernel", saved)
 
 
 def test_runs_on_the_current_stream():

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "core/switches.h"
 #include "cuda/block_tiles.h"
 #include "cuda/bwd_dbias.h"
 #include "cuda/common/cuda_check.h"
@@ -40,12 +41,6 @@ inline int kv_splits_for(const BackwardParams& p, int block_n, int num_sms) {
     while (group % splits != 0) ++splits;
   }
   return splits;
-}
-
-// FLASHATTN_DEV_BWD_SINGLE_BUFFER=1 forces one step buffer on any GPU (tests of that variant).
-inline bool dev_bwd_single_buffer() {
-  const char* v = std::getenv("FLASHATTN_DEV_BWD_SINGLE_BUFFER");
-  return v != nullptr && v[0] == '1';
 }
 
 // The workspace rows of kp (BwdKernelParams) for query blocks of ws_block rows.
@@ -242,7 +237,7 @@ Status run_bwd(const BackwardParams& params, cudaStream_t stream) {
   // head dim >= 64; the GPU tests force it on any GPU (FLASHATTN_DEV_BWD_SINGLE_BUFFER=1,
   // tests/cpp/test_special.cpp), where it passed at every head dim with masks, modifiers,
   // dropout and deterministic mode (H200, 2026-11-29). Not yet run on an A100 itself.
-  const bool force_single = dev_bwd_single_buffer();
+  const bool force_single = detail::switch_on(detail::Switch::kBwdSingleBuffer);
   int step_buffers = 2;
   if (force_single ||
       (Traits::kSmemBytes > size_t(smem_optin) &&

@@ -45,12 +45,6 @@ Status launch_combine_after_splits(Kernel combine, dim3 grid, dim3 block, const 
   return cuda_status(cudaLaunchKernelEx(&config, combine, params), what);
 }
 
-// Whether the decode kernels merge their split-KV partials themselves (the last split CTA of a
-// row group; fwd_kernel.h merge_if_last_split): yes unless the environment variable
-// FLASHATTN_SPLIT_COMBINE is "kernel", which keeps the separate combine kernel (for tests that
-// compare the two, and for A/B timing). Read at every call.
-bool fused_split_combine();
-
 // Picks the instantiation for params (dtype, head dim, mask, score modifiers) and launches it.
 Status dispatch_fwd(const ForwardParams& params, cudaStream_t stream);
 // The same for forward_kvcache (params.kv.enabled; K and V are the cache), after the append;

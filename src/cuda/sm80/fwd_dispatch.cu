@@ -1,7 +1,6 @@
 // The one place where the forward's run-time options become template arguments.
 #include <atomic>
 #include <cstdlib>
-#include <cstring>
 
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/variants.h"
@@ -61,11 +60,6 @@ Status dispatch_fwd_kvcache(const ForwardParams& params, cudaStream_t stream) {
   return dispatch_variant(p, [&]<typename Element, int kHeadDim, MaskMode kMask, ScoreMods kMods>() {
     return run_fwd_kvcache<FwdTraits<Element, kHeadDim, kMask, kMods>>(p, stream);
   });
-}
-
-bool fused_split_combine() {
-  const char* mode = std::getenv("FLASHATTN_SPLIT_COMBINE");
-  return mode == nullptr || std::strcmp(mode, "kernel") != 0;
 }
 
 Status combine_waits_for_partials(const void* combine, bool* dependent) {

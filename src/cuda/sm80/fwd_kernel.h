@@ -1045,7 +1045,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
 
 // Merges split-KV partials (combine_split_row), one warp per (row, head), as a second kernel
 // after the split kernel: used where the split CTAs do not merge themselves (params.split_counters
-// null: the row-split tile, FLASHATTN_SPLIT_COMBINE=kernel, more row groups than counters).
+// null: the row-split tile, the kSplitCombineKernel switch, more row groups than counters).
 template <typename Element, int kHeadDim>
 __global__ void __launch_bounds__(128) fwd_combine_kernel(const __grid_constant__ ForwardParams params) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900

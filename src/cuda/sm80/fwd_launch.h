@@ -4,6 +4,7 @@
 
 #include <cuda_runtime.h>
 
+#include "core/switches.h"
 #include "cuda/block_tiles.h"
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/split_heuristic.h"
@@ -91,9 +92,10 @@ Status launch_fwd(const ForwardParams& params_in, cudaStream_t stream) {
     // (fwd_kernel.h merge_if_last_split), so no combine kernel follows: at batch 1 x 4k keys its
     // wait for the whole split grid and its chain of L2 reads are, by the model in dev/NOTES.md
     // "Decode latency", 3-5 us of the 15.7 measured (not yet timed without them).
-    // FLASHATTN_SPLIT_COMBINE=kernel keeps the combine kernel (tests compare the two bit for bit).
+    // The kSplitCombineKernel switch (FLASHATTN_SPLIT_COMBINE=kernel) keeps the combine kernel
+    // (tests compare the two bit for bit; core/switches.h).
     if constexpr (Traits::kSplitKeys) {
-      if (fused_split_combine()) {
+      if (!detail::switch_on(detail::Switch::kSplitCombineKernel)) {
         const size_t groups = size_t(m_blocks) * params.heads * params.batch;
         if (Status s = split_counters(groups, stream, &params.split_counters); !s.ok()) {
           if (plan != nullptr) (void)workspace_free(plan, stream);

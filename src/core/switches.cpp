@@ -1,0 +1,48 @@
+#include "core/switches.h"
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+
+namespace flashattn::detail {
+namespace {
+
+constexpr int kCount = static_cast<int>(Switch::kCount);
+
+// What the environment says, read at the switch's first use.
+bool from_environment(Switch s) {
+  switch (s) {
+    case Switch::kSplitCombineKernel: {
+      const char* v = std::getenv("FLASHATTN_SPLIT_COMBINE");
+      return v != nullptr && std::strcmp(v, "kernel") == 0;
+    }
+    case Switch::kBwdSingleBuffer: {
+      const char* v = std::getenv("FLASHATTN_DEV_BWD_SINGLE_BUFFER");
+      return v != nullptr && v[0] == '1';
+    }
+    case Switch::kCount:
+      break;
+  }
+  return false;
+}
+
+// -1: not read yet; 0 off; 1 on. Two threads reading an unread switch at once both read the
+// same environment, so the race is benign.
+std::atomic<int> g_state[kCount] = {-1, -1};
+static_assert(kCount == 2, "one initial state per switch");
+
+}  // namespace
+
+bool switch_on(Switch s) {
+  std::atomic<int>& state = g_state[static_cast<int>(s)];
+  int v = state.load(std::memory_order_relaxed);
+  if (v < 0) {
+    v = from_environment(s) ? 1 : 0;
+    state.store(v, std::memory_order_relaxed);
+  }
+  return v == 1;
+}
+
+void set_switch(Switch s, bool on) { g_state[static_cast<int>(s)].store(on ? 1 : 0, std::memory_order_relaxed); }
+
+}  // namespace flashattn::detail

@@ -1,0 +1,22 @@
+// Process-wide switches between two equivalent kernel paths, for tests and dev A/B runs. Each is
+// read from its environment variable once, at its first use, and then kept in an atomic: no call
+// reads the environment (issue 17: nothing per call beyond the arguments). Tests flip a switch
+// in-process with set_switch (the Python tests through _C._set_switch) and put it back after.
+#pragma once
+
+namespace flashattn::detail {
+
+enum class Switch {
+  // FLASHATTN_SPLIT_COMBINE=kernel: split-KV decode merges its partials with the combine kernel
+  // instead of in the last split CTA of each row group (sm80/fwd_launch.h). Same bits either way.
+  kSplitCombineKernel,
+  // FLASHATTN_DEV_BWD_SINGLE_BUFFER=1: the sm80 backward uses one Q/dO step buffer on any GPU,
+  // the variant an A100 takes at head dim >= 64 (sm80/bwd_launch.h).
+  kBwdSingleBuffer,
+  kCount,
+};
+
+bool switch_on(Switch s);
+void set_switch(Switch s, bool on);
+
+}  // namespace flashattn::detail
