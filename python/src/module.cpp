@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "binding.h"
@@ -480,15 +481,16 @@ NB_MODULE(_C, m) {
   m.def("version", &fa::version, "Library version string.");
   m.def(
       "_set_switch",
-      [](const std::string& name, bool on) {
+      [](const char* name, bool on) {  // const char*: nanobind converts str to it without stl/string.h
         namespace d = fa::detail;
+        const std::string_view n(name);
         d::Switch s;
-        if (name == "split_combine_kernel") {
+        if (n == "split_combine_kernel") {
           s = d::Switch::kSplitCombineKernel;
-        } else if (name == "bwd_single_buffer") {
+        } else if (n == "bwd_single_buffer") {
           s = d::Switch::kBwdSingleBuffer;
         } else {
-          throw nb::value_error(("_set_switch: unknown switch '" + name +
+          throw nb::value_error(("_set_switch: unknown switch '" + std::string(n) +
                                  "' (split_combine_kernel, bwd_single_buffer)").c_str());
         }
         const bool was = d::switch_on(s);
