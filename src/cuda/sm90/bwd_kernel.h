@@ -12,16 +12,18 @@
 // S and dP are computed twice (7 products instead of 5): the price of no f32 dQ accumulator in
 // global memory and no atomics. That is the deterministic form. The default (non-deterministic)
 // form is one fused kernel, bwd_kv_kernel<Traits, true>: each step also stages dS^T in shared
-// memory, computes the step's dQ contribution dS K as a wgmma from there, and has the copy
-// engine add it into an f32 accumulator in global memory (cp.reduce.async.bulk), which
-// bwd_dq_convert_kernel scales and converts: 5 products, and the order of the additions varies. The statistics come from the sm80 preprocess kernel (workspace
-// layout of BwdKernelParams, with ws_block = the dQ kernel's block_m); the learnable sink's
-// gradient and the GQA reduction of split query heads are the sm80 auxiliary kernels too.
+// memory, computes the step's dQ contribution dS K as a wgmma from there, and hands it (staged in
+// shared memory) to a writer warp of the producer warpgroup, which has the copy engine add it into
+// an f32 accumulator in global memory (cp.reduce.async.bulk); bwd_dq_convert_kernel scales and
+// converts it: 5 products, and the order of the additions varies. The statistics come from the
+// sm80 preprocess kernel (workspace layout of BwdKernelParams, with ws_block = the dQ kernel's
+// block_m); the learnable sink's gradient and the GQA reduction of split query heads are the sm80
+// auxiliary kernels too.
 //
-// No ping-pong between the consumers (timed: it loses 0-12%) and no overlap of the exponentials
-// with the products inside a warpgroup. On the H200 (bf16, 2026-12-01) it runs the backward at
-// 1.17-1.42x the sm80 kernels and 0.76-0.80x cuDNN without a mask (d64/d128, 1k-16k); under a
-// causal mask 0.6-0.7x cuDNN, and at d64 below sm80, which keeps those calls (sm90/bwd.h).
+// Inside a warpgroup's step the products overlap the element-wise work where the data allow: S
+// and dP are two groups, so the exponentials run while dP is in the tensor cores; in the fused
+// kernel dV, dQ and dK are three groups, so the dQ part is staged while dK runs. No ping-pong
+// between the consumers (timed on the two-kernel form: it lost 0-12%).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -321,7 +323,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
   const int64_t ws_row0 = params.ws_row0(batch, seq.row0_q);
 
   extern __shared__ unsigned char smem_raw[];
-  unsigned char* smem = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  unsigned char* smem = ptx::align_shared<1024>(smem_raw);
   unsigned char* sK = smem;
   unsigned char* sV = sK + Traits::tile_bytes(kBlockN);
   unsigned char* stages = sV + Traits::tile_bytes(kBlockN);
@@ -370,13 +372,15 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
               ptx::bulk_commit_group();
             }
           }
+          // Each buffer goes back as soon as the engine has read it (consumer 0's part first).
           if (step + 1 < steps) {
+            static_assert(Traits::kConsumers == 2, "one wait_group.read count per part");
+            if (lane == 0) ptx::bulk_wait_group_read<1>();
+            __syncwarp();
+            ptx::named_barrier_arrive(kDqEmptyBarrier0, kDqHandoffThreads);
             if (lane == 0) ptx::bulk_wait_group_read<0>();
             __syncwarp();
-#pragma unroll
-            for (int c = 0; c < Traits::kConsumers; ++c) {
-              ptx::named_barrier_arrive(kDqEmptyBarrier0 + c, kDqHandoffThreads);
-            }
+            ptx::named_barrier_arrive(kDqEmptyBarrier0 + 1, kDqHandoffThreads);
           }
         }
         if (lane == 0) ptx::bulk_wait_group<0>();  // the adds done before the CTA's shared memory goes
@@ -675,7 +679,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_dq_kernel(const __gri
   const int steps = max(n_hi - n_lo, 0);
 
   extern __shared__ unsigned char smem_raw[];
-  unsigned char* smem = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  unsigned char* smem = ptx::align_shared<1024>(smem_raw);
   unsigned char* sQ = smem;
   unsigned char* sdO = sQ + Traits::tile_bytes(kBlockM);
   float* sLse = reinterpret_cast<float*>(sdO + Traits::tile_bytes(kBlockM));
