@@ -12,7 +12,7 @@ shape=${2:-"4 16 4096 128"}
 tag=$pass-$(echo "$shape" | tr ' ' '_')
 case $pass in
   fwd) kernels="regex:fwd_kernel" ;;
-  bwd) kernels="regex:bwd_kernel|dq_dk_dv" ;;
+  bwd) kernels="regex:bwd_kernel|bwd_kv_kernel|bwd_dq_kernel|dq_dk_dv" ;;
 esac
 rep=/tmp/ncu-src-$tag
 ncu --clock-control none --profile-from-start off -k "$kernels" --import-source no \

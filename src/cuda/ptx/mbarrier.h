@@ -11,6 +11,16 @@ __device__ __forceinline__ uint32_t smem_u32(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
+// The dynamic shared-memory base rounded up to kAlign bytes (the 128-byte swizzle's 1024-byte
+// period). Computed as an offset from `raw`, not through an integer cast of the pointer: the
+// compiler then still knows every pointer derived from it is in shared memory and emits
+// LDS/STS. After a uintptr_t round trip it emitted generic LD.E/ST.E, which wait on the long
+// scoreboard, and a MEMBAR.ALL.CTA ahead of each proxy fence (the sm90 backward, ncu at d128 16k).
+template <int kAlign>
+__device__ __forceinline__ unsigned char* align_shared(unsigned char* raw) {
+  return raw + ((kAlign - (smem_u32(raw) & (kAlign - 1))) & (kAlign - 1));
+}
+
 // One thread initialises; `arrivals` arrivals complete each phase.
 __device__ __forceinline__ void mbarrier_init(uint64_t* bar, uint32_t arrivals) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(arrivals));

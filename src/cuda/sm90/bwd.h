@@ -13,9 +13,9 @@ namespace flashattn::cuda::sm90 {
 // head_dim_v != head_dim (cuda_backend.cu pads such calls first), softcap, ALiBi and dropout,
 // broadcast (stride 0) operands, a head dim or dtype this build lacks. Unless any_runnable
 // (FLASHATTN_CUDA_PATH=sm90), also the calls the sm80 backward was timed faster on: head dim 64
-// under a causal or window mask (H200, 2026-12-01: 0.89-0.92x of sm80 there, 1.17-1.42x
-// elsewhere; dev/results/h200-2026-12-01-bwd-sm90-default.json), and head dim 256 (its
-// split-role kernel has not run on a GPU yet).
+// under a causal or window mask with fewer than 2048 keys (H200, 2026-12-02: sm80 192 TFLOP/s
+// against 186 at 1k; from 4k the fused sm90 kernel is 1.10-1.12x sm80;
+// dev/results/h200-2026-12-02-ab2-new-sm90.json).
 std::string bwd_declines(const BackwardParams& p, bool any_runnable);
 
 // Runs p, which bwd_declines accepted, on the sm90 kernels: the two-kernel form (bitwise

@@ -25,21 +25,23 @@ std::string bwd_declines(const BackwardParams& p, bool any_runnable) {
       broadcast(p.dout_strides, p.heads)) {
     return "a broadcast (stride 0) operand";
   }
-  if (!any_runnable && p.head_dim == 64 && p.has_window()) {
-    return "head_dim 64 under a causal or window mask runs faster on sm80";
+  if (!any_runnable && p.head_dim == 64 && p.has_window() && p.seqlen_k < 2048) {
+    return "head_dim 64 under a causal or window mask with fewer than 2048 keys runs faster on sm80";
   }
   return {};
 }
 
 Status dispatch_bwd(const BackwardParams& p, cudaStream_t stream, bool any_runnable) {
-  // The fused kernel (5 products, f32 dQ added by the copy engine) against the deterministic two
-  // kernels (7 products), H200 bf16 d64/d128 (dev/results/h200-2026-12-01-bwd-sm90-fused.json
-  // against -bwd-sm90-default.json): +1-3% at 4k and +4-12% at 16k without a mask, -7-9% at 1k,
-  // and 4-20% slower under a causal mask at every length. So by default it runs only where it
-  // won; FLASHATTN_CUDA_PATH=sm90 (any_runnable: the tests) sends every non-deterministic call
-  // to it. The two-kernel form is what deterministic=true asks for, so choosing it is allowed.
+  // The fused kernel (5 products, f32 dQ added by the copy engine by a writer warp) against the
+  // deterministic two kernels (7 products), H200 bf16, since the products overlap the exponentials
+  // and the dQ staging (dev/results/h200-2026-12-02-ab2-{new-auto,new-sm90}.json, bwd TFLOP/s
+  // two-kernel / fused): d128 1k 385 / 414, causal 248 / 243, 4k 360 / 391, 16k 416 / 489; d64
+  // 1k 314 / 307, causal (sm80) 192 / 186, 4k 257 / 282, 16k 291 / 327; without a mask from 4k
+  // they are within 1%. So the two-kernel form runs only below 2048 keys at d64 or under a mask;
+  // FLASHATTN_CUDA_PATH=sm90 (any_runnable: the tests) sends every non-deterministic call to the
+  // fused kernel. The two-kernel form is what deterministic=true asks for, so choosing it is allowed.
   BackwardParams q = p;
-  if (!any_runnable && (p.has_window() || p.seqlen_k < 4096)) q.deterministic = true;
+  if (!any_runnable && p.seqlen_k < 2048 && (p.has_window() || p.head_dim == 64)) q.deterministic = true;
   return dispatch_variant(q, [&]<typename Element, int kHeadDim, MaskMode kMask, ScoreMods kMods>() -> Status {
     if constexpr (has_bwd_kernel(kHeadDim) && kMods == ScoreMods::kNone) {
       return run_bwd<BwdTraits<Element, kHeadDim, kMask>>(q, stream);

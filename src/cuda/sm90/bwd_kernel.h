@@ -12,16 +12,18 @@
 // S and dP are computed twice (7 products instead of 5): the price of no f32 dQ accumulator in
 // global memory and no atomics. That is the deterministic form. The default (non-deterministic)
 // form is one fused kernel, bwd_kv_kernel<Traits, true>: each step also stages dS^T in shared
-// memory, computes the step's dQ contribution dS K as a wgmma from there, and has the copy
-// engine add it into an f32 accumulator in global memory (cp.reduce.async.bulk), which
-// bwd_dq_convert_kernel scales and converts: 5 products, and the order of the additions varies. The statistics come from the sm80 preprocess kernel (workspace
-// layout of BwdKernelParams, with ws_block = the dQ kernel's block_m); the learnable sink's
-// gradient and the GQA reduction of split query heads are the sm80 auxiliary kernels too.
+// memory, computes the step's dQ contribution dS K as a wgmma from there, and hands it (staged in
+// shared memory) to a writer warp of the producer warpgroup, which has the copy engine add it into
+// an f32 accumulator in global memory (cp.reduce.async.bulk); bwd_dq_convert_kernel scales and
+// converts it: 5 products, and the order of the additions varies. The statistics come from the
+// sm80 preprocess kernel (workspace layout of BwdKernelParams, with ws_block = the dQ kernel's
+// block_m); the learnable sink's gradient and the GQA reduction of split query heads are the sm80
+// auxiliary kernels too.
 //
-// No ping-pong between the consumers (timed: it loses 0-12%) and no overlap of the exponentials
-// with the products inside a warpgroup. On the H200 (bf16, 2026-12-01) it runs the backward at
-// 1.17-1.42x the sm80 kernels and 0.76-0.80x cuDNN without a mask (d64/d128, 1k-16k); under a
-// causal mask 0.6-0.7x cuDNN, and at d64 below sm80, which keeps those calls (sm90/bwd.h).
+// Inside a warpgroup's step the products overlap the element-wise work where the data allow: S
+// and dP are two groups, so the exponentials run while dP is in the tensor cores; in the fused
+// kernel dV, dQ and dK are three groups, so the dQ part is staged while dK runs. No ping-pong
+// between the consumers (timed on the two-kernel form: it lost 0-12%).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -38,7 +40,6 @@
 #include "cuda/ptx/warpgroup.h"
 #include "cuda/ptx/wgmma.h"
 #include "cuda/sm80/bwd_common.h"  // BwdKernelParams, query_block_range, MaskMode
-#include "cuda/sm90/fwd_kernel.h"   // Turns (ping-pong between the consumers)
 
 namespace flashattn::cuda::sm90 {
 
@@ -63,13 +64,6 @@ struct BwdTraits {
   static constexpr int kRowBytes = 128;
   static constexpr int kStages = 2;
   static constexpr bool kSplitRoles = kHeadDim >= 192;
-  // dev/ A/B (-DFLASHATTN_DEV_SM90_BWD_PINGPONG): the consumers take turns issuing their products
-  // (the forward's Turns), so one warpgroup's element-wise work overlaps the other's products.
-#if defined(FLASHATTN_DEV_SM90_BWD_PINGPONG)
-  static constexpr bool kPingPong = true;
-#else
-  static constexpr bool kPingPong = false;
-#endif
 
   // dK/dV kernel: kKvBlockN keys per CTA (64 per consumer; 64 shared by role at d256),
   // kKvBlockM queries per step.
@@ -181,21 +175,17 @@ __device__ __forceinline__ uint64_t mn_desc(uint32_t addr, int panel_bytes) {
   return ptx::smem_desc(addr, panel_bytes, 1024, ptx::SmemSwizzle::k128B);
 }
 
-// S = A_s B_s^T and dP = A_dp B_dp^T over the head dim (all K-major), issued as one group in
-// this warpgroup's turn; returns when both are done.
-template <int N, typename Traits, typename Turns>
-__device__ __forceinline__ void gemm_s_dp(float (&s)[N / 2], float (&dp)[N / 2], uint64_t a_s, uint64_t a_dp,
-                                          int a_panel_bytes, uint64_t b_s, uint64_t b_dp, int b_panel_bytes,
-                                          const Turns& turns) {
+// S = A_s B_s^T and dP = A_dp B_dp^T over the head dim (all K-major), committed as two groups
+// (S first) and not waited for: the caller waits for S alone (wgmma_wait<1>), computes the
+// exponentials while dP is still in the tensor cores, then waits for dP (wgmma_wait<0>).
+template <int N, typename Traits>
+__device__ __forceinline__ void issue_s_dp(float (&s)[N / 2], float (&dp)[N / 2], uint64_t a_s, uint64_t a_dp,
+                                           int a_panel_bytes, uint64_t b_s, uint64_t b_dp, int b_panel_bytes) {
   using Element = typename Traits::Element;
-  turns.take();
   gemm_kmajor<N, Element, Traits::kPanels>(s, a_s, a_panel_bytes, b_s, b_panel_bytes);
+  ptx::wgmma_commit();
   gemm_kmajor<N, Element, Traits::kPanels>(dp, a_dp, a_panel_bytes, b_dp, b_panel_bytes);
   ptx::wgmma_commit();
-  turns.pass();
-  ptx::wgmma_wait<0>();
-  ptx::fence_operand(s);
-  ptx::fence_operand(dp);
 }
 
 template <typename Element, int n>
@@ -288,10 +278,14 @@ __device__ __forceinline__ int map_batch(const BwdKernelParams& p, int batch) { 
 }  // namespace bwd90
 
 // Named barriers of the fused kernel (ids after the forward's turn barriers 1 and 2): dS^T of
-// both consumers written (d128), and per consumer its dQ part staged in shared memory. Of the
-// split-role kernel (d256): P^T of a step written by consumer 0, and read by consumer 1.
+// both consumers written (d128); per consumer c, its dQ part staged in shared memory (full,
+// kDqFullBarrier0 + c) and read by the copy engine (empty, kDqEmptyBarrier0 + c), each between
+// that consumer's warpgroup and the dQ writer warp (128 + 32 threads). Of the split-role kernel
+// (d256): P^T of a step written by consumer 0, and read by consumer 1.
 constexpr int kDsReadyBarrier = 3;
-constexpr int kDqStagedBarrier0 = 4;
+constexpr int kDqFullBarrier0 = 4;
+constexpr int kDqEmptyBarrier0 = 6;
+constexpr int kDqHandoffThreads = 128 + 32;
 constexpr int kPtReadyBarrier = 3;
 constexpr int kPtFreeBarrier = 4;
 
@@ -329,7 +323,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
   const int64_t ws_row0 = params.ws_row0(batch, seq.row0_q);
 
   extern __shared__ unsigned char smem_raw[];
-  unsigned char* smem = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  unsigned char* smem = ptx::align_shared<1024>(smem_raw);
   unsigned char* sK = smem;
   unsigned char* sV = sK + Traits::tile_bytes(kBlockN);
   unsigned char* stages = sV + Traits::tile_bytes(kBlockN);
@@ -355,6 +349,44 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
 
   if (warpgroup == 0) {
     ptx::warpgroup_reg_dealloc<Traits::kProducerRegs>();
+    if constexpr (kFusedDq) {
+      // The dQ writer (warp 1): per step, each consumer's staged dQ part goes to the copy engine,
+      // which adds it into the query block's f32 accumulator; once the engine has read both
+      // parts the buffers are handed back. The consumers only stage (FA3 gives this to a warp of
+      // its producer warpgroup too), so no consumer waits on a bulk group.
+      if (warp == 1) {
+        if (steps == 0) return;
+#pragma unroll
+        for (int c = 0; c < Traits::kConsumers; ++c) ptx::named_barrier_arrive(kDqEmptyBarrier0 + c, kDqHandoffThreads);
+        for (int step = 0; step < steps; ++step) {
+          const int head = head_begin + step / n_m;
+          const int m0 = (m_lo + step % n_m) * kBlockM;
+          float* gdq = params.dq_accum + (int64_t(head) * params.ws_rows + ws_row0 + m0) * kHeadDim;
+#pragma unroll
+          for (int c = 0; c < Traits::kConsumers; ++c) {
+            ptx::named_barrier_sync(kDqFullBarrier0 + c, kDqHandoffThreads);
+            if (lane == 0) {
+              const int part = Traits::kDqSplitKeys ? 0 : c;
+              ptx::bulk_reduce_add_f32(gdq + part * (Traits::kDqPartBytes / 4), sDq + c * (Traits::kDqPartBytes / 4),
+                                       Traits::kDqPartBytes);
+              ptx::bulk_commit_group();
+            }
+          }
+          // Each buffer goes back as soon as the engine has read it (consumer 0's part first).
+          if (step + 1 < steps) {
+            static_assert(Traits::kConsumers == 2, "one wait_group.read count per part");
+            if (lane == 0) ptx::bulk_wait_group_read<1>();
+            __syncwarp();
+            ptx::named_barrier_arrive(kDqEmptyBarrier0, kDqHandoffThreads);
+            if (lane == 0) ptx::bulk_wait_group_read<0>();
+            __syncwarp();
+            ptx::named_barrier_arrive(kDqEmptyBarrier0 + 1, kDqHandoffThreads);
+          }
+        }
+        if (lane == 0) ptx::bulk_wait_group<0>();  // the adds done before the CTA's shared memory goes
+        return;
+      }
+    }
     // No copy may still be landing when the CTA ends: without a step nothing is loaded.
     if (warp != 0 || lane != 0 || steps == 0) return;
     const int mb = bwd90::map_batch(params, batch);
@@ -366,6 +398,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
       ptx::tma_load_4d(sV + panel * Traits::panel_bytes(kBlockN), &args.kv.v, kv_full, 64 * panel,
                        int(seq.row0_k) + n0, kv_head, mb);
     }
+#pragma unroll 1
     for (int step = 0; step < steps; ++step) {
       const int s = step % kStages;
       const int head = head_begin + step / n_m;
@@ -395,7 +428,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
     // dV += P^T dO, consumer 1 (role dS) dP^T, dS^T = P^T (dP^T - D) and dK += dS^T Q. P^T goes
     // from one to the other in f32 through sPt in accumulator order (thread t of each writes or
     // reads the same 32 values: conflict-free float4s), one step in flight (P ready / P free).
-    static_assert(!kFusedDq && !Traits::kPingPong, "the split-role kernel is the two-kernel form, no ping-pong");
+    static_assert(!kFusedDq, "the split-role kernel is the two-kernel form");
     constexpr int kS = kBlockM / 2;
     const bool role_p = consumer == 0;
     const int tid_wg = threadIdx.x % 128;
@@ -497,35 +530,12 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
 #pragma unroll
   for (int i = 0; i < kAcc; ++i) dk[i] = dv[i] = 0.0f;
 
-  const Turns<Traits> turns{consumer};
-  if (consumer == Traits::kConsumers - 1) turns.pass();  // the last warpgroup hands warpgroup 0 the first turn
 
   // Fused: keys past this sequence (the last block) must not reach dQ: their P is forced to 0.
   const bool key_ok[2] = {!kFusedDq || key_local < keys_here, !kFusedDq || key_local + 8 < keys_here};
   const int tid_wg = threadIdx.x % 128;
   float* dq_part = sDq + consumer * (Traits::kDqPartBytes / 4);
   float dq[Traits::kDqCols / 2];  // the fused kernel's dQ part of one step
-  // Stages the dQ part of `step` (once the previous reduce has read the buffer) and hands it to
-  // the copy engine, which adds it into that query block's 64 x head_dim f32 accumulator.
-  const auto stage_dq = [&](int step) {
-    if (tid_wg == 0) ptx::bulk_wait_group_read<0>();
-    ptx::named_barrier_sync(kDqStagedBarrier0 + consumer, 128);
-#pragma unroll
-    for (int i = 0; i < Traits::kDqCols / 2; i += 4) {
-      *reinterpret_cast<float4*>(dq_part + bwd90::acc_order_index(i, tid_wg)) = make_float4(dq[i], dq[i + 1], dq[i + 2], dq[i + 3]);
-    }
-    ptx::fence_proxy_async_smem();
-    ptx::named_barrier_sync(kDqStagedBarrier0 + consumer, 128);
-    if (tid_wg == 0) {
-      const int head = head_begin + step / n_m;
-      const int m0 = (m_lo + step % n_m) * kBlockM;
-      const int part = Traits::kDqSplitKeys ? 0 : consumer;
-      float* gdq = params.dq_accum + (int64_t(head) * params.ws_rows + ws_row0 + m0) * kHeadDim +
-                   part * (Traits::kDqPartBytes / 4);
-      ptx::bulk_reduce_add_f32(gdq, dq_part, Traits::kDqPartBytes);
-      ptx::bulk_commit_group();
-    }
-  };
 
   if (steps > 0) ptx::mbarrier_wait(kv_full, 0);
   for (int step = 0; step < steps; ++step) {
@@ -537,20 +547,22 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
     // B operands K-major for S^T and dP^T (rows = queries), MN-major for dV and dK (rows = the
     // queries as the k index, the head dim across panels).
     float st[kS], dpt[kS];
-    bwd90::gemm_s_dp<kBlockM, Traits>(st, dpt, k_desc, v_desc, Traits::panel_bytes(kBlockN),
-                                      bwd90::kmajor_desc(q_addr), bwd90::kmajor_desc(do_addr),
-                                      Traits::panel_bytes(kBlockM), turns);
+    bwd90::issue_s_dp<kBlockM, Traits>(st, dpt, k_desc, v_desc, Traits::panel_bytes(kBlockN),
+                                       bwd90::kmajor_desc(q_addr), bwd90::kmajor_desc(do_addr),
+                                       Traits::panel_bytes(kBlockM));
 
-    // Element (key row key_local + 8h, query column 8c + 2t4 + e) is st[4c + 2h + e].
+    // P^T while dP^T is still in the tensor cores. Element (key row key_local + 8h, query
+    // column 8c + 2t4 + e) is st[4c + 2h + e].
     const float* lse = stage_lse(s);
     const float* dsum = stage_dsum(s);
     const bool needs_mask = Traits::kMask == MaskMode::kWindow &&
                             mask.block_needs_mask(m0, min(m0 + kBlockM, seq.seqlen_q), n0 + key_row0,
                                                   n0 + key_row0 + 64);
+    ptx::wgmma_wait<1>();
+    ptx::fence_operand(st);
 #pragma unroll
     for (int c = 0; c < kBlockM / 8; ++c) {
       const float2 l = *reinterpret_cast<const float2*>(lse + 8 * c + 2 * t4);
-      const float2 d = *reinterpret_cast<const float2*>(dsum + 8 * c + 2 * t4);
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
 #pragma unroll
@@ -560,11 +572,17 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
           if (needs_mask && !mask.visible(m0 + 8 * c + 2 * t4 + e, n0 + key_local + 8 * h)) x = -INFINITY;
           if (!key_ok[h]) x = -INFINITY;
           // Rows past the queries (and LSE = -inf) carry LSE_log2 = +inf: P = 0 there.
-          const float p = ptx::exp2_approx(fmaf(x, scale_log2, -(e == 0 ? l.x : l.y)));
-          st[idx] = p;
-          dpt[idx] = p * (dpt[idx] - (e == 0 ? d.x : d.y));
+          st[idx] = ptx::exp2_approx(fmaf(x, scale_log2, -(e == 0 ? l.x : l.y)));
         }
       }
+    }
+    ptx::wgmma_wait<0>();
+    ptx::fence_operand(dpt);
+#pragma unroll
+    for (int c = 0; c < kBlockM / 8; ++c) {
+      const float2 d = *reinterpret_cast<const float2*>(dsum + 8 * c + 2 * t4);
+#pragma unroll
+      for (int i = 4 * c; i < 4 * c + 4; ++i) dpt[i] = st[i] * (dpt[i] - (i % 2 == 0 ? d.x : d.y));
     }
     uint32_t pt[kS / 2], dst[kS / 2];
     bwd90::pack_pairs<Element>(st, pt);
@@ -584,19 +602,20 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
       }
       ptx::fence_proxy_async_smem();  // visible to the dQ product's operand reads
     }
-    turns.take();
-    bwd90::gemm_rs<kHeadDim, Element, kBlockM>(dv, pt, bwd90::mn_desc(do_addr, Traits::panel_bytes(kBlockM)));
-    bwd90::gemm_rs<kHeadDim, Element, kBlockM>(dk, dst, bwd90::mn_desc(q_addr, Traits::panel_bytes(kBlockM)));
-    ptx::wgmma_commit();
-    turns.pass();
     if constexpr (!kFusedDq) {
+      bwd90::gemm_rs<kHeadDim, Element, kBlockM>(dv, pt, bwd90::mn_desc(do_addr, Traits::panel_bytes(kBlockM)));
+      bwd90::gemm_rs<kHeadDim, Element, kBlockM>(dk, dst, bwd90::mn_desc(q_addr, Traits::panel_bytes(kBlockM)));
+      ptx::wgmma_commit();
       ptx::wgmma_wait<0>();
       ptx::fence_operand(dv);
       ptx::fence_operand(dk);
       bwd90::release(&empty[s], lane);
     } else {
-      // dQ part of this step: d128, both consumers' dS^T rows (wait for the other's), this
-      // consumer's 64 columns of K; d64, this consumer's 64 keys, all columns.
+      // Three groups, so the dQ part is staged while dK += dS^T Q still runs: dV += P^T dO; then
+      // (d128: both consumers' dS^T rows written) dQ = dS K over this consumer's 64 columns of K
+      // (d128: all 128 keys; d64: its own 64 keys, all columns); then, once dV is done, dK.
+      bwd90::gemm_rs<kHeadDim, Element, kBlockM>(dv, pt, bwd90::mn_desc(do_addr, Traits::panel_bytes(kBlockM)));
+      ptx::wgmma_commit();
       if constexpr (!Traits::kDqSplitKeys) ptx::named_barrier_sync(kDsReadyBarrier, 128 * Traits::kConsumers);
       const int key0 = Traits::kDqSplitKeys ? key_row0 : 0;
       const uint32_t k_cols = ptx::smem_u32(sK) + (Traits::kDqSplitKeys ? 0 : consumer * Traits::panel_bytes(kBlockN));
@@ -604,19 +623,27 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
           dq, bwd90::mn_desc(ptx::smem_u32(ds_buf + key0 * Traits::kRowBytes), Traits::kDsBytes),
           bwd90::mn_desc(k_cols + key0 * Traits::kRowBytes, Traits::panel_bytes(kBlockN)));
       ptx::wgmma_commit();
-      ptx::wgmma_wait<0>();
+      ptx::wgmma_wait<1>();  // dV done
       ptx::fence_operand(dv);
-      ptx::fence_operand(dk);
+      bwd90::gemm_rs<kHeadDim, Element, kBlockM>(dk, dst, bwd90::mn_desc(q_addr, Traits::panel_bytes(kBlockM)));
+      ptx::wgmma_commit();
+      ptx::wgmma_wait<1>();  // dQ done
       ptx::fence_operand(dq);
+      // Hand the part to the dQ writer warp once it has given the buffer back.
+      ptx::named_barrier_sync(kDqEmptyBarrier0 + consumer, kDqHandoffThreads);
+#pragma unroll
+      for (int i = 0; i < Traits::kDqCols / 2; i += 4) {
+        *reinterpret_cast<float4*>(dq_part + bwd90::acc_order_index(i, tid_wg)) =
+            make_float4(dq[i], dq[i + 1], dq[i + 2], dq[i + 3]);
+      }
+      ptx::fence_proxy_async_smem();
+      ptx::named_barrier_arrive(kDqFullBarrier0 + consumer, kDqHandoffThreads);
+      ptx::wgmma_wait<0>();
+      ptx::fence_operand(dk);
       bwd90::release(&empty[s], lane);
-      stage_dq(step);
     }
   }
-  if constexpr (kFusedDq) {
-    if (tid_wg == 0) ptx::bulk_wait_group<0>();  // the reduces done before the CTA's memory goes
-  }
 
-  if (consumer == 0) turns.take();  // the turn the last warpgroup passed at the end
 
   // Epilogue: dK = scale * sum dS^T Q, dV = sum P^T dO (or their partials).
   bwd90::store_kv_grad<Element, kHeadDim>(dk, params, seq, batch, kv_head, split, n0, key_local, keys_here, t4,
@@ -652,7 +679,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_dq_kernel(const __gri
   const int steps = max(n_hi - n_lo, 0);
 
   extern __shared__ unsigned char smem_raw[];
-  unsigned char* smem = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  unsigned char* smem = ptx::align_shared<1024>(smem_raw);
   unsigned char* sQ = smem;
   unsigned char* sdO = sQ + Traits::tile_bytes(kBlockM);
   float* sLse = reinterpret_cast<float*>(sdO + Traits::tile_bytes(kBlockM));
@@ -717,8 +744,6 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_dq_kernel(const __gri
 #pragma unroll
   for (int i = 0; i < kHeadDim / 2; ++i) dq[i] = 0.0f;
 
-  const Turns<Traits> turns{consumer};
-  if (consumer == Traits::kConsumers - 1) turns.pass();
   if (steps > 0) {
     ptx::mbarrier_wait(q_full, 0);
     float lse[2], dsum[2];
@@ -733,14 +758,17 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_dq_kernel(const __gri
       ptx::mbarrier_wait(&full[s], (step / kStages) & 1);
       const uint32_t k_addr = ptx::smem_u32(stage_k(s));
       float sc[kS], dp[kS];
-      bwd90::gemm_s_dp<kBlockN, Traits>(sc, dp, q_desc, do_desc, Traits::panel_bytes(kBlockM), bwd90::kmajor_desc(k_addr),
-                                        bwd90::kmajor_desc(ptx::smem_u32(stage_v(s))), Traits::panel_bytes(kBlockN),
-                                        turns);
+      bwd90::issue_s_dp<kBlockN, Traits>(sc, dp, q_desc, do_desc, Traits::panel_bytes(kBlockM),
+                                         bwd90::kmajor_desc(k_addr), bwd90::kmajor_desc(ptx::smem_u32(stage_v(s))),
+                                         Traits::panel_bytes(kBlockN));
 
-      // Element (query row row_local + 8h, key column n0 + 8c + 2t4 + e) is sc[4c + 2h + e].
+      // P while dP is still in the tensor cores. Element (query row row_local + 8h, key column
+      // n0 + 8c + 2t4 + e) is sc[4c + 2h + e].
       const bool needs_mask =
           mask.block_needs_mask(m0 + row_base, max(min(m0 + rows_here, m0 + row_base + 64), m0 + row_base + 1), n0,
                                 n0 + kBlockN);
+      ptx::wgmma_wait<1>();
+      ptx::fence_operand(sc);
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         int lo = 0, hi = 0;
@@ -753,24 +781,23 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_dq_kernel(const __gri
             const int key = n0 + 8 * c + 2 * t4 + e;
             float x = sc[idx];
             if (needs_mask && (key < lo || key >= hi)) x = -INFINITY;
-            const float p = ptx::exp2_approx(fmaf(x, scale_log2, -lse[h]));
-            dp[idx] = p * (dp[idx] - dsum[h]);
+            sc[idx] = ptx::exp2_approx(fmaf(x, scale_log2, -lse[h]));
           }
         }
       }
+      ptx::wgmma_wait<0>();
+      ptx::fence_operand(dp);
+#pragma unroll
+      for (int i = 0; i < kS; ++i) dp[i] = sc[i] * (dp[i] - dsum[(i / 2) % 2]);
       uint32_t ds[kS / 2];
       bwd90::pack_pairs<Element>(dp, ds);
-      turns.take();
       bwd90::gemm_rs<kHeadDim, Element, kBlockN>(dq, ds, bwd90::mn_desc(k_addr, Traits::panel_bytes(kBlockN)));
       ptx::wgmma_commit();
-      turns.pass();
       ptx::wgmma_wait<0>();
       ptx::fence_operand(dq);
       bwd90::release(&empty[s], lane);
     }
   }
-
-  if (consumer == 0) turns.take();  // the turn the last warpgroup passed at the end
 
   // dQ = scale * sum dS K, written from the accumulators.
   const float dq_scale = params.scale;
