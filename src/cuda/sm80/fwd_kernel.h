@@ -717,16 +717,19 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
 #if defined(FLASHATTN_DEV_BIAS_SMEM)
           // This lane's bias word of chunk 0 in row i's tile row (bias_smem_offset): row r has
           // r % 8 == g; chunk nt is one XOR away.
-          const int bias_r = warp_row0 + mt * 16 + g + 8 * h;
-          const uint32_t bias_off0 = bias_smem_offset<kBlockN>(bias_r, 0) + 4 * t;
           // The row's kNTiles words are read together, ahead of the per-element branches below
-          // (read inside them, each waited for its own shared-memory latency).
-          uint32_t bias_words[kNTiles];
+          // (read inside them, each waited for its own shared-memory latency). Only kernels with
+          // a bias tile instantiate the offset (it needs 64-key rows; the modifier kernels' tiles
+          // may be narrower).
+          uint32_t bias_words[kNTiles] = {};
+          if constexpr (Traits::kBiasSmem) {
+            const int bias_r = warp_row0 + mt * 16 + g + 8 * h;
+            const uint32_t bias_off0 = bias_smem_offset<kBlockN>(bias_r, 0) + 4 * t;
 #pragma unroll
-          for (int nt = 0; nt < kNTiles; ++nt) {
-            bias_words[nt] = Traits::kBiasSmem && bias_smem
-                                 ? *reinterpret_cast<const uint32_t*>(s_bias_bytes + (bias_off0 ^ uint32_t(nt << 4)))
-                                 : 0u;
+            for (int nt = 0; nt < kNTiles; ++nt) {
+              bias_words[nt] =
+                  bias_smem ? *reinterpret_cast<const uint32_t*>(s_bias_bytes + (bias_off0 ^ uint32_t(nt << 4))) : 0u;
+            }
           }
 #endif
 #pragma unroll
