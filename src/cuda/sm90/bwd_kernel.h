@@ -89,8 +89,10 @@ struct BwdTraits {
   static constexpr int kKvBarriers = 1 + 2 * kStages;  // K/V full; per stage full and empty
   // Split roles: P^T of one step (64 x 64 f32 in accumulator order) from consumer 0 to 1.
   static constexpr int kPtBytes = kSplitRoles ? 64 * kKvBlockM * 4 : 0;
+  // One float per consumer warp after the barriers (both kernels): the pin of pin_exponentials.
+  static constexpr int kPinBytes = 4 * 4 * kConsumers;
   static constexpr size_t kKvSmemBytes =
-      1024 + 2 * tile_bytes(kKvBlockN) + kStages * kKvStageBytes + kPtBytes + 8 * kKvBarriers;
+      1024 + 2 * tile_bytes(kKvBlockN) + kStages * kKvStageBytes + kPtBytes + 8 * kKvBarriers + kPinBytes;
 
   // dQ kernel: Q, dO (kDqBlockM rows) and their statistics (padded to 1024 bytes), then
   // kStages x {K, V (kDqBlockN rows)}, then the barriers.
@@ -98,7 +100,7 @@ struct BwdTraits {
   static constexpr int kDqStageBytes = 2 * tile_bytes(kDqBlockN);
   static constexpr int kDqBarriers = 1 + 2 * kStages;  // Q/dO full; per stage full and empty
   static constexpr size_t kDqSmemBytes =
-      1024 + 2 * tile_bytes(kDqBlockM) + 1024 + kStages * kDqStageBytes + 8 * kDqBarriers;
+      1024 + 2 * tile_bytes(kDqBlockM) + 1024 + kStages * kDqStageBytes + 8 * kDqBarriers + kPinBytes;
 
   // The fused dK/dV/dQ kernel (bwd_kv_kernel<Traits, true>, the non-deterministic default): each
   // step also writes dS^T to shared memory (kDsBytes, two buffers by step parity) and computes the
@@ -186,6 +188,45 @@ __device__ __forceinline__ void issue_s_dp(float (&s)[N / 2], float (&dp)[N / 2]
   ptx::wgmma_commit();
   gemm_kmajor<N, Element, Traits::kPanels>(dp, a_dp, a_panel_bytes, b_dp, b_panel_bytes);
   ptx::wgmma_commit();
+}
+
+// Sets the scores of a dK/dV step tile that `mask` hides to -inf. The tile is S^T (keys x
+// queries) in accumulator order: element (key `key` + 8h, query m0 + 8c + 2t4 + e) is
+// x[4c + 2h + e]. Each of the thread's two keys gets its visible query rows once (key_range),
+// then every score is two compares and a select. Callers branch on the block needing a mask
+// once, around this call: tested inside the loop, the flag cost a branch per element (ncu at
+// d128 4k causal: 6.7% of the samples stalled on branch resolution).
+template <int kBlockM>
+__device__ __forceinline__ void mask_key_rows(float (&x)[kBlockM / 2], const WindowMask& mask, int m0, int key,
+                                              int t4) {
+  int lo[2], hi[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) mask.key_range(key + 8 * h, &lo[h], &hi[h]);
+#pragma unroll
+  for (int c = 0; c < kBlockM / 8; ++c) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int q = m0 + 8 * c + 2 * t4 + e;
+        if (q < lo[h] || q >= hi[h]) x[4 * c + 2 * h + e] = -INFINITY;
+      }
+    }
+  }
+}
+
+// ptxas schedules a wgmma_wait as early as the registers allow: the wait for dP right after the
+// first exponentials of P (SASS: WARPGROUP.DEPBAR.LE gsb0, 0x0 after 3 of the 32 MUFU.EX2), so the
+// exponentials did not overlap the dP product. It keeps the wait after a shared-memory store, so
+// lane 0 of each warp stores a value that needs every exponential (their bits XORed: one 3-input
+// LOP3 per two values) to a slot nobody reads, as the forward does (fwd_kernel.h, kPinSoftmax).
+template <int n>
+__device__ __forceinline__ void pin_exponentials(const float (&p)[n], uint32_t slot, int lane) {
+  static_assert(n % 2 == 0, "pairs");
+  uint32_t acc = 0;
+#pragma unroll
+  for (int i = 0; i < n; i += 2) acc ^= __float_as_uint(p[i]) ^ __float_as_uint(p[i + 1]);
+  if (lane == 0) ptx::st_shared_f32(slot, __uint_as_float(acc));
 }
 
 template <typename Element, int n>
@@ -345,6 +386,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
   const int warpgroup = threadIdx.x / 128;
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
+  const uint32_t pin_slot = ptx::smem_u32(bars + Traits::kKvBarriers) + 4 * (warp - 4);  // consumer warps 4..
   bwd90::init_ring(kv_full, full, empty, kStages, 4 * Traits::kConsumers);
 
   if (warpgroup == 0) {
@@ -456,20 +498,16 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
       uint32_t a[kS / 2];  // P^T or dS^T, 16-bit pairs: the A operand of the last product
       if (role_p) {
         const float* lse = stage_lse(s);
-        const bool needs_mask = Traits::kMask == MaskMode::kWindow &&
-                                mask.block_needs_mask(m0, min(m0 + kBlockM, seq.seqlen_q), n0, n0 + kBlockN);
+        if (Traits::kMask == MaskMode::kWindow &&
+            mask.block_needs_mask(m0, min(m0 + kBlockM, seq.seqlen_q), n0, n0 + kBlockN)) {
+          bwd90::mask_key_rows<kBlockM>(x, mask, m0, n0 + key_local, t4);
+        }
 #pragma unroll
         for (int c = 0; c < kBlockM / 8; ++c) {
           const float2 l = *reinterpret_cast<const float2*>(lse + 8 * c + 2 * t4);
 #pragma unroll
-          for (int h = 0; h < 2; ++h) {
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-              const int idx = 4 * c + 2 * h + e;
-              float v = x[idx];
-              if (needs_mask && !mask.visible(m0 + 8 * c + 2 * t4 + e, n0 + key_local + 8 * h)) v = -INFINITY;
-              x[idx] = ptx::exp2_approx(fmaf(v, params.scale_log2, -(e == 0 ? l.x : l.y)));
-            }
+          for (int i = 4 * c; i < 4 * c + 4; ++i) {
+            x[i] = ptx::exp2_approx(fmaf(x[i], params.scale_log2, -(i % 2 == 0 ? l.x : l.y)));
           }
         }
         if (step > 0) ptx::named_barrier_sync(kPtFreeBarrier, 256);  // the other read the last one
@@ -560,6 +598,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
                                                   n0 + key_row0 + 64);
     ptx::wgmma_wait<1>();
     ptx::fence_operand(st);
+    if (needs_mask) bwd90::mask_key_rows<kBlockM>(st, mask, m0, n0 + key_local, t4);
 #pragma unroll
     for (int c = 0; c < kBlockM / 8; ++c) {
       const float2 l = *reinterpret_cast<const float2*>(lse + 8 * c + 2 * t4);
@@ -568,14 +607,13 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           const int idx = 4 * c + 2 * h + e;
-          float x = st[idx];
-          if (needs_mask && !mask.visible(m0 + 8 * c + 2 * t4 + e, n0 + key_local + 8 * h)) x = -INFINITY;
-          if (!key_ok[h]) x = -INFINITY;
           // Rows past the queries (and LSE = -inf) carry LSE_log2 = +inf: P = 0 there.
+          const float x = key_ok[h] ? st[idx] : -INFINITY;
           st[idx] = ptx::exp2_approx(fmaf(x, scale_log2, -(e == 0 ? l.x : l.y)));
         }
       }
     }
+    bwd90::pin_exponentials(st, pin_slot, lane);
     ptx::wgmma_wait<0>();
     ptx::fence_operand(dpt);
 #pragma unroll
@@ -695,6 +733,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_dq_kernel(const __gri
   const int warpgroup = threadIdx.x / 128;
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
+  const uint32_t pin_slot = ptx::smem_u32(bars + Traits::kDqBarriers) + 4 * (warp - 4);  // consumer warps 4..
   bwd90::init_ring(q_full, full, empty, kStages, 4 * Traits::kConsumers);
 
   const int64_t ws = int64_t(head) * params.ws_rows + params.ws_row0(batch, seq.row0_q) + m0;
@@ -769,22 +808,24 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_dq_kernel(const __gri
                                 n0 + kBlockN);
       ptx::wgmma_wait<1>();
       ptx::fence_operand(sc);
+      if (needs_mask) {  // one uniform branch around the whole tile (see mask_key_rows)
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        int lo = 0, hi = 0;
-        if (needs_mask) mask.row_range(m0 + row_local + 8 * h, &lo, &hi);
+        for (int h = 0; h < 2; ++h) {
+          int lo, hi;
+          mask.row_range(m0 + row_local + 8 * h, &lo, &hi);
 #pragma unroll
-        for (int c = 0; c < kBlockN / 8; ++c) {
+          for (int c = 0; c < kBlockN / 8; ++c) {
 #pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const int idx = 4 * c + 2 * h + e;
-            const int key = n0 + 8 * c + 2 * t4 + e;
-            float x = sc[idx];
-            if (needs_mask && (key < lo || key >= hi)) x = -INFINITY;
-            sc[idx] = ptx::exp2_approx(fmaf(x, scale_log2, -lse[h]));
+            for (int e = 0; e < 2; ++e) {
+              const int key = n0 + 8 * c + 2 * t4 + e;
+              if (key < lo || key >= hi) sc[4 * c + 2 * h + e] = -INFINITY;
+            }
           }
         }
       }
+#pragma unroll
+      for (int i = 0; i < kS; ++i) sc[i] = ptx::exp2_approx(fmaf(sc[i], scale_log2, -lse[(i / 2) % 2]));
+      bwd90::pin_exponentials(sc, pin_slot, lane);
       ptx::wgmma_wait<0>();
       ptx::fence_operand(dp);
 #pragma unroll
