@@ -21,9 +21,11 @@
 // auxiliary kernels too.
 //
 // Inside a warpgroup's step the products overlap the element-wise work where the data allow: S
-// and dP are two groups, so the exponentials run while dP is in the tensor cores; in the fused
-// kernel dV, dQ and dK are three groups, so the dQ part is staged while dK runs. No ping-pong
-// between the consumers (timed on the two-kernel form: it lost 0-12%).
+// and dP are two groups (ptxas puts the wait for dP after the first few exponentials; pinning all
+// 32 before it with a shared-memory store, as the forward does, was 3-6% slower at d128 without a
+// mask, H200 2026-12-02, dev/results/h200-2026-12-02-ab3-*.json); in the fused kernel dV, dQ and dK
+// are three groups, so the dQ part is staged while dK runs. No ping-pong between the consumers
+// (timed on the two-kernel form: it lost 0-12%).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -89,10 +91,8 @@ struct BwdTraits {
   static constexpr int kKvBarriers = 1 + 2 * kStages;  // K/V full; per stage full and empty
   // Split roles: P^T of one step (64 x 64 f32 in accumulator order) from consumer 0 to 1.
   static constexpr int kPtBytes = kSplitRoles ? 64 * kKvBlockM * 4 : 0;
-  // One float per consumer warp after the barriers (both kernels): the pin of pin_exponentials.
-  static constexpr int kPinBytes = 4 * 4 * kConsumers;
   static constexpr size_t kKvSmemBytes =
-      1024 + 2 * tile_bytes(kKvBlockN) + kStages * kKvStageBytes + kPtBytes + 8 * kKvBarriers + kPinBytes;
+      1024 + 2 * tile_bytes(kKvBlockN) + kStages * kKvStageBytes + kPtBytes + 8 * kKvBarriers;
 
   // dQ kernel: Q, dO (kDqBlockM rows) and their statistics (padded to 1024 bytes), then
   // kStages x {K, V (kDqBlockN rows)}, then the barriers.
@@ -100,7 +100,7 @@ struct BwdTraits {
   static constexpr int kDqStageBytes = 2 * tile_bytes(kDqBlockN);
   static constexpr int kDqBarriers = 1 + 2 * kStages;  // Q/dO full; per stage full and empty
   static constexpr size_t kDqSmemBytes =
-      1024 + 2 * tile_bytes(kDqBlockM) + 1024 + kStages * kDqStageBytes + 8 * kDqBarriers + kPinBytes;
+      1024 + 2 * tile_bytes(kDqBlockM) + 1024 + kStages * kDqStageBytes + 8 * kDqBarriers;
 
   // The fused dK/dV/dQ kernel (bwd_kv_kernel<Traits, true>, the non-deterministic default): each
   // step also writes dS^T to shared memory (kDsBytes, two buffers by step parity) and computes the
@@ -178,8 +178,8 @@ __device__ __forceinline__ uint64_t mn_desc(uint32_t addr, int panel_bytes) {
 }
 
 // S = A_s B_s^T and dP = A_dp B_dp^T over the head dim (all K-major), committed as two groups
-// (S first) and not waited for: the caller waits for S alone (wgmma_wait<1>), computes the
-// exponentials while dP is still in the tensor cores, then waits for dP (wgmma_wait<0>).
+// (S first) and not waited for: the caller waits for S alone (wgmma_wait<1>), starts on the
+// exponentials, then waits for dP (wgmma_wait<0>).
 template <int N, typename Traits>
 __device__ __forceinline__ void issue_s_dp(float (&s)[N / 2], float (&dp)[N / 2], uint64_t a_s, uint64_t a_dp,
                                            int a_panel_bytes, uint64_t b_s, uint64_t b_dp, int b_panel_bytes) {
@@ -213,20 +213,6 @@ __device__ __forceinline__ void mask_key_rows(float (&x)[kBlockM / 2], const Win
       }
     }
   }
-}
-
-// ptxas schedules a wgmma_wait as early as the registers allow: the wait for dP right after the
-// first exponentials of P (SASS: WARPGROUP.DEPBAR.LE gsb0, 0x0 after 3 of the 32 MUFU.EX2), so the
-// exponentials did not overlap the dP product. It keeps the wait after a shared-memory store, so
-// lane 0 of each warp stores a value that needs every exponential (their bits XORed: one 3-input
-// LOP3 per two values) to a slot nobody reads, as the forward does (fwd_kernel.h, kPinSoftmax).
-template <int n>
-__device__ __forceinline__ void pin_exponentials(const float (&p)[n], uint32_t slot, int lane) {
-  static_assert(n % 2 == 0, "pairs");
-  uint32_t acc = 0;
-#pragma unroll
-  for (int i = 0; i < n; i += 2) acc ^= __float_as_uint(p[i]) ^ __float_as_uint(p[i + 1]);
-  if (lane == 0) ptx::st_shared_f32(slot, __uint_as_float(acc));
 }
 
 template <typename Element, int n>
@@ -386,7 +372,6 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
   const int warpgroup = threadIdx.x / 128;
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
-  const uint32_t pin_slot = ptx::smem_u32(bars + Traits::kKvBarriers) + 4 * (warp - 4);  // consumer warps 4..
   bwd90::init_ring(kv_full, full, empty, kStages, 4 * Traits::kConsumers);
 
   if (warpgroup == 0) {
@@ -613,7 +598,6 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
         }
       }
     }
-    bwd90::pin_exponentials(st, pin_slot, lane);
     ptx::wgmma_wait<0>();
     ptx::fence_operand(dpt);
 #pragma unroll
@@ -733,7 +717,6 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_dq_kernel(const __gri
   const int warpgroup = threadIdx.x / 128;
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
-  const uint32_t pin_slot = ptx::smem_u32(bars + Traits::kDqBarriers) + 4 * (warp - 4);  // consumer warps 4..
   bwd90::init_ring(q_full, full, empty, kStages, 4 * Traits::kConsumers);
 
   const int64_t ws = int64_t(head) * params.ws_rows + params.ws_row0(batch, seq.row0_q) + m0;
@@ -825,7 +808,6 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_dq_kernel(const __gri
       }
 #pragma unroll
       for (int i = 0; i < kS; ++i) sc[i] = ptx::exp2_approx(fmaf(sc[i], scale_log2, -lse[(i / 2) % 2]));
-      bwd90::pin_exponentials(sc, pin_slot, lane);
       ptx::wgmma_wait<0>();
       ptx::fence_operand(dp);
 #pragma unroll
