@@ -1,5 +1,6 @@
-// The torch fast path of flashattn._C: flash_attn_func and flash_attn_with_kvcache on plain
-// torch tensors, with the whole host side of a call in C++ (issue 17, "a thin host path").
+// The torch fast path of flashattn._C: flash_attn_func (forward, and backward for its training
+// call) and flash_attn_with_kvcache on plain torch tensors, with the whole host side of a call in
+// C++ (issue 17, "a thin host path").
 //
 // The DLPack path (module.cpp) costs a Python wrapper per call: two torch.empty, one DLPack
 // export per tensor, the dispatcher-state checks, shape tuples and a call with 26 keywords
@@ -18,8 +19,10 @@
 // exactly as before. Every check of the library itself (flashattn::forward and forward_kvcache
 // validate their arguments) runs on both paths, so errors name the same argument either way.
 //
-// Results: None (not handled here), (out, lse) (done), or (exception class name, message) for
-// the caller to raise (flashattn._lowlevel.raise_error).
+// Results: None (not handled here), (out, lse) (done; the backward: (dq, dk, dv, dsink or None)),
+// or (exception class name, message) for the caller to raise (flashattn._lowlevel.raise_error);
+// flash_attn_func's direct call also returns True for a call that records an autograd graph,
+// which _torch_ops.FuncAutograd then runs through torch_forward and torch_backward.
 #include <Python.h>
 #include <nanobind/nanobind.h>
 
@@ -195,10 +198,19 @@ bool read_dims(PyObject* tuple, int64_t* dims, int* n) {
 
 // ---- torch tensors -> TensorView -----------------------------------------------------------
 
+// What a Reader does with a tensor that requires grad.
+enum class GradCheck {
+  kIgnore,  // inside an op or an autograd formula, or grad mode is off
+  kRefuse,  // a direct call that cannot record a graph (flash_attn_with_kvcache): decline
+  kNote,    // a direct call that can (flash_attn_func): note it, see needs_graph()
+};
+
 class Reader {
  public:
-  // check_grad: refuse tensors that require grad (a direct call must not skip autograd).
-  explicit Reader(bool check_grad) : check_grad_(check_grad) {}
+  explicit Reader(GradCheck grad) : grad_(grad) {}
+
+  // Whether a tensor read so far requires grad (GradCheck::kNote).
+  bool needs_graph() const { return needs_graph_; }
 
   // A tensor argument, or None (an undefined view). kernel_operand: q, k, v, which the
   // Python layer would copy unless their last dimension is contiguous and, on a GPU, pointer
@@ -208,9 +220,13 @@ class Reader {
     if (obj == Py_None) return true;
     const Torch& T = g_torch;
     if (Py_TYPE(obj) != T.tensor && Py_TYPE(obj) != T.parameter) return false;
-    if (check_grad_) {
+    if (grad_ != GradCheck::kIgnore) {
       nb::object rg = attr(obj, T.s_requires_grad);
-      if (!rg.is_valid() || rg.ptr() != Py_False) return false;
+      if (!rg.is_valid() || (rg.ptr() != Py_False && rg.ptr() != Py_True)) return false;
+      if (rg.ptr() == Py_True) {
+        if (grad_ == GradCheck::kRefuse) return false;
+        needs_graph_ = true;
+      }
     }
     nb::object dt = attr(obj, T.s_dtype);
     if (!dt.is_valid()) return false;
@@ -269,7 +285,8 @@ class Reader {
     return true;
   }
 
-  bool check_grad_;
+  GradCheck grad_;
+  bool needs_graph_ = false;
 };
 
 // Whether a direct call (no registered op) is allowed: _torch_ops._direct_ok's dispatcher-state
@@ -358,6 +375,25 @@ bool row_major(const fa::TensorView& t) {
 // cheapest way (torch.empty costs ~2 us of argument parsing per call on the dev machine,
 // q.new_empty ~1.6, torch.empty_like ~0.9: dev/NOTES.md, "Host path of flash_attn_func").
 // On failure (an allocation error: out of memory) the Python error is turned into a result.
+// The Python error an allocation raised (out of memory, most likely), cleared and turned into a
+// result naming its message.
+nb::object allocation_error() {
+  std::string message = "flashattn could not allocate its outputs";
+  PyObject *type = nullptr, *value = nullptr, *trace = nullptr;
+  PyErr_Fetch(&type, &value, &trace);
+  if (value != nullptr) {
+    if (PyObject* text = PyObject_Str(value)) {
+      if (const char* c = PyUnicode_AsUTF8(text)) message += std::string(": ") + c;
+      Py_DECREF(text);
+    }
+  }
+  PyErr_Clear();
+  Py_XDECREF(type);
+  Py_XDECREF(value);
+  Py_XDECREF(trace);
+  return to_python({"RuntimeError", message});
+}
+
 struct Outputs {
   nb::object out, lse, error;
 };
@@ -387,23 +423,7 @@ Outputs allocate(PyObject* q_obj, const fa::TensorView& q, int64_t head_dim_v,
     }
     o.lse = contiguous_view(std::move(o.lse), lse_shape, lse_ndim, fa::DType::kFloat32, lse);
   }
-  if (!o.out.is_valid() || !o.lse.is_valid()) {
-    // The allocation raised (out of memory, most likely): report its message.
-    std::string message = "flashattn could not allocate its outputs";
-    PyObject *type = nullptr, *value = nullptr, *trace = nullptr;
-    PyErr_Fetch(&type, &value, &trace);
-    if (value != nullptr) {
-      if (PyObject* text = PyObject_Str(value)) {
-        if (const char* c = PyUnicode_AsUTF8(text)) message += std::string(": ") + c;
-        Py_DECREF(text);
-      }
-    }
-    PyErr_Clear();
-    Py_XDECREF(type);
-    Py_XDECREF(value);
-    Py_XDECREF(trace);
-    o.error = to_python({"RuntimeError", message});
-  }
+  if (!o.out.is_valid() || !o.lse.is_valid()) o.error = allocation_error();
   return o;
 }
 
@@ -440,8 +460,6 @@ nb::object torch_forward(nb::handle q_obj, nb::handle k_obj, nb::handle v_obj,
       !read_int32(max_seqlen_k.ptr(), &args.max_seqlen_k)) {
     return nb::none();
   }
-  // A direct call draws no dropout seed (flash_attn_func does that in Python).
-  if (direct && dropout_v != 0.0) return nb::none();
   args.softcap = static_cast<float>(softcap_v);
   args.dropout_p = static_cast<float>(dropout_v);
   if (!PyLong_CheckExact(seed.ptr())) return nb::none();
@@ -452,7 +470,7 @@ nb::object torch_forward(nb::handle q_obj, nb::handle k_obj, nb::handle v_obj,
   }
   args.check_cu_seqlens = check_cu_seqlens;
 
-  Reader r(direct && grad);
+  Reader r(direct && grad ? GradCheck::kNote : GradCheck::kIgnore);
   if (!r.tensor(q_obj.ptr(), &args.q, true) || !r.tensor(k_obj.ptr(), &args.k, true) ||
       !r.tensor(v_obj.ptr(), &args.v, true) ||
       !r.tensor(cu_seqlens_q.ptr(), &args.cu_seqlens_q) ||
@@ -465,6 +483,12 @@ nb::object torch_forward(nb::handle q_obj, nb::handle k_obj, nb::handle v_obj,
   // q's rank decides the output shapes (check_rank raises on the DLPack path otherwise).
   if (args.q.dtype == fa::DType::kInt32 || args.q.ndim != (varlen ? 3 : 4)) return nb::none();
   if (!launch_target(args.q, &args.stream, &args.num_threads)) return nb::none();
+  // A direct call that records an autograd graph is flash_attn_func's autograd.Function's to
+  // run (_torch_ops.FuncAutograd: it draws the dropout seed and calls back with direct=false):
+  // True says the call is one this path takes. Without a graph a direct call draws no seed
+  // either (the op path does that in Python).
+  if (direct && r.needs_graph()) return nb::bool_(true);
+  if (direct && dropout_v != 0.0) return nb::none();
 
   // lse: dense (batch, heads, seqlen_q); varlen (heads, total_q).
   const int64_t lse_dense[] = {args.q.shape[0], args.q.shape[2], args.q.shape[1]};
@@ -502,7 +526,7 @@ nb::object torch_forward_kvcache(nb::handle q_obj, nb::handle k_cache, nb::handl
   }
   args.softcap = static_cast<float>(softcap_v);
 
-  Reader r(direct && grad);
+  Reader r(direct && grad ? GradCheck::kRefuse : GradCheck::kIgnore);
   if (!r.tensor(q_obj.ptr(), &args.q, true) || !r.tensor(k_cache.ptr(), &args.k_cache) ||
       !r.tensor(v_cache.ptr(), &args.v_cache) || !r.tensor(k.ptr(), &args.k, true) ||
       !r.tensor(v.ptr(), &args.v, true) || !r.tensor(rotary_cos.ptr(), &args.rotary_cos) ||
@@ -528,6 +552,92 @@ nb::object torch_forward_kvcache(nb::handle q_obj, nb::handle k_cache, nb::handl
   return finish(o, [&] { return fa::forward_kvcache(args); });
 }
 
+
+// An uninitialised contiguous tensor like t (torch.empty(t.shape, dtype=t.dtype,
+// device=t.device), as _torch_ops._empty makes the gradients), its view in *view; invalid,
+// with the Python error set, if the allocation raised.
+nb::object empty_contiguous(PyObject* obj, const fa::TensorView& t, fa::TensorView* view) {
+  nb::object r;
+  if (row_major(t)) {
+    r = nb::steal(PyObject_CallOneArg(g_torch.empty_like, obj));  // keeps t's (contiguous) strides
+  } else if (nb::object dims = shape_tuple(t.shape, t.ndim); dims.is_valid()) {
+    PyObject* args[] = {obj, dims.ptr()};
+    r = nb::steal(PyObject_VectorcallMethod(g_torch.s_new_empty, args, 2, nullptr));
+  }
+  r = contiguous_view(std::move(r), t.shape, t.ndim, t.dtype, view);
+  view->device = t.device;
+  return r;
+}
+
+// flash_attn_func's backward (_torch_ops.FuncAutograd) on the dense unpacked layout without
+// bias, masks or FP8: what the op's backward implementation (_torch_ops._run_bwd) does, with dq,
+// dk, dv (like q, k, v, contiguous) and, with a sink, dsink (float32 (heads)) allocated here.
+// The options are flash_attn_func's own (softmax_scale None or > 0, window_size a pair), seed
+// the forward's dropout seed. direct: also make _direct_ok's checks (torch.compile's is the
+// caller's). Returns None (the caller then runs the op's backward), (dq, dk, dv, dsink or None),
+// or (exception class name, message).
+nb::object torch_backward(nb::handle dout_obj, nb::handle q_obj, nb::handle k_obj,
+                          nb::handle v_obj, nb::handle out_obj, nb::handle lse_obj,
+                          nb::handle alibi_slopes, nb::handle learnable_sink,
+                          nb::handle softmax_scale, nb::handle causal, nb::handle window_size,
+                          nb::handle softcap, nb::handle dropout_p, nb::handle seed,
+                          nb::handle deterministic, bool direct) {
+  if (!g_torch.ready) return nb::none();
+  bool grad = false;
+  if (direct && !direct_ok(&grad)) return nb::none();
+  fa::BackwardArgs args;
+  double softcap_v = 0.0, dropout_v = 0.0;
+  if (!read_scale(softmax_scale.ptr(), direct, &args.softmax_scale) ||
+      !read_bool(causal.ptr(), &args.causal) ||
+      !read_window(window_size.ptr(), &args.window_left, &args.window_right) ||
+      !read_double(softcap.ptr(), &softcap_v) || !read_double(dropout_p.ptr(), &dropout_v) ||
+      !read_bool(deterministic.ptr(), &args.deterministic) || !PyLong_CheckExact(seed.ptr())) {
+    return nb::none();
+  }
+  args.softcap = static_cast<float>(softcap_v);
+  args.dropout_p = static_cast<float>(dropout_v);
+  args.seed = PyLong_AsUnsignedLongLongMask(seed.ptr());
+  if (PyErr_Occurred()) {
+    PyErr_Clear();
+    return nb::none();
+  }
+
+  // A graph recorded by the backward itself (create_graph=True) is the op path's business.
+  Reader r(direct && grad ? GradCheck::kRefuse : GradCheck::kIgnore);
+  if (!r.tensor(dout_obj.ptr(), &args.dout, true) || !r.tensor(q_obj.ptr(), &args.q, true) ||
+      !r.tensor(k_obj.ptr(), &args.k, true) || !r.tensor(v_obj.ptr(), &args.v, true) ||
+      !r.tensor(out_obj.ptr(), &args.out) || !r.tensor(lse_obj.ptr(), &args.lse) ||
+      !r.tensor(alibi_slopes.ptr(), &args.alibi_slopes) ||
+      !r.sink(learnable_sink.ptr(), &args.learnable_sink)) {
+    return nb::none();
+  }
+  if (args.q.dtype == fa::DType::kInt32 || args.q.ndim != 4 || !args.out.defined() ||
+      !args.lse.defined()) {
+    return nb::none();
+  }
+  if (!launch_target(args.q, &args.stream, &args.num_threads)) return nb::none();
+
+  nb::object dq = empty_contiguous(q_obj.ptr(), args.q, &args.dq);
+  nb::object dk = dq.is_valid() ? empty_contiguous(k_obj.ptr(), args.k, &args.dk) : nb::object();
+  nb::object dv = dk.is_valid() ? empty_contiguous(v_obj.ptr(), args.v, &args.dv) : nb::object();
+  nb::object dsink = nb::none();
+  if (dv.is_valid() && args.learnable_sink.defined()) {
+    const int64_t heads[] = {args.learnable_sink.shape[0]};
+    if (nb::object dims = shape_tuple(heads, 1); dims.is_valid()) {
+      PyObject* call[] = {q_obj.ptr(), dims.ptr(), g_torch.float32};
+      dsink = nb::steal(PyObject_VectorcallMethod(g_torch.s_new_empty, call, 2, g_torch.kw_dtype));
+    } else {
+      dsink = nb::object();
+    }
+    dsink = contiguous_view(std::move(dsink), heads, 1, fa::DType::kFloat32, &args.dsink);
+    args.dsink.device = args.q.device;
+  }
+  if (!dv.is_valid() || !dsink.is_valid()) return allocation_error();
+  nb::object error = run_released([&] { return fa::backward(args); });
+  if (!error.is_none()) return error;
+  return nb::make_tuple(dq, dk, dv, dsink);
+}
+
 }  // namespace
 
 void register_torch_path(nb::module_& m) {
@@ -547,8 +657,9 @@ void register_torch_path(nb::module_& m) {
         nb::arg("seed").none(), nb::arg("learnable_sink").none(), nb::arg("check_cu_seqlens"),
         nb::arg("direct"),
         "Attention forward on torch tensors, outputs allocated here. Returns None when the call "
-        "is not one the fast path takes (the caller then uses forward), (out, lse), or "
-        "(exception class name, message).");
+        "is not one the fast path takes (the caller then uses forward), (out, lse), "
+        "(exception class name, message), or, from a direct call that records an autograd "
+        "graph, True (nothing run: flashattn's autograd.Function calls back with direct=False).");
   m.def("torch_forward_kvcache", &torch_forward_kvcache, nb::arg("q").none(),
         nb::arg("k_cache").none(), nb::arg("v_cache").none(), nb::arg("k").none(),
         nb::arg("v").none(), nb::arg("rotary_cos").none(), nb::arg("rotary_sin").none(),
@@ -561,6 +672,15 @@ void register_torch_path(nb::module_& m) {
         "KV-cache attention on torch tensors (appends into k_cache/v_cache in place), outputs "
         "allocated here. Returns None, (out, lse) or (exception class name, message), as "
         "torch_forward.");
+  m.def("torch_backward", &torch_backward, nb::arg("dout").none(), nb::arg("q").none(),
+        nb::arg("k").none(), nb::arg("v").none(), nb::arg("out").none(), nb::arg("lse").none(),
+        nb::arg("alibi_slopes").none(), nb::arg("learnable_sink").none(),
+        nb::arg("softmax_scale").none(), nb::arg("causal").none(), nb::arg("window_size").none(),
+        nb::arg("softcap").none(), nb::arg("dropout_p").none(), nb::arg("seed").none(),
+        nb::arg("deterministic").none(), nb::arg("direct"),
+        "Attention backward on torch tensors (flash_attn_func's layout), gradients allocated "
+        "here. Returns None when the call is not one the fast path takes (the caller then uses "
+        "backward), (dq, dk, dv, dsink or None), or (exception class name, message).");
 }
 
 }  // namespace flashattn_py
