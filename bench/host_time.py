@@ -4,7 +4,8 @@ on the same tensors").
 
     pip install --no-build-isolation .        # on the GPU machine, from the repository root
     python3 bench/host_time.py --out host_time.json [--calls 2000] [--rounds 5]
-                             [--cache-lens 4096,128]
+                             [--cache-lens 4096,128] [--host-calls 32]
+                             [--profile flash_attn_func_train,sdpa_cudnn_train]
 
 Shape: decode, batch 1, one query token, 32 query heads over 8 KV heads, head dim 128, bf16,
 a cache of --cache-lens keys (each length is one set of rows). Per implementation and cache

@@ -425,6 +425,31 @@ def test_cuda_fast_path_declines_a_gpu_that_is_not_current(dlpack_only, monkeypa
     assert_same(fast, slow)
 
 
+@cuda
+def test_cuda_training_call_takes_the_fast_route(monkeypatch):
+    """On a GPU the backward runs on the autograd engine's device thread: the training call's
+    route there (FuncAutograd's forward, _C.torch_backward) and its gradients, bitwise the op
+    route's."""
+    q0, k0, v0, _, _ = cuda_decode(gen(25), sk=64)
+    dout = torch.randn(q0.shape, generator=gen(26)).to(q0)
+
+    def run():
+        q, k, v = (t.clone().requires_grad_() for t in (q0, k0, v0))
+        # deterministic: a fixed dQ reduction order, so two runs can agree bitwise
+        out = flashattn.flash_attn_func(q, k, v, causal=True, deterministic=True)
+        out.backward(dout)
+        return out.detach(), q.grad, k.grad, v.grad
+
+    fast = run()
+    torch.cuda.synchronize()
+    assert _torch_ops.last_route == {"forward": "fast_autograd", "backward": "fast"}
+    real = _C.torch_forward
+    monkeypatch.setattr(_C, "torch_forward", lambda *a: None if real(*a) is True else real(*a))
+    monkeypatch.setattr(_torch_ops, "_EAGER_AUTOGRAD", {})
+    assert_same(fast, run())
+    assert _torch_ops.last_route == {"forward": "op", "backward": "op"}
+
+
 # ---- training calls without the custom op's wrapper -------------------------------------------
 
 # extras -> the forward route of a training call with them (_torch_ops.last_route).
@@ -436,6 +461,14 @@ TRAINING_ROUTES = {
     "sink_bias_dropout": "eager_autograd",
     "packed": "eager_autograd",
 }
+
+
+def test_route_queries_are_torchs_own():
+    """_route's queries are torch's functions under the torch installed: a missing one (the
+    functorch query's fallback answers True) would send every call to the op, silently."""
+    assert _torch_ops._functorch_active is torch._C._are_functorch_transforms_active
+    assert _torch_ops._dispatch_depth is torch._C._len_torch_dispatch_stack
+    assert _torch_ops._mode_enabled is torch._C._is_torch_function_mode_enabled
 
 
 @pytest.mark.parametrize("extras", list(TRAINING_ROUTES))
