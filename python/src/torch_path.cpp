@@ -171,6 +171,26 @@ bool read_window(PyObject* obj, int32_t* left, int32_t* right) {
          read_int32(PySequence_Fast_GET_ITEM(obj, 1), right);
 }
 
+// The options forward and backward share (softmax_scale, causal, window_size, softcap,
+// dropout_p as float() reads it, and the dropout seed, an int taken modulo 2**64) into *o.
+bool read_options(nb::handle softmax_scale, nb::handle causal, nb::handle window_size,
+                  nb::handle softcap, nb::handle dropout_p, nb::handle seed, bool direct,
+                  fa::AttentionOptions* o) {
+  double softcap_v = 0.0, dropout_v = 0.0;
+  if (!read_scale(softmax_scale.ptr(), direct, &o->softmax_scale) ||
+      !read_bool(causal.ptr(), &o->causal) ||
+      !read_window(window_size.ptr(), &o->window_left, &o->window_right) ||
+      !read_double(softcap.ptr(), &softcap_v) || !read_double(dropout_p.ptr(), &dropout_v) ||
+      !PyLong_CheckExact(seed.ptr())) {
+    return false;
+  }
+  o->softcap = static_cast<float>(softcap_v);
+  o->dropout_p = static_cast<float>(dropout_v);
+  o->seed = PyLong_AsUnsignedLongLongMask(seed.ptr());
+  if (PyErr_Occurred()) return fail();
+  return true;
+}
+
 // A call obj.name() or attribute obj.name, owned; invalid (and the error cleared) on failure.
 nb::object attr(PyObject* obj, PyObject* name) {
   PyObject* r = PyObject_GetAttr(obj, name);
@@ -451,21 +471,9 @@ nb::object torch_forward(nb::handle q_obj, nb::handle k_obj, nb::handle v_obj,
   bool grad = false;
   if (direct && !direct_ok(&grad)) return nb::none();
   fa::ForwardArgs args;
-  double softcap_v = 0.0, dropout_v = 0.0;
-  if (!read_scale(softmax_scale.ptr(), direct, &args.softmax_scale) ||
-      !read_bool(causal.ptr(), &args.causal) ||
-      !read_window(window_size.ptr(), &args.window_left, &args.window_right) ||
-      !read_double(softcap.ptr(), &softcap_v) || !read_double(dropout_p.ptr(), &dropout_v) ||
+  if (!read_options(softmax_scale, causal, window_size, softcap, dropout_p, seed, direct, &args) ||
       !read_int32(max_seqlen_q.ptr(), &args.max_seqlen_q) ||
       !read_int32(max_seqlen_k.ptr(), &args.max_seqlen_k)) {
-    return nb::none();
-  }
-  args.softcap = static_cast<float>(softcap_v);
-  args.dropout_p = static_cast<float>(dropout_v);
-  if (!PyLong_CheckExact(seed.ptr())) return nb::none();
-  args.seed = PyLong_AsUnsignedLongLongMask(seed.ptr());
-  if (PyErr_Occurred()) {
-    PyErr_Clear();
     return nb::none();
   }
   args.check_cu_seqlens = check_cu_seqlens;
@@ -488,7 +496,7 @@ nb::object torch_forward(nb::handle q_obj, nb::handle k_obj, nb::handle v_obj,
   // True says the call is one this path takes. Without a graph a direct call draws no seed
   // either (the op path does that in Python).
   if (direct && r.needs_graph()) return nb::bool_(true);
-  if (direct && dropout_v != 0.0) return nb::none();
+  if (direct && args.dropout_p != 0.0f) return nb::none();
 
   // lse: dense (batch, heads, seqlen_q); varlen (heads, total_q).
   const int64_t lse_dense[] = {args.q.shape[0], args.q.shape[2], args.q.shape[1]};
@@ -586,19 +594,8 @@ nb::object torch_backward(nb::handle dout_obj, nb::handle q_obj, nb::handle k_ob
   bool grad = false;
   if (direct && !direct_ok(&grad)) return nb::none();
   fa::BackwardArgs args;
-  double softcap_v = 0.0, dropout_v = 0.0;
-  if (!read_scale(softmax_scale.ptr(), direct, &args.softmax_scale) ||
-      !read_bool(causal.ptr(), &args.causal) ||
-      !read_window(window_size.ptr(), &args.window_left, &args.window_right) ||
-      !read_double(softcap.ptr(), &softcap_v) || !read_double(dropout_p.ptr(), &dropout_v) ||
-      !read_bool(deterministic.ptr(), &args.deterministic) || !PyLong_CheckExact(seed.ptr())) {
-    return nb::none();
-  }
-  args.softcap = static_cast<float>(softcap_v);
-  args.dropout_p = static_cast<float>(dropout_v);
-  args.seed = PyLong_AsUnsignedLongLongMask(seed.ptr());
-  if (PyErr_Occurred()) {
-    PyErr_Clear();
+  if (!read_options(softmax_scale, causal, window_size, softcap, dropout_p, seed, direct, &args) ||
+      !read_bool(deterministic.ptr(), &args.deterministic)) {
     return nb::none();
   }
 
