@@ -7,9 +7,9 @@ bench/host_time.py on the GPU machine.
 
 Shapes: micro q/k/v (1, 1, 1, 8) (the CPU kernel nearly free, so host time dominates) and small
 (1, 16, 4, 64) float32. One intra-op thread. sdpa_train_fwd_bwd is torch's own training call on
-the same values (scaled_dot_product_attention, CPU flash kernel) for reference. Prints one JSON line: per row the min over
---repeat rounds of --calls calls, in us per call, and the training call's route where the build
-records it (flashattn._torch_ops.last_route).
+the same values (scaled_dot_product_attention, CPU flash kernel) for reference. Prints one JSON
+line: per row the min over --repeat rounds of --calls calls, in us per call, and the training
+call's route where the build records it (flashattn._torch_ops.last_route).
 """
 import argparse
 import json
