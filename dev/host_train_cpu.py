@@ -30,6 +30,7 @@ def rows(shape):
     append = torch.full((b,), s, dtype=torch.int32)
     full = torch.full((b,), s + 1, dtype=torch.int32)
     qd = q.detach()
+    qkv = torch.stack([q.detach(), k.detach(), v.detach()], dim=2).requires_grad_()
     # SDPA on the same values in its (batch, heads, seqlen, dim) layout: torch's CPU flash
     # kernel, one C++ autograd node (the floor of a call that records a graph).
     qt, kt, vt = (x.detach().transpose(1, 2).contiguous().requires_grad_() for x in (q, k, v))
@@ -39,6 +40,8 @@ def rows(shape):
         "sdpa_train_fwd_bwd": (True, lambda: sdpa(qt, kt, vt).backward(dout_t)),
         "train_fwd_bwd": (True, lambda: flashattn.flash_attn_func(q, k, v).backward(dout)),
         "train_fwd": (True, lambda: flashattn.flash_attn_func(q, k, v)),
+        "train_qkvpacked_fwd_bwd": (True, lambda: flashattn.flash_attn_qkvpacked_func(
+            qkv).backward(dout)),
         "infer_func": (False, lambda: flashattn.flash_attn_func(qd, k.detach(), v.detach())),
         "kvcache_append": (False, lambda: flashattn.flash_attn_with_kvcache(
             qd[:, :1], kc, vc, kn, vn, cache_seqlens=append)),

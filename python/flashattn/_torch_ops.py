@@ -291,12 +291,14 @@ class _Layout:
     varlen:  its varlen arguments (_VARLEN_QK or _VARLEN_SHARED)
     split:   inputs -> (q, k, v) views
     grads:   inputs -> (gradients the op returns, (dq, dk, dv) views the kernel writes)
+    packed:  whether those views share one gradient tensor (else the extension's torch entry
+             may allocate dq, dk, dv itself)
     """
 
     def __init__(self, suffix: str, inputs: Sequence[str], varlen, split: Callable,
-                 grads: Callable):
+                 grads: Callable, packed: bool):
         self.suffix, self.inputs, self.varlen = suffix, tuple(inputs), varlen
-        self.split, self.grads = split, grads
+        self.split, self.grads, self.packed = split, grads, packed
 
     def varlen_qk(self, v: Sequence) -> tuple:
         """The varlen arguments as (cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)."""
@@ -320,11 +322,11 @@ def _grads_kvpacked(q, kv):
 
 
 _LAYOUTS = (
-    _Layout("", ("q", "k", "v"), _VARLEN_QK, lambda q, k, v: (q, k, v), _grads_unpacked),
+    _Layout("", ("q", "k", "v"), _VARLEN_QK, lambda q, k, v: (q, k, v), _grads_unpacked, False),
     _Layout("_qkvpacked", ("qkv",), _VARLEN_SHARED, lambda qkv: _unpack(qkv, 3, "qkv"),
-            _grads_qkvpacked),
+            _grads_qkvpacked, True),
     _Layout("_kvpacked", ("q", "kv"), _VARLEN_QK, lambda q, kv: (q, *_unpack(kv, 2, "kv")),
-            _grads_kvpacked),
+            _grads_kvpacked, True),
 )
 
 
@@ -406,9 +408,26 @@ def _run_bwd(lay: _Layout, args: tuple) -> tuple:
     varlen, tail = args[3 + n:3 + n + nv], args[3 + n + nv:]
     opts = _full_options(tail[:_N_OPTIONS])
     bias_grad = bool(tail[_N_OPTIONS]) if len(tail) > _N_OPTIONS else False
+    result, (dq, dk, dv) = lay.grads(*inputs) if lay.packed else (None, (None,) * 3)
+    if _no_mods(opts):
+        # The extension's torch entry (the gradients of the unpacked layout allocated there);
+        # None: the DLPack path below.
+        cu_q, cu_k, max_q, max_k = lay.varlen_qk(varlen)
+        alibi, scale, causal, wl, wr, softcap, p, rng, det, sink = opts[:_OPT_INDEX["attn_bias"]]
+        fast = _C.torch_backward(dout, *lay.split(*inputs), out, lse, dq, dk, dv, cu_q, cu_k,
+                                 max_q, max_k, alibi, sink, scale, causal, (wl, wr), softcap, p,
+                                 _seed_of(rng), det, CHECK_CU_SEQLENS, False)
+        if fast is not None:
+            *grads, dsink = fast_result(fast)
+            if not lay.packed:
+                result = grads
+            # Without a sink an empty dsink, and always an empty dbias (ops return no None).
+            dsink = _dsink_like(dout, None) if dsink is None else dsink
+            return (*result, dsink, _dbias_like(dout, None, False))
     q, k, v = (_kernel_ready(t) for t in lay.split(*inputs))
     dout = _kernel_ready(dout)
-    result, (dq, dk, dv) = lay.grads(*inputs)
+    if not lay.packed:
+        result, (dq, dk, dv) = lay.grads(*inputs)
     sink, bias = opts[_OPT_INDEX["learnable_sink"]], opts[_OPT_INDEX["attn_bias"]]
     dsink = _dsink_like(q, sink)
     dbias = _dbias_like(q, bias, bias_grad)
@@ -739,8 +758,8 @@ class FuncAutograd(torch.autograd.Function):
         q, k, v, out, lse, alibi_slopes, sink = ctx.saved_tensors
         scale, causal, window_size, softcap, dropout_p, seed, deterministic = ctx.options
         result = None if _is_compiling() else _C.torch_backward(
-            dout, q, k, v, out, lse, alibi_slopes, sink, scale, causal, window_size, softcap,
-            dropout_p, seed, deterministic, True)
+            dout, q, k, v, out, lse, None, None, None, None, None, 0, 0, alibi_slopes, sink, scale,
+            causal, window_size, softcap, dropout_p, seed, deterministic, False, True)
         if result is not None:
             last_route["backward"] = "fast"
             dq, dk, dv, dsink = fast_result(result)

@@ -577,46 +577,67 @@ nb::object empty_contiguous(PyObject* obj, const fa::TensorView& t, fa::TensorVi
   return r;
 }
 
-// flash_attn_func's backward (_torch_ops.FuncAutograd) on the dense unpacked layout without
-// bias, masks or FP8: what the op's backward implementation (_torch_ops._run_bwd) does, with dq,
-// dk, dv (like q, k, v, contiguous) and, with a sink, dsink (float32 (heads)) allocated here.
-// The options are flash_attn_func's own (softmax_scale None or > 0, window_size a pair), seed
-// the forward's dropout seed. direct: also make _direct_ok's checks (torch.compile's is the
-// caller's). Returns None (the caller then runs the op's backward), (dq, dk, dv, dsink or None),
-// or (exception class name, message).
+// A gradient: the caller's tensor grad_obj (a view into a packed gradient) read into *view, or,
+// for None, a new one like t (empty_contiguous). Invalid, with the Python error set, if the
+// allocation raised; invalid without an error if the caller's tensor is not one this path takes.
+nb::object gradient(PyObject* grad_obj, PyObject* obj, const fa::TensorView& t, Reader* r,
+                    fa::TensorView* view) {
+  if (grad_obj == Py_None) return empty_contiguous(obj, t, view);
+  if (!r->tensor(grad_obj, view)) return {};
+  return nb::borrow(grad_obj);
+}
+
+// The op's backward implementation (_torch_ops._run_bwd) on every layout (q, k, v given as views)
+// and varlen, without bias or masks, for _run_bwd and for FuncAutograd's backward: dq, dk, dv
+// are the caller's tensors (views into a packed gradient) or, given None, allocated here like q,
+// k, v (contiguous), and dsink (float32 (heads)) with a sink. direct (FuncAutograd, outside any
+// registered op): the options are flash_attn_func's own (softmax_scale None or > 0), and
+// _direct_ok's checks are made too (torch.compile's is the caller's). Returns None (the caller
+// then takes the DLPack path), (dq, dk, dv, dsink or None), or (exception class name, message).
 nb::object torch_backward(nb::handle dout_obj, nb::handle q_obj, nb::handle k_obj,
                           nb::handle v_obj, nb::handle out_obj, nb::handle lse_obj,
+                          nb::handle dq_obj, nb::handle dk_obj, nb::handle dv_obj,
+                          nb::handle cu_seqlens_q, nb::handle cu_seqlens_k,
+                          nb::handle max_seqlen_q, nb::handle max_seqlen_k,
                           nb::handle alibi_slopes, nb::handle learnable_sink,
                           nb::handle softmax_scale, nb::handle causal, nb::handle window_size,
                           nb::handle softcap, nb::handle dropout_p, nb::handle seed,
-                          nb::handle deterministic, bool direct) {
+                          nb::handle deterministic, bool check_cu_seqlens, bool direct) {
   if (!g_torch.ready) return nb::none();
   bool grad = false;
   if (direct && !direct_ok(&grad)) return nb::none();
   fa::BackwardArgs args;
   if (!read_options(softmax_scale, causal, window_size, softcap, dropout_p, seed, direct, &args) ||
-      !read_bool(deterministic.ptr(), &args.deterministic)) {
+      !read_bool(deterministic.ptr(), &args.deterministic) ||
+      !read_int32(max_seqlen_q.ptr(), &args.max_seqlen_q) ||
+      !read_int32(max_seqlen_k.ptr(), &args.max_seqlen_k)) {
     return nb::none();
   }
+  args.check_cu_seqlens = check_cu_seqlens;
 
   // A graph recorded by the backward itself (create_graph=True) is the op path's business.
   Reader r(direct && grad ? GradCheck::kRefuse : GradCheck::kIgnore);
   if (!r.tensor(dout_obj.ptr(), &args.dout, true) || !r.tensor(q_obj.ptr(), &args.q, true) ||
       !r.tensor(k_obj.ptr(), &args.k, true) || !r.tensor(v_obj.ptr(), &args.v, true) ||
       !r.tensor(out_obj.ptr(), &args.out) || !r.tensor(lse_obj.ptr(), &args.lse) ||
+      !r.tensor(cu_seqlens_q.ptr(), &args.cu_seqlens_q) ||
+      !r.tensor(cu_seqlens_k.ptr(), &args.cu_seqlens_k) ||
       !r.tensor(alibi_slopes.ptr(), &args.alibi_slopes) ||
       !r.sink(learnable_sink.ptr(), &args.learnable_sink)) {
     return nb::none();
   }
-  if (args.q.dtype == fa::DType::kInt32 || args.q.ndim != 4 || !args.out.defined() ||
-      !args.lse.defined()) {
+  const bool varlen = !cu_seqlens_q.is_none();
+  if (args.q.dtype == fa::DType::kInt32 || args.q.ndim != (varlen ? 3 : 4) ||
+      !args.out.defined() || !args.lse.defined()) {
     return nb::none();
   }
   if (!launch_target(args.q, &args.stream, &args.num_threads)) return nb::none();
 
-  nb::object dq = empty_contiguous(q_obj.ptr(), args.q, &args.dq);
-  nb::object dk = dq.is_valid() ? empty_contiguous(k_obj.ptr(), args.k, &args.dk) : nb::object();
-  nb::object dv = dk.is_valid() ? empty_contiguous(v_obj.ptr(), args.v, &args.dv) : nb::object();
+  nb::object dq = gradient(dq_obj.ptr(), q_obj.ptr(), args.q, &r, &args.dq);
+  nb::object dk = dq.is_valid() ? gradient(dk_obj.ptr(), k_obj.ptr(), args.k, &r, &args.dk)
+                                : nb::object();
+  nb::object dv = dk.is_valid() ? gradient(dv_obj.ptr(), v_obj.ptr(), args.v, &r, &args.dv)
+                                : nb::object();
   nb::object dsink = nb::none();
   if (dv.is_valid() && args.learnable_sink.defined()) {
     const int64_t heads[] = {args.learnable_sink.shape[0]};
@@ -629,7 +650,10 @@ nb::object torch_backward(nb::handle dout_obj, nb::handle q_obj, nb::handle k_ob
     dsink = contiguous_view(std::move(dsink), heads, 1, fa::DType::kFloat32, &args.dsink);
     args.dsink.device = args.q.device;
   }
-  if (!dv.is_valid() || !dsink.is_valid()) return allocation_error();
+  if (!dv.is_valid() || !dsink.is_valid()) {
+    // An allocation raised (its error is set), or a given gradient is not one this path reads.
+    return PyErr_Occurred() ? allocation_error() : nb::none();
+  }
   nb::object error = run_released([&] { return fa::backward(args); });
   if (!error.is_none()) return error;
   return nb::make_tuple(dq, dk, dv, dsink);
@@ -671,11 +695,14 @@ void register_torch_path(nb::module_& m) {
         "torch_forward.");
   m.def("torch_backward", &torch_backward, nb::arg("dout").none(), nb::arg("q").none(),
         nb::arg("k").none(), nb::arg("v").none(), nb::arg("out").none(), nb::arg("lse").none(),
+        nb::arg("dq").none(), nb::arg("dk").none(), nb::arg("dv").none(),
+        nb::arg("cu_seqlens_q").none(), nb::arg("cu_seqlens_k").none(),
+        nb::arg("max_seqlen_q").none(), nb::arg("max_seqlen_k").none(),
         nb::arg("alibi_slopes").none(), nb::arg("learnable_sink").none(),
         nb::arg("softmax_scale").none(), nb::arg("causal").none(), nb::arg("window_size").none(),
         nb::arg("softcap").none(), nb::arg("dropout_p").none(), nb::arg("seed").none(),
-        nb::arg("deterministic").none(), nb::arg("direct"),
-        "Attention backward on torch tensors (flash_attn_func's layout), gradients allocated "
+        nb::arg("deterministic").none(), nb::arg("check_cu_seqlens"), nb::arg("direct"),
+        "Attention backward on torch tensors, into the given dq, dk, dv or (None) ones allocated "
         "here. Returns None when the call is not one the fast path takes (the caller then uses "
         "backward), (dq, dk, dv, dsink or None), or (exception class name, message).");
 }

@@ -22,10 +22,11 @@ def randn(*shape, g, dtype=torch.float32):
 
 @pytest.fixture
 def dlpack_only(monkeypatch):
-    """Turns the fast path off: both entries decline every call."""
+    """Turns the fast path off: its entries decline every call."""
     def off(monkey=monkeypatch):
         monkey.setattr(_C, "torch_forward", lambda *a: None)
         monkey.setattr(_C, "torch_forward_kvcache", lambda *a: None)
+        monkey.setattr(_C, "torch_backward", lambda *a: None)
     return off
 
 
@@ -244,6 +245,54 @@ def test_packed_and_varlen_ops_take_the_fast_path(monkeypatch, dlpack_only):
         taken.clear()
         fast = call()
         assert taken == [(False, True)], taken  # call_forward's direct call of the op's code
+        with monkeypatch.context() as m:
+            dlpack_only(m)
+            slow = call()
+        assert_same(fast, slow)
+
+
+def test_backward_of_every_layout_takes_the_fast_path(monkeypatch, dlpack_only):
+    """The op's backward implementation (_run_bwd) calls _C.torch_backward for the packed and
+    varlen layouts too (gradients written into the packed gradient's views); gradients equal
+    the DLPack path's bitwise."""
+    g = gen(11)
+    qkv0 = randn(2, 9, 3, 4, 16, g=g)
+    cu = torch.tensor([0, 5, 12], dtype=torch.int32)
+    q0, k0, v0 = randn(12, 4, 16, g=g), randn(12, 2, 16, g=g), randn(12, 2, 16, g=g)
+    sink0 = randn(4, g=g)
+    taken = []
+    real = _C.torch_backward
+
+    def counted(*a):
+        result = real(*a)
+        taken.append((a[-1], result is not None))
+        return result
+
+    def packed():
+        qkv = qkv0.clone().requires_grad_()
+        out = flashattn.flash_attn_qkvpacked_func(qkv, causal=True)
+        out.backward(torch.ones_like(out) * 0.5)
+        return out.detach(), qkv.grad
+
+    def kvpacked():
+        q, kv = qkv0[:, :, 0].clone().requires_grad_(), qkv0[:, :, 1:].clone().requires_grad_()
+        sink = torch.nn.Parameter(sink0.clone())
+        out = flashattn.flash_attn_kvpacked_func(q, kv, learnable_sink=sink, window_size=(3, 0))
+        out.backward(torch.ones_like(out) * 0.5)
+        return out.detach(), q.grad, kv.grad, sink.grad
+
+    def varlen():
+        q, k, v = (t.clone().requires_grad_() for t in (q0, k0, v0))
+        out = flashattn.flash_attn_varlen_func(q, k, v, cu, cu, 7, 7, causal=True)
+        out.backward(torch.ones_like(out) * 0.5)
+        return out.detach(), q.grad, k.grad, v.grad
+
+    for call in (packed, kvpacked, varlen):
+        taken.clear()
+        with monkeypatch.context() as m:
+            m.setattr(_C, "torch_backward", counted)
+            fast = call()
+        assert taken == [(False, True)], (call.__name__, taken)
         with monkeypatch.context() as m:
             dlpack_only(m)
             slow = call()
