@@ -171,19 +171,24 @@ bool read_window(PyObject* obj, int32_t* left, int32_t* right) {
          read_int32(PySequence_Fast_GET_ITEM(obj, 1), right);
 }
 
-// The options forward and backward share (softmax_scale, causal, window_size, softcap,
-// dropout_p as float() reads it, and the dropout seed, an int taken modulo 2**64) into *o.
-bool read_options(nb::handle softmax_scale, nb::handle causal, nb::handle window_size,
-                  nb::handle softcap, nb::handle dropout_p, nb::handle seed, bool direct,
+// The scalar options forward and backward share (the varlen maxima, softmax_scale, causal,
+// window_size, softcap, dropout_p as float() reads it, the dropout seed, an int taken modulo
+// 2**64, and check_cu_seqlens) into *o.
+bool read_options(nb::handle max_seqlen_q, nb::handle max_seqlen_k, nb::handle softmax_scale,
+                  nb::handle causal, nb::handle window_size, nb::handle softcap,
+                  nb::handle dropout_p, nb::handle seed, bool check_cu_seqlens, bool direct,
                   fa::AttentionOptions* o) {
   double softcap_v = 0.0, dropout_v = 0.0;
-  if (!read_scale(softmax_scale.ptr(), direct, &o->softmax_scale) ||
+  if (!read_int32(max_seqlen_q.ptr(), &o->max_seqlen_q) ||
+      !read_int32(max_seqlen_k.ptr(), &o->max_seqlen_k) ||
+      !read_scale(softmax_scale.ptr(), direct, &o->softmax_scale) ||
       !read_bool(causal.ptr(), &o->causal) ||
       !read_window(window_size.ptr(), &o->window_left, &o->window_right) ||
       !read_double(softcap.ptr(), &softcap_v) || !read_double(dropout_p.ptr(), &dropout_v) ||
       !PyLong_CheckExact(seed.ptr())) {
     return false;
   }
+  o->check_cu_seqlens = check_cu_seqlens;
   o->softcap = static_cast<float>(softcap_v);
   o->dropout_p = static_cast<float>(dropout_v);
   o->seed = PyLong_AsUnsignedLongLongMask(seed.ptr());
@@ -308,6 +313,20 @@ class Reader {
   GradCheck grad_;
   bool needs_graph_ = false;
 };
+
+// What forward and backward read alike: q, k, v (kernel operands), the varlen metadata, the
+// ALiBi slopes and the sink. Args: fa::ForwardArgs or fa::BackwardArgs.
+template <typename Args>
+bool read_attention_inputs(Reader& r, nb::handle q, nb::handle k, nb::handle v,
+                           nb::handle cu_seqlens_q, nb::handle cu_seqlens_k,
+                           nb::handle alibi_slopes, nb::handle learnable_sink, Args* args) {
+  return r.tensor(q.ptr(), &args->q, true) && r.tensor(k.ptr(), &args->k, true) &&
+         r.tensor(v.ptr(), &args->v, true) &&
+         r.tensor(cu_seqlens_q.ptr(), &args->cu_seqlens_q) &&
+         r.tensor(cu_seqlens_k.ptr(), &args->cu_seqlens_k) &&
+         r.tensor(alibi_slopes.ptr(), &args->alibi_slopes) &&
+         r.sink(learnable_sink.ptr(), &args->learnable_sink);
+}
 
 // Whether a direct call (no registered op) is allowed: _torch_ops._direct_ok's dispatcher-state
 // checks (torch.compile is checked by the Python caller, where dynamo sees it). Sets
@@ -471,20 +490,14 @@ nb::object torch_forward(nb::handle q_obj, nb::handle k_obj, nb::handle v_obj,
   bool grad = false;
   if (direct && !direct_ok(&grad)) return nb::none();
   fa::ForwardArgs args;
-  if (!read_options(softmax_scale, causal, window_size, softcap, dropout_p, seed, direct, &args) ||
-      !read_int32(max_seqlen_q.ptr(), &args.max_seqlen_q) ||
-      !read_int32(max_seqlen_k.ptr(), &args.max_seqlen_k)) {
+  if (!read_options(max_seqlen_q, max_seqlen_k, softmax_scale, causal, window_size, softcap,
+                    dropout_p, seed, check_cu_seqlens, direct, &args)) {
     return nb::none();
   }
-  args.check_cu_seqlens = check_cu_seqlens;
 
   Reader r(direct && grad ? GradCheck::kNote : GradCheck::kIgnore);
-  if (!r.tensor(q_obj.ptr(), &args.q, true) || !r.tensor(k_obj.ptr(), &args.k, true) ||
-      !r.tensor(v_obj.ptr(), &args.v, true) ||
-      !r.tensor(cu_seqlens_q.ptr(), &args.cu_seqlens_q) ||
-      !r.tensor(cu_seqlens_k.ptr(), &args.cu_seqlens_k) ||
-      !r.tensor(alibi_slopes.ptr(), &args.alibi_slopes) ||
-      !r.sink(learnable_sink.ptr(), &args.learnable_sink)) {
+  if (!read_attention_inputs(r, q_obj, k_obj, v_obj, cu_seqlens_q, cu_seqlens_k, alibi_slopes,
+                             learnable_sink, &args)) {
     return nb::none();
   }
   const bool varlen = !cu_seqlens_q.is_none();
@@ -607,23 +620,18 @@ nb::object torch_backward(nb::handle dout_obj, nb::handle q_obj, nb::handle k_ob
   bool grad = false;
   if (direct && !direct_ok(&grad)) return nb::none();
   fa::BackwardArgs args;
-  if (!read_options(softmax_scale, causal, window_size, softcap, dropout_p, seed, direct, &args) ||
-      !read_bool(deterministic.ptr(), &args.deterministic) ||
-      !read_int32(max_seqlen_q.ptr(), &args.max_seqlen_q) ||
-      !read_int32(max_seqlen_k.ptr(), &args.max_seqlen_k)) {
+  if (!read_options(max_seqlen_q, max_seqlen_k, softmax_scale, causal, window_size, softcap,
+                    dropout_p, seed, check_cu_seqlens, direct, &args) ||
+      !read_bool(deterministic.ptr(), &args.deterministic)) {
     return nb::none();
   }
-  args.check_cu_seqlens = check_cu_seqlens;
 
   // A graph recorded by the backward itself (create_graph=True) is the op path's business.
   Reader r(direct && grad ? GradCheck::kRefuse : GradCheck::kIgnore);
-  if (!r.tensor(dout_obj.ptr(), &args.dout, true) || !r.tensor(q_obj.ptr(), &args.q, true) ||
-      !r.tensor(k_obj.ptr(), &args.k, true) || !r.tensor(v_obj.ptr(), &args.v, true) ||
-      !r.tensor(out_obj.ptr(), &args.out) || !r.tensor(lse_obj.ptr(), &args.lse) ||
-      !r.tensor(cu_seqlens_q.ptr(), &args.cu_seqlens_q) ||
-      !r.tensor(cu_seqlens_k.ptr(), &args.cu_seqlens_k) ||
-      !r.tensor(alibi_slopes.ptr(), &args.alibi_slopes) ||
-      !r.sink(learnable_sink.ptr(), &args.learnable_sink)) {
+  if (!r.tensor(dout_obj.ptr(), &args.dout, true) ||
+      !read_attention_inputs(r, q_obj, k_obj, v_obj, cu_seqlens_q, cu_seqlens_k, alibi_slopes,
+                             learnable_sink, &args) ||
+      !r.tensor(out_obj.ptr(), &args.out) || !r.tensor(lse_obj.ptr(), &args.lse)) {
     return nb::none();
   }
   const bool varlen = !cu_seqlens_q.is_none();

@@ -77,6 +77,15 @@ def fast_forward(q, k, v, direct=True, **kw):
                             o["learnable_sink"], False, direct)
 
 
+def counted(entry, taken: list):
+    """entry (a fast-path entry of _C) that appends (direct, taken) to taken per call."""
+    def call(*a):
+        result = entry(*a)
+        taken.append((a[-1], result is not None))
+        return result
+    return call
+
+
 # ---- flash_attn_func ------------------------------------------------------------------------
 
 OPTIONS = [
@@ -197,7 +206,7 @@ def test_autograd_call_runs_the_fast_path_in_func_autograd(monkeypatch, dlpack_o
     calls = []
     real = _C.torch_forward
 
-    def counted(*a):
+    def recorded(*a):
         result = real(*a)
         calls.append((a[-1], result if result is True or result is None else "ran"))
         return result
@@ -210,7 +219,7 @@ def test_autograd_call_runs_the_fast_path_in_func_autograd(monkeypatch, dlpack_o
         return (out.detach(), q.grad, k.grad, v.grad)
 
     with monkeypatch.context() as m:
-        m.setattr(_C, "torch_forward", counted)
+        m.setattr(_C, "torch_forward", recorded)
         fast = grads()
     # Direct: taken, to be recorded by FuncAutograd, whose forward then runs it.
     assert calls == [(True, True), (False, "ran")]
@@ -227,14 +236,7 @@ def test_packed_and_varlen_ops_take_the_fast_path(monkeypatch, dlpack_only):
     cu = torch.tensor([0, 5, 12], dtype=torch.int32)
     q, k, v = randn(12, 4, 16, g=g), randn(12, 2, 16, g=g), randn(12, 2, 16, g=g)
     taken = []
-    real = _C.torch_forward
-
-    def counted(*a):
-        result = real(*a)
-        taken.append((a[-1], result is not None))
-        return result
-
-    monkeypatch.setattr(_C, "torch_forward", counted)
+    monkeypatch.setattr(_C, "torch_forward", counted(_C.torch_forward, taken))
     calls = [
         lambda: flashattn.flash_attn_qkvpacked_func(qkv, causal=True),
         lambda: flashattn.flash_attn_kvpacked_func(qkv[:, :, 0], qkv[:, :, 1:], causal=True),
@@ -261,12 +263,7 @@ def test_backward_of_every_layout_takes_the_fast_path(monkeypatch, dlpack_only):
     q0, k0, v0 = randn(12, 4, 16, g=g), randn(12, 2, 16, g=g), randn(12, 2, 16, g=g)
     sink0 = randn(4, g=g)
     taken = []
-    real = _C.torch_backward
-
-    def counted(*a):
-        result = real(*a)
-        taken.append((a[-1], result is not None))
-        return result
+    counted_backward = counted(_C.torch_backward, taken)
 
     def packed():
         qkv = qkv0.clone().requires_grad_()
@@ -290,7 +287,7 @@ def test_backward_of_every_layout_takes_the_fast_path(monkeypatch, dlpack_only):
     for call in (packed, kvpacked, varlen):
         taken.clear()
         with monkeypatch.context() as m:
-            m.setattr(_C, "torch_backward", counted)
+            m.setattr(_C, "torch_backward", counted_backward)
             fast = call()
         assert taken == [(False, True)], (call.__name__, taken)
         with monkeypatch.context() as m:
@@ -376,13 +373,7 @@ def test_kvcache_op_implementation_takes_the_fast_path(monkeypatch):
     g = gen(10)
     q, k_cache, v_cache, k_new, v_new, seqlens, _ = kvcache_case(g)
     taken = []
-    real = _C.torch_forward_kvcache
-    def counted(*a):
-        result = real(*a)
-        taken.append((a[-1], result is not None))
-        return result
-
-    monkeypatch.setattr(_C, "torch_forward_kvcache", counted)
+    monkeypatch.setattr(_C, "torch_forward_kvcache", counted(_C.torch_forward_kvcache, taken))
     args = (q, k_cache.clone(), v_cache.clone(), k_new, v_new, None, None, seqlens, None, None,
             None, None, 0.0, False, -1, -1, 0.0, True, 0, None)
     out, lse = torch.ops.flashattn.fwd_kvcache(*args)
