@@ -66,7 +66,9 @@ Design
   call it with ``direct=False``. A direct call of flash_attn_func that records an autograd
   graph (the training call) returns True instead, and ``FuncAutograd`` runs it: the unpacked
   op's autograd formula with ``_C.torch_forward`` (direct=False) as its forward and
-  ``_C.torch_backward`` (gradients allocated in the extension) as its backward.
+  ``_C.torch_backward`` (direct=True; gradients allocated in the extension) as its backward.
+  The backward ops' implementation (``_run_bwd``) calls ``_C.torch_backward`` first too
+  (direct=False; the packed layouts hand over their gradient's views).
 * Host path: kernels run on the current stream of the tensors' GPU, read with
   ``torch._C._cuda_getCurrentRawStream`` (an int, no Stream object); the device guard is only
   entered when that GPU is not the current one. Nothing reads the environment per call.
@@ -730,11 +732,11 @@ class FuncAutograd(torch.autograd.Function):
     autograd formula (_define's setup_context and backward: the same saved tensors, the same
     library calls, so the same values bit for bit) with the host side in the extension: the
     forward is _C.torch_forward (direct=False), the backward _C.torch_backward, which allocates
-    the gradients itself. The op path's Python backward (_run_bwd: the gradients' torch.empty,
-    nine DLPack exports, a 30-keyword call) cost ~60 us of the dev machine's ~170 us training
-    call (dev/NOTES.md, "Host time of the training call"). A backward the extension declines
-    (dout not contiguous in its last dimension, compiled autograd, a mode entered for the
-    backward, create_graph) runs the op's backward as EagerAutograd's does."""
+    the gradients itself. Against EagerAutograd it skips the op arguments' assembly and _route
+    in Python, forward and backward (dev/NOTES.md, "Host time of the training call"). A
+    backward the extension declines (dout not contiguous in its last dimension, compiled
+    autograd, a mode entered for the backward, create_graph) runs the op's backward as
+    EagerAutograd's does."""
 
     @staticmethod
     def forward(ctx, q, k, v, alibi_slopes, learnable_sink, softmax_scale, causal, window_size,
