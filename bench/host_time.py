@@ -4,7 +4,8 @@ on the same tensors").
 
     pip install --no-build-isolation .        # on the GPU machine, from the repository root
     python3 bench/host_time.py --out host_time.json [--calls 2000] [--rounds 5]
-                             [--cache-lens 4096,128]
+                             [--cache-lens 4096,128] [--host-calls 32]
+                             [--profile flash_attn_func_train,sdpa_cudnn_train]
 
 Shape: decode, batch 1, one query token, 32 query heads over 8 KV heads, head dim 128, bf16,
 a cache of --cache-lens keys (each length is one set of rows). Per implementation and cache
@@ -16,8 +17,15 @@ its first and after its last call:
                 per call. At 4096 keys the GPU kernels take ~17-24 us, about the host time, so
                 this can be GPU-bound; the 128-key rows are host-bound.
     enqueue_us  (time to the last call's return, before the final synchronize) / calls: host
-                time while the launch queue has room (it can fill on long rounds, then this
-                too waits on the GPU).
+                time while the launch queue has room. It fills within a round of 1000 calls
+                (the 2026-12-02 run's enqueue_us equals wall_us on every row, GPU-bound ones
+                included), so on CUDA this column does not separate host from GPU time.
+    host_us     host time alone: a round of --host-calls calls (few enough that their launches
+                fit the queue) enqueued behind torch.cuda._sleep, which keeps the GPU busy past
+                the round's last call, so no call can wait for a kernel of its own. gpu_busy
+                says the sleep was still running when the last call returned (False: the sleep
+                was too short, or a call synchronised with the GPU, and host_us includes GPU
+                time). On the CPU device this is a plain round like wall_us.
 
 Implementations (all on the same q/k/v/caches):
 
@@ -41,12 +49,19 @@ Implementations (all on the same q/k/v/caches):
 Also, where torch.cuda.graphs works: the kvcache decode step and sdpa_cudnn captured in a CUDA
 graph, replayed --calls times per round (graph_replay_us: wall per replay).
 
-The JSON (--out) holds the environment, the per-round figures and their medians, and whether
+The JSON (--out) holds the environment, the per-round figures and their medians, whether
 the fast path took the calls (fast_path: the extension's torch_forward / torch_forward_kvcache
-returned a result rather than None).
+returned a result rather than None), the routes the training call took (train_route:
+flashattn._torch_ops.last_route after one call: "fast_autograd"/"fast" is the extension's
+path, "eager_autograd"/"direct" the op's code without the dispatcher, "op" the registered op)
+and, with --profile ROW[,ROW], cProfile's top functions (by own time) over --calls calls of
+those rows.
 """
 import argparse
+import cProfile
+import io
 import json
+import pstats
 import statistics
 import subprocess
 import time
@@ -116,6 +131,9 @@ def build(cache_len: int, device: str, dtype):
                 "kvcache": _C.torch_forward_kvcache(*kv_args) is not None}
     fns["flash_attn_func_train"] = train_func
     fns["sdpa_cudnn_train"] = train_sdpa
+    with torch.enable_grad():
+        train_func()
+    fast["train_route"] = dict(getattr(flashattn._torch_ops, "last_route", {}))
     graphs = {"kvcache": fns["kvcache"], "sdpa_cudnn": fns["sdpa_cudnn"]}
     return fns, graphs, fast
 
@@ -147,6 +165,50 @@ def timed_round(fn, calls: int, sync) -> tuple:
     return (end - start) / calls * 1e6, (enqueued - start) / calls * 1e6
 
 
+def sleep_cycles_per_us() -> float:
+    """torch.cuda._sleep's clock cycles per microsecond on this GPU (one timed 10M-cycle sleep)."""
+    import torch
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda._sleep(1000)  # loads the kernel
+    start.record()
+    torch.cuda._sleep(10_000_000)
+    end.record()
+    end.synchronize()
+    return 10_000_000 / (start.elapsed_time(end) * 1e3)
+
+
+def host_round(fn, calls: int, sleep_cycles: int, sync) -> tuple:
+    """(host_us per call, gpu_busy) of one round enqueued behind a GPU sleep of sleep_cycles
+    (0: no sleep, the CPU device; gpu_busy is then None)."""
+    import torch
+    sync()
+    slept = None
+    if sleep_cycles:
+        torch.cuda._sleep(sleep_cycles)
+        slept = torch.cuda.Event()
+        slept.record()
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    end = time.perf_counter()
+    busy = None if slept is None else not slept.query()
+    sync()
+    return (end - start) / calls * 1e6, busy
+
+
+def profile(fn, calls: int, name: str, top: int = 30) -> str:
+    """cProfile's top functions by own time over calls calls of fn (under name's context)."""
+    prof = cProfile.Profile()
+    with context(name):
+        prof.enable()
+        for _ in range(calls):
+            fn()
+        prof.disable()
+    text = io.StringIO()
+    pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(top)
+    return text.getvalue()
+
+
 def main(argv=None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", required=True, help="JSON output path")
@@ -156,6 +218,10 @@ def main(argv=None) -> dict:
     p.add_argument("--cache-lens", default="4096,128")
     p.add_argument("--device", default="cuda", help="cuda (the figures that matter) or cpu")
     p.add_argument("--dtype", default="bfloat16")
+    p.add_argument("--host-calls", type=int, default=32,
+                   help="calls per host_us round (their launches must fit the launch queue)")
+    p.add_argument("--profile", default="",
+                   help="comma-separated rows to run under cProfile (e.g. flash_attn_func_train)")
     a = p.parse_args(argv)
 
     import torch
@@ -172,8 +238,10 @@ def main(argv=None) -> dict:
         "flashattn": flashattn.__version__, "commit": commit(),
         "shape": {"batch": 1, "seqlen_q": 1, "heads": 32, "heads_k": 8, "head_dim": 128,
                   "dtype": str(dtype).replace("torch.", "")},
-        "calls": a.calls, "rounds": a.rounds, "by_cache_len": {},
+        "calls": a.calls, "rounds": a.rounds, "host_calls": a.host_calls, "by_cache_len": {},
     }
+    cycles_per_us = sleep_cycles_per_us() if cuda else 0.0
+    report["sleep_cycles_per_us"] = round(cycles_per_us, 1)
     for cache_len in (int(x) for x in a.cache_lens.split(",") if x):
         fns, graph_fns, fast = build(cache_len, a.device, dtype)
         rows = {}
@@ -183,7 +251,7 @@ def main(argv=None) -> dict:
                     for _ in range(a.warmup):
                         fn()
                 sync()
-                rows[name] = {"wall_us": [], "enqueue_us": []}
+                rows[name] = {"wall_us": [], "enqueue_us": [], "host_us": [], "gpu_busy": []}
             except Exception as e:  # noqa: BLE001 - record the peer as unavailable
                 rows[name] = {"error": f"{type(e).__name__}: {e}"}
         for _ in range(a.rounds):
@@ -192,8 +260,13 @@ def main(argv=None) -> dict:
                     continue
                 with context(name):
                     wall, enq = timed_round(fn, a.calls, sync)
+                    # A sleep of 4x the round's wall time, at least 20 ms.
+                    cycles = int(cycles_per_us * max(4 * wall * a.host_calls, 20_000))
+                    host, busy = host_round(fn, a.host_calls, cycles, sync)
                 rows[name]["wall_us"].append(wall)
                 rows[name]["enqueue_us"].append(enq)
+                rows[name]["host_us"].append(host)
+                rows[name]["gpu_busy"].append(busy)
         if cuda:
             for name, fn in graph_fns.items():
                 key = f"graph_{name}"
@@ -205,11 +278,14 @@ def main(argv=None) -> dict:
                 except Exception as e:  # noqa: BLE001
                     rows[key] = {"error": f"{type(e).__name__}: {e}"}
         for row in rows.values():
-            for key in ("wall_us", "enqueue_us", "graph_replay_us"):
+            for key in ("wall_us", "enqueue_us", "host_us", "graph_replay_us"):
                 if row.get(key):
                     row[key.replace("_us", "_median_us")] = round(statistics.median(row[key]), 2)
                     row[key] = [round(x, 2) for x in row[key]]
-        report["by_cache_len"][str(cache_len)] = {"fast_path": fast, "results": rows}
+        profiles = {name: profile(fns[name], a.calls, name)
+                    for name in a.profile.split(",") if name in fns}
+        report["by_cache_len"][str(cache_len)] = {"fast_path": fast, "results": rows,
+                                                  "profiles": profiles}
         base = rows.get("sdpa_cudnn", {}).get("wall_median_us")
         print(f"cache {cache_len}: fast path {fast}")
         for name, row in rows.items():
@@ -220,10 +296,15 @@ def main(argv=None) -> dict:
                 print(f"  {name:24s} replay {row['graph_replay_median_us']:8.2f} us")
                 continue
             line = (f"  {name:24s} wall {row['wall_median_us']:8.2f} us  "
-                    f"enqueue {row['enqueue_median_us']:8.2f} us")
+                    f"enqueue {row['enqueue_median_us']:8.2f} us  "
+                    f"host {row['host_median_us']:8.2f} us")
+            if False in row["gpu_busy"]:
+                line += " (GPU idle before the end: not host time alone)"
             if base:
                 line += f"  {row['wall_median_us'] / base:5.2f}x sdpa_cudnn"
             print(line)
+        for name, text in profiles.items():
+            print(f"cProfile of {name}, {a.calls} calls:\n{text}")
     with open(a.out, "w") as f:
         json.dump(report, f, indent=1)
     return report

@@ -52,7 +52,8 @@ Design
   input requires grad) run the op's own autograd formula (setup_context, backward) as an
   autograd.Function (``_EAGER_AUTOGRAD``), whose backward calls the backward implementation
   directly: torch's custom-op autograd wrapper costs ~0.3 ms per forward in torch 2.15
-  (dev/NOTES.md). Everything else goes through the ops.
+  (dev/NOTES.md). Everything else goes through the ops. ``last_route`` records the route of
+  the latest forward and backward (for tests and bench/host_time.py).
 * Fast path (issue 17): calls without bias, masks or FP8 hand the torch tensors themselves to
   the extension (``_C.torch_forward``, ``_C.torch_forward_kvcache``; python/src/torch_path.cpp),
   which reads pointers, shapes, strides, dtypes and devices through the CPython API,
@@ -62,7 +63,12 @@ Design
   DLPack path. ``flash_attn_func`` and
   ``flash_attn_with_kvcache`` call it first with ``direct=True`` (the extension then makes
   _direct_ok's checks too; torch.compile's is made in Python), and the ops' implementations
-  call it with ``direct=False``.
+  call it with ``direct=False``. A direct call of flash_attn_func that records an autograd
+  graph (the training call) returns True instead, and ``FuncAutograd`` runs it: the unpacked
+  op's autograd formula with ``_C.torch_forward`` (direct=False) as its forward and
+  ``_C.torch_backward`` (direct=True; gradients allocated in the extension) as its backward.
+  The backward ops' implementation (``_run_bwd``) calls ``_C.torch_backward`` first too
+  (direct=False; the packed layouts hand over their gradient's views).
 * Host path: kernels run on the current stream of the tensors' GPU, read with
   ``torch._C._cuda_getCurrentRawStream`` (an int, no Stream object); the device guard is only
   entered when that GPU is not the current one. Nothing reads the environment per call.
@@ -78,7 +84,7 @@ from torch.utils.dlpack import to_dlpack as _to_dlpack
 
 from . import _C
 from ._lowlevel import (BLOCK_LISTS, CHECK_CU_SEQLENS, check_rank, check_varlen_metadata, int32,
-                        raise_error)
+                        raise_error, resolve_scale, resolve_window)
 
 if not hasattr(torch.library, "register_autograd"):
     raise ImportError(f"flashattn's torch integration needs torch >= 2.4, found {torch.__version__}")
@@ -287,12 +293,14 @@ class _Layout:
     varlen:  its varlen arguments (_VARLEN_QK or _VARLEN_SHARED)
     split:   inputs -> (q, k, v) views
     grads:   inputs -> (gradients the op returns, (dq, dk, dv) views the kernel writes)
+    packed:  whether those views share one gradient tensor (else the extension's torch entry
+             may allocate dq, dk, dv itself)
     """
 
     def __init__(self, suffix: str, inputs: Sequence[str], varlen, split: Callable,
-                 grads: Callable):
+                 grads: Callable, packed: bool):
         self.suffix, self.inputs, self.varlen = suffix, tuple(inputs), varlen
-        self.split, self.grads = split, grads
+        self.split, self.grads, self.packed = split, grads, packed
 
     def varlen_qk(self, v: Sequence) -> tuple:
         """The varlen arguments as (cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)."""
@@ -316,11 +324,11 @@ def _grads_kvpacked(q, kv):
 
 
 _LAYOUTS = (
-    _Layout("", ("q", "k", "v"), _VARLEN_QK, lambda q, k, v: (q, k, v), _grads_unpacked),
+    _Layout("", ("q", "k", "v"), _VARLEN_QK, lambda q, k, v: (q, k, v), _grads_unpacked, False),
     _Layout("_qkvpacked", ("qkv",), _VARLEN_SHARED, lambda qkv: _unpack(qkv, 3, "qkv"),
-            _grads_qkvpacked),
+            _grads_qkvpacked, True),
     _Layout("_kvpacked", ("q", "kv"), _VARLEN_QK, lambda q, kv: (q, *_unpack(kv, 2, "kv")),
-            _grads_kvpacked),
+            _grads_kvpacked, True),
 )
 
 
@@ -402,9 +410,26 @@ def _run_bwd(lay: _Layout, args: tuple) -> tuple:
     varlen, tail = args[3 + n:3 + n + nv], args[3 + n + nv:]
     opts = _full_options(tail[:_N_OPTIONS])
     bias_grad = bool(tail[_N_OPTIONS]) if len(tail) > _N_OPTIONS else False
+    result, (dq, dk, dv) = lay.grads(*inputs) if lay.packed else (None, (None,) * 3)
+    if _no_mods(opts):
+        # The extension's torch entry (the gradients of the unpacked layout allocated there);
+        # None: the DLPack path below.
+        cu_q, cu_k, max_q, max_k = lay.varlen_qk(varlen)
+        alibi, scale, causal, wl, wr, softcap, p, rng, det, sink = opts[:_OPT_INDEX["attn_bias"]]
+        fast = _C.torch_backward(dout, *lay.split(*inputs), out, lse, dq, dk, dv, cu_q, cu_k,
+                                 max_q, max_k, alibi, sink, scale, causal, (wl, wr), softcap, p,
+                                 _seed_of(rng), det, CHECK_CU_SEQLENS, False)
+        if fast is not None:
+            *grads, dsink = fast_result(fast)
+            if not lay.packed:
+                result = grads
+            # Without a sink an empty dsink, and always an empty dbias (ops return no None).
+            dsink = _dsink_like(dout, None) if dsink is None else dsink
+            return (*result, dsink, _dbias_like(dout, None, False))
     q, k, v = (_kernel_ready(t) for t in lay.split(*inputs))
     dout = _kernel_ready(dout)
-    result, (dq, dk, dv) = lay.grads(*inputs)
+    if not lay.packed:
+        result, (dq, dk, dv) = lay.grads(*inputs)
     sink, bias = opts[_OPT_INDEX["learnable_sink"]], opts[_OPT_INDEX["attn_bias"]]
     dsink = _dsink_like(q, sink)
     dbias = _dbias_like(q, bias, bias_grad)
@@ -427,6 +452,23 @@ def _schema(params: Sequence[tuple], returns: str) -> str:
 
 _IMPLS = {}
 _EAGER_AUTOGRAD = {}  # forward op -> its autograd formula as an autograd.Function (_define)
+
+# The route of the latest forward and backward (tests and bench/host_time.py read it; one dict
+# store per call): "fast" (the extension's torch entry, no registered op: _C.torch_forward,
+# _C.torch_forward_kvcache, _C.torch_backward), "fast_autograd" (FuncAutograd), "direct" (an
+# op's implementation called directly), "eager_autograd" (_EAGER_AUTOGRAD) or "op".
+last_route = {"forward": None, "backward": None}
+
+
+def _run_backward_op(bwd, bwd_args: tuple, eager: bool) -> tuple:
+    """A backward op's result for bwd_args. eager (an eager autograd.Function's backward): its
+    implementation called directly when nothing needs the registered op (_route), as
+    call_forward does."""
+    if eager and _route(bwd_args) != _OP:
+        last_route["backward"] = "direct"
+        return _IMPLS[bwd](*bwd_args)
+    last_route["backward"] = "op"
+    return bwd(*bwd_args)
 
 
 def _define(lay: _Layout):
@@ -492,8 +534,7 @@ def _define(lay: _Layout):
         bias_grad = bool(ctx.needs_input_grad[bias_index]) if bias_index < len(
             ctx.needs_input_grad) else False
         bwd_args = (dout, *saved[:n], saved[n], saved[n + 1], *rest, bias_grad)
-        direct = eager and _route(bwd_args) != _OP
-        *grads, dsink, dbias = bwd_impl(*bwd_args) if direct else bwd(*bwd_args)
+        *grads, dsink, dbias = _run_backward_op(bwd, bwd_args, eager)
         # No gradient for the varlen arguments and options, except the sink's and the bias's.
         option_grads = [None] * _N_OPTIONS
         option_grads[_OPT_INDEX["learnable_sink"]] = _sink_grad(rest[nv + _OPT_INDEX["learnable_sink"]],
@@ -503,6 +544,7 @@ def _define(lay: _Layout):
 
     fwd.register_autograd(backward, setup_context=setup_context)
     _IMPLS[fwd] = fwd_impl
+    _IMPLS[bwd] = bwd_impl
 
     class EagerAutograd(torch.autograd.Function):
         """The op's autograd formula (the same setup_context and backward) as a plain
@@ -659,7 +701,84 @@ def call_forward(op, *args):
     through the op, so torch.compile, tracers, transforms and dispatch modes see it."""
     route = _route(args)
     if route == _DIRECT:
+        last_route["forward"] = "direct"
         return _IMPLS[op](*args)
     if route == _EAGER_GRAPH and op in _EAGER_AUTOGRAD:
+        last_route["forward"] = "eager_autograd"
         return _EAGER_AUTOGRAD[op].apply(*args)
+    last_route["forward"] = "op"
     return op(*args)
+
+
+# ---- flash_attn_func's training call ------------------------------------------------------------
+
+def _func_op_args(q, k, v, alibi_slopes, learnable_sink, softmax_scale, causal, window_size,
+                  softcap, dropout_p, seed, deterministic) -> tuple:
+    """FuncAutograd's arguments as the unpacked forward op takes them (bias, masks and FP8 at
+    their defaults)."""
+    wl, wr = resolve_window(window_size)
+    rng_state = None
+    if dropout_p > 0.0:
+        rng_state = torch.tensor([seed >> 32, seed & (_U32 - 1)], dtype=torch.int64)
+    return (q, k, v, None, None, 0, 0, alibi_slopes, resolve_scale(softmax_scale), bool(causal),
+            wl, wr, float(softcap), float(dropout_p), rng_state, bool(deterministic),
+            learnable_sink)
+
+
+class FuncAutograd(torch.autograd.Function):
+    """flash_attn_func's eager call that records an autograd graph, when the extension's direct
+    call says it takes it (_C.torch_forward returned True: plain cpu/cuda tensors, no bias, masks
+    or FP8, a float32 contiguous sink, none of _route's reasons for the op). The unpacked op's
+    autograd formula (_define's setup_context and backward: the same saved tensors, the same
+    library calls, so the same values bit for bit) with the host side in the extension: the
+    forward is _C.torch_forward (direct=False), the backward _C.torch_backward, which allocates
+    the gradients itself. Against EagerAutograd it skips the op arguments' assembly and _route
+    in Python, forward and backward (dev/NOTES.md, "Host time of the training call"). A
+    backward the extension declines (dout not contiguous in its last dimension, compiled
+    autograd, a mode entered for the backward, create_graph) runs the op's backward as
+    EagerAutograd's does."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, alibi_slopes, learnable_sink, softmax_scale, causal, window_size,
+                softcap, dropout_p, seed, deterministic):
+        result = _C.torch_forward(q, k, v, None, None, 0, 0, alibi_slopes, softmax_scale, causal,
+                                  window_size, softcap, dropout_p, seed, learnable_sink,
+                                  CHECK_CU_SEQLENS, False)
+        if result is None:  # the direct call took it, so this is not expected; the op's code
+            out, lse = _run_fwd(_LAYOUTS[0], _func_op_args(
+                q, k, v, alibi_slopes, learnable_sink, softmax_scale, causal, window_size,
+                softcap, dropout_p, seed, deterministic))
+        else:
+            out, lse = fast_result(result)
+        ctx.save_for_backward(q, k, v, out, lse, alibi_slopes, learnable_sink)
+        ctx.options = (softmax_scale, causal, window_size, softcap, dropout_p, seed, deterministic)
+        ctx.mark_non_differentiable(lse)
+        return out, lse
+
+    @staticmethod
+    def backward(ctx, dout, dlse):
+        q, k, v, out, lse, alibi_slopes, sink = ctx.saved_tensors
+        scale, causal, window_size, softcap, dropout_p, seed, deterministic = ctx.options
+        result = None if _is_compiling() else _C.torch_backward(
+            dout, q, k, v, out, lse, None, None, None, None, None, 0, 0, alibi_slopes, sink, scale,
+            causal, window_size, softcap, dropout_p, seed, deterministic, False, True)
+        if result is not None:
+            last_route["backward"] = "fast"
+            dq, dk, dv, dsink = fast_result(result)
+        else:
+            args = _func_op_args(q, k, v, alibi_slopes, sink, scale, causal, window_size, softcap,
+                                 dropout_p, seed, deterministic)
+            bwd_args = (dout, q, k, v, out, lse, *args[3:7], *_full_options(args[7:]), False)
+            dq, dk, dv, dsink, _ = _run_backward_op(bwd, bwd_args, True)
+            dsink = _sink_grad(sink, dsink)
+        return dq, dk, dv, None, dsink, None, None, None, None, None, None, None
+
+
+def func_autograd(q, k, v, alibi_slopes, softmax_scale, causal, window_size, softcap, dropout_p,
+                  deterministic, learnable_sink) -> tuple:
+    """(out, lse) of flash_attn_func's call through FuncAutograd, drawing the dropout seed as
+    the op path does (draw_rng_state)."""
+    last_route["forward"] = "fast_autograd"
+    return FuncAutograd.apply(q, k, v, alibi_slopes, learnable_sink, softmax_scale, causal,
+                              window_size, softcap, dropout_p,
+                              _seed_of(draw_rng_state(dropout_p)), deterministic)

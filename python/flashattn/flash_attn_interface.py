@@ -245,11 +245,18 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
     if (attn_bias is None and attn_mask is None and block_mask is None and block_size is None
             and q_descale is None and k_descale is None and v_descale is None
             and _C is not None and not _is_compiling()):
-        # Eager inference on plain torch tensors, all of it in the extension; None: any other
-        # call, which takes the path below (see _torch_ops, "Fast path").
+        # Eager calls on plain torch tensors, all of it in the extension (a training call:
+        # through _torch_ops.FuncAutograd); None: any other call, which takes the path below
+        # (see _torch_ops, "Fast path").
         result = _C.torch_forward(q, k, v, None, None, 0, 0, alibi_slopes, softmax_scale, causal,
                                   window_size, softcap, dropout_p, 0, learnable_sink, False, True)
+        if result is True:  # taken, but it records an autograd graph: the training call
+            out, lse = _torch_ops.func_autograd(q, k, v, alibi_slopes, softmax_scale, causal,
+                                                window_size, softcap, dropout_p, deterministic,
+                                                learnable_sink)
+            return (out, lse, None) if return_attn_probs else out
         if result is not None:
+            _torch_ops.last_route["forward"] = "fast"
             out, lse = _torch_ops.fast_result(result)
             return (out, lse, None) if return_attn_probs else out
     mods = _score_mods(attn_bias, attn_mask, block_mask, block_size)
@@ -486,6 +493,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
             cache_leftpad, block_table, alibi_slopes, softmax_scale, causal, window_size,
             softcap, rotary_interleaved, num_splits, learnable_sink, True)
         if result is not None:
+            _torch_ops.last_route["forward"] = "fast"
             out, lse = _torch_ops.fast_result(result)
             return (out, lse) if return_softmax_lse else out
     wl, wr = _lowlevel.resolve_window(window_size)

@@ -1,5 +1,6 @@
-// The torch fast path of flashattn._C: flash_attn_func and flash_attn_with_kvcache on plain
-// torch tensors, with the whole host side of a call in C++ (issue 17, "a thin host path").
+// The torch fast path of flashattn._C: flash_attn_func (forward, and backward for its training
+// call) and flash_attn_with_kvcache on plain torch tensors, with the whole host side of a call in
+// C++ (issue 17, "a thin host path").
 //
 // The DLPack path (module.cpp) costs a Python wrapper per call: two torch.empty, one DLPack
 // export per tensor, the dispatcher-state checks, shape tuples and a call with 26 keywords
@@ -18,8 +19,10 @@
 // exactly as before. Every check of the library itself (flashattn::forward and forward_kvcache
 // validate their arguments) runs on both paths, so errors name the same argument either way.
 //
-// Results: None (not handled here), (out, lse) (done), or (exception class name, message) for
-// the caller to raise (flashattn._lowlevel.raise_error).
+// Results: None (not handled here), (out, lse) (done; the backward: (dq, dk, dv, dsink or None)),
+// or (exception class name, message) for the caller to raise (flashattn._lowlevel.raise_error);
+// flash_attn_func's direct call also returns True for a call that records an autograd graph,
+// which _torch_ops.FuncAutograd then runs through torch_forward and torch_backward.
 #include <Python.h>
 #include <nanobind/nanobind.h>
 
@@ -168,6 +171,31 @@ bool read_window(PyObject* obj, int32_t* left, int32_t* right) {
          read_int32(PySequence_Fast_GET_ITEM(obj, 1), right);
 }
 
+// The scalar options forward and backward share (the varlen maxima, softmax_scale, causal,
+// window_size, softcap, dropout_p as float() reads it, the dropout seed, an int taken modulo
+// 2**64, and check_cu_seqlens) into *o.
+bool read_options(nb::handle max_seqlen_q, nb::handle max_seqlen_k, nb::handle softmax_scale,
+                  nb::handle causal, nb::handle window_size, nb::handle softcap,
+                  nb::handle dropout_p, nb::handle seed, bool check_cu_seqlens, bool direct,
+                  fa::AttentionOptions* o) {
+  double softcap_v = 0.0, dropout_v = 0.0;
+  if (!read_int32(max_seqlen_q.ptr(), &o->max_seqlen_q) ||
+      !read_int32(max_seqlen_k.ptr(), &o->max_seqlen_k) ||
+      !read_scale(softmax_scale.ptr(), direct, &o->softmax_scale) ||
+      !read_bool(causal.ptr(), &o->causal) ||
+      !read_window(window_size.ptr(), &o->window_left, &o->window_right) ||
+      !read_double(softcap.ptr(), &softcap_v) || !read_double(dropout_p.ptr(), &dropout_v) ||
+      !PyLong_CheckExact(seed.ptr())) {
+    return false;
+  }
+  o->check_cu_seqlens = check_cu_seqlens;
+  o->softcap = static_cast<float>(softcap_v);
+  o->dropout_p = static_cast<float>(dropout_v);
+  o->seed = PyLong_AsUnsignedLongLongMask(seed.ptr());
+  if (PyErr_Occurred()) return fail();
+  return true;
+}
+
 // A call obj.name() or attribute obj.name, owned; invalid (and the error cleared) on failure.
 nb::object attr(PyObject* obj, PyObject* name) {
   PyObject* r = PyObject_GetAttr(obj, name);
@@ -195,10 +223,19 @@ bool read_dims(PyObject* tuple, int64_t* dims, int* n) {
 
 // ---- torch tensors -> TensorView -----------------------------------------------------------
 
+// What a Reader does with a tensor that requires grad.
+enum class GradCheck {
+  kIgnore,  // inside an op or an autograd formula, or grad mode is off
+  kRefuse,  // a direct call that cannot record a graph (flash_attn_with_kvcache): decline
+  kNote,    // a direct call that can (flash_attn_func): note it, see needs_graph()
+};
+
 class Reader {
  public:
-  // check_grad: refuse tensors that require grad (a direct call must not skip autograd).
-  explicit Reader(bool check_grad) : check_grad_(check_grad) {}
+  explicit Reader(GradCheck grad) : grad_(grad) {}
+
+  // Whether a tensor read so far requires grad (GradCheck::kNote).
+  bool needs_graph() const { return needs_graph_; }
 
   // A tensor argument, or None (an undefined view). kernel_operand: q, k, v, which the
   // Python layer would copy unless their last dimension is contiguous and, on a GPU, pointer
@@ -208,9 +245,13 @@ class Reader {
     if (obj == Py_None) return true;
     const Torch& T = g_torch;
     if (Py_TYPE(obj) != T.tensor && Py_TYPE(obj) != T.parameter) return false;
-    if (check_grad_) {
+    if (grad_ != GradCheck::kIgnore) {
       nb::object rg = attr(obj, T.s_requires_grad);
-      if (!rg.is_valid() || rg.ptr() != Py_False) return false;
+      if (!rg.is_valid() || (rg.ptr() != Py_False && rg.ptr() != Py_True)) return false;
+      if (rg.ptr() == Py_True) {
+        if (grad_ == GradCheck::kRefuse) return false;
+        needs_graph_ = true;
+      }
     }
     nb::object dt = attr(obj, T.s_dtype);
     if (!dt.is_valid()) return false;
@@ -269,8 +310,23 @@ class Reader {
     return true;
   }
 
-  bool check_grad_;
+  GradCheck grad_;
+  bool needs_graph_ = false;
 };
+
+// What forward and backward read alike: q, k, v (kernel operands), the varlen metadata, the
+// ALiBi slopes and the sink. Args: fa::ForwardArgs or fa::BackwardArgs.
+template <typename Args>
+bool read_attention_inputs(Reader& r, nb::handle q, nb::handle k, nb::handle v,
+                           nb::handle cu_seqlens_q, nb::handle cu_seqlens_k,
+                           nb::handle alibi_slopes, nb::handle learnable_sink, Args* args) {
+  return r.tensor(q.ptr(), &args->q, true) && r.tensor(k.ptr(), &args->k, true) &&
+         r.tensor(v.ptr(), &args->v, true) &&
+         r.tensor(cu_seqlens_q.ptr(), &args->cu_seqlens_q) &&
+         r.tensor(cu_seqlens_k.ptr(), &args->cu_seqlens_k) &&
+         r.tensor(alibi_slopes.ptr(), &args->alibi_slopes) &&
+         r.sink(learnable_sink.ptr(), &args->learnable_sink);
+}
 
 // Whether a direct call (no registered op) is allowed: _torch_ops._direct_ok's dispatcher-state
 // checks (torch.compile is checked by the Python caller, where dynamo sees it). Sets
@@ -358,6 +414,25 @@ bool row_major(const fa::TensorView& t) {
 // cheapest way (torch.empty costs ~2 us of argument parsing per call on the dev machine,
 // q.new_empty ~1.6, torch.empty_like ~0.9: dev/NOTES.md, "Host path of flash_attn_func").
 // On failure (an allocation error: out of memory) the Python error is turned into a result.
+// The Python error an allocation raised (out of memory, most likely), cleared and turned into a
+// result naming its message.
+nb::object allocation_error() {
+  std::string message = "flashattn could not allocate its outputs";
+  PyObject *type = nullptr, *value = nullptr, *trace = nullptr;
+  PyErr_Fetch(&type, &value, &trace);
+  if (value != nullptr) {
+    if (PyObject* text = PyObject_Str(value)) {
+      if (const char* c = PyUnicode_AsUTF8(text)) message += std::string(": ") + c;
+      Py_DECREF(text);
+    }
+  }
+  PyErr_Clear();
+  Py_XDECREF(type);
+  Py_XDECREF(value);
+  Py_XDECREF(trace);
+  return to_python({"RuntimeError", message});
+}
+
 struct Outputs {
   nb::object out, lse, error;
 };
@@ -387,23 +462,7 @@ Outputs allocate(PyObject* q_obj, const fa::TensorView& q, int64_t head_dim_v,
     }
     o.lse = contiguous_view(std::move(o.lse), lse_shape, lse_ndim, fa::DType::kFloat32, lse);
   }
-  if (!o.out.is_valid() || !o.lse.is_valid()) {
-    // The allocation raised (out of memory, most likely): report its message.
-    std::string message = "flashattn could not allocate its outputs";
-    PyObject *type = nullptr, *value = nullptr, *trace = nullptr;
-    PyErr_Fetch(&type, &value, &trace);
-    if (value != nullptr) {
-      if (PyObject* text = PyObject_Str(value)) {
-        if (const char* c = PyUnicode_AsUTF8(text)) message += std::string(": ") + c;
-        Py_DECREF(text);
-      }
-    }
-    PyErr_Clear();
-    Py_XDECREF(type);
-    Py_XDECREF(value);
-    Py_XDECREF(trace);
-    o.error = to_python({"RuntimeError", message});
-  }
+  if (!o.out.is_valid() || !o.lse.is_valid()) o.error = allocation_error();
   return o;
 }
 
@@ -431,40 +490,26 @@ nb::object torch_forward(nb::handle q_obj, nb::handle k_obj, nb::handle v_obj,
   bool grad = false;
   if (direct && !direct_ok(&grad)) return nb::none();
   fa::ForwardArgs args;
-  double softcap_v = 0.0, dropout_v = 0.0;
-  if (!read_scale(softmax_scale.ptr(), direct, &args.softmax_scale) ||
-      !read_bool(causal.ptr(), &args.causal) ||
-      !read_window(window_size.ptr(), &args.window_left, &args.window_right) ||
-      !read_double(softcap.ptr(), &softcap_v) || !read_double(dropout_p.ptr(), &dropout_v) ||
-      !read_int32(max_seqlen_q.ptr(), &args.max_seqlen_q) ||
-      !read_int32(max_seqlen_k.ptr(), &args.max_seqlen_k)) {
+  if (!read_options(max_seqlen_q, max_seqlen_k, softmax_scale, causal, window_size, softcap,
+                    dropout_p, seed, check_cu_seqlens, direct, &args)) {
     return nb::none();
   }
-  // A direct call draws no dropout seed (flash_attn_func does that in Python).
-  if (direct && dropout_v != 0.0) return nb::none();
-  args.softcap = static_cast<float>(softcap_v);
-  args.dropout_p = static_cast<float>(dropout_v);
-  if (!PyLong_CheckExact(seed.ptr())) return nb::none();
-  args.seed = PyLong_AsUnsignedLongLongMask(seed.ptr());
-  if (PyErr_Occurred()) {
-    PyErr_Clear();
-    return nb::none();
-  }
-  args.check_cu_seqlens = check_cu_seqlens;
 
-  Reader r(direct && grad);
-  if (!r.tensor(q_obj.ptr(), &args.q, true) || !r.tensor(k_obj.ptr(), &args.k, true) ||
-      !r.tensor(v_obj.ptr(), &args.v, true) ||
-      !r.tensor(cu_seqlens_q.ptr(), &args.cu_seqlens_q) ||
-      !r.tensor(cu_seqlens_k.ptr(), &args.cu_seqlens_k) ||
-      !r.tensor(alibi_slopes.ptr(), &args.alibi_slopes) ||
-      !r.sink(learnable_sink.ptr(), &args.learnable_sink)) {
+  Reader r(direct && grad ? GradCheck::kNote : GradCheck::kIgnore);
+  if (!read_attention_inputs(r, q_obj, k_obj, v_obj, cu_seqlens_q, cu_seqlens_k, alibi_slopes,
+                             learnable_sink, &args)) {
     return nb::none();
   }
   const bool varlen = !cu_seqlens_q.is_none();
   // q's rank decides the output shapes (check_rank raises on the DLPack path otherwise).
   if (args.q.dtype == fa::DType::kInt32 || args.q.ndim != (varlen ? 3 : 4)) return nb::none();
   if (!launch_target(args.q, &args.stream, &args.num_threads)) return nb::none();
+  // A direct call that records an autograd graph is flash_attn_func's autograd.Function's to
+  // run (_torch_ops.FuncAutograd: it draws the dropout seed and calls back with direct=false):
+  // True says the call is one this path takes. Without a graph a direct call draws no seed
+  // either (the op path does that in Python).
+  if (direct && r.needs_graph()) return nb::bool_(true);
+  if (direct && args.dropout_p != 0.0f) return nb::none();
 
   // lse: dense (batch, heads, seqlen_q); varlen (heads, total_q).
   const int64_t lse_dense[] = {args.q.shape[0], args.q.shape[2], args.q.shape[1]};
@@ -502,7 +547,7 @@ nb::object torch_forward_kvcache(nb::handle q_obj, nb::handle k_cache, nb::handl
   }
   args.softcap = static_cast<float>(softcap_v);
 
-  Reader r(direct && grad);
+  Reader r(direct && grad ? GradCheck::kRefuse : GradCheck::kIgnore);
   if (!r.tensor(q_obj.ptr(), &args.q, true) || !r.tensor(k_cache.ptr(), &args.k_cache) ||
       !r.tensor(v_cache.ptr(), &args.v_cache) || !r.tensor(k.ptr(), &args.k, true) ||
       !r.tensor(v.ptr(), &args.v, true) || !r.tensor(rotary_cos.ptr(), &args.rotary_cos) ||
@@ -528,6 +573,100 @@ nb::object torch_forward_kvcache(nb::handle q_obj, nb::handle k_cache, nb::handl
   return finish(o, [&] { return fa::forward_kvcache(args); });
 }
 
+
+// An uninitialised contiguous tensor like t (torch.empty(t.shape, dtype=t.dtype,
+// device=t.device), as _torch_ops._empty makes the gradients), its view in *view; invalid,
+// with the Python error set, if the allocation raised.
+nb::object empty_contiguous(PyObject* obj, const fa::TensorView& t, fa::TensorView* view) {
+  nb::object r;
+  if (row_major(t)) {
+    r = nb::steal(PyObject_CallOneArg(g_torch.empty_like, obj));  // keeps t's (contiguous) strides
+  } else if (nb::object dims = shape_tuple(t.shape, t.ndim); dims.is_valid()) {
+    PyObject* args[] = {obj, dims.ptr()};
+    r = nb::steal(PyObject_VectorcallMethod(g_torch.s_new_empty, args, 2, nullptr));
+  }
+  r = contiguous_view(std::move(r), t.shape, t.ndim, t.dtype, view);
+  view->device = t.device;
+  return r;
+}
+
+// A gradient: the caller's tensor grad_obj (a view into a packed gradient) read into *view, or,
+// for None, a new one like t (empty_contiguous). Invalid, with the Python error set, if the
+// allocation raised; invalid without an error if the caller's tensor is not one this path takes.
+nb::object gradient(PyObject* grad_obj, PyObject* obj, const fa::TensorView& t, Reader* r,
+                    fa::TensorView* view) {
+  if (grad_obj == Py_None) return empty_contiguous(obj, t, view);
+  if (!r->tensor(grad_obj, view)) return {};
+  return nb::borrow(grad_obj);
+}
+
+// The op's backward implementation (_torch_ops._run_bwd) on every layout (q, k, v given as views)
+// and varlen, without bias or masks, for _run_bwd and for FuncAutograd's backward: dq, dk, dv
+// are the caller's tensors (views into a packed gradient) or, given None, allocated here like q,
+// k, v (contiguous), and dsink (float32 (heads)) with a sink. direct (FuncAutograd, outside any
+// registered op): the options are flash_attn_func's own (softmax_scale None or > 0), and
+// _direct_ok's checks are made too (torch.compile's is the caller's). Returns None (the caller
+// then takes the DLPack path), (dq, dk, dv, dsink or None), or (exception class name, message).
+nb::object torch_backward(nb::handle dout_obj, nb::handle q_obj, nb::handle k_obj,
+                          nb::handle v_obj, nb::handle out_obj, nb::handle lse_obj,
+                          nb::handle dq_obj, nb::handle dk_obj, nb::handle dv_obj,
+                          nb::handle cu_seqlens_q, nb::handle cu_seqlens_k,
+                          nb::handle max_seqlen_q, nb::handle max_seqlen_k,
+                          nb::handle alibi_slopes, nb::handle learnable_sink,
+                          nb::handle softmax_scale, nb::handle causal, nb::handle window_size,
+                          nb::handle softcap, nb::handle dropout_p, nb::handle seed,
+                          nb::handle deterministic, bool check_cu_seqlens, bool direct) {
+  if (!g_torch.ready) return nb::none();
+  bool grad = false;
+  if (direct && !direct_ok(&grad)) return nb::none();
+  fa::BackwardArgs args;
+  if (!read_options(max_seqlen_q, max_seqlen_k, softmax_scale, causal, window_size, softcap,
+                    dropout_p, seed, check_cu_seqlens, direct, &args) ||
+      !read_bool(deterministic.ptr(), &args.deterministic)) {
+    return nb::none();
+  }
+
+  // A graph recorded by the backward itself (create_graph=True) is the op path's business.
+  Reader r(direct && grad ? GradCheck::kRefuse : GradCheck::kIgnore);
+  if (!r.tensor(dout_obj.ptr(), &args.dout, true) ||
+      !read_attention_inputs(r, q_obj, k_obj, v_obj, cu_seqlens_q, cu_seqlens_k, alibi_slopes,
+                             learnable_sink, &args) ||
+      !r.tensor(out_obj.ptr(), &args.out) || !r.tensor(lse_obj.ptr(), &args.lse)) {
+    return nb::none();
+  }
+  const bool varlen = !cu_seqlens_q.is_none();
+  if (args.q.dtype == fa::DType::kInt32 || args.q.ndim != (varlen ? 3 : 4) ||
+      !args.out.defined() || !args.lse.defined()) {
+    return nb::none();
+  }
+  if (!launch_target(args.q, &args.stream, &args.num_threads)) return nb::none();
+
+  nb::object dq = gradient(dq_obj.ptr(), q_obj.ptr(), args.q, &r, &args.dq);
+  nb::object dk = dq.is_valid() ? gradient(dk_obj.ptr(), k_obj.ptr(), args.k, &r, &args.dk)
+                                : nb::object();
+  nb::object dv = dk.is_valid() ? gradient(dv_obj.ptr(), v_obj.ptr(), args.v, &r, &args.dv)
+                                : nb::object();
+  nb::object dsink = nb::none();
+  if (dv.is_valid() && args.learnable_sink.defined()) {
+    const int64_t heads[] = {args.learnable_sink.shape[0]};
+    if (nb::object dims = shape_tuple(heads, 1); dims.is_valid()) {
+      PyObject* call[] = {q_obj.ptr(), dims.ptr(), g_torch.float32};
+      dsink = nb::steal(PyObject_VectorcallMethod(g_torch.s_new_empty, call, 2, g_torch.kw_dtype));
+    } else {
+      dsink = nb::object();
+    }
+    dsink = contiguous_view(std::move(dsink), heads, 1, fa::DType::kFloat32, &args.dsink);
+    args.dsink.device = args.q.device;
+  }
+  if (!dv.is_valid() || !dsink.is_valid()) {
+    // An allocation raised (its error is set), or a given gradient is not one this path reads.
+    return PyErr_Occurred() ? allocation_error() : nb::none();
+  }
+  nb::object error = run_released([&] { return fa::backward(args); });
+  if (!error.is_none()) return error;
+  return nb::make_tuple(dq, dk, dv, dsink);
+}
+
 }  // namespace
 
 void register_torch_path(nb::module_& m) {
@@ -547,8 +686,9 @@ void register_torch_path(nb::module_& m) {
         nb::arg("seed").none(), nb::arg("learnable_sink").none(), nb::arg("check_cu_seqlens"),
         nb::arg("direct"),
         "Attention forward on torch tensors, outputs allocated here. Returns None when the call "
-        "is not one the fast path takes (the caller then uses forward), (out, lse), or "
-        "(exception class name, message).");
+        "is not one the fast path takes (the caller then uses forward), (out, lse), "
+        "(exception class name, message), or, from a direct call that records an autograd "
+        "graph, True (nothing run: flashattn's autograd.Function calls back with direct=False).");
   m.def("torch_forward_kvcache", &torch_forward_kvcache, nb::arg("q").none(),
         nb::arg("k_cache").none(), nb::arg("v_cache").none(), nb::arg("k").none(),
         nb::arg("v").none(), nb::arg("rotary_cos").none(), nb::arg("rotary_sin").none(),
@@ -561,6 +701,18 @@ void register_torch_path(nb::module_& m) {
         "KV-cache attention on torch tensors (appends into k_cache/v_cache in place), outputs "
         "allocated here. Returns None, (out, lse) or (exception class name, message), as "
         "torch_forward.");
+  m.def("torch_backward", &torch_backward, nb::arg("dout").none(), nb::arg("q").none(),
+        nb::arg("k").none(), nb::arg("v").none(), nb::arg("out").none(), nb::arg("lse").none(),
+        nb::arg("dq").none(), nb::arg("dk").none(), nb::arg("dv").none(),
+        nb::arg("cu_seqlens_q").none(), nb::arg("cu_seqlens_k").none(),
+        nb::arg("max_seqlen_q").none(), nb::arg("max_seqlen_k").none(),
+        nb::arg("alibi_slopes").none(), nb::arg("learnable_sink").none(),
+        nb::arg("softmax_scale").none(), nb::arg("causal").none(), nb::arg("window_size").none(),
+        nb::arg("softcap").none(), nb::arg("dropout_p").none(), nb::arg("seed").none(),
+        nb::arg("deterministic").none(), nb::arg("check_cu_seqlens"), nb::arg("direct"),
+        "Attention backward on torch tensors, into the given dq, dk, dv or (None) ones allocated "
+        "here. Returns None when the call is not one the fast path takes (the caller then uses "
+        "backward), (dq, dk, dv, dsink or None), or (exception class name, message).");
 }
 
 }  // namespace flashattn_py

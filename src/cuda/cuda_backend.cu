@@ -269,11 +269,11 @@ bool native_head_dim_v(const ForwardParams& p, const PadPlan& plan, int major, c
 }
 
 // Runs a backward the kernels take directly: on a Hopper GPU the sm90 backward where cuda_path()
-// lets it (sm90/bwd.h: by default only where it was timed faster than sm80), else the sm80 kernels.
+// lets it (sm90/bwd.h: every call its kernels can run), else the sm80 kernels.
 Status dispatch_backward(const BackwardParams& p, cudaStream_t stream) {
 #if defined(FLASHATTN_CUDA_SM90)
   const CudaPath path = cuda_path();
-  if (path != CudaPath::kSm80 && cuda::sm90::bwd_declines(p, path == CudaPath::kSm90).empty()) {
+  if (path != CudaPath::kSm80 && cuda::sm90::bwd_declines(p).empty()) {
     int major = 0;
     FLASHATTN_CUDA_TRY(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, p.device.index));
     if (major == 9) {

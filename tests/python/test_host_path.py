@@ -22,10 +22,11 @@ def randn(*shape, g, dtype=torch.float32):
 
 @pytest.fixture
 def dlpack_only(monkeypatch):
-    """Turns the fast path off: both entries decline every call."""
+    """Turns the fast path off: its entries decline every call."""
     def off(monkey=monkeypatch):
         monkey.setattr(_C, "torch_forward", lambda *a: None)
         monkey.setattr(_C, "torch_forward_kvcache", lambda *a: None)
+        monkey.setattr(_C, "torch_backward", lambda *a: None)
     return off
 
 
@@ -74,6 +75,15 @@ def fast_forward(q, k, v, direct=True, **kw):
     return _C.torch_forward(q, k, v, None, None, 0, 0, o["alibi_slopes"], o["softmax_scale"],
                             o["causal"], o["window_size"], o["softcap"], o["dropout_p"], 0,
                             o["learnable_sink"], False, direct)
+
+
+def counted(entry, taken: list):
+    """entry (a fast-path entry of _C) that appends (direct, taken) to taken per call."""
+    def call(*a):
+        result = entry(*a)
+        taken.append((a[-1], result is not None))
+        return result
+    return call
 
 
 # ---- flash_attn_func ------------------------------------------------------------------------
@@ -152,14 +162,21 @@ def test_func_declines_what_the_dlpack_path_converts_or_rejects(dlpack_only, mon
             assert_same(fast, slow)
 
 
-def test_direct_calls_decline_dropout_and_autograd():
+def test_direct_calls_leave_dropout_and_autograd_to_python():
     q, k, v = decode_inputs(gen(4))
     assert fast_forward(q, k, v, dropout_p=0.1) is None  # the seed is drawn in Python
     q.requires_grad_()
-    assert fast_forward(q, k, v) is None  # autograd needs the op
+    # A call that records a graph is taken, but run by FuncAutograd (which draws the seed).
+    assert fast_forward(q, k, v) is True
+    assert fast_forward(q, k, v, dropout_p=0.1) is True
     with torch.no_grad():
-        assert fast_forward(q, k, v) is not None
-    assert fast_forward(q, k, v, direct=False) is not None  # inside the op: no such checks
+        assert isinstance(fast_forward(q, k, v), tuple)
+    assert isinstance(fast_forward(q, k, v, direct=False), tuple)  # inside: no such checks
+    kv = kvcache_case(gen(4))
+    kv[0].requires_grad_()
+    assert _C.torch_forward_kvcache(kv[0], kv[1], kv[2], None, None, None, None, kv[5], None,
+                                    None, None, None, None, False, (-1, -1), 0.0, True, 0, None,
+                                    True) is None  # no backward: the op path raises or warns
 
 
 def test_errors_name_the_argument_on_both_paths(dlpack_only, monkeypatch):
@@ -182,16 +199,16 @@ def test_errors_name_the_argument_on_both_paths(dlpack_only, monkeypatch):
     assert fast[0] is ValueError and "alibi_slopes" in fast[1]
 
 
-def test_autograd_forward_runs_the_fast_path_inside_the_op(monkeypatch, dlpack_only):
+def test_autograd_call_runs_the_fast_path_in_func_autograd(monkeypatch, dlpack_only):
     g = gen(6)
     q, k, v = (t.requires_grad_() for t in decode_inputs(g, sq=4))
     dout = randn(2, 4, 8, 32, g=g)
     calls = []
     real = _C.torch_forward
 
-    def counted(*a):
+    def recorded(*a):
         result = real(*a)
-        calls.append((a[-1], result is not None))
+        calls.append((a[-1], result if result is True or result is None else "ran"))
         return result
 
     def grads():
@@ -202,9 +219,11 @@ def test_autograd_forward_runs_the_fast_path_inside_the_op(monkeypatch, dlpack_o
         return (out.detach(), q.grad, k.grad, v.grad)
 
     with monkeypatch.context() as m:
-        m.setattr(_C, "torch_forward", counted)
+        m.setattr(_C, "torch_forward", recorded)
         fast = grads()
-    assert calls == [(True, False), (False, True)]  # declined directly, taken inside the op
+    # Direct: taken, to be recorded by FuncAutograd, whose forward then runs it.
+    assert calls == [(True, True), (False, "ran")]
+    assert _torch_ops.last_route == {"forward": "fast_autograd", "backward": "fast"}
     with monkeypatch.context() as m:
         dlpack_only(m)
         slow = grads()
@@ -217,14 +236,7 @@ def test_packed_and_varlen_ops_take_the_fast_path(monkeypatch, dlpack_only):
     cu = torch.tensor([0, 5, 12], dtype=torch.int32)
     q, k, v = randn(12, 4, 16, g=g), randn(12, 2, 16, g=g), randn(12, 2, 16, g=g)
     taken = []
-    real = _C.torch_forward
-
-    def counted(*a):
-        result = real(*a)
-        taken.append((a[-1], result is not None))
-        return result
-
-    monkeypatch.setattr(_C, "torch_forward", counted)
+    monkeypatch.setattr(_C, "torch_forward", counted(_C.torch_forward, taken))
     calls = [
         lambda: flashattn.flash_attn_qkvpacked_func(qkv, causal=True),
         lambda: flashattn.flash_attn_kvpacked_func(qkv[:, :, 0], qkv[:, :, 1:], causal=True),
@@ -235,6 +247,49 @@ def test_packed_and_varlen_ops_take_the_fast_path(monkeypatch, dlpack_only):
         taken.clear()
         fast = call()
         assert taken == [(False, True)], taken  # call_forward's direct call of the op's code
+        with monkeypatch.context() as m:
+            dlpack_only(m)
+            slow = call()
+        assert_same(fast, slow)
+
+
+def test_backward_of_every_layout_takes_the_fast_path(monkeypatch, dlpack_only):
+    """The op's backward implementation (_run_bwd) calls _C.torch_backward for the packed and
+    varlen layouts too (gradients written into the packed gradient's views); gradients equal
+    the DLPack path's bitwise."""
+    g = gen(11)
+    qkv0 = randn(2, 9, 3, 4, 16, g=g)
+    cu = torch.tensor([0, 5, 12], dtype=torch.int32)
+    q0, k0, v0 = randn(12, 4, 16, g=g), randn(12, 2, 16, g=g), randn(12, 2, 16, g=g)
+    sink0 = randn(4, g=g)
+    taken = []
+    counted_backward = counted(_C.torch_backward, taken)
+
+    def packed():
+        qkv = qkv0.clone().requires_grad_()
+        out = flashattn.flash_attn_qkvpacked_func(qkv, causal=True)
+        out.backward(torch.ones_like(out) * 0.5)
+        return out.detach(), qkv.grad
+
+    def kvpacked():
+        q, kv = qkv0[:, :, 0].clone().requires_grad_(), qkv0[:, :, 1:].clone().requires_grad_()
+        sink = torch.nn.Parameter(sink0.clone())
+        out = flashattn.flash_attn_kvpacked_func(q, kv, learnable_sink=sink, window_size=(3, 0))
+        out.backward(torch.ones_like(out) * 0.5)
+        return out.detach(), q.grad, kv.grad, sink.grad
+
+    def varlen():
+        q, k, v = (t.clone().requires_grad_() for t in (q0, k0, v0))
+        out = flashattn.flash_attn_varlen_func(q, k, v, cu, cu, 7, 7, causal=True)
+        out.backward(torch.ones_like(out) * 0.5)
+        return out.detach(), q.grad, k.grad, v.grad
+
+    for call in (packed, kvpacked, varlen):
+        taken.clear()
+        with monkeypatch.context() as m:
+            m.setattr(_C, "torch_backward", counted_backward)
+            fast = call()
+        assert taken == [(False, True)], (call.__name__, taken)
         with monkeypatch.context() as m:
             dlpack_only(m)
             slow = call()
@@ -318,13 +373,7 @@ def test_kvcache_op_implementation_takes_the_fast_path(monkeypatch):
     g = gen(10)
     q, k_cache, v_cache, k_new, v_new, seqlens, _ = kvcache_case(g)
     taken = []
-    real = _C.torch_forward_kvcache
-    def counted(*a):
-        result = real(*a)
-        taken.append((a[-1], result is not None))
-        return result
-
-    monkeypatch.setattr(_C, "torch_forward_kvcache", counted)
+    monkeypatch.setattr(_C, "torch_forward_kvcache", counted(_C.torch_forward_kvcache, taken))
     args = (q, k_cache.clone(), v_cache.clone(), k_new, v_new, None, None, seqlens, None, None,
             None, None, 0.0, False, -1, -1, 0.0, True, 0, None)
     out, lse = torch.ops.flashattn.fwd_kvcache(*args)
@@ -416,12 +465,59 @@ def test_cuda_fast_path_declines_a_gpu_that_is_not_current(dlpack_only, monkeypa
     assert_same(fast, slow)
 
 
-# ---- eager autograd without the custom op's wrapper ------------------------------------------
+@cuda
+def test_cuda_training_call_takes_the_fast_route(monkeypatch):
+    """On a GPU the backward runs on the autograd engine's device thread: the training call's
+    route there (FuncAutograd's forward, _C.torch_backward) and its gradients, bitwise the op
+    route's."""
+    q0, k0, v0, _, _ = cuda_decode(gen(25), sk=64)
+    dout = torch.randn(q0.shape, generator=gen(26)).to(q0)
 
-@pytest.mark.parametrize("extras", ["plain", "sink_bias_dropout", "packed"])
-def test_eager_autograd_function_matches_the_op_route(extras, monkeypatch):
-    """A call that records a graph runs the op's autograd formula as an autograd.Function
-    (call_forward, _EAGER_AUTOGRAD); values and every gradient equal the op route's bitwise."""
+    def run():
+        q, k, v = (t.clone().requires_grad_() for t in (q0, k0, v0))
+        # deterministic: a fixed dQ reduction order, so two runs can agree bitwise
+        out = flashattn.flash_attn_func(q, k, v, causal=True, deterministic=True)
+        out.backward(dout)
+        return out.detach(), q.grad, k.grad, v.grad
+
+    fast = run()
+    torch.cuda.synchronize()
+    assert _torch_ops.last_route == {"forward": "fast_autograd", "backward": "fast"}
+    real = _C.torch_forward
+    monkeypatch.setattr(_C, "torch_forward", lambda *a: None if real(*a) is True else real(*a))
+    monkeypatch.setattr(_torch_ops, "_EAGER_AUTOGRAD", {})
+    assert_same(fast, run())
+    assert _torch_ops.last_route == {"forward": "op", "backward": "op"}
+
+
+# ---- training calls without the custom op's wrapper -------------------------------------------
+
+# extras -> the forward route of a training call with them (_torch_ops.last_route).
+TRAINING_ROUTES = {
+    "plain": "fast_autograd",
+    "sink_dropout": "fast_autograd",
+    "alibi_window_softcap_deterministic": "fast_autograd",
+    "summed_dout": "fast_autograd",  # dout expanded from a sum: the backward goes to the op's code
+    "sink_bias_dropout": "eager_autograd",
+    "packed": "eager_autograd",
+}
+
+
+def test_route_queries_are_torchs_own():
+    """_route's queries are torch's functions under the torch installed: a missing one (the
+    functorch query's fallback answers True) would send every call to the op, silently."""
+    assert _torch_ops._functorch_active is torch._C._are_functorch_transforms_active
+    assert _torch_ops._dispatch_depth is torch._C._len_torch_dispatch_stack
+    assert _torch_ops._mode_enabled is torch._C._is_torch_function_mode_enabled
+
+
+@pytest.mark.parametrize("extras", list(TRAINING_ROUTES))
+def test_training_call_takes_the_fast_route_and_matches_the_op_route(extras, monkeypatch):
+    """A call that records a graph (inputs require grad, grad enabled) skips the custom op's
+    autograd wrapper: flash_attn_func without bias, masks or FP8 runs FuncAutograd (the
+    extension's torch entries forward and backward), the other calls the op's autograd formula
+    as an autograd.Function (EagerAutograd). Values and every gradient equal the op route's
+    (and EagerAutograd's) bitwise."""
     g = gen(30)
     q0, k0, v0 = decode_inputs(g, sq=6, sk=11)
     dout = randn(2, 6, 8, 32, g=g)
@@ -436,33 +532,102 @@ def test_eager_autograd_function_matches_the_op_route(extras, monkeypatch):
             out.backward(dout)
             return out.detach(), qkv.grad
         q, k, v = (t.clone().requires_grad_() for t in (q0, k0, v0))
-        kw = {}
+        kw = dict(causal=True)
+        if extras.startswith("sink"):
+            kw.update(learnable_sink=torch.nn.Parameter(sink0.clone()), dropout_p=0.2)
         if extras == "sink_bias_dropout":
-            kw = dict(learnable_sink=torch.nn.Parameter(sink0.clone()),
-                      attn_bias=bias0.clone().requires_grad_(), dropout_p=0.2)
-        out = flashattn.flash_attn_func(q, k, v, causal=True, **kw)
+            kw["attn_bias"] = bias0.clone().requires_grad_()
+        if extras.startswith("alibi"):
+            kw.update(alibi_slopes=torch.rand(8, generator=gen(31)), window_size=[3, 1],
+                      softcap=4.0, deterministic=True)
+        out = flashattn.flash_attn_func(q, k, v, **kw)
         assert out.grad_fn is not None
-        out.backward(dout)
+        if extras == "summed_dout":
+            out.sum().backward()  # dout: ones expanded, all strides 0
+        else:
+            out.backward(dout)
         grads = [q.grad, k.grad, v.grad]
-        if kw:
-            grads += [kw["learnable_sink"].grad, kw["attn_bias"].grad]
-            assert all(t is not None for t in grads)
+        for name in ("learnable_sink", "attn_bias"):
+            if name in kw:
+                grads.append(kw[name].grad)
+                assert grads[-1] is not None
         return (out.detach(), *grads)
 
-    applied = []
-    functions = dict(_torch_ops._EAGER_AUTOGRAD)
-
-    def counted(fn):
-        class Counted(fn):
-            @staticmethod
-            def forward(ctx, *args):
-                applied.append(1)
-                return fn.forward(ctx, *args)
-        return Counted
-
-    for op, fn in functions.items():
-        monkeypatch.setitem(_torch_ops._EAGER_AUTOGRAD, op, counted(fn))
-    eager = run()
-    assert applied == [1]
+    fast = run()
+    route = TRAINING_ROUTES[extras]
+    backward = "fast" if route == "fast_autograd" and extras != "summed_dout" else "direct"
+    assert _torch_ops.last_route == {"forward": route, "backward": backward}
+    real = _C.torch_forward
+    # The direct call's True (a graph to record) read as a refusal: EagerAutograd's route.
+    monkeypatch.setattr(_C, "torch_forward", lambda *a: None if real(*a) is True else real(*a))
+    if route == "fast_autograd":
+        assert_same(fast, run())
+        assert _torch_ops.last_route == {"forward": "eager_autograd", "backward": "direct"}
     monkeypatch.setattr(_torch_ops, "_EAGER_AUTOGRAD", {})
-    assert_same(eager, run())
+    assert_same(fast, run())
+    assert _torch_ops.last_route == {"forward": "op", "backward": "op"}
+
+
+def test_training_call_under_a_mode_or_transform_takes_the_op():
+    """What needs the registered op sees it in a training call too: a dispatch mode (forward
+    and backward), torch.func.grad, and a torch function mode."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.overrides import TorchFunctionMode
+
+    class Seen(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    class Passing(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+
+    q, k, v = (t.requires_grad_() for t in decode_inputs(gen(32), sq=4))
+    dout = torch.ones(2, 4, 8, 32)
+    with Seen() as mode:
+        flashattn.flash_attn_func(q, k, v, causal=True).backward(dout)
+    assert _torch_ops.last_route == {"forward": "op", "backward": "op"}
+    assert any("flashattn.fwd" in op for op in mode.ops)
+    assert any("flashattn.bwd" in op for op in mode.ops)
+    with Passing():
+        flashattn.flash_attn_func(q, k, v, causal=True).backward(dout)
+    assert _torch_ops.last_route["forward"] == "op"
+
+    def loss(q_):
+        return flashattn.flash_attn_func(q_, k.detach(), v.detach(), causal=True).sum()
+
+    _torch_ops.last_route["forward"] = None
+    try:
+        torch.func.grad(loss)(q.detach())
+    except RuntimeError as e:  # torch's own wrapper of the op (2.15) refuses the transform
+        assert "functorch transforms" in str(e)
+    assert _torch_ops.last_route["forward"] == "op"
+
+
+def test_host_time_bench_reports_the_training_route_on_the_cpu(tmp_path, monkeypatch):
+    """bench/host_time.py on the CPU device, a few calls: the JSON names the training call's
+    route and holds host_us per row and the requested profile."""
+    import importlib.util
+    import os
+    import sys
+
+    bench_dir = os.path.join(os.path.dirname(__file__), "..", "..", "bench")
+    monkeypatch.setattr(sys, "path", [bench_dir] + sys.path)
+    spec = importlib.util.spec_from_file_location("fa_host_time",
+                                                  os.path.join(bench_dir, "host_time.py"))
+    host_time = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(host_time)
+    report = host_time.main(["--device", "cpu", "--cache-lens", "8", "--calls", "3",
+                             "--rounds", "1", "--warmup", "1", "--host-calls", "2",
+                             "--profile", "flash_attn_func_train",
+                             "--out", str(tmp_path / "host.json")])
+    run = report["by_cache_len"]["8"]
+    assert run["fast_path"]["train_route"] == {"forward": "fast_autograd", "backward": "fast"}
+    assert run["results"]["flash_attn_func_train"]["host_median_us"] > 0
+    text = run["profiles"]["flash_attn_func_train"]
+    assert "_torch_ops.py" in text and "(backward)" in text  # FuncAutograd.backward's line

@@ -24,6 +24,16 @@ struct WindowMask {
     *hi = right < 0 ? seqlen_k : min(seqlen_k, d + right + 1);
   }
 
+  // The rows that see key j form one interval too, [*lo, *hi) (empty when *hi <= *lo): from
+  // lo(i) <= j < hi(i) with d(i) = i + seqlen_k - seqlen_q, row i sees j iff j < seqlen_k,
+  // i >= j - right - (seqlen_k - seqlen_q) (right >= 0) and i <= j + left - (seqlen_k - seqlen_q)
+  // (left >= 0). The backward's dK/dV kernels, whose threads own keys, test their rows with it.
+  __device__ __forceinline__ void key_range(int j, int* lo, int* hi) const {
+    const int off = seqlen_k - seqlen_q;
+    *lo = right < 0 ? 0 : max(0, j - right - off);
+    *hi = j >= seqlen_k ? 0 : left < 0 ? seqlen_q : min(seqlen_q, j + left - off + 1);
+  }
+
   __device__ __forceinline__ bool visible(int i, int j) const {
     int lo, hi;
     row_range(i, &lo, &hi);

@@ -11,12 +11,10 @@ namespace flashattn::cuda::sm90 {
 
 // Why the sm90 backward does not take p (empty when it does): head dims other than 64, 128, 256,
 // head_dim_v != head_dim (cuda_backend.cu pads such calls first), softcap, ALiBi and dropout,
-// broadcast (stride 0) operands, a head dim or dtype this build lacks. Unless any_runnable
-// (FLASHATTN_CUDA_PATH=sm90), also the calls the sm80 backward was timed faster on: head dim 64
-// under a causal or window mask with fewer than 2048 keys (H200, 2026-12-02: sm80 192 TFLOP/s
-// against 186 at 1k; from 4k the fused sm90 kernel is 1.10-1.12x sm80;
-// dev/results/h200-2026-12-02-ab2-new-sm90.json).
-std::string bwd_declines(const BackwardParams& p, bool any_runnable);
+// broadcast (stride 0) operands, a head dim or dtype this build lacks. Since the fused kernel
+// applies masks once per block (2026-12-02) no call it can run is left to sm80 for speed, so,
+// unlike the forward's, the answer does not depend on FLASHATTN_CUDA_PATH.
+std::string bwd_declines(const BackwardParams& p);
 
 // Runs p, which bwd_declines accepted, on the sm90 kernels: the two-kernel form (bitwise
 // reproducible) when p.deterministic, and, unless any_runnable, wherever the fused kernel was

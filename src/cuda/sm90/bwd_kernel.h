@@ -21,9 +21,11 @@
 // auxiliary kernels too.
 //
 // Inside a warpgroup's step the products overlap the element-wise work where the data allow: S
-// and dP are two groups, so the exponentials run while dP is in the tensor cores; in the fused
-// kernel dV, dQ and dK are three groups, so the dQ part is staged while dK runs. No ping-pong
-// between the consumers (timed on the two-kernel form: it lost 0-12%).
+// and dP are two groups (ptxas puts the wait for dP after the first few exponentials; pinning all
+// 32 before it with a shared-memory store, as the forward does, was 3-6% slower at d128 without a
+// mask, H200 2026-12-02, dev/results/h200-2026-12-02-ab3-*.json); in the fused kernel dV, dQ and dK
+// are three groups, so the dQ part is staged while dK runs. No ping-pong between the consumers
+// (timed on the two-kernel form: it lost 0-12%).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -176,8 +178,8 @@ __device__ __forceinline__ uint64_t mn_desc(uint32_t addr, int panel_bytes) {
 }
 
 // S = A_s B_s^T and dP = A_dp B_dp^T over the head dim (all K-major), committed as two groups
-// (S first) and not waited for: the caller waits for S alone (wgmma_wait<1>), computes the
-// exponentials while dP is still in the tensor cores, then waits for dP (wgmma_wait<0>).
+// (S first) and not waited for: the caller waits for S alone (wgmma_wait<1>), starts on the
+// exponentials, then waits for dP (wgmma_wait<0>).
 template <int N, typename Traits>
 __device__ __forceinline__ void issue_s_dp(float (&s)[N / 2], float (&dp)[N / 2], uint64_t a_s, uint64_t a_dp,
                                            int a_panel_bytes, uint64_t b_s, uint64_t b_dp, int b_panel_bytes) {
@@ -186,6 +188,31 @@ __device__ __forceinline__ void issue_s_dp(float (&s)[N / 2], float (&dp)[N / 2]
   ptx::wgmma_commit();
   gemm_kmajor<N, Element, Traits::kPanels>(dp, a_dp, a_panel_bytes, b_dp, b_panel_bytes);
   ptx::wgmma_commit();
+}
+
+// Sets the scores of a dK/dV step tile that `mask` hides to -inf. The tile is S^T (keys x
+// queries) in accumulator order: element (key `key` + 8h, query m0 + 8c + 2t4 + e) is
+// x[4c + 2h + e]. Each of the thread's two keys gets its visible query rows once (key_range),
+// then every score is two compares and a select. Callers branch on the block needing a mask
+// once, around this call: tested inside the loop, the flag cost a branch per element (ncu at
+// d128 4k causal: 6.7% of the samples stalled on branch resolution).
+template <int kBlockM>
+__device__ __forceinline__ void mask_key_rows(float (&x)[kBlockM / 2], const WindowMask& mask, int m0, int key,
+                                              int t4) {
+  int lo[2], hi[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) mask.key_range(key + 8 * h, &lo[h], &hi[h]);
+#pragma unroll
+  for (int c = 0; c < kBlockM / 8; ++c) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int q = m0 + 8 * c + 2 * t4 + e;
+        if (q < lo[h] || q >= hi[h]) x[4 * c + 2 * h + e] = -INFINITY;
+      }
+    }
+  }
 }
 
 template <typename Element, int n>
@@ -456,20 +483,16 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
       uint32_t a[kS / 2];  // P^T or dS^T, 16-bit pairs: the A operand of the last product
       if (role_p) {
         const float* lse = stage_lse(s);
-        const bool needs_mask = Traits::kMask == MaskMode::kWindow &&
-                                mask.block_needs_mask(m0, min(m0 + kBlockM, seq.seqlen_q), n0, n0 + kBlockN);
+        if (Traits::kMask == MaskMode::kWindow &&
+            mask.block_needs_mask(m0, min(m0 + kBlockM, seq.seqlen_q), n0, n0 + kBlockN)) {
+          bwd90::mask_key_rows<kBlockM>(x, mask, m0, n0 + key_local, t4);
+        }
 #pragma unroll
         for (int c = 0; c < kBlockM / 8; ++c) {
           const float2 l = *reinterpret_cast<const float2*>(lse + 8 * c + 2 * t4);
 #pragma unroll
-          for (int h = 0; h < 2; ++h) {
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-              const int idx = 4 * c + 2 * h + e;
-              float v = x[idx];
-              if (needs_mask && !mask.visible(m0 + 8 * c + 2 * t4 + e, n0 + key_local + 8 * h)) v = -INFINITY;
-              x[idx] = ptx::exp2_approx(fmaf(v, params.scale_log2, -(e == 0 ? l.x : l.y)));
-            }
+          for (int i = 4 * c; i < 4 * c + 4; ++i) {
+            x[i] = ptx::exp2_approx(fmaf(x[i], params.scale_log2, -(i % 2 == 0 ? l.x : l.y)));
           }
         }
         if (step > 0) ptx::named_barrier_sync(kPtFreeBarrier, 256);  // the other read the last one
@@ -558,20 +581,24 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
     const bool needs_mask = Traits::kMask == MaskMode::kWindow &&
                             mask.block_needs_mask(m0, min(m0 + kBlockM, seq.seqlen_q), n0 + key_row0,
                                                   n0 + key_row0 + 64);
+    // This thread's LSE pairs, read while S^T is in the tensor cores: read after the wait, the
+    // first exponential waited on them (ncu, d64 16k: 4.5% of the samples on its FFMA).
+    float2 lse2[kBlockM / 8];
+#pragma unroll
+    for (int c = 0; c < kBlockM / 8; ++c) lse2[c] = *reinterpret_cast<const float2*>(lse + 8 * c + 2 * t4);
     ptx::wgmma_wait<1>();
     ptx::fence_operand(st);
+    if (needs_mask) bwd90::mask_key_rows<kBlockM>(st, mask, m0, n0 + key_local, t4);
 #pragma unroll
     for (int c = 0; c < kBlockM / 8; ++c) {
-      const float2 l = *reinterpret_cast<const float2*>(lse + 8 * c + 2 * t4);
+      const float2 l = lse2[c];
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           const int idx = 4 * c + 2 * h + e;
-          float x = st[idx];
-          if (needs_mask && !mask.visible(m0 + 8 * c + 2 * t4 + e, n0 + key_local + 8 * h)) x = -INFINITY;
-          if (!key_ok[h]) x = -INFINITY;
           // Rows past the queries (and LSE = -inf) carry LSE_log2 = +inf: P = 0 there.
+          const float x = key_ok[h] ? st[idx] : -INFINITY;
           st[idx] = ptx::exp2_approx(fmaf(x, scale_log2, -(e == 0 ? l.x : l.y)));
         }
       }
@@ -769,22 +796,23 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_dq_kernel(const __gri
                                 n0 + kBlockN);
       ptx::wgmma_wait<1>();
       ptx::fence_operand(sc);
+      if (needs_mask) {  // one uniform branch around the whole tile (see mask_key_rows)
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        int lo = 0, hi = 0;
-        if (needs_mask) mask.row_range(m0 + row_local + 8 * h, &lo, &hi);
+        for (int h = 0; h < 2; ++h) {
+          int lo, hi;
+          mask.row_range(m0 + row_local + 8 * h, &lo, &hi);
 #pragma unroll
-        for (int c = 0; c < kBlockN / 8; ++c) {
+          for (int c = 0; c < kBlockN / 8; ++c) {
 #pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const int idx = 4 * c + 2 * h + e;
-            const int key = n0 + 8 * c + 2 * t4 + e;
-            float x = sc[idx];
-            if (needs_mask && (key < lo || key >= hi)) x = -INFINITY;
-            sc[idx] = ptx::exp2_approx(fmaf(x, scale_log2, -lse[h]));
+            for (int e = 0; e < 2; ++e) {
+              const int key = n0 + 8 * c + 2 * t4 + e;
+              if (key < lo || key >= hi) sc[4 * c + 2 * h + e] = -INFINITY;
+            }
           }
         }
       }
+#pragma unroll
+      for (int i = 0; i < kS; ++i) sc[i] = ptx::exp2_approx(fmaf(sc[i], scale_log2, -lse[(i / 2) % 2]));
       ptx::wgmma_wait<0>();
       ptx::fence_operand(dp);
 #pragma unroll

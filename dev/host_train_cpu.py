@@ -1,0 +1,75 @@
+"""Host time per call of flash_attn_func's training call (forward with inputs that require grad,
+then out.backward), and of the inference calls, on CPU torch: the dev machine's figures for
+issue 17 (dev/NOTES.md, "Host time of the training call"). The CUDA figures come from
+bench/host_time.py on the GPU machine.
+
+    PYTHONPATH=<a flashattn build> python3 dev/host_train_cpu.py [--calls 2000] [--repeat 7]
+
+Shapes: micro q/k/v (1, 1, 1, 8) (the CPU kernel nearly free, so host time dominates) and small
+(1, 16, 4, 64) float32. One intra-op thread. sdpa_train_fwd_bwd is torch's own training call on
+the same values (scaled_dot_product_attention, CPU flash kernel) for reference. Prints one JSON
+line: per row the min over --repeat rounds of --calls calls, in us per call, and the training
+call's route where the build records it (flashattn._torch_ops.last_route).
+"""
+import argparse
+import json
+import timeit
+
+import torch
+
+import flashattn
+
+
+def rows(shape):
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(*shape, generator=g).requires_grad_() for _ in range(3))
+    dout = torch.randn(*shape, generator=g)
+    b, s, h, d = shape
+    kc, vc = torch.randn(b, s + 1, h, d, generator=g), torch.randn(b, s + 1, h, d, generator=g)
+    kn, vn = torch.randn(b, 1, h, d, generator=g), torch.randn(b, 1, h, d, generator=g)
+    append = torch.full((b,), s, dtype=torch.int32)
+    full = torch.full((b,), s + 1, dtype=torch.int32)
+    qd = q.detach()
+    qkv = torch.stack([q.detach(), k.detach(), v.detach()], dim=2).requires_grad_()
+    # SDPA on the same values in its (batch, heads, seqlen, dim) layout: torch's CPU flash
+    # kernel, one C++ autograd node (the floor of a call that records a graph).
+    qt, kt, vt = (x.detach().transpose(1, 2).contiguous().requires_grad_() for x in (q, k, v))
+    dout_t = dout.transpose(1, 2).contiguous()
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    return {
+        "sdpa_train_fwd_bwd": (True, lambda: sdpa(qt, kt, vt).backward(dout_t)),
+        "train_fwd_bwd": (True, lambda: flashattn.flash_attn_func(q, k, v).backward(dout)),
+        "train_fwd": (True, lambda: flashattn.flash_attn_func(q, k, v)),
+        "train_qkvpacked_fwd_bwd": (True, lambda: flashattn.flash_attn_qkvpacked_func(
+            qkv).backward(dout)),
+        "infer_func": (False, lambda: flashattn.flash_attn_func(qd, k.detach(), v.detach())),
+        "kvcache_append": (False, lambda: flashattn.flash_attn_with_kvcache(
+            qd[:, :1], kc, vc, kn, vn, cache_seqlens=append)),
+        "kvcache_read": (False, lambda: flashattn.flash_attn_with_kvcache(
+            qd[:, :1], kc, vc, cache_seqlens=full)),
+    }
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--calls", type=int, default=2000)
+    p.add_argument("--repeat", type=int, default=7)
+    a = p.parse_args()
+    torch.set_num_threads(1)
+    report = {"torch": torch.__version__, "flashattn": flashattn.__file__}
+    for name, shape in (("micro", (1, 1, 1, 8)), ("small", (1, 16, 4, 64))):
+        for row, (grad, fn) in rows(shape).items():
+            with torch.enable_grad() if grad else torch.no_grad():
+                for _ in range(50):
+                    fn()
+                t = min(timeit.repeat(fn, number=a.calls, repeat=a.repeat)) / a.calls * 1e6
+            report[f"{name}/{row}"] = round(t, 2)
+        with torch.enable_grad():
+            rows(shape)["train_fwd_bwd"][1]()
+        route = getattr(flashattn._torch_ops, "last_route", None)
+        report[f"{name}/train_route"] = dict(route) if route else None
+    print(json.dumps(report))
+
+
+if __name__ == "__main__":
+    main()
