@@ -51,7 +51,12 @@ Status run_bwd(const BackwardParams& params, cudaStream_t stream) {
       {&args.dq.k, params.k, params.k_strides, rows_k, params.heads_k, Traits::kDqBlockN, "k"},
       {&args.dq.v, params.v, params.v_strides, rows_k, params.heads_k, Traits::kDqBlockN, "v"},
   };
-  for (const auto& m : maps) {
+  // The fused kernel reads only the dK/dV kernel's maps (the first four); the two-kernel form
+  // (deterministic, and always at d192/d256) all eight. Each encode is a driver call per operand.
+  if constexpr (!Traits::kHasFused) kp.deterministic = true;  // d192/d256: the two-kernel form only
+  const int map_count = kp.deterministic ? 8 : 4;
+  for (int i = 0; i < map_count; ++i) {
+    const auto& m = maps[i];
     if (Status s = make_operand_map(m.map, m.ptr, params.dtype, kHeadDim, m.rows, m.heads, map_batch, m.strides, m.box);
         !s.ok()) {
       return Status::NotSupported(std::string(m.name) + ": " + s.message());
@@ -67,7 +72,6 @@ Status run_bwd(const BackwardParams& params, cudaStream_t stream) {
   // deterministic.
   set_workspace_rows(&kp, kWsBlock);
   kp.kv_splits = kv_splits_for(params, Traits::kKvBlockN, num_sms);
-  if constexpr (!Traits::kHasFused) kp.deterministic = true;  // d256: the two-kernel form only
   void* ws = nullptr;
   if (Status s = alloc_workspace<kHeadDim>(&kp, stream, &ws); !s.ok()) return s;
 
