@@ -9,6 +9,7 @@
 #include <string>
 
 #include "cuda/common/cuda_check.h"
+#include "cuda/common/kernel_facts.h"
 #include "cuda/common/split_heuristic.h"
 #include "cuda/common/workspace.h"
 #include "cuda/mla/mla.h"
@@ -36,7 +37,7 @@ Status launch_combine(const ForwardParams& params, cudaStream_t stream) {
 template <typename Traits>
 Status launch_decode(const ForwardParams& params_in, cudaStream_t stream, int sms) {
   const auto kernel = mla_decode_kernel<Traits>;
-  FLASHATTN_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSmemBytes));
+  if (Status s = raise_dynamic_smem(kernel, Traits::kSmemBytes); !s.ok()) return s;
   ForwardParams params = params_in;
   MlaPlan plan;
   plan.group = params.heads / params.heads_k;
@@ -87,7 +88,7 @@ Status run_decode(const ForwardParams& params, cudaStream_t stream) {
   int device = 0, optin = 0, sms = 0;
   FLASHATTN_CUDA_TRY(cudaGetDevice(&device));
   FLASHATTN_CUDA_TRY(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  FLASHATTN_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  if (Status s = multiprocessors(&sms); !s.ok()) return s;
   using Separate = MlaTraits<Element, 1, true>;
   using Latent2 = MlaTraits<Element, 2, false>;
   using Latent2Rows32 = MlaTraits<Element, 2, false, 32>;

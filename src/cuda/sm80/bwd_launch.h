@@ -14,6 +14,7 @@
 #include "cuda/block_tiles.h"
 #include "cuda/bwd_dbias.h"
 #include "cuda/common/cuda_check.h"
+#include "cuda/common/kernel_facts.h"
 #include "cuda/common/workspace.h"
 #include "cuda/sm80/bwd_common.h"
 #include "cuda/sm80/bwd_dq_kernel.h"
@@ -131,8 +132,7 @@ Status launch_bwd_kernels(const BwdKernelParams& kp, cudaStream_t stream) {
     // The kernel's limit is the same for every call on a device (the largest variant that fits),
     // so calls of either variant from several host threads never lower it under one another.
     if (kp.smem_limit > 48 * 1024) {
-      FLASHATTN_CUDA_TRY(
-          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kp.smem_limit)));
+      if (Status s = raise_dynamic_smem(kernel, kp.smem_limit); !s.ok()) return s;
     }
     const dim3 grid(unsigned(ceil_div(kp.seqlen_k, Traits::kBlockN)), kp.heads_k * kp.kv_splits, kp.batch);
     kernel<<<grid, Traits::kThreads, smem, stream>>>(kp);
@@ -143,7 +143,7 @@ Status launch_bwd_kernels(const BwdKernelParams& kp, cudaStream_t stream) {
       const auto kernel = bwd_dq_kernel<DqTraits>;
       constexpr size_t kSmem = DqTraits::kSmemBytes;
       if constexpr (kSmem > 48 * 1024) {
-        FLASHATTN_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmem)));
+        if (Status s = raise_dynamic_smem(kernel, kSmem); !s.ok()) return s;
       }
       const dim3 grid(unsigned(ceil_div(kp.seqlen_q, DqTraits::kBlockM)), kp.heads, kp.batch);
       kernel<<<grid, DqTraits::kThreads, kSmem, stream>>>(kp);
@@ -252,7 +252,7 @@ Status run_bwd(const BackwardParams& params, cudaStream_t stream) {
                                 std::to_string(device) + " allows " + std::to_string(smem_optin));
   }
   int num_sms = 0;
-  FLASHATTN_CUDA_TRY(cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, device));
+  if (Status s = multiprocessors(&num_sms); !s.ok()) return s;
 
   BwdKernelParams kp;
   static_cast<BackwardParams&>(kp) = params;

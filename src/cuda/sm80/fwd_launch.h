@@ -7,6 +7,7 @@
 #include "core/switches.h"
 #include "cuda/block_tiles.h"
 #include "cuda/common/cuda_check.h"
+#include "cuda/common/kernel_facts.h"
 #include "cuda/common/split_heuristic.h"
 #include "cuda/common/workspace.h"
 #include "cuda/sm80/fwd.h"
@@ -34,8 +35,7 @@ template <typename Traits>
 Status launch_fwd(const ForwardParams& params_in, cudaStream_t stream) {
   const auto kernel = fwd_kernel<Traits>;
   if constexpr (Traits::kSmemBytes > 48 * 1024) {
-    FLASHATTN_CUDA_TRY(
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(Traits::kSmemBytes)));
+    if (Status s = raise_dynamic_smem(kernel, Traits::kSmemBytes); !s.ok()) return s;
   }
   // The e4m3 cache kernels take less without pages or with shared page offsets (FwdTraits::smem_bytes).
   const size_t smem = Traits::smem_bytes(params_in.kv.paged(), page_offsets_shared<Traits>(params_in));
@@ -46,10 +46,8 @@ Status launch_fwd(const ForwardParams& params_in, cudaStream_t stream) {
   const bool grouped = params.is_causal;  // causal launches interleave their planes (cta_order.h)
   int sms = 0, per_sm = 0;
   if (splits == 0 || grouped) {
-    int device = 0;
-    FLASHATTN_CUDA_TRY(cudaGetDevice(&device));
-    FLASHATTN_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    FLASHATTN_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, Traits::kThreads, smem));
+    if (Status s = multiprocessors(&sms); !s.ok()) return s;
+    if (Status s = blocks_per_sm(kernel, Traits::kThreads, smem, &per_sm); !s.ok()) return s;
   }
   if (splits == 0) {
     splits = choose_num_splits(static_cast<long long>(m_blocks) * params.heads * params.batch, n_blocks, sms,

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "cuda/common/cuda_check.h"
+#include "cuda/common/kernel_facts.h"
 #include "cuda/common/workspace.h"
 #include "cuda/sm80/bwd_launch.h"  // bwd_detail: workspace layout, auxiliary launches, kv_splits_for
 #include "cuda/sm80/bwd_preprocess.h"
@@ -63,9 +64,8 @@ Status run_bwd(const BackwardParams& params, cudaStream_t stream) {
     }
   }
 
-  int device = 0, num_sms = 0;
-  FLASHATTN_CUDA_TRY(cudaGetDevice(&device));
-  FLASHATTN_CUDA_TRY(cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, device));
+  int num_sms = 0;
+  if (Status s = multiprocessors(&num_sms); !s.ok()) return s;
 
   // Workspace (BwdKernelParams) in whole kWsBlock query blocks (the dQ kernel's); the f32 dQ
   // accumulator (heads x ws_rows x head_dim, in acc_order_index order per 64-row block) unless
@@ -84,7 +84,7 @@ Status run_bwd(const BackwardParams& params, cudaStream_t stream) {
             cudaMemsetAsync(kp.dq_accum, 0, sizeof(float) * size_t(kp.heads) * kp.ws_rows * kHeadDim, stream));
         const auto kernel = bwd_kv_kernel<Traits, true>;
         constexpr size_t kSmem = Traits::kKvFusedSmemBytes;
-        FLASHATTN_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmem)));
+        if (Status s = raise_dynamic_smem(kernel, kSmem); !s.ok()) return s;
         kernel<<<kv_grid, Traits::kThreads, kSmem, stream>>>(args);
         FLASHATTN_CUDA_TRY(cudaGetLastError());
         const dim3 grid(unsigned(ceil_div(kp.seqlen_q, 64)), kp.heads, kp.batch);
@@ -96,14 +96,14 @@ Status run_bwd(const BackwardParams& params, cudaStream_t stream) {
     {
       const auto kernel = bwd_kv_kernel<Traits, false>;
       constexpr size_t kSmem = Traits::kKvSmemBytes;
-      FLASHATTN_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmem)));
+      if (Status s = raise_dynamic_smem(kernel, kSmem); !s.ok()) return s;
       kernel<<<kv_grid, Traits::kThreads, kSmem, stream>>>(args);
       FLASHATTN_CUDA_TRY(cudaGetLastError());
     }
     {
       const auto kernel = bwd_dq_kernel<Traits>;
       constexpr size_t kSmem = Traits::kDqSmemBytes;
-      FLASHATTN_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmem)));
+      if (Status s = raise_dynamic_smem(kernel, kSmem); !s.ok()) return s;
       const dim3 grid(unsigned(ceil_div(kp.seqlen_q, Traits::kDqBlockM)), kp.heads, kp.batch);
       kernel<<<grid, Traits::kThreads, kSmem, stream>>>(args);
       FLASHATTN_CUDA_TRY(cudaGetLastError());

@@ -2,6 +2,7 @@
 #include "cuda/common/build_config.h"
 #include "cuda/common/split_heuristic.h"
 #include "cuda/common/cuda_check.h"
+#include "cuda/common/kernel_facts.h"
 #include "cuda/common/variants.h"
 #include "cuda/sm90/fwd.h"
 #include "cuda/sm90/fwd_traits.h"
@@ -43,11 +44,8 @@ std::string fwd_declines(const ForwardParams& p, bool any_runnable) {
   if (p.num_splits == 0) {
     // The sm80 launcher would split a grid that leaves SMs idle (split_heuristic.h); keep those
     // launches there until the sm90 kernel splits keys itself.
-    int device = 0, sms = 0;
-    if (cudaGetDevice(&device) != cudaSuccess ||
-        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
-      return "device query failed";
-    }
+    int sms = 0;
+    if (!multiprocessors(&sms).ok()) return "device query failed";
     const FwdTile tile = fwd_tile(p.head_dim, p.head_dim_v, p.has_window());
     const int bm = 64 * tile.consumers, bn = tile.block_n;
     const long long ctas = static_cast<long long>((p.seqlen_q + bm - 1) / bm) * p.heads * p.batch;
