@@ -1,0 +1,48 @@
+// Tile shapes and shared-memory plan of the Hopper (sm90a) FP8 forward (fwd8_kernel.h): q, k, v
+// in float8 e4m3, out bf16 (docs/SEMANTICS.md, "FP8"; issue 21).
+#pragma once
+
+#include <cuda.h>
+#include <cuda_bf16.h>
+
+#include <cstddef>
+
+#include "core/params.h"
+#include "cuda/common/variants.h"
+#include "cuda/sm90/fwd8_layout.h"
+#include "cuda/sm90/fwd_tile.h"
+#include "cuda/sm90/tile_order.h"
+
+namespace flashattn::cuda::sm90 {
+
+template <int kHeadDim_, MaskMode kMask_>
+struct Fwd8Traits : Fwd8Shape<kHeadDim_> {
+  using Shape = Fwd8Shape<kHeadDim_>;
+  // The output's element (bf16): store_tile, shared with the 16-bit kernel, packs O in it.
+  using Element = __nv_bfloat16;
+  static constexpr MaskMode kMask = kMask_;
+  static constexpr bool kMods = false;  // softcap and ALiBi: declined (fwd8_declines)
+  static constexpr int kThreads = 128 * (Shape::kConsumers + 1);
+  // Warpgroup 0: one thread issues the copies, warps 1-3 transpose V (fwd8_kernel.h). The
+  // transpose holds four source words, four results and their addresses: 40 registers.
+  // 128 x 40 + 256 x 232 = 64512 of 65536.
+  static constexpr int kProducerRegs = 40;
+  static constexpr int kConsumerRegs = 232;
+  static constexpr int kTransposeThreads = 96;
+
+  static constexpr bool kDynamicTiles = kMask == MaskMode::kWindow;  // as the 16-bit kernel (fwd_traits.h)
+  // Q full/empty; K, V, Vt full and empty per stage; the tile feed's pairs and slots.
+  static constexpr int kBarriers = 2 + 6 * Shape::kStages + (kDynamicTiles ? 4 + 1 : 0);
+  // store_tile's choice for a 128-wide O (fwd_traits.h); d64 and d256 store 16 bytes at a time.
+  static constexpr bool kStoreOChunks = kHeadDim_ == 128;
+  // +1024 alignment, the tiles, the barriers, and the transposers' end flags (one int per stage).
+  static constexpr size_t kSmemBytes = 1024 + Shape::kTileBytesQ +
+                                       size_t(Shape::kStages) * (Shape::kTileBytesK + Shape::kTileBytesV + Shape::kTileBytesVt) +
+                                       8 * kBarriers + 4 * Shape::kStages;
+
+  static_assert(Shape::kConsumers >= 2 && Shape::kPingPong, "ping-pong takes turns between consumer warpgroups");
+  static_assert(kSmemBytes <= kFwdSmemLimit, "fits the 227 KB an sm90 CTA may use");
+  static_assert(128 * kProducerRegs + 128 * Shape::kConsumers * kConsumerRegs <= 65536, "setmaxnreg budget");
+};
+
+}  // namespace flashattn::cuda::sm90
