@@ -455,7 +455,7 @@ Status fp8_forward(const ForwardParams& p) {
     return Status::NotSupported(why + "FLASHATTN_CUDA_PATH=sm80, and the FP8 forward has only sm90 kernels");
   }
   if (std::string reason = cuda::sm90::fwd8_declines(p); !reason.empty()) {
-    return Status::NotSupported(why + "the CUDA FP8 forward does not take " + reason +
+    return Status::NotSupported(why + "the CUDA FP8 forward declines this call: " + reason +
                                 " (the cpu backend implements every FP8 option)");
   }
   if (Status s = check_operand("q", p.q, p.q_strides, 1); !s.ok()) return s;
@@ -475,7 +475,8 @@ Status fp8_forward(const ForwardParams& p) {
 #else
   (void)p;
   return Status::NotSupported(why + "this flashattn was built without the sm90a kernels "
-                              "(CMAKE_CUDA_ARCHITECTURES without 90), which the CUDA FP8 forward needs");
+                              "(CMAKE_CUDA_ARCHITECTURES without 90), and the CUDA FP8 forward runs on "
+                              "Hopper (sm90) GPUs only");
 #endif
 }
 

@@ -11,6 +11,7 @@
 // S = Q K^T, the same head-dim column of Q and K.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -49,6 +50,17 @@ int acc_col(int lane, int idx) { return 8 * (idx / 4) + 2 * (lane % 4) + idx % 2
 int frag_row(int w, int lane, int q) { return 16 * w + lane / 4 + 8 * (q % 2); }
 int frag_k(int lane, int q, int b) { return 16 * (q / 2) + 4 * (lane % 4) + b; }
 
+// Shared memory as a byte vector, for fwd8::transpose_unit_words.
+struct Bytes {
+  std::vector<unsigned char>* v;
+  uint32_t load(uint32_t a) const {
+    return uint32_t((*v)[a]) | uint32_t((*v)[a + 1]) << 8 | uint32_t((*v)[a + 2]) << 16 | uint32_t((*v)[a + 3]) << 24;
+  }
+  void store(uint32_t a, uint32_t x) const {
+    for (int i = 0; i < 4; ++i) (*v)[a + i] = static_cast<unsigned char>(x >> (8 * i));
+  }
+};
+
 TEST(Fp8Sm90Layout, KeyPermutationIsABijection) {
   std::vector<int> seen(32, 0);
   for (int u = 0; u < 32; ++u) {
@@ -82,18 +94,24 @@ void check_pv() {
       v_col[off] = static_cast<unsigned char>(c);
     }
   }
-  std::vector<unsigned char> vt_key(T::kTileBytesVt, 0xee), vt_col(T::kTileBytesVt, 0xee);
+  // One shared-memory image per tagging: V at 0, Vt after it (as the kernel's ring places them).
+  const uint32_t vt0 = uint32_t(T::kTileBytesV);
+  std::vector<unsigned char> smem_key(size_t(T::kTileBytesV + T::kTileBytesVt), 0xee), smem_col = smem_key;
+  std::copy(v_key.begin(), v_key.end(), smem_key.begin());
+  std::copy(v_col.begin(), v_col.end(), smem_col.begin());
   std::vector<int> writes(T::kTileBytesVt, 0);
   constexpr int kUnits = (kD / 4) * (kN / 4);
   for (int unit = 0; unit < kUnits; ++unit) {
     const fwd8::TransposeUnit u = fwd8::transpose_unit(unit, kD);
-    fwd8::transpose_unit_bytes(v_key.data(), vt_key.data(), u, T::kRowBytes, T::kPanelBytesKV, T::kVtRowBytes);
-    fwd8::transpose_unit_bytes(v_col.data(), vt_col.data(), u, T::kRowBytes, T::kPanelBytesKV, T::kVtRowBytes);
+    fwd8::transpose_unit_words(Bytes{&smem_key}, 0, vt0, u, T::kRowBytes, T::kPanelBytesKV, T::kVtRowBytes);
+    fwd8::transpose_unit_words(Bytes{&smem_col}, 0, vt0, u, T::kRowBytes, T::kPanelBytesKV, T::kVtRowBytes);
     for (int i = 0; i < 4; ++i) {
       for (int b = 0; b < 4; ++b) ++writes[fwd8::swizzled(u.col + i, 4 * u.w + b, T::kVtRowBytes)];
     }
   }
   for (size_t i = 0; i < writes.size(); ++i) ASSERT_EQ(writes[i], 1) << "Vt byte " << i;
+  const std::vector<unsigned char> vt_key(smem_key.begin() + vt0, smem_key.end());
+  const std::vector<unsigned char> vt_col(smem_col.begin() + vt0, smem_col.end());
 
   // Per warp and lane: which key's P each A-fragment byte holds (from the accumulator layout
   // through p_word / p_source), against the key Vt holds at that K position.

@@ -72,17 +72,30 @@ __device__ __forceinline__ uint32_t pack4_e4m3(float p0, float p1, float p2, flo
   return uint32_t(lo) | (uint32_t(hi) << 16);
 }
 
+// Shared-memory words by 32-bit address (the generic pointers the kernel derives from the
+// aligned base compile to generic LD/ST, not LDS/STS).
+struct SharedWords {
+  __device__ __forceinline__ uint32_t load(uint32_t addr) const {
+    uint32_t x;
+    asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(x) : "r"(addr) : "memory");
+    return x;
+  }
+  __device__ __forceinline__ void store(uint32_t addr, uint32_t x) const {
+    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(x) : "memory");
+  }
+};
+
 // The transposers' share of one V tile: src (kBlockN keys x kHeadDim bytes, in panels) ->
-// dst (kHeadDim rows x kBlockN key bytes, K-permuted as in the file comment); `tid` in
-// [0, kTransposeThreads). The units and their bytes: fwd8_layout.h.
+// dst (kHeadDim rows x kBlockN key bytes, K-permuted as in the file comment), shared-memory
+// addresses; `tid` in [0, kTransposeThreads). The units and their bytes: fwd8_layout.h.
 template <typename Traits>
-__device__ __forceinline__ void transpose_v(const unsigned char* src, unsigned char* dst, int tid) {
+__device__ __forceinline__ void transpose_v(uint32_t src, uint32_t dst, int tid) {
   constexpr int kUnits = (Traits::kHeadDim / 4) * (Traits::kBlockN / 4);
   static_assert(Traits::kHeadDim % 32 == 0 && Traits::kBlockN % 32 == 0, "units come in 8 x 4 blocks");
 #pragma unroll 1
   for (int unit = tid; unit < kUnits; unit += Traits::kTransposeThreads) {
-    fwd8::transpose_unit_bytes(src, dst, fwd8::transpose_unit(unit, Traits::kHeadDim), Traits::kRowBytes,
-                               Traits::kPanelBytesKV, Traits::kVtRowBytes);
+    fwd8::transpose_unit_words(SharedWords{}, src, dst, fwd8::transpose_unit(unit, Traits::kHeadDim),
+                               Traits::kRowBytes, Traits::kPanelBytesKV, Traits::kVtRowBytes);
   }
 }
 
@@ -193,8 +206,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd8_kernel(const __grid_
                    bars + 2 + 5 * kStages};
   const TileFeed feed{reinterpret_cast<int*>(bars + 6 + 6 * kStages), bars + 2 + 6 * kStages, bars + 4 + 6 * kStages};
   // One end flag per V slot: a shared one could be seen set while a transposer still has the
-  // other slot's last real tile to take.
-  volatile int* stop_flag = reinterpret_cast<volatile int*>(bars + Traits::kBarriers);  // [kStages]
+  // other slot's last real tile to take. Read and written as shared words (SharedWords).
+  const uint32_t stop_flag = ptx::smem_u32(bars + Traits::kBarriers);  // [kStages]
 
   const int warpgroup = threadIdx.x / 128;
   const int warp = threadIdx.x / 32;
@@ -220,7 +233,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd8_kernel(const __grid_
         ptx::mbarrier_init(&feed.empty[s], 4 * Traits::kConsumers);
       }
     }
-    for (int s = 0; s < kStages; ++s) stop_flag[s] = 0;
+    for (int s = 0; s < kStages; ++s) SharedWords{}.store(stop_flag + 4 * s, 0);
     ptx::mbarrier_init_fence();
   }
   __syncthreads();
@@ -235,9 +248,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd8_kernel(const __grid_
         const int stage = it % kStages;
         const uint32_t parity = (it / kStages) & 1;
         ptx::mbarrier_wait(&ring.v_full[stage], parity);
-        if (stop_flag[stage] != 0) break;
+        if (SharedWords{}.load(stop_flag + 4 * stage) != 0) break;
         ptx::mbarrier_wait(&ring.vt_empty[stage], parity ^ 1);
-        transpose_v<Traits>(sV + stage * Traits::kTileBytesV, sVt + stage * Traits::kTileBytesVt, tid);
+        transpose_v<Traits>(ptx::smem_u32(sV + stage * Traits::kTileBytesV),
+                            ptx::smem_u32(sVt + stage * Traits::kTileBytesVt), tid);
         // The consumers read Vt through the async proxy (wgmma): order these generic writes first.
         ptx::fence_proxy_async_smem();
         ptx::mbarrier_arrive(&ring.v_empty[stage]);
@@ -302,7 +316,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd8_kernel(const __grid_
     {
       const int stage = it % kStages;
       ptx::mbarrier_wait(&ring.v_empty[stage], ((it / kStages) & 1) ^ 1);
-      stop_flag[stage] = 1;
+      SharedWords{}.store(stop_flag + 4 * stage, 1);
       ptx::mbarrier_arrive(&ring.v_full[stage]);
     }
     return;

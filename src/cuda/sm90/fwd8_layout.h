@@ -5,7 +5,6 @@
 #pragma once
 
 #include <cstdint>
-#include <cstring>
 
 #include "cuda/sm90/fwd_tile.h"
 
@@ -138,33 +137,21 @@ FLASHATTN_FWD8_HD void transpose4x4(const uint32_t (&r)[4], uint32_t (&d)[4]) {
 // One unit of the transpose: src a V tile (block_n key rows of row_bytes, in panels of
 // panel_bytes), dst a Vt tile (head-dim rows of vt_row_bytes key bytes). Generic over the
 // memory (shared in the kernel, host vectors in the test).
-FLASHATTN_FWD8_HD uint32_t load_word(const unsigned char* p) {
-#if defined(__CUDA_ARCH__)
-  return *reinterpret_cast<const uint32_t*>(p);
-#else
-  uint32_t x;
-  std::memcpy(&x, p, 4);
-  return x;
-#endif
-}
-FLASHATTN_FWD8_HD void store_word(unsigned char* p, uint32_t x) {
-#if defined(__CUDA_ARCH__)
-  *reinterpret_cast<uint32_t*>(p) = x;
-#else
-  std::memcpy(p, &x, 4);
-#endif
-}
-
-FLASHATTN_FWD8_HD void transpose_unit_bytes(const unsigned char* src, unsigned char* dst, const TransposeUnit& u,
+// One unit of the transpose: src a V tile (block_n key rows of row_bytes, in panels of
+// panel_bytes), dst a Vt tile (head-dim rows of vt_row_bytes key bytes), both byte offsets in
+// `mem`, which loads and stores 32-bit words (ld/st.shared in the kernel, a byte vector in the
+// test).
+template <typename Mem>
+FLASHATTN_FWD8_HD void transpose_unit_words(const Mem& mem, uint32_t src, uint32_t dst, const TransposeUnit& u,
                                             int row_bytes, int panel_bytes, int vt_row_bytes) {
-  const unsigned char* s = src + (u.col / row_bytes) * panel_bytes;
+  const uint32_t s = src + uint32_t((u.col / row_bytes) * panel_bytes);
   const int cb = u.col % row_bytes;
-  const uint32_t r[4] = {load_word(s + swizzled(u.key0, cb, row_bytes)), load_word(s + swizzled(u.key0 + 1, cb, row_bytes)),
-                         load_word(s + swizzled(u.key0 + 8, cb, row_bytes)),
-                         load_word(s + swizzled(u.key0 + 9, cb, row_bytes))};
+  const uint32_t r[4] = {mem.load(s + swizzled(u.key0, cb, row_bytes)), mem.load(s + swizzled(u.key0 + 1, cb, row_bytes)),
+                         mem.load(s + swizzled(u.key0 + 8, cb, row_bytes)),
+                         mem.load(s + swizzled(u.key0 + 9, cb, row_bytes))};
   uint32_t d[4];
   transpose4x4(r, d);
-  for (int i = 0; i < 4; ++i) store_word(dst + swizzled(u.col + i, 4 * u.w, vt_row_bytes), d[i]);
+  for (int i = 0; i < 4; ++i) mem.store(dst + swizzled(u.col + i, 4 * u.w, vt_row_bytes), d[i]);
 }
 
 }  // namespace fwd8
