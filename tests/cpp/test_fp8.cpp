@@ -1092,22 +1092,20 @@ std::string fp8_cuda_decline_reason() { return cuda_major() == 9 ? "FLASHATTN_CU
 // naive_tolerance: about 14 significant bits, taken as 2^-12 (twice the truncation of the 14th).
 constexpr double kWgmmaFp8StepEps = 1.0 / 4096.0;
 
-class Fp8CudaForward : public testing::TestWithParam<Fp8Spec> {};
-
 // Against the naive FP8 computation with the CPU test's criterion, widened only by the
 // tensor cores' accumulation (naive_tolerance, acc_eps), and against the CPU backend's output
-// (each is within its tolerance of the naive one, so they are within the sum).
-TEST_P(Fp8CudaForward, MatchesNaiveFp8AndCpu) {
-  if (!backend_available(Backend::kCuda)) GTEST_SKIP() << "no CUDA device";
-  const Fp8Spec& spec = GetParam();
+// (each is within its tolerance of the naive one, so they are within the sum). `tested`: the
+// backend under test (CUDA; the CPU backend checks this harness without a GPU).
+void check_fp8_cuda_case(const Fp8Spec& spec, Backend tested = Backend::kCuda) {
+  SCOPED_TRACE(spec.name);
   Fp8Problem p = make_problem(spec);
   Status st;
-  const Output gpu = run_fp8(spec, p, Backend::kCuda, false, false, &st);
-  if (!fp8_cuda_runs()) {
+  const Output gpu = run_fp8(spec, p, tested, false, false, &st);
+  if (tested == Backend::kCuda && !fp8_cuda_runs()) {
     expect_error(st, StatusCode::kNotSupported, fp8_cuda_decline_reason());
     return;
   }
-  if (cuda_run_head_dim(spec.d, spec.d) != spec.d) {
+  if (tested == Backend::kCuda && cuda_run_head_dim(spec.d, spec.d) != spec.d) {
     expect_error(st, StatusCode::kNotSupported, "head_dim " + std::to_string(spec.d) + " was not built");
     return;
   }
@@ -1131,9 +1129,9 @@ TEST_P(Fp8CudaForward, MatchesNaiveFp8AndCpu) {
     const double cpu_ratio = std::fabs(gpu.out[e] - cpu.out[e]) / (tol[e] + cpu_tol[e]);
     if (cpu_ratio > worst_cpu_ratio) worst_cpu_ratio = cpu_ratio, worst_cpu = e;
   }
-  EXPECT_LE(worst_ratio, 1.0) << "element " << worst << ": cuda " << gpu.out[worst] << ", naive " << naive.out[worst]
-                              << ", tolerance " << tol[worst];
-  EXPECT_LE(worst_cpu_ratio, 1.0) << "element " << worst_cpu << ": cuda " << gpu.out[worst_cpu] << ", cpu "
+  EXPECT_LE(worst_ratio, 1.0) << "element " << worst << ": tested " << gpu.out[worst] << ", naive "
+                              << naive.out[worst] << ", tolerance " << tol[worst];
+  EXPECT_LE(worst_cpu_ratio, 1.0) << "element " << worst_cpu << ": tested " << gpu.out[worst_cpu] << ", cpu "
                                   << cpu.out[worst_cpu];
   for (size_t e = 0; e < gpu.lse.size(); ++e) {
     if (std::isinf(exact.lse[e])) {
@@ -1149,9 +1147,18 @@ TEST_P(Fp8CudaForward, MatchesNaiveFp8AndCpu) {
     amax = std::max(amax, std::fabs(exact.out[e]));
   }
   EXPECT_LE(err, 2.0 * naive_err + std::ldexp(amax, -8) + 1e-6);
-  const Output orig = run_reference(spec, p, p.q, p.k, p.v, false);
-  std::printf("[fp8 cuda %s] RMSE vs float64 of the unquantized inputs: cuda %.3e, cpu %.3e\n", spec.name.c_str(),
-              rmse(gpu.out, orig.out), rmse(cpu.out, orig.out));
+  if (tested == Backend::kCuda) {
+    const Output orig = run_reference(spec, p, p.q, p.k, p.v, false);
+    std::printf("[fp8 cuda %s] RMSE vs float64 of the unquantized inputs: cuda %.3e, cpu %.3e\n", spec.name.c_str(),
+                rmse(gpu.out, orig.out), rmse(cpu.out, orig.out));
+  }
+}
+
+class Fp8CudaForward : public testing::TestWithParam<Fp8Spec> {};
+
+TEST_P(Fp8CudaForward, MatchesNaiveFp8AndCpu) {
+  if (!backend_available(Backend::kCuda)) GTEST_SKIP() << "no CUDA device";
+  check_fp8_cuda_case(GetParam());
 }
 
 // Per head dim the kernels have (64, 128, 256): GQA, causal and windows (the dynamic tile
@@ -1187,6 +1194,12 @@ std::vector<Fp8Spec> cuda_forward_cases() {
 
 INSTANTIATE_TEST_SUITE_P(Cuda, Fp8CudaForward, testing::ValuesIn(cuda_forward_cases()),
                          [](const testing::TestParamInfo<Fp8Spec>& i) { return i.param.name; });
+
+// The CUDA cases and their criterion hold for the CPU backend in CUDA's place, so that the
+// harness is known to hold before a GPU runs it.
+TEST(Fp8CudaForwardHarness, HoldsForTheCpuBackend) {
+  for (const Fp8Spec& spec : cuda_forward_cases()) check_fp8_cuda_case(spec, Backend::kCpu);
+}
 
 // What the CUDA FP8 forward declines: kNotSupported naming the dtype and the reason, nothing
 // launched. On a GPU other than Hopper (or under FLASHATTN_CUDA_PATH=sm80) every e4m3 q is

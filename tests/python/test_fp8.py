@@ -365,9 +365,8 @@ def _check_cuda_against_cpu_and_naive(ours, cpu, q8, k8, v8, qd, kd, vd, causal,
     return lse_ref
 
 
-@pytest.mark.parametrize("case", CUDA_CASES, ids=[c["name"] for c in CUDA_CASES])
-def test_cuda_fp8_forward_matches_cpu_and_naive(case):
-    dev = _cuda_or_skip()
+def _check_fp8_case(case, dev):
+    """One CUDA_CASES entry on `dev` (CUDA; "cpu" checks the harness itself without a GPU)."""
     g = torch.Generator().manual_seed(11)
     b, sq, sk, h, hk, d = (case[n] for n in ("b", "sq", "sk", "h", "hk", "d"))
     causal, window = case.get("causal", False), case.get("window", (-1, -1))
@@ -381,13 +380,14 @@ def test_cuda_fp8_forward_matches_cpu_and_naive(case):
             to(q8), to(k8), to(v8), causal=causal, window_size=window, learnable_sink=to(sink),
             return_attn_probs=True, q_descale=to(qd), k_descale=to(kd), v_descale=to(vd))
 
-    runs, reason = _fp8_cuda_runs(dev)
-    if not runs:
-        with pytest.raises(TypeError, match=reason):
-            run(dev)
-        return
+    if dev != "cpu":
+        runs, reason = _fp8_cuda_runs(dev)
+        if not runs:
+            with pytest.raises(TypeError, match=reason):
+                run(dev)
+            return
     out, lse, _ = run(dev)
-    assert out.dtype == torch.bfloat16 and out.device == dev and out.shape == (b, sq, h, d)
+    assert out.dtype == torch.bfloat16 and out.shape == (b, sq, h, d)
     cpu_out, _, _ = run("cpu")
     sink64 = None if sink is None else sink.double().numpy()
     lse_ref = _check_cuda_against_cpu_and_naive(out.cpu().double().numpy(), cpu_out.double().numpy(),
@@ -396,10 +396,18 @@ def test_cuda_fp8_forward_matches_cpu_and_naive(case):
     np.testing.assert_allclose(lse.cpu().double().numpy(), lse_ref, rtol=2e-5, atol=2e-3)
 
 
-def test_cuda_fp8_varlen_ragged_matches_cpu_and_naive():
-    """Ragged lengths (1, 17, 130, 1000: one, partial and many key blocks), GQA, causal, distinct
-    per-(sequence, kv head) descales; each sequence checked on its own."""
-    dev = _cuda_or_skip()
+@pytest.mark.parametrize("case", CUDA_CASES, ids=[c["name"] for c in CUDA_CASES])
+def test_cuda_fp8_forward_matches_cpu_and_naive(case):
+    _check_fp8_case(case, _cuda_or_skip())
+
+
+@pytest.mark.parametrize("case", CUDA_CASES[:2], ids=[c["name"] for c in CUDA_CASES[:2]])
+def test_cuda_fp8_harness_holds_for_the_cpu_backend(case):
+    """The CUDA cases' checks, with the CPU backend in CUDA's place (runs without a GPU)."""
+    _check_fp8_case(case, "cpu")
+
+
+def _check_fp8_varlen(dev):
     g = torch.Generator().manual_seed(13)
     lens, h, hk, d = [1, 17, 130, 1000], 4, 2, 128
     xs = [[torch.randn(1, n, hh, d, generator=g) for hh in (h, hk, hk)] for n in lens]
@@ -415,11 +423,12 @@ def test_cuda_fp8_varlen_ragged_matches_cpu_and_naive():
             q.to(device), k.to(device), v.to(device), cu.to(device), cu.to(device), max(lens), max(lens),
             causal=True, q_descale=qd.to(device), k_descale=kd.to(device), v_descale=vd.to(device))
 
-    runs, reason = _fp8_cuda_runs(dev)
-    if not runs:
-        with pytest.raises(TypeError, match=reason):
-            run(dev)
-        return
+    if dev != "cpu":
+        runs, reason = _fp8_cuda_runs(dev)
+        if not runs:
+            with pytest.raises(TypeError, match=reason):
+                run(dev)
+            return
     out = run(dev).cpu()
     cpu = run("cpu")
     for i in range(len(lens)):
@@ -427,6 +436,16 @@ def test_cuda_fp8_varlen_ragged_matches_cpu_and_naive():
         (q8, qdi), (k8, kdi), (v8, vdi) = quant[i]
         _check_cuda_against_cpu_and_naive(out[None, rows].double().numpy(), cpu[None, rows].double().numpy(),
                                           q8, k8, v8, qdi, kdi, vdi, True, (-1, -1), None)
+
+
+def test_cuda_fp8_varlen_ragged_matches_cpu_and_naive():
+    """Ragged lengths (1, 17, 130, 1000: one, partial and many key blocks), GQA, causal, distinct
+    per-(sequence, kv head) descales; each sequence checked on its own."""
+    _check_fp8_varlen(_cuda_or_skip())
+
+
+def test_cuda_fp8_varlen_harness_holds_for_the_cpu_backend():
+    _check_fp8_varlen("cpu")
 
 
 def test_cuda_fp8_forward_declines():
