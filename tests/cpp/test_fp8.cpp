@@ -1162,7 +1162,8 @@ TEST_P(Fp8CudaForward, MatchesNaiveFp8AndCpu) {
 }
 
 // Per head dim the kernels have (64, 128, 256): GQA, causal and windows (the dynamic tile
-// feed), ragged varlen lengths (1, 17, 130, 1000: one, partial and many key blocks),
+// feed), ragged varlen lengths (1, 17, 130, 1000: one, partial and many key blocks), softcap
+// and ALiBi (the kMods kernels),
 // per-(batch, kv head) descales with distinct values (DescaleMode::kPerHead), an expanded
 // scalar descale, none, a learnable sink, outliers, several query tiles per head.
 std::vector<Fp8Spec> cuda_forward_cases() {
@@ -1177,7 +1178,10 @@ std::vector<Fp8Spec> cuda_forward_cases() {
     { Fp8Spec s; s.name = "gqa"; s.heads = 8; s.heads_k = 2; s.seqlen_q = 300; s.seqlen_k = 300; add(s); }
     { Fp8Spec s; s.name = "causal"; s.causal = true; s.seqlen_q = 333; s.seqlen_k = 333; add(s); }
     { Fp8Spec s; s.name = "varlen_ragged_causal"; s.varlen_q = {1, 17, 130, 1000}; s.varlen_k = {1, 17, 130, 1000}; s.causal = true; add(s); }
+    { Fp8Spec s; s.name = "softcap"; s.softcap = 5.0f; s.seqlen_q = 200; s.seqlen_k = 300; add(s); }
     if (d != 128) continue;
+    { Fp8Spec s; s.name = "alibi_causal"; s.alibi = true; s.causal = true; s.seqlen_q = 250; s.seqlen_k = 250; add(s); }
+    { Fp8Spec s; s.name = "softcap_alibi_window"; s.softcap = 8.0f; s.alibi = true; s.window_left = 50; s.window_right = 10; s.seqlen_q = 300; s.seqlen_k = 300; add(s); }
     { Fp8Spec s; s.name = "causal_sq_lt_sk"; s.causal = true; s.seqlen_q = 100; s.seqlen_k = 700; add(s); }
     { Fp8Spec s; s.name = "causal_sq_gt_sk"; s.causal = true; s.seqlen_q = 200; s.seqlen_k = 90; add(s); }
     { Fp8Spec s; s.name = "window"; s.window_left = 64; s.window_right = 16; s.seqlen_q = 400; s.seqlen_k = 400; add(s); }
@@ -1215,8 +1219,6 @@ TEST(Fp8Cuda, DeclinesWhatTheKernelsDoNotTake) {
     expect_error(st, StatusCode::kNotSupported, "q has dtype float8_e4m3");
     expect_error(st, StatusCode::kNotSupported, runs ? reason : fp8_cuda_decline_reason());
   };
-  { Fp8Spec s; s.name = "softcap"; s.d = s.dv = 128; s.softcap = 5.0f; declined(s, "softcap"); }
-  { Fp8Spec s; s.name = "alibi"; s.d = s.dv = 128; s.alibi = true; declined(s, "alibi_slopes"); }
   { Fp8Spec s; s.name = "head_dim_96"; s.d = s.dv = 96; declined(s, "head_dim 96"); }
   { Fp8Spec s; s.name = "dv_ne_d"; s.d = 128; s.dv = 64; declined(s, "head_dim_v 64"); }
 

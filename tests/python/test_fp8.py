@@ -343,22 +343,23 @@ CUDA_CASES = [
     dict(name="d128_window", b=1, sq=400, sk=400, h=2, hk=1, d=128, window=(64, 16)),
     dict(name="d128_sink_scalar_descale", b=2, sq=150, sk=150, h=4, hk=2, d=128, causal=True,
          sink=True, per_head=False),
+    dict(name="d128_softcap_window", b=1, sq=300, sk=300, h=4, hk=2, d=128, window=(50, 10), softcap=8.0),
     dict(name="d64_causal", b=2, sq=257, sk=257, h=4, hk=2, d=64, causal=True),
     dict(name="d256_gqa", b=1, sq=200, sk=300, h=4, hk=2, d=256),
 ]
 
 
-def _check_cuda_against_cpu_and_naive(ours, cpu, q8, k8, v8, qd, kd, vd, causal, window, sink):
+def _check_cuda_against_cpu_and_naive(ours, cpu, q8, k8, v8, qd, kd, vd, causal, window, sink, softcap=0.0):
     """The CUDA output against the naive FP8 computation (the CPU criterion widened by the tensor
     cores' accumulation) and against the CPU backend's output (each within its tolerance of the
     naive one); FlashAttention's criterion against float64 of the dequantized inputs."""
     d = q8.shape[-1]
     qf, kf, vf = dequantize(q8, qd), dequantize(k8, kd), dequantize(v8, vd)
-    kw = dict(scale=d ** -0.5, causal=causal, window=window, sink=sink)
+    kw = dict(scale=d ** -0.5, causal=causal, window=window, sink=sink, softcap=softcap)
     naive, _ = attn_ref.forward(qf, kf, vf, fp8_round_p=True, **kw)
     exact, lse_ref = attn_ref.forward(qf, kf, vf, **kw)
-    tol = naive_tolerance(qf, kf, vf, naive, d ** -0.5, causal, window, 0.0, sink, WGMMA_FP8_STEP_EPS)
-    cpu_tol = naive_tolerance(qf, kf, vf, naive, d ** -0.5, causal, window, 0.0, sink)
+    tol = naive_tolerance(qf, kf, vf, naive, d ** -0.5, causal, window, softcap, sink, WGMMA_FP8_STEP_EPS)
+    cpu_tol = naive_tolerance(qf, kf, vf, naive, d ** -0.5, causal, window, softcap, sink)
     assert (np.abs(ours - naive) <= tol).all(), np.abs(ours - naive).max()
     assert (np.abs(ours - cpu) <= tol + cpu_tol).all(), np.abs(ours - cpu).max()
     attn_ref.assert_fa_close("out", ours, exact, naive, atol=2.0 ** -8 * np.abs(exact).max())
@@ -370,6 +371,7 @@ def _check_fp8_case(case, dev):
     g = torch.Generator().manual_seed(11)
     b, sq, sk, h, hk, d = (case[n] for n in ("b", "sq", "sk", "h", "hk", "d"))
     causal, window = case.get("causal", False), case.get("window", (-1, -1))
+    softcap = case.get("softcap", 0.0)
     x = [torch.randn(b, s, hh, d, generator=g) for s, hh in ((sq, h), (sk, hk), (sk, hk))]
     (q8, qd), (k8, kd), (v8, vd) = (quantize(t, hk, case.get("per_head", True)) for t in x)
     sink = torch.rand(h, generator=g) * 2 - 1 if case.get("sink") else None
@@ -377,7 +379,7 @@ def _check_fp8_case(case, dev):
     def run(device):
         to = (lambda t: None if t is None else t.to(device))
         return flashattn.flash_attn_func(
-            to(q8), to(k8), to(v8), causal=causal, window_size=window, learnable_sink=to(sink),
+            to(q8), to(k8), to(v8), causal=causal, window_size=window, softcap=softcap, learnable_sink=to(sink),
             return_attn_probs=True, q_descale=to(qd), k_descale=to(kd), v_descale=to(vd))
 
     if dev != "cpu":
@@ -391,7 +393,7 @@ def _check_fp8_case(case, dev):
     cpu_out, _, _ = run("cpu")
     sink64 = None if sink is None else sink.double().numpy()
     lse_ref = _check_cuda_against_cpu_and_naive(out.cpu().double().numpy(), cpu_out.double().numpy(),
-                                                q8, k8, v8, qd, kd, vd, causal, window, sink64)
+                                                q8, k8, v8, qd, kd, vd, causal, window, sink64, softcap)
     # The LSE of the unrounded scores, up to the tensor cores' accumulation of the logits.
     np.testing.assert_allclose(lse.cpu().double().numpy(), lse_ref, rtol=2e-5, atol=2e-3)
 
@@ -401,7 +403,10 @@ def test_cuda_fp8_forward_matches_cpu_and_naive(case):
     _check_fp8_case(case, _cuda_or_skip())
 
 
-@pytest.mark.parametrize("case", CUDA_CASES[:2], ids=[c["name"] for c in CUDA_CASES[:2]])
+HARNESS_CASES = [c for c in CUDA_CASES if c["name"] in ("d128_gqa", "d128_softcap_window")]
+
+
+@pytest.mark.parametrize("case", HARNESS_CASES, ids=[c["name"] for c in HARNESS_CASES])
 def test_cuda_fp8_harness_holds_for_the_cpu_backend(case):
     """The CUDA cases' checks, with the CPU backend in CUDA's place (runs without a GPU)."""
     _check_fp8_case(case, "cpu")
@@ -457,8 +462,6 @@ def test_cuda_fp8_forward_declines():
     q = torch.randn(2, 128, 4, 128, device=dev).to(FP8)
     k = torch.randn(2, 128, 2, 128, device=dev).to(FP8)
     d = torch.ones(2, 2, device=dev)
-    with pytest.raises(TypeError, match="softcap" if runs else reason):
-        flashattn.flash_attn_func(q, k, k, softcap=5.0, q_descale=d, k_descale=d, v_descale=d)
     q96, k96 = q[..., :96].contiguous(), k[..., :96].contiguous()
     with pytest.raises(TypeError, match="head_dim 96" if runs else reason):
         flashattn.flash_attn_func(q96, k96, k96, q_descale=d, k_descale=d, v_descale=d)

@@ -2,5 +2,5 @@
 #include "cuda/sm90/fwd8_launch.h"
 
 namespace flashattn::cuda {
-template Status sm90::run_fwd8<sm90::Fwd8Traits<128, MaskMode::kNone>>(const ForwardParams&, cudaStream_t);
+template Status sm90::run_fwd8<sm90::Fwd8Traits<128, MaskMode::kNone, /*kMods=*/false>>(const ForwardParams&, cudaStream_t);
 }  // namespace flashattn::cuda

@@ -29,8 +29,8 @@ Status run_fwd(const ForwardParams& params, cudaStream_t stream);
 
 // The FP8 forward (q, k, v float8 e4m3, out bf16; fwd8_kernel.h). Why it does not take p (empty
 // when it does): a head dim other than 64, 128 and 256, head_dim_v != head_dim, a head dim not
-// built, dropout, attn_bias / attn_mask / block masks, softcap, ALiBi, requested key splits, a
-// broadcast operand. No other path runs an e4m3 q on CUDA, so a declined call is NotSupported.
+// built, dropout, attn_bias / attn_mask / block masks, requested key splits, a broadcast
+// operand. No other path runs an e4m3 q on CUDA, so a declined call is NotSupported.
 std::string fwd8_declines(const ForwardParams& p);
 
 // Runs p, which fwd8_declines accepted. NotSupported (nothing launched) when the copy engine

@@ -27,8 +27,6 @@ std::string fwd8_declines(const ForwardParams& p) {
   }
   if (p.has_dropout()) return "dropout_p > 0";
   if (p.has_score_mods()) return "attn_bias, attn_mask and block masks";
-  if (p.softcap > 0.0f) return "softcap";
-  if (p.alibi != nullptr) return "alibi_slopes";
   if (p.num_splits > 1) return "num_splits > 1 (the FP8 kernels do not split keys)";
   const auto broadcast = [&](const Strides3& s, int heads) {
     return s.row == 0 || (heads > 1 && s.head == 0) || (!p.is_varlen() && p.batch > 1 && s.batch == 0);
@@ -39,27 +37,33 @@ std::string fwd8_declines(const ForwardParams& p) {
   return {};
 }
 
-// Each case only where the build has its instantiations (FLASHATTN_CUDA_HDIM_<d>, as
+// One head dim's four kernels: {no mask, window} x {plain, softcap / ALiBi}.
+template <int kHeadDim>
+Status run_head_dim(const ForwardParams& p, cudaStream_t stream) {
+  const bool window = p.has_window();
+  if (p.softcap > 0.0f || p.alibi != nullptr) {
+    return window ? run_fwd8<Fwd8Traits<kHeadDim, MaskMode::kWindow, true>>(p, stream)
+                  : run_fwd8<Fwd8Traits<kHeadDim, MaskMode::kNone, true>>(p, stream);
+  }
+  return window ? run_fwd8<Fwd8Traits<kHeadDim, MaskMode::kWindow>>(p, stream)
+                : run_fwd8<Fwd8Traits<kHeadDim, MaskMode::kNone>>(p, stream);
+}
+
+// Each head dim only where the build has its instantiations (FLASHATTN_CUDA_HDIM_<d>, as
 // build_config.h): fwd8_declines has turned the others away already.
 Status dispatch_fwd8(const ForwardParams& p, cudaStream_t stream) {
-  [[maybe_unused]] const bool window = p.has_window();
   switch (p.head_dim) {
 #if defined(FLASHATTN_CUDA_HDIM_64)
-    case 64:
-      return window ? run_fwd8<Fwd8Traits<64, MaskMode::kWindow>>(p, stream)
-                    : run_fwd8<Fwd8Traits<64, MaskMode::kNone>>(p, stream);
+    case 64: return run_head_dim<64>(p, stream);
 #endif
 #if defined(FLASHATTN_CUDA_HDIM_128)
-    case 128:
-      return window ? run_fwd8<Fwd8Traits<128, MaskMode::kWindow>>(p, stream)
-                    : run_fwd8<Fwd8Traits<128, MaskMode::kNone>>(p, stream);
+    case 128: return run_head_dim<128>(p, stream);
 #endif
 #if defined(FLASHATTN_CUDA_HDIM_256)
-    case 256:
-      return window ? run_fwd8<Fwd8Traits<256, MaskMode::kWindow>>(p, stream)
-                    : run_fwd8<Fwd8Traits<256, MaskMode::kNone>>(p, stream);
+    case 256: return run_head_dim<256>(p, stream);
 #endif
     default:
+      (void)stream;
       return Status::NotSupported("the sm90 FP8 forward has no kernel for head_dim " + std::to_string(p.head_dim) +
                                   " in this build");
   }

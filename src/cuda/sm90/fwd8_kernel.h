@@ -352,10 +352,20 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd8_kernel(const __grid_
     const WindowMask mask = make_window_mask<Traits::kMask == MaskMode::kWindow>(
         w.seqlen_q, w.seqlen_k, params.window_left, params.window_right);
     // q_descale * k_descale of the head's kv head fold into the scale (SEMANTICS.md step 1);
-    // v_descale multiplies O at the end.
+    // v_descale multiplies O at the end. With modifiers the scores leave modify_scores in log2
+    // units already (softcap's input scale carries the descales too).
     const int head_k = w.head / group;
-    const float scale_log2 =
-        params.scale_log2 * params.q_descale.at(w.batch, head_k) * params.k_descale.at(w.batch, head_k);
+    const float descale = params.q_descale.at(w.batch, head_k) * params.k_descale.at(w.batch, head_k);
+    const float scale_log2 = Traits::kMods ? 1.0f : params.scale_log2 * descale;
+    ScoreMods90 mods{};
+    if constexpr (Traits::kMods) {
+      mods.softcap = params.softcap > 0.0f;
+      mods.scale_log2 = params.scale_log2 * descale;
+      mods.softcap_in = mods.softcap ? params.scale * descale / params.softcap : 0.0f;
+      mods.softcap_out = mods.softcap ? params.softcap * kLog2e : 0.0f;
+      mods.alibi_log2 =
+          params.alibi != nullptr ? params.alibi[w.batch * params.alibi_batch_stride + w.head] * kLog2e : 0.0f;
+    }
 
     ConsumerState<Traits> st;
     uint32_t p[kBlockN / 8];
@@ -385,6 +395,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd8_kernel(const __grid_
       ptx::wgmma_wait<0>();
       ptx::fence_operand(st.s);
       release(&ring.k_empty[stage], lane);
+      if constexpr (Traits::kMods) modify_scores<Traits>(st.s, mods, mask, row, (w.n_hi - 1) * kBlockN + 2 * t4);
       if (needs_mask(w.n_hi - 1)) apply_mask<Traits>(st.s, mask, row, (w.n_hi - 1) * kBlockN + 2 * t4);
       {
         float correction[2];
@@ -407,6 +418,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd8_kernel(const __grid_
         ptx::wgmma_wait<1>();
         ptx::fence_operand(st.s);
         release(&ring.k_empty[stage], lane);
+        if constexpr (Traits::kMods) modify_scores<Traits>(st.s, mods, mask, row, n_block * kBlockN + 2 * t4);
         if (needs_mask(n_block)) apply_mask<Traits>(st.s, mask, row, n_block * kBlockN + 2 * t4);
         float correction[2];
         const bool rescale = softmax_block8<Traits>(st, scale_log2, correction);

@@ -15,13 +15,15 @@
 
 namespace flashattn::cuda::sm90 {
 
-template <int kHeadDim_, MaskMode kMask_>
+// kMods_: softcap and ALiBi (fwd_kernel.h modify_scores, under uniform run-time branches, the
+// scores then in log2 units before the reference r is taken), as FwdTraits::kMods.
+template <int kHeadDim_, MaskMode kMask_, bool kMods_ = false>
 struct Fwd8Traits : Fwd8Shape<kHeadDim_> {
   using Shape = Fwd8Shape<kHeadDim_>;
   // The output's element (bf16): store_tile, shared with the 16-bit kernel, packs O in it.
   using Element = __nv_bfloat16;
   static constexpr MaskMode kMask = kMask_;
-  static constexpr bool kMods = false;  // softcap and ALiBi: declined (fwd8_declines)
+  static constexpr bool kMods = kMods_;
   static constexpr int kThreads = 128 * (Shape::kConsumers + 1);
   // Warpgroup 0: one thread issues the copies, warps 1-3 transpose V (fwd8_kernel.h). The
   // transpose holds four source words, four results and their addresses: 40 registers.
