@@ -324,6 +324,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd8_kernel(const __grid_
 
   ptx::warpgroup_reg_alloc<Traits::kConsumerRegs>();
   const int consumer = warpgroup - 1;
+  // Traits::kPinSoftmax: one float per consumer warp after the end flags, stored, never read.
+  [[maybe_unused]] const uint32_t pin_slot = stop_flag + 4 * kStages + 4 * (warp - 4);
   const int g = lane / 4;
   const int t4 = lane % 4;
   const int wg_row0 = consumer * 64;
@@ -422,6 +424,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd8_kernel(const __grid_
         if (needs_mask(n_block)) apply_mask<Traits>(st.s, mask, row, n_block * kBlockN + 2 * t4);
         float correction[2];
         const bool rescale = softmax_block8<Traits>(st, scale_log2, correction);
+        // Keeps ptxas's wait for P V after the exponentials (fwd_kernel.h, the same pin).
+        if constexpr (Traits::kPinSoftmax) {
+          if (lane == 0) ptx::st_shared_f32(pin_slot, st.row_sum[0] + st.row_sum[1]);
+        }
         ptx::wgmma_wait<0>();
         ptx::fence_operand(st.o);
         ptx::fence_operand(p);

@@ -35,12 +35,19 @@ struct Fwd8Traits : Fwd8Shape<kHeadDim_> {
   static constexpr bool kDynamicTiles = kMask == MaskMode::kWindow;  // as the 16-bit kernel (fwd_traits.h)
   // Q full/empty; K, V, Vt full and empty per stage; the tile feed's pairs and slots.
   static constexpr int kBarriers = 2 + 6 * Shape::kStages + (kDynamicTiles ? 4 + 1 : 0);
+  // The softmax pinned between the two waits (FwdTraits::kPinSoftmax, fwd_kernel.h): unpinned,
+  // ptxas puts the wait for P V before all 66 exponentials of the d128 loop here too (SASS).
+  // The bf16 choice (pinned at d <= 128 without modifiers, measured there) is taken as it is;
+  // not timed for FP8.
+  static constexpr bool kPinSoftmax = kHeadDim_ <= 128 && !kMods_;
+  static constexpr int kPinBytes = kPinSoftmax ? 4 * 4 * Shape::kConsumers : 0;  // one float per consumer warp
   // store_tile's choice for a 128-wide O (fwd_traits.h); d64 and d256 store 16 bytes at a time.
   static constexpr bool kStoreOChunks = kHeadDim_ == 128;
-  // +1024 alignment, the tiles, the barriers, and the transposers' end flags (one int per stage).
+  // +1024 alignment, the tiles, the barriers, the transposers' end flags (one int per stage),
+  // the pin slots.
   static constexpr size_t kSmemBytes = 1024 + Shape::kTileBytesQ +
                                        size_t(Shape::kStages) * (Shape::kTileBytesK + Shape::kTileBytesV + Shape::kTileBytesVt) +
-                                       8 * kBarriers + 4 * Shape::kStages;
+                                       8 * kBarriers + 4 * Shape::kStages + kPinBytes;
 
   static_assert(Shape::kConsumers >= 2 && Shape::kPingPong, "ping-pong takes turns between consumer warpgroups");
   static_assert(kSmemBytes <= kFwdSmemLimit, "fits the 227 KB an sm90 CTA may use");
