@@ -183,6 +183,38 @@ void check_qk() {
   }
 }
 
+// The transposers' shared-memory accesses at d128 (128-byte swizzle on both sides): each of a
+// warp's 4 loads and 4 stores per unit touches 32 distinct banks (one wavefront).
+struct BankLog {
+  std::vector<std::vector<uint32_t>>* accesses;  // per instruction slot, the lanes' byte addresses
+  mutable int slot = 0;
+  uint32_t load(uint32_t a) const { return record(a), 0u; }
+  void store(uint32_t a, uint32_t) const { record(a); }
+  void record(uint32_t a) const {
+    if (static_cast<size_t>(slot) >= accesses->size()) accesses->resize(size_t(slot) + 1);
+    (*accesses)[size_t(slot++)].push_back(a);
+  }
+};
+
+TEST(Fp8Sm90Layout, TransposerAccessesAreConflictFreeD128) {
+  using T = Fwd8Shape<128>;
+  constexpr int kUnits = (T::kHeadDim / 4) * (T::kBlockN / 4);
+  for (int warp_base = 0; warp_base < kUnits; warp_base += 32) {
+    std::vector<std::vector<uint32_t>> accesses;
+    for (int lane = 0; lane < 32; ++lane) {
+      BankLog log{&accesses};
+      fwd8::transpose_unit_words(log, 0, uint32_t(T::kTileBytesV), fwd8::transpose_unit(warp_base + lane, T::kHeadDim),
+                                 T::kRowBytes, T::kPanelBytesKV, T::kVtRowBytes);
+    }
+    ASSERT_EQ(accesses.size(), 8u);
+    for (size_t k = 0; k < accesses.size(); ++k) {
+      std::vector<int> banks(32, 0);
+      for (uint32_t a : accesses[k]) ++banks[(a / 4) % 32];
+      for (int b = 0; b < 32; ++b) ASSERT_EQ(banks[size_t(b)], 1) << "units " << warp_base << "+, access " << k << ", bank " << b;
+    }
+  }
+}
+
 TEST(Fp8Sm90Layout, PVPairsTheSameKeyD64) { check_pv<Fwd8Shape<64>>(); }
 TEST(Fp8Sm90Layout, PVPairsTheSameKeyD128) { check_pv<Fwd8Shape<128>>(); }
 TEST(Fp8Sm90Layout, PVPairsTheSameKeyD256) { check_pv<Fwd8Shape<256>>(); }

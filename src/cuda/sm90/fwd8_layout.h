@@ -96,7 +96,7 @@ FLASHATTN_FWD8_HD constexpr int p_source(int kk, int hf, int h, int byte) {
 // A transposer's unit: head-dim bytes col .. col + 3 of Vt word w (K-bytes 4w .. 4w + 3) of each
 // of those four rows. Lanes take 8 consecutive column groups by 4 consecutive words: the 32 loads
 // of a warp read 8 distinct 16-byte chunks of 4 key rows 2 apart, which the 128-byte swizzle
-// spreads over all 32 banks.
+// spreads over all 32 banks (the stores: transpose_unit_words).
 struct TransposeUnit {
   int col;   // first head-dim byte (a multiple of 4)
   int w;     // Vt word in the row
@@ -151,7 +151,16 @@ FLASHATTN_FWD8_HD void transpose_unit_words(const Mem& mem, uint32_t src, uint32
                          mem.load(s + swizzled(u.key0 + 9, cb, row_bytes))};
   uint32_t d[4];
   transpose4x4(r, d);
-  for (int i = 0; i < 4; ++i) mem.store(dst + swizzled(u.col + i, 4 * u.w, vt_row_bytes), d[i]);
+  // The four rows col .. col + 3 in an order rotated by (col / 8) mod 4: a warp's 32 stores of
+  // one instruction then reach Vt rows of all eight residues mod 8 (4 words each), which the
+  // 128-byte swizzle puts in distinct banks; in plain order they hit two residues (4-way
+  // conflicts). The selects cost the transposers ALU slots they have to spare.
+  const int rot = (u.col >> 3) & 3;
+  for (int j = 0; j < 4; ++j) {
+    const int i = (j + rot) & 3;
+    const uint32_t x = i == 0 ? d[0] : i == 1 ? d[1] : i == 2 ? d[2] : d[3];
+    mem.store(dst + swizzled(u.col + i, 4 * u.w, vt_row_bytes), x);
+  }
 }
 
 }  // namespace fwd8
