@@ -190,7 +190,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd8_kernel(const __grid_
   const ForwardParams& params = kp.p;
 
   extern __shared__ unsigned char smem_raw[];
-  unsigned char* smem = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  unsigned char* smem = ptx::align_shared<1024>(smem_raw);
   unsigned char* sQ = smem;                                  // kPanels x (kBlockM rows)
   unsigned char* sK = sQ + Traits::kTileBytesQ;              // kStages x kPanels x (kBlockN rows)
   unsigned char* sV = sK + kStages * Traits::kTileBytesK;    // kStages x kPanels x (kBlockN rows)

@@ -8,6 +8,7 @@
 
 #include "cuda/common/cta_order.h"
 #include "cuda/common/cuda_check.h"
+#include "cuda/common/kernel_facts.h"
 #include "cuda/common/workspace.h"
 #include "cuda/sm90/fwd.h"
 #include "cuda/sm90/fwd8_kernel.h"
@@ -46,10 +47,9 @@ Status run_fwd8(const ForwardParams& params, cudaStream_t stream) {
 
   const auto kernel = fwd8_kernel<Traits>;
   constexpr size_t kSmem = Traits::kSmemBytes;
-  FLASHATTN_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmem)));
-  int device = 0, sms = 0;
-  FLASHATTN_CUDA_TRY(cudaGetDevice(&device));
-  FLASHATTN_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  if (Status s = raise_dynamic_smem(kernel, kSmem); !s.ok()) return s;
+  int sms = 0;
+  if (Status s = multiprocessors(&sms); !s.ok()) return s;
   const int m_blocks = (params.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM;
   const long long planes = static_cast<long long>(params.heads) * params.batch;
   if (planes * m_blocks >= (1LL << 31)) {
