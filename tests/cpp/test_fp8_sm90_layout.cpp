@@ -79,9 +79,53 @@ TEST(Fp8Sm90Layout, BytePermuteTransposes) {
   }
 }
 
-// O += P V for one traits: the transposers' units cover Vt once, and every k32 step pairs P and
-// V of the same key.
+// ldmatrix.sync.aligned.m8n8.x4.trans.b16 and stmatrix.sync.aligned.m8n8.x4.b16 on a byte image
+// (PTX ISA, "warp-level matrix load / store"): matrix m's eight rows of 16 bytes (eight 16-bit
+// elements) start at the addresses lanes 8m .. 8m + 7 give. ldmatrix without .trans hands lane
+// 4g + t, in r[m], row g's elements 2t and 2t + 1; .trans hands it the transpose's: column g of
+// rows 2t (low half) and 2t + 1 (high half). stmatrix stores lane 4g + t's r[m] as row g's
+// elements 2t, 2t + 1.
+void ldmatrix_x4_trans(const std::vector<unsigned char>& mem, const uint32_t (&addr)[32], uint32_t (&r)[32][4]) {
+  for (int lane = 0; lane < 32; ++lane) {
+    const int g = lane / 4, t = lane % 4;
+    for (int m = 0; m < 4; ++m) {
+      const uint32_t lo = addr[8 * m + 2 * t] + uint32_t(2 * g), hi = addr[8 * m + 2 * t + 1] + uint32_t(2 * g);
+      r[lane][m] = uint32_t(mem[lo]) | uint32_t(mem[lo + 1]) << 8 | uint32_t(mem[hi]) << 16 | uint32_t(mem[hi + 1]) << 24;
+    }
+  }
+}
+void stmatrix_x4(std::vector<unsigned char>& mem, const uint32_t (&addr)[32], const uint32_t (&r)[32][4],
+                 std::vector<int>* writes, uint32_t writes_base) {
+  for (int lane = 0; lane < 32; ++lane) {
+    const int g = lane / 4, t = lane % 4;
+    for (int m = 0; m < 4; ++m) {
+      for (int b = 0; b < 4; ++b) {
+        const uint32_t a = addr[8 * m + g] + uint32_t(4 * t + b);
+        mem[a] = static_cast<unsigned char>(r[lane][m] >> (8 * b));
+        ++(*writes)[a - writes_base];
+      }
+    }
+  }
+}
+
+// One warp's item of the matrix transposer on a byte image (the kernel's offsets and byte
+// permutes, the ISA's ldmatrix / stmatrix above).
 template <typename T>
+void matrix_item_on_host(std::vector<unsigned char>& smem, uint32_t vt0, int item, std::vector<int>* writes) {
+  const fwd8::MatrixItem it = fwd8::matrix_item(unsigned(item), T::kBlockN);
+  uint32_t ld[32], st[32], r[32][4], o[32][4];
+  for (int lane = 0; lane < 32; ++lane) {
+    ld[lane] = fwd8::ldsm_offset(it, lane, T::kRowBytes, T::kPanelBytesKV);
+    st[lane] = vt0 + fwd8::stsm_offset(it, lane, T::kVtRowBytes);
+  }
+  ldmatrix_x4_trans(smem, ld, r);
+  for (int lane = 0; lane < 32; ++lane) fwd8::matrix_vt_words(r[lane], o[lane], lane);
+  stmatrix_x4(smem, st, o, writes, vt0);
+}
+
+// O += P V for one traits: the transposer (the word units, or the matrix items when `matrix`)
+// covers Vt once, and every k32 step pairs P and V of the same key.
+template <typename T, bool matrix = false>
 void check_pv() {
   constexpr int kN = T::kBlockN, kD = T::kHeadDim;
   // V tile (keys x head-dim bytes, panels of kRowBytes columns) as the copy engine lays it, twice:
@@ -100,13 +144,21 @@ void check_pv() {
   std::copy(v_key.begin(), v_key.end(), smem_key.begin());
   std::copy(v_col.begin(), v_col.end(), smem_col.begin());
   std::vector<int> writes(T::kTileBytesVt, 0);
-  constexpr int kUnits = (kD / 4) * (kN / 4);
-  for (int unit = 0; unit < kUnits; ++unit) {
-    const fwd8::TransposeUnit u = fwd8::transpose_unit(unit, kD);
-    fwd8::transpose_unit_words(Bytes{&smem_key}, 0, vt0, u, T::kRowBytes, T::kPanelBytesKV, T::kVtRowBytes);
-    fwd8::transpose_unit_words(Bytes{&smem_col}, 0, vt0, u, T::kRowBytes, T::kPanelBytesKV, T::kVtRowBytes);
-    for (int i = 0; i < 4; ++i) {
-      for (int b = 0; b < 4; ++b) ++writes[fwd8::swizzled(u.col + i, 4 * u.w + b, T::kVtRowBytes)];
+  if constexpr (matrix) {
+    std::vector<int> writes_col(T::kTileBytesVt, 0);
+    for (int item = 0; item < fwd8::matrix_items(kD, kN); ++item) {
+      matrix_item_on_host<T>(smem_key, vt0, item, &writes);
+      matrix_item_on_host<T>(smem_col, vt0, item, &writes_col);
+    }
+  } else {
+    constexpr int kUnits = (kD / 4) * (kN / 4);
+    for (int unit = 0; unit < kUnits; ++unit) {
+      const fwd8::TransposeUnit u = fwd8::transpose_unit(unit, kD);
+      fwd8::transpose_unit_words(Bytes{&smem_key}, 0, vt0, u, T::kRowBytes, T::kPanelBytesKV, T::kVtRowBytes);
+      fwd8::transpose_unit_words(Bytes{&smem_col}, 0, vt0, u, T::kRowBytes, T::kPanelBytesKV, T::kVtRowBytes);
+      for (int i = 0; i < 4; ++i) {
+        for (int b = 0; b < 4; ++b) ++writes[fwd8::swizzled(u.col + i, 4 * u.w + b, T::kVtRowBytes)];
+      }
     }
   }
   for (size_t i = 0; i < writes.size(); ++i) ASSERT_EQ(writes[i], 1) << "Vt byte " << i;
@@ -214,6 +266,48 @@ TEST(Fp8Sm90Layout, TransposerAccessesAreConflictFreeD128) {
     }
   }
 }
+
+// The matrix transposer (the kernel's default): the same pairing, Vt written once; its offsets
+// equal the plain formulas (copy-engine swizzle of V's key row, the kernel's Vt swizzle); each
+// ldmatrix / stmatrix phase (one matrix: eight 16-byte rows) reaches 32 distinct banks.
+template <typename T>
+void check_matrix_offsets_and_banks() {
+  for (int item = 0; item < fwd8::matrix_items(T::kHeadDim, T::kBlockN); ++item) {
+    const fwd8::MatrixItem it = fwd8::matrix_item(unsigned(item), T::kBlockN);
+    for (int lane = 0; lane < 32; ++lane) {
+      const int m = lane / 8, i = lane % 8;
+      const int key = it.kb + 8 * (m % 2) + i, d = it.d0 + 16 * (m / 2);
+      ASSERT_EQ(fwd8::ldsm_offset(it, lane, T::kRowBytes, T::kPanelBytesKV),
+                uint32_t((d / T::kRowBytes) * T::kPanelBytesKV) + tma_offset(key, d % T::kRowBytes, T::kRowBytes))
+          << "item " << item << " lane " << lane;
+      ASSERT_EQ(fwd8::stsm_offset(it, lane, T::kVtRowBytes),
+                fwd8::swizzled(it.d0 + fwd8::stsm_lane_row(lane), it.kb, T::kVtRowBytes))
+          << "item " << item << " lane " << lane;
+    }
+    for (int m = 0; m < 4; ++m) {
+      std::vector<int> ld_banks(32, 0), st_banks(32, 0);
+      for (int i = 0; i < 8; ++i) {
+        const uint32_t ld = fwd8::ldsm_offset(it, 8 * m + i, T::kRowBytes, T::kPanelBytesKV);
+        const uint32_t st = fwd8::stsm_offset(it, 8 * m + i, T::kVtRowBytes);
+        for (uint32_t w = 0; w < 4; ++w) {
+          ++ld_banks[(ld / 4 + w) % 32];
+          ++st_banks[(st / 4 + w) % 32];
+        }
+      }
+      for (int b = 0; b < 32; ++b) {
+        ASSERT_EQ(ld_banks[size_t(b)], 1) << "ldmatrix item " << item << " matrix " << m << " bank " << b;
+        ASSERT_EQ(st_banks[size_t(b)], 1) << "stmatrix item " << item << " matrix " << m << " bank " << b;
+      }
+    }
+  }
+}
+
+TEST(Fp8Sm90Layout, MatrixTransposerPairsTheSameKeyD64) { check_pv<Fwd8Shape<64>, true>(); }
+TEST(Fp8Sm90Layout, MatrixTransposerPairsTheSameKeyD128) { check_pv<Fwd8Shape<128>, true>(); }
+TEST(Fp8Sm90Layout, MatrixTransposerPairsTheSameKeyD256) { check_pv<Fwd8Shape<256>, true>(); }
+TEST(Fp8Sm90Layout, MatrixTransposerOffsetsAndBanksD64) { check_matrix_offsets_and_banks<Fwd8Shape<64>>(); }
+TEST(Fp8Sm90Layout, MatrixTransposerOffsetsAndBanksD128) { check_matrix_offsets_and_banks<Fwd8Shape<128>>(); }
+TEST(Fp8Sm90Layout, MatrixTransposerOffsetsAndBanksD256) { check_matrix_offsets_and_banks<Fwd8Shape<256>>(); }
 
 TEST(Fp8Sm90Layout, PVPairsTheSameKeyD64) { check_pv<Fwd8Shape<64>>(); }
 TEST(Fp8Sm90Layout, PVPairsTheSameKeyD128) { check_pv<Fwd8Shape<128>>(); }

@@ -29,11 +29,16 @@
 //     of Vt's row. P stays in its thread, the shuffles FlashAttention-3 spends on P are gone,
 //     and the permutation costs the transpose nothing (it moves every byte anyway).
 //
-// Transposer (warps 1-3 of warpgroup 0, 96 threads): per Vt word (4 K-bytes k .. k+3 of one
-// head-dim column n, for 4 columns n .. n+3 at once) it reads the four source words of keys
-// u(k) .. u(k+3) at bytes n .. n+3 (rows key0, key0 + 1, key0 + 8, key0 + 9 with
-// key0 = 32g + 16hf + 2t), transposes the 4 x 4 bytes with byte permutes and writes four Vt
-// words (fwd8_layout.h, checked on the host by tests/cpp/test_fp8_sm90_layout.cpp). V's slot is freed as soon as it is read; Vt has a full / empty pair of its own. The
+// Transposer (warps 1-3 of warpgroup 0): per warp, items of 16 keys x 32 head-dim bytes, one
+// ldmatrix.x4.trans (byte pairs of one key as 16-bit elements), four byte permutes and one
+// stmatrix.x4 each (fwd8_layout.h, "The matrix transposer"; checked on the host by
+// tests/cpp/test_fp8_sm90_layout.cpp against the ISA's ldmatrix / stmatrix). ldmatrix's
+// transpose hands lane 4g + t keys 2t, 2t + 1 of two head-dim columns, which with the next 8
+// keys' register are exactly Vt's K-permuted word 4t (3.), so the permutation is free here too.
+// The first version (4 x 4 byte units of 4-byte loads and stores, FLASHATTN_DEV_FP8_VT_WORDS)
+// took 120 SASS instructions per 16 bytes; it is the likely bound of the first H200 timing
+// (0.35-0.54x bf16, flat in head dim and length: dev/NOTES.md).
+// V's slot is freed as soon as it is read; Vt has a full / empty pair of its own. The
 // transposers do not follow the tiles: they take every V slot in ring order until the producer
 // marks a slot as the end (that slot's flag, then a plain arrival on its full barrier).
 // A caller-transposed V (FA3's other option) would skip this stage; the ring keeps V and Vt
@@ -46,6 +51,7 @@
 #include <cstdint>
 
 #include "core/fp8.h"
+#include "cuda/ptx/ldmatrix.h"
 #include "cuda/sm90/fwd8_layout.h"
 #include "cuda/sm90/fwd8_traits.h"
 #include "cuda/sm90/fwd_kernel.h"
@@ -87,7 +93,10 @@ struct SharedWords {
 
 // The transposers' share of one V tile: src (kBlockN keys x kHeadDim bytes, in panels) ->
 // dst (kHeadDim rows x kBlockN key bytes, K-permuted as in the file comment), shared-memory
-// addresses; `tid` in [0, kTransposeThreads). The units and their bytes: fwd8_layout.h.
+// addresses; `tid` in [0, kTransposeThreads). The algebra: fwd8_layout.h.
+#if defined(FLASHATTN_DEV_FP8_VT_WORDS)
+// The first transposer, kept for an A/B: 4 x 4 byte units of 4-byte loads and stores, 120 SASS
+// instructions per unit at d128, 11 units per thread per tile (dev/NOTES.md).
 template <typename Traits>
 __device__ __forceinline__ void transpose_v(uint32_t src, uint32_t dst, int tid) {
   constexpr int kUnits = (Traits::kHeadDim / 4) * (Traits::kBlockN / 4);
@@ -98,6 +107,32 @@ __device__ __forceinline__ void transpose_v(uint32_t src, uint32_t dst, int tid)
                                Traits::kRowBytes, Traits::kPanelBytesKV, Traits::kVtRowBytes);
   }
 }
+#else
+// Per warp, items of 16 keys x 32 head-dim bytes: ldmatrix.x4.trans, four byte permutes,
+// stmatrix.x4 (fwd8_layout.h, "The matrix transposer"). Two items per pass: the second
+// ldmatrix issues before the first one's permutes wait for it, within the producer's 40
+// registers.
+template <typename Traits>
+__device__ __forceinline__ void transpose_v(uint32_t src, uint32_t dst, int tid) {
+  constexpr int kItems = fwd8::matrix_items(Traits::kHeadDim, Traits::kBlockN);
+  constexpr int kWarps = Traits::kTransposeThreads / 32;
+  static_assert(Traits::kTransposeThreads % 32 == 0, "whole warps");
+  const unsigned warp = unsigned(tid) / 32;
+  const int lane = tid % 32;
+  // The XORs on the offsets, not on the addresses: the lane's bits reach bit 10 (16 rows of
+  // 128 bytes), above the tiles' 1024-byte alignment.
+  const uint32_t ld_lane = fwd8::ldsm_lane_bits(lane, Traits::kRowBytes);
+  const uint32_t st_lane = fwd8::stsm_lane_bits(lane, Traits::kVtRowBytes);
+#pragma unroll 2
+  for (unsigned item = warp; item < unsigned(kItems); item += kWarps) {
+    const fwd8::MatrixItem it = fwd8::matrix_item(item, Traits::kBlockN);
+    uint32_t r[4], o[4];
+    ptx::ldmatrix_x4_trans(r, src + (fwd8::ldsm_item_bits(it, Traits::kRowBytes, Traits::kPanelBytesKV) ^ ld_lane));
+    fwd8::matrix_vt_words(r, o, lane);
+    ptx::stmatrix_x4(dst + (fwd8::stsm_item_bits(it, Traits::kVtRowBytes) ^ st_lane), o);
+  }
+}
+#endif
 
 template <typename Traits>
 __device__ __forceinline__ void gemm_qk8(float (&s)[Traits::kBlockN / 2], uint64_t q_desc, uint64_t k_desc) {

@@ -163,6 +163,90 @@ FLASHATTN_FWD8_HD void transpose_unit_words(const Mem& mem, uint32_t src, uint32
   }
 }
 
+// ---- The matrix transposer (the default; fwd8_kernel.h transpose_v) -----------------------------
+//
+// A warp moves one item, 16 keys kb .. kb + 15 (kb a multiple of 16: one half of a 32-key group)
+// by 32 head-dim bytes d0 .. d0 + 31, with one ldmatrix.x4.trans, four byte permutes and one
+// stmatrix.x4: 512 bytes for 6 instructions and their addresses, where the word units above
+// take 32 loads, 32 stores and about 3800 instructions (SASS, d128: 120 per unit).
+//
+// ldmatrix sees 16-bit elements, i.e. byte pairs of one key. Its four matrices are keys
+// kb + 8 (m % 2) + 0 .. 7 by head-dim bytes d0 + 16 (m / 2) + 0 .. 15. With .trans, lane 4g + t
+// receives in r[m] the element (column g) of rows 2t and 2t + 1: bytes
+// [V(k, dd + 2g), V(k, dd + 2g + 1), V(k + 1, dd + 2g), V(k + 1, dd + 2g + 1)], k = kb + 8 (m % 2)
+// + 2t, dd = d0 + 16 (m / 2). Bytes 0 and 2 of r[0] and r[1] are then head-dim column dd + 2g
+// at keys kb + 2t, + 1, + 8 + 2t, + 9 + 2t: exactly the K-bytes 4t .. 4t + 3 of half kb / 16 of
+// Vt's row under the key permutation (key_of_k(16 hf + 4t + b) = 16 hf + 8 (b / 2) + 2t + b % 2),
+// so one byte permute per Vt word finishes the transpose, and the permutation costs nothing.
+// stmatrix stores lane 4g + t's r[j] at bytes 4t .. 4t + 3 of row g of matrix j, each row's
+// address from a lane: matrix j holds Vt rows d0 + 16 (j / 2) + 2g + p, K-bytes kb .. kb + 15,
+// with p = (j % 2) XOR (g >= 4): the upper four rows take the other parity so that the eight
+// rows of one matrix have eight distinct residues mod 8, which both swizzles put in distinct
+// banks (in plain parity, rows 2g mod 8 repeat: 2-way conflicts).
+struct MatrixItem {
+  int kb;  // first key (a multiple of 16)
+  int d0;  // first head-dim byte (a multiple of 32)
+};
+FLASHATTN_FWD8_HD constexpr int matrix_items(int head_dim, int block_n) { return (block_n / 16) * (head_dim / 32); }
+// Unsigned: the kernel's divisions by powers of two then compile to shifts and masks.
+FLASHATTN_FWD8_HD constexpr MatrixItem matrix_item(unsigned item, int block_n) {
+  return {int(16 * (item % unsigned(block_n / 16))), int(32 * (item / unsigned(block_n / 16)))};
+}
+
+// Lane's ldmatrix row address within the V tile (block_n rows of row_bytes, in panels of
+// panel_bytes): matrix lane / 8, row lane % 8, i.e. key kb + 8 (m % 2) + i at head-dim byte
+// d0 + 16 (m / 2). Because kb is a multiple of 16 and d0 of 32, the swizzle's row term (key mod
+// 8 at 128 bytes, (key / 2) mod 4 at 64) is the lane's alone, and the item's bits (kb's rows,
+// d0's panel and even chunk) and the lane's (the row within 16, the chunk's low bit and the
+// swizzle term) are disjoint: the offset is one XOR of an item part and a loop-invariant lane
+// part (checked against the plain formula by tests/cpp/test_fp8_sm90_layout.cpp).
+FLASHATTN_FWD8_HD constexpr uint32_t ldsm_lane_bits(int lane, int row_bytes) {
+  const int m = lane / 8, i = lane % 8;
+  const int f = row_bytes == 128 ? i : (i / 2) % 4;  // the swizzle's row term
+  return uint32_t((8 * (m % 2) + i) * row_bytes + 16 * ((m / 2) ^ f));
+}
+FLASHATTN_FWD8_HD constexpr uint32_t ldsm_item_bits(const MatrixItem& it, int row_bytes, int panel_bytes) {
+  const uint32_t d0 = uint32_t(it.d0), rb = uint32_t(row_bytes);  // unsigned: shifts and masks
+  return (d0 / rb) * uint32_t(panel_bytes) + uint32_t(it.kb) * rb + d0 % rb;
+}
+FLASHATTN_FWD8_HD constexpr uint32_t ldsm_offset(const MatrixItem& it, int lane, int row_bytes, int panel_bytes) {
+  return ldsm_item_bits(it, row_bytes, panel_bytes) ^ ldsm_lane_bits(lane, row_bytes);
+}
+
+// Lane's stmatrix row address within the Vt tile (rows of vt_row_bytes, 128 or 64): matrix
+// lane / 8, row slot lane % 8 (see above), at K-byte kb. The row is d0 plus the lane's 0 .. 15,
+// so again an XOR of the item's bits (d0's rows, kb's chunk) and the lane's (its row within 16,
+// that row's swizzle term).
+FLASHATTN_FWD8_HD constexpr int stsm_lane_row(int lane) {
+  const int m = lane / 8, slot = lane % 8;
+  return 16 * (m / 2) + 2 * slot + ((m % 2) ^ (slot >= 4 ? 1 : 0));
+}
+FLASHATTN_FWD8_HD constexpr uint32_t stsm_lane_bits(int lane, int vt_row_bytes) {
+  const int row = stsm_lane_row(lane);
+  const int f = vt_row_bytes == 128 ? row % 8 : (row / 2) % 4;
+  return uint32_t(row * vt_row_bytes + 16 * f);
+}
+FLASHATTN_FWD8_HD constexpr uint32_t stsm_item_bits(const MatrixItem& it, int vt_row_bytes) {
+  return uint32_t(it.d0 * vt_row_bytes + it.kb);  // kb < block_n = vt_row_bytes
+}
+FLASHATTN_FWD8_HD constexpr uint32_t stsm_offset(const MatrixItem& it, int lane, int vt_row_bytes) {
+  return stsm_item_bits(it, vt_row_bytes) ^ stsm_lane_bits(lane, vt_row_bytes);
+}
+
+// Lane 4g + t's Vt words from its ldmatrix registers: o[j] is head-dim column
+// d0 + 16 (j / 2) + 2g + p (p as above) at keys kb + 2t, + 1, + 8, + 9, from r[2 (j / 2)] (keys
+// kb + 2t, + 1) and r[2 (j / 2) + 1] (keys kb + 8 + 2t, + 9): bytes 0, 2 (p = 0) or 1, 3 (p = 1)
+// of each.
+FLASHATTN_FWD8_HD void matrix_vt_words(const uint32_t (&r)[4], uint32_t (&o)[4], int lane) {
+  const bool upper = lane / 4 >= 4;
+  const uint32_t even = upper ? 0x7531u : 0x6420u;  // the selector of matrices 0 and 2
+  const uint32_t odd = upper ? 0x6420u : 0x7531u;
+  o[0] = byte_perm(r[0], r[1], even);
+  o[1] = byte_perm(r[0], r[1], odd);
+  o[2] = byte_perm(r[2], r[3], even);
+  o[3] = byte_perm(r[2], r[3], odd);
+}
+
 }  // namespace fwd8
 }  // namespace flashattn::cuda::sm90
 

@@ -25,8 +25,9 @@ struct Fwd8Traits : Fwd8Shape<kHeadDim_> {
   static constexpr MaskMode kMask = kMask_;
   static constexpr bool kMods = kMods_;
   static constexpr int kThreads = 128 * (Shape::kConsumers + 1);
-  // Warpgroup 0: one thread issues the copies, warps 1-3 transpose V (fwd8_kernel.h). The
-  // transpose holds four source words, four results and their addresses: 40 registers.
+  // Warpgroup 0: one thread issues the copies, warps 1-3 transpose V (fwd8_kernel.h). Two
+  // transposer items in flight (4 ldmatrix registers, 4 results, addresses each) stay within
+  // 40 registers: SASS after setmaxnreg.dec uses R0-R33 (every instantiation, CUDA 13).
   // 128 x 40 + 256 x 232 = 64512 of 65536.
   static constexpr int kProducerRegs = 40;
   static constexpr int kConsumerRegs = 232;
