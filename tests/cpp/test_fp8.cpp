@@ -455,8 +455,9 @@ Output run_reference(const Fp8Spec& spec, const Fp8Problem& p, const std::vector
 // acc_eps of the magnitude summed so far. That moves a logit by up to
 // dx = acc_eps * (d / 32) * scale * log2(e) * sum_c |q_c k_c| (widening the flip window above
 // from 2^-12 to ln 2 * dx), moves the row's LSE by up to ln 2 * max dx (added to *lse_extra per
-// (head, row), when given), and adds acc_eps * (k32 steps of P V) * sum_j P_j |V_j| / L to each
-// output. A bound, not an estimate: a layout bug moves the output by O(1) of its values.
+// (head, row), when given), adds acc_eps * (k32 steps of P V) * sum_j P_j |V_j| / L to each
+// output, and |out| (2^max dx - 1) for the row sum l, which takes P before its rounding. A
+// bound, not an estimate: a layout bug moves the output by O(1) of its values.
 std::vector<double> naive_tolerance(const Fp8Spec& spec, const Fp8Problem& p,
                                     const std::vector<double>& q, const std::vector<double>& k,
                                     const std::vector<double>& v, const std::vector<double>& naive,
@@ -535,9 +536,14 @@ std::vector<double> naive_tolerance(const Fp8Spec& spec, const Fp8Problem& p,
         }
         if (acc_eps > 0.0 && pv_abs_sum > 0.0) {
           const double pv_steps = std::ceil(static_cast<double>(sk) / 32.0) + 1.0;
+          // The row sum l takes P unrounded, so the logits' errors move it continuously (not
+          // only through rounding flips): each term by a factor within 2^(+-dx_max), l too, and
+          // O / l by up to eps / (1 - eps) of itself. Missing before the first GPU run.
+          const double l_eps = std::exp2(dx_max) - 1.0;
           for (int c = 0; c < Dv; ++c) {
-            tol[static_cast<size_t>(((q0 + i) * s.heads + h) * Dv + c)] +=
-                acc_eps * pv_steps * pv_abs[static_cast<size_t>(c)] / L;
+            const size_t e = static_cast<size_t>(((q0 + i) * s.heads + h) * Dv + c);
+            tol[e] += acc_eps * pv_steps * pv_abs[static_cast<size_t>(c)] / L +
+                      std::fabs(naive[e]) * l_eps / (1.0 - l_eps);
           }
         }
       }
