@@ -218,6 +218,16 @@ __device__ __forceinline__ void convert_p8(const ConsumerState<Traits>& st, uint
   }
 }
 
+// Dev A/B (dev/NOTES.md): FLASHATTN_DEV_FP8_VT_TMA loads Vt by TMA from a copy the launcher
+// transposes beforehand (fwd8_launch.h, dense calls only; kp.v then maps that copy) and the
+// transposer warps exit, so a timing against the default shows what the in-kernel transpose
+// still costs. Not for use: the copy is an extra pass over V and a scratch allocation per call.
+#if defined(FLASHATTN_DEV_FP8_VT_TMA)
+constexpr bool kFwd8VtByTma = true;
+#else
+constexpr bool kFwd8VtByTma = false;
+#endif
+
 template <typename Traits>
 __global__ void __launch_bounds__(Traits::kThreads, 1) fwd8_kernel(const __grid_constant__ FwdParams kp) {
   constexpr int kBlockN = Traits::kBlockN;
@@ -259,7 +269,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd8_kernel(const __grid_
       ptx::mbarrier_init(&ring.v_full[s], 1);
       ptx::mbarrier_init(&ring.k_empty[s], 4 * Traits::kConsumers);
       ptx::mbarrier_init(&ring.v_empty[s], Traits::kTransposeThreads);
-      ptx::mbarrier_init(&ring.vt_full[s], Traits::kTransposeThreads);
+      ptx::mbarrier_init(&ring.vt_full[s], kFwd8VtByTma ? 1 : Traits::kTransposeThreads);
       ptx::mbarrier_init(&ring.vt_empty[s], 4 * Traits::kConsumers);
     }
     if constexpr (Traits::kDynamicTiles) {
@@ -276,6 +286,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd8_kernel(const __grid_
   if (warpgroup == 0) {
     ptx::warpgroup_reg_dealloc<Traits::kProducerRegs>();
     if (warp != 0) {
+      if constexpr (kFwd8VtByTma) return;  // Vt arrives by TMA
       // Transposers: every V slot in ring order until the end mark.
       const int tid = threadIdx.x - 32;
 #pragma unroll 1
@@ -325,6 +336,19 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd8_kernel(const __grid_
                            Traits::kRowBytes * panel, int(w.row0_k) + n_block * kBlockN, head_k, map_batch);
         }
       };
+      // kFwd8VtByTma: V's slot of the ring carries Vt (kHeadDim rows of kBlockN key bytes, one box)
+      // straight into the Vt slot; the consumers' vt_full / vt_empty pair paces it.
+      const auto load_v = [&](int n_block, int index) {
+        if constexpr (kFwd8VtByTma) {
+          const int stage = index % kStages;
+          ptx::mbarrier_wait(&ring.vt_empty[stage], ((index / kStages) & 1) ^ 1);
+          ptx::mbarrier_arrive_expect_tx(&ring.vt_full[stage], Traits::kTileBytesVt);
+          ptx::tma_load_4d(sVt + stage * Traits::kTileBytesVt, &kp.v, &ring.vt_full[stage],
+                           int(w.row0_k) + n_block * kBlockN, 0, head_k, map_batch);
+        } else {
+          load_kv(&kp.v, sV, ring.v_full, ring.v_empty, n_block, index);
+        }
+      };
       const auto load_q = [&] {
         ptx::mbarrier_wait(ring.q_empty, (q_pass & 1) ^ 1);
         ptx::mbarrier_arrive_expect_tx(ring.q_full, Traits::kTileBytesQ);
@@ -341,14 +365,14 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd8_kernel(const __grid_
 #pragma unroll 1
       for (int n_block = w.n_hi - 2; n_block >= w.n_lo; --n_block, ++it) {
         load_kv(&kp.k, sK, ring.k_full, ring.k_empty, n_block, it + 1);
-        load_kv(&kp.v, sV, ring.v_full, ring.v_empty, n_block + 1, it);
+        load_v(n_block + 1, it);
       }
-      load_kv(&kp.v, sV, ring.v_full, ring.v_empty, w.n_lo, it);
+      load_v(w.n_lo, it);
       ++it;
     }
     // The end mark for the transposers: the next V slot, once free, completes its phase with
     // no copy and the flag set (the arrival releases the flag, their wait acquires it).
-    {
+    if constexpr (!kFwd8VtByTma) {
       const int stage = it % kStages;
       ptx::mbarrier_wait(&ring.v_empty[stage], ((it / kStages) & 1) ^ 1);
       SharedWords{}.store(stop_flag + 4 * stage, 1);
