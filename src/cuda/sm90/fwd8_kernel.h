@@ -42,7 +42,7 @@
 // transposers do not follow the tiles: they take every V slot in ring order until the producer
 // marks a slot as the end (that slot's flag, then a plain arrival on its full barrier).
 // A caller-transposed V (FA3's other option) would skip this stage; the ring keeps V and Vt
-// apart so a later A/B can swap the stage out (dev/NOTES.md).
+// apart, and FLASHATTN_DEV_FP8_VT_TMA swaps the stage out for a timing (dev/NOTES.md).
 #pragma once
 
 #include <cuda_runtime.h>
