@@ -63,18 +63,9 @@ import io
 import json
 import pstats
 import statistics
-import subprocess
 import time
 
-from bench import capture_graph  # bench/bench.py, beside this file (imports without torch)
-
-
-def commit() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                              text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
+from bench import capture_graph, git_state  # bench/bench.py, beside this file (imports without torch)
 
 
 def build(cache_len: int, device: str, dtype):
@@ -235,7 +226,7 @@ def main(argv=None) -> dict:
         "what": "host time per call, eager, CPU wall clock, synchronize only at round ends",
         "device": torch.cuda.get_device_name() if cuda else "cpu", "torch": torch.__version__,
         "cudnn": torch.backends.cudnn.version() if cuda else None,
-        "flashattn": flashattn.__version__, "commit": commit(),
+        "flashattn": flashattn.__version__, "git": git_state(),
         "shape": {"batch": 1, "seqlen_q": 1, "heads": 32, "heads_k": 8, "head_dim": 128,
                   "dtype": str(dtype).replace("torch.", "")},
         "calls": a.calls, "rounds": a.rounds, "host_calls": a.host_calls, "by_cache_len": {},

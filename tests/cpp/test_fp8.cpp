@@ -1475,6 +1475,10 @@ TEST_P(Fp8CudaCache, MatchesCpuAppendAndReference) {
   if (!backend_available(Backend::kCuda)) GTEST_SKIP() << "no CUDA device";
   const int d = GetParam().d;
   if (cuda_run_head_dim(d, d) != d) GTEST_SKIP() << "head_dim " << d << " not built (FLASHATTN_CUDA_HEAD_DIMS)";
+  // A dtype the build trimmed is kNotSupported for its own reason, which these cases do not expect
+  // (H200, 2026-12-02, a bf16-only build: the float16 cases 30 and 31 failed; the rest of the
+  // output was cut).
+  if (!cuda_dtype_built(GetParam().dtype)) GTEST_SKIP() << "dtype not built (FLASHATTN_CUDA_DTYPES)";
   if (d != kCudaFp8CacheHeadDim) {
     // Built only where it has run on a GPU (cuda/common/variants.h kFp8CacheHeadDims): the other
     // head dims are a clear kNotSupported, not a fallback.

@@ -986,9 +986,14 @@ bool cuda_may_not_support(const ProblemSpec& spec) {
   if (spec.layout == Layout::kPaddedOdd && (run_dim == spec.head_dim || run_dim == spec.head_dim_v)) {
     return true;
   }
+  return !cuda_dtype_built(spec.dtype);
+}
+
+bool cuda_dtype_built(DType dtype) {
+  if (dtype != DType::kFloat16 && dtype != DType::kBFloat16) return false;
   const auto types = split_list(FLASHATTN_TEST_CUDA_DTYPES);
-  const char* mine = spec.dtype == DType::kFloat16 ? "fp16" : "bf16";
-  return std::find(types.begin(), types.end(), mine) == types.end();
+  const char* mine = dtype == DType::kFloat16 ? "fp16" : "bf16";
+  return std::find(types.begin(), types.end(), mine) != types.end();
 }
 
 namespace {

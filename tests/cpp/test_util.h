@@ -315,6 +315,10 @@ double grad_magnitude(const Results& ref);
 // fails.
 bool cuda_may_not_support(const ProblemSpec& spec);
 
+// Whether this build instantiated the CUDA kernels for `dtype` (float16 / bfloat16;
+// FLASHATTN_CUDA_DTYPES).
+bool cuda_dtype_built(DType dtype);
+
 // The head dim the CUDA backend runs a (head_dim, head_dim_v) call at in this build: the
 // smallest instantiated head dim >= both (FLASHATTN_CUDA_HEAD_DIMS); 0 when none is.
 int cuda_run_head_dim(int head_dim, int head_dim_v);

@@ -34,12 +34,6 @@ struct WindowMask {
     *hi = j >= seqlen_k ? 0 : left < 0 ? seqlen_q : min(seqlen_q, j + left - off + 1);
   }
 
-  __device__ __forceinline__ bool visible(int i, int j) const {
-    int lo, hi;
-    row_range(i, &lo, &hi);
-    return j >= lo && j < hi;
-  }
-
   // Key blocks [lo, hi) that hold at least one key visible from rows [row_begin, row_end).
   __device__ __forceinline__ void block_range(int row_begin, int row_end, int block_n, int* lo,
                                               int* hi) const {

@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 #include <string>
 
 #include "core/switches.h"
@@ -234,7 +233,7 @@ Status run_bwd(const BackwardParams& params, cudaStream_t stream) {
   int smem_optin = 0;
   FLASHATTN_CUDA_TRY(cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
   // Two Q/dO step buffers where they fit. One step buffer (BwdTraits) is what fits an A100 at
-  // head dim >= 64; the GPU tests force it on any GPU (FLASHATTN_DEV_BWD_SINGLE_BUFFER=1,
+  // head dim >= 64; the GPU tests force it on any GPU (the kBwdSingleBuffer switch,
   // tests/cpp/test_special.cpp), where it passed at every head dim with masks, modifiers,
   // dropout and deterministic mode (H200, 2026-11-29). Not yet run on an A100 itself.
   const bool force_single = detail::switch_on(detail::Switch::kBwdSingleBuffer);

@@ -304,11 +304,11 @@ __device__ __forceinline__ int map_batch(const BwdKernelParams& p, int batch) { 
 
 }  // namespace bwd90
 
-// Named barriers of the fused kernel (ids after the forward's turn barriers 1 and 2): dS^T of
-// both consumers written (d128); per consumer c, its dQ part staged in shared memory (full,
-// kDqFullBarrier0 + c) and read by the copy engine (empty, kDqEmptyBarrier0 + c), each between
-// that consumer's warpgroup and the dQ writer warp (128 + 32 threads). Of the split-role kernel
-// (d256): P^T of a step written by consumer 0, and read by consumer 1.
+// Named barriers (ids from 3: 0 is __syncthreads, 1 and 2 the forward's turns). Of the fused
+// kernel: dS^T of both consumers written (d128); per consumer c, its dQ part staged in shared
+// memory (full, kDqFullBarrier0 + c) and read by the copy engine (empty, kDqEmptyBarrier0 + c),
+// each between that consumer's warpgroup and the dQ writer warp (128 + 32 threads). Of the
+// split-role kernel (d256): P^T of a step written by consumer 0, and read by consumer 1.
 constexpr int kDsReadyBarrier = 3;
 constexpr int kDqFullBarrier0 = 4;
 constexpr int kDqEmptyBarrier0 = 6;
@@ -553,7 +553,6 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
 #pragma unroll
   for (int i = 0; i < kAcc; ++i) dk[i] = dv[i] = 0.0f;
 
-
   // Fused: keys past this sequence (the last block) must not reach dQ: their P is forced to 0.
   const bool key_ok[2] = {!kFusedDq || key_local < keys_here, !kFusedDq || key_local + 8 < keys_here};
   const int tid_wg = threadIdx.x % 128;
@@ -574,8 +573,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
                                        bwd90::kmajor_desc(q_addr), bwd90::kmajor_desc(do_addr),
                                        Traits::panel_bytes(kBlockM));
 
-    // P^T while dP^T is still in the tensor cores. Element (key row key_local + 8h, query
-    // column 8c + 2t4 + e) is st[4c + 2h + e].
+    // P^T, started before the wait for dP^T (see the file comment). Element (key row
+    // key_local + 8h, query column 8c + 2t4 + e) is st[4c + 2h + e].
     const float* lse = stage_lse(s);
     const float* dsum = stage_dsum(s);
     const bool needs_mask = Traits::kMask == MaskMode::kWindow &&
@@ -670,7 +669,6 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
       bwd90::release(&empty[s], lane);
     }
   }
-
 
   // Epilogue: dK = scale * sum dS^T Q, dV = sum P^T dO (or their partials).
   bwd90::store_kv_grad<Element, kHeadDim>(dk, params, seq, batch, kv_head, split, n0, key_local, keys_here, t4,
@@ -789,8 +787,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_dq_kernel(const __gri
                                          bwd90::kmajor_desc(k_addr), bwd90::kmajor_desc(ptx::smem_u32(stage_v(s))),
                                          Traits::panel_bytes(kBlockN));
 
-      // P while dP is still in the tensor cores. Element (query row row_local + 8h, key column
-      // n0 + 8c + 2t4 + e) is sc[4c + 2h + e].
+      // P, started before the wait for dP (see the file comment). Element (query row
+      // row_local + 8h, key column n0 + 8c + 2t4 + e) is sc[4c + 2h + e].
       const bool needs_mask =
           mask.block_needs_mask(m0 + row_base, max(min(m0 + rows_here, m0 + row_base + 64), m0 + row_base + 1), n0,
                                 n0 + kBlockN);
