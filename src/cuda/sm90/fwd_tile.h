@@ -12,6 +12,11 @@ struct FwdTile {
   int block_n;     // keys per K/V tile (the N of S = Q K^T, a multiple of 16)
   int stages;      // K/V tiles in flight (each stage holds one K and one V tile)
   bool ping_pong;  // consumers take turns issuing their products (fwd_kernel.h, Turns)
+  // The consumers' key-block pipeline runs across tiles (fwd_kernel.h, consume_cross_tile): the
+  // first Q K^T product of the next tile is issued with the last P V product of this one, so the
+  // tile boundary costs no more than a block boundary. Needs a second Q buffer (the next tile's Q
+  // lands while this one is still read).
+  bool cross_tile = false;
 };
 
 // Per head dim (and mask). Registers per consumer thread: O takes head_dim_v / 2 floats, S
@@ -41,9 +46,20 @@ constexpr FwdTile fwd_tile(int head_dim, int head_dim_v, bool windowed) {
 #if !defined(FLASHATTN_DEV_SM90_HDIMV)
 #define FLASHATTN_DEV_SM90_HDIMV FLASHATTN_DEV_SM90_HDIM
 #endif
+#if !defined(FLASHATTN_DEV_SM90_CROSS)
+#define FLASHATTN_DEV_SM90_CROSS 0
+#endif
   if (head_dim == FLASHATTN_DEV_SM90_HDIM && head_dim_v == FLASHATTN_DEV_SM90_HDIMV) {
-    return {FLASHATTN_DEV_SM90_CONSUMERS, FLASHATTN_DEV_SM90_BN, FLASHATTN_DEV_SM90_STAGES, FLASHATTN_DEV_SM90_PINGPONG != 0};
+    return {FLASHATTN_DEV_SM90_CONSUMERS, FLASHATTN_DEV_SM90_BN, FLASHATTN_DEV_SM90_STAGES, FLASHATTN_DEV_SM90_PINGPONG != 0,
+            FLASHATTN_DEV_SM90_CROSS != 0};
   }
+#endif
+#if defined(FLASHATTN_DEV_SM90_CROSS_ALL)
+  // dev/ A/B: the cross-tile pipeline wherever two Q buffers fit beside today's tile (d64, masked
+  // d128); FLASHATTN_DEV_SM90_CROSS_ALL=2 also gives unmasked d128 a 128 x 160 tile with it.
+  if (head_dim == 64 && head_dim_v == 64) return {3, 128, 2, true, true};
+  if (head_dim == 128 && head_dim_v == 128 && windowed) return {2, 128, 2, true, true};
+  if (FLASHATTN_DEV_SM90_CROSS_ALL == 2 && head_dim == 128 && head_dim_v == 128) return {2, 160, 2, true, true};
 #endif
   if (head_dim == 192 && head_dim_v == 128) return {2, 128, 2, true};
   if (head_dim <= 64) return {3, 128, 2, true};
@@ -58,7 +74,7 @@ constexpr size_t kFwdSmemLimit = 232448;
 // Shared memory of the forward kernel (FwdTraits::kSmemBytes): the 1024-byte alignment of the
 // dynamic base, Q, the K/V ring, `barriers` mbarriers of 8 bytes, `extra_bytes` after them.
 constexpr size_t fwd_smem_bytes(const FwdTile& t, int head_dim, int head_dim_v, int barriers, int extra_bytes) {
-  const size_t q = size_t(64 * t.consumers) * head_dim * 2;
+  const size_t q = size_t(64 * t.consumers) * head_dim * 2 * (t.cross_tile ? 2 : 1);
   const size_t kv = size_t(t.block_n) * (head_dim + head_dim_v) * 2;
   return 1024 + q + t.stages * kv + 8 * size_t(barriers) + size_t(extra_bytes);
 }
@@ -66,7 +82,7 @@ constexpr size_t fwd_smem_bytes(const FwdTile& t, int head_dim, int head_dim_v, 
 // The most FwdTraits ever adds after the ring: the Q, K and V barriers, the tile feed's four
 // barriers and two slots (kDynamicTiles), one pin slot per consumer warp (kPinSoftmax).
 constexpr size_t fwd_smem_bound(const FwdTile& t, int head_dim, int head_dim_v) {
-  return fwd_smem_bytes(t, head_dim, head_dim_v, 2 + 4 * t.stages + 4 + 1, 16 * t.consumers);
+  return fwd_smem_bytes(t, head_dim, head_dim_v, 2 * (t.cross_tile ? 2 : 1) + 4 * t.stages + 4 + 1, 16 * t.consumers);
 }
 
 // Registers of a consumer thread's accumulators (O, S, P), and what setmaxnreg gives it.

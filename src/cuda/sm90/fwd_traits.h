@@ -54,7 +54,10 @@ struct FwdTraits {
   // causal +16/+10/+5/+2% at d64 1k/2k/4k/16k, +18/+12/+5/+3% at d128, +7/+4/+3.5/0% at d256;
   // unmasked -5% at d128 (1k-16k), -2% at d256, within 2% at d64.
   static constexpr bool kDynamicTiles = kMask == MaskMode::kWindow;
-  static constexpr int kBarriers = 2 + 4 * kStages  // Q full and empty; K, V full and empty per stage
+  // fwd_tile.h: the key-block pipeline runs across tiles, over two Q buffers.
+  static constexpr bool kCrossTile = kTile.cross_tile;
+  static constexpr int kQSlots = kCrossTile ? 2 : 1;
+  static constexpr int kBarriers = 2 * kQSlots + 4 * kStages  // Q full and empty per slot; K, V full and empty per stage
                                    + (kDynamicTiles ? 4 + 1 : 0);  // the feed's full/empty pairs, its two slots
   // +1024: the dynamic shared-memory base is rounded up to the swizzle's 1024-byte period.
   // ptxas hoists the wait for P V above the softmax unless a shared-memory store of its result
