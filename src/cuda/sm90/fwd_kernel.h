@@ -555,12 +555,14 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
     // between tiles: the next Q lands while this one is still read. Every wait in the loop is
     // unconditional (a wait under a branch makes ptxas serialise the products).
     ConsumerState<Traits> st;
+    st.row_max[0] = st.row_max[1] = -INFINITY;
+    st.row_sum[0] = st.row_sum[1] = 0.0f;
     bool pending = false;    // st.p holds a block's P whose P V product is not issued yet
     uint32_t o_fresh = 1u;   // st.o holds no part of the pending block's tile: its P V overwrites it
     int pv_stage = 0;
     uint32_t pv_parity = 0;
     TileWork acc{};  // the tile the pending P belongs to (whose O st.o holds)
-    float acc_max[2], acc_sum[2];
+    float acc_max[2] = {-INFINITY, -INFINITY}, acc_sum[2] = {0.0f, 0.0f};
     // acc's epilogue with its own row statistics (st.row_max / row_sum may be the next tile's).
     const auto store_acc = [&] {
       const float mx[2] = {st.row_max[0], st.row_max[1]}, sm[2] = {st.row_sum[0], st.row_sum[1]};

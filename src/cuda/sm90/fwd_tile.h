@@ -38,6 +38,14 @@ struct FwdTile {
 //    fit only N <= 80. Not run on a GPU yet (dev/NOTES.md, "Hopper forward at 192/128").
 //  - d256: 128 x 80, 2 stages: 64 + 160 KB (the most that fits); O 128 + S 40 + P 20. Not swept.
 //  - Ping-pong (turns between the consumers): +1-3% at d128 (ab-sm90a-nopp128).
+//  - The cross-tile pipeline (cross_tile, two Q buffers), against the one-tile loop in one
+//    session (dev/results/h200-2026-12-02-ab-cross2-{base,x}.json, bf16 forward vs cuDNN): d64
+//    without a mask +3/+4/+5% at 2k/4k/16k (16k: 555 -> 582 TFLOP/s), +1% at 1k, -3% at 512;
+//    d64 causal -2..-5% (1k 261 -> 250, 16k 537 -> 513); d128 (masked tile 128 x 128, unmasked
+//    128 x 160 to fit the second Q buffer) -1..-14% up to 4k (1k 555 -> 519, causal 401 -> 386).
+//    So only unmasked d64 takes it. A first form with the tile boundary as a branch inside the
+//    key-block loop (two softmax copies in the loop) lost everywhere, 2.6% even at d128 16k
+//    causal (ab-cross-{base,x}).
 constexpr FwdTile fwd_tile(int head_dim, int head_dim_v, bool windowed) {
 #if defined(FLASHATTN_DEV_SM90_BN)
   // dev/ experiments: -DFLASHATTN_DEV_SM90_{HDIM,CONSUMERS,BN,STAGES,PINGPONG}=... replace the
@@ -54,15 +62,8 @@ constexpr FwdTile fwd_tile(int head_dim, int head_dim_v, bool windowed) {
             FLASHATTN_DEV_SM90_CROSS != 0};
   }
 #endif
-#if defined(FLASHATTN_DEV_SM90_CROSS_ALL)
-  // dev/ A/B: the cross-tile pipeline wherever two Q buffers fit beside today's tile (d64, masked
-  // d128); FLASHATTN_DEV_SM90_CROSS_ALL=2 also gives unmasked d128 a 128 x 160 tile with it.
-  if (head_dim == 64 && head_dim_v == 64) return {3, 128, 2, true, true};
-  if (head_dim == 128 && head_dim_v == 128 && windowed) return {2, 128, 2, true, true};
-  if (FLASHATTN_DEV_SM90_CROSS_ALL == 2 && head_dim == 128 && head_dim_v == 128) return {2, 160, 2, true, true};
-#endif
   if (head_dim == 192 && head_dim_v == 128) return {2, 128, 2, true};
-  if (head_dim <= 64) return {3, 128, 2, true};
+  if (head_dim <= 64) return windowed ? FwdTile{3, 128, 2, true} : FwdTile{3, 128, 2, true, true};
   if (head_dim <= 128) return windowed ? FwdTile{2, 128, 2, true} : FwdTile{2, 176, 2, true};
   if (head_dim <= 192) return {2, 112, 2, true};
   return {2, 80, 2, true};
