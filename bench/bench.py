@@ -702,9 +702,9 @@ def sparse_impls(names, block_mask, block_size):
     impls, unavailable = {}, {}
     if "flashattn" in names:
         import flashattn
-        # The CUDA backward declines block masks (issue 18): forward only.
+        # Forward and backward (the backward of a block mask runs the sm80 kernels).
         impls["flashattn"] = Impl("bshd", lambda q, k, v, causal: flashattn.flash_attn_func(
-            q, k, v, block_mask=block_mask, block_size=(block_size, block_size)), backward=False)
+            q, k, v, block_mask=block_mask, block_size=(block_size, block_size)))
     if "flex" in names:
         try:
             from torch.nn.attention.flex_attention import BlockMask, flex_attention
