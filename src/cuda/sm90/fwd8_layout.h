@@ -1,6 +1,6 @@
 // The index algebra of the Hopper FP8 forward (fwd8_kernel.h): swizzled offsets, the key
-// permutation that lets P stay in its thread, the transposers' work split and their 4 x 4 byte
-// transpose. Host-safe: tests/cpp/test_fp8_sm90_layout.cpp runs it against the PTX ISA's
+// permutation that lets P stay in its thread, the transposers' items (ldmatrix / stmatrix
+// offsets and byte permutes). Host-safe: tests/cpp/test_fp8_sm90_layout.cpp runs it against the PTX ISA's
 // fragment layouts, written again there, without a GPU.
 #pragma once
 
@@ -93,23 +93,6 @@ FLASHATTN_FWD8_HD constexpr int p_source(int kk, int hf, int h, int byte) {
   return 4 * c + 2 * h + (byte & 1);
 }
 
-// A transposer's unit: head-dim bytes col .. col + 3 of Vt word w (K-bytes 4w .. 4w + 3) of each
-// of those four rows. Lanes take 8 consecutive column groups by 4 consecutive words: the 32 loads
-// of a warp read 8 distinct 16-byte chunks of 4 key rows 2 apart, which the 128-byte swizzle
-// spreads over all 32 banks (the stores: transpose_unit_words).
-struct TransposeUnit {
-  int col;   // first head-dim byte (a multiple of 4)
-  int w;     // Vt word in the row
-  int key0;  // its four keys: key0, key0 + 1, key0 + 8, key0 + 9 (key_of_k of 4w .. 4w + 3)
-};
-FLASHATTN_FWD8_HD constexpr TransposeUnit transpose_unit(int unit, int head_dim) {
-  const int col_blocks = head_dim / 32;  // 8 column groups of 4 bytes per block
-  const int hi = unit >> 5;
-  const int cg = (hi % col_blocks) * 8 + (unit & 7);
-  const int w = (hi / col_blocks) * 4 + ((unit >> 3) & 3);
-  return {4 * cg, w, 32 * (w >> 3) + key_of_k(4 * (w & 7))};
-}
-
 // __byte_perm(x, y, s): byte i of the result is byte nibble_i(s) & 7 of the pair (y:x).
 FLASHATTN_FWD8_HD uint32_t byte_perm(uint32_t x, uint32_t y, uint32_t s) {
 #if defined(__CUDA_ARCH__)
@@ -122,53 +105,12 @@ FLASHATTN_FWD8_HD uint32_t byte_perm(uint32_t x, uint32_t y, uint32_t s) {
 #endif
 }
 
-// 4 x 4 byte transpose: byte i of r[j] is column i of key j; byte j of d[i] is column i of key j.
-FLASHATTN_FWD8_HD void transpose4x4(const uint32_t (&r)[4], uint32_t (&d)[4]) {
-  const uint32_t t0 = byte_perm(r[0], r[1], 0x5140);  // r0.0 r1.0 r0.1 r1.1
-  const uint32_t t1 = byte_perm(r[0], r[1], 0x7362);  // r0.2 r1.2 r0.3 r1.3
-  const uint32_t t2 = byte_perm(r[2], r[3], 0x5140);
-  const uint32_t t3 = byte_perm(r[2], r[3], 0x7362);
-  d[0] = byte_perm(t0, t2, 0x5410);
-  d[1] = byte_perm(t0, t2, 0x7632);
-  d[2] = byte_perm(t1, t3, 0x5410);
-  d[3] = byte_perm(t1, t3, 0x7632);
-}
-
-// One unit of the transpose: src a V tile (block_n key rows of row_bytes, in panels of
-// panel_bytes), dst a Vt tile (head-dim rows of vt_row_bytes key bytes). Generic over the
-// memory (shared in the kernel, host vectors in the test).
-// One unit of the transpose: src a V tile (block_n key rows of row_bytes, in panels of
-// panel_bytes), dst a Vt tile (head-dim rows of vt_row_bytes key bytes), both byte offsets in
-// `mem`, which loads and stores 32-bit words (ld/st.shared in the kernel, a byte vector in the
-// test).
-template <typename Mem>
-FLASHATTN_FWD8_HD void transpose_unit_words(const Mem& mem, uint32_t src, uint32_t dst, const TransposeUnit& u,
-                                            int row_bytes, int panel_bytes, int vt_row_bytes) {
-  const uint32_t s = src + uint32_t((u.col / row_bytes) * panel_bytes);
-  const int cb = u.col % row_bytes;
-  const uint32_t r[4] = {mem.load(s + swizzled(u.key0, cb, row_bytes)), mem.load(s + swizzled(u.key0 + 1, cb, row_bytes)),
-                         mem.load(s + swizzled(u.key0 + 8, cb, row_bytes)),
-                         mem.load(s + swizzled(u.key0 + 9, cb, row_bytes))};
-  uint32_t d[4];
-  transpose4x4(r, d);
-  // The four rows col .. col + 3 in an order rotated by (col / 8) mod 4: a warp's 32 stores of
-  // one instruction then reach Vt rows of all eight residues mod 8 (4 words each), which the
-  // 128-byte swizzle puts in distinct banks; in plain order they hit two residues (4-way
-  // conflicts). The selects cost the transposers ALU slots they have to spare.
-  const int rot = (u.col >> 3) & 3;
-  for (int j = 0; j < 4; ++j) {
-    const int i = (j + rot) & 3;
-    const uint32_t x = i == 0 ? d[0] : i == 1 ? d[1] : i == 2 ? d[2] : d[3];
-    mem.store(dst + swizzled(u.col + i, 4 * u.w, vt_row_bytes), x);
-  }
-}
-
-// ---- The matrix transposer (the default; fwd8_kernel.h transpose_v) -----------------------------
+// ---- The matrix transposer (fwd8_kernel.h transpose_v) -----------------------------------------
 //
 // A warp moves one item, 16 keys kb .. kb + 15 (kb a multiple of 16: one half of a 32-key group)
 // by 32 head-dim bytes d0 .. d0 + 31, with one ldmatrix.x4.trans, four byte permutes and one
-// stmatrix.x4: 512 bytes for 6 instructions and their addresses, where the word units above
-// take 32 loads, 32 stores and about 3800 instructions (SASS, d128: 120 per unit).
+// stmatrix.x4: 512 bytes for 6 instructions and their addresses, where the first transposer's
+// 4 x 4 byte units took 32 loads, 32 stores and about 3800 instructions (SASS, d128: 120 per unit).
 //
 // ldmatrix sees 16-bit elements, i.e. byte pairs of one key. Its four matrices are keys
 // kb + 8 (m % 2) + 0 .. 7 by head-dim bytes d0 + 16 (m / 2) + 0 .. 15. With .trans, lane 4g + t
