@@ -7,7 +7,8 @@ Reads SASS (cuobjdump -sass) on stdin. A loop is the address range [target, bran
 backward branch (BRA to a lower address). For each function it prints its local-memory
 instructions (LDL / STL: ptxas's spills, since the kernels keep no arrays in local memory) in
 all, those inside any loop, and those inside the hottest loop: the innermost loop that holds
-the most MMA instructions (HMMA), which in these kernels is the per-block step loop.
+the most MMA instructions (HMMA; on sm90 HGMMA / QGMMA), which in these kernels is the per-block
+step loop.
 """
 import argparse
 import re
@@ -43,7 +44,7 @@ def report(name, insns):
             loops.append((int(m.group(1), 16), addr))
     local = [(a, t.split()[0] if not t.startswith("@") else t.split()[1]) for a, t in insns
              if re.search(r"\b(LDL|STL)(\.\w+)*\b", t)]
-    hmma = [a for a, t in insns if "HMMA" in t]
+    hmma = [a for a, t in insns if re.search(r"\b(HMMA|HGMMA|QGMMA)\.", t)]
 
     def inside(a, lo_hi):
         return lo_hi[0] <= a <= lo_hi[1]
@@ -71,7 +72,7 @@ def main():
         r = report(name, insns)
         print(f"{name[:110]}\n  local-memory instructions {r['local']}, in loops {r['in_loops']}, "
               f"in the hottest loop {r['in_hot']} {r['hot_ops']} "
-              f"(that loop: {r['hot_insns']} instructions, {r['hot_hmma']} HMMA)")
+              f"(that loop: {r['hot_insns']} instructions, {r['hot_hmma']} MMA)")
 
 
 if __name__ == "__main__":

@@ -96,7 +96,7 @@ void matrix_item_on_host(std::vector<unsigned char>& smem, uint32_t vt0, int ite
   uint32_t ld[32], st[32], r[32][4], o[32][4];
   for (int lane = 0; lane < 32; ++lane) {
     ld[lane] = fwd8::ldsm_offset(it, lane, T::kRowBytes, T::kPanelBytesKV);
-    st[lane] = vt0 + fwd8::stsm_offset(it, lane, T::kVtRowBytes);
+    st[lane] = vt0 + fwd8::stsm_offset(it, lane, T::kVtRowBytes, T::kPanelBytesVt);
   }
   ldmatrix_x4_trans(smem, ld, r);
   for (int lane = 0; lane < 32; ++lane) fwd8::matrix_vt_words(r[lane], o[lane], lane);
@@ -148,8 +148,9 @@ void check_pv() {
               const int key_p = acc_col(lane, idx);
               const int k = frag_k(lane, q, b);
               for (int n = 0; n < kD; ++n) {
-                const uint32_t off =
-                    desc_offset(uint32_t(32 * kk), n, k, T::kVtRowBytes, T::kVtSwizzlePeriod);
+                // The kernel's gemm_pv8 start for step kk: its Vt panel, 32 kk bytes into the row.
+                const uint32_t start = uint32_t((32 * kk / T::kVtRowBytes) * T::kPanelBytesVt + 32 * kk % T::kVtRowBytes);
+                const uint32_t off = desc_offset(start, n, k, T::kVtRowBytes, T::kVtSwizzlePeriod);
                 ASSERT_EQ(int(vt_key[off]), key_p) << "kk " << kk << " k " << k << " n " << n << " lane " << lane;
                 ASSERT_EQ(int(vt_col[off]), n) << "kk " << kk << " k " << k << " n " << n;
               }
@@ -215,15 +216,16 @@ void check_matrix_offsets_and_banks() {
       ASSERT_EQ(fwd8::ldsm_offset(it, lane, T::kRowBytes, T::kPanelBytesKV),
                 uint32_t((d / T::kRowBytes) * T::kPanelBytesKV) + tma_offset(key, d % T::kRowBytes, T::kRowBytes))
           << "item " << item << " lane " << lane;
-      ASSERT_EQ(fwd8::stsm_offset(it, lane, T::kVtRowBytes),
-                fwd8::swizzled(it.d0 + fwd8::stsm_lane_row(lane), it.kb, T::kVtRowBytes))
+      ASSERT_EQ(fwd8::stsm_offset(it, lane, T::kVtRowBytes, T::kPanelBytesVt),
+                uint32_t((it.kb / T::kVtRowBytes) * T::kPanelBytesVt) +
+                    fwd8::swizzled(it.d0 + fwd8::stsm_lane_row(lane), it.kb % T::kVtRowBytes, T::kVtRowBytes))
           << "item " << item << " lane " << lane;
     }
     for (int m = 0; m < 4; ++m) {
       std::vector<int> ld_banks(32, 0), st_banks(32, 0);
       for (int i = 0; i < 8; ++i) {
         const uint32_t ld = fwd8::ldsm_offset(it, 8 * m + i, T::kRowBytes, T::kPanelBytesKV);
-        const uint32_t st = fwd8::stsm_offset(it, 8 * m + i, T::kVtRowBytes);
+        const uint32_t st = fwd8::stsm_offset(it, 8 * m + i, T::kVtRowBytes, T::kPanelBytesVt);
         for (uint32_t w = 0; w < 4; ++w) {
           ++ld_banks[(ld / 4 + w) % 32];
           ++st_banks[(st / 4 + w) % 32];
@@ -247,5 +249,25 @@ TEST(Fp8Sm90Layout, MatrixTransposerPairsTheSameKeyD256) { check_pv<Fwd8Shape<25
 TEST(Fp8Sm90Layout, QKReadsTheSameColumnD64) { check_qk<Fwd8Shape<64>>(); }
 TEST(Fp8Sm90Layout, QKReadsTheSameColumnD128) { check_qk<Fwd8Shape<128>>(); }
 TEST(Fp8Sm90Layout, QKReadsTheSameColumnD256) { check_qk<Fwd8Shape<256>>(); }
+
+// The tiles the dev sweep may pick (fwd8_layout.h FLASHATTN_DEV_FP8_*; dev/NOTES.md): Vt in two
+// or three panels, 192 query rows.
+template <typename T>
+void check_all() {
+  check_pv<T>();
+  check_matrix_offsets_and_banks<T>();
+  check_qk<T>();
+}
+using flashattn::cuda::sm90::FwdTile;
+TEST(Fp8Sm90Layout, SweepTilesD64) {
+  check_all<Fwd8Shape<64, FwdTile{3, 128, 2, true}>>();
+  check_all<Fwd8Shape<64, FwdTile{2, 192, 2, true}>>();
+  check_all<Fwd8Shape<64, FwdTile{2, 256, 2, true}>>();
+}
+TEST(Fp8Sm90Layout, SweepTilesD128) {
+  check_all<Fwd8Shape<128, FwdTile{2, 192, 2, true}>>();
+  check_all<Fwd8Shape<128, FwdTile{2, 256, 2, true}>>();
+}
+TEST(Fp8Sm90Layout, SweepTilesD256) { check_all<Fwd8Shape<256, FwdTile{2, 128, 2, true}>>(); }
 
 }  // namespace

@@ -109,13 +109,13 @@ __device__ __forceinline__ void transpose_v(uint32_t src, uint32_t dst, int tid)
   // 128 bytes), above the tiles' 1024-byte alignment.
   const uint32_t ld_lane = fwd8::ldsm_lane_bits(lane, Traits::kRowBytes);
   const uint32_t st_lane = fwd8::stsm_lane_bits(lane, Traits::kVtRowBytes);
-#pragma unroll 2
+#pragma unroll Traits::kTransposeUnroll
   for (unsigned item = warp; item < unsigned(kItems); item += kWarps) {
     const fwd8::MatrixItem it = fwd8::matrix_item(item, Traits::kBlockN);
     uint32_t r[4], o[4];
     ptx::ldmatrix_x4_trans(r, src + (fwd8::ldsm_item_bits(it, Traits::kRowBytes, Traits::kPanelBytesKV) ^ ld_lane));
     fwd8::matrix_vt_words(r, o, lane);
-    ptx::stmatrix_x4(dst + (fwd8::stsm_item_bits(it, Traits::kVtRowBytes) ^ st_lane), o);
+    ptx::stmatrix_x4(dst + (fwd8::stsm_item_bits(it, Traits::kVtRowBytes, Traits::kPanelBytesVt) ^ st_lane), o);
   }
 }
 
@@ -142,7 +142,8 @@ __device__ __forceinline__ void gemm_pv8(float (&o)[Traits::kHeadDim / 2], const
 #pragma unroll
   for (int kk = 0; kk < Traits::kBlockN / 32; ++kk) {  // 32 keys = 32 bytes of each Vt row per step
     const uint32_t a[4] = {p[4 * kk], p[4 * kk + 1], p[4 * kk + 2], p[4 * kk + 3]};
-    Mma::rs(o, a, ptx::desc_advance(vt_desc, kk * 32), 1u);
+    const int panel = kk * 32 / Traits::kVtRowBytes;
+    Mma::rs(o, a, ptx::desc_advance(vt_desc, panel * Traits::kPanelBytesVt + kk * 32 % Traits::kVtRowBytes), 1u);
   }
   ptx::wgmma_commit();
 }

@@ -17,23 +17,52 @@
 namespace flashattn::cuda::sm90 {
 
 // The FP8 forward's tile: 2 consumer warpgroups (block_m 128), 2 stages, ping-pong; 128 keys per
-// K/V tile (64 at d256). Not swept (no GPU run yet; dev/NOTES.md, "FP8 forward on Hopper"). Why
-// 128 or 64 keys: P V runs over the keys as its K dimension, and 8-bit wgmma operands are K-major
-// only, so the transposed V tile (Vt) holds one row of block_n key bytes per head-dim column: a
-// swizzled row of 128 (or 64) bytes, the layouts the copy engine and the descriptors share.
+// K/V tile (64 at d256). Measured on H200 at these tiles only (dev/NOTES.md, "FP8 forward on
+// Hopper"). Why 128 or 64 keys: P V runs over the keys as its K dimension, and 8-bit wgmma
+// operands are K-major only, so the transposed V tile (Vt) holds one row of block_n key bytes
+// per head-dim column, in panels of 128 (or 64) key bytes under the swizzle of that width, the
+// layouts the copy engine and the descriptors share; block_n is a multiple of 64.
 // Registers per consumer thread: S block_n / 2 + P block_n / 8 (four e4m3 per word) + O
 // head_dim / 2: d128 64 + 16 + 64; d256 at 128 keys 64 + 16 + 128 = 208 spilled 48 bytes in the
 // main loop under setmaxnreg's 232 (ptxas, CUDA 13), at 64 keys 32 + 8 + 128 = 168 does not.
 // Shared memory: Q 128 x d, and per stage K block_n x d, V block_n x d, Vt d x block_n, all
 // bytes: d128 16 + 2 x 48 = 112 KB; d256 32 + 2 x 48 = 128 KB.
-constexpr FwdTile fwd8_tile(int head_dim) { return head_dim > 128 ? FwdTile{2, 64, 2, true} : FwdTile{2, 128, 2, true}; }
+//
+// dev/ experiments (the tile sweep, dev/NOTES.md): -DFLASHATTN_DEV_FP8_HDIM=D with
+// -DFLASHATTN_DEV_FP8_{CONSUMERS,BN,STAGES}=... replace head dim D's tile (each defaults to the
+// shipped value); -DFLASHATTN_DEV_FP8_REGS240 gives the consumers 240 registers and the producer
+// warpgroup 32 (with two consumer warpgroups; three always get 160 / 32), the transposers then
+// one item per pass (fwd8_traits.h).
+constexpr FwdTile fwd8_tile_shipped(int head_dim) {
+  return head_dim > 128 ? FwdTile{2, 64, 2, true} : FwdTile{2, 128, 2, true};
+}
+constexpr FwdTile fwd8_tile(int head_dim) {
+#if defined(FLASHATTN_DEV_FP8_HDIM)
+  if (head_dim == FLASHATTN_DEV_FP8_HDIM) {
+    FwdTile t = fwd8_tile_shipped(head_dim);
+#if defined(FLASHATTN_DEV_FP8_CONSUMERS)
+    t.consumers = FLASHATTN_DEV_FP8_CONSUMERS;
+#endif
+#if defined(FLASHATTN_DEV_FP8_BN)
+    t.block_n = FLASHATTN_DEV_FP8_BN;
+#endif
+#if defined(FLASHATTN_DEV_FP8_STAGES)
+    t.stages = FLASHATTN_DEV_FP8_STAGES;
+#endif
+    return t;
+  }
+#endif
+  return fwd8_tile_shipped(head_dim);
+}
 
-// Tile shapes and byte layout of the FP8 forward at one head dim (host-safe part of Fwd8Traits).
-template <int kHeadDim_>
+// Tile shapes and byte layout of the FP8 forward at one head dim (host-safe part of Fwd8Traits);
+// kTile_ other than the head dim's own only in tests/cpp/test_fp8_sm90_layout.cpp (the tiles the
+// sweep may pick).
+template <int kHeadDim_, FwdTile kTile_ = fwd8_tile(kHeadDim_)>
 struct Fwd8Shape {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kHeadDimV = kHeadDim_;
-  static constexpr FwdTile kTile = fwd8_tile(kHeadDim);
+  static constexpr FwdTile kTile = kTile_;
   static constexpr int kConsumers = kTile.consumers;
   static constexpr int kBlockM = 64 * kConsumers;
   static constexpr int kBlockN = kTile.block_n;
@@ -51,13 +80,18 @@ struct Fwd8Shape {
   static constexpr int kTileBytesQ = kPanels * kPanelBytesQ;
   static constexpr int kTileBytesK = kPanels * kPanelBytesKV;
   static constexpr int kTileBytesV = kTileBytesK;
-  // Vt: kHeadDim rows (N of P V) of kBlockN key bytes (K of P V), swizzled at that width.
-  static constexpr int kVtRowBytes = kBlockN;
+  // Vt: kHeadDim rows (N of P V) of kBlockN key bytes (K of P V), in panels of kVtRowBytes key
+  // bytes (128 when kBlockN allows, else 64), each swizzled at that width; a k32 step of P V
+  // stays within one panel.
+  static constexpr int kVtRowBytes = kBlockN % 128 == 0 ? 128 : 64;
   static constexpr int kVtSwizzlePeriod = 8 * kVtRowBytes;
-  static constexpr int kTileBytesVt = kHeadDim * kVtRowBytes;
+  static constexpr int kVtPanels = kBlockN / kVtRowBytes;
+  static constexpr int kPanelBytesVt = kHeadDim * kVtRowBytes;
+  static constexpr int kTileBytesVt = kVtPanels * kPanelBytesVt;
 
   static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256, "FP8 head dims");
-  static_assert(kBlockN == 128 || kBlockN == 64, "Vt rows are one 128- or 64-byte swizzled row of keys");
+  static_assert(kBlockN % 64 == 0 && kBlockN <= 256, "Vt panels of 128- or 64-byte swizzled rows of keys");
+  static_assert(kConsumers == 2 || kConsumers == 3, "ping-pong between two or three consumer warpgroups");
   static_assert(kPanelBytesKV % 1024 == 0 && kTileBytesVt % 1024 == 0, "tiles start on the swizzle period");
 };
 
@@ -155,7 +189,7 @@ FLASHATTN_FWD8_HD constexpr uint32_t ldsm_offset(const MatrixItem& it, int lane,
   return ldsm_item_bits(it, row_bytes, panel_bytes) ^ ldsm_lane_bits(lane, row_bytes);
 }
 
-// Lane's stmatrix row address within the Vt tile (rows of vt_row_bytes, 128 or 64): matrix
+// Lane's stmatrix row address within the Vt tile (panels of rows of vt_row_bytes, 128 or 64): matrix
 // lane / 8, row slot lane % 8 (see above), at K-byte kb. The row is d0 plus the lane's 0 .. 15,
 // so again an XOR of the item's bits (d0's rows, kb's chunk) and the lane's (its row within 16,
 // that row's swizzle term).
@@ -168,11 +202,14 @@ FLASHATTN_FWD8_HD constexpr uint32_t stsm_lane_bits(int lane, int vt_row_bytes) 
   const int f = vt_row_bytes == 128 ? row % 8 : (row / 2) % 4;
   return uint32_t(row * vt_row_bytes + 16 * f);
 }
-FLASHATTN_FWD8_HD constexpr uint32_t stsm_item_bits(const MatrixItem& it, int vt_row_bytes) {
-  return uint32_t(it.d0 * vt_row_bytes + it.kb);  // kb < block_n = vt_row_bytes
+// Vt panels (vt_panel_bytes apart) of vt_row_bytes keys each: the item's keys lie in panel
+// kb / vt_row_bytes (16-key items never straddle one).
+FLASHATTN_FWD8_HD constexpr uint32_t stsm_item_bits(const MatrixItem& it, int vt_row_bytes, int vt_panel_bytes) {
+  const uint32_t kb = uint32_t(it.kb), rb = uint32_t(vt_row_bytes);  // unsigned: shifts and masks
+  return (kb / rb) * uint32_t(vt_panel_bytes) + uint32_t(it.d0) * rb + kb % rb;
 }
-FLASHATTN_FWD8_HD constexpr uint32_t stsm_offset(const MatrixItem& it, int lane, int vt_row_bytes) {
-  return stsm_item_bits(it, vt_row_bytes) ^ stsm_lane_bits(lane, vt_row_bytes);
+FLASHATTN_FWD8_HD constexpr uint32_t stsm_offset(const MatrixItem& it, int lane, int vt_row_bytes, int vt_panel_bytes) {
+  return stsm_item_bits(it, vt_row_bytes, vt_panel_bytes) ^ stsm_lane_bits(lane, vt_row_bytes);
 }
 
 // Lane 4g + t's Vt words from its ldmatrix registers: o[j] is head-dim column
