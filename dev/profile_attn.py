@@ -1,9 +1,10 @@
 """One call of flashattn and of each peer on the same shape, inside a cudaProfilerStart/Stop
-window, for dev/ncu_attn.sh. The pass is "fwd" (one forward each) or "bwd" (one backward each,
-from a forward run outside the window). Peers (PEERS, comma-separated, default sdpa_flash):
+window, for dev/ncu_attn.sh. The pass is "fwd" (one forward each), "fwd8" (ours with q, k, v
+converted to float8 e4m3, descales 1; the peers in bf16 as with "fwd") or "bwd" (one backward
+each, from a forward run outside the window). Peers (PEERS, comma-separated, default sdpa_flash):
 sdpa_flash (FlashAttention-2), sdpa_cudnn, fa4 (flash_attn.cute, forward only; its JIT
 compile happens in the warm-up, outside the window).
-Usage: [PEERS=sdpa_cudnn,fa4] profile_attn.py fwd|bwd B H N D [causal]."""
+Usage: [PEERS=sdpa_cudnn,fa4] profile_attn.py fwd|fwd8|bwd B H N D [causal]."""
 import os
 import sys
 
@@ -23,8 +24,11 @@ qt, kt, vt = (x.detach().transpose(1, 2).requires_grad_(backward) for x in (q, k
 dout = torch.randn(b, n, h, d, device="cuda", dtype=torch.bfloat16)
 
 
+q8, k8, v8 = ((x.detach().to(torch.float8_e4m3fn) for x in (q, k, v)) if pass_ == "fwd8" else (q, k, v))
+
+
 def ours():
-    return flashattn.flash_attn_func(q, k, v, causal=causal)
+    return flashattn.flash_attn_func(q8, k8, v8, causal=causal)
 
 
 def sdpa(backend):

@@ -50,17 +50,6 @@ int acc_col(int lane, int idx) { return 8 * (idx / 4) + 2 * (lane % 4) + idx % 2
 int frag_row(int w, int lane, int q) { return 16 * w + lane / 4 + 8 * (q % 2); }
 int frag_k(int lane, int q, int b) { return 16 * (q / 2) + 4 * (lane % 4) + b; }
 
-// Shared memory as a byte vector, for fwd8::transpose_unit_words.
-struct Bytes {
-  std::vector<unsigned char>* v;
-  uint32_t load(uint32_t a) const {
-    return uint32_t((*v)[a]) | uint32_t((*v)[a + 1]) << 8 | uint32_t((*v)[a + 2]) << 16 | uint32_t((*v)[a + 3]) << 24;
-  }
-  void store(uint32_t a, uint32_t x) const {
-    for (int i = 0; i < 4; ++i) (*v)[a + i] = static_cast<unsigned char>(x >> (8 * i));
-  }
-};
-
 TEST(Fp8Sm90Layout, KeyPermutationIsABijection) {
   std::vector<int> seen(32, 0);
   for (int u = 0; u < 32; ++u) {
@@ -68,15 +57,6 @@ TEST(Fp8Sm90Layout, KeyPermutationIsABijection) {
     ++seen[static_cast<size_t>(fwd8::k_of_key(u))];
   }
   for (int k = 0; k < 32; ++k) EXPECT_EQ(seen[static_cast<size_t>(k)], 1) << k;
-}
-
-TEST(Fp8Sm90Layout, BytePermuteTransposes) {
-  const uint32_t r[4] = {0x03020100u, 0x13121110u, 0x23222120u, 0x33323130u};  // byte i of key j: 0xji
-  uint32_t d[4];
-  fwd8::transpose4x4(r, d);
-  for (int i = 0; i < 4; ++i) {
-    for (int j = 0; j < 4; ++j) EXPECT_EQ((d[i] >> (8 * j)) & 0xffu, uint32_t(16 * j + i)) << i << " " << j;
-  }
 }
 
 // ldmatrix.sync.aligned.m8n8.x4.trans.b16 and stmatrix.sync.aligned.m8n8.x4.b16 on a byte image
@@ -116,16 +96,16 @@ void matrix_item_on_host(std::vector<unsigned char>& smem, uint32_t vt0, int ite
   uint32_t ld[32], st[32], r[32][4], o[32][4];
   for (int lane = 0; lane < 32; ++lane) {
     ld[lane] = fwd8::ldsm_offset(it, lane, T::kRowBytes, T::kPanelBytesKV);
-    st[lane] = vt0 + fwd8::stsm_offset(it, lane, T::kVtRowBytes);
+    st[lane] = vt0 + fwd8::stsm_offset(it, lane, T::kVtRowBytes, T::kPanelBytesVt);
   }
   ldmatrix_x4_trans(smem, ld, r);
   for (int lane = 0; lane < 32; ++lane) fwd8::matrix_vt_words(r[lane], o[lane], lane);
   stmatrix_x4(smem, st, o, writes, vt0);
 }
 
-// O += P V for one traits: the transposer (the word units, or the matrix items when `matrix`)
-// covers Vt once, and every k32 step pairs P and V of the same key.
-template <typename T, bool matrix = false>
+// O += P V for one traits: the transposer's items cover Vt once, and every k32 step pairs P and
+// V of the same key.
+template <typename T>
 void check_pv() {
   constexpr int kN = T::kBlockN, kD = T::kHeadDim;
   // V tile (keys x head-dim bytes, panels of kRowBytes columns) as the copy engine lays it, twice:
@@ -144,22 +124,10 @@ void check_pv() {
   std::copy(v_key.begin(), v_key.end(), smem_key.begin());
   std::copy(v_col.begin(), v_col.end(), smem_col.begin());
   std::vector<int> writes(T::kTileBytesVt, 0);
-  if constexpr (matrix) {
-    std::vector<int> writes_col(T::kTileBytesVt, 0);
-    for (int item = 0; item < fwd8::matrix_items(kD, kN); ++item) {
-      matrix_item_on_host<T>(smem_key, vt0, item, &writes);
-      matrix_item_on_host<T>(smem_col, vt0, item, &writes_col);
-    }
-  } else {
-    constexpr int kUnits = (kD / 4) * (kN / 4);
-    for (int unit = 0; unit < kUnits; ++unit) {
-      const fwd8::TransposeUnit u = fwd8::transpose_unit(unit, kD);
-      fwd8::transpose_unit_words(Bytes{&smem_key}, 0, vt0, u, T::kRowBytes, T::kPanelBytesKV, T::kVtRowBytes);
-      fwd8::transpose_unit_words(Bytes{&smem_col}, 0, vt0, u, T::kRowBytes, T::kPanelBytesKV, T::kVtRowBytes);
-      for (int i = 0; i < 4; ++i) {
-        for (int b = 0; b < 4; ++b) ++writes[fwd8::swizzled(u.col + i, 4 * u.w + b, T::kVtRowBytes)];
-      }
-    }
+  std::vector<int> writes_col(T::kTileBytesVt, 0);
+  for (int item = 0; item < fwd8::matrix_items(kD, kN); ++item) {
+    matrix_item_on_host<T>(smem_key, vt0, item, &writes);
+    matrix_item_on_host<T>(smem_col, vt0, item, &writes_col);
   }
   for (size_t i = 0; i < writes.size(); ++i) ASSERT_EQ(writes[i], 1) << "Vt byte " << i;
   const std::vector<unsigned char> vt_key(smem_key.begin() + vt0, smem_key.end());
@@ -180,8 +148,9 @@ void check_pv() {
               const int key_p = acc_col(lane, idx);
               const int k = frag_k(lane, q, b);
               for (int n = 0; n < kD; ++n) {
-                const uint32_t off =
-                    desc_offset(uint32_t(32 * kk), n, k, T::kVtRowBytes, T::kVtSwizzlePeriod);
+                // The kernel's gemm_pv8 start for step kk: its Vt panel, 32 kk bytes into the row.
+                const uint32_t start = uint32_t((32 * kk / T::kVtRowBytes) * T::kPanelBytesVt + 32 * kk % T::kVtRowBytes);
+                const uint32_t off = desc_offset(start, n, k, T::kVtRowBytes, T::kVtSwizzlePeriod);
                 ASSERT_EQ(int(vt_key[off]), key_p) << "kk " << kk << " k " << k << " n " << n << " lane " << lane;
                 ASSERT_EQ(int(vt_col[off]), n) << "kk " << kk << " k " << k << " n " << n;
               }
@@ -235,40 +204,7 @@ void check_qk() {
   }
 }
 
-// The transposers' shared-memory accesses at d128 (128-byte swizzle on both sides): each of a
-// warp's 4 loads and 4 stores per unit touches 32 distinct banks (one wavefront).
-struct BankLog {
-  std::vector<std::vector<uint32_t>>* accesses;  // per instruction slot, the lanes' byte addresses
-  mutable int slot = 0;
-  uint32_t load(uint32_t a) const { return record(a), 0u; }
-  void store(uint32_t a, uint32_t) const { record(a); }
-  void record(uint32_t a) const {
-    if (static_cast<size_t>(slot) >= accesses->size()) accesses->resize(size_t(slot) + 1);
-    (*accesses)[size_t(slot++)].push_back(a);
-  }
-};
-
-TEST(Fp8Sm90Layout, TransposerAccessesAreConflictFreeD128) {
-  using T = Fwd8Shape<128>;
-  constexpr int kUnits = (T::kHeadDim / 4) * (T::kBlockN / 4);
-  for (int warp_base = 0; warp_base < kUnits; warp_base += 32) {
-    std::vector<std::vector<uint32_t>> accesses;
-    for (int lane = 0; lane < 32; ++lane) {
-      BankLog log{&accesses};
-      fwd8::transpose_unit_words(log, 0, uint32_t(T::kTileBytesV), fwd8::transpose_unit(warp_base + lane, T::kHeadDim),
-                                 T::kRowBytes, T::kPanelBytesKV, T::kVtRowBytes);
-    }
-    ASSERT_EQ(accesses.size(), 8u);
-    for (size_t k = 0; k < accesses.size(); ++k) {
-      std::vector<int> banks(32, 0);
-      for (uint32_t a : accesses[k]) ++banks[(a / 4) % 32];
-      for (int b = 0; b < 32; ++b) ASSERT_EQ(banks[size_t(b)], 1) << "units " << warp_base << "+, access " << k << ", bank " << b;
-    }
-  }
-}
-
-// The matrix transposer (the kernel's default): the same pairing, Vt written once; its offsets
-// equal the plain formulas (copy-engine swizzle of V's key row, the kernel's Vt swizzle); each
+// The matrix transposer's offsets equal the plain formulas (copy-engine swizzle of V's key row, the kernel's Vt swizzle); each
 // ldmatrix / stmatrix phase (one matrix: eight 16-byte rows) reaches 32 distinct banks.
 template <typename T>
 void check_matrix_offsets_and_banks() {
@@ -280,15 +216,16 @@ void check_matrix_offsets_and_banks() {
       ASSERT_EQ(fwd8::ldsm_offset(it, lane, T::kRowBytes, T::kPanelBytesKV),
                 uint32_t((d / T::kRowBytes) * T::kPanelBytesKV) + tma_offset(key, d % T::kRowBytes, T::kRowBytes))
           << "item " << item << " lane " << lane;
-      ASSERT_EQ(fwd8::stsm_offset(it, lane, T::kVtRowBytes),
-                fwd8::swizzled(it.d0 + fwd8::stsm_lane_row(lane), it.kb, T::kVtRowBytes))
+      ASSERT_EQ(fwd8::stsm_offset(it, lane, T::kVtRowBytes, T::kPanelBytesVt),
+                uint32_t((it.kb / T::kVtRowBytes) * T::kPanelBytesVt) +
+                    fwd8::swizzled(it.d0 + fwd8::stsm_lane_row(lane), it.kb % T::kVtRowBytes, T::kVtRowBytes))
           << "item " << item << " lane " << lane;
     }
     for (int m = 0; m < 4; ++m) {
       std::vector<int> ld_banks(32, 0), st_banks(32, 0);
       for (int i = 0; i < 8; ++i) {
         const uint32_t ld = fwd8::ldsm_offset(it, 8 * m + i, T::kRowBytes, T::kPanelBytesKV);
-        const uint32_t st = fwd8::stsm_offset(it, 8 * m + i, T::kVtRowBytes);
+        const uint32_t st = fwd8::stsm_offset(it, 8 * m + i, T::kVtRowBytes, T::kPanelBytesVt);
         for (uint32_t w = 0; w < 4; ++w) {
           ++ld_banks[(ld / 4 + w) % 32];
           ++st_banks[(st / 4 + w) % 32];
@@ -302,18 +239,35 @@ void check_matrix_offsets_and_banks() {
   }
 }
 
-TEST(Fp8Sm90Layout, MatrixTransposerPairsTheSameKeyD64) { check_pv<Fwd8Shape<64>, true>(); }
-TEST(Fp8Sm90Layout, MatrixTransposerPairsTheSameKeyD128) { check_pv<Fwd8Shape<128>, true>(); }
-TEST(Fp8Sm90Layout, MatrixTransposerPairsTheSameKeyD256) { check_pv<Fwd8Shape<256>, true>(); }
 TEST(Fp8Sm90Layout, MatrixTransposerOffsetsAndBanksD64) { check_matrix_offsets_and_banks<Fwd8Shape<64>>(); }
 TEST(Fp8Sm90Layout, MatrixTransposerOffsetsAndBanksD128) { check_matrix_offsets_and_banks<Fwd8Shape<128>>(); }
 TEST(Fp8Sm90Layout, MatrixTransposerOffsetsAndBanksD256) { check_matrix_offsets_and_banks<Fwd8Shape<256>>(); }
 
-TEST(Fp8Sm90Layout, PVPairsTheSameKeyD64) { check_pv<Fwd8Shape<64>>(); }
-TEST(Fp8Sm90Layout, PVPairsTheSameKeyD128) { check_pv<Fwd8Shape<128>>(); }
-TEST(Fp8Sm90Layout, PVPairsTheSameKeyD256) { check_pv<Fwd8Shape<256>>(); }
+TEST(Fp8Sm90Layout, MatrixTransposerPairsTheSameKeyD64) { check_pv<Fwd8Shape<64>>(); }
+TEST(Fp8Sm90Layout, MatrixTransposerPairsTheSameKeyD128) { check_pv<Fwd8Shape<128>>(); }
+TEST(Fp8Sm90Layout, MatrixTransposerPairsTheSameKeyD256) { check_pv<Fwd8Shape<256>>(); }
 TEST(Fp8Sm90Layout, QKReadsTheSameColumnD64) { check_qk<Fwd8Shape<64>>(); }
 TEST(Fp8Sm90Layout, QKReadsTheSameColumnD128) { check_qk<Fwd8Shape<128>>(); }
 TEST(Fp8Sm90Layout, QKReadsTheSameColumnD256) { check_qk<Fwd8Shape<256>>(); }
+
+// The tiles the dev sweep may pick (fwd8_layout.h FLASHATTN_DEV_FP8_*; dev/NOTES.md): Vt in two
+// or three panels, 192 query rows.
+template <typename T>
+void check_all() {
+  check_pv<T>();
+  check_matrix_offsets_and_banks<T>();
+  check_qk<T>();
+}
+using flashattn::cuda::sm90::FwdTile;
+TEST(Fp8Sm90Layout, SweepTilesD64) {
+  check_all<Fwd8Shape<64, FwdTile{3, 128, 2, true}>>();
+  check_all<Fwd8Shape<64, FwdTile{2, 192, 2, true}>>();
+  check_all<Fwd8Shape<64, FwdTile{2, 256, 2, true}>>();
+}
+TEST(Fp8Sm90Layout, SweepTilesD128) {
+  check_all<Fwd8Shape<128, FwdTile{2, 192, 2, true}>>();
+  check_all<Fwd8Shape<128, FwdTile{2, 256, 2, true}>>();
+}
+TEST(Fp8Sm90Layout, SweepTilesD256) { check_all<Fwd8Shape<256, FwdTile{2, 128, 2, true}>>(); }
 
 }  // namespace

@@ -35,14 +35,14 @@
 // tests/cpp/test_fp8_sm90_layout.cpp against the ISA's ldmatrix / stmatrix). ldmatrix's
 // transpose hands lane 4g + t keys 2t, 2t + 1 of two head-dim columns, which with the next 8
 // keys' register are exactly Vt's K-permuted word 4t (3.), so the permutation is free here too.
-// The first version (4 x 4 byte units of 4-byte loads and stores, FLASHATTN_DEV_FP8_VT_WORDS)
-// took 120 SASS instructions per 16 bytes; it is the likely bound of the first H200 timing
-// (0.35-0.54x bf16, flat in head dim and length: dev/NOTES.md).
+// The first version (4 x 4 byte units of 4-byte loads and stores, 120 SASS instructions per 16
+// bytes) bound the first H200 run at ~285 TFLOP/s at d128; this one runs 785 at d128 16k, as fast
+// as a V pre-transposed by TMA (A/B of 2026-12-02, dev/NOTES.md; both alternatives removed since).
 // V's slot is freed as soon as it is read; Vt has a full / empty pair of its own. The
 // transposers do not follow the tiles: they take every V slot in ring order until the producer
 // marks a slot as the end (that slot's flag, then a plain arrival on its full barrier).
-// A caller-transposed V (FA3's other option) would skip this stage; the ring keeps V and Vt
-// apart, and FLASHATTN_DEV_FP8_VT_TMA swaps the stage out for a timing (dev/NOTES.md).
+// A caller-transposed V (FA3's other option) would skip this stage; timed with a transpose
+// kernel in front, it was no faster at 16k and slower at 4k (dev/NOTES.md).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -94,20 +94,6 @@ struct SharedWords {
 // The transposers' share of one V tile: src (kBlockN keys x kHeadDim bytes, in panels) ->
 // dst (kHeadDim rows x kBlockN key bytes, K-permuted as in the file comment), shared-memory
 // addresses; `tid` in [0, kTransposeThreads). The algebra: fwd8_layout.h.
-#if defined(FLASHATTN_DEV_FP8_VT_WORDS)
-// The first transposer, kept for an A/B: 4 x 4 byte units of 4-byte loads and stores, 120 SASS
-// instructions per unit at d128, 11 units per thread per tile (dev/NOTES.md).
-template <typename Traits>
-__device__ __forceinline__ void transpose_v(uint32_t src, uint32_t dst, int tid) {
-  constexpr int kUnits = (Traits::kHeadDim / 4) * (Traits::kBlockN / 4);
-  static_assert(Traits::kHeadDim % 32 == 0 && Traits::kBlockN % 32 == 0, "units come in 8 x 4 blocks");
-#pragma unroll 1
-  for (int unit = tid; unit < kUnits; unit += Traits::kTransposeThreads) {
-    fwd8::transpose_unit_words(SharedWords{}, src, dst, fwd8::transpose_unit(unit, Traits::kHeadDim),
-                               Traits::kRowBytes, Traits::kPanelBytesKV, Traits::kVtRowBytes);
-  }
-}
-#else
 // Per warp, items of 16 keys x 32 head-dim bytes: ldmatrix.x4.trans, four byte permutes,
 // stmatrix.x4 (fwd8_layout.h, "The matrix transposer"). Two items per pass: the second
 // ldmatrix issues before the first one's permutes wait for it, within the producer's 40
@@ -123,16 +109,15 @@ __device__ __forceinline__ void transpose_v(uint32_t src, uint32_t dst, int tid)
   // 128 bytes), above the tiles' 1024-byte alignment.
   const uint32_t ld_lane = fwd8::ldsm_lane_bits(lane, Traits::kRowBytes);
   const uint32_t st_lane = fwd8::stsm_lane_bits(lane, Traits::kVtRowBytes);
-#pragma unroll 2
+#pragma unroll Traits::kTransposeUnroll
   for (unsigned item = warp; item < unsigned(kItems); item += kWarps) {
     const fwd8::MatrixItem it = fwd8::matrix_item(item, Traits::kBlockN);
     uint32_t r[4], o[4];
     ptx::ldmatrix_x4_trans(r, src + (fwd8::ldsm_item_bits(it, Traits::kRowBytes, Traits::kPanelBytesKV) ^ ld_lane));
     fwd8::matrix_vt_words(r, o, lane);
-    ptx::stmatrix_x4(dst + (fwd8::stsm_item_bits(it, Traits::kVtRowBytes) ^ st_lane), o);
+    ptx::stmatrix_x4(dst + (fwd8::stsm_item_bits(it, Traits::kVtRowBytes, Traits::kPanelBytesVt) ^ st_lane), o);
   }
 }
-#endif
 
 template <typename Traits>
 __device__ __forceinline__ void gemm_qk8(float (&s)[Traits::kBlockN / 2], uint64_t q_desc, uint64_t k_desc) {
@@ -157,7 +142,8 @@ __device__ __forceinline__ void gemm_pv8(float (&o)[Traits::kHeadDim / 2], const
 #pragma unroll
   for (int kk = 0; kk < Traits::kBlockN / 32; ++kk) {  // 32 keys = 32 bytes of each Vt row per step
     const uint32_t a[4] = {p[4 * kk], p[4 * kk + 1], p[4 * kk + 2], p[4 * kk + 3]};
-    Mma::rs(o, a, ptx::desc_advance(vt_desc, kk * 32), 1u);
+    const int panel = kk * 32 / Traits::kVtRowBytes;
+    Mma::rs(o, a, ptx::desc_advance(vt_desc, panel * Traits::kPanelBytesVt + kk * 32 % Traits::kVtRowBytes), 1u);
   }
   ptx::wgmma_commit();
 }
@@ -218,16 +204,6 @@ __device__ __forceinline__ void convert_p8(const ConsumerState<Traits>& st, uint
   }
 }
 
-// Dev A/B (dev/NOTES.md): FLASHATTN_DEV_FP8_VT_TMA loads Vt by TMA from a copy the launcher
-// transposes beforehand (fwd8_launch.h, dense calls only; kp.v then maps that copy) and the
-// transposer warps exit, so a timing against the default shows what the in-kernel transpose
-// still costs. Not for use: the copy is an extra pass over V and a scratch allocation per call.
-#if defined(FLASHATTN_DEV_FP8_VT_TMA)
-constexpr bool kFwd8VtByTma = true;
-#else
-constexpr bool kFwd8VtByTma = false;
-#endif
-
 template <typename Traits>
 __global__ void __launch_bounds__(Traits::kThreads, 1) fwd8_kernel(const __grid_constant__ FwdParams kp) {
   constexpr int kBlockN = Traits::kBlockN;
@@ -269,7 +245,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd8_kernel(const __grid_
       ptx::mbarrier_init(&ring.v_full[s], 1);
       ptx::mbarrier_init(&ring.k_empty[s], 4 * Traits::kConsumers);
       ptx::mbarrier_init(&ring.v_empty[s], Traits::kTransposeThreads);
-      ptx::mbarrier_init(&ring.vt_full[s], kFwd8VtByTma ? 1 : Traits::kTransposeThreads);
+      ptx::mbarrier_init(&ring.vt_full[s], Traits::kTransposeThreads);
       ptx::mbarrier_init(&ring.vt_empty[s], 4 * Traits::kConsumers);
     }
     if constexpr (Traits::kDynamicTiles) {
@@ -286,7 +262,6 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd8_kernel(const __grid_
   if (warpgroup == 0) {
     ptx::warpgroup_reg_dealloc<Traits::kProducerRegs>();
     if (warp != 0) {
-      if constexpr (kFwd8VtByTma) return;  // Vt arrives by TMA
       // Transposers: every V slot in ring order until the end mark.
       const int tid = threadIdx.x - 32;
 #pragma unroll 1
@@ -336,19 +311,6 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd8_kernel(const __grid_
                            Traits::kRowBytes * panel, int(w.row0_k) + n_block * kBlockN, head_k, map_batch);
         }
       };
-      // kFwd8VtByTma: V's slot of the ring carries Vt (kHeadDim rows of kBlockN key bytes, one box)
-      // straight into the Vt slot; the consumers' vt_full / vt_empty pair paces it.
-      const auto load_v = [&](int n_block, int index) {
-        if constexpr (kFwd8VtByTma) {
-          const int stage = index % kStages;
-          ptx::mbarrier_wait(&ring.vt_empty[stage], ((index / kStages) & 1) ^ 1);
-          ptx::mbarrier_arrive_expect_tx(&ring.vt_full[stage], Traits::kTileBytesVt);
-          ptx::tma_load_4d(sVt + stage * Traits::kTileBytesVt, &kp.v, &ring.vt_full[stage],
-                           int(w.row0_k) + n_block * kBlockN, 0, head_k, map_batch);
-        } else {
-          load_kv(&kp.v, sV, ring.v_full, ring.v_empty, n_block, index);
-        }
-      };
       const auto load_q = [&] {
         ptx::mbarrier_wait(ring.q_empty, (q_pass & 1) ^ 1);
         ptx::mbarrier_arrive_expect_tx(ring.q_full, Traits::kTileBytesQ);
@@ -365,19 +327,17 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd8_kernel(const __grid_
 #pragma unroll 1
       for (int n_block = w.n_hi - 2; n_block >= w.n_lo; --n_block, ++it) {
         load_kv(&kp.k, sK, ring.k_full, ring.k_empty, n_block, it + 1);
-        load_v(n_block + 1, it);
+        load_kv(&kp.v, sV, ring.v_full, ring.v_empty, n_block + 1, it);
       }
-      load_v(w.n_lo, it);
+      load_kv(&kp.v, sV, ring.v_full, ring.v_empty, w.n_lo, it);
       ++it;
     }
     // The end mark for the transposers: the next V slot, once free, completes its phase with
     // no copy and the flag set (the arrival releases the flag, their wait acquires it).
-    if constexpr (!kFwd8VtByTma) {
-      const int stage = it % kStages;
-      ptx::mbarrier_wait(&ring.v_empty[stage], ((it / kStages) & 1) ^ 1);
-      SharedWords{}.store(stop_flag + 4 * stage, 1);
-      ptx::mbarrier_arrive(&ring.v_full[stage]);
-    }
+    const int stage = it % kStages;
+    ptx::mbarrier_wait(&ring.v_empty[stage], ((it / kStages) & 1) ^ 1);
+    SharedWords{}.store(stop_flag + 4 * stage, 1);
+    ptx::mbarrier_arrive(&ring.v_full[stage]);
     return;
   }
 

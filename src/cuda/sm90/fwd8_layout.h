@@ -1,6 +1,6 @@
 // The index algebra of the Hopper FP8 forward (fwd8_kernel.h): swizzled offsets, the key
-// permutation that lets P stay in its thread, the transposers' work split and their 4 x 4 byte
-// transpose. Host-safe: tests/cpp/test_fp8_sm90_layout.cpp runs it against the PTX ISA's
+// permutation that lets P stay in its thread, the transposers' items (ldmatrix / stmatrix
+// offsets and byte permutes). Host-safe: tests/cpp/test_fp8_sm90_layout.cpp runs it against the PTX ISA's
 // fragment layouts, written again there, without a GPU.
 #pragma once
 
@@ -17,23 +17,52 @@
 namespace flashattn::cuda::sm90 {
 
 // The FP8 forward's tile: 2 consumer warpgroups (block_m 128), 2 stages, ping-pong; 128 keys per
-// K/V tile (64 at d256). Not swept (no GPU run yet; dev/NOTES.md, "FP8 forward on Hopper"). Why
-// 128 or 64 keys: P V runs over the keys as its K dimension, and 8-bit wgmma operands are K-major
-// only, so the transposed V tile (Vt) holds one row of block_n key bytes per head-dim column: a
-// swizzled row of 128 (or 64) bytes, the layouts the copy engine and the descriptors share.
+// K/V tile (64 at d256). Measured on H200 at these tiles only (dev/NOTES.md, "FP8 forward on
+// Hopper"). Why 128 or 64 keys: P V runs over the keys as its K dimension, and 8-bit wgmma
+// operands are K-major only, so the transposed V tile (Vt) holds one row of block_n key bytes
+// per head-dim column, in panels of 128 (or 64) key bytes under the swizzle of that width, the
+// layouts the copy engine and the descriptors share; block_n is a multiple of 64.
 // Registers per consumer thread: S block_n / 2 + P block_n / 8 (four e4m3 per word) + O
 // head_dim / 2: d128 64 + 16 + 64; d256 at 128 keys 64 + 16 + 128 = 208 spilled 48 bytes in the
 // main loop under setmaxnreg's 232 (ptxas, CUDA 13), at 64 keys 32 + 8 + 128 = 168 does not.
 // Shared memory: Q 128 x d, and per stage K block_n x d, V block_n x d, Vt d x block_n, all
 // bytes: d128 16 + 2 x 48 = 112 KB; d256 32 + 2 x 48 = 128 KB.
-constexpr FwdTile fwd8_tile(int head_dim) { return head_dim > 128 ? FwdTile{2, 64, 2, true} : FwdTile{2, 128, 2, true}; }
+//
+// dev/ experiments (the tile sweep, dev/NOTES.md): -DFLASHATTN_DEV_FP8_HDIM=D with
+// -DFLASHATTN_DEV_FP8_{CONSUMERS,BN,STAGES}=... replace head dim D's tile (each defaults to the
+// shipped value); -DFLASHATTN_DEV_FP8_REGS240 gives the consumers 240 registers and the producer
+// warpgroup 32 (with two consumer warpgroups; three always get 160 / 32), the transposers then
+// one item per pass (fwd8_traits.h).
+constexpr FwdTile fwd8_tile_shipped(int head_dim) {
+  return head_dim > 128 ? FwdTile{2, 64, 2, true} : FwdTile{2, 128, 2, true};
+}
+constexpr FwdTile fwd8_tile(int head_dim) {
+#if defined(FLASHATTN_DEV_FP8_HDIM)
+  if (head_dim == FLASHATTN_DEV_FP8_HDIM) {
+    FwdTile t = fwd8_tile_shipped(head_dim);
+#if defined(FLASHATTN_DEV_FP8_CONSUMERS)
+    t.consumers = FLASHATTN_DEV_FP8_CONSUMERS;
+#endif
+#if defined(FLASHATTN_DEV_FP8_BN)
+    t.block_n = FLASHATTN_DEV_FP8_BN;
+#endif
+#if defined(FLASHATTN_DEV_FP8_STAGES)
+    t.stages = FLASHATTN_DEV_FP8_STAGES;
+#endif
+    return t;
+  }
+#endif
+  return fwd8_tile_shipped(head_dim);
+}
 
-// Tile shapes and byte layout of the FP8 forward at one head dim (host-safe part of Fwd8Traits).
-template <int kHeadDim_>
+// Tile shapes and byte layout of the FP8 forward at one head dim (host-safe part of Fwd8Traits);
+// kTile_ other than the head dim's own only in tests/cpp/test_fp8_sm90_layout.cpp (the tiles the
+// sweep may pick).
+template <int kHeadDim_, FwdTile kTile_ = fwd8_tile(kHeadDim_)>
 struct Fwd8Shape {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kHeadDimV = kHeadDim_;
-  static constexpr FwdTile kTile = fwd8_tile(kHeadDim);
+  static constexpr FwdTile kTile = kTile_;
   static constexpr int kConsumers = kTile.consumers;
   static constexpr int kBlockM = 64 * kConsumers;
   static constexpr int kBlockN = kTile.block_n;
@@ -51,13 +80,18 @@ struct Fwd8Shape {
   static constexpr int kTileBytesQ = kPanels * kPanelBytesQ;
   static constexpr int kTileBytesK = kPanels * kPanelBytesKV;
   static constexpr int kTileBytesV = kTileBytesK;
-  // Vt: kHeadDim rows (N of P V) of kBlockN key bytes (K of P V), swizzled at that width.
-  static constexpr int kVtRowBytes = kBlockN;
+  // Vt: kHeadDim rows (N of P V) of kBlockN key bytes (K of P V), in panels of kVtRowBytes key
+  // bytes (128 when kBlockN allows, else 64), each swizzled at that width; a k32 step of P V
+  // stays within one panel.
+  static constexpr int kVtRowBytes = kBlockN % 128 == 0 ? 128 : 64;
   static constexpr int kVtSwizzlePeriod = 8 * kVtRowBytes;
-  static constexpr int kTileBytesVt = kHeadDim * kVtRowBytes;
+  static constexpr int kVtPanels = kBlockN / kVtRowBytes;
+  static constexpr int kPanelBytesVt = kHeadDim * kVtRowBytes;
+  static constexpr int kTileBytesVt = kVtPanels * kPanelBytesVt;
 
   static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256, "FP8 head dims");
-  static_assert(kBlockN == 128 || kBlockN == 64, "Vt rows are one 128- or 64-byte swizzled row of keys");
+  static_assert(kBlockN % 64 == 0 && kBlockN <= 256, "Vt panels of 128- or 64-byte swizzled rows of keys");
+  static_assert(kConsumers == 2 || kConsumers == 3, "ping-pong between two or three consumer warpgroups");
   static_assert(kPanelBytesKV % 1024 == 0 && kTileBytesVt % 1024 == 0, "tiles start on the swizzle period");
 };
 
@@ -93,23 +127,6 @@ FLASHATTN_FWD8_HD constexpr int p_source(int kk, int hf, int h, int byte) {
   return 4 * c + 2 * h + (byte & 1);
 }
 
-// A transposer's unit: head-dim bytes col .. col + 3 of Vt word w (K-bytes 4w .. 4w + 3) of each
-// of those four rows. Lanes take 8 consecutive column groups by 4 consecutive words: the 32 loads
-// of a warp read 8 distinct 16-byte chunks of 4 key rows 2 apart, which the 128-byte swizzle
-// spreads over all 32 banks (the stores: transpose_unit_words).
-struct TransposeUnit {
-  int col;   // first head-dim byte (a multiple of 4)
-  int w;     // Vt word in the row
-  int key0;  // its four keys: key0, key0 + 1, key0 + 8, key0 + 9 (key_of_k of 4w .. 4w + 3)
-};
-FLASHATTN_FWD8_HD constexpr TransposeUnit transpose_unit(int unit, int head_dim) {
-  const int col_blocks = head_dim / 32;  // 8 column groups of 4 bytes per block
-  const int hi = unit >> 5;
-  const int cg = (hi % col_blocks) * 8 + (unit & 7);
-  const int w = (hi / col_blocks) * 4 + ((unit >> 3) & 3);
-  return {4 * cg, w, 32 * (w >> 3) + key_of_k(4 * (w & 7))};
-}
-
 // __byte_perm(x, y, s): byte i of the result is byte nibble_i(s) & 7 of the pair (y:x).
 FLASHATTN_FWD8_HD uint32_t byte_perm(uint32_t x, uint32_t y, uint32_t s) {
 #if defined(__CUDA_ARCH__)
@@ -122,53 +139,12 @@ FLASHATTN_FWD8_HD uint32_t byte_perm(uint32_t x, uint32_t y, uint32_t s) {
 #endif
 }
 
-// 4 x 4 byte transpose: byte i of r[j] is column i of key j; byte j of d[i] is column i of key j.
-FLASHATTN_FWD8_HD void transpose4x4(const uint32_t (&r)[4], uint32_t (&d)[4]) {
-  const uint32_t t0 = byte_perm(r[0], r[1], 0x5140);  // r0.0 r1.0 r0.1 r1.1
-  const uint32_t t1 = byte_perm(r[0], r[1], 0x7362);  // r0.2 r1.2 r0.3 r1.3
-  const uint32_t t2 = byte_perm(r[2], r[3], 0x5140);
-  const uint32_t t3 = byte_perm(r[2], r[3], 0x7362);
-  d[0] = byte_perm(t0, t2, 0x5410);
-  d[1] = byte_perm(t0, t2, 0x7632);
-  d[2] = byte_perm(t1, t3, 0x5410);
-  d[3] = byte_perm(t1, t3, 0x7632);
-}
-
-// One unit of the transpose: src a V tile (block_n key rows of row_bytes, in panels of
-// panel_bytes), dst a Vt tile (head-dim rows of vt_row_bytes key bytes). Generic over the
-// memory (shared in the kernel, host vectors in the test).
-// One unit of the transpose: src a V tile (block_n key rows of row_bytes, in panels of
-// panel_bytes), dst a Vt tile (head-dim rows of vt_row_bytes key bytes), both byte offsets in
-// `mem`, which loads and stores 32-bit words (ld/st.shared in the kernel, a byte vector in the
-// test).
-template <typename Mem>
-FLASHATTN_FWD8_HD void transpose_unit_words(const Mem& mem, uint32_t src, uint32_t dst, const TransposeUnit& u,
-                                            int row_bytes, int panel_bytes, int vt_row_bytes) {
-  const uint32_t s = src + uint32_t((u.col / row_bytes) * panel_bytes);
-  const int cb = u.col % row_bytes;
-  const uint32_t r[4] = {mem.load(s + swizzled(u.key0, cb, row_bytes)), mem.load(s + swizzled(u.key0 + 1, cb, row_bytes)),
-                         mem.load(s + swizzled(u.key0 + 8, cb, row_bytes)),
-                         mem.load(s + swizzled(u.key0 + 9, cb, row_bytes))};
-  uint32_t d[4];
-  transpose4x4(r, d);
-  // The four rows col .. col + 3 in an order rotated by (col / 8) mod 4: a warp's 32 stores of
-  // one instruction then reach Vt rows of all eight residues mod 8 (4 words each), which the
-  // 128-byte swizzle puts in distinct banks; in plain order they hit two residues (4-way
-  // conflicts). The selects cost the transposers ALU slots they have to spare.
-  const int rot = (u.col >> 3) & 3;
-  for (int j = 0; j < 4; ++j) {
-    const int i = (j + rot) & 3;
-    const uint32_t x = i == 0 ? d[0] : i == 1 ? d[1] : i == 2 ? d[2] : d[3];
-    mem.store(dst + swizzled(u.col + i, 4 * u.w, vt_row_bytes), x);
-  }
-}
-
-// ---- The matrix transposer (the default; fwd8_kernel.h transpose_v) -----------------------------
+// ---- The matrix transposer (fwd8_kernel.h transpose_v) -----------------------------------------
 //
 // A warp moves one item, 16 keys kb .. kb + 15 (kb a multiple of 16: one half of a 32-key group)
 // by 32 head-dim bytes d0 .. d0 + 31, with one ldmatrix.x4.trans, four byte permutes and one
-// stmatrix.x4: 512 bytes for 6 instructions and their addresses, where the word units above
-// take 32 loads, 32 stores and about 3800 instructions (SASS, d128: 120 per unit).
+// stmatrix.x4: 512 bytes for 6 instructions and their addresses, where the first transposer's
+// 4 x 4 byte units took 32 loads, 32 stores and about 3800 instructions (SASS, d128: 120 per unit).
 //
 // ldmatrix sees 16-bit elements, i.e. byte pairs of one key. Its four matrices are keys
 // kb + 8 (m % 2) + 0 .. 7 by head-dim bytes d0 + 16 (m / 2) + 0 .. 15. With .trans, lane 4g + t
@@ -213,7 +189,7 @@ FLASHATTN_FWD8_HD constexpr uint32_t ldsm_offset(const MatrixItem& it, int lane,
   return ldsm_item_bits(it, row_bytes, panel_bytes) ^ ldsm_lane_bits(lane, row_bytes);
 }
 
-// Lane's stmatrix row address within the Vt tile (rows of vt_row_bytes, 128 or 64): matrix
+// Lane's stmatrix row address within the Vt tile (panels of rows of vt_row_bytes, 128 or 64): matrix
 // lane / 8, row slot lane % 8 (see above), at K-byte kb. The row is d0 plus the lane's 0 .. 15,
 // so again an XOR of the item's bits (d0's rows, kb's chunk) and the lane's (its row within 16,
 // that row's swizzle term).
@@ -226,11 +202,14 @@ FLASHATTN_FWD8_HD constexpr uint32_t stsm_lane_bits(int lane, int vt_row_bytes) 
   const int f = vt_row_bytes == 128 ? row % 8 : (row / 2) % 4;
   return uint32_t(row * vt_row_bytes + 16 * f);
 }
-FLASHATTN_FWD8_HD constexpr uint32_t stsm_item_bits(const MatrixItem& it, int vt_row_bytes) {
-  return uint32_t(it.d0 * vt_row_bytes + it.kb);  // kb < block_n = vt_row_bytes
+// Vt panels (vt_panel_bytes apart) of vt_row_bytes keys each: the item's keys lie in panel
+// kb / vt_row_bytes (16-key items never straddle one).
+FLASHATTN_FWD8_HD constexpr uint32_t stsm_item_bits(const MatrixItem& it, int vt_row_bytes, int vt_panel_bytes) {
+  const uint32_t kb = uint32_t(it.kb), rb = uint32_t(vt_row_bytes);  // unsigned: shifts and masks
+  return (kb / rb) * uint32_t(vt_panel_bytes) + uint32_t(it.d0) * rb + kb % rb;
 }
-FLASHATTN_FWD8_HD constexpr uint32_t stsm_offset(const MatrixItem& it, int lane, int vt_row_bytes) {
-  return stsm_item_bits(it, vt_row_bytes) ^ stsm_lane_bits(lane, vt_row_bytes);
+FLASHATTN_FWD8_HD constexpr uint32_t stsm_offset(const MatrixItem& it, int lane, int vt_row_bytes, int vt_panel_bytes) {
+  return stsm_item_bits(it, vt_row_bytes, vt_panel_bytes) ^ stsm_lane_bits(lane, vt_row_bytes);
 }
 
 // Lane 4g + t's Vt words from its ldmatrix registers: o[j] is head-dim column
