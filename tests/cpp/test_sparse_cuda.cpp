@@ -369,16 +369,18 @@ TEST(SparseCudaDifferential, AbsentBlocksAreNotRead) {
 // The Hopper forward with block masks (sm90/fwd_kernel.h, FwdSparseTraits): calls with a block
 // mask and no attn_bias (attn_mask only as the element mask of partial blocks). On an H200 under
 // FLASHATTN_CUDA_PATH=sm90 every case below runs there (auto: those the split heuristic and the
-// decode shape leave to it; sm80: none, and the comparison is sm80 against itself); the
-// backward stays on sm80 and recomputes from the sm90 forward's LSE. Cases: block sizes equal to
-// the tile (clean tiles), larger, smaller and not dividing it (mixed tiles), densities 0, 1 and
-// random with rows of no kept block, ragged lengths, varlen, GQA, causal and windowed, softcap
-// and ALiBi, attn_mask in partial blocks, fp16 and head dim 64.
+// decode shape leave to it, e.g. the first and the fifth case; sm80: none, and the comparison is
+// sm80 against itself); the backward stays on sm80 and recomputes from the sm90 forward's LSE.
+// Cases: block sizes equal to the tile (clean tiles), larger, smaller and not dividing it (mixed
+// tiles), densities 0, 1 and random with rows of no kept block, ragged lengths, varlen, GQA,
+// causal and windowed, softcap and ALiBi, attn_mask in partial blocks, fp16 and head dim 64.
 std::vector<Spec> sm90_cases() {
   std::vector<Spec> cs;
+  // 9 query tiles x 16 planes = 144 CTAs, a full grid on an H200 (132 SMs): the split heuristic
+  // keeps these two on the sm90 forward under FLASHATTN_CUDA_PATH=auto too.
   Spec s = cuda_spec("sm90_dense_128x128_random_gqa");
   s.blocks = Blocks::kDense, s.block_q = s.block_k = 128, s.absent = 0.6, s.partial = 0.0;
-  s.lens_q = {1000, 1000}, s.lens_k = {1300, 1300}, s.heads = 8, s.heads_k = 2;
+  s.lens_q = {1100, 1100}, s.lens_k = {1300, 1300}, s.heads = 8, s.heads_k = 2;
   cs.push_back(s);
   s = cuda_spec("sm90_lists_128x128_causal_ragged");
   s.blocks = Blocks::kLists, s.block_q = s.block_k = 128, s.causal = true;
@@ -393,7 +395,7 @@ std::vector<Spec> sm90_cases() {
   cs.push_back(s);
   s = cuda_spec("sm90_dense_density_1_causal_gqa");
   s.blocks = Blocks::kDense, s.block_q = s.block_k = 128, s.absent = 0.0, s.partial = 0.0, s.causal = true;
-  s.lens_q = {900, 900}, s.lens_k = {1100, 1100}, s.heads = 8, s.heads_k = 1;
+  s.lens_q = {1100, 1100}, s.lens_k = {1300, 1300}, s.heads = 8, s.heads_k = 1;
   cs.push_back(s);
   s = cuda_spec("sm90_dense_64x192_window");
   s.blocks = Blocks::kDense, s.block_q = 64, s.block_k = 192, s.absent = 0.4;

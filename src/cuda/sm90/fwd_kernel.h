@@ -707,19 +707,20 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
       int stage = it % kStages;
       uint32_t parity = (it / kStages) & 1;
       ptx::mbarrier_wait(&ring.k_full[stage], parity);
-      // kSparse: the tile, its kind and whether it is the last, from the producer's entry.
       int n_first = w.n_hi - 1;
       [[maybe_unused]] int kind = kTileClean;
       [[maybe_unused]] bool last = false;
+      turns.take();
+      gemm_qk<Traits>(st.s, q_desc, k_desc(stage));
+      turns.pass();
+      // kSparse: the tile, its kind and whether it is the last, from the producer's entry (read
+      // while S runs; the stage is freed only below).
       if constexpr (Traits::kSparse) {
         const int e = sparse_entry(sparse, stage);
         n_first = e & kTileIndexMask;
         kind = (e & ~kLastEntry) >> kTileKindShift;
         last = (e & kLastEntry) != 0;
       }
-      turns.take();
-      gemm_qk<Traits>(st.s, q_desc, k_desc(stage));
-      turns.pass();
       ptx::wgmma_wait<0>();
       ptx::fence_operand(st.s);
       release(&ring.k_empty[stage], lane);
@@ -744,17 +745,17 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
         stage = it % kStages;
         parity = (it / kStages) & 1;
         ptx::mbarrier_wait(&ring.k_full[stage], parity);
-        if constexpr (Traits::kSparse) {
-          const int e = sparse_entry(sparse, stage);
-          n_block = e & kTileIndexMask;
-          kind = (e & ~kLastEntry) >> kTileKindShift;
-          last = (e & kLastEntry) != 0;
-        }
         ptx::mbarrier_wait(&ring.v_full[prev_stage], prev_parity);
         turns.take();
         gemm_qk<Traits>(st.s, q_desc, k_desc(stage));
         gemm_pv<Traits>(st.o, st.p, v_desc(prev_stage));
         turns.pass();
+        if constexpr (Traits::kSparse) {  // as for the first block, while the products run
+          const int e = sparse_entry(sparse, stage);
+          n_block = e & kTileIndexMask;
+          kind = (e & ~kLastEntry) >> kTileKindShift;
+          last = (e & kLastEntry) != 0;
+        }
         ptx::wgmma_wait<1>();  // S_j is done; P V is still running
         ptx::fence_operand(st.s);
         release(&ring.k_empty[stage], lane);
