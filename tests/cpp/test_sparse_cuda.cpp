@@ -376,11 +376,11 @@ TEST(SparseCudaDifferential, AbsentBlocksAreNotRead) {
 // causal and windowed, softcap and ALiBi, attn_mask in partial blocks, fp16 and head dim 64.
 std::vector<Spec> sm90_cases() {
   std::vector<Spec> cs;
-  // 9 query tiles x 16 planes = 144 CTAs, a full grid on an H200 (132 SMs): the split heuristic
+  // 5 query tiles x 32 planes = 160 CTAs, a full grid on an H200 (132 SMs): the split heuristic
   // keeps these two on the sm90 forward under FLASHATTN_CUDA_PATH=auto too.
   Spec s = cuda_spec("sm90_dense_128x128_random_gqa");
   s.blocks = Blocks::kDense, s.block_q = s.block_k = 128, s.absent = 0.6, s.partial = 0.0;
-  s.lens_q = {1100, 1100}, s.lens_k = {1300, 1300}, s.heads = 8, s.heads_k = 2;
+  s.lens_q = {600, 600}, s.lens_k = {700, 700}, s.heads = 16, s.heads_k = 4;
   cs.push_back(s);
   s = cuda_spec("sm90_lists_128x128_causal_ragged");
   s.blocks = Blocks::kLists, s.block_q = s.block_k = 128, s.causal = true;
@@ -395,7 +395,7 @@ std::vector<Spec> sm90_cases() {
   cs.push_back(s);
   s = cuda_spec("sm90_dense_density_1_causal_gqa");
   s.blocks = Blocks::kDense, s.block_q = s.block_k = 128, s.absent = 0.0, s.partial = 0.0, s.causal = true;
-  s.lens_q = {1100, 1100}, s.lens_k = {1300, 1300}, s.heads = 8, s.heads_k = 1;
+  s.lens_q = {600, 600}, s.lens_k = {700, 700}, s.heads = 16, s.heads_k = 1;
   cs.push_back(s);
   s = cuda_spec("sm90_dense_64x192_window");
   s.blocks = Blocks::kDense, s.block_q = 64, s.block_k = 192, s.absent = 0.4;
