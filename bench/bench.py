@@ -37,6 +37,11 @@ call (a GPU sleep queued first, so host dispatch is hidden; --timing eager drops
 accumulation); fwd+bwd = forward with autograd recording, then that backward, timed as one.
 Decode rows also carry *_graph figures: the same call captured in a CUDA graph and replayed,
 which removes the host launch overhead that dominates the smallest decode shapes.
+flashattn_fp8 (opt-in: --impls flashattn,flashattn_fp8): the FP8 forward (e4m3 q, k, v from the
+row's inputs, converted once outside the timing; descales 1; bf16 out) in the same rows as the
+bf16/fp16 flashattn call, forward only, FLOPs as for that dtype; the console line adds its
+forward speed-up over flashattn's. E.g. python3 bench/bench.py --suite full --dtypes bf16
+--impls flashattn,flashattn_fp8 --no-backward.
 --kv-dtype fp8 (decode suite): the kvcache entries read an e4m3 cache (the bf16 keys quantized
 once per (batch, kv head), descales passed as k_descale/v_descale); their kv_tb_per_s counts the
 cache's bytes (1 per element), and each row prints their speed-up over flashattn's bf16 call.
@@ -67,7 +72,7 @@ KVCACHE_IMPLS = ("kvcache", "kvcache_paged16")
 DECODE_IMPLS = ("flashattn", "kvcache", "kvcache_paged16", "sdpa_cudnn", "sdpa_flash", "sdpa_efficient", "sdpa_math")
 SPARSE_IMPLS = ("flashattn", "flex")
 # Named only on request (not in the default --impls): dev measurements beside flashattn's own row.
-OPT_IN_IMPLS = ("flashattn_sink",)
+OPT_IN_IMPLS = ("flashattn_sink", "flashattn_fp8")
 DESCRIPTIONS = {
     "flashattn": "this library: flashattn.flash_attn_func (layout B, N, H, d)",
     "sdpa_cudnn": "torch SDPA, cuDNN backend (SDPBackend.CUDNN_ATTENTION)",
@@ -82,6 +87,9 @@ DESCRIPTIONS = {
                        "shuffled order, with block_table and cache_seqlens (decode suite only)",
     "flashattn_sink": "this library: flashattn.flash_attn_func with learnable_sink (zeros, float32, one per head; "
                       "the sink's cost beside the flashattn row, issue 19)",
+    "flashattn_fp8": "this library: flashattn.flash_attn_func on float8_e4m3fn q, k, v (the row's inputs converted "
+                     "once, outside the timing; descales 1, out bf16; the Hopper FP8 forward, issue 21), forward "
+                     "only, FLOPs counted as for the row's dtype",
     "flex": "torch FlexAttention, torch.compile(flex_attention) with a BlockMask of the same blocks, all full "
             "(sparse suite only)",
 }
@@ -186,6 +194,9 @@ def format_row(row):
                   if key + "_tflops" in ours and key + "_tflops" in other]
         if ratios:
             parts.append(f"vs {label} " + " ".join(ratios))
+    fp8 = row.get("flashattn_fp8", {})
+    if "fwd_ms" in ours and "fwd_ms" in fp8:
+        parts.append(f"fp8 fwd {ours['fwd_ms'] / fp8['fwd_ms']:.2f}x bf16")
     sink = row.get("flashattn_sink", {})
     # The sink's cost: time with it over time without, minus 1 (issue 19's bound is +3%).
     costs = [f"{key} {sink[key + '_ms'] / ours[key + '_ms'] - 1.0:+.1%}"
@@ -421,6 +432,19 @@ def attention_impls(names, math_max_seqlen=4096, softcap=0.0, kv_dtype="bf16"):
                 sinks[h] = torch.zeros(h, dtype=torch.float32, device=q.device)
             return flashattn.flash_attn_func(q, k, v, causal=causal, softcap=softcap, learnable_sink=sinks[h])
         impls["flashattn_sink"] = Impl("bshd", run_sink)
+
+    if "flashattn_fp8" in names:
+        import flashattn
+        converted = {}  # the last inputs' e4m3 copies, so the timed calls only attend
+
+        def run_fp8(q, k, v, causal):
+            key = (q.data_ptr(), k.data_ptr(), v.data_ptr(), q.shape, k.shape, v.shape)
+            if key not in converted:
+                converted.clear()
+                converted[key] = tuple(t.detach().to(torch.float8_e4m3fn) for t in (q, k, v))
+            q8, k8, v8 = converted[key]
+            return flashattn.flash_attn_func(q8, k8, v8, causal=causal, softcap=softcap)
+        impls["flashattn_fp8"] = Impl("bshd", run_fp8, backward=False)
 
     def no_softcap(*args):
         return "no softcap in this peer" if softcap > 0 else None

@@ -7,10 +7,13 @@ file(GLOB _fa_cuda_inst CONFIGURE_DEPENDS ${_fa_cuda_dir}/instantiations/*.cu)
 set(_fa_selected)
 foreach(_f IN LISTS _fa_cuda_inst)
   get_filename_component(_name ${_f} NAME_WE)
-  if(NOT _name MATCHES "^[a-z0-9]+_hdim([0-9]+)_(fp16|bf16)_")
+  if(NOT _name MATCHES "^[a-z0-9]+_hdim([0-9]+)_(fp16|bf16|e4m3)_")
     message(FATAL_ERROR "unexpected instantiation file name: ${_name}")
   endif()
-  if(CMAKE_MATCH_1 IN_LIST FLASHATTN_CUDA_HEAD_DIMS AND CMAKE_MATCH_2 IN_LIST FLASHATTN_CUDA_DTYPES)
+  # e4m3 files (the FP8 forward, out bf16) follow the head dims only: FLASHATTN_CUDA_DTYPES
+  # lists the 16-bit element types.
+  if(CMAKE_MATCH_1 IN_LIST FLASHATTN_CUDA_HEAD_DIMS AND
+     (CMAKE_MATCH_2 STREQUAL "e4m3" OR CMAKE_MATCH_2 IN_LIST FLASHATTN_CUDA_DTYPES))
     list(APPEND _fa_selected ${_f})
   endif()
 endforeach()

@@ -150,12 +150,14 @@ struct PadPlan {
 // version.
 Status prepare(const QKVParams& p, PadPlan* plan, int* major_out = nullptr) {
   // FP8 (issue 21): an e4m3 KV cache read by float16/bfloat16 queries runs on the sm80 cache
-  // kernels (FwdTraits::Fp8Cache); the FP8 forward (an e4m3 q, also against a cache) has no
-  // CUDA kernel yet.
+  // kernels (FwdTraits::Fp8Cache); the FP8 forward (an e4m3 q) runs on the sm90 kernels, and
+  // only from cuda_forward (fp8_forward, before this): forward_kvcache with an e4m3 q has no
+  // CUDA kernel.
   if (p.dtype == DType::kFloat8E4M3) {
-    return Status::NotSupported("q has dtype float8_e4m3, which the CUDA backend does not run yet "
-                                "(the cpu backend implements the FP8 forward; an e4m3 k_cache/v_cache "
-                                "with float16/bfloat16 q runs on CUDA)");
+    return Status::NotSupported("q has dtype float8_e4m3: the CUDA backend runs the FP8 forward only "
+                                "(flash_attn_func / varlen, on Hopper GPUs), not forward_kvcache "
+                                "(the cpu backend implements it; an e4m3 k_cache/v_cache with "
+                                "float16/bfloat16 q runs on CUDA)");
   }
   const bool fp8_cache = p.kv_dtype == DType::kFloat8E4M3;
   if (p.dtype != DType::kFloat16 && p.dtype != DType::kBFloat16) {
@@ -438,10 +440,54 @@ Status padded_backward(const BackwardParams& p, const PadPlan& plan, cudaStream_
   return Status::Ok();
 }
 
+// The FP8 forward (q, k, v float8 e4m3, out bf16; docs/SEMANTICS.md "FP8"): the sm90 kernels
+// (sm90/fwd8_kernel.h) or NotSupported naming why. No padding (the copies are 16-bit) and no sm80
+// kernel: a declined call is refused, never run another way. Validation (core) has checked the
+// dtypes of k, v and out and the descales' shapes.
+Status fp8_forward(const ForwardParams& p) {
+  const std::string why = "q has dtype float8_e4m3: ";
+#if defined(FLASHATTN_CUDA_SM90)
+  int major = 0;
+  if (Status s = use_device(p.device.index, &major); !s.ok()) return s;
+  if (major != 9) {
+    return Status::NotSupported(why + "the CUDA FP8 forward runs on Hopper (sm90) GPUs only; device " +
+                                std::to_string(p.device.index) + " has compute capability " + std::to_string(major) +
+                                ".x (the cpu backend implements the FP8 forward)");
+  }
+  if (cuda_path() == CudaPath::kSm80) {
+    return Status::NotSupported(why + "FLASHATTN_CUDA_PATH=sm80, and the FP8 forward has only sm90 kernels");
+  }
+  if (std::string reason = cuda::sm90::fwd8_declines(p); !reason.empty()) {
+    return Status::NotSupported(why + "the CUDA FP8 forward declines this call: " + reason +
+                                " (the cpu backend implements every FP8 option)");
+  }
+  if (Status s = check_operand("q", p.q, p.q_strides, 1); !s.ok()) return s;
+  if (Status s = check_operand("k", p.k, p.k_strides, 1); !s.ok()) return s;
+  if (Status s = check_operand("v", p.v, p.v_strides, 1); !s.ok()) return s;
+  if (Status s = check_operand("out", p.out, p.out_strides); !s.ok()) return s;
+  const auto stream = static_cast<cudaStream_t>(p.stream);
+  const RowSpace qr = q_rows(p);
+  if (p.batch == 0 || p.seqlen_q == 0 || qr.rows == 0) return Status::Ok();
+  if (p.seqlen_k == 0 || k_rows(p).rows == 0) {
+    // As cuda_forward: out 0 (bf16), LSE -inf or the learnable sink.
+    if (Status s = zero_fill(p.out, p.out_strides, qr, p.heads, p.head_dim_v, stream); !s.ok()) return s;
+    return cuda::fill_lse(p.lse, p.lse_batch_stride, p.lse_head_stride, qr.batch, p.heads, qr.rows,
+                          -std::numeric_limits<float>::infinity(), stream, p.learnable_sink);
+  }
+  return cuda::sm90::dispatch_fwd8(p, stream);
+#else
+  (void)p;
+  return Status::NotSupported(why + "this flashattn was built without the sm90a kernels "
+                              "(CMAKE_CUDA_ARCHITECTURES without 90), and the CUDA FP8 forward runs on "
+                              "Hopper (sm90) GPUs only");
+#endif
+}
+
 }  // namespace
 
 Status cuda_forward(const ForwardParams& p) {
   cuda::DeviceScope restore_device;  // prepare() selects the tensors' device
+  if (p.dtype == DType::kFloat8E4M3) return fp8_forward(p);
   PadPlan plan;
   int major = 0;
   if (Status s = prepare(p, &plan, &major); !s.ok()) return s;

@@ -3,8 +3,9 @@
 // naive FP8 computation of reference/ (tight: bf16 output rounding plus the probabilities whose
 // e4m3 rounding a float32 logit may legitimately flip) and against float64 attention on the
 // unquantized inputs (loose; RMSE reported next to bfloat16's), descale broadcasting, the FP8
-// KV cache (dense, paged, append), every error path, the C ABI, and on CUDA: the e4m3 cache read
-// by 16-bit queries against the CPU backend and the reference, and the decline of e4m3 queries.
+// KV cache (dense, paged, append), every error path, the C ABI, and on CUDA: the FP8 forward (the
+// Hopper kernels) against the naive FP8 computation and the CPU backend, what it declines, and the
+// e4m3 cache read by 16-bit queries against the CPU backend and the reference.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -12,12 +13,17 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <ostream>
 #include <random>
 #include <string>
 #include <vector>
+
+#if defined(FLASHATTN_WITH_CUDA)
+#include <cuda_runtime.h>
+#endif
 
 #include "cpu/convert.h"
 #include "flashattn/c_api.h"
@@ -311,17 +317,12 @@ TensorView view_of(void* data, DType dt, std::initializer_list<int64_t> shape) {
   return make_contiguous_view(data, dt, kCpu, shape);
 }
 
-// A (batch, heads_k) float32 descale view; stride_zero broadcasts element 0.
-TensorView descale_view(std::vector<float>& d, int batch, int heads_k, bool stride_zero) {
-  TensorView t = view_of(d.data(), DType::kFloat32, {batch, heads_k});
-  if (stride_zero) t.strides[0] = t.strides[1] = 0;
-  return t;
-}
-
-// Runs the CPU FP8 forward on the problem's codes. With bf16_inputs, runs the bfloat16 forward
-// on the unquantized inputs instead (the baseline the FP8 RMSE is reported next to).
-Output run_cpu(const Fp8Spec& spec, Fp8Problem& p, bool bf16_inputs = false,
-               bool scalar_stride0 = false) {
+// Runs the FP8 forward of `backend` on the problem's codes (every tensor staged in that backend's
+// memory). With bf16_inputs, runs the bfloat16 forward on the unquantized inputs instead (the
+// baseline the FP8 RMSE is reported next to). *status receives the call's status when given
+// (then a failure is the caller's to judge); otherwise it must succeed.
+Output run_fp8(const Fp8Spec& spec, Fp8Problem& p, Backend backend, bool bf16_inputs = false,
+               bool scalar_stride0 = false, Status* status = nullptr) {
   const auto& s = p.shape;
   const int64_t tq = s.total_q(), tk = s.total_k();
   std::vector<uint16_t> qb, kb, vb;
@@ -330,39 +331,81 @@ Output run_cpu(const Fp8Spec& spec, Fp8Problem& p, bool bf16_inputs = false,
   for (double x : p.v) vb.push_back(float_to_bf16_bits(static_cast<float>(x)));
   std::vector<uint16_t> out(static_cast<size_t>(tq * s.heads * s.head_dim_v));
   std::vector<float> lse(static_cast<size_t>(tq * s.heads));
+  const Device dev = device_of(backend);
+  const size_t es = bf16_inputs ? 2 : 1;
+  // Never empty: a zero-row tensor still gets a valid pointer.
+  const auto bytes = [](size_t n) { return std::max<size_t>(n, 16); };
+  DeviceBuffer qbuf(backend, bytes(p.q8.size() * es)), kbuf(backend, bytes(p.k8.size() * es)),
+      vbuf(backend, bytes(p.v8.size() * es)), obuf(backend, bytes(out.size() * 2)),
+      lbuf(backend, bytes(lse.size() * 4)), cuq(backend, bytes(p.cu_q.size() * 4)),
+      cuk(backend, bytes(p.cu_k.size() * 4)), qdb(backend, bytes(p.qd.size() * 4)),
+      kdb(backend, bytes(p.kd.size() * 4)), vdb(backend, bytes(p.vd.size() * 4)),
+      sinkb(backend, bytes(p.sink.size() * 4)), alibib(backend, bytes(p.alibi.size() * 4));
+  const auto upload = [](DeviceBuffer& b, const void* src, size_t n) {
+    std::vector<unsigned char> staged(b.bytes(), 0);
+    if (n > 0) std::memcpy(staged.data(), src, n);
+    b.upload(staged.data());
+  };
+  upload(qbuf, bf16_inputs ? static_cast<const void*>(qb.data()) : p.q8.data(), p.q8.size() * es);
+  upload(kbuf, bf16_inputs ? static_cast<const void*>(kb.data()) : p.k8.data(), p.k8.size() * es);
+  upload(vbuf, bf16_inputs ? static_cast<const void*>(vb.data()) : p.v8.data(), p.v8.size() * es);
+  upload(cuq, p.cu_q.data(), p.cu_q.size() * 4);
+  upload(cuk, p.cu_k.data(), p.cu_k.size() * 4);
+  upload(qdb, p.qd.data(), p.qd.size() * 4);
+  upload(kdb, p.kd.data(), p.kd.size() * 4);
+  upload(vdb, p.vd.data(), p.vd.size() * 4);
+  upload(sinkb, p.sink.data(), p.sink.size() * 4);
+  upload(alibib, p.alibi.data(), p.alibi.size() * 4);
+  const auto view = [&](DeviceBuffer& b, DType dt, std::initializer_list<int64_t> shape) {
+    return make_contiguous_view(b.data(), dt, dev, shape);
+  };
   ForwardArgs a;
   const DType in = bf16_inputs ? DType::kBFloat16 : DType::kFloat8E4M3;
-  void* qp = bf16_inputs ? static_cast<void*>(qb.data()) : p.q8.data();
-  void* kp = bf16_inputs ? static_cast<void*>(kb.data()) : p.k8.data();
-  void* vp = bf16_inputs ? static_cast<void*>(vb.data()) : p.v8.data();
   if (p.varlen) {
-    a.q = view_of(qp, in, {tq, s.heads, s.head_dim});
-    a.k = view_of(kp, in, {tk, s.heads_k, s.head_dim});
-    a.v = view_of(vp, in, {tk, s.heads_k, s.head_dim_v});
-    a.out = view_of(out.data(), DType::kBFloat16, {tq, s.heads, s.head_dim_v});
-    a.lse = view_of(lse.data(), DType::kFloat32, {s.heads, tq});
-    a.cu_seqlens_q = view_of(p.cu_q.data(), DType::kInt32, {s.batch + 1});
-    a.cu_seqlens_k = view_of(p.cu_k.data(), DType::kInt32, {s.batch + 1});
+    a.q = view(qbuf, in, {tq, s.heads, s.head_dim});
+    a.k = view(kbuf, in, {tk, s.heads_k, s.head_dim});
+    a.v = view(vbuf, in, {tk, s.heads_k, s.head_dim_v});
+    a.out = view(obuf, DType::kBFloat16, {tq, s.heads, s.head_dim_v});
+    a.lse = view(lbuf, DType::kFloat32, {s.heads, tq});
+    a.cu_seqlens_q = view(cuq, DType::kInt32, {s.batch + 1});
+    a.cu_seqlens_k = view(cuk, DType::kInt32, {s.batch + 1});
+    // Required on CUDA, where cu_seqlens live on the device and the grid is sized from them
+    // (validate.cpp); without them every CUDA varlen case was refused with kInvalidArgument
+    // (the CPU reads cu_seqlens itself, so the CPU harness never noticed).
+    a.max_seqlen_q = *std::max_element(spec.varlen_q.begin(), spec.varlen_q.end());
+    a.max_seqlen_k = *std::max_element(spec.varlen_k.begin(), spec.varlen_k.end());
   } else {
-    a.q = view_of(qp, in, {s.batch, p.sq_dense, s.heads, s.head_dim});
-    a.k = view_of(kp, in, {s.batch, p.sk_dense, s.heads_k, s.head_dim});
-    a.v = view_of(vp, in, {s.batch, p.sk_dense, s.heads_k, s.head_dim_v});
-    a.out = view_of(out.data(), DType::kBFloat16, {s.batch, p.sq_dense, s.heads, s.head_dim_v});
-    a.lse = view_of(lse.data(), DType::kFloat32, {s.batch, s.heads, p.sq_dense});
+    a.q = view(qbuf, in, {s.batch, p.sq_dense, s.heads, s.head_dim});
+    a.k = view(kbuf, in, {s.batch, p.sk_dense, s.heads_k, s.head_dim});
+    a.v = view(vbuf, in, {s.batch, p.sk_dense, s.heads_k, s.head_dim_v});
+    a.out = view(obuf, DType::kBFloat16, {s.batch, p.sq_dense, s.heads, s.head_dim_v});
+    a.lse = view(lbuf, DType::kFloat32, {s.batch, s.heads, p.sq_dense});
   }
   a.causal = spec.causal;
   a.window_left = spec.window_left;
   a.window_right = spec.window_right;
   a.softcap = spec.softcap;
-  if (!p.sink.empty()) a.learnable_sink = view_of(p.sink.data(), DType::kFloat32, {s.heads});
-  if (!p.alibi.empty()) a.alibi_slopes = view_of(p.alibi.data(), DType::kFloat32, {s.heads});
+  if (!p.sink.empty()) a.learnable_sink = view(sinkb, DType::kFloat32, {s.heads});
+  if (!p.alibi.empty()) a.alibi_slopes = view(alibib, DType::kFloat32, {s.heads});
   if (!bf16_inputs && spec.descale != DescaleMode::kNone) {
-    a.q_descale = descale_view(p.qd, s.batch, s.heads_k, scalar_stride0);
-    a.k_descale = descale_view(p.kd, s.batch, s.heads_k, scalar_stride0);
-    a.v_descale = descale_view(p.vd, s.batch, s.heads_k, scalar_stride0);
+    const auto descale = [&](DeviceBuffer& b) {
+      TensorView t = view(b, DType::kFloat32, {s.batch, s.heads_k});
+      if (scalar_stride0) t.strides[0] = t.strides[1] = 0;
+      return t;
+    };
+    a.q_descale = descale(qdb);
+    a.k_descale = descale(kdb);
+    a.v_descale = descale(vdb);
   }
   const Status st = forward(a);
-  EXPECT_TRUE(st.ok()) << st.message();
+  if (status != nullptr) {
+    *status = st;
+    if (!st.ok()) return {};
+  } else {
+    EXPECT_TRUE(st.ok()) << st.message();
+  }
+  obuf.download(out.data());
+  lbuf.download(lse.data());
   Output o;
   for (uint16_t x : out) o.out.push_back(bf16_bits_to_float(x));
   // lse to (heads, total_q)
@@ -379,6 +422,10 @@ Output run_cpu(const Fp8Spec& spec, Fp8Problem& p, bool bf16_inputs = false,
     }
   }
   return o;
+}
+
+Output run_cpu(const Fp8Spec& spec, Fp8Problem& p, bool bf16_inputs = false, bool scalar_stride0 = false) {
+  return run_fp8(spec, p, Backend::kCpu, bf16_inputs, scalar_stride0);
 }
 
 Output run_reference(const Fp8Spec& spec, const Fp8Problem& p, const std::vector<double>& q,
@@ -401,32 +448,49 @@ Output run_reference(const Fp8Spec& spec, const Fp8Problem& p, const std::vector
 //     maximum logit is within 2^-12 of an integer (ceil may differ: a power-of-two shift, exact
 //     but for the subnormals).
 // Visibility is recomputed here from the window (the cases below use no bias or mask).
+//
+// acc_eps > 0 (the CUDA kernels on Hopper): the tensor cores' FP8 products do not accumulate
+// in full float32. A wgmma e4m3 step keeps about 14 significant bits of its sum (DeepSeek-V3
+// technical report, section 3.3.2, "around 14 bits" on H800), so each k32 step may lose up to
+// acc_eps of the magnitude summed so far. That moves a logit by up to
+// dx = acc_eps * (d / 32) * scale * log2(e) * sum_c |q_c k_c| (widening the flip window above
+// from 2^-12 to ln 2 * dx), moves the row's LSE by up to ln 2 * max dx (added to *lse_extra per
+// (head, row), when given), adds acc_eps * (k32 steps of P V) * sum_j P_j |V_j| / L to each
+// output, and |out| (2^max dx - 1) for the row sum l, which takes P before its rounding. A
+// bound, not an estimate: a layout bug moves the output by O(1) of its values.
 std::vector<double> naive_tolerance(const Fp8Spec& spec, const Fp8Problem& p,
                                     const std::vector<double>& q, const std::vector<double>& k,
-                                    const std::vector<double>& v, const std::vector<double>& naive) {
+                                    const std::vector<double>& v, const std::vector<double>& naive,
+                                    double acc_eps = 0.0, std::vector<double>* lse_extra = nullptr) {
   const auto& s = p.shape;
   const double log2e = 1.0 / std::log(2.0), scale = 1.0 / std::sqrt(static_cast<double>(spec.d));
-  const double delta = std::ldexp(1.0, -12);
+  const double delta0 = std::ldexp(1.0, -12);
   const int group = s.heads / s.heads_k, D = s.head_dim, Dv = s.head_dim_v;
   const int right = spec.causal ? 0 : spec.window_right, left = spec.window_left;
+  const double qk_steps = std::ceil(D / 32.0);
   std::vector<double> tol(naive.size());
   for (size_t e = 0; e < naive.size(); ++e) tol[e] = std::ldexp(std::fabs(naive[e]), -8) + 1e-6;
+  if (lse_extra != nullptr) lse_extra->assign(static_cast<size_t>(s.total_q() * s.heads), 0.0);
   for (int b = 0; b < s.batch; ++b) {
     const int64_t q0 = s.cu_seqlens_q[b], k0 = s.cu_seqlens_k[b];
     const int64_t sq = s.cu_seqlens_q[b + 1] - q0, sk = s.cu_seqlens_k[b + 1] - k0;
     for (int h = 0; h < s.heads; ++h) {
       const int hk = h / group;
       for (int64_t i = 0; i < sq; ++i) {
-        std::vector<double> x(static_cast<size_t>(sk), -INFINITY);
-        double mx = -INFINITY;
+        std::vector<double> x(static_cast<size_t>(sk), -INFINITY), dx(static_cast<size_t>(sk), 0.0);
+        double mx = -INFINITY, dx_max = 0.0;
         for (int64_t j = 0; j < sk; ++j) {
           const int64_t diag = i + sk - sq;
           if ((left >= 0 && j < diag - left) || (right >= 0 && j > diag + right)) continue;
-          double dot = 0.0;
+          double dot = 0.0, absdot = 0.0;
           for (int c = 0; c < D; ++c) {
-            dot += q[static_cast<size_t>(((q0 + i) * s.heads + h) * D + c)] *
-                   k[static_cast<size_t>(((k0 + j) * s.heads_k + hk) * D + c)];
+            const double t = q[static_cast<size_t>(((q0 + i) * s.heads + h) * D + c)] *
+                             k[static_cast<size_t>(((k0 + j) * s.heads_k + hk) * D + c)];
+            dot += t;
+            absdot += std::fabs(t);
           }
+          dx[static_cast<size_t>(j)] = acc_eps * qk_steps * absdot * scale * log2e;
+          dx_max = std::max(dx_max, dx[static_cast<size_t>(j)]);
           double t = dot * scale;
           if (spec.softcap > 0) t = spec.softcap * std::tanh(t / spec.softcap);
           if (!p.alibi.empty()) t -= p.alibi[static_cast<size_t>(h)] * static_cast<double>(std::llabs(diag - j));
@@ -434,26 +498,52 @@ std::vector<double> naive_tolerance(const Fp8Spec& spec, const Fp8Problem& p,
           mx = std::max(mx, t * log2e);
         }
         if (mx == -INFINITY) continue;
+        if (lse_extra != nullptr) (*lse_extra)[static_cast<size_t>(h * s.total_q() + q0 + i)] = dx_max / log2e;
         const double r = std::ceil(mx) - 8.0;
-        const bool r_ambiguous = std::fabs(mx - std::round(mx)) < delta * std::max(1.0, std::fabs(mx));
+        const bool r_ambiguous =
+            std::fabs(mx - std::round(mx)) < std::max(delta0 * std::max(1.0, std::fabs(mx)), dx_max);
         double L = p.sink.empty() ? 0.0 : std::exp2(p.sink[static_cast<size_t>(h)] * log2e - r);
         for (double xj : x) L += xj == -INFINITY ? 0.0 : std::exp2(xj - r);
+        double pv_abs_sum = 0.0;  // sum_j P_j |V_j| per output column, for acc_eps
+        std::vector<double> pv_abs(static_cast<size_t>(Dv), 0.0);
         for (int64_t j = 0; j < sk; ++j) {
           const double xj = x[static_cast<size_t>(j)];
           if (xj == -INFINITY) continue;
           const double pv = std::exp2(xj - r);
+          if (acc_eps > 0.0) {
+            for (int c = 0; c < Dv; ++c) {
+              pv_abs[static_cast<size_t>(c)] +=
+                  1.0625 * pv * std::fabs(v[static_cast<size_t>(((k0 + j) * s.heads_k + hk) * Dv + c)]);
+            }
+            pv_abs_sum += pv;
+          }
+          // The relative change of P a logit error may cause (both windows in the same units).
+          const double delta = std::max(delta0, dx[static_cast<size_t>(j)] / log2e);
           double slack = 0.0;
           if (pv < std::ldexp(1.0, -5)) {
             slack = std::ldexp(1.0, -9);  // subnormal (or next to it): one quantum either way
           } else {
             const double m = pv / std::ldexp(1.0, static_cast<int>(std::floor(std::log2(pv))));
             const double frac = m * 8.0 - std::floor(m * 8.0);  // position between two codes
-            if (std::fabs(frac - 0.5) < 8.0 * delta || r_ambiguous) slack = pv / 8.0;
+            const double window = delta == delta0 ? 8.0 * delta : 16.0 * delta;
+            if (std::fabs(frac - 0.5) < window || r_ambiguous) slack = pv / 8.0;
           }
           if (slack == 0.0) continue;
           for (int c = 0; c < Dv; ++c) {
             const double vj = std::fabs(v[static_cast<size_t>(((k0 + j) * s.heads_k + hk) * Dv + c)]);
             tol[static_cast<size_t>(((q0 + i) * s.heads + h) * Dv + c)] += 1.01 * slack / L * vj;
+          }
+        }
+        if (acc_eps > 0.0 && pv_abs_sum > 0.0) {
+          const double pv_steps = std::ceil(static_cast<double>(sk) / 32.0) + 1.0;
+          // The row sum l takes P unrounded, so the logits' errors move it continuously (not
+          // only through rounding flips): each term by a factor within 2^(+-dx_max), l too, and
+          // O / l by up to eps / (1 - eps) of itself. Missing before the first GPU run.
+          const double l_eps = std::exp2(dx_max) - 1.0;
+          for (int c = 0; c < Dv; ++c) {
+            const size_t e = static_cast<size_t>(((q0 + i) * s.heads + h) * Dv + c);
+            tol[e] += acc_eps * pv_steps * pv_abs[static_cast<size_t>(c)] / L +
+                      std::fabs(naive[e]) * l_eps / (1.0 - l_eps);
           }
         }
       }
@@ -988,20 +1078,178 @@ TEST(Fp8CApi, DescalesReachTheLibraryAndOldLayoutsIgnoreThem) {
 
 // ---- CUDA ----------------------------------------------------------------------------------------
 
-// The FP8 forward (an e4m3 q) has no CUDA kernel yet: kNotSupported naming the dtype, before any
-// kernel, also against a cache (the all-e4m3 mode of "FP8 KV cache").
-TEST(Fp8Cuda, DeclinesFp8Queries) {
-  if (!backend_available(Backend::kCuda)) GTEST_SKIP() << "no CUDA device";
-  DeviceBuffer q(Backend::kCuda, 2 * 64 * 4 * 128), k(Backend::kCuda, 2 * 64 * 2 * 128),
-      v(Backend::kCuda, 2 * 64 * 2 * 128), out(Backend::kCuda, 2 * 2 * 64 * 4 * 128);
-  const Device dev{DeviceType::kCUDA, 0};
-  ForwardArgs a;
-  a.q = make_contiguous_view(q.data(), DType::kFloat8E4M3, dev, {2, 64, 4, 128});
-  a.k = make_contiguous_view(k.data(), DType::kFloat8E4M3, dev, {2, 64, 2, 128});
-  a.v = make_contiguous_view(v.data(), DType::kFloat8E4M3, dev, {2, 64, 2, 128});
-  a.out = make_contiguous_view(out.data(), DType::kBFloat16, dev, {2, 64, 4, 128});
-  expect_error(forward(a), StatusCode::kNotSupported, "q has dtype float8_e4m3");
+// The FP8 forward on CUDA: the sm90 kernels (src/cuda/sm90/fwd8_kernel.h) on a Hopper GPU,
+// NotSupported naming the reason anywhere else.
+int cuda_major() {
+#if defined(FLASHATTN_WITH_CUDA)
+  int major = 0;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0) != cudaSuccess) return 0;
+  return major;
+#else
+  return 0;
+#endif
+}
 
+// Whether the CUDA FP8 forward runs here: a Hopper GPU, not restricted to the sm80 kernels
+// (FLASHATTN_CUDA_PATH=sm80; scripts/gpu-check.sh runs the tests under each path). Where it does
+// not, the reason a call is declined.
+bool fp8_cuda_runs() {
+  const char* path = std::getenv("FLASHATTN_CUDA_PATH");
+  return cuda_major() == 9 && !(path != nullptr && std::string(path) == "sm80");
+}
+std::string fp8_cuda_decline_reason() { return cuda_major() == 9 ? "FLASHATTN_CUDA_PATH=sm80" : "Hopper"; }
+
+// The relative precision of one k32 step of the tensor cores' FP8 accumulation, for
+// naive_tolerance: about 14 significant bits, taken as 2^-12 (twice the truncation of the 14th).
+constexpr double kWgmmaFp8StepEps = 1.0 / 4096.0;
+
+// Against the naive FP8 computation with the CPU test's criterion, widened only by the
+// tensor cores' accumulation (naive_tolerance, acc_eps), and against the CPU backend's output
+// (each is within its tolerance of the naive one, so they are within the sum). `tested`: the
+// backend under test (CUDA; the CPU backend checks this harness without a GPU).
+void check_fp8_cuda_case(const Fp8Spec& spec, Backend tested = Backend::kCuda) {
+  SCOPED_TRACE(spec.name);
+  Fp8Problem p = make_problem(spec);
+  Status st;
+  const Output gpu = run_fp8(spec, p, tested, false, false, &st);
+  if (tested == Backend::kCuda && !fp8_cuda_runs()) {
+    expect_error(st, StatusCode::kNotSupported, fp8_cuda_decline_reason());
+    return;
+  }
+  if (tested == Backend::kCuda && cuda_run_head_dim(spec.d, spec.d) != spec.d) {
+    expect_error(st, StatusCode::kNotSupported, "head_dim " + std::to_string(spec.d) + " was not built");
+    return;
+  }
+  ASSERT_TRUE(st.ok()) << st.message();
+  const auto& s = p.shape;
+  const std::vector<double> qd = dequantize(p, p.q8, p.qd, s.cu_seqlens_q, s.heads, s.head_dim);
+  const std::vector<double> kd = dequantize(p, p.k8, p.kd, s.cu_seqlens_k, s.heads_k, s.head_dim);
+  const std::vector<double> vd = dequantize(p, p.v8, p.vd, s.cu_seqlens_k, s.heads_k, s.head_dim_v);
+  const Output naive = run_reference(spec, p, qd, kd, vd, /*round_p=*/true);
+  const Output exact = run_reference(spec, p, qd, kd, vd, /*round_p=*/false);
+  const Output cpu = run_cpu(spec, p);
+  std::vector<double> lse_extra;
+  const std::vector<double> tol = naive_tolerance(spec, p, qd, kd, vd, naive.out, kWgmmaFp8StepEps, &lse_extra);
+  const std::vector<double> cpu_tol = naive_tolerance(spec, p, qd, kd, vd, naive.out);
+  size_t worst = 0, worst_cpu = 0;
+  double worst_ratio = 0.0, worst_cpu_ratio = 0.0;
+  for (size_t e = 0; e < gpu.out.size(); ++e) {
+    ASSERT_FALSE(std::isnan(gpu.out[e])) << "element " << e;
+    const double ratio = std::fabs(gpu.out[e] - naive.out[e]) / tol[e];
+    if (ratio > worst_ratio) worst_ratio = ratio, worst = e;
+    const double cpu_ratio = std::fabs(gpu.out[e] - cpu.out[e]) / (tol[e] + cpu_tol[e]);
+    if (cpu_ratio > worst_cpu_ratio) worst_cpu_ratio = cpu_ratio, worst_cpu = e;
+  }
+  EXPECT_LE(worst_ratio, 1.0) << "element " << worst << ": tested " << gpu.out[worst] << ", naive "
+                              << naive.out[worst] << ", tolerance " << tol[worst];
+  EXPECT_LE(worst_cpu_ratio, 1.0) << "element " << worst_cpu << ": tested " << gpu.out[worst_cpu] << ", cpu "
+                                  << cpu.out[worst_cpu];
+  // The LSE: the worst element against its bound, reported whole (the first GPU run's output
+  // showed which cases failed but not by how much).
+  size_t worst_lse = 0;
+  double worst_lse_ratio = 0.0;
+  for (size_t e = 0; e < gpu.lse.size(); ++e) {
+    if (std::isinf(exact.lse[e])) {
+      ASSERT_EQ(gpu.lse[e], exact.lse[e]) << e;
+    } else {
+      const double bound = 2e-5 * std::max(1.0, std::fabs(exact.lse[e])) + lse_extra[e];
+      const double ratio = std::fabs(gpu.lse[e] - exact.lse[e]) / bound;
+      if (ratio > worst_lse_ratio) worst_lse_ratio = ratio, worst_lse = e;
+    }
+  }
+  EXPECT_LE(worst_lse_ratio, 1.0) << "LSE element " << worst_lse << ": tested " << gpu.lse[worst_lse] << ", exact "
+                                  << exact.lse[worst_lse] << ", extra bound " << lse_extra[worst_lse];
+  double err = 0.0, naive_err = 0.0, amax = 0.0;
+  for (size_t e = 0; e < gpu.out.size(); ++e) {
+    err = std::max(err, std::fabs(gpu.out[e] - exact.out[e]));
+    naive_err = std::max(naive_err, std::fabs(naive.out[e] - exact.out[e]));
+    amax = std::max(amax, std::fabs(exact.out[e]));
+  }
+  const double err_bound = 2.0 * naive_err + std::ldexp(amax, -8) + 1e-6;
+  EXPECT_LE(err, err_bound) << "max error against float64 of the codes: " << err << ", naive FP8 " << naive_err;
+  // Every check's margin in one line (1 = at the bound), also for the cases that pass.
+  std::printf("[fp8 %s %s] worst/bound: naive %.3f (element %zu), cpu %.3f, lse %.3f, max error %.3f\n",
+              tested == Backend::kCuda ? "cuda" : "harness", spec.name.c_str(), worst_ratio, worst, worst_cpu_ratio,
+              worst_lse_ratio, err / err_bound);
+  if (tested == Backend::kCuda) {
+    const Output orig = run_reference(spec, p, p.q, p.k, p.v, false);
+    std::printf("[fp8 cuda %s] RMSE vs float64 of the unquantized inputs: cuda %.3e, cpu %.3e\n", spec.name.c_str(),
+                rmse(gpu.out, orig.out), rmse(cpu.out, orig.out));
+  }
+}
+
+class Fp8CudaForward : public testing::TestWithParam<Fp8Spec> {};
+
+TEST_P(Fp8CudaForward, MatchesNaiveFp8AndCpu) {
+  if (!backend_available(Backend::kCuda)) GTEST_SKIP() << "no CUDA device";
+  check_fp8_cuda_case(GetParam());
+}
+
+// Per head dim the kernels have (64, 128, 256): GQA, causal and windows (the dynamic tile
+// feed), ragged varlen lengths (1, 17, 130, 1000: one, partial and many key blocks), softcap
+// and ALiBi (the kMods kernels),
+// per-(batch, kv head) descales with distinct values (DescaleMode::kPerHead), an expanded
+// scalar descale, none, a learnable sink, outliers, several query tiles per head.
+std::vector<Fp8Spec> cuda_forward_cases() {
+  std::vector<Fp8Spec> c;
+  for (int d : {128, 64, 256}) {
+    const std::string dn = "d" + std::to_string(d) + "_";
+    const auto add = [&](Fp8Spec s) {
+      s.name = dn + s.name;
+      s.d = s.dv = d;
+      c.push_back(std::move(s));
+    };
+    { Fp8Spec s; s.name = "gqa"; s.heads = 8; s.heads_k = 2; s.seqlen_q = 300; s.seqlen_k = 300; add(s); }
+    { Fp8Spec s; s.name = "causal"; s.causal = true; s.seqlen_q = 333; s.seqlen_k = 333; add(s); }
+    { Fp8Spec s; s.name = "varlen_ragged_causal"; s.varlen_q = {1, 17, 130, 1000}; s.varlen_k = {1, 17, 130, 1000}; s.causal = true; add(s); }
+    { Fp8Spec s; s.name = "softcap"; s.softcap = 5.0f; s.seqlen_q = 200; s.seqlen_k = 300; add(s); }
+    if (d != 128) continue;
+    { Fp8Spec s; s.name = "alibi_causal"; s.alibi = true; s.causal = true; s.seqlen_q = 250; s.seqlen_k = 250; add(s); }
+    { Fp8Spec s; s.name = "softcap_alibi_window"; s.softcap = 8.0f; s.alibi = true; s.window_left = 50; s.window_right = 10; s.seqlen_q = 300; s.seqlen_k = 300; add(s); }
+    { Fp8Spec s; s.name = "causal_sq_lt_sk"; s.causal = true; s.seqlen_q = 100; s.seqlen_k = 700; add(s); }
+    { Fp8Spec s; s.name = "causal_sq_gt_sk"; s.causal = true; s.seqlen_q = 200; s.seqlen_k = 90; add(s); }
+    { Fp8Spec s; s.name = "window"; s.window_left = 64; s.window_right = 16; s.seqlen_q = 400; s.seqlen_k = 400; add(s); }
+    { Fp8Spec s; s.name = "varlen_ragged"; s.varlen_q = {1, 17, 130, 1000}; s.varlen_k = {1000, 130, 17, 1}; add(s); }
+    { Fp8Spec s; s.name = "varlen_window_sink"; s.varlen_q = {130, 17}; s.varlen_k = {260, 17}; s.window_left = 40; s.window_right = 0; s.sink = true; add(s); }
+    { Fp8Spec s; s.name = "mqa_scalar_descale"; s.heads_k = 1; s.descale = DescaleMode::kScalar; s.seqlen_q = 130; s.seqlen_k = 257; add(s); }
+    { Fp8Spec s; s.name = "no_descale"; s.descale = DescaleMode::kNone; add(s); }
+    { Fp8Spec s; s.name = "sink_causal"; s.sink = true; s.causal = true; s.seqlen_q = 150; s.seqlen_k = 150; add(s); }
+    { Fp8Spec s; s.name = "outliers"; s.outliers = true; s.seqlen_k = 512; add(s); }
+    { Fp8Spec s; s.name = "seqlen_1"; s.seqlen_q = 1; s.seqlen_k = 1; add(s); }
+  }
+  return c;
+}
+
+INSTANTIATE_TEST_SUITE_P(Cuda, Fp8CudaForward, testing::ValuesIn(cuda_forward_cases()),
+                         [](const testing::TestParamInfo<Fp8Spec>& i) { return i.param.name; });
+
+// The CUDA cases and their criterion hold for the CPU backend in CUDA's place, so that the
+// harness is known to hold before a GPU runs it.
+TEST(Fp8CudaForwardHarness, HoldsForTheCpuBackend) {
+  for (const Fp8Spec& spec : cuda_forward_cases()) check_fp8_cuda_case(spec, Backend::kCpu);
+}
+
+// What the CUDA FP8 forward declines: kNotSupported naming the dtype and the reason, nothing
+// launched. On a GPU other than Hopper (or under FLASHATTN_CUDA_PATH=sm80) every e4m3 q is
+// declined, naming that.
+TEST(Fp8Cuda, DeclinesWhatTheKernelsDoNotTake) {
+  if (!backend_available(Backend::kCuda)) GTEST_SKIP() << "no CUDA device";
+  const bool runs = fp8_cuda_runs();
+  const auto declined = [&](const Fp8Spec& spec, const std::string& reason) {
+    SCOPED_TRACE(spec.name);
+    Fp8Problem p = make_problem(spec);
+    Status st;
+    run_fp8(spec, p, Backend::kCuda, false, false, &st);
+    expect_error(st, StatusCode::kNotSupported, "q has dtype float8_e4m3");
+    expect_error(st, StatusCode::kNotSupported, runs ? reason : fp8_cuda_decline_reason());
+  };
+  { Fp8Spec s; s.name = "head_dim_96"; s.d = s.dv = 96; declined(s, "head_dim 96"); }
+  { Fp8Spec s; s.name = "dv_ne_d"; s.d = 128; s.dv = 64; declined(s, "head_dim_v 64"); }
+
+  // forward_kvcache with an e4m3 q (the all-e4m3 mode of "FP8 KV cache") has no CUDA kernel.
+  DeviceBuffer q(Backend::kCuda, 2 * 4 * 128), k(Backend::kCuda, 2 * 64 * 2 * 128),
+      v(Backend::kCuda, 2 * 64 * 2 * 128), out(Backend::kCuda, 2 * 2 * 4 * 128);
+  const Device dev{DeviceType::kCUDA, 0};
   KVCacheArgs c;
   c.q = make_contiguous_view(q.data(), DType::kFloat8E4M3, dev, {2, 1, 4, 128});
   c.k_cache = make_contiguous_view(k.data(), DType::kFloat8E4M3, dev, {2, 64, 2, 128});

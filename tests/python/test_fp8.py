@@ -5,11 +5,14 @@ against float64 of the dequantized inputs (FlashAttention's criterion), descale 
 varlen, the FP8 KV cache (dense, paged, append), the custom ops' fake shapes, autograd's refusal
 and the error paths. CUDA: the e4m3 cache read by 16-bit queries against the CPU backend (the
 append bitwise) and the float64 reference, dense and paged (pages 1/16/256), with rotary, GQA,
-ragged lengths and forced split-KV; the FP8 forward (e4m3 q) is still declined there.
+ragged lengths and forced split-KV; the FP8 forward (e4m3 q, the Hopper kernels) against the CPU
+backend and the naive FP8 computation, and what it declines.
 
 torch is needed (numpy has no float8 without ml_dtypes and no bfloat16 for the output); the
 module is skipped without it, as CI (no torch) does.
 """
+
+import os
 
 import numpy as np
 import pytest
@@ -42,17 +45,27 @@ def dequantize(codes, descale):
     return (x * descale.to(torch.float64)[:, None, :, None, None]).reshape(b, s, h, d).numpy()
 
 
-def naive_tolerance(q, k, v, naive, scale, causal, window, softcap, sink):
+def naive_tolerance(q, k, v, naive, scale, causal, window, softcap, sink, acc_eps=0.0):
     """Per-element bound on |ours - naive| (numpy float64 inputs, (b, s, h, d) layouts): one
     bfloat16 ulp of the value, plus, for every probability within 2^-12 of an e4m3 rounding
-    boundary (or in e4m3's subnormal range), one e4m3 ulp of its weight times |v|."""
+    boundary (or in e4m3's subnormal range), one e4m3 ulp of its weight times |v|.
+
+    acc_eps > 0 (the CUDA kernels on Hopper, tests/cpp/test_fp8.cpp naive_tolerance): each k32
+    step of the tensor cores' FP8 accumulation keeps about 14 bits, losing up to acc_eps of the
+    magnitude summed so far. Logits move by up to dx = acc_eps * (d / 32) * scale * log2(e) *
+    sum |q k| (the flip window widens to ln 2 * dx, and a row whose maximum is within max dx of an
+    integer may take the other reference), and each output by acc_eps * (k32 steps of P V) *
+    sum P |v| / L."""
     h = q.shape[2]
     ke, ve = np.repeat(k, h // k.shape[2], axis=2), np.repeat(v, h // v.shape[2], axis=2)
     s = np.einsum("bihd,bjhd->bhij", q, ke) * scale
     if softcap > 0:
         s = softcap * np.tanh(s / softcap)
-    s = np.where(attn_ref.visible(q.shape[1], k.shape[1], causal, window), s, -np.inf)
+    vis = attn_ref.visible(q.shape[1], k.shape[1], causal, window)
+    s = np.where(vis, s, -np.inf)
     x = s * LOG2E
+    dx = acc_eps * np.ceil(q.shape[3] / 32) * scale * LOG2E * np.einsum("bihd,bjhd->bhij", np.abs(q), np.abs(ke))
+    dx = np.where(vis, dx, 0.0)
     mx = x.max(axis=-1, keepdims=True)
     r = np.where(np.isfinite(mx), np.ceil(mx) - 8.0, 0.0)
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -62,10 +75,19 @@ def naive_tolerance(q, k, v, naive, scale, causal, window, softcap, sink):
             total = total + np.exp2(np.asarray(sink)[None, :, None, None] * LOG2E - r)
         m = pv / np.exp2(np.floor(np.log2(np.where(pv > 0, pv, 1.0))))
         frac = m * 8.0 - np.floor(m * 8.0)
-        near = np.abs(frac - 0.5) < 8.0 * 2.0 ** -12
+        window_frac = np.where(dx > 0, np.maximum(8.0 * 2.0 ** -12, 16.0 * dx / LOG2E), 8.0 * 2.0 ** -12)
+        near = np.abs(frac - 0.5) < window_frac
+        if acc_eps > 0:
+            dx_max = dx.max(axis=-1, keepdims=True)
+            near = near | (np.abs(mx - np.round(mx)) < np.maximum(2.0 ** -12 * np.maximum(1.0, np.abs(mx)), dx_max))
         slack = np.where(pv <= 0, 0.0, np.where(pv < 2.0 ** -5, 2.0 ** -9, np.where(near, pv / 8, 0)))
-        weight = np.where(total > 0, slack / np.where(total > 0, total, 1.0), 0.0)
+        safe_total = np.where(total > 0, total, 1.0)
+        weight = np.where(total > 0, slack / safe_total, 0.0)
+        acc_weight = np.where(total > 0, 1.0625 * pv / safe_total, 0.0)
     extra = np.einsum("bhij,bjhd->bihd", weight, np.abs(ve)) * 1.01
+    if acc_eps > 0:
+        pv_steps = np.ceil(k.shape[1] / 32) + 1
+        extra = extra + acc_eps * pv_steps * np.einsum("bhij,bjhd->bihd", acc_weight, np.abs(ve))
     return np.abs(naive) * 2.0 ** -8 + 1e-6 + extra
 
 
@@ -301,17 +323,160 @@ def _cuda_or_skip():
     return torch.device("cuda", torch.cuda.current_device())
 
 
-def test_cuda_fp8_forward_declined():
-    # TODO(issue 21, kernel author): when the sm90 FP8 forward lands, replace the raises below
-    # with test_flash_attn_func_fp8_matches_naive_and_float64's checks on CUDA tensors.
+# The relative precision of one k32 step of the tensor cores' FP8 accumulation (naive_tolerance).
+WGMMA_FP8_STEP_EPS = 2.0 ** -12
+
+
+def _fp8_cuda_runs(dev):
+    """Whether the CUDA FP8 forward runs here (a Hopper GPU, not FLASHATTN_CUDA_PATH=sm80), and
+    otherwise what its error names."""
+    hopper = torch.cuda.get_device_capability(dev)[0] == 9
+    if hopper and os.environ.get("FLASHATTN_CUDA_PATH") != "sm80":
+        return True, None
+    return False, "FLASHATTN_CUDA_PATH=sm80" if hopper else "Hopper"
+
+
+CUDA_CASES = [
+    dict(name="d128_gqa", b=2, sq=300, sk=300, h=8, hk=2, d=128),
+    dict(name="d128_causal", b=2, sq=333, sk=333, h=4, hk=2, d=128, causal=True),
+    dict(name="d128_causal_sq_lt_sk", b=1, sq=100, sk=700, h=4, hk=2, d=128, causal=True),
+    dict(name="d128_window", b=1, sq=400, sk=400, h=2, hk=1, d=128, window=(64, 16)),
+    dict(name="d128_sink_scalar_descale", b=2, sq=150, sk=150, h=4, hk=2, d=128, causal=True,
+         sink=True, per_head=False),
+    dict(name="d128_softcap_window", b=1, sq=300, sk=300, h=4, hk=2, d=128, window=(50, 10), softcap=8.0),
+    dict(name="d64_causal", b=2, sq=257, sk=257, h=4, hk=2, d=64, causal=True),
+    dict(name="d256_gqa", b=1, sq=200, sk=300, h=4, hk=2, d=256),
+]
+
+
+def _check_cuda_against_cpu_and_naive(ours, cpu, q8, k8, v8, qd, kd, vd, causal, window, sink, softcap=0.0):
+    """The CUDA output against the naive FP8 computation (the CPU criterion widened by the tensor
+    cores' accumulation) and against the CPU backend's output (each within its tolerance of the
+    naive one); FlashAttention's criterion against float64 of the dequantized inputs."""
+    d = q8.shape[-1]
+    qf, kf, vf = dequantize(q8, qd), dequantize(k8, kd), dequantize(v8, vd)
+    kw = dict(scale=d ** -0.5, causal=causal, window=window, sink=sink, softcap=softcap)
+    naive, _ = attn_ref.forward(qf, kf, vf, fp8_round_p=True, **kw)
+    exact, lse_ref = attn_ref.forward(qf, kf, vf, **kw)
+    tol = naive_tolerance(qf, kf, vf, naive, d ** -0.5, causal, window, softcap, sink, WGMMA_FP8_STEP_EPS)
+    cpu_tol = naive_tolerance(qf, kf, vf, naive, d ** -0.5, causal, window, softcap, sink)
+    assert (np.abs(ours - naive) <= tol).all(), np.abs(ours - naive).max()
+    assert (np.abs(ours - cpu) <= tol + cpu_tol).all(), np.abs(ours - cpu).max()
+    attn_ref.assert_fa_close("out", ours, exact, naive, atol=2.0 ** -8 * np.abs(exact).max())
+    # The LSE's bound: the float32 one plus, per row, ln 2 times the largest logit error the
+    # tensor cores' accumulation allows (naive_tolerance's dx), as the C++ test takes it.
+    h = qf.shape[2]
+    ke = np.repeat(kf, h // kf.shape[2], axis=2)
+    vis = attn_ref.visible(qf.shape[1], kf.shape[1], causal, window)
+    absdot = np.where(vis, np.einsum("bihd,bjhd->bhij", np.abs(qf), np.abs(ke)), 0.0)
+    dx_max = WGMMA_FP8_STEP_EPS * np.ceil(d / 32) * d ** -0.5 * LOG2E * absdot.max(axis=-1)
+    lse_tol = 2e-5 * np.maximum(1.0, np.abs(np.where(np.isfinite(lse_ref), lse_ref, 0.0))) + dx_max / LOG2E
+    return lse_ref, lse_tol
+
+
+def _check_fp8_case(case, dev):
+    """One CUDA_CASES entry on `dev` (CUDA; "cpu" checks the harness itself without a GPU)."""
+    g = torch.Generator().manual_seed(11)
+    b, sq, sk, h, hk, d = (case[n] for n in ("b", "sq", "sk", "h", "hk", "d"))
+    causal, window = case.get("causal", False), case.get("window", (-1, -1))
+    softcap = case.get("softcap", 0.0)
+    x = [torch.randn(b, s, hh, d, generator=g) for s, hh in ((sq, h), (sk, hk), (sk, hk))]
+    (q8, qd), (k8, kd), (v8, vd) = (quantize(t, hk, case.get("per_head", True)) for t in x)
+    sink = torch.rand(h, generator=g) * 2 - 1 if case.get("sink") else None
+
+    def run(device):
+        to = (lambda t: None if t is None else t.to(device))
+        return flashattn.flash_attn_func(
+            to(q8), to(k8), to(v8), causal=causal, window_size=window, softcap=softcap, learnable_sink=to(sink),
+            return_attn_probs=True, q_descale=to(qd), k_descale=to(kd), v_descale=to(vd))
+
+    if dev != "cpu":
+        runs, reason = _fp8_cuda_runs(dev)
+        if not runs:
+            with pytest.raises(TypeError, match=reason):
+                run(dev)
+            return
+    out, lse, _ = run(dev)
+    assert out.dtype == torch.bfloat16 and out.shape == (b, sq, h, d)
+    cpu_out, _, _ = run("cpu")
+    sink64 = None if sink is None else sink.double().numpy()
+    lse_ref, lse_tol = _check_cuda_against_cpu_and_naive(out.cpu().double().numpy(), cpu_out.double().numpy(),
+                                                         q8, k8, v8, qd, kd, vd, causal, window, sink64, softcap)
+    # The LSE of the unrounded scores, up to the tensor cores' accumulation of the logits.
+    ours_lse = lse.cpu().double().numpy()
+    inf = np.isinf(lse_ref)
+    assert np.array_equal(ours_lse[inf], lse_ref[inf])
+    assert (np.abs(ours_lse - lse_ref)[~inf] <= lse_tol[~inf]).all(), np.abs(ours_lse - lse_ref)[~inf].max()
+
+
+@pytest.mark.parametrize("case", CUDA_CASES, ids=[c["name"] for c in CUDA_CASES])
+def test_cuda_fp8_forward_matches_cpu_and_naive(case):
+    _check_fp8_case(case, _cuda_or_skip())
+
+
+HARNESS_CASES = [c for c in CUDA_CASES if c["name"] in ("d128_gqa", "d128_softcap_window")]
+
+
+@pytest.mark.parametrize("case", HARNESS_CASES, ids=[c["name"] for c in HARNESS_CASES])
+def test_cuda_fp8_harness_holds_for_the_cpu_backend(case):
+    """The CUDA cases' checks, with the CPU backend in CUDA's place (runs without a GPU)."""
+    _check_fp8_case(case, "cpu")
+
+
+def _check_fp8_varlen(dev):
+    g = torch.Generator().manual_seed(13)
+    lens, h, hk, d = [1, 17, 130, 1000], 4, 2, 128
+    xs = [[torch.randn(1, n, hh, d, generator=g) for hh in (h, hk, hk)] for n in lens]
+    quant = [[quantize(t, hk) for t in seq] for seq in xs]
+    q = torch.cat([qq[0][0][0] for qq in quant])
+    k = torch.cat([qq[1][0][0] for qq in quant])
+    v = torch.cat([qq[2][0][0] for qq in quant])
+    qd, kd, vd = (torch.cat([qq[i][1] for qq in quant]) for i in range(3))
+    cu = torch.tensor(np.cumsum([0] + lens), dtype=torch.int32)
+
+    def run(device):
+        return flashattn.flash_attn_varlen_func(
+            q.to(device), k.to(device), v.to(device), cu.to(device), cu.to(device), max(lens), max(lens),
+            causal=True, q_descale=qd.to(device), k_descale=kd.to(device), v_descale=vd.to(device))
+
+    if dev != "cpu":
+        runs, reason = _fp8_cuda_runs(dev)
+        if not runs:
+            with pytest.raises(TypeError, match=reason):
+                run(dev)
+            return
+    out = run(dev).cpu()
+    cpu = run("cpu")
+    for i in range(len(lens)):
+        rows = slice(int(cu[i]), int(cu[i + 1]))
+        (q8, qdi), (k8, kdi), (v8, vdi) = quant[i]
+        _check_cuda_against_cpu_and_naive(out[None, rows].double().numpy(), cpu[None, rows].double().numpy(),
+                                          q8, k8, v8, qdi, kdi, vdi, True, (-1, -1), None)
+
+
+def test_cuda_fp8_varlen_ragged_matches_cpu_and_naive():
+    """Ragged lengths (1, 17, 130, 1000: one, partial and many key blocks), GQA, causal, distinct
+    per-(sequence, kv head) descales; each sequence checked on its own."""
+    _check_fp8_varlen(_cuda_or_skip())
+
+
+def test_cuda_fp8_varlen_harness_holds_for_the_cpu_backend():
+    _check_fp8_varlen("cpu")
+
+
+def test_cuda_fp8_forward_declines():
+    """What the CUDA FP8 forward does not take is refused naming the reason (TypeError: the
+    message names q's dtype), never run another way; forward_kvcache with an e4m3 q has no CUDA
+    kernel."""
     dev = _cuda_or_skip()
+    runs, reason = _fp8_cuda_runs(dev)
     q = torch.randn(2, 128, 4, 128, device=dev).to(FP8)
     k = torch.randn(2, 128, 2, 128, device=dev).to(FP8)
     d = torch.ones(2, 2, device=dev)
-    # kNotSupported naming a dtype: TypeError, as for float32 on CUDA (test_cuda.py).
-    with pytest.raises(TypeError, match="q has dtype float8_e4m3"):
-        flashattn.flash_attn_func(q, k, k, q_descale=d, k_descale=d, v_descale=d)
-    # The all-e4m3 mode of the FP8 KV cache is the FP8 forward too.
+    q96, k96 = q[..., :96].contiguous(), k[..., :96].contiguous()
+    with pytest.raises(TypeError, match="head_dim 96" if runs else reason):
+        flashattn.flash_attn_func(q96, k96, k96, q_descale=d, k_descale=d, v_descale=d)
+    # The all-e4m3 mode of the FP8 KV cache.
     with pytest.raises(TypeError, match="q has dtype float8_e4m3"):
         flashattn.flash_attn_with_kvcache(q[:, :1], k, k.clone(), cache_seqlens=100, q_descale=d,
                                           k_descale=d, v_descale=d)

@@ -23,4 +23,18 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t add
                : "r"(addr));
 }
 
+// stmatrix, ldmatrix's converse (sm_90): lane l's r[i] (row l/4, 16-bit columns 2*(l%4) and
+// 2*(l%4)+1 of matrix i) goes to row l/4 of matrix i, whose address lane 8i + l/4 gives.
+// This header is also compiled for sm_80, which has no stmatrix: there it traps.
+__device__ __forceinline__ void stmatrix_x4(uint32_t addr, const uint32_t (&r)[4]) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n"
+               ::"r"(addr), "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3])
+               : "memory");
+#else
+  (void)addr, (void)r;
+  __trap();
+#endif
+}
+
 }  // namespace flashattn::ptx

@@ -28,4 +28,18 @@ Status dispatch_fwd(const ForwardParams& p, cudaStream_t stream);
 template <typename Traits>
 Status run_fwd(const ForwardParams& params, cudaStream_t stream);
 
+// The FP8 forward (q, k, v float8 e4m3, out bf16; fwd8_kernel.h). Why it does not take p (empty
+// when it does): a head dim other than 64, 128 and 256, head_dim_v != head_dim, a head dim not
+// built, dropout, attn_bias / attn_mask / block masks, requested key splits, a broadcast
+// operand. No other path runs an e4m3 q on CUDA, so a declined call is NotSupported.
+std::string fwd8_declines(const ForwardParams& p);
+
+// Runs p, which fwd8_declines accepted. NotSupported (nothing launched) when the copy engine
+// cannot describe an operand. Only built head dims are referenced when called.
+Status dispatch_fwd8(const ForwardParams& p, cudaStream_t stream);
+
+// Defined in fwd8_launch.h, instantiated in the generated sm90fwd8_*.cu files.
+template <typename Traits>
+Status run_fwd8(const ForwardParams& params, cudaStream_t stream);
+
 }  // namespace flashattn::cuda::sm90

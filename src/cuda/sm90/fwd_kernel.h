@@ -53,12 +53,12 @@ constexpr float kRescaleThreshold = 8.0f;
 
 // Where the ring's barriers live and how a (stage, pass) maps to a parity.
 struct Ring {
-  uint64_t* q_full;
+  uint64_t* q_full;   // [Q slots]
   uint64_t* k_full;   // [stages]
   uint64_t* v_full;   // [stages]
   uint64_t* k_empty;  // [stages]
   uint64_t* v_empty;  // [stages]
-  uint64_t* q_empty;
+  uint64_t* q_empty;  // [Q slots]
 };
 
 // Row statistics and accumulators of one consumer thread: rows g and g + 8 of its warp's 16
@@ -93,13 +93,14 @@ __device__ __forceinline__ void gemm_qk(float (&s)[Traits::kBlockN / 2], uint64_
 
 template <typename Traits>
 __device__ __forceinline__ void gemm_pv(float (&o)[Traits::kHeadDimV / 2], const uint32_t (&p)[Traits::kBlockN / 4],
-                                        uint64_t v_desc) {
+                                        uint64_t v_desc, uint32_t accumulate = 1u) {
   using Mma = ptx::Wgmma<Traits::kHeadDimV, typename Traits::Element>;
   ptx::wgmma_fence();
 #pragma unroll
   for (int kk = 0; kk < Traits::kBlockN / 16; ++kk) {  // 16 keys = 16 rows of 128 bytes per step
     const uint32_t a[4] = {p[4 * kk], p[4 * kk + 1], p[4 * kk + 2], p[4 * kk + 3]};
-    Mma::template rs<1>(o, a, ptx::desc_advance(v_desc, kk * 16 * Traits::kRowBytes), 1u);
+    // accumulate = 0: the first step overwrites O (a tile's first P V product, cross-tile form).
+    Mma::template rs<1>(o, a, ptx::desc_advance(v_desc, kk * 16 * Traits::kRowBytes), kk == 0 ? accumulate : 1u);
   }
   ptx::wgmma_commit();
 }
@@ -464,16 +465,18 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
   // The 128-byte swizzle repeats every 1024 bytes and is applied to absolute addresses.
   unsigned char* smem = ptx::align_shared<1024>(smem_raw);
   unsigned char* sQ = smem;                                // kPanels x (kBlockM rows)
-  unsigned char* sK = sQ + Traits::kTileBytesQ;            // kStages x kPanels x (kBlockN rows)
+  unsigned char* sK = sQ + Traits::kQSlots * Traits::kTileBytesQ;  // kStages x kPanels x (kBlockN rows)
   unsigned char* sV = sK + kStages * Traits::kTileBytesK;  // kStages x kPanelsV x (kBlockN rows)
   uint64_t* bars = reinterpret_cast<uint64_t*>(sV + kStages * Traits::kTileBytesV);
-  const Ring ring{bars, bars + 1, bars + 1 + kStages, bars + 1 + 2 * kStages, bars + 1 + 3 * kStages,
-                  bars + 1 + 4 * kStages};
+  constexpr int kQ = Traits::kQSlots;
+  const Ring ring{bars, bars + kQ, bars + kQ + kStages, bars + kQ + 2 * kStages, bars + kQ + 3 * kStages,
+                  bars + kQ + 4 * kStages};
   // Only with kDynamicTiles (kBarriers counts them).
-  const TileFeed feed{reinterpret_cast<int*>(bars + 6 + 4 * kStages), bars + 2 + 4 * kStages, bars + 4 + 4 * kStages};
+  const TileFeed feed{reinterpret_cast<int*>(bars + 2 * kQ + 4 + 4 * kStages), bars + 2 * kQ + 4 * kStages,
+                      bars + 2 * kQ + 2 + 4 * kStages};
   // Only with kSparse (kBarriers counts them).
-  [[maybe_unused]] const SparseSlots sparse{reinterpret_cast<int*>(bars + 7 + 4 * kStages),
-                                            reinterpret_cast<int*>(bars + 7 + 4 * kStages) + 2};
+  [[maybe_unused]] const SparseSlots sparse{reinterpret_cast<int*>(bars + 2 * kQ + 5 + 4 * kStages),
+                                            reinterpret_cast<int*>(bars + 2 * kQ + 5 + 4 * kStages) + 2};
 
   const int warpgroup = threadIdx.x / 128;
   const int warp = threadIdx.x / 32;
@@ -483,8 +486,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
   const int map_batch_varlen = params.is_varlen();
 
   if (threadIdx.x == 0) {
-    ptx::mbarrier_init(ring.q_full, 1);
-    ptx::mbarrier_init(ring.q_empty, 4 * Traits::kConsumers);
+    for (int s = 0; s < kQ; ++s) {
+      ptx::mbarrier_init(&ring.q_full[s], 1);
+      ptx::mbarrier_init(&ring.q_empty[s], 4 * Traits::kConsumers);
+    }
     for (int s = 0; s < kStages; ++s) {
       ptx::mbarrier_init(&ring.k_full[s], 1);
       ptx::mbarrier_init(&ring.v_full[s], 1);
@@ -581,12 +586,13 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
         }
       };
       const auto load_q = [&] {
-        ptx::mbarrier_wait(ring.q_empty, (q_pass & 1) ^ 1);
-        ptx::mbarrier_arrive_expect_tx(ring.q_full, Traits::kTileBytesQ);
+        const int slot = q_pass % kQ;
+        ptx::mbarrier_wait(&ring.q_empty[slot], ((q_pass / kQ) & 1) ^ 1);
+        ptx::mbarrier_arrive_expect_tx(&ring.q_full[slot], Traits::kTileBytesQ);
 #pragma unroll
         for (int panel = 0; panel < Traits::kPanels; ++panel) {
-          ptx::tma_load_4d(sQ + panel * Traits::kPanelBytesQ, &kp.q, ring.q_full, 64 * panel, int(w.row0_q) + w.m0,
-                           w.head, map_batch);
+          ptx::tma_load_4d(sQ + slot * Traits::kTileBytesQ + panel * Traits::kPanelBytesQ, &kp.q, &ring.q_full[slot],
+                           64 * panel, int(w.row0_q) + w.m0, w.head, map_batch);
         }
         ++q_pass;
       };
@@ -662,6 +668,175 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
 
   int it = 0;      // K/V tiles consumed so far, across tiles (the producer's count)
   int q_pass = 0;  // Q tiles consumed so far
+  const auto tile_mods = [&](const TileWork& w) {
+    ScoreMods90 mods{};
+    if constexpr (Traits::kMods) {
+      mods.softcap = params.softcap > 0.0f;
+      mods.scale_log2 = params.scale_log2;
+      mods.softcap_in = mods.softcap ? params.scale / params.softcap : 0.0f;
+      mods.softcap_out = mods.softcap ? params.softcap * kLog2e : 0.0f;
+      mods.alibi_log2 =
+          params.alibi != nullptr ? params.alibi[w.batch * params.alibi_batch_stride + w.head] * kLog2e : 0.0f;
+    }
+    return mods;
+  };
+
+  if constexpr (Traits::kCrossTile) {
+    // The key blocks of all this CTA's tiles form one pipeline: a block's Q K^T product is issued
+    // with the P V product of the block before it, also when that block ended the previous tile.
+    // So the next tile's first scores and softmax run under the previous tile's last P V product,
+    // and the previous tile's O (still in st.o) is stored after that. The Q buffers alternate
+    // between tiles: the next Q lands while this one is still read. Every wait in the loop is
+    // unconditional (a wait under a branch makes ptxas serialise the products).
+    ConsumerState<Traits> st;
+    st.row_max[0] = st.row_max[1] = -INFINITY;
+    st.row_sum[0] = st.row_sum[1] = 0.0f;
+    bool pending = false;    // st.p holds a block's P whose P V product is not issued yet
+    uint32_t o_fresh = 1u;   // st.o holds no part of the pending block's tile: its P V overwrites it
+    int pv_stage = 0;
+    uint32_t pv_parity = 0;
+    TileWork acc{};  // the tile the pending P belongs to (whose O st.o holds)
+    float acc_max[2] = {-INFINITY, -INFINITY}, acc_sum[2] = {0.0f, 0.0f};
+    // acc's epilogue with its own row statistics (st.row_max / row_sum may be the next tile's).
+    const auto store_acc = [&] {
+      const float mx[2] = {st.row_max[0], st.row_max[1]}, sm[2] = {st.row_sum[0], st.row_sum[1]};
+      st.row_max[0] = acc_max[0], st.row_max[1] = acc_max[1];
+      st.row_sum[0] = acc_sum[0], st.row_sum[1] = acc_sum[1];
+      store_tile<Traits>(params, acc, st, row_in_tile, t4, scale_log2);
+      st.row_max[0] = mx[0], st.row_max[1] = mx[1];
+      st.row_sum[0] = sm[0], st.row_sum[1] = sm[1];
+    };
+    // The pending block's P V product on its own, then its tile's epilogue.
+    const auto flush = [&] {
+      ptx::mbarrier_wait(&ring.v_full[pv_stage], pv_parity);
+      turns.take();
+      gemm_pv<Traits>(st.o, st.p, v_desc(pv_stage), o_fresh ^ 1u);
+      turns.pass();
+      ptx::wgmma_wait<0>();
+      ptx::fence_operand(st.o);
+      release(&ring.v_empty[pv_stage], lane);
+      acc_max[0] = st.row_max[0], acc_max[1] = st.row_max[1];
+      acc_sum[0] = st.row_sum[0], acc_sum[1] = st.row_sum[1];
+      store_acc();
+      pending = false;
+    };
+    for (int k = 0;; ++k) {
+      const int tile = Traits::kDynamicTiles ? take_tile(feed, k, lane) : order.cta_tile(k, blockIdx.x, gridDim.x);
+      if (tile >= order.tiles) break;
+      const TileWork w = tile_work<Traits>(params, order, tile);
+      if (!w.exists()) continue;
+      if (!w.has_keys()) {  // no visible key (the producer loads nothing): O = 0, LSE = -inf
+        if (pending) flush();
+#pragma unroll
+        for (int i = 0; i < ConsumerState<Traits>::kORegs; ++i) st.o[i] = 0.0f;
+        st.row_max[0] = st.row_max[1] = -INFINITY;
+        st.row_sum[0] = st.row_sum[1] = 0.0f;
+        store_tile<Traits>(params, w, st, row_in_tile, t4, scale_log2);
+        o_fresh = 1u;
+        continue;
+      }
+      const WindowMask mask = make_window_mask<Traits::kMask == MaskMode::kWindow>(
+          w.seqlen_q, w.seqlen_k, params.window_left, params.window_right);
+      const ScoreMods90 mods = tile_mods(w);
+      const int row_begin = w.m0 + wg_row0;
+      const int row_end = min(w.m0 + w.rows_here, row_begin + 64);
+      const int row = w.m0 + row_in_tile;
+      const int slot = q_pass % 2;
+      const uint64_t q_desc_slot = ptx::desc_advance(q_desc, slot * Traits::kTileBytesQ);
+      // Scores of block n_block of this tile, with the modifiers and the mask; the K slot freed.
+      const auto scores = [&](int n_block, int stage) {
+        ptx::fence_operand(st.s);
+        release(&ring.k_empty[stage], lane);
+        // Every Q K^T product of this tile has completed: the producer may load a later Q here.
+        if (n_block == w.n_lo) release(&ring.q_empty[slot], lane);
+        if constexpr (Traits::kMods) modify_scores<Traits>(st.s, mods, mask, row, n_block * kBlockN + 2 * t4);
+        const bool masked = Traits::kMask == MaskMode::kWindow || (n_block + 1) * kBlockN > w.seqlen_k
+                                ? mask.block_needs_mask(row_begin, max(row_end, row_begin + 1), n_block * kBlockN,
+                                                        (n_block + 1) * kBlockN)
+                                : false;
+        if (masked) apply_mask<Traits>(st.s, mask, row, n_block * kBlockN + 2 * t4);
+      };
+      ptx::mbarrier_wait(&ring.q_full[slot], (q_pass / 2) & 1);
+      int n_block = w.n_hi - 1;
+      // The tile's first block, peeled (so the key-block loop below has no branch): its scores
+      // start this tile's statistics, and its Q K^T goes with the previous tile's last P V.
+      {
+        const int stage = it % kStages;
+        const uint32_t parity = (it / kStages) & 1;
+        float correction[2];
+        ptx::mbarrier_wait(&ring.k_full[stage], parity);
+        if (!pending) {  // the pipeline is empty: the scores alone
+          turns.take();
+          gemm_qk<Traits>(st.s, q_desc_slot, k_desc(stage));
+          turns.pass();
+          ptx::wgmma_wait<0>();
+          scores(n_block, stage);
+          st.row_max[0] = st.row_max[1] = -INFINITY;
+          st.row_sum[0] = st.row_sum[1] = 0.0f;
+          softmax_block<Traits>(st, scale_log2, correction);
+          convert_p(st);
+        } else {
+          ptx::mbarrier_wait(&ring.v_full[pv_stage], pv_parity);
+          turns.take();
+          gemm_qk<Traits>(st.s, q_desc_slot, k_desc(stage));
+          gemm_pv<Traits>(st.o, st.p, v_desc(pv_stage), o_fresh ^ 1u);
+          turns.pass();
+          ptx::wgmma_wait<1>();  // S is done; the previous tile's last P V is still running
+          scores(n_block, stage);
+          acc_max[0] = st.row_max[0], acc_max[1] = st.row_max[1];
+          acc_sum[0] = st.row_sum[0], acc_sum[1] = st.row_sum[1];
+          st.row_max[0] = st.row_max[1] = -INFINITY;
+          st.row_sum[0] = st.row_sum[1] = 0.0f;
+          softmax_block<Traits>(st, scale_log2, correction);
+          if constexpr (Traits::kPinSoftmax) {  // as in the one-tile loop below
+            if (lane == 0) ptx::st_shared_f32(pin_slot, st.row_sum[0] + st.row_sum[1]);
+          }
+          ptx::wgmma_wait<0>();
+          ptx::fence_operand(st.o);
+          ptx::fence_operand(st.p);
+          release(&ring.v_empty[pv_stage], lane);
+          convert_p(st);
+          store_acc();  // the previous tile's O is complete
+        }
+        pending = true;
+        o_fresh = 1u;
+        pv_stage = stage;
+        pv_parity = parity;
+        ++it;
+        --n_block;
+      }
+      for (; n_block >= w.n_lo; --n_block) {
+        const int stage = it % kStages;
+        const uint32_t parity = (it / kStages) & 1;
+        ptx::mbarrier_wait(&ring.k_full[stage], parity);
+        ptx::mbarrier_wait(&ring.v_full[pv_stage], pv_parity);
+        turns.take();
+        gemm_qk<Traits>(st.s, q_desc_slot, k_desc(stage));
+        gemm_pv<Traits>(st.o, st.p, v_desc(pv_stage), o_fresh ^ 1u);
+        turns.pass();
+        ptx::wgmma_wait<1>();  // S is done; P V is still running
+        scores(n_block, stage);
+        float correction[2];
+        const bool rescale = softmax_block<Traits>(st, scale_log2, correction);
+        if constexpr (Traits::kPinSoftmax) {
+          if (lane == 0) ptx::st_shared_f32(pin_slot, st.row_sum[0] + st.row_sum[1]);
+        }
+        ptx::wgmma_wait<0>();
+        ptx::fence_operand(st.o);
+        ptx::fence_operand(st.p);
+        release(&ring.v_empty[pv_stage], lane);
+        if (rescale) rescale_o(st, correction);
+        convert_p(st);
+        o_fresh = 0u;
+        pv_stage = stage;
+        pv_parity = parity;
+        ++it;
+      }
+      ++q_pass;
+      acc = w;
+    }
+    if (pending) flush();
+  } else {
   for (int k = 0;; ++k) {
     [[maybe_unused]] bool listed = false;  // kSparse: the tile's list has a key tile in range
     int tile;
@@ -675,15 +850,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
     if (!w.exists()) continue;
     const WindowMask mask = make_window_mask<Traits::kMask == MaskMode::kWindow>(
         w.seqlen_q, w.seqlen_k, params.window_left, params.window_right);
-    ScoreMods90 mods{};
-    if constexpr (Traits::kMods) {
-      mods.softcap = params.softcap > 0.0f;
-      mods.scale_log2 = params.scale_log2;
-      mods.softcap_in = mods.softcap ? params.scale / params.softcap : 0.0f;
-      mods.softcap_out = mods.softcap ? params.softcap * kLog2e : 0.0f;
-      mods.alibi_log2 =
-          params.alibi != nullptr ? params.alibi[w.batch * params.alibi_batch_stride + w.head] * kLog2e : 0.0f;
-    }
+    const ScoreMods90 mods = tile_mods(w);
 
     ConsumerState<Traits> st;
 #pragma unroll
@@ -797,6 +964,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
       ++it;
     }
     store_tile<Traits>(params, w, st, row_in_tile, t4, scale_log2);
+  }
   }
   // Warpgroup 0 takes the turn the last one passed at the end, so no arrival is left over.
   if (consumer == 0) turns.take();

@@ -12,6 +12,11 @@ struct FwdTile {
   int block_n;     // keys per K/V tile (the N of S = Q K^T, a multiple of 16)
   int stages;      // K/V tiles in flight (each stage holds one K and one V tile)
   bool ping_pong;  // consumers take turns issuing their products (fwd_kernel.h, Turns)
+  // The consumers' key-block pipeline runs across tiles (fwd_kernel.h, consume_cross_tile): the
+  // first Q K^T product of the next tile is issued with the last P V product of this one, so the
+  // tile boundary costs no more than a block boundary. Needs a second Q buffer (the next tile's Q
+  // lands while this one is still read).
+  bool cross_tile = false;
 };
 
 // Per head dim (and mask). Registers per consumer thread: O takes head_dim_v / 2 floats, S
@@ -33,6 +38,14 @@ struct FwdTile {
 //    fit only N <= 80. Not run on a GPU yet (dev/NOTES.md, "Hopper forward at 192/128").
 //  - d256: 128 x 80, 2 stages: 64 + 160 KB (the most that fits); O 128 + S 40 + P 20. Not swept.
 //  - Ping-pong (turns between the consumers): +1-3% at d128 (ab-sm90a-nopp128).
+//  - The cross-tile pipeline (cross_tile, two Q buffers), against the one-tile loop in one
+//    session (dev/results/h200-2026-12-02-ab-cross2-{base,x}.json, bf16 forward vs cuDNN): d64
+//    without a mask +3/+4/+5% at 2k/4k/16k (16k: 555 -> 582 TFLOP/s), +1% at 1k, -3% at 512;
+//    d64 causal -2..-5% (1k 261 -> 250, 16k 537 -> 513); d128 (masked tile 128 x 128, unmasked
+//    128 x 160 to fit the second Q buffer) -1..-14% up to 4k (1k 555 -> 519, causal 401 -> 386).
+//    So only unmasked d64 takes it. A first form with the tile boundary as a branch inside the
+//    key-block loop (two softmax copies in the loop) lost everywhere, 2.6% even at d128 16k
+//    causal (ab-cross-{base,x}).
 constexpr FwdTile fwd_tile(int head_dim, int head_dim_v, bool windowed) {
 #if defined(FLASHATTN_DEV_SM90_BN)
   // dev/ experiments: -DFLASHATTN_DEV_SM90_{HDIM,CONSUMERS,BN,STAGES,PINGPONG}=... replace the
@@ -41,12 +54,16 @@ constexpr FwdTile fwd_tile(int head_dim, int head_dim_v, bool windowed) {
 #if !defined(FLASHATTN_DEV_SM90_HDIMV)
 #define FLASHATTN_DEV_SM90_HDIMV FLASHATTN_DEV_SM90_HDIM
 #endif
+#if !defined(FLASHATTN_DEV_SM90_CROSS)
+#define FLASHATTN_DEV_SM90_CROSS 0
+#endif
   if (head_dim == FLASHATTN_DEV_SM90_HDIM && head_dim_v == FLASHATTN_DEV_SM90_HDIMV) {
-    return {FLASHATTN_DEV_SM90_CONSUMERS, FLASHATTN_DEV_SM90_BN, FLASHATTN_DEV_SM90_STAGES, FLASHATTN_DEV_SM90_PINGPONG != 0};
+    return {FLASHATTN_DEV_SM90_CONSUMERS, FLASHATTN_DEV_SM90_BN, FLASHATTN_DEV_SM90_STAGES, FLASHATTN_DEV_SM90_PINGPONG != 0,
+            FLASHATTN_DEV_SM90_CROSS != 0};
   }
 #endif
   if (head_dim == 192 && head_dim_v == 128) return {2, 128, 2, true};
-  if (head_dim <= 64) return {3, 128, 2, true};
+  if (head_dim <= 64) return windowed ? FwdTile{3, 128, 2, true} : FwdTile{3, 128, 2, true, true};
   if (head_dim <= 128) return windowed ? FwdTile{2, 128, 2, true} : FwdTile{2, 176, 2, true};
   if (head_dim <= 192) return {2, 112, 2, true};
   return {2, 80, 2, true};
@@ -76,7 +93,7 @@ constexpr size_t kFwdSmemLimit = 232448;
 // Shared memory of the forward kernel (FwdTraits::kSmemBytes): the 1024-byte alignment of the
 // dynamic base, Q, the K/V ring, `barriers` mbarriers of 8 bytes, `extra_bytes` after them.
 constexpr size_t fwd_smem_bytes(const FwdTile& t, int head_dim, int head_dim_v, int barriers, int extra_bytes) {
-  const size_t q = size_t(64 * t.consumers) * head_dim * 2;
+  const size_t q = size_t(64 * t.consumers) * head_dim * 2 * (t.cross_tile ? 2 : 1);
   const size_t kv = size_t(t.block_n) * (head_dim + head_dim_v) * 2;
   return 1024 + q + t.stages * kv + 8 * size_t(barriers) + size_t(extra_bytes);
 }
@@ -86,7 +103,8 @@ constexpr size_t fwd_smem_bytes(const FwdTile& t, int head_dim, int head_dim_v, 
 // per stage (kSparse), one pin slot per consumer warp (kPinSoftmax).
 constexpr int fwd_sparse_words(const FwdTile& t) { return (2 + t.stages + 1) / 2; }
 constexpr size_t fwd_smem_bound(const FwdTile& t, int head_dim, int head_dim_v) {
-  return fwd_smem_bytes(t, head_dim, head_dim_v, 2 + 4 * t.stages + 4 + 1 + fwd_sparse_words(t), 16 * t.consumers);
+  return fwd_smem_bytes(t, head_dim, head_dim_v, 2 * (t.cross_tile ? 2 : 1) + 4 * t.stages + 4 + 1 + fwd_sparse_words(t),
+                        16 * t.consumers);
 }
 
 // Registers of a consumer thread's accumulators (O, S, P), and what setmaxnreg gives it.

@@ -65,7 +65,11 @@ struct FwdTraitsBody {
   // Block-sparse launches take the feed too: a query tile's cost is its number of kept key
   // tiles, which varies from row to row of the block mask as under a causal mask.
   static constexpr bool kDynamicTiles = kMask == MaskMode::kWindow || kSparse;
-  static constexpr int kBarriers = 2 + 4 * kStages  // Q full and empty; K, V full and empty per stage
+  // fwd_tile.h: the key-block pipeline runs across tiles, over two Q buffers.
+  static constexpr bool kCrossTile = kTile.cross_tile;
+  static constexpr int kQSlots = kCrossTile ? 2 : 1;
+  static_assert(!(kCrossTile && kSparse), "the block-sparse kernel walks its lists one tile at a time");
+  static constexpr int kBarriers = 2 * kQSlots + 4 * kStages  // Q full and empty per slot; K, V full and empty per stage
                                    + (kDynamicTiles ? 4 + 1 : 0)  // the feed's full/empty pairs, its two slots
                                    // kSparse: the feed's two "has keys" flags, then per stage the
                                    // list entry of the K tile in it (fwd_kernel.h, SparseSlots)

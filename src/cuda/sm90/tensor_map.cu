@@ -31,7 +31,7 @@ EncodeTiled encode_fn(cudaError_t* err) {
 }  // namespace
 
 Status make_operand_map(CUtensorMap* map, const void* ptr, DType dtype, int head_dim, int64_t rows, int heads,
-                        int batch, const Strides3& strides, int box_rows) {
+                        int batch, const Strides3& strides, int box_rows, int box_cols, int swizzle_bytes) {
   cudaError_t err = cudaSuccess;
   const EncodeTiled encode = encode_fn(&err);
   if (encode == nullptr) {
@@ -50,12 +50,15 @@ Status make_operand_map(CUtensorMap* map, const void* ptr, DType dtype, int head
   const uint64_t batch_bytes = stride_of(strides.batch, batch, uint64_t(rows) * head_dim * heads) * es;
   const cuuint64_t dims[4] = {cuuint64_t(head_dim), cuuint64_t(rows), cuuint64_t(heads), cuuint64_t(batch)};
   const cuuint64_t byte_strides[3] = {row_bytes, head_bytes, batch_bytes};
-  const cuuint32_t box[4] = {64, cuuint32_t(box_rows), 1, 1};
+  const cuuint32_t box[4] = {cuuint32_t(box_cols), cuuint32_t(box_rows), 1, 1};
   const cuuint32_t unit[4] = {1, 1, 1, 1};
-  const CUtensorMapDataType type =
-      dtype == DType::kBFloat16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  // e4m3 codes travel as bytes: the copy engine only moves them.
+  const CUtensorMapDataType type = dtype == DType::kBFloat16    ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                   : dtype == DType::kFloat8E4M3 ? CU_TENSOR_MAP_DATA_TYPE_UINT8
+                                                                 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  const CUtensorMapSwizzle swizzle = swizzle_bytes == 64 ? CU_TENSOR_MAP_SWIZZLE_64B : CU_TENSOR_MAP_SWIZZLE_128B;
   const CUresult r = encode(map, type, 4, const_cast<void*>(ptr), dims, byte_strides, box, unit,
-                            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                            CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
                             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS) {
     return Status::NotSupported("the copy engine cannot describe this operand (cuTensorMapEncodeTiled error " +

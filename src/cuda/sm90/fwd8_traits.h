@@ -1,0 +1,58 @@
+// Tile shapes and shared-memory plan of the Hopper (sm90a) FP8 forward (fwd8_kernel.h): q, k, v
+// in float8 e4m3, out bf16 (docs/SEMANTICS.md, "FP8"; issue 21).
+#pragma once
+
+#include <cuda.h>
+#include <cuda_bf16.h>
+
+#include <cstddef>
+
+#include "core/params.h"
+#include "cuda/common/variants.h"
+#include "cuda/sm90/fwd8_layout.h"
+#include "cuda/sm90/fwd_tile.h"
+#include "cuda/sm90/tile_order.h"
+
+namespace flashattn::cuda::sm90 {
+
+// kMods_: softcap and ALiBi (fwd_kernel.h modify_scores, under uniform run-time branches, the
+// scores then in log2 units before the reference r is taken), as FwdTraits::kMods.
+template <int kHeadDim_, MaskMode kMask_, bool kMods_ = false>
+struct Fwd8Traits : Fwd8Shape<kHeadDim_> {
+  using Shape = Fwd8Shape<kHeadDim_>;
+  // The output's element (bf16): store_tile, shared with the 16-bit kernel, packs O in it.
+  using Element = __nv_bfloat16;
+  static constexpr MaskMode kMask = kMask_;
+  static constexpr bool kMods = kMods_;
+  static constexpr int kThreads = 128 * (Shape::kConsumers + 1);
+  // Warpgroup 0: one thread issues the copies, warps 1-3 transpose V (fwd8_kernel.h). Two
+  // transposer items in flight (4 ldmatrix registers, 4 results, addresses each) stay within
+  // 40 registers: SASS after setmaxnreg.dec uses R0-R33 (every instantiation, CUDA 13).
+  // 128 x 40 + 256 x 232 = 64512 of 65536.
+  static constexpr int kProducerRegs = 40;
+  static constexpr int kConsumerRegs = 232;
+  static constexpr int kTransposeThreads = 96;
+
+  static constexpr bool kDynamicTiles = kMask == MaskMode::kWindow;  // as the 16-bit kernel (fwd_traits.h)
+  // Q full/empty; K, V, Vt full and empty per stage; the tile feed's pairs and slots.
+  static constexpr int kBarriers = 2 + 6 * Shape::kStages + (kDynamicTiles ? 4 + 1 : 0);
+  // The softmax pinned between the two waits (FwdTraits::kPinSoftmax, fwd_kernel.h): unpinned,
+  // ptxas puts the wait for P V before all 66 exponentials of the d128 loop here too (SASS).
+  // The bf16 choice (pinned at d <= 128 without modifiers, measured there) is taken as it is;
+  // not timed for FP8.
+  static constexpr bool kPinSoftmax = kHeadDim_ <= 128 && !kMods_;
+  static constexpr int kPinBytes = kPinSoftmax ? 4 * 4 * Shape::kConsumers : 0;  // one float per consumer warp
+  // store_tile's choice for a 128-wide O (fwd_traits.h); d64 and d256 store 16 bytes at a time.
+  static constexpr bool kStoreOChunks = kHeadDim_ == 128;
+  // +1024 alignment, the tiles, the barriers, the transposers' end flags (one int per stage),
+  // the pin slots.
+  static constexpr size_t kSmemBytes = 1024 + Shape::kTileBytesQ +
+                                       size_t(Shape::kStages) * (Shape::kTileBytesK + Shape::kTileBytesV + Shape::kTileBytesVt) +
+                                       8 * kBarriers + 4 * Shape::kStages + kPinBytes;
+
+  static_assert(Shape::kConsumers >= 2 && Shape::kPingPong, "ping-pong takes turns between consumer warpgroups");
+  static_assert(kSmemBytes <= kFwdSmemLimit, "fits the 227 KB an sm90 CTA may use");
+  static_assert(128 * kProducerRegs + 128 * Shape::kConsumers * kConsumerRegs <= 65536, "setmaxnreg budget");
+};
+
+}  // namespace flashattn::cuda::sm90
