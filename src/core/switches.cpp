@@ -20,6 +20,10 @@ bool from_environment(Switch s) {
       const char* v = std::getenv("FLASHATTN_DEV_BWD_SINGLE_BUFFER");
       return v != nullptr && v[0] == '1';
     }
+    case Switch::kFwdSm80: {
+      const char* v = std::getenv("FLASHATTN_DEV_FWD_SM80");
+      return v != nullptr && v[0] == '1';
+    }
     case Switch::kCount:
       break;
   }
@@ -28,8 +32,8 @@ bool from_environment(Switch s) {
 
 // -1: not read yet; 0 off; 1 on. Two threads reading an unread switch at once both read the
 // same environment, so the race is benign.
-std::atomic<int> g_state[kCount] = {-1, -1};
-static_assert(kCount == 2, "one initial state per switch");
+std::atomic<int> g_state[kCount] = {-1, -1, -1};
+static_assert(kCount == 3, "one initial state per switch");
 
 }  // namespace
 

@@ -13,6 +13,11 @@ enum class Switch {
   // FLASHATTN_DEV_BWD_SINGLE_BUFFER=1: the sm80 backward uses one Q/dO step buffer on any GPU,
   // the variant an A100 takes at head dim >= 64 (sm80/bwd_launch.h).
   kBwdSingleBuffer,
+  // FLASHATTN_DEV_FWD_SM80=1: the CUDA forward keeps to the sm80 kernels on a Hopper GPU, as
+  // under FLASHATTN_CUDA_PATH=sm80 but for the forward only and switchable in-process, so that a
+  // test compares the sm90 forward with the sm80 one in one process (tests/cpp/
+  // test_sparse_cuda.cpp, SparseSm90VsSm80).
+  kFwdSm80,
   kCount,
 };
 

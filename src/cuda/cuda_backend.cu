@@ -11,6 +11,7 @@
 #include <string>
 
 #include "core/backend.h"
+#include "core/switches.h"
 #include "cuda/bwd_dbias.h"
 #include "cuda/common/build_config.h"
 #include "cuda/common/cuda_check.h"
@@ -232,7 +233,9 @@ Status prepare(const QKVParams& p, PadPlan* plan, int* major_out = nullptr) {
 Status dispatch_forward(const ForwardParams& p, int major, cudaStream_t stream) {
 #if defined(FLASHATTN_CUDA_SM90)
   const CudaPath path = cuda_path();
-  if (major == 9 && path != CudaPath::kSm80 && cuda::sm90::fwd_declines(p, path == CudaPath::kSm90).empty()) {
+  // detail::Switch::kFwdSm80: the sm80 forward for in-process comparisons (core/switches.h).
+  if (major == 9 && path != CudaPath::kSm80 && !detail::switch_on(detail::Switch::kFwdSm80) &&
+      cuda::sm90::fwd_declines(p, path == CudaPath::kSm90).empty()) {
     // NotSupported: nothing was launched (an operand the copy engine cannot describe).
     Status s = cuda::sm90::dispatch_fwd(p, stream);
     if (s.code() != StatusCode::kNotSupported || path == CudaPath::kSm90) return s;
@@ -254,7 +257,7 @@ Status dispatch_forward(const ForwardParams& p, int major, cudaStream_t stream) 
 bool native_head_dim_v(const ForwardParams& p, const PadPlan& plan, int major, cudaStream_t stream, Status* result) {
 #if defined(FLASHATTN_CUDA_SM90)
   const CudaPath path = cuda_path();
-  if (plan.qk || major != 9 || path == CudaPath::kSm80) return false;
+  if (plan.qk || major != 9 || path == CudaPath::kSm80 || detail::switch_on(detail::Switch::kFwdSm80)) return false;
   if (!cuda::sm90::fwd_declines(p, path == CudaPath::kSm90).empty()) return false;
   if (!check_operand("v", p.v, p.v_strides, int(dtype_size(p.kv_dtype))).ok() ||
       !check_operand("out", p.out, p.out_strides).ok()) {

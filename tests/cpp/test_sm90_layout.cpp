@@ -115,6 +115,25 @@ TEST(Sm90FwdTile, EveryInstantiatedTileFitsSharedMemoryAndRegisters) {
   }
 }
 
+// The block-sparse forward's tiles (FwdSparseTraits): the same limits, and whole tiles inside
+// user blocks of 128 x 128 (FlexAttention's default), so that a block mask of those maps to
+// clean tiles at every head dim.
+TEST(Sm90FwdTile, SparseTilesFitAndDivideBlocksOf128) {
+  for (const auto& pair : kFwdPairs) {
+    const int d = pair[0], dv = pair[1];
+    SCOPED_TRACE(std::to_string(d) + "/" + std::to_string(dv) + " sparse");
+    const FwdTile t = sm90::fwd_sparse_tile(d, dv);
+    EXPECT_EQ(t.block_n % 16, 0);
+    EXPECT_EQ(t.block_n * 128 % 1024, 0);
+    EXPECT_LE(sm90::fwd_smem_bound(t, d, dv), sm90::kFwdSmemLimit);
+    EXPECT_LE(sm90::fwd_accumulator_regs(t, dv) + 32, sm90::fwd_consumer_regs(t));
+    EXPECT_LE(128 * 24 + 128 * t.consumers * sm90::fwd_consumer_regs(t), 65536);
+    EXPECT_EQ(128 % (64 * t.consumers), 0) << "query tiles inside 128-row blocks";
+    EXPECT_EQ(128 % t.block_n, 0) << "key tiles inside 128-key blocks";
+  }
+  EXPECT_EQ(sm90::fwd_sparse_tile(128, 128).block_n, 128);
+}
+
 TEST(Sm90FwdTile, HeadDim192V128TakesTheLargestKeyBlockThatFits) {
   for (bool windowed : {false, true}) {
     const FwdTile t = sm90::fwd_tile(192, 128, windowed);

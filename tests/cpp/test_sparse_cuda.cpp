@@ -12,7 +12,8 @@
 // the CPU backend (dbias included), split-KV against one split, and NaN in keys only absent
 // blocks cover (never loaded, forward and backward); the first GPU run's failing pattern (a
 // float32 bias summed over the query rows, causal, atomics dQ) repeated, bitwise in both dQ
-// modes. Every case skips without a GPU. Label
+// modes. SparseSm90: the Hopper forward's block-sparse kernels against the reference and against
+// the sm80 forward in the same process. Every case skips without a GPU. Label
 // `sparse`: `ctest -L sparse`.
 #include <gtest/gtest.h>
 
@@ -364,6 +365,126 @@ TEST(SparseCudaDifferential, AbsentBlocksAreNotRead) {
     }
   }
 }
+
+// The Hopper forward with block masks (sm90/fwd_kernel.h, FwdSparseTraits): calls with a block
+// mask and no attn_bias (attn_mask only as the element mask of partial blocks). On an H200 under
+// FLASHATTN_CUDA_PATH=sm90 every case below runs there (auto: those the split heuristic and the
+// decode shape leave to it, e.g. the first and the fifth case; sm80: none, and the comparison is
+// sm80 against itself); the backward stays on sm80 and recomputes from the sm90 forward's LSE.
+// Cases: block sizes equal to the tile (clean tiles), larger, smaller and not dividing it (mixed
+// tiles), densities 0, 1 and random with rows of no kept block, ragged lengths, varlen, GQA,
+// causal and windowed, softcap and ALiBi, attn_mask in partial blocks, fp16 and head dim 64.
+std::vector<Spec> sm90_cases() {
+  std::vector<Spec> cs;
+  // 5 query tiles x 32 planes = 160 CTAs, a full grid on an H200 (132 SMs): the split heuristic
+  // keeps these two on the sm90 forward under FLASHATTN_CUDA_PATH=auto too.
+  Spec s = cuda_spec("sm90_dense_128x128_random_gqa");
+  s.blocks = Blocks::kDense, s.block_q = s.block_k = 128, s.absent = 0.6, s.partial = 0.0;
+  s.lens_q = {600, 600}, s.lens_k = {700, 700}, s.heads = 16, s.heads_k = 4;
+  cs.push_back(s);
+  s = cuda_spec("sm90_lists_128x128_causal_ragged");
+  s.blocks = Blocks::kLists, s.block_q = s.block_k = 128, s.causal = true;
+  s.lens_q = {650, 650}, s.lens_k = {900, 900};
+  cs.push_back(s);
+  s = cuda_spec("sm90_lists_96x80_mixed_mask_gqa");
+  s.blocks = Blocks::kLists, s.block_q = 96, s.block_k = 80, s.mask_density = 0.7;
+  s.heads = 6, s.heads_k = 2, s.lens_q = {500, 500}, s.lens_k = {777, 777};
+  cs.push_back(s);
+  s = cuda_spec("sm90_dense_density_0");
+  s.blocks = Blocks::kDense, s.block_q = s.block_k = 128, s.absent = 1.0;
+  cs.push_back(s);
+  s = cuda_spec("sm90_dense_density_1_causal_gqa");
+  s.blocks = Blocks::kDense, s.block_q = s.block_k = 128, s.absent = 0.0, s.partial = 0.0, s.causal = true;
+  s.lens_q = {600, 600}, s.lens_k = {700, 700}, s.heads = 16, s.heads_k = 1;
+  cs.push_back(s);
+  s = cuda_spec("sm90_dense_64x192_window");
+  s.blocks = Blocks::kDense, s.block_q = 64, s.block_k = 192, s.absent = 0.4;
+  s.window_left = 300, s.window_right = 50, s.lens_q = {800, 800}, s.lens_k = {1000, 1000};
+  cs.push_back(s);
+  s = cuda_spec("sm90_varlen_lists_causal_ragged");
+  s.varlen = true, s.blocks = Blocks::kLists, s.block_q = s.block_k = 128, s.causal = true, s.block_batch = true;
+  s.lens_q = {37, 1, 400, 0, 129, 700}, s.lens_k = {53, 300, 260, 10, 0, 900};
+  cs.push_back(s);
+  s = cuda_spec("sm90_varlen_dense_100x60_mask");
+  s.varlen = true, s.blocks = Blocks::kDense, s.block_q = 100, s.block_k = 60, s.mask_density = 0.5;
+  s.lens_q = {200, 64, 333}, s.lens_k = {250, 64, 529};
+  cs.push_back(s);
+  s = cuda_spec("sm90_lists_128x64_softcap_alibi_gqa");
+  s.blocks = Blocks::kLists, s.block_q = 128, s.block_k = 64, s.softcap = 5.0f, s.alibi = true;
+  s.heads = 8, s.heads_k = 2, s.lens_q = {600, 600}, s.lens_k = {700, 700};
+  cs.push_back(s);
+  s = cuda_spec("sm90_lists_1x64_per_row_blocks");
+  s.blocks = Blocks::kLists, s.block_q = 1, s.block_k = 64, s.mask_density = 0.6;
+  s.lens_q = {300, 300}, s.lens_k = {500, 500};
+  cs.push_back(s);
+  s = cuda_spec("sm90_lists_256x256_per_batch_partial_only");
+  s.blocks = Blocks::kLists, s.block_q = s.block_k = 256, s.full_list = false, s.mask_density = 0.9;
+  s.block_batch = true, s.lens_q = {700, 700}, s.lens_k = {1200, 1200};
+  cs.push_back(s);
+  s = cuda_spec("sm90_fp16_dense_200x100_causal");
+  s.dtype = DType::kFloat16, s.blocks = Blocks::kDense, s.block_q = 200, s.block_k = 100, s.causal = true;
+  s.lens_q = {1000, 1000}, s.lens_k = {1000, 1000};
+  cs.push_back(s);
+  s = cuda_spec("sm90_head_dim_64_dense_32x48");  // padded to a built head dim where 64 is not
+  s.head_dim = s.head_dim_v = 64;
+  s.blocks = Blocks::kDense, s.block_q = 32, s.block_k = 48, s.absent = 0.5;
+  cs.push_back(s);
+  uint32_t seed = 4800;
+  for (Spec& c : cs) c.seed = seed++;
+  return cs;
+}
+
+class SparseSm90 : public testing::TestWithParam<size_t> {};
+
+// Forward (sm90 where the path allows), backward (sm80) against the reference; density 0 gives
+// O 0 and LSE -inf (and zero gradients), as on sm80.
+TEST_P(SparseSm90, MatchesReference) {
+  FLASHATTN_SKIP_IF_UNAVAILABLE(Backend::kCuda);
+  const Spec s = sm90_cases()[GetParam()];
+  if (cuda_not_built(s.dtype, s.head_dim, s.head_dim_v)) GTEST_SKIP() << "dtype or head dim not in this build";
+  check_case(s, false);
+}
+
+// The same inputs through the sm90 forward and then the sm80 one (detail::Switch::kFwdSm80) in
+// one process: the same rows have no visible key (LSE -inf on both), the outputs and LSEs agree
+// within the criterion with the naive low-precision yardstick, and the sm80 backward from
+// either forward's out and LSE gives gradients that agree the same way.
+TEST_P(SparseSm90, MatchesSm80Forward) {
+  FLASHATTN_SKIP_IF_UNAVAILABLE(Backend::kCuda);
+  const Spec s = sm90_cases()[GetParam()];
+  if (cuda_not_built(s.dtype, s.head_dim, s.head_dim_v)) GTEST_SKIP() << "dtype or head dim not in this build";
+  Built sm90 = build(s, Backend::kCuda), sm80 = build(s, Backend::kCuda);
+  for (Built* x : {&sm90, &sm80}) {
+    ScopedSwitch path(detail::Switch::kFwdSm80, x == &sm80);
+    ASSERT_TRUE(forward(case_forward_args(*x, options(s, *x))).ok()) << s.name;
+    ASSERT_TRUE(backward(case_backward_args(*x, options(s, *x))).ok()) << s.name;
+    for (View* v : {&x->outv, &x->lsev, &x->dqv, &x->dkv, &x->dvv}) v->arena->download();
+  }
+  // LSE in the reference's (heads, total_q) layout, as naive_lowp_forward gives it.
+  const auto lse_of = [&](const Built& x) {
+    return x.lsev.ndim == 2 ? x.lsev.read()
+                            : lse_ref_layout(x.lsev.read(), x.shape.batch, x.shape.heads, static_cast<int>(x.lsev.shape[2]));
+  };
+  const std::vector<double> lse90 = lse_of(sm90), lse80 = lse_of(sm80);
+  ASSERT_EQ(lse90.size(), lse80.size());
+  for (size_t e = 0; e < lse90.size(); ++e) {
+    ASSERT_EQ(std::isinf(lse90[e]), std::isinf(lse80[e])) << s.name << " lse " << e;
+  }
+  const Results low = naive_lowp_forward(sm80, s.dtype, true);
+  EXPECT_TRUE(meets_criterion("out", s.dtype, sm90.outv.read(), sm80.outv.read(), low.out)) << s.name;
+  EXPECT_TRUE(meets_criterion("lse", s.dtype, lse90, lse80, low.lse)) << s.name;
+  const std::vector<double> dq80 = sm80.dqv.read(), dk80 = sm80.dkv.read(), dv80 = sm80.dvv.read();
+  const double mag = std::max({max_abs(dq80), max_abs(dk80), max_abs(dv80)});
+  EXPECT_TRUE(meets_criterion("dq", s.dtype, sm90.dqv.read(), dq80, low.dq, mag)) << s.name;
+  EXPECT_TRUE(meets_criterion("dk", s.dtype, sm90.dkv.read(), dk80, low.dk, mag)) << s.name;
+  EXPECT_TRUE(meets_criterion("dv", s.dtype, sm90.dvv.read(), dv80, low.dv, mag)) << s.name;
+  if (s.absent == 1.0) {
+    for (double x : sm90.outv.read()) ASSERT_EQ(x, 0.0) << s.name;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(All, SparseSm90, testing::Range<size_t>(0, sm90_cases().size()),
+                         [](const testing::TestParamInfo<size_t>& p) { return sm90_cases()[p.param].name; });
 
 }  // namespace
 }  // namespace flashattn::test

@@ -28,9 +28,12 @@ std::string fwd_declines(const ForwardParams& p, bool any_runnable) {
   // cuda_backend.cu pads every other head_dim_v != head_dim call to one head dim first.
   if (!has_kernel(p.head_dim, p.head_dim_v)) return "head_dim_v differs from head_dim (other than 192 / 128)";
   if (p.has_dropout()) return "dropout runs on sm80";
-  // Even when FLASHATTN_CUDA_PATH=sm90 asks for every call the kernels can run: they have no
-  // bias or mask reads, so these calls always go to sm80.
-  if (p.has_score_mods()) return "attn_bias, attn_mask and block masks run on sm80";
+  // Even when FLASHATTN_CUDA_PATH=sm90 asks for every call the kernels can run: they read no
+  // bias, and attn_mask only as the element mask of a block mask's partial blocks
+  // (FwdSparseTraits), so these calls always go to sm80.
+  if (p.bias.defined()) return "attn_bias runs on sm80";
+  const bool sparse = p.block_mask.defined() || p.has_block_lists();
+  if (p.mask.defined() && !sparse) return "attn_mask without a block mask runs on sm80";
   // A broadcast operand (stride 0 over a dimension of extent > 1) has no tensor map.
   const auto broadcast = [&](const Strides3& s, int heads) {
     return s.row == 0 || (heads > 1 && s.head == 0) || (!p.is_varlen() && p.batch > 1 && s.batch == 0);
@@ -46,7 +49,7 @@ std::string fwd_declines(const ForwardParams& p, bool any_runnable) {
     // launches there until the sm90 kernel splits keys itself.
     int sms = 0;
     if (!multiprocessors(&sms).ok()) return "device query failed";
-    const FwdTile tile = fwd_tile(p.head_dim, p.head_dim_v, p.has_window());
+    const FwdTile tile = sparse ? fwd_sparse_tile(p.head_dim, p.head_dim_v) : fwd_tile(p.head_dim, p.head_dim_v, p.has_window());
     const int bm = 64 * tile.consumers, bn = tile.block_n;
     const long long ctas = static_cast<long long>((p.seqlen_q + bm - 1) / bm) * p.heads * p.batch;
     if (choose_num_splits(ctas, (p.seqlen_k + bn - 1) / bn, sms, 1) > 1) return "the split-KV heuristic splits";
@@ -57,9 +60,30 @@ std::string fwd_declines(const ForwardParams& p, bool any_runnable) {
 // dispatch_variant (common/variants.h) turns the options into template arguments, as for the sm80
 // kernels; fwd_declines has already left the combinations without an sm90 kernel to those. The
 // one head_dim_v != head_dim pair (192 / 128) is the run-time branch inside head dim 192.
+// A block mask (either form, with or without attn_mask) takes the block-sparse kernels
+// (FwdSparseTraits), instantiated with the window mask only: with no window it costs one range
+// test per key tile.
 Status dispatch_fwd(const ForwardParams& p, cudaStream_t stream) {
+  const bool sparse = p.block_mask.defined() || p.has_block_lists();
   return dispatch_variant(p, [&]<typename Element, int kHeadDim, MaskMode kMask, ScoreMods kMods>() -> Status {
     constexpr bool kMods90 = kMods == ScoreMods::kAny;  // fwd_declines left softcap and ALiBi alone (no dropout)
+    if (sparse) {
+      if constexpr (kHeadDim == 192 && (kMods == ScoreMods::kNone || kMods90)) {
+        if (p.head_dim_v == 128) {
+          return run_fwd<FwdSparseTraits<Element, 192, MaskMode::kWindow, kMods90, 128>>(p, stream);
+        }
+      }
+      if (p.head_dim_v != kHeadDim) {
+        return Status::NotSupported("the sm90 block-sparse forward has no kernel for head_dim " +
+                                    std::to_string(kHeadDim) + " with head_dim_v " + std::to_string(p.head_dim_v));
+      }
+      if constexpr (has_kernel(kHeadDim) && (kMods == ScoreMods::kNone || kMods90)) {
+        return run_fwd<FwdSparseTraits<Element, kHeadDim, MaskMode::kWindow, kMods90>>(p, stream);
+      } else {
+        return Status::NotSupported("the sm90 block-sparse forward has no kernel for head_dim " +
+                                    std::to_string(kHeadDim));
+      }
+    }
     if constexpr (kHeadDim == 192 && (kMods == ScoreMods::kNone || kMods90)) {
       if (p.head_dim_v == 128) return run_fwd<FwdTraits<Element, 192, kMask, kMods90, 128>>(p, stream);
     }

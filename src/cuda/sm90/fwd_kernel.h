@@ -15,6 +15,14 @@
 // in sm80/fwd_kernel.h); O is normalised once at the end and stored from the accumulators
 // (store_tile). V and O are Traits::kHeadDimV wide (192 / 128: Q and K in three panels, V and
 // O in two).
+// Block-sparse (Traits::kSparse, a block mask): instead of the range [n_lo, n_hi) the producer
+// walks the query tile's list of kept key tiles (cuda/block_tiles.h, descending, within the
+// window's range) and passes each K tile's list entry (index, kind, last) to the consumers in a
+// shared-memory slot of its stage, written before the stage's "full" arrival; so both sides visit
+// the same tiles, absent tiles are never loaded, and the consumers need no global reads to walk.
+// Clean tiles get no element check; mask and mixed tiles get hidden_in_tile (tile_kind.h) per
+// score, after the modifiers, next to the window mask. A query tile with no kept key is stored as
+// the fully-masked rows of the dense kernel (O 0, LSE -inf).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -25,6 +33,7 @@
 #include "core/params.h"
 #include "core/sink.h"
 #include "cuda/common/mask.h"
+#include "cuda/common/score_tensors.h"
 #include "cuda/common/seq_extent.h"
 #include "cuda/ptx/math.h"
 #include "cuda/ptx/mbarrier.h"
@@ -141,6 +150,34 @@ __device__ __forceinline__ void apply_mask(float (&s)[Traits::kBlockN / 2], cons
         const int col = 8 * c + e;  // relative to key0 = the block's first key + 2t
         if (col < lo || col >= hi) s[4 * c + 2 * h + e] = -INFINITY;
       }
+    }
+  }
+}
+
+// Traits::kSparse: -inf where the block mask hides the score (hidden_in_tile: a mask tile reads
+// attn_mask, a mixed tile its block states and then attn_mask where partial), for rows row and
+// row + 8 of a tile of `kind` other than clean; keys key0 + 8c + e (key0 = block start + 2t),
+// clamped to the sequence (keys past it are the window mask's). The tests go into a bit per
+// score in a loop unrolled by 8 (unrolled whole, the two copies of this check took 3/4 of the
+// kernel's code), then the bits into the scores.
+template <typename Traits>
+__device__ __forceinline__ void apply_block_mask(float (&s)[Traits::kBlockN / 2], const ForwardParams& params,
+                                                 int kind, int batch, int head, int row, int seqlen_q,
+                                                 int seqlen_k, int key0) {
+  constexpr int kPerRow = Traits::kBlockN / 4;  // scores of one row in this thread
+  static_assert(kPerRow <= 32, "one 32-bit word of bits per row");
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const ScoreRow r = score_row(params, batch, head, min(row + 8 * h, seqlen_q - 1));
+    uint32_t hidden = 0;
+#pragma unroll 8
+    for (int x = 0; x < kPerRow; ++x) {
+      const int j = min(key0 + 8 * (x / 2) + (x & 1), seqlen_k - 1);
+      hidden |= uint32_t(score_hidden(params, r, kind, j)) << x;
+    }
+#pragma unroll
+    for (int x = 0; x < kPerRow; ++x) {
+      if ((hidden >> x) & 1u) s[4 * (x / 2) + 2 * h + (x & 1)] = -INFINITY;
     }
   }
 }
@@ -366,6 +403,41 @@ __device__ __forceinline__ void publish_tile(const TileFeed& feed, int k, int ti
   ptx::mbarrier_arrive(&feed.full[s]);  // release: the slot's value is visible to the waiters
 }
 
+// Traits::kSparse: after the feed's slots, its two "has keys" flags (the tile's list has a key
+// tile in the window's range; published with the tile, since the consumers cannot tell from the
+// tile alone) and per K/V stage the list entry of the K tile in it (tile index, kind << 24,
+// kLastEntry on the query tile's last one).
+struct SparseSlots {
+  int* has_keys;  // [2], with the feed's slots
+  int* entry;     // [kStages], with the K stages
+};
+constexpr int kLastEntry = 1 << 30;
+
+__device__ __forceinline__ void publish_tile(const TileFeed& feed, const SparseSlots& sparse, int k, int tile,
+                                             bool has_keys) {
+  const int s = k & 1;
+  ptx::mbarrier_wait(&feed.empty[s], ((k >> 1) & 1) ^ 1);
+  feed.slot[s] = tile;
+  sparse.has_keys[s] = has_keys ? 1 : 0;
+  ptx::mbarrier_arrive(&feed.full[s]);
+}
+
+__device__ __forceinline__ int take_tile(const TileFeed& feed, const SparseSlots& sparse, int k, int lane,
+                                         bool* has_keys) {
+  const int s = k & 1;
+  ptx::mbarrier_wait(&feed.full[s], (k >> 1) & 1);
+  const int tile = int(__reduce_max_sync(0xffffffffu, unsigned(feed.slot[s])));
+  *has_keys = __reduce_max_sync(0xffffffffu, unsigned(sparse.has_keys[s])) != 0;
+  if (lane == 0) ptx::mbarrier_arrive(&feed.empty[s]);
+  return tile;
+}
+
+// The list entry of the K tile in `stage` (uniform, as the tile in take_tile), after its "full"
+// barrier.
+__device__ __forceinline__ int sparse_entry(const SparseSlots& sparse, int stage) {
+  return int(__reduce_max_sync(0xffffffffu, unsigned(sparse.entry[stage])));
+}
+
 __device__ __forceinline__ int take_tile(const TileFeed& feed, int k, int lane) {
   const int s = k & 1;
   ptx::mbarrier_wait(&feed.full[s], (k >> 1) & 1);
@@ -402,6 +474,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
   // Only with kDynamicTiles (kBarriers counts them).
   const TileFeed feed{reinterpret_cast<int*>(bars + 2 * kQ + 4 + 4 * kStages), bars + 2 * kQ + 4 * kStages,
                       bars + 2 * kQ + 2 + 4 * kStages};
+  // Only with kSparse (kBarriers counts them).
+  [[maybe_unused]] const SparseSlots sparse{reinterpret_cast<int*>(bars + 2 * kQ + 5 + 4 * kStages),
+                                            reinterpret_cast<int*>(bars + 2 * kQ + 5 + 4 * kStages) + 2};
 
   const int warpgroup = threadIdx.x / 128;
   const int warp = threadIdx.x / 32;
@@ -445,20 +520,54 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
         // Uniform register (redux.sync over the one producer lane), as in take_tile.
         t = k == 0 ? int(blockIdx.x)
                    : int(__reduce_max_sync(1u, unsigned(atomicAdd(kp.tile_counter, 1)))) + int(gridDim.x);
-        publish_tile(feed, k, t);
+        // kSparse publishes below, with whether the tile's list has a key tile.
+        if constexpr (!Traits::kSparse) publish_tile(feed, k, t);
       } else {
         t = order.cta_tile(k, blockIdx.x, gridDim.x);
       }
-      if (t >= order.tiles) break;
+      if (t >= order.tiles) {
+        if constexpr (Traits::kSparse) publish_tile(feed, sparse, k, t, false);
+        break;
+      }
       const TileWork w = tile_work<Traits>(params, order, t);
+      // kSparse: the query tile's list (block_tiles.h) from its first entry below n_hi (the
+      // sequence's or the window's end; the list is built over the longest sequence), walked
+      // while the entries stay at or above n_lo. The common case (first entry below n_hi) takes
+      // one read instead of the binary search.
+      [[maybe_unused]] const int32_t* entry_ptr = nullptr;
+      [[maybe_unused]] const int32_t* entry_end = nullptr;
+      [[maybe_unused]] int32_t entry = 0;
+      if constexpr (Traits::kSparse) {
+        bool any = false;
+        if (w.exists() && w.has_keys()) {
+          const BlockTilePlan& plan = params.block_tiles;
+          const int32_t* list = plan.lists + (plan.plane(w.batch, w.head, params.heads) * plan.m_tiles + w.m_block) *
+                                                 int64_t(plan.n_tiles + 1);
+          const int count = __ldg(list);
+          entry_ptr = list + 1;
+          entry_end = entry_ptr + count;
+          if (count > 0 && (__ldg(entry_ptr) & kTileIndexMask) >= w.n_hi) {
+            const int32_t* entries = entry_ptr;
+            entry_ptr = entries + first_tile_below(count, w.n_hi, [&](int e) { return __ldg(entries + e); });
+          }
+          if (entry_ptr != entry_end) {
+            entry = __ldg(entry_ptr++);
+            any = (entry & kTileIndexMask) >= w.n_lo;
+          }
+        }
+        publish_tile(feed, sparse, k, t, any);
+        if (!any) continue;
+      }
       if (!w.exists() || !w.has_keys()) continue;
       // Tensor-map coordinates: dense operands are (dim, position, head, batch); varlen ones are
       // one batch entry of packed tokens.
       const int map_batch = map_batch_varlen ? 0 : w.batch;
       const int head_k = w.head / group;
-      const auto load_k = [&](int n_block, int index) {
+      const auto load_k = [&](int n_block, int index, int list_entry = 0) {
         const int stage = index % kStages;
         ptx::mbarrier_wait(&ring.k_empty[stage], ((index / kStages) & 1) ^ 1);
+        // Released to the consumers by the arrival below; read by them before they free the stage.
+        if constexpr (Traits::kSparse) sparse.entry[stage] = list_entry;
         ptx::mbarrier_arrive_expect_tx(&ring.k_full[stage], Traits::kTileBytesK);
 #pragma unroll
         for (int panel = 0; panel < Traits::kPanels; ++panel) {
@@ -497,15 +606,40 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
       // of the next Q moved the forward by -1..+2% at 512-16k (H200 bf16, dev/results/
       // h200-2026-12-02-ab-qslot-*.json). The loop is not unrolled: unrolled, the producer's 24
       // registers spilled with the tile feed.
-      load_k(w.n_hi - 1, it);
-      load_q();
+      if constexpr (Traits::kSparse) {
+        // The same order over the listed tiles; each K tile's entry carries kLastEntry when no
+        // listed tile at or above n_lo follows (the next entry is read one tile ahead).
+        const auto next_entry = [&](int32_t* e) {
+          if (entry_ptr == entry_end) return false;
+          *e = __ldg(entry_ptr++);
+          return (*e & kTileIndexMask) >= w.n_lo;
+        };
+        int32_t next = 0;
+        bool more = next_entry(&next);
+        load_k(entry & kTileIndexMask, it, more ? entry : entry | kLastEntry);
+        load_q();
 #pragma unroll 1
-      for (int n_block = w.n_hi - 2; n_block >= w.n_lo; --n_block, ++it) {
-        load_k(n_block, it + 1);
-        load_v(n_block + 1, it);
+        while (more) {
+          const int32_t cur = next;
+          more = next_entry(&next);
+          load_k(cur & kTileIndexMask, it + 1, more ? cur : cur | kLastEntry);
+          load_v(entry & kTileIndexMask, it);
+          entry = cur;
+          ++it;
+        }
+        load_v(entry & kTileIndexMask, it);
+        ++it;
+      } else {
+        load_k(w.n_hi - 1, it);
+        load_q();
+#pragma unroll 1
+        for (int n_block = w.n_hi - 2; n_block >= w.n_lo; --n_block, ++it) {
+          load_k(n_block, it + 1);
+          load_v(n_block + 1, it);
+        }
+        load_v(w.n_lo, it);
+        ++it;
       }
-      load_v(w.n_lo, it);
-      ++it;
     }
     return;
   }
@@ -704,7 +838,13 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
     if (pending) flush();
   } else {
   for (int k = 0;; ++k) {
-    const int tile = Traits::kDynamicTiles ? take_tile(feed, k, lane) : order.cta_tile(k, blockIdx.x, gridDim.x);
+    [[maybe_unused]] bool listed = false;  // kSparse: the tile's list has a key tile in range
+    int tile;
+    if constexpr (Traits::kSparse) {
+      tile = take_tile(feed, sparse, k, lane, &listed);
+    } else {
+      tile = Traits::kDynamicTiles ? take_tile(feed, k, lane) : order.cta_tile(k, blockIdx.x, gridDim.x);
+    }
     if (tile >= order.tiles) break;
     const TileWork w = tile_work<Traits>(params, order, tile);
     if (!w.exists()) continue;
@@ -718,7 +858,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
     st.row_max[0] = st.row_max[1] = -INFINITY;
     st.row_sum[0] = st.row_sum[1] = 0.0f;
 
-    if (w.has_keys()) {
+    if (Traits::kSparse ? listed : w.has_keys()) {
       const int row_begin = w.m0 + wg_row0;
       const int row_end = min(w.m0 + w.rows_here, row_begin + 64);
       const auto needs_mask = [&](int n_block) {
@@ -734,21 +874,38 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
       int stage = it % kStages;
       uint32_t parity = (it / kStages) & 1;
       ptx::mbarrier_wait(&ring.k_full[stage], parity);
+      int n_first = w.n_hi - 1;
+      [[maybe_unused]] int kind = kTileClean;
+      [[maybe_unused]] bool last = false;
       turns.take();
       gemm_qk<Traits>(st.s, q_desc, k_desc(stage));
       turns.pass();
+      // kSparse: the tile, its kind and whether it is the last, from the producer's entry (read
+      // while S runs; the stage is freed only below).
+      if constexpr (Traits::kSparse) {
+        const int e = sparse_entry(sparse, stage);
+        n_first = e & kTileIndexMask;
+        kind = (e & ~kLastEntry) >> kTileKindShift;
+        last = (e & kLastEntry) != 0;
+      }
       ptx::wgmma_wait<0>();
       ptx::fence_operand(st.s);
       release(&ring.k_empty[stage], lane);
-      if constexpr (Traits::kMods) modify_scores<Traits>(st.s, mods, mask, row, (w.n_hi - 1) * kBlockN + 2 * t4);
-      if (needs_mask(w.n_hi - 1)) apply_mask<Traits>(st.s, mask, row, (w.n_hi - 1) * kBlockN + 2 * t4);
+      if constexpr (Traits::kMods) modify_scores<Traits>(st.s, mods, mask, row, n_first * kBlockN + 2 * t4);
+      if (needs_mask(n_first)) apply_mask<Traits>(st.s, mask, row, n_first * kBlockN + 2 * t4);
+      if constexpr (Traits::kSparse) {
+        if (kind != kTileClean) {
+          apply_block_mask<Traits>(st.s, params, kind, w.batch, w.head, row, w.seqlen_q, w.seqlen_k,
+                                   n_first * kBlockN + 2 * t4);
+        }
+      }
       {
         float correction[2];
         softmax_block<Traits>(st, scale_log2, correction);  // O is still 0: nothing to rescale
       }
       convert_p(st);
 
-      for (int n_block = w.n_hi - 2; n_block >= w.n_lo; --n_block) {
+      for (int n_block = w.n_hi - 2; Traits::kSparse ? !last : n_block >= w.n_lo; --n_block) {
         const int prev_stage = stage;
         const uint32_t prev_parity = parity;
         ++it;
@@ -760,11 +917,23 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
         gemm_qk<Traits>(st.s, q_desc, k_desc(stage));
         gemm_pv<Traits>(st.o, st.p, v_desc(prev_stage));
         turns.pass();
+        if constexpr (Traits::kSparse) {  // as for the first block, while the products run
+          const int e = sparse_entry(sparse, stage);
+          n_block = e & kTileIndexMask;
+          kind = (e & ~kLastEntry) >> kTileKindShift;
+          last = (e & kLastEntry) != 0;
+        }
         ptx::wgmma_wait<1>();  // S_j is done; P V is still running
         ptx::fence_operand(st.s);
         release(&ring.k_empty[stage], lane);
         if constexpr (Traits::kMods) modify_scores<Traits>(st.s, mods, mask, row, n_block * kBlockN + 2 * t4);
         if (needs_mask(n_block)) apply_mask<Traits>(st.s, mask, row, n_block * kBlockN + 2 * t4);
+        if constexpr (Traits::kSparse) {
+          if (kind != kTileClean) {
+            apply_block_mask<Traits>(st.s, params, kind, w.batch, w.head, row, w.seqlen_q, w.seqlen_k,
+                                     n_block * kBlockN + 2 * t4);
+          }
+        }
         float correction[2];
         const bool rescale = softmax_block<Traits>(st, scale_log2, correction);
         // ptxas schedules the wait for P V as early as it can: right after the first maxima,

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 
+#include "cuda/block_tiles.h"
 #include "cuda/common/cta_order.h"
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/kernel_facts.h"
@@ -60,7 +61,25 @@ Status run_fwd(const ForwardParams& params, cudaStream_t stream) {
   // the most).
   const int ctas = std::min(kp.order.tiles, sms);
   kp.tile_counter = nullptr;
-  if constexpr (Traits::kDynamicTiles) {
+  if constexpr (Traits::kSparse) {
+    // A block mask: the plan of this kernel's tiles (block_tiles.h: per query tile the kept key
+    // tiles and their kinds), built on the stream, then the tile counter after it in the same
+    // workspace; both freed after the launch in stream order.
+    const size_t plan_bytes = (block_tiles_bytes(params, Traits::kBlockM, Traits::kBlockN) + 15) / 16 * 16;
+    void* ws = nullptr;
+    if (Status st = workspace_alloc(&ws, plan_bytes + 16, stream); !st.ok()) return st;
+    Status launched = build_block_tiles(&kp.p, Traits::kBlockM, Traits::kBlockN, ws, stream);
+    kp.tile_counter = reinterpret_cast<int*>(static_cast<char*>(ws) + plan_bytes);
+    if (launched.ok()) {
+      launched = cuda_status(cudaMemsetAsync(kp.tile_counter, 0, sizeof(int), stream), "zeroing the tile counter");
+    }
+    if (launched.ok()) {
+      kernel<<<ctas, Traits::kThreads, kSmem, stream>>>(kp);
+      launched = cuda_status(cudaGetLastError(), "launching the sm90 block-sparse forward kernel");
+    }
+    Status freed = workspace_free(ws, stream);
+    return launched.ok() ? freed : launched;
+  } else if constexpr (Traits::kDynamicTiles) {
     if (Status st = workspace_alloc(reinterpret_cast<void**>(&kp.tile_counter), sizeof(int), stream); !st.ok()) {
       return st;
     }

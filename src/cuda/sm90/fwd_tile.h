@@ -69,6 +69,24 @@ constexpr FwdTile fwd_tile(int head_dim, int head_dim_v, bool windowed) {
   return {2, 80, 2, true};
 }
 
+// The tile of the block-sparse forward (FwdSparseTraits, calls with a block mask): block_m 128
+// (two consumers) and block_n 128 where it fits, 64 where not (d192 and d256 at two stages), so
+// that user blocks of 128 x 128 (FlexAttention's default) or 128 x 64 cover whole tiles, which
+// are then clean (no element check); the dense tile's 192 rows (d64) or 176/112/80 keys
+// (d128/d192/d256) would cut most of them into mixed tiles. Not swept on a GPU yet: d128 is the
+// masked dense tile (128 x 128, 2 stages), d64 takes the same (32 O registers fewer), d192 and
+// d256 take 128 x 64 (48 + 2 x 48 and 64 + 2 x 64 KB).
+// dev/ A/B: -DFLASHATTN_DEV_SM90_SPARSE_STAGES=3 gives the d64 and d128 sparse tiles a third K/V
+// stage (d128: 32 + 3 x 64 KB, 230.6 of the 232.4 KB with barriers and the 1 KB alignment).
+#if !defined(FLASHATTN_DEV_SM90_SPARSE_STAGES)
+#define FLASHATTN_DEV_SM90_SPARSE_STAGES 2
+#endif
+constexpr FwdTile fwd_sparse_tile(int head_dim, int head_dim_v) {
+  if (head_dim == 192 && head_dim_v == 128) return {2, 128, 2, true};
+  if (head_dim <= 128) return {2, 128, FLASHATTN_DEV_SM90_SPARSE_STAGES, true};
+  return {2, 64, 2, true};
+}
+
 // The dynamic shared memory a CTA may use on sm90 (227 KB).
 constexpr size_t kFwdSmemLimit = 232448;
 
@@ -81,9 +99,12 @@ constexpr size_t fwd_smem_bytes(const FwdTile& t, int head_dim, int head_dim_v, 
 }
 
 // The most FwdTraits ever adds after the ring: the Q, K and V barriers, the tile feed's four
-// barriers and two slots (kDynamicTiles), one pin slot per consumer warp (kPinSoftmax).
+// barriers and two slots (kDynamicTiles), the block-sparse feed's two flags and one list entry
+// per stage (kSparse), one pin slot per consumer warp (kPinSoftmax).
+constexpr int fwd_sparse_words(const FwdTile& t) { return (2 + t.stages + 1) / 2; }
 constexpr size_t fwd_smem_bound(const FwdTile& t, int head_dim, int head_dim_v) {
-  return fwd_smem_bytes(t, head_dim, head_dim_v, 2 * (t.cross_tile ? 2 : 1) + 4 * t.stages + 4 + 1, 16 * t.consumers);
+  return fwd_smem_bytes(t, head_dim, head_dim_v, 2 * (t.cross_tile ? 2 : 1) + 4 * t.stages + 4 + 1 + fwd_sparse_words(t),
+                        16 * t.consumers);
 }
 
 // Registers of a consumer thread's accumulators (O, S, P), and what setmaxnreg gives it.

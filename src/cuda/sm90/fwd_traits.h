@@ -14,8 +14,11 @@ namespace flashattn::cuda::sm90 {
 
 // kHeadDimV: the width of V and O (head_dim_v); Q and K are kHeadDim wide. An instantiation
 // with kHeadDimV != kHeadDim exists for 192 / 128 only (fwd_dispatch.cu, has_kernel).
-template <typename Element_, int kHeadDim_, MaskMode kMask_, bool kMods_ = false, int kHeadDimV_ = kHeadDim_>
-struct FwdTraits {
+// kSparse: the block-sparse forward (FwdSparseTraits below). The two traits share this body, and
+// FwdTraits stays a template of its own name and arguments, so the dense instantiations keep
+// their symbols and their code.
+template <typename Element_, int kHeadDim_, MaskMode kMask_, bool kMods_, int kHeadDimV_, bool kSparse_>
+struct FwdTraitsBody {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kHeadDimV = kHeadDimV_;
@@ -24,7 +27,13 @@ struct FwdTraits {
   // one more MUFU operation per score) and/or ALiBi's -slope |i + seqlen_k - seqlen_q - j|, each
   // under a uniform run-time branch, the scores then in log2 units. Dropout stays on sm80.
   static constexpr bool kMods = kMods_;
-  static constexpr FwdTile kTile = fwd_tile(kHeadDim, kHeadDimV, kMask == MaskMode::kWindow);
+  // A block mask (block_mask or the compressed lists; attn_mask only as the element mask of
+  // partial blocks): the producer and the consumers walk the key tiles of the query tile's list
+  // (cuda/block_tiles.h) instead of the range [n_lo, n_hi), and the tiles come from the dynamic
+  // feed, since their cost follows the density of each query tile's row of blocks (fwd_kernel.h).
+  static constexpr bool kSparse = kSparse_;
+  static constexpr FwdTile kTile =
+      kSparse ? fwd_sparse_tile(kHeadDim, kHeadDimV) : fwd_tile(kHeadDim, kHeadDimV, kMask == MaskMode::kWindow);
   static constexpr int kConsumers = kTile.consumers;
   static constexpr int kBlockM = 64 * kConsumers;
   static constexpr int kBlockN = kTile.block_n;
@@ -53,12 +62,18 @@ struct FwdTraits {
   // against the other choice in the same build (dev/results/h200-2026-12-01-ab-sm90e-*.json):
   // causal +16/+10/+5/+2% at d64 1k/2k/4k/16k, +18/+12/+5/+3% at d128, +7/+4/+3.5/0% at d256;
   // unmasked -5% at d128 (1k-16k), -2% at d256, within 2% at d64.
-  static constexpr bool kDynamicTiles = kMask == MaskMode::kWindow;
+  // Block-sparse launches take the feed too: a query tile's cost is its number of kept key
+  // tiles, which varies from row to row of the block mask as under a causal mask.
+  static constexpr bool kDynamicTiles = kMask == MaskMode::kWindow || kSparse;
   // fwd_tile.h: the key-block pipeline runs across tiles, over two Q buffers.
   static constexpr bool kCrossTile = kTile.cross_tile;
   static constexpr int kQSlots = kCrossTile ? 2 : 1;
+  static_assert(!(kCrossTile && kSparse), "the block-sparse kernel walks its lists one tile at a time");
   static constexpr int kBarriers = 2 * kQSlots + 4 * kStages  // Q full and empty per slot; K, V full and empty per stage
-                                   + (kDynamicTiles ? 4 + 1 : 0);  // the feed's full/empty pairs, its two slots
+                                   + (kDynamicTiles ? 4 + 1 : 0)  // the feed's full/empty pairs, its two slots
+                                   // kSparse: the feed's two "has keys" flags, then per stage the
+                                   // list entry of the K tile in it (fwd_kernel.h, SparseSlots)
+                                   + (kSparse ? fwd_sparse_words(kTile) : 0);
   // +1024: the dynamic shared-memory base is rounded up to the swizzle's 1024-byte period.
   // ptxas hoists the wait for P V above the softmax unless a shared-memory store of its result
   // comes first (fwd_kernel.h). Pinned, the exponentials overlap their own P V product: H200
@@ -92,7 +107,16 @@ struct FwdTraits {
   static_assert(kPanelBytesKV % 1024 == 0, "K/V panels start on the swizzle period");
   static_assert(kSmemBytes <= fwd_smem_bound(kTile, kHeadDim, kHeadDimV), "fwd_smem_bound counts every buffer");
   static_assert(kSmemBytes <= kFwdSmemLimit, "fits the 227 KB an sm90 CTA may use");
+  static_assert(!kSparse || kDynamicTiles, "the sparse producer publishes whether a tile has keys with the tile");
 };
+
+template <typename Element_, int kHeadDim_, MaskMode kMask_, bool kMods_ = false, int kHeadDimV_ = kHeadDim_>
+struct FwdTraits : FwdTraitsBody<Element_, kHeadDim_, kMask_, kMods_, kHeadDimV_, false> {};
+
+// The block-sparse forward (kSparse): instantiated with MaskMode::kWindow only, which serves
+// calls without a window too (tools/gen_instantiations.py, sm90fwdsparse*).
+template <typename Element_, int kHeadDim_, MaskMode kMask_, bool kMods_ = false, int kHeadDimV_ = kHeadDim_>
+struct FwdSparseTraits : FwdTraitsBody<Element_, kHeadDim_, kMask_, kMods_, kHeadDimV_, true> {};
 
 // Kernel parameters: the validated problem and the three operand maps (copied into the
 // kernel's parameter space, where the copy engine reads them: __grid_constant__).
