@@ -568,6 +568,47 @@ def test_training_call_takes_the_fast_route_and_matches_the_op_route(extras, mon
     assert _torch_ops.last_route == {"forward": "op", "backward": "op"}
 
 
+def test_training_call_records_only_what_it_returns(monkeypatch):
+    """FuncAutograd's node: out its only output without return_attn_probs; with it, lse too,
+    not differentiable. Its backward is handed no materialised dlse (set_materialize_grads
+    False: autograd would otherwise allocate and zero-fill one per backward, a fill kernel on a
+    GPU), and values and gradients equal the op route's bitwise either way."""
+    g = gen(40)
+    q0, k0, v0 = decode_inputs(g, sq=5, sk=9)
+    dout = randn(2, 5, 8, 32, g=g)
+    seen = []
+    real_backward = _torch_ops.FuncAutograd.backward
+
+    def spy(ctx, *grads):
+        seen.append(tuple(x is None for x in grads))
+        return real_backward(ctx, *grads)
+
+    def run(probs):
+        q, k, v = (t.clone().requires_grad_() for t in (q0, k0, v0))
+        result = flashattn.flash_attn_func(q, k, v, causal=True, return_attn_probs=probs)
+        out, lse = (result[0], result[1]) if probs else (result, None)
+        if probs:
+            assert result[2] is None and not lse.requires_grad and lse.grad_fn is None
+        out.backward(dout)
+        return out.detach(), lse, q.grad, k.grad, v.grad
+
+    with monkeypatch.context() as m:
+        m.setattr(_torch_ops.FuncAutograd, "backward", staticmethod(spy))
+        fast = [run(False), run(True)]
+        assert _torch_ops.last_route == {"forward": "fast_autograd", "backward": "fast"}
+    assert seen == [(False,), (False, True)]
+    assert fast[1][1].shape == (2, 8, 5)
+    assert_same(fast[0][::2], fast[1][::2])
+    # No gradient reached out: none for any input.
+    assert _torch_ops.FuncAutograd.backward(None, None) == (None,) * 13
+    real = _C.torch_forward
+    monkeypatch.setattr(_C, "torch_forward", lambda *a: None if real(*a) is True else real(*a))
+    monkeypatch.setattr(_torch_ops, "_EAGER_AUTOGRAD", {})
+    for probs, result in zip((False, True), fast):
+        assert_same(result, run(probs))
+        assert _torch_ops.last_route == {"forward": "op", "backward": "op"}
+
+
 def test_training_call_under_a_mode_or_transform_takes_the_op():
     """What needs the registered op sees it in a training call too: a dispatch mode (forward
     and backward), torch.func.grad, and a torch function mode."""
