@@ -665,10 +665,15 @@ def test_host_time_bench_reports_the_training_route_on_the_cpu(tmp_path, monkeyp
     spec.loader.exec_module(host_time)
     report = host_time.main(["--device", "cpu", "--cache-lens", "8", "--calls", "3",
                              "--rounds", "1", "--warmup", "1", "--host-calls", "2",
-                             "--profile", "flash_attn_func_train",
+                             "--host-rounds", "2", "--profile", "flash_attn_func_train",
                              "--out", str(tmp_path / "host.json")])
     run = report["by_cache_len"]["8"]
     assert run["fast_path"]["train_route"] == {"forward": "fast_autograd", "backward": "fast"}
-    assert run["results"]["flash_attn_func_train"]["host_median_us"] > 0
+    assert run["fast_path"]["c_torch_backward"] is True
+    for row in ("flash_attn_func_train", "flash_attn_func_train_fwd", "c_torch_backward",
+                "function_floor_train"):
+        assert run["results"][row]["host_median_us"] > 0, row
+        assert len(run["results"][row]["host_us"]) == 2, row  # --host-rounds 2, --rounds 1
+        assert run["results"][row]["host_min_us"] <= run["results"][row]["host_median_us"]
     text = run["profiles"]["flash_attn_func_train"]
     assert "_torch_ops.py" in text and "(backward)" in text  # FuncAutograd.backward's line
