@@ -6,6 +6,7 @@ on the same tensors").
     python3 bench/host_time.py --out host_time.json [--calls 2000] [--rounds 5]
                              [--cache-lens 4096,128] [--host-calls 32] [--host-rounds 5]
                              [--profile flash_attn_func_train,sdpa_cudnn_train]
+                             [--rows flash_attn_func_train,...]
 
 Shape: decode, batch 1, one query token, 32 query heads over 8 KV heads, head dim 128, bf16,
 a cache of --cache-lens keys (each length is one set of rows). Per implementation and cache
@@ -252,6 +253,8 @@ def main(argv=None) -> dict:
                    help="host_us rounds per round of each row")
     p.add_argument("--profile", default="",
                    help="comma-separated rows to run under cProfile (e.g. flash_attn_func_train)")
+    p.add_argument("--rows", default="",
+                   help="comma-separated rows to run (default: all), e.g. one row under nsys")
     a = p.parse_args(argv)
 
     import torch
@@ -275,6 +278,10 @@ def main(argv=None) -> dict:
     report["sleep_cycles_per_us"] = round(cycles_per_us, 1)
     for cache_len in (int(x) for x in a.cache_lens.split(",") if x):
         fns, graph_fns, fast = build(cache_len, a.device, dtype)
+        if a.rows:
+            wanted = set(a.rows.split(","))
+            fns = {name: fn for name, fn in fns.items() if name in wanted}
+            graph_fns = {name: fn for name, fn in graph_fns.items() if f"graph_{name}" in wanted}
         rows = {}
         for name, fn in fns.items():
             try:
