@@ -60,6 +60,8 @@ Implementations (all on the same q/k/v/caches):
                       backward: what recording a Python Function and running it through the
                       engine costs. flash_attn_func_train - function_floor_train -
                       c_torch_forward - c_torch_backward is what flashattn's own Python adds.
+    function_floor_train_fwd
+                      its forward alone (against flash_attn_func_train_fwd)
 
 Also, where torch.cuda.graphs works: the kvcache decode step and sdpa_cudnn captured in a CUDA
 graph, replayed --calls times per round (graph_replay_us: wall per replay).
@@ -160,6 +162,7 @@ def build(cache_len: int, device: str, dtype):
     fns["flash_attn_func_train_fwd"] = lambda: flashattn.flash_attn_func(q_g, k_g, v_g)
     fns["sdpa_cudnn_train_fwd"] = lambda: F.scaled_dot_product_attention(qt_g, kx_g, vx_g)
     fns["function_floor_train"] = train_floor
+    fns["function_floor_train_fwd"] = lambda: Floor.apply(q_g, k_g, v_g)
     with torch.enable_grad():
         train_func()
     fast["train_route"] = dict(getattr(flashattn._torch_ops, "last_route", {}))
