@@ -785,14 +785,11 @@ class FuncAutograd(torch.autograd.Function):
         return dq, dk, dv, None, dsink, None, None, None, None, None, None, None, None
 
 
-_FUNC_APPLY = FuncAutograd.apply
-
-
 def func_autograd(q, k, v, alibi_slopes, softmax_scale, causal, window_size, softcap, dropout_p,
                   deterministic, learnable_sink, return_lse):
     """flash_attn_func's call through FuncAutograd: (out, lse) with return_lse, else out,
     drawing the dropout seed as the op path does (draw_rng_state)."""
     last_route["forward"] = "fast_autograd"
     seed = 0 if dropout_p <= 0.0 else _seed_of(draw_rng_state(dropout_p))
-    return _FUNC_APPLY(q, k, v, alibi_slopes, learnable_sink, softmax_scale, causal, window_size,
-                       softcap, dropout_p, seed, deterministic, return_lse)
+    return FuncAutograd.apply(q, k, v, alibi_slopes, learnable_sink, softmax_scale, causal,
+                              window_size, softcap, dropout_p, seed, deterministic, return_lse)
