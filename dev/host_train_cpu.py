@@ -17,9 +17,20 @@ other processes' load disturbs far less than the wall clock on the shared 2-core
 wall is what the previous figures used. Prints one JSON line: per row the min over --repeat
 rounds of --calls calls, in us per call (and the median under "median/"), and the training
 call's route where the build records it (flashattn._torch_ops.last_route).
+
+--callgrind N counts instructions instead, which the load of other processes does not move:
+each row runs N calls between two marker calls, os.getppid() before and os.getpgrp() after,
+and callgrind zeroes its counters at the first and writes a dump at the second (one dump per
+row and shape, in the order the JSON's "rows" lists):
+
+    PYTHONPATH=<build> valgrind --tool=callgrind --zero-before=os_getppid \
+        --dump-before=os_getpgrp --callgrind-out-file=/tmp/cg.%p \
+        <the python binary itself, not a pyenv shim> dev/host_train_cpu.py --callgrind 200
+    # instructions per call of dump i: its "summary:" line / 200
 """
 import argparse
 import json
+import os
 import statistics
 import time
 
@@ -77,8 +88,27 @@ def main():
     p.add_argument("--repeat", type=int, default=7)
     p.add_argument("--clock", choices=("cpu", "wall"), default="cpu")
     p.add_argument("--rows", default="", help="comma-separated rows (default: all)")
+    p.add_argument("--callgrind", type=int, default=0,
+                   help="N: each row's N calls between callgrind markers, untimed (see above)")
     a = p.parse_args()
     torch.set_num_threads(1)
+    if a.callgrind:
+        order = []
+        for name, shape in (("micro", (1, 1, 1, 8)), ("small", (1, 16, 4, 64))):
+            for row, (grad, fn) in rows(shape).items():
+                if a.rows and row not in a.rows.split(","):
+                    continue
+                with torch.enable_grad() if grad else torch.no_grad():
+                    for _ in range(20):
+                        fn()
+                    os.getppid()  # callgrind --zero-before
+                    for _ in range(a.callgrind):
+                        fn()
+                    os.getpgrp()  # callgrind --dump-before
+                order.append(f"{name}/{row}")
+        print(json.dumps({"torch": torch.__version__, "flashattn": flashattn.__file__,
+                          "calls": a.callgrind, "rows": order}))
+        return
     clock = time.thread_time if a.clock == "cpu" else time.perf_counter
     report = {"torch": torch.__version__, "flashattn": flashattn.__file__, "clock": a.clock}
     wanted = set(a.rows.split(",")) if a.rows else None
