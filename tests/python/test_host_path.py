@@ -609,6 +609,38 @@ def test_training_call_records_only_what_it_returns(monkeypatch):
         assert _torch_ops.last_route == {"forward": "op", "backward": "op"}
 
 
+def test_training_call_under_checkpoint_and_saved_tensor_hooks():
+    """FuncAutograd saves lse as an intermediate when it is not an output: non-reentrant
+    activation checkpointing (which recomputes the forward and matches the saved tensors) and
+    saved-tensor hooks see it like the others, and the gradients are bitwise those of a plain
+    call, with and without return_attn_probs."""
+    from torch.utils.checkpoint import checkpoint
+
+    g = gen(41)
+    q0, k0, v0 = decode_inputs(g, sq=5, sk=7)
+    dout = randn(2, 5, 8, 32, g=g)
+
+    def run(wrap, probs):
+        q, k, v = (t.clone().requires_grad_() for t in (q0, k0, v0))
+
+        def attend(a, b, c):
+            result = flashattn.flash_attn_func(a, b, c, causal=True, return_attn_probs=probs)
+            return (result[0] if probs else result) * 2
+
+        wrap(attend, q, k, v).backward(dout)
+        assert _torch_ops.last_route == {"forward": "fast_autograd", "backward": "fast"}
+        return q.grad, k.grad, v.grad
+
+    def on_cpu(fn, *args):
+        with torch.autograd.graph.save_on_cpu():
+            return fn(*args)
+
+    for probs in (False, True):
+        plain = run(lambda fn, *a: fn(*a), probs)
+        assert_same(plain, run(lambda fn, *a: checkpoint(fn, *a, use_reentrant=False), probs))
+        assert_same(plain, run(on_cpu, probs))
+
+
 def test_training_call_under_a_mode_or_transform_takes_the_op():
     """What needs the registered op sees it in a training call too: a dispatch mode (forward
     and backward), torch.func.grad, and a torch function mode."""
