@@ -4,8 +4,9 @@ on the same tensors").
 
     pip install --no-build-isolation .        # on the GPU machine, from the repository root
     python3 bench/host_time.py --out host_time.json [--calls 2000] [--rounds 5]
-                             [--cache-lens 4096,128] [--host-calls 32]
+                             [--cache-lens 4096,128] [--host-calls 32] [--host-rounds 5]
                              [--profile flash_attn_func_train,sdpa_cudnn_train]
+                             [--rows flash_attn_func_train,...]
 
 Shape: decode, batch 1, one query token, 32 query heads over 8 KV heads, head dim 128, bf16,
 a cache of --cache-lens keys (each length is one set of rows). Per implementation and cache
@@ -25,7 +26,10 @@ its first and after its last call:
                 the round's last call, so no call can wait for a kernel of its own. gpu_busy
                 says the sleep was still running when the last call returned (False: the sleep
                 was too short, or a call synchronised with the GPU, and host_us includes GPU
-                time). On the CPU device this is a plain round like wall_us.
+                time). On the CPU device this is a plain round like wall_us. Each round makes
+                --host-rounds such rounds (one round of 32 calls is ~1 ms: the 2026-12-02 run,
+                one per round, spread 22.6-34.8 us on one row, which made the C++ entry look
+                slower than its Python caller); host_median_us and host_min_us are over all.
 
 Implementations (all on the same q/k/v/caches):
 
@@ -45,6 +49,19 @@ Implementations (all on the same q/k/v/caches):
     flash_attn_func_train, sdpa_cudnn_train
                       a training step's attention, forward + backward (q/k/v require grad,
                       grad enabled), flash_attn_func against SDPA under cuDNN
+    flash_attn_func_train_fwd, sdpa_cudnn_train_fwd
+                      the forward alone of those (the graph recorded, then dropped)
+    c_torch_backward  the extension's backward entry alone (_C.torch_backward, direct=False,
+                      gradients allocated there) on the training row's tensors: its C++ side
+                      and the library's host side (workspace, launches)
+    function_floor_train
+                      a Python autograd.Function that does nothing on the training row's
+                      tensors (forward: one empty_like; backward: three empty_like), forward +
+                      backward: what recording a Python Function and running it through the
+                      engine costs. flash_attn_func_train - function_floor_train -
+                      c_torch_forward - c_torch_backward is what flashattn's own Python adds.
+    function_floor_train_fwd
+                      its forward alone (against flash_attn_func_train_fwd)
 
 Also, where torch.cuda.graphs works: the kvcache decode step and sdpa_cudnn captured in a CUDA
 graph, replayed --calls times per round (graph_replay_us: wall per replay).
@@ -101,6 +118,19 @@ def build(cache_len: int, device: str, dtype):
     def train_sdpa():
         F.scaled_dot_product_attention(qt_g, kx_g, vx_g).backward(dout_t)
 
+    class Floor(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, q_, k_, v_):
+            ctx.save_for_backward(q_, k_, v_)
+            return torch.empty_like(q_)
+
+        @staticmethod
+        def backward(ctx, grad):
+            return tuple(torch.empty_like(t) for t in ctx.saved_tensors)
+
+    def train_floor():
+        Floor.apply(q_g, k_g, v_g).backward(dout)
+
     fns = {
         "sdpa_cudnn": lambda: F.scaled_dot_product_attention(q_t, k_x, v_x),
         "sdpa_default": lambda: F.scaled_dot_product_attention(q_t, k_t, v_t, enable_gqa=True),
@@ -120,8 +150,19 @@ def build(cache_len: int, device: str, dtype):
         fns["c_torch_forward_kvcache"] = lambda: _C.torch_forward_kvcache(*kv_args)
         fast = {"flash_attn_func": _C.torch_forward(*fwd_args) is not None,
                 "kvcache": _C.torch_forward_kvcache(*kv_args) is not None}
+    if hasattr(_C, "torch_backward"):
+        out_g, lse_g = _C.torch_forward(q_g, k_g, v_g, None, None, 0, 0, None, None, False,
+                                        (-1, -1), 0.0, 0.0, 0, None, False, False)
+        bwd_args = (dout, q_g, k_g, v_g, out_g, lse_g, None, None, None, None, None, 0, 0, None,
+                    None, None, False, (-1, -1), 0.0, 0.0, 0, False, False, False)
+        fns["c_torch_backward"] = lambda: _C.torch_backward(*bwd_args)
+        fast["c_torch_backward"] = _C.torch_backward(*bwd_args) is not None
     fns["flash_attn_func_train"] = train_func
     fns["sdpa_cudnn_train"] = train_sdpa
+    fns["flash_attn_func_train_fwd"] = lambda: flashattn.flash_attn_func(q_g, k_g, v_g)
+    fns["sdpa_cudnn_train_fwd"] = lambda: F.scaled_dot_product_attention(qt_g, kx_g, vx_g)
+    fns["function_floor_train"] = train_floor
+    fns["function_floor_train_fwd"] = lambda: Floor.apply(q_g, k_g, v_g)
     with torch.enable_grad():
         train_func()
     fast["train_route"] = dict(getattr(flashattn._torch_ops, "last_route", {}))
@@ -138,7 +179,7 @@ def context(name: str):
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     stack = contextlib.ExitStack()
-    stack.enter_context(torch.enable_grad() if name.endswith("_train") else torch.no_grad())
+    stack.enter_context(torch.enable_grad() if "_train" in name else torch.no_grad())
     if name.startswith("sdpa_cudnn"):
         stack.enter_context(sdpa_kernel(SDPBackend.CUDNN_ATTENTION))
     return stack
@@ -211,8 +252,12 @@ def main(argv=None) -> dict:
     p.add_argument("--dtype", default="bfloat16")
     p.add_argument("--host-calls", type=int, default=32,
                    help="calls per host_us round (their launches must fit the launch queue)")
+    p.add_argument("--host-rounds", type=int, default=5,
+                   help="host_us rounds per round of each row")
     p.add_argument("--profile", default="",
                    help="comma-separated rows to run under cProfile (e.g. flash_attn_func_train)")
+    p.add_argument("--rows", default="",
+                   help="comma-separated rows to run (default: all), e.g. one row under nsys")
     a = p.parse_args(argv)
 
     import torch
@@ -229,12 +274,17 @@ def main(argv=None) -> dict:
         "flashattn": flashattn.__version__, "git": git_state(),
         "shape": {"batch": 1, "seqlen_q": 1, "heads": 32, "heads_k": 8, "head_dim": 128,
                   "dtype": str(dtype).replace("torch.", "")},
-        "calls": a.calls, "rounds": a.rounds, "host_calls": a.host_calls, "by_cache_len": {},
+        "calls": a.calls, "rounds": a.rounds, "host_calls": a.host_calls,
+        "host_rounds": a.host_rounds, "by_cache_len": {},
     }
     cycles_per_us = sleep_cycles_per_us() if cuda else 0.0
     report["sleep_cycles_per_us"] = round(cycles_per_us, 1)
     for cache_len in (int(x) for x in a.cache_lens.split(",") if x):
         fns, graph_fns, fast = build(cache_len, a.device, dtype)
+        if a.rows:
+            wanted = set(a.rows.split(","))
+            fns = {name: fn for name, fn in fns.items() if name in wanted}
+            graph_fns = {name: fn for name, fn in graph_fns.items() if f"graph_{name}" in wanted}
         rows = {}
         for name, fn in fns.items():
             try:
@@ -253,11 +303,12 @@ def main(argv=None) -> dict:
                     wall, enq = timed_round(fn, a.calls, sync)
                     # A sleep of 4x the round's wall time, at least 20 ms.
                     cycles = int(cycles_per_us * max(4 * wall * a.host_calls, 20_000))
-                    host, busy = host_round(fn, a.host_calls, cycles, sync)
+                    for _ in range(a.host_rounds):
+                        host, busy = host_round(fn, a.host_calls, cycles, sync)
+                        rows[name]["host_us"].append(host)
+                        rows[name]["gpu_busy"].append(busy)
                 rows[name]["wall_us"].append(wall)
                 rows[name]["enqueue_us"].append(enq)
-                rows[name]["host_us"].append(host)
-                rows[name]["gpu_busy"].append(busy)
         if cuda:
             for name, fn in graph_fns.items():
                 key = f"graph_{name}"
@@ -273,6 +324,8 @@ def main(argv=None) -> dict:
                 if row.get(key):
                     row[key.replace("_us", "_median_us")] = round(statistics.median(row[key]), 2)
                     row[key] = [round(x, 2) for x in row[key]]
+            if row.get("host_us"):
+                row["host_min_us"] = min(row["host_us"])
         profiles = {name: profile(fns[name], a.calls, name)
                     for name in a.profile.split(",") if name in fns}
         report["by_cache_len"][str(cache_len)] = {"fast_path": fast, "results": rows,
@@ -288,7 +341,7 @@ def main(argv=None) -> dict:
                 continue
             line = (f"  {name:24s} wall {row['wall_median_us']:8.2f} us  "
                     f"enqueue {row['enqueue_median_us']:8.2f} us  "
-                    f"host {row['host_median_us']:8.2f} us")
+                    f"host {row['host_median_us']:8.2f} us (min {row['host_min_us']:8.2f})")
             if False in row["gpu_busy"]:
                 line += " (GPU idle before the end: not host time alone)"
             if base:

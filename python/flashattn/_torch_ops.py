@@ -736,11 +736,17 @@ class FuncAutograd(torch.autograd.Function):
     in Python, forward and backward (dev/NOTES.md, "Host time of the training call"). A
     backward the extension declines (dout not contiguous in its last dimension, compiled
     autograd, a mode entered for the backward, create_graph) runs the op's backward as
-    EagerAutograd's does."""
+    EagerAutograd's does.
+
+    Per call it records no more than the call needs: lse is an output only when the caller
+    returns it (return_lse; saved for the backward either way), and undefined gradients are not
+    materialised (set_materialize_grads(False)): with lse an output, autograd would otherwise
+    allocate and zero-fill a dlse for every backward (an allocation and a fill kernel on a GPU)
+    that the formula never reads."""
 
     @staticmethod
     def forward(ctx, q, k, v, alibi_slopes, learnable_sink, softmax_scale, causal, window_size,
-                softcap, dropout_p, seed, deterministic):
+                softcap, dropout_p, seed, deterministic, return_lse):
         result = _C.torch_forward(q, k, v, None, None, 0, 0, alibi_slopes, softmax_scale, causal,
                                   window_size, softcap, dropout_p, seed, learnable_sink,
                                   CHECK_CU_SEQLENS, False)
@@ -752,11 +758,16 @@ class FuncAutograd(torch.autograd.Function):
             out, lse = fast_result(result)
         ctx.save_for_backward(q, k, v, out, lse, alibi_slopes, learnable_sink)
         ctx.options = (softmax_scale, causal, window_size, softcap, dropout_p, seed, deterministic)
-        ctx.mark_non_differentiable(lse)
-        return out, lse
+        ctx.set_materialize_grads(False)
+        if return_lse:
+            ctx.mark_non_differentiable(lse)
+            return out, lse
+        return out
 
     @staticmethod
-    def backward(ctx, dout, dlse):
+    def backward(ctx, dout, dlse=None):
+        if dout is None:  # no gradient reached out (lse has none): every input's is zero
+            return (None,) * 13
         q, k, v, out, lse, alibi_slopes, sink = ctx.saved_tensors
         scale, causal, window_size, softcap, dropout_p, seed, deterministic = ctx.options
         result = None if _is_compiling() else _C.torch_backward(
@@ -771,14 +782,14 @@ class FuncAutograd(torch.autograd.Function):
             bwd_args = (dout, q, k, v, out, lse, *args[3:7], *_full_options(args[7:]), False)
             dq, dk, dv, dsink, _ = _run_backward_op(bwd, bwd_args, True)
             dsink = _sink_grad(sink, dsink)
-        return dq, dk, dv, None, dsink, None, None, None, None, None, None, None
+        return dq, dk, dv, None, dsink, None, None, None, None, None, None, None, None
 
 
 def func_autograd(q, k, v, alibi_slopes, softmax_scale, causal, window_size, softcap, dropout_p,
-                  deterministic, learnable_sink) -> tuple:
-    """(out, lse) of flash_attn_func's call through FuncAutograd, drawing the dropout seed as
-    the op path does (draw_rng_state)."""
+                  deterministic, learnable_sink, return_lse):
+    """flash_attn_func's call through FuncAutograd: (out, lse) with return_lse, else out,
+    drawing the dropout seed as the op path does (draw_rng_state)."""
     last_route["forward"] = "fast_autograd"
+    seed = 0 if dropout_p <= 0.0 else _seed_of(draw_rng_state(dropout_p))
     return FuncAutograd.apply(q, k, v, alibi_slopes, learnable_sink, softmax_scale, causal,
-                              window_size, softcap, dropout_p,
-                              _seed_of(draw_rng_state(dropout_p)), deterministic)
+                              window_size, softcap, dropout_p, seed, deterministic, return_lse)

@@ -251,10 +251,14 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
         result = _C.torch_forward(q, k, v, None, None, 0, 0, alibi_slopes, softmax_scale, causal,
                                   window_size, softcap, dropout_p, 0, learnable_sink, False, True)
         if result is True:  # taken, but it records an autograd graph: the training call
+            if not return_attn_probs:
+                return _torch_ops.func_autograd(q, k, v, alibi_slopes, softmax_scale, causal,
+                                                window_size, softcap, dropout_p, deterministic,
+                                                learnable_sink, False)
             out, lse = _torch_ops.func_autograd(q, k, v, alibi_slopes, softmax_scale, causal,
                                                 window_size, softcap, dropout_p, deterministic,
-                                                learnable_sink)
-            return (out, lse, None) if return_attn_probs else out
+                                                learnable_sink, True)
+            return out, lse, None
         if result is not None:
             _torch_ops.last_route["forward"] = "fast"
             out, lse = _torch_ops.fast_result(result)

@@ -568,6 +568,79 @@ def test_training_call_takes_the_fast_route_and_matches_the_op_route(extras, mon
     assert _torch_ops.last_route == {"forward": "op", "backward": "op"}
 
 
+def test_training_call_records_only_what_it_returns(monkeypatch):
+    """FuncAutograd's node: out its only output without return_attn_probs; with it, lse too,
+    not differentiable. Its backward is handed no materialised dlse (set_materialize_grads
+    False: autograd would otherwise allocate and zero-fill one per backward, a fill kernel on a
+    GPU), and values and gradients equal the op route's bitwise either way."""
+    g = gen(40)
+    q0, k0, v0 = decode_inputs(g, sq=5, sk=9)
+    dout = randn(2, 5, 8, 32, g=g)
+    seen = []
+    real_backward = _torch_ops.FuncAutograd.backward
+
+    def spy(ctx, *grads):
+        seen.append(tuple(x is None for x in grads))
+        return real_backward(ctx, *grads)
+
+    def run(probs):
+        q, k, v = (t.clone().requires_grad_() for t in (q0, k0, v0))
+        result = flashattn.flash_attn_func(q, k, v, causal=True, return_attn_probs=probs)
+        out, lse = (result[0], result[1]) if probs else (result, None)
+        if probs:
+            assert result[2] is None and not lse.requires_grad and lse.grad_fn is None
+        out.backward(dout)
+        return out.detach(), lse, q.grad, k.grad, v.grad
+
+    with monkeypatch.context() as m:
+        m.setattr(_torch_ops.FuncAutograd, "backward", staticmethod(spy))
+        fast = [run(False), run(True)]
+        assert _torch_ops.last_route == {"forward": "fast_autograd", "backward": "fast"}
+    assert seen == [(False,), (False, True)]
+    assert fast[1][1].shape == (2, 8, 5)
+    assert_same(fast[0][::2], fast[1][::2])
+    # No gradient reached out: none for any input.
+    assert _torch_ops.FuncAutograd.backward(None, None) == (None,) * 13
+    real = _C.torch_forward
+    monkeypatch.setattr(_C, "torch_forward", lambda *a: None if real(*a) is True else real(*a))
+    monkeypatch.setattr(_torch_ops, "_EAGER_AUTOGRAD", {})
+    for probs, result in zip((False, True), fast):
+        assert_same(result, run(probs))
+        assert _torch_ops.last_route == {"forward": "op", "backward": "op"}
+
+
+def test_training_call_under_checkpoint_and_saved_tensor_hooks():
+    """FuncAutograd saves lse as an intermediate when it is not an output: non-reentrant
+    activation checkpointing (which recomputes the forward and matches the saved tensors) and
+    saved-tensor hooks see it like the others, and the gradients are bitwise those of a plain
+    call, with and without return_attn_probs."""
+    from torch.utils.checkpoint import checkpoint
+
+    g = gen(41)
+    q0, k0, v0 = decode_inputs(g, sq=5, sk=7)
+    dout = randn(2, 5, 8, 32, g=g)
+
+    def run(wrap, probs):
+        q, k, v = (t.clone().requires_grad_() for t in (q0, k0, v0))
+
+        def attend(a, b, c):
+            result = flashattn.flash_attn_func(a, b, c, causal=True, return_attn_probs=probs)
+            return (result[0] if probs else result) * 2
+
+        wrap(attend, q, k, v).backward(dout)
+        assert _torch_ops.last_route == {"forward": "fast_autograd", "backward": "fast"}
+        return q.grad, k.grad, v.grad
+
+    def on_cpu(fn, *args):
+        with torch.autograd.graph.save_on_cpu():
+            return fn(*args)
+
+    for probs in (False, True):
+        plain = run(lambda fn, *a: fn(*a), probs)
+        assert_same(plain, run(lambda fn, *a: checkpoint(fn, *a, use_reentrant=False), probs))
+        assert_same(plain, run(on_cpu, probs))
+
+
 def test_training_call_under_a_mode_or_transform_takes_the_op():
     """What needs the registered op sees it in a training call too: a dispatch mode (forward
     and backward), torch.func.grad, and a torch function mode."""
@@ -624,10 +697,15 @@ def test_host_time_bench_reports_the_training_route_on_the_cpu(tmp_path, monkeyp
     spec.loader.exec_module(host_time)
     report = host_time.main(["--device", "cpu", "--cache-lens", "8", "--calls", "3",
                              "--rounds", "1", "--warmup", "1", "--host-calls", "2",
-                             "--profile", "flash_attn_func_train",
+                             "--host-rounds", "2", "--profile", "flash_attn_func_train",
                              "--out", str(tmp_path / "host.json")])
     run = report["by_cache_len"]["8"]
     assert run["fast_path"]["train_route"] == {"forward": "fast_autograd", "backward": "fast"}
-    assert run["results"]["flash_attn_func_train"]["host_median_us"] > 0
+    assert run["fast_path"]["c_torch_backward"] is True
+    for row in ("flash_attn_func_train", "flash_attn_func_train_fwd", "c_torch_backward",
+                "function_floor_train"):
+        assert run["results"][row]["host_median_us"] > 0, row
+        assert len(run["results"][row]["host_us"]) == 2, row  # --host-rounds 2, --rounds 1
+        assert run["results"][row]["host_min_us"] <= run["results"][row]["host_median_us"]
     text = run["profiles"]["flash_attn_func_train"]
     assert "_torch_ops.py" in text and "(backward)" in text  # FuncAutograd.backward's line
