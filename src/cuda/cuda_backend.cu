@@ -309,6 +309,24 @@ Status zero_fill(void* data, const Strides3& strides, RowSpace rs, int64_t heads
   return cuda::copy_rows16(data, strides, width, cuda::Rows16{}, rs.batch, rs.rows, heads, stream);
 }
 
+// A forward with nothing to compute: no query row (nothing to write), or no key anywhere: every
+// row has out 0 and LSE -inf, or its head's learnable sink, the only term of its softmax
+// (SEMANTICS.md, empty tensors and sinks). True when it took the call (*result says how).
+bool empty_forward(const ForwardParams& p, cudaStream_t stream, Status* result) {
+  const RowSpace qr = q_rows(p);
+  if (p.batch == 0 || p.seqlen_q == 0 || qr.rows == 0) {
+    *result = Status::Ok();
+    return true;
+  }
+  if (p.seqlen_k != 0 && k_rows(p).rows != 0) return false;
+  *result = zero_fill(p.out, p.out_strides, qr, p.heads, p.head_dim_v, stream);
+  if (result->ok()) {
+    *result = cuda::fill_lse(p.lse, p.lse_batch_stride, p.lse_head_stride, qr.batch, p.heads, qr.rows,
+                             -std::numeric_limits<float>::infinity(), stream, p.learnable_sink);
+  }
+  return true;
+}
+
 // Stream-ordered workspace freed when the scope ends (also on an early error return).
 class ScopedWorkspace {
  public:
@@ -466,14 +484,7 @@ Status fp8_forward(const ForwardParams& p) {
   if (Status s = check_operand("v", p.v, p.v_strides, 1); !s.ok()) return s;
   if (Status s = check_operand("out", p.out, p.out_strides); !s.ok()) return s;
   const auto stream = static_cast<cudaStream_t>(p.stream);
-  const RowSpace qr = q_rows(p);
-  if (p.batch == 0 || p.seqlen_q == 0 || qr.rows == 0) return Status::Ok();
-  if (p.seqlen_k == 0 || k_rows(p).rows == 0) {
-    // As cuda_forward: out 0 (bf16), LSE -inf or the learnable sink.
-    if (Status s = zero_fill(p.out, p.out_strides, qr, p.heads, p.head_dim_v, stream); !s.ok()) return s;
-    return cuda::fill_lse(p.lse, p.lse_batch_stride, p.lse_head_stride, qr.batch, p.heads, qr.rows,
-                          -std::numeric_limits<float>::infinity(), stream, p.learnable_sink);
-  }
+  if (Status s; empty_forward(p, stream, &s)) return s;
   return cuda::sm90::dispatch_fwd8(p, stream);
 #else
   (void)p;
@@ -495,15 +506,7 @@ Status cuda_forward(const ForwardParams& p) {
     if (Status s = check_operand("out", p.out, p.out_strides); !s.ok()) return s;
   }
   const auto stream = static_cast<cudaStream_t>(p.stream);
-  const RowSpace qr = q_rows(p);
-  if (p.batch == 0 || p.seqlen_q == 0 || qr.rows == 0) return Status::Ok();
-  if (p.seqlen_k == 0 || k_rows(p).rows == 0) {
-    // No key anywhere: every row has out 0 and LSE -inf, or its head's learnable sink, the only
-    // term of its softmax (SEMANTICS.md, empty tensors and sinks).
-    if (Status s = zero_fill(p.out, p.out_strides, qr, p.heads, p.head_dim_v, stream); !s.ok()) return s;
-    return cuda::fill_lse(p.lse, p.lse_batch_stride, p.lse_head_stride, qr.batch, p.heads, qr.rows,
-                          -std::numeric_limits<float>::infinity(), stream, p.learnable_sink);
-  }
+  if (Status s; empty_forward(p, stream, &s)) return s;
   if (plan.any()) {
     if (Status s; native_head_dim_v(p, plan, major, stream, &s)) return s;
     return padded_forward(p, plan, k_rows(p), stream,
