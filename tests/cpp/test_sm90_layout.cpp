@@ -3,7 +3,7 @@
 // tile visited exactly once, heaviest query blocks first within a group of planes, and every
 // tile taken by exactly one CTA over the alternating rounds), and the tiles of fwd_tile.h (every
 // instantiated (head_dim, head_dim_v, mask) fits shared memory and registers; 192 / 128 takes the
-// largest key block that fits).
+// largest key block that fits), and the butterfly quad transpose of the epilogue (quad_transpose.h).
 #include <gtest/gtest.h>
 
 #include <string>
@@ -11,6 +11,7 @@
 
 #include "cuda/ptx/smem_desc.h"
 #include "cuda/sm90/fwd_tile.h"
+#include "cuda/sm90/quad_transpose.h"
 #include "cuda/sm90/tile_order.h"
 
 namespace {
@@ -22,6 +23,24 @@ using flashattn::cuda::sm90::FwdTile;
 using flashattn::cuda::sm90::TileCoord;
 using flashattn::cuda::sm90::TileOrder;
 namespace sm90 = flashattn::cuda::sm90;
+
+TEST(Sm90QuadTranspose, ButterflyRoundsTransposeTheQuad) {
+  // Lane t starts with piece t of chunk j in word j; the two rounds played out on four lanes
+  // (each lane's sends taken from the partner t ^ bit) must leave lane t with chunk t in order.
+  const auto word = [](int chunk, int piece) { return uint32_t(0x1000u * (chunk + 1) + 0x10u * piece + 7u); };
+  uint32_t x[4][4];
+  for (int t = 0; t < 4; ++t) {
+    for (int j = 0; j < 4; ++j) x[t][j] = word(j, t);
+  }
+  for (int bit = 1; bit <= 2; bit *= 2) {
+    uint32_t sent[4][2];
+    for (int t = 0; t < 4; ++t) sm90::quad_round_send(x[t], t, bit, sent[t]);
+    for (int t = 0; t < 4; ++t) sm90::quad_round_take(x[t], t, bit, sent[t ^ bit]);
+  }
+  for (int t = 0; t < 4; ++t) {
+    for (int j = 0; j < 4; ++j) EXPECT_EQ(x[t][j], word(t, j)) << "lane " << t << " word " << j;
+  }
+}
 
 TEST(Sm90Descriptor, FieldsSitWhereThePtxIsaPutsThem) {
   // Start address 0x2400 (bits 0-13, 16-byte units), leading offset 16 (bits 16-29), stride

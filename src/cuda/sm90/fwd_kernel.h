@@ -41,6 +41,7 @@
 #include "cuda/ptx/warpgroup.h"
 #include "cuda/ptx/wgmma.h"
 #include "cuda/sm90/fwd_traits.h"
+#include "cuda/sm90/quad_transpose.h"
 
 namespace flashattn::cuda::sm90 {
 
@@ -263,6 +264,22 @@ __device__ __forceinline__ void release(uint64_t* bar, int lane) {
   if (lane == 0) ptx::mbarrier_arrive(bar);
 }
 
+#if defined(FLASHATTN_DEV_SM90_FWD_XOR_TRANSPOSE)
+// dev/ A/B (dev/NOTES.md, "Eighth session"): the butterfly form (quad_transpose.h), two rounds of
+// two shuffles whose selects depend on one lane bit each.
+__device__ __forceinline__ uint4 quad_transpose(const uint32_t (&x)[4], int t4) {
+  uint32_t y[4] = {x[0], x[1], x[2], x[3]};
+#pragma unroll
+  for (int bit = 1; bit <= 2; bit *= 2) {
+    uint32_t send[2], got[2];
+    quad_round_send(y, t4, bit, send);
+    got[0] = __shfl_xor_sync(0xffffffffu, send[0], bit);
+    got[1] = __shfl_xor_sync(0xffffffffu, send[1], bit);
+    quad_round_take(y, t4, bit, got);
+  }
+  return make_uint4(y[0], y[1], y[2], y[3]);
+}
+#else
 // A 4 x 4 transpose of 32-bit words across a quad (lanes 4i .. 4i + 3): on entry word j of
 // lane t is piece t of chunk j; on return lane t holds chunk t, its pieces in order. Round r
 // sends the word the lane r places ahead wants and receives from it; the indices are selects,
@@ -284,6 +301,7 @@ __device__ __forceinline__ uint4 quad_transpose(const uint32_t (&x)[4], int t4) 
   for (int j = 0; j < 4; ++j) y[j] = j == t4 ? own : y[j];
   return make_uint4(y[0], y[1], y[2], y[3]);
 }
+#endif
 
 // Epilogue of one tile: finish the row sums across the quad, normalise, write LSE and O straight
 // from the accumulators (Traits::kStoreOChunks: 64 contiguous bytes of a row per quad and store,
