@@ -440,20 +440,34 @@ __device__ __forceinline__ void publish_tile(const TileFeed& feed, const SparseS
   ptx::mbarrier_arrive(&feed.full[s]);
 }
 
+// A shared-memory word the producer rewrites once every consumer warp has arrived (lane 0
+// arrives): read by all lanes (default), or, under FLASHATTN_DEV_SM90_SPARSE_LANE0_READS, by lane
+// 0 alone and spread by the same redux (one reader per warp, the arriving lane). The last GPU
+// run's racecheck reported 5 hazards on the sparse kernel (dev/NOTES.md, "Eighth session"); the
+// dev macro is there to test whether the other lanes' reads are what it flags. Values >= 0.
+__device__ __forceinline__ unsigned uniform_word(const int* word, int lane) {
+#if defined(FLASHATTN_DEV_SM90_SPARSE_LANE0_READS)
+  return __reduce_max_sync(0xffffffffu, lane == 0 ? unsigned(*word) : 0u);
+#else
+  (void)lane;
+  return __reduce_max_sync(0xffffffffu, unsigned(*word));
+#endif
+}
+
 __device__ __forceinline__ int take_tile(const TileFeed& feed, const SparseSlots& sparse, int k, int lane,
                                          bool* has_keys) {
   const int s = k & 1;
   ptx::mbarrier_wait(&feed.full[s], (k >> 1) & 1);
-  const int tile = int(__reduce_max_sync(0xffffffffu, unsigned(feed.slot[s])));
-  *has_keys = __reduce_max_sync(0xffffffffu, unsigned(sparse.has_keys[s])) != 0;
+  const int tile = int(uniform_word(&feed.slot[s], lane));
+  *has_keys = uniform_word(&sparse.has_keys[s], lane) != 0;
   if (lane == 0) ptx::mbarrier_arrive(&feed.empty[s]);
   return tile;
 }
 
 // The list entry of the K tile in `stage` (uniform, as the tile in take_tile), after its "full"
 // barrier.
-__device__ __forceinline__ int sparse_entry(const SparseSlots& sparse, int stage) {
-  return int(__reduce_max_sync(0xffffffffu, unsigned(sparse.entry[stage])));
+__device__ __forceinline__ int sparse_entry(const SparseSlots& sparse, int stage, int lane) {
+  return int(uniform_word(&sparse.entry[stage], lane));
 }
 
 __device__ __forceinline__ int take_tile(const TileFeed& feed, int k, int lane) {
@@ -901,7 +915,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
       // kSparse: the tile, its kind and whether it is the last, from the producer's entry (read
       // while S runs; the stage is freed only below).
       if constexpr (Traits::kSparse) {
-        const int e = sparse_entry(sparse, stage);
+        const int e = sparse_entry(sparse, stage, lane);
         n_first = e & kTileIndexMask;
         kind = (e & ~kLastEntry) >> kTileKindShift;
         last = (e & kLastEntry) != 0;
@@ -936,7 +950,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
         gemm_pv<Traits>(st.o, st.p, v_desc(prev_stage));
         turns.pass();
         if constexpr (Traits::kSparse) {  // as for the first block, while the products run
-          const int e = sparse_entry(sparse, stage);
+          const int e = sparse_entry(sparse, stage, lane);
           n_block = e & kTileIndexMask;
           kind = (e & ~kLastEntry) >> kTileKindShift;
           last = (e & kLastEntry) != 0;
