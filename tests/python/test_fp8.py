@@ -100,15 +100,22 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])
-def test_flash_attn_func_fp8_matches_naive_and_float64(case):
-    g = torch.Generator().manual_seed(3)
+def _case_inputs(case, seed):
+    """A case's shape and options, and its e4m3 q, k, v with their descales and the sink, drawn
+    from a generator seeded with `seed`."""
+    g = torch.Generator().manual_seed(seed)
     b, sq, sk, h, hk, d = (case[n] for n in ("b", "sq", "sk", "h", "hk", "d"))
-    causal, window = case.get("causal", False), case.get("window", (-1, -1))
-    softcap = case.get("softcap", 0.0)
     x = [torch.randn(b, s, hh, d, generator=g) for s, hh in ((sq, h), (sk, hk), (sk, hk))]
     (q8, qd), (k8, kd), (v8, vd) = (quantize(t, hk, case.get("per_head", True)) for t in x)
     sink = torch.rand(h, generator=g) * 2 - 1 if case.get("sink") else None
+    return (b, sq, sk, h, hk, d), (q8, qd, k8, kd, v8, vd, sink)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])
+def test_flash_attn_func_fp8_matches_naive_and_float64(case):
+    (b, sq, sk, h, hk, d), (q8, qd, k8, kd, v8, vd, sink) = _case_inputs(case, 3)
+    causal, window = case.get("causal", False), case.get("window", (-1, -1))
+    softcap = case.get("softcap", 0.0)
     out, lse, _ = flashattn.flash_attn_func(
         q8, k8, v8, causal=causal, window_size=window, softcap=softcap, learnable_sink=sink,
         return_attn_probs=True, q_descale=qd, k_descale=kd, v_descale=vd)
@@ -376,13 +383,9 @@ def _check_cuda_against_cpu_and_naive(ours, cpu, q8, k8, v8, qd, kd, vd, causal,
 
 def _check_fp8_case(case, dev):
     """One CUDA_CASES entry on `dev` (CUDA; "cpu" checks the harness itself without a GPU)."""
-    g = torch.Generator().manual_seed(11)
-    b, sq, sk, h, hk, d = (case[n] for n in ("b", "sq", "sk", "h", "hk", "d"))
+    (b, sq, sk, h, hk, d), (q8, qd, k8, kd, v8, vd, sink) = _case_inputs(case, 11)
     causal, window = case.get("causal", False), case.get("window", (-1, -1))
     softcap = case.get("softcap", 0.0)
-    x = [torch.randn(b, s, hh, d, generator=g) for s, hh in ((sq, h), (sk, hk), (sk, hk))]
-    (q8, qd), (k8, kd), (v8, vd) = (quantize(t, hk, case.get("per_head", True)) for t in x)
-    sink = torch.rand(h, generator=g) * 2 - 1 if case.get("sink") else None
 
     def run(device):
         to = (lambda t: None if t is None else t.to(device))

@@ -399,10 +399,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd8_kernel(const __grid_
       const int row_begin = w.m0 + wg_row0;
       const int row_end = min(w.m0 + w.rows_here, row_begin + 64);
       const auto needs_mask = [&](int n_block) {
-        return Traits::kMask == MaskMode::kWindow || (n_block + 1) * kBlockN > w.seqlen_k
-                   ? mask.block_needs_mask(row_begin, max(row_end, row_begin + 1), n_block * kBlockN,
-                                           (n_block + 1) * kBlockN)
-                   : false;
+        return block_needs_mask<Traits>(mask, w.seqlen_k, row_begin, row_end, n_block);
       };
       const int row = w.m0 + row_in_tile;
       ptx::mbarrier_wait(ring.q_full, q_pass & 1);

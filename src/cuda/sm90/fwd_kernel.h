@@ -183,6 +183,18 @@ __device__ __forceinline__ void apply_block_mask(float (&s)[Traits::kBlockN / 2]
   }
 }
 
+// Whether key block n_block needs the element mask for a warpgroup's rows [row_begin, row_end):
+// under a window mask when it straddles a row's visible interval, without one only when it
+// runs past seqlen_k.
+template <typename Traits>
+__device__ __forceinline__ bool block_needs_mask(const WindowMask& mask, int seqlen_k, int row_begin, int row_end,
+                                                 int n_block) {
+  constexpr int kBlockN = Traits::kBlockN;
+  return Traits::kMask == MaskMode::kWindow || (n_block + 1) * kBlockN > seqlen_k
+             ? mask.block_needs_mask(row_begin, max(row_end, row_begin + 1), n_block * kBlockN, (n_block + 1) * kBlockN)
+             : false;
+}
+
 // Online softmax of one block: updates the kept maxima and row sums, turns s into unnormalised
 // P (in place) and returns the factors O must be multiplied by (1 when the maximum was kept).
 template <typename Traits>
@@ -747,9 +759,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
       ptx::wgmma_wait<0>();
       ptx::fence_operand(st.o);
       release(&ring.v_empty[pv_stage], lane);
-      acc_max[0] = st.row_max[0], acc_max[1] = st.row_max[1];
-      acc_sum[0] = st.row_sum[0], acc_sum[1] = st.row_sum[1];
-      store_acc();
+      store_tile<Traits>(params, acc, st, row_in_tile, t4, scale_log2);  // st's statistics are acc's
       pending = false;
     };
     for (int k = 0;; ++k) {
@@ -764,7 +774,6 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
         st.row_max[0] = st.row_max[1] = -INFINITY;
         st.row_sum[0] = st.row_sum[1] = 0.0f;
         store_tile<Traits>(params, w, st, row_in_tile, t4, scale_log2);
-        o_fresh = 1u;
         continue;
       }
       const WindowMask mask = make_window_mask<Traits::kMask == MaskMode::kWindow>(
@@ -782,11 +791,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
         // Every Q K^T product of this tile has completed: the producer may load a later Q here.
         if (n_block == w.n_lo) release(&ring.q_empty[slot], lane);
         if constexpr (Traits::kMods) modify_scores<Traits>(st.s, mods, mask, row, n_block * kBlockN + 2 * t4);
-        const bool masked = Traits::kMask == MaskMode::kWindow || (n_block + 1) * kBlockN > w.seqlen_k
-                                ? mask.block_needs_mask(row_begin, max(row_end, row_begin + 1), n_block * kBlockN,
-                                                        (n_block + 1) * kBlockN)
-                                : false;
-        if (masked) apply_mask<Traits>(st.s, mask, row, n_block * kBlockN + 2 * t4);
+        if (block_needs_mask<Traits>(mask, w.seqlen_k, row_begin, row_end, n_block)) {
+          apply_mask<Traits>(st.s, mask, row, n_block * kBlockN + 2 * t4);
+        }
       };
       ptx::mbarrier_wait(&ring.q_full[slot], (q_pass / 2) & 1);
       int n_block = w.n_hi - 1;
@@ -894,10 +901,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
       const int row_begin = w.m0 + wg_row0;
       const int row_end = min(w.m0 + w.rows_here, row_begin + 64);
       const auto needs_mask = [&](int n_block) {
-        return Traits::kMask == MaskMode::kWindow || (n_block + 1) * kBlockN > w.seqlen_k
-                   ? mask.block_needs_mask(row_begin, max(row_end, row_begin + 1), n_block * kBlockN,
-                                           (n_block + 1) * kBlockN)
-                   : false;
+        return block_needs_mask<Traits>(mask, w.seqlen_k, row_begin, row_end, n_block);
       };
       const int row = w.m0 + row_in_tile;
       ptx::mbarrier_wait(ring.q_full, q_pass & 1);
