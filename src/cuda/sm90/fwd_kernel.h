@@ -276,9 +276,13 @@ __device__ __forceinline__ void release(uint64_t* bar, int lane) {
   if (lane == 0) ptx::mbarrier_arrive(bar);
 }
 
-#if defined(FLASHATTN_DEV_SM90_FWD_XOR_TRANSPOSE)
-// dev/ A/B (dev/NOTES.md, "Eighth session"): the butterfly form (quad_transpose.h), two rounds of
-// two shuffles whose selects depend on one lane bit each.
+// A 4 x 4 transpose of 32-bit words across a quad (lanes 4i .. 4i + 3): on entry word j of
+// lane t is piece t of chunk j; on return lane t holds chunk t, its pieces in order. The
+// butterfly form (quad_transpose.h): two rounds of two xor shuffles whose selects each depend on
+// one bit of the lane number. Against the form that indexes by (t4 +- r) & 3 (three shuffles,
+// a compare per word and round): d128 kernel 3296 -> 3000 SASS instructions, and on the H200
+// (bf16 forward, same process, dev/results/h200-2026-12-02-ab-xor-{base,x}.json) d128 +10/+13%
+// at 512, +5.5/+9.6% at 1k, +3/+5% at 2k, +0.5/+1.6% at 16k (unmasked/causal).
 __device__ __forceinline__ uint4 quad_transpose(const uint32_t (&x)[4], int t4) {
   uint32_t y[4] = {x[0], x[1], x[2], x[3]};
 #pragma unroll
@@ -291,29 +295,6 @@ __device__ __forceinline__ uint4 quad_transpose(const uint32_t (&x)[4], int t4) 
   }
   return make_uint4(y[0], y[1], y[2], y[3]);
 }
-#else
-// A 4 x 4 transpose of 32-bit words across a quad (lanes 4i .. 4i + 3): on entry word j of
-// lane t is piece t of chunk j; on return lane t holds chunk t, its pieces in order. Round r
-// sends the word the lane r places ahead wants and receives from it; the indices are selects,
-// not a local-memory array.
-__device__ __forceinline__ uint4 quad_transpose(const uint32_t (&x)[4], int t4) {
-  uint32_t y[4] = {x[0], x[1], x[2], x[3]};
-#pragma unroll
-  for (int r = 1; r < 4; ++r) {
-    const int send = (t4 - r) & 3;
-    const int from = (t4 + r) & 3;
-    const uint32_t v = send == 0 ? x[0] : send == 1 ? x[1] : send == 2 ? x[2] : x[3];
-    const uint32_t got = __shfl_sync(0xffffffffu, v, (threadIdx.x & 28) | from);
-#pragma unroll
-    for (int j = 0; j < 4; ++j) y[j] = j == from ? got : y[j];
-  }
-  // Round 0 is the lane's own piece: piece t4 of chunk t4.
-  const uint32_t own = t4 == 0 ? x[0] : t4 == 1 ? x[1] : t4 == 2 ? x[2] : x[3];
-#pragma unroll
-  for (int j = 0; j < 4; ++j) y[j] = j == t4 ? own : y[j];
-  return make_uint4(y[0], y[1], y[2], y[3]);
-}
-#endif
 
 // Epilogue of one tile: finish the row sums across the quad, normalise, write LSE and O straight
 // from the accumulators (Traits::kStoreOChunks: 64 contiguous bytes of a row per quad and store,

@@ -98,7 +98,13 @@ struct FwdTraitsBody {
   // -2.5-5% at 1k-4k (three consumers, short tiles: the shuffles cost more than they save).
   // 192 / 128 stores the same 128-wide O from the same accumulator layout as d128 (two
   // consumers), so it takes the chunks too (not timed on its own).
+  // dev/ A/B: -DFLASHATTN_DEV_SM90_FWD_CHUNKS_ALL stores O in chunks at every head_dim_v (the
+  // d64 loss above was measured with the select-based transpose, before the butterfly form).
+#if defined(FLASHATTN_DEV_SM90_FWD_CHUNKS_ALL)
+  static constexpr bool kStoreOChunks = true;
+#else
   static constexpr bool kStoreOChunks = kHeadDimV == 128;
+#endif
   static constexpr size_t kSmemBytes = fwd_smem_bytes(kTile, kHeadDim, kHeadDimV, kBarriers, kPinBytes);
 
   static_assert(kHeadDim % 64 == 0 && kHeadDimV % 64 == 0, "whole 64-column panels");
