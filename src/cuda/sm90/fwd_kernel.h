@@ -434,17 +434,14 @@ __device__ __forceinline__ void publish_tile(const TileFeed& feed, const SparseS
 }
 
 // A shared-memory word the producer rewrites once every consumer warp has arrived (lane 0
-// arrives): read by all lanes (default), or, under FLASHATTN_DEV_SM90_SPARSE_LANE0_READS, by lane
-// 0 alone and spread by the same redux (one reader per warp, the arriving lane). The last GPU
-// run's racecheck reported 5 hazards on the sparse kernel (dev/NOTES.md, "Eighth session"); the
-// dev macro is there to test whether the other lanes' reads are what it flags. Values >= 0.
+// arrives): lane 0 alone reads it and redux.sync spreads it (uniform register, as in the dense
+// take_tile below), so the reader is the lane whose arrival frees the word. With every lane
+// reading, racecheck reported 1381 WAR hazards on the sparse kernel (the other lanes' reads
+// ordered before lane 0's arrival only through the warp's redux, which it does not track); lane
+// 0 alone, none (H200, 2026-12-02, dev/results/h200-2026-12-02-san-racecheck-sparse-*.txt).
+// Values >= 0.
 __device__ __forceinline__ unsigned uniform_word(const int* word, int lane) {
-#if defined(FLASHATTN_DEV_SM90_SPARSE_LANE0_READS)
   return __reduce_max_sync(0xffffffffu, lane == 0 ? unsigned(*word) : 0u);
-#else
-  (void)lane;
-  return __reduce_max_sync(0xffffffffu, unsigned(*word));
-#endif
 }
 
 __device__ __forceinline__ int take_tile(const TileFeed& feed, const SparseSlots& sparse, int k, int lane,

@@ -94,17 +94,14 @@ struct FwdTraitsBody {
   static constexpr int kPinBytes = kPinSoftmax ? 4 * 4 * kConsumers : 0;  // one float per consumer warp
   // O stored in whole 16-byte chunks after a transpose across each quad (fwd_kernel.h,
   // store_tile): the plain store wrote each 32-byte sector in two halves (ncu at d128 16k: 2.1 M
-  // excessive sectors, the output's size). With the pin: d128 +0.4-2.6% (1k 546 -> 560), but d64
-  // -2.5-5% at 1k-4k (three consumers, short tiles: the shuffles cost more than they save).
-  // 192 / 128 stores the same 128-wide O from the same accumulator layout as d128 (two
-  // consumers), so it takes the chunks too (not timed on its own).
-  // dev/ A/B: -DFLASHATTN_DEV_SM90_FWD_CHUNKS_ALL stores O in chunks at every head_dim_v (the
-  // d64 loss above was measured with the select-based transpose, before the butterfly form).
-#if defined(FLASHATTN_DEV_SM90_FWD_CHUNKS_ALL)
-  static constexpr bool kStoreOChunks = true;
-#else
-  static constexpr bool kStoreOChunks = kHeadDimV == 128;
-#endif
+  // excessive sectors, the output's size). With the pin: d128 +0.4-2.6% (1k 546 -> 560). d64
+  // lost 2.5-5% at 1k-4k with the first, select-based transpose; with the butterfly form it
+  // gains (dev/results/h200-2026-12-02-ab-d64-{base,chunks}.json, same process): +5.3/+3.1/
+  // +1.2/+0.8% at 512/1k/2k/4k, causal +3.1/+0.7/+1.0/+0.6%, 16k -1.8/-0.3% (run-to-run noise
+  // at 16k was 3% that session). 192 / 128 stores the same 128-wide O from the same accumulator
+  // layout as d128 (two consumers), so it takes the chunks too (not timed on its own); d192 and
+  // d256 (6 and 8 chunks live per row half) are not timed with them.
+  static constexpr bool kStoreOChunks = kHeadDimV == 128 || kHeadDimV == 64;
   static constexpr size_t kSmemBytes = fwd_smem_bytes(kTile, kHeadDim, kHeadDimV, kBarriers, kPinBytes);
 
   static_assert(kHeadDim % 64 == 0 && kHeadDimV % 64 == 0, "whole 64-column panels");
