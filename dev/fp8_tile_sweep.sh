@@ -21,10 +21,10 @@ CANDIDATES=(
   "d128_bn192_r240 128 ${F}_HDIM=128 ${F}_BN=192 ${F}_REGS240"
   "d128_r240 128 ${F}_HDIM=128 ${F}_REGS240"
   "d128_s3 128 ${F}_HDIM=128 ${F}_STAGES=3"
-  "d256_bn128_r240 256 ${F}_HDIM=256 ${F}_BN=128 ${F}_REGS240"
+  "d256_bn128_r240 256 ${F}_HDIM=256 ${F}_BN=128 ${F}_REGS240"  # hung or crawled on the H200 (2026-12-02)
   "d256_s3 256 ${F}_HDIM=256 ${F}_STAGES=3"
-  "d64_c3 64 ${F}_HDIM=64 ${F}_CONSUMERS=3"
-  "d64_c3_s3 64 ${F}_HDIM=64 ${F}_CONSUMERS=3 ${F}_STAGES=3"
+  "d64_c2 64 ${F}_HDIM=64 ${F}_CONSUMERS=2"  # the tile before three consumers became d64's default
+  "d64_s3 64 ${F}_HDIM=64 ${F}_STAGES=3"
   "d64_bn192 64 ${F}_HDIM=64 ${F}_BN=192"
   "d64_bn256 64 ${F}_HDIM=64 ${F}_BN=256"
 )
