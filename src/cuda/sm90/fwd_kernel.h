@@ -875,6 +875,46 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
     st.row_max[0] = st.row_max[1] = -INFINITY;
     st.row_sum[0] = st.row_sum[1] = 0.0f;
 
+#if defined(FLASHATTN_DEV_SM90_FWD_IDLE_TAIL)
+    // dev/ A/B (dev/NOTES.md, "Ninth session"): a warpgroup whose 64 rows all lie past the
+    // sequence (the last query tile of a row count that is not a multiple of kBlockM: 1024 =
+    // 5 x 192 + 64 at d64) keeps the pipeline's protocol -- every wait, turn and release of the
+    // key-block walk below, in the same order -- but issues no product and computes nothing,
+    // leaving the tensor cores to the warpgroups with rows. The turns keep their count per tile,
+    // so the ring of turns stays in step.
+    if constexpr (!Traits::kSparse) {
+      if (w.has_keys() && wg_row0 >= w.rows_here) {
+        ptx::mbarrier_wait(ring.q_full, q_pass & 1);
+        int stage = it % kStages;
+        uint32_t parity = (it / kStages) & 1;
+        ptx::mbarrier_wait(&ring.k_full[stage], parity);
+        turns.take();
+        turns.pass();
+        release(&ring.k_empty[stage], lane);
+        for (int n_block = w.n_hi - 2; n_block >= w.n_lo; --n_block) {
+          const int prev_stage = stage;
+          const uint32_t prev_parity = parity;
+          ++it;
+          stage = it % kStages;
+          parity = (it / kStages) & 1;
+          ptx::mbarrier_wait(&ring.k_full[stage], parity);
+          ptx::mbarrier_wait(&ring.v_full[prev_stage], prev_parity);
+          turns.take();
+          turns.pass();
+          release(&ring.k_empty[stage], lane);
+          release(&ring.v_empty[prev_stage], lane);
+        }
+        release(ring.q_empty, lane);
+        ++q_pass;
+        ptx::mbarrier_wait(&ring.v_full[stage], parity);
+        turns.take();
+        turns.pass();
+        release(&ring.v_empty[stage], lane);
+        ++it;
+        continue;  // no row to store
+      }
+    }
+#endif
     if (Traits::kSparse ? listed : w.has_keys()) {
       const int row_begin = w.m0 + wg_row0;
       const int row_end = min(w.m0 + w.rows_here, row_begin + 64);
