@@ -13,6 +13,12 @@ and flashattn-bench --json output; any other JSON file is listed as not recognis
 Text between <!-- notes:begin --> and <!-- notes:end --> in the existing page is kept as is
 (the lead's analysis); everything else is rewritten. The output depends only on the inputs, so
 running it twice changes nothing. Needs only the standard library (matplotlib for --plots).
+
+Tables cover every file in bench/results/ (bench/results/superseded/ is only listed). Plots cover
+the newest run of each kind in PLOT_KINDS (newest by the run's own date_utc, then file name): a
+new results file of a listed kind takes over its kind's plots with no change here, and the older
+file keeps its tables. --plots renders those files' PNGs and deletes every other PNG in the plot
+folder, so docs/plots holds exactly what the page shows (stage with `git add -A docs/plots`).
 """
 import argparse
 import glob
@@ -473,9 +479,57 @@ def cpu_section(cpu_files, bench_files):
     return out
 
 
-def plots_section(files, plot_dir, out_path):
-    """Links the PNGs plot.py wrote for these results files (only those present on disk)."""
-    out = ["## Plots", ""]
+def measured(doc, key):
+    """Whether an attention run has any figure of one pass (fwd, bwd, fwdbwd)."""
+    rows = doc["rows"]
+    return any(plot.figure(r.get(n), f"{key}_tflops") is not None for r in rows for n in plot.impls_in(rows))
+
+
+def _attention(doc, suite):
+    return plot.plot_kind(doc) == "attention" and doc.get("suite") == suite
+
+
+# The kinds of run the page plots, in page order: (heading, test of a results document). Each
+# kind shows its newest run only; older runs of a kind are superseded for plotting (a newer run
+# of the same suite and passes measures the current code). Not listed, so tables only: the quick
+# suite (a subset of full's shapes) and issue3 (one issue's focused reruns), MLA (no plot yet), and
+# io_repro.py runs with a --tag (dev-build comparisons, side by side in the block-size table).
+PLOT_KINDS = (
+    ("Training shapes, forward + backward (full suite)",
+     lambda doc: _attention(doc, "full") and measured(doc, "bwd")),
+    ("Training shapes, forward only (full suite)",
+     lambda doc: _attention(doc, "full") and not measured(doc, "bwd")),
+    ("DeepSeek-V3 shapes (dsv3 suite)", lambda doc: _attention(doc, "dsv3")),
+    ("Block-sparse: time vs density (sparse suite)", lambda doc: plot.plot_kind(doc) == "sparse"),
+    ("Decode, bf16 KV cache", lambda doc: plot.plot_kind(doc) == "decode" and doc.get("kv_dtype") != "fp8"),
+    ("Decode, FP8 KV cache", lambda doc: plot.plot_kind(doc) == "decode" and doc.get("kv_dtype") == "fp8"),
+    ("IO (io_repro.py)", lambda doc: plot.plot_kind(doc) == "io" and not doc.get("tag")),
+    ("Peak memory (memory.py)", lambda doc: plot.plot_kind(doc) == "memory"),
+)
+
+
+def run_time(doc, path):
+    """Sort key for "newest": the run's own UTC timestamp, then the file name."""
+    return (str((doc.get("environment") or {}).get("date_utc") or ""), os.path.basename(path))
+
+
+def plot_choice(groups):
+    """[(heading, (path, doc) plotted, [file names of that kind's older runs])] for the kinds with a run."""
+    files = [(p, d) for k, fs in groups.items() if k is not None for p, d in fs
+             if isinstance(d, dict) and plot.plot_kind(d) in plot.PLOTTERS]
+    out = []
+    for heading, test in PLOT_KINDS:
+        runs = sorted(((p, d) for p, d in files if test(d)), key=lambda t: run_time(t[1], t[0]), reverse=True)
+        if runs:
+            out.append((heading, runs[0], sorted(os.path.basename(p) for p, _ in runs[1:])))
+    return out
+
+
+def plots_section(choice, plot_dir, out_path):
+    """Links the PNGs plot.py wrote for the chosen results files (only those present on disk)."""
+    out = ["## Plots", "",
+           "The newest run of each kind (by the run's date); older runs of a kind keep their tables above. "
+           "`python3 scripts/gen_performance.py --plots` renders them (matplotlib).", ""]
     rel_base = os.path.dirname(os.path.abspath(out_path))
 
     def link(name):
@@ -485,28 +539,33 @@ def plots_section(files, plot_dir, out_path):
         return f"![{os.path.splitext(name)[0]}]({os.path.relpath(os.path.abspath(path), rel_base)})"
 
     any_plot = False
-    for path, doc in files:
+    for heading, (path, doc), older in choice:
         names = plot.png_names(doc, path)
         links = {name: link(name) for name in names}
         if not any(links.values()):
             continue
         any_plot = True
-        out += [f"From `{os.path.basename(path)}`:", ""]
-        if plot.kind(doc) == "attention":
+        info = plot.run_info(doc)
+        out += [f"### {heading}", "", f"From `{os.path.basename(path)}` ({info['device']}, {info['date']})" +
+                (f"; older runs of this kind, tables only: {', '.join(f'`{o}`' for o in older)}" if older else "") +
+                ".", ""]
+        if plot.plot_kind(doc) == "attention":
+            plots = plot.attention_plots(doc["rows"])
+            keys = [k for k, _ in plot.PASSES if any(p[3] == k for p in plots)]  # no empty column of a fwd-only run
             body = []
-            for dtype, d, causal, key, _ in plot.attention_plots(doc["rows"]):
+            for dtype, d, causal, key, _ in plots:
                 label = f"{dtype} d{d} {'causal' if causal else 'full'}"
                 if not body or body[-1][0] != label:
-                    body.append([label, "—", "—", "—"])
+                    body.append([label] + ["—"] * len(keys))
                 stem = os.path.splitext(os.path.basename(path))[0]
                 name = f"{stem}-{dtype}-d{d}-{'causal' if causal else 'full'}-{key}.png"
-                body[-1][1 + ["fwd", "bwd", "fwdbwd"].index(key)] = links.get(name) or "—"
-            out += [table(["shape", "forward", "backward", "forward + backward"], body), ""]
+                body[-1][1 + keys.index(key)] = links.get(name) or "—"
+            out += [table(["shape"] + [dict(plot.PASSES)[k] for k in keys], body), ""]
         else:
             out += [v for v in links.values() if v] + [""]
     if not any_plot:
-        out.append("No plots rendered yet: `python3 scripts/gen_performance.py --plots` (needs matplotlib) "
-                   "writes them to docs/plots/ from the same results files.")
+        out[2:] = ["No plots rendered yet: `python3 scripts/gen_performance.py --plots` (needs matplotlib) "
+                   "writes them to docs/plots/ from the same results files."]
     return out
 
 
@@ -622,9 +681,7 @@ def generate(results_dir, out_path, plot_dir):
     lines += block_size_section(groups.get("io", []))
     lines += memory_section(groups.get("memory", [])) + [""]
     lines += cpu_section(groups.get("cpu_vs_torch", []), groups.get("flashattn_bench", [])) + [""]
-    plottable = sorted(((p, d) for k, files in groups.items() if k in plot.PLOTTERS for p, d in files),
-                       key=lambda t: os.path.basename(t[0]))
-    lines += plots_section(plottable, plot_dir, out_path) + [""]
+    lines += plots_section(plot_choice(groups), plot_dir, out_path) + [""]
     unknown = groups.get(None, [])
     if unknown:
         lines += ["## Files not recognised", ""]
@@ -633,6 +690,12 @@ def generate(results_dir, out_path, plot_dir):
     text = "\n".join(lines)
     text = re.sub(r"\n{3,}", "\n\n", text).rstrip("\n") + "\n"
     return text
+
+
+def stale_plots(plot_dir, chosen):
+    """PNG names in the plot folder that none of the chosen results files produces."""
+    keep = {n for p in chosen for n in plot.png_names(plot.load(p), p)}
+    return sorted(n for n in os.listdir(plot_dir) if n.endswith(".png") and n not in keep)
 
 
 def main():
@@ -648,8 +711,11 @@ def main():
             import matplotlib  # noqa: F401
         except ImportError:
             sys.exit("--plots needs matplotlib: python3 -m pip install matplotlib")
-        paths = [p for k, files in classify(args.results).items() if k in plot.PLOTTERS for p, _ in files]
-        plot.render(paths, args.plot_dir)
+        chosen = [path for _, (path, _), _ in plot_choice(classify(args.results))]
+        plot.render(chosen, args.plot_dir)
+        for name in stale_plots(args.plot_dir, chosen):
+            os.remove(os.path.join(args.plot_dir, name))
+            print(f"removed {os.path.join(args.plot_dir, name)} (not on the page)")
     text = generate(args.results, args.out, args.plot_dir)
     if args.check:
         try:

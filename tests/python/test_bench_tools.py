@@ -43,8 +43,9 @@ def results_dir(tmp_path, names):
     return d
 
 
-ALL_RESULTS = ["bench_v1_quick.json", "bench_v2_full.json", "bench_v2_decode.json", "io.json", "memory.json",
-               "cpu_vs_torch.json", "flashattn_bench_cpu.json", "not_results.json"]
+ALL_RESULTS = ["bench_v1_quick.json", "bench_v2_full.json", "bench_v2_decode.json", "bench_v3_sparse.json", "io.json",
+               "memory.json", "cpu_vs_torch.json", "flashattn_bench_cpu.json", "not_results.json"]
+SPARSE_PNG = "bench_v3_sparse-bf16-d128-n8192-full-block128-density.png"
 
 
 @pytest.fixture
@@ -388,6 +389,80 @@ def test_notes_block_is_preserved(tmp_path):
     assert gen.DEFAULT_NOTES not in second
 
 
+def test_sparse_runs_keep_their_tables_and_get_a_density_plot(page):
+    doc = fixture("bench_v3_sparse.json")
+    assert plot.kind(doc) == "attention"  # tables: the training-shapes section, as before
+    assert plot.plot_kind(doc) == "sparse"
+    assert plot.plot_kind(fixture("bench_v2_full.json")) == "attention"
+    assert "### `bench_v3_sparse.json` — Fixture GPU X1, 2030-01-02" in section(page, "Training shapes")
+    assert plot.png_names(doc, os.path.join(DATA, "bench_v3_sparse.json")) == [SPARSE_PNG]
+    groups = plot.sparse_groups(doc["rows"])
+    assert [plot.sparse_density(r) for r in groups[("bf16", 128, 8192, False, 128)]] == [1.0, 0.5, 0.1279296875]
+    assert plot.sparse_passes(doc["rows"]) == [("fwd", "forward"), ("bwd", "backward")]
+
+
+def write_run(folder, name, doc, date, **changes):
+    doc = json.loads(json.dumps(doc))
+    doc["environment"]["date_utc"] = date
+    doc.update(changes)
+    (folder / name).write_text(json.dumps(doc))
+
+
+def test_plots_come_from_the_newest_run_of_each_kind(tmp_path):
+    d = tmp_path / "results"
+    d.mkdir()
+    full = fixture("bench_v2_full.json")
+    write_run(d, "full-a.json", full, "2030-01-03T00:00:00+00:00")
+    write_run(d, "full-b.json", full, "2030-01-01T00:00:00+00:00")  # later name, older run
+    fwd_only = json.loads(json.dumps(full))
+    for r in fwd_only["rows"]:
+        for entry in r.values():
+            if isinstance(entry, dict):
+                for key in ("bwd_tflops", "fwdbwd_tflops"):
+                    entry.pop(key, None)
+    write_run(d, "fwd.json", fwd_only, "2030-01-02T00:00:00+00:00")  # older than full-a, its own kind
+    write_run(d, "quick.json", fixture("bench_v1_quick.json"), "2030-01-09T00:00:00+00:00")
+    write_run(d, "sparse-a.json", fixture("bench_v3_sparse.json"), "2030-01-05T00:00:00+00:00")
+    write_run(d, "sparse-b.json", fixture("bench_v3_sparse.json"), "2030-01-04T00:00:00+00:00")
+    write_run(d, "decode.json", fixture("bench_v2_decode.json"), "2030-01-01T00:00:00+00:00")
+    write_run(d, "decode-fp8.json", fixture("bench_v2_decode.json"), "2030-01-02T00:00:00+00:00", kv_dtype="fp8")
+    write_run(d, "io.json", fixture("io.json"), "2030-01-01T00:00:00+00:00")
+    write_run(d, "io-bm64.json", fixture("io.json"), "2030-01-02T00:00:00+00:00", tag="bm64")
+    choice = {heading: (os.path.basename(path), older) for heading, (path, _), older in
+              gen.plot_choice(gen.classify(str(d)))}
+    assert choice == {
+        "Training shapes, forward + backward (full suite)": ("full-a.json", ["full-b.json"]),
+        "Training shapes, forward only (full suite)": ("fwd.json", []),
+        "Block-sparse: time vs density (sparse suite)": ("sparse-a.json", ["sparse-b.json"]),
+        "Decode, bf16 KV cache": ("decode.json", []),
+        "Decode, FP8 KV cache": ("decode-fp8.json", []),
+        "IO (io_repro.py)": ("io.json", []),
+    }
+
+
+def test_plots_section_links_the_chosen_runs_only(tmp_path):
+    names = ["bench_v1_quick.json", "bench_v2_full.json", "bench_v3_sparse.json"]
+    d = results_dir(tmp_path, names)
+    plots = tmp_path / "docs" / "plots"
+    plots.mkdir(parents=True)
+    for n in names:  # empty stand-ins: the page links what is on disk, matplotlib not needed
+        for png in plot.png_names(fixture(n), n):
+            (plots / png).write_bytes(b"")
+    text = gen.generate(str(d), str(tmp_path / "docs" / "PERFORMANCE.md"), str(plots))
+    plots_text = section(text, "Plots")
+    assert "### Block-sparse: time vs density (sparse suite)" in plots_text
+    assert f"![{SPARSE_PNG[:-4]}](plots/{SPARSE_PNG})" in plots_text
+    assert "(plots/bench_v2_full-bf16-d128-full-fwdbwd.png)" in plots_text
+    assert "bench_v1_quick" not in plots_text  # the quick suite: tables only
+    assert "### `bench_v1_quick.json`" in section(text, "Training shapes")
+    for link in re.findall(r"\]\((plots/[^)]+)\)", plots_text):
+        assert (tmp_path / "docs" / link).exists()
+    (plots / "an-old-run-bf16-d64-full-fwd.png").write_bytes(b"")
+    stale = gen.stale_plots(str(plots), [str(d / "bench_v2_full.json"), str(d / "bench_v3_sparse.json")])
+    assert stale == sorted(["an-old-run-bf16-d64-full-fwd.png"] +
+                           plot.png_names(fixture("bench_v1_quick.json"), "bench_v1_quick.json"))
+
+
 def test_cli_writes_and_checks(tmp_path):
     d = results_dir(tmp_path, ["bench_v2_full.json", "bench_v2_decode.json"])
     out = tmp_path / "docs" / "PERFORMANCE.md"
@@ -416,7 +491,7 @@ def test_help_of_every_script():
 def test_plots_are_written_and_name_their_run(tmp_path):
     pytest.importorskip("matplotlib")
     paths = [os.path.join(DATA, n) for n in ("bench_v1_quick.json", "bench_v2_full.json", "bench_v2_decode.json",
-                                             "io.json", "memory.json", "cpu_vs_torch.json")]
+                                             "bench_v3_sparse.json", "io.json", "memory.json", "cpu_vs_torch.json")]
     written = plot.render(paths, str(tmp_path), log=lambda *a: None)
     names = sorted(os.path.basename(p) for p, _ in written)
     expected = sorted(n for p in paths for n in plot.png_names(plot.load(p), p))
@@ -424,7 +499,9 @@ def test_plots_are_written_and_name_their_run(tmp_path):
     assert "bench_v2_full-bf16-d128-full-fwdbwd.png" in names
     assert "bench_v1_quick-bf16-d128-full-fwdbwd.png" not in names  # not measured in that run
     assert {"bench_v2_decode-decode.png", "bench_v2_decode-decode-graph.png", "io-io-gpt2.png", "io-io-sweep.png",
-            "memory-memory.png"} <= set(names)
+            "memory-memory.png", SPARSE_PNG} <= set(names)
+    sparse_title = next(t for p, t in written if p.endswith(SPARSE_PNG))
+    assert "bf16, d128, N 8192, batch 1 x 16 heads" in sparse_title
     for png, title in written:
         with open(png, "rb") as f:
             assert f.read(8) == b"\x89PNG\r\n\x1a\n"
@@ -442,6 +519,29 @@ def test_generated_page_links_existing_plots(tmp_path):
     assert "(plots/memory-memory.png)" in section_text
     for link in re.findall(r"\]\((plots/[^)]+)\)", section_text):
         assert (tmp_path / "docs" / link).exists()
+
+
+def test_fp8_cache_decode_plots_and_cli_prunes_stale_plots(tmp_path):
+    pytest.importorskip("matplotlib")
+    d = tmp_path / "results"
+    d.mkdir()
+    write_run(d, "decode-fp8.json", fixture("bench_v2_decode.json"), "2030-01-02T00:00:00+00:00", kv_dtype="fp8")
+    shutil.copy(os.path.join(DATA, "bench_v3_sparse.json"), d / "bench_v3_sparse.json")
+    shutil.copy(os.path.join(DATA, "bench_v1_quick.json"), d / "bench_v1_quick.json")
+    plots = tmp_path / "docs" / "plots"
+    plots.mkdir(parents=True)
+    (plots / "an-old-run-memory.png").write_bytes(b"")
+    out = tmp_path / "docs" / "PERFORMANCE.md"
+    args = [sys.executable, GEN, "--results", str(d), "--out", str(out), "--plot-dir", str(plots)]
+    run = subprocess.run(args + ["--plots"], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert sorted(os.listdir(plots)) == sorted(["decode-fp8-decode.png", "decode-fp8-decode-graph.png", SPARSE_PNG])
+    for name in os.listdir(plots):
+        with open(plots / name, "rb") as f:
+            assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+    links = re.findall(r"\]\((plots/[^)]+)\)", section(out.read_text(), "Plots"))
+    assert sorted(os.path.basename(link) for link in links) == sorted(os.listdir(plots))
+    assert subprocess.run(args + ["--check"], capture_output=True).returncode == 0
 
 
 # ---- bench/triton_attention.py -----------------------------------------------------------------
