@@ -172,16 +172,19 @@ def attention_section(files):
         unavailable = doc.get("unavailable") or {}
         if unavailable:
             out += ["Not in this run: " + "; ".join(f"{k} ({v})" for k, v in sorted(unavailable.items())) + ".", ""]
-        peers = [p for p in ("sdpa_cudnn", "sdpa_flash", "fa4") if p in names]
+        peers = [p for p in ("sdpa_cudnn", "sdpa_flash", "fa4", "flex") if p in names]
         for key in ("fwd", "bwd", "fwdbwd"):
             if not any(plot.figure(r.get(n), f"{key}_tflops") is not None for r in rows for n in names):
                 out += [f"**{PASS_NAMES[key]}**: not measured in this run.", ""]
                 continue
             notes = Footnotes()
             body = []
-            for r in sorted(rows, key=lambda r: (r["dtype"], r["d"], r["causal"], r["n"])):
+            # Block-sparse rows differ only in the fraction of blocks kept: that is their first column.
+            sparse = any("kept" in r for r in rows)
+            for r in sorted(rows, key=lambda r: (r["dtype"], r["d"], r["causal"], r["n"], -r.get("kept", 0))):
                 d = r["d"] if r.get("dv", r["d"]) == r["d"] else f"{r['d']}/{r['dv']}"  # head_dim / head_dim_v
-                cells = [r["dtype"], d, r["n"], "causal" if r["causal"] else "full", f"{r['batch']}×{r['heads']}"]
+                cells = [f"{r['kept']:.3f}"] if sparse else []
+                cells += [r["dtype"], d, r["n"], "causal" if r["causal"] else "full", f"{r['batch']}×{r['heads']}"]
                 for n in names:
                     value = plot.figure(r.get(n), f"{key}_tflops")
                     if value is not None:
@@ -193,8 +196,9 @@ def attention_section(files):
                 ours = plot.figure(r.get("flashattn"), f"{key}_tflops")
                 cells += [fmt_ratio(ours, plot.figure(r.get(p), f"{key}_tflops")) for p in peers]
                 body.append(cells)
-            header = ["dtype", "d", "N", "mask", "B×H"] + [plot.IMPL_LABELS.get(n, n) for n in names] + \
-                     [f"ours / {plot.IMPL_LABELS[p]}" for p in peers]
+            header = (["blocks kept"] if sparse else []) + ["dtype", "d", "N", "mask", "B×H"] + \
+                     [plot.IMPL_LABELS.get(n, n) for n in names] + \
+                     [f"ours / {plot.IMPL_LABELS.get(p, p)}" for p in peers]
             out += [f"**{PASS_NAMES[key]}**, TFLOP/s:", "", table(header, body), ""]
             if notes.notes:
                 out += [notes.render(), ""]
@@ -252,7 +256,7 @@ def decode_section(files):
                     cells.append(fmt_ratio(rate("kvcache_paged16"), rate("kvcache")))
                 body.append(cells)
             header = ["batch", "KV length"] + [plot.IMPL_LABELS.get(n, n) for n in names] + \
-                     [f"ours / {plot.IMPL_LABELS[p]}" for p in peers] + \
+                     [f"ours / {plot.IMPL_LABELS.get(p, p)}" for p in peers] + \
                      [f"{KV_SHORT[n]}{' e4m3' if fp8 else ''} / SDPA cuDNN" for n in kv_names] + \
                      (["paged / dense"] if len(kv_names) == 2 else [])
             out += [f"**{how}**:", "", table(header, body), ""]
