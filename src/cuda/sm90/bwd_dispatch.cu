@@ -9,6 +9,9 @@ namespace {
 
 // The head dims the Hopper backward is instantiated for (tools/gen_instantiations.py).
 constexpr bool has_bwd_kernel(int head_dim) { return head_dim == 64 || head_dim == 128 || head_dim == 192 || head_dim == 256; }
+// The block-sparse backward (BwdSparseTraits): d64 and d128. At d192 and d256 the dK/dV kernel
+// splits its consumers by role (BwdTraits::kSplitRoles), which has no sparse walk yet.
+constexpr bool has_sparse_bwd_kernel(int head_dim) { return head_dim == 64 || head_dim == 128; }
 
 }  // namespace
 
@@ -17,7 +20,11 @@ std::string bwd_declines(const BackwardParams& p) {
   if (!head_dim_built(p.head_dim)) return "head_dim not built";
   if (p.head_dim_v != p.head_dim) return "head_dim_v differs from head_dim";
   if (p.softcap > 0.0f || p.alibi != nullptr || p.has_dropout()) return "softcap, ALiBi and dropout run on sm80";
-  if (p.has_score_mods()) return "attn_bias, attn_mask and block masks run on sm80";
+  // attn_mask only as the element mask of a block mask's partial blocks (BwdSparseTraits).
+  if (p.bias.defined()) return "attn_bias runs on sm80";
+  const bool sparse = p.block_mask.defined() || p.has_block_lists();
+  if (p.mask.defined() && !sparse) return "attn_mask without a block mask runs on sm80";
+  if (sparse && !has_sparse_bwd_kernel(p.head_dim)) return "block masks at head_dim 192 and 256 run on sm80";
   const auto broadcast = [&](const Strides3& s, int heads) {
     return s.row == 0 || (heads > 1 && s.head == 0) || (!p.is_varlen() && p.batch > 1 && s.batch == 0);
   };
@@ -37,9 +44,22 @@ Status dispatch_bwd(const BackwardParams& p, cudaStream_t stream, bool any_runna
   // d64 from 1k (213 against 193 at 1k causal). FLASHATTN_CUDA_PATH=sm90 (any_runnable: the tests)
   // sends every non-deterministic call to the fused kernel. The two-kernel form is what
   // deterministic=true asks for, so choosing it is allowed.
+  // A block mask (either form, with or without attn_mask) takes the block-sparse kernels
+  // (BwdSparseTraits), instantiated with the window mask only: with no window it costs one range
+  // test per tile. Its choice between the fused kernel and the two-kernel form is the dense one's
+  // (not yet timed under a block mask).
+  const bool sparse = p.block_mask.defined() || p.has_block_lists();
   BackwardParams q = p;
   if (!any_runnable && p.head_dim == 64 && !p.has_window() && p.seqlen_k < 2048) q.deterministic = true;
   return dispatch_variant(q, [&]<typename Element, int kHeadDim, MaskMode kMask, ScoreMods kMods>() -> Status {
+    if (sparse) {
+      if constexpr (has_sparse_bwd_kernel(kHeadDim) && kMods == ScoreMods::kNone) {
+        return run_bwd<BwdSparseTraits<Element, kHeadDim, MaskMode::kWindow>>(q, stream);
+      } else {
+        return Status::NotSupported("the sm90 block-sparse backward has no kernel for head_dim " +
+                                    std::to_string(kHeadDim));
+      }
+    }
     if constexpr (has_bwd_kernel(kHeadDim) && kMods == ScoreMods::kNone) {
       return run_bwd<BwdTraits<Element, kHeadDim, kMask>>(q, stream);
     } else {

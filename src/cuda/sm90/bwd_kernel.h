@@ -31,10 +31,13 @@
 #include <cuda_runtime.h>
 
 #include <cmath>
+#include <climits>
 #include <cstdint>
 
 #include "cuda/common/mask.h"
+#include "cuda/common/score_tensors.h"
 #include "cuda/common/seq_extent.h"
+#include "cuda/common/tile_kind.h"
 #include "cuda/ptx/math.h"
 #include "cuda/ptx/mbarrier.h"
 #include "cuda/ptx/smem_desc.h"
@@ -53,11 +56,19 @@ namespace flashattn::cuda::sm90 {
 // block of 64 keys by role, not by keys: consumer 0 computes S^T, P^T and dV += P^T dO, consumer
 // 1 dP^T, dS^T and dK += dS^T Q, with P^T (f32) handed over in shared memory (bwd_kv_kernel's
 // split-role path); 128 + 32 + 16 each. Its dQ kernel steps over 32 keys (shared memory).
-template <typename Element_, int kHeadDim_, MaskMode kMask_>
-struct BwdTraits {
+// kSparse: the block-sparse backward (BwdSparseTraits below). The two traits share this body,
+// and BwdTraits stays a template of its own name and arguments, so the dense instantiations keep
+// their symbols and their code.
+template <typename Element_, int kHeadDim_, MaskMode kMask_, bool kSparse_>
+struct BwdTraitsBody {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr MaskMode kMask = kMask_;
+  // A block mask (block_mask or the compressed lists; attn_mask only as the element mask of
+  // partial blocks): each kernel's producer walks its CTA's list of kept tiles (block_tiles.h,
+  // build_tile_lists) instead of a range and hands each step's list entry to the consumers in a
+  // shared-memory slot of the stage (BwdSparseSlot); skipped tiles are never loaded or computed.
+  static constexpr bool kSparse = kSparse_;
   static constexpr int kConsumers = 2;
   static constexpr int kThreads = 128 * (kConsumers + 1);
   static constexpr int kProducerRegs = 24;
@@ -91,8 +102,11 @@ struct BwdTraits {
   static constexpr int kKvBarriers = 1 + 2 * kStages;  // K/V full; per stage full and empty
   // Split roles: P^T of one step (64 x 64 f32 in accumulator order) from consumer 0 to 1.
   static constexpr int kPtBytes = kSplitRoles ? 64 * kKvBlockM * 4 : 0;
+  // kSparse: per stage the step's list entry and query head (bwd90::SparseSlot), and one more
+  // for the fused kernel's dQ writer, after the barriers.
+  static constexpr int kSlotBytes = kSparse ? 8 * (kStages + 1) : 0;
   static constexpr size_t kKvSmemBytes =
-      1024 + 2 * tile_bytes(kKvBlockN) + kStages * kKvStageBytes + kPtBytes + 8 * kKvBarriers;
+      1024 + 2 * tile_bytes(kKvBlockN) + kStages * kKvStageBytes + kPtBytes + 8 * kKvBarriers + kSlotBytes;
 
   // dQ kernel: Q, dO (kDqBlockM rows) and their statistics (padded to 1024 bytes), then
   // kStages x {K, V (kDqBlockN rows)}, then the barriers.
@@ -100,7 +114,7 @@ struct BwdTraits {
   static constexpr int kDqStageBytes = 2 * tile_bytes(kDqBlockN);
   static constexpr int kDqBarriers = 1 + 2 * kStages;  // Q/dO full; per stage full and empty
   static constexpr size_t kDqSmemBytes =
-      1024 + 2 * tile_bytes(kDqBlockM) + 1024 + kStages * kDqStageBytes + 8 * kDqBarriers;
+      1024 + 2 * tile_bytes(kDqBlockM) + 1024 + kStages * kDqStageBytes + 8 * kDqBarriers + kSlotBytes;
 
   // The fused dK/dV/dQ kernel (bwd_kv_kernel<Traits, true>, the non-deterministic default): each
   // step also writes dS^T to shared memory (kDsBytes, two buffers by step parity) and computes the
@@ -125,16 +139,36 @@ struct BwdTraits {
   static_assert(!kHasFused || kKvFusedSmemBytes <= 232448, "the fused kernel fits the 227 KB an sm90 CTA may use");
   static_assert(2 * kKvStatBytes <= 1024 && 2 * kDqStatBytes <= 1024, "statistics fit their padding");
   static_assert(kKvSmemBytes <= 232448 && kDqSmemBytes <= 232448, "fits the 227 KB an sm90 CTA may use");
+  static_assert(!kSparse || !kSplitRoles, "the block-sparse backward: d64 and d128 (d192/d256 run on sm80)");
 };
+
+template <typename Element_, int kHeadDim_, MaskMode kMask_>
+struct BwdTraits : BwdTraitsBody<Element_, kHeadDim_, kMask_, false> {};
+
+// The block-sparse backward (kSparse): instantiated with MaskMode::kWindow only, which serves
+// calls without a window too (tools/gen_instantiations.py, sm90bwdsparse*).
+template <typename Element_, int kHeadDim_, MaskMode kMask_>
+struct BwdSparseTraits : BwdTraitsBody<Element_, kHeadDim_, kMask_, true> {};
 
 struct BwdMaps {
   CUtensorMap q, k, v, dout;
+};
+
+// The block-sparse backward's plan (build_tile_lists, both 16-byte aligned in the workspace;
+// null without a block mask): the dK/dV kernel's key-major lists for its kKvBlockM x kKvBlockN
+// tiling, and in deterministic mode the dQ kernel's query-major lists for kDqBlockM x kDqBlockN.
+// Tile counts of each tiling over the longest sequences.
+struct BwdSparseLists {
+  const int32_t* kv = nullptr;
+  const int32_t* dq = nullptr;
+  int32_t kv_m_tiles = 0, kv_n_tiles = 0, dq_m_tiles = 0, dq_n_tiles = 0;
 };
 
 struct BwdKernelArgs {
   BwdMaps kv;  // the dK/dV kernel's maps: Q, dO in kKvBlockM-row boxes, K, V in kKvBlockN
   BwdMaps dq;  // the dQ kernel's maps: Q, dO in kDqBlockM-row boxes, K, V in kDqBlockN
   BwdKernelParams p;
+  BwdSparseLists sparse;  // last, so the dense kernels' parameter offsets stay where they were
 };
 
 namespace bwd90 {
@@ -302,6 +336,129 @@ __device__ __forceinline__ void store_kv_grad(const float (&acc)[kHeadDim / 2], 
 // batch entry of packed tokens.
 __device__ __forceinline__ int map_batch(const BwdKernelParams& p, int batch) { return p.is_varlen() ? 0 : batch; }
 
+// Traits::kSparse: a stage's step as the producer hands it to the consumers, written before the
+// stage's "full" arrival (which releases it) and read after their wait for it: the list entry
+// (tile index | kind << kTileKindShift, kLastStep on the CTA's last step; kNoStep in stage 0 when
+// the CTA has no step at all) and, in the dK/dV kernel, the query head. So the consumers walk
+// exactly the producer's steps without a global read, and a step they never see costs nothing.
+struct SparseSlot {
+  int entry;
+  int head;
+};
+constexpr int kLastStep = 1 << 30;
+constexpr int kNoStep = 1 << 29;  // above every entry (tile indices < 2^24, kinds < 4)
+
+// A slot word (>= 0) in a uniform register of every lane: the warp reads it before its lane 0
+// frees the stage, so the producer rewrites it only after every lane has it.
+__device__ __forceinline__ int slot_word(const int* word) {
+  return int(__reduce_max_sync(0xffffffffu, unsigned(*word)));
+}
+
+// The fused kernel's hand-over of a step's dQ part: consumer 0 also tells the dQ writer which
+// step it is (slot entry and head as the producer gave them, or kNoStep), before the "part
+// full" arrival; the fence orders the write before it (bar.arrive alone does not wait for it).
+__device__ __forceinline__ void post_step(SparseSlot* writer_slot, int consumer, int tid_wg, int entry, int head) {
+  if (consumer == 0 && tid_wg == 0) {
+    writer_slot->entry = entry;
+    writer_slot->head = head;
+  }
+  __threadfence_block();
+}
+
+// The dK/dV kernel's steps under a block mask: (query head, query tile) pairs, head by head, the
+// tiles of a head in its list's order (descending), within the window's [m_lo, m_hi) of this key
+// tile. Walked by the producer, which loads them, and by the fused kernel's dQ writer, which adds
+// their dQ parts, from the same read-only lists, so both see the same steps; the consumers get
+// them from the producer (SparseSlot). `head` is head_end when no step is left.
+struct KvStep {
+  int head, index, entry;
+};
+struct KvStepWalk {
+  // Parameter-space references and three ints: the list of a head is found again at each step
+  // (a few integer products, the CTA's indices read again) rather than kept, as the producer warp
+  // has 24 registers (kept, they spilled).
+  const BwdKernelParams& params;
+  const BwdSparseLists& lists;
+  int head_end, m_lo, m_hi;
+
+  // This key tile's (blockIdx.x) list for `head` of this sequence (blockIdx.z).
+  __device__ __forceinline__ const int32_t* list(int head) const {
+    const int64_t plane = params.block_tiles.plane(blockIdx.z, head, params.heads);
+    return lists.kv + (plane * lists.kv_n_tiles + blockIdx.x) * (lists.kv_m_tiles + 1);
+  }
+  // The first step at or after entry `index` of `head`'s list (index < 0: its first below m_hi,
+  // found by a binary search, since a causal key tile's list may start far above its range).
+  __device__ __forceinline__ KvStep seek(int head, int index) const {
+    for (; head < head_end; ++head, index = -1) {
+      const int32_t* l = list(head);
+      const int count = __ldg(l);
+      if (index < 0) index = first_tile_below(count, m_hi, [&](int e) { return __ldg(l + 1 + e); });
+      if (index < count) {
+        const int entry = __ldg(l + 1 + index);
+        if ((entry & kTileIndexMask) >= m_lo) return {head, index, entry};
+      }
+    }
+    return {head_end, 0, 0};
+  }
+  __device__ __forceinline__ KvStep first(int head_begin) const { return seek(head_begin, -1); }
+  __device__ __forceinline__ KvStep next(const KvStep& s) const { return seek(s.head, s.index + 1); }
+  __device__ __forceinline__ bool valid(const KvStep& s) const { return s.head < head_end; }
+};
+
+// Traits::kSparse: -inf where the block mask hides a score of a dK/dV step tile of `kind` other
+// than clean (score_hidden: a mask tile reads attn_mask, a mixed one its block states and then
+// attn_mask where partial; the forward's and the sm80 backward's rule). S^T in accumulator order:
+// element (key `key` + 8h, query m0 + 8c + 2t4 + e) is x[4c + 2h + e]. Rows and keys are clamped
+// to the sequence for the reads only: rows past it have P = 0 through their LSE (+inf), keys past
+// it have P forced to 0 (fused) or their dK/dV rows dropped. The tests go into one bit per score
+// in a loop unrolled by 4, then the bits into the scores, as the forward does (sm90/fwd_kernel.h,
+// apply_block_mask: unrolled whole the check dominated the code).
+template <int kBlockM>
+__device__ __forceinline__ void hide_blocked_keys(float (&x)[kBlockM / 2], const BwdKernelParams& params, int kind,
+                                                  int batch, int head, int m0, int key, int t4, int seqlen_q,
+                                                  int seqlen_k) {
+  constexpr int kRows = kBlockM / 4;  // this thread's query rows: 8c + 2t4 + e
+  static_assert(2 * kRows <= 32, "one 32-bit word of bits");
+  const int j0 = min(key, seqlen_k - 1), j1 = min(key + 8, seqlen_k - 1);
+  uint32_t hidden = 0;
+#pragma unroll 4
+  for (int r = 0; r < kRows; ++r) {
+    const ScoreRow row = score_row(params, batch, head, min(m0 + 8 * (r / 2) + 2 * t4 + (r & 1), seqlen_q - 1));
+    hidden |= uint32_t(score_hidden(params, row, kind, j0)) << (2 * r);
+    hidden |= uint32_t(score_hidden(params, row, kind, j1)) << (2 * r + 1);
+  }
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      if ((hidden >> (2 * r + h)) & 1u) x[4 * (r / 2) + 2 * h + (r & 1)] = -INFINITY;
+    }
+  }
+}
+
+// The same for a dQ step tile (S, rows are queries): element (query `row` + 8h, key
+// key0 + 8c + e, key0 = the tile's first key + 2t4) is x[4c + 2h + e].
+template <int kBlockN>
+__device__ __forceinline__ void hide_blocked_rows(float (&x)[kBlockN / 2], const BwdKernelParams& params, int kind,
+                                                  int batch, int head, int row, int key0, int seqlen_q,
+                                                  int seqlen_k) {
+  constexpr int kPerRow = kBlockN / 4;  // this thread's keys of one row
+  static_assert(kPerRow <= 32, "one 32-bit word of bits per row");
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const ScoreRow r = score_row(params, batch, head, min(row + 8 * h, seqlen_q - 1));
+    uint32_t hidden = 0;
+#pragma unroll 8
+    for (int c = 0; c < kPerRow; ++c) {
+      hidden |= uint32_t(score_hidden(params, r, kind, min(key0 + 8 * (c / 2) + (c & 1), seqlen_k - 1))) << c;
+    }
+#pragma unroll
+    for (int c = 0; c < kPerRow; ++c) {
+      if ((hidden >> c) & 1u) x[4 * (c / 2) + 2 * h + (c & 1)] = -INFINITY;
+    }
+  }
+}
+
 }  // namespace bwd90
 
 // Named barriers (ids from 3: 0 is __syncthreads, 1 and 2 the forward's turns). Of the fused
@@ -346,7 +503,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
     query_block_range(mask, n0, n0 + keys_here, kBlockM, &m_lo, &m_hi);
   }
   const int n_m = max(m_hi - m_lo, 0);
-  const int steps = n_m * heads_per_split;  // (head, query block) pairs, head-major
+  // (head, query block) pairs, head-major. kSparse: the consumers learn theirs from the producer.
+  int steps = n_m * heads_per_split;
   const int64_t ws_row0 = params.ws_row0(batch, seq.row0_q);
 
   extern __shared__ unsigned char smem_raw[];
@@ -364,6 +522,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
   uint64_t* kv_full = bars;
   uint64_t* full = bars + 1;               // [kStages]
   uint64_t* empty = bars + 1 + kStages;    // [kStages]
+  // kSparse: [kStages] after the barriers, then the fused kernel's dQ writer's (Traits::kSlotBytes).
+  [[maybe_unused]] bwd90::SparseSlot* slots = reinterpret_cast<bwd90::SparseSlot*>(bars + Traits::kKvBarriers);
   const auto stage_q = [&](int s) { return stages + s * Traits::kKvStageBytes; };
   const auto stage_do = [&](int s) { return stage_q(s) + Traits::tile_bytes(kBlockM); };
   const auto stage_lse = [&](int s) { return reinterpret_cast<float*>(stage_do(s) + Traits::tile_bytes(kBlockM)); };
@@ -382,6 +542,42 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
       // parts the buffers are handed back. The consumers only stage (FA3 gives this to a warp of
       // its producer warpgroup too), so no consumer waits on a bulk group.
       if (warp == 1) {
+        if constexpr (Traits::kSparse) {
+          // The step of each part comes with it from consumer 0 (its slot after the stages':
+          // entry and head, kNoStep when the CTA has no step, which both consumers then hand
+          // over once without a part), so this warp needs no walk of its own. Otherwise as below.
+          const bwd90::SparseSlot* step_slot = slots + kStages;
+#pragma unroll
+          for (int c = 0; c < Traits::kConsumers; ++c) ptx::named_barrier_arrive(kDqEmptyBarrier0 + c, kDqHandoffThreads);
+          for (;;) {
+            int entry = 0, head = 0;
+#pragma unroll
+            for (int c = 0; c < Traits::kConsumers; ++c) {
+              ptx::named_barrier_sync(kDqFullBarrier0 + c, kDqHandoffThreads);
+              if (c == 0) {
+                entry = step_slot->entry;
+                head = step_slot->head;
+              }
+              if (entry != bwd90::kNoStep && lane == 0) {
+                const int m0 = (entry & kTileIndexMask) * kBlockM;
+                float* gdq = params.dq_accum + (int64_t(head) * params.ws_rows + ws_row0 + m0) * kHeadDim;
+                const int part = Traits::kDqSplitKeys ? 0 : c;
+                ptx::bulk_reduce_add_f32(gdq + part * (Traits::kDqPartBytes / 4), sDq + c * (Traits::kDqPartBytes / 4),
+                                         Traits::kDqPartBytes);
+                ptx::bulk_commit_group();
+              }
+            }
+            if (entry == bwd90::kNoStep || (entry & bwd90::kLastStep) != 0) break;
+            if (lane == 0) ptx::bulk_wait_group_read<1>();
+            __syncwarp();
+            ptx::named_barrier_arrive(kDqEmptyBarrier0, kDqHandoffThreads);
+            if (lane == 0) ptx::bulk_wait_group_read<0>();
+            __syncwarp();
+            ptx::named_barrier_arrive(kDqEmptyBarrier0 + 1, kDqHandoffThreads);
+          }
+          if (lane == 0) ptx::bulk_wait_group<0>();
+          return;
+        }
         if (steps == 0) return;
 #pragma unroll
         for (int c = 0; c < Traits::kConsumers; ++c) ptx::named_barrier_arrive(kDqEmptyBarrier0 + c, kDqHandoffThreads);
@@ -413,6 +609,54 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
         if (lane == 0) ptx::bulk_wait_group<0>();  // the adds done before the CTA's shared memory goes
         return;
       }
+    }
+    if constexpr (Traits::kSparse) {
+      // The kept steps only (KvStepWalk), loaded as the dense steps below; each one's entry and
+      // head go into its stage's slot before the "full" arrival, the last one marked. Without a
+      // step nothing is loaded and stage 0 (never used, so free) says so to the consumers. (The
+      // dense producer below is left as it was, so that its code is unchanged.)
+      if (warp != 0 || lane != 0) return;
+      const bwd90::KvStepWalk walk{params, args.sparse, n_m > 0 ? head_begin + heads_per_split : head_begin, m_lo,
+                                   m_hi};
+      bwd90::KvStep cur = walk.first(head_begin);
+      if (!walk.valid(cur)) {
+        slots[0].entry = bwd90::kNoStep;
+        ptx::mbarrier_arrive(&full[0]);
+        return;
+      }
+      const int mb = bwd90::map_batch(params, batch);
+      ptx::mbarrier_arrive_expect_tx(kv_full, 2 * Traits::tile_bytes(kBlockN));
+#pragma unroll
+      for (int panel = 0; panel < Traits::kPanels; ++panel) {
+        ptx::tma_load_4d(sK + panel * Traits::panel_bytes(kBlockN), &args.kv.k, kv_full, 64 * panel,
+                         int(seq.row0_k) + n0, kv_head, mb);
+        ptx::tma_load_4d(sV + panel * Traits::panel_bytes(kBlockN), &args.kv.v, kv_full, 64 * panel,
+                         int(seq.row0_k) + n0, kv_head, mb);
+      }
+#pragma unroll 1
+      for (int step = 0;; ++step) {
+        const bwd90::KvStep next = walk.next(cur);
+        const int s = step % kStages;
+        const int head = cur.head;
+        const int m0 = (cur.entry & kTileIndexMask) * kBlockM;
+        ptx::mbarrier_wait(&empty[s], ((step / kStages) & 1) ^ 1);
+        slots[s].entry = cur.entry | (walk.valid(next) ? 0 : bwd90::kLastStep);
+        slots[s].head = head;
+        ptx::mbarrier_arrive_expect_tx(&full[s], 2 * Traits::tile_bytes(kBlockM) + 2 * Traits::kKvStatBytes);
+#pragma unroll
+        for (int panel = 0; panel < Traits::kPanels; ++panel) {
+          ptx::tma_load_4d(stage_q(s) + panel * Traits::panel_bytes(kBlockM), &args.kv.q, &full[s], 64 * panel,
+                           int(seq.row0_q) + m0, head, mb);
+          ptx::tma_load_4d(stage_do(s) + panel * Traits::panel_bytes(kBlockM), &args.kv.dout, &full[s], 64 * panel,
+                           int(seq.row0_q) + m0, head, mb);
+        }
+        const int64_t ws = int64_t(head) * params.ws_rows + ws_row0 + m0;
+        ptx::bulk_load(stage_lse(s), params.lse_log2 + ws, Traits::kKvStatBytes, &full[s]);
+        ptx::bulk_load(stage_dsum(s), params.dsum + ws, Traits::kKvStatBytes, &full[s]);
+        if (!walk.valid(next)) break;
+        cur = next;
+      }
+      return;
     }
     // No copy may still be landing when the CTA ends: without a step nothing is loaded.
     if (warp != 0 || lane != 0 || steps == 0) return;
@@ -559,11 +803,31 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
   float* dq_part = sDq + consumer * (Traits::kDqPartBytes / 4);
   float dq[Traits::kDqCols / 2];  // the fused kernel's dQ part of one step
 
+  if constexpr (Traits::kSparse) {
+    // Whether the CTA has a step at all is in stage 0's slot; the loop ends on the last mark.
+    ptx::mbarrier_wait(&full[0], 0);
+    steps = bwd90::slot_word(&slots[0].entry) == bwd90::kNoStep ? 0 : INT_MAX;
+    if constexpr (kFusedDq) {
+      if (steps == 0) {  // the dQ writer waits for one hand-over: one without a part
+        ptx::named_barrier_sync(kDqEmptyBarrier0 + consumer, kDqHandoffThreads);
+        bwd90::post_step(slots + kStages, consumer, int(threadIdx.x % 128), bwd90::kNoStep, 0);
+        ptx::named_barrier_arrive(kDqFullBarrier0 + consumer, kDqHandoffThreads);
+      }
+    }
+  }
   if (steps > 0) ptx::mbarrier_wait(kv_full, 0);
   for (int step = 0; step < steps; ++step) {
     const int s = step % kStages;
-    const int m0 = (m_lo + step % n_m) * kBlockM;
+    int m0 = Traits::kSparse ? 0 : (m_lo + step % n_m) * kBlockM;
     ptx::mbarrier_wait(&full[s], (step / kStages) & 1);
+    [[maybe_unused]] int kind = kTileClean, head = 0, entry = 0;
+    if constexpr (Traits::kSparse) {
+      entry = bwd90::slot_word(&slots[s].entry);
+      head = bwd90::slot_word(&slots[s].head);
+      m0 = (entry & kTileIndexMask) * kBlockM;
+      kind = (entry >> kTileKindShift) & 3;
+      if (entry & bwd90::kLastStep) steps = step + 1;
+    }
     const uint32_t q_addr = ptx::smem_u32(stage_q(s));
     const uint32_t do_addr = ptx::smem_u32(stage_do(s));
     // B operands K-major for S^T and dP^T (rows = queries), MN-major for dV and dK (rows = the
@@ -588,6 +852,12 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
     ptx::wgmma_wait<1>();
     ptx::fence_operand(st);
     if (needs_mask) bwd90::mask_key_rows<kBlockM>(st, mask, m0, n0 + key_local, t4);
+    if constexpr (Traits::kSparse) {
+      if (kind != kTileClean) {
+        bwd90::hide_blocked_keys<kBlockM>(st, params, kind, batch, head, m0, n0 + key_local, t4, seq.seqlen_q,
+                                          seq.seqlen_k);
+      }
+    }
 #pragma unroll
     for (int c = 0; c < kBlockM / 8; ++c) {
       const float2 l = lse2[c];
@@ -662,6 +932,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
         *reinterpret_cast<float4*>(dq_part + bwd90::acc_order_index(i, tid_wg)) =
             make_float4(dq[i], dq[i + 1], dq[i + 2], dq[i + 3]);
       }
+      if constexpr (Traits::kSparse) bwd90::post_step(slots + kStages, consumer, tid_wg, entry, head);
       ptx::fence_proxy_async_smem();
       ptx::named_barrier_arrive(kDqFullBarrier0 + consumer, kDqHandoffThreads);
       ptx::wgmma_wait<0>();
@@ -701,7 +972,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_dq_kernel(const __gri
       seq.seqlen_q, seq.seqlen_k, params.window_left, params.window_right);
   int n_lo = 0, n_hi = (seq.seqlen_k + kBlockN - 1) / kBlockN;
   if constexpr (Traits::kMask == MaskMode::kWindow) mask.block_range(m0, m0 + rows_here, kBlockN, &n_lo, &n_hi);
-  const int steps = max(n_hi - n_lo, 0);
+  int steps = max(n_hi - n_lo, 0);  // kSparse: the consumers learn theirs from the producer
 
   extern __shared__ unsigned char smem_raw[];
   unsigned char* smem = ptx::align_shared<1024>(smem_raw);
@@ -714,6 +985,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_dq_kernel(const __gri
   uint64_t* q_full = bars;
   uint64_t* full = bars + 1;             // [kStages]
   uint64_t* empty = bars + 1 + kStages;  // [kStages]
+  // kSparse: [kStages] after the barriers (Traits::kSlotBytes); only .entry is used here.
+  [[maybe_unused]] bwd90::SparseSlot* slots = reinterpret_cast<bwd90::SparseSlot*>(bars + Traits::kDqBarriers);
   const auto stage_k = [&](int s) { return stages + s * Traits::kDqStageBytes; };
   const auto stage_v = [&](int s) { return stage_k(s) + Traits::tile_bytes(kBlockN); };
 
@@ -726,21 +999,25 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_dq_kernel(const __gri
   if (warpgroup == 0) {
     ptx::warpgroup_reg_dealloc<Traits::kProducerRegs>();
     if (warp != 0 || lane != 0) return;
-    if (steps == 0) return;  // no visible key: the consumers write dQ = 0 without waiting
+    // No visible key: the consumers write dQ = 0 without waiting (kSparse: the walk below finds out).
+    if (!Traits::kSparse && steps == 0) return;
     const int mb = bwd90::map_batch(params, batch);
-    ptx::mbarrier_arrive_expect_tx(q_full, 2 * Traits::tile_bytes(kBlockM) + 2 * Traits::kDqStatBytes);
+    const auto load_q = [&]() {
+      ptx::mbarrier_arrive_expect_tx(q_full, 2 * Traits::tile_bytes(kBlockM) + 2 * Traits::kDqStatBytes);
 #pragma unroll
-    for (int panel = 0; panel < Traits::kPanels; ++panel) {
-      ptx::tma_load_4d(sQ + panel * Traits::panel_bytes(kBlockM), &args.dq.q, q_full, 64 * panel,
-                       int(seq.row0_q) + m0, head, mb);
-      ptx::tma_load_4d(sdO + panel * Traits::panel_bytes(kBlockM), &args.dq.dout, q_full, 64 * panel,
-                       int(seq.row0_q) + m0, head, mb);
-    }
-    ptx::bulk_load(sLse, params.lse_log2 + ws, Traits::kDqStatBytes, q_full);
-    ptx::bulk_load(sDsum, params.dsum + ws, Traits::kDqStatBytes, q_full);
-    for (int step = 0; step < steps; ++step) {
+      for (int panel = 0; panel < Traits::kPanels; ++panel) {
+        ptx::tma_load_4d(sQ + panel * Traits::panel_bytes(kBlockM), &args.dq.q, q_full, 64 * panel,
+                         int(seq.row0_q) + m0, head, mb);
+        ptx::tma_load_4d(sdO + panel * Traits::panel_bytes(kBlockM), &args.dq.dout, q_full, 64 * panel,
+                         int(seq.row0_q) + m0, head, mb);
+      }
+      ptx::bulk_load(sLse, params.lse_log2 + ws, Traits::kDqStatBytes, q_full);
+      ptx::bulk_load(sDsum, params.dsum + ws, Traits::kDqStatBytes, q_full);
+    };
+    // Step `step`'s K and V of key block n_block into its stage, once free.
+    const auto load_step = [&](int step, int n_block) {
       const int s = step % kStages;
-      const int key = int(seq.row0_k) + (n_lo + step) * kBlockN;
+      const int key = int(seq.row0_k) + n_block * kBlockN;
       ptx::mbarrier_wait(&empty[s], ((step / kStages) & 1) ^ 1);
       ptx::mbarrier_arrive_expect_tx(&full[s], 2 * Traits::tile_bytes(kBlockN));
 #pragma unroll
@@ -750,7 +1027,40 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_dq_kernel(const __gri
         ptx::tma_load_4d(stage_v(s) + panel * Traits::panel_bytes(kBlockN), &args.dq.v, &full[s], 64 * panel, key,
                          kv_head, mb);
       }
+    };
+    if constexpr (Traits::kSparse) {
+      // This query tile's list (the forward's: descending key tiles) from its first entry below
+      // n_hi while entries stay >= n_lo, each entry into its stage's slot before the "full"
+      // arrival, the last one marked; no step: stage 0 says so and nothing is loaded.
+      const BwdSparseLists& lists = args.sparse;
+      const int32_t* list =
+          lists.dq + (params.block_tiles.plane(batch, head, params.heads) * lists.dq_m_tiles + m_block) *
+                         int64_t(lists.dq_n_tiles + 1);
+      const int count = steps > 0 ? __ldg(list) : 0;
+      int index = first_tile_below(count, n_hi, [&](int e) { return __ldg(list + 1 + e); });
+      int entry = index < count ? __ldg(list + 1 + index) : 0;
+      if (index >= count || (entry & kTileIndexMask) < n_lo) {
+        slots[0].entry = bwd90::kNoStep;
+        ptx::mbarrier_arrive(&full[0]);
+        return;
+      }
+      load_q();
+#pragma unroll 1
+      for (int step = 0;; ++step) {
+        const int next = index + 1 < count ? __ldg(list + 2 + index) : -1;
+        const bool last = next < 0 || (next & kTileIndexMask) < n_lo;
+        const int s = step % kStages;
+        ptx::mbarrier_wait(&empty[s], ((step / kStages) & 1) ^ 1);
+        slots[s].entry = entry | (last ? bwd90::kLastStep : 0);
+        load_step(step, entry & kTileIndexMask);
+        if (last) break;
+        ++index;
+        entry = next;
+      }
+      return;
     }
+    load_q();
+    for (int step = 0; step < steps; ++step) load_step(step, n_lo + step);
     return;
   }
 
@@ -769,6 +1079,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_dq_kernel(const __gri
 #pragma unroll
   for (int i = 0; i < kHeadDim / 2; ++i) dq[i] = 0.0f;
 
+  if constexpr (Traits::kSparse) {
+    // Whether the tile has a step at all is in stage 0's slot; the loop ends on the last mark.
+    ptx::mbarrier_wait(&full[0], 0);
+    steps = bwd90::slot_word(&slots[0].entry) == bwd90::kNoStep ? 0 : INT_MAX;
+  }
   if (steps > 0) {
     ptx::mbarrier_wait(q_full, 0);
     float lse[2], dsum[2];
@@ -779,8 +1094,15 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_dq_kernel(const __gri
     }
     for (int step = 0; step < steps; ++step) {
       const int s = step % kStages;
-      const int n0 = (n_lo + step) * kBlockN;
+      int n0 = Traits::kSparse ? 0 : (n_lo + step) * kBlockN;
       ptx::mbarrier_wait(&full[s], (step / kStages) & 1);
+      [[maybe_unused]] int kind = kTileClean;
+      if constexpr (Traits::kSparse) {
+        const int entry = bwd90::slot_word(&slots[s].entry);
+        n0 = (entry & kTileIndexMask) * kBlockN;
+        kind = (entry >> kTileKindShift) & 3;
+        if (entry & bwd90::kLastStep) steps = step + 1;
+      }
       const uint32_t k_addr = ptx::smem_u32(stage_k(s));
       float sc[kS], dp[kS];
       bwd90::issue_s_dp<kBlockN, Traits>(sc, dp, q_desc, do_desc, Traits::panel_bytes(kBlockM),
@@ -807,6 +1129,12 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_dq_kernel(const __gri
               if (key < lo || key >= hi) sc[4 * c + 2 * h + e] = -INFINITY;
             }
           }
+        }
+      }
+      if constexpr (Traits::kSparse) {
+        if (kind != kTileClean) {
+          bwd90::hide_blocked_rows<kBlockN>(sc, params, kind, batch, head, m0 + row_local, n0 + 2 * t4, seq.seqlen_q,
+                                            seq.seqlen_k);
         }
       }
 #pragma unroll
