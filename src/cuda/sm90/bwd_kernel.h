@@ -361,15 +361,15 @@ __device__ __forceinline__ void post_step(SparseSlot* writer_slot, int consumer,
   if (consumer == 0 && tid_wg == 0) {
     writer_slot->entry = entry;
     writer_slot->head = head;
+    __threadfence_block();
   }
-  __threadfence_block();
 }
 
 // The dK/dV kernel's steps under a block mask: (query head, query tile) pairs, head by head, the
 // tiles of a head in its list's order (descending), within the window's [m_lo, m_hi) of this key
-// tile. Walked by the producer, which loads them, and by the fused kernel's dQ writer, which adds
-// their dQ parts, from the same read-only lists, so both see the same steps; the consumers get
-// them from the producer (SparseSlot). `head` is head_end when no step is left.
+// tile. Walked by the producer alone, which loads them; the consumers get them from it
+// (SparseSlot), and the fused kernel's dQ writer from consumer 0 (post_step). `head` is head_end
+// when no step is left.
 struct KvStep {
   int head, index, entry;
 };
