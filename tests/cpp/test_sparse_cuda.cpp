@@ -493,10 +493,10 @@ TEST_P(SparseSm90, MatchesSm80Forward) {
 INSTANTIATE_TEST_SUITE_P(All, SparseSm90, testing::Range<size_t>(0, sm90_cases().size()),
                          [](const testing::TestParamInfo<size_t>& p) { return sm90_cases()[p.param].name; });
 
-// The Hopper backward with block masks (sm90/bwd_kernel.h, BwdSparseTraits; d64 and d128, no
-// attn_bias, softcap, ALiBi or dropout): its dK/dV kernel walks per key tile of 128 keys the kept
-// query tiles of 64 rows, its deterministic dQ kernel per query tile of 128 rows the kept key
-// tiles of 64 keys. Cases: block sizes equal to those tiles or multiples (clean tiles), not
+// The Hopper backward with block masks (sm90/bwd_kernel.h, BwdSparseTraits; no attn_bias,
+// softcap, ALiBi or dropout): its dK/dV kernel walks per key tile of 128 keys (64 at d192/d256)
+// the kept query tiles of 64 rows, its dQ kernel (deterministic mode; always at d192/d256) per
+// query tile of 128 rows the kept key tiles of 64 keys (32 at d256). Cases: block sizes equal to those tiles or multiples (clean tiles), not
 // dividing them (mixed tiles) and with attn_mask (mask tiles); densities 0, 1 and random with a
 // query block row that keeps nothing (zero gradients there); causal with seqlen_q < seqlen_k
 // (key tiles whose first kept query tile is deep in their list: the binary search), sliding
@@ -564,6 +564,11 @@ std::vector<Spec> sm90_bwd_cases() {
   s = cuda_spec("sm90bwd_head_dim_64_dense_32x48");  // padded to a built head dim where 64 is not
   s.head_dim = s.head_dim_v = 64;
   s.blocks = Blocks::kDense, s.block_q = 32, s.block_k = 48, s.absent = 0.5;
+  cs.push_back(s);
+  s = cuda_spec("sm90bwd_head_dim_256_lists_96x80_mask_causal");  // split roles (skipped where not built)
+  s.head_dim = s.head_dim_v = 256;
+  s.blocks = Blocks::kLists, s.block_q = 96, s.block_k = 80, s.mask_density = 0.7, s.causal = true;
+  s.lens_q = {400, 400}, s.lens_k = {600, 600};
   cs.push_back(s);
   s = cuda_spec("sm90bwd_head_dim_64_lists_64x64_causal_gqa");
   s.head_dim = s.head_dim_v = 64;

@@ -9,9 +9,6 @@ namespace {
 
 // The head dims the Hopper backward is instantiated for (tools/gen_instantiations.py).
 constexpr bool has_bwd_kernel(int head_dim) { return head_dim == 64 || head_dim == 128 || head_dim == 192 || head_dim == 256; }
-// The block-sparse backward (BwdSparseTraits): d64 and d128. At d192 and d256 the dK/dV kernel
-// splits its consumers by role (BwdTraits::kSplitRoles), which has no sparse walk yet.
-constexpr bool has_sparse_bwd_kernel(int head_dim) { return head_dim == 64 || head_dim == 128; }
 
 }  // namespace
 
@@ -24,7 +21,6 @@ std::string bwd_declines(const BackwardParams& p) {
   if (p.bias.defined()) return "attn_bias runs on sm80";
   const bool sparse = p.block_mask.defined() || p.has_block_lists();
   if (p.mask.defined() && !sparse) return "attn_mask without a block mask runs on sm80";
-  if (sparse && !has_sparse_bwd_kernel(p.head_dim)) return "block masks at head_dim 192 and 256 run on sm80";
   const auto broadcast = [&](const Strides3& s, int heads) {
     return s.row == 0 || (heads > 1 && s.head == 0) || (!p.is_varlen() && p.batch > 1 && s.batch == 0);
   };
@@ -53,7 +49,7 @@ Status dispatch_bwd(const BackwardParams& p, cudaStream_t stream, bool any_runna
   if (!any_runnable && p.head_dim == 64 && !p.has_window() && p.seqlen_k < 2048) q.deterministic = true;
   return dispatch_variant(q, [&]<typename Element, int kHeadDim, MaskMode kMask, ScoreMods kMods>() -> Status {
     if (sparse) {
-      if constexpr (has_sparse_bwd_kernel(kHeadDim) && kMods == ScoreMods::kNone) {
+      if constexpr (has_bwd_kernel(kHeadDim) && kMods == ScoreMods::kNone) {
         return run_bwd<BwdSparseTraits<Element, kHeadDim, MaskMode::kWindow>>(q, stream);
       } else {
         return Status::NotSupported("the sm90 block-sparse backward has no kernel for head_dim " +

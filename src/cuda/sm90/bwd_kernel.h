@@ -139,7 +139,6 @@ struct BwdTraitsBody {
   static_assert(!kHasFused || kKvFusedSmemBytes <= 232448, "the fused kernel fits the 227 KB an sm90 CTA may use");
   static_assert(2 * kKvStatBytes <= 1024 && 2 * kDqStatBytes <= 1024, "statistics fit their padding");
   static_assert(kKvSmemBytes <= 232448 && kDqSmemBytes <= 232448, "fits the 227 KB an sm90 CTA may use");
-  static_assert(!kSparse || !kSplitRoles, "the block-sparse backward: d64 and d128 (d192/d256 run on sm80)");
 };
 
 template <typename Element_, int kHeadDim_, MaskMode kMask_>
@@ -348,10 +347,13 @@ struct SparseSlot {
 constexpr int kLastStep = 1 << 30;
 constexpr int kNoStep = 1 << 29;  // above every entry (tile indices < 2^24, kinds < 4)
 
-// A slot word (>= 0) in a uniform register of every lane: the warp reads it before its lane 0
-// frees the stage, so the producer rewrites it only after every lane has it.
-__device__ __forceinline__ int slot_word(const int* word) {
-  return int(__reduce_max_sync(0xffffffffu, unsigned(*word)));
+// A slot word (>= 0) in a uniform register of every lane: lane 0 alone reads it and redux.sync
+// spreads it, so the reader is the lane whose arrival frees the stage (the sparse forward's
+// uniform_word: with every lane reading, racecheck reported WAR hazards there, the other lanes'
+// reads being ordered before lane 0's arrival only through the redux, which it does not track;
+// dev/NOTES.md, "Ninth session").
+__device__ __forceinline__ int slot_word(const int* word, int lane) {
+  return int(__reduce_max_sync(0xffffffffu, lane == 0 ? unsigned(*word) : 0u));
 }
 
 // The fused kernel's hand-over of a step's dQ part: consumer 0 also tells the dQ writer which
@@ -708,11 +710,23 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
     float acc[kHeadDim / 2];  // dV (role P) or dK (role dS): 64 keys x head_dim
 #pragma unroll
     for (int i = 0; i < kHeadDim / 2; ++i) acc[i] = 0.0f;
+    if constexpr (Traits::kSparse) {  // as in the other consumers below
+      ptx::mbarrier_wait(&full[0], 0);
+      steps = bwd90::slot_word(&slots[0].entry, lane) == bwd90::kNoStep ? 0 : INT_MAX;
+    }
     if (steps > 0) ptx::mbarrier_wait(kv_full, 0);
     for (int step = 0; step < steps; ++step) {
       const int s = step % kStages;
-      const int m0 = (m_lo + step % n_m) * kBlockM;
+      int m0 = Traits::kSparse ? 0 : (m_lo + step % n_m) * kBlockM;
       ptx::mbarrier_wait(&full[s], (step / kStages) & 1);
+      [[maybe_unused]] int kind = kTileClean, head = 0;
+      if constexpr (Traits::kSparse) {
+        const int entry = bwd90::slot_word(&slots[s].entry, lane);
+        head = bwd90::slot_word(&slots[s].head, lane);
+        m0 = (entry & kTileIndexMask) * kBlockM;
+        kind = (entry >> kTileKindShift) & 3;
+        if (entry & bwd90::kLastStep) steps = step + 1;  // before role dS's "step + 1 < steps" below
+      }
       const uint32_t q_addr = ptx::smem_u32(stage_q(s));
       const uint32_t do_addr = ptx::smem_u32(stage_do(s));
       // S^T = K Q^T (role P) or dP^T = V dO^T (role dS), over the head dim.
@@ -730,6 +744,12 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
         if (Traits::kMask == MaskMode::kWindow &&
             mask.block_needs_mask(m0, min(m0 + kBlockM, seq.seqlen_q), n0, n0 + kBlockN)) {
           bwd90::mask_key_rows<kBlockM>(x, mask, m0, n0 + key_local, t4);
+        }
+        if constexpr (Traits::kSparse) {
+          if (kind != kTileClean) {
+            bwd90::hide_blocked_keys<kBlockM>(x, params, kind, batch, head, m0, n0 + key_local, t4, seq.seqlen_q,
+                                              seq.seqlen_k);
+          }
         }
 #pragma unroll
         for (int c = 0; c < kBlockM / 8; ++c) {
@@ -806,7 +826,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
   if constexpr (Traits::kSparse) {
     // Whether the CTA has a step at all is in stage 0's slot; the loop ends on the last mark.
     ptx::mbarrier_wait(&full[0], 0);
-    steps = bwd90::slot_word(&slots[0].entry) == bwd90::kNoStep ? 0 : INT_MAX;
+    steps = bwd90::slot_word(&slots[0].entry, lane) == bwd90::kNoStep ? 0 : INT_MAX;
     if constexpr (kFusedDq) {
       if (steps == 0) {  // the dQ writer waits for one hand-over: one without a part
         ptx::named_barrier_sync(kDqEmptyBarrier0 + consumer, kDqHandoffThreads);
@@ -822,8 +842,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
     ptx::mbarrier_wait(&full[s], (step / kStages) & 1);
     [[maybe_unused]] int kind = kTileClean, head = 0, entry = 0;
     if constexpr (Traits::kSparse) {
-      entry = bwd90::slot_word(&slots[s].entry);
-      head = bwd90::slot_word(&slots[s].head);
+      entry = bwd90::slot_word(&slots[s].entry, lane);
+      head = bwd90::slot_word(&slots[s].head, lane);
       m0 = (entry & kTileIndexMask) * kBlockM;
       kind = (entry >> kTileKindShift) & 3;
       if (entry & bwd90::kLastStep) steps = step + 1;
@@ -1082,7 +1102,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_dq_kernel(const __gri
   if constexpr (Traits::kSparse) {
     // Whether the tile has a step at all is in stage 0's slot; the loop ends on the last mark.
     ptx::mbarrier_wait(&full[0], 0);
-    steps = bwd90::slot_word(&slots[0].entry) == bwd90::kNoStep ? 0 : INT_MAX;
+    steps = bwd90::slot_word(&slots[0].entry, lane) == bwd90::kNoStep ? 0 : INT_MAX;
   }
   if (steps > 0) {
     ptx::mbarrier_wait(q_full, 0);
@@ -1098,7 +1118,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_dq_kernel(const __gri
       ptx::mbarrier_wait(&full[s], (step / kStages) & 1);
       [[maybe_unused]] int kind = kTileClean;
       if constexpr (Traits::kSparse) {
-        const int entry = bwd90::slot_word(&slots[s].entry);
+        const int entry = bwd90::slot_word(&slots[s].entry, lane);
         n0 = (entry & kTileIndexMask) * kBlockN;
         kind = (entry >> kTileKindShift) & 3;
         if (entry & bwd90::kLastStep) steps = step + 1;
