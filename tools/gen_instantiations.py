@@ -44,6 +44,9 @@ SM90_FAMILIES = {
 }
 # Head dims per sm90 family (the backward: d192 and d256 split the consumers by role, bwd_kernel.h).
 SM90_FAMILY_HEAD_DIMS = {"sm90fwd": SM90_HEAD_DIMS, "sm90fwdmods": SM90_HEAD_DIMS, "sm90bwd": [64, 128, 192, 256]}
+# The sm90 backward with softcap / ALiBi (BwdModsTraits): (head dim, masks) as
+# sm90/bwd_dispatch.cu has_mods_kernel lists them: d64 both, d128 without a window.
+SM90_BWD_MODS = [(64, ["nomask", "window"]), (128, ["nomask"])]
 # Extra template arguments per sm90 family: the forward with softcap / ALiBi (FwdTraits::kMods).
 SM90_FAMILY_EXTRA = {"sm90fwdmods": ", true"}
 # The sm90 forward at head_dim != head_dim_v: (head_dim, head_dim_v) pairs with kernels of their own
@@ -184,6 +187,13 @@ def main():
             (out / f"sm90bwdsparse_hdim{hdim}_{dname}_window.cu").write_text(
                 SM90_BWD_SPARSE_TEMPLATE.format(elem=elem, hdim=hdim))
             count += 1
+    for hdim, masks in SM90_BWD_MODS:
+        for dname, elem in DTYPES.items():
+            for mname in masks:
+                (out / f"sm90bwdmods_hdim{hdim}_{dname}_{mname}.cu").write_text(SM90_TEMPLATE.format(
+                    header="cuda/sm90/bwd_launch.h", run="sm90::run_bwd", traits="sm90::BwdModsTraits", elem=elem,
+                    hdim=hdim, mask=MASKS[mname], params="BackwardParams", extra=""))
+                count += 1
     for family, mods in SM90_FWD8_FAMILIES.items():
         for hdim in SM90_FWD8_HEAD_DIMS:
             for mname, mask in MASKS.items():

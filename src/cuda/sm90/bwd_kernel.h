@@ -59,7 +59,7 @@ namespace flashattn::cuda::sm90 {
 // kSparse: the block-sparse backward (BwdSparseTraits below). The two traits share this body,
 // and BwdTraits stays a template of its own name and arguments, so the dense instantiations keep
 // their symbols and their code.
-template <typename Element_, int kHeadDim_, MaskMode kMask_, bool kSparse_>
+template <typename Element_, int kHeadDim_, MaskMode kMask_, bool kSparse_, bool kMods_ = false>
 struct BwdTraitsBody {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
@@ -69,6 +69,12 @@ struct BwdTraitsBody {
   // build_tile_lists) instead of a range and hands each step's list entry to the consumers in a
   // shared-memory slot of the stage (BwdSparseSlot); skipped tiles are never loaded or computed.
   static constexpr bool kSparse = kSparse_;
+  // Softcap and ALiBi (bwd90::ScoreModifiers), under uniform run-time branches, as the forward's
+  // kMods kernels. The consumers wait for dP with S (no exponentials under the dP product) and
+  // compute P and dS in one pass, which recovers softcap's 1 - tanh^2 from the modified score:
+  // no register holds it between the two products. Not with split roles (d192/d256: the dS
+  // role never sees S), which keep these calls on sm80.
+  static constexpr bool kMods = kMods_;
   static constexpr int kConsumers = 2;
   static constexpr int kThreads = 128 * (kConsumers + 1);
   static constexpr int kProducerRegs = 24;
@@ -139,6 +145,8 @@ struct BwdTraitsBody {
   static_assert(!kHasFused || kKvFusedSmemBytes <= 232448, "the fused kernel fits the 227 KB an sm90 CTA may use");
   static_assert(2 * kKvStatBytes <= 1024 && 2 * kDqStatBytes <= 1024, "statistics fit their padding");
   static_assert(kKvSmemBytes <= 232448 && kDqSmemBytes <= 232448, "fits the 227 KB an sm90 CTA may use");
+  static_assert(!kMods || !kSplitRoles, "softcap and ALiBi: d64 and d128 (d192/d256 run them on sm80)");
+  static_assert(!kMods || !kSparse, "softcap and ALiBi with a block mask run on sm80");
 };
 
 template <typename Element_, int kHeadDim_, MaskMode kMask_>
@@ -148,6 +156,11 @@ struct BwdTraits : BwdTraitsBody<Element_, kHeadDim_, kMask_, false> {};
 // calls without a window too (tools/gen_instantiations.py, sm90bwdsparse*).
 template <typename Element_, int kHeadDim_, MaskMode kMask_>
 struct BwdSparseTraits : BwdTraitsBody<Element_, kHeadDim_, kMask_, true> {};
+
+// Softcap and ALiBi (kMods), without a block mask: d64 with either mask mode, d128 without a
+// window (sm90bwdmods*; bwd_dispatch.cu has_mods_kernel says why).
+template <typename Element_, int kHeadDim_, MaskMode kMask_>
+struct BwdModsTraits : BwdTraitsBody<Element_, kHeadDim_, kMask_, false, true> {};
 
 struct BwdMaps {
   CUtensorMap q, k, v, dout;
@@ -163,11 +176,19 @@ struct BwdSparseLists {
   int32_t kv_m_tiles = 0, kv_n_tiles = 0, dq_m_tiles = 0, dq_n_tiles = 0;
 };
 
+// Softcap's constants (kMods kernels; run_bwd sets them), read from the parameter space where
+// they take no register: scale / softcap (0 without softcap), softcap log2(e) and its inverse.
+struct BwdSoftcap {
+  float in = 0.0f, out = 0.0f, out_inv = 0.0f;
+};
+
 struct BwdKernelArgs {
   BwdMaps kv;  // the dK/dV kernel's maps: Q, dO in kKvBlockM-row boxes, K, V in kKvBlockN
   BwdMaps dq;  // the dQ kernel's maps: Q, dO in kDqBlockM-row boxes, K, V in kDqBlockN
   BwdKernelParams p;
-  BwdSparseLists sparse;  // last, so the dense kernels' parameter offsets stay where they were
+  // Last, so the dense kernels' parameter offsets stay where they were.
+  BwdSparseLists sparse;
+  BwdSoftcap softcap;
 };
 
 namespace bwd90 {
@@ -354,6 +375,43 @@ constexpr int kNoStep = 1 << 29;  // above every entry (tile indices < 2^24, kin
 // dev/NOTES.md, "Ninth session").
 __device__ __forceinline__ int slot_word(const int* word, int lane) {
   return int(__reduce_max_sync(0xffffffffu, lane == 0 ? unsigned(*word) : 0u));
+}
+
+// Traits::kMods: softcap and ALiBi for one (sequence, query head), as the forward applies them
+// (scale or softcap, then ALiBi, then the masks; sm80/bwd_common.h scores_to_probs): the score
+// in log2 units is softcap ? tanh(s scale / softcap) softcap log2(e) : s scale log2(e), minus
+// slope log2(e) |i + seqlen_k - seqlen_q - j|. The kernels keep the first part (`soft`) in the
+// score registers, hide masked scores there (-inf), and subtract ALiBi only in the pass that
+// computes P and dS, where softcap's factor 1 - tanh^2 comes from the same value: ALiBi is
+// computed once per score and no value lives between the passes (with ALiBi subtracted first
+// and recomputed for the factor, the d128 kernels spilled). The constants stay in the
+// parameter space.
+struct ScoreModifiers {
+  const BwdKernelParams& params;
+  const BwdSoftcap& softcap;
+  const WindowMask& mask;  // its diagonal (the kernel's, which keeps the sequence lengths anyway)
+  float alibi_log2;        // slope log2(e); 0 without ALiBi
+
+  // The raw product s = q.k in log2 units after scale or softcap.
+  __device__ __forceinline__ float soft(float s) const {
+    return softcap.in != 0.0f ? ptx::tanh_approx(s * softcap.in) * softcap.out : s * params.scale_log2;
+  }
+  // ALiBi's term of query i and key j.
+  __device__ __forceinline__ float alibi(int i, int j) const { return alibi_log2 * fabsf(float(mask.diag(i) - j)); }
+  // Softcap's factor of dS, 1 - tanh^2, from soft's value x (-inf where masked: 0 there, so that
+  // P = 0 times it stays 0); 1 without softcap.
+  __device__ __forceinline__ float dtanh(float x) const {
+    if (softcap.in == 0.0f) return 1.0f;
+    const float th = x * softcap.out_inv;
+    return fmaxf(fmaf(-th, th, 1.0f), 0.0f);
+  }
+};
+
+__device__ __forceinline__ ScoreModifiers score_modifiers(const BwdKernelArgs& args, int batch, int head,
+                                                          const WindowMask& mask) {
+  const BwdKernelParams& p = args.p;
+  const float slope = p.alibi != nullptr ? __ldg(p.alibi + batch * p.alibi_batch_stride + head) : 0.0f;
+  return {p, args.softcap, mask, slope * 1.4426950408889634f};
 }
 
 // The fused kernel's hand-over of a step's dQ part: consumer 0 also tells the dQ writer which
@@ -869,8 +927,15 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
     float2 lse2[kBlockM / 8];
 #pragma unroll
     for (int c = 0; c < kBlockM / 8; ++c) lse2[c] = *reinterpret_cast<const float2*>(lse + 8 * c + 2 * t4);
-    ptx::wgmma_wait<1>();
+    ptx::wgmma_wait<Traits::kMods ? 0 : 1>();
     ptx::fence_operand(st);
+    if constexpr (Traits::kMods) {  // the scores in log2 units before the masks (see BwdTraitsBody)
+      ptx::fence_operand(dpt);
+      head = head_begin + step / n_m;  // (kMods: not kSparse)
+      const bwd90::ScoreModifiers mods = bwd90::score_modifiers(args, batch, head, mask);
+#pragma unroll
+      for (int i = 0; i < kS; ++i) st[i] = mods.soft(st[i]);
+    }
     if (needs_mask) bwd90::mask_key_rows<kBlockM>(st, mask, m0, n0 + key_local, t4);
     if constexpr (Traits::kSparse) {
       if (kind != kTileClean) {
@@ -878,27 +943,50 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
                                           seq.seqlen_k);
       }
     }
+    if constexpr (Traits::kMods) {
+      // P and dS = P (dP - D) (1 - tanh^2) in one pass.
+      const bwd90::ScoreModifiers mods = bwd90::score_modifiers(args, batch, head, mask);
 #pragma unroll
-    for (int c = 0; c < kBlockM / 8; ++c) {
-      const float2 l = lse2[c];
+      for (int c = 0; c < kBlockM / 8; ++c) {
+        // LSE read here, not from lse2 (unused then, so not loaded): 16 registers fewer.
+        const float2 l = *reinterpret_cast<const float2*>(lse + 8 * c + 2 * t4);
+        const float2 d = *reinterpret_cast<const float2*>(dsum + 8 * c + 2 * t4);
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
+        for (int h = 0; h < 2; ++h) {
 #pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int idx = 4 * c + 2 * h + e;
-          // Rows past the queries (and LSE = -inf) carry LSE_log2 = +inf: P = 0 there.
-          const float x = key_ok[h] ? st[idx] : -INFINITY;
-          st[idx] = ptx::exp2_approx(fmaf(x, scale_log2, -(e == 0 ? l.x : l.y)));
+          for (int e = 0; e < 2; ++e) {
+            const int idx = 4 * c + 2 * h + e;
+            const float x = key_ok[h] ? st[idx] : -INFINITY;
+            const float p =
+                ptx::exp2_approx(x - mods.alibi(m0 + 8 * c + 2 * t4 + e, n0 + key_local + 8 * h) - (e == 0 ? l.x : l.y));
+            st[idx] = p;
+            dpt[idx] = p * (dpt[idx] - (e == 0 ? d.x : d.y)) * mods.dtanh(x);
+          }
         }
       }
-    }
-    ptx::wgmma_wait<0>();
-    ptx::fence_operand(dpt);
+    } else {
 #pragma unroll
-    for (int c = 0; c < kBlockM / 8; ++c) {
-      const float2 d = *reinterpret_cast<const float2*>(dsum + 8 * c + 2 * t4);
+      for (int c = 0; c < kBlockM / 8; ++c) {
+        const float2 l = lse2[c];
 #pragma unroll
-      for (int i = 4 * c; i < 4 * c + 4; ++i) dpt[i] = st[i] * (dpt[i] - (i % 2 == 0 ? d.x : d.y));
+        for (int h = 0; h < 2; ++h) {
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int idx = 4 * c + 2 * h + e;
+            // Rows past the queries (and LSE = -inf) carry LSE_log2 = +inf: P = 0 there.
+            const float x = key_ok[h] ? st[idx] : -INFINITY;
+            st[idx] = ptx::exp2_approx(fmaf(x, scale_log2, -(e == 0 ? l.x : l.y)));
+          }
+        }
+      }
+      ptx::wgmma_wait<0>();
+      ptx::fence_operand(dpt);
+#pragma unroll
+      for (int c = 0; c < kBlockM / 8; ++c) {
+        const float2 d = *reinterpret_cast<const float2*>(dsum + 8 * c + 2 * t4);
+#pragma unroll
+        for (int i = 4 * c; i < 4 * c + 4; ++i) dpt[i] = st[i] * (dpt[i] - (i % 2 == 0 ? d.x : d.y));
+      }
     }
     uint32_t pt[kS / 2], dst[kS / 2];
     bwd90::pack_pairs<Element>(st, pt);
@@ -1134,8 +1222,14 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_dq_kernel(const __gri
       const bool needs_mask =
           mask.block_needs_mask(m0 + row_base, max(min(m0 + rows_here, m0 + row_base + 64), m0 + row_base + 1), n0,
                                 n0 + kBlockN);
-      ptx::wgmma_wait<1>();
+      ptx::wgmma_wait<Traits::kMods ? 0 : 1>();
       ptx::fence_operand(sc);
+      if constexpr (Traits::kMods) {  // the scores in log2 units before the masks (BwdTraitsBody)
+        ptx::fence_operand(dp);
+        const bwd90::ScoreModifiers mods = bwd90::score_modifiers(args, batch, head, mask);
+#pragma unroll
+        for (int i = 0; i < kS; ++i) sc[i] = mods.soft(sc[i]);
+      }
       if (needs_mask) {  // one uniform branch around the whole tile (see mask_key_rows)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
@@ -1157,12 +1251,23 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_dq_kernel(const __gri
                                             seq.seqlen_k);
         }
       }
+      if constexpr (Traits::kMods) {  // P and dS = P (dP - D) (1 - tanh^2) in one pass
+        const bwd90::ScoreModifiers mods = bwd90::score_modifiers(args, batch, head, mask);
 #pragma unroll
-      for (int i = 0; i < kS; ++i) sc[i] = ptx::exp2_approx(fmaf(sc[i], scale_log2, -lse[(i / 2) % 2]));
-      ptx::wgmma_wait<0>();
-      ptx::fence_operand(dp);
+        for (int i = 0; i < kS; ++i) {
+          const float x = sc[i];
+          sc[i] = ptx::exp2_approx(x - mods.alibi(m0 + row_local + 8 * ((i / 2) % 2), n0 + 8 * (i / 4) + 2 * t4 + i % 2) -
+                                   lse[(i / 2) % 2]);
+          dp[i] = sc[i] * (dp[i] - dsum[(i / 2) % 2]) * mods.dtanh(x);
+        }
+      } else {
 #pragma unroll
-      for (int i = 0; i < kS; ++i) dp[i] = sc[i] * (dp[i] - dsum[(i / 2) % 2]);
+        for (int i = 0; i < kS; ++i) sc[i] = ptx::exp2_approx(fmaf(sc[i], scale_log2, -lse[(i / 2) % 2]));
+        ptx::wgmma_wait<0>();
+        ptx::fence_operand(dp);
+#pragma unroll
+        for (int i = 0; i < kS; ++i) dp[i] = sc[i] * (dp[i] - dsum[(i / 2) % 2]);
+      }
       uint32_t ds[kS / 2];
       bwd90::pack_pairs<Element>(dp, ds);
       bwd90::gemm_rs<kHeadDim, Element, kBlockN>(dq, ds, bwd90::mn_desc(k_addr, Traits::panel_bytes(kBlockN)));

@@ -66,6 +66,15 @@ Status run_bwd(const BackwardParams& params, cudaStream_t stream) {
     }
   }
 
+  if constexpr (Traits::kMods) {
+    if (params.softcap > 0.0f) {
+      constexpr float kLog2eF = 1.4426950408889634f;
+      args.softcap.in = params.scale / params.softcap;
+      args.softcap.out = params.softcap * kLog2eF;
+      args.softcap.out_inv = 1.0f / args.softcap.out;
+    }
+  }
+
   int num_sms = 0;
   if (Status s = multiprocessors(&num_sms); !s.ok()) return s;
 
