@@ -693,5 +693,53 @@ TEST(SparseSm90BwdDispatch, BlockMasksRunOnSm90) {
   }
 }
 
+
+// Softcap and ALiBi on the Hopper backward (BwdModsTraits: d64 with either mask mode, d128 without
+// a window; sm90/bwd_dispatch.cu has_mods_kernel): both dQ modes against the reference (check_case:
+// the deterministic one repeated bitwise), and the calls it takes ran on sm90 while d128 with a
+// causal mask stays on sm80. Shares this binary for the sm90 backward count.
+TEST(SparseSm90BwdDispatch, SoftcapAlibiRunOnSm90WhereTaken) {
+  FLASHATTN_SKIP_IF_UNAVAILABLE(Backend::kCuda);
+  struct Expect {
+    Spec spec;
+    bool sm90;
+  };
+  std::vector<Expect> es;
+  Spec s = cuda_spec("mods_d128_softcap_gqa");
+  s.softcap = 5.0f, s.heads = 8, s.heads_k = 2, s.lens_q = {333, 333}, s.lens_k = {700, 700};
+  es.push_back({s, true});
+  s = cuda_spec("mods_d128_softcap_alibi_short_keys");
+  s.softcap = 2.0f, s.alibi = true, s.lens_q = {500, 500}, s.lens_k = {129, 129};
+  es.push_back({s, true});
+  s = cuda_spec("mods_d64_alibi_causal_gqa");  // padded to a built head dim where 64 is not
+  s.head_dim = s.head_dim_v = 64, s.alibi = true, s.causal = true, s.heads = 6, s.heads_k = 2;
+  es.push_back({s, true});
+  s = cuda_spec("mods_d64_softcap_alibi_window");
+  s.head_dim = s.head_dim_v = 64, s.softcap = 5.0f, s.alibi = true, s.window_left = 100, s.window_right = 20;
+  es.push_back({s, true});
+  s = cuda_spec("mods_d128_softcap_causal_on_sm80");
+  s.softcap = 5.0f, s.causal = true;
+  es.push_back({s, false});
+  uint32_t seed = 5950;
+  for (Expect& e : es) {
+    e.spec.seed = seed++;
+    if (cuda_not_built(e.spec.dtype, e.spec.head_dim, e.spec.head_dim_v)) continue;
+    const unsigned long long before = detail::sm90_backward_calls();
+    check_case(e.spec, false);
+    check_case(e.spec, true);
+    if (sm90_sparse_backward_here()) {
+      // The head dim the call runs at (padded up where its own is not built) decides too.
+      const int run_dim = cuda_run_head_dim(e.spec.head_dim, e.spec.head_dim_v);
+      const bool windowed = e.spec.causal || e.spec.window_left >= 0 || e.spec.window_right >= 0;
+      const bool sm90 = e.sm90 && (run_dim == 64 || (run_dim == 128 && !windowed));
+      if (sm90) {
+        EXPECT_GE(detail::sm90_backward_calls() - before, 3u) << e.spec.name << ": not all backwards ran on sm90";
+      } else {
+        EXPECT_EQ(detail::sm90_backward_calls(), before) << e.spec.name << ": a backward ran on sm90";
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace flashattn::test
