@@ -610,7 +610,8 @@ TEST_P(SparseSm90Bwd, MatchesReference) {
   check_case(s, true);
   if (sm90_sparse_backward_here()) {
     EXPECT_GE(fused - before, 1u) << s.name << ": the backward did not run on the sm90 kernels";
-    EXPECT_GE(detail::sm90_backward_calls() - fused, 2u) << s.name << ": the deterministic backward did not run on sm90";
+    EXPECT_GE(detail::sm90_backward_calls() - fused, 2u)
+        << s.name << ": the deterministic backward did not run on sm90";
   }
 }
 

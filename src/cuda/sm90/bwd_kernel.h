@@ -778,8 +778,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
           for (int e = 0; e < 2; ++e) {
             const int idx = 4 * c + 2 * h + e;
             const float x = key_ok[h] ? st[idx] : -INFINITY;
-            const float p =
-                ptx::exp2_approx(x - mods.alibi(m0 + 8 * c + 2 * t4 + e, n0 + key_local + 8 * h) - (e == 0 ? l.x : l.y));
+            const float alibi = mods.alibi(m0 + 8 * c + 2 * t4 + e, n0 + key_local + 8 * h);
+            const float p = ptx::exp2_approx(x - alibi - (e == 0 ? l.x : l.y));
             st[idx] = p;
             dpt[idx] = p * (dpt[idx] - (e == 0 ? d.x : d.y)) * mods.dtanh(x);
           }
@@ -1077,8 +1077,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_dq_kernel(const __gri
 #pragma unroll
         for (int i = 0; i < kS; ++i) {
           const float x = sc[i];
-          sc[i] = ptx::exp2_approx(x - mods.alibi(m0 + row_local + 8 * ((i / 2) % 2), n0 + 8 * (i / 4) + 2 * t4 + i % 2) -
-                                   lse[(i / 2) % 2]);
+          const float alibi = mods.alibi(m0 + row_local + 8 * ((i / 2) % 2), n0 + 8 * (i / 4) + 2 * t4 + i % 2);
+          sc[i] = ptx::exp2_approx(x - alibi - lse[(i / 2) % 2]);
           dp[i] = sc[i] * (dp[i] - dsum[(i / 2) % 2]) * mods.dtanh(x);
         }
       } else {
