@@ -654,6 +654,39 @@ TEST_P(SparseSm90Bwd, MatchesSm80Backward) {
 INSTANTIATE_TEST_SUITE_P(All, SparseSm90Bwd, testing::Range<size_t>(0, sm90_bwd_cases().size()),
                          [](const testing::TestParamInfo<size_t>& p) { return sm90_bwd_cases()[p.param].name; });
 
+// Query tiles no key block keeps are never loaded by the backward either (the sm90 dK/dV kernel
+// walks only listed query tiles, its dQ kernel has no step for them): NaN in q and dout rows of a
+// query block that keeps nothing (rows 128..255 of 128-row blocks, whole 64-row tiles) reaches
+// no gradient, and those rows' dq is 0, in both dQ modes.
+TEST(SparseSm90BwdDispatch, AbsentQueryRowsAreNotRead) {
+  FLASHATTN_SKIP_IF_UNAVAILABLE(Backend::kCuda);
+  Spec s = cuda_spec("absent_query_rows_not_read");
+  s.blocks = Blocks::kLists, s.block_q = s.block_k = 128, s.absent = 0.0, s.partial = 0.5, s.mask_density = 0.8;
+  s.lens_q = {600, 600}, s.lens_k = {700, 700}, s.seed = 5990;
+  if (cuda_not_built(s.dtype, s.head_dim, s.head_dim_v)) GTEST_SKIP() << "not in this build";
+  Built b = build(s, Backend::kCuda);
+  unlist_query_block(&b, Backend::kCuda, s, 1, 17);
+  ASSERT_TRUE(forward(case_forward_args(b, options(s, b))).ok());
+  for (const bool deterministic : {false, true}) {
+    b.deterministic = deterministic;
+    ASSERT_TRUE(backward(case_backward_args(b, options(s, b))).ok());
+    for (View* v : {&b.dqv, &b.dkv, &b.dvv}) {
+      v->arena->download();
+      for (double x : v->read()) ASSERT_TRUE(std::isfinite(x)) << "deterministic " << deterministic;
+    }
+    const std::vector<double> dq = b.dqv.read();  // logical (batch, seqlen_q, heads, head_dim)
+    const int64_t row_elems = b.dqv.shape[2] * b.dqv.shape[3];
+    for (int64_t bb = 0; bb < b.dqv.shape[0]; ++bb) {
+      for (int64_t i = 128; i < 256; ++i) {
+        for (int64_t x = 0; x < row_elems; ++x) {
+          ASSERT_EQ(dq[static_cast<size_t>((bb * b.dqv.shape[1] + i) * row_elems + x)], 0.0)
+              << "deterministic " << deterministic << " row " << i;
+        }
+      }
+    }
+  }
+}
+
 // The dispatcher: on a Hopper GPU (path auto or sm90) a backward with a block mask (dense or
 // lists, with or without attn_mask) runs on the sm90 kernels; one with attn_bias, softcap or
 // dropout besides does not (sm80), and FLASHATTN_DEV_BWD_SM80 keeps every call on sm80.
