@@ -377,7 +377,8 @@ TEST(SparseCudaDifferential, AbsentBlocksAreNotRead) {
 // mask and no attn_bias (attn_mask only as the element mask of partial blocks). On an H200 under
 // FLASHATTN_CUDA_PATH=sm90 every case below runs there (auto: those the split heuristic and the
 // decode shape leave to it, e.g. the first and the fifth case; sm80: none, and the comparison is
-// sm80 against itself); the backward stays on sm80 and recomputes from the sm90 forward's LSE.
+// sm80 against itself); the backward (sm90 as well where the path allows: SparseSm90Bwd below)
+// recomputes from the sm90 forward's LSE.
 // Cases: block sizes equal to the tile (clean tiles), larger, smaller and not dividing it (mixed
 // tiles), densities 0, 1 and random with rows of no kept block, ragged lengths, varlen, GQA,
 // causal and windowed, softcap and ALiBi, attn_mask in partial blocks, fp16 and head dim 64.
@@ -443,8 +444,8 @@ std::vector<Spec> sm90_cases() {
 
 class SparseSm90 : public testing::TestWithParam<size_t> {};
 
-// Forward (sm90 where the path allows), backward (sm80) against the reference; density 0 gives
-// O 0 and LSE -inf (and zero gradients), as on sm80.
+// Forward and backward (sm90 where the path allows) against the reference; density 0 gives O 0
+// and LSE -inf (and zero gradients), as on sm80.
 TEST_P(SparseSm90, MatchesReference) {
   FLASHATTN_SKIP_IF_UNAVAILABLE(Backend::kCuda);
   const Spec s = sm90_cases()[GetParam()];
@@ -454,8 +455,8 @@ TEST_P(SparseSm90, MatchesReference) {
 
 // The same inputs through the sm90 forward and then the sm80 one (detail::Switch::kFwdSm80) in
 // one process: the same rows have no visible key (LSE -inf on both), the outputs and LSEs agree
-// within the criterion with the naive low-precision yardstick, and the sm80 backward from
-// either forward's out and LSE gives gradients that agree the same way.
+// within the criterion with the naive low-precision yardstick, and the backward (the same one for
+// both) from either forward's out and LSE gives gradients that agree the same way.
 TEST_P(SparseSm90, MatchesSm80Forward) {
   FLASHATTN_SKIP_IF_UNAVAILABLE(Backend::kCuda);
   const Spec s = sm90_cases()[GetParam()];
