@@ -491,9 +491,11 @@ NB_MODULE(_C, m) {
           s = d::Switch::kBwdSingleBuffer;
         } else if (n == "fwd_sm80") {
           s = d::Switch::kFwdSm80;
+        } else if (n == "bwd_sm80") {
+          s = d::Switch::kBwdSm80;
         } else {
           throw nb::value_error(("_set_switch: unknown switch '" + std::string(n) +
-                                 "' (split_combine_kernel, bwd_single_buffer, fwd_sm80)").c_str());
+                                 "' (split_combine_kernel, bwd_single_buffer, fwd_sm80, bwd_sm80)").c_str());
         }
         const bool was = d::switch_on(s);
         d::set_switch(s, on);

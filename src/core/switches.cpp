@@ -24,6 +24,10 @@ bool from_environment(Switch s) {
       const char* v = std::getenv("FLASHATTN_DEV_FWD_SM80");
       return v != nullptr && v[0] == '1';
     }
+    case Switch::kBwdSm80: {
+      const char* v = std::getenv("FLASHATTN_DEV_BWD_SM80");
+      return v != nullptr && v[0] == '1';
+    }
     case Switch::kCount:
       break;
   }
@@ -32,8 +36,10 @@ bool from_environment(Switch s) {
 
 // -1: not read yet; 0 off; 1 on. Two threads reading an unread switch at once both read the
 // same environment, so the race is benign.
-std::atomic<int> g_state[kCount] = {-1, -1, -1};
-static_assert(kCount == 3, "one initial state per switch");
+std::atomic<int> g_state[kCount] = {-1, -1, -1, -1};
+static_assert(kCount == 4, "one initial state per switch");
+
+std::atomic<unsigned long long> g_sm90_backward_calls{0};
 
 }  // namespace
 
@@ -48,5 +54,8 @@ bool switch_on(Switch s) {
 }
 
 void set_switch(Switch s, bool on) { g_state[static_cast<int>(s)].store(on ? 1 : 0, std::memory_order_relaxed); }
+
+unsigned long long sm90_backward_calls() { return g_sm90_backward_calls.load(std::memory_order_relaxed); }
+void count_sm90_backward() { g_sm90_backward_calls.fetch_add(1, std::memory_order_relaxed); }
 
 }  // namespace flashattn::detail

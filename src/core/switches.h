@@ -18,10 +18,19 @@ enum class Switch {
   // test compares the sm90 forward with the sm80 one in one process (tests/cpp/
   // test_sparse_cuda.cpp, SparseSm90VsSm80).
   kFwdSm80,
+  // FLASHATTN_DEV_BWD_SM80=1: the CUDA backward keeps to the sm80 kernels on a Hopper GPU, the
+  // backward's kFwdSm80 (tests/cpp/test_sparse_cuda.cpp compares the sm90 block-sparse backward
+  // with the sm80 one in one process).
+  kBwdSm80,
   kCount,
 };
 
 bool switch_on(Switch s);
 void set_switch(Switch s, bool on);
+
+// Backward calls the sm90 kernels have run in this process (cuda_backend.cu counts each one that
+// launched there), so that a test can assert a call reached them rather than the sm80 fallback.
+unsigned long long sm90_backward_calls();
+void count_sm90_backward();
 
 }  // namespace flashattn::detail

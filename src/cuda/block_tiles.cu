@@ -98,6 +98,41 @@ __global__ void tile_lists(int32_t* lists, const uint8_t* states, Geometry g, in
   }
 }
 
+// The key-major list of key tile n of one plane: list_one with the axes swapped (lane l
+// classifies query tile m_tiles - 1 - (base + l)), for the Hopper backward's dK/dV kernel.
+__device__ void key_list_one(int32_t* list, const uint8_t* table, const Geometry& g, int64_t n, int block_m,
+                             int block_n, int bq, int bk, int seqlen_q, int seqlen_k, bool has_mask, int lane) {
+  int64_t c0, c1;
+  tile_blocks(n, block_n, bk, seqlen_k, &c0, &c1);
+  int32_t count = 0;
+  for (int64_t base = 0; base < g.m_tiles; base += 32) {
+    const int64_t mt = g.m_tiles - 1 - (base + lane);
+    int32_t kind = kTileSkipped;
+    if (mt >= 0) {
+      int64_t r0, r1;
+      tile_blocks(mt, block_m, bq, seqlen_q, &r0, &r1);
+      kind = tile_kind(table, g.k_blocks, r0, r1, c0, c1, has_mask);
+    }
+    const bool kept = kind != kTileSkipped;
+    const unsigned ballot = __ballot_sync(0xffffffffu, kept);
+    if (kept) list[1 + count + __popc(ballot & ((1u << lane) - 1))] = int32_t(mt) | (kind << kTileKindShift);
+    count += __popc(ballot);
+  }
+  if (lane == 0) list[0] = count;
+}
+
+// One warp per (plane, key tile), grid-stride.
+__global__ void key_tile_lists(int32_t* lists, const uint8_t* states, Geometry g, int block_m, int block_n, int bq,
+                               int bk, int seqlen_q, int seqlen_k, bool has_mask) {
+  const int lane = threadIdx.x % 32;
+  const int64_t warps = int64_t(gridDim.x) * blockDim.x / 32;
+  for (int64_t item = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) / 32; item < g.planes() * g.n_tiles;
+       item += warps) {  // item = plane * n_tiles + n; uniform across the warp
+    key_list_one(lists + item * (g.m_tiles + 1), states + item / g.n_tiles * g.q_blocks * g.k_blocks, g,
+                 item % g.n_tiles, block_m, block_n, bq, bk, seqlen_q, seqlen_k, has_mask, lane);
+  }
+}
+
 // The backward's tables: one thread per (plane, query tile, key tile), grid-stride.
 __global__ void tile_kinds_kernel(int8_t* kinds, const uint8_t* states, Geometry g, int block_m, int block_n,
                                   int bq, int bk, int seqlen_q, int seqlen_k, bool has_mask) {
@@ -200,6 +235,29 @@ Status build_tile_kinds(const QKVParams& p, const BlockTilePlan& plan, int block
   kinds->kinds = table;
   kinds->m_tiles = int32_t(g.m_tiles);
   kinds->n_tiles = int32_t(g.n_tiles);
+  return Status::Ok();
+}
+
+size_t tile_lists_bytes(const QKVParams& p, int block_m, int block_n) {
+  const Geometry g = geometry(p, block_m, block_n);  // either orientation: a count per list
+  return align16(size_t(g.planes() * (g.m_tiles * g.n_tiles + g.m_tiles + g.n_tiles)) * sizeof(int32_t));
+}
+
+Status build_tile_lists(const QKVParams& p, const BlockTilePlan& plan, int block_m, int block_n, bool key_major,
+                        void* workspace, cudaStream_t stream, const int32_t** lists) {
+  const Geometry g = geometry(p, block_m, block_n);
+  if (g.n_tiles > kTileIndexMask || g.m_tiles > kTileIndexMask) {
+    return Status::NotSupported("block_mask: the sequences have more tiles than the CUDA block-sparse plan indexes");
+  }
+  auto* out = static_cast<int32_t*>(workspace);
+  const int64_t warps = g.planes() * (key_major ? g.n_tiles : g.m_tiles);
+  if (warps > 0) {
+    const auto kernel = key_major ? key_tile_lists : tile_lists;
+    kernel<<<grid_for(warps * 32), kThreads, 0, stream>>>(out, plan.states, g, block_m, block_n, p.block_size_q,
+                                                          p.block_size_k, p.seqlen_q, p.seqlen_k, p.mask.defined());
+    FLASHATTN_CUDA_TRY(cudaGetLastError());
+  }
+  *lists = out;
   return Status::Ok();
 }
 

@@ -48,4 +48,19 @@ size_t tile_kinds_bytes(const QKVParams& p, int block_m, int block_n);
 Status build_tile_kinds(const QKVParams& p, const BlockTilePlan& plan, int block_m, int block_n, void* workspace,
                         cudaStream_t stream, TileKinds* kinds);
 
+// The Hopper backward's plan (sm90/bwd_kernel.h), from the block states of build_block_states:
+// lists of kept tiles for a tiling of block_m x block_n, each (count, then entries tile index |
+// kind << kTileKindShift in descending tile order), walked by one producer thread per CTA.
+//  - key-major: per (plane, key tile n), the query tiles of the column, at
+//    lists[(plane * n_tiles + n) * (m_tiles + 1)] (the dK/dV kernel: one CTA per key tile);
+//  - query-major: per (plane, query tile m), the key tiles of the row, at
+//    lists[(plane * m_tiles + m) * (n_tiles + 1)], the forward's lists (the deterministic dQ
+//    kernel: one CTA per query tile).
+// Why lists rather than the sm80 backward's byte table: the producer must know the step after
+// the current one (its load runs a stage ahead and the consumers stop at the last), and a
+// column of the table is n_tiles bytes apart; a list gives both in one read per step.
+size_t tile_lists_bytes(const QKVParams& p, int block_m, int block_n);
+Status build_tile_lists(const QKVParams& p, const BlockTilePlan& plan, int block_m, int block_n, bool key_major,
+                        void* workspace, cudaStream_t stream, const int32_t** lists);
+
 }  // namespace flashattn::cuda

@@ -275,14 +275,17 @@ bool native_head_dim_v(const ForwardParams& p, const PadPlan& plan, int major, c
 
 // Runs a backward the kernels take directly: on a Hopper GPU the sm90 backward where cuda_path()
 // lets it (sm90/bwd.h: every call its kernels can run), else the sm80 kernels.
+// detail::Switch::kBwdSm80: the sm80 backward for in-process comparisons (core/switches.h).
 Status dispatch_backward(const BackwardParams& p, cudaStream_t stream) {
 #if defined(FLASHATTN_CUDA_SM90)
   const CudaPath path = cuda_path();
-  if (path != CudaPath::kSm80 && cuda::sm90::bwd_declines(p).empty()) {
+  if (path != CudaPath::kSm80 && !detail::switch_on(detail::Switch::kBwdSm80) &&
+      cuda::sm90::bwd_declines(p).empty()) {
     int major = 0;
     FLASHATTN_CUDA_TRY(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, p.device.index));
     if (major == 9) {
       Status s = cuda::sm90::dispatch_bwd(p, stream, path == CudaPath::kSm90);
+      if (s.ok()) detail::count_sm90_backward();
       if (s.code() != StatusCode::kNotSupported || path == CudaPath::kSm90) return s;
     }
   }

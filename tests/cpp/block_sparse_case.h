@@ -251,6 +251,29 @@ inline void unlist_key_block(Built* b, Backend be, const Spec& s, int c, uint32_
   b->vv.arena->upload();
 }
 
+// Query block r (of block_q rows) keeps no key block in any head (lists regenerated, per-head
+// block tensors and one for the batch, as unlist_key_block), and NaN goes into its rows of q and
+// dout: a backward that loaded any tile of them would turn dK or dV into NaN.
+inline void unlist_query_block(Built* b, Backend be, const Spec& s, int r, uint32_t seed) {
+  for (size_t plane = 0; plane < b->states.size() / (static_cast<size_t>(b->nqb) * b->nkb); ++plane) {
+    for (int c = 0; c < b->nkb; ++c) b->states[(plane * b->nqb + r) * b->nkb + c] = kAbsent;
+  }
+  std::mt19937 g(seed);
+  set_lists(b, be, b->states, 1, s.heads, b->nkb, g);
+  for (View* v : {&b->qv, &b->doutv}) {
+    for (int bb = 0; bb < b->batch; ++bb) {
+      for (int i = r * s.block_q; i < std::min((r + 1) * s.block_q, b->max_q); ++i) {
+        for (int h = 0; h < s.heads; ++h) {
+          for (int64_t x = 0; x < v->shape[3]; ++x) {
+            v->arena->set(v->offset + bb * v->strides[0] + i * v->strides[1] + h * v->strides[2] + x, kNaN);
+          }
+        }
+      }
+    }
+    v->arena->upload();
+  }
+}
+
 // After run_and_check: the dbias elements no sequence reaches (NaN in the bias, past a
 // sequence's lengths) are exactly 0.
 inline void expect_unreached_dbias_zero(const Built& b, const ModsRefs& refs, const std::string& name) {

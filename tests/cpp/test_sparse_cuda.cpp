@@ -13,11 +13,18 @@
 // blocks cover (never loaded, forward and backward); the first GPU run's failing pattern (a
 // float32 bias summed over the query rows, causal, atomics dQ) repeated, bitwise in both dQ
 // modes. SparseSm90: the Hopper forward's block-sparse kernels against the reference and against
-// the sm80 forward in the same process. Every case skips without a GPU. Label
-// `sparse`: `ctest -L sparse`.
+// the sm80 forward in the same process. SparseSm90Bwd: the Hopper backward's block-sparse kernels
+// (both dQ modes) against the reference and against the sm80 backward in the same process, and
+// that the dispatcher sends block-mask backwards there (and attn_bias ones not). Every case skips
+// without a GPU. Label `sparse`: `ctest -L sparse`.
 #include <gtest/gtest.h>
 
+#if defined(FLASHATTN_WITH_CUDA)
+#include <cuda_runtime.h>
+#endif
+
 #include <algorithm>
+#include <cstdlib>
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -370,7 +377,8 @@ TEST(SparseCudaDifferential, AbsentBlocksAreNotRead) {
 // mask and no attn_bias (attn_mask only as the element mask of partial blocks). On an H200 under
 // FLASHATTN_CUDA_PATH=sm90 every case below runs there (auto: those the split heuristic and the
 // decode shape leave to it, e.g. the first and the fifth case; sm80: none, and the comparison is
-// sm80 against itself); the backward stays on sm80 and recomputes from the sm90 forward's LSE.
+// sm80 against itself); the backward (sm90 as well where the path allows: SparseSm90Bwd below)
+// recomputes from the sm90 forward's LSE.
 // Cases: block sizes equal to the tile (clean tiles), larger, smaller and not dividing it (mixed
 // tiles), densities 0, 1 and random with rows of no kept block, ragged lengths, varlen, GQA,
 // causal and windowed, softcap and ALiBi, attn_mask in partial blocks, fp16 and head dim 64.
@@ -436,8 +444,8 @@ std::vector<Spec> sm90_cases() {
 
 class SparseSm90 : public testing::TestWithParam<size_t> {};
 
-// Forward (sm90 where the path allows), backward (sm80) against the reference; density 0 gives
-// O 0 and LSE -inf (and zero gradients), as on sm80.
+// Forward and backward (sm90 where the path allows) against the reference; density 0 gives O 0
+// and LSE -inf (and zero gradients), as on sm80.
 TEST_P(SparseSm90, MatchesReference) {
   FLASHATTN_SKIP_IF_UNAVAILABLE(Backend::kCuda);
   const Spec s = sm90_cases()[GetParam()];
@@ -447,8 +455,8 @@ TEST_P(SparseSm90, MatchesReference) {
 
 // The same inputs through the sm90 forward and then the sm80 one (detail::Switch::kFwdSm80) in
 // one process: the same rows have no visible key (LSE -inf on both), the outputs and LSEs agree
-// within the criterion with the naive low-precision yardstick, and the sm80 backward from
-// either forward's out and LSE gives gradients that agree the same way.
+// within the criterion with the naive low-precision yardstick, and the backward (the same one for
+// both) from either forward's out and LSE gives gradients that agree the same way.
 TEST_P(SparseSm90, MatchesSm80Forward) {
   FLASHATTN_SKIP_IF_UNAVAILABLE(Backend::kCuda);
   const Spec s = sm90_cases()[GetParam()];
@@ -485,6 +493,288 @@ TEST_P(SparseSm90, MatchesSm80Forward) {
 
 INSTANTIATE_TEST_SUITE_P(All, SparseSm90, testing::Range<size_t>(0, sm90_cases().size()),
                          [](const testing::TestParamInfo<size_t>& p) { return sm90_cases()[p.param].name; });
+
+// The Hopper backward with block masks (sm90/bwd_kernel.h, BwdSparseTraits; no attn_bias,
+// softcap, ALiBi or dropout): its dK/dV kernel walks per key tile of 128 keys (64 at d192/d256)
+// the kept query tiles of 64 rows, its dQ kernel (deterministic mode; always at d192/d256) per
+// query tile of 128 rows the kept key tiles of 64 keys (32 at d256). Cases: block sizes equal to those tiles or multiples (clean tiles), not
+// dividing them (mixed tiles) and with attn_mask (mask tiles); densities 0, 1 and random with a
+// query block row that keeps nothing (zero gradients there); causal with seqlen_q < seqlen_k
+// (key tiles whose first kept query tile is deep in their list: the binary search), sliding
+// windows, GQA and MQA, query heads split over CTAs (several heads per CTA, each with its own
+// list), varlen with empty sequences, fp16, d64.
+std::vector<Spec> sm90_bwd_cases() {
+  std::vector<Spec> cs;
+  Spec s = cuda_spec("sm90bwd_dense_128x128_random_gqa");
+  s.blocks = Blocks::kDense, s.block_q = s.block_k = 128, s.absent = 0.6, s.partial = 0.0;
+  s.lens_q = {600, 600}, s.lens_k = {700, 700}, s.heads = 16, s.heads_k = 4;
+  cs.push_back(s);
+  s = cuda_spec("sm90bwd_lists_128x128_causal_ragged");
+  s.blocks = Blocks::kLists, s.block_q = s.block_k = 128, s.causal = true;
+  s.lens_q = {650, 650}, s.lens_k = {900, 900};
+  cs.push_back(s);
+  s = cuda_spec("sm90bwd_lists_64x64_causal_short_queries");  // seqlen_q < seqlen_k
+  s.blocks = Blocks::kLists, s.block_q = s.block_k = 64, s.causal = true, s.absent = 0.2;
+  s.lens_q = {300, 300}, s.lens_k = {1100, 1100};
+  cs.push_back(s);
+  s = cuda_spec("sm90bwd_lists_96x80_mixed_mask_gqa");
+  s.blocks = Blocks::kLists, s.block_q = 96, s.block_k = 80, s.mask_density = 0.7;
+  s.heads = 6, s.heads_k = 2, s.lens_q = {500, 500}, s.lens_k = {777, 777};
+  cs.push_back(s);
+  s = cuda_spec("sm90bwd_dense_density_0");
+  s.blocks = Blocks::kDense, s.block_q = s.block_k = 128, s.absent = 1.0;
+  cs.push_back(s);
+  s = cuda_spec("sm90bwd_dense_density_1_causal_mqa");
+  s.blocks = Blocks::kDense, s.block_q = s.block_k = 128, s.absent = 0.0, s.partial = 0.0, s.causal = true;
+  s.lens_q = {600, 600}, s.lens_k = {700, 700}, s.heads = 16, s.heads_k = 1;
+  cs.push_back(s);
+  s = cuda_spec("sm90bwd_dense_64x192_window");
+  s.blocks = Blocks::kDense, s.block_q = 64, s.block_k = 192, s.absent = 0.4;
+  s.window_left = 300, s.window_right = 50, s.lens_q = {800, 800}, s.lens_k = {1000, 1000};
+  cs.push_back(s);
+  s = cuda_spec("sm90bwd_lists_128x256_narrow_window_mask");
+  s.blocks = Blocks::kLists, s.block_q = 128, s.block_k = 256, s.mask_density = 0.8;
+  s.window_left = 64, s.window_right = 0, s.lens_q = {700, 700}, s.lens_k = {700, 700};
+  cs.push_back(s);
+  // 20 key tiles x 1 kv head x 2 sequences = 40 CTAs: the query heads are split 4 ways (2 heads
+  // per CTA, each walking its own list: block_heads).
+  s = cuda_spec("sm90bwd_lists_128x128_split_heads_mqa");
+  s.blocks = Blocks::kLists, s.block_q = s.block_k = 128, s.absent = 0.5;
+  s.heads = 8, s.heads_k = 1, s.lens_q = {300, 300}, s.lens_k = {2560, 2560};
+  cs.push_back(s);
+  s = cuda_spec("sm90bwd_varlen_lists_causal_ragged");
+  s.varlen = true, s.blocks = Blocks::kLists, s.block_q = s.block_k = 128, s.causal = true, s.block_batch = true;
+  s.lens_q = {37, 1, 400, 0, 129, 700}, s.lens_k = {53, 300, 260, 10, 0, 900};
+  cs.push_back(s);
+  s = cuda_spec("sm90bwd_varlen_dense_100x60_mask");
+  s.varlen = true, s.blocks = Blocks::kDense, s.block_q = 100, s.block_k = 60, s.mask_density = 0.5;
+  s.lens_q = {200, 64, 333}, s.lens_k = {250, 64, 529};
+  cs.push_back(s);
+  s = cuda_spec("sm90bwd_lists_1x64_per_row_blocks");
+  s.blocks = Blocks::kLists, s.block_q = 1, s.block_k = 64, s.mask_density = 0.6;
+  s.lens_q = {300, 300}, s.lens_k = {500, 500};
+  cs.push_back(s);
+  s = cuda_spec("sm90bwd_lists_256x256_per_batch_partial_only");
+  s.blocks = Blocks::kLists, s.block_q = s.block_k = 256, s.full_list = false, s.mask_density = 0.9;
+  s.block_batch = true, s.lens_q = {700, 700}, s.lens_k = {1200, 1200};
+  cs.push_back(s);
+  s = cuda_spec("sm90bwd_fp16_dense_200x100_causal");
+  s.dtype = DType::kFloat16, s.blocks = Blocks::kDense, s.block_q = 200, s.block_k = 100, s.causal = true;
+  s.lens_q = {1000, 1000}, s.lens_k = {1000, 1000};
+  cs.push_back(s);
+  s = cuda_spec("sm90bwd_head_dim_64_dense_32x48");  // padded to a built head dim where 64 is not
+  s.head_dim = s.head_dim_v = 64;
+  s.blocks = Blocks::kDense, s.block_q = 32, s.block_k = 48, s.absent = 0.5;
+  cs.push_back(s);
+  s = cuda_spec("sm90bwd_head_dim_256_lists_96x80_mask_causal");  // split roles (skipped where not built)
+  s.head_dim = s.head_dim_v = 256;
+  s.blocks = Blocks::kLists, s.block_q = 96, s.block_k = 80, s.mask_density = 0.7, s.causal = true;
+  s.lens_q = {400, 400}, s.lens_k = {600, 600};
+  cs.push_back(s);
+  s = cuda_spec("sm90bwd_head_dim_64_lists_64x64_causal_gqa");
+  s.head_dim = s.head_dim_v = 64;
+  s.blocks = Blocks::kLists, s.block_q = s.block_k = 64, s.causal = true, s.mask_density = 0.7;
+  s.heads = 8, s.heads_k = 2, s.lens_q = {900, 900}, s.lens_k = {1300, 1300};
+  cs.push_back(s);
+  uint32_t seed = 5800;
+  for (Spec& c : cs) c.seed = seed++;
+  return cs;
+}
+
+// Whether this process's backward of a block-mask call without attn_bias, softcap, ALiBi or
+// dropout runs on the sm90 kernels: a Hopper GPU, a build with them, and FLASHATTN_CUDA_PATH not
+// sm80 (scripts/gpu-check.sh runs the tests under each path; auto and sm90 both take such calls).
+bool sm90_sparse_backward_here() {
+#if defined(FLASHATTN_WITH_CUDA) && defined(FLASHATTN_TEST_CUDA_SM90)
+  int major = 0;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0) != cudaSuccess) return false;
+  const char* path = std::getenv("FLASHATTN_CUDA_PATH");
+  return major == 9 && !(path != nullptr && std::string(path) == "sm80") &&
+         !detail::switch_on(detail::Switch::kBwdSm80);
+#else
+  return false;
+#endif
+}
+
+class SparseSm90Bwd : public testing::TestWithParam<size_t> {};
+
+// Forward, then the backward in both dQ modes (fused with f32 dQ added by the copy engine;
+// deterministic two-kernel form, bitwise repeated) against the reference; density 0 gives zero
+// gradients. On a Hopper GPU (path auto or sm90) every backward must have run on sm90.
+TEST_P(SparseSm90Bwd, MatchesReference) {
+  FLASHATTN_SKIP_IF_UNAVAILABLE(Backend::kCuda);
+  const Spec s = sm90_bwd_cases()[GetParam()];
+  if (cuda_not_built(s.dtype, s.head_dim, s.head_dim_v)) GTEST_SKIP() << "dtype or head dim not in this build";
+  const unsigned long long before = detail::sm90_backward_calls();
+  check_case(s, false);
+  const unsigned long long fused = detail::sm90_backward_calls();
+  check_case(s, true);
+  if (sm90_sparse_backward_here()) {
+    EXPECT_GE(fused - before, 1u) << s.name << ": the backward did not run on the sm90 kernels";
+    EXPECT_GE(detail::sm90_backward_calls() - fused, 2u)
+        << s.name << ": the deterministic backward did not run on sm90";
+  }
+}
+
+// The same inputs and forward, then the sm90 backward and the sm80 one (detail::Switch::kBwdSm80)
+// in one process, each in both dQ modes: the gradients agree within the criterion with the
+// naive low-precision yardstick (the sm80 ones as the reference), and rows with no kept key get
+// zero dq from both.
+TEST_P(SparseSm90Bwd, MatchesSm80Backward) {
+  FLASHATTN_SKIP_IF_UNAVAILABLE(Backend::kCuda);
+  const Spec s = sm90_bwd_cases()[GetParam()];
+  if (cuda_not_built(s.dtype, s.head_dim, s.head_dim_v)) GTEST_SKIP() << "dtype or head dim not in this build";
+  for (const bool deterministic : {false, true}) {
+    Built b = build(s, Backend::kCuda);
+    b.deterministic = deterministic;
+    ASSERT_TRUE(forward(case_forward_args(b, options(s, b))).ok()) << s.name;
+    std::vector<double> grads[2][3];
+    for (const bool sm80 : {false, true}) {
+      ScopedSwitch path(detail::Switch::kBwdSm80, sm80);
+      ASSERT_TRUE(backward(case_backward_args(b, options(s, b))).ok()) << s.name;
+      View* views[3] = {&b.dqv, &b.dkv, &b.dvv};
+      for (int g = 0; g < 3; ++g) {
+        views[g]->arena->download();
+        grads[sm80][g] = views[g]->read();
+      }
+    }
+    const Results low = naive_lowp_forward(b, s.dtype, true);
+    const double mag = std::max({max_abs(grads[1][0]), max_abs(grads[1][1]), max_abs(grads[1][2])});
+    const std::string name = s.name + (deterministic ? " (deterministic)" : "");
+    EXPECT_TRUE(meets_criterion("dq", s.dtype, grads[0][0], grads[1][0], low.dq, mag)) << name;
+    EXPECT_TRUE(meets_criterion("dk", s.dtype, grads[0][1], grads[1][1], low.dk, mag)) << name;
+    EXPECT_TRUE(meets_criterion("dv", s.dtype, grads[0][2], grads[1][2], low.dv, mag)) << name;
+    if (s.absent == 1.0) {
+      for (int g = 0; g < 3; ++g) {
+        for (double x : grads[0][g]) ASSERT_EQ(x, 0.0) << name;
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(All, SparseSm90Bwd, testing::Range<size_t>(0, sm90_bwd_cases().size()),
+                         [](const testing::TestParamInfo<size_t>& p) { return sm90_bwd_cases()[p.param].name; });
+
+// Query tiles no key block keeps are never loaded by the backward either (the sm90 dK/dV kernel
+// walks only listed query tiles, its dQ kernel has no step for them): NaN in q and dout rows of a
+// query block that keeps nothing (rows 128..255 of 128-row blocks, whole 64-row tiles) reaches
+// no gradient, and those rows' dq is 0, in both dQ modes.
+TEST(SparseSm90BwdDispatch, AbsentQueryRowsAreNotRead) {
+  FLASHATTN_SKIP_IF_UNAVAILABLE(Backend::kCuda);
+  Spec s = cuda_spec("absent_query_rows_not_read");
+  s.blocks = Blocks::kLists, s.block_q = s.block_k = 128, s.absent = 0.0, s.partial = 0.5, s.mask_density = 0.8;
+  s.lens_q = {600, 600}, s.lens_k = {700, 700}, s.seed = 5990;
+  if (cuda_not_built(s.dtype, s.head_dim, s.head_dim_v)) GTEST_SKIP() << "not in this build";
+  Built b = build(s, Backend::kCuda);
+  unlist_query_block(&b, Backend::kCuda, s, 1, 17);
+  ASSERT_TRUE(forward(case_forward_args(b, options(s, b))).ok());
+  for (const bool deterministic : {false, true}) {
+    b.deterministic = deterministic;
+    ASSERT_TRUE(backward(case_backward_args(b, options(s, b))).ok());
+    for (View* v : {&b.dqv, &b.dkv, &b.dvv}) {
+      v->arena->download();
+      for (double x : v->read()) ASSERT_TRUE(std::isfinite(x)) << "deterministic " << deterministic;
+    }
+    const std::vector<double> dq = b.dqv.read();  // logical (batch, seqlen_q, heads, head_dim)
+    const int64_t row_elems = b.dqv.shape[2] * b.dqv.shape[3];
+    for (int64_t bb = 0; bb < b.dqv.shape[0]; ++bb) {
+      for (int64_t i = 128; i < 256; ++i) {
+        for (int64_t x = 0; x < row_elems; ++x) {
+          ASSERT_EQ(dq[static_cast<size_t>((bb * b.dqv.shape[1] + i) * row_elems + x)], 0.0)
+              << "deterministic " << deterministic << " row " << i;
+        }
+      }
+    }
+  }
+}
+
+// The dispatcher: on a Hopper GPU (path auto or sm90) a backward with a block mask (dense or
+// lists, with or without attn_mask) runs on the sm90 kernels; one with attn_bias, softcap or
+// dropout besides does not (sm80), and FLASHATTN_DEV_BWD_SM80 keeps every call on sm80.
+TEST(SparseSm90BwdDispatch, BlockMasksRunOnSm90) {
+  FLASHATTN_SKIP_IF_UNAVAILABLE(Backend::kCuda);
+  if (!sm90_sparse_backward_here()) GTEST_SKIP() << "not a Hopper GPU, or no sm90 kernels, or FLASHATTN_CUDA_PATH=sm80";
+  struct Expect {
+    Spec spec;
+    bool sm90;
+  };
+  Spec s = cuda_spec("dispatch_dense_blocks");
+  s.blocks = Blocks::kDense, s.block_q = s.block_k = 128;
+  std::vector<Expect> es = {{s, true}};
+  s = cuda_spec("dispatch_lists_with_mask");
+  s.blocks = Blocks::kLists, s.block_q = 96, s.block_k = 80, s.mask_density = 0.7;
+  es.push_back({s, true});
+  s.name = "dispatch_lists_with_bias", s.mask_density = -1.0, s.bias = true;
+  es.push_back({s, false});
+  s.name = "dispatch_lists_with_softcap", s.bias = false, s.softcap = 5.0f;
+  es.push_back({s, false});
+  s.name = "dispatch_lists_with_dropout", s.softcap = 0.0f, s.dropout_p = 0.1f;
+  es.push_back({s, false});
+  uint32_t seed = 5900;
+  for (Expect& e : es) {
+    e.spec.seed = seed++;
+    if (cuda_not_built(e.spec.dtype, e.spec.head_dim, e.spec.head_dim_v)) GTEST_SKIP() << "not in this build";
+    Built b = build(e.spec, Backend::kCuda);
+    ASSERT_TRUE(forward(case_forward_args(b, options(e.spec, b))).ok()) << e.spec.name;
+    const unsigned long long before = detail::sm90_backward_calls();
+    ASSERT_TRUE(backward(case_backward_args(b, options(e.spec, b))).ok()) << e.spec.name;
+    EXPECT_EQ(detail::sm90_backward_calls() - before, e.sm90 ? 1u : 0u) << e.spec.name;
+    if (e.sm90) {
+      ScopedSwitch sm80(detail::Switch::kBwdSm80, true);
+      const unsigned long long at = detail::sm90_backward_calls();
+      ASSERT_TRUE(backward(case_backward_args(b, options(e.spec, b))).ok()) << e.spec.name;
+      EXPECT_EQ(detail::sm90_backward_calls(), at) << e.spec.name << ": kBwdSm80 did not keep the backward on sm80";
+    }
+  }
+}
+
+
+// Softcap and ALiBi on the Hopper backward (BwdModsTraits: d64 with either mask mode, d128 without
+// a window; sm90/bwd_dispatch.cu has_mods_kernel): both dQ modes against the reference (check_case:
+// the deterministic one repeated bitwise), and the calls it takes ran on sm90 while d128 with a
+// causal mask stays on sm80. Shares this binary for the sm90 backward count.
+TEST(SparseSm90BwdDispatch, SoftcapAlibiRunOnSm90WhereTaken) {
+  FLASHATTN_SKIP_IF_UNAVAILABLE(Backend::kCuda);
+  struct Expect {
+    Spec spec;
+    bool sm90;
+  };
+  std::vector<Expect> es;
+  Spec s = cuda_spec("mods_d128_softcap_gqa");
+  s.softcap = 5.0f, s.heads = 8, s.heads_k = 2, s.lens_q = {333, 333}, s.lens_k = {700, 700};
+  es.push_back({s, true});
+  s = cuda_spec("mods_d128_softcap_alibi_short_keys");
+  s.softcap = 2.0f, s.alibi = true, s.lens_q = {500, 500}, s.lens_k = {129, 129};
+  es.push_back({s, true});
+  s = cuda_spec("mods_d64_alibi_causal_gqa");  // padded to a built head dim where 64 is not
+  s.head_dim = s.head_dim_v = 64, s.alibi = true, s.causal = true, s.heads = 6, s.heads_k = 2;
+  es.push_back({s, true});
+  s = cuda_spec("mods_d64_softcap_alibi_window");
+  s.head_dim = s.head_dim_v = 64, s.softcap = 5.0f, s.alibi = true, s.window_left = 100, s.window_right = 20;
+  es.push_back({s, true});
+  s = cuda_spec("mods_d128_softcap_causal_on_sm80");
+  s.softcap = 5.0f, s.causal = true;
+  es.push_back({s, false});
+  uint32_t seed = 5950;
+  for (Expect& e : es) {
+    e.spec.seed = seed++;
+    if (cuda_not_built(e.spec.dtype, e.spec.head_dim, e.spec.head_dim_v)) continue;
+    const unsigned long long before = detail::sm90_backward_calls();
+    check_case(e.spec, false);
+    check_case(e.spec, true);
+    if (sm90_sparse_backward_here()) {
+      // The head dim the call runs at (padded up where its own is not built) decides too.
+      const int run_dim = cuda_run_head_dim(e.spec.head_dim, e.spec.head_dim_v);
+      const bool windowed = e.spec.causal || e.spec.window_left >= 0 || e.spec.window_right >= 0;
+      const bool sm90 = e.sm90 && (run_dim == 64 || (run_dim == 128 && !windowed));
+      if (sm90) {
+        EXPECT_GE(detail::sm90_backward_calls() - before, 3u) << e.spec.name << ": not all backwards ran on sm90";
+      } else {
+        EXPECT_EQ(detail::sm90_backward_calls(), before) << e.spec.name << ": a backward ran on sm90";
+      }
+    }
+  }
+}
 
 }  // namespace
 }  // namespace flashattn::test

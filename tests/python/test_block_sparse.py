@@ -632,8 +632,9 @@ def _masked_attention(q, k, v, keep):
 @pytest.mark.parametrize("block_size", [(128, 128), (96, 80)])
 def test_cuda_sm90_block_sparse_forward_matches_sm80(block_size, causal):
     """On a Hopper GPU a forward with a block mask (and no attn_bias) runs on the sm90 kernels
-    (FLASHATTN_CUDA_PATH auto or sm90; under sm80 both runs below are sm80); the backward stays
-    on sm80 and recomputes from that forward's LSE. The same call with the sm90 forward and with
+    (FLASHATTN_CUDA_PATH auto or sm90; under sm80 both runs below are sm80); so does the backward
+    (test_cuda_sm90_block_sparse_backward_matches_sm80 below), recomputing from that forward's
+    LSE. The same call with the sm90 forward and with
     the sm80 one (the fwd_sm80 switch) in one process, each against the float64 reference: out
     and the gradients. 128 x 128 blocks give clean tiles, 96 x 80 mixed ones; GQA, ragged
     lengths, rows with no kept block."""
@@ -668,3 +669,53 @@ def test_cuda_sm90_block_sparse_forward_matches_sm80(block_size, causal):
         for name, o, r, n in zip(("out", "dq", "dk", "dv"), ours, ref, naive):
             assert_fa_close(f"{name} (sm80 forward: {sm80})", o, r, n, 1e-2)
         assert not ours[0][:, :bq].any(), "rows of a query block with no kept block are 0"
+
+
+@pytest.mark.parametrize("deterministic", [False, True])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("block_size", [(128, 128), (96, 80), (64, 64)])
+def test_cuda_sm90_block_sparse_backward_matches_sm80(block_size, causal, deterministic):
+    """On a Hopper GPU the backward of a block-mask call (no attn_bias, softcap, ALiBi or
+    dropout; head dims 64 and 128) runs on the sm90 kernels (FLASHATTN_CUDA_PATH auto or sm90;
+    under sm80 both runs below are sm80). The same call with the sm90 backward and with the sm80
+    one (the bwd_sm80 switch) in one process, each against the float64 reference, in both dQ
+    modes (the deterministic one twice: the same bits). 128 x 128 and 64 x 64 blocks give clean
+    tiles, 96 x 80 mixed ones; GQA, ragged lengths, a query block that keeps nothing (zero dq)."""
+    torch = _torch()
+    if not torch.cuda.is_available() or not flashattn.cuda_available():
+        pytest.skip("no CUDA device")
+    import torch_ref
+    from attn_ref import assert_fa_close
+    bq, bk = block_size
+    b, sq, sk, h, hk, d = 2, 700, 900, 8, 2, 128
+    g = torch.Generator(device="cuda").manual_seed(19)
+    q = torch.randn(b, sq, h, d, device="cuda", generator=g).bfloat16()
+    k, v = (torch.randn(b, sk, hk, d, device="cuda", generator=g).bfloat16() for _ in range(2))
+    dout = torch.randn(b, sq, h, d, device="cuda", generator=g).bfloat16()
+    nq, nk = -(-sq // bq), -(-sk // bk)
+    block = torch.rand(b, h, nq, nk, device="cuda", generator=g) < 0.4
+    block[:, :, 0] = False  # query block 0 keeps nothing
+    keep = _keep_of(block, bq, bk, sq, sk, causal)
+    ref = torch_ref.values_and_grads(lambda q, k, v: _masked_attention(q, k, v, keep),
+                                     [x.double() for x in (q, k, v)], dout)
+    naive = torch_ref.values_and_grads(lambda q, k, v: _masked_attention(q, k, v, keep), [q, k, v], dout)
+
+    def run():
+        return torch_ref.values_and_grads(
+            lambda q, k, v: flashattn.flash_attn_func(q, k, v, causal=causal, deterministic=deterministic,
+                                                      block_mask=block, block_size=block_size), [q, k, v], dout)
+
+    for sm80 in (False, True):
+        saved = flashattn._C._set_switch("bwd_sm80", sm80)
+        try:
+            ours = run()
+            again = run() if deterministic else None
+        finally:
+            flashattn._C._set_switch("bwd_sm80", saved)
+        for name, o, r, n in zip(("out", "dq", "dk", "dv"), ours, ref, naive):
+            assert_fa_close(f"{name} (sm80 backward: {sm80})", o, r, n, 1e-2)
+        assert not ours[1][:, :bq].any(), "dq of a query block with no kept block is 0"
+        if deterministic:
+            for name, x, y in zip(("dq", "dk", "dv"), ours[1:], again[1:]):
+                assert np.array_equal(x, y), f"deterministic {name} differs between runs (sm80 backward: {sm80})"
+

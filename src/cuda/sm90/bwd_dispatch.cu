@@ -9,6 +9,11 @@ namespace {
 
 // The head dims the Hopper backward is instantiated for (tools/gen_instantiations.py).
 constexpr bool has_bwd_kernel(int head_dim) { return head_dim == 64 || head_dim == 128 || head_dim == 192 || head_dim == 256; }
+// Softcap and ALiBi (BwdModsTraits): d64 with either mask mode, d128 without a window. The split
+// roles of d192/d256 leave the role that computes dS without S; at d128 with a window and under a
+// block mask (BwdSparseTraits) the kernels as written spilled (ptxas sm_90a: 4-8 bytes at d128
+// window, 8-44 under a block mask), so those calls stay on sm80 until they are reworked.
+constexpr bool has_mods_kernel(int head_dim, bool window) { return head_dim == 64 || (head_dim == 128 && !window); }
 
 }  // namespace
 
@@ -16,8 +21,17 @@ std::string bwd_declines(const BackwardParams& p) {
   if (!has_bwd_kernel(p.head_dim)) return "head_dim is not 64, 128, 192 or 256";
   if (!head_dim_built(p.head_dim)) return "head_dim not built";
   if (p.head_dim_v != p.head_dim) return "head_dim_v differs from head_dim";
-  if (p.softcap > 0.0f || p.alibi != nullptr || p.has_dropout()) return "softcap, ALiBi and dropout run on sm80";
-  if (p.has_score_mods()) return "attn_bias, attn_mask and block masks run on sm80";
+  if (p.has_dropout()) return "dropout runs on sm80";
+  if (p.softcap > 0.0f || p.alibi != nullptr) {
+    if (p.has_score_mods()) return "softcap and ALiBi with attn_bias, attn_mask or a block mask run on sm80";
+    if (!has_mods_kernel(p.head_dim, p.has_window())) {
+      return "softcap and ALiBi at head_dim 192 and 256, and at 128 with a causal or window mask, run on sm80";
+    }
+  }
+  // attn_mask only as the element mask of a block mask's partial blocks (BwdSparseTraits).
+  if (p.bias.defined()) return "attn_bias runs on sm80";
+  const bool sparse = p.block_mask.defined() || p.has_block_lists();
+  if (p.mask.defined() && !sparse) return "attn_mask without a block mask runs on sm80";
   const auto broadcast = [&](const Strides3& s, int heads) {
     return s.row == 0 || (heads > 1 && s.head == 0) || (!p.is_varlen() && p.batch > 1 && s.batch == 0);
   };
@@ -37,11 +51,28 @@ Status dispatch_bwd(const BackwardParams& p, cudaStream_t stream, bool any_runna
   // d64 from 1k (213 against 193 at 1k causal). FLASHATTN_CUDA_PATH=sm90 (any_runnable: the tests)
   // sends every non-deterministic call to the fused kernel. The two-kernel form is what
   // deterministic=true asks for, so choosing it is allowed.
+  // A block mask (either form, with or without attn_mask) takes the block-sparse kernels
+  // (BwdSparseTraits), instantiated with the window mask only: with no window it costs one range
+  // test per tile. Its choice between the fused kernel and the two-kernel form is the dense one's
+  // (not yet timed under a block mask).
+  const bool sparse = p.block_mask.defined() || p.has_block_lists();
   BackwardParams q = p;
   if (!any_runnable && p.head_dim == 64 && !p.has_window() && p.seqlen_k < 2048) q.deterministic = true;
+  // kAny here is softcap and/or ALiBi: bwd_declines left dropout to sm80.
   return dispatch_variant(q, [&]<typename Element, int kHeadDim, MaskMode kMask, ScoreMods kMods>() -> Status {
+    constexpr bool kMods90 = kMods == ScoreMods::kAny && has_mods_kernel(kHeadDim, kMask == MaskMode::kWindow);
+    if (sparse) {
+      if constexpr (has_bwd_kernel(kHeadDim) && kMods == ScoreMods::kNone) {
+        return run_bwd<BwdSparseTraits<Element, kHeadDim, MaskMode::kWindow>>(q, stream);
+      } else {
+        return Status::NotSupported("the sm90 block-sparse backward has no kernel for head_dim " +
+                                    std::to_string(kHeadDim));
+      }
+    }
     if constexpr (has_bwd_kernel(kHeadDim) && kMods == ScoreMods::kNone) {
       return run_bwd<BwdTraits<Element, kHeadDim, kMask>>(q, stream);
+    } else if constexpr (kMods90) {
+      return run_bwd<BwdModsTraits<Element, kHeadDim, kMask>>(q, stream);
     } else {
       return Status::NotSupported("the sm90 backward has no kernel for head_dim " + std::to_string(kHeadDim) +
                                   " with score modifiers " + (kMods == ScoreMods::kNone ? "off" : "on"));

@@ -31,6 +31,7 @@
 #include <cuda_runtime.h>
 
 #include <cmath>
+#include <climits>
 #include <cstdint>
 
 #include "cuda/common/mask.h"
@@ -42,6 +43,8 @@
 #include "cuda/ptx/warpgroup.h"
 #include "cuda/ptx/wgmma.h"
 #include "cuda/sm80/bwd_common.h"  // BwdKernelParams, query_block_range, MaskMode
+#include "cuda/sm90/bwd_mods.h"
+#include "cuda/sm90/bwd_sparse.h"
 
 namespace flashattn::cuda::sm90 {
 
@@ -53,11 +56,25 @@ namespace flashattn::cuda::sm90 {
 // block of 64 keys by role, not by keys: consumer 0 computes S^T, P^T and dV += P^T dO, consumer
 // 1 dP^T, dS^T and dK += dS^T Q, with P^T (f32) handed over in shared memory (bwd_kv_kernel's
 // split-role path); 128 + 32 + 16 each. Its dQ kernel steps over 32 keys (shared memory).
-template <typename Element_, int kHeadDim_, MaskMode kMask_>
-struct BwdTraits {
+// kSparse: the block-sparse backward (BwdSparseTraits below). The two traits share this body,
+// and BwdTraits stays a template of its own name and arguments, so the dense instantiations keep
+// their symbols and their code.
+template <typename Element_, int kHeadDim_, MaskMode kMask_, bool kSparse_, bool kMods_ = false>
+struct BwdTraitsBody {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr MaskMode kMask = kMask_;
+  // A block mask (block_mask or the compressed lists; attn_mask only as the element mask of
+  // partial blocks): each kernel's producer walks its CTA's list of kept tiles (block_tiles.h,
+  // build_tile_lists) instead of a range and hands each step's list entry to the consumers in a
+  // shared-memory slot of the stage (bwd90::SparseSlot, bwd_sparse.h); skipped tiles are never loaded or computed.
+  static constexpr bool kSparse = kSparse_;
+  // Softcap and ALiBi (bwd90::ScoreModifiers, bwd_mods.h), under uniform run-time branches, as the forward's
+  // kMods kernels. The consumers wait for dP with S (no exponentials under the dP product) and
+  // compute P and dS in one pass, which recovers softcap's 1 - tanh^2 from the modified score:
+  // no register holds it between the two products. Not with split roles (d192/d256: the dS
+  // role never sees S), which keep these calls on sm80.
+  static constexpr bool kMods = kMods_;
   static constexpr int kConsumers = 2;
   static constexpr int kThreads = 128 * (kConsumers + 1);
   static constexpr int kProducerRegs = 24;
@@ -91,8 +108,11 @@ struct BwdTraits {
   static constexpr int kKvBarriers = 1 + 2 * kStages;  // K/V full; per stage full and empty
   // Split roles: P^T of one step (64 x 64 f32 in accumulator order) from consumer 0 to 1.
   static constexpr int kPtBytes = kSplitRoles ? 64 * kKvBlockM * 4 : 0;
+  // kSparse: per stage the step's list entry and query head (bwd90::SparseSlot), and one more
+  // for the fused kernel's dQ writer, after the barriers.
+  static constexpr int kSlotBytes = kSparse ? 8 * (kStages + 1) : 0;
   static constexpr size_t kKvSmemBytes =
-      1024 + 2 * tile_bytes(kKvBlockN) + kStages * kKvStageBytes + kPtBytes + 8 * kKvBarriers;
+      1024 + 2 * tile_bytes(kKvBlockN) + kStages * kKvStageBytes + kPtBytes + 8 * kKvBarriers + kSlotBytes;
 
   // dQ kernel: Q, dO (kDqBlockM rows) and their statistics (padded to 1024 bytes), then
   // kStages x {K, V (kDqBlockN rows)}, then the barriers.
@@ -100,7 +120,7 @@ struct BwdTraits {
   static constexpr int kDqStageBytes = 2 * tile_bytes(kDqBlockN);
   static constexpr int kDqBarriers = 1 + 2 * kStages;  // Q/dO full; per stage full and empty
   static constexpr size_t kDqSmemBytes =
-      1024 + 2 * tile_bytes(kDqBlockM) + 1024 + kStages * kDqStageBytes + 8 * kDqBarriers;
+      1024 + 2 * tile_bytes(kDqBlockM) + 1024 + kStages * kDqStageBytes + 8 * kDqBarriers + kSlotBytes;
 
   // The fused dK/dV/dQ kernel (bwd_kv_kernel<Traits, true>, the non-deterministic default): each
   // step also writes dS^T to shared memory (kDsBytes, two buffers by step parity) and computes the
@@ -125,7 +145,22 @@ struct BwdTraits {
   static_assert(!kHasFused || kKvFusedSmemBytes <= 232448, "the fused kernel fits the 227 KB an sm90 CTA may use");
   static_assert(2 * kKvStatBytes <= 1024 && 2 * kDqStatBytes <= 1024, "statistics fit their padding");
   static_assert(kKvSmemBytes <= 232448 && kDqSmemBytes <= 232448, "fits the 227 KB an sm90 CTA may use");
+  static_assert(!kMods || !kSplitRoles, "softcap and ALiBi: d64 and d128 (d192/d256 run them on sm80)");
+  static_assert(!kMods || !kSparse, "softcap and ALiBi with a block mask run on sm80");
 };
+
+template <typename Element_, int kHeadDim_, MaskMode kMask_>
+struct BwdTraits : BwdTraitsBody<Element_, kHeadDim_, kMask_, false> {};
+
+// The block-sparse backward (kSparse): instantiated with MaskMode::kWindow only, which serves
+// calls without a window too (tools/gen_instantiations.py, sm90bwdsparse*).
+template <typename Element_, int kHeadDim_, MaskMode kMask_>
+struct BwdSparseTraits : BwdTraitsBody<Element_, kHeadDim_, kMask_, true> {};
+
+// Softcap and ALiBi (kMods), without a block mask: d64 with either mask mode, d128 without a
+// window (sm90bwdmods*; bwd_dispatch.cu has_mods_kernel says why).
+template <typename Element_, int kHeadDim_, MaskMode kMask_>
+struct BwdModsTraits : BwdTraitsBody<Element_, kHeadDim_, kMask_, false, true> {};
 
 struct BwdMaps {
   CUtensorMap q, k, v, dout;
@@ -135,6 +170,9 @@ struct BwdKernelArgs {
   BwdMaps kv;  // the dK/dV kernel's maps: Q, dO in kKvBlockM-row boxes, K, V in kKvBlockN
   BwdMaps dq;  // the dQ kernel's maps: Q, dO in kDqBlockM-row boxes, K, V in kDqBlockN
   BwdKernelParams p;
+  // Last, so the dense kernels' parameter offsets stay where they were.
+  BwdSparseLists sparse;
+  BwdSoftcap softcap;
 };
 
 namespace bwd90 {
@@ -346,7 +384,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
     query_block_range(mask, n0, n0 + keys_here, kBlockM, &m_lo, &m_hi);
   }
   const int n_m = max(m_hi - m_lo, 0);
-  const int steps = n_m * heads_per_split;  // (head, query block) pairs, head-major
+  // (head, query block) pairs, head-major. kSparse: the consumers learn theirs from the producer.
+  int steps = n_m * heads_per_split;
   const int64_t ws_row0 = params.ws_row0(batch, seq.row0_q);
 
   extern __shared__ unsigned char smem_raw[];
@@ -364,6 +403,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
   uint64_t* kv_full = bars;
   uint64_t* full = bars + 1;               // [kStages]
   uint64_t* empty = bars + 1 + kStages;    // [kStages]
+  // kSparse: [kStages] after the barriers, then the fused kernel's dQ writer's (Traits::kSlotBytes).
+  [[maybe_unused]] bwd90::SparseSlot* slots = reinterpret_cast<bwd90::SparseSlot*>(bars + Traits::kKvBarriers);
   const auto stage_q = [&](int s) { return stages + s * Traits::kKvStageBytes; };
   const auto stage_do = [&](int s) { return stage_q(s) + Traits::tile_bytes(kBlockM); };
   const auto stage_lse = [&](int s) { return reinterpret_cast<float*>(stage_do(s) + Traits::tile_bytes(kBlockM)); };
@@ -382,6 +423,42 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
       // parts the buffers are handed back. The consumers only stage (FA3 gives this to a warp of
       // its producer warpgroup too), so no consumer waits on a bulk group.
       if (warp == 1) {
+        if constexpr (Traits::kSparse) {
+          // The step of each part comes with it from consumer 0 (its slot after the stages':
+          // entry and head, kNoStep when the CTA has no step, which both consumers then hand
+          // over once without a part), so this warp needs no walk of its own. Otherwise as below.
+          const bwd90::SparseSlot* step_slot = slots + kStages;
+#pragma unroll
+          for (int c = 0; c < Traits::kConsumers; ++c) ptx::named_barrier_arrive(kDqEmptyBarrier0 + c, kDqHandoffThreads);
+          for (;;) {
+            int entry = 0, head = 0;
+#pragma unroll
+            for (int c = 0; c < Traits::kConsumers; ++c) {
+              ptx::named_barrier_sync(kDqFullBarrier0 + c, kDqHandoffThreads);
+              if (c == 0) {
+                entry = step_slot->entry;
+                head = step_slot->head;
+              }
+              if (entry != bwd90::kNoStep && lane == 0) {
+                const int m0 = (entry & kTileIndexMask) * kBlockM;
+                float* gdq = params.dq_accum + (int64_t(head) * params.ws_rows + ws_row0 + m0) * kHeadDim;
+                const int part = Traits::kDqSplitKeys ? 0 : c;
+                ptx::bulk_reduce_add_f32(gdq + part * (Traits::kDqPartBytes / 4), sDq + c * (Traits::kDqPartBytes / 4),
+                                         Traits::kDqPartBytes);
+                ptx::bulk_commit_group();
+              }
+            }
+            if (entry == bwd90::kNoStep || (entry & bwd90::kLastStep) != 0) break;
+            if (lane == 0) ptx::bulk_wait_group_read<1>();
+            __syncwarp();
+            ptx::named_barrier_arrive(kDqEmptyBarrier0, kDqHandoffThreads);
+            if (lane == 0) ptx::bulk_wait_group_read<0>();
+            __syncwarp();
+            ptx::named_barrier_arrive(kDqEmptyBarrier0 + 1, kDqHandoffThreads);
+          }
+          if (lane == 0) ptx::bulk_wait_group<0>();
+          return;
+        }
         if (steps == 0) return;
 #pragma unroll
         for (int c = 0; c < Traits::kConsumers; ++c) ptx::named_barrier_arrive(kDqEmptyBarrier0 + c, kDqHandoffThreads);
@@ -413,6 +490,54 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
         if (lane == 0) ptx::bulk_wait_group<0>();  // the adds done before the CTA's shared memory goes
         return;
       }
+    }
+    if constexpr (Traits::kSparse) {
+      // The kept steps only (KvStepWalk), loaded as the dense steps below; each one's entry and
+      // head go into its stage's slot before the "full" arrival, the last one marked. Without a
+      // step nothing is loaded and stage 0 (never used, so free) says so to the consumers. (The
+      // dense producer below is left as it was, so that its code is unchanged.)
+      if (warp != 0 || lane != 0) return;
+      const bwd90::KvStepWalk walk{params, args.sparse, n_m > 0 ? head_begin + heads_per_split : head_begin, m_lo,
+                                   m_hi};
+      bwd90::KvStep cur = walk.first(head_begin);
+      if (!walk.valid(cur)) {
+        slots[0].entry = bwd90::kNoStep;
+        ptx::mbarrier_arrive(&full[0]);
+        return;
+      }
+      const int mb = bwd90::map_batch(params, batch);
+      ptx::mbarrier_arrive_expect_tx(kv_full, 2 * Traits::tile_bytes(kBlockN));
+#pragma unroll
+      for (int panel = 0; panel < Traits::kPanels; ++panel) {
+        ptx::tma_load_4d(sK + panel * Traits::panel_bytes(kBlockN), &args.kv.k, kv_full, 64 * panel,
+                         int(seq.row0_k) + n0, kv_head, mb);
+        ptx::tma_load_4d(sV + panel * Traits::panel_bytes(kBlockN), &args.kv.v, kv_full, 64 * panel,
+                         int(seq.row0_k) + n0, kv_head, mb);
+      }
+#pragma unroll 1
+      for (int step = 0;; ++step) {
+        const bwd90::KvStep next = walk.next(cur);
+        const int s = step % kStages;
+        const int head = cur.head;
+        const int m0 = (cur.entry & kTileIndexMask) * kBlockM;
+        ptx::mbarrier_wait(&empty[s], ((step / kStages) & 1) ^ 1);
+        slots[s].entry = cur.entry | (walk.valid(next) ? 0 : bwd90::kLastStep);
+        slots[s].head = head;
+        ptx::mbarrier_arrive_expect_tx(&full[s], 2 * Traits::tile_bytes(kBlockM) + 2 * Traits::kKvStatBytes);
+#pragma unroll
+        for (int panel = 0; panel < Traits::kPanels; ++panel) {
+          ptx::tma_load_4d(stage_q(s) + panel * Traits::panel_bytes(kBlockM), &args.kv.q, &full[s], 64 * panel,
+                           int(seq.row0_q) + m0, head, mb);
+          ptx::tma_load_4d(stage_do(s) + panel * Traits::panel_bytes(kBlockM), &args.kv.dout, &full[s], 64 * panel,
+                           int(seq.row0_q) + m0, head, mb);
+        }
+        const int64_t ws = int64_t(head) * params.ws_rows + ws_row0 + m0;
+        ptx::bulk_load(stage_lse(s), params.lse_log2 + ws, Traits::kKvStatBytes, &full[s]);
+        ptx::bulk_load(stage_dsum(s), params.dsum + ws, Traits::kKvStatBytes, &full[s]);
+        if (!walk.valid(next)) break;
+        cur = next;
+      }
+      return;
     }
     // No copy may still be landing when the CTA ends: without a step nothing is loaded.
     if (warp != 0 || lane != 0 || steps == 0) return;
@@ -464,11 +589,23 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
     float acc[kHeadDim / 2];  // dV (role P) or dK (role dS): 64 keys x head_dim
 #pragma unroll
     for (int i = 0; i < kHeadDim / 2; ++i) acc[i] = 0.0f;
+    if constexpr (Traits::kSparse) {  // as in the other consumers below
+      ptx::mbarrier_wait(&full[0], 0);
+      steps = bwd90::slot_word(&slots[0].entry, lane) == bwd90::kNoStep ? 0 : INT_MAX;
+    }
     if (steps > 0) ptx::mbarrier_wait(kv_full, 0);
     for (int step = 0; step < steps; ++step) {
       const int s = step % kStages;
-      const int m0 = (m_lo + step % n_m) * kBlockM;
+      int m0 = Traits::kSparse ? 0 : (m_lo + step % n_m) * kBlockM;
       ptx::mbarrier_wait(&full[s], (step / kStages) & 1);
+      [[maybe_unused]] int kind = kTileClean, head = 0;
+      if constexpr (Traits::kSparse) {
+        const int entry = bwd90::slot_word(&slots[s].entry, lane);
+        head = bwd90::slot_word(&slots[s].head, lane);
+        m0 = (entry & kTileIndexMask) * kBlockM;
+        kind = (entry >> kTileKindShift) & 3;
+        if (entry & bwd90::kLastStep) steps = step + 1;  // before role dS's "step + 1 < steps" below
+      }
       const uint32_t q_addr = ptx::smem_u32(stage_q(s));
       const uint32_t do_addr = ptx::smem_u32(stage_do(s));
       // S^T = K Q^T (role P) or dP^T = V dO^T (role dS), over the head dim.
@@ -486,6 +623,12 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
         if (Traits::kMask == MaskMode::kWindow &&
             mask.block_needs_mask(m0, min(m0 + kBlockM, seq.seqlen_q), n0, n0 + kBlockN)) {
           bwd90::mask_key_rows<kBlockM>(x, mask, m0, n0 + key_local, t4);
+        }
+        if constexpr (Traits::kSparse) {
+          if (kind != kTileClean) {
+            bwd90::hide_blocked_keys<kBlockM>(x, params, kind, batch, head, m0, n0 + key_local, t4, seq.seqlen_q,
+                                              seq.seqlen_k);
+          }
         }
 #pragma unroll
         for (int c = 0; c < kBlockM / 8; ++c) {
@@ -559,11 +702,31 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
   float* dq_part = sDq + consumer * (Traits::kDqPartBytes / 4);
   float dq[Traits::kDqCols / 2];  // the fused kernel's dQ part of one step
 
+  if constexpr (Traits::kSparse) {
+    // Whether the CTA has a step at all is in stage 0's slot; the loop ends on the last mark.
+    ptx::mbarrier_wait(&full[0], 0);
+    steps = bwd90::slot_word(&slots[0].entry, lane) == bwd90::kNoStep ? 0 : INT_MAX;
+    if constexpr (kFusedDq) {
+      if (steps == 0) {  // the dQ writer waits for one hand-over: one without a part
+        ptx::named_barrier_sync(kDqEmptyBarrier0 + consumer, kDqHandoffThreads);
+        bwd90::post_step(slots + kStages, consumer, int(threadIdx.x % 128), bwd90::kNoStep, 0);
+        ptx::named_barrier_arrive(kDqFullBarrier0 + consumer, kDqHandoffThreads);
+      }
+    }
+  }
   if (steps > 0) ptx::mbarrier_wait(kv_full, 0);
   for (int step = 0; step < steps; ++step) {
     const int s = step % kStages;
-    const int m0 = (m_lo + step % n_m) * kBlockM;
+    int m0 = Traits::kSparse ? 0 : (m_lo + step % n_m) * kBlockM;
     ptx::mbarrier_wait(&full[s], (step / kStages) & 1);
+    [[maybe_unused]] int kind = kTileClean, head = 0, entry = 0;
+    if constexpr (Traits::kSparse) {
+      entry = bwd90::slot_word(&slots[s].entry, lane);
+      head = bwd90::slot_word(&slots[s].head, lane);
+      m0 = (entry & kTileIndexMask) * kBlockM;
+      kind = (entry >> kTileKindShift) & 3;
+      if (entry & bwd90::kLastStep) steps = step + 1;
+    }
     const uint32_t q_addr = ptx::smem_u32(stage_q(s));
     const uint32_t do_addr = ptx::smem_u32(stage_do(s));
     // B operands K-major for S^T and dP^T (rows = queries), MN-major for dV and dK (rows = the
@@ -585,30 +748,66 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
     float2 lse2[kBlockM / 8];
 #pragma unroll
     for (int c = 0; c < kBlockM / 8; ++c) lse2[c] = *reinterpret_cast<const float2*>(lse + 8 * c + 2 * t4);
-    ptx::wgmma_wait<1>();
+    ptx::wgmma_wait<Traits::kMods ? 0 : 1>();
     ptx::fence_operand(st);
+    if constexpr (Traits::kMods) {  // the scores in log2 units before the masks (see BwdTraitsBody)
+      ptx::fence_operand(dpt);
+      head = head_begin + step / n_m;  // (kMods: not kSparse)
+      const bwd90::ScoreModifiers mods = bwd90::score_modifiers(params, args.softcap, batch, head, mask);
+#pragma unroll
+      for (int i = 0; i < kS; ++i) st[i] = mods.soft(st[i]);
+    }
     if (needs_mask) bwd90::mask_key_rows<kBlockM>(st, mask, m0, n0 + key_local, t4);
-#pragma unroll
-    for (int c = 0; c < kBlockM / 8; ++c) {
-      const float2 l = lse2[c];
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int idx = 4 * c + 2 * h + e;
-          // Rows past the queries (and LSE = -inf) carry LSE_log2 = +inf: P = 0 there.
-          const float x = key_ok[h] ? st[idx] : -INFINITY;
-          st[idx] = ptx::exp2_approx(fmaf(x, scale_log2, -(e == 0 ? l.x : l.y)));
-        }
+    if constexpr (Traits::kSparse) {
+      if (kind != kTileClean) {
+        bwd90::hide_blocked_keys<kBlockM>(st, params, kind, batch, head, m0, n0 + key_local, t4, seq.seqlen_q,
+                                          seq.seqlen_k);
       }
     }
-    ptx::wgmma_wait<0>();
-    ptx::fence_operand(dpt);
+    if constexpr (Traits::kMods) {
+      // P and dS = P (dP - D) (1 - tanh^2) in one pass.
+      const bwd90::ScoreModifiers mods = bwd90::score_modifiers(params, args.softcap, batch, head, mask);
 #pragma unroll
-    for (int c = 0; c < kBlockM / 8; ++c) {
-      const float2 d = *reinterpret_cast<const float2*>(dsum + 8 * c + 2 * t4);
+      for (int c = 0; c < kBlockM / 8; ++c) {
+        // LSE read here, not from lse2 (unused then, so not loaded): 16 registers fewer.
+        const float2 l = *reinterpret_cast<const float2*>(lse + 8 * c + 2 * t4);
+        const float2 d = *reinterpret_cast<const float2*>(dsum + 8 * c + 2 * t4);
 #pragma unroll
-      for (int i = 4 * c; i < 4 * c + 4; ++i) dpt[i] = st[i] * (dpt[i] - (i % 2 == 0 ? d.x : d.y));
+        for (int h = 0; h < 2; ++h) {
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int idx = 4 * c + 2 * h + e;
+            const float x = key_ok[h] ? st[idx] : -INFINITY;
+            const float alibi = mods.alibi(m0 + 8 * c + 2 * t4 + e, n0 + key_local + 8 * h);
+            const float p = ptx::exp2_approx(x - alibi - (e == 0 ? l.x : l.y));
+            st[idx] = p;
+            dpt[idx] = p * (dpt[idx] - (e == 0 ? d.x : d.y)) * mods.dtanh(x);
+          }
+        }
+      }
+    } else {
+#pragma unroll
+      for (int c = 0; c < kBlockM / 8; ++c) {
+        const float2 l = lse2[c];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int idx = 4 * c + 2 * h + e;
+            // Rows past the queries (and LSE = -inf) carry LSE_log2 = +inf: P = 0 there.
+            const float x = key_ok[h] ? st[idx] : -INFINITY;
+            st[idx] = ptx::exp2_approx(fmaf(x, scale_log2, -(e == 0 ? l.x : l.y)));
+          }
+        }
+      }
+      ptx::wgmma_wait<0>();
+      ptx::fence_operand(dpt);
+#pragma unroll
+      for (int c = 0; c < kBlockM / 8; ++c) {
+        const float2 d = *reinterpret_cast<const float2*>(dsum + 8 * c + 2 * t4);
+#pragma unroll
+        for (int i = 4 * c; i < 4 * c + 4; ++i) dpt[i] = st[i] * (dpt[i] - (i % 2 == 0 ? d.x : d.y));
+      }
     }
     uint32_t pt[kS / 2], dst[kS / 2];
     bwd90::pack_pairs<Element>(st, pt);
@@ -662,6 +861,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
         *reinterpret_cast<float4*>(dq_part + bwd90::acc_order_index(i, tid_wg)) =
             make_float4(dq[i], dq[i + 1], dq[i + 2], dq[i + 3]);
       }
+      if constexpr (Traits::kSparse) bwd90::post_step(slots + kStages, consumer, tid_wg, entry, head);
       ptx::fence_proxy_async_smem();
       ptx::named_barrier_arrive(kDqFullBarrier0 + consumer, kDqHandoffThreads);
       ptx::wgmma_wait<0>();
@@ -701,7 +901,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_dq_kernel(const __gri
       seq.seqlen_q, seq.seqlen_k, params.window_left, params.window_right);
   int n_lo = 0, n_hi = (seq.seqlen_k + kBlockN - 1) / kBlockN;
   if constexpr (Traits::kMask == MaskMode::kWindow) mask.block_range(m0, m0 + rows_here, kBlockN, &n_lo, &n_hi);
-  const int steps = max(n_hi - n_lo, 0);
+  int steps = max(n_hi - n_lo, 0);  // kSparse: the consumers learn theirs from the producer
 
   extern __shared__ unsigned char smem_raw[];
   unsigned char* smem = ptx::align_shared<1024>(smem_raw);
@@ -714,6 +914,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_dq_kernel(const __gri
   uint64_t* q_full = bars;
   uint64_t* full = bars + 1;             // [kStages]
   uint64_t* empty = bars + 1 + kStages;  // [kStages]
+  // kSparse: [kStages] after the barriers (Traits::kSlotBytes); only .entry is used here.
+  [[maybe_unused]] bwd90::SparseSlot* slots = reinterpret_cast<bwd90::SparseSlot*>(bars + Traits::kDqBarriers);
   const auto stage_k = [&](int s) { return stages + s * Traits::kDqStageBytes; };
   const auto stage_v = [&](int s) { return stage_k(s) + Traits::tile_bytes(kBlockN); };
 
@@ -726,21 +928,25 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_dq_kernel(const __gri
   if (warpgroup == 0) {
     ptx::warpgroup_reg_dealloc<Traits::kProducerRegs>();
     if (warp != 0 || lane != 0) return;
-    if (steps == 0) return;  // no visible key: the consumers write dQ = 0 without waiting
+    // No visible key: the consumers write dQ = 0 without waiting (kSparse: the walk below finds out).
+    if (!Traits::kSparse && steps == 0) return;
     const int mb = bwd90::map_batch(params, batch);
-    ptx::mbarrier_arrive_expect_tx(q_full, 2 * Traits::tile_bytes(kBlockM) + 2 * Traits::kDqStatBytes);
+    const auto load_q = [&]() {
+      ptx::mbarrier_arrive_expect_tx(q_full, 2 * Traits::tile_bytes(kBlockM) + 2 * Traits::kDqStatBytes);
 #pragma unroll
-    for (int panel = 0; panel < Traits::kPanels; ++panel) {
-      ptx::tma_load_4d(sQ + panel * Traits::panel_bytes(kBlockM), &args.dq.q, q_full, 64 * panel,
-                       int(seq.row0_q) + m0, head, mb);
-      ptx::tma_load_4d(sdO + panel * Traits::panel_bytes(kBlockM), &args.dq.dout, q_full, 64 * panel,
-                       int(seq.row0_q) + m0, head, mb);
-    }
-    ptx::bulk_load(sLse, params.lse_log2 + ws, Traits::kDqStatBytes, q_full);
-    ptx::bulk_load(sDsum, params.dsum + ws, Traits::kDqStatBytes, q_full);
-    for (int step = 0; step < steps; ++step) {
+      for (int panel = 0; panel < Traits::kPanels; ++panel) {
+        ptx::tma_load_4d(sQ + panel * Traits::panel_bytes(kBlockM), &args.dq.q, q_full, 64 * panel,
+                         int(seq.row0_q) + m0, head, mb);
+        ptx::tma_load_4d(sdO + panel * Traits::panel_bytes(kBlockM), &args.dq.dout, q_full, 64 * panel,
+                         int(seq.row0_q) + m0, head, mb);
+      }
+      ptx::bulk_load(sLse, params.lse_log2 + ws, Traits::kDqStatBytes, q_full);
+      ptx::bulk_load(sDsum, params.dsum + ws, Traits::kDqStatBytes, q_full);
+    };
+    // Step `step`'s K and V of key block n_block into its stage, once free.
+    const auto load_step = [&](int step, int n_block) {
       const int s = step % kStages;
-      const int key = int(seq.row0_k) + (n_lo + step) * kBlockN;
+      const int key = int(seq.row0_k) + n_block * kBlockN;
       ptx::mbarrier_wait(&empty[s], ((step / kStages) & 1) ^ 1);
       ptx::mbarrier_arrive_expect_tx(&full[s], 2 * Traits::tile_bytes(kBlockN));
 #pragma unroll
@@ -750,7 +956,40 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_dq_kernel(const __gri
         ptx::tma_load_4d(stage_v(s) + panel * Traits::panel_bytes(kBlockN), &args.dq.v, &full[s], 64 * panel, key,
                          kv_head, mb);
       }
+    };
+    if constexpr (Traits::kSparse) {
+      // This query tile's list (the forward's: descending key tiles) from its first entry below
+      // n_hi while entries stay >= n_lo, each entry into its stage's slot before the "full"
+      // arrival, the last one marked; no step: stage 0 says so and nothing is loaded.
+      const BwdSparseLists& lists = args.sparse;
+      const int32_t* list =
+          lists.dq + (params.block_tiles.plane(batch, head, params.heads) * lists.dq_m_tiles + m_block) *
+                         int64_t(lists.dq_n_tiles + 1);
+      const int count = steps > 0 ? __ldg(list) : 0;
+      int index = first_tile_below(count, n_hi, [&](int e) { return __ldg(list + 1 + e); });
+      int entry = index < count ? __ldg(list + 1 + index) : 0;
+      if (index >= count || (entry & kTileIndexMask) < n_lo) {
+        slots[0].entry = bwd90::kNoStep;
+        ptx::mbarrier_arrive(&full[0]);
+        return;
+      }
+      load_q();
+#pragma unroll 1
+      for (int step = 0;; ++step) {
+        const int next = index + 1 < count ? __ldg(list + 2 + index) : -1;
+        const bool last = next < 0 || (next & kTileIndexMask) < n_lo;
+        const int s = step % kStages;
+        ptx::mbarrier_wait(&empty[s], ((step / kStages) & 1) ^ 1);
+        slots[s].entry = entry | (last ? bwd90::kLastStep : 0);
+        load_step(step, entry & kTileIndexMask);
+        if (last) break;
+        ++index;
+        entry = next;
+      }
+      return;
     }
+    load_q();
+    for (int step = 0; step < steps; ++step) load_step(step, n_lo + step);
     return;
   }
 
@@ -769,6 +1008,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_dq_kernel(const __gri
 #pragma unroll
   for (int i = 0; i < kHeadDim / 2; ++i) dq[i] = 0.0f;
 
+  if constexpr (Traits::kSparse) {
+    // Whether the tile has a step at all is in stage 0's slot; the loop ends on the last mark.
+    ptx::mbarrier_wait(&full[0], 0);
+    steps = bwd90::slot_word(&slots[0].entry, lane) == bwd90::kNoStep ? 0 : INT_MAX;
+  }
   if (steps > 0) {
     ptx::mbarrier_wait(q_full, 0);
     float lse[2], dsum[2];
@@ -779,8 +1023,15 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_dq_kernel(const __gri
     }
     for (int step = 0; step < steps; ++step) {
       const int s = step % kStages;
-      const int n0 = (n_lo + step) * kBlockN;
+      int n0 = Traits::kSparse ? 0 : (n_lo + step) * kBlockN;
       ptx::mbarrier_wait(&full[s], (step / kStages) & 1);
+      [[maybe_unused]] int kind = kTileClean;
+      if constexpr (Traits::kSparse) {
+        const int entry = bwd90::slot_word(&slots[s].entry, lane);
+        n0 = (entry & kTileIndexMask) * kBlockN;
+        kind = (entry >> kTileKindShift) & 3;
+        if (entry & bwd90::kLastStep) steps = step + 1;
+      }
       const uint32_t k_addr = ptx::smem_u32(stage_k(s));
       float sc[kS], dp[kS];
       bwd90::issue_s_dp<kBlockN, Traits>(sc, dp, q_desc, do_desc, Traits::panel_bytes(kBlockM),
@@ -792,8 +1043,14 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_dq_kernel(const __gri
       const bool needs_mask =
           mask.block_needs_mask(m0 + row_base, max(min(m0 + rows_here, m0 + row_base + 64), m0 + row_base + 1), n0,
                                 n0 + kBlockN);
-      ptx::wgmma_wait<1>();
+      ptx::wgmma_wait<Traits::kMods ? 0 : 1>();
       ptx::fence_operand(sc);
+      if constexpr (Traits::kMods) {  // the scores in log2 units before the masks (BwdTraitsBody)
+        ptx::fence_operand(dp);
+        const bwd90::ScoreModifiers mods = bwd90::score_modifiers(params, args.softcap, batch, head, mask);
+#pragma unroll
+        for (int i = 0; i < kS; ++i) sc[i] = mods.soft(sc[i]);
+      }
       if (needs_mask) {  // one uniform branch around the whole tile (see mask_key_rows)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
@@ -809,12 +1066,29 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_dq_kernel(const __gri
           }
         }
       }
+      if constexpr (Traits::kSparse) {
+        if (kind != kTileClean) {
+          bwd90::hide_blocked_rows<kBlockN>(sc, params, kind, batch, head, m0 + row_local, n0 + 2 * t4, seq.seqlen_q,
+                                            seq.seqlen_k);
+        }
+      }
+      if constexpr (Traits::kMods) {  // P and dS = P (dP - D) (1 - tanh^2) in one pass
+        const bwd90::ScoreModifiers mods = bwd90::score_modifiers(params, args.softcap, batch, head, mask);
 #pragma unroll
-      for (int i = 0; i < kS; ++i) sc[i] = ptx::exp2_approx(fmaf(sc[i], scale_log2, -lse[(i / 2) % 2]));
-      ptx::wgmma_wait<0>();
-      ptx::fence_operand(dp);
+        for (int i = 0; i < kS; ++i) {
+          const float x = sc[i];
+          const float alibi = mods.alibi(m0 + row_local + 8 * ((i / 2) % 2), n0 + 8 * (i / 4) + 2 * t4 + i % 2);
+          sc[i] = ptx::exp2_approx(x - alibi - lse[(i / 2) % 2]);
+          dp[i] = sc[i] * (dp[i] - dsum[(i / 2) % 2]) * mods.dtanh(x);
+        }
+      } else {
 #pragma unroll
-      for (int i = 0; i < kS; ++i) dp[i] = sc[i] * (dp[i] - dsum[(i / 2) % 2]);
+        for (int i = 0; i < kS; ++i) sc[i] = ptx::exp2_approx(fmaf(sc[i], scale_log2, -lse[(i / 2) % 2]));
+        ptx::wgmma_wait<0>();
+        ptx::fence_operand(dp);
+#pragma unroll
+        for (int i = 0; i < kS; ++i) dp[i] = sc[i] * (dp[i] - dsum[(i / 2) % 2]);
+      }
       uint32_t ds[kS / 2];
       bwd90::pack_pairs<Element>(dp, ds);
       bwd90::gemm_rs<kHeadDim, Element, kBlockN>(dq, ds, bwd90::mn_desc(k_addr, Traits::panel_bytes(kBlockN)));

@@ -1,7 +1,8 @@
 // Host side of the Hopper backward for one traits: workspace, then preprocess (sm80's) ->
 //   deterministic: dK/dV kernel -> dQ kernel (S and dP twice, no atomics);
 //   otherwise:     zeroed f32 dQ accumulator -> fused dK/dV/dQ kernel -> dQ conversion;
-// -> (GQA reduction of split query heads, sm80's), all on `stream`.
+// -> (GQA reduction of split query heads, sm80's), all on `stream`; under a block mask
+// (BwdSparseTraits) the plan's passes (block_tiles.h) first.
 // Included only by the generated src/cuda/instantiations/sm90bwd_*.cu files.
 #pragma once
 
@@ -9,6 +10,7 @@
 
 #include <string>
 
+#include "cuda/block_tiles.h"
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/kernel_facts.h"
 #include "cuda/common/workspace.h"
@@ -64,6 +66,15 @@ Status run_bwd(const BackwardParams& params, cudaStream_t stream) {
     }
   }
 
+  if constexpr (Traits::kMods) {
+    if (params.softcap > 0.0f) {
+      constexpr float kLog2eF = 1.4426950408889634f;
+      args.softcap.in = params.scale / params.softcap;
+      args.softcap.out = params.softcap * kLog2eF;
+      args.softcap.out_inv = 1.0f / args.softcap.out;
+    }
+  }
+
   int num_sms = 0;
   if (Status s = multiprocessors(&num_sms); !s.ok()) return s;
 
@@ -72,10 +83,42 @@ Status run_bwd(const BackwardParams& params, cudaStream_t stream) {
   // deterministic.
   set_workspace_rows(&kp, kWsBlock);
   kp.kv_splits = kv_splits_for(params, Traits::kKvBlockN, num_sms);
+  // kSparse: the block states, the dK/dV kernel's key-major lists and (deterministic) the dQ
+  // kernel's query-major ones (block_tiles.h), after the workspace's fixed arrays.
+  size_t plan_bytes = 0;
+  if constexpr (Traits::kSparse) {
+    plan_bytes = block_states_bytes(params) + tile_lists_bytes(params, Traits::kKvBlockM, Traits::kKvBlockN) +
+                 (kp.deterministic ? tile_lists_bytes(params, Traits::kDqBlockM, Traits::kDqBlockN) : 0);
+  }
   void* ws = nullptr;
-  if (Status s = alloc_workspace<kHeadDim>(&kp, stream, &ws); !s.ok()) return s;
+  void* plan_ws = nullptr;
+  if (Status s = alloc_workspace<kHeadDim>(&kp, stream, &ws, plan_bytes, &plan_ws); !s.ok()) return s;
 
   const auto launch = [&]() -> Status {
+    if constexpr (Traits::kSparse) {
+      char* w = static_cast<char*>(plan_ws);
+      if (Status s = build_block_states(kp, w, stream, &kp.block_tiles); !s.ok()) return s;
+      w += block_states_bytes(kp);
+      BwdSparseLists& lists = args.sparse;
+      // The tile counts as build_tile_lists's geometry has them (over the longest sequences).
+      lists.kv_m_tiles = int32_t(ceil_div(kp.seqlen_q, Traits::kKvBlockM));
+      lists.kv_n_tiles = int32_t(ceil_div(kp.seqlen_k, Traits::kKvBlockN));
+      if (Status s = build_tile_lists(kp, kp.block_tiles, Traits::kKvBlockM, Traits::kKvBlockN, /*key_major=*/true, w,
+                                      stream, &lists.kv);
+          !s.ok()) {
+        return s;
+      }
+      w += tile_lists_bytes(kp, Traits::kKvBlockM, Traits::kKvBlockN);
+      if (kp.deterministic) {
+        lists.dq_m_tiles = int32_t(ceil_div(kp.seqlen_q, Traits::kDqBlockM));
+        lists.dq_n_tiles = int32_t(ceil_div(kp.seqlen_k, Traits::kDqBlockN));
+        if (Status s = build_tile_lists(kp, kp.block_tiles, Traits::kDqBlockM, Traits::kDqBlockN,
+                                        /*key_major=*/false, w, stream, &lists.dq);
+            !s.ok()) {
+          return s;
+        }
+      }
+    }
     if (Status s = launch_bwd_preprocess<Element, kHeadDim>(kp, stream); !s.ok()) return s;
     const dim3 kv_grid(unsigned(ceil_div(kp.seqlen_k, Traits::kKvBlockN)), kp.heads_k * kp.kv_splits, kp.batch);
     if constexpr (Traits::kHasFused) {

@@ -1,0 +1,60 @@
+// The Hopper backward with softcap and ALiBi (BwdModsTraits, bwd_kernel.h): the score
+// modifiers and softcap's factor of dS.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+
+#include "cuda/common/mask.h"
+#include "cuda/ptx/math.h"
+#include "cuda/sm80/bwd_common.h"  // BwdKernelParams
+
+namespace flashattn::cuda::sm90 {
+
+// Softcap's constants (kMods kernels; run_bwd sets them), read from the parameter space where
+// they take no register: scale / softcap (0 without softcap), softcap log2(e) and its inverse.
+struct BwdSoftcap {
+  float in = 0.0f, out = 0.0f, out_inv = 0.0f;
+};
+
+namespace bwd90 {
+
+// Traits::kMods: softcap and ALiBi for one (sequence, query head), as the forward applies them
+// (scale or softcap, then ALiBi, then the masks; sm80/bwd_common.h scores_to_probs): the score
+// in log2 units is softcap ? tanh(s scale / softcap) softcap log2(e) : s scale log2(e), minus
+// slope log2(e) |i + seqlen_k - seqlen_q - j|. The kernels keep the first part (`soft`) in the
+// score registers, hide masked scores there (-inf), and subtract ALiBi only in the pass that
+// computes P and dS, where softcap's factor 1 - tanh^2 comes from the same value: ALiBi is
+// computed once per score and no value lives between the passes (with ALiBi subtracted first
+// and recomputed for the factor, the d128 kernels spilled). The constants stay in the
+// parameter space.
+struct ScoreModifiers {
+  const BwdKernelParams& params;
+  const BwdSoftcap& softcap;
+  const WindowMask& mask;  // its diagonal (the kernel's, which keeps the sequence lengths anyway)
+  float alibi_log2;        // slope log2(e); 0 without ALiBi
+
+  // The raw product s = q.k in log2 units after scale or softcap.
+  __device__ __forceinline__ float soft(float s) const {
+    return softcap.in != 0.0f ? ptx::tanh_approx(s * softcap.in) * softcap.out : s * params.scale_log2;
+  }
+  // ALiBi's term of query i and key j.
+  __device__ __forceinline__ float alibi(int i, int j) const { return alibi_log2 * fabsf(float(mask.diag(i) - j)); }
+  // Softcap's factor of dS, 1 - tanh^2, from soft's value x (-inf where masked: 0 there, so that
+  // P = 0 times it stays 0); 1 without softcap.
+  __device__ __forceinline__ float dtanh(float x) const {
+    if (softcap.in == 0.0f) return 1.0f;
+    const float th = x * softcap.out_inv;
+    return fmaxf(fmaf(-th, th, 1.0f), 0.0f);
+  }
+};
+
+__device__ __forceinline__ ScoreModifiers score_modifiers(const BwdKernelParams& p, const BwdSoftcap& softcap,
+                                                          int batch, int head, const WindowMask& mask) {
+  const float slope = p.alibi != nullptr ? __ldg(p.alibi + batch * p.alibi_batch_stride + head) : 0.0f;
+  return {p, softcap, mask, slope * 1.4426950408889634f};
+}
+
+}  // namespace bwd90
+}  // namespace flashattn::cuda::sm90
