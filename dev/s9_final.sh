@@ -21,12 +21,9 @@ wait; t "packages built"
 cmake --build /tmp/bb -j 16 > /tmp/gt.log 2>&1 || grep -E "error" /tmp/gt.log | head -5
 t "gtests built"
 export PYTHONPATH=/tmp/pk
-(FLASHATTN_CUDA_PATH=sm90 ctest --test-dir /tmp/bb -j 6 --timeout 150 -L "sparse|fp8|correctness" > /tmp/ct-sm90.log 2>&1
- echo "ctest sm90 sparse|fp8|correctness: $(grep -E 'tests passed|tests failed' /tmp/ct-sm90.log)"
+(FLASHATTN_CUDA_PATH=sm90 ctest --test-dir /tmp/bb -j 6 --timeout 150 -L "sparse|fp8|correctness|special" > /tmp/ct-sm90.log 2>&1
+ echo "ctest sm90 sparse|fp8|correctness|special: $(grep -E 'tests passed|tests failed' /tmp/ct-sm90.log)"
  grep -E "\(Failed\)|Timeout|SEGFAULT|Exception" /tmp/ct-sm90.log | head) &
-(ctest --test-dir /tmp/bb -j 2 --timeout 150 -L "sparse" > /tmp/ct-auto.log 2>&1
- echo "ctest auto sparse: $(grep -E 'tests passed|tests failed' /tmp/ct-auto.log)"
- grep -E "\(Failed\)|Timeout|SEGFAULT|Exception" /tmp/ct-auto.log | head) &
 (timeout 200 python3 -m pytest tests/python/test_block_sparse.py tests/python/test_fp8.py -q -p no:cacheprovider > /tmp/py1.log 2>&1
  echo "pytest block_sparse + fp8 (auto): $(tail -1 /tmp/py1.log)"
  FLASHATTN_CUDA_PATH=sm90 timeout 150 python3 -m pytest tests/python/test_block_sparse.py tests/python/test_cuda.py -q -p no:cacheprovider > /tmp/py2.log 2>&1
@@ -42,7 +39,7 @@ for tool in racecheck memcheck; do
   FLASHATTN_CUDA_PATH=sm90 timeout 75 compute-sanitizer --tool $tool --print-limit 20 $SP --gtest_filter="$F" > /tmp/san/$tool.txt 2>&1
   echo "$tool sparse bwd: rc $? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' /tmp/san/$tool.txt | tail -1) ok $(grep -c 'OK \]' /tmp/san/$tool.txt)"
 done; t "sanitizers"
-cp /tmp/ct-sm90.log /tmp/ct-auto.log /tmp/py1.log /tmp/py2.log /tmp/py3.log /tmp/san/
+cp /tmp/ct-sm90.log /tmp/py1.log /tmp/py2.log /tmp/py3.log /tmp/san/
 tar czf $OUT/logs.tgz -C /tmp/san .
 timeout 150 python3 bench/bench.py --suite sparse --block-density 1,0.108 --impls flashattn,flex --repeats 10 \
   --out $OUT/sparse.json 2>&1 | grep -E "^bf16|wrote|Error|error" | head -8
