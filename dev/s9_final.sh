@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Ninth session, last GPU call: main with the sm90 block-sparse backward merged (d64/d128 bf16
-# package with tests): ctest sparse|fp8|correctness under sm90 and sparse under auto, pytest
+# package with tests): ctest sparse|fp8|correctness|special under sm90, pytest
 # (block-sparse, fp8, cuda), sanitizers on the sparse backward; the forward of today's defaults
 # (butterfly epilogue, d64 chunks, FP8 d64 three consumers) against cuDNN; the sparse suite
 # against FlexAttention (forward and backward); the d64 idle-tail A/B (FLASHATTN_DEV_SM90_FWD_IDLE_TAIL,
