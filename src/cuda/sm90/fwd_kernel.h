@@ -718,18 +718,6 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
     int pv_stage = 0;
     uint32_t pv_parity = 0;
     TileWork acc{};  // the tile the pending P belongs to (whose O st.o holds)
-#if defined(FLASHATTN_DEV_SM90_FWD_IDLE_TAIL)
-    // An idle tile (below) leaves its last V stage owed instead of a pending P: the next turn
-    // waits for that V and frees it, with no product.
-    bool idle_owed = false;
-    const auto settle_owed = [&] {
-      ptx::mbarrier_wait(&ring.v_full[pv_stage], pv_parity);
-      turns.take();
-      turns.pass();
-      release(&ring.v_empty[pv_stage], lane);
-      idle_owed = false;
-    };
-#endif
     float acc_max[2] = {-INFINITY, -INFINITY}, acc_sum[2] = {0.0f, 0.0f};
     // acc's epilogue with its own row statistics (st.row_max / row_sum may be the next tile's).
     const auto store_acc = [&] {
@@ -759,9 +747,6 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
       if (!w.exists()) continue;
       if (!w.has_keys()) {  // no visible key (the producer loads nothing): O = 0, LSE = -inf
         if (pending) flush();
-#if defined(FLASHATTN_DEV_SM90_FWD_IDLE_TAIL)
-        if (idle_owed) settle_owed();
-#endif
 #pragma unroll
         for (int i = 0; i < ConsumerState<Traits>::kORegs; ++i) st.o[i] = 0.0f;
         st.row_max[0] = st.row_max[1] = -INFINITY;
@@ -769,42 +754,6 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
         store_tile<Traits>(params, w, st, row_in_tile, t4, scale_log2);
         continue;
       }
-#if defined(FLASHATTN_DEV_SM90_FWD_IDLE_TAIL)
-      // This warpgroup has no row of the tile (see the one-tile loop): the same waits, turns and
-      // releases as the active path, one turn per key block; a pending P of the previous tile
-      // takes the first turn with its P V product alone, then that tile is stored.
-      if (wg_row0 >= w.rows_here) {
-        const int slot = q_pass % 2;
-        ptx::mbarrier_wait(&ring.q_full[slot], (q_pass / 2) & 1);
-        for (int n_block = w.n_hi - 1; n_block >= w.n_lo; --n_block) {
-          const int stage = it % kStages;
-          const uint32_t parity = (it / kStages) & 1;
-          ptx::mbarrier_wait(&ring.k_full[stage], parity);
-          const bool owes = pending || idle_owed || n_block != w.n_hi - 1;
-          if (owes) ptx::mbarrier_wait(&ring.v_full[pv_stage], pv_parity);
-          turns.take();
-          if (pending) gemm_pv<Traits>(st.o, st.p, v_desc(pv_stage), o_fresh ^ 1u);
-          turns.pass();
-          if (pending) {
-            ptx::wgmma_wait<0>();
-            ptx::fence_operand(st.o);
-          }
-          release(&ring.k_empty[stage], lane);
-          if (n_block == w.n_lo) release(&ring.q_empty[slot], lane);
-          if (owes) release(&ring.v_empty[pv_stage], lane);
-          if (pending) {
-            store_tile<Traits>(params, acc, st, row_in_tile, t4, scale_log2);  // st's statistics are acc's
-            pending = false;
-          }
-          pv_stage = stage;
-          pv_parity = parity;
-          ++it;
-        }
-        idle_owed = true;
-        ++q_pass;
-        continue;
-      }
-#endif
       const WindowMask mask = make_window_mask<Traits::kMask == MaskMode::kWindow>(
           w.seqlen_q, w.seqlen_k, params.window_left, params.window_right);
       const ScoreMods90 mods = tile_mods(w);
@@ -834,18 +783,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
         float correction[2];
         ptx::mbarrier_wait(&ring.k_full[stage], parity);
         if (!pending) {  // the pipeline is empty: the scores alone
-#if defined(FLASHATTN_DEV_SM90_FWD_IDLE_TAIL)
-          const bool owed = idle_owed;
-          if (owed) ptx::mbarrier_wait(&ring.v_full[pv_stage], pv_parity);
-#endif
           turns.take();
           gemm_qk<Traits>(st.s, q_desc_slot, k_desc(stage));
           turns.pass();
           ptx::wgmma_wait<0>();
-#if defined(FLASHATTN_DEV_SM90_FWD_IDLE_TAIL)
-          if (owed) release(&ring.v_empty[pv_stage], lane);
-          idle_owed = false;
-#endif
           scores(n_block, stage);
           st.row_max[0] = st.row_max[1] = -INFINITY;
           st.row_sum[0] = st.row_sum[1] = 0.0f;
@@ -912,9 +853,6 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
       acc = w;
     }
     if (pending) flush();
-#if defined(FLASHATTN_DEV_SM90_FWD_IDLE_TAIL)
-    if (idle_owed) settle_owed();
-#endif
   } else {
   for (int k = 0;; ++k) {
     [[maybe_unused]] bool listed = false;  // kSparse: the tile's list has a key tile in range
@@ -937,46 +875,6 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
     st.row_max[0] = st.row_max[1] = -INFINITY;
     st.row_sum[0] = st.row_sum[1] = 0.0f;
 
-#if defined(FLASHATTN_DEV_SM90_FWD_IDLE_TAIL)
-    // dev/ A/B (dev/NOTES.md, "Ninth session"): a warpgroup whose 64 rows all lie past the
-    // sequence (the last query tile of a row count that is not a multiple of kBlockM: 1024 =
-    // 5 x 192 + 64 at d64) keeps the pipeline's protocol -- every wait, turn and release of the
-    // key-block walk below, in the same order -- but issues no product and computes nothing,
-    // leaving the tensor cores to the warpgroups with rows. The turns keep their count per tile,
-    // so the ring of turns stays in step.
-    if constexpr (!Traits::kSparse) {
-      if (w.has_keys() && wg_row0 >= w.rows_here) {
-        ptx::mbarrier_wait(ring.q_full, q_pass & 1);
-        int stage = it % kStages;
-        uint32_t parity = (it / kStages) & 1;
-        ptx::mbarrier_wait(&ring.k_full[stage], parity);
-        turns.take();
-        turns.pass();
-        release(&ring.k_empty[stage], lane);
-        for (int n_block = w.n_hi - 2; n_block >= w.n_lo; --n_block) {
-          const int prev_stage = stage;
-          const uint32_t prev_parity = parity;
-          ++it;
-          stage = it % kStages;
-          parity = (it / kStages) & 1;
-          ptx::mbarrier_wait(&ring.k_full[stage], parity);
-          ptx::mbarrier_wait(&ring.v_full[prev_stage], prev_parity);
-          turns.take();
-          turns.pass();
-          release(&ring.k_empty[stage], lane);
-          release(&ring.v_empty[prev_stage], lane);
-        }
-        release(ring.q_empty, lane);
-        ++q_pass;
-        ptx::mbarrier_wait(&ring.v_full[stage], parity);
-        turns.take();
-        turns.pass();
-        release(&ring.v_empty[stage], lane);
-        ++it;
-        continue;  // no row to store
-      }
-    }
-#endif
     if (Traits::kSparse ? listed : w.has_keys()) {
       const int row_begin = w.m0 + wg_row0;
       const int row_end = min(w.m0 + w.rows_here, row_begin + 64);
