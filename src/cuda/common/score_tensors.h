@@ -60,10 +60,10 @@ __device__ __forceinline__ float bias_log2(const QKVParams& p, const ScoreRow& r
   return x * 1.4426950408889634f;  // log2(e)
 }
 
-#if defined(FLASHATTN_DEV_BIAS_SMEM)
-// dev candidate (dev/NOTES.md "Bias tiles through shared memory"): the sm80 forward and backward
-// copy each (query tile, key tile) tile of a 16-bit attn_bias into shared memory with cp.async,
-// with the forward's K tile / the backward's step (Q, dO), and read it from there.
+// Bias tiles in shared memory (FwdTraits / BwdTraits::kBiasSmem, dev/NOTES.md "Bias tiles through
+// shared memory"): the sm80 forward and backward copy each (query tile, key tile) tile of a
+// 16-bit attn_bias into shared memory with cp.async, with the forward's K tile / the backward's
+// step (Q, dO), and read it from there.
 
 // Whether this call's attn_bias can be copied in 16-byte chunks: a 16-bit dtype (the call's),
 // a 16-byte aligned base, every stride a multiple of 8 elements, and a key extent (seqlen_k;
@@ -126,7 +126,6 @@ __device__ __forceinline__ void load_bias_tile(uint32_t s_bias, const QKVParams&
     g += pass_bytes;
   }
 }
-#endif
 
 // Whether (row, key j) is hidden in a tile of `kind` (tile_kind.h hidden_in_tile: clean tiles
 // read nothing, mask tiles attn_mask, mixed tiles the block state and then attn_mask where the

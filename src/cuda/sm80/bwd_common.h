@@ -179,17 +179,15 @@ struct BwdTraits {
   static constexpr int kSmemKV = kBlockN * kSmemStride;
   static constexpr int kSmemQ = kBlockM * kSmemStride;
   static constexpr int kSmemP = kBlockM * kPStride;
-#if defined(FLASHATTN_DEV_BIAS_SMEM)
-  // dev candidate (dev/NOTES.md "Bias tiles through shared memory"): each step buffer also holds
-  // the step's (query tile, key tile) bias tile after the stats (score_tensors.h load_bias_tile),
-  // copied with the step's Q and dO. d96 / d128 only (64 x 128 steps: +16 KB per buffer): d64's
-  // 128 x 128 steps would add 32 KB per buffer and lose the double buffer on H200, and at d192
-  // the sm_80 binary's spills grew (ptxas, bytes of stores / loads: 56 / 88 -> 88 / 148).
+  // Each step buffer also holds the step's (query tile, key tile) bias tile after the stats
+  // (score_tensors.h load_bias_tile), copied with the step's Q and dO (dev/NOTES.md "Bias tiles
+  // through shared memory"; H200 d128 bf16: 55.1 -> 63.0 TFLOP/s, dQ/dK/dV/dBias bitwise equal to
+  // the per-element reads). d96 / d128 fit (64 x 128 steps: +16 KB per buffer): d64's 128 x 128
+  // steps would add 32 KB per buffer and lose the double buffer on H200, and at d192 the sm_80
+  // binary's spills grew (ptxas, bytes of stores / loads: 56 / 88 -> 88 / 148). Only d128 has
+  // run on a GPU, so only d128 takes it.
   static constexpr bool kBiasSmem = kMods == ScoreMods::kBiasMask && kBlockM == 64 && kBlockN % 64 == 0 &&
-                                    kHeadDim <= 128;
-#else
-  static constexpr bool kBiasSmem = false;
-#endif
+                                    kHeadDim == 128;
   // A step buffer: sQ, sdO, stats, then (kBiasSmem) the bias tile.
   static constexpr uint32_t kBiasOffset = sizeof(Element) * 2 * kSmemQ + sizeof(float) * 2 * kBlockM;
   static constexpr uint32_t kStepBufBytes = kBiasOffset + (kBiasSmem ? 2 * kBlockM * kBlockN : 0);
@@ -325,12 +323,10 @@ __device__ __forceinline__ BwdScoreState score_state(const BackwardParams& p, in
 // lengths (reads are clamped there, score_tensors.h). Unused by the other variants.
 struct StepScores {
   int batch, head, kind, seqlen_q, seqlen_k;
-#if defined(FLASHATTN_DEV_BIAS_SMEM)
   // The byte offset of the step's bias tile (BwdTraits::kBiasSmem) from the kernel's dynamic
   // shared memory, or -1 where the call's bias is not copied (bias_tile_copyable; the dQ kernel)
   // and is read per element. One register: a pointer and a flag spilled more.
   int bias_tile = -1;
-#endif
 };
 
 // The kind of the step (query tile m, key tile n) of (sequence batch, query head head) under a
@@ -422,7 +418,6 @@ __device__ __forceinline__ void scores_to_probs(float (&s)[kMT][kNT][4], KeepBit
       const float lse2 = stat_lse[r];
       ScoreRow mods_row{};
       if constexpr (kBiasMask) mods_row = score_row(params, step.batch, step.head, min(i, step.seqlen_q - 1));
-#if defined(FLASHATTN_DEV_BIAS_SMEM)
       // This lane's word of chunk col0 / 8 in row r of the step's bias tile (bias_smem_offset);
       // col0 / 8 is a multiple of kNT, so chunk col0 / 8 + nt is one XOR away.
       static_assert((kNT & (kNT - 1)) == 0, "col0 / 8 + nt == col0 / 8 ^ nt");
@@ -439,16 +434,13 @@ __device__ __forceinline__ void scores_to_probs(float (&s)[kMT][kNT][4], KeepBit
       const int bias_row = step.bias_tile +
                            int(bias_smem_offset<kBiasKeys>(row0 + mt * 16 + bias_lane / 4 + 8 * h, col0 / 8)) +
                            4 * (bias_lane % 4);
-#endif
 #pragma unroll
       for (int nt = 0; nt < kNT; ++nt) {
         const int j = n0 + col0 + nt * 8 + 2 * t;  // key of element e = 0; e = 1 is j + 1
-#if defined(FLASHATTN_DEV_BIAS_SMEM)
         // One word at a time: the row's kNT words read ahead of the branches spilled (ptxas
         // d128: sm_90a 36 -> 68 bytes of spill stores, sm_80 24 -> 32).
         const float2 bias_pair = bias_pair_log2<Element>(
             bias_in_smem ? *reinterpret_cast<const uint32_t*>(bias_smem_base + (bias_row ^ (nt << 4))) : 0u);
-#endif
         float p[2], dtanh[2] = {1.0f, 1.0f};
         bool kept[2] = {true, true};
 #pragma unroll
@@ -467,15 +459,11 @@ __device__ __forceinline__ void scores_to_probs(float (&s)[kMT][kNT][4], KeepBit
               // As the forward: after softcap and ALiBi, attn_bias, then the element mask of the
               // step's kind (hidden: -inf, so P = 0 and dS = 0).
               const int jc = min(j_lane + nt * 8 + e, step.seqlen_k - 1);
-#if defined(FLASHATTN_DEV_BIAS_SMEM)
               if (bias_in_smem) {
                 x += e == 0 ? bias_pair.x : bias_pair.y;
               } else if (params.bias.defined()) {
                 x += bias_log2(params, mods_row, jc);
               }
-#else
-              if (params.bias.defined()) x += bias_log2(params, mods_row, jc);
-#endif
               if (score_hidden(params, mods_row, step.kind, jc)) x = -INFINITY;
             }
             p[e] = ptx::exp2_approx(x - lse2);

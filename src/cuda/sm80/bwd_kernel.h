@@ -180,13 +180,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   if (planned) skip_absent(first_head, first_mi, first_kind);
   const bool any_step = first_head < head_end;
 
-#if defined(FLASHATTN_DEV_BIAS_SMEM)
   // The step buffers' bias tiles (BwdTraits::kBiasSmem), used where the call's bias passes
   // bias_tile_copyable.
   const bool bias_smem = Traits::kBiasSmem && bias_tile_copyable(params);
-#endif
   // Issues the cp.async copies of one step's Q, dO (zero-filled past seqlen_q) and stats (and
-  // with FLASHATTN_DEV_BIAS_SMEM its bias tile).
+  // with kBiasSmem its bias tile).
   auto load_step = [&](int head, int m0, int buf) {
     const int64_t row = seq.row0_q + m0;
     const RowPtr gq = row_ptr<Element>(params.q, params.q_strides, batch, row, head);
@@ -199,7 +197,6 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     const int64_t ws = int64_t(head) * params.ws_rows + ws_row0 + m0;
     load_stats<kBlockM, Traits::kThreads>(reinterpret_cast<float*>(b + kStatsOffset), params.lse_log2 + ws,
                                           params.dsum + ws, tid);
-#if defined(FLASHATTN_DEV_BIAS_SMEM)
     if constexpr (Traits::kBiasSmem) {
       if (bias_smem) {
         // The thread index rebuilt from %laneid (volatile): from `tid`, ptxas kept the copy's
@@ -209,7 +206,6 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
                                                            warp * 32 + int(ptx::lane_id()));
       }
     }
-#endif
   };
 
   // Warp tiles of the three products (see BwdTraits).
@@ -300,14 +296,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     const bool needs_mask = mask.block_needs_mask(m0, min(m0 + kBlockM, seq.seqlen_q), n0, n0 + kBlockN);
     const float* stats = reinterpret_cast<const float*>(step_bufs + buf * Traits::kStepBufBytes + kStatsOffset);
     const BwdScoreState st = score_state<Traits::kMods>(params, batch, head);
-#if defined(FLASHATTN_DEV_BIAS_SMEM)
     const StepScores step{batch, head, kind, seq.seqlen_q, seq.seqlen_k,
                           Traits::kBiasSmem && bias_smem
                               ? int(step_bufs - smem_raw) + buf * int(Traits::kStepBufBytes) + int(Traits::kBiasOffset)
                               : -1};
-#else
-    const StepScores step{batch, head, kind, seq.seqlen_q, seq.seqlen_k};
-#endif
 #pragma unroll
     for (int half = 0; half < Traits::kSdpSplits; ++half) {
       constexpr int kMT = Traits::kSdpSubMTiles;

@@ -109,15 +109,14 @@ struct FwdTraits {
   // Paged KV cache: the K and V row offsets of two key blocks (the one whose V tile is next, and
   // the next K; PageFetch).
   static constexpr size_t kPageOffsetBytes = kCache_ ? 2 * 2 * kBlockN * sizeof(int64_t) : 0;
-#if defined(FLASHATTN_DEV_BIAS_SMEM)
-  // dev candidate (dev/NOTES.md "Bias tiles through shared memory"): the bias tile of the
-  // current (query block, key block), kBlockM rows of kBlockN 16-bit elements, after V
-  // (score_tensors.h load_bias_tile). Rows of whole groups of 8 chunks (kBlockN % 64 == 0):
-  // d <= 192's 64-key tiles, not d256's 16 keys.
-  static constexpr bool kBiasSmem = kMods == ScoreMods::kBiasMask && !kSplitKeys && kBlockN % 64 == 0;
-#else
-  static constexpr bool kBiasSmem = false;
-#endif
+  // The bias tile of the current (query block, key block), kBlockM rows of kBlockN 16-bit
+  // elements, after V (score_tensors.h load_bias_tile), copied with the K tile: the per-element
+  // bias reads waited one global latency each (dev/NOTES.md "Bias tiles through shared memory").
+  // H200, d128 bf16, 8 x 16 x 2k: 57.7 -> 80.9 TFLOP/s, outputs bitwise equal to the per-element
+  // reads on 13 cases (dev/results/h200-2026-12-02-bias-*). Rows of whole groups of 8 chunks
+  // (kBlockN % 64 == 0) allow d <= 192; only d128 has run on a GPU, so only d128 takes it.
+  static constexpr bool kBiasSmem =
+      kMods == ScoreMods::kBiasMask && !kSplitKeys && kBlockN % 64 == 0 && kHeadDim == 128;
   static constexpr int kSmemBias = kBiasSmem ? kBlockM * kBlockN : 0;  // Element units
   static constexpr size_t kSmemBytes = sizeof(Element) * (kSmemQ + 2 * kSmemKV + kSmemBias) + kPageOffsetBytes;
   // An e4m3 cache's kernels launch with less: no page offsets for a dense cache, and one set
@@ -474,11 +473,9 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
   // (page_offsets_shared, as the launcher sized shared memory).
   // v_offsets: V's slots after K's, or K's own (PageFetch::store then writes V's offsets over
   // K's equal ones). Read from the parameters where used, so that no register holds it.
-#if defined(FLASHATTN_DEV_BIAS_SMEM)
   // The bias tile (FwdTraits::kBiasSmem), used where the call's bias passes bias_tile_copyable.
-  unsigned char* const s_bias_bytes = reinterpret_cast<unsigned char*>(sV + Traits::kSmemKV);
+  [[maybe_unused]] unsigned char* const s_bias_bytes = reinterpret_cast<unsigned char*>(sV + Traits::kSmemKV);
   const bool bias_smem = Traits::kBiasSmem && bias_tile_copyable(params);
-#endif
   const auto v_offsets = [&] { return page_offsets_shared<Traits>(params) ? 0 : kBlockN; };
   int64_t* const page_offset_base = reinterpret_cast<int64_t*>(sV + Traits::kSmemKV + Traits::kSmemBias);
   const auto page_offsets = [&](int j) {
@@ -624,7 +621,6 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
       if (n_hi - 2 >= n_lo) fetch.load(pages, int(row0_k) + n0 - kBlockN, kBlockN, tid);
     } else {
       load_kv_tile<Traits>(sK, gK, (kBiasMask ? n_first : n_hi - 1) * kBlockN, seqlen_k, tid);
-#if defined(FLASHATTN_DEV_BIAS_SMEM)
       // The first bias tile travels with the first K tile (one commit group).
       if constexpr (Traits::kBiasSmem) {
         if (bias_smem) {
@@ -632,7 +628,6 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
                                                              n_first * kBlockN, seqlen_q, seqlen_k, tid);
         }
       }
-#endif
     }
     ptx::cp_async_commit();
     if constexpr (kPrefetchV) {
@@ -714,7 +709,6 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
           hi -= key0 + 2 * t;
           ScoreRow mods_row{};
           if constexpr (kBiasMask) mods_row = score_row(params, batch, head, min(i, seqlen_q - 1));
-#if defined(FLASHATTN_DEV_BIAS_SMEM)
           // This lane's bias word of chunk 0 in row i's tile row (bias_smem_offset): row r has
           // r % 8 == g; chunk nt is one XOR away.
           // The row's kNTiles words are read together, ahead of the per-element branches below
@@ -731,12 +725,9 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
                   bias_smem ? *reinterpret_cast<const uint32_t*>(s_bias_bytes + (bias_off0 ^ uint32_t(nt << 4))) : 0u;
             }
           }
-#endif
 #pragma unroll
           for (int nt = 0; nt < kNTiles; ++nt) {
-#if defined(FLASHATTN_DEV_BIAS_SMEM)
             const float2 bias_pair = bias_pair_log2<Element>(bias_words[nt]);
-#endif
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
               const int c = nt * 8 + e;  // column offset from key0 + 2t
@@ -749,15 +740,11 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
                 // After softcap and ALiBi (both additions: the order is rounding only, and the
                 // CPU backend's), then the element mask of the tile's kind.
                 const int j = min(key0 + 2 * t + c, seqlen_k - 1);
-#if defined(FLASHATTN_DEV_BIAS_SMEM)
                 if (Traits::kBiasSmem && bias_smem) {
                   x += e == 0 ? bias_pair.x : bias_pair.y;
                 } else if (params.bias.defined()) {
                   x += bias_log2(params, mods_row, j);
                 }
-#else
-                if (params.bias.defined()) x += bias_log2(params, mods_row, j);
-#endif
                 if (score_hidden(params, mods_row, this_kind, j)) x = -INFINITY;
               }
               if (needs_mask && (c < lo || c >= hi)) x = -INFINITY;
@@ -777,7 +764,6 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
       } else {
         const RowPtr tile{static_cast<const char*>(gK.row(kBiasMask ? n_next * kBlockN : n0 - kBlockN)), gK.row_bytes};
         load_kv_rows<Traits, true>(sK, tile, kBlockN, tid);
-#if defined(FLASHATTN_DEV_BIAS_SMEM)
         // The next bias tile with the next K tile: every warp read this one before the barrier.
         if constexpr (Traits::kBiasSmem) {
           if (bias_smem) {
@@ -785,7 +771,6 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
                                                                m0, n_next * kBlockN, seqlen_q, seqlen_k, tid);
           }
         }
-#endif
       }
       ptx::cp_async_commit();
     }
