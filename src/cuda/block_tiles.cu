@@ -61,75 +61,56 @@ __global__ void states_from_list(uint8_t* states, const BlockList l, uint8_t sta
   }
 }
 
-// The list of query tile m of one plane (`table` its block states), by one warp: lane l
-// classifies key tile n_tiles - 1 - (base + l) from the states of the user blocks its rectangle
-// touches, then the warp appends the kept tiles in descending order (ballot + prefix count), so
-// the list is sorted as the kernel walks it.
-__device__ void list_one(int32_t* list, const uint8_t* table, const Geometry& g, int64_t m, int block_m,
-                         int block_n, int bq, int bk, int seqlen_q, int seqlen_k, bool has_mask, int lane) {
-  int64_t r0, r1;
-  tile_blocks(m, block_m, bq, seqlen_q, &r0, &r1);
+// The list of one tile of one plane (`table` its block states), by one warp. Query-major (the
+// forward's): for query tile `tile`, lane l classifies key tile n_tiles - 1 - (base + l) from the
+// states of the user blocks the two tiles' rectangle touches; key-major (the Hopper backward's
+// dK/dV kernel): the axes swapped, key tile `tile` against query tile m_tiles - 1 - (base + l).
+// The warp appends the kept tiles in descending order (ballot + prefix count), so the list is
+// sorted as the kernel walks it.
+__device__ void list_one(int32_t* list, const uint8_t* table, const Geometry& g, int64_t tile, bool key_major,
+                         int block_m, int block_n, int bq, int bk, int seqlen_q, int seqlen_k, bool has_mask,
+                         int lane) {
+  int64_t f0, f1;  // the listed tile's blocks on its own axis
+  if (key_major) {
+    tile_blocks(tile, block_n, bk, seqlen_k, &f0, &f1);
+  } else {
+    tile_blocks(tile, block_m, bq, seqlen_q, &f0, &f1);
+  }
+  const int64_t walked = key_major ? g.m_tiles : g.n_tiles;
   int32_t count = 0;
-  for (int64_t base = 0; base < g.n_tiles; base += 32) {
-    const int64_t nt = g.n_tiles - 1 - (base + lane);
+  for (int64_t base = 0; base < walked; base += 32) {
+    const int64_t t = walked - 1 - (base + lane);
     int32_t kind = kTileSkipped;
-    if (nt >= 0) {
-      int64_t c0, c1;
-      tile_blocks(nt, block_n, bk, seqlen_k, &c0, &c1);
-      kind = tile_kind(table, g.k_blocks, r0, r1, c0, c1, has_mask);
+    if (t >= 0) {
+      int64_t w0, w1;
+      if (key_major) {
+        tile_blocks(t, block_m, bq, seqlen_q, &w0, &w1);
+        kind = tile_kind(table, g.k_blocks, w0, w1, f0, f1, has_mask);
+      } else {
+        tile_blocks(t, block_n, bk, seqlen_k, &w0, &w1);
+        kind = tile_kind(table, g.k_blocks, f0, f1, w0, w1, has_mask);
+      }
     }
     const bool kept = kind != kTileSkipped;
     const unsigned ballot = __ballot_sync(0xffffffffu, kept);
-    if (kept) list[1 + count + __popc(ballot & ((1u << lane) - 1))] = int32_t(nt) | (kind << kTileKindShift);
+    if (kept) list[1 + count + __popc(ballot & ((1u << lane) - 1))] = int32_t(t) | (kind << kTileKindShift);
     count += __popc(ballot);
   }
   if (lane == 0) list[0] = count;
 }
 
-// One warp per (plane, query tile), grid-stride.
-__global__ void tile_lists(int32_t* lists, const uint8_t* states, Geometry g, int block_m, int block_n, int bq,
-                           int bk, int seqlen_q, int seqlen_k, bool has_mask) {
+// One warp per (plane, listed tile), grid-stride: query tiles (m_tiles lists of n_tiles + 1 words
+// per plane) or, key_major, key tiles (n_tiles lists of m_tiles + 1).
+__global__ void tile_lists(int32_t* lists, const uint8_t* states, Geometry g, bool key_major, int block_m,
+                           int block_n, int bq, int bk, int seqlen_q, int seqlen_k, bool has_mask) {
   const int lane = threadIdx.x % 32;
   const int64_t warps = int64_t(gridDim.x) * blockDim.x / 32;
-  for (int64_t item = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) / 32; item < g.planes() * g.m_tiles;
-       item += warps) {  // item = plane * m_tiles + m; uniform across the warp
-    list_one(lists + item * (g.n_tiles + 1), states + item / g.m_tiles * g.q_blocks * g.k_blocks, g,
-             item % g.m_tiles, block_m, block_n, bq, bk, seqlen_q, seqlen_k, has_mask, lane);
-  }
-}
-
-// The key-major list of key tile n of one plane: list_one with the axes swapped (lane l
-// classifies query tile m_tiles - 1 - (base + l)), for the Hopper backward's dK/dV kernel.
-__device__ void key_list_one(int32_t* list, const uint8_t* table, const Geometry& g, int64_t n, int block_m,
-                             int block_n, int bq, int bk, int seqlen_q, int seqlen_k, bool has_mask, int lane) {
-  int64_t c0, c1;
-  tile_blocks(n, block_n, bk, seqlen_k, &c0, &c1);
-  int32_t count = 0;
-  for (int64_t base = 0; base < g.m_tiles; base += 32) {
-    const int64_t mt = g.m_tiles - 1 - (base + lane);
-    int32_t kind = kTileSkipped;
-    if (mt >= 0) {
-      int64_t r0, r1;
-      tile_blocks(mt, block_m, bq, seqlen_q, &r0, &r1);
-      kind = tile_kind(table, g.k_blocks, r0, r1, c0, c1, has_mask);
-    }
-    const bool kept = kind != kTileSkipped;
-    const unsigned ballot = __ballot_sync(0xffffffffu, kept);
-    if (kept) list[1 + count + __popc(ballot & ((1u << lane) - 1))] = int32_t(mt) | (kind << kTileKindShift);
-    count += __popc(ballot);
-  }
-  if (lane == 0) list[0] = count;
-}
-
-// One warp per (plane, key tile), grid-stride.
-__global__ void key_tile_lists(int32_t* lists, const uint8_t* states, Geometry g, int block_m, int block_n, int bq,
-                               int bk, int seqlen_q, int seqlen_k, bool has_mask) {
-  const int lane = threadIdx.x % 32;
-  const int64_t warps = int64_t(gridDim.x) * blockDim.x / 32;
-  for (int64_t item = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) / 32; item < g.planes() * g.n_tiles;
-       item += warps) {  // item = plane * n_tiles + n; uniform across the warp
-    key_list_one(lists + item * (g.m_tiles + 1), states + item / g.n_tiles * g.q_blocks * g.k_blocks, g,
-                 item % g.n_tiles, block_m, block_n, bq, bk, seqlen_q, seqlen_k, has_mask, lane);
+  const int64_t listed = key_major ? g.n_tiles : g.m_tiles;
+  const int64_t walked = key_major ? g.m_tiles : g.n_tiles;
+  for (int64_t item = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) / 32; item < g.planes() * listed;
+       item += warps) {  // item = plane * listed + tile; uniform across the warp
+    list_one(lists + item * (walked + 1), states + item / listed * g.q_blocks * g.k_blocks, g, item % listed,
+             key_major, block_m, block_n, bq, bk, seqlen_q, seqlen_k, has_mask, lane);
   }
 }
 
@@ -198,9 +179,9 @@ Status build_block_tiles(ForwardParams* p, int block_m, int block_n, void* works
   auto* lists = reinterpret_cast<int32_t*>(states + align16(g.states_bytes()));
   if (Status s = fill_states(*p, g, states, stream); !s.ok()) return s;
   const int64_t warps = g.planes() * g.m_tiles;
-  tile_lists<<<grid_for(warps * 32), kThreads, 0, stream>>>(lists, states, g, block_m, block_n, p->block_size_q,
-                                                            p->block_size_k, p->seqlen_q, p->seqlen_k,
-                                                            p->mask.defined());
+  tile_lists<<<grid_for(warps * 32), kThreads, 0, stream>>>(lists, states, g, false, block_m, block_n,
+                                                            p->block_size_q, p->block_size_k, p->seqlen_q,
+                                                            p->seqlen_k, p->mask.defined());
   FLASHATTN_CUDA_TRY(cudaGetLastError());
   set_plan(&p->block_tiles, g, states, lists);
   return Status::Ok();
@@ -252,9 +233,9 @@ Status build_tile_lists(const QKVParams& p, const BlockTilePlan& plan, int block
   auto* out = static_cast<int32_t*>(workspace);
   const int64_t warps = g.planes() * (key_major ? g.n_tiles : g.m_tiles);
   if (warps > 0) {
-    const auto kernel = key_major ? key_tile_lists : tile_lists;
-    kernel<<<grid_for(warps * 32), kThreads, 0, stream>>>(out, plan.states, g, block_m, block_n, p.block_size_q,
-                                                          p.block_size_k, p.seqlen_q, p.seqlen_k, p.mask.defined());
+    tile_lists<<<grid_for(warps * 32), kThreads, 0, stream>>>(out, plan.states, g, key_major, block_m, block_n,
+                                                              p.block_size_q, p.block_size_k, p.seqlen_q, p.seqlen_k,
+                                                              p.mask.defined());
     FLASHATTN_CUDA_TRY(cudaGetLastError());
   }
   *lists = out;

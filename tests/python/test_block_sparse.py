@@ -628,6 +628,27 @@ def _masked_attention(q, k, v, keep):
     return torch.einsum("bhij,bjhd->bihd", p, v)
 
 
+def _sm90_case(torch, shape, seed, block_size, causal):
+    """The sm90-against-sm80 tests' inputs on the GPU: bf16 q, k, v, dout of shape (b, sq, sk, h,
+    hk, d), a random block mask keeping 40% of the blocks with query block 0 keeping nothing, and
+    the float64 reference and the naive same-precision computation of out and the gradients."""
+    import torch_ref
+    b, sq, sk, h, hk, d = shape
+    bq, bk = block_size
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    q = torch.randn(b, sq, h, d, device="cuda", generator=g).bfloat16()
+    k, v = (torch.randn(b, sk, hk, d, device="cuda", generator=g).bfloat16() for _ in range(2))
+    dout = torch.randn(b, sq, h, d, device="cuda", generator=g).bfloat16()
+    nq, nk = -(-sq // bq), -(-sk // bk)
+    block = torch.rand(b, h, nq, nk, device="cuda", generator=g) < 0.4
+    block[:, :, 0] = False  # query block 0 keeps nothing
+    keep = _keep_of(block, bq, bk, sq, sk, causal)
+    ref = torch_ref.values_and_grads(lambda q, k, v: _masked_attention(q, k, v, keep),
+                                     [x.double() for x in (q, k, v)], dout)
+    naive = torch_ref.values_and_grads(lambda q, k, v: _masked_attention(q, k, v, keep), [q, k, v], dout)
+    return q, k, v, dout, block, ref, naive
+
+
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("block_size", [(128, 128), (96, 80)])
 def test_cuda_sm90_block_sparse_forward_matches_sm80(block_size, causal):
@@ -643,21 +664,10 @@ def test_cuda_sm90_block_sparse_forward_matches_sm80(block_size, causal):
         pytest.skip("no CUDA device")
     import torch_ref
     from attn_ref import assert_fa_close
-    bq, bk = block_size
+    bq = block_size[0]
     # 9 query tiles x 16 planes = 144 CTAs: a full grid, so the split heuristic leaves the call
     # to the sm90 forward in the auto mode too.
-    b, sq, sk, h, hk, d = 2, 1100, 1300, 8, 2, 128
-    g = torch.Generator(device="cuda").manual_seed(18)
-    q = torch.randn(b, sq, h, d, device="cuda", generator=g).bfloat16()
-    k, v = (torch.randn(b, sk, hk, d, device="cuda", generator=g).bfloat16() for _ in range(2))
-    dout = torch.randn(b, sq, h, d, device="cuda", generator=g).bfloat16()
-    nq, nk = -(-sq // bq), -(-sk // bk)
-    block = torch.rand(b, h, nq, nk, device="cuda", generator=g) < 0.4
-    block[:, :, 0] = False  # query block 0 keeps nothing
-    keep = _keep_of(block, bq, bk, sq, sk, causal)
-    ref = torch_ref.values_and_grads(lambda q, k, v: _masked_attention(q, k, v, keep),
-                                     [x.double() for x in (q, k, v)], dout)
-    naive = torch_ref.values_and_grads(lambda q, k, v: _masked_attention(q, k, v, keep), [q, k, v], dout)
+    q, k, v, dout, block, ref, naive = _sm90_case(torch, (2, 1100, 1300, 8, 2, 128), 18, block_size, causal)
     for sm80 in (False, True):
         saved = flashattn._C._set_switch("fwd_sm80", sm80)
         try:
@@ -686,19 +696,8 @@ def test_cuda_sm90_block_sparse_backward_matches_sm80(block_size, causal, determ
         pytest.skip("no CUDA device")
     import torch_ref
     from attn_ref import assert_fa_close
-    bq, bk = block_size
-    b, sq, sk, h, hk, d = 2, 700, 900, 8, 2, 128
-    g = torch.Generator(device="cuda").manual_seed(19)
-    q = torch.randn(b, sq, h, d, device="cuda", generator=g).bfloat16()
-    k, v = (torch.randn(b, sk, hk, d, device="cuda", generator=g).bfloat16() for _ in range(2))
-    dout = torch.randn(b, sq, h, d, device="cuda", generator=g).bfloat16()
-    nq, nk = -(-sq // bq), -(-sk // bk)
-    block = torch.rand(b, h, nq, nk, device="cuda", generator=g) < 0.4
-    block[:, :, 0] = False  # query block 0 keeps nothing
-    keep = _keep_of(block, bq, bk, sq, sk, causal)
-    ref = torch_ref.values_and_grads(lambda q, k, v: _masked_attention(q, k, v, keep),
-                                     [x.double() for x in (q, k, v)], dout)
-    naive = torch_ref.values_and_grads(lambda q, k, v: _masked_attention(q, k, v, keep), [q, k, v], dout)
+    bq = block_size[0]
+    q, k, v, dout, block, ref, naive = _sm90_case(torch, (2, 700, 900, 8, 2, 128), 19, block_size, causal)
 
     def run():
         return torch_ref.values_and_grads(

@@ -134,6 +134,33 @@ __device__ __forceinline__ bool score_hidden(const QKVParams& p, const ScoreRow&
   return hidden_in_tile(kind, r.states, j, p.block_size_k, r.mask);
 }
 
+// -inf where the block mask hides the score, for the rows `row` and row + 8 of a wgmma
+// accumulator tile (the Hopper kernels' S, rows are queries) of `kind` other than clean: element
+// (row + 8h, key key0 + 8c + e) is x[4c + 2h + e], key0 = the tile's first key + 2 * (lane % 4);
+// keys clamped to the sequence (keys past it are the window mask's). The tests go into a bit per
+// score in a loop unrolled by 8 (unrolled whole, the check took most of the sparse forward's
+// code), then the bits into the scores. The sm90 forward and the sm90 backward's dQ kernel.
+template <int kBlockN, typename Params>
+__device__ __forceinline__ void hide_blocked_scores(float (&x)[kBlockN / 2], const Params& params, int kind,
+                                                    int batch, int head, int row, int key0, int seqlen_q,
+                                                    int seqlen_k) {
+  constexpr int kPerRow = kBlockN / 4;  // this thread's keys of one row
+  static_assert(kPerRow <= 32, "one 32-bit word of bits per row");
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const ScoreRow r = score_row(params, batch, head, min(row + 8 * h, seqlen_q - 1));
+    uint32_t hidden = 0;
+#pragma unroll 8
+    for (int c = 0; c < kPerRow; ++c) {
+      hidden |= uint32_t(score_hidden(params, r, kind, min(key0 + 8 * (c / 2) + (c & 1), seqlen_k - 1))) << c;
+    }
+#pragma unroll
+    for (int c = 0; c < kPerRow; ++c) {
+      if ((hidden >> c) & 1u) x[4 * (c / 2) + 2 * h + (c & 1)] = -INFINITY;
+    }
+  }
+}
+
 // The key tiles one CTA visits under a block mask: its plan's list (descending tile index),
 // from the first entry below n_hi (tiles past this CTA's split, window or sequence are never
 // read), walked in order; the caller stops below its n_lo.

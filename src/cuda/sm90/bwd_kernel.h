@@ -1068,7 +1068,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_dq_kernel(const __gri
       }
       if constexpr (Traits::kSparse) {
         if (kind != kTileClean) {
-          bwd90::hide_blocked_rows<kBlockN>(sc, params, kind, batch, head, m0 + row_local, n0 + 2 * t4, seq.seqlen_q,
+          hide_blocked_scores<kBlockN>(sc, params, kind, batch, head, m0 + row_local, n0 + 2 * t4, seq.seqlen_q,
                                             seq.seqlen_k);
         }
       }

@@ -104,8 +104,8 @@ struct KvStepWalk {
 // element (key `key` + 8h, query m0 + 8c + 2t4 + e) is x[4c + 2h + e]. Rows and keys are clamped
 // to the sequence for the reads only: rows past it have P = 0 through their LSE (+inf), keys past
 // it have P forced to 0 (fused) or their dK/dV rows dropped. The tests go into one bit per score
-// in a loop unrolled by 4, then the bits into the scores, as the forward does (sm90/fwd_kernel.h,
-// apply_block_mask: unrolled whole the check dominated the code).
+// in a loop unrolled by 4, then the bits into the scores, as the forward does (score_tensors.h,
+// hide_blocked_scores: unrolled whole the check dominated the code).
 template <int kBlockM>
 __device__ __forceinline__ void hide_blocked_keys(float (&x)[kBlockM / 2], const BwdKernelParams& params, int kind,
                                                   int batch, int head, int m0, int key, int t4, int seqlen_q,
@@ -125,29 +125,6 @@ __device__ __forceinline__ void hide_blocked_keys(float (&x)[kBlockM / 2], const
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       if ((hidden >> (2 * r + h)) & 1u) x[4 * (r / 2) + 2 * h + (r & 1)] = -INFINITY;
-    }
-  }
-}
-
-// The same for a dQ step tile (S, rows are queries): element (query `row` + 8h, key
-// key0 + 8c + e, key0 = the tile's first key + 2t4) is x[4c + 2h + e].
-template <int kBlockN>
-__device__ __forceinline__ void hide_blocked_rows(float (&x)[kBlockN / 2], const BwdKernelParams& params, int kind,
-                                                  int batch, int head, int row, int key0, int seqlen_q,
-                                                  int seqlen_k) {
-  constexpr int kPerRow = kBlockN / 4;  // this thread's keys of one row
-  static_assert(kPerRow <= 32, "one 32-bit word of bits per row");
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const ScoreRow r = score_row(params, batch, head, min(row + 8 * h, seqlen_q - 1));
-    uint32_t hidden = 0;
-#pragma unroll 8
-    for (int c = 0; c < kPerRow; ++c) {
-      hidden |= uint32_t(score_hidden(params, r, kind, min(key0 + 8 * (c / 2) + (c & 1), seqlen_k - 1))) << c;
-    }
-#pragma unroll
-    for (int c = 0; c < kPerRow; ++c) {
-      if ((hidden >> c) & 1u) x[4 * (c / 2) + 2 * h + (c & 1)] = -INFINITY;
     }
   }
 }

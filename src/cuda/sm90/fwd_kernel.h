@@ -155,34 +155,6 @@ __device__ __forceinline__ void apply_mask(float (&s)[Traits::kBlockN / 2], cons
   }
 }
 
-// Traits::kSparse: -inf where the block mask hides the score (hidden_in_tile: a mask tile reads
-// attn_mask, a mixed tile its block states and then attn_mask where partial), for rows row and
-// row + 8 of a tile of `kind` other than clean; keys key0 + 8c + e (key0 = block start + 2t),
-// clamped to the sequence (keys past it are the window mask's). The tests go into a bit per
-// score in a loop unrolled by 8 (unrolled whole, the two copies of this check took 3/4 of the
-// kernel's code), then the bits into the scores.
-template <typename Traits>
-__device__ __forceinline__ void apply_block_mask(float (&s)[Traits::kBlockN / 2], const ForwardParams& params,
-                                                 int kind, int batch, int head, int row, int seqlen_q,
-                                                 int seqlen_k, int key0) {
-  constexpr int kPerRow = Traits::kBlockN / 4;  // scores of one row in this thread
-  static_assert(kPerRow <= 32, "one 32-bit word of bits per row");
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const ScoreRow r = score_row(params, batch, head, min(row + 8 * h, seqlen_q - 1));
-    uint32_t hidden = 0;
-#pragma unroll 8
-    for (int x = 0; x < kPerRow; ++x) {
-      const int j = min(key0 + 8 * (x / 2) + (x & 1), seqlen_k - 1);
-      hidden |= uint32_t(score_hidden(params, r, kind, j)) << x;
-    }
-#pragma unroll
-    for (int x = 0; x < kPerRow; ++x) {
-      if ((hidden >> x) & 1u) s[4 * (x / 2) + 2 * h + (x & 1)] = -INFINITY;
-    }
-  }
-}
-
 // Whether key block n_block needs the element mask for a warpgroup's rows [row_begin, row_end):
 // under a window mask when it straddles a row's visible interval, without one only when it
 // runs past seqlen_k.
@@ -909,8 +881,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
       if (needs_mask(n_first)) apply_mask<Traits>(st.s, mask, row, n_first * kBlockN + 2 * t4);
       if constexpr (Traits::kSparse) {
         if (kind != kTileClean) {
-          apply_block_mask<Traits>(st.s, params, kind, w.batch, w.head, row, w.seqlen_q, w.seqlen_k,
-                                   n_first * kBlockN + 2 * t4);
+          hide_blocked_scores<Traits::kBlockN>(st.s, params, kind, w.batch, w.head, row, n_first * kBlockN + 2 * t4,
+                                               w.seqlen_q, w.seqlen_k);
         }
       }
       {
@@ -944,8 +916,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
         if (needs_mask(n_block)) apply_mask<Traits>(st.s, mask, row, n_block * kBlockN + 2 * t4);
         if constexpr (Traits::kSparse) {
           if (kind != kTileClean) {
-            apply_block_mask<Traits>(st.s, params, kind, w.batch, w.head, row, w.seqlen_q, w.seqlen_k,
-                                     n_block * kBlockN + 2 * t4);
+            hide_blocked_scores<Traits::kBlockN>(st.s, params, kind, w.batch, w.head, row,
+                                                 n_block * kBlockN + 2 * t4, w.seqlen_q, w.seqlen_k);
           }
         }
         float correction[2];
