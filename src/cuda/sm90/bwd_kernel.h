@@ -259,7 +259,15 @@ __device__ __forceinline__ void pack_pairs(const float (&x)[n], uint32_t (&out)[
   for (int i = 0; i < n / 2; ++i) out[i] = ptx::pack2<Element>(x[2 * i], x[2 * i + 1]);
 }
 
+// One arrival per consumer warp frees a stage (the empty barriers count the consumer warps).
+// dev/ A/B for racecheck: -DFLASHATTN_DEV_SM90_BWD_SYNCWARP_RELEASE orders every lane's reads of
+// the stage (its LSE / D words) before lane 0's arrival through __syncwarp, which racecheck
+// tracks; without it racecheck reports the copy engine's next writes to the stage against the
+// other lanes' reads (dev/NOTES.md, "Block-sparse on the Hopper backward", measured part).
 __device__ __forceinline__ void release(uint64_t* bar, int lane) {
+#if defined(FLASHATTN_DEV_SM90_BWD_SYNCWARP_RELEASE)
+  __syncwarp();
+#endif
   if (lane == 0) ptx::mbarrier_arrive(bar);
 }
 
