@@ -128,20 +128,42 @@ struct BwdTraitsBody {
   // by the copy engine (bulk reduce-add from kDqPartBytes of shared memory per consumer). At d128
   // the consumers split dQ's columns (64 each, all 128 keys: a barrier between them per step); at
   // d64 each takes its own 64 keys and all 64 columns (no barrier, twice the reduce traffic).
-  static constexpr bool kDqSplitKeys = kHeadDim == 64;
+  // kDqKHalves (d64 under the dev macro, issue 20): the columns split at d64 too, 32 each over all
+  // 128 keys (m64n32 products), so a step adds one 64 x 64 block in two halves instead of two
+  // whole ones (ncu, H200 d64 16k: the staging's proxy fence 6.3% of the samples, the dQ-empty
+  // barrier 3.5%). B is then a 32-column slice of K; in K's 128-byte swizzled rows that slice
+  // starts 64 bytes into each swizzle atom, and the PTX ISA's operands are whole atoms (the
+  // descriptor's base offset encodes only the row phase, bits 7-9), so each consumer first copies
+  // its half of K into 64-byte swizzled rows (kKHalvesBytes), where 32 columns are one atom.
+#if defined(FLASHATTN_DEV_SM90_BWD_D64_DQ_COLS)
+  static constexpr bool kDqKHalves = kHeadDim == 64;  // dev/s10_bwd_d64.sh
+#else
+  static constexpr bool kDqKHalves = false;
+#endif
+  static constexpr bool kDqSplitKeys = kHeadDim == 64 && !kDqKHalves;
   static constexpr int kDqCols = kDqSplitKeys ? kHeadDim : kHeadDim / kConsumers;  // dQ columns per consumer
   static constexpr int kDqKeys = kDqSplitKeys ? 64 : kKvBlockN;                    // keys per dQ product
   static constexpr int kDqParts = kDqSplitKeys ? 1 : kConsumers;  // column parts of a 64-row dQ block
   static constexpr int kDsBytes = kKvBlockN * kKvBlockM * 2;
   static constexpr int kDqPartBytes = 64 * kDqCols * 4;
-  static constexpr int kFusedExtraBytes = 2 * kDsBytes + kConsumers * kDqPartBytes;
+  // kDqKHalves: K's column halves (32 columns = 64 bytes of each of kKvBlockN rows), half c at c x
+  // kKHalfBytes, after the dQ parts.
+  static constexpr int kKHalfRowBytes = 64;
+  static constexpr int kKHalfBytes = kKvBlockN * kKHalfRowBytes;
+  static constexpr int kKHalvesBytes = kDqKHalves ? kConsumers * kKHalfBytes : 0;
+  static constexpr int kFusedExtraBytes = 2 * kDsBytes + kConsumers * kDqPartBytes + kKHalvesBytes;
   static constexpr size_t kKvFusedSmemBytes = kKvSmemBytes + kFusedExtraBytes;
 
   static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 192 || kHeadDim == 256, "d64, d128, d192 and d256");
   static_assert(kKvBlockM * 2 == kRowBytes, "dS^T rows are one 128-byte swizzled panel of queries");
   // The fused kernel: d64 and d128 (at d256 dK and dV already fill the registers).
   static constexpr bool kHasFused = !kSplitRoles;
-  static_assert(!kHasFused || kDqCols == 64, "the dQ product is m64n64 (Wgmma<64>)");
+  static_assert(!kHasFused || kDqCols == (kDqKHalves ? 32 : 64), "the dQ product is m64n64, m64n32 on K's halves");
+  static_assert(!kDqKHalves || (kHeadDim == 64 && kConsumers == 2),
+                "one 32-column half of K (one 64-byte swizzle atom wide) per consumer");
+  static_assert(!kDqKHalves || (2 * tile_bytes(kKvBlockN) + kStages * kKvStageBytes + 2 * kDsBytes +
+                                kConsumers * kDqPartBytes) % 1024 == 0,
+                "K's halves start on a swizzle period (512 bytes at 64-byte rows): base offset 0");
   static_assert(!kHasFused || kKvFusedSmemBytes <= 232448, "the fused kernel fits the 227 KB an sm90 CTA may use");
   static_assert(2 * kKvStatBytes <= 1024 && 2 * kDqStatBytes <= 1024, "statistics fit their padding");
   static_assert(kKvSmemBytes <= 232448 && kDqSmemBytes <= 232448, "fits the 227 KB an sm90 CTA may use");
@@ -273,15 +295,43 @@ __device__ __forceinline__ void release(uint64_t* bar, int lane) {
 
 // dQ (+)= dS K for one step of the fused kernel: A = dS from dS^T in shared memory (MN-major:
 // rows are keys, the k index; 64 queries per 128-byte row), B = K MN-major (rows are keys, this
-// consumer's 64 head-dim columns one panel); kKeys / 16 k16 steps of 16 rows.
-template <int kKeys, typename Element>
-__device__ __forceinline__ void gemm_dq(float (&acc)[32], uint64_t ds_desc, uint64_t k_desc) {
-  using Mma = ptx::Wgmma<64, Element>;
+// consumer's N head-dim columns: one panel of 128-byte rows, or with kDqKHalves its half of
+// 64-byte rows, kBRowBytes); kKeys / 16 k16 steps of 16 rows.
+template <int kKeys, int N, int kBRowBytes, typename Element>
+__device__ __forceinline__ void gemm_dq(float (&acc)[N / 2], uint64_t ds_desc, uint64_t k_desc) {
+  using Mma = ptx::Wgmma<N, Element>;
   ptx::wgmma_fence();
 #pragma unroll
   for (int kk = 0; kk < kKeys / 16; ++kk) {
-    Mma::template ss<1, 1>(acc, ptx::desc_advance(ds_desc, kk * 16 * 128), ptx::desc_advance(k_desc, kk * 16 * 128),
-                           kk != 0 ? 1u : 0u);
+    Mma::template ss<1, 1>(acc, ptx::desc_advance(ds_desc, kk * 16 * 128),
+                           ptx::desc_advance(k_desc, kk * 16 * kBRowBytes), kk != 0 ? 1u : 0u);
+  }
+}
+
+// kDqKHalves: the MN-major descriptor of one half of K in 64-byte swizzled rows. One half is one
+// swizzle atom across N (32 columns), so the leading offset (atom to atom along N) is never
+// stepped; it is set to the distance between the halves, as for the whole 64-column tile.
+// The stride offset steps 8 K-rows (512 bytes, the 64-byte swizzle's period).
+template <int kHalfBytes>
+__device__ __forceinline__ uint64_t k_half_desc(uint32_t addr) {
+  return ptx::smem_desc(addr, kHalfBytes, 8 * 64, ptx::SmemSwizzle::k64B);
+}
+
+// kDqKHalves: copies head-dim columns [32 c, 32 c + 32) of the resident K tile (kRows rows of 128
+// bytes, 128-byte swizzle: 16-byte chunk j of row r at chunk j ^ (r % 8)) into `half` (kRows rows
+// of 64 bytes, 64-byte swizzle, as the copy engine's CU_TENSOR_MAP_SWIZZLE_64B and the
+// descriptor read it: the chunk bits 4-5 XOR address bits 7-8, so chunk j of row r sits at
+// chunk j ^ ((r / 2) % 4)). `half` is 512-byte aligned. Thread t of the warpgroup moves chunk
+// t % 4 of rows t / 4 + 32 i: each warp stores 8 whole rows (512 contiguous bytes) per pass.
+// Once per CTA; the caller's proxy fence and the step's dS barrier order it before the products.
+template <int kRows>
+__device__ __forceinline__ void copy_k_half(const unsigned char* k_tile, unsigned char* half, int c, int tid) {
+  const int j = tid % 4;
+#pragma unroll
+  for (int i = 0; i < kRows / 32; ++i) {
+    const int r = tid / 4 + 32 * i;
+    const uint4 v = *reinterpret_cast<const uint4*>(k_tile + r * 128 + (((4 * c + j) ^ (r % 8)) << 4));
+    *reinterpret_cast<uint4*>(half + r * 64 + ((j ^ ((r / 2) % 4)) << 4)) = v;
   }
 }
 
@@ -351,10 +401,11 @@ __device__ __forceinline__ int map_batch(const BwdKernelParams& p, int batch) { 
 }  // namespace bwd90
 
 // Named barriers (ids from 3: 0 is __syncthreads, 1 and 2 the forward's turns). Of the fused
-// kernel: dS^T of both consumers written (d128); per consumer c, its dQ part staged in shared
-// memory (full, kDqFullBarrier0 + c) and read by the copy engine (empty, kDqEmptyBarrier0 + c),
-// each between that consumer's warpgroup and the dQ writer warp (128 + 32 threads). Of the
-// split-role kernel (d256): P^T of a step written by consumer 0, and read by consumer 1.
+// kernel: dS^T of both consumers written (d128, and d64 with kDqKHalves); per consumer c, its dQ
+// part staged in shared memory (full, kDqFullBarrier0 + c) and read by the copy engine (empty,
+// kDqEmptyBarrier0 + c), each between that consumer's warpgroup and the dQ writer warp
+// (128 + 32 threads). Of the split-role kernel (d256): P^T of a step written by consumer 0, and
+// read by consumer 1.
 constexpr int kDsReadyBarrier = 3;
 constexpr int kDqFullBarrier0 = 4;
 constexpr int kDqEmptyBarrier0 = 6;
@@ -401,9 +452,12 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
   unsigned char* sK = smem;
   unsigned char* sV = sK + Traits::tile_bytes(kBlockN);
   unsigned char* stages = sV + Traits::tile_bytes(kBlockN);
-  // Fused: dS^T (two buffers), then one f32 dQ part per consumer, before the barriers.
+  // Fused: dS^T (two buffers), then one f32 dQ part per consumer (kDqKHalves: then K's halves),
+  // before the barriers.
   unsigned char* sDs = stages + kStages * Traits::kKvStageBytes;
   float* sDq = reinterpret_cast<float*>(sDs + 2 * Traits::kDsBytes);
+  [[maybe_unused]] unsigned char* sKh =
+      reinterpret_cast<unsigned char*>(sDq) + Traits::kConsumers * Traits::kDqPartBytes;
   // Split roles (d256): P^T handed from consumer 0 to 1, before the barriers.
   float* sPt = reinterpret_cast<float*>(stages + kStages * Traits::kKvStageBytes);
   uint64_t* bars = reinterpret_cast<uint64_t*>(stages + kStages * Traits::kKvStageBytes + Traits::kPtBytes +
@@ -723,6 +777,14 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
     }
   }
   if (steps > 0) ptx::mbarrier_wait(kv_full, 0);
+  if constexpr (kFusedDq && Traits::kDqKHalves) {
+    // This consumer's half of K for its dQ columns; the fence here and the first step's dS
+    // barrier (all 256 consumer threads, before any dQ product) make it visible to the products.
+    if (steps > 0) {
+      bwd90::copy_k_half<kBlockN>(sK, sKh + consumer * Traits::kKHalfBytes, consumer, tid_wg);
+      ptx::fence_proxy_async_smem();
+    }
+  }
   for (int step = 0; step < steps; ++step) {
     const int s = step % kStages;
     int m0 = Traits::kSparse ? 0 : (m_lo + step % n_m) * kBlockM;
@@ -845,16 +907,24 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
       bwd90::release(&empty[s], lane);
     } else {
       // Three groups, so the dQ part is staged while dK += dS^T Q still runs: dV += P^T dO; then
-      // (d128: both consumers' dS^T rows written) dQ = dS K over this consumer's 64 columns of K
-      // (d128: all 128 keys; d64: its own 64 keys, all columns); then, once dV is done, dK.
+      // (d128, kDqKHalves: both consumers' dS^T rows written) dQ = dS K over this consumer's
+      // columns of K (d128: 64, all 128 keys; d64: its own 64 keys, all columns; kDqKHalves: 32,
+      // all 128 keys, from its half of K); then, once dV is done, dK.
       bwd90::gemm_rs<kHeadDim, Element, kBlockM>(dv, pt, bwd90::mn_desc(do_addr, Traits::panel_bytes(kBlockM)));
       ptx::wgmma_commit();
       if constexpr (!Traits::kDqSplitKeys) ptx::named_barrier_sync(kDsReadyBarrier, 128 * Traits::kConsumers);
       const int key0 = Traits::kDqSplitKeys ? key_row0 : 0;
-      const uint32_t k_cols = ptx::smem_u32(sK) + (Traits::kDqSplitKeys ? 0 : consumer * Traits::panel_bytes(kBlockN));
-      bwd90::gemm_dq<Traits::kDqKeys, Element>(
-          dq, bwd90::mn_desc(ptx::smem_u32(ds_buf + key0 * Traits::kRowBytes), Traits::kDsBytes),
-          bwd90::mn_desc(k_cols + key0 * Traits::kRowBytes, Traits::panel_bytes(kBlockN)));
+      const uint64_t ds_desc = bwd90::mn_desc(ptx::smem_u32(ds_buf + key0 * Traits::kRowBytes), Traits::kDsBytes);
+      if constexpr (Traits::kDqKHalves) {
+        bwd90::gemm_dq<Traits::kDqKeys, Traits::kDqCols, Traits::kKHalfRowBytes, Element>(
+            dq, ds_desc,
+            bwd90::k_half_desc<Traits::kKHalfBytes>(ptx::smem_u32(sKh + consumer * Traits::kKHalfBytes)));
+      } else {
+        const uint32_t k_cols =
+            ptx::smem_u32(sK) + (Traits::kDqSplitKeys ? 0 : consumer * Traits::panel_bytes(kBlockN));
+        bwd90::gemm_dq<Traits::kDqKeys, Traits::kDqCols, Traits::kRowBytes, Element>(
+            dq, ds_desc, bwd90::mn_desc(k_cols + key0 * Traits::kRowBytes, Traits::panel_bytes(kBlockN)));
+      }
       ptx::wgmma_commit();
       ptx::wgmma_wait<1>();  // dV done
       ptx::fence_operand(dv);
