@@ -1,7 +1,8 @@
 """Bitwise A/B of the attn_bias paths (dev/NOTES.md "Bias tiles through shared memory"): run
 once per build, each writing its outputs, LSEs and gradients for a fixed set of seeded cases,
-then compare. The cases cover what the FLASHATTN_DEV_BIAS_SMEM copy handles (full and broadcast
-biases, a key-padding row of stride 0, ragged tiles, a padded row stride, varlen, fp16, the
+then compare (the ninth session compared the FLASHATTN_DEV_BIAS_SMEM build, since made the
+default at d128 and the macro removed, against the per-element reads). The cases cover what
+the copy handles (full and broadcast biases, a key-padding row of stride 0, ragged tiles, a padded row stride, varlen, fp16, the
 window / softcap / ALiBi / attn_mask modifiers around it) and what falls back to the per-element
 reads (a float32 bias, an odd key count). Usage:
   PYTHONPATH=/tmp/ab-base python3 dev/bias_smem_check.py --save /tmp/base.pt

@@ -248,6 +248,29 @@ __device__ __forceinline__ void release(uint64_t* bar, int lane) {
   if (lane == 0) ptx::mbarrier_arrive(bar);
 }
 
+// The key-block loop's second half (both loops below): this block's softmax while the previous
+// block's P V product runs, then, that product done, its V stage freed, O rescaled and the new P
+// packed. ptxas schedules the wait for P V as early as it can: right after the first maxima,
+// before every exponential (SASS: WARPGROUP.DEPBAR.LE gsb0, 0x0 then 88 MUFU.EX2 at d128), so the
+// softmax would never overlap its own P V product. It keeps the wait after a shared-memory store,
+// so one lane per warp stores the row sums (which need every exponential) to a slot nobody reads
+// (Traits::kPinSoftmax, pin_slot).
+template <typename Traits>
+__device__ __forceinline__ void softmax_under_pv(ConsumerState<Traits>& st, float scale_log2, uint32_t pin_slot,
+                                                 int lane, uint64_t* v_empty) {
+  float correction[2];
+  const bool rescale = softmax_block<Traits>(st, scale_log2, correction);
+  if constexpr (Traits::kPinSoftmax) {
+    if (lane == 0) ptx::st_shared_f32(pin_slot, st.row_sum[0] + st.row_sum[1]);
+  }
+  ptx::wgmma_wait<0>();
+  ptx::fence_operand(st.o);
+  ptx::fence_operand(st.p);
+  release(v_empty, lane);
+  if (rescale) rescale_o(st, correction);
+  convert_p(st);
+}
+
 // A 4 x 4 transpose of 32-bit words across a quad (lanes 4i .. 4i + 3): on entry word j of
 // lane t is piece t of chunk j; on return lane t holds chunk t, its pieces in order. The
 // butterfly form (quad_transpose.h): two rounds of two xor shuffles whose selects each depend on
@@ -777,7 +800,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
           st.row_max[0] = st.row_max[1] = -INFINITY;
           st.row_sum[0] = st.row_sum[1] = 0.0f;
           softmax_block<Traits>(st, scale_log2, correction);
-          if constexpr (Traits::kPinSoftmax) {  // as in the one-tile loop below
+          if constexpr (Traits::kPinSoftmax) {  // as in softmax_under_pv
             if (lane == 0) ptx::st_shared_f32(pin_slot, st.row_sum[0] + st.row_sum[1]);
           }
           ptx::wgmma_wait<0>();
@@ -805,17 +828,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
         turns.pass();
         ptx::wgmma_wait<1>();  // S is done; P V is still running
         scores(n_block, stage);
-        float correction[2];
-        const bool rescale = softmax_block<Traits>(st, scale_log2, correction);
-        if constexpr (Traits::kPinSoftmax) {
-          if (lane == 0) ptx::st_shared_f32(pin_slot, st.row_sum[0] + st.row_sum[1]);
-        }
-        ptx::wgmma_wait<0>();
-        ptx::fence_operand(st.o);
-        ptx::fence_operand(st.p);
-        release(&ring.v_empty[pv_stage], lane);
-        if (rescale) rescale_o(st, correction);
-        convert_p(st);
+        softmax_under_pv<Traits>(st, scale_log2, pin_slot, lane, &ring.v_empty[pv_stage]);
         o_fresh = 0u;
         pv_stage = stage;
         pv_parity = parity;
@@ -920,22 +933,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
                                                  n_block * kBlockN + 2 * t4, w.seqlen_q, w.seqlen_k);
           }
         }
-        float correction[2];
-        const bool rescale = softmax_block<Traits>(st, scale_log2, correction);
-        // ptxas schedules the wait for P V as early as it can: right after the first maxima,
-        // before every exponential (SASS: WARPGROUP.DEPBAR.LE gsb0, 0x0 then 88 MUFU.EX2 at
-        // d128), so the softmax never overlaps its own P V product. It keeps the wait after a
-        // shared-memory store, so one lane per warp stores the row sums (which need every
-        // exponential) to a slot nobody reads.
-        if constexpr (Traits::kPinSoftmax) {
-          if (lane == 0) ptx::st_shared_f32(pin_slot, st.row_sum[0] + st.row_sum[1]);
-        }
-        ptx::wgmma_wait<0>();
-        ptx::fence_operand(st.o);
-        ptx::fence_operand(st.p);
-        release(&ring.v_empty[prev_stage], lane);
-        if (rescale) rescale_o(st, correction);
-        convert_p(st);
+        softmax_under_pv<Traits>(st, scale_log2, pin_slot, lane, &ring.v_empty[prev_stage]);
       }
       // Every Q K^T product of this tile has completed: the producer may load the next Q.
       release(ring.q_empty, lane);
