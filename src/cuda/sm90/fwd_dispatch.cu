@@ -1,4 +1,6 @@
 // Which calls the Hopper forward takes (fwd_declines), and its dispatch through dispatch_variant.
+#include <cstdint>
+
 #include "cuda/common/build_config.h"
 #include "cuda/common/split_heuristic.h"
 #include "cuda/common/cuda_check.h"
@@ -19,6 +21,10 @@ constexpr bool has_kernel(int head_dim) {
 constexpr bool has_kernel(int head_dim, int head_dim_v) {
   return head_dim_v == head_dim ? has_kernel(head_dim) : head_dim == 192 && head_dim_v == 128;
 }
+// The bias kernel (FwdBiasTraits: attn_bias and/or attn_mask without a block mask): 64 and 128
+// (sm90fwdbias_* instantiations).
+constexpr bool has_bias_kernel(int head_dim) { return head_dim == 64 || head_dim == 128; }
+constexpr bool has_bias_kernel(int head_dim, int head_dim_v) { return head_dim_v == head_dim && has_bias_kernel(head_dim); }
 
 }  // namespace
 
@@ -28,12 +34,26 @@ std::string fwd_declines(const ForwardParams& p, bool any_runnable) {
   // cuda_backend.cu pads every other head_dim_v != head_dim call to one head dim first.
   if (!has_kernel(p.head_dim, p.head_dim_v)) return "head_dim_v differs from head_dim (other than 192 / 128)";
   if (p.has_dropout()) return "dropout runs on sm80";
-  // Even when FLASHATTN_CUDA_PATH=sm90 asks for every call the kernels can run: they read no
-  // bias, and attn_mask only as the element mask of a block mask's partial blocks
-  // (FwdSparseTraits), so these calls always go to sm80.
-  if (p.bias.defined()) return "attn_bias runs on sm80";
+  // Even when FLASHATTN_CUDA_PATH=sm90 asks for every call the kernels can run, these calls
+  // always go to sm80: the sm90 kernels have no reading of them.
   const bool sparse = p.block_mask.defined() || p.has_block_lists();
-  if (p.mask.defined() && !sparse) return "attn_mask without a block mask runs on sm80";
+  if (p.bias.defined() && sparse) return "attn_bias with a block mask runs on sm80";
+  if ((p.bias.defined() || p.mask.defined()) && !sparse) {
+    // FwdBiasTraits (fwd_kernel.h, "Bias"): attn_bias and/or attn_mask at head dims 64 and 128.
+    if (!has_bias_kernel(p.head_dim, p.head_dim_v)) {
+      return p.bias.defined() ? "attn_bias at this head dim runs on sm80 (sm90: 64 and 128)"
+                              : "attn_mask without a block mask at this head dim runs on sm80 (sm90: 64 and 128)";
+    }
+    if (p.bias.defined()) {
+      const Broadcast4& b = p.bias;
+      // The copy engine moves the bias tile (fwd_launch.h): 16-bit elements, 16-byte aligned
+      // base and strides (0 where it broadcasts).
+      if (b.dtype == DType::kFloat32) return "a float32 attn_bias runs on sm80 (sm90: q's dtype)";
+      if (reinterpret_cast<uintptr_t>(b.data) % 16 != 0 || (b.batch | b.head | b.row) % 8 != 0) {
+        return "attn_bias with strides or a base not 16-byte aligned runs on sm80";
+      }
+    }
+  }
   // A broadcast operand (stride 0 over a dimension of extent > 1) has no tensor map.
   const auto broadcast = [&](const Strides3& s, int heads) {
     return s.row == 0 || (heads > 1 && s.head == 0) || (!p.is_varlen() && p.batch > 1 && s.batch == 0);
@@ -49,7 +69,9 @@ std::string fwd_declines(const ForwardParams& p, bool any_runnable) {
     // launches there until the sm90 kernel splits keys itself.
     int sms = 0;
     if (!multiprocessors(&sms).ok()) return "device query failed";
-    const FwdTile tile = sparse ? fwd_sparse_tile(p.head_dim, p.head_dim_v) : fwd_tile(p.head_dim, p.head_dim_v, p.has_window());
+    const bool bias = p.bias.defined() || p.mask.defined();  // not sparse here: the bias kernel's tile
+    const FwdTile tile = sparse || bias ? fwd_sparse_tile(p.head_dim, p.head_dim_v)
+                                        : fwd_tile(p.head_dim, p.head_dim_v, p.has_window());
     const int bm = 64 * tile.consumers, bn = tile.block_n;
     const long long ctas = static_cast<long long>((p.seqlen_q + bm - 1) / bm) * p.heads * p.batch;
     if (choose_num_splits(ctas, (p.seqlen_k + bn - 1) / bn, sms, 1) > 1) return "the split-KV heuristic splits";
@@ -60,13 +82,25 @@ std::string fwd_declines(const ForwardParams& p, bool any_runnable) {
 // dispatch_variant (common/variants.h) turns the options into template arguments, as for the sm80
 // kernels; fwd_declines has already left the combinations without an sm90 kernel to those. The
 // one head_dim_v != head_dim pair (192 / 128) is the run-time branch inside head dim 192.
+// attn_bias and/or attn_mask without a block mask take the bias kernels (FwdBiasTraits, window
+// mask only as the sparse ones).
 // A block mask (either form, with or without attn_mask) takes the block-sparse kernels
 // (FwdSparseTraits), instantiated with the window mask only: with no window it costs one range
 // test per key tile.
 Status dispatch_fwd(const ForwardParams& p, cudaStream_t stream) {
   const bool sparse = p.block_mask.defined() || p.has_block_lists();
+  const bool bias = !sparse && (p.bias.defined() || p.mask.defined());
   return dispatch_variant(p, [&]<typename Element, int kHeadDim, MaskMode kMask, ScoreMods kMods>() -> Status {
     constexpr bool kMods90 = kMods == ScoreMods::kAny;  // fwd_declines left softcap and ALiBi alone (no dropout)
+    // attn_bias and/or attn_mask without a block mask: one kernel per head dim and dtype (window
+    // mask, softcap and ALiBi at run time), whatever kMask and kMods say.
+    if (bias) {
+      if constexpr (has_bias_kernel(kHeadDim)) {
+        if (p.head_dim_v == kHeadDim) return run_fwd<FwdBiasTraits<Element, kHeadDim>>(p, stream);
+      }
+      return Status::NotSupported("the sm90 bias forward has no kernel for head_dim " + std::to_string(kHeadDim) +
+                                  " with head_dim_v " + std::to_string(p.head_dim_v));
+    }
     if (sparse) {
       if constexpr (kHeadDim == 192 && (kMods == ScoreMods::kNone || kMods90)) {
         if (p.head_dim_v == 128) {

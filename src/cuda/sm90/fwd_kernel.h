@@ -23,6 +23,11 @@
 // Clean tiles get no element check; mask and mixed tiles get hidden_in_tile (tile_kind.h) per
 // score, after the modifiers, next to the window mask. A query tile with no kept key is stored as
 // the fully-masked rows of the dense kernel (O 0, LSE -inf).
+// Bias (Traits::kBias: attn_bias and/or attn_mask, no block mask): the producer copies the bias
+// tile of each (query tile, key tile) with the K tile into the stage's bias slot, on the same
+// "full" barrier; the consumers read it with ldmatrix (bias_words) while S = Q K^T runs, add it
+// after scale / softcap / ALiBi (bias_scores) and free the stage after that. attn_mask is read
+// per element as the sparse kernel's mask tiles read it (hide_blocked_scores, kind kTileMask).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -35,6 +40,7 @@
 #include "cuda/common/mask.h"
 #include "cuda/common/score_tensors.h"
 #include "cuda/common/seq_extent.h"
+#include "cuda/ptx/ldmatrix.h"
 #include "cuda/ptx/math.h"
 #include "cuda/ptx/mbarrier.h"
 #include "cuda/ptx/tma.h"
@@ -132,6 +138,79 @@ __device__ __forceinline__ void modify_scores(float (&s)[Traits::kBlockN / 2], c
         x -= m.alibi_log2 * fabsf(float(diag - (key0 + 8 * c + e)));
       }
     }
+  }
+}
+
+// Traits::kBias. Why a copy through shared memory: each thread's 64 scores of a 128-key block
+// (two rows, 16 pairs each) read straight from global memory are 32 4-byte loads per block whose
+// L2 latency the consumer would wait for (or hold 32 registers across the S product to hide it,
+// on top of O 64, S 64 and P 32 of 240), and the copy engine moves the tile with no thread's
+// instructions: one bulk tensor copy per 64 keys, issued by the producer with the K tile, so
+// the tile lands a block ahead, as K does. The slot holds kBlockM rows of 128-byte panels under
+// the 128-byte swizzle (chunk c of row r at chunk c ^ (r % 8): the layout of the sm80 kernels'
+// bias tile, score_tensors.h bias_smem_offset), so an 8 x 8 ldmatrix of 16-bit elements, one
+// 16-byte chunk of 8 rows, hits 8 distinct 16-byte bank groups, and hands lane l the pair of
+// row l / 4 at keys 2 (l % 4), +1: exactly the S accumulator's pairs. So a thread's 32 words
+// take 8 ldmatrix.x4 per block instead of 32 shared loads. A bias broadcast over the rows is
+// copied as one row (box of 1 row), read by every lane (the same address: no conflict).
+//
+// This lane's part of the bias slot: the row address it gives ldmatrix (row l % 8 of matrix
+// l / 8; matrix m holds rows 8 (m % 2) of the warp's 16 and chunk 2 q + m / 2 in step q).
+struct BiasLane {
+  uint32_t row_off;  // byte offset of the lane's row in a panel
+  uint32_t chunk_xor;  // (m / 2) ^ (row % 8): the swizzled chunk is (2 (q % 4)) ^ chunk_xor
+};
+
+__device__ __forceinline__ BiasLane bias_lane(int warp_row0, int lane, bool row_broadcast) {
+  const int r = row_broadcast ? 0 : warp_row0 + 8 * ((lane / 8) % 2) + lane % 8;
+  return BiasLane{uint32_t(r * 128), uint32_t((lane / 16) ^ (r % 8))};
+}
+
+// The bias words of this thread's scores of the key tile in the slot at `slot` (shared address):
+// b[2c + h] = the pair (keys 8c + 2t, +1) of row g + 8h, as s[4c + 2h + e] (ConsumerState).
+template <typename Traits>
+__device__ __forceinline__ void bias_words(uint32_t (&b)[Traits::kBlockN / 4], uint32_t slot, const BiasLane& bl) {
+#pragma unroll
+  for (int q = 0; q < Traits::kBlockN / 16; ++q) {  // chunks 2q, 2q + 1 of rows g, g + 8
+    uint32_t r[4];
+    ptx::ldmatrix_x4(r, slot + (q / 4) * Traits::kPanelBytesBias + bl.row_off +
+                            ((uint32_t(2 * (q % 4)) ^ bl.chunk_xor) << 4));
+#pragma unroll
+    for (int m = 0; m < 4; ++m) b[4 * q + m] = r[m];  // m = 2 (c - 2q) + h: word 2c + h
+  }
+}
+
+// Traits::kBias: scale or softcap, ALiBi, then the bias (b: bias_words, 0 without attn_bias), in
+// log2 units, the order of docs/SEMANTICS.md and of the sm80 kernels (the same expressions:
+// x * scale_log2 or tanh, - slope |diag - j|, + float(bias) * log2(e)). Softcap and ALiBi under
+// uniform branches, so the plain bias costs a multiply and a fused add per score.
+template <typename Traits>
+__device__ __forceinline__ void bias_scores(float (&s)[Traits::kBlockN / 2], const ScoreMods90& m,
+                                            const WindowMask& mask, int row, int key0,
+                                            const uint32_t (&b)[Traits::kBlockN / 4]) {
+  if (m.softcap) {
+#pragma unroll
+    for (int i = 0; i < Traits::kBlockN / 2; ++i) s[i] = ptx::tanh_approx(s[i] * m.softcap_in) * m.softcap_out;
+  } else {
+#pragma unroll
+    for (int i = 0; i < Traits::kBlockN / 2; ++i) s[i] *= m.scale_log2;
+  }
+  if (m.alibi_log2 != 0.0f) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int diag = mask.diag(row + 8 * h);
+#pragma unroll
+      for (int c = 0; c < Traits::kBlockN / 8; ++c) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) s[4 * c + 2 * h + e] -= m.alibi_log2 * fabsf(float(diag - (key0 + 8 * c + e)));
+      }
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < Traits::kBlockN / 4; ++i) {
+    const float2 x = bias_pair_log2<typename Traits::Element>(b[i]);
+    s[2 * i] += x.x;
+    s[2 * i + 1] += x.y;
   }
 }
 
@@ -484,7 +563,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
   unsigned char* sQ = smem;                                // kPanels x (kBlockM rows)
   unsigned char* sK = sQ + Traits::kQSlots * Traits::kTileBytesQ;  // kStages x kPanels x (kBlockN rows)
   unsigned char* sV = sK + kStages * Traits::kTileBytesK;  // kStages x kPanelsV x (kBlockN rows)
-  uint64_t* bars = reinterpret_cast<uint64_t*>(sV + kStages * Traits::kTileBytesV);
+  // kBias: kStages bias slots after V (Traits::kTileBytesBias is 0 for the other kernels).
+  [[maybe_unused]] unsigned char* sBias = sV + kStages * Traits::kTileBytesV;
+  uint64_t* bars = reinterpret_cast<uint64_t*>(sV + kStages * Traits::kTileBytesV + kStages * Traits::kTileBytesBias);
   constexpr int kQ = Traits::kQSlots;
   const Ring ring{bars, bars + kQ, bars + kQ + kStages, bars + kQ + 2 * kStages, bars + kQ + 3 * kStages,
                   bars + kQ + 4 * kStages};
@@ -529,6 +610,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
     ptx::tma_prefetch_map(&kp.q);
     ptx::tma_prefetch_map(&kp.k);
     ptx::tma_prefetch_map(&kp.v);
+    if constexpr (Traits::kBias) {
+      if (params.bias.defined()) ptx::tma_prefetch_map(&kp.bias);
+    }
     int it = 0;      // K/V tiles issued so far, across tiles: slot it % kStages, pass it / kStages
     int q_pass = 0;  // Q tiles issued so far
     for (int k = 0;; ++k) {  // the CTA's k-th tile
@@ -585,7 +669,27 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
         ptx::mbarrier_wait(&ring.k_empty[stage], ((index / kStages) & 1) ^ 1);
         // Released to the consumers by the arrival below; read by them before they free the stage.
         if constexpr (Traits::kSparse) sparse.entry[stage] = list_entry;
-        ptx::mbarrier_arrive_expect_tx(&ring.k_full[stage], Traits::kTileBytesK);
+        if constexpr (Traits::kBias) {
+          // The bias tile of (this query tile, key tile n_block) on the K tile's barrier. Rows and
+          // keys are positions in the sequence (varlen too); a broadcast dimension has extent 1.
+          // Recomputed from the parameters (constant memory) per tile: the producer's 24 registers
+          // spilled with one more value live across its loop.
+          const int bias_bytes = !params.bias.defined() ? 0
+                                 : params.bias.row == 0 ? Traits::kBiasPanels * Traits::kRowBytes
+                                                        : Traits::kTileBytesBias;
+          ptx::mbarrier_arrive_expect_tx(&ring.k_full[stage], Traits::kTileBytesK + bias_bytes);
+          if (bias_bytes != 0) {
+            const ForwardParams& pb = params;
+#pragma unroll
+            for (int panel = 0; panel < Traits::kBiasPanels; ++panel) {
+              ptx::tma_load_4d(sBias + stage * Traits::kTileBytesBias + panel * Traits::kPanelBytesBias, &kp.bias,
+                               &ring.k_full[stage], n_block * kBlockN + 64 * panel, pb.bias.row == 0 ? 0 : w.m0,
+                               pb.bias.head == 0 ? 0 : w.head, pb.bias.batch == 0 ? 0 : w.batch);
+            }
+          }
+        } else {
+          ptx::mbarrier_arrive_expect_tx(&ring.k_full[stage], Traits::kTileBytesK);
+        }
 #pragma unroll
         for (int panel = 0; panel < Traits::kPanels; ++panel) {
           ptx::tma_load_4d(sK + stage * Traits::kTileBytesK + panel * Traits::kPanelBytesKV, &kp.k,
@@ -670,7 +774,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
   const int wg_row0 = consumer * 64;                      // this warpgroup's first row of the tile
   const int row_in_tile = wg_row0 + (warp % 4) * 16 + g;  // this thread's rows: +0 and +8
   // With modifiers the scores are already in log2 units after modify_scores.
-  const float scale_log2 = Traits::kMods ? 1.0f : params.scale_log2;
+  const float scale_log2 = Traits::kMods ? 1.0f : params.scale_log2;  // kBias has kMods
   // Descriptors: Q and K are K-major (their rows hold head-dim elements), V MN-major (the head
   // dim, P V's N = kHeadDimV, is contiguous; the leading offset steps one 64-column panel).
   const uint64_t q_desc = ptx::smem_desc(ptx::smem_u32(sQ + wg_row0 * Traits::kRowBytes), 16, 1024,
@@ -680,6 +784,23 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
   const auto k_desc = [&](int stage) { return ptx::desc_advance(k_desc0, stage * Traits::kTileBytesK); };
   const auto v_desc = [&](int stage) { return ptx::desc_advance(v_desc0, stage * Traits::kTileBytesV); };
   const Turns<Traits> turns{consumer};
+  // kBias: this lane's ldmatrix row in the bias slots, and whether the call has a bias / mask.
+  [[maybe_unused]] BiasLane bias_lane_ = {};
+  [[maybe_unused]] bool has_bias = false, has_mask = false;
+  if constexpr (Traits::kBias) {
+    has_bias = params.bias.defined();
+    has_mask = params.mask.defined();
+    bias_lane_ = bias_lane(wg_row0 + (warp % 4) * 16, lane, params.bias.row == 0);
+  }
+  // kBias: the bias words of the key tile in `stage` (zeros without attn_bias), read while S runs.
+  const auto read_bias = [&](uint32_t (&b)[kBlockN / 4], int stage) {
+    if (has_bias) {
+      bias_words<Traits>(b, ptx::smem_u32(sBias + stage * Traits::kTileBytesBias), bias_lane_);
+    } else {
+#pragma unroll
+      for (int i = 0; i < kBlockN / 4; ++i) b[i] = 0u;
+    }
+  };
   // The last warpgroup hands the first turn to warpgroup 0.
   if (consumer == Traits::kConsumers - 1) turns.pass();
 
@@ -887,11 +1008,25 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
         kind = (e & ~kLastEntry) >> kTileKindShift;
         last = (e & kLastEntry) != 0;
       }
+      [[maybe_unused]] uint32_t bias_w[kBlockN / 4];
+      if constexpr (Traits::kBias) read_bias(bias_w, stage);
       ptx::wgmma_wait<0>();
       ptx::fence_operand(st.s);
-      release(&ring.k_empty[stage], lane);
-      if constexpr (Traits::kMods) modify_scores<Traits>(st.s, mods, mask, row, n_first * kBlockN + 2 * t4);
+      if constexpr (Traits::kBias) {
+        // The stage (K and bias) is freed once the bias words are in the scores.
+        bias_scores<Traits>(st.s, mods, mask, row, n_first * kBlockN + 2 * t4, bias_w);
+        release(&ring.k_empty[stage], lane);
+      } else {
+        release(&ring.k_empty[stage], lane);
+        if constexpr (Traits::kMods) modify_scores<Traits>(st.s, mods, mask, row, n_first * kBlockN + 2 * t4);
+      }
       if (needs_mask(n_first)) apply_mask<Traits>(st.s, mask, row, n_first * kBlockN + 2 * t4);
+      if constexpr (Traits::kBias) {
+        if (has_mask) {
+          hide_blocked_scores<kBlockN>(st.s, params, kTileMask, w.batch, w.head, row, n_first * kBlockN + 2 * t4,
+                                       w.seqlen_q, w.seqlen_k);
+        }
+      }
       if constexpr (Traits::kSparse) {
         if (kind != kTileClean) {
           hide_blocked_scores<Traits::kBlockN>(st.s, params, kind, w.batch, w.head, row, n_first * kBlockN + 2 * t4,
@@ -922,11 +1057,24 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
           kind = (e & ~kLastEntry) >> kTileKindShift;
           last = (e & kLastEntry) != 0;
         }
+        [[maybe_unused]] uint32_t bias_w[kBlockN / 4];
+        if constexpr (Traits::kBias) read_bias(bias_w, stage);
         ptx::wgmma_wait<1>();  // S_j is done; P V is still running
         ptx::fence_operand(st.s);
-        release(&ring.k_empty[stage], lane);
-        if constexpr (Traits::kMods) modify_scores<Traits>(st.s, mods, mask, row, n_block * kBlockN + 2 * t4);
+        if constexpr (Traits::kBias) {
+          bias_scores<Traits>(st.s, mods, mask, row, n_block * kBlockN + 2 * t4, bias_w);
+          release(&ring.k_empty[stage], lane);
+        } else {
+          release(&ring.k_empty[stage], lane);
+          if constexpr (Traits::kMods) modify_scores<Traits>(st.s, mods, mask, row, n_block * kBlockN + 2 * t4);
+        }
         if (needs_mask(n_block)) apply_mask<Traits>(st.s, mask, row, n_block * kBlockN + 2 * t4);
+        if constexpr (Traits::kBias) {
+          if (has_mask) {
+            hide_blocked_scores<kBlockN>(st.s, params, kTileMask, w.batch, w.head, row, n_block * kBlockN + 2 * t4,
+                                         w.seqlen_q, w.seqlen_k);
+          }
+        }
         if constexpr (Traits::kSparse) {
           if (kind != kTileClean) {
             hide_blocked_scores<Traits::kBlockN>(st.s, params, kind, w.batch, w.head, row,

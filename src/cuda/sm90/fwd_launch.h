@@ -19,6 +19,24 @@ Status run_fwd(const ForwardParams& params, cudaStream_t stream) {
       !s.ok()) {
     return s;
   }
+  // kBias with an attn_bias: its map, (keys, rows, heads, batch) with extent 1 where it broadcasts
+  // (stride 0; the kernel then asks for coordinate 0), boxes of 64 keys x kBlockM rows (1 row when
+  // it broadcasts over the rows), 128-byte swizzle (fwd_kernel.h, bias_words). Keys and rows are
+  // positions in the sequence: varlen's extents are max_seqlen_k / max_seqlen_q (params.seqlen_*).
+  // fwd_declines checked the strides and the alignment the copy engine needs.
+  if constexpr (Traits::kBias) {
+    if (params.bias.defined()) {
+      const Broadcast4& b = params.bias;
+      const int rows = b.row == 0 ? 1 : params.seqlen_q;
+      const int heads = b.head == 0 ? 1 : int(b.size[1]);
+      const int batch = b.batch == 0 ? 1 : int(b.size[0]);
+      if (Status s = make_operand_map(&kp.bias, b.data, b.dtype, params.seqlen_k, rows, heads, batch,
+                                      Strides3{b.batch, b.row, b.head}, b.row == 0 ? 1 : Traits::kBlockM, 64, 128);
+          !s.ok()) {
+        return Status::NotSupported("attn_bias: " + s.message());
+      }
+    }
+  }
   // A block mask (kSparse): the plan of this kernel's tiles (block_tiles.h: per query tile the
   // kept key tiles and their kinds), built on the stream before the tile counter.
   size_t plan_bytes = 0;
@@ -31,7 +49,10 @@ Status run_fwd(const ForwardParams& params, cudaStream_t stream) {
         if constexpr (Traits::kSparse) return build_block_tiles(&kp.p, Traits::kBlockM, Traits::kBlockN, workspace, stream);
         return Status::Ok();
       },
-      Traits::kSparse ? "the sm90 block-sparse forward kernel" : "the sm90 forward kernel", stream);
+      Traits::kSparse ? "the sm90 block-sparse forward kernel"
+      : Traits::kBias ? "the sm90 bias forward kernel"
+                      : "the sm90 forward kernel",
+      stream);
 }
 
 }  // namespace flashattn::cuda::sm90

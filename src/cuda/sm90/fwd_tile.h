@@ -107,6 +107,9 @@ constexpr size_t fwd_smem_bound(const FwdTile& t, int head_dim, int head_dim_v) 
                         16 * t.consumers);
 }
 
+// The bias slots of the bias kernel (FwdBiasTraits): one block_m x block_n 16-bit tile per stage.
+constexpr size_t fwd_bias_bytes(const FwdTile& t) { return size_t(t.stages) * 64 * t.consumers * t.block_n * 2; }
+
 // Registers of a consumer thread's accumulators (O, S, P), and what setmaxnreg gives it.
 constexpr int fwd_accumulator_regs(const FwdTile& t, int head_dim_v) {
   return head_dim_v / 2 + t.block_n / 2 + t.block_n / 4;

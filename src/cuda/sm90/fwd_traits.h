@@ -17,7 +17,9 @@ namespace flashattn::cuda::sm90 {
 // kSparse: the block-sparse forward (FwdSparseTraits below). The two traits share this body, and
 // FwdTraits stays a template of its own name and arguments, so the dense instantiations keep
 // their symbols and their code.
-template <typename Element_, int kHeadDim_, MaskMode kMask_, bool kMods_, int kHeadDimV_, bool kSparse_>
+// kBias: attn_bias and/or attn_mask without a block mask (FwdBiasTraits below).
+template <typename Element_, int kHeadDim_, MaskMode kMask_, bool kMods_, int kHeadDimV_, bool kSparse_,
+          bool kBias_ = false>
 struct FwdTraitsBody {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
@@ -32,8 +34,17 @@ struct FwdTraitsBody {
   // (cuda/block_tiles.h) instead of the range [n_lo, n_hi), and the tiles come from the dynamic
   // feed, since their cost follows the density of each query tile's row of blocks (fwd_kernel.h).
   static constexpr bool kSparse = kSparse_;
-  static constexpr FwdTile kTile =
-      kSparse ? fwd_sparse_tile(kHeadDim, kHeadDimV) : fwd_tile(kHeadDim, kHeadDimV, kMask == MaskMode::kWindow);
+  // attn_bias (16-bit, q's dtype) and/or attn_mask, no block mask (fwd_kernel.h, "Bias"): the
+  // producer copies each (query tile, key tile) tile of the bias with the K tile of its stage
+  // (one more bulk tensor copy per 64 keys, on the K stage's "full" barrier) into a slot of the
+  // stage, and the consumers read it in the accumulator layout with ldmatrix; attn_mask is read
+  // per element as the sparse kernel reads it in its mask tiles (hide_blocked_scores). Scores are
+  // in log2 units after the modifiers, as with kMods (softcap and ALiBi run under uniform
+  // branches). Takes the sparse kernel's tile (128 x 128 at d64 and d128): a bias slot per stage
+  // is 32 KB there, 2 x 32 KB on top of the masked d128 tile's 160 KB (fwd_bias_bytes).
+  static constexpr bool kBias = kBias_;
+  static constexpr FwdTile kTile = kSparse || kBias ? fwd_sparse_tile(kHeadDim, kHeadDimV)
+                                                    : fwd_tile(kHeadDim, kHeadDimV, kMask == MaskMode::kWindow);
   static constexpr int kConsumers = kTile.consumers;
   static constexpr int kBlockM = 64 * kConsumers;
   static constexpr int kBlockN = kTile.block_n;
@@ -42,8 +53,8 @@ struct FwdTraitsBody {
   static constexpr int kThreads = 128 * (kConsumers + 1);  // warpgroup 0 produces
   // setmaxnreg: the producer gives its registers to the consumers. 65536 per SM (one CTA):
   // 128 x 24 + 256 x 240 = 64512.
-  static constexpr int kProducerRegs = 24;
-  static constexpr int kConsumerRegs = fwd_consumer_regs(kTile);
+  static constexpr int kProducerRegs = kBias_ ? 40 : 24;
+  static constexpr int kConsumerRegs = kBias_ ? 232 : fwd_consumer_regs(kTile);
 
   // Tiles are 64-column panels of 128-byte rows (the widest swizzled row the copy engine writes):
   // kPanels of them in a Q or K tile, kPanelsV in a V tile.
@@ -55,6 +66,11 @@ struct FwdTraitsBody {
   static constexpr int kTileBytesQ = kPanels * kPanelBytesQ;
   static constexpr int kTileBytesK = kPanels * kPanelBytesKV;
   static constexpr int kTileBytesV = kPanelsV * kPanelBytesKV;
+  // kBias: the bias slot of one stage, kBlockN / 64 panels of kBlockM rows of 128 bytes (64
+  // 16-bit keys) under the 128-byte swizzle, after the V ring. 0 for the other kernels.
+  static constexpr int kBiasPanels = kBias ? kBlockN / 64 : 0;
+  static constexpr int kPanelBytesBias = kBlockM * kRowBytes;
+  static constexpr int kTileBytesBias = kBiasPanels * kPanelBytesBias;
   // Which tile a CTA takes next (fwd_kernel.h): under a causal or window mask tiles differ in
   // work, so each CTA's producer takes the next one from a global counter, heaviest first, and
   // hands it to the consumers (TileFeed); without a mask every tile is the same work and CTAs
@@ -89,7 +105,9 @@ struct FwdTraitsBody {
 #if defined(FLASHATTN_DEV_SM90_FWD_PIN_NONE)  // dev/ A/B: no pin anywhere
   static constexpr bool kPinSoftmax = false;
 #else
-  static constexpr bool kPinSoftmax = (kHeadDim <= 128 || (kHeadDim == 192 && kHeadDimV == 128)) && !kMods;
+  // kBias (kMods for softcap / ALiBi under run-time branches, no tanh without softcap) takes the
+  // pin of the plain kernels: not timed.
+  static constexpr bool kPinSoftmax = (kHeadDim <= 128 || (kHeadDim == 192 && kHeadDimV == 128)) && (!kMods || kBias);
 #endif
   static constexpr int kPinBytes = kPinSoftmax ? 4 * 4 * kConsumers : 0;  // one float per consumer warp
   // O stored in whole 16-byte chunks after a transpose across each quad (fwd_kernel.h,
@@ -102,13 +120,17 @@ struct FwdTraitsBody {
   // layout as d128 (two consumers), so it takes the chunks too (not timed on its own); d192 and
   // d256 (6 and 8 chunks live per row half) are not timed with them.
   static constexpr bool kStoreOChunks = kHeadDimV == 128 || kHeadDimV == 64;
-  static constexpr size_t kSmemBytes = fwd_smem_bytes(kTile, kHeadDim, kHeadDimV, kBarriers, kPinBytes);
+  static constexpr size_t kSmemBytes =
+      fwd_smem_bytes(kTile, kHeadDim, kHeadDimV, kBarriers, kPinBytes) + size_t(kStages) * kTileBytesBias;
 
   static_assert(kHeadDim % 64 == 0 && kHeadDimV % 64 == 0, "whole 64-column panels");
   static_assert(!kPingPong || kConsumers >= 2, "ping-pong takes turns between consumer warpgroups");
   static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "S = Q K^T is one m64nNk16 product per k-step");
   static_assert(kPanelBytesKV % 1024 == 0, "K/V panels start on the swizzle period");
-  static_assert(kSmemBytes <= fwd_smem_bound(kTile, kHeadDim, kHeadDimV), "fwd_smem_bound counts every buffer");
+  static_assert(kSmemBytes <= fwd_smem_bound(kTile, kHeadDim, kHeadDimV) + (kBias ? fwd_bias_bytes(kTile) : 0),
+                "fwd_smem_bound counts every buffer");
+  static_assert(!kBias || (!kSparse && kMods && !kCrossTile && kBlockN % 64 == 0 && kHeadDimV == kHeadDim),
+                "the bias kernel: no block mask, scores in log2 units, one tile at a time, 64-key panels");
   static_assert(kSmemBytes <= kFwdSmemLimit, "fits the 227 KB an sm90 CTA may use");
   static_assert(!kSparse || kDynamicTiles, "the sparse producer publishes whether a tile has keys with the tile");
 };
@@ -121,6 +143,12 @@ struct FwdTraits : FwdTraitsBody<Element_, kHeadDim_, kMask_, kMods_, kHeadDimV_
 template <typename Element_, int kHeadDim_, MaskMode kMask_, bool kMods_ = false, int kHeadDimV_ = kHeadDim_>
 struct FwdSparseTraits : FwdTraitsBody<Element_, kHeadDim_, kMask_, kMods_, kHeadDimV_, true> {};
 
+// attn_bias and/or attn_mask without a block mask (kBias): window mask only, which serves calls
+// without a window too, with the score modifiers (softcap, ALiBi) under run-time branches
+// (tools/gen_instantiations.py, sm90fwdbias*). Head dims 64 and 128 (fwd_dispatch.cu).
+template <typename Element_, int kHeadDim_, MaskMode kMask_ = MaskMode::kWindow>
+struct FwdBiasTraits : FwdTraitsBody<Element_, kHeadDim_, kMask_, true, kHeadDim_, false, true> {};
+
 // Kernel parameters: the validated problem and the three operand maps (copied into the
 // kernel's parameter space, where the copy engine reads them: __grid_constant__).
 struct FwdParams {
@@ -130,6 +158,10 @@ struct FwdParams {
   ForwardParams p;
   TileOrder order;
   int* tile_counter;  // kDynamicTiles: tiles handed out so far beyond the first wave (zeroed per launch)
+  // kBias with an attn_bias: (keys, rows, heads, batch), boxes of 64 keys x block_m rows (1 row
+  // when the bias broadcasts over the rows); extent 1 where it broadcasts. After the members the
+  // other kernels read, so their parameter offsets stay.
+  CUtensorMap bias;
 };
 
 }  // namespace flashattn::cuda::sm90
