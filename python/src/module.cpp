@@ -504,6 +504,10 @@ NB_MODULE(_C, m) {
       nb::arg("name"), nb::arg("on"),
       "For tests: sets a process-wide kernel switch (src/core/switches.h) and returns its "
       "previous state.");
+  m.def(
+      "_sm90_forward_calls", [] { return fa::detail::sm90_forward_calls(); },
+      "For tests: how many 16-bit forward calls the sm90 (Hopper) kernels have run in this process "
+      "(src/core/switches.h).");
 
   flashattn_py::register_torch_path(m);
 

@@ -32,5 +32,10 @@ void set_switch(Switch s, bool on);
 // launched there), so that a test can assert a call reached them rather than the sm80 fallback.
 unsigned long long sm90_backward_calls();
 void count_sm90_backward();
+// The same for the forward (cuda_backend.cu counts each 16-bit forward the sm90 kernels ran:
+// dense, block-sparse and bias; tests/cpp/test_bias.cpp, tests/python/test_bias.py through
+// _C._sm90_forward_calls).
+unsigned long long sm90_forward_calls();
+void count_sm90_forward();
 
 }  // namespace flashattn::detail

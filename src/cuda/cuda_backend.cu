@@ -238,6 +238,7 @@ Status dispatch_forward(const ForwardParams& p, int major, cudaStream_t stream) 
       cuda::sm90::fwd_declines(p, path == CudaPath::kSm90).empty()) {
     // NotSupported: nothing was launched (an operand the copy engine cannot describe).
     Status s = cuda::sm90::dispatch_fwd(p, stream);
+    if (s.ok()) detail::count_sm90_forward();
     if (s.code() != StatusCode::kNotSupported || path == CudaPath::kSm90) return s;
   }
 #else
@@ -264,6 +265,7 @@ bool native_head_dim_v(const ForwardParams& p, const PadPlan& plan, int major, c
     return false;
   }
   Status s = cuda::sm90::dispatch_fwd(p, stream);
+  if (s.ok()) detail::count_sm90_forward();
   if (s.code() == StatusCode::kNotSupported && path != CudaPath::kSm90) return false;
   *result = s;
   return true;

@@ -5,10 +5,16 @@
 // and the compressed block mask: test_block_sparse.cpp). CUDA runs each case in bfloat16
 // (float32 is CPU-only), gradients included, and declines dbias with softcap naming it
 // (score_mods_util.h run_and_check; skipped without a GPU; the CUDA-specific cases are in
-// test_sparse_cuda.cpp).
+// test_sparse_cuda.cpp). BiasSm90: the Hopper forward's bias kernel (sm90/fwd_kernel.h,
+// FwdBiasTraits) at head dims 64 and 128, with the sm80 forward on the same inputs.
 #include <gtest/gtest.h>
 
+#if defined(FLASHATTN_WITH_CUDA)
+#include <cuda_runtime.h>
+#endif
+
 #include <array>
+#include <cstdlib>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -261,6 +267,98 @@ INSTANTIATE_TEST_SUITE_P(All, ScoreMods,
                          });
 
 // A 16-bit run with a bias in q's dtype and one in float32 (forward values).
+// ---- The Hopper forward with attn_bias / attn_mask (FwdBiasTraits) -----------------------------
+// Head dims 64 and 128, the bias in q's dtype with 16-byte aligned strides (padded layout: rows
+// of seqlen_k + 8 elements, so seqlen_k a multiple of 8) and/or attn_mask, no block mask: on a
+// Hopper GPU the forward runs on the sm90 bias kernel (under FLASHATTN_CUDA_PATH=sm90 every case
+// marked sm90; under auto the split heuristic leaves these small grids to sm80). Each case runs
+// the forward (and the sm80 backward from its LSE) against the reference, then again with the
+// forward on sm80 (kFwdSm80), and under FLASHATTN_CUDA_PATH=sm90 on a Hopper GPU checks that
+// the first forward ran on the sm90 kernels exactly when marked.
+struct Sm90BiasSpec {
+  ModsSpec mods;
+  bool sm90;  // the sm90 bias kernel takes it (FLASHATTN_CUDA_PATH=sm90)
+};
+
+std::vector<Sm90BiasSpec> sm90_bias_cases() {
+  std::vector<Sm90BiasSpec> cs;
+  const auto base = [](const char* name, int head_dim) {
+    ModsSpec s;
+    s.name = name;
+    s.dtype = s.bias_dtype = DType::kBFloat16;
+    s.head_dim = s.head_dim_v = head_dim;
+    s.batch = 2, s.seqlen_q = 200, s.seqlen_k = 264, s.heads = 8, s.heads_k = 2;
+    s.dbias = false;
+    return s;
+  };
+  ModsSpec s = base("sm90_d128_full_bias_gqa", 128);
+  cs.push_back({s, true});
+  s = base("sm90_d64_bias_batch_broadcast_causal", 64);
+  s.bias_dims = {1, 0, 0}, s.causal = true;
+  cs.push_back({s, true});
+  s = base("sm90_d128_key_padding_bias_mask_window", 128);
+  s.bias_dims = {0, 1, 1}, s.mask_density = 0.6, s.window_left = 50, s.window_right = 20;
+  cs.push_back({s, true});
+  s = base("sm90_d64_mask_only_rows_fully_masked", 64);
+  s.bias = false, s.mask_density = 0.02;
+  cs.push_back({s, true});
+  s = base("sm90_d128_bias_neg_inf_softcap_alibi_window", 128);
+  s.bias_neg_inf = 0.3, s.softcap = 4.0f, s.alibi = true, s.window_left = 20, s.window_right = 7;
+  cs.push_back({s, true});
+  s = base("sm90_d128_ragged_113x257_on_sm80", 128);  // rows of 265 elements: not 16-byte multiples
+  s.seqlen_q = 113, s.seqlen_k = 257;
+  cs.push_back({s, false});
+  s = base("sm90_d128_fp16_all_broadcast_ragged_q", 128);
+  s.dtype = s.bias_dtype = DType::kFloat16, s.bias_dims = {1, 1, 1}, s.seqlen_q = 131, s.seqlen_k = 136;
+  cs.push_back({s, true});
+  s = base("sm90_d64_bias_mask_causal_rows_without_keys", 64);
+  s.seqlen_q = 100, s.seqlen_k = 72, s.causal = true, s.mask_density = 0.7, s.bias_dims = {0, 0, 1};
+  cs.push_back({s, true});
+  s = base("sm90_d128_float32_bias_on_sm80", 128);
+  s.bias_dtype = DType::kFloat32;
+  cs.push_back({s, false});
+  uint32_t seed = 18900;
+  for (Sm90BiasSpec& c : cs) c.mods.seed = seed++;
+  return cs;
+}
+
+// A Hopper GPU whose forward FLASHATTN_CUDA_PATH=sm90 sends to the sm90 kernels.
+bool sm90_forced_here() {
+#if defined(FLASHATTN_WITH_CUDA) && defined(FLASHATTN_TEST_CUDA_SM90)
+  int major = 0;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0) != cudaSuccess) return false;
+  const char* path = std::getenv("FLASHATTN_CUDA_PATH");
+  return major == 9 && path != nullptr && std::string(path) == "sm90";
+#else
+  return false;
+#endif
+}
+
+class BiasSm90 : public testing::TestWithParam<size_t> {};
+
+TEST_P(BiasSm90, MatchesReferenceAndSm80) {
+  FLASHATTN_SKIP_IF_UNAVAILABLE(Backend::kCuda);
+  const Sm90BiasSpec c = sm90_bias_cases()[GetParam()];
+  const ModsSpec& s = c.mods;
+  if (cuda_not_built(s.dtype, s.head_dim, s.head_dim_v)) GTEST_SKIP() << "not built";
+  for (bool sm80 : {false, true}) {
+    ScopedSwitch path(detail::Switch::kFwdSm80, sm80);
+    Built b = build(s, Backend::kCuda);
+    const unsigned long long before = detail::sm90_forward_calls();
+    const ModsRefs refs = run_and_check(Backend::kCuda, b, options(s, b), s.dtype, s.name + (sm80 ? " (sm80)" : ""));
+    EXPECT_TRUE(refs.ran) << s.name;
+    const unsigned long long ran = detail::sm90_forward_calls() - before;
+    if (sm80) {
+      EXPECT_EQ(ran, 0u) << s.name << ": kFwdSm80 did not keep the forward on sm80";
+    } else if (sm90_forced_here()) {
+      EXPECT_EQ(ran, c.sm90 ? 1u : 0u) << s.name << ": the forward " << (c.sm90 ? "did not run" : "ran") << " on sm90";
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(All, BiasSm90, testing::Range<size_t>(0, sm90_bias_cases().size()),
+                         [](const testing::TestParamInfo<size_t>& p) { return sm90_bias_cases()[p.param].mods.name; });
+
 TEST(ScoreModsCpu, Bf16BiasDtypes) {
   for (DType bias_dtype : {DType::kBFloat16, DType::kFloat32}) {
     ModsSpec s;

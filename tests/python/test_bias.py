@@ -304,3 +304,187 @@ def test_torch_bias_is_the_only_leaf():
     torch.library.opcheck(ops.bwd.default, bwd_args, test_utils=("test_schema", "test_faketensor"))
     grads = ops.bwd(*bwd_args)
     assert len(grads) == 5 and grads[-1].shape == bias.shape and grads[-2].shape == (0,)
+
+
+# ---- The Hopper forward with attn_bias / attn_mask (sm90/fwd_kernel.h, FwdBiasTraits) ----------
+# Head dims 64 and 128 with a bias in q's dtype (the bias tile travels by the copy engine: 16-byte
+# aligned base and strides) and/or attn_mask, no block mask, run their forward on the sm90 kernels
+# on a Hopper GPU: under FLASHATTN_CUDA_PATH=sm90 every case below, under auto those the split
+# heuristic leaves there (full grids), under sm80 none (both runs of a comparison are then sm80).
+# Each case runs with the sm90 forward and with the sm80 one (the fwd_sm80 switch) in one process,
+# each against float64 with the naive low-precision computation as the yardstick: out and LSE
+# (-inf exactly on rows with no visible key).
+SM90_SHAPE = dict(b=2, sq=300, sk=520, h=8, hk=2)
+SM90_CASES = [
+    dict(d=128, bias=(2, 8, 300, 520)),                                   # full bias, GQA
+    dict(d=64, bias=(1, 8, 300, 520), causal=True),                       # T5-style, causal
+    dict(d=128, bias=(2, 1, 300, 520), window=(100, 30)),                 # per batch entry, window
+    dict(d=128, bias=(2, 1, 1, 520), mask=(2, 1, 300, 520), empty_rows=True),  # key padding + mask
+    dict(d=64, mask=(1, 1, 300, 520), density=0.03),                      # mask only, many empty rows
+    dict(d=128, mask=(2, 8, 300, 520), density=0.5, causal=True, empty_rows=True),
+    dict(d=128, sq=113, sk=257, bias=(2, 8, 113, 257), pad=264),          # ragged, padded rows: sm90
+    dict(d=64, sq=113, sk=257, bias=(2, 8, 113, 257), causal=True),       # rows of 514 bytes: sm80
+    dict(d=128, bias=(1, 1, 300, 520), dtype="float16", causal=True),
+    dict(d=128, bias=(1, 8, 300, 520), expand=True),                      # expanded: batch stride 0
+    dict(d=64, bias=(1, 1, 1, 520), softcap=5.0),                         # all broadcast, softcap
+    dict(d=128, bias=(2, 8, 300, 520), neg_inf=0.3, mask=(2, 1, 300, 520), density=0.7),
+    dict(d=64, sq=1, sk=520, bias=(2, 8, 1, 520)),                        # one query row
+]
+
+
+def _sm90_bias_case(torch, c, seed):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    b, h, hk = SM90_SHAPE["b"], SM90_SHAPE["h"], SM90_SHAPE["hk"]
+    sq, sk, d = c.get("sq", SM90_SHAPE["sq"]), c.get("sk", SM90_SHAPE["sk"]), c["d"]
+    dtype = getattr(torch, c.get("dtype", "bfloat16"))
+    q = torch.randn(b, sq, h, d, device="cuda", generator=g).to(dtype)
+    k, v = (torch.randn(b, sk, hk, d, device="cuda", generator=g).to(dtype) for _ in range(2))
+    bias = None
+    if "bias" in c:
+        shape = c["bias"]
+        if c.get("expand"):
+            bias = (2 * torch.randn(*shape, device="cuda", generator=g)).to(dtype).expand(b, *shape[1:])
+        else:
+            store = 2 * torch.randn(*shape[:3], c.get("pad", shape[3]), device="cuda", generator=g)
+            bias = store[..., :shape[3]].to(dtype) if "pad" not in c else store.to(dtype)[..., :shape[3]]
+        if c.get("neg_inf"):
+            bias = bias.masked_fill(torch.rand(bias.shape, device="cuda", generator=g) < c["neg_inf"], float("-inf"))
+    mask = None
+    if "mask" in c:
+        mask = torch.rand(*c["mask"], device="cuda", generator=g) < c.get("density", 0.7)
+        if c.get("empty_rows"):
+            mask[:, :, 5:9] = False
+    keep = torch.ones(b, h, sq, sk, dtype=torch.bool, device="cuda")
+    window = c.get("window", (-1, -1))
+    left, right = (window[0], 0) if c.get("causal") else window
+    i = torch.arange(sq, device="cuda")[:, None]
+    j = torch.arange(sk, device="cuda")[None, :]
+    diag = i + sk - sq
+    if left >= 0:
+        keep &= j >= diag - left
+    if right >= 0:
+        keep &= j <= diag + right
+    if mask is not None:
+        keep &= mask
+    return q, k, v, bias, mask, keep
+
+
+def _sm90_forward_ran(torch):
+    """Whether this process's forward reaches the sm90 kernels at all: a Hopper GPU, a build with
+    them, and a path that lets them (a plain forward of a full grid moves the counter)."""
+    if torch.cuda.get_device_capability()[0] != 9:
+        return False
+    q = torch.randn(2, 1024, 16, 128, device="cuda").bfloat16()
+    before = flashattn._C._sm90_forward_calls()
+    flashattn.flash_attn_func(q, q, q)
+    return flashattn._C._sm90_forward_calls() > before
+
+
+@pytest.mark.parametrize("case", range(len(SM90_CASES)))
+def test_cuda_sm90_bias_forward_matches_sm80(case):
+    torch = _cuda_torch()
+    c = SM90_CASES[case]
+    q, k, v, bias, mask, keep = _sm90_bias_case(torch, c, 9000 + case)
+    scale = 1 / np.sqrt(c["d"])
+    softcap = c.get("softcap", 0.0)
+    ref = torch_reference(q.double(), k.double(), v.double(), bias.double() if bias is not None else None, keep,
+                          scale, softcap)
+    naive = torch_reference(q, k, v, bias, keep, scale, softcap)
+    # float64 LSE: logsumexp over the visible scores (rows with none: -inf).
+    hk = k.shape[2]
+    ke = k.double().repeat_interleave(q.shape[2] // hk, dim=2)
+    s = scale * torch.einsum("bihd,bjhd->bhij", q.double(), ke)
+    if softcap > 0:
+        s = softcap * torch.tanh(s / softcap)
+    if bias is not None:
+        s = s + bias.double()
+    lse_ref = torch.logsumexp(s.masked_fill(~keep, float("-inf")), dim=-1)
+    outs = []
+    for sm80 in (False, True):
+        saved = flashattn._C._set_switch("fwd_sm80", sm80)
+        try:
+            out, lse, _ = flashattn.flash_attn_func(q, k, v, causal=c.get("causal", False),
+                                                    window_size=c.get("window", (-1, -1)), softcap=softcap,
+                                                    return_attn_probs=True, attn_bias=bias, attn_mask=mask)
+        finally:
+            flashattn._C._set_switch("fwd_sm80", saved)
+        assert_fa_close(f"out (sm80 forward: {sm80})", out.float().cpu().numpy(), ref.cpu().numpy(),
+                        naive.float().cpu().numpy(), 1e-3)
+        empty = ~keep.any(dim=-1)
+        assert torch.equal(torch.isinf(lse), empty), f"LSE -inf rows (sm80 forward: {sm80})"
+        assert not out.float()[empty.transpose(1, 2)].any(), "rows with no visible key are 0"
+        fin = ~empty
+        err = (lse.double() - lse_ref)[fin].abs().max().item() if fin.any() else 0.0
+        assert err < 2e-2, f"LSE error {err} (sm80 forward: {sm80})"
+        outs.append(out.float())
+    # The two forwards agree as two low-precision computations of the same float64 values do.
+    base = (naive.float() - ref.float()).abs().max().item()
+    assert (outs[0] - outs[1]).abs().max().item() <= 4 * base + 2e-3
+
+
+def test_cuda_sm90_bias_forward_varlen():
+    """Varlen with a bias over (batch, heads, max_seqlen_q, max_seqlen_k) (positions inside each
+    sequence) and an element mask, causal, GQA: each sequence against the float64 reference of its
+    own slice, on the sm90 forward and the sm80 one."""
+    torch = _cuda_torch()
+    g = torch.Generator(device="cuda").manual_seed(9100)
+    lens_q, lens_k = [37, 1, 400, 129, 300], [53, 300, 264, 10, 520]
+    h, hk, d, mq, mk = 8, 2, 128, max([37, 1, 400, 129, 300]), 520
+    B = len(lens_q)
+    q = torch.randn(sum(lens_q), h, d, device="cuda", generator=g).bfloat16()
+    k, v = (torch.randn(sum(lens_k), hk, d, device="cuda", generator=g).bfloat16() for _ in range(2))
+    bias = (2 * torch.randn(B, h, mq, mk, device="cuda", generator=g)).bfloat16()
+    mask = torch.rand(B, 1, mq, mk, device="cuda", generator=g) < 0.8
+    cu_q = torch.tensor([0] + list(np.cumsum(lens_q)), dtype=torch.int32, device="cuda")
+    cu_k = torch.tensor([0] + list(np.cumsum(lens_k)), dtype=torch.int32, device="cuda")
+    scale = 1 / np.sqrt(d)
+    for sm80 in (False, True):
+        saved = flashattn._C._set_switch("fwd_sm80", sm80)
+        try:
+            out = flashattn.flash_attn_varlen_func(q, k, v, cu_q, cu_k, mq, mk, causal=True, attn_bias=bias,
+                                                   attn_mask=mask)
+        finally:
+            flashattn._C._set_switch("fwd_sm80", saved)
+        for bb in range(B):
+            lq, lk = lens_q[bb], lens_k[bb]
+            qs = q[cu_q[bb]:cu_q[bb + 1]][None]
+            ks, vs = k[cu_k[bb]:cu_k[bb + 1]][None], v[cu_k[bb]:cu_k[bb + 1]][None]
+            i = torch.arange(lq, device="cuda")[:, None]
+            j = torch.arange(lk, device="cuda")[None, :]
+            keep = (j <= i + lk - lq)[None, None] & mask[bb:bb + 1, :, :lq, :lk]
+            keep = keep.expand(1, h, lq, lk)
+            bs = bias[bb:bb + 1, :, :lq, :lk]
+            ref = torch_reference(qs.double(), ks.double(), vs.double(), bs.double(), keep, scale)
+            naive = torch_reference(qs, ks, vs, bs, keep, scale)
+            assert_fa_close(f"out of sequence {bb} (sm80 forward: {sm80})",
+                            out[cu_q[bb]:cu_q[bb + 1]][None].float().cpu().numpy(), ref.cpu().numpy(),
+                            naive.float().cpu().numpy(), 1e-3)
+
+
+def test_cuda_sm90_bias_dispatch():
+    """On a Hopper GPU with the sm90 kernels (path auto or sm90) a full-grid forward with a 16-bit
+    attn_bias, or with attn_mask alone, runs on the sm90 kernels; a float32 bias, a block mask with
+    a bias, a bias with rows that are not 16-byte aligned and head dim 256 stay on sm80."""
+    torch = _cuda_torch()
+    if not _sm90_forward_ran(torch):
+        pytest.skip("the forward does not reach the sm90 kernels here (not Hopper, not built, or path sm80)")
+    g = torch.Generator(device="cuda").manual_seed(9200)
+    b, s, h = 2, 1104, 16  # rows of 2208 bytes: 16-byte multiples
+
+    def run(d, bias=None, mask=None, **kw):
+        q = torch.randn(b, s, h, d, device="cuda", generator=g).bfloat16()
+        before = flashattn._C._sm90_forward_calls()
+        out = flashattn.flash_attn_func(q, q, q, attn_bias=bias, attn_mask=mask, **kw)
+        assert torch.isfinite(out.float()).all()
+        return flashattn._C._sm90_forward_calls() - before
+
+    bias = torch.randn(1, h, s, s, device="cuda", generator=g)
+    mask = torch.rand(b, 1, s, s, device="cuda", generator=g) < 0.9
+    assert run(128, bias.bfloat16()) == 1, "bf16 bias, d128"
+    assert run(64, bias.bfloat16(), causal=True) == 1, "bf16 bias, d64, causal"
+    assert run(128, mask=mask) == 1, "attn_mask alone"
+    assert run(128, bias.bfloat16(), mask) == 1, "bias and mask"
+    assert run(128, bias) == 0, "a float32 bias stays on sm80"
+    odd = torch.randn(1, h, s, s + 1, device="cuda", generator=g).bfloat16()[..., :s]  # rows of 2210 bytes
+    assert run(128, odd) == 0, "rows not 16-byte aligned stay on sm80"
+    assert run(256, bias.bfloat16()) == 0, "head dim 256 stays on sm80"
