@@ -13,9 +13,12 @@ namespace flashattn::cuda::sm90 {
 // Why the sm90 forward does not take p (empty when it does). What it leaves to the sm80 kernels
 // (docs/SEMANTICS.md): head dims other than 64, 128, 192 and 256; head_dim_v != head_dim except
 // 192 / 128, which has its own kernels (cuda_backend.cu tries it unpadded first; every other pair
-// it turns into the zero-padded same-d problem, which this path may take); dropout; attn_bias,
-// and attn_mask without a block mask (a block mask in either form, with attn_mask as its element
-// mask or without, runs here on FwdSparseTraits); requested key splits; and,
+// it turns into the zero-padded same-d problem, which this path may take); dropout; attn_bias
+// with a block mask (a block mask in either form, with attn_mask as its element mask or
+// without, runs here on FwdSparseTraits); attn_bias / attn_mask without a block mask other than
+// at head dims 64 and 128 with a bias (if any) in q's dtype whose base and strides the copy
+// engine takes (16-byte multiples, 0 where it broadcasts): those run here on FwdBiasTraits, a
+// float32 bias stays on sm80; requested key splits; and,
 // unless `any_runnable` (tests), at most 16 query rows (the sm80 decode shape) and launches
 // that the split-KV heuristic would split.
 std::string fwd_declines(const ForwardParams& p, bool any_runnable = false);

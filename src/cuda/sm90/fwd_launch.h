@@ -30,8 +30,12 @@ Status run_fwd(const ForwardParams& params, cudaStream_t stream) {
       const int rows = b.row == 0 ? 1 : params.seqlen_q;
       const int heads = b.head == 0 ? 1 : int(b.size[1]);
       const int batch = b.batch == 0 ? 1 : int(b.size[0]);
-      if (Status s = make_operand_map(&kp.bias, b.data, b.dtype, params.seqlen_k, rows, heads, batch,
-                                      Strides3{b.batch, b.row, b.head}, b.row == 0 ? 1 : Traits::kBlockM, 64, 128);
+      // A dimension of extent 1 never steps, but the encoder wants a nonzero 16-byte multiple
+      // there (make_operand_map's fallback, seqlen_k elements, need not be one).
+      const int64_t pitch = (int64_t(params.seqlen_k) + 7) / 8 * 8;
+      const Strides3 strides{b.batch != 0 ? b.batch : pitch, b.row != 0 ? b.row : pitch, b.head != 0 ? b.head : pitch};
+      if (Status s = make_operand_map(&kp.bias, b.data, b.dtype, params.seqlen_k, rows, heads, batch, strides,
+                                      b.row == 0 ? 1 : Traits::kBlockM, 64, 128);
           !s.ok()) {
         return Status::NotSupported("attn_bias: " + s.message());
       }

@@ -1,0 +1,97 @@
+"""The forward with attn_bias / attn_mask on the Hopper bias kernel (sm90/fwd_kernel.h,
+FwdBiasTraits) against the sm80 bias kernel (the fwd_sm80 switch, same process) and SDPA with the
+same additive float attn_mask (memory-efficient and cuDNN backends), bf16, 16 heads. Bias kinds:
+(B, H, N, N), (1, H, N, N) (T5-style), (B, 1, 1, N) (key padding) and an element mask alone
+(B, 1, N, N; SDPA takes it as a bool mask). TFLOP/s with the attention FLOPs (4 B H N^2 d; no
+causal rows). Each row also prints ours' max |difference| from SDPA-efficient.
+Usage: python3 dev/bias90_probe.py --out X.json [--head-dims 64,128] [--shapes 8x2048,1x16384]"""
+import argparse
+import json
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+import flashattn
+from probe_timing import timed
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--out", required=True)
+ap.add_argument("--repeats", type=int, default=10)
+ap.add_argument("--head-dims", default="64,128")
+ap.add_argument("--shapes", default="8x2048,1x16384", help="batch x seqlen, comma separated")
+ap.add_argument("--kinds", default="BHNN,1HNN,B11N,mask")
+args = ap.parse_args()
+
+h = 16
+backends = {"sdpa_efficient": SDPBackend.EFFICIENT_ATTENTION, "sdpa_cudnn": SDPBackend.CUDNN_ATTENTION}
+rows = []
+
+
+def ours(q, k, v, bias, mask, sm80):
+    saved = flashattn._C._set_switch("fwd_sm80", sm80)
+    try:
+        return flashattn.flash_attn_func(q, k, v, attn_bias=bias, attn_mask=mask)
+    finally:
+        flashattn._C._set_switch("fwd_sm80", saved)
+
+
+for d in (int(x) for x in args.head_dims.split(",")):
+    for shape in args.shapes.split(","):
+        b, n = (int(x) for x in shape.split("x"))
+        fl = 4.0 * b * h * n * n * d
+        q, k, v = (torch.randn(b, n, h, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+        qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
+        for kind in args.kinds.split(","):
+            bias = mask = None
+            if kind == "mask":
+                mask = torch.rand(b, 1, n, n, device="cuda") < 0.9
+                sdpa_mask = mask
+            else:
+                lead = {"BHNN": (b, h, n), "1HNN": (1, h, n), "B11N": (b, 1, 1)}[kind]
+                bias = torch.randn(*lead, n, device="cuda", dtype=torch.bfloat16)
+                sdpa_mask = bias
+            row = {"d": d, "batch": b, "seqlen": n, "heads": h, "kind": kind}
+            with torch.no_grad():
+                before = flashattn._C._sm90_forward_calls()
+                out = ours(q, k, v, bias, mask, False)
+                row["sm90_ran"] = flashattn._C._sm90_forward_calls() > before
+                row["flashattn_fwd"] = fl / timed(lambda: ours(q, k, v, bias, mask, False), args.repeats) / 1e12
+                row["flashattn_sm80_fwd"] = fl / timed(lambda: ours(q, k, v, bias, mask, True), args.repeats) / 1e12
+                for name, be in backends.items():
+                    try:
+                        with sdpa_kernel([be]):
+                            ref = F.scaled_dot_product_attention(qt, kt, vt, attn_mask=sdpa_mask)
+                        if name == "sdpa_efficient":
+                            row["max_abs_diff"] = (out - ref.transpose(1, 2)).abs().max().item()
+
+                        def fwd():
+                            with sdpa_kernel([be]):
+                                F.scaled_dot_product_attention(qt, kt, vt, attn_mask=sdpa_mask)
+                        row[f"{name}_fwd"] = fl / timed(fwd, args.repeats) / 1e12
+                        del ref
+                    except Exception as e:  # noqa: BLE001
+                        row[f"{name}_error"] = str(e).splitlines()[0][:120]
+            rows.append(row)
+            print(" ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()), flush=True)
+            del bias, mask, sdpa_mask, out
+            torch.cuda.empty_cache()
+        del q, k, v, qt, kt, vt
+        torch.cuda.empty_cache()
+
+env = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "cudnn": torch.backends.cudnn.version()}
+json.dump({"environment": env, "rows": rows}, open(args.out, "w"), indent=1)
+
+
+def f(r, key):
+    v = r.get(key)
+    return f"{v:7.1f}" if isinstance(v, float) else "      -"
+
+
+print("\nforward TFLOP/s (bf16, 16 heads)      ours  ours-sm80  sdpa-eff  sdpa-cudnn  ours/eff  sm90  max|d|")
+for r in rows:
+    eff = r.get("sdpa_efficient_fwd")
+    ratio = f"{r['flashattn_fwd'] / eff:8.2f}x" if isinstance(eff, float) else "        -"
+    print(f"d{r['d']:<3} {r['batch']:>2}x{r['seqlen']:<6} {r['kind']:<5}           {f(r, 'flashattn_fwd')}  "
+          f"{f(r, 'flashattn_sm80_fwd')}   {f(r, 'sdpa_efficient_fwd')}    {f(r, 'sdpa_cudnn_fwd')}  {ratio}  "
+          f"{'y' if r['sm90_ran'] else 'n':>4}  {r.get('max_abs_diff', float('nan')):.3g}")
