@@ -4,8 +4,9 @@ against a float64 numpy reference, torch autograd (dq, dk, dv and the bias gradi
 biases included) against float64 torch autograd, and the CUDA forward and backward (bf16, bias in
 float32 and bfloat16; dq, dk, dv and dbias, deterministic mode bitwise repeatable) against
 float64 torch with the naive bf16 computation as the yardstick, each broadcast pattern of dbias
-at lengths of several kernel tiles; the CUDA backward refuses dbias with softcap naming it
-(the CUDA tests skip without a GPU)."""
+at lengths of several kernel tiles; the CUDA backward refuses dbias with softcap naming it; the
+Hopper forward's bias kernel (head dims 64 and 128) against float64 and the sm80 forward in one
+process, and which calls reach it (the CUDA tests skip without a GPU)."""
 
 import numpy as np
 import pytest
