@@ -153,6 +153,22 @@ TEST(Sm90FwdTile, SparseTilesFitAndDivideBlocksOf128) {
   EXPECT_EQ(sm90::fwd_sparse_tile(128, 128).block_n, 128);
 }
 
+// The bias forward (FwdBiasTraits, head dims 64 and 128): the sparse tile plus one 16-bit bias
+// slot of block_m x block_n per stage within the 227 KB, whole 64-key panels, and its register
+// split (producer 40, two consumers 232) within the 384 threads' pool of 168 each, with room
+// for O, S, P and the 32 bias words of a block.
+TEST(Sm90FwdTile, BiasTilesFit) {
+  for (int d : {64, 128}) {
+    SCOPED_TRACE(std::to_string(d) + " bias");
+    const FwdTile t = sm90::fwd_sparse_tile(d, d);
+    EXPECT_EQ(t.consumers, 2);
+    EXPECT_EQ(t.block_n % 64, 0);
+    EXPECT_LE(sm90::fwd_smem_bound(t, d, d) + sm90::fwd_bias_bytes(t), sm90::kFwdSmemLimit);
+    EXPECT_LE(128 * sm90::kFwdBiasProducerRegs + 128 * t.consumers * sm90::kFwdBiasConsumerRegs, 168 * 384);
+    EXPECT_LE(sm90::fwd_accumulator_regs(t, d) + t.block_n / 4 + 32, sm90::kFwdBiasConsumerRegs);
+  }
+}
+
 TEST(Sm90FwdTile, HeadDim192V128TakesTheLargestKeyBlockThatFits) {
   for (bool windowed : {false, true}) {
     const FwdTile t = sm90::fwd_tile(192, 128, windowed);

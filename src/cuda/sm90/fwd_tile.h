@@ -109,6 +109,11 @@ constexpr size_t fwd_smem_bound(const FwdTile& t, int head_dim, int head_dim_v) 
 
 // The bias slots of the bias kernel (FwdBiasTraits): one block_m x block_n 16-bit tile per stage.
 constexpr size_t fwd_bias_bytes(const FwdTile& t) { return size_t(t.stages) * 64 * t.consumers * t.block_n * 2; }
+// setmaxnreg of the bias kernel: its producer spilled at 24 (the bias copy's coordinates live
+// across the loop), so 40, and its two consumers 232 (128 x 40 + 256 x 232 = 64512, the pool of
+// 384 threads at 168); the consumers hold 32 bias words per block besides O, S and P.
+constexpr int kFwdBiasProducerRegs = 40;
+constexpr int kFwdBiasConsumerRegs = 232;
 
 // Registers of a consumer thread's accumulators (O, S, P), and what setmaxnreg gives it.
 constexpr int fwd_accumulator_regs(const FwdTile& t, int head_dim_v) {

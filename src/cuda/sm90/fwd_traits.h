@@ -53,8 +53,8 @@ struct FwdTraitsBody {
   static constexpr int kThreads = 128 * (kConsumers + 1);  // warpgroup 0 produces
   // setmaxnreg: the producer gives its registers to the consumers. 65536 per SM (one CTA):
   // 128 x 24 + 256 x 240 = 64512.
-  static constexpr int kProducerRegs = kBias_ ? 40 : 24;
-  static constexpr int kConsumerRegs = kBias_ ? 232 : fwd_consumer_regs(kTile);
+  static constexpr int kProducerRegs = kBias_ ? kFwdBiasProducerRegs : 24;  // fwd_tile.h
+  static constexpr int kConsumerRegs = kBias_ ? kFwdBiasConsumerRegs : fwd_consumer_regs(kTile);
 
   // Tiles are 64-column panels of 128-byte rows (the widest swizzled row the copy engine writes):
   // kPanels of them in a Q or K tile, kPanelsV in a V tile.
