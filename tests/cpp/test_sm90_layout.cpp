@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "cuda/ptx/smem_desc.h"
+#include "cuda/sm90/bias_layout.h"
 #include "cuda/sm90/fwd_tile.h"
 #include "cuda/sm90/quad_transpose.h"
 #include "cuda/sm90/tile_order.h"
@@ -166,6 +167,58 @@ TEST(Sm90FwdTile, BiasTilesFit) {
     EXPECT_LE(sm90::fwd_smem_bound(t, d, d) + sm90::fwd_bias_bytes(t), sm90::kFwdSmemLimit);
     EXPECT_LE(128 * sm90::kFwdBiasProducerRegs + 128 * t.consumers * sm90::kFwdBiasConsumerRegs, 168 * 384);
     EXPECT_LE(sm90::fwd_accumulator_regs(t, d) + t.block_n / 4 + 32, sm90::kFwdBiasConsumerRegs);
+  }
+}
+
+// The bias slot played out on the host (sm90/bias_layout.h): the copy engine writes element
+// (row r, key j) of a 128 x 128 tile at panel j / 64, byte r * 128 + ((j % 64 / 8) ^ (r % 8)) *
+// 16 + (j % 8) * 2 (128-byte swizzle on 1024-byte aligned panels; a row-broadcast bias: row 0
+// only, every row reading it); each ldmatrix.x4 step gives lane l the 4-byte word at
+// address[8 m + l / 4] + 4 (l % 4) of matrix m, address[i] the one lane i gave. Every consumer
+// thread's word 2c + h must be the pair (keys 8c + 2t, 8c + 2t + 1) of its row g + 8h (the S
+// accumulator's layout), and the 8 row addresses of a matrix must cover 8 distinct 16-byte bank
+// groups (no conflict) or be one address.
+TEST(Sm90FwdTile, BiasSlotWordsAreTheAccumulatorPairs) {
+  constexpr int kRows = 128, kKeys = 128, kPanelBytes = kRows * 128;
+  for (bool broadcast : {false, true}) {
+    SCOPED_TRACE(broadcast ? "row broadcast" : "full tile");
+    // The element each 16-bit slot position holds, as (row << 16) | key; -1 where nothing is.
+    std::vector<int32_t> slot(kKeys / 64 * kPanelBytes / 2, -1);
+    for (int r = 0; r < (broadcast ? 1 : kRows); ++r) {
+      for (int j = 0; j < kKeys; ++j) {
+        const int byte = j / 64 * kPanelBytes + r * 128 + ((j % 64 / 8) ^ (r % 8)) * 16 + (j % 8) * 2;
+        slot[static_cast<size_t>(byte / 2)] = (r << 16) | j;
+      }
+    }
+    for (int warp = 0; warp < 8; ++warp) {  // two consumer warpgroups of 4 warps
+      const int warp_row0 = warp * 16;
+      sm90::BiasLane lanes[32];
+      for (int l = 0; l < 32; ++l) lanes[l] = sm90::bias_lane(warp_row0, l, broadcast);
+      for (int q = 0; q < kKeys / 16; ++q) {
+        uint32_t addr[32];
+        for (int l = 0; l < 32; ++l) addr[l] = sm90::bias_step_offset(q, lanes[l], kPanelBytes);
+        for (int m = 0; m < 4; ++m) {
+          bool distinct = true, same = true;
+          for (int i = 0; i < 8; ++i) {
+            EXPECT_EQ(addr[8 * m + i] % 16, 0u);
+            same = same && addr[8 * m + i] == addr[8 * m];
+            for (int i2 = 0; i2 < i; ++i2) distinct = distinct && (addr[8 * m + i] / 16) % 8 != (addr[8 * m + i2] / 16) % 8;
+          }
+          EXPECT_TRUE(broadcast ? same : distinct) << "warp " << warp << " step " << q << " matrix " << m;
+          for (int l = 0; l < 32; ++l) {
+            const int g = l / 4, t = l % 4;
+            const uint32_t word = addr[8 * m + g] + 4 * t;
+            const int word_index = 4 * q + m;  // 2c + h
+            const int c = word_index / 2, h = word_index % 2;
+            const int row = broadcast ? 0 : warp_row0 + g + 8 * h;
+            for (int e = 0; e < 2; ++e) {
+              ASSERT_EQ(slot[word / 2 + static_cast<uint32_t>(e)], (row << 16) | (8 * c + 2 * t + e))
+                  << "warp " << warp << " lane " << l << " step " << q << " matrix " << m << " element " << e;
+            }
+          }
+        }
+      }
+    }
   }
 }
 

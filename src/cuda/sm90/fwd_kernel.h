@@ -46,6 +46,7 @@
 #include "cuda/ptx/tma.h"
 #include "cuda/ptx/warpgroup.h"
 #include "cuda/ptx/wgmma.h"
+#include "cuda/sm90/bias_layout.h"
 #include "cuda/sm90/fwd_traits.h"
 #include "cuda/sm90/quad_transpose.h"
 
@@ -152,20 +153,9 @@ __device__ __forceinline__ void modify_scores(float (&s)[Traits::kBlockN / 2], c
 // 16-byte chunk of 8 rows, hits 8 distinct 16-byte bank groups, and hands lane l the pair of
 // row l / 4 at keys 2 (l % 4), +1: exactly the S accumulator's pairs. So a thread's 32 words
 // take 8 ldmatrix.x4 per block instead of 32 shared loads. A bias broadcast over the rows is
-// copied as one row (box of 1 row), read by every lane (the same address: no conflict).
+// copied as one row (box of 1 row), read by every lane (the same address: no conflict). The
+// addresses: bias_layout.h.
 //
-// This lane's part of the bias slot: the row address it gives ldmatrix (row l % 8 of matrix
-// l / 8; matrix m holds rows 8 (m % 2) of the warp's 16 and chunk 2 q + m / 2 in step q).
-struct BiasLane {
-  uint32_t row_off;  // byte offset of the lane's row in a panel
-  uint32_t chunk_xor;  // (m / 2) ^ (row % 8): the swizzled chunk is (2 (q % 4)) ^ chunk_xor
-};
-
-__device__ __forceinline__ BiasLane bias_lane(int warp_row0, int lane, bool row_broadcast) {
-  const int r = row_broadcast ? 0 : warp_row0 + 8 * ((lane / 8) % 2) + lane % 8;
-  return BiasLane{uint32_t(r * 128), uint32_t((lane / 16) ^ (r % 8))};
-}
-
 // The bias words of this thread's scores of the key tile in the slot at `slot` (shared address):
 // b[2c + h] = the pair (keys 8c + 2t, +1) of row g + 8h, as s[4c + 2h + e] (ConsumerState).
 template <typename Traits>
@@ -173,8 +163,7 @@ __device__ __forceinline__ void bias_words(uint32_t (&b)[Traits::kBlockN / 4], u
 #pragma unroll
   for (int q = 0; q < Traits::kBlockN / 16; ++q) {  // chunks 2q, 2q + 1 of rows g, g + 8
     uint32_t r[4];
-    ptx::ldmatrix_x4(r, slot + (q / 4) * Traits::kPanelBytesBias + bl.row_off +
-                            ((uint32_t(2 * (q % 4)) ^ bl.chunk_xor) << 4));
+    ptx::ldmatrix_x4(r, slot + bias_step_offset(q, bl, Traits::kPanelBytesBias));
 #pragma unroll
     for (int m = 0; m < 4; ++m) b[4 * q + m] = r[m];  // m = 2 (c - 2q) + h: word 2c + h
   }
