@@ -17,7 +17,8 @@ namespace flashattn::cuda::sm90 {
 // kSparse: the block-sparse forward (FwdSparseTraits below). The two traits share this body, and
 // FwdTraits stays a template of its own name and arguments, so the dense instantiations keep
 // their symbols and their code.
-template <typename Element_, int kHeadDim_, MaskMode kMask_, bool kMods_, int kHeadDimV_, bool kSparse_>
+template <typename Element_, int kHeadDim_, MaskMode kMask_, bool kMods_, int kHeadDimV_, bool kSparse_,
+          bool kShortRows_ = false>
 struct FwdTraitsBody {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
@@ -32,8 +33,13 @@ struct FwdTraitsBody {
   // (cuda/block_tiles.h) instead of the range [n_lo, n_hi), and the tiles come from the dynamic
   // feed, since their cost follows the density of each query tile's row of blocks (fwd_kernel.h).
   static constexpr bool kSparse = kSparse_;
-  static constexpr FwdTile kTile =
-      kSparse ? fwd_sparse_tile(kHeadDim, kHeadDimV) : fwd_tile(kHeadDim, kHeadDimV, kMask == MaskMode::kWindow);
+  // kShortRows: the tile of short masked rows (fwd_tile.h fwd_short_rows_tile; FwdShortRowsTraits).
+  static constexpr bool kShortRows = kShortRows_;
+  static_assert(!kShortRows || (fwd_has_short_rows_tile(kHeadDim, kHeadDimV) && kMask == MaskMode::kWindow && !kSparse),
+                "the short-rows tile: d64 under a causal or window mask");
+  static constexpr FwdTile kTile = kSparse       ? fwd_sparse_tile(kHeadDim, kHeadDimV)
+                                   : kShortRows ? fwd_short_rows_tile()
+                                                : fwd_tile(kHeadDim, kHeadDimV, kMask == MaskMode::kWindow);
   static constexpr int kConsumers = kTile.consumers;
   static constexpr int kBlockM = 64 * kConsumers;
   static constexpr int kBlockN = kTile.block_n;
@@ -120,6 +126,11 @@ struct FwdTraits : FwdTraitsBody<Element_, kHeadDim_, kMask_, kMods_, kHeadDimV_
 // calls without a window too (tools/gen_instantiations.py, sm90fwdsparse*).
 template <typename Element_, int kHeadDim_, MaskMode kMask_, bool kMods_ = false, int kHeadDimV_ = kHeadDim_>
 struct FwdSparseTraits : FwdTraitsBody<Element_, kHeadDim_, kMask_, kMods_, kHeadDimV_, true> {};
+
+// Short masked rows (at most kFwdShortRowsMaxSeqlen queries, causal or window): d64's two-consumer
+// tile (fwd_tile.h fwd_short_rows_tile), sm90fwdshort_hdim64_{dtype}_window.cu.
+template <typename Element_, int kHeadDim_>
+struct FwdShortRowsTraits : FwdTraitsBody<Element_, kHeadDim_, MaskMode::kWindow, false, kHeadDim_, false, true> {};
 
 // Kernel parameters: the validated problem and the three operand maps (copied into the
 // kernel's parameter space, where the copy engine reads them: __grid_constant__).
