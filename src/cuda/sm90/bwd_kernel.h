@@ -34,6 +34,7 @@
 #include <climits>
 #include <cstdint>
 
+#include "cuda/common/cta_order.h"
 #include "cuda/common/mask.h"
 #include "cuda/common/seq_extent.h"
 #include "cuda/ptx/math.h"
@@ -419,10 +420,18 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
   constexpr int kHeadDim = Traits::kHeadDim;
   const BwdKernelParams& params = args.p;
 
-  const int n_block = blockIdx.x;
-  const int kv_head = int(blockIdx.y) / params.kv_splits;
-  const int split = int(blockIdx.y) % params.kv_splits;
-  const int batch = blockIdx.z;
+  // Causal launches start the key blocks of params.cta_group_planes (kv head, split, batch)
+  // planes interleaved, heaviest (the first key block) first (cuda/common/cta_order.h); 1: the
+  // plain order. dev/ A/B: FLASHATTN_DEV_SM90_BWD_PLAIN_ORDER keeps blockIdx as it is.
+#if defined(FLASHATTN_DEV_SM90_BWD_PLAIN_ORDER)
+  const CtaSlot slot{int(blockIdx.x), blockIdx.y + gridDim.y * blockIdx.z};
+#else
+  const CtaSlot slot = this_cta_slot(params.cta_group_planes);
+#endif
+  const int n_block = slot.block;
+  const int kv_head = int(slot.plane % gridDim.y) / params.kv_splits;
+  const int split = int(slot.plane % gridDim.y) % params.kv_splits;
+  const int batch = int(slot.plane / gridDim.y);
   const SeqExtent seq = seq_extent(params, batch);
   const int n0 = n_block * kBlockN;
   if (n0 >= seq.seqlen_k) return;  // past this sequence's keys (varlen): the whole CTA leaves
