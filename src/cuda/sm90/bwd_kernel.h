@@ -422,12 +422,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
 
   // Causal launches start the key blocks of params.cta_group_planes (kv head, split, batch)
   // planes interleaved, heaviest (the first key block) first (cuda/common/cta_order.h); 1: the
-  // plain order. dev/ A/B: FLASHATTN_DEV_SM90_BWD_PLAIN_ORDER keeps blockIdx as it is.
-#if defined(FLASHATTN_DEV_SM90_BWD_PLAIN_ORDER)
-  const CtaSlot slot{int(blockIdx.x), blockIdx.y + gridDim.y * blockIdx.z};
-#else
+  // plain order. Against blockIdx order, H200 bf16, same session (dev/results/
+  // h200-2026-12-02-ab-bwdorder-{plain,main}.json): causal d128 +3.1/+4.1% at 2k/4k, d64
+  // +1.3/+2.7%, 1k and 16k within 1%; unmasked launches (group 1) within noise.
   const CtaSlot slot = this_cta_slot(params.cta_group_planes);
-#endif
   const int n_block = slot.block;
   const int kv_head = int(slot.plane % gridDim.y) / params.kv_splits;
   const int split = int(slot.plane % gridDim.y) % params.kv_splits;

@@ -95,13 +95,6 @@ Status dispatch_fwd(const ForwardParams& p, cudaStream_t stream) {
                   kMods == ScoreMods::kNone) {
       if (p.seqlen_q <= kFwdShortRowsMaxSeqlen) return run_fwd<FwdShortRowsTraits<Element, kHeadDim>>(p, stream);
     }
-#if defined(FLASHATTN_DEV_SM90_FWD_SHORT_UNMASKED_WINDOW)
-    // dev/ A/B: unmasked d128 launches of at most 1024 keys on the window kernel (128 x 128 tile,
-    // dynamic tile feed) instead of the 128 x 176 tile in fixed rounds.
-    if constexpr (kHeadDim == 128 && kMask == MaskMode::kNone && kMods == ScoreMods::kNone) {
-      if (p.seqlen_k <= 1024) return run_fwd<FwdTraits<Element, kHeadDim, MaskMode::kWindow>>(p, stream);
-    }
-#endif
     if constexpr (has_kernel(kHeadDim) && kMods == ScoreMods::kNone) {
       return run_fwd<FwdTraits<Element, kHeadDim, kMask>>(p, stream);
     } else if constexpr (has_kernel(kHeadDim) && kMods90) {
