@@ -286,7 +286,7 @@ Status dispatch_backward(const BackwardParams& p, cudaStream_t stream) {
     int major = 0;
     FLASHATTN_CUDA_TRY(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, p.device.index));
     if (major == 9) {
-      Status s = cuda::sm90::dispatch_bwd(p, stream, path == CudaPath::kSm90);
+      Status s = cuda::sm90::dispatch_bwd(p, stream);
       if (s.ok()) detail::count_sm90_backward();
       if (s.code() != StatusCode::kNotSupported || path == CudaPath::kSm90) return s;
     }

@@ -220,6 +220,20 @@ TEST(Sm90FwdTile, BiasSlotWordsAreTheAccumulatorPairs) {
       }
     }
   }
+
+// d64's tile for short masked rows (FwdShortRowsTraits): two consumers, so that 1024 rows are
+// eight whole tiles (the three-consumer tile leaves a 64-row sixth), within the same limits.
+TEST(Sm90FwdTile, ShortRowsTileFitsAndDividesTheThreshold) {
+  EXPECT_TRUE(sm90::fwd_has_short_rows_tile(64, 64));
+  EXPECT_FALSE(sm90::fwd_has_short_rows_tile(128, 128));
+  const FwdTile t = sm90::fwd_short_rows_tile();
+  EXPECT_EQ(t.consumers, 2);
+  EXPECT_LT(t.consumers, sm90::fwd_tile(64, 64, true).consumers);
+  EXPECT_EQ(sm90::kFwdShortRowsMaxSeqlen % (64 * t.consumers), 0);
+  EXPECT_NE(sm90::kFwdShortRowsMaxSeqlen % (64 * sm90::fwd_tile(64, 64, true).consumers), 0);
+  EXPECT_LE(sm90::fwd_smem_bound(t, 64, 64), sm90::kFwdSmemLimit);
+  EXPECT_LE(sm90::fwd_accumulator_regs(t, 64) + 32, sm90::fwd_consumer_regs(t));
+  EXPECT_LE(128 * 24 + 128 * t.consumers * sm90::fwd_consumer_regs(t), 65536);
 }
 
 TEST(Sm90FwdTile, HeadDim192V128TakesTheLargestKeyBlockThatFits) {

@@ -18,11 +18,10 @@ namespace flashattn::cuda::sm90 {
 std::string bwd_declines(const BackwardParams& p);
 
 // Runs p, which bwd_declines accepted, on the sm90 kernels: the two-kernel form (bitwise
-// reproducible) when p.deterministic, and, unless any_runnable, wherever the fused kernel was
-// timed slower; otherwise the fused kernel with an f32 dQ accumulator that the copy engine adds
-// into (bwd_kernel.h). NotSupported (nothing launched) when the copy engine cannot describe an
-// operand.
-Status dispatch_bwd(const BackwardParams& p, cudaStream_t stream, bool any_runnable);
+// reproducible) when p.deterministic, otherwise the fused kernel with an f32 dQ accumulator that
+// the copy engine adds into (bwd_kernel.h). NotSupported (nothing launched) when the copy engine
+// cannot describe an operand.
+Status dispatch_bwd(const BackwardParams& p, cudaStream_t stream);
 
 // Defined in bwd_launch.h; each traits is instantiated in its own generated .cu file.
 template <typename Traits>

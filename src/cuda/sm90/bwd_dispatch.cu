@@ -42,37 +42,35 @@ std::string bwd_declines(const BackwardParams& p) {
   return {};
 }
 
-Status dispatch_bwd(const BackwardParams& p, cudaStream_t stream, bool any_runnable) {
+Status dispatch_bwd(const BackwardParams& p, cudaStream_t stream) {
   // The fused kernel (5 products, f32 dQ added by the copy engine by a writer warp) against the
   // deterministic two kernels (7 products), H200 bf16 (dev/results/h200-2026-12-02-ab2-new-auto.json
   // against -ab2-new-sm90.json, and -ab3-* with masks applied per block): the fused kernel is
-  // ahead or within 1-3% everywhere except d64 without a mask below 2048 keys (1k: 314 against
-  // 307 TFLOP/s), where the two kernels run. Under a mask it is 1.10-1.15x the sm80 backward at
-  // d64 from 1k (213 against 193 at 1k causal). FLASHATTN_CUDA_PATH=sm90 (any_runnable: the tests)
-  // sends every non-deterministic call to the fused kernel. The two-kernel form is what
-  // deterministic=true asks for, so choosing it is allowed.
+  // ahead or within 1-3% everywhere. Until d64 split dQ's columns between the consumers it lost
+  // at d64 without a mask below 2048 keys, where the two kernels ran; since, it leads there too
+  // (1k: 337 against 305 TFLOP/s, dev/results/h200-2026-12-02-bwd-d64-*-sm90.json). Under a mask
+  // it is 1.10-1.15x the sm80 backward at d64 from 1k. The two-kernel form runs when
+  // deterministic=true asks for it.
   // A block mask (either form, with or without attn_mask) takes the block-sparse kernels
   // (BwdSparseTraits), instantiated with the window mask only: with no window it costs one range
   // test per tile. Its choice between the fused kernel and the two-kernel form is the dense one's
   // (not yet timed under a block mask).
   const bool sparse = p.block_mask.defined() || p.has_block_lists();
-  BackwardParams q = p;
-  if (!any_runnable && p.head_dim == 64 && !p.has_window() && p.seqlen_k < 2048) q.deterministic = true;
   // kAny here is softcap and/or ALiBi: bwd_declines left dropout to sm80.
-  return dispatch_variant(q, [&]<typename Element, int kHeadDim, MaskMode kMask, ScoreMods kMods>() -> Status {
+  return dispatch_variant(p, [&]<typename Element, int kHeadDim, MaskMode kMask, ScoreMods kMods>() -> Status {
     constexpr bool kMods90 = kMods == ScoreMods::kAny && has_mods_kernel(kHeadDim, kMask == MaskMode::kWindow);
     if (sparse) {
       if constexpr (has_bwd_kernel(kHeadDim) && kMods == ScoreMods::kNone) {
-        return run_bwd<BwdSparseTraits<Element, kHeadDim, MaskMode::kWindow>>(q, stream);
+        return run_bwd<BwdSparseTraits<Element, kHeadDim, MaskMode::kWindow>>(p, stream);
       } else {
         return Status::NotSupported("the sm90 block-sparse backward has no kernel for head_dim " +
                                     std::to_string(kHeadDim));
       }
     }
     if constexpr (has_bwd_kernel(kHeadDim) && kMods == ScoreMods::kNone) {
-      return run_bwd<BwdTraits<Element, kHeadDim, kMask>>(q, stream);
+      return run_bwd<BwdTraits<Element, kHeadDim, kMask>>(p, stream);
     } else if constexpr (kMods90) {
-      return run_bwd<BwdModsTraits<Element, kHeadDim, kMask>>(q, stream);
+      return run_bwd<BwdModsTraits<Element, kHeadDim, kMask>>(p, stream);
     } else {
       return Status::NotSupported("the sm90 backward has no kernel for head_dim " + std::to_string(kHeadDim) +
                                   " with score modifiers " + (kMods == ScoreMods::kNone ? "off" : "on"));

@@ -34,6 +34,7 @@
 #include <climits>
 #include <cstdint>
 
+#include "cuda/common/cta_order.h"
 #include "cuda/common/mask.h"
 #include "cuda/common/seq_extent.h"
 #include "cuda/ptx/math.h"
@@ -125,25 +126,20 @@ struct BwdTraitsBody {
   // The fused dK/dV/dQ kernel (bwd_kv_kernel<Traits, true>, the non-deterministic default): each
   // step also writes dS^T to shared memory (kDsBytes, two buffers by step parity) and computes the
   // step's dQ contribution as a wgmma from there, added into the f32 accumulator in global memory
-  // by the copy engine (bulk reduce-add from kDqPartBytes of shared memory per consumer). At d128
-  // the consumers split dQ's columns (64 each, all 128 keys: a barrier between them per step); at
-  // d64 each takes its own 64 keys and all 64 columns (no barrier, twice the reduce traffic).
-  // kDqKHalves (d64 under the dev macro, issue 20): the columns split at d64 too, 32 each over all
-  // 128 keys (m64n32 products), so a step adds one 64 x 64 block in two halves instead of two
-  // whole ones (ncu, H200 d64 16k: the staging's proxy fence 6.3% of the samples, the dQ-empty
-  // barrier 3.5%). B is then a 32-column slice of K; in K's 128-byte swizzled rows that slice
-  // starts 64 bytes into each swizzle atom, and the PTX ISA's operands are whole atoms (the
-  // descriptor's base offset encodes only the row phase, bits 7-9), so each consumer first copies
-  // its half of K into 64-byte swizzled rows (kKHalvesBytes), where 32 columns are one atom.
-#if defined(FLASHATTN_DEV_SM90_BWD_D64_DQ_COLS)
-  static constexpr bool kDqKHalves = kHeadDim == 64;  // dev/s10_bwd_d64.sh
-#else
-  static constexpr bool kDqKHalves = false;
-#endif
-  static constexpr bool kDqSplitKeys = kHeadDim == 64 && !kDqKHalves;
-  static constexpr int kDqCols = kDqSplitKeys ? kHeadDim : kHeadDim / kConsumers;  // dQ columns per consumer
-  static constexpr int kDqKeys = kDqSplitKeys ? 64 : kKvBlockN;                    // keys per dQ product
-  static constexpr int kDqParts = kDqSplitKeys ? 1 : kConsumers;  // column parts of a 64-row dQ block
+  // by the copy engine (bulk reduce-add from kDqPartBytes of shared memory per consumer). The
+  // consumers split dQ's columns over all 128 keys, after a barrier that says both have written
+  // their dS^T rows: 64 each at d128, 32 each at d64 (kDqKHalves, m64n32 products), so a step adds
+  // each 64 x 64 block of dQ once. At d64 B is then a 32-column slice of K, which in K's 128-byte
+  // swizzled rows starts 64 bytes into each swizzle atom; the PTX ISA's operands are whole atoms
+  // (the descriptor's base offset encodes only the row phase, bits 7-9), so each consumer first
+  // copies its half of K into 64-byte swizzled rows (kKHalvesBytes), where 32 columns are one atom.
+  // Against each consumer taking its own 64 keys and all 64 columns (twice the reduce traffic and
+  // staging), H200 bf16, same process (dev/results/h200-2026-12-02-bwd-d64-*.json): +11-12% at
+  // 2k/4k/16k without a mask (16k 422 -> 473 TFLOP/s), causal +0.5/0/+4% at 2k/4k/16k, and at 1k
+  // without a mask 337 against the two-kernel form's 305, which the dispatcher chose there before.
+  static constexpr bool kDqKHalves = kHeadDim == 64;
+  static constexpr int kDqCols = kHeadDim / kConsumers;  // dQ columns per consumer
+  static constexpr int kDqKeys = kKvBlockN;              // keys per dQ product
   static constexpr int kDsBytes = kKvBlockN * kKvBlockM * 2;
   static constexpr int kDqPartBytes = 64 * kDqCols * 4;
   // kDqKHalves: K's column halves (32 columns = 64 bytes of each of kKvBlockN rows), half c at c x
@@ -413,8 +409,8 @@ constexpr int kDqHandoffThreads = 128 + 32;
 constexpr int kPtReadyBarrier = 3;
 constexpr int kPtFreeBarrier = 4;
 
-// dK/dV, and with kFusedDq dQ too (Traits::kDqSplitKeys says how). Grid (key blocks of the
-// longest sequence, heads_k * kv_splits, batch).
+// dK/dV, and with kFusedDq dQ too (the consumers split its columns: BwdTraitsBody::kDqCols).
+// Grid (key blocks of the longest sequence, heads_k * kv_splits, batch).
 template <typename Traits, bool kFusedDq>
 __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __grid_constant__ BwdKernelArgs args) {
   using Element = typename Traits::Element;
@@ -424,10 +420,16 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
   constexpr int kHeadDim = Traits::kHeadDim;
   const BwdKernelParams& params = args.p;
 
-  const int n_block = blockIdx.x;
-  const int kv_head = int(blockIdx.y) / params.kv_splits;
-  const int split = int(blockIdx.y) % params.kv_splits;
-  const int batch = blockIdx.z;
+  // Causal launches start the key blocks of params.cta_group_planes (kv head, split, batch)
+  // planes interleaved, heaviest (the first key block) first (cuda/common/cta_order.h); 1: the
+  // plain order. Against blockIdx order, H200 bf16, same session (dev/results/
+  // h200-2026-12-02-ab-bwdorder-{plain,main}.json): causal d128 +3.1/+4.1% at 2k/4k, d64
+  // +1.3/+2.7%, 1k and 16k within 1%; unmasked launches (group 1) within noise.
+  const CtaSlot slot = this_cta_slot(params.cta_group_planes);
+  const int n_block = slot.block;
+  const int kv_head = int(slot.plane % gridDim.y) / params.kv_splits;
+  const int split = int(slot.plane % gridDim.y) % params.kv_splits;
+  const int batch = int(slot.plane / gridDim.y);
   const SeqExtent seq = seq_extent(params, batch);
   const int n0 = n_block * kBlockN;
   if (n0 >= seq.seqlen_k) return;  // past this sequence's keys (varlen): the whole CTA leaves
@@ -504,8 +506,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
               if (entry != bwd90::kNoStep && lane == 0) {
                 const int m0 = (entry & kTileIndexMask) * kBlockM;
                 float* gdq = params.dq_accum + (int64_t(head) * params.ws_rows + ws_row0 + m0) * kHeadDim;
-                const int part = Traits::kDqSplitKeys ? 0 : c;
-                ptx::bulk_reduce_add_f32(gdq + part * (Traits::kDqPartBytes / 4), sDq + c * (Traits::kDqPartBytes / 4),
+                ptx::bulk_reduce_add_f32(gdq + c * (Traits::kDqPartBytes / 4), sDq + c * (Traits::kDqPartBytes / 4),
                                          Traits::kDqPartBytes);
                 ptx::bulk_commit_group();
               }
@@ -532,8 +533,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
           for (int c = 0; c < Traits::kConsumers; ++c) {
             ptx::named_barrier_sync(kDqFullBarrier0 + c, kDqHandoffThreads);
             if (lane == 0) {
-              const int part = Traits::kDqSplitKeys ? 0 : c;
-              ptx::bulk_reduce_add_f32(gdq + part * (Traits::kDqPartBytes / 4), sDq + c * (Traits::kDqPartBytes / 4),
+              ptx::bulk_reduce_add_f32(gdq + c * (Traits::kDqPartBytes / 4), sDq + c * (Traits::kDqPartBytes / 4),
                                        Traits::kDqPartBytes);
               ptx::bulk_commit_group();
             }
@@ -906,24 +906,22 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
       ptx::fence_operand(dk);
       bwd90::release(&empty[s], lane);
     } else {
-      // Three groups, so the dQ part is staged while dK += dS^T Q still runs: dV += P^T dO; then
-      // (d128, kDqKHalves: both consumers' dS^T rows written) dQ = dS K over this consumer's
-      // columns of K (d128: 64, all 128 keys; d64: its own 64 keys, all columns; kDqKHalves: 32,
-      // all 128 keys, from its half of K); then, once dV is done, dK.
+      // Three groups, so the dQ part is staged while dK += dS^T Q still runs: dV += P^T dO; then,
+      // once both consumers' dS^T rows are written, dQ = dS K over this consumer's columns of K and
+      // all 128 keys (d128: its 64-column panel; d64: 32 columns from its copy of K's half); then,
+      // once dV is done, dK.
       bwd90::gemm_rs<kHeadDim, Element, kBlockM>(dv, pt, bwd90::mn_desc(do_addr, Traits::panel_bytes(kBlockM)));
       ptx::wgmma_commit();
-      if constexpr (!Traits::kDqSplitKeys) ptx::named_barrier_sync(kDsReadyBarrier, 128 * Traits::kConsumers);
-      const int key0 = Traits::kDqSplitKeys ? key_row0 : 0;
-      const uint64_t ds_desc = bwd90::mn_desc(ptx::smem_u32(ds_buf + key0 * Traits::kRowBytes), Traits::kDsBytes);
+      ptx::named_barrier_sync(kDsReadyBarrier, 128 * Traits::kConsumers);
+      const uint64_t ds_desc = bwd90::mn_desc(ptx::smem_u32(ds_buf), Traits::kDsBytes);
       if constexpr (Traits::kDqKHalves) {
         bwd90::gemm_dq<Traits::kDqKeys, Traits::kDqCols, Traits::kKHalfRowBytes, Element>(
             dq, ds_desc,
             bwd90::k_half_desc<Traits::kKHalfBytes>(ptx::smem_u32(sKh + consumer * Traits::kKHalfBytes)));
       } else {
-        const uint32_t k_cols =
-            ptx::smem_u32(sK) + (Traits::kDqSplitKeys ? 0 : consumer * Traits::panel_bytes(kBlockN));
+        const uint32_t k_cols = ptx::smem_u32(sK) + consumer * Traits::panel_bytes(kBlockN);
         bwd90::gemm_dq<Traits::kDqKeys, Traits::kDqCols, Traits::kRowBytes, Element>(
-            dq, ds_desc, bwd90::mn_desc(k_cols + key0 * Traits::kRowBytes, Traits::panel_bytes(kBlockN)));
+            dq, ds_desc, bwd90::mn_desc(k_cols, Traits::panel_bytes(kBlockN)));
       }
       ptx::wgmma_commit();
       ptx::wgmma_wait<1>();  // dV done

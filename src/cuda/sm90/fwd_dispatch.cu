@@ -125,6 +125,10 @@ Status dispatch_fwd(const ForwardParams& p, cudaStream_t stream) {
       return Status::NotSupported("the sm90 forward has no kernel for head_dim " + std::to_string(kHeadDim) +
                                   " with head_dim_v " + std::to_string(p.head_dim_v));
     }
+    if constexpr (fwd_has_short_rows_tile(kHeadDim, kHeadDim) && kMask == MaskMode::kWindow &&
+                  kMods == ScoreMods::kNone) {
+      if (p.seqlen_q <= kFwdShortRowsMaxSeqlen) return run_fwd<FwdShortRowsTraits<Element, kHeadDim>>(p, stream);
+    }
     if constexpr (has_kernel(kHeadDim) && kMods == ScoreMods::kNone) {
       return run_fwd<FwdTraits<Element, kHeadDim, kMask>>(p, stream);
     } else if constexpr (has_kernel(kHeadDim) && kMods90) {

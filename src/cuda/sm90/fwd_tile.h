@@ -69,6 +69,17 @@ constexpr FwdTile fwd_tile(int head_dim, int head_dim_v, bool windowed) {
   return {2, 80, 2, true};
 }
 
+// The tile of short masked rows (FwdShortRowsTraits): d64 under a causal or window mask with at
+// most kFwdShortRowsMaxSeqlen query rows takes two consumers (128 x 128) instead of three. At
+// 1024 rows the 192-row tile leaves 1024 = 5 x 192 + 64: a sixth tile per (batch, head) with one
+// of its three consumers busy, and under causal the short tiles are the serial chain of one
+// consumer (Q K^T -> softmax -> P V) with few key blocks to overlap. Measured on H200 (bf16, same
+// process, dev/results/h200-2026-12-02-ab-d64-{base,c2}.json): causal +7.6/+6.8% at 512/1k, but
+// -8..-21% from 2k and -6% at 1k without a mask, so only masked launches up to 1024 rows take it.
+constexpr int kFwdShortRowsMaxSeqlen = 1024;
+constexpr bool fwd_has_short_rows_tile(int head_dim, int head_dim_v) { return head_dim == 64 && head_dim_v == 64; }
+constexpr FwdTile fwd_short_rows_tile() { return {2, 128, 2, true}; }
+
 // The tile of the block-sparse forward (FwdSparseTraits, calls with a block mask): block_m 128
 // (two consumers) and block_n 128 where it fits, 64 where not (d192 and d256 at two stages), so
 // that user blocks of 128 x 128 (FlexAttention's default) or 128 x 64 cover whole tiles, which

@@ -19,7 +19,7 @@ namespace flashattn::cuda::sm90 {
 // their symbols and their code.
 // kBias: attn_bias and/or attn_mask without a block mask (FwdBiasTraits below).
 template <typename Element_, int kHeadDim_, MaskMode kMask_, bool kMods_, int kHeadDimV_, bool kSparse_,
-          bool kBias_ = false>
+          bool kShortRows_ = false, bool kBias_ = false>
 struct FwdTraitsBody {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
@@ -34,6 +34,10 @@ struct FwdTraitsBody {
   // (cuda/block_tiles.h) instead of the range [n_lo, n_hi), and the tiles come from the dynamic
   // feed, since their cost follows the density of each query tile's row of blocks (fwd_kernel.h).
   static constexpr bool kSparse = kSparse_;
+  // kShortRows: the tile of short masked rows (fwd_tile.h fwd_short_rows_tile; FwdShortRowsTraits).
+  static constexpr bool kShortRows = kShortRows_;
+  static_assert(!kShortRows || (fwd_has_short_rows_tile(kHeadDim, kHeadDimV) && kMask == MaskMode::kWindow && !kSparse),
+                "the short-rows tile: d64 under a causal or window mask");
   // attn_bias (16-bit, q's dtype) and/or attn_mask, no block mask (fwd_kernel.h, "Bias"): the
   // producer copies each (query tile, key tile) tile of the bias with the K tile of its stage
   // (one more bulk tensor copy per 64 keys, on the K stage's "full" barrier) into a slot of the
@@ -43,7 +47,9 @@ struct FwdTraitsBody {
   // branches). Takes the sparse kernel's tile (128 x 128 at d64 and d128): a bias slot per stage
   // is 32 KB there, 2 x 32 KB on top of the masked d128 tile's 160 KB (fwd_bias_bytes).
   static constexpr bool kBias = kBias_;
+  static_assert(!(kBias && kShortRows), "the bias kernel takes the sparse kernel's tile");
   static constexpr FwdTile kTile = kSparse || kBias ? fwd_sparse_tile(kHeadDim, kHeadDimV)
+                                   : kShortRows     ? fwd_short_rows_tile()
                                                     : fwd_tile(kHeadDim, kHeadDimV, kMask == MaskMode::kWindow);
   static constexpr int kConsumers = kTile.consumers;
   static constexpr int kBlockM = 64 * kConsumers;
@@ -143,11 +149,16 @@ struct FwdTraits : FwdTraitsBody<Element_, kHeadDim_, kMask_, kMods_, kHeadDimV_
 template <typename Element_, int kHeadDim_, MaskMode kMask_, bool kMods_ = false, int kHeadDimV_ = kHeadDim_>
 struct FwdSparseTraits : FwdTraitsBody<Element_, kHeadDim_, kMask_, kMods_, kHeadDimV_, true> {};
 
+// Short masked rows (at most kFwdShortRowsMaxSeqlen queries, causal or window): d64's two-consumer
+// tile (fwd_tile.h fwd_short_rows_tile), sm90fwdshort_hdim64_{dtype}_window.cu.
+template <typename Element_, int kHeadDim_>
+struct FwdShortRowsTraits : FwdTraitsBody<Element_, kHeadDim_, MaskMode::kWindow, false, kHeadDim_, false, true> {};
+
 // attn_bias and/or attn_mask without a block mask (kBias): window mask only, which serves calls
 // without a window too, with the score modifiers (softcap, ALiBi) under run-time branches
 // (tools/gen_instantiations.py, sm90fwdbias*). Head dims 64 and 128 (fwd_dispatch.cu).
 template <typename Element_, int kHeadDim_, MaskMode kMask_ = MaskMode::kWindow>
-struct FwdBiasTraits : FwdTraitsBody<Element_, kHeadDim_, kMask_, true, kHeadDim_, false, true> {};
+struct FwdBiasTraits : FwdTraitsBody<Element_, kHeadDim_, kMask_, true, kHeadDim_, false, false, true> {};
 
 // Kernel parameters: the validated problem and the three operand maps (copied into the
 // kernel's parameter space, where the copy engine reads them: __grid_constant__).
