@@ -220,6 +220,7 @@ TEST(Sm90FwdTile, BiasSlotWordsAreTheAccumulatorPairs) {
       }
     }
   }
+}
 
 // d64's tile for short masked rows (FwdShortRowsTraits): two consumers, so that 1024 rows are
 // eight whole tiles (the three-consumer tile leaves a 64-row sixth), within the same limits.
