@@ -464,8 +464,9 @@ def test_cuda_sm90_bias_forward_varlen():
 
 def test_cuda_sm90_bias_dispatch():
     """On a Hopper GPU with the sm90 kernels (path auto or sm90) a full-grid forward with a 16-bit
-    attn_bias, or with attn_mask alone, runs on the sm90 kernels; a float32 bias, a block mask with
-    a bias, a bias with rows that are not 16-byte aligned and head dim 256 stay on sm80."""
+    attn_bias, or with attn_mask alone, runs on the sm90 kernels; a float32 bias, a bias with rows
+    that are not 16-byte aligned and a bias with a block mask stay on sm80 (attn_mask with a block
+    mask runs on the sm90 block-sparse kernel)."""
     torch = _cuda_torch()
     if not _sm90_forward_ran(torch):
         pytest.skip("the forward does not reach the sm90 kernels here (not Hopper, not built, or path sm80)")
@@ -488,4 +489,6 @@ def test_cuda_sm90_bias_dispatch():
     assert run(128, bias) == 0, "a float32 bias stays on sm80"
     odd = torch.randn(1, h, s, s + 1, device="cuda", generator=g).bfloat16()[..., :s]  # rows of 2210 bytes
     assert run(128, odd) == 0, "rows not 16-byte aligned stay on sm80"
-    assert run(256, bias.bfloat16()) == 0, "head dim 256 stays on sm80"
+    block = torch.rand(1, 1, -(-s // 128), -(-s // 128), device="cuda", generator=g) < 0.5
+    assert run(128, bias.bfloat16(), block_mask=block, block_size=(128, 128)) == 0, "a bias with a block mask: sm80"
+    assert run(128, mask=mask, block_mask=block, block_size=(128, 128)) == 1, "attn_mask in a block mask: sparse sm90"
