@@ -24,6 +24,7 @@ SUM=$OUT/s10-bias90-summary.txt
 : > "$SUM"
 log() { echo "$*" | tee -a "$SUM"; }
 
+rm -rf /tmp/s10b-pk  # a stale package must not pass for this build
 CMAKE_BUILD_PARALLEL_LEVEL=16 timeout "$(cap 300)" python3 -m pip install --no-build-isolation --no-deps -q --upgrade \
   --target /tmp/s10b-pk -Cbuild-dir=/tmp/s10b-bb -Ccmake.define.FLASHATTN_CUDA_ARCHITECTURES=90 \
   "-Ccmake.define.FLASHATTN_CUDA_HEAD_DIMS=64;128" -Ccmake.define.FLASHATTN_CUDA_DTYPES=bf16 \
