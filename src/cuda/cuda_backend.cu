@@ -299,7 +299,10 @@ bool native_head_dim_v_backward(const BackwardParams& p, const PadPlan& plan, cu
     return false;
   }
   Status s = cuda::sm90::dispatch_bwd(p, stream, path == CudaPath::kSm90);
-  if (s.ok()) detail::count_sm90_backward();
+  if (s.ok()) {
+    detail::count_sm90_backward();
+    detail::count_native_head_dim_v_backward();
+  }
   if (s.code() == StatusCode::kNotSupported && path != CudaPath::kSm90) return false;
   *result = s;
   return true;
