@@ -261,9 +261,9 @@ __device__ __forceinline__ uint64_t mn_desc(uint32_t addr, int panel_bytes) {
   return ptx::smem_desc(addr, panel_bytes, 1024, ptx::SmemSwizzle::k128B);
 }
 
-// S = A_s B_s^T over the head dim and dP = A_dp B_dp^T over head_dim_v (all K-major), committed as two groups
-// (S first) and not waited for: the caller waits for S alone (wgmma_wait<1>), starts on the
-// exponentials, then waits for dP (wgmma_wait<0>).
+// S = A_s B_s^T over the head dim and dP = A_dp B_dp^T over head_dim_v (all K-major), committed
+// as two groups (S first) and not waited for: the caller waits for S alone (wgmma_wait<1>),
+// starts on the exponentials, then waits for dP (wgmma_wait<0>).
 template <int N, typename Traits>
 __device__ __forceinline__ void issue_s_dp(float (&s)[N / 2], float (&dp)[N / 2], uint64_t a_s, uint64_t a_dp,
                                            int a_panel_bytes, uint64_t b_s, uint64_t b_dp, int b_panel_bytes) {
@@ -678,17 +678,16 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
     // reads the same 32 values: conflict-free float4s), one step in flight (P ready / P free).
     static_assert(!kFusedDq, "the split-role kernel is the two-kernel form");
     constexpr int kS = kBlockM / 2;
-    // 192 / 128 branches on the role around its products (below): read from lane 0 so that ptxas
-    // sees a warp-uniform value (else it serialises the wgmmas of the divergent-looking paths).
-    const bool role_p =
-        (Traits::kHeadDimV == kHeadDim ? consumer : __shfl_sync(0xffffffffu, consumer, 0)) == 0;
+    // kHeadDimV != kHeadDim (192 / 128): role P's S^T sums over head_dim and its dV has head_dim_v
+    // columns, role dS's dP^T sums over head_dim_v; so each product is one branch per role, and
+    // dV lives in the first kHeadDimV / 2 registers of acc (the roles share the allocation). The
+    // role is then read from lane 0, so that ptxas sees a warp-uniform value (without it, it
+    // serialised the wgmmas of the divergent-looking paths: C7520).
+    constexpr bool kSameDims = Traits::kHeadDimV == kHeadDim;
+    const bool role_p = (kSameDims ? consumer : __shfl_sync(0xffffffffu, consumer, 0)) == 0;
     const int tid_wg = threadIdx.x % 128;
     const int key_local = (warp % 4) * 16 + g;  // this thread's keys: +0 and +8
     const uint64_t a_desc = bwd90::kmajor_desc(ptx::smem_u32(role_p ? sK : sV));
-    // kHeadDimV != kHeadDim (192 / 128): role P's S^T sums over head_dim and its dV has head_dim_v
-    // columns, role dS's dP^T sums over head_dim_v; so each product is one branch per role, and
-    // dV lives in the first kHeadDimV / 2 registers of acc (the roles share the allocation).
-    constexpr bool kSameDims = Traits::kHeadDimV == kHeadDim;
     float acc[kHeadDim / 2];  // dV (role P) or dK (role dS): 64 keys x head_dim (dV: head_dim_v)
     [[maybe_unused]] auto& acc_v = *reinterpret_cast<float(*)[Traits::kHeadDimV / 2]>(&acc[0]);
 #pragma unroll
@@ -730,7 +729,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
         ptx::fence_operand(x);
       } else {
         bwd90::gemm_kmajor<kBlockM, Element, Traits::kPanelsV>(x, a_desc, Traits::panel_bytes(kBlockN),
-                                                               bwd90::kmajor_desc(do_addr), Traits::panel_bytes(kBlockM));
+                                                               bwd90::kmajor_desc(do_addr),
+                                                               Traits::panel_bytes(kBlockM));
         ptx::wgmma_commit();
         ptx::wgmma_wait<0>();
         ptx::fence_operand(x);
