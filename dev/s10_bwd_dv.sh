@@ -32,6 +32,7 @@ declare -A TESTS=([base]=ON [st3]=OFF)
 jobs=$(( $(nproc) / 2 ))
 bcap=$(cap 300)
 for name in base st3; do
+  rm -rf /tmp/s10dv-$name  # pip --target does not replace an existing package
   CMAKE_BUILD_PARALLEL_LEVEL=$jobs timeout "$bcap" python3 -m pip install --no-build-isolation --no-deps -q \
     --target /tmp/s10dv-$name -Cbuild-dir=build-s10dv-$name -Ccmake.define.FLASHATTN_CUDA_ARCHITECTURES=90 \
     -Ccmake.define.FLASHATTN_CUDA_HEAD_DIMS=192 -Ccmake.define.FLASHATTN_CUDA_DTYPES=bf16 \
