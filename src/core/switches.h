@@ -32,5 +32,10 @@ void set_switch(Switch s, bool on);
 // launched there), so that a test can assert a call reached them rather than the sm80 fallback.
 unsigned long long sm90_backward_calls();
 void count_sm90_backward();
+// Of those, the calls at head_dim_v != head_dim that ran unpadded on kernels of their own shape
+// (192 / 128: cuda_backend.cu, native_head_dim_v_backward), so that a test can tell them from the
+// padded call (which counts in sm90_backward_calls alone when it reaches the sm90 kernels).
+unsigned long long native_head_dim_v_backward_calls();
+void count_native_head_dim_v_backward();
 
 }  // namespace flashattn::detail
