@@ -505,6 +505,14 @@ NB_MODULE(_C, m) {
       "For tests: sets a process-wide kernel switch (src/core/switches.h) and returns its "
       "previous state.");
   m.def(
+      "_backward_calls",
+      []() {
+        namespace d = fa::detail;
+        return nb::make_tuple(d::sm90_backward_calls(), d::native_head_dim_v_backward_calls());
+      },
+      "For tests: (backward calls that ran on the sm90 kernels, of those the head_dim_v != head_dim "
+      "calls that ran unpadded) in this process (src/core/switches.h).");
+  m.def(
       "_sm90_forward_calls", [] { return fa::detail::sm90_forward_calls(); },
       "For tests: how many 16-bit forward calls the sm90 (Hopper) kernels have run in this process "
       "(src/core/switches.h).");

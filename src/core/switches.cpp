@@ -40,6 +40,7 @@ std::atomic<int> g_state[kCount] = {-1, -1, -1, -1};
 static_assert(kCount == 4, "one initial state per switch");
 
 std::atomic<unsigned long long> g_sm90_backward_calls{0};
+std::atomic<unsigned long long> g_native_head_dim_v_backward_calls{0};
 std::atomic<unsigned long long> g_sm90_forward_calls{0};
 
 }  // namespace
@@ -58,6 +59,11 @@ void set_switch(Switch s, bool on) { g_state[static_cast<int>(s)].store(on ? 1 :
 
 unsigned long long sm90_backward_calls() { return g_sm90_backward_calls.load(std::memory_order_relaxed); }
 void count_sm90_backward() { g_sm90_backward_calls.fetch_add(1, std::memory_order_relaxed); }
+
+unsigned long long native_head_dim_v_backward_calls() {
+  return g_native_head_dim_v_backward_calls.load(std::memory_order_relaxed);
+}
+void count_native_head_dim_v_backward() { g_native_head_dim_v_backward_calls.fetch_add(1, std::memory_order_relaxed); }
 
 unsigned long long sm90_forward_calls() { return g_sm90_forward_calls.load(std::memory_order_relaxed); }
 void count_sm90_forward() { g_sm90_forward_calls.fetch_add(1, std::memory_order_relaxed); }

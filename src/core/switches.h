@@ -32,9 +32,14 @@ void set_switch(Switch s, bool on);
 // launched there), so that a test can assert a call reached them rather than the sm80 fallback.
 unsigned long long sm90_backward_calls();
 void count_sm90_backward();
-// The same for the forward (cuda_backend.cu counts each 16-bit forward the sm90 kernels ran:
-// dense, block-sparse and bias; tests/cpp/test_bias.cpp, tests/python/test_bias.py through
-// _C._sm90_forward_calls).
+// Of those, the calls at head_dim_v != head_dim that ran unpadded on kernels of their own shape
+// (192 / 128: cuda_backend.cu, native_head_dim_v_backward), so that a test can tell them from the
+// padded call (which counts in sm90_backward_calls alone when it reaches the sm90 kernels).
+unsigned long long native_head_dim_v_backward_calls();
+void count_native_head_dim_v_backward();
+// Forward calls the sm90 kernels have run in this process (cuda_backend.cu counts each 16-bit
+// forward that launched there: dense, block-sparse and bias; tests/cpp/test_bias.cpp,
+// tests/python/test_bias.py through _C._sm90_forward_calls).
 unsigned long long sm90_forward_calls();
 void count_sm90_forward();
 

@@ -117,13 +117,17 @@ CudaPath cuda_path() {
 // Cost (docs/SEMANTICS.md): the matrix products at width D, e.g. 192/128 forward
 // (192 + 192) / (192 + 128) = 1.2x the FLOPs, backward (5 * 192) / (3 * 192 + 2 * 128) = 1.15x;
 // plus a copy of v (and out; backward: v, out, dout in and dv out) at copy bandwidth.
-// One exception, the forward at 192/128 on a Hopper GPU: the sm90 forward has kernels of that
-// shape (Q, K 192 wide; V, O 128), and where it takes the call (sm90/fwd.h, fwd_declines) the call
-// runs on them unpadded (native_head_dim_v). Its out and LSE are what the padded call computes
-// (up to rounding: the key blocks differ, 128 against 112), so the backward, which stays padded
-// (at D = 192: the sm90 backward's d192 kernels where they take it, else sm80), pads that out
-// and dout as it pads any caller's: the padded columns of both are 0, and D_i = rowsum(dO o O)
-// is unchanged.
+// One exception, 192/128 on a Hopper GPU: the sm90 forward and backward have kernels of that
+// shape (Q, K, dQ, dK 192 wide; V, O, dO, dV 128), and where they take the call (sm90/fwd.h
+// fwd_declines, sm90/bwd.h bwd_declines) the call runs on them unpadded (native_head_dim_v,
+// native_head_dim_v_backward). The forward's out and LSE are what the padded call computes (up
+// to rounding: the key blocks differ, 128 against 112). The backward's kernels are the d192
+// split-role ones with V-side products over 128 columns (the same 64-key and 64-query blocks), so
+// where the padded call would run the sm90 d192 backward the native one gives its bits: the
+// padded columns only add zero products (dP) or are dropped (dV). A backward the sm90 backward
+// declines at 192/128 (softcap, ALiBi, a block mask, dropout, ...) stays padded, as before:
+// sm90 d192 where it takes the padded call, else sm80; the padding of out and dout leaves
+// D_i = rowsum(dO o O) unchanged.
 // kMaxCudaHeadDim bounds both head dims here; forward_kvcache at MLA decode's 576/512 runs on
 // its own kernel (cuda/mla, mla_kvcache below), every other pair above 256 is NotSupported.
 constexpr int kMaxCudaHeadDim = 256;
@@ -271,6 +275,41 @@ bool native_head_dim_v(const ForwardParams& p, const PadPlan& plan, int major, c
   return true;
 #else
   (void)p, (void)plan, (void)major, (void)stream, (void)result;
+  return false;
+#endif
+}
+
+// The backward of a head_dim_v != head_dim call that has kernels of its own (192 / 128 on the
+// sm90 backward, BwdDvTraits): true, with *result, when it ran there unpadded; false (nothing
+// launched) when the call goes the padding way instead: another GPU, FLASHATTN_CUDA_PATH=sm80 or
+// the bwd_sm80 switch, a call bwd_declines refuses, q-side padding, v, out, dout or dv not
+// 16-byte aligned (the padding copy takes any strides), or, in the default mode, an operand the
+// copy engine cannot describe (FLASHATTN_CUDA_PATH=sm90 returns that error, as
+// dispatch_backward does).
+bool native_head_dim_v_backward(const BackwardParams& p, const PadPlan& plan, cudaStream_t stream, Status* result) {
+#if defined(FLASHATTN_CUDA_SM90)
+  const CudaPath path = cuda_path();
+  if (plan.qk || path == CudaPath::kSm80 || detail::switch_on(detail::Switch::kBwdSm80)) return false;
+  if (!cuda::sm90::bwd_declines(p).empty()) return false;
+  if (!check_operand("v", p.v, p.v_strides).ok() || !check_operand("out", p.out, p.out_strides).ok() ||
+      !check_operand("dout", p.dout, p.dout_strides).ok() || !check_operand("dv", p.dv, p.dv_strides).ok()) {
+    return false;
+  }
+  int major = 0;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, p.device.index) != cudaSuccess ||
+      major != 9) {
+    return false;
+  }
+  Status s = cuda::sm90::dispatch_bwd(p, stream, path == CudaPath::kSm90);
+  if (s.ok()) {
+    detail::count_sm90_backward();
+    detail::count_native_head_dim_v_backward();
+  }
+  if (s.code() == StatusCode::kNotSupported && path != CudaPath::kSm90) return false;
+  *result = s;
+  return true;
+#else
+  (void)p, (void)plan, (void)stream, (void)result;
   return false;
 #endif
 }
@@ -562,7 +601,10 @@ Status cuda_backward(const BackwardParams& p) {
     if (Status s = zero_fill(p.dk, p.dk_strides, kr, p.heads_k, p.head_dim, stream); !s.ok()) return s;
     return zero_fill(p.dv, p.dv_strides, kr, p.heads_k, p.head_dim_v, stream);
   }
-  if (plan.any()) return padded_backward(p, plan, stream);
+  if (plan.any()) {
+    if (Status s; native_head_dim_v_backward(p, plan, stream, &s)) return s;
+    return padded_backward(p, plan, stream);
+  }
   return dispatch_backward(p, stream);
 }
 

@@ -14,10 +14,17 @@
 //     after zero-padding the narrow side to D, with a softmax scale of the original head dim.
 //   * AboveTheCudaLimitIsNotSupported (CUDA): MLA decode (576/512) and any head dim above 256
 //     are kNotSupported naming the head dim.
+//   * Sm90BackwardRunsUnpaddedAt192_128 (CUDA): on a Hopper GPU the 192/128 backward without
+//     softcap, ALiBi or dropout runs on its own kernels, unpadded; with them, padded.
 #include <gtest/gtest.h>
+
+#if defined(FLASHATTN_WITH_CUDA)
+#include <cuda_runtime.h>
+#endif
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <tuple>
@@ -294,6 +301,38 @@ TEST(HeadDimVCuda, PaddedCallIsCallerPadding) {
       for (int col = spec.head_dim_v; col < run_dim; ++col) nonzero += b.out[r * run_dim + col] != 0.0;
     }
     EXPECT_EQ(nonzero, 0) << "out columns past head_dim_v in the caller-padded run";
+  }
+  if (ran == 0) GTEST_SKIP() << skipped;
+}
+
+// ---- the Hopper backward at 192/128 --------------------------------------------------------------
+
+// On a Hopper GPU with the sm90 kernels (FLASHATTN_CUDA_PATH auto or sm90) a 192/128 backward
+// without softcap, ALiBi, dropout or a block mask runs on the sm90 backward's 192/128 kernels,
+// unpadded (cuda_backend.cu native_head_dim_v_backward, which detail::native_head_dim_v_backward_calls
+// counts); with them it is padded to 192. Elsewhere no backward runs unpadded. The values of the
+// same cases: PairsMatchTheReference; the bits against the padded d192 call: PaddedCallIsCallerPadding.
+TEST(HeadDimVCuda, Sm90BackwardRunsUnpaddedAt192_128) {
+  FLASHATTN_SKIP_IF_UNAVAILABLE(Backend::kCuda);
+  bool hopper = false;
+#if defined(FLASHATTN_WITH_CUDA) && defined(FLASHATTN_TEST_CUDA_SM90)
+  int major = 0;
+  const char* path = std::getenv("FLASHATTN_CUDA_PATH");
+  hopper = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0) == cudaSuccess && major == 9 &&
+           !(path != nullptr && std::string(path) == "sm80") && !detail::switch_on(detail::Switch::kBwdSm80);
+#endif
+  int ran = 0;
+  std::string skipped;
+  for (const Case& c : cases()) {
+    const ProblemSpec& spec = c.spec;
+    if (spec.head_dim != 192 || spec.head_dim_v != 128) continue;
+    SCOPED_TRACE(c.name);
+    const bool native = hopper && spec.softcap == 0.0f && spec.alibi == Alibi::kNone && spec.dropout_p == 0.0f;
+    const unsigned long long before = detail::native_head_dim_v_backward_calls();
+    RunResult r;
+    if (!run_cuda(spec, make_host_problem(spec), &r, &skipped)) continue;
+    ++ran;
+    EXPECT_EQ(detail::native_head_dim_v_backward_calls() - before, native ? 1u : 0u);
   }
   if (ran == 0) GTEST_SKIP() << skipped;
 }

@@ -558,3 +558,94 @@ def test_head_dim_v_strided_and_split_kv_forward():
         attn_ref.assert_fa_close(f"out(splits={splits})", torch_ref.to_numpy(out), torch_ref.to_numpy(ref_out),
                                  torch_ref.to_numpy(naive_out), ATOL[torch.bfloat16])
         np.testing.assert_allclose(torch_ref.to_numpy(lse), torch_ref.to_numpy(ref_lse), rtol=0, atol=1e-3)
+
+
+# ---- the Hopper backward at 192/128 (BwdDvTraits) ---------------------------------------------
+# On a Hopper GPU (unless FLASHATTN_CUDA_PATH=sm80) a 192/128 backward without softcap, ALiBi,
+# dropout or a block mask runs unpadded on the sm90 backward's own 192/128 kernels (the d192
+# split-role kernels with 128-wide V-side products; cuda_backend.cu native_head_dim_v_backward),
+# in the default mode too; _C._backward_calls() counts those calls. The bwd_sm80 switch sends the
+# same call to the padded sm80 backward in the same process. Ragged shapes, GQA with split query
+# heads (the f32 dK/dV partials and their reduction, dV's 128 wide), a single query row.
+DV_SHAPES = [dict(b=1, sq=113, sk=257, h=4, hk=2), dict(b=2, sq=1, sk=300, h=4, hk=1),
+             dict(b=2, sq=300, sk=129, h=6, hk=6)]
+
+
+def _native_dv_backward_expected():
+    import os
+    return torch.cuda.get_device_capability(DEV)[0] == 9 and os.environ.get("FLASHATTN_CUDA_PATH") != "sm80"
+
+
+def _dv_run(fn, inputs, dout, sm80):
+    """values_and_grads of fn with the backward on sm80 (bwd_sm80 switch) or not, and how many
+    backward calls ran unpadded on the 192/128 kernels meanwhile."""
+    saved = flashattn._C._set_switch("bwd_sm80", sm80)
+    try:
+        before = flashattn._C._backward_calls()[1]
+        res = torch_ref.values_and_grads(fn, inputs, dout)
+        torch.cuda.synchronize()
+        return res, flashattn._C._backward_calls()[1] - before
+    finally:
+        flashattn._C._set_switch("bwd_sm80", saved)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("shape", DV_SHAPES, ids=lambda s: "b{b}_sq{sq}_sk{sk}_h{h}_hk{hk}".format(**s))
+@pytest.mark.parametrize("mask", ["none", "causal", "window"])
+def test_head_dim_v_192_128_sm90_backward_matches_float64_and_sm80(dtype, shape, mask):
+    if not _native_dv_backward_expected():
+        pytest.skip("the 192/128 sm90 backward runs on Hopper GPUs, not under FLASHATTN_CUDA_PATH=sm80")
+    s = dict(shape, d=192)
+    q, k, v, dout = make_dv(s, 128, dtype, seed=shape["sq"] + 7 * shape["sk"])
+    causal = mask == "causal"
+    window = (40, 7) if mask == "window" else (-1, -1)
+    fa = lambda q, k, v: flashattn.flash_attn_func(q, k, v, causal=causal, window_size=window)  # noqa: E731
+    ref_fn = lambda q, k, v: torch_ref.attention(q, k, v, causal=causal, window=window)[0]  # noqa: E731
+    ref = torch_ref.values_and_grads(ref_fn, [t.double() for t in (q, k, v)], dout)
+    naive = torch_ref.values_and_grads(ref_fn, [q, k, v], dout)
+    for sm80 in (False, True):
+        ours, native = _dv_run(fa, [q, k, v], dout, sm80)
+        assert native == (0 if sm80 else 1), f"unpadded 192/128 backward calls: {native} (sm80 backward: {sm80})"
+        for name, o, r, n in zip(["out", "dq", "dk", "dv"], ours, ref, naive):
+            attn_ref.assert_fa_close(f"{name} (sm80 backward: {sm80})", o, r, n,
+                                     ATOL[dtype] * (1 if name == "out" else 4))
+
+
+def test_head_dim_v_192_128_sm90_backward_is_bitwise_reproducible():
+    # The split-role kernels are the two-kernel form (no dQ atomics) whatever deterministic says,
+    # and GQA here splits query heads over CTAs (partials reduced in a fixed order).
+    if not _native_dv_backward_expected():
+        pytest.skip("the 192/128 sm90 backward runs on Hopper GPUs, not under FLASHATTN_CUDA_PATH=sm80")
+    s = dict(b=2, sq=700, sk=1100, h=8, hk=2, d=192)
+    q, k, v, dout = make_dv(s, 128, torch.bfloat16, seed=31)
+    runs = []
+    for det in (True, True, False):
+        fa = lambda q, k, v: flashattn.flash_attn_func(q, k, v, causal=True, deterministic=det)  # noqa: E731
+        grads, native = _dv_run(fa, [q, k, v], dout, False)
+        assert native == 1
+        runs.append(grads[1:])
+    for other in runs[1:]:
+        for name, x, y in zip(("dq", "dk", "dv"), runs[0], other):
+            assert np.array_equal(x, y), f"{name} differs between runs"
+
+
+def test_head_dim_v_192_128_sm90_backward_varlen_gqa():
+    # Packed ragged sequences (an empty one, a single query row, more queries than keys) with GQA.
+    if not _native_dv_backward_expected():
+        pytest.skip("the 192/128 sm90 backward runs on Hopper GPUs, not under FLASHATTN_CUDA_PATH=sm80")
+    before = flashattn._C._backward_calls()[1]
+    check_varlen_dv([113, 1, 0, 300], [257, 300, 9, 129], 8, 2, 192, 128, seed=37)
+    torch.cuda.synchronize()
+    assert flashattn._C._backward_calls()[1] - before == 1
+
+
+def test_head_dim_v_192_128_backward_with_softcap_stays_padded():
+    # Softcap (or ALiBi, dropout, a block mask) at 192/128: the padded call, as before (values:
+    # test_head_dim_v_values_and_grads_match_float64).
+    if not torch.cuda.get_device_capability(DEV)[0] == 9:
+        pytest.skip("the 192/128 sm90 backward runs on Hopper GPUs")
+    s = dict(b=1, sq=113, sk=257, h=4, hk=2, d=192)
+    q, k, v, dout = make_dv(s, 128, torch.bfloat16, seed=41)
+    fa = lambda q, k, v: flashattn.flash_attn_func(q, k, v, causal=True, softcap=30.0)  # noqa: E731
+    _, native = _dv_run(fa, [q, k, v], dout, False)
+    assert native == 0

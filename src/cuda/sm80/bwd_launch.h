@@ -102,12 +102,12 @@ Status launch_bwd_preprocess(const BwdKernelParams& kp, cudaStream_t stream) {
   return Status::Ok();
 }
 
-// GQA with split query heads: dK, dV = the sums of the f32 partials.
-template <typename Element, int kHeadDim>
+// GQA with split query heads: dK, dV = the sums of the f32 partials (dV's kHeadDimV wide).
+template <typename Element, int kHeadDim, int kHeadDimV = kHeadDim>
 Status launch_bwd_reduce_dkv(const BwdKernelParams& kp, cudaStream_t stream) {
   if (kp.kv_splits > 1 && kp.seqlen_k > 0) {
     const dim3 grid(unsigned(ceil_div(kp.seqlen_k, kBwdAuxRows)), kp.heads_k, kp.batch);
-    bwd_reduce_dkv_kernel<Element, kHeadDim><<<grid, kBwdAuxThreads, 0, stream>>>(kp);
+    bwd_reduce_dkv_kernel<Element, kHeadDim, kHeadDimV><<<grid, kBwdAuxThreads, 0, stream>>>(kp);
     FLASHATTN_CUDA_TRY(cudaGetLastError());
   }
   return Status::Ok();

@@ -159,14 +159,18 @@ __global__ void __launch_bounds__(kBwdAuxThreads) bwd_convert_dq_kernel(const __
 
 // Grid (ceil(seqlen_k / kBwdAuxRows), heads_k, batch): dk = scale * sum_s dk_partial[s] and
 // dv = sum_s dv_partial[s] / (1 - p), summed in split order 0, 1, ... (reproducible).
-template <typename Element, int kHeadDim>
+// kHeadDimV < kHeadDim (the sm90 backward at 192 / 128): dv and its partials are kHeadDimV wide
+// (dense rows of kHeadDimV floats per key row and kv head); a chunk past them does dk alone.
+template <typename Element, int kHeadDim, int kHeadDimV = kHeadDim>
 __global__ void __launch_bounds__(kBwdAuxThreads) bwd_reduce_dkv_kernel(const __grid_constant__ BwdKernelParams params) {
+  static_assert(kHeadDimV <= kHeadDim && kHeadDimV % 8 == 0, "dv no wider than dk, whole chunks");
   constexpr int kChunksPerRow = kHeadDim / 8;
   const int kv_head = blockIdx.y;
   const int batch = blockIdx.z;
   const SeqExtent seq = seq_extent(params, batch);
   const int64_t k_row0 = params.k_row0(batch, seq.row0_k);
   const int64_t split_stride = params.total_k * params.heads_k * kHeadDim;
+  const int64_t split_stride_v = params.total_k * params.heads_k * kHeadDimV;
   const float dk_scale = params.scale;
   const float dv_scale = params.has_dropout() ? params.dropout_rescale : 1.0f;
   for (int c = threadIdx.x; c < kBwdAuxRows * kChunksPerRow; c += kBwdAuxThreads) {
@@ -174,12 +178,36 @@ __global__ void __launch_bounds__(kBwdAuxThreads) bwd_reduce_dkv_kernel(const __
     const int col = (c % kChunksPerRow) * 8;
     if (j >= seq.seqlen_k) continue;
     const int64_t off = ((k_row0 + j) * params.heads_k + kv_head) * kHeadDim + col;
+    if constexpr (kHeadDimV != kHeadDim) {
+      if (col >= kHeadDimV) {  // dk alone
+        float dk[8];
+#pragma unroll
+        for (int e = 0; e < 8; ++e) dk[e] = 0.0f;
+        for (int s = 0; s < params.kv_splits; ++s) {
+          const float4* pk = reinterpret_cast<const float4*>(params.dk_partial + s * split_stride + off);
+          const float4 k0 = pk[0], k1 = pk[1];
+          dk[0] += k0.x; dk[1] += k0.y; dk[2] += k0.z; dk[3] += k0.w;
+          dk[4] += k1.x; dk[5] += k1.y; dk[6] += k1.z; dk[7] += k1.w;
+        }
+        uint4 ok;
+        ok.x = ptx::pack2<Element>(dk[0] * dk_scale, dk[1] * dk_scale);
+        ok.y = ptx::pack2<Element>(dk[2] * dk_scale, dk[3] * dk_scale);
+        ok.z = ptx::pack2<Element>(dk[4] * dk_scale, dk[5] * dk_scale);
+        ok.w = ptx::pack2<Element>(dk[6] * dk_scale, dk[7] * dk_scale);
+        *reinterpret_cast<uint4*>(static_cast<Element*>(params.dk) + batch * params.dk_strides.batch +
+                                  (seq.row0_k + j) * params.dk_strides.row + int64_t(kv_head) * params.dk_strides.head +
+                                  col) = ok;
+        continue;
+      }
+    }
+    // dv's partials: off itself at kHeadDimV == kHeadDim.
+    const int64_t off_v = ((k_row0 + j) * params.heads_k + kv_head) * kHeadDimV + col;
     float dk[8], dv[8];
 #pragma unroll
     for (int e = 0; e < 8; ++e) dk[e] = dv[e] = 0.0f;
     for (int s = 0; s < params.kv_splits; ++s) {
       const float4* pk = reinterpret_cast<const float4*>(params.dk_partial + s * split_stride + off);
-      const float4* pv = reinterpret_cast<const float4*>(params.dv_partial + s * split_stride + off);
+      const float4* pv = reinterpret_cast<const float4*>(params.dv_partial + s * split_stride_v + off_v);
       const float4 k0 = pk[0], k1 = pk[1], v0 = pv[0], v1 = pv[1];
       dk[0] += k0.x; dk[1] += k0.y; dk[2] += k0.z; dk[3] += k0.w;
       dk[4] += k1.x; dk[5] += k1.y; dk[6] += k1.z; dk[7] += k1.w;

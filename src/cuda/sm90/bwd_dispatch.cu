@@ -9,6 +9,10 @@ namespace {
 
 // The head dims the Hopper backward is instantiated for (tools/gen_instantiations.py).
 constexpr bool has_bwd_kernel(int head_dim) { return head_dim == 64 || head_dim == 128 || head_dim == 192 || head_dim == 256; }
+// head_dim_v != head_dim: 192 / 128 (DeepSeek-V3 prefill; BwdDvTraits, SM90_BWD_DV_PAIRS there),
+// built whenever 192 is; without softcap, ALiBi or a block mask (cuda_backend.cu pads those calls,
+// and every other pair, to one head dim first).
+constexpr bool has_bwd_dv_kernel(int head_dim, int head_dim_v) { return head_dim == 192 && head_dim_v == 128; }
 // Softcap and ALiBi (BwdModsTraits): d64 with either mask mode, d128 without a window. The split
 // roles of d192/d256 leave the role that computes dS without S; at d128 with a window and under a
 // block mask (BwdSparseTraits) the kernels as written spilled (ptxas sm_90a: 4-8 bytes at d128
@@ -20,7 +24,11 @@ constexpr bool has_mods_kernel(int head_dim, bool window) { return head_dim == 6
 std::string bwd_declines(const BackwardParams& p) {
   if (!has_bwd_kernel(p.head_dim)) return "head_dim is not 64, 128, 192 or 256";
   if (!head_dim_built(p.head_dim)) return "head_dim not built";
-  if (p.head_dim_v != p.head_dim) return "head_dim_v differs from head_dim";
+  if (p.head_dim_v != p.head_dim) {
+    if (!has_bwd_dv_kernel(p.head_dim, p.head_dim_v)) return "head_dim_v differs from head_dim (other than 192 / 128)";
+    if (p.block_mask.defined() || p.has_block_lists()) return "a block mask at head_dim_v != head_dim";
+    if (p.softcap > 0.0f || p.alibi != nullptr) return "softcap and ALiBi at head_dim_v != head_dim";
+  }
   if (p.has_dropout()) return "dropout runs on sm80";
   if (p.softcap > 0.0f || p.alibi != nullptr) {
     if (p.has_score_mods()) return "softcap and ALiBi with attn_bias, attn_mask or a block mask run on sm80";
@@ -59,6 +67,13 @@ Status dispatch_bwd(const BackwardParams& p, cudaStream_t stream) {
   // kAny here is softcap and/or ALiBi: bwd_declines left dropout to sm80.
   return dispatch_variant(p, [&]<typename Element, int kHeadDim, MaskMode kMask, ScoreMods kMods>() -> Status {
     constexpr bool kMods90 = kMods == ScoreMods::kAny && has_mods_kernel(kHeadDim, kMask == MaskMode::kWindow);
+    if (q.head_dim_v != kHeadDim) {  // 192 / 128 only (bwd_declines)
+      if constexpr (kHeadDim == 192 && kMods == ScoreMods::kNone) {
+        if (!sparse && q.head_dim_v == 128) return run_bwd<BwdDvTraits<Element, 192, kMask, 128>>(q, stream);
+      }
+      return Status::NotSupported("the sm90 backward has no kernel for head_dim " + std::to_string(kHeadDim) +
+                                  " with head_dim_v " + std::to_string(q.head_dim_v));
+    }
     if (sparse) {
       if constexpr (has_bwd_kernel(kHeadDim) && kMods == ScoreMods::kNone) {
         return run_bwd<BwdSparseTraits<Element, kHeadDim, MaskMode::kWindow>>(p, stream);

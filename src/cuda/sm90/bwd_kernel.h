@@ -60,10 +60,17 @@ namespace flashattn::cuda::sm90 {
 // kSparse: the block-sparse backward (BwdSparseTraits below). The two traits share this body,
 // and BwdTraits stays a template of its own name and arguments, so the dense instantiations keep
 // their symbols and their code.
-template <typename Element_, int kHeadDim_, MaskMode kMask_, bool kSparse_, bool kMods_ = false>
+// kHeadDimV: the width of V, O, dO and dV (head_dim_v); Q, K, dQ and dK are kHeadDim wide. An
+// instantiation with kHeadDimV != kHeadDim exists for 192 / 128 only (BwdDvTraits below), on the
+// split-role kernels: role P's S^T = K Q^T sums over kHeadDim and its dV over kHeadDimV columns,
+// role dS's dP^T = V dO^T sums over kHeadDimV and its dK over kHeadDim: 64 x 64 x 320 MACs a step
+// each (d192: 384), so the roles stay balanced.
+template <typename Element_, int kHeadDim_, MaskMode kMask_, bool kSparse_, bool kMods_ = false,
+          int kHeadDimV_ = kHeadDim_>
 struct BwdTraitsBody {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kHeadDimV = kHeadDimV_;
   static constexpr MaskMode kMask = kMask_;
   // A block mask (block_mask or the compressed lists; attn_mask only as the element mask of
   // partial blocks): each kernel's producer walks its CTA's list of kept tiles (block_tiles.h,
@@ -80,9 +87,16 @@ struct BwdTraitsBody {
   static constexpr int kThreads = 128 * (kConsumers + 1);
   static constexpr int kProducerRegs = 24;
   static constexpr int kConsumerRegs = 240;
-  static constexpr int kPanels = kHeadDim / 64;  // 64-column panels of 128-byte swizzled rows
+  static constexpr int kPanels = kHeadDim / 64;    // 64-column panels of 128-byte swizzled rows
+  static constexpr int kPanelsV = kHeadDimV / 64;  // of a V or dO tile
   static constexpr int kRowBytes = 128;
+#if defined(FLASHATTN_DEV_SM90_BWD_DV_STAGES)
+  // dev/ A/B (dev/s10_bwd_dv.sh): 192 / 128's narrower V and dO tiles leave room for a third
+  // stage in both kernels (dK/dV 184 KB, dQ 207 KB against 142 and 166 KB at two).
+  static constexpr int kStages = kHeadDimV != kHeadDim ? FLASHATTN_DEV_SM90_BWD_DV_STAGES : 2;
+#else
   static constexpr int kStages = 2;
+#endif
   static constexpr bool kSplitRoles = kHeadDim >= 192;
 
   // dK/dV kernel: kKvBlockN keys per CTA (64 per consumer; 64 shared by role at d256),
@@ -100,12 +114,13 @@ struct BwdTraitsBody {
   static constexpr int kWsBlock = kDqBlockM;
 
   static constexpr int panel_bytes(int rows) { return rows * kRowBytes; }
-  static constexpr int tile_bytes(int rows) { return kPanels * panel_bytes(rows); }
+  static constexpr int tile_bytes(int rows) { return kPanels * panel_bytes(rows); }     // Q, K
+  static constexpr int tile_bytes_v(int rows) { return kPanelsV * panel_bytes(rows); }  // V, dO
 
   // dK/dV kernel shared memory: K, V (kKvBlockN rows), then kStages x {Q, dO (kKvBlockM rows),
   // LSE*log2e and D (kKvBlockM floats each, padded to 1024 bytes)}, then the barriers.
   static constexpr int kKvStatBytes = kKvBlockM * 4;
-  static constexpr int kKvStageBytes = 2 * tile_bytes(kKvBlockM) + 1024;
+  static constexpr int kKvStageBytes = tile_bytes(kKvBlockM) + tile_bytes_v(kKvBlockM) + 1024;
   static constexpr int kKvBarriers = 1 + 2 * kStages;  // K/V full; per stage full and empty
   // Split roles: P^T of one step (64 x 64 f32 in accumulator order) from consumer 0 to 1.
   static constexpr int kPtBytes = kSplitRoles ? 64 * kKvBlockM * 4 : 0;
@@ -113,15 +128,16 @@ struct BwdTraitsBody {
   // for the fused kernel's dQ writer, after the barriers.
   static constexpr int kSlotBytes = kSparse ? 8 * (kStages + 1) : 0;
   static constexpr size_t kKvSmemBytes =
-      1024 + 2 * tile_bytes(kKvBlockN) + kStages * kKvStageBytes + kPtBytes + 8 * kKvBarriers + kSlotBytes;
+      1024 + tile_bytes(kKvBlockN) + tile_bytes_v(kKvBlockN) + kStages * kKvStageBytes + kPtBytes + 8 * kKvBarriers +
+      kSlotBytes;
 
   // dQ kernel: Q, dO (kDqBlockM rows) and their statistics (padded to 1024 bytes), then
   // kStages x {K, V (kDqBlockN rows)}, then the barriers.
   static constexpr int kDqStatBytes = kDqBlockM * 4;
-  static constexpr int kDqStageBytes = 2 * tile_bytes(kDqBlockN);
+  static constexpr int kDqStageBytes = tile_bytes(kDqBlockN) + tile_bytes_v(kDqBlockN);
   static constexpr int kDqBarriers = 1 + 2 * kStages;  // Q/dO full; per stage full and empty
-  static constexpr size_t kDqSmemBytes =
-      1024 + 2 * tile_bytes(kDqBlockM) + 1024 + kStages * kDqStageBytes + 8 * kDqBarriers + kSlotBytes;
+  static constexpr size_t kDqSmemBytes = 1024 + tile_bytes(kDqBlockM) + tile_bytes_v(kDqBlockM) + 1024 +
+                                         kStages * kDqStageBytes + 8 * kDqBarriers + kSlotBytes;
 
   // The fused dK/dV/dQ kernel (bwd_kv_kernel<Traits, true>, the non-deterministic default): each
   // step also writes dS^T to shared memory (kDsBytes, two buffers by step parity) and computes the
@@ -165,6 +181,8 @@ struct BwdTraitsBody {
   static_assert(kKvSmemBytes <= 232448 && kDqSmemBytes <= 232448, "fits the 227 KB an sm90 CTA may use");
   static_assert(!kMods || !kSplitRoles, "softcap and ALiBi: d64 and d128 (d192/d256 run them on sm80)");
   static_assert(!kMods || !kSparse, "softcap and ALiBi with a block mask run on sm80");
+  static_assert(kHeadDimV == kHeadDim || (kHeadDim == 192 && kHeadDimV == 128 && kSplitRoles && !kSparse && !kMods),
+                "head_dim_v != head_dim: 192 / 128 on the dense split-role kernels only");
 };
 
 template <typename Element_, int kHeadDim_, MaskMode kMask_>
@@ -179,6 +197,12 @@ struct BwdSparseTraits : BwdTraitsBody<Element_, kHeadDim_, kMask_, true> {};
 // window (sm90bwdmods*; bwd_dispatch.cu has_mods_kernel says why).
 template <typename Element_, int kHeadDim_, MaskMode kMask_>
 struct BwdModsTraits : BwdTraitsBody<Element_, kHeadDim_, kMask_, false, true> {};
+
+// head_dim_v != head_dim (kHeadDimV): 192 / 128, DeepSeek-V3's prefill, without softcap, ALiBi
+// or a block mask (sm90bwd_hdim192_*_dv128.cu; bwd_dispatch.cu). A template of its own, so
+// BwdTraits keeps its arguments and its instantiations their symbols.
+template <typename Element_, int kHeadDim_, MaskMode kMask_, int kHeadDimV_>
+struct BwdDvTraits : BwdTraitsBody<Element_, kHeadDim_, kMask_, false, false, kHeadDimV_> {};
 
 struct BwdMaps {
   CUtensorMap q, k, v, dout;
@@ -233,16 +257,16 @@ __device__ __forceinline__ uint64_t mn_desc(uint32_t addr, int panel_bytes) {
   return ptx::smem_desc(addr, panel_bytes, 1024, ptx::SmemSwizzle::k128B);
 }
 
-// S = A_s B_s^T and dP = A_dp B_dp^T over the head dim (all K-major), committed as two groups
-// (S first) and not waited for: the caller waits for S alone (wgmma_wait<1>), starts on the
-// exponentials, then waits for dP (wgmma_wait<0>).
+// S = A_s B_s^T over the head dim and dP = A_dp B_dp^T over head_dim_v (all K-major), committed
+// as two groups (S first) and not waited for: the caller waits for S alone (wgmma_wait<1>),
+// starts on the exponentials, then waits for dP (wgmma_wait<0>).
 template <int N, typename Traits>
 __device__ __forceinline__ void issue_s_dp(float (&s)[N / 2], float (&dp)[N / 2], uint64_t a_s, uint64_t a_dp,
                                            int a_panel_bytes, uint64_t b_s, uint64_t b_dp, int b_panel_bytes) {
   using Element = typename Traits::Element;
   gemm_kmajor<N, Element, Traits::kPanels>(s, a_s, a_panel_bytes, b_s, b_panel_bytes);
   ptx::wgmma_commit();
-  gemm_kmajor<N, Element, Traits::kPanels>(dp, a_dp, a_panel_bytes, b_dp, b_panel_bytes);
+  gemm_kmajor<N, Element, Traits::kPanelsV>(dp, a_dp, a_panel_bytes, b_dp, b_panel_bytes);
   ptx::wgmma_commit();
 }
 
@@ -453,7 +477,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
   unsigned char* smem = ptx::align_shared<1024>(smem_raw);
   unsigned char* sK = smem;
   unsigned char* sV = sK + Traits::tile_bytes(kBlockN);
-  unsigned char* stages = sV + Traits::tile_bytes(kBlockN);
+  unsigned char* stages = sV + Traits::tile_bytes_v(kBlockN);
   // Fused: dS^T (two buffers), then one f32 dQ part per consumer (kDqKHalves: then K's halves),
   // before the barriers.
   unsigned char* sDs = stages + kStages * Traits::kKvStageBytes;
@@ -471,7 +495,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
   [[maybe_unused]] bwd90::SparseSlot* slots = reinterpret_cast<bwd90::SparseSlot*>(bars + Traits::kKvBarriers);
   const auto stage_q = [&](int s) { return stages + s * Traits::kKvStageBytes; };
   const auto stage_do = [&](int s) { return stage_q(s) + Traits::tile_bytes(kBlockM); };
-  const auto stage_lse = [&](int s) { return reinterpret_cast<float*>(stage_do(s) + Traits::tile_bytes(kBlockM)); };
+  const auto stage_lse = [&](int s) { return reinterpret_cast<float*>(stage_do(s) + Traits::tile_bytes_v(kBlockM)); };
   const auto stage_dsum = [&](int s) { return stage_lse(s) + kBlockM; };
 
   const int warpgroup = threadIdx.x / 128;
@@ -568,13 +592,15 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
         return;
       }
       const int mb = bwd90::map_batch(params, batch);
-      ptx::mbarrier_arrive_expect_tx(kv_full, 2 * Traits::tile_bytes(kBlockN));
+      ptx::mbarrier_arrive_expect_tx(kv_full, Traits::tile_bytes(kBlockN) + Traits::tile_bytes_v(kBlockN));
 #pragma unroll
       for (int panel = 0; panel < Traits::kPanels; ++panel) {
         ptx::tma_load_4d(sK + panel * Traits::panel_bytes(kBlockN), &args.kv.k, kv_full, 64 * panel,
                          int(seq.row0_k) + n0, kv_head, mb);
-        ptx::tma_load_4d(sV + panel * Traits::panel_bytes(kBlockN), &args.kv.v, kv_full, 64 * panel,
-                         int(seq.row0_k) + n0, kv_head, mb);
+        if (panel < Traits::kPanelsV) {
+          ptx::tma_load_4d(sV + panel * Traits::panel_bytes(kBlockN), &args.kv.v, kv_full, 64 * panel,
+                           int(seq.row0_k) + n0, kv_head, mb);
+        }
       }
 #pragma unroll 1
       for (int step = 0;; ++step) {
@@ -585,13 +611,16 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
         ptx::mbarrier_wait(&empty[s], ((step / kStages) & 1) ^ 1);
         slots[s].entry = cur.entry | (walk.valid(next) ? 0 : bwd90::kLastStep);
         slots[s].head = head;
-        ptx::mbarrier_arrive_expect_tx(&full[s], 2 * Traits::tile_bytes(kBlockM) + 2 * Traits::kKvStatBytes);
+        ptx::mbarrier_arrive_expect_tx(&full[s], Traits::tile_bytes(kBlockM) + Traits::tile_bytes_v(kBlockM) +
+                                                     2 * Traits::kKvStatBytes);
 #pragma unroll
         for (int panel = 0; panel < Traits::kPanels; ++panel) {
           ptx::tma_load_4d(stage_q(s) + panel * Traits::panel_bytes(kBlockM), &args.kv.q, &full[s], 64 * panel,
                            int(seq.row0_q) + m0, head, mb);
-          ptx::tma_load_4d(stage_do(s) + panel * Traits::panel_bytes(kBlockM), &args.kv.dout, &full[s], 64 * panel,
-                           int(seq.row0_q) + m0, head, mb);
+          if (panel < Traits::kPanelsV) {
+            ptx::tma_load_4d(stage_do(s) + panel * Traits::panel_bytes(kBlockM), &args.kv.dout, &full[s], 64 * panel,
+                             int(seq.row0_q) + m0, head, mb);
+          }
         }
         const int64_t ws = int64_t(head) * params.ws_rows + ws_row0 + m0;
         ptx::bulk_load(stage_lse(s), params.lse_log2 + ws, Traits::kKvStatBytes, &full[s]);
@@ -604,13 +633,15 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
     // No copy may still be landing when the CTA ends: without a step nothing is loaded.
     if (warp != 0 || lane != 0 || steps == 0) return;
     const int mb = bwd90::map_batch(params, batch);
-    ptx::mbarrier_arrive_expect_tx(kv_full, 2 * Traits::tile_bytes(kBlockN));
+    ptx::mbarrier_arrive_expect_tx(kv_full, Traits::tile_bytes(kBlockN) + Traits::tile_bytes_v(kBlockN));
 #pragma unroll
     for (int panel = 0; panel < Traits::kPanels; ++panel) {
       ptx::tma_load_4d(sK + panel * Traits::panel_bytes(kBlockN), &args.kv.k, kv_full, 64 * panel,
                        int(seq.row0_k) + n0, kv_head, mb);
-      ptx::tma_load_4d(sV + panel * Traits::panel_bytes(kBlockN), &args.kv.v, kv_full, 64 * panel,
-                       int(seq.row0_k) + n0, kv_head, mb);
+      if (panel < Traits::kPanelsV) {
+        ptx::tma_load_4d(sV + panel * Traits::panel_bytes(kBlockN), &args.kv.v, kv_full, 64 * panel,
+                         int(seq.row0_k) + n0, kv_head, mb);
+      }
     }
 #pragma unroll 1
     for (int step = 0; step < steps; ++step) {
@@ -618,13 +649,16 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
       const int head = head_begin + step / n_m;
       const int m0 = (m_lo + step % n_m) * kBlockM;
       ptx::mbarrier_wait(&empty[s], ((step / kStages) & 1) ^ 1);
-      ptx::mbarrier_arrive_expect_tx(&full[s], 2 * Traits::tile_bytes(kBlockM) + 2 * Traits::kKvStatBytes);
+      ptx::mbarrier_arrive_expect_tx(&full[s], Traits::tile_bytes(kBlockM) + Traits::tile_bytes_v(kBlockM) +
+                                                   2 * Traits::kKvStatBytes);
 #pragma unroll
       for (int panel = 0; panel < Traits::kPanels; ++panel) {
         ptx::tma_load_4d(stage_q(s) + panel * Traits::panel_bytes(kBlockM), &args.kv.q, &full[s], 64 * panel,
                          int(seq.row0_q) + m0, head, mb);
-        ptx::tma_load_4d(stage_do(s) + panel * Traits::panel_bytes(kBlockM), &args.kv.dout, &full[s], 64 * panel,
-                         int(seq.row0_q) + m0, head, mb);
+        if (panel < Traits::kPanelsV) {
+          ptx::tma_load_4d(stage_do(s) + panel * Traits::panel_bytes(kBlockM), &args.kv.dout, &full[s], 64 * panel,
+                           int(seq.row0_q) + m0, head, mb);
+        }
       }
       const int64_t ws = int64_t(head) * params.ws_rows + ws_row0 + m0;
       ptx::bulk_load(stage_lse(s), params.lse_log2 + ws, Traits::kKvStatBytes, &full[s]);
@@ -644,11 +678,18 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
     // reads the same 32 values: conflict-free float4s), one step in flight (P ready / P free).
     static_assert(!kFusedDq, "the split-role kernel is the two-kernel form");
     constexpr int kS = kBlockM / 2;
-    const bool role_p = consumer == 0;
+    // kHeadDimV != kHeadDim (192 / 128): role P's S^T sums over head_dim and its dV has head_dim_v
+    // columns, role dS's dP^T sums over head_dim_v; so each product is one branch per role, and
+    // dV lives in the first kHeadDimV / 2 registers of acc (the roles share the allocation). The
+    // role is then read from lane 0, so that ptxas sees a warp-uniform value (without it, it
+    // serialised the wgmmas of the divergent-looking paths: C7520).
+    constexpr bool kSameDims = Traits::kHeadDimV == kHeadDim;
+    const bool role_p = (kSameDims ? consumer : __shfl_sync(0xffffffffu, consumer, 0)) == 0;
     const int tid_wg = threadIdx.x % 128;
     const int key_local = (warp % 4) * 16 + g;  // this thread's keys: +0 and +8
     const uint64_t a_desc = bwd90::kmajor_desc(ptx::smem_u32(role_p ? sK : sV));
-    float acc[kHeadDim / 2];  // dV (role P) or dK (role dS): 64 keys x head_dim
+    float acc[kHeadDim / 2];  // dV (role P) or dK (role dS): 64 keys x head_dim (dV: head_dim_v)
+    [[maybe_unused]] auto& acc_v = *reinterpret_cast<float(*)[Traits::kHeadDimV / 2]>(&acc[0]);
 #pragma unroll
     for (int i = 0; i < kHeadDim / 2; ++i) acc[i] = 0.0f;
     if constexpr (Traits::kSparse) {  // as in the other consumers below
@@ -670,13 +711,30 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
       }
       const uint32_t q_addr = ptx::smem_u32(stage_q(s));
       const uint32_t do_addr = ptx::smem_u32(stage_do(s));
-      // S^T = K Q^T (role P) or dP^T = V dO^T (role dS), over the head dim.
+      // S^T = K Q^T (role P, over head_dim) or dP^T = V dO^T (role dS, over head_dim_v).
       float x[kS];
-      bwd90::gemm_kmajor<kBlockM, Element, Traits::kPanels>(x, a_desc, Traits::panel_bytes(kBlockN),
-                                                            bwd90::kmajor_desc(role_p ? q_addr : do_addr),
-                                                            Traits::panel_bytes(kBlockM));
-      ptx::wgmma_commit();
-      ptx::wgmma_wait<0>();
+      // 192 / 128: each role's product waited for inside its branch (x flowing out of the branches
+      // with the product in flight, ptxas injected a warpgroup.arrive at the join).
+      if constexpr (kSameDims) {
+        bwd90::gemm_kmajor<kBlockM, Element, Traits::kPanels>(x, a_desc, Traits::panel_bytes(kBlockN),
+                                                              bwd90::kmajor_desc(role_p ? q_addr : do_addr),
+                                                              Traits::panel_bytes(kBlockM));
+        ptx::wgmma_commit();
+        ptx::wgmma_wait<0>();
+      } else if (role_p) {
+        bwd90::gemm_kmajor<kBlockM, Element, Traits::kPanels>(x, a_desc, Traits::panel_bytes(kBlockN),
+                                                              bwd90::kmajor_desc(q_addr), Traits::panel_bytes(kBlockM));
+        ptx::wgmma_commit();
+        ptx::wgmma_wait<0>();
+        ptx::fence_operand(x);
+      } else {
+        bwd90::gemm_kmajor<kBlockM, Element, Traits::kPanelsV>(x, a_desc, Traits::panel_bytes(kBlockN),
+                                                               bwd90::kmajor_desc(do_addr),
+                                                               Traits::panel_bytes(kBlockM));
+        ptx::wgmma_commit();
+        ptx::wgmma_wait<0>();
+        ptx::fence_operand(x);
+      }
       ptx::fence_operand(x);
       // Element (key row key_local + 8h, query column 8c + 2t4 + e) is x[4c + 2h + e].
       uint32_t a[kS / 2];  // P^T or dS^T, 16-bit pairs: the A operand of the last product
@@ -730,19 +788,42 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
         bwd90::pack_pairs<Element>(x, a);
       }
       // dV += P^T dO (role P) or dK += dS^T Q (role dS): B MN-major (rows = queries, the k index).
-      bwd90::gemm_rs<kHeadDim, Element, kBlockM>(acc, a, bwd90::mn_desc(role_p ? do_addr : q_addr,
-                                                                        Traits::panel_bytes(kBlockM)));
-      ptx::wgmma_commit();
-      ptx::wgmma_wait<0>();
+      if constexpr (kSameDims) {
+        bwd90::gemm_rs<kHeadDim, Element, kBlockM>(acc, a, bwd90::mn_desc(role_p ? do_addr : q_addr,
+                                                                          Traits::panel_bytes(kBlockM)));
+        ptx::wgmma_commit();
+        ptx::wgmma_wait<0>();
+      } else if (role_p) {
+        bwd90::gemm_rs<Traits::kHeadDimV, Element, kBlockM>(acc_v, a,
+                                                            bwd90::mn_desc(do_addr, Traits::panel_bytes(kBlockM)));
+        ptx::wgmma_commit();
+        ptx::wgmma_wait<0>();
+        ptx::fence_operand(acc_v);
+      } else {
+        bwd90::gemm_rs<kHeadDim, Element, kBlockM>(acc, a, bwd90::mn_desc(q_addr, Traits::panel_bytes(kBlockM)));
+        ptx::wgmma_commit();
+        ptx::wgmma_wait<0>();
+        ptx::fence_operand(acc);
+      }
       ptx::fence_operand(acc);
       bwd90::release(&empty[s], lane);
     }
-    // Epilogue: dV (role P) or dK = scale * acc (role dS), or their unscaled f32 partials.
-    bwd90::store_kv_grad<Element, kHeadDim>(acc, params, seq, batch, kv_head, split, n0, key_local, keys_here, t4,
-                                            role_p ? params.dv_partial : params.dk_partial,
-                                            role_p ? params.dv : params.dk,
-                                            role_p ? params.dv_strides : params.dk_strides,
-                                            role_p ? 1.0f : params.scale);
+    // Epilogue: dV (role P) or dK = scale * acc (role dS), or their unscaled f32 partials (dV's
+    // head_dim_v wide, as launch_bwd_reduce_dkv reads them).
+    if constexpr (kSameDims) {
+      bwd90::store_kv_grad<Element, kHeadDim>(acc, params, seq, batch, kv_head, split, n0, key_local, keys_here, t4,
+                                              role_p ? params.dv_partial : params.dk_partial,
+                                              role_p ? params.dv : params.dk,
+                                              role_p ? params.dv_strides : params.dk_strides,
+                                              role_p ? 1.0f : params.scale);
+    } else if (role_p) {
+      bwd90::store_kv_grad<Element, Traits::kHeadDimV>(acc_v, params, seq, batch, kv_head, split, n0, key_local,
+                                                       keys_here, t4, params.dv_partial, params.dv,
+                                                       params.dv_strides, 1.0f);
+    } else {
+      bwd90::store_kv_grad<Element, kHeadDim>(acc, params, seq, batch, kv_head, split, n0, key_local, keys_here, t4,
+                                              params.dk_partial, params.dk, params.dk_strides, params.scale);
+    }
     return;
   }
   const int key_row0 = consumer * 64;                       // this warpgroup's first key of the block
@@ -983,7 +1064,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_dq_kernel(const __gri
   unsigned char* smem = ptx::align_shared<1024>(smem_raw);
   unsigned char* sQ = smem;
   unsigned char* sdO = sQ + Traits::tile_bytes(kBlockM);
-  float* sLse = reinterpret_cast<float*>(sdO + Traits::tile_bytes(kBlockM));
+  float* sLse = reinterpret_cast<float*>(sdO + Traits::tile_bytes_v(kBlockM));
   float* sDsum = sLse + kBlockM;
   unsigned char* stages = reinterpret_cast<unsigned char*>(sLse) + 1024;
   uint64_t* bars = reinterpret_cast<uint64_t*>(stages + kStages * Traits::kDqStageBytes);
@@ -1008,13 +1089,16 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_dq_kernel(const __gri
     if (!Traits::kSparse && steps == 0) return;
     const int mb = bwd90::map_batch(params, batch);
     const auto load_q = [&]() {
-      ptx::mbarrier_arrive_expect_tx(q_full, 2 * Traits::tile_bytes(kBlockM) + 2 * Traits::kDqStatBytes);
+      ptx::mbarrier_arrive_expect_tx(q_full, Traits::tile_bytes(kBlockM) + Traits::tile_bytes_v(kBlockM) +
+                                                 2 * Traits::kDqStatBytes);
 #pragma unroll
       for (int panel = 0; panel < Traits::kPanels; ++panel) {
         ptx::tma_load_4d(sQ + panel * Traits::panel_bytes(kBlockM), &args.dq.q, q_full, 64 * panel,
                          int(seq.row0_q) + m0, head, mb);
-        ptx::tma_load_4d(sdO + panel * Traits::panel_bytes(kBlockM), &args.dq.dout, q_full, 64 * panel,
-                         int(seq.row0_q) + m0, head, mb);
+        if (panel < Traits::kPanelsV) {
+          ptx::tma_load_4d(sdO + panel * Traits::panel_bytes(kBlockM), &args.dq.dout, q_full, 64 * panel,
+                           int(seq.row0_q) + m0, head, mb);
+        }
       }
       ptx::bulk_load(sLse, params.lse_log2 + ws, Traits::kDqStatBytes, q_full);
       ptx::bulk_load(sDsum, params.dsum + ws, Traits::kDqStatBytes, q_full);
@@ -1024,13 +1108,15 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_dq_kernel(const __gri
       const int s = step % kStages;
       const int key = int(seq.row0_k) + n_block * kBlockN;
       ptx::mbarrier_wait(&empty[s], ((step / kStages) & 1) ^ 1);
-      ptx::mbarrier_arrive_expect_tx(&full[s], 2 * Traits::tile_bytes(kBlockN));
+      ptx::mbarrier_arrive_expect_tx(&full[s], Traits::tile_bytes(kBlockN) + Traits::tile_bytes_v(kBlockN));
 #pragma unroll
       for (int panel = 0; panel < Traits::kPanels; ++panel) {
         ptx::tma_load_4d(stage_k(s) + panel * Traits::panel_bytes(kBlockN), &args.dq.k, &full[s], 64 * panel, key,
                          kv_head, mb);
-        ptx::tma_load_4d(stage_v(s) + panel * Traits::panel_bytes(kBlockN), &args.dq.v, &full[s], 64 * panel, key,
-                         kv_head, mb);
+        if (panel < Traits::kPanelsV) {
+          ptx::tma_load_4d(stage_v(s) + panel * Traits::panel_bytes(kBlockN), &args.dq.v, &full[s], 64 * panel, key,
+                           kv_head, mb);
+        }
       }
     };
     if constexpr (Traits::kSparse) {

@@ -27,7 +27,12 @@ Status run_bwd(const BackwardParams& params, cudaStream_t stream) {
   using namespace ::flashattn::cuda::bwd_detail;
   using Element = typename Traits::Element;
   constexpr int kHeadDim = Traits::kHeadDim;
+  constexpr int kHeadDimV = Traits::kHeadDimV;  // v, out, dout, dv (BwdDvTraits: 128 at head_dim 192)
   constexpr int kWsBlock = Traits::kWsBlock;
+  // The sink gradient's partials are counted by alloc_workspace at kHeadDim and written by the
+  // preprocess (over O and dO) at kHeadDimV: the same rows per CTA.
+  static_assert(bwd_preprocess_rows_per_cta<kHeadDim>() == bwd_preprocess_rows_per_cta<kHeadDimV>(),
+                "one preprocess grid for both widths");
 
   BwdKernelArgs args;
   BwdKernelParams& kp = args.p;
@@ -42,17 +47,18 @@ Status run_bwd(const BackwardParams& params, cudaStream_t stream) {
     const Strides3& strides;
     int64_t rows;
     int heads;
+    int width;
     int box;
     const char* name;
   } maps[] = {
-      {&args.kv.q, params.q, params.q_strides, rows_q, params.heads, Traits::kKvBlockM, "q"},
-      {&args.kv.dout, params.dout, params.dout_strides, rows_q, params.heads, Traits::kKvBlockM, "dout"},
-      {&args.kv.k, params.k, params.k_strides, rows_k, params.heads_k, Traits::kKvBlockN, "k"},
-      {&args.kv.v, params.v, params.v_strides, rows_k, params.heads_k, Traits::kKvBlockN, "v"},
-      {&args.dq.q, params.q, params.q_strides, rows_q, params.heads, Traits::kDqBlockM, "q"},
-      {&args.dq.dout, params.dout, params.dout_strides, rows_q, params.heads, Traits::kDqBlockM, "dout"},
-      {&args.dq.k, params.k, params.k_strides, rows_k, params.heads_k, Traits::kDqBlockN, "k"},
-      {&args.dq.v, params.v, params.v_strides, rows_k, params.heads_k, Traits::kDqBlockN, "v"},
+      {&args.kv.q, params.q, params.q_strides, rows_q, params.heads, kHeadDim, Traits::kKvBlockM, "q"},
+      {&args.kv.dout, params.dout, params.dout_strides, rows_q, params.heads, kHeadDimV, Traits::kKvBlockM, "dout"},
+      {&args.kv.k, params.k, params.k_strides, rows_k, params.heads_k, kHeadDim, Traits::kKvBlockN, "k"},
+      {&args.kv.v, params.v, params.v_strides, rows_k, params.heads_k, kHeadDimV, Traits::kKvBlockN, "v"},
+      {&args.dq.q, params.q, params.q_strides, rows_q, params.heads, kHeadDim, Traits::kDqBlockM, "q"},
+      {&args.dq.dout, params.dout, params.dout_strides, rows_q, params.heads, kHeadDimV, Traits::kDqBlockM, "dout"},
+      {&args.dq.k, params.k, params.k_strides, rows_k, params.heads_k, kHeadDim, Traits::kDqBlockN, "k"},
+      {&args.dq.v, params.v, params.v_strides, rows_k, params.heads_k, kHeadDimV, Traits::kDqBlockN, "v"},
   };
   // The fused kernel reads only the dK/dV kernel's maps (the first four); the two-kernel form
   // (deterministic, and always at d192/d256) all eight. Each encode is a driver call per operand.
@@ -60,7 +66,7 @@ Status run_bwd(const BackwardParams& params, cudaStream_t stream) {
   const int map_count = kp.deterministic ? 8 : 4;
   for (int i = 0; i < map_count; ++i) {
     const auto& m = maps[i];
-    if (Status s = make_operand_map(m.map, m.ptr, params.dtype, kHeadDim, m.rows, m.heads, map_batch, m.strides, m.box);
+    if (Status s = make_operand_map(m.map, m.ptr, params.dtype, m.width, m.rows, m.heads, map_batch, m.strides, m.box);
         !s.ok()) {
       return Status::NotSupported(std::string(m.name) + ": " + s.message());
     }
@@ -80,7 +86,7 @@ Status run_bwd(const BackwardParams& params, cudaStream_t stream) {
 
   // Workspace (BwdKernelParams) in whole kWsBlock query blocks (the dQ kernel's); the f32 dQ
   // accumulator (heads x ws_rows x head_dim, in acc_order_index order per 64-row block) unless
-  // deterministic.
+  // deterministic; split query heads' dK and dV partials (kHeadDim wide each: dV's kHeadDimV fit).
   set_workspace_rows(&kp, kWsBlock);
   kp.kv_splits = kv_splits_for(params, Traits::kKvBlockN, num_sms);
   // The dK/dV kernel's CTAs (one per SM: its shared memory) start in groups of planes under a
@@ -124,7 +130,7 @@ Status run_bwd(const BackwardParams& params, cudaStream_t stream) {
         }
       }
     }
-    if (Status s = launch_bwd_preprocess<Element, kHeadDim>(kp, stream); !s.ok()) return s;
+    if (Status s = launch_bwd_preprocess<Element, kHeadDimV>(kp, stream); !s.ok()) return s;  // D over O, dO
     const dim3 kv_grid(unsigned(ceil_div(kp.seqlen_k, Traits::kKvBlockN)), kp.heads_k * kp.kv_splits, kp.batch);
     if constexpr (Traits::kHasFused) {
       if (!kp.deterministic) {
@@ -138,7 +144,7 @@ Status run_bwd(const BackwardParams& params, cudaStream_t stream) {
         const dim3 grid(unsigned(ceil_div(kp.seqlen_q, 64)), kp.heads, kp.batch);
         bwd_dq_convert_kernel<Traits><<<grid, 128, 0, stream>>>(kp);
         FLASHATTN_CUDA_TRY(cudaGetLastError());
-        return launch_bwd_reduce_dkv<Element, kHeadDim>(kp, stream);
+        return launch_bwd_reduce_dkv<Element, kHeadDim, kHeadDimV>(kp, stream);
       }
     }
     {
@@ -156,7 +162,7 @@ Status run_bwd(const BackwardParams& params, cudaStream_t stream) {
       kernel<<<grid, Traits::kThreads, kSmem, stream>>>(args);
       FLASHATTN_CUDA_TRY(cudaGetLastError());
     }
-    return launch_bwd_reduce_dkv<Element, kHeadDim>(kp, stream);
+    return launch_bwd_reduce_dkv<Element, kHeadDim, kHeadDimV>(kp, stream);
   };
   const Status launched = launch();
   const Status freed = workspace_free(ws, stream);
