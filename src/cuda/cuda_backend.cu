@@ -300,7 +300,7 @@ bool native_head_dim_v_backward(const BackwardParams& p, const PadPlan& plan, cu
       major != 9) {
     return false;
   }
-  Status s = cuda::sm90::dispatch_bwd(p, stream, path == CudaPath::kSm90);
+  Status s = cuda::sm90::dispatch_bwd(p, stream);
   if (s.ok()) {
     detail::count_sm90_backward();
     detail::count_native_head_dim_v_backward();

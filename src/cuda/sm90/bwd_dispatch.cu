@@ -67,12 +67,12 @@ Status dispatch_bwd(const BackwardParams& p, cudaStream_t stream) {
   // kAny here is softcap and/or ALiBi: bwd_declines left dropout to sm80.
   return dispatch_variant(p, [&]<typename Element, int kHeadDim, MaskMode kMask, ScoreMods kMods>() -> Status {
     constexpr bool kMods90 = kMods == ScoreMods::kAny && has_mods_kernel(kHeadDim, kMask == MaskMode::kWindow);
-    if (q.head_dim_v != kHeadDim) {  // 192 / 128 only (bwd_declines)
+    if (p.head_dim_v != kHeadDim) {  // 192 / 128 only (bwd_declines)
       if constexpr (kHeadDim == 192 && kMods == ScoreMods::kNone) {
-        if (!sparse && q.head_dim_v == 128) return run_bwd<BwdDvTraits<Element, 192, kMask, 128>>(q, stream);
+        if (!sparse && p.head_dim_v == 128) return run_bwd<BwdDvTraits<Element, 192, kMask, 128>>(p, stream);
       }
       return Status::NotSupported("the sm90 backward has no kernel for head_dim " + std::to_string(kHeadDim) +
-                                  " with head_dim_v " + std::to_string(q.head_dim_v));
+                                  " with head_dim_v " + std::to_string(p.head_dim_v));
     }
     if (sparse) {
       if constexpr (has_bwd_kernel(kHeadDim) && kMods == ScoreMods::kNone) {
