@@ -91,7 +91,11 @@ Status run_bwd(const BackwardParams& params, cudaStream_t stream) {
   kp.kv_splits = kv_splits_for(params, Traits::kKvBlockN, num_sms);
   // The dK/dV kernel's CTAs (one per SM: its shared memory) start in groups of planes under a
   // causal mask (cta_order.h): the heaviest key blocks of the last group start with work left.
-  kp.cta_group_planes = causal_group_planes(params.is_causal, int(ceil_div(params.seqlen_k, Traits::kKvBlockN)),
+  // Not under a block mask: its step walk (bwd_sparse.h KvStepWalk) reads the key tile and the
+  // batch from blockIdx again, to spare the producer's registers.
+  kp.cta_group_planes =
+      Traits::kSparse ? 1
+                      : causal_group_planes(params.is_causal, int(ceil_div(params.seqlen_k, Traits::kKvBlockN)),
                                             static_cast<long long>(params.heads_k) * kp.kv_splits * params.batch,
                                             num_sms);
   // kSparse: the block states, the dK/dV kernel's key-major lists and (deterministic) the dQ

@@ -74,7 +74,8 @@ struct KvStepWalk {
   const BwdSparseLists& lists;
   int head_end, m_lo, m_hi;
 
-  // This key tile's (blockIdx.x) list for `head` of this sequence (blockIdx.z).
+  // This key tile's (blockIdx.x) list for `head` of this sequence (blockIdx.z): the block-sparse
+  // launch keeps the plain CTA order (cta_group_planes 1, bwd_launch.h), where blockIdx is the slot.
   __device__ __forceinline__ const int32_t* list(int head) const {
     const int64_t plane = params.block_tiles.plane(blockIdx.z, head, params.heads);
     return lists.kv + (plane * lists.kv_n_tiles + blockIdx.x) * (lists.kv_m_tiles + 1);
