@@ -355,19 +355,9 @@ def _sm90_bias_case(torch, c, seed):
         mask = torch.rand(*c["mask"], device="cuda", generator=g) < c.get("density", 0.7)
         if c.get("empty_rows"):
             mask[:, :, 5:9] = False
-    keep = torch.ones(b, h, sq, sk, dtype=torch.bool, device="cuda")
-    window = c.get("window", (-1, -1))
-    left, right = (window[0], 0) if c.get("causal") else window
-    i = torch.arange(sq, device="cuda")[:, None]
-    j = torch.arange(sk, device="cuda")[None, :]
-    diag = i + sk - sq
-    if left >= 0:
-        keep &= j >= diag - left
-    if right >= 0:
-        keep &= j <= diag + right
-    if mask is not None:
-        keep &= mask
-    return q, k, v, bias, mask, keep
+    keep = dense_keep(b, h, sq, sk, c.get("causal", False), None if mask is None else mask.cpu().numpy(), None, None,
+                      c.get("window", (-1, -1)))
+    return q, k, v, bias, mask, torch.from_numpy(keep).to("cuda")
 
 
 def _sm90_forward_ran(torch):

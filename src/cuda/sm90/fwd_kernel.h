@@ -977,6 +977,30 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
         return block_needs_mask<Traits>(mask, w.seqlen_k, row_begin, row_end, n_block);
       };
       const int row = w.m0 + row_in_tile;
+      // Key block n's scores once S is done: the bias or the score modifiers, the stage's
+      // release (with a bias, once its words are in the scores), the causal / window mask, then
+      // attn_mask (kBias) and the block mask's element mask (kSparse, by the tile's kind).
+      [[maybe_unused]] const auto finish_scores = [&](int n, int k_stage, int tile_kind,
+                                                      const uint32_t (&bias_w)[kBlockN / 4]) {
+        if constexpr (Traits::kBias) {
+          bias_scores<Traits>(st.s, mods, mask, row, n * kBlockN + 2 * t4, bias_w);
+          release(&ring.k_empty[k_stage], lane);
+        } else {
+          release(&ring.k_empty[k_stage], lane);
+          if constexpr (Traits::kMods) modify_scores<Traits>(st.s, mods, mask, row, n * kBlockN + 2 * t4);
+        }
+        if (needs_mask(n)) apply_mask<Traits>(st.s, mask, row, n * kBlockN + 2 * t4);
+        if constexpr (Traits::kBias) {
+          if (has_mask) {
+            hide_blocked_scores<kBlockN>(st.s, params, kTileMask, w.batch, w.head, row, n * kBlockN + 2 * t4, w.seqlen_q, w.seqlen_k);
+          }
+        }
+        if constexpr (Traits::kSparse) {
+          if (tile_kind != kTileClean) {
+            hide_blocked_scores<kBlockN>(st.s, params, tile_kind, w.batch, w.head, row, n * kBlockN + 2 * t4, w.seqlen_q, w.seqlen_k);
+          }
+        }
+      };
       ptx::mbarrier_wait(ring.q_full, q_pass & 1);
 
       // The first (last-keyed) block: S, softmax, no P V yet.
@@ -1001,27 +1025,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
       if constexpr (Traits::kBias) read_bias(bias_w, stage);
       ptx::wgmma_wait<0>();
       ptx::fence_operand(st.s);
-      if constexpr (Traits::kBias) {
-        // The stage (K and bias) is freed once the bias words are in the scores.
-        bias_scores<Traits>(st.s, mods, mask, row, n_first * kBlockN + 2 * t4, bias_w);
-        release(&ring.k_empty[stage], lane);
-      } else {
-        release(&ring.k_empty[stage], lane);
-        if constexpr (Traits::kMods) modify_scores<Traits>(st.s, mods, mask, row, n_first * kBlockN + 2 * t4);
-      }
-      if (needs_mask(n_first)) apply_mask<Traits>(st.s, mask, row, n_first * kBlockN + 2 * t4);
-      if constexpr (Traits::kBias) {
-        if (has_mask) {
-          hide_blocked_scores<kBlockN>(st.s, params, kTileMask, w.batch, w.head, row, n_first * kBlockN + 2 * t4,
-                                       w.seqlen_q, w.seqlen_k);
-        }
-      }
-      if constexpr (Traits::kSparse) {
-        if (kind != kTileClean) {
-          hide_blocked_scores<Traits::kBlockN>(st.s, params, kind, w.batch, w.head, row, n_first * kBlockN + 2 * t4,
-                                               w.seqlen_q, w.seqlen_k);
-        }
-      }
+      finish_scores(n_first, stage, kind, bias_w);
       {
         float correction[2];
         softmax_block<Traits>(st, scale_log2, correction);  // O is still 0: nothing to rescale
@@ -1050,26 +1054,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
         if constexpr (Traits::kBias) read_bias(bias_w, stage);
         ptx::wgmma_wait<1>();  // S_j is done; P V is still running
         ptx::fence_operand(st.s);
-        if constexpr (Traits::kBias) {
-          bias_scores<Traits>(st.s, mods, mask, row, n_block * kBlockN + 2 * t4, bias_w);
-          release(&ring.k_empty[stage], lane);
-        } else {
-          release(&ring.k_empty[stage], lane);
-          if constexpr (Traits::kMods) modify_scores<Traits>(st.s, mods, mask, row, n_block * kBlockN + 2 * t4);
-        }
-        if (needs_mask(n_block)) apply_mask<Traits>(st.s, mask, row, n_block * kBlockN + 2 * t4);
-        if constexpr (Traits::kBias) {
-          if (has_mask) {
-            hide_blocked_scores<kBlockN>(st.s, params, kTileMask, w.batch, w.head, row, n_block * kBlockN + 2 * t4,
-                                         w.seqlen_q, w.seqlen_k);
-          }
-        }
-        if constexpr (Traits::kSparse) {
-          if (kind != kTileClean) {
-            hide_blocked_scores<Traits::kBlockN>(st.s, params, kind, w.batch, w.head, row,
-                                                 n_block * kBlockN + 2 * t4, w.seqlen_q, w.seqlen_k);
-          }
-        }
+        finish_scores(n_block, stage, kind, bias_w);
         softmax_under_pv<Traits>(st, scale_log2, pin_slot, lane, &ring.v_empty[prev_stage]);
       }
       // Every Q K^T product of this tile has completed: the producer may load the next Q.
