@@ -18,6 +18,9 @@
 #include "cuda/sm80/bwd_preprocess.h"
 #include "cuda/sm90/bwd.h"
 #include "cuda/sm90/bwd_kernel.h"
+#if defined(FLASHATTN_DEV_SM90_BWD_PERSISTENT)
+#include "cuda/sm90/bwd_persistent.h"
+#endif
 #include "cuda/sm90/tensor_map.h"
 
 namespace flashattn::cuda::sm90 {
@@ -140,11 +143,29 @@ Status run_bwd(const BackwardParams& params, cudaStream_t stream) {
       if (!kp.deterministic) {
         FLASHATTN_CUDA_TRY(
             cudaMemsetAsync(kp.dq_accum, 0, sizeof(float) * size_t(kp.heads) * kp.ws_rows * kHeadDim, stream));
-        const auto kernel = bwd_kv_kernel<Traits, true>;
-        constexpr size_t kSmem = Traits::kKvFusedSmemBytes;
-        if (Status s = raise_dynamic_smem(kernel, kSmem); !s.ok()) return s;
-        kernel<<<kv_grid, Traits::kThreads, kSmem, stream>>>(args);
-        FLASHATTN_CUDA_TRY(cudaGetLastError());
+#if defined(FLASHATTN_DEV_SM90_BWD_PERSISTENT)
+        // dev/ A/B (bwd_persistent.h): min(tiles, SMs) CTAs walking BwdTileOrder; not under a
+        // block mask (KvStepWalk reads blockIdx) nor past 2^31 - SMs tiles (32-bit tile indices).
+        const long long tiles = static_cast<long long>(kv_grid.x) * kv_grid.y * kv_grid.z;
+        if (!Traits::kSparse && tiles + num_sms < (1LL << 31)) {
+          if constexpr (!Traits::kSparse) {
+            const auto kernel = bwd_kv_persistent_kernel<Traits>;
+            constexpr size_t kSmem = Traits::kKvFusedSmemBytes + 2 * sizeof(uint64_t);  // K and V empty
+            static_assert(kSmem <= 232448, "the persistent kernel fits the 227 KB an sm90 CTA may use");
+            if (Status s = raise_dynamic_smem(kernel, kSmem); !s.ok()) return s;
+            const unsigned ctas = unsigned(tiles < num_sms ? tiles : num_sms);
+            kernel<<<ctas, Traits::kThreads, kSmem, stream>>>(args);
+            FLASHATTN_CUDA_TRY(cudaGetLastError());
+          }
+        } else
+#endif
+        {
+          const auto kernel = bwd_kv_kernel<Traits, true>;
+          constexpr size_t kSmem = Traits::kKvFusedSmemBytes;
+          if (Status s = raise_dynamic_smem(kernel, kSmem); !s.ok()) return s;
+          kernel<<<kv_grid, Traits::kThreads, kSmem, stream>>>(args);
+          FLASHATTN_CUDA_TRY(cudaGetLastError());
+        }
         const dim3 grid(unsigned(ceil_div(kp.seqlen_q, 64)), kp.heads, kp.batch);
         bwd_dq_convert_kernel<Traits><<<grid, 128, 0, stream>>>(kp);
         FLASHATTN_CUDA_TRY(cudaGetLastError());
