@@ -66,6 +66,34 @@ __device__ __forceinline__ KvTile kv_tile(const BwdKernelParams& params, const B
   return w;
 }
 
+// The masked kernels' dynamic tile feed (as the persistent forward's TileFeed, fwd_kernel.h): the
+// producer takes each next tile from a global counter (atomicAdd; its first is blockIdx.x) and
+// hands it to the consumer warps and the dQ writer warp through a two-slot ring (full: the
+// producer's arrival; empty: one arrival per reading warp). Lane 0 alone reads the slot and
+// redux.sync spreads it, so the tile and everything derived from it stay uniform (the forward
+// measured 5-10% lost when a plain shared-memory read moved them to vector registers) and the
+// slot's reader is the lane whose arrival frees it (racecheck; the forward's uniform_word).
+struct KvTileFeed {
+  int* slot;       // [2]
+  uint64_t* full;  // [2]
+  uint64_t* empty; // [2]
+};
+
+__device__ __forceinline__ int take_kv_tile(const KvTileFeed& feed, int k, int lane) {
+  const int s = k & 1;
+  ptx::mbarrier_wait(&feed.full[s], (k >> 1) & 1);
+  const int t = int(__reduce_max_sync(0xffffffffu, lane == 0 ? unsigned(feed.slot[s]) : 0u));
+  if (lane == 0) ptx::mbarrier_arrive(&feed.empty[s]);
+  return t;
+}
+
+__device__ __forceinline__ void publish_kv_tile(const KvTileFeed& feed, int k, int t) {
+  const int s = k & 1;
+  ptx::mbarrier_wait(&feed.empty[s], ((k >> 1) & 1) ^ 1);
+  feed.slot[s] = t;
+  ptx::mbarrier_arrive(&feed.full[s]);  // release: the slot's value is visible to the waiters
+}
+
 __device__ __forceinline__ BwdTileOrder kv_tile_order(const BwdKernelParams& params, int block_n) {
   BwdTileOrder o;
   o.blocks = (params.seqlen_k + block_n - 1) / block_n;
@@ -79,9 +107,26 @@ __device__ __forceinline__ BwdTileOrder kv_tile_order(const BwdKernelParams& par
 
 }  // namespace bwd90
 
+// The persistent kernel's arguments: bwd_kv_kernel's, and the masked kernels' tile counter
+// (workspace, zeroed per launch).
+struct BwdPersistentArgs {
+  BwdKernelArgs a;
+  int* tile_counter;
+};
+
+// Extra shared memory after bwd_kv_kernel's barriers: K and V empty, the feed's full and empty
+// pairs, its two slots.
+constexpr size_t kKvPersistentExtraBytes = 6 * sizeof(uint64_t) + 2 * sizeof(int);
+
+// Tiles from the feed (masked: causal and window tiles differ in work, and static rounds left the
+// busiest CTA with 1.13-1.55x the mean work at d128 causal 512-16k in the host model of
+// tests/cpp/test_bwd_tile_order.cpp, the hardware's dispatch of one CTA per tile 1.00-1.02x) or
+// in static rounds (unmasked: equal tiles).
 template <typename Traits>
 __global__ void __launch_bounds__(Traits::kThreads, 1)
-    bwd_kv_persistent_kernel(const __grid_constant__ BwdKernelArgs args) {
+    bwd_kv_persistent_kernel(const __grid_constant__ BwdPersistentArgs pargs) {
+  const BwdKernelArgs& args = pargs.a;
+  constexpr bool kDynamic = Traits::kMask == MaskMode::kWindow;
   static_assert(Traits::kHasFused && !Traits::kSparse && !Traits::kSplitRoles, "dense d64/d128 fused kernel only");
   using Element = typename Traits::Element;
   constexpr int kBlockN = Traits::kKvBlockN;
@@ -109,6 +154,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   // After bwd_kv_kernel's barriers (the launcher adds their 16 bytes): K and V free.
   uint64_t* k_empty = bars + Traits::kKvBarriers;
   uint64_t* v_empty = bars + Traits::kKvBarriers + 1;
+  [[maybe_unused]] const bwd90::KvTileFeed feed{reinterpret_cast<int*>(bars + Traits::kKvBarriers + 6),
+                                                bars + Traits::kKvBarriers + 2, bars + Traits::kKvBarriers + 4};
   const auto stage_q = [&](int s) { return stages + s * Traits::kKvStageBytes; };
   const auto stage_do = [&](int s) { return stage_q(s) + Traits::tile_bytes(kBlockM); };
   const auto stage_lse = [&](int s) { return reinterpret_cast<float*>(stage_do(s) + Traits::tile_bytes_v(kBlockM)); };
@@ -121,6 +168,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   if (threadIdx.x == 0) {
     ptx::mbarrier_init(k_empty, 4 * Traits::kConsumers);
     ptx::mbarrier_init(v_empty, 4 * Traits::kConsumers);
+    for (int i = 0; i < 2; ++i) {
+      ptx::mbarrier_init(&feed.full[i], 1);
+      ptx::mbarrier_init(&feed.empty[i], 4 * Traits::kConsumers + 1);  // consumer warps, dQ writer
+    }
     ptx::mbarrier_init_fence();
   }
   __syncthreads();
@@ -134,7 +185,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       bool started = false;
 #pragma unroll 1
       for (int r = 0;; ++r) {
-        const int t = BwdTileOrder::cta_tile(r, cta, ctas);
+        const int t = kDynamic ? bwd90::take_kv_tile(feed, r, lane) : BwdTileOrder::cta_tile(r, cta, ctas);
         if (t >= order.tiles) break;
         const bwd90::KvTile w = bwd90::kv_tile<Traits>(params, order, t);
 #pragma unroll 1
@@ -177,7 +228,14 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     const int heads_per_split = params.heads / params.heads_k / params.kv_splits;
 #pragma unroll 1
     for (int r = 0;; ++r) {
-      const int t = BwdTileOrder::cta_tile(r, cta, ctas);
+      int t;
+      if constexpr (kDynamic) {
+        // Uniform register (redux.sync over the one producer lane), as the forward's feed.
+        t = r == 0 ? cta : int(__reduce_max_sync(1u, unsigned(atomicAdd(pargs.tile_counter, 1)))) + ctas;
+        bwd90::publish_kv_tile(feed, r, t);
+      } else {
+        t = BwdTileOrder::cta_tile(r, cta, ctas);
+      }
       if (t >= order.tiles) break;
       const bwd90::KvTile w = bwd90::kv_tile<Traits>(params, order, t);
       if (w.steps == 0) continue;  // nothing loaded; the consumers store zeros (or nothing)
@@ -250,7 +308,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
 
 #pragma unroll 1
   for (int r = 0;; ++r) {
-    const int t = BwdTileOrder::cta_tile(r, cta, ctas);
+    const int t = kDynamic ? bwd90::take_kv_tile(feed, r, lane) : BwdTileOrder::cta_tile(r, cta, ctas);
     if (t >= order.tiles) break;
     const bwd90::KvTile w = bwd90::kv_tile<Traits>(params, order, t);
     if (!w.exists()) continue;  // past this sequence's keys (varlen): nothing to store
