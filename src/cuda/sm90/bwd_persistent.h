@@ -151,7 +151,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   uint64_t* kv_full = bars;
   uint64_t* full = bars + 1;             // [kStages]
   uint64_t* empty = bars + 1 + kStages;  // [kStages]
-  // After bwd_kv_kernel's barriers (the launcher adds their 16 bytes): K and V free.
+  // After bwd_kv_kernel's barriers (kKvPersistentExtraBytes): K and V free, the tile feed.
   uint64_t* k_empty = bars + Traits::kKvBarriers;
   uint64_t* v_empty = bars + Traits::kKvBarriers + 1;
   [[maybe_unused]] const bwd90::KvTileFeed feed{reinterpret_cast<int*>(bars + Traits::kKvBarriers + 6),
