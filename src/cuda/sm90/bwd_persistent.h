@@ -448,7 +448,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       ptx::wgmma_commit();
       ptx::wgmma_wait<1>();  // dQ done
       ptx::fence_operand(dq);
-      // d128: the dQ product read both consumers' K columns; this consumer's reads are done.
+      // d128: this consumer's dQ product (its column panel of K, all 128 keys) is done; K is free
+      // once the other consumer's is too (eight warp arrivals).
       if constexpr (!Traits::kDqKHalves) {
         if (last) bwd90::release(k_empty, lane);
       }
