@@ -18,6 +18,9 @@
 #include "cuda/sm80/bwd_preprocess.h"
 #include "cuda/sm90/bwd.h"
 #include "cuda/sm90/bwd_kernel.h"
+#if defined(FLASHATTN_DEV_SM90_BWD_PERSISTENT)
+#include "cuda/sm90/bwd_persistent.h"
+#endif
 #include "cuda/sm90/tensor_map.h"
 
 namespace flashattn::cuda::sm90 {
@@ -105,6 +108,12 @@ Status run_bwd(const BackwardParams& params, cudaStream_t stream) {
     plan_bytes = block_states_bytes(params) + tile_lists_bytes(params, Traits::kKvBlockM, Traits::kKvBlockN) +
                  (kp.deterministic ? tile_lists_bytes(params, Traits::kDqBlockM, Traits::kDqBlockN) : 0);
   }
+#if defined(FLASHATTN_DEV_SM90_BWD_PERSISTENT)
+  // The persistent kernel's tile counter (masked launches' dynamic feed), in the plan's space.
+  if constexpr (!Traits::kSparse) {
+    if (Traits::kMask == MaskMode::kWindow && !kp.deterministic) plan_bytes += 256;
+  }
+#endif
   void* ws = nullptr;
   void* plan_ws = nullptr;
   if (Status s = alloc_workspace<kHeadDim>(&kp, stream, &ws, plan_bytes, &plan_ws); !s.ok()) return s;
@@ -140,11 +149,36 @@ Status run_bwd(const BackwardParams& params, cudaStream_t stream) {
       if (!kp.deterministic) {
         FLASHATTN_CUDA_TRY(
             cudaMemsetAsync(kp.dq_accum, 0, sizeof(float) * size_t(kp.heads) * kp.ws_rows * kHeadDim, stream));
-        const auto kernel = bwd_kv_kernel<Traits, true>;
-        constexpr size_t kSmem = Traits::kKvFusedSmemBytes;
-        if (Status s = raise_dynamic_smem(kernel, kSmem); !s.ok()) return s;
-        kernel<<<kv_grid, Traits::kThreads, kSmem, stream>>>(args);
-        FLASHATTN_CUDA_TRY(cudaGetLastError());
+#if defined(FLASHATTN_DEV_SM90_BWD_PERSISTENT)
+        // dev/ A/B (bwd_persistent.h): min(tiles, SMs) CTAs walking BwdTileOrder; not under a
+        // block mask (KvStepWalk reads blockIdx) nor past 2^31 - SMs tiles (32-bit tile indices).
+        const long long tiles = static_cast<long long>(kv_grid.x) * kv_grid.y * kv_grid.z;
+        // Not softcap/ALiBi at d128 either: its consumers spilled 4 bytes per step there.
+        constexpr bool kPersistent = !Traits::kSparse && !(Traits::kMods && kHeadDim == 128);
+        if (kPersistent && tiles + num_sms < (1LL << 31)) {
+          if constexpr (kPersistent) {
+            const auto kernel = bwd_kv_persistent_kernel<Traits>;
+            constexpr size_t kSmem = Traits::kKvFusedSmemBytes + kKvPersistentExtraBytes;
+            static_assert(kSmem <= 232448, "the persistent kernel fits the 227 KB an sm90 CTA may use");
+            if (Status s = raise_dynamic_smem(kernel, kSmem); !s.ok()) return s;
+            const unsigned ctas = unsigned(tiles < num_sms ? tiles : num_sms);
+            BwdPersistentArgs pargs{args, nullptr};
+            if constexpr (Traits::kMask == MaskMode::kWindow) {
+              pargs.tile_counter = static_cast<int*>(plan_ws);
+              FLASHATTN_CUDA_TRY(cudaMemsetAsync(pargs.tile_counter, 0, sizeof(int), stream));
+            }
+            kernel<<<ctas, Traits::kThreads, kSmem, stream>>>(pargs);
+            FLASHATTN_CUDA_TRY(cudaGetLastError());
+          }
+        } else
+#endif
+        {
+          const auto kernel = bwd_kv_kernel<Traits, true>;
+          constexpr size_t kSmem = Traits::kKvFusedSmemBytes;
+          if (Status s = raise_dynamic_smem(kernel, kSmem); !s.ok()) return s;
+          kernel<<<kv_grid, Traits::kThreads, kSmem, stream>>>(args);
+          FLASHATTN_CUDA_TRY(cudaGetLastError());
+        }
         const dim3 grid(unsigned(ceil_div(kp.seqlen_q, 64)), kp.heads, kp.batch);
         bwd_dq_convert_kernel<Traits><<<grid, 128, 0, stream>>>(kp);
         FLASHATTN_CUDA_TRY(cudaGetLastError());
