@@ -173,6 +173,14 @@ struct FwdParams {
   // when the bias broadcasts over the rows); extent 1 where it broadcasts. After the members the
   // other kernels read, so their parameter offsets stay.
   CUtensorMap bias;
+#if defined(FLASHATTN_DEV_SM90_MASK_TILE)
+  // kBias, attn_mask without attn_bias (dev macro): the mask's map, (keys, rows, heads, batch) of
+  // uint8, boxes of 128 keys x block_m rows (1 row when it broadcasts over the rows), extent 1
+  // where it broadcasts; mask_tile = 1 when the launcher built it (a 16-byte aligned base and
+  // 16-byte multiple strides), else 0 and the kernel reads the mask per element.
+  CUtensorMap mask;
+  int mask_tile;
+#endif
 };
 
 }  // namespace flashattn::cuda::sm90
