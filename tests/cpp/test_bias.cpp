@@ -314,6 +314,14 @@ std::vector<Sm90BiasSpec> sm90_bias_cases() {
   s = base("sm90_d64_bias_mask_causal_rows_without_keys", 64);
   s.seqlen_q = 100, s.seqlen_k = 72, s.causal = true, s.mask_density = 0.7, s.bias_dims = {0, 0, 1};
   cs.push_back({s, true});
+  // attn_mask alone (padded rows of seqlen_k + 8 bytes): as a tile under FLASHATTN_DEV_SM90_MASK_TILE
+  // when that is a 16-byte multiple (272), else per element (264): both on the sm90 kernel.
+  s = base("sm90_d128_mask_only_causal_gqa", 128);
+  s.bias = false, s.mask_density = 0.5, s.causal = true;
+  cs.push_back({s, true});
+  s = base("sm90_d64_mask_only_rows_of_264_bytes", 64);
+  s.bias = false, s.seqlen_k = 256, s.mask_density = 0.5;
+  cs.push_back({s, true});
   s = base("sm90_d128_float32_bias_on_sm80", 128);
   s.bias_dtype = DType::kFloat32;
   cs.push_back({s, false});
