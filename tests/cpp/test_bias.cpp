@@ -326,6 +326,9 @@ std::vector<Sm90BiasSpec> sm90_bias_cases() {
   s = base("sm90_d64_mask_only_rows_of_264_bytes", 64);
   s.bias = false, s.seqlen_k = 256, s.mask_density = 0.5;
   cs.push_back({s, true});
+  s = base("sm90_d64_bias_mask_contiguous_mask", 64);  // both as tiles at d64 (macro)
+  s.seqlen_k = 256, s.mask_density = 0.6, s.mask_layout = Layout::kContiguous, s.window_left = 40;
+  cs.push_back({s, true});
   s = base("sm90_d128_float32_bias_on_sm80", 128);
   s.bias_dtype = DType::kFloat32;
   cs.push_back({s, false});

@@ -337,6 +337,9 @@ SM90_CASES = [
     dict(d=128, sk=512, mask=(2, 1, 1, 512), density=0.6),                # key padding: one-row box
     dict(d=128, sk=512, mask=(1, 8, 300, 512), softcap=5.0, empty_rows=True),    # softcap
     dict(d=64, sq=113, sk=257, mask=(2, 8, 113, 257), density=0.6, causal=True),  # rows of 257 bytes
+    # bias + mask tiles (d64 only: a mask slot next to the bias slot; d128 keeps per-element reads)
+    dict(d=64, sk=512, bias=(2, 8, 300, 512), mask=(2, 1, 300, 512), density=0.6, causal=True, empty_rows=True),
+    dict(d=64, sk=512, bias=(2, 1, 1, 512), mask=(1, 8, 300, 512), density=0.5, window=(64, 16)),
 ]
 
 

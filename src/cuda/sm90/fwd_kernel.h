@@ -208,8 +208,8 @@ __device__ __forceinline__ void bias_scores(float (&s)[Traits::kBlockN / 2], con
 }
 
 #if defined(FLASHATTN_DEV_SM90_MASK_TILE)
-// attn_mask as a tile (dev macro; FwdParams::mask_tile, no attn_bias): the producer copied the
-// uint8 mask tile into the stage's bias slot (bias_layout.h mask_lane_base: 128-byte rows under
+// attn_mask as a tile (dev macro; FwdParams::mask_tile): the producer copied the uint8 mask tile
+// into the stage's bias slot (no attn_bias; with one, at d64, into the stage's mask slot) (bias_layout.h mask_lane_base: 128-byte rows under
 // the 128-byte swizzle), and the thread reads the two bytes of each of its score pairs with one
 // 16-bit load into the bias words' registers: b[2c + h] = mask bytes of (row g + 8h, keys
 // 8c + 2t, +1), key 8c + 2t in the low byte, as s[4c + 2h + e]. 32 loads per block, no bank
@@ -589,7 +589,13 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
   unsigned char* sV = sK + kStages * Traits::kTileBytesK;  // kStages x kPanelsV x (kBlockN rows)
   // kBias: kStages bias slots after V (Traits::kTileBytesBias is 0 for the other kernels).
   [[maybe_unused]] unsigned char* sBias = sV + kStages * Traits::kTileBytesV;
+#if defined(FLASHATTN_DEV_SM90_MASK_TILE)
+  // kTileBytesMask (d64, attn_mask with attn_bias): kStages mask slots after the bias slots.
+  [[maybe_unused]] unsigned char* sMask = sBias + kStages * Traits::kTileBytesBias;
+  uint64_t* bars = reinterpret_cast<uint64_t*>(sMask + kStages * Traits::kTileBytesMask);
+#else
   uint64_t* bars = reinterpret_cast<uint64_t*>(sV + kStages * Traits::kTileBytesV + kStages * Traits::kTileBytesBias);
+#endif
   constexpr int kQ = Traits::kQSlots;
   const Ring ring{bars, bars + kQ, bars + kQ + kStages, bars + kQ + 2 * kStages, bars + kQ + 3 * kStages,
                   bars + kQ + 4 * kStages};
@@ -705,15 +711,18 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
                                  : params.bias.row == 0 ? Traits::kBiasPanels * Traits::kRowBytes
                                                         : Traits::kTileBytesBias;
 #if defined(FLASHATTN_DEV_SM90_MASK_TILE)
-          // attn_mask without attn_bias (kp.mask_tile): its uint8 tile into the (then unused) bias
-          // slot, one box of 128 keys x kBlockM rows (1 row when it broadcasts over the rows), on
+          // attn_mask as a tile (kp.mask_tile): its uint8 tile into the (then unused) bias slot, or
+          // with a bias into the mask slot (kTileBytesMask, d64), one box of 128 keys x kBlockM rows (1 row when it broadcasts over the rows), on
           // the same barrier. The copy engine counts the whole box, rows and keys past the map
           // included (zeros: hidden, and never stored or already hidden by the key bound).
           const int mask_bytes = !kp.mask_tile ? 0 : params.mask.row == 0 ? 128 : Traits::kBlockM * 128;
           ptx::mbarrier_arrive_expect_tx(&ring.k_full[stage], Traits::kTileBytesK + bias_bytes + mask_bytes);
           if (mask_bytes != 0) {
             const ForwardParams& pm = params;
-            ptx::tma_load_4d(sBias + stage * Traits::kTileBytesBias, &kp.mask, &ring.k_full[stage], n_block * kBlockN,
+            // Its own slot when there is a bias too (kTileBytesMask: d64), else the bias slot.
+            unsigned char* dst = Traits::kTileBytesMask != 0 && bias_bytes != 0 ? sMask + stage * Traits::kTileBytesMask
+                                                                                 : sBias + stage * Traits::kTileBytesBias;
+            ptx::tma_load_4d(dst, &kp.mask, &ring.k_full[stage], n_block * kBlockN,
                              pm.mask.row == 0 ? 0 : w.m0, pm.mask.head == 0 ? 0 : w.head,
                              pm.mask.batch == 0 ? 0 : w.batch);
           }
@@ -835,11 +844,15 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
     bias_lane_ = bias_lane(wg_row0 + (warp % 4) * 16, lane, params.bias.row == 0);
   }
 #if defined(FLASHATTN_DEV_SM90_MASK_TILE)
-  // attn_mask as a tile (no attn_bias): bias_lane_ then holds the mask's base and row-8 step
-  // (bias_layout.h), which the bias words' ldmatrix does not need then.
+  // attn_mask as a tile. Without attn_bias (mask_early) it sits in the bias slot and is read into
+  // the bias words while S runs; bias_lane_ then holds the mask's base and row-8 step
+  // (bias_layout.h), which the bias words' ldmatrix does not need then. With attn_bias (only
+  // where Traits::kTileBytesMask: d64) it has its own slot and is read into the same registers
+  // once the bias words are in the scores (finish_scores).
   [[maybe_unused]] const bool mask_tile = Traits::kBias && kp.mask_tile != 0;
+  [[maybe_unused]] const bool mask_early = mask_tile && !has_bias;
   if constexpr (Traits::kBias) {
-    if (mask_tile) {
+    if (mask_early) {
       bias_lane_ = BiasLane{mask_lane_base(wg_row0 + (warp % 4) * 16, lane, params.mask.row == 0),
                             mask_row8_step(params.mask.row == 0)};
     }
@@ -850,7 +863,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
     if (has_bias) {
       bias_words<Traits>(b, ptx::smem_u32(sBias + stage * Traits::kTileBytesBias), bias_lane_);
 #if defined(FLASHATTN_DEV_SM90_MASK_TILE)
-    } else if (mask_tile) {
+    } else if (mask_early) {
       mask_words<Traits>(b, ptx::smem_u32(sBias + stage * Traits::kTileBytesBias), bias_lane_.row_off,
                          bias_lane_.chunk_xor);
 #endif
@@ -1049,13 +1062,26 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
       // Key block n's scores once S is done: the bias or the score modifiers, the stage's
       // release (with a bias, once its words are in the scores), the causal / window mask, then
       // attn_mask (kBias) and the block mask's element mask (kSparse, by the tile's kind).
+#if defined(FLASHATTN_DEV_SM90_MASK_TILE)
+      [[maybe_unused]] const auto finish_scores = [&](int n, int k_stage, int tile_kind, uint32_t (&bias_w)[kBlockN / 4]) {
+#else
       [[maybe_unused]] const auto finish_scores = [&](int n, int k_stage, int tile_kind,
                                                       const uint32_t (&bias_w)[kBlockN / 4]) {
+#endif
         if constexpr (Traits::kBias) {
 #if defined(FLASHATTN_DEV_SM90_MASK_TILE)
           // With the mask tile the stage is freed once the mask pairs are in the scores (below).
-          bias_scores<Traits>(st.s, mods, mask, row, n * kBlockN + 2 * t4, bias_w, !mask_tile);
+          bias_scores<Traits>(st.s, mods, mask, row, n * kBlockN + 2 * t4, bias_w, !mask_early);
           if (!mask_tile) release(&ring.k_empty[k_stage], lane);
+          if constexpr (Traits::kTileBytesMask != 0) {
+            // With a bias too: the mask pairs from the mask slot into the bias words' registers
+            // (their bias is in the scores now); the loads' latency is not hidden here.
+            if (mask_tile && has_bias) {
+              mask_words<Traits>(bias_w, ptx::smem_u32(sMask + k_stage * Traits::kTileBytesMask),
+                                 mask_lane_base(wg_row0 + (warp % 4) * 16, lane, params.mask.row == 0),
+                                 mask_row8_step(params.mask.row == 0));
+            }
+          }
 #else
           bias_scores<Traits>(st.s, mods, mask, row, n * kBlockN + 2 * t4, bias_w);
           release(&ring.k_empty[k_stage], lane);
