@@ -2,10 +2,11 @@
 FwdBiasTraits) against the sm80 bias kernel (the fwd_sm80 switch, same process) and SDPA with the
 same additive float attn_mask (memory-efficient and cuDNN backends), bf16, 16 heads. Bias kinds:
 (B, H, N, N), (1, H, N, N) (T5-style), (B, 1, 1, N) (key padding) and an element mask alone
-(B, 1, N, N; SDPA takes it as a bool mask), or a key-padding element mask (kind maskkp: B, 1, 1, N). TFLOP/s with the attention FLOPs (4 B H N^2 d; no
+(B, 1, N, N; SDPA takes it as a bool mask), or a key-padding element mask (kind maskkp: B, 1, 1, N), or a (B, H, N, N) bias with a (B, 1, N, N)
+element mask (kind BHNNm; SDPA takes the bias with -inf where the mask drops). TFLOP/s with the attention FLOPs (4 B H N^2 d; no
 causal rows). Each row also prints ours' max |difference| from SDPA-efficient.
 Usage: python3 dev/bias90_probe.py --out X.json [--head-dims 64,128] [--shapes 8x2048,1x16384]
-       [--kinds BHNN,1HNN,B11N,mask,maskkp] [--no-sm80]"""
+       [--kinds BHNN,1HNN,B11N,mask,maskkp,BHNNm] [--no-sm80]"""
 import argparse
 import json
 
@@ -50,9 +51,12 @@ for d in (int(x) for x in args.head_dims.split(",")):
                 mask = torch.rand(b, 1, 1 if kind == "maskkp" else n, n, device="cuda") < 0.9
                 sdpa_mask = mask
             else:
-                lead = {"BHNN": (b, h, n), "1HNN": (1, h, n), "B11N": (b, 1, 1)}[kind]
+                lead = {"BHNN": (b, h, n), "1HNN": (1, h, n), "B11N": (b, 1, 1), "BHNNm": (b, h, n)}[kind]
                 bias = torch.randn(*lead, n, device="cuda", dtype=torch.bfloat16)
                 sdpa_mask = bias
+                if kind == "BHNNm":
+                    mask = torch.rand(b, 1, n, n, device="cuda") < 0.9
+                    sdpa_mask = bias.masked_fill(~mask, float("-inf"))
             row = {"d": d, "batch": b, "seqlen": n, "heads": h, "kind": kind}
             with torch.no_grad():
                 before = flashattn._C._sm90_forward_calls()

@@ -7,9 +7,10 @@
 #  2. pytest tests/python/test_bias.py under FLASHATTN_CUDA_PATH=sm90 on mt (mask-only cases take
 #     the tile, the 520/257-key ones and bias+mask the per-element fallback); a failure stops
 #     here, before any timing;
-#  3. dev/bias90_probe.py on each package (kinds mask, maskkp (key padding), BHNN as the control
-#     whose code path the macro leaves alone; 8x2048 and 1x16384; d64, d128; no sm80 timing),
-#     printing both tables;
+#  3. dev/bias90_probe.py on each package (kinds mask (B,1,N,N), maskkp (key padding B,1,1,N),
+#     BHNNm (a B,H,N,N bias + a B,1,N,N mask: both tiles at d64 under the macro, per element at
+#     d128 in both packages, so d128 BHNNm is the control); 8x2048 and 1x16384; d64, d128; no sm80
+#     timing), printing both tables (rows also stream into /tmp/logs/probe-*.log);
 #  4. if time is left: the BiasSm90 gtests on mt under sm90 (mask-only d128 tile, d64 fallback).
 # Writes $OUT/probe-{base,mt}.json, $OUT/logs.tgz; the summary on stdout.
 set -uo pipefail
@@ -35,7 +36,7 @@ if echo "$r" | grep -qE "failed|error" || ! echo "$r" | grep -q passed; then
 fi
 for n in base mt; do
   PYTHONPATH=/tmp/pk-$n timeout "$(cap 120)" python3 dev/bias90_probe.py --out "$OUT/probe-$n.json" \
-    --kinds mask,maskkp,BHNN --no-sm80 > /tmp/logs/probe-$n.log 2>&1
+    --kinds mask,maskkp,BHNNm --no-sm80 > /tmp/logs/probe-$n.log 2>&1
   t "probe $n"
 done
 for n in base mt; do echo "== $n"; sed -n '/^forward TFLOP/,$p' /tmp/logs/probe-$n.log | head -16; done
