@@ -209,8 +209,8 @@ __device__ __forceinline__ void bias_scores(float (&s)[Traits::kBlockN / 2], con
 
 #if defined(FLASHATTN_DEV_SM90_MASK_TILE)
 // attn_mask as a tile (dev macro; FwdParams::mask_tile): the producer copied the uint8 mask tile
-// into the stage's bias slot (no attn_bias; with one, at d64, into the stage's mask slot) (bias_layout.h mask_lane_base: 128-byte rows under
-// the 128-byte swizzle), and the thread reads the two bytes of each of its score pairs with one
+// into the stage's bias slot (no attn_bias; with one, at d64, into the stage's mask slot), rows
+// of 128 bytes under the 128-byte swizzle (bias_layout.h mask_lane_base), and the thread reads the two bytes of each of its score pairs with one
 // 16-bit load into the bias words' registers: b[2c + h] = mask bytes of (row g + 8h, keys
 // 8c + 2t, +1), key 8c + 2t in the low byte, as s[4c + 2h + e]. 32 loads per block, no bank
 // conflict (bias_layout.h). Why not ldmatrix: it hands lane t bytes 4t .. 4t + 3 of a 16-byte
@@ -712,8 +712,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
                                                         : Traits::kTileBytesBias;
 #if defined(FLASHATTN_DEV_SM90_MASK_TILE)
           // attn_mask as a tile (kp.mask_tile): its uint8 tile into the (then unused) bias slot, or
-          // with a bias into the mask slot (kTileBytesMask, d64), one box of 128 keys x kBlockM rows (1 row when it broadcasts over the rows), on
-          // the same barrier. The copy engine counts the whole box, rows and keys past the map
+          // with a bias into the mask slot (kTileBytesMask, d64), one box of 128 keys x kBlockM
+          // rows (1 row when it broadcasts over the rows), on the same barrier. The copy engine counts the whole box, rows and keys past the map
           // included (zeros: hidden, and never stored or already hidden by the key bound).
           const int mask_bytes = !kp.mask_tile ? 0 : params.mask.row == 0 ? 128 : Traits::kBlockM * 128;
           ptx::mbarrier_arrive_expect_tx(&ring.k_full[stage], Traits::kTileBytesK + bias_bytes + mask_bytes);
