@@ -2,9 +2,11 @@
 FwdBiasTraits) against the sm80 bias kernel (the fwd_sm80 switch, same process) and SDPA with the
 same additive float attn_mask (memory-efficient and cuDNN backends), bf16, 16 heads. Bias kinds:
 (B, H, N, N), (1, H, N, N) (T5-style), (B, 1, 1, N) (key padding) and an element mask alone
-(B, 1, N, N; SDPA takes it as a bool mask). TFLOP/s with the attention FLOPs (4 B H N^2 d; no
+(B, 1, N, N; SDPA takes it as a bool mask), or a key-padding element mask (kind maskkp: B, 1, 1, N), or a (B, H, N, N) bias with a (B, 1, N, N)
+element mask (kind BHNNm; SDPA takes the bias with -inf where the mask drops). TFLOP/s with the attention FLOPs (4 B H N^2 d; no
 causal rows). Each row also prints ours' max |difference| from SDPA-efficient.
-Usage: python3 dev/bias90_probe.py --out X.json [--head-dims 64,128] [--shapes 8x2048,1x16384]"""
+Usage: python3 dev/bias90_probe.py --out X.json [--head-dims 64,128] [--shapes 8x2048,1x16384]
+       [--kinds BHNN,1HNN,B11N,mask,maskkp,BHNNm] [--no-sm80]"""
 import argparse
 import json
 
@@ -21,6 +23,7 @@ ap.add_argument("--repeats", type=int, default=10)
 ap.add_argument("--head-dims", default="64,128")
 ap.add_argument("--shapes", default="8x2048,1x16384", help="batch x seqlen, comma separated")
 ap.add_argument("--kinds", default="BHNN,1HNN,B11N,mask")
+ap.add_argument("--no-sm80", action="store_true", help="skip the sm80 bias kernel's timing")
 args = ap.parse_args()
 
 h = 16
@@ -44,20 +47,24 @@ for d in (int(x) for x in args.head_dims.split(",")):
         qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
         for kind in args.kinds.split(","):
             bias = mask = None
-            if kind == "mask":
-                mask = torch.rand(b, 1, n, n, device="cuda") < 0.9
+            if kind in ("mask", "maskkp"):
+                mask = torch.rand(b, 1, 1 if kind == "maskkp" else n, n, device="cuda") < 0.9
                 sdpa_mask = mask
             else:
-                lead = {"BHNN": (b, h, n), "1HNN": (1, h, n), "B11N": (b, 1, 1)}[kind]
+                lead = {"BHNN": (b, h, n), "1HNN": (1, h, n), "B11N": (b, 1, 1), "BHNNm": (b, h, n)}[kind]
                 bias = torch.randn(*lead, n, device="cuda", dtype=torch.bfloat16)
                 sdpa_mask = bias
+                if kind == "BHNNm":
+                    mask = torch.rand(b, 1, n, n, device="cuda") < 0.9
+                    sdpa_mask = bias.masked_fill(~mask, float("-inf"))
             row = {"d": d, "batch": b, "seqlen": n, "heads": h, "kind": kind}
             with torch.no_grad():
                 before = flashattn._C._sm90_forward_calls()
                 out = ours(q, k, v, bias, mask, False)
                 row["sm90_ran"] = flashattn._C._sm90_forward_calls() > before
                 row["flashattn_fwd"] = fl / timed(lambda: ours(q, k, v, bias, mask, False), args.repeats) / 1e12
-                row["flashattn_sm80_fwd"] = fl / timed(lambda: ours(q, k, v, bias, mask, True), args.repeats) / 1e12
+                if not args.no_sm80:
+                    row["flashattn_sm80_fwd"] = fl / timed(lambda: ours(q, k, v, bias, mask, True), args.repeats) / 1e12
                 for name, be in backends.items():
                     try:
                         with sdpa_kernel([be]):
@@ -92,6 +99,6 @@ print("\nforward TFLOP/s (bf16, 16 heads)      ours  ours-sm80  sdpa-eff  sdpa-c
 for r in rows:
     eff = r.get("sdpa_efficient_fwd")
     ratio = f"{r['flashattn_fwd'] / eff:8.2f}x" if isinstance(eff, float) else "        -"
-    print(f"d{r['d']:<3} {r['batch']:>2}x{r['seqlen']:<6} {r['kind']:<5}           {f(r, 'flashattn_fwd')}  "
+    print(f"d{r['d']:<3} {r['batch']:>2}x{r['seqlen']:<6} {r['kind']:<6}          {f(r, 'flashattn_fwd')}  "
           f"{f(r, 'flashattn_sm80_fwd')}   {f(r, 'sdpa_efficient_fwd')}    {f(r, 'sdpa_cudnn_fwd')}  {ratio}  "
           f"{'y' if r['sm90_ran'] else 'n':>4}  {r.get('max_abs_diff', float('nan')):.3g}")

@@ -46,6 +46,9 @@ struct ModsSpec {
   bool dbias = true;
   // attn_mask (batch, 1, seqlen_q, seqlen_k): keep density; < 0 = off.
   double mask_density = -1.0;
+  // Its layout: padded (rows of seqlen_k + 8 bytes, base 8 bytes into the buffer: not 16-byte
+  // aligned, so the sm90 kernel's mask tile falls back to per-element reads) or contiguous.
+  Layout mask_layout = Layout::kPadded;
   // block_mask (1, heads, ..): density of kept blocks; < 0 = off. Block row 0 keeps nothing
   // when the density is strictly between 0 and 1 and there are several block rows (rows with
   // no kept block).
@@ -187,7 +190,7 @@ Built build(const ModsSpec& s, Backend be) {
     std::bernoulli_distribution keep_d(s.mask_density);
     std::vector<double> m(n({B, 1, Sq, Sk}));
     for (double& e : m) e = keep_d(g) ? 1.0 : 0.0;
-    b.maskv = upload(be, DType::kUInt8, Layout::kPadded, {B, 1, Sq, Sk}, m);
+    b.maskv = upload(be, DType::kUInt8, s.mask_layout, {B, 1, Sq, Sk}, m);
     for (size_t e = 0; e < full; ++e) {
       const size_t j = e % Sk, i = e / Sk % Sq, bb = e / (static_cast<size_t>(Sk) * Sq * H);
       if (m[(bb * Sq + i) * Sk + j] == 0.0) keep[e] = 0;
@@ -313,6 +316,18 @@ std::vector<Sm90BiasSpec> sm90_bias_cases() {
   cs.push_back({s, true});
   s = base("sm90_d64_bias_mask_causal_rows_without_keys", 64);
   s.seqlen_q = 100, s.seqlen_k = 72, s.causal = true, s.mask_density = 0.7, s.bias_dims = {0, 0, 1};
+  cs.push_back({s, true});
+  // attn_mask alone, both on the sm90 kernel: contiguous over 256 keys (16-byte aligned base and
+  // rows: a tile under FLASHATTN_DEV_SM90_MASK_TILE), and padded (rows of 264 bytes, base 8 bytes
+  // off: per element, as every padded mask above).
+  s = base("sm90_d128_mask_only_contiguous_causal_gqa", 128);
+  s.bias = false, s.mask_density = 0.5, s.causal = true, s.seqlen_k = 256, s.mask_layout = Layout::kContiguous;
+  cs.push_back({s, true});
+  s = base("sm90_d64_mask_only_rows_of_264_bytes", 64);
+  s.bias = false, s.seqlen_k = 256, s.mask_density = 0.5;
+  cs.push_back({s, true});
+  s = base("sm90_d64_bias_mask_contiguous_mask", 64);  // both as tiles at d64 (macro)
+  s.seqlen_k = 256, s.mask_density = 0.6, s.mask_layout = Layout::kContiguous, s.window_left = 40;
   cs.push_back({s, true});
   s = base("sm90_d128_float32_bias_on_sm80", 128);
   s.bias_dtype = DType::kFloat32;

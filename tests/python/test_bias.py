@@ -330,6 +330,16 @@ SM90_CASES = [
     dict(d=64, bias=(1, 1, 1, 520), softcap=5.0),                         # all broadcast, softcap
     dict(d=128, bias=(2, 8, 300, 520), neg_inf=0.3, mask=(2, 1, 300, 520), density=0.7),
     dict(d=64, sq=1, sk=520, bias=(2, 8, 1, 520)),                        # one query row
+    # attn_mask alone as a tile (FLASHATTN_DEV_SM90_MASK_TILE: the copy engine needs rows of a
+    # 16-byte multiple; the contiguous 520-key masks above then stay per element, as below).
+    dict(d=128, sk=512, mask=(2, 8, 300, 512), density=0.5, causal=True, empty_rows=True),
+    dict(d=64, mask=(1, 1, 300, 520), mask_pad=528, density=0.3, window=(100, 30)),  # padded rows
+    dict(d=128, sk=512, mask=(2, 1, 1, 512), density=0.6),                # key padding: one-row box
+    dict(d=128, sk=512, mask=(1, 8, 300, 512), softcap=5.0, empty_rows=True),    # softcap
+    dict(d=64, sq=113, sk=257, mask=(2, 8, 113, 257), density=0.6, causal=True),  # rows of 257 bytes
+    # bias + mask tiles (d64 only: a mask slot next to the bias slot; d128 keeps per-element reads)
+    dict(d=64, sk=512, bias=(2, 8, 300, 512), mask=(2, 1, 300, 512), density=0.6, causal=True, empty_rows=True),
+    dict(d=64, sk=512, bias=(2, 1, 1, 512), mask=(1, 8, 300, 512), density=0.5, window=(64, 16)),
 ]
 
 
@@ -352,7 +362,9 @@ def _sm90_bias_case(torch, c, seed):
             bias = bias.masked_fill(torch.rand(bias.shape, device="cuda", generator=g) < c["neg_inf"], float("-inf"))
     mask = None
     if "mask" in c:
-        mask = torch.rand(*c["mask"], device="cuda", generator=g) < c.get("density", 0.7)
+        shape = c["mask"]
+        store = (*shape[:3], c.get("mask_pad", shape[3]))  # mask_pad: rows of that many bytes
+        mask = (torch.rand(*store, device="cuda", generator=g) < c.get("density", 0.7))[..., :shape[3]]
         if c.get("empty_rows"):
             mask[:, :, 5:9] = False
     keep = dense_keep(b, h, sq, sk, c.get("causal", False), None if mask is None else mask.cpu().numpy(), None, None,

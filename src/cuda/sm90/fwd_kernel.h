@@ -176,7 +176,8 @@ __device__ __forceinline__ void bias_words(uint32_t (&b)[Traits::kBlockN / 4], u
 template <typename Traits>
 __device__ __forceinline__ void bias_scores(float (&s)[Traits::kBlockN / 2], const ScoreMods90& m,
                                             const WindowMask& mask, int row, int key0,
-                                            const uint32_t (&b)[Traits::kBlockN / 4]) {
+                                            const uint32_t (&b)[Traits::kBlockN / 4],
+                                            [[maybe_unused]] bool add_bias = true) {
   if (m.softcap) {
 #pragma unroll
     for (int i = 0; i < Traits::kBlockN / 2; ++i) s[i] = ptx::tanh_approx(s[i] * m.softcap_in) * m.softcap_out;
@@ -195,6 +196,9 @@ __device__ __forceinline__ void bias_scores(float (&s)[Traits::kBlockN / 2], con
       }
     }
   }
+#if defined(FLASHATTN_DEV_SM90_MASK_TILE)
+  if (add_bias)  // false: b holds attn_mask pairs (mask_words)
+#endif
 #pragma unroll
   for (int i = 0; i < Traits::kBlockN / 4; ++i) {
     const float2 x = bias_pair_log2<typename Traits::Element>(b[i]);
@@ -202,6 +206,37 @@ __device__ __forceinline__ void bias_scores(float (&s)[Traits::kBlockN / 2], con
     s[2 * i + 1] += x.y;
   }
 }
+
+#if defined(FLASHATTN_DEV_SM90_MASK_TILE)
+// attn_mask as a tile (dev macro; FwdParams::mask_tile): the producer copied the uint8 mask tile
+// into the stage's bias slot (no attn_bias; with one, at d64, into the stage's mask slot), rows
+// of 128 bytes under the 128-byte swizzle (bias_layout.h mask_lane_base), and the thread reads the two bytes of each of its score pairs with one
+// 16-bit load into the bias words' registers: b[2c + h] = mask bytes of (row g + 8h, keys
+// 8c + 2t, +1), key 8c + 2t in the low byte, as s[4c + 2h + e]. 32 loads per block, no bank
+// conflict (bias_layout.h). Why not ldmatrix: it hands lane t bytes 4t .. 4t + 3 of a 16-byte
+// row (keys 4t .. 4t + 3), while the accumulator's pairs are keys 2t, 2t + 1 and 2t + 8, 2t + 9;
+// regrouping them costs two shuffles a word (or bit packing and four shuffles plus the bit
+// gathering), more issue than the 16 loads it saves. Issued before the wait for S, as the bias.
+template <typename Traits>
+__device__ __forceinline__ void mask_words(uint32_t (&b)[Traits::kBlockN / 4], uint32_t slot, uint32_t base,
+                                           uint32_t row8_step) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+#pragma unroll
+    for (int c = 0; c < Traits::kBlockN / 8; ++c) b[2 * c + h] = ptx::ld_shared_u16(slot + mask_pair_offset(base, row8_step, h, c));
+  }
+}
+
+// -inf where attn_mask's byte is 0 (mask_words' pairs), as hidden_in_tile's kTileMask.
+template <typename Traits>
+__device__ __forceinline__ void mask_pair_scores(float (&s)[Traits::kBlockN / 2], const uint32_t (&b)[Traits::kBlockN / 4]) {
+#pragma unroll
+  for (int i = 0; i < Traits::kBlockN / 4; ++i) {
+    if ((b[i] & 0xffu) == 0u) s[2 * i] = -INFINITY;
+    if ((b[i] & 0xff00u) == 0u) s[2 * i + 1] = -INFINITY;
+  }
+}
+#endif
 
 // -inf outside the rows' visible key intervals (only for blocks that straddle a boundary).
 template <typename Traits>
@@ -554,7 +589,13 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
   unsigned char* sV = sK + kStages * Traits::kTileBytesK;  // kStages x kPanelsV x (kBlockN rows)
   // kBias: kStages bias slots after V (Traits::kTileBytesBias is 0 for the other kernels).
   [[maybe_unused]] unsigned char* sBias = sV + kStages * Traits::kTileBytesV;
+#if defined(FLASHATTN_DEV_SM90_MASK_TILE)
+  // kTileBytesMask (d64, attn_mask with attn_bias): kStages mask slots after the bias slots.
+  [[maybe_unused]] unsigned char* sMask = sBias + kStages * Traits::kTileBytesBias;
+  uint64_t* bars = reinterpret_cast<uint64_t*>(sMask + kStages * Traits::kTileBytesMask);
+#else
   uint64_t* bars = reinterpret_cast<uint64_t*>(sV + kStages * Traits::kTileBytesV + kStages * Traits::kTileBytesBias);
+#endif
   constexpr int kQ = Traits::kQSlots;
   const Ring ring{bars, bars + kQ, bars + kQ + kStages, bars + kQ + 2 * kStages, bars + kQ + 3 * kStages,
                   bars + kQ + 4 * kStages};
@@ -601,6 +642,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
     ptx::tma_prefetch_map(&kp.v);
     if constexpr (Traits::kBias) {
       if (params.bias.defined()) ptx::tma_prefetch_map(&kp.bias);
+#if defined(FLASHATTN_DEV_SM90_MASK_TILE)
+      if (kp.mask_tile) ptx::tma_prefetch_map(&kp.mask);
+#endif
     }
     int it = 0;      // K/V tiles issued so far, across tiles: slot it % kStages, pass it / kStages
     int q_pass = 0;  // Q tiles issued so far
@@ -666,7 +710,25 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
           const int bias_bytes = !params.bias.defined() ? 0
                                  : params.bias.row == 0 ? Traits::kBiasPanels * Traits::kRowBytes
                                                         : Traits::kTileBytesBias;
+#if defined(FLASHATTN_DEV_SM90_MASK_TILE)
+          // attn_mask as a tile (kp.mask_tile): its uint8 tile into the (then unused) bias slot, or
+          // with a bias into the mask slot (kTileBytesMask, d64), one box of 128 keys x kBlockM
+          // rows (1 row when it broadcasts over the rows), on the same barrier. The copy engine counts the whole box, rows and keys past the map
+          // included (zeros: hidden, and never stored or already hidden by the key bound).
+          const int mask_bytes = !kp.mask_tile ? 0 : params.mask.row == 0 ? 128 : Traits::kBlockM * 128;
+          ptx::mbarrier_arrive_expect_tx(&ring.k_full[stage], Traits::kTileBytesK + bias_bytes + mask_bytes);
+          if (mask_bytes != 0) {
+            const ForwardParams& pm = params;
+            // Its own slot when there is a bias too (kTileBytesMask: d64), else the bias slot.
+            unsigned char* dst = Traits::kTileBytesMask != 0 && bias_bytes != 0 ? sMask + stage * Traits::kTileBytesMask
+                                                                                 : sBias + stage * Traits::kTileBytesBias;
+            ptx::tma_load_4d(dst, &kp.mask, &ring.k_full[stage], n_block * kBlockN,
+                             pm.mask.row == 0 ? 0 : w.m0, pm.mask.head == 0 ? 0 : w.head,
+                             pm.mask.batch == 0 ? 0 : w.batch);
+          }
+#else
           ptx::mbarrier_arrive_expect_tx(&ring.k_full[stage], Traits::kTileBytesK + bias_bytes);
+#endif
           if (bias_bytes != 0) {
             const ForwardParams& pb = params;
 #pragma unroll
@@ -781,10 +843,30 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
     has_mask = params.mask.defined();
     bias_lane_ = bias_lane(wg_row0 + (warp % 4) * 16, lane, params.bias.row == 0);
   }
+#if defined(FLASHATTN_DEV_SM90_MASK_TILE)
+  // attn_mask as a tile. Without attn_bias (mask_early) it sits in the bias slot and is read into
+  // the bias words while S runs; bias_lane_ then holds the mask's base and row-8 step
+  // (bias_layout.h), which the bias words' ldmatrix does not need then. With attn_bias (only
+  // where Traits::kTileBytesMask: d64) it has its own slot and is read into the same registers
+  // once the bias words are in the scores (finish_scores).
+  [[maybe_unused]] const bool mask_tile = Traits::kBias && kp.mask_tile != 0;
+  [[maybe_unused]] const bool mask_early = mask_tile && !has_bias;
+  if constexpr (Traits::kBias) {
+    if (mask_early) {
+      bias_lane_ = BiasLane{mask_lane_base(wg_row0 + (warp % 4) * 16, lane, params.mask.row == 0),
+                            mask_row8_step(params.mask.row == 0)};
+    }
+  }
+#endif
   // kBias: the bias words of the key tile in `stage` (zeros without attn_bias), read while S runs.
   const auto read_bias = [&](uint32_t (&b)[kBlockN / 4], int stage) {
     if (has_bias) {
       bias_words<Traits>(b, ptx::smem_u32(sBias + stage * Traits::kTileBytesBias), bias_lane_);
+#if defined(FLASHATTN_DEV_SM90_MASK_TILE)
+    } else if (mask_early) {
+      mask_words<Traits>(b, ptx::smem_u32(sBias + stage * Traits::kTileBytesBias), bias_lane_.row_off,
+                         bias_lane_.chunk_xor);
+#endif
     } else {
 #pragma unroll
       for (int i = 0; i < kBlockN / 4; ++i) b[i] = 0u;
@@ -980,18 +1062,44 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
       // Key block n's scores once S is done: the bias or the score modifiers, the stage's
       // release (with a bias, once its words are in the scores), the causal / window mask, then
       // attn_mask (kBias) and the block mask's element mask (kSparse, by the tile's kind).
+#if defined(FLASHATTN_DEV_SM90_MASK_TILE)
+      [[maybe_unused]] const auto finish_scores = [&](int n, int k_stage, int tile_kind, uint32_t (&bias_w)[kBlockN / 4]) {
+#else
       [[maybe_unused]] const auto finish_scores = [&](int n, int k_stage, int tile_kind,
                                                       const uint32_t (&bias_w)[kBlockN / 4]) {
+#endif
         if constexpr (Traits::kBias) {
+#if defined(FLASHATTN_DEV_SM90_MASK_TILE)
+          // With the mask tile the stage is freed once the mask pairs are in the scores (below).
+          bias_scores<Traits>(st.s, mods, mask, row, n * kBlockN + 2 * t4, bias_w, !mask_early);
+          if (!mask_tile) release(&ring.k_empty[k_stage], lane);
+          if constexpr (Traits::kTileBytesMask != 0) {
+            // With a bias too: the mask pairs from the mask slot into the bias words' registers
+            // (their bias is in the scores now); the loads' latency is not hidden here.
+            if (mask_tile && has_bias) {
+              mask_words<Traits>(bias_w, ptx::smem_u32(sMask + k_stage * Traits::kTileBytesMask),
+                                 mask_lane_base(wg_row0 + (warp % 4) * 16, lane, params.mask.row == 0),
+                                 mask_row8_step(params.mask.row == 0));
+            }
+          }
+#else
           bias_scores<Traits>(st.s, mods, mask, row, n * kBlockN + 2 * t4, bias_w);
           release(&ring.k_empty[k_stage], lane);
+#endif
         } else {
           release(&ring.k_empty[k_stage], lane);
           if constexpr (Traits::kMods) modify_scores<Traits>(st.s, mods, mask, row, n * kBlockN + 2 * t4);
         }
         if (needs_mask(n)) apply_mask<Traits>(st.s, mask, row, n * kBlockN + 2 * t4);
         if constexpr (Traits::kBias) {
+#if defined(FLASHATTN_DEV_SM90_MASK_TILE)
+          if (mask_tile) {
+            mask_pair_scores<Traits>(st.s, bias_w);
+            release(&ring.k_empty[k_stage], lane);
+          } else if (has_mask) {
+#else
           if (has_mask) {
+#endif
             hide_blocked_scores<kBlockN>(st.s, params, kTileMask, w.batch, w.head, row, n * kBlockN + 2 * t4, w.seqlen_q, w.seqlen_k);
           }
         }

@@ -41,6 +41,35 @@ Status run_fwd(const ForwardParams& params, cudaStream_t stream) {
       }
     }
   }
+#if defined(FLASHATTN_DEV_SM90_MASK_TILE)
+  // kBias, attn_mask without attn_bias (dev macro): the mask's map, as the bias's but of bytes and
+  // 128 keys a box (one 128-byte swizzled row: fwd_kernel.h mask_words). The copy engine needs a
+  // 16-byte aligned base and 16-byte multiple strides; a mask without them (e.g. a contiguous
+  // one whose seqlen_k is not a multiple of 16), or one the encoder refuses, is read per element
+  // (mask_tile = 0), as without the macro. With attn_bias too the mask needs its own slot
+  // (Traits::kTileBytesMask), which fits at d64 only: at d128 it stays per element.
+  kp.mask_tile = 0;
+  if constexpr (Traits::kBias) {
+    const Broadcast4& m = params.mask;
+    if (m.defined() && (!params.bias.defined() || Traits::kTileBytesMask != 0) &&
+        reinterpret_cast<uintptr_t>(m.data) % 16 == 0 &&
+        (m.batch | m.head | m.row) % 16 == 0) {
+      const int rows = m.row == 0 ? 1 : params.seqlen_q;
+      const int heads = m.head == 0 ? 1 : int(m.size[1]);
+      const int batch = m.batch == 0 ? 1 : int(m.size[0]);
+      const int64_t pitch = (int64_t(params.seqlen_k) + 15) / 16 * 16;  // extent-1 dimensions
+      const Strides3 strides{m.batch != 0 ? m.batch : pitch, m.row != 0 ? m.row : pitch, m.head != 0 ? m.head : pitch};
+      static_assert(Traits::kBlockN == 128 && 128 * Traits::kBlockM <= Traits::kTileBytesBias &&
+                        (Traits::kTileBytesMask == 0 || Traits::kTileBytesMask == 128 * Traits::kBlockM),
+                    "the mask tile is one 128-byte row of keys per query row, in the bias or mask slot");
+      if (make_operand_map(&kp.mask, m.data, DType::kUInt8, params.seqlen_k, rows, heads, batch, strides,
+                           m.row == 0 ? 1 : Traits::kBlockM, 128, 128)
+              .ok()) {
+        kp.mask_tile = 1;
+      }
+    }
+  }
+#endif
   // A block mask (kSparse): the plan of this kernel's tiles (block_tiles.h: per query tile the
   // kept key tiles and their kinds), built on the stream before the tile counter.
   size_t plan_bytes = 0;

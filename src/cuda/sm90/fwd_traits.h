@@ -77,6 +77,14 @@ struct FwdTraitsBody {
   static constexpr int kBiasPanels = kBias ? kBlockN / 64 : 0;
   static constexpr int kPanelBytesBias = kBlockM * kRowBytes;
   static constexpr int kTileBytesBias = kBiasPanels * kPanelBytesBias;
+  // FLASHATTN_DEV_SM90_MASK_TILE: attn_mask's uint8 tile with attn_bias too needs a slot of its
+  // own per stage (kBlockM rows of kBlockN bytes, after the bias slots), which fits at d64 only
+  // (176 of 227 KB; d128 has 1.8 KB left). Without a bias the mask takes the bias slot.
+#if defined(FLASHATTN_DEV_SM90_MASK_TILE)
+  static constexpr int kTileBytesMask = kBias && kHeadDim == 64 ? kBlockM * kBlockN : 0;
+#else
+  static constexpr int kTileBytesMask = 0;
+#endif
   // Which tile a CTA takes next (fwd_kernel.h): under a causal or window mask tiles differ in
   // work, so each CTA's producer takes the next one from a global counter, heaviest first, and
   // hands it to the consumers (TileFeed); without a mask every tile is the same work and CTAs
@@ -127,13 +135,15 @@ struct FwdTraitsBody {
   // d256 (6 and 8 chunks live per row half) are not timed with them.
   static constexpr bool kStoreOChunks = kHeadDimV == 128 || kHeadDimV == 64;
   static constexpr size_t kSmemBytes =
-      fwd_smem_bytes(kTile, kHeadDim, kHeadDimV, kBarriers, kPinBytes) + size_t(kStages) * kTileBytesBias;
+      fwd_smem_bytes(kTile, kHeadDim, kHeadDimV, kBarriers, kPinBytes) + size_t(kStages) * kTileBytesBias +
+      size_t(kStages) * kTileBytesMask;
 
   static_assert(kHeadDim % 64 == 0 && kHeadDimV % 64 == 0, "whole 64-column panels");
   static_assert(!kPingPong || kConsumers >= 2, "ping-pong takes turns between consumer warpgroups");
   static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "S = Q K^T is one m64nNk16 product per k-step");
   static_assert(kPanelBytesKV % 1024 == 0, "K/V panels start on the swizzle period");
-  static_assert(kSmemBytes <= fwd_smem_bound(kTile, kHeadDim, kHeadDimV) + (kBias ? fwd_bias_bytes(kTile) : 0),
+  static_assert(kSmemBytes <= fwd_smem_bound(kTile, kHeadDim, kHeadDimV) + (kBias ? fwd_bias_bytes(kTile) : 0) +
+                                    size_t(kStages) * kTileBytesMask,
                 "fwd_smem_bound counts every buffer");
   static_assert(!kBias || (!kSparse && kMods && !kCrossTile && kBlockN % 64 == 0 && kHeadDimV == kHeadDim),
                 "the bias kernel: no block mask, scores in log2 units, one tile at a time, 64-key panels");
@@ -173,6 +183,14 @@ struct FwdParams {
   // when the bias broadcasts over the rows); extent 1 where it broadcasts. After the members the
   // other kernels read, so their parameter offsets stay.
   CUtensorMap bias;
+#if defined(FLASHATTN_DEV_SM90_MASK_TILE)
+  // kBias, attn_mask without attn_bias (dev macro): the mask's map, (keys, rows, heads, batch) of
+  // uint8, boxes of 128 keys x block_m rows (1 row when it broadcasts over the rows), extent 1
+  // where it broadcasts; mask_tile = 1 when the launcher built it (a 16-byte aligned base and
+  // 16-byte multiple strides), else 0 and the kernel reads the mask per element.
+  CUtensorMap mask;
+  int mask_tile;
+#endif
 };
 
 }  // namespace flashattn::cuda::sm90

@@ -52,9 +52,9 @@ Status make_operand_map(CUtensorMap* map, const void* ptr, DType dtype, int head
   const cuuint64_t byte_strides[3] = {row_bytes, head_bytes, batch_bytes};
   const cuuint32_t box[4] = {cuuint32_t(box_cols), cuuint32_t(box_rows), 1, 1};
   const cuuint32_t unit[4] = {1, 1, 1, 1};
-  // e4m3 codes travel as bytes: the copy engine only moves them.
+  // e4m3 codes (and attn_mask's uint8) travel as bytes: the copy engine only moves them.
   const CUtensorMapDataType type = dtype == DType::kBFloat16    ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
-                                   : dtype == DType::kFloat8E4M3 ? CU_TENSOR_MAP_DATA_TYPE_UINT8
+                                   : dtype == DType::kFloat8E4M3 || dtype == DType::kUInt8 ? CU_TENSOR_MAP_DATA_TYPE_UINT8
                                                                  : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
   const CUtensorMapSwizzle swizzle = swizzle_bytes == 64 ? CU_TENSOR_MAP_SWIZZLE_64B : CU_TENSOR_MAP_SWIZZLE_128B;
   const CUresult r = encode(map, type, 4, const_cast<void*>(ptr), dims, byte_strides, box, unit,
