@@ -237,8 +237,12 @@ TEST(Sm90FwdTile, MaskSlotPairsAreTheAccumulatorPairs) {
     // With a bias too the mask takes a slot of its own per stage: room at d64 only.
     const size_t with_mask_slots = sm90::fwd_smem_bound(t, d, d) + sm90::fwd_bias_bytes(t) +
                                    size_t(t.stages) * 64 * t.consumers * kKeys;
-    if (d == 64) EXPECT_LE(with_mask_slots, sm90::kFwdSmemLimit);
-    if (d == 128) EXPECT_GT(with_mask_slots, sm90::kFwdSmemLimit);
+    if (d == 64) {
+      EXPECT_LE(with_mask_slots, sm90::kFwdSmemLimit);
+    }
+    if (d == 128) {
+      EXPECT_GT(with_mask_slots, sm90::kFwdSmemLimit);
+    }
   }
   for (bool broadcast : {false, true}) {
     SCOPED_TRACE(broadcast ? "row broadcast" : "full tile");
