@@ -577,21 +577,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
         return;
       }
     }
-    if constexpr (Traits::kSparse) {
-      // The kept steps only (KvStepWalk), loaded as the dense steps below; each one's entry and
-      // head go into its stage's slot before the "full" arrival, the last one marked. Without a
-      // step nothing is loaded and stage 0 (never used, so free) says so to the consumers. (The
-      // dense producer below is left as it was, so that its code is unchanged.)
-      if (warp != 0 || lane != 0) return;
-      const bwd90::KvStepWalk walk{params, args.sparse, n_m > 0 ? head_begin + heads_per_split : head_begin, m_lo,
-                                   m_hi};
-      bwd90::KvStep cur = walk.first(head_begin);
-      if (!walk.valid(cur)) {
-        slots[0].entry = bwd90::kNoStep;
-        ptx::mbarrier_arrive(&full[0]);
-        return;
-      }
-      const int mb = bwd90::map_batch(params, batch);
+    // The producer thread's copies: K and V once per CTA, and per step (stage s) the query block
+    // at m0 of `head`: Q, dO and their rows of LSE and D. Shared by the block-sparse walk and the
+    // dense steps below.
+    const auto load_kv = [&](int mb) {
       ptx::mbarrier_arrive_expect_tx(kv_full, Traits::tile_bytes(kBlockN) + Traits::tile_bytes_v(kBlockN));
 #pragma unroll
       for (int panel = 0; panel < Traits::kPanels; ++panel) {
@@ -602,53 +591,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
                            int(seq.row0_k) + n0, kv_head, mb);
         }
       }
-#pragma unroll 1
-      for (int step = 0;; ++step) {
-        const bwd90::KvStep next = walk.next(cur);
-        const int s = step % kStages;
-        const int head = cur.head;
-        const int m0 = (cur.entry & kTileIndexMask) * kBlockM;
-        ptx::mbarrier_wait(&empty[s], ((step / kStages) & 1) ^ 1);
-        slots[s].entry = cur.entry | (walk.valid(next) ? 0 : bwd90::kLastStep);
-        slots[s].head = head;
-        ptx::mbarrier_arrive_expect_tx(&full[s], Traits::tile_bytes(kBlockM) + Traits::tile_bytes_v(kBlockM) +
-                                                     2 * Traits::kKvStatBytes);
-#pragma unroll
-        for (int panel = 0; panel < Traits::kPanels; ++panel) {
-          ptx::tma_load_4d(stage_q(s) + panel * Traits::panel_bytes(kBlockM), &args.kv.q, &full[s], 64 * panel,
-                           int(seq.row0_q) + m0, head, mb);
-          if (panel < Traits::kPanelsV) {
-            ptx::tma_load_4d(stage_do(s) + panel * Traits::panel_bytes(kBlockM), &args.kv.dout, &full[s], 64 * panel,
-                             int(seq.row0_q) + m0, head, mb);
-          }
-        }
-        const int64_t ws = int64_t(head) * params.ws_rows + ws_row0 + m0;
-        ptx::bulk_load(stage_lse(s), params.lse_log2 + ws, Traits::kKvStatBytes, &full[s]);
-        ptx::bulk_load(stage_dsum(s), params.dsum + ws, Traits::kKvStatBytes, &full[s]);
-        if (!walk.valid(next)) break;
-        cur = next;
-      }
-      return;
-    }
-    // No copy may still be landing when the CTA ends: without a step nothing is loaded.
-    if (warp != 0 || lane != 0 || steps == 0) return;
-    const int mb = bwd90::map_batch(params, batch);
-    ptx::mbarrier_arrive_expect_tx(kv_full, Traits::tile_bytes(kBlockN) + Traits::tile_bytes_v(kBlockN));
-#pragma unroll
-    for (int panel = 0; panel < Traits::kPanels; ++panel) {
-      ptx::tma_load_4d(sK + panel * Traits::panel_bytes(kBlockN), &args.kv.k, kv_full, 64 * panel,
-                       int(seq.row0_k) + n0, kv_head, mb);
-      if (panel < Traits::kPanelsV) {
-        ptx::tma_load_4d(sV + panel * Traits::panel_bytes(kBlockN), &args.kv.v, kv_full, 64 * panel,
-                         int(seq.row0_k) + n0, kv_head, mb);
-      }
-    }
-#pragma unroll 1
-    for (int step = 0; step < steps; ++step) {
-      const int s = step % kStages;
-      const int head = head_begin + step / n_m;
-      const int m0 = (m_lo + step % n_m) * kBlockM;
-      ptx::mbarrier_wait(&empty[s], ((step / kStages) & 1) ^ 1);
+    };
+    const auto load_step = [&](int s, int head, int m0, int mb) {
       ptx::mbarrier_arrive_expect_tx(&full[s], Traits::tile_bytes(kBlockM) + Traits::tile_bytes_v(kBlockM) +
                                                    2 * Traits::kKvStatBytes);
 #pragma unroll
@@ -663,6 +607,48 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
       const int64_t ws = int64_t(head) * params.ws_rows + ws_row0 + m0;
       ptx::bulk_load(stage_lse(s), params.lse_log2 + ws, Traits::kKvStatBytes, &full[s]);
       ptx::bulk_load(stage_dsum(s), params.dsum + ws, Traits::kKvStatBytes, &full[s]);
+    };
+    if constexpr (Traits::kSparse) {
+      // The kept steps only (KvStepWalk), loaded as the dense steps below; each one's entry and
+      // head go into its stage's slot before the "full" arrival, the last one marked. Without a
+      // step nothing is loaded and stage 0 (never used, so free) says so to the consumers.
+      if (warp != 0 || lane != 0) return;
+      const bwd90::KvStepWalk walk{params, args.sparse, n_m > 0 ? head_begin + heads_per_split : head_begin, m_lo,
+                                   m_hi};
+      bwd90::KvStep cur = walk.first(head_begin);
+      if (!walk.valid(cur)) {
+        slots[0].entry = bwd90::kNoStep;
+        ptx::mbarrier_arrive(&full[0]);
+        return;
+      }
+      const int mb = bwd90::map_batch(params, batch);
+      load_kv(mb);
+#pragma unroll 1
+      for (int step = 0;; ++step) {
+        const bwd90::KvStep next = walk.next(cur);
+        const int s = step % kStages;
+        const int head = cur.head;
+        const int m0 = (cur.entry & kTileIndexMask) * kBlockM;
+        ptx::mbarrier_wait(&empty[s], ((step / kStages) & 1) ^ 1);
+        slots[s].entry = cur.entry | (walk.valid(next) ? 0 : bwd90::kLastStep);
+        slots[s].head = head;
+        load_step(s, head, m0, mb);
+        if (!walk.valid(next)) break;
+        cur = next;
+      }
+      return;
+    }
+    // No copy may still be landing when the CTA ends: without a step nothing is loaded.
+    if (warp != 0 || lane != 0 || steps == 0) return;
+    const int mb = bwd90::map_batch(params, batch);
+    load_kv(mb);
+#pragma unroll 1
+    for (int step = 0; step < steps; ++step) {
+      const int s = step % kStages;
+      const int head = head_begin + step / n_m;
+      const int m0 = (m_lo + step % n_m) * kBlockM;
+      ptx::mbarrier_wait(&empty[s], ((step / kStages) & 1) ^ 1);
+      load_step(s, head, m0, mb);
     }
     return;
   }
