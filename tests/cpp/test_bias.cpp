@@ -318,7 +318,7 @@ std::vector<Sm90BiasSpec> sm90_bias_cases() {
   s.seqlen_q = 100, s.seqlen_k = 72, s.causal = true, s.mask_density = 0.7, s.bias_dims = {0, 0, 1};
   cs.push_back({s, true});
   // attn_mask alone, both on the sm90 kernel: contiguous over 256 keys (16-byte aligned base and
-  // rows: a tile under FLASHATTN_DEV_SM90_MASK_TILE), and padded (rows of 264 bytes, base 8 bytes
+  // rows: a tile), and padded (rows of 264 bytes, base 8 bytes
   // off: per element, as every padded mask above).
   s = base("sm90_d128_mask_only_contiguous_causal_gqa", 128);
   s.bias = false, s.mask_density = 0.5, s.causal = true, s.seqlen_k = 256, s.mask_layout = Layout::kContiguous;

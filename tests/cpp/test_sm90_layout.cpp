@@ -222,7 +222,7 @@ TEST(Sm90FwdTile, BiasSlotWordsAreTheAccumulatorPairs) {
   }
 }
 
-// The attn_mask tile (FLASHATTN_DEV_SM90_MASK_TILE; sm90/bias_layout.h mask_lane_base): the copy
+// The attn_mask tile (sm90/bias_layout.h mask_lane_base): the copy
 // engine writes byte (row r, key j) of a 128 x 128 uint8 tile (one 128-byte row of keys per
 // query row) at r * 128 + ((j / 16) ^ (r % 8)) * 16 + j % 16 (128-byte swizzle; a row-broadcast
 // mask: row 0 only). Each lane's 16-bit load of pair (c, h) must be the two bytes of its

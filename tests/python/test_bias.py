@@ -330,7 +330,7 @@ SM90_CASES = [
     dict(d=64, bias=(1, 1, 1, 520), softcap=5.0),                         # all broadcast, softcap
     dict(d=128, bias=(2, 8, 300, 520), neg_inf=0.3, mask=(2, 1, 300, 520), density=0.7),
     dict(d=64, sq=1, sk=520, bias=(2, 8, 1, 520)),                        # one query row
-    # attn_mask alone as a tile (FLASHATTN_DEV_SM90_MASK_TILE: the copy engine needs rows of a
+    # attn_mask alone as a tile (sm90 fwd_kernel.h mask_words: the copy engine needs rows of a
     # 16-byte multiple; the contiguous 520-key masks above then stay per element, as below).
     dict(d=128, sk=512, mask=(2, 8, 300, 512), density=0.5, causal=True, empty_rows=True),
     dict(d=64, mask=(1, 1, 300, 520), mask_pad=528, density=0.3, window=(100, 30)),  # padded rows

@@ -18,7 +18,7 @@ __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
 }
 
 // Two adjacent bytes (a 16-bit load, zero-extended): the sm90 forward's attn_mask pairs
-// (FLASHATTN_DEV_SM90_MASK_TILE). Volatile, so that it stays after the barrier wait it follows.
+// (fwd_kernel.h mask_words). Volatile, so that it stays after the barrier wait it follows.
 __device__ __forceinline__ uint32_t ld_shared_u16(uint32_t addr) {
   uint32_t r;
   asm volatile("ld.shared.u16 %0, [%1];\n" : "=r"(r) : "r"(addr));

@@ -36,7 +36,7 @@ FLASHATTN_HOST_DEVICE uint32_t bias_step_offset(int q, const BiasLane& bl, int p
   return uint32_t((q / 4) * panel_bytes) + bl.row_off + ((uint32_t(2 * (q % 4)) ^ bl.chunk_xor) << 4);
 }
 
-// attn_mask as a tile (dev macro FLASHATTN_DEV_SM90_MASK_TILE, fwd_kernel.h mask_words): with no
+// attn_mask as a tile (fwd_kernel.h mask_words): with no
 // attn_bias the producer copies the uint8 mask tile of (query tile, key tile) into the stage's
 // bias slot as one box of 128 keys (one 128-byte row) x block_m rows under the 128-byte swizzle
 // (16-byte chunk k of row r at chunk k ^ (r % 8)), one row when the mask broadcasts over the

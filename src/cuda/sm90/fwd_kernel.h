@@ -196,9 +196,7 @@ __device__ __forceinline__ void bias_scores(float (&s)[Traits::kBlockN / 2], con
       }
     }
   }
-#if defined(FLASHATTN_DEV_SM90_MASK_TILE)
   if (add_bias)  // false: b holds attn_mask pairs (mask_words)
-#endif
 #pragma unroll
   for (int i = 0; i < Traits::kBlockN / 4; ++i) {
     const float2 x = bias_pair_log2<typename Traits::Element>(b[i]);
@@ -207,8 +205,7 @@ __device__ __forceinline__ void bias_scores(float (&s)[Traits::kBlockN / 2], con
   }
 }
 
-#if defined(FLASHATTN_DEV_SM90_MASK_TILE)
-// attn_mask as a tile (dev macro; FwdParams::mask_tile): the producer copied the uint8 mask tile
+// attn_mask as a tile (FwdParams::mask_tile): the producer copied the uint8 mask tile
 // into the stage's bias slot (no attn_bias; with one, at d64, into the stage's mask slot), rows
 // of 128 bytes under the 128-byte swizzle (bias_layout.h mask_lane_base), and the thread reads the two bytes of each of its score pairs with one
 // 16-bit load into the bias words' registers: b[2c + h] = mask bytes of (row g + 8h, keys
@@ -236,7 +233,6 @@ __device__ __forceinline__ void mask_pair_scores(float (&s)[Traits::kBlockN / 2]
     if ((b[i] & 0xff00u) == 0u) s[2 * i + 1] = -INFINITY;
   }
 }
-#endif
 
 // -inf outside the rows' visible key intervals (only for blocks that straddle a boundary).
 template <typename Traits>
@@ -589,13 +585,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
   unsigned char* sV = sK + kStages * Traits::kTileBytesK;  // kStages x kPanelsV x (kBlockN rows)
   // kBias: kStages bias slots after V (Traits::kTileBytesBias is 0 for the other kernels).
   [[maybe_unused]] unsigned char* sBias = sV + kStages * Traits::kTileBytesV;
-#if defined(FLASHATTN_DEV_SM90_MASK_TILE)
   // kTileBytesMask (d64, attn_mask with attn_bias): kStages mask slots after the bias slots.
   [[maybe_unused]] unsigned char* sMask = sBias + kStages * Traits::kTileBytesBias;
   uint64_t* bars = reinterpret_cast<uint64_t*>(sMask + kStages * Traits::kTileBytesMask);
-#else
-  uint64_t* bars = reinterpret_cast<uint64_t*>(sV + kStages * Traits::kTileBytesV + kStages * Traits::kTileBytesBias);
-#endif
   constexpr int kQ = Traits::kQSlots;
   const Ring ring{bars, bars + kQ, bars + kQ + kStages, bars + kQ + 2 * kStages, bars + kQ + 3 * kStages,
                   bars + kQ + 4 * kStages};
@@ -642,9 +634,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
     ptx::tma_prefetch_map(&kp.v);
     if constexpr (Traits::kBias) {
       if (params.bias.defined()) ptx::tma_prefetch_map(&kp.bias);
-#if defined(FLASHATTN_DEV_SM90_MASK_TILE)
       if (kp.mask_tile) ptx::tma_prefetch_map(&kp.mask);
-#endif
     }
     int it = 0;      // K/V tiles issued so far, across tiles: slot it % kStages, pass it / kStages
     int q_pass = 0;  // Q tiles issued so far
@@ -710,7 +700,6 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
           const int bias_bytes = !params.bias.defined() ? 0
                                  : params.bias.row == 0 ? Traits::kBiasPanels * Traits::kRowBytes
                                                         : Traits::kTileBytesBias;
-#if defined(FLASHATTN_DEV_SM90_MASK_TILE)
           // attn_mask as a tile (kp.mask_tile): its uint8 tile into the (then unused) bias slot, or
           // with a bias into the mask slot (kTileBytesMask, d64), one box of 128 keys x kBlockM
           // rows (1 row when it broadcasts over the rows), on the same barrier. The copy engine counts the whole box, rows and keys past the map
@@ -726,9 +715,6 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
                              pm.mask.row == 0 ? 0 : w.m0, pm.mask.head == 0 ? 0 : w.head,
                              pm.mask.batch == 0 ? 0 : w.batch);
           }
-#else
-          ptx::mbarrier_arrive_expect_tx(&ring.k_full[stage], Traits::kTileBytesK + bias_bytes);
-#endif
           if (bias_bytes != 0) {
             const ForwardParams& pb = params;
 #pragma unroll
@@ -843,7 +829,6 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
     has_mask = params.mask.defined();
     bias_lane_ = bias_lane(wg_row0 + (warp % 4) * 16, lane, params.bias.row == 0);
   }
-#if defined(FLASHATTN_DEV_SM90_MASK_TILE)
   // attn_mask as a tile. Without attn_bias (mask_early) it sits in the bias slot and is read into
   // the bias words while S runs; bias_lane_ then holds the mask's base and row-8 step
   // (bias_layout.h), which the bias words' ldmatrix does not need then. With attn_bias (only
@@ -857,16 +842,13 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
                             mask_row8_step(params.mask.row == 0)};
     }
   }
-#endif
   // kBias: the bias words of the key tile in `stage` (zeros without attn_bias), read while S runs.
   const auto read_bias = [&](uint32_t (&b)[kBlockN / 4], int stage) {
     if (has_bias) {
       bias_words<Traits>(b, ptx::smem_u32(sBias + stage * Traits::kTileBytesBias), bias_lane_);
-#if defined(FLASHATTN_DEV_SM90_MASK_TILE)
     } else if (mask_early) {
       mask_words<Traits>(b, ptx::smem_u32(sBias + stage * Traits::kTileBytesBias), bias_lane_.row_off,
                          bias_lane_.chunk_xor);
-#endif
     } else {
 #pragma unroll
       for (int i = 0; i < kBlockN / 4; ++i) b[i] = 0u;
@@ -1062,14 +1044,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
       // Key block n's scores once S is done: the bias or the score modifiers, the stage's
       // release (with a bias, once its words are in the scores), the causal / window mask, then
       // attn_mask (kBias) and the block mask's element mask (kSparse, by the tile's kind).
-#if defined(FLASHATTN_DEV_SM90_MASK_TILE)
       [[maybe_unused]] const auto finish_scores = [&](int n, int k_stage, int tile_kind, uint32_t (&bias_w)[kBlockN / 4]) {
-#else
-      [[maybe_unused]] const auto finish_scores = [&](int n, int k_stage, int tile_kind,
-                                                      const uint32_t (&bias_w)[kBlockN / 4]) {
-#endif
         if constexpr (Traits::kBias) {
-#if defined(FLASHATTN_DEV_SM90_MASK_TILE)
           // With the mask tile the stage is freed once the mask pairs are in the scores (below).
           bias_scores<Traits>(st.s, mods, mask, row, n * kBlockN + 2 * t4, bias_w, !mask_early);
           if (!mask_tile) release(&ring.k_empty[k_stage], lane);
@@ -1082,24 +1058,16 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
                                  mask_row8_step(params.mask.row == 0));
             }
           }
-#else
-          bias_scores<Traits>(st.s, mods, mask, row, n * kBlockN + 2 * t4, bias_w);
-          release(&ring.k_empty[k_stage], lane);
-#endif
         } else {
           release(&ring.k_empty[k_stage], lane);
           if constexpr (Traits::kMods) modify_scores<Traits>(st.s, mods, mask, row, n * kBlockN + 2 * t4);
         }
         if (needs_mask(n)) apply_mask<Traits>(st.s, mask, row, n * kBlockN + 2 * t4);
         if constexpr (Traits::kBias) {
-#if defined(FLASHATTN_DEV_SM90_MASK_TILE)
           if (mask_tile) {
             mask_pair_scores<Traits>(st.s, bias_w);
             release(&ring.k_empty[k_stage], lane);
           } else if (has_mask) {
-#else
-          if (has_mask) {
-#endif
             hide_blocked_scores<kBlockN>(st.s, params, kTileMask, w.batch, w.head, row, n * kBlockN + 2 * t4, w.seqlen_q, w.seqlen_k);
           }
         }

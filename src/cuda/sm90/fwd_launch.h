@@ -41,12 +41,11 @@ Status run_fwd(const ForwardParams& params, cudaStream_t stream) {
       }
     }
   }
-#if defined(FLASHATTN_DEV_SM90_MASK_TILE)
-  // kBias, attn_mask without attn_bias (dev macro): the mask's map, as the bias's but of bytes and
+  // kBias, attn_mask: the mask's map, as the bias's but of bytes and
   // 128 keys a box (one 128-byte swizzled row: fwd_kernel.h mask_words). The copy engine needs a
   // 16-byte aligned base and 16-byte multiple strides; a mask without them (e.g. a contiguous
   // one whose seqlen_k is not a multiple of 16), or one the encoder refuses, is read per element
-  // (mask_tile = 0), as without the macro. With attn_bias too the mask needs its own slot
+  // (mask_tile = 0). With attn_bias too the mask needs its own slot
   // (Traits::kTileBytesMask), which fits at d64 only: at d128 it stays per element.
   kp.mask_tile = 0;
   if constexpr (Traits::kBias) {
@@ -69,7 +68,6 @@ Status run_fwd(const ForwardParams& params, cudaStream_t stream) {
       }
     }
   }
-#endif
   // A block mask (kSparse): the plan of this kernel's tiles (block_tiles.h: per query tile the
   // kept key tiles and their kinds), built on the stream before the tile counter.
   size_t plan_bytes = 0;

@@ -77,14 +77,10 @@ struct FwdTraitsBody {
   static constexpr int kBiasPanels = kBias ? kBlockN / 64 : 0;
   static constexpr int kPanelBytesBias = kBlockM * kRowBytes;
   static constexpr int kTileBytesBias = kBiasPanels * kPanelBytesBias;
-  // FLASHATTN_DEV_SM90_MASK_TILE: attn_mask's uint8 tile with attn_bias too needs a slot of its
+  // attn_mask's uint8 tile with attn_bias too needs a slot of its
   // own per stage (kBlockM rows of kBlockN bytes, after the bias slots), which fits at d64 only
   // (176 of 227 KB; d128 has 1.8 KB left). Without a bias the mask takes the bias slot.
-#if defined(FLASHATTN_DEV_SM90_MASK_TILE)
   static constexpr int kTileBytesMask = kBias && kHeadDim == 64 ? kBlockM * kBlockN : 0;
-#else
-  static constexpr int kTileBytesMask = 0;
-#endif
   // Which tile a CTA takes next (fwd_kernel.h): under a causal or window mask tiles differ in
   // work, so each CTA's producer takes the next one from a global counter, heaviest first, and
   // hands it to the consumers (TileFeed); without a mask every tile is the same work and CTAs
@@ -183,14 +179,12 @@ struct FwdParams {
   // when the bias broadcasts over the rows); extent 1 where it broadcasts. After the members the
   // other kernels read, so their parameter offsets stay.
   CUtensorMap bias;
-#if defined(FLASHATTN_DEV_SM90_MASK_TILE)
-  // kBias, attn_mask without attn_bias (dev macro): the mask's map, (keys, rows, heads, batch) of
+  // kBias, attn_mask: the mask's map, (keys, rows, heads, batch) of
   // uint8, boxes of 128 keys x block_m rows (1 row when it broadcasts over the rows), extent 1
   // where it broadcasts; mask_tile = 1 when the launcher built it (a 16-byte aligned base and
   // 16-byte multiple strides), else 0 and the kernel reads the mask per element.
   CUtensorMap mask;
   int mask_tile;
-#endif
 };
 
 }  // namespace flashattn::cuda::sm90
