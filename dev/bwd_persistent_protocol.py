@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Host model of the persistent Hopper backward's synchronisation (src/cuda/sm90/bwd_persistent.h,
-dev macro FLASHATTN_DEV_SM90_BWD_PERSISTENT): one CTA's producer thread, two consumer warpgroups,
+"""Host model of the persistent Hopper backward's synchronisation (src/cuda/sm90/bwd_kernel.h,
+bwd_kv_kernel with BwdTraitsBody::kPersistent): one CTA's producer thread, two consumer warpgroups,
 the dQ writer warp and the copy engine, as agents that run in random interleavings over random
 tile sequences (tiles with 0, 1 or more steps, tiles past a varlen sequence's keys), with the
 static rounds or the dynamic feed, the d64 or the d128 K release. It checks that every run ends

@@ -1,5 +1,5 @@
-// Tile order of the persistent Hopper backward (src/cuda/sm90/bwd_tile_order.h, dev macro
-// FLASHATTN_DEV_SM90_BWD_PERSISTENT), checked on the host: every tile is taken exactly once over
+// Tile order of the persistent Hopper backward (src/cuda/sm90/bwd_tile_order.h; bwd_kv_kernel
+// with BwdTraitsBody::kPersistent), checked on the host: every tile is taken exactly once over
 // the CTAs' rounds, tile t is the slot of CTA t of the one-CTA-per-tile launch (same key block,
 // kv head, split and batch as bwd_kv_kernel derives from this_cta_slot), and a work model of the
 // static rounds against the hardware's dispatch, which is why masked launches take tiles from a

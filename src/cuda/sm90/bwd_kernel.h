@@ -15,10 +15,12 @@
 // memory, computes the step's dQ contribution dS K as a wgmma from there, and hands it (staged in
 // shared memory) to a writer warp of the producer warpgroup, which has the copy engine add it into
 // an f32 accumulator in global memory (cp.reduce.async.bulk); bwd_dq_convert_kernel scales and
-// converts it: 5 products, and the order of the additions varies. The statistics come from the
-// sm80 preprocess kernel (workspace layout of BwdKernelParams, with ws_block = the dQ kernel's
-// block_m); the learnable sink's gradient and the GQA reduction of split query heads are the sm80
-// auxiliary kernels too.
+// converts it: 5 products, and the order of the additions varies. At d128 (and d64 with a window
+// or causal mask) the fused kernel runs on a persistent grid, each CTA walking tiles
+// (BwdTraitsBody::kPersistent says which; bwd_kv_kernel's comment says what the walk adds). The
+// statistics come from the sm80 preprocess kernel (workspace layout of BwdKernelParams, with
+// ws_block = the dQ kernel's block_m); the learnable sink's gradient and the GQA reduction of
+// split query heads are the sm80 auxiliary kernels too.
 //
 // Inside a warpgroup's step the products overlap the element-wise work where the data allow: S
 // and dP are two groups (ptxas puts the wait for dP after the first few exponentials; pinning all
@@ -46,6 +48,7 @@
 #include "cuda/sm80/bwd_common.h"  // BwdKernelParams, query_block_range, MaskMode
 #include "cuda/sm90/bwd_mods.h"
 #include "cuda/sm90/bwd_sparse.h"
+#include "cuda/sm90/bwd_tile_order.h"
 
 namespace flashattn::cuda::sm90 {
 
@@ -170,13 +173,28 @@ struct BwdTraitsBody {
   static_assert(kKvBlockM * 2 == kRowBytes, "dS^T rows are one 128-byte swizzled panel of queries");
   // The fused kernel: d64 and d128 (at d256 dK and dV already fill the registers).
   static constexpr bool kHasFused = !kSplitRoles;
+  // The fused kernel on a persistent grid (bwd_kv_kernel's kPersistent: min(tiles, SMs) CTAs,
+  // each walking tiles), or one CTA per tile; one of the two per instantiation. Measured (H200
+  // bf16, one process, persistent / one CTA per tile at 512/1k/2k/4k/16k, dev/results/
+  // h200-2026-12-02-ab-bwdpers-{base,pers}-d90547a.json): d128 +3.4/+3.4/+2.2/+1.1/+1.1%, causal
+  // +5.4/+3.5/+1.9/+1.2/0%; d64 causal +8.3/+5.7/+3.4/+2.1/-0.1%; d64 unmasked +3.3/+0.7% but
+  // -1.5/-2.7/-2.4% from 2k (short steps, and the persistent step loop is ~20 instructions
+  // longer), so d64 without a window keeps one CTA per tile. So do softcap/ALiBi at d128 (the
+  // persistent form spilled 4 bytes per step in its consumers there) and the block-sparse kernel
+  // (its step walk, bwd_sparse.h KvStepWalk, reads blockIdx).
+  static constexpr bool kPersistent = kHasFused && !kSparse && !(kMods && kHeadDim == 128) &&
+                                      !(kHeadDim == 64 && kMask != MaskMode::kWindow);
+  // kPersistent, after the fused kernel's barriers: K and V empty, the tile feed's full and empty
+  // pairs, its two slots.
+  static constexpr int kPersistentBytes = kPersistent ? 6 * 8 + 2 * 4 : 0;
   static_assert(!kHasFused || kDqCols == (kDqKHalves ? 32 : 64), "the dQ product is m64n64, m64n32 on K's halves");
   static_assert(!kDqKHalves || (kHeadDim == 64 && kConsumers == 2),
                 "one 32-column half of K (one 64-byte swizzle atom wide) per consumer");
   static_assert(!kDqKHalves || (2 * tile_bytes(kKvBlockN) + kStages * kKvStageBytes + 2 * kDsBytes +
                                 kConsumers * kDqPartBytes) % 1024 == 0,
                 "K's halves start on a swizzle period (512 bytes at 64-byte rows): base offset 0");
-  static_assert(!kHasFused || kKvFusedSmemBytes <= 232448, "the fused kernel fits the 227 KB an sm90 CTA may use");
+  static_assert(!kHasFused || kKvFusedSmemBytes + kPersistentBytes <= 232448,
+                "the fused kernel fits the 227 KB an sm90 CTA may use");
   static_assert(2 * kKvStatBytes <= 1024 && 2 * kDqStatBytes <= 1024, "statistics fit their padding");
   static_assert(kKvSmemBytes <= 232448 && kDqSmemBytes <= 232448, "fits the 227 KB an sm90 CTA may use");
   static_assert(!kMods || !kSplitRoles, "softcap and ALiBi: d64 and d128 (d192/d256 run them on sm80)");
@@ -215,6 +233,8 @@ struct BwdKernelArgs {
   // Last, so the dense kernels' parameter offsets stay where they were.
   BwdSparseLists sparse;
   BwdSoftcap softcap;
+  // kPersistent with a window or causal mask: the tile feed's counter (workspace, zeroed per call).
+  int* tile_counter;
 };
 
 namespace bwd90 {
@@ -420,6 +440,95 @@ __device__ __forceinline__ int map_batch(const BwdKernelParams& p, int batch) { 
 
 }  // namespace bwd90
 
+namespace bwd90 {
+
+// One tile of bwd_kv_kernel (key block n_block of plane (kv_head, split, batch)): its keys
+// [n0, n0 + keys_here), query blocks [m_lo, m_lo + n_m) of each of the split's query heads from
+// head_begin, steps (head, query block) pairs. The consumers hold theirs in one; kv_tile derives
+// tile t of BwdTileOrder for the persistent walk (Traits::kPersistent).
+struct KvTile {
+  int n_block, kv_head, split, batch;
+  SeqExtent seq;
+  int n0, keys_here, head_begin, m_lo, n_m, steps;
+  int64_t ws_row0;
+  __device__ __forceinline__ bool exists() const { return n0 < seq.seqlen_k; }
+};
+
+// Tile t's values, as the one-CTA-per-tile launch derives its CTA's at the top of bwd_kv_kernel
+// (steps 0 for a tile past its sequence's keys).
+template <typename Traits>
+__device__ __forceinline__ KvTile kv_tile(const BwdKernelParams& params, const BwdTileOrder& order, int t) {
+  constexpr int kBlockN = Traits::kKvBlockN;
+  constexpr int kBlockM = Traits::kKvBlockM;
+  KvTile w;
+  const BwdTileCoord c = order.at(t);
+  w.n_block = c.n_block;
+  w.kv_head = c.kv_head;
+  w.split = c.split;
+  w.batch = c.batch;
+  w.seq = seq_extent(params, w.batch);
+  w.n0 = w.n_block * kBlockN;
+  w.keys_here = min(kBlockN, w.seq.seqlen_k - w.n0);
+  const int group = params.heads / params.heads_k;
+  const int heads_per_split = group / params.kv_splits;
+  w.head_begin = w.kv_head * group + w.split * heads_per_split;
+  int m_lo = 0, m_hi = (w.seq.seqlen_q + kBlockM - 1) / kBlockM;
+  if constexpr (Traits::kMask == MaskMode::kWindow) {
+    const WindowMask mask = make_window_mask<true>(w.seq.seqlen_q, w.seq.seqlen_k, params.window_left,
+                                                   params.window_right);
+    query_block_range(mask, w.n0, w.n0 + w.keys_here, kBlockM, &m_lo, &m_hi);
+  }
+  w.m_lo = m_lo;
+  w.n_m = max(m_hi - m_lo, 0);
+  w.steps = w.exists() ? w.n_m * heads_per_split : 0;
+  w.ws_row0 = params.ws_row0(w.batch, w.seq.row0_q);
+  return w;
+}
+
+// The masked persistent kernels' dynamic tile feed (as the persistent forward's TileFeed,
+// fwd_kernel.h): the producer takes each next tile from a global counter (atomicAdd; its first is
+// blockIdx.x) and hands it to the consumer warps and the dQ writer warp through a two-slot ring
+// (full: the producer's arrival; empty: one arrival per reading warp). Lane 0 alone reads the
+// slot and redux.sync spreads it, so the tile and everything derived from it stay uniform (the
+// forward measured 5-10% lost when a plain shared-memory read moved them to vector registers)
+// and the slot's reader is the lane whose arrival frees it (racecheck; the forward's
+// uniform_word).
+struct KvTileFeed {
+  int* slot;        // [2]
+  uint64_t* full;   // [2]
+  uint64_t* empty;  // [2]
+};
+
+__device__ __forceinline__ int take_kv_tile(const KvTileFeed& feed, int k, int lane) {
+  const int s = k & 1;
+  ptx::mbarrier_wait(&feed.full[s], (k >> 1) & 1);
+  const int t = int(__reduce_max_sync(0xffffffffu, lane == 0 ? unsigned(feed.slot[s]) : 0u));
+  if (lane == 0) ptx::mbarrier_arrive(&feed.empty[s]);
+  return t;
+}
+
+__device__ __forceinline__ void publish_kv_tile(const KvTileFeed& feed, int k, int t) {
+  const int s = k & 1;
+  ptx::mbarrier_wait(&feed.empty[s], ((k >> 1) & 1) ^ 1);
+  feed.slot[s] = t;
+  ptx::mbarrier_arrive(&feed.full[s]);  // release: the slot's value is visible to the waiters
+}
+
+// The persistent kernel's tiles: the one-CTA-per-tile grid's, (key blocks, heads_k * kv_splits,
+// batch), in its CTA order (run_bwd checks that tiles + SMs fits an int).
+__device__ __forceinline__ BwdTileOrder kv_tile_order(const BwdKernelParams& params, int block_n) {
+  BwdTileOrder o;
+  o.blocks = (params.seqlen_k + block_n - 1) / block_n;
+  o.kv_splits = params.kv_splits;
+  o.planes_y = params.heads_k * params.kv_splits;
+  o.planes = o.planes_y * params.batch;
+  o.tiles = o.blocks * o.planes;
+  o.group = params.cta_group_planes;
+  return o;
+}
+
+}  // namespace bwd90
+
 // Named barriers (ids from 3: 0 is __syncthreads, 1 and 2 the forward's turns). Of the fused
 // kernel: dS^T of both consumers written (d128, and d64 with kDqKHalves); per consumer c, its dQ
 // part staged in shared memory (full, kDqFullBarrier0 + c) and read by the copy engine (empty,
@@ -433,8 +542,63 @@ constexpr int kDqHandoffThreads = 128 + 32;
 constexpr int kPtReadyBarrier = 3;
 constexpr int kPtFreeBarrier = 4;
 
+namespace bwd90 {
+
+// The fused kernels' dQ writer warp, per step: each consumer's part, once staged, to the copy
+// engine, which adds it into the query block's f32 accumulator at gdq.
+template <typename Traits>
+__device__ __forceinline__ void add_dq_parts(float* gdq, float* sDq, int lane) {
+#pragma unroll
+  for (int c = 0; c < Traits::kConsumers; ++c) {
+    ptx::named_barrier_sync(kDqFullBarrier0 + c, kDqHandoffThreads);
+    if (lane == 0) {
+      ptx::bulk_reduce_add_f32(gdq + c * (Traits::kDqPartBytes / 4), sDq + c * (Traits::kDqPartBytes / 4),
+                               Traits::kDqPartBytes);
+      ptx::bulk_commit_group();
+    }
+  }
+}
+
+// And each part's buffer back to its consumer as soon as the engine has read it (consumer 0's
+// part first).
+template <typename Traits>
+__device__ __forceinline__ void hand_back_dq_parts(int lane) {
+  static_assert(Traits::kConsumers == 2, "one wait_group.read count per part");
+  if (lane == 0) ptx::bulk_wait_group_read<1>();
+  __syncwarp();
+  ptx::named_barrier_arrive(kDqEmptyBarrier0, kDqHandoffThreads);
+  if (lane == 0) ptx::bulk_wait_group_read<0>();
+  __syncwarp();
+  ptx::named_barrier_arrive(kDqEmptyBarrier0 + 1, kDqHandoffThreads);
+}
+
+}  // namespace bwd90
+
 // dK/dV, and with kFusedDq dQ too (the consumers split its columns: BwdTraitsBody::kDqCols).
-// Grid (key blocks of the longest sequence, heads_k * kv_splits, batch).
+// One CTA per tile (key block, plane = kv head x split x batch): grid (key blocks of the longest
+// sequence, heads_k * kv_splits, batch). Or, fused with Traits::kPersistent, min(tiles, SMs) CTAs
+// that each walk tiles in BwdTileOrder (bwd_tile_order.h): tile t is the slot CTA t has in the
+// one-CTA launch, so the tiles in flight share planes as there. The step body is the same; what
+// the walk adds (each `if constexpr (kPersistent)`, compiled away otherwise):
+//  - the tiles: static rounds without a mask (equal tiles), a dynamic feed under a window or
+//    causal mask (bwd90::KvTileFeed; static rounds left the busiest CTA 1.13-1.55x the mean work
+//    at d128 causal 512-16k in the host model of tests/cpp/test_bwd_tile_order.cpp, greedy
+//    dispatch in tile order 1.00-1.02x);
+//  - every ring counts across tiles: the Q/dO/LSE/D stages by the CTA's step count `it` (stage
+//    it % kStages, phase (it / kStages) & 1), the resident K/V by the count of tiles with steps
+//    `kv_it`, the dS^T buffers by `it`'s parity (by the tile's step parity, a one-step tile
+//    followed by another would have both tiles' step 0 in one buffer while the other consumer's
+//    dQ product may still read it);
+//  - K and V have "empty" barriers (one arrival per consumer warp, as the stages'): V is free
+//    once the tile's last dP^T is done, K once its last dQ product is (d64: its last S^T; the dQ
+//    product reads the consumer's copy of K's half), so the producer loads the next tile's V, then
+//    K, while the consumers finish the last step and store dK/dV. The producer issues the next
+//    tile's first stage before waiting for them;
+//  - the dQ writer warp walks the same tiles and hands each buffer back at the top of the next
+//    step of the CTA (so it never hands one back after the CTA's last step, as before).
+// Every tile-derived value comes from blockIdx.x and the round or the feed's uniform word (no
+// plain shared-memory read), so it stays on the uniform datapath. The protocol's host model:
+// dev/bwd_persistent_protocol.py.
 template <typename Traits, bool kFusedDq>
 __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __grid_constant__ BwdKernelArgs args) {
   using Element = typename Traits::Element;
@@ -442,7 +606,16 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
   constexpr int kBlockM = Traits::kKvBlockM;
   constexpr int kStages = Traits::kStages;
   constexpr int kHeadDim = Traits::kHeadDim;
+  constexpr bool kPersistent = kFusedDq && Traits::kPersistent;
+  // Masked persistent launches take their tiles from the feed, unmasked ones in static rounds.
+  constexpr bool kDynamic = kPersistent && Traits::kMask == MaskMode::kWindow;
   const BwdKernelParams& params = args.p;
+  // kPersistent: the tiles, and this CTA's place among the CTAs. It derives its tiles' values
+  // with bwd90::kv_tile; the one-CTA launch's below (n_block ... ws_row0, from the CTA's slot)
+  // are then left unused, except as the consumers' initial w, which the first tile replaces.
+  [[maybe_unused]] const BwdTileOrder order = bwd90::kv_tile_order(params, kBlockN);
+  [[maybe_unused]] const int cta = int(blockIdx.x);
+  [[maybe_unused]] const int ctas = int(gridDim.x);
 
   // Causal launches start the key blocks of params.cta_group_planes (kv head, split, batch)
   // planes interleaved, heaviest (the first key block) first (cuda/common/cta_order.h); 1: the
@@ -456,13 +629,15 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
   const int batch = int(slot.plane / gridDim.y);
   const SeqExtent seq = seq_extent(params, batch);
   const int n0 = n_block * kBlockN;
-  if (n0 >= seq.seqlen_k) return;  // past this sequence's keys (varlen): the whole CTA leaves
-  const int keys_here = min(kBlockN, seq.seqlen_k - n0);
+  if constexpr (!kPersistent) {
+    if (n0 >= seq.seqlen_k) return;  // past this sequence's keys (varlen): the whole CTA leaves
+  }
+  int keys_here = min(kBlockN, seq.seqlen_k - n0);
   const int group = params.heads / params.heads_k;
   const int heads_per_split = group / params.kv_splits;
   const int head_begin = kv_head * group + split * heads_per_split;
 
-  const WindowMask mask = make_window_mask<Traits::kMask == MaskMode::kWindow>(
+  WindowMask mask = make_window_mask<Traits::kMask == MaskMode::kWindow>(
       seq.seqlen_q, seq.seqlen_k, params.window_left, params.window_right);
   int m_lo = 0, m_hi = (seq.seqlen_q + kBlockM - 1) / kBlockM;
   if constexpr (Traits::kMask == MaskMode::kWindow) {
@@ -493,6 +668,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
   uint64_t* empty = bars + 1 + kStages;    // [kStages]
   // kSparse: [kStages] after the barriers, then the fused kernel's dQ writer's (Traits::kSlotBytes).
   [[maybe_unused]] bwd90::SparseSlot* slots = reinterpret_cast<bwd90::SparseSlot*>(bars + Traits::kKvBarriers);
+  // kPersistent, after the barriers instead (Traits::kPersistentBytes): K and V free, the tile feed.
+  [[maybe_unused]] uint64_t* k_empty = bars + Traits::kKvBarriers;
+  [[maybe_unused]] uint64_t* v_empty = bars + Traits::kKvBarriers + 1;
+  [[maybe_unused]] const bwd90::KvTileFeed feed{reinterpret_cast<int*>(bars + Traits::kKvBarriers + 6),
+                                                bars + Traits::kKvBarriers + 2, bars + Traits::kKvBarriers + 4};
   const auto stage_q = [&](int s) { return stages + s * Traits::kKvStageBytes; };
   const auto stage_do = [&](int s) { return stage_q(s) + Traits::tile_bytes(kBlockM); };
   const auto stage_lse = [&](int s) { return reinterpret_cast<float*>(stage_do(s) + Traits::tile_bytes_v(kBlockM)); };
@@ -502,9 +682,119 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   bwd90::init_ring(kv_full, full, empty, kStages, 4 * Traits::kConsumers);
+  if constexpr (kPersistent) {
+    if (threadIdx.x == 0) {
+      ptx::mbarrier_init(k_empty, 4 * Traits::kConsumers);
+      ptx::mbarrier_init(v_empty, 4 * Traits::kConsumers);
+      for (int i = 0; i < 2; ++i) {
+        ptx::mbarrier_init(&feed.full[i], 1);
+        ptx::mbarrier_init(&feed.empty[i], 4 * Traits::kConsumers + 1);  // consumer warps, dQ writer
+      }
+      ptx::mbarrier_init_fence();
+    }
+    __syncthreads();
+  }
 
   if (warpgroup == 0) {
     ptx::warpgroup_reg_dealloc<Traits::kProducerRegs>();
+    if constexpr (kPersistent) {
+      if (warp == 1) {
+        // The dQ writer: the one-CTA launch's (below), over the CTA's steps of all its tiles. The
+        // buffers go back at the top of the next step (the first one: both, as at that launch's
+        // start), so none goes back after the CTA's last step (an arrival nobody would sync).
+        bool started = false;
+#pragma unroll 1
+        for (int r = 0;; ++r) {
+          const int t = kDynamic ? bwd90::take_kv_tile(feed, r, lane) : BwdTileOrder::cta_tile(r, cta, ctas);
+          if (t >= order.tiles) break;
+          const bwd90::KvTile w = bwd90::kv_tile<Traits>(params, order, t);
+#pragma unroll 1
+          for (int step = 0; step < w.steps; ++step) {
+            const int head = w.head_begin + step / w.n_m;
+            const int m0 = (w.m_lo + step % w.n_m) * kBlockM;
+            float* gdq = params.dq_accum + (int64_t(head) * params.ws_rows + w.ws_row0 + m0) * kHeadDim;
+            if (!started) {
+#pragma unroll
+              for (int c = 0; c < Traits::kConsumers; ++c) {
+                ptx::named_barrier_arrive(kDqEmptyBarrier0 + c, kDqHandoffThreads);
+              }
+              started = true;
+            } else {
+              bwd90::hand_back_dq_parts<Traits>(lane);
+            }
+            bwd90::add_dq_parts<Traits>(gdq, sDq, lane);
+          }
+        }
+        if (lane == 0) ptx::bulk_wait_group<0>();  // the adds done before the CTA's shared memory goes
+        return;
+      }
+      if (warp != 0 || lane != 0) return;
+      int it = 0;     // stage loads issued so far, over the CTA's tiles
+      int kv_it = 0;  // K/V loads issued so far
+      const int heads_per_split = params.heads / params.heads_k / params.kv_splits;
+#pragma unroll 1
+      for (int r = 0;; ++r) {
+        int t;
+        if constexpr (kDynamic) {
+          // Uniform register (redux.sync over the one producer lane), as the forward's feed.
+          t = r == 0 ? cta : int(__reduce_max_sync(1u, unsigned(atomicAdd(args.tile_counter, 1)))) + ctas;
+          bwd90::publish_kv_tile(feed, r, t);
+        } else {
+          t = BwdTileOrder::cta_tile(r, cta, ctas);
+        }
+        if (t >= order.tiles) break;
+        const bwd90::KvTile w = bwd90::kv_tile<Traits>(params, order, t);
+        if (w.steps == 0) continue;  // nothing loaded; the consumers store zeros (or nothing)
+        const int mb = bwd90::map_batch(params, w.batch);
+        const int row0_q = int(w.seq.row0_q);
+        bool kv_pending = true;
+        // Steps head by head, the query blocks of a head in order (bwd_kv_kernel's step order),
+        // without its division by n_m. The first stage needs only the previous tile's
+        // second-to-last step done, so it goes before the K/V, which need its last.
+#pragma unroll 1
+        for (int head = w.head_begin; head < w.head_begin + heads_per_split; ++head) {
+          const int64_t ws_head = int64_t(head) * params.ws_rows + w.ws_row0;
+#pragma unroll 1
+          for (int m0 = w.m_lo * kBlockM; m0 < (w.m_lo + w.n_m) * kBlockM; m0 += kBlockM) {
+            const int s = it % kStages;
+            ptx::mbarrier_wait(&empty[s], ((it / kStages) & 1) ^ 1);
+            ptx::mbarrier_arrive_expect_tx(&full[s], Traits::tile_bytes(kBlockM) + Traits::tile_bytes_v(kBlockM) +
+                                                         2 * Traits::kKvStatBytes);
+#pragma unroll
+            for (int panel = 0; panel < Traits::kPanels; ++panel) {
+              ptx::tma_load_4d(stage_q(s) + panel * Traits::panel_bytes(kBlockM), &args.kv.q, &full[s], 64 * panel,
+                               row0_q + m0, head, mb);
+              if (panel < Traits::kPanelsV) {
+                ptx::tma_load_4d(stage_do(s) + panel * Traits::panel_bytes(kBlockM), &args.kv.dout, &full[s],
+                                 64 * panel, row0_q + m0, head, mb);
+              }
+            }
+            ptx::bulk_load(stage_lse(s), params.lse_log2 + ws_head + m0, Traits::kKvStatBytes, &full[s]);
+            ptx::bulk_load(stage_dsum(s), params.dsum + ws_head + m0, Traits::kKvStatBytes, &full[s]);
+            ++it;
+            if (kv_pending) {
+              kv_pending = false;
+              const int kv_phase = (kv_it & 1) ^ 1;
+              ++kv_it;
+              ptx::mbarrier_wait(v_empty, kv_phase);
+              ptx::mbarrier_arrive_expect_tx(kv_full, Traits::tile_bytes(kBlockN) + Traits::tile_bytes_v(kBlockN));
+#pragma unroll
+              for (int panel = 0; panel < Traits::kPanelsV; ++panel) {
+                ptx::tma_load_4d(sV + panel * Traits::panel_bytes(kBlockN), &args.kv.v, kv_full, 64 * panel,
+                                 int(w.seq.row0_k) + w.n0, w.kv_head, mb);
+              }
+              ptx::mbarrier_wait(k_empty, kv_phase);
+#pragma unroll
+              for (int panel = 0; panel < Traits::kPanels; ++panel) {
+                ptx::tma_load_4d(sK + panel * Traits::panel_bytes(kBlockN), &args.kv.k, kv_full, 64 * panel,
+                                 int(w.seq.row0_k) + w.n0, w.kv_head, mb);
+              }
+            }
+          }
+        }
+      }
+      return;
+    }
     if constexpr (kFusedDq) {
       // The dQ writer (warp 1): per step, each consumer's staged dQ part goes to the copy engine,
       // which adds it into the query block's f32 accumulator; once the engine has read both
@@ -536,12 +826,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
               }
             }
             if (entry == bwd90::kNoStep || (entry & bwd90::kLastStep) != 0) break;
-            if (lane == 0) ptx::bulk_wait_group_read<1>();
-            __syncwarp();
-            ptx::named_barrier_arrive(kDqEmptyBarrier0, kDqHandoffThreads);
-            if (lane == 0) ptx::bulk_wait_group_read<0>();
-            __syncwarp();
-            ptx::named_barrier_arrive(kDqEmptyBarrier0 + 1, kDqHandoffThreads);
+            bwd90::hand_back_dq_parts<Traits>(lane);
           }
           if (lane == 0) ptx::bulk_wait_group<0>();
           return;
@@ -553,25 +838,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
           const int head = head_begin + step / n_m;
           const int m0 = (m_lo + step % n_m) * kBlockM;
           float* gdq = params.dq_accum + (int64_t(head) * params.ws_rows + ws_row0 + m0) * kHeadDim;
-#pragma unroll
-          for (int c = 0; c < Traits::kConsumers; ++c) {
-            ptx::named_barrier_sync(kDqFullBarrier0 + c, kDqHandoffThreads);
-            if (lane == 0) {
-              ptx::bulk_reduce_add_f32(gdq + c * (Traits::kDqPartBytes / 4), sDq + c * (Traits::kDqPartBytes / 4),
-                                       Traits::kDqPartBytes);
-              ptx::bulk_commit_group();
-            }
-          }
-          // Each buffer goes back as soon as the engine has read it (consumer 0's part first).
-          if (step + 1 < steps) {
-            static_assert(Traits::kConsumers == 2, "one wait_group.read count per part");
-            if (lane == 0) ptx::bulk_wait_group_read<1>();
-            __syncwarp();
-            ptx::named_barrier_arrive(kDqEmptyBarrier0, kDqHandoffThreads);
-            if (lane == 0) ptx::bulk_wait_group_read<0>();
-            __syncwarp();
-            ptx::named_barrier_arrive(kDqEmptyBarrier0 + 1, kDqHandoffThreads);
-          }
+          bwd90::add_dq_parts<Traits>(gdq, sDq, lane);
+          if (step + 1 < steps) bwd90::hand_back_dq_parts<Traits>(lane);
         }
         if (lane == 0) ptx::bulk_wait_group<0>();  // the adds done before the CTA's shared memory goes
         return;
@@ -821,203 +1089,246 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
 
   constexpr int kAcc = kHeadDim / 2;  // dK, dV: 64 x head_dim per warpgroup
   constexpr int kS = kBlockM / 2;     // S^T, dP^T: 64 x block_m
-  float dk[kAcc], dv[kAcc];
+
+  // The CTA's tile as derived at the top, in w; kPersistent: each of its tiles in turn. keys_here
+  // and the mask stay the kernel's variables, which kPersistent reassigns per tile: read from w,
+  // they changed the one-CTA kernels' SASS (ptxas placed keys_here's min elsewhere). w.steps is
+  // the consumers' own: kSparse cuts it short.
+  [[maybe_unused]] int it = 0;  // kPersistent: the CTA's steps so far, over its tiles
+  int kv_it = 0;                // kPersistent: its tiles with a step so far (their K/V loads)
+  for (int r = 0;; ++r) {
+    bwd90::KvTile w{n_block, kv_head, split, batch, seq, n0, keys_here, head_begin, m_lo, n_m, steps, ws_row0};
+    if constexpr (kPersistent) {
+      const int t = kDynamic ? bwd90::take_kv_tile(feed, r, lane) : BwdTileOrder::cta_tile(r, cta, ctas);
+      if (t >= order.tiles) break;
+      w = bwd90::kv_tile<Traits>(params, order, t);
+      if (!w.exists()) continue;  // past this sequence's keys (varlen): nothing to store
+      keys_here = w.keys_here;
+      mask = make_window_mask<Traits::kMask == MaskMode::kWindow>(w.seq.seqlen_q, w.seq.seqlen_k,
+                                                                  params.window_left, params.window_right);
+    }
+    float dk[kAcc], dv[kAcc];
 #pragma unroll
-  for (int i = 0; i < kAcc; ++i) dk[i] = dv[i] = 0.0f;
+    for (int i = 0; i < kAcc; ++i) dk[i] = dv[i] = 0.0f;
 
-  // Fused: keys past this sequence (the last block) must not reach dQ: their P is forced to 0.
-  const bool key_ok[2] = {!kFusedDq || key_local < keys_here, !kFusedDq || key_local + 8 < keys_here};
-  const int tid_wg = threadIdx.x % 128;
-  float* dq_part = sDq + consumer * (Traits::kDqPartBytes / 4);
-  float dq[Traits::kDqCols / 2];  // the fused kernel's dQ part of one step
+    // Fused: keys past this sequence (the last block) must not reach dQ: their P is forced to 0.
+    const bool key_ok[2] = {!kFusedDq || key_local < keys_here, !kFusedDq || key_local + 8 < keys_here};
+    const int tid_wg = threadIdx.x % 128;
+    float* dq_part = sDq + consumer * (Traits::kDqPartBytes / 4);
+    float dq[Traits::kDqCols / 2];  // the fused kernel's dQ part of one step
 
-  if constexpr (Traits::kSparse) {
-    // Whether the CTA has a step at all is in stage 0's slot; the loop ends on the last mark.
-    ptx::mbarrier_wait(&full[0], 0);
-    steps = bwd90::slot_word(&slots[0].entry, lane) == bwd90::kNoStep ? 0 : INT_MAX;
-    if constexpr (kFusedDq) {
-      if (steps == 0) {  // the dQ writer waits for one hand-over: one without a part
-        ptx::named_barrier_sync(kDqEmptyBarrier0 + consumer, kDqHandoffThreads);
-        bwd90::post_step(slots + kStages, consumer, int(threadIdx.x % 128), bwd90::kNoStep, 0);
-        ptx::named_barrier_arrive(kDqFullBarrier0 + consumer, kDqHandoffThreads);
-      }
-    }
-  }
-  if (steps > 0) ptx::mbarrier_wait(kv_full, 0);
-  if constexpr (kFusedDq && Traits::kDqKHalves) {
-    // This consumer's half of K for its dQ columns; the fence here and the first step's dS
-    // barrier (all 256 consumer threads, before any dQ product) make it visible to the products.
-    if (steps > 0) {
-      bwd90::copy_k_half<kBlockN>(sK, sKh + consumer * Traits::kKHalfBytes, consumer, tid_wg);
-      ptx::fence_proxy_async_smem();
-    }
-  }
-  for (int step = 0; step < steps; ++step) {
-    const int s = step % kStages;
-    int m0 = Traits::kSparse ? 0 : (m_lo + step % n_m) * kBlockM;
-    ptx::mbarrier_wait(&full[s], (step / kStages) & 1);
-    [[maybe_unused]] int kind = kTileClean, head = 0, entry = 0;
     if constexpr (Traits::kSparse) {
-      entry = bwd90::slot_word(&slots[s].entry, lane);
-      head = bwd90::slot_word(&slots[s].head, lane);
-      m0 = (entry & kTileIndexMask) * kBlockM;
-      kind = (entry >> kTileKindShift) & 3;
-      if (entry & bwd90::kLastStep) steps = step + 1;
-    }
-    const uint32_t q_addr = ptx::smem_u32(stage_q(s));
-    const uint32_t do_addr = ptx::smem_u32(stage_do(s));
-    // B operands K-major for S^T and dP^T (rows = queries), MN-major for dV and dK (rows = the
-    // queries as the k index, the head dim across panels).
-    float st[kS], dpt[kS];
-    bwd90::issue_s_dp<kBlockM, Traits>(st, dpt, k_desc, v_desc, Traits::panel_bytes(kBlockN),
-                                       bwd90::kmajor_desc(q_addr), bwd90::kmajor_desc(do_addr),
-                                       Traits::panel_bytes(kBlockM));
-
-    // P^T, started before the wait for dP^T (see the file comment). Element (key row
-    // key_local + 8h, query column 8c + 2t4 + e) is st[4c + 2h + e].
-    const float* lse = stage_lse(s);
-    const float* dsum = stage_dsum(s);
-    const bool needs_mask = Traits::kMask == MaskMode::kWindow &&
-                            mask.block_needs_mask(m0, min(m0 + kBlockM, seq.seqlen_q), n0 + key_row0,
-                                                  n0 + key_row0 + 64);
-    // This thread's LSE pairs, read while S^T is in the tensor cores: read after the wait, the
-    // first exponential waited on them (ncu, d64 16k: 4.5% of the samples on its FFMA).
-    float2 lse2[kBlockM / 8];
-#pragma unroll
-    for (int c = 0; c < kBlockM / 8; ++c) lse2[c] = *reinterpret_cast<const float2*>(lse + 8 * c + 2 * t4);
-    ptx::wgmma_wait<Traits::kMods ? 0 : 1>();
-    ptx::fence_operand(st);
-    if constexpr (Traits::kMods) {  // the scores in log2 units before the masks (see BwdTraitsBody)
-      ptx::fence_operand(dpt);
-      head = head_begin + step / n_m;  // (kMods: not kSparse)
-      const bwd90::ScoreModifiers mods = bwd90::score_modifiers(params, args.softcap, batch, head, mask);
-#pragma unroll
-      for (int i = 0; i < kS; ++i) st[i] = mods.soft(st[i]);
-    }
-    if (needs_mask) bwd90::mask_key_rows<kBlockM>(st, mask, m0, n0 + key_local, t4);
-    if constexpr (Traits::kSparse) {
-      if (kind != kTileClean) {
-        bwd90::hide_blocked_keys<kBlockM>(st, params, kind, batch, head, m0, n0 + key_local, t4, seq.seqlen_q,
-                                          seq.seqlen_k);
-      }
-    }
-    if constexpr (Traits::kMods) {
-      // P and dS = P (dP - D) (1 - tanh^2) in one pass.
-      const bwd90::ScoreModifiers mods = bwd90::score_modifiers(params, args.softcap, batch, head, mask);
-#pragma unroll
-      for (int c = 0; c < kBlockM / 8; ++c) {
-        // LSE read here, not from lse2 (unused then, so not loaded): 16 registers fewer.
-        const float2 l = *reinterpret_cast<const float2*>(lse + 8 * c + 2 * t4);
-        const float2 d = *reinterpret_cast<const float2*>(dsum + 8 * c + 2 * t4);
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const int idx = 4 * c + 2 * h + e;
-            const float x = key_ok[h] ? st[idx] : -INFINITY;
-            const float alibi = mods.alibi(m0 + 8 * c + 2 * t4 + e, n0 + key_local + 8 * h);
-            const float p = ptx::exp2_approx(x - alibi - (e == 0 ? l.x : l.y));
-            st[idx] = p;
-            dpt[idx] = p * (dpt[idx] - (e == 0 ? d.x : d.y)) * mods.dtanh(x);
-          }
+      // Whether the CTA has a step at all is in stage 0's slot; the loop ends on the last mark.
+      ptx::mbarrier_wait(&full[0], 0);
+      w.steps = bwd90::slot_word(&slots[0].entry, lane) == bwd90::kNoStep ? 0 : INT_MAX;
+      if constexpr (kFusedDq) {
+        if (w.steps == 0) {  // the dQ writer waits for one hand-over: one without a part
+          ptx::named_barrier_sync(kDqEmptyBarrier0 + consumer, kDqHandoffThreads);
+          bwd90::post_step(slots + kStages, consumer, int(threadIdx.x % 128), bwd90::kNoStep, 0);
+          ptx::named_barrier_arrive(kDqFullBarrier0 + consumer, kDqHandoffThreads);
         }
       }
-    } else {
-#pragma unroll
-      for (int c = 0; c < kBlockM / 8; ++c) {
-        const float2 l = lse2[c];
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const int idx = 4 * c + 2 * h + e;
-            // Rows past the queries (and LSE = -inf) carry LSE_log2 = +inf: P = 0 there.
-            const float x = key_ok[h] ? st[idx] : -INFINITY;
-            st[idx] = ptx::exp2_approx(fmaf(x, scale_log2, -(e == 0 ? l.x : l.y)));
-          }
-        }
-      }
-      ptx::wgmma_wait<0>();
-      ptx::fence_operand(dpt);
-#pragma unroll
-      for (int c = 0; c < kBlockM / 8; ++c) {
-        const float2 d = *reinterpret_cast<const float2*>(dsum + 8 * c + 2 * t4);
-#pragma unroll
-        for (int i = 4 * c; i < 4 * c + 4; ++i) dpt[i] = st[i] * (dpt[i] - (i % 2 == 0 ? d.x : d.y));
+    }
+    if (w.steps > 0) ptx::mbarrier_wait(kv_full, kv_it & 1);  // one CTA per tile: kv_it stays 0
+    if constexpr (kPersistent) kv_it += w.steps > 0;
+    if constexpr (kFusedDq && Traits::kDqKHalves) {
+      // This consumer's half of K for its dQ columns; the fence here and the first step's dS
+      // barrier (all 256 consumer threads, before any dQ product) make it visible to the products.
+      // kPersistent: the half's one reader, this consumer's dQ product, was waited for at the end
+      // of the previous tile.
+      if (w.steps > 0) {
+        bwd90::copy_k_half<kBlockN>(sK, sKh + consumer * Traits::kKHalfBytes, consumer, tid_wg);
+        ptx::fence_proxy_async_smem();
       }
     }
-    uint32_t pt[kS / 2], dst[kS / 2];
-    bwd90::pack_pairs<Element>(st, pt);
-    bwd90::pack_pairs<Element>(dpt, dst);
-    unsigned char* ds_buf = sDs + (step & 1) * Traits::kDsBytes;
-    if constexpr (kFusedDq) {
-      // dS^T rows of this thread's keys into the 128-byte swizzled panel (16-byte chunk c of
-      // row r at chunk c ^ (r % 8), as the copy engine writes): dst[2c + h] holds queries
-      // 8c + 2t4 and +1 of key row key_local + 8h. Conflict-free: a warp's 8 rows x 4 quads.
+    for (int step = 0; step < w.steps; ++step) {
+      // The CTA's step: stage, phase and dS^T buffer (kPersistent: counted over its tiles).
+      int cta_step = step;
+      if constexpr (kPersistent) cta_step = it;
+      [[maybe_unused]] const bool last = step + 1 == w.steps;
+      const int s = cta_step % kStages;
+      int m0 = Traits::kSparse ? 0 : (w.m_lo + step % w.n_m) * kBlockM;
+      ptx::mbarrier_wait(&full[s], (cta_step / kStages) & 1);
+      [[maybe_unused]] int kind = kTileClean, head = 0, entry = 0;
+      if constexpr (Traits::kSparse) {
+        entry = bwd90::slot_word(&slots[s].entry, lane);
+        head = bwd90::slot_word(&slots[s].head, lane);
+        m0 = (entry & kTileIndexMask) * kBlockM;
+        kind = (entry >> kTileKindShift) & 3;
+        if (entry & bwd90::kLastStep) w.steps = step + 1;
+      }
+      const uint32_t q_addr = ptx::smem_u32(stage_q(s));
+      const uint32_t do_addr = ptx::smem_u32(stage_do(s));
+      // B operands K-major for S^T and dP^T (rows = queries), MN-major for dV and dK (rows = the
+      // queries as the k index, the head dim across panels).
+      float st[kS], dpt[kS];
+      bwd90::issue_s_dp<kBlockM, Traits>(st, dpt, k_desc, v_desc, Traits::panel_bytes(kBlockN),
+                                         bwd90::kmajor_desc(q_addr), bwd90::kmajor_desc(do_addr),
+                                         Traits::panel_bytes(kBlockM));
+
+      // P^T, started before the wait for dP^T (see the file comment). Element (key row
+      // key_local + 8h, query column 8c + 2t4 + e) is st[4c + 2h + e].
+      const float* lse = stage_lse(s);
+      const float* dsum = stage_dsum(s);
+      const bool needs_mask = Traits::kMask == MaskMode::kWindow &&
+                              mask.block_needs_mask(m0, min(m0 + kBlockM, w.seq.seqlen_q), w.n0 + key_row0,
+                                                    w.n0 + key_row0 + 64);
+      // This thread's LSE pairs, read while S^T is in the tensor cores: read after the wait, the
+      // first exponential waited on them (ncu, d64 16k: 4.5% of the samples on its FFMA).
+      float2 lse2[kBlockM / 8];
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int r = key_local + 8 * h;
+      for (int c = 0; c < kBlockM / 8; ++c) lse2[c] = *reinterpret_cast<const float2*>(lse + 8 * c + 2 * t4);
+      ptx::wgmma_wait<Traits::kMods ? 0 : 1>();
+      ptx::fence_operand(st);
+      if constexpr (Traits::kMods) {  // the scores in log2 units before the masks (see BwdTraitsBody)
+        ptx::fence_operand(dpt);
+        head = w.head_begin + step / w.n_m;  // (kMods: not kSparse)
+        const bwd90::ScoreModifiers mods = bwd90::score_modifiers(params, args.softcap, w.batch, head, mask);
+#pragma unroll
+        for (int i = 0; i < kS; ++i) st[i] = mods.soft(st[i]);
+      }
+      if (needs_mask) bwd90::mask_key_rows<kBlockM>(st, mask, m0, w.n0 + key_local, t4);
+      if constexpr (Traits::kSparse) {
+        if (kind != kTileClean) {
+          bwd90::hide_blocked_keys<kBlockM>(st, params, kind, w.batch, head, m0, w.n0 + key_local, t4, w.seq.seqlen_q,
+                                            w.seq.seqlen_k);
+        }
+      }
+      if constexpr (Traits::kMods) {
+        // P and dS = P (dP - D) (1 - tanh^2) in one pass.
+        const bwd90::ScoreModifiers mods = bwd90::score_modifiers(params, args.softcap, w.batch, head, mask);
 #pragma unroll
         for (int c = 0; c < kBlockM / 8; ++c) {
-          *reinterpret_cast<uint32_t*>(ds_buf + r * Traits::kRowBytes + ((c ^ (r % 8)) << 4) + 4 * t4) = dst[2 * c + h];
+          // LSE read here, not from lse2 (unused then, so not loaded): 16 registers fewer.
+          const float2 l = *reinterpret_cast<const float2*>(lse + 8 * c + 2 * t4);
+          const float2 d = *reinterpret_cast<const float2*>(dsum + 8 * c + 2 * t4);
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              const int idx = 4 * c + 2 * h + e;
+              const float x = key_ok[h] ? st[idx] : -INFINITY;
+              const float alibi = mods.alibi(m0 + 8 * c + 2 * t4 + e, w.n0 + key_local + 8 * h);
+              const float p = ptx::exp2_approx(x - alibi - (e == 0 ? l.x : l.y));
+              st[idx] = p;
+              dpt[idx] = p * (dpt[idx] - (e == 0 ? d.x : d.y)) * mods.dtanh(x);
+            }
+          }
+        }
+      } else {
+#pragma unroll
+        for (int c = 0; c < kBlockM / 8; ++c) {
+          const float2 l = lse2[c];
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              const int idx = 4 * c + 2 * h + e;
+              // Rows past the queries (and LSE = -inf) carry LSE_log2 = +inf: P = 0 there.
+              const float x = key_ok[h] ? st[idx] : -INFINITY;
+              st[idx] = ptx::exp2_approx(fmaf(x, scale_log2, -(e == 0 ? l.x : l.y)));
+            }
+          }
+        }
+        ptx::wgmma_wait<0>();
+        ptx::fence_operand(dpt);
+#pragma unroll
+        for (int c = 0; c < kBlockM / 8; ++c) {
+          const float2 d = *reinterpret_cast<const float2*>(dsum + 8 * c + 2 * t4);
+#pragma unroll
+          for (int i = 4 * c; i < 4 * c + 4; ++i) dpt[i] = st[i] * (dpt[i] - (i % 2 == 0 ? d.x : d.y));
         }
       }
-      ptx::fence_proxy_async_smem();  // visible to the dQ product's operand reads
-    }
-    if constexpr (!kFusedDq) {
-      bwd90::gemm_rs<kHeadDim, Element, kBlockM>(dv, pt, bwd90::mn_desc(do_addr, Traits::panel_bytes(kBlockM)));
-      bwd90::gemm_rs<kHeadDim, Element, kBlockM>(dk, dst, bwd90::mn_desc(q_addr, Traits::panel_bytes(kBlockM)));
-      ptx::wgmma_commit();
-      ptx::wgmma_wait<0>();
-      ptx::fence_operand(dv);
-      ptx::fence_operand(dk);
-      bwd90::release(&empty[s], lane);
-    } else {
-      // Three groups, so the dQ part is staged while dK += dS^T Q still runs: dV += P^T dO; then,
-      // once both consumers' dS^T rows are written, dQ = dS K over this consumer's columns of K and
-      // all 128 keys (d128: its 64-column panel; d64: 32 columns from its copy of K's half); then,
-      // once dV is done, dK.
-      bwd90::gemm_rs<kHeadDim, Element, kBlockM>(dv, pt, bwd90::mn_desc(do_addr, Traits::panel_bytes(kBlockM)));
-      ptx::wgmma_commit();
-      ptx::named_barrier_sync(kDsReadyBarrier, 128 * Traits::kConsumers);
-      const uint64_t ds_desc = bwd90::mn_desc(ptx::smem_u32(ds_buf), Traits::kDsBytes);
-      if constexpr (Traits::kDqKHalves) {
-        bwd90::gemm_dq<Traits::kDqKeys, Traits::kDqCols, Traits::kKHalfRowBytes, Element>(
-            dq, ds_desc,
-            bwd90::k_half_desc<Traits::kKHalfBytes>(ptx::smem_u32(sKh + consumer * Traits::kKHalfBytes)));
-      } else {
-        const uint32_t k_cols = ptx::smem_u32(sK) + consumer * Traits::panel_bytes(kBlockN);
-        bwd90::gemm_dq<Traits::kDqKeys, Traits::kDqCols, Traits::kRowBytes, Element>(
-            dq, ds_desc, bwd90::mn_desc(k_cols, Traits::panel_bytes(kBlockN)));
+      if constexpr (kPersistent) {
+        // S^T and dP^T done: V is no longer read (nor K at d64, whose dQ product reads this
+        // consumer's copy of its half).
+        if (last) {
+          bwd90::release(v_empty, lane);
+          if constexpr (Traits::kDqKHalves) bwd90::release(k_empty, lane);
+        }
       }
-      ptx::wgmma_commit();
-      ptx::wgmma_wait<1>();  // dV done
-      ptx::fence_operand(dv);
-      bwd90::gemm_rs<kHeadDim, Element, kBlockM>(dk, dst, bwd90::mn_desc(q_addr, Traits::panel_bytes(kBlockM)));
-      ptx::wgmma_commit();
-      ptx::wgmma_wait<1>();  // dQ done
-      ptx::fence_operand(dq);
-      // Hand the part to the dQ writer warp once it has given the buffer back.
-      ptx::named_barrier_sync(kDqEmptyBarrier0 + consumer, kDqHandoffThreads);
+      uint32_t pt[kS / 2], dst[kS / 2];
+      bwd90::pack_pairs<Element>(st, pt);
+      bwd90::pack_pairs<Element>(dpt, dst);
+      unsigned char* ds_buf = sDs + (cta_step & 1) * Traits::kDsBytes;
+      if constexpr (kFusedDq) {
+        // dS^T rows of this thread's keys into the 128-byte swizzled panel (16-byte chunk c of
+        // row r at chunk c ^ (r % 8), as the copy engine writes): dst[2c + h] holds queries
+        // 8c + 2t4 and +1 of key row key_local + 8h. Conflict-free: a warp's 8 rows x 4 quads.
 #pragma unroll
-      for (int i = 0; i < Traits::kDqCols / 2; i += 4) {
-        *reinterpret_cast<float4*>(dq_part + bwd90::acc_order_index(i, tid_wg)) =
-            make_float4(dq[i], dq[i + 1], dq[i + 2], dq[i + 3]);
+        for (int h = 0; h < 2; ++h) {
+          const int r = key_local + 8 * h;
+#pragma unroll
+          for (int c = 0; c < kBlockM / 8; ++c) {
+            *reinterpret_cast<uint32_t*>(ds_buf + r * Traits::kRowBytes + ((c ^ (r % 8)) << 4) + 4 * t4) =
+                dst[2 * c + h];
+          }
+        }
+        ptx::fence_proxy_async_smem();  // visible to the dQ product's operand reads
       }
-      if constexpr (Traits::kSparse) bwd90::post_step(slots + kStages, consumer, tid_wg, entry, head);
-      ptx::fence_proxy_async_smem();
-      ptx::named_barrier_arrive(kDqFullBarrier0 + consumer, kDqHandoffThreads);
-      ptx::wgmma_wait<0>();
-      ptx::fence_operand(dk);
-      bwd90::release(&empty[s], lane);
+      if constexpr (!kFusedDq) {
+        bwd90::gemm_rs<kHeadDim, Element, kBlockM>(dv, pt, bwd90::mn_desc(do_addr, Traits::panel_bytes(kBlockM)));
+        bwd90::gemm_rs<kHeadDim, Element, kBlockM>(dk, dst, bwd90::mn_desc(q_addr, Traits::panel_bytes(kBlockM)));
+        ptx::wgmma_commit();
+        ptx::wgmma_wait<0>();
+        ptx::fence_operand(dv);
+        ptx::fence_operand(dk);
+        bwd90::release(&empty[s], lane);
+      } else {
+        // Three groups, so the dQ part is staged while dK += dS^T Q still runs: dV += P^T dO; then,
+        // once both consumers' dS^T rows are written, dQ = dS K over this consumer's columns of K and
+        // all 128 keys (d128: its 64-column panel; d64: 32 columns from its copy of K's half); then,
+        // once dV is done, dK.
+        bwd90::gemm_rs<kHeadDim, Element, kBlockM>(dv, pt, bwd90::mn_desc(do_addr, Traits::panel_bytes(kBlockM)));
+        ptx::wgmma_commit();
+        ptx::named_barrier_sync(kDsReadyBarrier, 128 * Traits::kConsumers);
+        const uint64_t ds_desc = bwd90::mn_desc(ptx::smem_u32(ds_buf), Traits::kDsBytes);
+        if constexpr (Traits::kDqKHalves) {
+          bwd90::gemm_dq<Traits::kDqKeys, Traits::kDqCols, Traits::kKHalfRowBytes, Element>(
+              dq, ds_desc,
+              bwd90::k_half_desc<Traits::kKHalfBytes>(ptx::smem_u32(sKh + consumer * Traits::kKHalfBytes)));
+        } else {
+          const uint32_t k_cols = ptx::smem_u32(sK) + consumer * Traits::panel_bytes(kBlockN);
+          bwd90::gemm_dq<Traits::kDqKeys, Traits::kDqCols, Traits::kRowBytes, Element>(
+              dq, ds_desc, bwd90::mn_desc(k_cols, Traits::panel_bytes(kBlockN)));
+        }
+        ptx::wgmma_commit();
+        ptx::wgmma_wait<1>();  // dV done
+        ptx::fence_operand(dv);
+        bwd90::gemm_rs<kHeadDim, Element, kBlockM>(dk, dst, bwd90::mn_desc(q_addr, Traits::panel_bytes(kBlockM)));
+        ptx::wgmma_commit();
+        ptx::wgmma_wait<1>();  // dQ done
+        ptx::fence_operand(dq);
+        // kPersistent at d128: this consumer's dQ product (its column panel of K, all 128 keys) is
+        // done; K is free once the other consumer's is too (eight warp arrivals).
+        if constexpr (kPersistent && !Traits::kDqKHalves) {
+          if (last) bwd90::release(k_empty, lane);
+        }
+        // Hand the part to the dQ writer warp once it has given the buffer back.
+        ptx::named_barrier_sync(kDqEmptyBarrier0 + consumer, kDqHandoffThreads);
+#pragma unroll
+        for (int i = 0; i < Traits::kDqCols / 2; i += 4) {
+          *reinterpret_cast<float4*>(dq_part + bwd90::acc_order_index(i, tid_wg)) =
+              make_float4(dq[i], dq[i + 1], dq[i + 2], dq[i + 3]);
+        }
+        if constexpr (Traits::kSparse) bwd90::post_step(slots + kStages, consumer, tid_wg, entry, head);
+        ptx::fence_proxy_async_smem();
+        ptx::named_barrier_arrive(kDqFullBarrier0 + consumer, kDqHandoffThreads);
+        ptx::wgmma_wait<0>();
+        ptx::fence_operand(dk);
+        bwd90::release(&empty[s], lane);
+      }
+      if constexpr (kPersistent) ++it;
     }
-  }
 
-  // Epilogue: dK = scale * sum dS^T Q, dV = sum P^T dO (or their partials).
-  bwd90::store_kv_grad<Element, kHeadDim>(dk, params, seq, batch, kv_head, split, n0, key_local, keys_here, t4,
-                                          params.dk_partial, params.dk, params.dk_strides, params.scale);
-  bwd90::store_kv_grad<Element, kHeadDim>(dv, params, seq, batch, kv_head, split, n0, key_local, keys_here, t4,
-                                          params.dv_partial, params.dv, params.dv_strides, 1.0f);
+    // Epilogue: dK = scale * sum dS^T Q, dV = sum P^T dO (or their partials).
+    bwd90::store_kv_grad<Element, kHeadDim>(dk, params, w.seq, w.batch, w.kv_head, w.split, w.n0, key_local,
+                                            keys_here, t4, params.dk_partial, params.dk, params.dk_strides,
+                                            params.scale);
+    bwd90::store_kv_grad<Element, kHeadDim>(dv, params, w.seq, w.batch, w.kv_head, w.split, w.n0, key_local,
+                                            keys_here, t4, params.dv_partial, params.dv, params.dv_strides, 1.0f);
+    if constexpr (!kPersistent) break;
+  }
 }
 
 // dQ. Grid (query blocks of the longest sequence, heads, batch).

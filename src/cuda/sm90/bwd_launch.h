@@ -1,6 +1,7 @@
 // Host side of the Hopper backward for one traits: workspace, then preprocess (sm80's) ->
 //   deterministic: dK/dV kernel -> dQ kernel (S and dP twice, no atomics);
-//   otherwise:     zeroed f32 dQ accumulator -> fused dK/dV/dQ kernel -> dQ conversion;
+//   otherwise:     zeroed f32 dQ accumulator -> fused dK/dV/dQ kernel (one CTA per tile, or
+//                  Traits::kPersistent's grid of min(tiles, SMs) CTAs) -> dQ conversion;
 // -> (GQA reduction of split query heads, sm80's), all on `stream`; under a block mask
 // (BwdSparseTraits) the plan's passes (block_tiles.h) first.
 // Included only by the generated src/cuda/instantiations/sm90bwd_*.cu files.
@@ -18,9 +19,6 @@
 #include "cuda/sm80/bwd_preprocess.h"
 #include "cuda/sm90/bwd.h"
 #include "cuda/sm90/bwd_kernel.h"
-#if defined(FLASHATTN_DEV_SM90_BWD_PERSISTENT)
-#include "cuda/sm90/bwd_persistent.h"
-#endif
 #include "cuda/sm90/tensor_map.h"
 
 namespace flashattn::cuda::sm90 {
@@ -38,6 +36,7 @@ Status run_bwd(const BackwardParams& params, cudaStream_t stream) {
                 "one preprocess grid for both widths");
 
   BwdKernelArgs args;
+  args.tile_counter = nullptr;
   BwdKernelParams& kp = args.p;
   static_cast<BackwardParams&>(kp) = params;
   const bool varlen = params.is_varlen();
@@ -101,6 +100,18 @@ Status run_bwd(const BackwardParams& params, cudaStream_t stream) {
                       : causal_group_planes(params.is_causal, int(ceil_div(params.seqlen_k, Traits::kKvBlockN)),
                                             static_cast<long long>(params.heads_k) * kp.kv_splits * params.batch,
                                             num_sms);
+  // The persistent fused kernel (BwdTraitsBody::kPersistent) numbers its tiles (key blocks x kv
+  // heads x splits x batch) and its CTAs' rounds past them in ints. 2^31 tiles of 128 keys are
+  // some 64 TB of K at d128 (32 TB at d64; less with split query heads), so such a call is
+  // refused rather than given 64-bit indices or a second, one-CTA-per-tile, instantiation.
+  const long long kv_tiles = ceil_div(params.seqlen_k, Traits::kKvBlockN) * static_cast<long long>(params.heads_k) *
+                             kp.kv_splits * params.batch;
+  if (Traits::kPersistent && !kp.deterministic && kv_tiles + num_sms >= (1LL << 31)) {
+    return Status::NotSupported("sm90 backward: batch " + std::to_string(params.batch) + " x heads_k " +
+                                std::to_string(params.heads_k) + " x seqlen_k " + std::to_string(params.seqlen_k) +
+                                " (" + std::to_string(kv_tiles) + " key tiles) is more than the persistent " +
+                                "kernel's 32-bit tile indices hold; split the batch");
+  }
   // kSparse: the block states, the dK/dV kernel's key-major lists and (deterministic) the dQ
   // kernel's query-major ones (block_tiles.h), after the workspace's fixed arrays.
   size_t plan_bytes = 0;
@@ -108,12 +119,10 @@ Status run_bwd(const BackwardParams& params, cudaStream_t stream) {
     plan_bytes = block_states_bytes(params) + tile_lists_bytes(params, Traits::kKvBlockM, Traits::kKvBlockN) +
                  (kp.deterministic ? tile_lists_bytes(params, Traits::kDqBlockM, Traits::kDqBlockN) : 0);
   }
-#if defined(FLASHATTN_DEV_SM90_BWD_PERSISTENT)
   // The persistent kernel's tile counter (masked launches' dynamic feed), in the plan's space.
-  if constexpr (!Traits::kSparse) {
-    if (Traits::kMask == MaskMode::kWindow && !kp.deterministic) plan_bytes += 256;
+  if constexpr (Traits::kPersistent && Traits::kMask == MaskMode::kWindow) {
+    if (!kp.deterministic) plan_bytes += 256;
   }
-#endif
   void* ws = nullptr;
   void* plan_ws = nullptr;
   if (Status s = alloc_workspace<kHeadDim>(&kp, stream, &ws, plan_bytes, &plan_ws); !s.ok()) return s;
@@ -149,30 +158,19 @@ Status run_bwd(const BackwardParams& params, cudaStream_t stream) {
       if (!kp.deterministic) {
         FLASHATTN_CUDA_TRY(
             cudaMemsetAsync(kp.dq_accum, 0, sizeof(float) * size_t(kp.heads) * kp.ws_rows * kHeadDim, stream));
-#if defined(FLASHATTN_DEV_SM90_BWD_PERSISTENT)
-        // dev/ A/B (bwd_persistent.h): min(tiles, SMs) CTAs walking BwdTileOrder; not under a
-        // block mask (KvStepWalk reads blockIdx) nor past 2^31 - SMs tiles (32-bit tile indices).
-        const long long tiles = static_cast<long long>(kv_grid.x) * kv_grid.y * kv_grid.z;
-        // Not softcap/ALiBi at d128 either: its consumers spilled 4 bytes per step there.
-        constexpr bool kPersistent = !Traits::kSparse && !(Traits::kMods && kHeadDim == 128);
-        if (kPersistent && tiles + num_sms < (1LL << 31)) {
-          if constexpr (kPersistent) {
-            const auto kernel = bwd_kv_persistent_kernel<Traits>;
-            constexpr size_t kSmem = Traits::kKvFusedSmemBytes + kKvPersistentExtraBytes;
-            static_assert(kSmem <= 232448, "the persistent kernel fits the 227 KB an sm90 CTA may use");
-            if (Status s = raise_dynamic_smem(kernel, kSmem); !s.ok()) return s;
-            const unsigned ctas = unsigned(tiles < num_sms ? tiles : num_sms);
-            BwdPersistentArgs pargs{args, nullptr};
-            if constexpr (Traits::kMask == MaskMode::kWindow) {
-              pargs.tile_counter = static_cast<int*>(plan_ws);
-              FLASHATTN_CUDA_TRY(cudaMemsetAsync(pargs.tile_counter, 0, sizeof(int), stream));
-            }
-            kernel<<<ctas, Traits::kThreads, kSmem, stream>>>(pargs);
-            FLASHATTN_CUDA_TRY(cudaGetLastError());
+        if constexpr (Traits::kPersistent) {
+          // min(tiles, SMs) CTAs, each walking tiles (bwd_kv_kernel's kPersistent).
+          const auto kernel = bwd_kv_kernel<Traits, true>;
+          constexpr size_t kSmem = Traits::kKvFusedSmemBytes + Traits::kPersistentBytes;
+          if (Status s = raise_dynamic_smem(kernel, kSmem); !s.ok()) return s;
+          const unsigned ctas = unsigned(kv_tiles < num_sms ? kv_tiles : num_sms);
+          if constexpr (Traits::kMask == MaskMode::kWindow) {
+            args.tile_counter = static_cast<int*>(plan_ws);
+            FLASHATTN_CUDA_TRY(cudaMemsetAsync(args.tile_counter, 0, sizeof(int), stream));
           }
-        } else
-#endif
-        {
+          kernel<<<ctas, Traits::kThreads, kSmem, stream>>>(args);
+          FLASHATTN_CUDA_TRY(cudaGetLastError());
+        } else {
           const auto kernel = bwd_kv_kernel<Traits, true>;
           constexpr size_t kSmem = Traits::kKvFusedSmemBytes;
           if (Status s = raise_dynamic_smem(kernel, kSmem); !s.ok()) return s;

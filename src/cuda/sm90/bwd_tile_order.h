@@ -1,7 +1,7 @@
-// The order in which the persistent Hopper backward (dev macro FLASHATTN_DEV_SM90_BWD_PERSISTENT,
-// bwd_persistent.h) visits its tiles (key block, plane), a plane being one (kv head, split,
-// batch) as in the one-CTA-per-tile launch, and which of them each CTA takes. Checked on the
-// host (tests/cpp/test_cta_order.cpp).
+// The order in which the persistent Hopper backward (bwd_kernel.h, bwd_kv_kernel with
+// BwdTraitsBody::kPersistent) visits its tiles (key block, plane), a plane being one (kv head,
+// split, batch) as in the one-CTA-per-tile launch, and which of them each CTA takes. Checked on
+// the host (tests/cpp/test_bwd_tile_order.cpp).
 //
 // Tile t is the slot that CTA t of the one-CTA-per-tile launch has (cta_order.h's
 // grouped_cta_slot over blocks x planes, in groups of `group` planes: 1 without a causal mask):
