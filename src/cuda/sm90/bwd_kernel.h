@@ -321,16 +321,38 @@ __device__ __forceinline__ void pack_pairs(const float (&x)[n], uint32_t (&out)[
   for (int i = 0; i < n / 2; ++i) out[i] = ptx::pack2<Element>(x[2 * i], x[2 * i + 1]);
 }
 
-// One arrival per consumer warp frees a stage (the empty barriers count the consumer warps).
-// dev/ A/B for racecheck: -DFLASHATTN_DEV_SM90_BWD_SYNCWARP_RELEASE orders every lane's reads of
-// the stage (its LSE / D words) before lane 0's arrival through __syncwarp, which racecheck
-// tracks; without it racecheck reports the copy engine's next writes to the stage against the
-// other lanes' reads (dev/NOTES.md, "Block-sparse on the Hopper backward", measured part).
+// One arrival per consumer warp frees a buffer only the tensor cores read (K, V: the barriers
+// count the consumer warps).
 __device__ __forceinline__ void release(uint64_t* bar, int lane) {
-#if defined(FLASHATTN_DEV_SM90_BWD_SYNCWARP_RELEASE)
-  __syncwarp();
-#endif
   if (lane == 0) ptx::mbarrier_arrive(bar);
+}
+
+// Frees a stage. Each lane reads the stage's LSE and D words itself, so each lane's reads must be
+// ordered before the copy engine's next writes there. kEveryThread: every consumer thread
+// arrives (the empty barriers count the consumer threads; stage_arrivals), its own arrival
+// releasing its reads. Otherwise lane 0 arrives for its warp after a __syncwarp(), which orders
+// the other lanes' reads before it in the PTX memory model but not in compute-sanitizer's
+// racecheck: with lane-0 arrivals, with or without the __syncwarp(), it reported every other
+// lane's reads against the next writes (H200, 1 x 2 x 1024 d128, 16 steps over 2 stages: 4 hazard
+// sites both ways, dev/results/h200-2026-12-02-san-racecheck-bwd-dense1k-*). Every-thread
+// arrivals are the default; the two-kernel form's dK/dV kernel at d128 keeps lane 0's, since
+// there (168 registers, no slack) the unpredicated arrival moved ptxas to spill two 64-bit
+// values reloaded every step (plain and softcap/ALiBi, ptxas 13.0).
+template <bool kEveryThread>
+__device__ __forceinline__ void release_stage(uint64_t* bar, int lane) {
+  if constexpr (kEveryThread) {
+    ptx::mbarrier_arrive(bar);
+  } else {
+    __syncwarp();
+    if (lane == 0) ptx::mbarrier_arrive(bar);
+  }
+}
+
+// Arrivals that free a stage of a kernel's ring (init_ring's count): every consumer thread's, or
+// one per consumer warp (release_stage).
+template <bool kEveryThread, int kConsumers>
+constexpr int stage_arrivals() {
+  return kEveryThread ? 128 * kConsumers : 4 * kConsumers;
 }
 
 // dQ (+)= dS K for one step of the fused kernel: A = dS from dS^T in shared memory (MN-major:
@@ -381,14 +403,14 @@ __device__ __forceinline__ void copy_k_half(const unsigned char* k_tile, unsigne
 __device__ __forceinline__ int acc_order_index(int i, int tid) { return ((i / 4) * 128 + tid) * 4 + i % 4; }
 
 // The mbarriers of a kernel's ring: `first` (its resident tiles, one arrival), then per stage
-// full (the producer's) and empty (one arrival per consumer warp).
+// full (the producer's) and empty (`arrivals`: stage_arrivals).
 __device__ __forceinline__ void init_ring(uint64_t* first, uint64_t* full, uint64_t* empty, int stages,
-                                          int consumer_warps) {
+                                          int arrivals) {
   if (threadIdx.x == 0) {
     ptx::mbarrier_init(first, 1);
     for (int s = 0; s < stages; ++s) {
       ptx::mbarrier_init(&full[s], 1);
-      ptx::mbarrier_init(&empty[s], consumer_warps);
+      ptx::mbarrier_init(&empty[s], arrivals);
     }
     ptx::mbarrier_init_fence();
   }
@@ -452,6 +474,24 @@ struct KvTile {
   int n0, keys_here, head_begin, m_lo, n_m, steps;
   int64_t ws_row0;
   __device__ __forceinline__ bool exists() const { return n0 < seq.seqlen_k; }
+};
+
+// A tile's dense steps in bwd_kv_kernel's order, head-major: query blocks m_lo .. m_lo + n_m - 1
+// of each of the split's heads in turn, one advance() per step. No step divides by n_m: the
+// window kernels' consumers spent a signed division (about 25 vector instructions, one MUFU.RCP)
+// per step on step / n_m and step % n_m, about 4% of a d64 step.
+struct DenseWalk {
+  int m_lo, m_end;
+  int m;     // this step's query block
+  int head;  // this step's query head
+  __device__ __forceinline__ DenseWalk(int m_lo_, int n_m, int head_begin)
+      : m_lo(m_lo_), m_end(m_lo_ + n_m), m(m_lo_), head(head_begin) {}
+  __device__ __forceinline__ void advance() {
+    if (++m == m_end) {
+      m = m_lo;
+      ++head;
+    }
+  }
 };
 
 // Tile t's values, as the one-CTA-per-tile launch derives its CTA's at the top of bwd_kv_kernel
@@ -681,7 +721,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
   const int warpgroup = threadIdx.x / 128;
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
-  bwd90::init_ring(kv_full, full, empty, kStages, 4 * Traits::kConsumers);
+  // Every-thread stage releases (release_stage) but in the two-kernel form's d128 dK/dV kernel.
+  constexpr bool kEveryThread = kFusedDq || Traits::kSplitRoles || kHeadDim != 128;
+  bwd90::init_ring(kv_full, full, empty, kStages, bwd90::stage_arrivals<kEveryThread, Traits::kConsumers>());
   if constexpr (kPersistent) {
     if (threadIdx.x == 0) {
       ptx::mbarrier_init(k_empty, 4 * Traits::kConsumers);
@@ -708,11 +750,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
           const int t = kDynamic ? bwd90::take_kv_tile(feed, r, lane) : BwdTileOrder::cta_tile(r, cta, ctas);
           if (t >= order.tiles) break;
           const bwd90::KvTile w = bwd90::kv_tile<Traits>(params, order, t);
+          bwd90::DenseWalk walk(w.m_lo, w.n_m, w.head_begin);
 #pragma unroll 1
-          for (int step = 0; step < w.steps; ++step) {
-            const int head = w.head_begin + step / w.n_m;
-            const int m0 = (w.m_lo + step % w.n_m) * kBlockM;
-            float* gdq = params.dq_accum + (int64_t(head) * params.ws_rows + w.ws_row0 + m0) * kHeadDim;
+          for (int step = 0; step < w.steps; ++step, walk.advance()) {
+            float* gdq =
+                params.dq_accum + (int64_t(walk.head) * params.ws_rows + w.ws_row0 + walk.m * kBlockM) * kHeadDim;
             if (!started) {
 #pragma unroll
               for (int c = 0; c < Traits::kConsumers; ++c) {
@@ -834,10 +876,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
         if (steps == 0) return;
 #pragma unroll
         for (int c = 0; c < Traits::kConsumers; ++c) ptx::named_barrier_arrive(kDqEmptyBarrier0 + c, kDqHandoffThreads);
-        for (int step = 0; step < steps; ++step) {
-          const int head = head_begin + step / n_m;
-          const int m0 = (m_lo + step % n_m) * kBlockM;
-          float* gdq = params.dq_accum + (int64_t(head) * params.ws_rows + ws_row0 + m0) * kHeadDim;
+        bwd90::DenseWalk walk(m_lo, n_m, head_begin);
+        for (int step = 0; step < steps; ++step, walk.advance()) {
+          float* gdq = params.dq_accum + (int64_t(walk.head) * params.ws_rows + ws_row0 + walk.m * kBlockM) * kHeadDim;
           bwd90::add_dq_parts<Traits>(gdq, sDq, lane);
           if (step + 1 < steps) bwd90::hand_back_dq_parts<Traits>(lane);
         }
@@ -910,13 +951,12 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
     if (warp != 0 || lane != 0 || steps == 0) return;
     const int mb = bwd90::map_batch(params, batch);
     load_kv(mb);
+    bwd90::DenseWalk walk(m_lo, n_m, head_begin);
 #pragma unroll 1
-    for (int step = 0; step < steps; ++step) {
+    for (int step = 0; step < steps; ++step, walk.advance()) {
       const int s = step % kStages;
-      const int head = head_begin + step / n_m;
-      const int m0 = (m_lo + step % n_m) * kBlockM;
       ptx::mbarrier_wait(&empty[s], ((step / kStages) & 1) ^ 1);
-      load_step(s, head, m0, mb);
+      load_step(s, walk.head, walk.m * kBlockM, mb);
     }
     return;
   }
@@ -951,9 +991,17 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
       steps = bwd90::slot_word(&slots[0].entry, lane) == bwd90::kNoStep ? 0 : INT_MAX;
     }
     if (steps > 0) ptx::mbarrier_wait(kv_full, 0);
+    // As the other consumers below: walked query blocks, and the blocks that need no mask.
+    bwd90::DenseWalk walk(m_lo, n_m, head_begin);
+    [[maybe_unused]] int clean_lo = 0, clean_hi = 0;
+    if constexpr (Traits::kMask == MaskMode::kWindow && !Traits::kSparse) {
+      mask.unmasked_row_blocks(n0, n0 + kBlockN, kBlockM, &clean_lo, &clean_hi);
+    }
     for (int step = 0; step < steps; ++step) {
       const int s = step % kStages;
-      int m0 = Traits::kSparse ? 0 : (m_lo + step % n_m) * kBlockM;
+      const int m_blk = walk.m;
+      walk.advance();
+      int m0 = Traits::kSparse ? 0 : m_blk * kBlockM;
       ptx::mbarrier_wait(&full[s], (step / kStages) & 1);
       [[maybe_unused]] int kind = kTileClean, head = 0;
       if constexpr (Traits::kSparse) {
@@ -994,10 +1042,12 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
       uint32_t a[kS / 2];  // P^T or dS^T, 16-bit pairs: the A operand of the last product
       if (role_p) {
         const float* lse = stage_lse(s);
-        if (Traits::kMask == MaskMode::kWindow &&
-            mask.block_needs_mask(m0, min(m0 + kBlockM, seq.seqlen_q), n0, n0 + kBlockN)) {
-          bwd90::mask_key_rows<kBlockM>(x, mask, m0, n0 + key_local, t4);
+        bool needs_mask = false;
+        if constexpr (Traits::kMask == MaskMode::kWindow) {
+          needs_mask = Traits::kSparse ? mask.block_needs_mask(m0, min(m0 + kBlockM, seq.seqlen_q), n0, n0 + kBlockN)
+                                       : m_blk < clean_lo || m_blk >= clean_hi;
         }
+        if (needs_mask) bwd90::mask_key_rows<kBlockM>(x, mask, m0, n0 + key_local, t4);
         if constexpr (Traits::kSparse) {
           if (kind != kTileClean) {
             bwd90::hide_blocked_keys<kBlockM>(x, params, kind, batch, head, m0, n0 + key_local, t4, seq.seqlen_q,
@@ -1060,7 +1110,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
         ptx::fence_operand(acc);
       }
       ptx::fence_operand(acc);
-      bwd90::release(&empty[s], lane);
+      bwd90::release_stage<kEveryThread>(&empty[s], lane);
     }
     // Epilogue: dV (role P) or dK = scale * acc (role dS), or their unscaled f32 partials (dV's
     // head_dim_v wide, as launch_bwd_reduce_dkv reads them).
@@ -1141,13 +1191,24 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
         ptx::fence_proxy_async_smem();
       }
     }
+    // Dense steps: the query block and head by walking; the blocks whose rows see all of this
+    // warpgroup's keys skip the mask (two compares a step instead of block_needs_mask's arithmetic
+    // on the block's rows: the window kernels' steps were 13% longer than the unmasked ones').
+    bwd90::DenseWalk walk(w.m_lo, w.n_m, w.head_begin);
+    [[maybe_unused]] int clean_lo = 0, clean_hi = 0;
+    if constexpr (Traits::kMask == MaskMode::kWindow && !Traits::kSparse) {
+      mask.unmasked_row_blocks(w.n0 + key_row0, w.n0 + key_row0 + 64, kBlockM, &clean_lo, &clean_hi);
+    }
     for (int step = 0; step < w.steps; ++step) {
       // The CTA's step: stage, phase and dS^T buffer (kPersistent: counted over its tiles).
       int cta_step = step;
       if constexpr (kPersistent) cta_step = it;
       [[maybe_unused]] const bool last = step + 1 == w.steps;
       const int s = cta_step % kStages;
-      int m0 = Traits::kSparse ? 0 : (w.m_lo + step % w.n_m) * kBlockM;
+      const int m_blk = walk.m;
+      [[maybe_unused]] const int walk_head = walk.head;
+      walk.advance();
+      int m0 = Traits::kSparse ? 0 : m_blk * kBlockM;
       ptx::mbarrier_wait(&full[s], (cta_step / kStages) & 1);
       [[maybe_unused]] int kind = kTileClean, head = 0, entry = 0;
       if constexpr (Traits::kSparse) {
@@ -1170,9 +1231,12 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
       // key_local + 8h, query column 8c + 2t4 + e) is st[4c + 2h + e].
       const float* lse = stage_lse(s);
       const float* dsum = stage_dsum(s);
-      const bool needs_mask = Traits::kMask == MaskMode::kWindow &&
-                              mask.block_needs_mask(m0, min(m0 + kBlockM, w.seq.seqlen_q), w.n0 + key_row0,
-                                                    w.n0 + key_row0 + 64);
+      bool needs_mask = false;
+      if constexpr (Traits::kMask == MaskMode::kWindow) {
+        needs_mask = Traits::kSparse ? mask.block_needs_mask(m0, min(m0 + kBlockM, w.seq.seqlen_q), w.n0 + key_row0,
+                                                             w.n0 + key_row0 + 64)
+                                     : m_blk < clean_lo || m_blk >= clean_hi;
+      }
       // This thread's LSE pairs, read while S^T is in the tensor cores: read after the wait, the
       // first exponential waited on them (ncu, d64 16k: 4.5% of the samples on its FFMA).
       float2 lse2[kBlockM / 8];
@@ -1182,7 +1246,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
       ptx::fence_operand(st);
       if constexpr (Traits::kMods) {  // the scores in log2 units before the masks (see BwdTraitsBody)
         ptx::fence_operand(dpt);
-        head = w.head_begin + step / w.n_m;  // (kMods: not kSparse)
+        head = walk_head;  // (kMods: not kSparse)
         const bwd90::ScoreModifiers mods = bwd90::score_modifiers(params, args.softcap, w.batch, head, mask);
 #pragma unroll
         for (int i = 0; i < kS; ++i) st[i] = mods.soft(st[i]);
@@ -1273,7 +1337,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
         ptx::wgmma_wait<0>();
         ptx::fence_operand(dv);
         ptx::fence_operand(dk);
-        bwd90::release(&empty[s], lane);
+        bwd90::release_stage<kEveryThread>(&empty[s], lane);
       } else {
         // Three groups, so the dQ part is staged while dK += dS^T Q still runs: dV += P^T dO; then,
         // once both consumers' dS^T rows are written, dQ = dS K over this consumer's columns of K and
@@ -1316,7 +1380,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
         ptx::named_barrier_arrive(kDqFullBarrier0 + consumer, kDqHandoffThreads);
         ptx::wgmma_wait<0>();
         ptx::fence_operand(dk);
-        bwd90::release(&empty[s], lane);
+        bwd90::release_stage<kEveryThread>(&empty[s], lane);
       }
       if constexpr (kPersistent) ++it;
     }
@@ -1376,7 +1440,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_dq_kernel(const __gri
   const int warpgroup = threadIdx.x / 128;
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
-  bwd90::init_ring(q_full, full, empty, kStages, 4 * Traits::kConsumers);
+  constexpr bool kEveryThread = true;  // release_stage
+  bwd90::init_ring(q_full, full, empty, kStages, bwd90::stage_arrivals<kEveryThread, Traits::kConsumers>());
 
   const int64_t ws = int64_t(head) * params.ws_rows + params.ws_row0(batch, seq.row0_q) + m0;
   if (warpgroup == 0) {
@@ -1554,7 +1619,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_dq_kernel(const __gri
       ptx::wgmma_commit();
       ptx::wgmma_wait<0>();
       ptx::fence_operand(dq);
-      bwd90::release(&empty[s], lane);
+      bwd90::release_stage<kEveryThread>(&empty[s], lane);
     }
   }
 
