@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Eleventh session, GPU call 5 (one H200, 16 cores, < 450 s), run from .carry/snap (the new tree)
+# Eleventh session, GPU call 5 (one H200, 16 cores, < 390 s), run from .carry/snap (the new tree)
 # with .carry/base (the tree before the change under test) and .carry/fa4a (the first half of
 # the FlashAttention-4 wheels, kept in /tmp/fa4w for call 6) beside it:
 #  1. packages: new (d64;128;192 bf16, gtests) and base (d64;128 bf16), side by side;
@@ -12,7 +12,7 @@
 # Writes $OUT/{base,new,dsv3}.json, $OUT/logs.tgz; the summary on stdout.
 set -uo pipefail
 T0=$(date +%s); t() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
-cap() { local left=$(( 440 - ($(date +%s) - T0) )); (( left < $1 )) && echo $(( left > 1 ? left : 1 )) || echo "$1"; }
+cap() { local left=$(( 380 - ($(date +%s) - T0) )); (( left < $1 )) && echo $(( left > 1 ? left : 1 )) || echo "$1"; }
 OUT=${OUT:-/tmp/flashattn-out}; mkdir -p "$OUT" /tmp/logs /tmp/fa4w
 [ -d ../fa4a ] && cp ../fa4a/* /tmp/fa4w/
 PIP="python3 -m pip install --no-build-isolation --no-deps -q -Ccmake.define.FLASHATTN_CUDA_ARCHITECTURES=90 -Ccmake.define.FLASHATTN_CUDA_DTYPES=bf16"
@@ -31,13 +31,12 @@ export PYTHONPATH=/tmp/pk-new
 (FLASHATTN_CUDA_PATH=sm90 timeout "$(cap 150)" python3 -m pytest tests/python/test_cuda.py tests/python/test_bias.py \
    tests/python/test_block_sparse.py -q -p no:cacheprovider > /tmp/logs/py-sm90.log 2>&1
  echo "pytest cuda+bias+block_sparse (sm90): $(tail -1 /tmp/logs/py-sm90.log)"; grep -E "^FAILED|^ERROR" /tmp/logs/py-sm90.log | head -10
- timeout "$(cap 60)" python3 -m pytest tests/python/test_cuda.py -q -p no:cacheprovider > /tmp/logs/py-auto.log 2>&1
- echo "pytest cuda (auto): $(tail -1 /tmp/logs/py-auto.log)"; grep -E "^FAILED|^ERROR" /tmp/logs/py-auto.log | head -10) &
+) &
 (FLASHATTN_CUDA_PATH=sm90 timeout "$(cap 160)" ctest --test-dir /tmp/bb-new -j 4 --timeout 200 \
    -L "correctness|special|layout|head_dim_v|sparse|bias" > /tmp/logs/ct-sm90.log 2>&1
  echo "ctest sm90: $(grep -E 'tests passed|tests failed' /tmp/logs/ct-sm90.log)"
  grep -E "\(Failed\)|Timeout|SEGFAULT|Exception" /tmp/logs/ct-sm90.log | head -8) &
-(FLASHATTN_CUDA_PATH=sm90 timeout "$(cap 170)" compute-sanitizer --tool racecheck --print-limit 20 \
+(FLASHATTN_CUDA_PATH=sm90 timeout "$(cap 150)" compute-sanitizer --tool racecheck --print-limit 20 \
    python3 dev/san_cases.py --only bwd_d128_causal,bwd_d128_2tiles,bwd_d64_causal_2tiles,bwd_varlen_causal,bwd_192_128_causal,fwd_d64_short_causal,fwd_mask_tile > /tmp/logs/san-racecheck.txt 2>&1
  echo "racecheck: rc $? $(grep -E 'RACECHECK SUMMARY' /tmp/logs/san-racecheck.txt | tail -1) | $(grep -cE ' ok$' /tmp/logs/san-racecheck.txt) ok, $(grep -E 'ALL OK|SOME FAILED' /tmp/logs/san-racecheck.txt)"
  grep -E "Race reported" /tmp/logs/san-racecheck.txt | sort | uniq -c | head -8) &
@@ -57,7 +56,7 @@ for n in base new; do
     --seqlens 512,1024,2048,4096,16384 --impls flashattn,sdpa_cudnn --repeats 20 --out $OUT/$n.json > /tmp/logs/bench-$n.log 2>&1
   t "bench $n rc $?"
 done
-timeout "$(cap 45)" python3 bench/bench.py --suite dsv3 --seqlens 2048,4096,8192 --impls flashattn,sdpa_cudnn --repeats 20 \
+timeout "$(cap 45)" python3 bench/bench.py --suite dsv3 --seqlens 4096,8192 --impls flashattn,sdpa_cudnn --repeats 20 \
   --out $OUT/dsv3.json > /tmp/logs/dsv3.log 2>&1
 t "dsv3 rc $?"
 tar czf $OUT/logs.tgz -C /tmp/logs .
