@@ -560,8 +560,11 @@ __device__ __forceinline__ int take_tile(const TileFeed& feed, int k, int lane) 
   // redux.sync writes a uniform register: the compiler then keeps the tile's coordinates, the
   // loop bounds and the ring counters derived from it on the uniform datapath, as it does for
   // blockIdx (a plain shared-memory load would move them, and every descriptor of the main
-  // loop, to vector registers).
-  const int tile = int(__reduce_max_sync(0xffffffffu, unsigned(feed.slot[s])));
+  // loop, to vector registers). Lane 0 alone reads the slot (uniform_word): with every lane
+  // reading, racecheck reported the producer's next write against the other lanes' reads (32
+  // hazards, d64 causal 2 x 512, H200 2026-12-02, dev/results/h200-2026-12-02-san-call5-*), as
+  // it had on the sparse kernel's words.
+  const int tile = int(uniform_word(&feed.slot[s], lane));
   if (lane == 0) ptx::mbarrier_arrive(&feed.empty[s]);
   return tile;
 }
