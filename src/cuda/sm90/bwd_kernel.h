@@ -49,6 +49,7 @@
 #include "cuda/sm90/bwd_mods.h"
 #include "cuda/sm90/bwd_sparse.h"
 #include "cuda/sm90/bwd_tile_order.h"
+#include "cuda/sm90/tile_feed.h"  // the masked persistent kernels' feed (its first tile is blockIdx.x)
 
 namespace flashattn::cuda::sm90 {
 
@@ -525,35 +526,6 @@ __device__ __forceinline__ KvTile kv_tile(const BwdKernelParams& params, const B
   return w;
 }
 
-// The masked persistent kernels' dynamic tile feed (as the persistent forward's TileFeed,
-// fwd_kernel.h): the producer takes each next tile from a global counter (atomicAdd; its first is
-// blockIdx.x) and hands it to the consumer warps and the dQ writer warp through a two-slot ring
-// (full: the producer's arrival; empty: one arrival per reading warp). Lane 0 alone reads the
-// slot and redux.sync spreads it, so the tile and everything derived from it stay uniform (the
-// forward measured 5-10% lost when a plain shared-memory read moved them to vector registers)
-// and the slot's reader is the lane whose arrival frees it (racecheck; the forward's
-// uniform_word).
-struct KvTileFeed {
-  int* slot;        // [2]
-  uint64_t* full;   // [2]
-  uint64_t* empty;  // [2]
-};
-
-__device__ __forceinline__ int take_kv_tile(const KvTileFeed& feed, int k, int lane) {
-  const int s = k & 1;
-  ptx::mbarrier_wait(&feed.full[s], (k >> 1) & 1);
-  const int t = int(__reduce_max_sync(0xffffffffu, lane == 0 ? unsigned(feed.slot[s]) : 0u));
-  if (lane == 0) ptx::mbarrier_arrive(&feed.empty[s]);
-  return t;
-}
-
-__device__ __forceinline__ void publish_kv_tile(const KvTileFeed& feed, int k, int t) {
-  const int s = k & 1;
-  ptx::mbarrier_wait(&feed.empty[s], ((k >> 1) & 1) ^ 1);
-  feed.slot[s] = t;
-  ptx::mbarrier_arrive(&feed.full[s]);  // release: the slot's value is visible to the waiters
-}
-
 // The persistent kernel's tiles: the one-CTA-per-tile grid's, (key blocks, heads_k * kv_splits,
 // batch), in its CTA order (run_bwd checks that tiles + SMs fits an int).
 __device__ __forceinline__ BwdTileOrder kv_tile_order(const BwdKernelParams& params, int block_n) {
@@ -621,7 +593,7 @@ __device__ __forceinline__ void hand_back_dq_parts(int lane) {
 // one-CTA launch, so the tiles in flight share planes as there. The step body is the same; what
 // the walk adds (each `if constexpr (kPersistent)`, compiled away otherwise):
 //  - the tiles: static rounds without a mask (equal tiles), a dynamic feed under a window or
-//    causal mask (bwd90::KvTileFeed; static rounds left the busiest CTA 1.13-1.55x the mean work
+//    causal mask (TileFeed; static rounds left the busiest CTA 1.13-1.55x the mean work
 //    at d128 causal 512-16k in the host model of tests/cpp/test_bwd_tile_order.cpp, greedy
 //    dispatch in tile order 1.00-1.02x);
 //  - every ring counts across tiles: the Q/dO/LSE/D stages by the CTA's step count `it` (stage
@@ -711,7 +683,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
   // kPersistent, after the barriers instead (Traits::kPersistentBytes): K and V free, the tile feed.
   [[maybe_unused]] uint64_t* k_empty = bars + Traits::kKvBarriers;
   [[maybe_unused]] uint64_t* v_empty = bars + Traits::kKvBarriers + 1;
-  [[maybe_unused]] const bwd90::KvTileFeed feed{reinterpret_cast<int*>(bars + Traits::kKvBarriers + 6),
+  [[maybe_unused]] const TileFeed feed{reinterpret_cast<int*>(bars + Traits::kKvBarriers + 6),
                                                 bars + Traits::kKvBarriers + 2, bars + Traits::kKvBarriers + 4};
   const auto stage_q = [&](int s) { return stages + s * Traits::kKvStageBytes; };
   const auto stage_do = [&](int s) { return stage_q(s) + Traits::tile_bytes(kBlockM); };
@@ -747,7 +719,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
         bool started = false;
 #pragma unroll 1
         for (int r = 0;; ++r) {
-          const int t = kDynamic ? bwd90::take_kv_tile(feed, r, lane) : BwdTileOrder::cta_tile(r, cta, ctas);
+          const int t = kDynamic ? take_tile(feed, r, lane) : BwdTileOrder::cta_tile(r, cta, ctas);
           if (t >= order.tiles) break;
           const bwd90::KvTile w = bwd90::kv_tile<Traits>(params, order, t);
           bwd90::DenseWalk walk(w.m_lo, w.n_m, w.head_begin);
@@ -780,7 +752,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
         if constexpr (kDynamic) {
           // Uniform register (redux.sync over the one producer lane), as the forward's feed.
           t = r == 0 ? cta : int(__reduce_max_sync(1u, unsigned(atomicAdd(args.tile_counter, 1)))) + ctas;
-          bwd90::publish_kv_tile(feed, r, t);
+          publish_tile(feed, r, t);
         } else {
           t = BwdTileOrder::cta_tile(r, cta, ctas);
         }
@@ -1149,7 +1121,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
   for (int r = 0;; ++r) {
     bwd90::KvTile w{n_block, kv_head, split, batch, seq, n0, keys_here, head_begin, m_lo, n_m, steps, ws_row0};
     if constexpr (kPersistent) {
-      const int t = kDynamic ? bwd90::take_kv_tile(feed, r, lane) : BwdTileOrder::cta_tile(r, cta, ctas);
+      const int t = kDynamic ? take_tile(feed, r, lane) : BwdTileOrder::cta_tile(r, cta, ctas);
       if (t >= order.tiles) break;
       w = bwd90::kv_tile<Traits>(params, order, t);
       if (!w.exists()) continue;  // past this sequence's keys (varlen): nothing to store

@@ -49,6 +49,7 @@
 #include "cuda/sm90/bias_layout.h"
 #include "cuda/sm90/fwd_traits.h"
 #include "cuda/sm90/quad_transpose.h"
+#include "cuda/sm90/tile_feed.h"
 
 namespace flashattn::cuda::sm90 {
 
@@ -177,7 +178,7 @@ template <typename Traits>
 __device__ __forceinline__ void bias_scores(float (&s)[Traits::kBlockN / 2], const ScoreMods90& m,
                                             const WindowMask& mask, int row, int key0,
                                             const uint32_t (&b)[Traits::kBlockN / 4],
-                                            [[maybe_unused]] bool add_bias = true) {
+                                            bool add_bias = true) {
   if (m.softcap) {
 #pragma unroll
     for (int i = 0; i < Traits::kBlockN / 2; ++i) s[i] = ptx::tanh_approx(s[i] * m.softcap_in) * m.softcap_out;
@@ -488,26 +489,8 @@ __device__ __forceinline__ TileWork tile_work(const ForwardParams& params, const
   return w;
 }
 
-// The dynamic tile feed (FwdTraits::kDynamicTiles, masked launches): a CTA's producer takes its
-// next tile from a global counter (atomicAdd) as soon as it has issued the last copies of the
-// current one, and hands the index to the consumers through a two-slot ring in shared memory
-// (full: the producer's arrival; empty: one per consumer warp). Tiles are taken in TileOrder,
-// heaviest first, so under a causal mask the CTAs balance as the hardware's dispatch of one CTA
-// per tile would, while keeping the persistent kernel's overlap of one tile's epilogue with the
-// next tile's loads.
-struct TileFeed {
-  int* slot;       // [2] in shared memory
-  uint64_t* full;  // [2]
-  uint64_t* empty; // [2]
-};
-
-__device__ __forceinline__ void publish_tile(const TileFeed& feed, int k, int tile) {
-  const int s = k & 1;
-  ptx::mbarrier_wait(&feed.empty[s], ((k >> 1) & 1) ^ 1);
-  feed.slot[s] = tile;
-  ptx::mbarrier_arrive(&feed.full[s]);  // release: the slot's value is visible to the waiters
-}
-
+// The dynamic tile feed (FwdTraits::kDynamicTiles, masked launches): tile_feed.h.
+//
 // Traits::kSparse: after the feed's slots, its two "has keys" flags (the tile's list has a key
 // tile in the window's range; published with the tile, since the consumers cannot tell from the
 // tile alone) and per K/V stage the list entry of the K tile in it (tile index, kind << 24,
@@ -527,17 +510,6 @@ __device__ __forceinline__ void publish_tile(const TileFeed& feed, const SparseS
   ptx::mbarrier_arrive(&feed.full[s]);
 }
 
-// A shared-memory word the producer rewrites once every consumer warp has arrived (lane 0
-// arrives): lane 0 alone reads it and redux.sync spreads it (uniform register, as in the dense
-// take_tile below), so the reader is the lane whose arrival frees the word. With every lane
-// reading, racecheck reported 1381 WAR hazards on the sparse kernel (the other lanes' reads
-// ordered before lane 0's arrival only through the warp's redux, which it does not track); lane
-// 0 alone, none (H200, 2026-12-02, dev/results/h200-2026-12-02-san-racecheck-sparse-*.txt).
-// Values >= 0.
-__device__ __forceinline__ unsigned uniform_word(const int* word, int lane) {
-  return __reduce_max_sync(0xffffffffu, lane == 0 ? unsigned(*word) : 0u);
-}
-
 __device__ __forceinline__ int take_tile(const TileFeed& feed, const SparseSlots& sparse, int k, int lane,
                                          bool* has_keys) {
   const int s = k & 1;
@@ -554,20 +526,6 @@ __device__ __forceinline__ int sparse_entry(const SparseSlots& sparse, int stage
   return int(uniform_word(&sparse.entry[stage], lane));
 }
 
-__device__ __forceinline__ int take_tile(const TileFeed& feed, int k, int lane) {
-  const int s = k & 1;
-  ptx::mbarrier_wait(&feed.full[s], (k >> 1) & 1);
-  // redux.sync writes a uniform register: the compiler then keeps the tile's coordinates, the
-  // loop bounds and the ring counters derived from it on the uniform datapath, as it does for
-  // blockIdx (a plain shared-memory load would move them, and every descriptor of the main
-  // loop, to vector registers). Lane 0 alone reads the slot (uniform_word): with every lane
-  // reading, racecheck reported the producer's next write against the other lanes' reads (32
-  // hazards, d64 causal 2 x 512, H200 2026-12-02, dev/results/h200-2026-12-02-san-call5-*), as
-  // it had on the sparse kernel's words.
-  const int tile = int(uniform_word(&feed.slot[s], lane));
-  if (lane == 0) ptx::mbarrier_arrive(&feed.empty[s]);
-  return tile;
-}
 
 // Persistent: one CTA per SM. Each CTA walks its tiles of TileOrder, in fixed rounds
 // (TileOrder::cta_tile) without a mask or from the tile feed with one (FwdTraits::kDynamicTiles).
