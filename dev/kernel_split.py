@@ -1,0 +1,85 @@
+"""Per-kernel device time of one backward (or forward) call, ours and the peers, in one process.
+
+Answers "where does a short-row backward go": the main kernel against the passes over all rows
+(preprocess, dQ accumulator zeroing, dQ conversion), for each peer. torch.profiler (CUPTI)
+records every kernel and memset of `--calls` timed calls; the table gives microseconds per call.
+
+  python3 dev/kernel_split.py --shapes 128:1024,128:512:c --impls flashattn,sdpa_cudnn --out x.json
+
+A shape is d:seqlen[:c] (c = causal); batch = 16k / seqlen, heads = 2048 / d (bench.py's suite).
+"""
+import argparse
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench"))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--shapes", default="128:1024")
+    ap.add_argument("--impls", default="flashattn,sdpa_cudnn")
+    ap.add_argument("--calls", type=int, default=10)
+    ap.add_argument("--forward", action="store_true", help="profile the forward instead of the backward")
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+    import bench
+
+    impls, unavailable = bench.attention_impls(args.impls.split(","))
+    for name, why in unavailable.items():
+        print(f"{name}: {why}")
+    results = []
+    for spec in args.shapes.split(","):
+        parts = spec.split(":")
+        d, n, causal = int(parts[0]), int(parts[1]), len(parts) > 2 and parts[2] == "c"
+        b, h = max(1, 16384 // n), 2048 // d
+        for name, impl in impls.items():
+            shape = (b, n, h, d) if impl.layout == "bshd" else (b, h, n, d)
+            q, k, v = (torch.randn(shape, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+            if args.forward:
+                def step():
+                    with torch.no_grad():
+                        impl.fn(q, k, v, causal)
+            else:
+                out = impl.fn(q, k, v, causal)
+                grad = torch.randn_like(out)
+
+                def step():
+                    torch.autograd.grad(out, (q, k, v), grad, retain_graph=True)
+            for _ in range(5):
+                step()
+            torch.cuda.synchronize()
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                for _ in range(args.calls):
+                    step()
+                torch.cuda.synchronize()
+            kernels = {}
+            for ev in prof.events():
+                if ev.device_type == torch.autograd.DeviceType.CUDA:
+                    t = getattr(ev, "device_time_total", None)
+                    if t is None:
+                        t = ev.cuda_time_total
+                    kernels.setdefault(ev.name, [0.0, 0])
+                    kernels[ev.name][0] += t
+                    kernels[ev.name][1] += 1
+            rows = sorted(((us / args.calls, cnt / args.calls, nm) for nm, (us, cnt) in kernels.items()), reverse=True)
+            total = sum(r[0] for r in rows)
+            print(f"\n{name} d{d} n{n}{' causal' if causal else ''} b{b} h{h}: {total:.1f} us per call")
+            for us, cnt, nm in rows:
+                print(f"  {us:9.1f} us  x{cnt:.0f}  {nm[:110]}")
+            results.append({"impl": name, "d": d, "n": n, "causal": causal, "batch": b, "heads": h,
+                            "direction": "fwd" if args.forward else "bwd", "total_us": total,
+                            "kernels": [{"us": us, "per_call": cnt, "name": nm} for us, cnt, nm in rows]})
+            del q, k, v
+            torch.cuda.empty_cache()
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump({"environment": bench.environment(), "calls": args.calls, "results": results}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
