@@ -49,6 +49,7 @@
 #include "cuda/sm90/bwd_mods.h"
 #include "cuda/sm90/bwd_sparse.h"
 #include "cuda/sm90/bwd_tile_order.h"
+#include "cuda/sm90/quad_transpose.h"  // the dQ conversion's 16-byte stores
 #include "cuda/sm90/tile_feed.h"  // the masked persistent kernels' feed (its first tile is blockIdx.x)
 
 namespace flashattn::cuda::sm90 {
@@ -420,14 +421,16 @@ __device__ __forceinline__ void init_ring(uint64_t* first, uint64_t* full, uint6
 
 // Writes a 64-row block of dK or dV from its accumulator (rows key_local and +8 of this thread;
 // element (row key_local + 8h, column 8c + 2 t4 + e) is acc[4c + 2h + e]): scaled into `out`
-// (Element, strides st; each quad writes 8 contiguous bytes of a row per 8-column chunk), or,
-// when query heads are split over CTAs (kv_splits > 1), unscaled into the f32 `partial` that the
-// sm80 reduction kernel sums.
+// (Element, strides st; four chunks' pieces quad-transposed (quad_transpose.h), so each store is
+// 16 contiguous bytes of a row, as the forward stores O), or, when query heads are split over
+// CTAs (kv_splits > 1), unscaled into the f32 `partial` that the sm80 reduction kernel sums.
+// Every lane of the warp calls it (the transposes shuffle before the row bound).
 template <typename Element, int kHeadDim>
 __device__ __forceinline__ void store_kv_grad(const float (&acc)[kHeadDim / 2], const BwdKernelParams& params,
                                               const SeqExtent& seq, int batch, int kv_head, int split, int n0,
                                               int key_local, int keys_here, int t4, float* partial, void* out,
                                               const Strides3& st, float scale) {
+  static_assert(kHeadDim % 32 == 0, "whole quad transposes of 8-column chunks");
   if (params.kv_splits > 1) {
     const int64_t row_base = int64_t(split) * params.total_k + params.k_row0(batch, seq.row0_k) + n0;
 #pragma unroll
@@ -445,14 +448,18 @@ __device__ __forceinline__ void store_kv_grad(const float (&acc)[kHeadDim / 2], 
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int r = key_local + 8 * h;
-    if (r >= keys_here) continue;
     const int64_t row = seq.row0_k + n0 + r;
     char* g = static_cast<char*>(out) +
-              sizeof(Element) * (batch * st.batch + row * st.row + int64_t(kv_head) * st.head + 2 * t4);
+              sizeof(Element) * (batch * st.batch + row * st.row + int64_t(kv_head) * st.head + 8 * t4);
 #pragma unroll
-    for (int c = 0; c < kHeadDim / 8; ++c) {
-      *reinterpret_cast<uint32_t*>(g + sizeof(Element) * 8 * c) =
-          ptx::pack2<Element>(acc[4 * c + 2 * h] * scale, acc[4 * c + 2 * h + 1] * scale);
+    for (int c = 0; c < kHeadDim / 8; c += 4) {
+      uint32_t x[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        x[j] = ptx::pack2<Element>(acc[4 * (c + j) + 2 * h] * scale, acc[4 * (c + j) + 2 * h + 1] * scale);
+      }
+      const uint4 chunk = quad_transpose(x, t4);  // lane t4: chunk c + t4
+      if (r < keys_here) *reinterpret_cast<uint4*>(g + sizeof(Element) * 8 * c) = chunk;
     }
   }
 }
@@ -1613,12 +1620,20 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_dq_kernel(const __gri
 }
 
 // dQ = scale * the fused kernel's f32 accumulator, in Element: the inverse of acc_order_index per
-// 64-row query block. Grid (64-row blocks of the longest sequence, heads, batch), 128 threads.
+// 64-row query block. Grid (64-row blocks of the longest sequence, heads, batch), 128 threads;
+// thread t reads what warpgroup thread t held (float4 (c * 128 + t) of a part is its 8-column
+// chunk c: rows r and r + 8, two columns each), packs four chunks' pieces and quad-transposes
+// them (quad_transpose.h), so each store is 16 contiguous bytes of a row and a warp's store
+// covers 8 rows x 64 bytes. The first form stored each thread's 4-byte pieces: 87-107 us for
+// 16 heads x 16k rows at d128 / 32 x 16k at d64 against 55-59 us for cuDNN's conversion
+// (H200, dev/kernel_split.py, dev/results/h200-2026-12-02-split-bwd-508b46b.json).
 template <typename Traits>
 __global__ void __launch_bounds__(128) bwd_dq_convert_kernel(const __grid_constant__ BwdKernelParams params) {
   using Element = typename Traits::Element;
   constexpr int kHeadDim = Traits::kHeadDim;
-  constexpr int kPartQuads = 64 * Traits::kDqCols / 4;  // float4 groups per part
+  constexpr int kChunks = Traits::kDqCols / 8;     // 8-column chunks per part
+  constexpr int kIters = 64 * kHeadDim / 4 / 128;  // float4 per thread: kHeadDim / kDqCols parts
+  static_assert(kChunks % 4 == 0 && kIters % kChunks == 0, "whole quad transposes per part");
   const int m0 = int(blockIdx.x) * 64;
   const int head = blockIdx.y;
   const int batch = blockIdx.z;
@@ -1632,24 +1647,28 @@ __global__ void __launch_bounds__(128) bwd_dq_convert_kernel(const __grid_consta
   // Every load first, then the stores: dq may alias the accumulator as far as the compiler knows,
   // so a load-store loop waited one memory latency per float4 (ncu, H200 d128 16k: 176 us at
   // 1.1 TB/s, IPC 0.45, against 53 us for cuDNN's conversion).
-  constexpr int kIters = 64 * kHeadDim / 4 / 128;
   float4 v[kIters];
 #pragma unroll
   for (int i = 0; i < kIters; ++i) v[i] = __ldg(reinterpret_cast<const float4*>(src) + threadIdx.x + 128 * i);
+  const int t4 = threadIdx.x % 4;
+  const int row = 16 * (threadIdx.x / 32) + threadIdx.x % 32 / 4;
 #pragma unroll
-  for (int i = 0; i < kIters; ++i) {
-    const int quad = threadIdx.x + 128 * i;
-    const int part = quad / kPartQuads;
-    const int chunk = quad % kPartQuads / 128;  // the accumulator's 8-column chunk
-    const int tid = quad % 128;                 // the warpgroup thread that held it
-    const int row = 16 * (tid / 32) + (tid % 32) / 4;
-    const int col = part * Traits::kDqCols + 8 * chunk + 2 * (tid % 4);
+  for (int i = 0; i < kIters; i += 4) {
+    const int part = i / kChunks;
+    const int col = part * Traits::kDqCols + 8 * (i % kChunks + t4);  // this lane's chunk after the transpose
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
+      uint32_t x[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        x[j] = ptx::pack2<Element>((h == 0 ? v[i + j].x : v[i + j].z) * scale,
+                                   (h == 0 ? v[i + j].y : v[i + j].w) * scale);
+      }
+      const uint4 chunk = quad_transpose(x, t4);  // every lane, before the row bound
       const int r = m0 + row + 8 * h;
-      if (r >= seq.seqlen_q) continue;
-      *reinterpret_cast<uint32_t*>(dq + sizeof(Element) * ((seq.row0_q + r) * params.dq_strides.row + col)) =
-          ptx::pack2<Element>((h == 0 ? v[i].x : v[i].z) * scale, (h == 0 ? v[i].y : v[i].w) * scale);
+      if (r < seq.seqlen_q) {
+        *reinterpret_cast<uint4*>(dq + sizeof(Element) * ((seq.row0_q + r) * params.dq_strides.row + col)) = chunk;
+      }
     }
   }
 }

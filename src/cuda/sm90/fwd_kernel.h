@@ -371,26 +371,6 @@ __device__ __forceinline__ void softmax_under_pv(ConsumerState<Traits>& st, floa
   convert_p(st);
 }
 
-// A 4 x 4 transpose of 32-bit words across a quad (lanes 4i .. 4i + 3): on entry word j of
-// lane t is piece t of chunk j; on return lane t holds chunk t, its pieces in order. The
-// butterfly form (quad_transpose.h): two rounds of two xor shuffles whose selects each depend on
-// one bit of the lane number. Against the form that indexes by (t4 +- r) & 3 (three shuffles,
-// a compare per word and round): d128 kernel 3296 -> 3000 SASS instructions, and on the H200
-// (bf16 forward, same process, dev/results/h200-2026-12-02-ab-xor-{base,x}.json) d128 +10/+13%
-// at 512, +5.5/+9.6% at 1k, +3/+5% at 2k, +0.5/+1.6% at 16k (unmasked/causal).
-__device__ __forceinline__ uint4 quad_transpose(const uint32_t (&x)[4], int t4) {
-  uint32_t y[4] = {x[0], x[1], x[2], x[3]};
-#pragma unroll
-  for (int bit = 1; bit <= 2; bit *= 2) {
-    uint32_t send[2], got[2];
-    quad_round_send(y, t4, bit, send);
-    got[0] = __shfl_xor_sync(0xffffffffu, send[0], bit);
-    got[1] = __shfl_xor_sync(0xffffffffu, send[1], bit);
-    quad_round_take(y, t4, bit, got);
-  }
-  return make_uint4(y[0], y[1], y[2], y[3]);
-}
-
 // Epilogue of one tile: finish the row sums across the quad, normalise, write LSE and O straight
 // from the accumulators (Traits::kStoreOChunks: 64 contiguous bytes of a row per quad and store,
 // otherwise 16). No shared memory: the next tile's Q may already be landing in the Q buffer.
