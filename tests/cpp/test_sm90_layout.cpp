@@ -126,11 +126,11 @@ TEST(Sm90FwdTile, EveryInstantiatedTileFitsSharedMemoryAndRegisters) {
       const FwdTile t = sm90::fwd_tile(d, dv, windowed);
       EXPECT_EQ(t.block_n % 16, 0) << "P V takes 16 keys per k-step";
       EXPECT_EQ(t.block_n * 128 % 1024, 0) << "K/V panels start on the swizzle period";
-      EXPECT_LE(sm90::fwd_smem_bound(t, d, dv), sm90::kFwdSmemLimit);
+      EXPECT_LE(sm90::fwd_smem_bound(t, d, dv), sm90::fwd_smem_limit(t.ctas_per_sm));
       // The accumulators leave at least 32 registers for addresses, row statistics and loop state.
       EXPECT_LE(sm90::fwd_accumulator_regs(t, dv) + 32, sm90::fwd_consumer_regs(t));
       // setmaxnreg: 128 producer threads at 24 plus the consumers within the SM's 65536.
-      EXPECT_LE(128 * 24 + 128 * t.consumers * sm90::fwd_consumer_regs(t), 65536);
+      EXPECT_LE(t.ctas_per_sm * (128 * sm90::fwd_producer_regs(t) + 128 * t.consumers * sm90::fwd_consumer_regs(t)), 65536);
     }
   }
 }
@@ -145,9 +145,9 @@ TEST(Sm90FwdTile, SparseTilesFitAndDivideBlocksOf128) {
     const FwdTile t = sm90::fwd_sparse_tile(d, dv);
     EXPECT_EQ(t.block_n % 16, 0);
     EXPECT_EQ(t.block_n * 128 % 1024, 0);
-    EXPECT_LE(sm90::fwd_smem_bound(t, d, dv), sm90::kFwdSmemLimit);
+    EXPECT_LE(sm90::fwd_smem_bound(t, d, dv), sm90::fwd_smem_limit(t.ctas_per_sm));
     EXPECT_LE(sm90::fwd_accumulator_regs(t, dv) + 32, sm90::fwd_consumer_regs(t));
-    EXPECT_LE(128 * 24 + 128 * t.consumers * sm90::fwd_consumer_regs(t), 65536);
+    EXPECT_LE(t.ctas_per_sm * (128 * sm90::fwd_producer_regs(t) + 128 * t.consumers * sm90::fwd_consumer_regs(t)), 65536);
     EXPECT_EQ(128 % (64 * t.consumers), 0) << "query tiles inside 128-row blocks";
     EXPECT_EQ(128 % t.block_n, 0) << "key tiles inside 128-key blocks";
   }
@@ -292,7 +292,7 @@ TEST(Sm90FwdTile, ShortRowsTileFitsAndDividesTheThreshold) {
   EXPECT_NE(sm90::kFwdShortRowsMaxSeqlen % (64 * sm90::fwd_tile(64, 64, true).consumers), 0);
   EXPECT_LE(sm90::fwd_smem_bound(t, 64, 64), sm90::kFwdSmemLimit);
   EXPECT_LE(sm90::fwd_accumulator_regs(t, 64) + 32, sm90::fwd_consumer_regs(t));
-  EXPECT_LE(128 * 24 + 128 * t.consumers * sm90::fwd_consumer_regs(t), 65536);
+  EXPECT_LE(t.ctas_per_sm * (128 * sm90::fwd_producer_regs(t) + 128 * t.consumers * sm90::fwd_consumer_regs(t)), 65536);
 }
 
 TEST(Sm90FwdTile, HeadDim192V128TakesTheLargestKeyBlockThatFits) {

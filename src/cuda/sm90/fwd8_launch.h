@@ -21,7 +21,7 @@ Status run_fwd8(const ForwardParams& params, cudaStream_t stream) {
     return s;
   }
   return launch_fwd(
-      fwd8_kernel<Traits>, kp, Traits::kThreads, Traits::kSmemBytes, Traits::kDynamicTiles, 0,
+      fwd8_kernel<Traits>, kp, Traits::kThreads, 1, Traits::kSmemBytes, Traits::kDynamicTiles, 0,
       [](void*) { return Status::Ok(); }, "the sm90 FP8 forward kernel", stream);
 }
 

@@ -59,20 +59,20 @@ inline Status make_fwd_params(const ForwardParams& params, DType kv_dtype, int h
   return Status::Ok();
 }
 
-// Persistent CTAs, one per SM (their shared memory allows no second): each loads its next tile
-// while finishing one (1k-2k without a mask: +5-11% against one CTA per tile). With a tile
+// Persistent CTAs, ctas_per_sm per SM (one for most tiles: their shared memory allows no
+// second; fwd_tile.h): each loads its next tile while finishing one (1k-2k without a mask: +5-11% against one CTA per tile). With a tile
 // counter (the dynamic feed: causal, window and block-sparse launches) CTAs take tiles from it,
 // zeroed here in stream order in workspace after `plan_bytes` (a multiple of 16) for the caller's
 // plan, which build_plan(workspace) writes first on the stream; one CTA per tile, the previous
 // choice under a mask, was 0-18% slower (shortest rows the most). Workspace is freed in stream
 // order after the launch.
 template <typename Kernel, typename BuildPlan>
-Status launch_fwd(Kernel kernel, FwdParams& kp, int threads, size_t smem, bool counter, size_t plan_bytes,
+Status launch_fwd(Kernel kernel, FwdParams& kp, int threads, int ctas_per_sm, size_t smem, bool counter, size_t plan_bytes,
                   BuildPlan build_plan, const char* what, cudaStream_t stream) {
   if (Status s = raise_dynamic_smem(kernel, smem); !s.ok()) return s;
   int sms = 0;
   if (Status s = multiprocessors(&sms); !s.ok()) return s;
-  const int ctas = std::min(kp.order.tiles, sms);
+  const int ctas = std::min(kp.order.tiles, sms * ctas_per_sm);
   const std::string launching = std::string("launching ") + what;
   if (!counter) {
     kernel<<<ctas, threads, smem, stream>>>(kp);

@@ -512,7 +512,7 @@ __device__ __forceinline__ int sparse_entry(const SparseSlots& sparse, int stage
 // The producer and the consumers walk the same tiles and count the K/V ring's slots across them,
 // so the producer loads the next tile's Q and first K/V tiles while the consumers finish this one.
 template <typename Traits>
-__global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_constant__ FwdParams kp) {
+__global__ void __launch_bounds__(Traits::kThreads, Traits::kCtasPerSm) fwd_kernel(const __grid_constant__ FwdParams kp) {
   using Element = typename Traits::Element;
   constexpr int kBlockN = Traits::kBlockN;
   constexpr int kStages = Traits::kStages;

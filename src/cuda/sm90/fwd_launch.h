@@ -75,7 +75,7 @@ Status run_fwd(const ForwardParams& params, cudaStream_t stream) {
     plan_bytes = (block_tiles_bytes(params, Traits::kBlockM, Traits::kBlockN) + 15) / 16 * 16;
   }
   return launch_fwd(
-      fwd_kernel<Traits>, kp, Traits::kThreads, Traits::kSmemBytes, Traits::kDynamicTiles, plan_bytes,
+      fwd_kernel<Traits>, kp, Traits::kThreads, Traits::kCtasPerSm, Traits::kSmemBytes, Traits::kDynamicTiles, plan_bytes,
       [&](void* workspace) {
         if constexpr (Traits::kSparse) return build_block_tiles(&kp.p, Traits::kBlockM, Traits::kBlockN, workspace, stream);
         return Status::Ok();

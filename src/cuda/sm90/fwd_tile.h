@@ -17,6 +17,10 @@ struct FwdTile {
   // tile boundary costs no more than a block boundary. Needs a second Q buffer (the next tile's Q
   // lands while this one is still read).
   bool cross_tile = false;
+  // CTAs resident per SM (the launch bounds' minimum and the persistent grid's size): with 2, each
+  // CTA's tile boundaries (Q load, first softmax, epilogue) run beside the other CTA's key blocks,
+  // at half the registers and shared memory each (fwd_consumer_regs, fwd_smem_limit).
+  int ctas_per_sm = 1;
 };
 
 // Per head dim (and mask). Registers per consumer thread: O takes head_dim_v / 2 floats, S
@@ -57,9 +61,12 @@ constexpr FwdTile fwd_tile(int head_dim, int head_dim_v, bool windowed) {
 #if !defined(FLASHATTN_DEV_SM90_CROSS)
 #define FLASHATTN_DEV_SM90_CROSS 0
 #endif
+#if !defined(FLASHATTN_DEV_SM90_CTAS)
+#define FLASHATTN_DEV_SM90_CTAS 1
+#endif
   if (head_dim == FLASHATTN_DEV_SM90_HDIM && head_dim_v == FLASHATTN_DEV_SM90_HDIMV) {
     return {FLASHATTN_DEV_SM90_CONSUMERS, FLASHATTN_DEV_SM90_BN, FLASHATTN_DEV_SM90_STAGES, FLASHATTN_DEV_SM90_PINGPONG != 0,
-            FLASHATTN_DEV_SM90_CROSS != 0};
+            FLASHATTN_DEV_SM90_CROSS != 0, FLASHATTN_DEV_SM90_CTAS};
   }
 #endif
   if (head_dim == 192 && head_dim_v == 128) return {2, 128, 2, true};
@@ -78,7 +85,15 @@ constexpr FwdTile fwd_tile(int head_dim, int head_dim_v, bool windowed) {
 // -8..-21% from 2k and -6% at 1k without a mask, so only masked launches up to 1024 rows take it.
 constexpr int kFwdShortRowsMaxSeqlen = 1024;
 constexpr bool fwd_has_short_rows_tile(int head_dim, int head_dim_v) { return head_dim == 64 && head_dim_v == 64; }
-constexpr FwdTile fwd_short_rows_tile() { return {2, 128, 2, true}; }
+constexpr FwdTile fwd_short_rows_tile() {
+#if defined(FLASHATTN_DEV_SM90_SHORT_BN)
+  // dev/ experiments: -DFLASHATTN_DEV_SM90_SHORT_{CONSUMERS,BN,STAGES,PINGPONG,CTAS}=... replace it.
+  return {FLASHATTN_DEV_SM90_SHORT_CONSUMERS, FLASHATTN_DEV_SM90_SHORT_BN, FLASHATTN_DEV_SM90_SHORT_STAGES,
+          FLASHATTN_DEV_SM90_SHORT_PINGPONG != 0, false, FLASHATTN_DEV_SM90_SHORT_CTAS};
+#else
+  return {2, 128, 2, true};
+#endif
+}
 
 // The tile of the block-sparse forward (FwdSparseTraits, calls with a block mask): block_m 128
 // (two consumers) and block_n 128 where it fits, 64 where not (d192 and d256 at two stages), so
@@ -98,8 +113,10 @@ constexpr FwdTile fwd_sparse_tile(int head_dim, int head_dim_v) {
   return {2, 64, 2, true};
 }
 
-// The dynamic shared memory a CTA may use on sm90 (227 KB).
+// The dynamic shared memory a CTA may use on sm90 (227 KB), and its share when `ctas` CTAs are
+// resident per SM (228 KB less 1 KB reserved per CTA).
 constexpr size_t kFwdSmemLimit = 232448;
+constexpr size_t fwd_smem_limit(int ctas) { return 233472 / size_t(ctas) - 1024; }
 
 // Shared memory of the forward kernel (FwdTraits::kSmemBytes): the 1024-byte alignment of the
 // dynamic base, Q, the K/V ring, `barriers` mbarriers of 8 bytes, `extra_bytes` after them.
@@ -130,6 +147,14 @@ constexpr int kFwdBiasConsumerRegs = 232;
 constexpr int fwd_accumulator_regs(const FwdTile& t, int head_dim_v) {
   return head_dim_v / 2 + t.block_n / 2 + t.block_n / 4;
 }
-constexpr int fwd_consumer_regs(const FwdTile& t) { return t.consumers == 3 ? 160 : 240; }
+// setmaxnreg: the producer warpgroup keeps 24 registers a thread (40 at two CTAs per SM: its
+// tile walk spilled at 24 there), the consumers share the rest of the SM's 65536 / ctas_per_sm
+// in setmaxnreg's steps of 8, at most 240: 160 for three consumers, 240 for two at one CTA per
+// SM; 216 for one at two.
+constexpr int fwd_producer_regs(const FwdTile& t) { return t.ctas_per_sm > 1 ? 40 : 24; }
+constexpr int fwd_consumer_regs(const FwdTile& t) {
+  const int pool = (65536 / t.ctas_per_sm - 128 * fwd_producer_regs(t)) / (128 * t.consumers);
+  return pool / 8 * 8 < 240 ? pool / 8 * 8 : 240;
+}
 
 }  // namespace flashattn::cuda::sm90

@@ -57,9 +57,10 @@ struct FwdTraitsBody {
   static constexpr int kStages = kTile.stages;
   static constexpr bool kPingPong = kTile.ping_pong;
   static constexpr int kThreads = 128 * (kConsumers + 1);  // warpgroup 0 produces
+  static constexpr int kCtasPerSm = kTile.ctas_per_sm;
   // setmaxnreg: the producer gives its registers to the consumers. 65536 per SM (one CTA):
   // 128 x 24 + 256 x 240 = 64512.
-  static constexpr int kProducerRegs = kBias_ ? kFwdBiasProducerRegs : 24;  // fwd_tile.h
+  static constexpr int kProducerRegs = kBias_ ? kFwdBiasProducerRegs : fwd_producer_regs(kTile);  // fwd_tile.h
   static constexpr int kConsumerRegs = kBias_ ? kFwdBiasConsumerRegs : fwd_consumer_regs(kTile);
 
   // Tiles are 64-column panels of 128-byte rows (the widest swizzled row the copy engine writes):
@@ -143,7 +144,8 @@ struct FwdTraitsBody {
                 "fwd_smem_bound counts every buffer");
   static_assert(!kBias || (!kSparse && kMods && !kCrossTile && kBlockN % 64 == 0 && kHeadDimV == kHeadDim),
                 "the bias kernel: no block mask, scores in log2 units, one tile at a time, 64-key panels");
-  static_assert(kSmemBytes <= kFwdSmemLimit, "fits the 227 KB an sm90 CTA may use");
+  static_assert(kSmemBytes <= fwd_smem_limit(kCtasPerSm), "fits the share of the 228 KB an sm90 CTA may use");
+  static_assert(kCtasPerSm == 1 || !kBias, "the bias kernel's setmaxnreg counts are for one CTA per SM");
   static_assert(!kSparse || kDynamicTiles, "the sparse producer publishes whether a tile has keys with the tile");
 };
 
