@@ -2,19 +2,23 @@
 # Twelfth session, GPU call 3 (one H200, < 540 s), right after call 2 on the same warm machine,
 # run from .carry/snap with .carry/fa4b beside it: joins the FlashAttention-4 wheels (call 2 left
 # the first half in /tmp/fa4w), installs them in /tmp/fa4-site, and times in one process each
-#  1. bf16 d64/d128/d256, 512..16k with 8k, ours, SDPA cuDNN and FA4 (forward and backward);
-#  2. fp16 d64/d128/d256, 512..16k, ours and SDPA cuDNN.
-# Uses call 2's package /tmp/pk (rebuilt here, d64;128;256 bf16+fp16, if the machine is fresh).
+#  1. bf16 d64/d128, 512..16k with 8k, ours, SDPA cuDNN and FA4 (forward and backward);
+#  2. fp16 d64/d128, 512..16k, ours and SDPA cuDNN.
+# Uses call 2's package /tmp/pk-base (d64;128 bf16; rebuilt here if the machine is fresh) and
+# builds an fp16 one (/tmp/pk-fp16) while FA4 installs.
 # Writes $OUT/{fa4-bf16,fp16}.json, $OUT/logs3.tgz.
 set -uo pipefail
 T0=$(date +%s); t() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
 cap() { local left=$(( 530 - ($(date +%s) - T0) )); (( left < $1 )) && echo $(( left > 1 ? left : 1 )) || echo "$1"; }
 OUT=${OUT:-/tmp/flashattn-out}; mkdir -p "$OUT" /tmp/logs3 /tmp/fa4w
-if [ ! -d /tmp/pk/flashattn ]; then
-  t "fresh machine: building the package"
-  CMAKE_BUILD_PARALLEL_LEVEL=16 timeout 200 python3 -m pip install --no-build-isolation --no-deps -q --target /tmp/pk \
-    -Cbuild-dir=/tmp/bb -Ccmake.define.FLASHATTN_CUDA_ARCHITECTURES=90 "-Ccmake.define.FLASHATTN_CUDA_HEAD_DIMS=64;128;256" \
-    "-Ccmake.define.FLASHATTN_CUDA_DTYPES=bf16;fp16" . > /tmp/logs3/pip.log 2>&1
+PIP="python3 -m pip install --no-build-isolation --no-deps -q -Ccmake.define.FLASHATTN_CUDA_ARCHITECTURES=90 -Ccmake.define.FLASHATTN_CUDA_HEAD_DIMS=64;128"
+(CMAKE_BUILD_PARALLEL_LEVEL=12 timeout 200 $PIP --target /tmp/pk-fp16 -Cbuild-dir=/tmp/bb-fp16 \
+   -Ccmake.define.FLASHATTN_CUDA_DTYPES=fp16 . > /tmp/logs3/pip-fp16.log 2>&1) &
+fp16_build=$!
+if [ ! -d /tmp/pk-base/flashattn ]; then
+  t "fresh machine: building the bf16 package"
+  CMAKE_BUILD_PARALLEL_LEVEL=4 timeout 250 $PIP --target /tmp/pk-base -Cbuild-dir=/tmp/bb-base \
+    -Ccmake.define.FLASHATTN_CUDA_DTYPES=bf16 . > /tmp/logs3/pip.log 2>&1
   t "built rc $?"
 fi
 impls=flashattn,sdpa_cudnn
@@ -32,12 +36,13 @@ if [ -f /tmp/fa4w/cu13part.aa ] && [ -d ../fa4b ]; then
 else
   echo "no FA4 wheels (first half missing: the machine is not call 2's)"
 fi
-export PYTHONPATH=/tmp/pk${PYTHONPATH:+:$PYTHONPATH}
-t "fa4 installed"
-timeout "$(cap 330)" python3 bench/bench.py --suite full --dtypes bf16 --head-dims 64,128,256 \
+wait $fp16_build; t "fa4 installed, fp16 package built"
+FA4PATH=${PYTHONPATH:-}
+export PYTHONPATH=/tmp/pk-base${FA4PATH:+:$FA4PATH}
+timeout "$(cap 330)" python3 bench/bench.py --suite full --dtypes bf16 --head-dims 64,128 \
   --seqlens 512,1024,2048,4096,8192,16384 --impls $impls --repeats 10 --out $OUT/fa4-bf16.json > /tmp/logs3/bench-bf16.log 2>&1
 t "bench bf16 rc $?"
-timeout "$(cap 180)" python3 bench/bench.py --suite full --dtypes fp16 --head-dims 64,128,256 \
+PYTHONPATH=/tmp/pk-fp16 timeout "$(cap 180)" python3 bench/bench.py --suite full --dtypes fp16 --head-dims 64,128 \
   --seqlens 512,1024,2048,4096,16384 --impls flashattn,sdpa_cudnn --repeats 10 --out $OUT/fp16.json > /tmp/logs3/bench-fp16.log 2>&1
 t "bench fp16 rc $?"
 tar czf $OUT/logs3.tgz -C /tmp/logs3 .
