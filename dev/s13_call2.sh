@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Twelfth session, GPU call 2 (one H200, < 520 s), run from .carry/snap with .carry/fa4a beside it
+# Twelfth session, GPU call 2 (one H200, < 430 s), run from .carry/snap with .carry/fa4a beside it
 # (kept in /tmp/fa4w for call 3, which installs FlashAttention-4 and times it with pk-base):
 #  1. packages d64;128 bf16 side by side: base (this tree's defaults: the 16-byte dQ conversion
 #     and dK/dV stores), x1 and x2 (two CTAs per SM for the short-row forward, fwd_tile.h
@@ -12,7 +12,7 @@
 # Writes $OUT/{split-bwd,full,ctas-*}.json, $OUT/logs.tgz.
 set -uo pipefail
 T0=$(date +%s); t() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
-cap() { local left=$(( 510 - ($(date +%s) - T0) )); (( left < $1 )) && echo $(( left > 1 ? left : 1 )) || echo "$1"; }
+cap() { local left=$(( 420 - ($(date +%s) - T0) )); (( left < $1 )) && echo $(( left > 1 ? left : 1 )) || echo "$1"; }
 OUT=${OUT:-/tmp/flashattn-out}; mkdir -p "$OUT" /tmp/logs /tmp/fa4w
 [ -d ../fa4a ] && cp ../fa4a/* /tmp/fa4w/ && t "fa4a kept: $(ls /tmp/fa4w | wc -l) files"
 PIP="python3 -m pip install --no-build-isolation --no-deps -q -Ccmake.define.FLASHATTN_CUDA_ARCHITECTURES=90 -Ccmake.define.FLASHATTN_CUDA_DTYPES=bf16 -Ccmake.define.FLASHATTN_CUDA_HEAD_DIMS=64;128"
@@ -26,20 +26,20 @@ done
 wait; t built
 for n in base x1 x2; do [ -d /tmp/pk-$n/flashattn ] || { echo "package $n failed"; grep -E "error" /tmp/logs/pip-$n.log | head -5; }; done
 [ -d /tmp/pk-base/flashattn ] || { tar czf $OUT/logs.tgz -C /tmp/logs .; exit 1; }
-(PYTHONPATH=/tmp/pk-base FLASHATTN_CUDA_PATH=sm90 timeout "$(cap 150)" python3 -m pytest tests/python/test_cuda.py \
+(PYTHONPATH=/tmp/pk-base FLASHATTN_CUDA_PATH=sm90 timeout "$(cap 110)" python3 -m pytest tests/python/test_cuda.py \
    tests/python/test_torch.py -q -p no:cacheprovider > /tmp/logs/py-base.log 2>&1
  echo "pytest cuda+torch (sm90) base: $(tail -1 /tmp/logs/py-base.log)"; grep -E "^FAILED|^ERROR" /tmp/logs/py-base.log | head -8) &
 for n in x1 x2; do
   [ -d /tmp/pk-$n/flashattn ] || continue
-  (PYTHONPATH=/tmp/pk-$n FLASHATTN_CUDA_PATH=sm90 timeout "$(cap 150)" python3 -m pytest tests/python/test_cuda.py -q \
+  (PYTHONPATH=/tmp/pk-$n FLASHATTN_CUDA_PATH=sm90 timeout "$(cap 110)" python3 -m pytest tests/python/test_cuda.py -q \
      -p no:cacheprovider > /tmp/logs/py-$n.log 2>&1
    echo "pytest cuda (sm90) $n: $(tail -1 /tmp/logs/py-$n.log)"; grep -E "^FAILED|^ERROR" /tmp/logs/py-$n.log | head -5) &
 done
-(PYTHONPATH=/tmp/pk-base FLASHATTN_CUDA_PATH=sm90 timeout "$(cap 150)" compute-sanitizer --tool racecheck --print-limit 20 \
+(PYTHONPATH=/tmp/pk-base FLASHATTN_CUDA_PATH=sm90 timeout "$(cap 80)" compute-sanitizer --tool racecheck --print-limit 20 \
    python3 dev/san_cases.py --only bwd_d128_causal,bwd_d128_2tiles,bwd_d64_causal_2tiles,bwd_varlen_causal > /tmp/logs/san-racecheck.txt 2>&1
  echo "racecheck: rc $? $(grep -E 'RACECHECK SUMMARY' /tmp/logs/san-racecheck.txt | tail -1) | $(grep -E 'ALL OK|SOME FAILED' /tmp/logs/san-racecheck.txt)"
  grep -E "Race reported" /tmp/logs/san-racecheck.txt | sort | uniq -c | head -8
- PYTHONPATH=/tmp/pk-base FLASHATTN_CUDA_PATH=sm90 timeout "$(cap 60)" compute-sanitizer --tool memcheck --print-limit 20 python3 dev/san_cases.py \
+ PYTHONPATH=/tmp/pk-base FLASHATTN_CUDA_PATH=sm90 timeout "$(cap 30)" compute-sanitizer --tool memcheck --print-limit 20 python3 dev/san_cases.py \
    --only bwd_d128_causal,bwd_d128_2tiles,bwd_d64_causal_2tiles,bwd_varlen_causal > /tmp/logs/san-memcheck.txt 2>&1
  echo "memcheck: rc $? $(grep -E 'ERROR SUMMARY' /tmp/logs/san-memcheck.txt | tail -1) | $(grep -E 'ALL OK|SOME FAILED' /tmp/logs/san-memcheck.txt)") &
 wait; t "tests and sanitizers"
