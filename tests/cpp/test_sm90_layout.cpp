@@ -280,17 +280,19 @@ TEST(Sm90FwdTile, MaskSlotPairsAreTheAccumulatorPairs) {
   }
 }
 
-// d64's tile for short masked rows (FwdShortRowsTraits): two consumers, so that 1024 rows are
-// eight whole tiles (the three-consumer tile leaves a 64-row sixth), within the same limits.
+// d64's tile for short masked rows (FwdShortRowsTraits): one consumer at two CTAs per SM, so that
+// 1024 rows are sixteen whole tiles (the three-consumer tile leaves a 64-row sixth), within each
+// CTA's half of the SM's shared memory and registers.
 TEST(Sm90FwdTile, ShortRowsTileFitsAndDividesTheThreshold) {
   EXPECT_TRUE(sm90::fwd_has_short_rows_tile(64, 64));
   EXPECT_FALSE(sm90::fwd_has_short_rows_tile(128, 128));
   const FwdTile t = sm90::fwd_short_rows_tile();
-  EXPECT_EQ(t.consumers, 2);
+  EXPECT_EQ(t.consumers, 1);
+  EXPECT_EQ(t.ctas_per_sm, 2);
   EXPECT_LT(t.consumers, sm90::fwd_tile(64, 64, true).consumers);
   EXPECT_EQ(sm90::kFwdShortRowsMaxSeqlen % (64 * t.consumers), 0);
   EXPECT_NE(sm90::kFwdShortRowsMaxSeqlen % (64 * sm90::fwd_tile(64, 64, true).consumers), 0);
-  EXPECT_LE(sm90::fwd_smem_bound(t, 64, 64), sm90::kFwdSmemLimit);
+  EXPECT_LE(sm90::fwd_smem_bound(t, 64, 64), sm90::fwd_smem_limit(t.ctas_per_sm));
   EXPECT_LE(sm90::fwd_accumulator_regs(t, 64) + 32, sm90::fwd_consumer_regs(t));
   EXPECT_LE(t.ctas_per_sm * (128 * sm90::fwd_producer_regs(t) + 128 * t.consumers * sm90::fwd_consumer_regs(t)), 65536);
 }

@@ -77,23 +77,23 @@ constexpr FwdTile fwd_tile(int head_dim, int head_dim_v, bool windowed) {
 }
 
 // The tile of short masked rows (FwdShortRowsTraits): d64 under a causal or window mask with at
-// most kFwdShortRowsMaxSeqlen query rows takes two consumers (128 x 128) instead of three. At
-// 1024 rows the 192-row tile leaves 1024 = 5 x 192 + 64: a sixth tile per (batch, head) with one
-// of its three consumers busy, and under causal the short tiles are the serial chain of one
-// consumer (Q K^T -> softmax -> P V) with few key blocks to overlap. Measured on H200 (bf16, same
-// process, dev/results/h200-2026-12-02-ab-d64-{base,c2}.json): causal +7.6/+6.8% at 512/1k, but
-// -8..-21% from 2k and -6% at 1k without a mask, so only masked launches up to 1024 rows take it.
+// most kFwdShortRowsMaxSeqlen query rows takes one consumer (64 x 128, 2 stages: 8 + 2 x 32 KB)
+// at two CTAs per SM (ctas_per_sm; setmaxnreg 40 / 216) instead of three consumers. At 1024 rows
+// the 192-row tile leaves 1024 = 5 x 192 + 64: a sixth tile per (batch, head) with one of its
+// three consumers busy, and under causal the short tiles are the serial chain of one consumer
+// (Q K^T -> softmax -> P V) with few key blocks to overlap. Measured on H200 (bf16, same process):
+//  - two consumers (128 x 128) against three: causal +7.6/+6.8% at 512/1k, but -8..-21% from 2k
+//    and -6% at 1k without a mask (dev/results/h200-2026-12-02-ab-d64-{base,c2}.json), so only
+//    masked launches up to 1024 rows take it;
+//  - one consumer at two CTAs per SM against two consumers at one: causal +3.0% at 512, +2.7% at
+//    1k, 3 stages the same (dev/results/h200-2026-12-02-ab-ctas-{base2,x1,x2-b,base-b}-48180e9.json;
+//    the other rows, which kept their tiles, moved -1..+3%). Predicted +10-20% (each CTA's tile
+//    boundary beside the other's key blocks), so the boundaries are not what holds these rows
+//    at 0.80-0.85x cuDNN. The same at d128 (64 x 64 or 64 x 80, the most two CTAs' shared memory
+//    allows) lost 5-21% at every length: not taken.
 constexpr int kFwdShortRowsMaxSeqlen = 1024;
 constexpr bool fwd_has_short_rows_tile(int head_dim, int head_dim_v) { return head_dim == 64 && head_dim_v == 64; }
-constexpr FwdTile fwd_short_rows_tile() {
-#if defined(FLASHATTN_DEV_SM90_SHORT_BN)
-  // dev/ experiments: -DFLASHATTN_DEV_SM90_SHORT_{CONSUMERS,BN,STAGES,PINGPONG,CTAS}=... replace it.
-  return {FLASHATTN_DEV_SM90_SHORT_CONSUMERS, FLASHATTN_DEV_SM90_SHORT_BN, FLASHATTN_DEV_SM90_SHORT_STAGES,
-          FLASHATTN_DEV_SM90_SHORT_PINGPONG != 0, false, FLASHATTN_DEV_SM90_SHORT_CTAS};
-#else
-  return {2, 128, 2, true};
-#endif
-}
+constexpr FwdTile fwd_short_rows_tile() { return {1, 128, 2, false, false, 2}; }
 
 // The tile of the block-sparse forward (FwdSparseTraits, calls with a block mask): block_m 128
 // (two consumers) and block_n 128 where it fits, 64 where not (d192 and d256 at two stages), so

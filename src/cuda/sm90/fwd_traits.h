@@ -157,8 +157,8 @@ struct FwdTraits : FwdTraitsBody<Element_, kHeadDim_, kMask_, kMods_, kHeadDimV_
 template <typename Element_, int kHeadDim_, MaskMode kMask_, bool kMods_ = false, int kHeadDimV_ = kHeadDim_>
 struct FwdSparseTraits : FwdTraitsBody<Element_, kHeadDim_, kMask_, kMods_, kHeadDimV_, true> {};
 
-// Short masked rows (at most kFwdShortRowsMaxSeqlen queries, causal or window): d64's two-consumer
-// tile (fwd_tile.h fwd_short_rows_tile), sm90fwdshort_hdim64_{dtype}_window.cu.
+// Short masked rows (at most kFwdShortRowsMaxSeqlen queries, causal or window): d64's one-consumer
+// tile at two CTAs per SM (fwd_tile.h fwd_short_rows_tile), sm90fwdshort_hdim64_{dtype}_window.cu.
 template <typename Element_, int kHeadDim_>
 struct FwdShortRowsTraits : FwdTraitsBody<Element_, kHeadDim_, MaskMode::kWindow, false, kHeadDim_, false, true> {};
 
