@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Twelfth session, GPU call 2 (one H200, < 430 s), run from .carry/snap with .carry/fa4a beside it
-# (kept in /tmp/fa4w for call 3, which installs FlashAttention-4 and times it with pk-base):
+# Twelfth session (s12), GPU call 2 (one H200, < 430 s), run from .carry/snap with .carry/fa4a beside it
+# (kept in /tmp/fa4w for a third call that would install FlashAttention-4: not run, no device time left):
 #  1. packages d64;128 bf16 side by side: base (this tree's defaults: the 16-byte dQ conversion
 #     and dK/dV stores), x1 and x2 (two CTAs per SM for the short-row forward, fwd_tile.h
 #     ctas_per_sm): x1 = d64 short rows {1 consumer, 128 keys, 2 stages} and d128 {1, 64, 2};

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Twelfth session, GPU call 1 (one H200, < 330 s), run from .carry/snap with .carry/fa4a beside it
+# Twelfth session (s12), GPU call 1 (one H200, < 330 s), run from .carry/snap with .carry/fa4a beside it
 # (the first half of the FlashAttention-4 wheels, kept in /tmp/fa4w for call 2):
 #  1. the package for the session's benchmarks: d64;128;256, bf16 and fp16, in /tmp/pk (kept for
 #     call 2 while the machine stays warm);
