@@ -517,15 +517,33 @@ def run_time(doc, path):
     return (str((doc.get("environment") or {}).get("date_utc") or ""), os.path.basename(path))
 
 
+def attention_shapes(doc):
+    """The (dtype, head dim) pairs an attention run measured (empty for other kinds)."""
+    if plot.plot_kind(doc) != "attention":
+        return set()
+    return {(r.get("dtype"), r.get("d")) for r in doc.get("rows", [])}
+
+
 def plot_choice(groups):
-    """[(heading, (path, doc) plotted, [file names of that kind's older runs])] for the kinds with a run."""
+    """[(heading, (path, doc) plotted, [file names of that kind's older runs])] for the kinds with a
+    run. A kind plots its newest run, and for attention runs also each older run of the same
+    commit that measured a (dtype, head dim) no newer one did (one suite split over calls: bf16,
+    fp16, d256)."""
     files = [(p, d) for k, fs in groups.items() if k is not None for p, d in fs
              if isinstance(d, dict) and plot.plot_kind(d) in plot.PLOTTERS]
     out = []
     for heading, test in PLOT_KINDS:
         runs = sorted(((p, d) for p, d in files if test(d)), key=lambda t: run_time(t[1], t[0]), reverse=True)
-        if runs:
-            out.append((heading, runs[0], sorted(os.path.basename(p) for p, _ in runs[1:])))
+        chosen, covered = [], set()
+        commit = lambda d: ((d.get("environment") or {}).get("git") or {}).get("commit")
+        for p, d in runs:
+            shapes = attention_shapes(d)
+            if not chosen or (shapes - covered and commit(d) is not None and commit(d) == commit(chosen[0][1])):
+                chosen.append((p, d))
+                covered |= shapes
+        older = sorted(os.path.basename(p) for p, d in runs if all(p != c for c, _ in chosen))
+        for i, run in enumerate(chosen):
+            out.append((heading, run, older if i == 0 else []))
     return out
 
 
