@@ -42,6 +42,8 @@ row's inputs, converted once outside the timing; descales 1; bf16 out) in the sa
 bf16/fp16 flashattn call, forward only, FLOPs as for that dtype; the console line adds its
 forward speed-up over flashattn's. E.g. python3 bench/bench.py --suite full --dtypes bf16
 --impls flashattn,flashattn_fp8 --no-backward.
+flashattn_det (opt-in): flash_attn_func with deterministic=True (the backward's two-kernel form on
+Hopper), so a row shows the deterministic mode's cost beside flashattn's.
 --kv-dtype fp8 (decode suite): the kvcache entries read an e4m3 cache (the bf16 keys quantized
 once per (batch, kv head), descales passed as k_descale/v_descale); their kv_tb_per_s counts the
 cache's bytes (1 per element), and each row prints their speed-up over flashattn's bf16 call.
@@ -72,7 +74,7 @@ KVCACHE_IMPLS = ("kvcache", "kvcache_paged16")
 DECODE_IMPLS = ("flashattn", "kvcache", "kvcache_paged16", "sdpa_cudnn", "sdpa_flash", "sdpa_efficient", "sdpa_math")
 SPARSE_IMPLS = ("flashattn", "flex")
 # Named only on request (not in the default --impls): dev measurements beside flashattn's own row.
-OPT_IN_IMPLS = ("flashattn_sink", "flashattn_fp8")
+OPT_IN_IMPLS = ("flashattn_sink", "flashattn_fp8", "flashattn_det")
 DESCRIPTIONS = {
     "flashattn": "this library: flashattn.flash_attn_func (layout B, N, H, d)",
     "sdpa_cudnn": "torch SDPA, cuDNN backend (SDPBackend.CUDNN_ATTENTION)",
@@ -421,6 +423,11 @@ def attention_impls(names, math_max_seqlen=4096, softcap=0.0, kv_dtype="bf16"):
         import flashattn
         impls["flashattn"] = Impl("bshd", lambda q, k, v, causal: flashattn.flash_attn_func(q, k, v, causal=causal,
                                                                                             softcap=softcap))
+
+    if "flashattn_det" in names:  # deterministic=True: the Hopper backward's two-kernel form
+        import flashattn
+        impls["flashattn_det"] = Impl("bshd", lambda q, k, v, causal: flashattn.flash_attn_func(
+            q, k, v, causal=causal, softcap=softcap, deterministic=True))
 
     if "flashattn_sink" in names:
         import flashattn
