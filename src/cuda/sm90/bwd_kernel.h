@@ -422,11 +422,11 @@ __device__ __forceinline__ void init_ring(uint64_t* first, uint64_t* full, uint6
 // Stores this thread's two rows of a warpgroup accumulator (element (row r + 8h, column 8c + 2 t4 +
 // e) is acc[4c + 2h + e]), scaled, in Element: four chunks' pieces are quad-transposed
 // (quad_transpose.h), so each lane stores 16 contiguous bytes of a row, as the forward stores
-// O. row[h] is row r + 8h's column 0, nullptr where it is not stored. Every lane of the warp
-// calls it (the transposes shuffle before the row test).
+// O. row[h] is row r + 8h's column 8 t4 (this lane's chunk of the first four), stored where ok[h]. Every lane of the warp calls it (the
+// transposes shuffle before the row test).
 template <typename Element, int kCols>
-__device__ __forceinline__ void store_acc_rows(const float (&acc)[kCols / 2], char* const (&row)[2], int t4,
-                                               float scale) {
+__device__ __forceinline__ void store_acc_rows(const float (&acc)[kCols / 2], char* const (&row)[2],
+                                               const bool (&ok)[2], int t4, float scale) {
   static_assert(kCols % 32 == 0, "whole quad transposes of 8-column chunks");
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -438,7 +438,7 @@ __device__ __forceinline__ void store_acc_rows(const float (&acc)[kCols / 2], ch
         x[j] = ptx::pack2<Element>(acc[4 * (c + j) + 2 * h] * scale, acc[4 * (c + j) + 2 * h + 1] * scale);
       }
       const uint4 chunk = quad_transpose(x, t4);  // lane t4: chunk c + t4
-      if (row[h] != nullptr) *reinterpret_cast<uint4*>(row[h] + sizeof(Element) * 8 * (c + t4)) = chunk;
+      if (ok[h]) *reinterpret_cast<uint4*>(row[h] + sizeof(Element) * 8 * c) = chunk;
     }
   }
 }
@@ -468,15 +468,16 @@ __device__ __forceinline__ void store_kv_grad(const float (&acc)[kHeadDim / 2], 
     return;
   }
   char* row[2];
+  bool ok[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int r = key_local + 8 * h;
-    row[h] = r < keys_here ? static_cast<char*>(out) +
-                                 sizeof(Element) * (batch * st.batch + (seq.row0_k + n0 + r) * st.row +
-                                                    int64_t(kv_head) * st.head)
-                           : nullptr;
+    const int64_t key_row = seq.row0_k + n0 + r;
+    ok[h] = r < keys_here;
+    row[h] = static_cast<char*>(out) +
+             sizeof(Element) * (batch * st.batch + key_row * st.row + int64_t(kv_head) * st.head + 8 * t4);
   }
-  store_acc_rows<Element, kHeadDim>(acc, row, t4, scale);
+  store_acc_rows<Element, kHeadDim>(acc, row, ok, t4, scale);
 }
 
 // Tensor-map coordinates: dense operands are (dim, position, head, batch); varlen ones are one
@@ -1619,16 +1620,16 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_dq_kernel(const __gri
 
   // dQ = scale * sum dS K, written from the accumulators (store_acc_rows: 16-byte row chunks).
   char* row[2];
+  bool ok[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int r = row_local + 8 * h;
-    row[h] = r < rows_here ? static_cast<char*>(params.dq) +
-                                 sizeof(Element) * (batch * params.dq_strides.batch +
-                                                    (seq.row0_q + m0 + r) * params.dq_strides.row +
-                                                    int64_t(head) * params.dq_strides.head)
-                           : nullptr;
+    ok[h] = r < rows_here;
+    row[h] = static_cast<char*>(params.dq) +
+             sizeof(Element) * (batch * params.dq_strides.batch + (seq.row0_q + m0 + r) * params.dq_strides.row +
+                                int64_t(head) * params.dq_strides.head + 8 * t4);
   }
-  bwd90::store_acc_rows<Element, kHeadDim>(dq, row, t4, params.scale);
+  bwd90::store_acc_rows<Element, kHeadDim>(dq, row, ok, t4, params.scale);
 }
 
 // dQ = scale * the fused kernel's f32 accumulator, in Element: the inverse of acc_order_index per
