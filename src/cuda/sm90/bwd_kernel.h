@@ -419,40 +419,18 @@ __device__ __forceinline__ void init_ring(uint64_t* first, uint64_t* full, uint6
   __syncthreads();
 }
 
-// Stores this thread's two rows of a warpgroup accumulator (element (row r + 8h, column 8c + 2 t4 +
-// e) is acc[4c + 2h + e]), scaled, in Element: four chunks' pieces are quad-transposed
-// (quad_transpose.h), so each lane stores 16 contiguous bytes of a row, as the forward stores
-// O. row[h] is row r + 8h's column 8 t4 (this lane's chunk of the first four), stored where ok[h]. Every lane of the warp calls it (the
-// transposes shuffle before the row test).
-template <typename Element, int kCols>
-__device__ __forceinline__ void store_acc_rows(const float (&acc)[kCols / 2], char* const (&row)[2],
-                                               const bool (&ok)[2], int t4, float scale) {
-  static_assert(kCols % 32 == 0, "whole quad transposes of 8-column chunks");
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-#pragma unroll
-    for (int c = 0; c < kCols / 8; c += 4) {
-      uint32_t x[4];
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        x[j] = ptx::pack2<Element>(acc[4 * (c + j) + 2 * h] * scale, acc[4 * (c + j) + 2 * h + 1] * scale);
-      }
-      const uint4 chunk = quad_transpose(x, t4);  // lane t4: chunk c + t4
-      if (ok[h]) *reinterpret_cast<uint4*>(row[h] + sizeof(Element) * 8 * c) = chunk;
-    }
-  }
-}
-
 // Writes a 64-row block of dK or dV from its accumulator (rows key_local and +8 of this thread;
 // element (row key_local + 8h, column 8c + 2 t4 + e) is acc[4c + 2h + e]): scaled into `out`
-// (Element, strides st; store_acc_rows), or, when query heads are split over CTAs (kv_splits >
-// 1), unscaled into the f32 `partial` that the sm80 reduction kernel sums. Every lane of the
-// warp calls it.
+// (Element, strides st; four chunks' pieces quad-transposed (quad_transpose.h), so each store is
+// 16 contiguous bytes of a row, as the forward stores O), or, when query heads are split over
+// CTAs (kv_splits > 1), unscaled into the f32 `partial` that the sm80 reduction kernel sums.
+// Every lane of the warp calls it (the transposes shuffle before the row bound).
 template <typename Element, int kHeadDim>
 __device__ __forceinline__ void store_kv_grad(const float (&acc)[kHeadDim / 2], const BwdKernelParams& params,
                                               const SeqExtent& seq, int batch, int kv_head, int split, int n0,
                                               int key_local, int keys_here, int t4, float* partial, void* out,
                                               const Strides3& st, float scale) {
+  static_assert(kHeadDim % 32 == 0, "whole quad transposes of 8-column chunks");
   if (params.kv_splits > 1) {
     const int64_t row_base = int64_t(split) * params.total_k + params.k_row0(batch, seq.row0_k) + n0;
 #pragma unroll
@@ -467,17 +445,23 @@ __device__ __forceinline__ void store_kv_grad(const float (&acc)[kHeadDim / 2], 
     }
     return;
   }
-  char* row[2];
-  bool ok[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int r = key_local + 8 * h;
-    const int64_t key_row = seq.row0_k + n0 + r;
-    ok[h] = r < keys_here;
-    row[h] = static_cast<char*>(out) +
-             sizeof(Element) * (batch * st.batch + key_row * st.row + int64_t(kv_head) * st.head + 8 * t4);
+    const int64_t row = seq.row0_k + n0 + r;
+    char* g = static_cast<char*>(out) +
+              sizeof(Element) * (batch * st.batch + row * st.row + int64_t(kv_head) * st.head + 8 * t4);
+#pragma unroll
+    for (int c = 0; c < kHeadDim / 8; c += 4) {
+      uint32_t x[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        x[j] = ptx::pack2<Element>(acc[4 * (c + j) + 2 * h] * scale, acc[4 * (c + j) + 2 * h + 1] * scale);
+      }
+      const uint4 chunk = quad_transpose(x, t4);  // lane t4: chunk c + t4
+      if (r < keys_here) *reinterpret_cast<uint4*>(g + sizeof(Element) * 8 * c) = chunk;
+    }
   }
-  store_acc_rows<Element, kHeadDim>(acc, row, ok, t4, scale);
 }
 
 // Tensor-map coordinates: dense operands are (dim, position, head, batch); varlen ones are one
@@ -1618,18 +1602,21 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_dq_kernel(const __gri
     }
   }
 
-  // dQ = scale * sum dS K, written from the accumulators (store_acc_rows: 16-byte row chunks).
-  char* row[2];
-  bool ok[2];
+  // dQ = scale * sum dS K, written from the accumulators.
+  const float dq_scale = params.scale;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int r = row_local + 8 * h;
-    ok[h] = r < rows_here;
-    row[h] = static_cast<char*>(params.dq) +
-             sizeof(Element) * (batch * params.dq_strides.batch + (seq.row0_q + m0 + r) * params.dq_strides.row +
-                                int64_t(head) * params.dq_strides.head + 8 * t4);
+    if (r >= rows_here) continue;
+    char* gdq = static_cast<char*>(params.dq) +
+                sizeof(Element) * (batch * params.dq_strides.batch + (seq.row0_q + m0 + r) * params.dq_strides.row +
+                                   int64_t(head) * params.dq_strides.head + 2 * t4);
+#pragma unroll
+    for (int c = 0; c < kHeadDim / 8; ++c) {
+      *reinterpret_cast<uint32_t*>(gdq + sizeof(Element) * 8 * c) =
+          ptx::pack2<Element>(dq[4 * c + 2 * h] * dq_scale, dq[4 * c + 2 * h + 1] * dq_scale);
+    }
   }
-  bwd90::store_acc_rows<Element, kHeadDim>(dq, row, ok, t4, params.scale);
 }
 
 // dQ = scale * the fused kernel's f32 accumulator, in Element: the inverse of acc_order_index per
