@@ -422,9 +422,10 @@ __device__ __forceinline__ void init_ring(uint64_t* first, uint64_t* full, uint6
 // Writes a 64-row block of dK or dV from its accumulator (rows key_local and +8 of this thread;
 // element (row key_local + 8h, column 8c + 2 t4 + e) is acc[4c + 2h + e]): scaled into `out`
 // (Element, strides st; four chunks' pieces quad-transposed (quad_transpose.h), so each store is
-// 16 contiguous bytes of a row, as the forward stores O), or, when query heads are split over
-// CTAs (kv_splits > 1), unscaled into the f32 `partial` that the sm80 reduction kernel sums.
-// Every lane of the warp calls it (the transposes shuffle before the row bound).
+// 16 contiguous bytes of a row, as the forward stores O; the main kernel 4-16% faster at 512-2k
+// than with 4-byte pieces, 1-3% at 16k: split-bwd-48180e9 above), or, when query heads are split
+// over CTAs (kv_splits > 1), unscaled into the f32 `partial` that the sm80 reduction kernel
+// sums. Every lane of the warp calls it (the transposes shuffle before the row bound).
 template <typename Element, int kHeadDim>
 __device__ __forceinline__ void store_kv_grad(const float (&acc)[kHeadDim / 2], const BwdKernelParams& params,
                                               const SeqExtent& seq, int batch, int kv_head, int split, int n0,
@@ -1625,8 +1626,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_dq_kernel(const __gri
 // chunk c: rows r and r + 8, two columns each), packs four chunks' pieces and quad-transposes
 // them (quad_transpose.h), so each store is 16 contiguous bytes of a row and a warp's store
 // covers 8 rows x 64 bytes. The first form stored each thread's 4-byte pieces: 87-107 us for
-// 16 heads x 16k rows at d128 / 32 x 16k at d64 against 55-59 us for cuDNN's conversion
-// (H200, dev/kernel_split.py, dev/results/h200-2026-12-02-split-bwd-508b46b.json).
+// 16 heads x 16k rows at d128 / 32 x 16k at d64 against 55-59 us for cuDNN's conversion; this
+// one 50-51 us at both (H200, dev/kernel_split.py, dev/results/h200-2026-12-02-split-bwd-
+// {508b46b,48180e9}.json).
 template <typename Traits>
 __global__ void __launch_bounds__(128) bwd_dq_convert_kernel(const __grid_constant__ BwdKernelParams params) {
   using Element = typename Traits::Element;
