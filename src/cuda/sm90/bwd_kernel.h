@@ -423,7 +423,8 @@ __device__ __forceinline__ void init_ring(uint64_t* first, uint64_t* full, uint6
 // element (row key_local + 8h, column 8c + 2 t4 + e) is acc[4c + 2h + e]): scaled into `out`
 // (Element, strides st; four chunks' pieces quad-transposed (quad_transpose.h), so each store is
 // 16 contiguous bytes of a row, as the forward stores O; the main kernel 4-16% faster at 512-2k
-// than with 4-byte pieces, 1-3% at 16k: split-bwd-48180e9 above), or, when query heads are split
+// than with 4-byte pieces, 1-3% at 16k:
+// dev/results/h200-2026-12-02-split-bwd-48180e9.json), or, when query heads are split
 // over CTAs (kv_splits > 1), unscaled into the f32 `partial` that the sm80 reduction kernel
 // sums. Every lane of the warp calls it (the transposes shuffle before the row bound).
 template <typename Element, int kHeadDim>
