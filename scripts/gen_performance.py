@@ -517,6 +517,11 @@ def run_time(doc, path):
     return (str((doc.get("environment") or {}).get("date_utc") or ""), os.path.basename(path))
 
 
+def run_commit(doc):
+    """The commit a results file was measured at (None when it does not say)."""
+    return ((doc.get("environment") or {}).get("git") or {}).get("commit")
+
+
 def attention_shapes(doc):
     """The (dtype, head dim) pairs an attention run measured (empty for other kinds)."""
     if plot.plot_kind(doc) != "attention":
@@ -535,10 +540,10 @@ def plot_choice(groups):
     for heading, test in PLOT_KINDS:
         runs = sorted(((p, d) for p, d in files if test(d)), key=lambda t: run_time(t[1], t[0]), reverse=True)
         chosen, covered = [], set()
-        commit = lambda d: ((d.get("environment") or {}).get("git") or {}).get("commit")
         for p, d in runs:
             shapes = attention_shapes(d)
-            if not chosen or (shapes - covered and commit(d) is not None and commit(d) == commit(chosen[0][1])):
+            if not chosen or (shapes - covered and run_commit(d) is not None and
+                              run_commit(d) == run_commit(chosen[0][1])):
                 chosen.append((p, d))
                 covered |= shapes
         older = sorted(os.path.basename(p) for p, d in runs if all(p != c for c, _ in chosen))

@@ -115,8 +115,8 @@ constexpr FwdTile fwd_sparse_tile(int head_dim, int head_dim_v) {
 
 // The dynamic shared memory a CTA may use on sm90 (227 KB), and its share when `ctas` CTAs are
 // resident per SM (228 KB less 1 KB reserved per CTA).
-constexpr size_t kFwdSmemLimit = 232448;
 constexpr size_t fwd_smem_limit(int ctas) { return 233472 / size_t(ctas) - 1024; }
+constexpr size_t kFwdSmemLimit = fwd_smem_limit(1);  // 232448
 
 // Shared memory of the forward kernel (FwdTraits::kSmemBytes): the 1024-byte alignment of the
 // dynamic base, Q, the K/V ring, `barriers` mbarriers of 8 bytes, `extra_bytes` after them.
