@@ -75,7 +75,8 @@ struct Ring {
 // 4c + 2h + e at column 8c + 2t + e). O is head_dim_v (kHeadDimV) wide.
 template <typename Traits>
 struct ConsumerState {
-  static constexpr int kORegs = Traits::kHeadDimV / 2;
+  // Traits::kRowSumMma: four more, the P V product's columns of ones (the rows' sums).
+  static constexpr int kORegs = Traits::kHeadDimV / 2 + (Traits::kRowSumMma ? 4 : 0);
   static constexpr int kSRegs = Traits::kBlockN / 2;
   float o[kORegs];
   float s[kSRegs];
@@ -101,9 +102,9 @@ __device__ __forceinline__ void gemm_qk(float (&s)[Traits::kBlockN / 2], uint64_
 }
 
 template <typename Traits>
-__device__ __forceinline__ void gemm_pv(float (&o)[Traits::kHeadDimV / 2], const uint32_t (&p)[Traits::kBlockN / 4],
+__device__ __forceinline__ void gemm_pv(float (&o)[ConsumerState<Traits>::kORegs], const uint32_t (&p)[Traits::kBlockN / 4],
                                         uint64_t v_desc, uint32_t accumulate = 1u) {
-  using Mma = ptx::Wgmma<Traits::kHeadDimV, typename Traits::Element>;
+  using Mma = ptx::Wgmma<Traits::kHeadDimV + (Traits::kRowSumMma ? 8 : 0), typename Traits::Element>;
   ptx::wgmma_fence();
 #pragma unroll
   for (int kk = 0; kk < Traits::kBlockN / 16; ++kk) {  // 16 keys = 16 rows of 128 bytes per step
@@ -238,6 +239,31 @@ __device__ __forceinline__ void mask_pair_scores(float (&s)[Traits::kBlockN / 2]
 // -inf outside the rows' visible key intervals (only for blocks that straddle a boundary).
 template <typename Traits>
 __device__ __forceinline__ void apply_mask(float (&s)[Traits::kBlockN / 2], const WindowMask& mask, int row, int key0) {
+#if defined(FLASHATTN_DEV_SM90_MASKBITS)
+  // dev/ A/B: the interval as one bit per chunk c (column 8c + e) and element e, then one bit test
+  // per score instead of two compares.
+  constexpr int kChunks = Traits::kBlockN / 8;
+  static_assert(kChunks <= 32, "one bit per chunk in a word");
+  const auto below = [](int x, int e) {  // chunks c with 8c + e < x, as low bits
+    const int k = min(max((x - e + 7) >> 3, 0), kChunks);
+    return kChunks == 32 && k == 32 ? ~0u : (1u << k) - 1u;
+  };
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    int lo, hi;
+    mask.row_range(row + 8 * h, &lo, &hi);
+    lo -= key0;
+    hi -= key0;
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const uint32_t keep = below(hi, e) & ~below(lo, e);
+#pragma unroll
+      for (int c = 0; c < kChunks; ++c) {
+        if (((keep >> c) & 1u) == 0u) s[4 * c + 2 * h + e] = -INFINITY;
+      }
+    }
+  }
+#else
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     int lo, hi;
@@ -253,6 +279,7 @@ __device__ __forceinline__ void apply_mask(float (&s)[Traits::kBlockN / 2], cons
       }
     }
   }
+#endif
 }
 
 // Whether key block n_block needs the element mask for a warpgroup's rows [row_begin, row_end):
@@ -275,9 +302,17 @@ __device__ __forceinline__ bool softmax_block(ConsumerState<Traits>& st, float s
   bool any_rescale = false;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
+#if defined(FLASHATTN_DEV_SM90_TREE)
+    // dev/ A/B: four interleaved chains (a quarter of the dependent FMNMX / FADD depth).
+    float m4[4] = {st.row_max[h], -INFINITY, -INFINITY, -INFINITY};
+#pragma unroll
+    for (int c = 0; c < kChunks; ++c) m4[c % 4] = fmaxf(m4[c % 4], fmaxf(st.s[4 * c + 2 * h], st.s[4 * c + 2 * h + 1]));
+    float mx = fmaxf(fmaxf(m4[0], m4[1]), fmaxf(m4[2], m4[3]));
+#else
     float mx = st.row_max[h];
 #pragma unroll
     for (int c = 0; c < kChunks; ++c) mx = fmaxf(mx, fmaxf(st.s[4 * c + 2 * h], st.s[4 * c + 2 * h + 1]));
+#endif
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
     const float kept = st.row_max[h];
@@ -288,7 +323,12 @@ __device__ __forceinline__ bool softmax_block(ConsumerState<Traits>& st, float s
     any_rescale |= adopt;
     // A row that has seen no visible key keeps -inf: subtract 0 so exp2(-inf - -inf) is no NaN.
     const float m_scaled = st.row_max[h] == -INFINITY ? 0.0f : st.row_max[h] * scale_log2;
-    float sum = 0.0f;
+#if defined(FLASHATTN_DEV_SM90_TREE)
+    float s4[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#else
+    float s4[1] = {0.0f};
+#endif
+    constexpr int kSums = sizeof(s4) / sizeof(float);
 #pragma unroll
     for (int c = 0; c < kChunks; ++c) {
 #pragma unroll
@@ -296,10 +336,14 @@ __device__ __forceinline__ bool softmax_block(ConsumerState<Traits>& st, float s
         const float x = fmaf(st.s[4 * c + 2 * h + e], scale_log2, -m_scaled);
         const float p = ptx::exp2_approx(x);
         st.s[4 * c + 2 * h + e] = p;
-        sum += p;
+        if constexpr (!Traits::kRowSumMma) s4[(2 * c + e) % kSums] += p;
       }
     }
-    st.row_sum[h] = st.row_sum[h] * correction[h] + sum;
+    float sum = s4[0];
+#pragma unroll
+    for (int i = 1; i < kSums; ++i) sum += s4[i];
+    // kRowSumMma: the P V product sums the rows (and rescale_o rescales them with O).
+    if constexpr (!Traits::kRowSumMma) st.row_sum[h] = st.row_sum[h] * correction[h] + sum;
   }
   return __any_sync(0xffffffffu, any_rescale);
 }
@@ -307,7 +351,7 @@ __device__ __forceinline__ bool softmax_block(ConsumerState<Traits>& st, float s
 template <typename Traits>
 __device__ __forceinline__ void rescale_o(ConsumerState<Traits>& st, const float (&correction)[2]) {
 #pragma unroll
-  for (int c = 0; c < Traits::kHeadDimV / 8; ++c) {
+  for (int c = 0; c < ConsumerState<Traits>::kORegs / 4; ++c) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       st.o[4 * c + 2 * h] *= correction[h];
@@ -387,9 +431,14 @@ __device__ __forceinline__ void store_tile(const ForwardParams& params, const Ti
   const float sink_log2 = params.learnable_sink != nullptr ? params.learnable_sink[w.head] * kLog2e : -INFINITY;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    float l = st.row_sum[h];
-    l += __shfl_xor_sync(0xffffffffu, l, 1);
-    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    float l;
+    if constexpr (Traits::kRowSumMma) {
+      l = st.o[Traits::kHeadDimV / 2 + 2 * h];  // the ones columns: the whole row's sum in every lane
+    } else {
+      l = st.row_sum[h];
+      l += __shfl_xor_sync(0xffffffffu, l, 1);
+      l += __shfl_xor_sync(0xffffffffu, l, 2);
+    }
     // The kept maximum in log2 units; __fmul_rn keeps it one rounding, so a sink of -inf leaves
     // the LSE bitwise unchanged. The learnable sink joins the row here (core/sink.h).
     float m_log2 = __fmul_rn(st.row_max[h], scale_log2);
@@ -524,8 +573,10 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kCtasPerSm) fwd_kern
   unsigned char* sQ = smem;                                // kPanels x (kBlockM rows)
   unsigned char* sK = sQ + Traits::kQSlots * Traits::kTileBytesQ;  // kStages x kPanels x (kBlockN rows)
   unsigned char* sV = sK + kStages * Traits::kTileBytesK;  // kStages x kPanelsV x (kBlockN rows)
+  // kRowSumMma: the panel of ones after V (Traits::kOnesBytes, else 0).
+  [[maybe_unused]] unsigned char* sOnes = sV + kStages * Traits::kTileBytesV;
   // kBias: kStages bias slots after V (Traits::kTileBytesBias is 0 for the other kernels).
-  [[maybe_unused]] unsigned char* sBias = sV + kStages * Traits::kTileBytesV;
+  [[maybe_unused]] unsigned char* sBias = sOnes + Traits::kOnesBytes;
   // kTileBytesMask (d64, attn_mask with attn_bias): kStages mask slots after the bias slots.
   [[maybe_unused]] unsigned char* sMask = sBias + kStages * Traits::kTileBytesBias;
   uint64_t* bars = reinterpret_cast<uint64_t*>(sMask + kStages * Traits::kTileBytesMask);
@@ -564,6 +615,14 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kCtasPerSm) fwd_kern
       }
     }
     ptx::mbarrier_init_fence();
+  }
+  if constexpr (Traits::kRowSumMma) {
+    // The ones panel (every element 1, so the swizzle does not matter), for the products' async proxy.
+    const uint32_t one = ptx::pack2<Element>(1.0f, 1.0f);
+    for (int i = threadIdx.x; i < Traits::kOnesBytes / 16; i += Traits::kThreads) {
+      reinterpret_cast<uint4*>(sOnes)[i] = make_uint4(one, one, one, one);
+    }
+    ptx::fence_proxy_async_smem();
   }
   __syncthreads();
 
@@ -758,9 +817,16 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kCtasPerSm) fwd_kern
   const uint64_t q_desc = ptx::smem_desc(ptx::smem_u32(sQ + wg_row0 * Traits::kRowBytes), 16, 1024,
                                          ptx::SmemSwizzle::k128B);
   const uint64_t k_desc0 = ptx::smem_desc(ptx::smem_u32(sK), 16, 1024, ptx::SmemSwizzle::k128B);
-  const uint64_t v_desc0 = ptx::smem_desc(ptx::smem_u32(sV), Traits::kPanelBytesKV, 1024, ptx::SmemSwizzle::k128B);
+  // kRowSumMma: the leading offset steps from stage 0's V to the ones panel, whose eight first
+  // columns are the product's N = 64..71; each later stage's offset is that much shorter.
+  const uint64_t v_desc0 =
+      ptx::smem_desc(ptx::smem_u32(sV), Traits::kRowSumMma ? uint32_t(sOnes - sV) : Traits::kPanelBytesKV, 1024,
+                     ptx::SmemSwizzle::k128B);
   const auto k_desc = [&](int stage) { return ptx::desc_advance(k_desc0, stage * Traits::kTileBytesK); };
-  const auto v_desc = [&](int stage) { return ptx::desc_advance(v_desc0, stage * Traits::kTileBytesV); };
+  const auto v_desc = [&](int stage) {
+    const uint64_t d = ptx::desc_advance(v_desc0, stage * Traits::kTileBytesV);
+    return Traits::kRowSumMma ? d - (uint64_t(stage * (Traits::kTileBytesV >> 4)) << 16) : d;
+  };
   const Turns<Traits> turns{consumer};
   // kBias: this lane's ldmatrix row in the bias slots, and whether the call has a bias / mask.
   [[maybe_unused]] BiasLane bias_lane_ = {};

@@ -113,12 +113,26 @@ struct FwdTraitsBody {
   // 256, d256 512), its P V product and O are d128's (m64n128, 8 k-steps, 64 accumulators), and
   // its unpinned SASS shows the same hoisted wait (all 66 MUFU.EX2 after it; pinned, all 66
   // between the two waits, no new spills).
+  // Row sums of P on the tensor cores (d64): O += P V runs as m64n72k16 over V and a panel of
+  // ones after the V ring (kOnesBytes), whose eight extra accumulator columns each hold the row
+  // sums of the P that was multiplied (the 16-bit P, accumulated in f32 and rescaled with O), so
+  // the softmax drops its 64 additions per thread and 128-key block and the epilogue its quad
+  // reduction. dev/ A/B: FLASHATTN_DEV_SM90_ROWSUM_MMA.
+#if defined(FLASHATTN_DEV_SM90_ROWSUM_MMA)
+  static constexpr bool kRowSumMma = kHeadDim == 64 && kHeadDimV == 64 && !kBias && !kSparse && !kMods;
+#else
+  static constexpr bool kRowSumMma = false;
+#endif
+  static constexpr int kPvN = kHeadDimV + (kRowSumMma ? 8 : 0);  // N of the P V product
+  static constexpr int kOnesBytes = kRowSumMma ? kPanelBytesKV : 0;
 #if defined(FLASHATTN_DEV_SM90_FWD_PIN_NONE)  // dev/ A/B: no pin anywhere
   static constexpr bool kPinSoftmax = false;
 #else
   // kBias (kMods for softcap / ALiBi under run-time branches, no tanh without softcap) takes the
   // pin of the plain kernels: not timed.
-  static constexpr bool kPinSoftmax = (kHeadDim <= 128 || (kHeadDim == 192 && kHeadDimV == 128)) && (!kMods || kBias);
+  // kRowSumMma has no row sums to store: not pinned (the pin gained 0-2% at d64).
+  static constexpr bool kPinSoftmax =
+      (kHeadDim <= 128 || (kHeadDim == 192 && kHeadDimV == 128)) && (!kMods || kBias) && !kRowSumMma;
 #endif
   static constexpr int kPinBytes = kPinSoftmax ? 4 * 4 * kConsumers : 0;  // one float per consumer warp
   // O stored in whole 16-byte chunks after a transpose across each quad (fwd_kernel.h,
@@ -133,14 +147,14 @@ struct FwdTraitsBody {
   static constexpr bool kStoreOChunks = kHeadDimV == 128 || kHeadDimV == 64;
   static constexpr size_t kSmemBytes =
       fwd_smem_bytes(kTile, kHeadDim, kHeadDimV, kBarriers, kPinBytes) + size_t(kStages) * kTileBytesBias +
-      size_t(kStages) * kTileBytesMask;
+      size_t(kStages) * kTileBytesMask + kOnesBytes;
 
   static_assert(kHeadDim % 64 == 0 && kHeadDimV % 64 == 0, "whole 64-column panels");
   static_assert(!kPingPong || kConsumers >= 2, "ping-pong takes turns between consumer warpgroups");
   static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "S = Q K^T is one m64nNk16 product per k-step");
   static_assert(kPanelBytesKV % 1024 == 0, "K/V panels start on the swizzle period");
   static_assert(kSmemBytes <= fwd_smem_bound(kTile, kHeadDim, kHeadDimV) + (kBias ? fwd_bias_bytes(kTile) : 0) +
-                                    size_t(kStages) * kTileBytesMask,
+                                    size_t(kStages) * kTileBytesMask + kOnesBytes,
                 "fwd_smem_bound counts every buffer");
   static_assert(!kBias || (!kSparse && kMods && !kCrossTile && kBlockN % 64 == 0 && kHeadDimV == kHeadDim),
                 "the bias kernel: no block mask, scores in log2 units, one tile at a time, 64-key panels");
