@@ -80,6 +80,7 @@ struct ConsumerState {
   static constexpr int kSRegs = Traits::kBlockN / 2;
   float o[kORegs];
   float s[kSRegs];
+  float s2[Traits::kTwoS ? kSRegs : 1];  // Traits::kTwoS: the next block's scores
   uint32_t p[kSRegs / 2];  // P in 16-bit pairs: p[i] = (s[2i], s[2i + 1])
   float row_max[2];
   float row_sum[2];
@@ -296,8 +297,10 @@ __device__ __forceinline__ bool block_needs_mask(const WindowMask& mask, int seq
 
 // Online softmax of one block: updates the kept maxima and row sums, turns s into unnormalised
 // P (in place) and returns the factors O must be multiplied by (1 when the maximum was kept).
+// sc: the block's scores (st.s, or the second buffer of Traits::kTwoS).
 template <typename Traits>
-__device__ __forceinline__ bool softmax_block(ConsumerState<Traits>& st, float scale_log2, float (&correction)[2]) {
+__device__ __forceinline__ bool softmax_block(ConsumerState<Traits>& st, float (&sc)[Traits::kBlockN / 2], float scale_log2,
+                                              float (&correction)[2]) {
   constexpr int kChunks = Traits::kBlockN / 8;
   bool any_rescale = false;
 #pragma unroll
@@ -306,12 +309,12 @@ __device__ __forceinline__ bool softmax_block(ConsumerState<Traits>& st, float s
     // dev/ A/B: four interleaved chains (a quarter of the dependent FMNMX / FADD depth).
     float m4[4] = {st.row_max[h], -INFINITY, -INFINITY, -INFINITY};
 #pragma unroll
-    for (int c = 0; c < kChunks; ++c) m4[c % 4] = fmaxf(m4[c % 4], fmaxf(st.s[4 * c + 2 * h], st.s[4 * c + 2 * h + 1]));
+    for (int c = 0; c < kChunks; ++c) m4[c % 4] = fmaxf(m4[c % 4], fmaxf(sc[4 * c + 2 * h], sc[4 * c + 2 * h + 1]));
     float mx = fmaxf(fmaxf(m4[0], m4[1]), fmaxf(m4[2], m4[3]));
 #else
     float mx = st.row_max[h];
 #pragma unroll
-    for (int c = 0; c < kChunks; ++c) mx = fmaxf(mx, fmaxf(st.s[4 * c + 2 * h], st.s[4 * c + 2 * h + 1]));
+    for (int c = 0; c < kChunks; ++c) mx = fmaxf(mx, fmaxf(sc[4 * c + 2 * h], sc[4 * c + 2 * h + 1]));
 #endif
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
@@ -333,9 +336,9 @@ __device__ __forceinline__ bool softmax_block(ConsumerState<Traits>& st, float s
     for (int c = 0; c < kChunks; ++c) {
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
-        const float x = fmaf(st.s[4 * c + 2 * h + e], scale_log2, -m_scaled);
+        const float x = fmaf(sc[4 * c + 2 * h + e], scale_log2, -m_scaled);
         const float p = ptx::exp2_approx(x);
-        st.s[4 * c + 2 * h + e] = p;
+        sc[4 * c + 2 * h + e] = p;
         if constexpr (!Traits::kRowSumMma) s4[(2 * c + e) % kSums] += p;
       }
     }
@@ -346,6 +349,11 @@ __device__ __forceinline__ bool softmax_block(ConsumerState<Traits>& st, float s
     if constexpr (!Traits::kRowSumMma) st.row_sum[h] = st.row_sum[h] * correction[h] + sum;
   }
   return __any_sync(0xffffffffu, any_rescale);
+}
+
+template <typename Traits>
+__device__ __forceinline__ bool softmax_block(ConsumerState<Traits>& st, float scale_log2, float (&correction)[2]) {
+  return softmax_block<Traits>(st, st.s, scale_log2, correction);
 }
 
 template <typename Traits>
@@ -361,11 +369,16 @@ __device__ __forceinline__ void rescale_o(ConsumerState<Traits>& st, const float
 }
 
 template <typename Traits>
-__device__ __forceinline__ void convert_p(ConsumerState<Traits>& st) {
+__device__ __forceinline__ void convert_p(ConsumerState<Traits>& st, const float (&sc)[Traits::kBlockN / 2]) {
 #pragma unroll
   for (int i = 0; i < Traits::kBlockN / 4; ++i) {
-    st.p[i] = ptx::pack2<typename Traits::Element>(st.s[2 * i], st.s[2 * i + 1]);
+    st.p[i] = ptx::pack2<typename Traits::Element>(sc[2 * i], sc[2 * i + 1]);
   }
+}
+
+template <typename Traits>
+__device__ __forceinline__ void convert_p(ConsumerState<Traits>& st) {
+  convert_p<Traits>(st, st.s);
 }
 
 // Ping-pong between consumer warpgroups (FlashAttention-3): they take turns issuing their
@@ -1084,6 +1097,103 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kCtasPerSm) fwd_kern
           }
         }
       };
+      if constexpr (Traits::kTwoS) {
+      // Traits::kTwoS: S_{i+1} runs (into the other score buffer) with P_{i-1} V_{i-1} under block
+      // i's softmax, so S's latency is off the consumer's chain. Block i (0 = the last-keyed) is
+      // key block n_hi - 1 - i, in ring slot it + i. ptxas keeps the products asynchronous only
+      // where every path into a point has the same groups in flight: each step starts and ends
+      // with one (its successor's S), and the one-block tile and the last step drain them.
+      const int nb = w.n_hi - w.n_lo;
+      const int base = it;
+      const auto slot_of = [&](int i) { return (base + i) % kStages; };
+      const auto parity_of = [&](int i) { return uint32_t(((base + i) / kStages) & 1); };
+      const auto issue_s = [&](float (&sc)[kBlockN / 2], int i) {
+        ptx::mbarrier_wait(&ring.k_full[slot_of(i)], parity_of(i));
+        gemm_qk<Traits>(sc, q_desc, k_desc(slot_of(i)));
+      };
+      const auto issue_pv = [&](int i) {
+        ptx::mbarrier_wait(&ring.v_full[slot_of(i)], parity_of(i));
+        gemm_pv<Traits>(st.o, st.p, v_desc(slot_of(i)));
+      };
+      const auto first_softmax = [&] {  // block 0: O is still 0, nothing to rescale
+        ptx::fence_operand(st.s);
+        release(&ring.k_empty[slot_of(0)], lane);
+        if (needs_mask(w.n_hi - 1)) apply_mask<Traits>(st.s, mask, row, (w.n_hi - 1) * kBlockN + 2 * t4);
+        float correction[2];
+        softmax_block<Traits>(st, st.s, scale_log2, correction);
+        convert_p<Traits>(st, st.s);
+      };
+      const auto after_pv = [&](float (&cur)[kBlockN / 2], int i, bool rescale, float (&correction)[2]) {
+        ptx::fence_operand(st.o);
+        ptx::fence_operand(st.p);
+        release(&ring.v_empty[slot_of(i - 1)], lane);
+        if (rescale) rescale_o(st, correction);
+        convert_p<Traits>(st, cur);
+      };
+      ptx::mbarrier_wait(ring.q_full, q_pass & 1);
+      if (nb == 1) {
+        issue_s(st.s, 0);
+        ptx::wgmma_wait<0>();
+        first_softmax();
+      } else {
+        issue_s(st.s, 0);
+        issue_s(st.s2, 1);
+        ptx::wgmma_wait<1>();  // S_0
+        first_softmax();
+        // A middle step: S_i is in flight on entry, S_{i+1} on exit.
+        const auto step = [&](float (&cur)[kBlockN / 2], float (&nxt)[kBlockN / 2], int i) {
+          issue_pv(i - 1);
+          issue_s(nxt, i + 1);
+          float correction[2];
+          const int n = w.n_hi - 1 - i;
+          ptx::wgmma_wait<2>();  // S_i; P_{i-1} V_{i-1} and S_{i+1} are still running
+          ptx::fence_operand(cur);
+          release(&ring.k_empty[slot_of(i)], lane);
+          if (needs_mask(n)) apply_mask<Traits>(cur, mask, row, n * kBlockN + 2 * t4);
+          const bool rescale = softmax_block<Traits>(st, cur, scale_log2, correction);
+          if constexpr (Traits::kPinSoftmax) {
+            if (lane == 0) ptx::st_shared_f32(pin_slot, st.row_sum[0] + st.row_sum[1]);
+          }
+          ptx::wgmma_wait<1>();  // P_{i-1} V_{i-1}
+          after_pv(cur, i, rescale, correction);
+        };
+        // The last block (i = nb - 1): S_i is in flight on entry, nothing on exit.
+        const auto last = [&](float (&cur)[kBlockN / 2], int i) {
+          issue_pv(i - 1);
+          float correction[2];
+          const int n = w.n_hi - 1 - i;
+          ptx::wgmma_wait<1>();  // S_i; P_{i-1} V_{i-1} is still running
+          ptx::fence_operand(cur);
+          release(&ring.k_empty[slot_of(i)], lane);
+          if (needs_mask(n)) apply_mask<Traits>(cur, mask, row, n * kBlockN + 2 * t4);
+          const bool rescale = softmax_block<Traits>(st, cur, scale_log2, correction);
+          if constexpr (Traits::kPinSoftmax) {
+            if (lane == 0) ptx::st_shared_f32(pin_slot, st.row_sum[0] + st.row_sum[1]);
+          }
+          ptx::wgmma_wait<0>();
+          after_pv(cur, i, rescale, correction);
+        };
+        bool done = false;
+        for (int i = 1; i + 1 < nb; i += 2) {  // two blocks per trip: the buffers swap at compile time
+          step(st.s2, st.s, i);
+          if (i + 2 >= nb) {
+            last(st.s, i + 1);
+            done = true;
+            break;
+          }
+          step(st.s, st.s2, i + 1);
+        }
+        if (!done) last(st.s2, nb - 1);
+      }
+      // Every Q K^T product of this tile has completed: the producer may load the next Q.
+      release(ring.q_empty, lane);
+      ++q_pass;
+      issue_pv(nb - 1);
+      ptx::wgmma_wait<0>();
+      ptx::fence_operand(st.o);
+      release(&ring.v_empty[slot_of(nb - 1)], lane);
+      it = base + nb;
+      } else {
       ptx::mbarrier_wait(ring.q_full, q_pass & 1);
 
       // The first (last-keyed) block: S, softmax, no P V yet.
@@ -1151,6 +1261,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kCtasPerSm) fwd_kern
       ptx::fence_operand(st.o);
       release(&ring.v_empty[stage], lane);
       ++it;
+      }
     }
     store_tile<Traits>(params, w, st, row_in_tile, t4, scale_log2);
   }

@@ -60,8 +60,14 @@ struct FwdTraitsBody {
   static constexpr int kCtasPerSm = kTile.ctas_per_sm;
   // setmaxnreg: the producer gives its registers to the consumers. 65536 per SM (one CTA):
   // 128 x 24 + 256 x 240 = 64512.
-  static constexpr int kProducerRegs = kBias_ ? kFwdBiasProducerRegs : fwd_producer_regs(kTile);  // fwd_tile.h
-  static constexpr int kConsumerRegs = kBias_ ? kFwdBiasConsumerRegs : fwd_consumer_regs(kTile);
+#if defined(FLASHATTN_DEV_SM90_TWO_S)
+  // dev/ A/B: the two score buffers take the producer's 16 registers (24 / 232 at two CTAs per SM).
+  static constexpr bool kTwoSRegs = kShortRows_;
+#else
+  static constexpr bool kTwoSRegs = false;
+#endif
+  static constexpr int kProducerRegs = kBias_ ? kFwdBiasProducerRegs : kTwoSRegs ? 24 : fwd_producer_regs(kTile);  // fwd_tile.h
+  static constexpr int kConsumerRegs = kBias_ ? kFwdBiasConsumerRegs : kTwoSRegs ? 232 : fwd_consumer_regs(kTile);
 
   // Tiles are 64-column panels of 128-byte rows (the widest swizzled row the copy engine writes):
   // kPanels of them in a Q or K tile, kPanelsV in a V tile.
@@ -124,6 +130,16 @@ struct FwdTraitsBody {
   static constexpr bool kRowSumMma = false;
 #endif
   static constexpr int kPvN = kHeadDimV + (kRowSumMma ? 8 : 0);  // N of the P V product
+  // Two score buffers (fwd_kernel.h, kTwoS): S_{i+1} is issued before block i's softmax. The
+  // short-rows tile only (one consumer, 216 registers: O, two S and P are 32 + 128 + 32). dev/ A/B:
+  // FLASHATTN_DEV_SM90_TWO_S.
+#if defined(FLASHATTN_DEV_SM90_TWO_S)
+  static constexpr bool kTwoS = kShortRows;
+#else
+  static constexpr bool kTwoS = false;
+#endif
+  static_assert(!kTwoS || (!kBias && !kSparse && !kMods && !kTile.ping_pong && !kTile.cross_tile),
+                "two score buffers: the plain one-consumer loop");
   static constexpr int kOnesBytes = kRowSumMma ? kPanelBytesKV : 0;
 #if defined(FLASHATTN_DEV_SM90_FWD_PIN_NONE)  // dev/ A/B: no pin anywhere
   static constexpr bool kPinSoftmax = false;
