@@ -286,7 +286,7 @@ TEST(Sm90FwdTile, MaskSlotPairsAreTheAccumulatorPairs) {
 TEST(Sm90FwdTile, ShortRowsTileFitsAndDividesTheThreshold) {
   EXPECT_TRUE(sm90::fwd_has_short_rows_tile(64, 64));
   EXPECT_FALSE(sm90::fwd_has_short_rows_tile(128, 128));
-  const FwdTile t = sm90::fwd_short_rows_tile();
+  const FwdTile t = sm90::fwd_short_rows_tile(true);
   EXPECT_EQ(t.consumers, 1);
   EXPECT_EQ(t.ctas_per_sm, 2);
   EXPECT_LT(t.consumers, sm90::fwd_tile(64, 64, true).consumers);
@@ -295,6 +295,17 @@ TEST(Sm90FwdTile, ShortRowsTileFitsAndDividesTheThreshold) {
   EXPECT_LE(sm90::fwd_smem_bound(t, 64, 64), sm90::fwd_smem_limit(t.ctas_per_sm));
   EXPECT_LE(sm90::fwd_accumulator_regs(t, 64) + 32, sm90::fwd_consumer_regs(t));
   EXPECT_LE(t.ctas_per_sm * (128 * sm90::fwd_producer_regs(t) + 128 * t.consumers * sm90::fwd_consumer_regs(t)), 65536);
+}
+
+// Without a mask the short rows keep the three-consumer tile; their kernel differs by the row sums
+// on the tensor cores alone (fwd_traits.h kRowSumMma).
+TEST(Sm90FwdTile, UnmaskedShortRowsKeepTheUnmaskedTile) {
+  const FwdTile t = sm90::fwd_short_rows_tile(false), u = sm90::fwd_tile(64, 64, false);
+  EXPECT_EQ(t.consumers, u.consumers);
+  EXPECT_EQ(t.block_n, u.block_n);
+  EXPECT_EQ(t.stages, u.stages);
+  EXPECT_EQ(t.cross_tile, u.cross_tile);
+  EXPECT_EQ(t.ctas_per_sm, 1);
 }
 
 TEST(Sm90FwdTile, HeadDim192V128TakesTheLargestKeyBlockThatFits) {

@@ -2,5 +2,5 @@
 #include "cuda/sm90/fwd_launch.h"
 
 namespace flashattn::cuda {
-template Status sm90::run_fwd<sm90::FwdShortRowsTraits<__nv_bfloat16, 64>>(const ForwardParams&, cudaStream_t);
+template Status sm90::run_fwd<sm90::FwdShortRowsTraits<__nv_bfloat16, 64, MaskMode::kWindow>>(const ForwardParams&, cudaStream_t);
 }  // namespace flashattn::cuda

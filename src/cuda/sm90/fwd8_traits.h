@@ -54,7 +54,6 @@ struct Fwd8Traits : Fwd8Shape<kHeadDim_> {
   static constexpr bool kStoreOChunks = kHeadDim_ == 128;
   // The row sums stay on the FMA units (FwdTraits::kRowSumMma).
   static constexpr bool kRowSumMma = false;
-  static constexpr bool kTwoS = false;  // one score buffer (FwdTraits::kTwoS)
   // +1024 alignment, the tiles, the barriers, the transposers' end flags (one int per stage),
   // the pin slots.
   static constexpr size_t kSmemBytes = 1024 + Shape::kTileBytesQ +

@@ -80,7 +80,6 @@ struct ConsumerState {
   static constexpr int kSRegs = Traits::kBlockN / 2;
   float o[kORegs];
   float s[kSRegs];
-  float s2[Traits::kTwoS ? kSRegs : 1];  // Traits::kTwoS: the next block's scores
   uint32_t p[kSRegs / 2];  // P in 16-bit pairs: p[i] = (s[2i], s[2i + 1])
   float row_max[2];
   float row_sum[2];
@@ -237,50 +236,55 @@ __device__ __forceinline__ void mask_pair_scores(float (&s)[Traits::kBlockN / 2]
   }
 }
 
-// -inf outside the rows' visible key intervals (only for blocks that straddle a boundary).
+// -inf outside the rows' visible key intervals (only for blocks that straddle a boundary). Up to
+// head_dim_v 128 each row's interval becomes one bit per chunk c (column 8c + e) for each element
+// e, so a score costs a bit test (R2P, 7 predicates per instruction) and a select instead of two
+// compares and a select: 54 fewer instructions per masked 128-key block (SASS). H200 bf16 against
+// the compares, same session (dev/results/h200-2026-12-02-ab-s13-*.json): d128 causal +0.2-0.9%
+// at 512-16k, unmasked rows (the key bound only) -1.3..0%. d192 and d256 keep the compares: with
+// the bits ptxas spilled more in d256's key-block loop (12 local-memory instructions there, 4
+// before), and neither was timed.
 template <typename Traits>
 __device__ __forceinline__ void apply_mask(float (&s)[Traits::kBlockN / 2], const WindowMask& mask, int row, int key0) {
-#if defined(FLASHATTN_DEV_SM90_MASKBITS)
-  // dev/ A/B: the interval as one bit per chunk c (column 8c + e) and element e, then one bit test
-  // per score instead of two compares.
-  constexpr int kChunks = Traits::kBlockN / 8;
-  static_assert(kChunks <= 32, "one bit per chunk in a word");
-  const auto below = [](int x, int e) {  // chunks c with 8c + e < x, as low bits
-    const int k = min(max((x - e + 7) >> 3, 0), kChunks);
-    return kChunks == 32 && k == 32 ? ~0u : (1u << k) - 1u;
-  };
+  if constexpr (Traits::kHeadDimV > 128) {
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    int lo, hi;
-    mask.row_range(row + 8 * h, &lo, &hi);
-    lo -= key0;
-    hi -= key0;
+    for (int h = 0; h < 2; ++h) {
+      int lo, hi;
+      mask.row_range(row + 8 * h, &lo, &hi);
+      lo -= key0;
+      hi -= key0;
 #pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      const uint32_t keep = below(hi, e) & ~below(lo, e);
+      for (int c = 0; c < Traits::kBlockN / 8; ++c) {
 #pragma unroll
-      for (int c = 0; c < kChunks; ++c) {
-        if (((keep >> c) & 1u) == 0u) s[4 * c + 2 * h + e] = -INFINITY;
+        for (int e = 0; e < 2; ++e) {
+          const int col = 8 * c + e;  // relative to key0 = the block's first key + 2t
+          if (col < lo || col >= hi) s[4 * c + 2 * h + e] = -INFINITY;
+        }
       }
     }
-  }
-#else
+  } else {
+    constexpr int kChunks = Traits::kBlockN / 8;
+    static_assert(kChunks <= 32, "one bit per chunk in a word");
+    const auto below = [](int x, int e) {  // chunks c with 8c + e < x, as low bits
+      const int k = min(max((x - e + 7) >> 3, 0), kChunks);
+      return kChunks == 32 && k == 32 ? ~0u : (1u << k) - 1u;
+    };
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    int lo, hi;
-    mask.row_range(row + 8 * h, &lo, &hi);
-    lo -= key0;
-    hi -= key0;
-#pragma unroll
-    for (int c = 0; c < Traits::kBlockN / 8; ++c) {
+    for (int h = 0; h < 2; ++h) {
+      int lo, hi;
+      mask.row_range(row + 8 * h, &lo, &hi);
+      lo -= key0;
+      hi -= key0;
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
-        const int col = 8 * c + e;  // relative to key0 = the block's first key + 2t
-        if (col < lo || col >= hi) s[4 * c + 2 * h + e] = -INFINITY;
+        const uint32_t keep = below(hi, e) & ~below(lo, e);
+#pragma unroll
+        for (int c = 0; c < kChunks; ++c) {
+          if (((keep >> c) & 1u) == 0u) s[4 * c + 2 * h + e] = -INFINITY;
+        }
       }
     }
   }
-#endif
 }
 
 // Whether key block n_block needs the element mask for a warpgroup's rows [row_begin, row_end):
@@ -297,7 +301,6 @@ __device__ __forceinline__ bool block_needs_mask(const WindowMask& mask, int seq
 
 // Online softmax of one block: updates the kept maxima and row sums, turns s into unnormalised
 // P (in place) and returns the factors O must be multiplied by (1 when the maximum was kept).
-// sc: the block's scores (st.s, or the second buffer of Traits::kTwoS).
 template <typename Traits>
 __device__ __forceinline__ bool softmax_block(ConsumerState<Traits>& st, float (&sc)[Traits::kBlockN / 2], float scale_log2,
                                               float (&correction)[2]) {
@@ -305,17 +308,9 @@ __device__ __forceinline__ bool softmax_block(ConsumerState<Traits>& st, float (
   bool any_rescale = false;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-#if defined(FLASHATTN_DEV_SM90_TREE)
-    // dev/ A/B: four interleaved chains (a quarter of the dependent FMNMX / FADD depth).
-    float m4[4] = {st.row_max[h], -INFINITY, -INFINITY, -INFINITY};
-#pragma unroll
-    for (int c = 0; c < kChunks; ++c) m4[c % 4] = fmaxf(m4[c % 4], fmaxf(sc[4 * c + 2 * h], sc[4 * c + 2 * h + 1]));
-    float mx = fmaxf(fmaxf(m4[0], m4[1]), fmaxf(m4[2], m4[3]));
-#else
     float mx = st.row_max[h];
 #pragma unroll
     for (int c = 0; c < kChunks; ++c) mx = fmaxf(mx, fmaxf(sc[4 * c + 2 * h], sc[4 * c + 2 * h + 1]));
-#endif
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
     const float kept = st.row_max[h];
@@ -326,12 +321,7 @@ __device__ __forceinline__ bool softmax_block(ConsumerState<Traits>& st, float (
     any_rescale |= adopt;
     // A row that has seen no visible key keeps -inf: subtract 0 so exp2(-inf - -inf) is no NaN.
     const float m_scaled = st.row_max[h] == -INFINITY ? 0.0f : st.row_max[h] * scale_log2;
-#if defined(FLASHATTN_DEV_SM90_TREE)
-    float s4[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#else
-    float s4[1] = {0.0f};
-#endif
-    constexpr int kSums = sizeof(s4) / sizeof(float);
+    float sum = 0.0f;
 #pragma unroll
     for (int c = 0; c < kChunks; ++c) {
 #pragma unroll
@@ -339,12 +329,9 @@ __device__ __forceinline__ bool softmax_block(ConsumerState<Traits>& st, float (
         const float x = fmaf(sc[4 * c + 2 * h + e], scale_log2, -m_scaled);
         const float p = ptx::exp2_approx(x);
         sc[4 * c + 2 * h + e] = p;
-        if constexpr (!Traits::kRowSumMma) s4[(2 * c + e) % kSums] += p;
+        if constexpr (!Traits::kRowSumMma) sum += p;
       }
     }
-    float sum = s4[0];
-#pragma unroll
-    for (int i = 1; i < kSums; ++i) sum += s4[i];
     // kRowSumMma: the P V product sums the rows (and rescale_o rescales them with O).
     if constexpr (!Traits::kRowSumMma) st.row_sum[h] = st.row_sum[h] * correction[h] + sum;
   }
@@ -1097,103 +1084,6 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kCtasPerSm) fwd_kern
           }
         }
       };
-      if constexpr (Traits::kTwoS) {
-      // Traits::kTwoS: S_{i+1} runs (into the other score buffer) with P_{i-1} V_{i-1} under block
-      // i's softmax, so S's latency is off the consumer's chain. Block i (0 = the last-keyed) is
-      // key block n_hi - 1 - i, in ring slot it + i. ptxas keeps the products asynchronous only
-      // where every path into a point has the same groups in flight: each step starts and ends
-      // with one (its successor's S), and the one-block tile and the last step drain them.
-      const int nb = w.n_hi - w.n_lo;
-      const int base = it;
-      const auto slot_of = [&](int i) { return (base + i) % kStages; };
-      const auto parity_of = [&](int i) { return uint32_t(((base + i) / kStages) & 1); };
-      const auto issue_s = [&](float (&sc)[kBlockN / 2], int i) {
-        ptx::mbarrier_wait(&ring.k_full[slot_of(i)], parity_of(i));
-        gemm_qk<Traits>(sc, q_desc, k_desc(slot_of(i)));
-      };
-      const auto issue_pv = [&](int i) {
-        ptx::mbarrier_wait(&ring.v_full[slot_of(i)], parity_of(i));
-        gemm_pv<Traits>(st.o, st.p, v_desc(slot_of(i)));
-      };
-      const auto first_softmax = [&] {  // block 0: O is still 0, nothing to rescale
-        ptx::fence_operand(st.s);
-        release(&ring.k_empty[slot_of(0)], lane);
-        if (needs_mask(w.n_hi - 1)) apply_mask<Traits>(st.s, mask, row, (w.n_hi - 1) * kBlockN + 2 * t4);
-        float correction[2];
-        softmax_block<Traits>(st, st.s, scale_log2, correction);
-        convert_p<Traits>(st, st.s);
-      };
-      const auto after_pv = [&](float (&cur)[kBlockN / 2], int i, bool rescale, float (&correction)[2]) {
-        ptx::fence_operand(st.o);
-        ptx::fence_operand(st.p);
-        release(&ring.v_empty[slot_of(i - 1)], lane);
-        if (rescale) rescale_o(st, correction);
-        convert_p<Traits>(st, cur);
-      };
-      ptx::mbarrier_wait(ring.q_full, q_pass & 1);
-      if (nb == 1) {
-        issue_s(st.s, 0);
-        ptx::wgmma_wait<0>();
-        first_softmax();
-      } else {
-        issue_s(st.s, 0);
-        issue_s(st.s2, 1);
-        ptx::wgmma_wait<1>();  // S_0
-        first_softmax();
-        // A middle step: S_i is in flight on entry, S_{i+1} on exit.
-        const auto step = [&](float (&cur)[kBlockN / 2], float (&nxt)[kBlockN / 2], int i) {
-          issue_pv(i - 1);
-          issue_s(nxt, i + 1);
-          float correction[2];
-          const int n = w.n_hi - 1 - i;
-          ptx::wgmma_wait<2>();  // S_i; P_{i-1} V_{i-1} and S_{i+1} are still running
-          ptx::fence_operand(cur);
-          release(&ring.k_empty[slot_of(i)], lane);
-          if (needs_mask(n)) apply_mask<Traits>(cur, mask, row, n * kBlockN + 2 * t4);
-          const bool rescale = softmax_block<Traits>(st, cur, scale_log2, correction);
-          if constexpr (Traits::kPinSoftmax) {
-            if (lane == 0) ptx::st_shared_f32(pin_slot, st.row_sum[0] + st.row_sum[1]);
-          }
-          ptx::wgmma_wait<1>();  // P_{i-1} V_{i-1}
-          after_pv(cur, i, rescale, correction);
-        };
-        // The last block (i = nb - 1): S_i is in flight on entry, nothing on exit.
-        const auto last = [&](float (&cur)[kBlockN / 2], int i) {
-          issue_pv(i - 1);
-          float correction[2];
-          const int n = w.n_hi - 1 - i;
-          ptx::wgmma_wait<1>();  // S_i; P_{i-1} V_{i-1} is still running
-          ptx::fence_operand(cur);
-          release(&ring.k_empty[slot_of(i)], lane);
-          if (needs_mask(n)) apply_mask<Traits>(cur, mask, row, n * kBlockN + 2 * t4);
-          const bool rescale = softmax_block<Traits>(st, cur, scale_log2, correction);
-          if constexpr (Traits::kPinSoftmax) {
-            if (lane == 0) ptx::st_shared_f32(pin_slot, st.row_sum[0] + st.row_sum[1]);
-          }
-          ptx::wgmma_wait<0>();
-          after_pv(cur, i, rescale, correction);
-        };
-        bool done = false;
-        for (int i = 1; i + 1 < nb; i += 2) {  // two blocks per trip: the buffers swap at compile time
-          step(st.s2, st.s, i);
-          if (i + 2 >= nb) {
-            last(st.s, i + 1);
-            done = true;
-            break;
-          }
-          step(st.s, st.s2, i + 1);
-        }
-        if (!done) last(st.s2, nb - 1);
-      }
-      // Every Q K^T product of this tile has completed: the producer may load the next Q.
-      release(ring.q_empty, lane);
-      ++q_pass;
-      issue_pv(nb - 1);
-      ptx::wgmma_wait<0>();
-      ptx::fence_operand(st.o);
-      release(&ring.v_empty[slot_of(nb - 1)], lane);
-      it = base + nb;
-      } else {
       ptx::mbarrier_wait(ring.q_full, q_pass & 1);
 
       // The first (last-keyed) block: S, softmax, no P V yet.
@@ -1261,7 +1151,6 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kCtasPerSm) fwd_kern
       ptx::fence_operand(st.o);
       release(&ring.v_empty[stage], lane);
       ++it;
-      }
     }
     store_tile<Traits>(params, w, st, row_in_tile, t4, scale_log2);
   }

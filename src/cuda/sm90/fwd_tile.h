@@ -91,9 +91,17 @@ constexpr FwdTile fwd_tile(int head_dim, int head_dim_v, bool windowed) {
 //    boundary beside the other's key blocks), so the boundaries are not what holds these rows
 //    at 0.80-0.85x cuDNN. The same at d128 (64 x 64 or 64 x 80, the most two CTAs' shared memory
 //    allows) lost 5-21% at every length: not taken.
+//  - two score buffers, S_{i+1} issued before block i's softmax (so S's latency leaves the
+//    consumer's chain; producer 24 / consumers 232 registers): causal -6.9% at 512, -6.7% at 1k,
+//    and with the row sums on the tensor cores -1.7% / -0.1% against them alone
+//    (dev/results/h200-2026-12-02-ab-s13-2-*.json). Predicted +10%: not S's latency either.
 constexpr int kFwdShortRowsMaxSeqlen = 1024;
 constexpr bool fwd_has_short_rows_tile(int head_dim, int head_dim_v) { return head_dim == 64 && head_dim_v == 64; }
-constexpr FwdTile fwd_short_rows_tile() { return {1, 128, 2, false, false, 2}; }
+// Without a mask the short rows keep the three-consumer tile (fwd_tile; the one-consumer tile was
+// not timed there) and differ only by kRowSumMma (fwd_traits.h).
+constexpr FwdTile fwd_short_rows_tile(bool windowed) {
+  return windowed ? FwdTile{1, 128, 2, false, false, 2} : fwd_tile(64, 64, false);
+}
 
 // The tile of the block-sparse forward (FwdSparseTraits, calls with a block mask): block_m 128
 // (two consumers) and block_n 128 where it fits, 64 where not (d192 and d256 at two stages), so

@@ -34,10 +34,12 @@ struct FwdTraitsBody {
   // (cuda/block_tiles.h) instead of the range [n_lo, n_hi), and the tiles come from the dynamic
   // feed, since their cost follows the density of each query tile's row of blocks (fwd_kernel.h).
   static constexpr bool kSparse = kSparse_;
-  // kShortRows: the tile of short masked rows (fwd_tile.h fwd_short_rows_tile; FwdShortRowsTraits).
+  // kShortRows: d64 rows up to kFwdShortRowsMaxSeqlen (FwdShortRowsTraits): the short-rows tile
+  // under a mask (fwd_tile.h fwd_short_rows_tile), and with or without one the row sums on the
+  // tensor cores (kRowSumMma).
   static constexpr bool kShortRows = kShortRows_;
-  static_assert(!kShortRows || (fwd_has_short_rows_tile(kHeadDim, kHeadDimV) && kMask == MaskMode::kWindow && !kSparse),
-                "the short-rows tile: d64 under a causal or window mask");
+  static_assert(!kShortRows || (fwd_has_short_rows_tile(kHeadDim, kHeadDimV) && !kSparse && !kMods),
+                "the short-rows kernels: d64 without score modifiers");
   // attn_bias (16-bit, q's dtype) and/or attn_mask, no block mask (fwd_kernel.h, "Bias"): the
   // producer copies each (query tile, key tile) tile of the bias with the K tile of its stage
   // (one more bulk tensor copy per 64 keys, on the K stage's "full" barrier) into a slot of the
@@ -49,7 +51,7 @@ struct FwdTraitsBody {
   static constexpr bool kBias = kBias_;
   static_assert(!(kBias && kShortRows), "the bias kernel takes the sparse kernel's tile");
   static constexpr FwdTile kTile = kSparse || kBias ? fwd_sparse_tile(kHeadDim, kHeadDimV)
-                                   : kShortRows     ? fwd_short_rows_tile()
+                                   : kShortRows     ? fwd_short_rows_tile(kMask == MaskMode::kWindow)
                                                     : fwd_tile(kHeadDim, kHeadDimV, kMask == MaskMode::kWindow);
   static constexpr int kConsumers = kTile.consumers;
   static constexpr int kBlockM = 64 * kConsumers;
@@ -60,14 +62,8 @@ struct FwdTraitsBody {
   static constexpr int kCtasPerSm = kTile.ctas_per_sm;
   // setmaxnreg: the producer gives its registers to the consumers. 65536 per SM (one CTA):
   // 128 x 24 + 256 x 240 = 64512.
-#if defined(FLASHATTN_DEV_SM90_TWO_S)
-  // dev/ A/B: the two score buffers take the producer's 16 registers (24 / 232 at two CTAs per SM).
-  static constexpr bool kTwoSRegs = kShortRows_;
-#else
-  static constexpr bool kTwoSRegs = false;
-#endif
-  static constexpr int kProducerRegs = kBias_ ? kFwdBiasProducerRegs : kTwoSRegs ? 24 : fwd_producer_regs(kTile);  // fwd_tile.h
-  static constexpr int kConsumerRegs = kBias_ ? kFwdBiasConsumerRegs : kTwoSRegs ? 232 : fwd_consumer_regs(kTile);
+  static constexpr int kProducerRegs = kBias_ ? kFwdBiasProducerRegs : fwd_producer_regs(kTile);  // fwd_tile.h
+  static constexpr int kConsumerRegs = kBias_ ? kFwdBiasConsumerRegs : fwd_consumer_regs(kTile);
 
   // Tiles are 64-column panels of 128-byte rows (the widest swizzled row the copy engine writes):
   // kPanels of them in a Q or K tile, kPanelsV in a V tile.
@@ -119,34 +115,26 @@ struct FwdTraitsBody {
   // 256, d256 512), its P V product and O are d128's (m64n128, 8 k-steps, 64 accumulators), and
   // its unpinned SASS shows the same hoisted wait (all 66 MUFU.EX2 after it; pinned, all 66
   // between the two waits, no new spills).
-  // Row sums of P on the tensor cores (d64): O += P V runs as m64n72k16 over V and a panel of
-  // ones after the V ring (kOnesBytes), whose eight extra accumulator columns each hold the row
-  // sums of the P that was multiplied (the 16-bit P, accumulated in f32 and rescaled with O), so
-  // the softmax drops its 64 additions per thread and 128-key block and the epilogue its quad
-  // reduction. dev/ A/B: FLASHATTN_DEV_SM90_ROWSUM_MMA.
-#if defined(FLASHATTN_DEV_SM90_ROWSUM_MMA)
-  static constexpr bool kRowSumMma = kHeadDim == 64 && kHeadDimV == 64 && !kBias && !kSparse && !kMods;
-#else
-  static constexpr bool kRowSumMma = false;
-#endif
-  static constexpr int kPvN = kHeadDimV + (kRowSumMma ? 8 : 0);  // N of the P V product
-  // Two score buffers (fwd_kernel.h, kTwoS): S_{i+1} is issued before block i's softmax. The
-  // short-rows tile only (one consumer, 216 registers: O, two S and P are 32 + 128 + 32). dev/ A/B:
-  // FLASHATTN_DEV_SM90_TWO_S.
-#if defined(FLASHATTN_DEV_SM90_TWO_S)
-  static constexpr bool kTwoS = kShortRows;
-#else
-  static constexpr bool kTwoS = false;
-#endif
-  static_assert(!kTwoS || (!kBias && !kSparse && !kMods && !kTile.ping_pong && !kTile.cross_tile),
-                "two score buffers: the plain one-consumer loop");
+  // Row sums of P on the tensor cores (kShortRows: d64 up to 1024 rows): O += P V runs as
+  // m64n72k16 over V and a panel of ones after the V ring (kOnesBytes), whose eight extra
+  // accumulator columns each hold the row sums of the P that was multiplied (the 16-bit P,
+  // accumulated in f32 and rescaled with O), so the softmax drops its 64 additions per thread and
+  // 128-key block (a sixth of the key-block loop's instructions at d64) and the epilogue its quad
+  // reduction; the P V product grows by 1/8. H200 bf16, two A/B calls against the sums on the FMA
+  // units, the bit mask in both (dev/results/h200-2026-12-02-ab-s13-*.json):
+  //  - unmasked: +6.7/+9.0% at 512, +2.9/+2.9% at 1k, +0.5/+0.6% at 2k, -1.5/-0.4% at 4k,
+  //    -2.1/-2.9% at 16k (the tensor cores bound the longer rows);
+  //  - the short-rows tile (masked): +2.6/+3.2% at 512, +0.3/+0.9% at 1k;
+  //  - the three-consumer masked tile: +2.1/+2.5% at 2k, -0.1/+0.4% at 4k, -2.0/-0.2% at 16k.
+  // So d64 takes it up to 1024 rows, masked or not (FwdShortRowsTraits). Not pinned (kPinSoftmax
+  // stores the row sums; the pin gained 0-2% at d64).
+  static constexpr bool kRowSumMma = kShortRows;
   static constexpr int kOnesBytes = kRowSumMma ? kPanelBytesKV : 0;
 #if defined(FLASHATTN_DEV_SM90_FWD_PIN_NONE)  // dev/ A/B: no pin anywhere
   static constexpr bool kPinSoftmax = false;
 #else
   // kBias (kMods for softcap / ALiBi under run-time branches, no tanh without softcap) takes the
   // pin of the plain kernels: not timed.
-  // kRowSumMma has no row sums to store: not pinned (the pin gained 0-2% at d64).
   static constexpr bool kPinSoftmax =
       (kHeadDim <= 128 || (kHeadDim == 192 && kHeadDimV == 128)) && (!kMods || kBias) && !kRowSumMma;
 #endif
@@ -187,10 +175,11 @@ struct FwdTraits : FwdTraitsBody<Element_, kHeadDim_, kMask_, kMods_, kHeadDimV_
 template <typename Element_, int kHeadDim_, MaskMode kMask_, bool kMods_ = false, int kHeadDimV_ = kHeadDim_>
 struct FwdSparseTraits : FwdTraitsBody<Element_, kHeadDim_, kMask_, kMods_, kHeadDimV_, true> {};
 
-// Short masked rows (at most kFwdShortRowsMaxSeqlen queries, causal or window): d64's one-consumer
-// tile at two CTAs per SM (fwd_tile.h fwd_short_rows_tile), sm90fwdshort_hdim64_{dtype}_window.cu.
-template <typename Element_, int kHeadDim_>
-struct FwdShortRowsTraits : FwdTraitsBody<Element_, kHeadDim_, MaskMode::kWindow, false, kHeadDim_, false, true> {};
+// Short rows (at most kFwdShortRowsMaxSeqlen queries) at d64, without score modifiers: the row sums
+// on the tensor cores (kRowSumMma), and under a causal or window mask the one-consumer tile at two
+// CTAs per SM (fwd_tile.h fwd_short_rows_tile); sm90fwdshort_hdim64_{dtype}_{window,nomask}.cu.
+template <typename Element_, int kHeadDim_, MaskMode kMask_ = MaskMode::kWindow>
+struct FwdShortRowsTraits : FwdTraitsBody<Element_, kHeadDim_, kMask_, false, kHeadDim_, false, true> {};
 
 // attn_bias and/or attn_mask without a block mask (kBias): window mask only, which serves calls
 // without a window too, with the score modifiers (softcap, ALiBi) under run-time branches
