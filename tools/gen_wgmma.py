@@ -9,9 +9,9 @@ repository root after changing SHAPES; the output is committed.
 import pathlib
 
 # N of m64nNk16: the key-tile widths (S = Q K^T) and head dims (O += P V) of sm90/fwd_traits.h;
-# 32: the d256 backward's dQ kernel steps over 32 keys; 72: d64's O += P V with the eight columns of
-# ones that sum P's rows on the tensor cores (sm90/fwd_traits.h, kRowSumMma).
-SHAPES = [32, 64, 72, 80, 96, 112, 128, 144, 160, 176, 192, 208, 224, 240, 256]
+# 32: the d256 backward's dQ kernel steps over 32 keys; 72 and 136: d64's and d128's O += P V with
+# the eight columns of ones that sum P's rows on the tensor cores (sm90/fwd_traits.h, kRowSumMma).
+SHAPES = [32, 64, 72, 80, 96, 112, 128, 136, 144, 160, 176, 192, 208, 224, 240, 256]
 TYPES = {"__nv_bfloat16": "bf16", "__half": "f16"}
 # N of m64nNk32 e4m3 x e4m3 (the FP8 forward, sm90/fwd8_traits.h): the key tiles (64, 128; 192
 # and 256 in the dev tile sweep) for S = Q K^T and the head dims 64, 128, 256 for O += P V.

@@ -284,9 +284,9 @@ TEST(Sm90FwdTile, MaskSlotPairsAreTheAccumulatorPairs) {
 // 1024 rows are sixteen whole tiles (the three-consumer tile leaves a 64-row sixth), within each
 // CTA's half of the SM's shared memory and registers.
 TEST(Sm90FwdTile, ShortRowsTileFitsAndDividesTheThreshold) {
-  EXPECT_TRUE(sm90::fwd_has_short_rows_tile(64, 64));
-  EXPECT_FALSE(sm90::fwd_has_short_rows_tile(128, 128));
-  const FwdTile t = sm90::fwd_short_rows_tile(true);
+  EXPECT_TRUE(sm90::fwd_has_short_rows(64, 64, true));
+  EXPECT_FALSE(sm90::fwd_has_short_rows(128, 128, true));
+  const FwdTile t = sm90::fwd_short_rows_tile(64, true);
   EXPECT_EQ(t.consumers, 1);
   EXPECT_EQ(t.ctas_per_sm, 2);
   EXPECT_LT(t.consumers, sm90::fwd_tile(64, 64, true).consumers);
@@ -297,15 +297,24 @@ TEST(Sm90FwdTile, ShortRowsTileFitsAndDividesTheThreshold) {
   EXPECT_LE(t.ctas_per_sm * (128 * sm90::fwd_producer_regs(t) + 128 * t.consumers * sm90::fwd_consumer_regs(t)), 65536);
 }
 
-// Without a mask the short rows keep the three-consumer tile; their kernel differs by the row sums
-// on the tensor cores alone (fwd_traits.h kRowSumMma).
-TEST(Sm90FwdTile, UnmaskedShortRowsKeepTheUnmaskedTile) {
-  const FwdTile t = sm90::fwd_short_rows_tile(false), u = sm90::fwd_tile(64, 64, false);
+// Without a mask d64's short rows keep the three-consumer tile; their kernel differs by the row
+// sums on the tensor cores alone (fwd_traits.h kRowSumMma). d128's take the masked 128 x 128 tile,
+// whose stages fit a ones panel beside each V (kOnesPerStage): Q + stages x (K + V + ones).
+TEST(Sm90FwdTile, UnmaskedShortRowsTiles) {
+  const FwdTile t = sm90::fwd_short_rows_tile(64, false), u = sm90::fwd_tile(64, 64, false);
+  EXPECT_TRUE(sm90::fwd_has_short_rows(64, 64, false));
   EXPECT_EQ(t.consumers, u.consumers);
   EXPECT_EQ(t.block_n, u.block_n);
   EXPECT_EQ(t.stages, u.stages);
   EXPECT_EQ(t.cross_tile, u.cross_tile);
   EXPECT_EQ(t.ctas_per_sm, 1);
+  EXPECT_TRUE(sm90::fwd_has_short_rows(128, 128, false));
+  EXPECT_FALSE(sm90::fwd_has_short_rows(256, 256, false));
+  const FwdTile w = sm90::fwd_short_rows_tile(128, false);
+  EXPECT_EQ(w.block_n, 128);
+  EXPECT_EQ(w.consumers, 2);
+  const size_t ones = size_t(w.stages) * w.block_n * 128;  // one 64-column panel per stage
+  EXPECT_LE(sm90::fwd_smem_bound(w, 128, 128) + ones, sm90::fwd_smem_limit(w.ctas_per_sm));
 }
 
 TEST(Sm90FwdTile, HeadDim192V128TakesTheLargestKeyBlockThatFits) {

@@ -25,12 +25,12 @@ constexpr bool has_kernel(int head_dim, int head_dim_v) {
 // (sm90fwdbias_* instantiations).
 constexpr bool has_bias_kernel(int head_dim) { return head_dim == 64 || head_dim == 128; }
 constexpr bool has_bias_kernel(int head_dim, int head_dim_v) { return head_dim_v == head_dim && has_bias_kernel(head_dim); }
-// Whether a call without bias, masks or block masks takes d64's short-rows kernels
-// (FwdShortRowsTraits, masked or not): the dispatch below, and the tile whose CTAs fwd_declines'
-// split heuristic counts. The conditions are by_mask's (variants.h) for the instantiations
-// without score modifiers.
+// Whether a call without bias, masks or block masks takes the short-rows kernels
+// (FwdShortRowsTraits: d64 masked or not, d128 unmasked): the dispatch below, and the tile whose
+// CTAs fwd_declines' split heuristic counts. The conditions are by_mask's (variants.h) for the
+// instantiations without score modifiers.
 bool takes_short_rows(const ForwardParams& p) {
-  return fwd_has_short_rows_tile(p.head_dim, p.head_dim_v) && p.softcap <= 0.0f && p.alibi == nullptr &&
+  return fwd_has_short_rows(p.head_dim, p.head_dim_v, p.has_window()) && p.softcap <= 0.0f && p.alibi == nullptr &&
          !p.has_dropout() && p.seqlen_q <= kFwdShortRowsMaxSeqlen;
 }
 
@@ -79,7 +79,7 @@ std::string fwd_declines(const ForwardParams& p, bool any_runnable) {
     if (!multiprocessors(&sms).ok()) return "device query failed";
     const bool bias = p.bias.defined() || p.mask.defined();  // not sparse here: the bias kernel's tile
     const FwdTile tile = sparse || bias             ? fwd_sparse_tile(p.head_dim, p.head_dim_v)
-                         : takes_short_rows(p)      ? fwd_short_rows_tile(p.has_window())
+                         : takes_short_rows(p)      ? fwd_short_rows_tile(p.head_dim, p.has_window())
                                                     : fwd_tile(p.head_dim, p.head_dim_v, p.has_window());
     const int bm = 64 * tile.consumers, bn = tile.block_n;
     const long long ctas = static_cast<long long>((p.seqlen_q + bm - 1) / bm) * p.heads * p.batch;
@@ -134,7 +134,7 @@ Status dispatch_fwd(const ForwardParams& p, cudaStream_t stream) {
       return Status::NotSupported("the sm90 forward has no kernel for head_dim " + std::to_string(kHeadDim) +
                                   " with head_dim_v " + std::to_string(p.head_dim_v));
     }
-    if constexpr (fwd_has_short_rows_tile(kHeadDim, kHeadDim) && kMods == ScoreMods::kNone) {
+    if constexpr (fwd_has_short_rows(kHeadDim, kHeadDim, kMask == MaskMode::kWindow) && kMods == ScoreMods::kNone) {
       if (takes_short_rows(p)) return run_fwd<FwdShortRowsTraits<Element, kHeadDim, kMask>>(p, stream);
     }
     if constexpr (has_kernel(kHeadDim) && kMods == ScoreMods::kNone) {

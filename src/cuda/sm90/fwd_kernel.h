@@ -573,8 +573,9 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kCtasPerSm) fwd_kern
   unsigned char* sQ = smem;                                // kPanels x (kBlockM rows)
   unsigned char* sK = sQ + Traits::kQSlots * Traits::kTileBytesQ;  // kStages x kPanels x (kBlockN rows)
   unsigned char* sV = sK + kStages * Traits::kTileBytesK;  // kStages x kPanelsV x (kBlockN rows)
+  constexpr int kVStage = Traits::kVStageBytes;  // kOnesPerStage: each stage's V, then its ones panel
   // kRowSumMma: the panel of ones after V (Traits::kOnesBytes, else 0).
-  [[maybe_unused]] unsigned char* sOnes = sV + kStages * Traits::kTileBytesV;
+  [[maybe_unused]] unsigned char* sOnes = sV + kStages * kVStage;
   // kBias: kStages bias slots after V (Traits::kTileBytesBias is 0 for the other kernels).
   [[maybe_unused]] unsigned char* sBias = sOnes + Traits::kOnesBytes;
   // kTileBytesMask (d64, attn_mask with attn_bias): kStages mask slots after the bias slots.
@@ -617,10 +618,18 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kCtasPerSm) fwd_kern
     ptx::mbarrier_init_fence();
   }
   if constexpr (Traits::kRowSumMma) {
-    // The ones panel (every element 1, so the swizzle does not matter), for the products' async proxy.
+    // The ones panels (every element 1, so the swizzle does not matter), for the products' async proxy.
     const uint32_t one = ptx::pack2<Element>(1.0f, 1.0f);
-    for (int i = threadIdx.x; i < Traits::kOnesBytes / 16; i += Traits::kThreads) {
-      reinterpret_cast<uint4*>(sOnes)[i] = make_uint4(one, one, one, one);
+    if constexpr (Traits::kOnesPerStage) {
+      constexpr int kChunks = Traits::kPanelBytesKV / 16;
+      for (int i = threadIdx.x; i < kStages * kChunks; i += Traits::kThreads) {
+        reinterpret_cast<uint4*>(sV + (i / kChunks) * kVStage + Traits::kTileBytesV)[i % kChunks] =
+            make_uint4(one, one, one, one);
+      }
+    } else {
+      for (int i = threadIdx.x; i < Traits::kOnesBytes / 16; i += Traits::kThreads) {
+        reinterpret_cast<uint4*>(sOnes)[i] = make_uint4(one, one, one, one);
+      }
     }
     ptx::fence_proxy_async_smem();
   }
@@ -739,7 +748,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kCtasPerSm) fwd_kern
         ptx::mbarrier_arrive_expect_tx(&ring.v_full[stage], Traits::kTileBytesV);
 #pragma unroll
         for (int panel = 0; panel < Traits::kPanelsV; ++panel) {
-          ptx::tma_load_4d(sV + stage * Traits::kTileBytesV + panel * Traits::kPanelBytesKV, &kp.v,
+          ptx::tma_load_4d(sV + stage * kVStage + panel * Traits::kPanelBytesKV, &kp.v,
                            &ring.v_full[stage], 64 * panel, int(w.row0_k) + n_block * kBlockN, head_k, map_batch);
         }
       };
@@ -817,15 +826,16 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kCtasPerSm) fwd_kern
   const uint64_t q_desc = ptx::smem_desc(ptx::smem_u32(sQ + wg_row0 * Traits::kRowBytes), 16, 1024,
                                          ptx::SmemSwizzle::k128B);
   const uint64_t k_desc0 = ptx::smem_desc(ptx::smem_u32(sK), 16, 1024, ptx::SmemSwizzle::k128B);
-  // kRowSumMma: the leading offset steps from stage 0's V to the ones panel, whose eight first
-  // columns are the product's N = 64..71; each later stage's offset is that much shorter.
-  const uint64_t v_desc0 =
-      ptx::smem_desc(ptx::smem_u32(sV), Traits::kRowSumMma ? uint32_t(sOnes - sV) : Traits::kPanelBytesKV, 1024,
-                     ptx::SmemSwizzle::k128B);
+  // kRowSumMma at d64 (one V panel): the leading offset steps from stage 0's V to the shared ones
+  // panel, whose eight first columns are the product's N = 64..71; each later stage's offset is
+  // that much shorter. kOnesPerStage: the panel stride, the ones after each stage's V panels.
+  constexpr bool kSharedOnes = Traits::kRowSumMma && !Traits::kOnesPerStage;
+  const uint64_t v_desc0 = ptx::smem_desc(ptx::smem_u32(sV), kSharedOnes ? uint32_t(sOnes - sV) : Traits::kPanelBytesKV,
+                                          1024, ptx::SmemSwizzle::k128B);
   const auto k_desc = [&](int stage) { return ptx::desc_advance(k_desc0, stage * Traits::kTileBytesK); };
   const auto v_desc = [&](int stage) {
-    const uint64_t d = ptx::desc_advance(v_desc0, stage * Traits::kTileBytesV);
-    return Traits::kRowSumMma ? d - (uint64_t(stage * (Traits::kTileBytesV >> 4)) << 16) : d;
+    const uint64_t d = ptx::desc_advance(v_desc0, stage * kVStage);
+    return kSharedOnes ? d - (uint64_t(stage * (kVStage >> 4)) << 16) : d;
   };
   const Turns<Traits> turns{consumer};
   // kBias: this lane's ldmatrix row in the bias slots, and whether the call has a bias / mask.

@@ -76,7 +76,7 @@ constexpr FwdTile fwd_tile(int head_dim, int head_dim_v, bool windowed) {
   return {2, 80, 2, true};
 }
 
-// The tile of short masked rows (FwdShortRowsTraits): d64 under a causal or window mask with at
+// The tile of short masked rows (FwdShortRowsTraits at d64): d64 under a causal or window mask with at
 // most kFwdShortRowsMaxSeqlen query rows takes one consumer (64 x 128, 2 stages: 8 + 2 x 32 KB)
 // at two CTAs per SM (ctas_per_sm; setmaxnreg 40 / 216) instead of three consumers. At 1024 rows
 // the 192-row tile leaves 1024 = 5 x 192 + 64: a sixth tile per (batch, head) with one of its
@@ -96,11 +96,20 @@ constexpr FwdTile fwd_tile(int head_dim, int head_dim_v, bool windowed) {
 //    and with the row sums on the tensor cores -1.7% / -0.1% against them alone
 //    (dev/results/h200-2026-12-02-ab-s13-2-*.json). Predicted +10%: not S's latency either.
 constexpr int kFwdShortRowsMaxSeqlen = 1024;
-constexpr bool fwd_has_short_rows_tile(int head_dim, int head_dim_v) { return head_dim == 64 && head_dim_v == 64; }
-// Without a mask the short rows keep the three-consumer tile (fwd_tile; the one-consumer tile was
-// not timed there) and differ only by kRowSumMma (fwd_traits.h).
-constexpr FwdTile fwd_short_rows_tile(bool windowed) {
-  return windowed ? FwdTile{1, 128, 2, false, false, 2} : fwd_tile(64, 64, false);
+// The short-rows kernels (FwdShortRowsTraits, the row sums on the tensor cores): d64 with and
+// without a mask, d128 without one.
+constexpr bool fwd_has_short_rows(int head_dim, int head_dim_v, bool windowed) {
+  return head_dim == head_dim_v && (head_dim == 64 || (head_dim == 128 && !windowed));
+}
+// Their tiles: d64 without a mask keeps the three-consumer tile (fwd_tile; the one-consumer tile
+// was not timed there); d128 without a mask takes its masked tile, 128 x 128, whose two stages
+// leave room for a panel of ones beside each stage's V (fwd_traits.h kOnesPerStage; 128 x 176
+// does not: 208 KB before them), and which timed the same as 128 x 176 at 512-1k (dev/NOTES.md,
+// "Unmasked d128 at <= 1024 keys on the window kernel").
+constexpr FwdTile fwd_short_rows_tile(int head_dim, bool windowed) {
+  return head_dim == 128 ? fwd_tile(128, 128, true)
+         : windowed      ? FwdTile{1, 128, 2, false, false, 2}
+                         : fwd_tile(64, 64, false);
 }
 
 // The tile of the block-sparse forward (FwdSparseTraits, calls with a block mask): block_m 128

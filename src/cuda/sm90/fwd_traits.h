@@ -38,8 +38,8 @@ struct FwdTraitsBody {
   // under a mask (fwd_tile.h fwd_short_rows_tile), and with or without one the row sums on the
   // tensor cores (kRowSumMma).
   static constexpr bool kShortRows = kShortRows_;
-  static_assert(!kShortRows || (fwd_has_short_rows_tile(kHeadDim, kHeadDimV) && !kSparse && !kMods),
-                "the short-rows kernels: d64 without score modifiers");
+  static_assert(!kShortRows || (fwd_has_short_rows(kHeadDim, kHeadDimV, kMask == MaskMode::kWindow) && !kSparse && !kMods),
+                "the short-rows kernels: d64, or d128 without a mask, without score modifiers");
   // attn_bias (16-bit, q's dtype) and/or attn_mask, no block mask (fwd_kernel.h, "Bias"): the
   // producer copies each (query tile, key tile) tile of the bias with the K tile of its stage
   // (one more bulk tensor copy per 64 keys, on the K stage's "full" barrier) into a slot of the
@@ -51,7 +51,7 @@ struct FwdTraitsBody {
   static constexpr bool kBias = kBias_;
   static_assert(!(kBias && kShortRows), "the bias kernel takes the sparse kernel's tile");
   static constexpr FwdTile kTile = kSparse || kBias ? fwd_sparse_tile(kHeadDim, kHeadDimV)
-                                   : kShortRows     ? fwd_short_rows_tile(kMask == MaskMode::kWindow)
+                                   : kShortRows     ? fwd_short_rows_tile(kHeadDim, kMask == MaskMode::kWindow)
                                                     : fwd_tile(kHeadDim, kHeadDimV, kMask == MaskMode::kWindow);
   static constexpr int kConsumers = kTile.consumers;
   static constexpr int kBlockM = 64 * kConsumers;
@@ -128,8 +128,14 @@ struct FwdTraitsBody {
   //  - the three-consumer masked tile: +2.1/+2.5% at 2k, -0.1/+0.4% at 4k, -2.0/-0.2% at 16k.
   // So d64 takes it up to 1024 rows, masked or not (FwdShortRowsTraits). Not pinned (kPinSoftmax
   // stores the row sums; the pin gained 0-2% at d64).
+  // The ones must sit where the product's N = head_dim_v..+7 reads: at d64 the leading offset can
+  // point each stage's one V panel at a single shared panel after the ring (kOnesBytes); with two
+  // V panels it is the panel stride, so each stage has its own ones panel after its V
+  // (kOnesPerStage, kVStageBytes).
   static constexpr bool kRowSumMma = kShortRows;
-  static constexpr int kOnesBytes = kRowSumMma ? kPanelBytesKV : 0;
+  static constexpr bool kOnesPerStage = kRowSumMma && kPanelsV > 1;
+  static constexpr int kOnesBytes = kRowSumMma && !kOnesPerStage ? kPanelBytesKV : 0;
+  static constexpr int kVStageBytes = kTileBytesV + (kOnesPerStage ? kPanelBytesKV : 0);  // V ring stride
 #if defined(FLASHATTN_DEV_SM90_FWD_PIN_NONE)  // dev/ A/B: no pin anywhere
   static constexpr bool kPinSoftmax = false;
 #else
@@ -151,14 +157,14 @@ struct FwdTraitsBody {
   static constexpr bool kStoreOChunks = kHeadDimV == 128 || kHeadDimV == 64;
   static constexpr size_t kSmemBytes =
       fwd_smem_bytes(kTile, kHeadDim, kHeadDimV, kBarriers, kPinBytes) + size_t(kStages) * kTileBytesBias +
-      size_t(kStages) * kTileBytesMask + kOnesBytes;
+      size_t(kStages) * kTileBytesMask + kOnesBytes + size_t(kStages) * (kVStageBytes - kTileBytesV);
 
   static_assert(kHeadDim % 64 == 0 && kHeadDimV % 64 == 0, "whole 64-column panels");
   static_assert(!kPingPong || kConsumers >= 2, "ping-pong takes turns between consumer warpgroups");
   static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "S = Q K^T is one m64nNk16 product per k-step");
   static_assert(kPanelBytesKV % 1024 == 0, "K/V panels start on the swizzle period");
   static_assert(kSmemBytes <= fwd_smem_bound(kTile, kHeadDim, kHeadDimV) + (kBias ? fwd_bias_bytes(kTile) : 0) +
-                                    size_t(kStages) * kTileBytesMask + kOnesBytes,
+                                    size_t(kStages) * kTileBytesMask + kOnesBytes + size_t(kStages) * (kVStageBytes - kTileBytesV),
                 "fwd_smem_bound counts every buffer");
   static_assert(!kBias || (!kSparse && kMods && !kCrossTile && kBlockN % 64 == 0 && kHeadDimV == kHeadDim),
                 "the bias kernel: no block mask, scores in log2 units, one tile at a time, 64-key panels");
@@ -175,9 +181,10 @@ struct FwdTraits : FwdTraitsBody<Element_, kHeadDim_, kMask_, kMods_, kHeadDimV_
 template <typename Element_, int kHeadDim_, MaskMode kMask_, bool kMods_ = false, int kHeadDimV_ = kHeadDim_>
 struct FwdSparseTraits : FwdTraitsBody<Element_, kHeadDim_, kMask_, kMods_, kHeadDimV_, true> {};
 
-// Short rows (at most kFwdShortRowsMaxSeqlen queries) at d64, without score modifiers: the row sums
-// on the tensor cores (kRowSumMma), and under a causal or window mask the one-consumer tile at two
-// CTAs per SM (fwd_tile.h fwd_short_rows_tile); sm90fwdshort_hdim64_{dtype}_{window,nomask}.cu.
+// Short rows (at most kFwdShortRowsMaxSeqlen queries) without score modifiers, d64 and d128 without a
+// mask (fwd_tile.h fwd_has_short_rows): the row sums on the tensor cores (kRowSumMma), and at d64
+// under a causal or window mask the one-consumer tile at two CTAs per SM (fwd_short_rows_tile);
+// sm90fwdshort_hdim{64,128}_{dtype}_{window,nomask}.cu.
 template <typename Element_, int kHeadDim_, MaskMode kMask_ = MaskMode::kWindow>
 struct FwdShortRowsTraits : FwdTraitsBody<Element_, kHeadDim_, kMask_, false, kHeadDim_, false, true> {};
 
