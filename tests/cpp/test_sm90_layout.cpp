@@ -315,6 +315,9 @@ TEST(Sm90FwdTile, UnmaskedShortRowsTiles) {
   EXPECT_EQ(w.consumers, 2);
   const size_t ones = size_t(w.stages) * w.block_n * 128;  // one 64-column panel per stage
   EXPECT_LE(sm90::fwd_smem_bound(w, 128, 128) + ones, sm90::fwd_smem_limit(w.ctas_per_sm));
+  EXPECT_EQ(sm90::fwd_short_rows_max_seqlen(64), sm90::kFwdShortRowsMaxSeqlen);
+  EXPECT_EQ(sm90::fwd_short_rows_max_seqlen(128), sm90::kFwdShortRowsMaxSeqlen128);
+  EXPECT_EQ(sm90::kFwdShortRowsMaxSeqlen128 % (64 * w.consumers), 0);
 }
 
 TEST(Sm90FwdTile, HeadDim192V128TakesTheLargestKeyBlockThatFits) {

@@ -31,7 +31,7 @@ constexpr bool has_bias_kernel(int head_dim, int head_dim_v) { return head_dim_v
 // instantiations without score modifiers.
 bool takes_short_rows(const ForwardParams& p) {
   return fwd_has_short_rows(p.head_dim, p.head_dim_v, p.has_window()) && p.softcap <= 0.0f && p.alibi == nullptr &&
-         !p.has_dropout() && p.seqlen_q <= kFwdShortRowsMaxSeqlen;
+         !p.has_dropout() && p.seqlen_q <= fwd_short_rows_max_seqlen(p.head_dim);
 }
 
 }  // namespace

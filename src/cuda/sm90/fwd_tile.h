@@ -97,9 +97,17 @@ constexpr FwdTile fwd_tile(int head_dim, int head_dim_v, bool windowed) {
 //    (dev/results/h200-2026-12-02-ab-s13-2-*.json). Predicted +10%: not S's latency either.
 constexpr int kFwdShortRowsMaxSeqlen = 1024;
 // The short-rows kernels (FwdShortRowsTraits, the row sums on the tensor cores): d64 with and
-// without a mask, d128 without one.
+// without a mask up to kFwdShortRowsMaxSeqlen rows, d128 without one up to
+// kFwdShortRowsMaxSeqlen128. d128 on them against the 128 x 176 kernel, H200 bf16, two pairs of
+// processes (dev/results/h200-2026-12-02-ab-s13-3-*.json, run-to-run spread 0.3% on the rows both
+// share): +2.4 / +2.2% at 512, -0.6 / -0.3% at 1k; predicted +4-8% at 512 from the loop's
+// instruction count (64 FADD of ~470 per 128-key block).
+constexpr int kFwdShortRowsMaxSeqlen128 = 512;
 constexpr bool fwd_has_short_rows(int head_dim, int head_dim_v, bool windowed) {
   return head_dim == head_dim_v && (head_dim == 64 || (head_dim == 128 && !windowed));
+}
+constexpr int fwd_short_rows_max_seqlen(int head_dim) {
+  return head_dim == 128 ? kFwdShortRowsMaxSeqlen128 : kFwdShortRowsMaxSeqlen;
 }
 // Their tiles: d64 without a mask keeps the three-consumer tile (fwd_tile; the one-consumer tile
 // was not timed there); d128 without a mask takes its masked tile, 128 x 128, whose two stages

@@ -34,8 +34,8 @@ struct FwdTraitsBody {
   // (cuda/block_tiles.h) instead of the range [n_lo, n_hi), and the tiles come from the dynamic
   // feed, since their cost follows the density of each query tile's row of blocks (fwd_kernel.h).
   static constexpr bool kSparse = kSparse_;
-  // kShortRows: d64 rows up to kFwdShortRowsMaxSeqlen (FwdShortRowsTraits): the short-rows tile
-  // under a mask (fwd_tile.h fwd_short_rows_tile), and with or without one the row sums on the
+  // kShortRows: short rows (FwdShortRowsTraits; fwd_tile.h fwd_has_short_rows and
+  // fwd_short_rows_max_seqlen): the short-rows tile (fwd_short_rows_tile) and the row sums on the
   // tensor cores (kRowSumMma).
   static constexpr bool kShortRows = kShortRows_;
   static_assert(!kShortRows || (fwd_has_short_rows(kHeadDim, kHeadDimV, kMask == MaskMode::kWindow) && !kSparse && !kMods),
@@ -126,8 +126,9 @@ struct FwdTraitsBody {
   //    -2.1/-2.9% at 16k (the tensor cores bound the longer rows);
   //  - the short-rows tile (masked): +2.6/+3.2% at 512, +0.3/+0.9% at 1k;
   //  - the three-consumer masked tile: +2.1/+2.5% at 2k, -0.1/+0.4% at 4k, -2.0/-0.2% at 16k.
-  // So d64 takes it up to 1024 rows, masked or not (FwdShortRowsTraits). Not pinned (kPinSoftmax
-  // stores the row sums; the pin gained 0-2% at d64).
+  // So d64 takes it up to 1024 rows, masked or not (FwdShortRowsTraits), and d128 without a mask up
+  // to 512 (fwd_tile.h kFwdShortRowsMaxSeqlen128: +2.3% there). Not pinned (kPinSoftmax stores the
+  // row sums; the pin gained 0-2% at d64).
   // The ones must sit where the product's N = head_dim_v..+7 reads: at d64 the leading offset can
   // point each stage's one V panel at a single shared panel after the ring (kOnesBytes); with two
   // V panels it is the panel stride, so each stage has its own ones panel after its V
@@ -181,10 +182,10 @@ struct FwdTraits : FwdTraitsBody<Element_, kHeadDim_, kMask_, kMods_, kHeadDimV_
 template <typename Element_, int kHeadDim_, MaskMode kMask_, bool kMods_ = false, int kHeadDimV_ = kHeadDim_>
 struct FwdSparseTraits : FwdTraitsBody<Element_, kHeadDim_, kMask_, kMods_, kHeadDimV_, true> {};
 
-// Short rows (at most kFwdShortRowsMaxSeqlen queries) without score modifiers, d64 and d128 without a
-// mask (fwd_tile.h fwd_has_short_rows): the row sums on the tensor cores (kRowSumMma), and at d64
-// under a causal or window mask the one-consumer tile at two CTAs per SM (fwd_short_rows_tile);
-// sm90fwdshort_hdim{64,128}_{dtype}_{window,nomask}.cu.
+// Short rows (at most fwd_short_rows_max_seqlen queries: 1024 at d64, 512 at d128) without score
+// modifiers, d64 and d128 without a mask (fwd_tile.h fwd_has_short_rows): the row sums on the
+// tensor cores (kRowSumMma), and at d64 under a causal or window mask the one-consumer tile at two
+// CTAs per SM (fwd_short_rows_tile); sm90fwdshort_hdim{64,128}_{dtype}_{window,nomask}.cu.
 template <typename Element_, int kHeadDim_, MaskMode kMask_ = MaskMode::kWindow>
 struct FwdShortRowsTraits : FwdTraitsBody<Element_, kHeadDim_, kMask_, false, kHeadDim_, false, true> {};
 
