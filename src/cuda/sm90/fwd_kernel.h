@@ -246,13 +246,17 @@ __device__ __forceinline__ void mask_pair_scores(float (&s)[Traits::kBlockN / 2]
 // before), and neither was timed.
 template <typename Traits>
 __device__ __forceinline__ void apply_mask(float (&s)[Traits::kBlockN / 2], const WindowMask& mask, int row, int key0) {
+  // Row row + 8h's visible keys [lo, hi), relative to key0.
+  const auto interval = [&](int h, int* lo, int* hi) {
+    mask.row_range(row + 8 * h, lo, hi);
+    *lo -= key0;
+    *hi -= key0;
+  };
   if constexpr (Traits::kHeadDimV > 128) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       int lo, hi;
-      mask.row_range(row + 8 * h, &lo, &hi);
-      lo -= key0;
-      hi -= key0;
+      interval(h, &lo, &hi);
 #pragma unroll
       for (int c = 0; c < Traits::kBlockN / 8; ++c) {
 #pragma unroll
@@ -272,9 +276,7 @@ __device__ __forceinline__ void apply_mask(float (&s)[Traits::kBlockN / 2], cons
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       int lo, hi;
-      mask.row_range(row + 8 * h, &lo, &hi);
-      lo -= key0;
-      hi -= key0;
+      interval(h, &lo, &hi);
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         const uint32_t keep = below(hi, e) & ~below(lo, e);
