@@ -48,6 +48,9 @@ cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DFLASHATTN_CUDA_ARC
   tail -40 "$OUT/build.log"; exit 1; }
 echo "C++ build: $(( $(date +%s) - start )) s"
 grep -h "spill" "$OUT/build.log" | sort | uniq -c | head -5 || true
+# ptxas serialising warpgroup products or injecting waits for them (DEVELOPERS.md, "Read ptxas's
+# report"; printed without -v).
+grep -h "C751[457]" "$OUT/build.log" | sort | uniq -c | head -5 || true
 
 log "python package"
 start=$(date +%s)
