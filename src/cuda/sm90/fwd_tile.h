@@ -114,9 +114,17 @@ constexpr int fwd_short_rows_max_seqlen(int head_dim) {
 // leave room for a panel of ones beside each stage's V (fwd_traits.h kOnesPerStage; 128 x 176
 // does not: 208 KB before them), and which timed the same as 128 x 176 at 512-1k (dev/NOTES.md,
 // "Unmasked d128 at <= 1024 keys on the window kernel").
+// dev/ A/B: -DFLASHATTN_DEV_SM90_SHORT_BN=64 -DFLASHATTN_DEV_SM90_SHORT_STAGES=3 replace the masked
+// d64 short tile's key block and stages (64 keys: no half-empty diagonal block in even tiles).
+#if !defined(FLASHATTN_DEV_SM90_SHORT_BN)
+#define FLASHATTN_DEV_SM90_SHORT_BN 128
+#endif
+#if !defined(FLASHATTN_DEV_SM90_SHORT_STAGES)
+#define FLASHATTN_DEV_SM90_SHORT_STAGES 2
+#endif
 constexpr FwdTile fwd_short_rows_tile(int head_dim, bool windowed) {
   return head_dim == 128 ? fwd_tile(128, 128, true)
-         : windowed      ? FwdTile{1, 128, 2, false, false, 2}
+         : windowed      ? FwdTile{1, FLASHATTN_DEV_SM90_SHORT_BN, FLASHATTN_DEV_SM90_SHORT_STAGES, false, false, 2}
                          : fwd_tile(64, 64, false);
 }
 
