@@ -304,15 +304,14 @@ __device__ __forceinline__ bool block_needs_mask(const WindowMask& mask, int seq
 // Online softmax of one block: updates the kept maxima and row sums, turns s into unnormalised
 // P (in place) and returns the factors O must be multiplied by (1 when the maximum was kept).
 template <typename Traits>
-__device__ __forceinline__ bool softmax_block(ConsumerState<Traits>& st, float (&sc)[Traits::kBlockN / 2], float scale_log2,
-                                              float (&correction)[2]) {
+__device__ __forceinline__ bool softmax_block(ConsumerState<Traits>& st, float scale_log2, float (&correction)[2]) {
   constexpr int kChunks = Traits::kBlockN / 8;
   bool any_rescale = false;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     float mx = st.row_max[h];
 #pragma unroll
-    for (int c = 0; c < kChunks; ++c) mx = fmaxf(mx, fmaxf(sc[4 * c + 2 * h], sc[4 * c + 2 * h + 1]));
+    for (int c = 0; c < kChunks; ++c) mx = fmaxf(mx, fmaxf(st.s[4 * c + 2 * h], st.s[4 * c + 2 * h + 1]));
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
     const float kept = st.row_max[h];
@@ -328,9 +327,9 @@ __device__ __forceinline__ bool softmax_block(ConsumerState<Traits>& st, float (
     for (int c = 0; c < kChunks; ++c) {
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
-        const float x = fmaf(sc[4 * c + 2 * h + e], scale_log2, -m_scaled);
+        const float x = fmaf(st.s[4 * c + 2 * h + e], scale_log2, -m_scaled);
         const float p = ptx::exp2_approx(x);
-        sc[4 * c + 2 * h + e] = p;
+        st.s[4 * c + 2 * h + e] = p;
         if constexpr (!Traits::kRowSumMma) sum += p;
       }
     }
@@ -338,11 +337,6 @@ __device__ __forceinline__ bool softmax_block(ConsumerState<Traits>& st, float (
     if constexpr (!Traits::kRowSumMma) st.row_sum[h] = st.row_sum[h] * correction[h] + sum;
   }
   return __any_sync(0xffffffffu, any_rescale);
-}
-
-template <typename Traits>
-__device__ __forceinline__ bool softmax_block(ConsumerState<Traits>& st, float scale_log2, float (&correction)[2]) {
-  return softmax_block<Traits>(st, st.s, scale_log2, correction);
 }
 
 template <typename Traits>
@@ -358,16 +352,11 @@ __device__ __forceinline__ void rescale_o(ConsumerState<Traits>& st, const float
 }
 
 template <typename Traits>
-__device__ __forceinline__ void convert_p(ConsumerState<Traits>& st, const float (&sc)[Traits::kBlockN / 2]) {
+__device__ __forceinline__ void convert_p(ConsumerState<Traits>& st) {
 #pragma unroll
   for (int i = 0; i < Traits::kBlockN / 4; ++i) {
-    st.p[i] = ptx::pack2<typename Traits::Element>(sc[2 * i], sc[2 * i + 1]);
+    st.p[i] = ptx::pack2<typename Traits::Element>(st.s[2 * i], st.s[2 * i + 1]);
   }
-}
-
-template <typename Traits>
-__device__ __forceinline__ void convert_p(ConsumerState<Traits>& st) {
-  convert_p<Traits>(st, st.s);
 }
 
 // Ping-pong between consumer warpgroups (FlashAttention-3): they take turns issuing their
@@ -556,7 +545,6 @@ __device__ __forceinline__ int take_tile(const TileFeed& feed, const SparseSlots
 __device__ __forceinline__ int sparse_entry(const SparseSlots& sparse, int stage, int lane) {
   return int(uniform_word(&sparse.entry[stage], lane));
 }
-
 
 // Persistent: one CTA per SM. Each CTA walks its tiles of TileOrder, in fixed rounds
 // (TileOrder::cta_tile) without a mask or from the tile feed with one (FwdTraits::kDynamicTiles).

@@ -115,8 +115,8 @@ struct FwdTraitsBody {
   // 256, d256 512), its P V product and O are d128's (m64n128, 8 k-steps, 64 accumulators), and
   // its unpinned SASS shows the same hoisted wait (all 66 MUFU.EX2 after it; pinned, all 66
   // between the two waits, no new spills).
-  // Row sums of P on the tensor cores (kShortRows: d64 up to 1024 rows): O += P V runs as
-  // m64n72k16 over V and a panel of ones after the V ring (kOnesBytes), whose eight extra
+  // Row sums of P on the tensor cores (kShortRows): O += P V runs as m64n72k16 (d64; m64n136 at
+  // d128) over V and a panel of ones (kOnesBytes, or one per stage), whose eight extra
   // accumulator columns each hold the row sums of the P that was multiplied (the 16-bit P,
   // accumulated in f32 and rescaled with O), so the softmax drops its 64 additions per thread and
   // 128-key block (a sixth of the key-block loop's instructions at d64) and the epilogue its quad
@@ -137,6 +137,7 @@ struct FwdTraitsBody {
   static constexpr bool kOnesPerStage = kRowSumMma && kPanelsV > 1;
   static constexpr int kOnesBytes = kRowSumMma && !kOnesPerStage ? kPanelBytesKV : 0;
   static constexpr int kVStageBytes = kTileBytesV + (kOnesPerStage ? kPanelBytesKV : 0);  // V ring stride
+  static constexpr size_t kOnesTotalBytes = kOnesBytes + size_t(kStages) * (kVStageBytes - kTileBytesV);
 #if defined(FLASHATTN_DEV_SM90_FWD_PIN_NONE)  // dev/ A/B: no pin anywhere
   static constexpr bool kPinSoftmax = false;
 #else
@@ -158,14 +159,14 @@ struct FwdTraitsBody {
   static constexpr bool kStoreOChunks = kHeadDimV == 128 || kHeadDimV == 64;
   static constexpr size_t kSmemBytes =
       fwd_smem_bytes(kTile, kHeadDim, kHeadDimV, kBarriers, kPinBytes) + size_t(kStages) * kTileBytesBias +
-      size_t(kStages) * kTileBytesMask + kOnesBytes + size_t(kStages) * (kVStageBytes - kTileBytesV);
+      size_t(kStages) * kTileBytesMask + kOnesTotalBytes;
 
   static_assert(kHeadDim % 64 == 0 && kHeadDimV % 64 == 0, "whole 64-column panels");
   static_assert(!kPingPong || kConsumers >= 2, "ping-pong takes turns between consumer warpgroups");
   static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "S = Q K^T is one m64nNk16 product per k-step");
   static_assert(kPanelBytesKV % 1024 == 0, "K/V panels start on the swizzle period");
   static_assert(kSmemBytes <= fwd_smem_bound(kTile, kHeadDim, kHeadDimV) + (kBias ? fwd_bias_bytes(kTile) : 0) +
-                                    size_t(kStages) * kTileBytesMask + kOnesBytes + size_t(kStages) * (kVStageBytes - kTileBytesV),
+                                    size_t(kStages) * kTileBytesMask + kOnesTotalBytes,
                 "fwd_smem_bound counts every buffer");
   static_assert(!kBias || (!kSparse && kMods && !kCrossTile && kBlockN % 64 == 0 && kHeadDimV == kHeadDim),
                 "the bias kernel: no block mask, scores in log2 units, one tile at a time, 64-key panels");
