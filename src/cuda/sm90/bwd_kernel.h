@@ -419,20 +419,42 @@ __device__ __forceinline__ void init_ring(uint64_t* first, uint64_t* full, uint6
   __syncthreads();
 }
 
-// Writes a 64-row block of dK or dV from its accumulator (rows key_local and +8 of this thread;
-// element (row key_local + 8h, column 8c + 2 t4 + e) is acc[4c + 2h + e]): scaled into `out`
-// (Element, strides st; four chunks' pieces quad-transposed (quad_transpose.h), so each store is
-// 16 contiguous bytes of a row, as the forward stores O; the main kernel 4-16% faster at 512-2k
-// than with 4-byte pieces, 1-3% at 16k:
-// dev/results/h200-2026-12-02-split-bwd-48180e9.json), or, when query heads are split
+// Writes this thread's two rows (row_ptr[h]: row key/query_local + 8h, already offset by its
+// first column) of a 64-row f32 accumulator block, scaled, in Element (element (row local + 8h,
+// column 8c + 2 t4 + e) is acc[4c + 2h + e]): four chunks' pieces are quad-transposed
+// (quad_transpose.h), so each store is 16 contiguous bytes of a row, as the forward stores O, and
+// a warp's store covers 8 rows x 64 bytes. Rows with row_ok[h] false are not written. Every lane
+// of the warp calls it (the transposes shuffle before the row bound). The dK/dV epilogue and the
+// deterministic dQ kernel store through it; the main dK/dV kernel was 4-16% faster at 512-2k with
+// it than with each thread's 4-byte pieces, 1-3% at 16k (dev/results/h200-2026-12-02-split-bwd-48180e9.json).
+template <typename Element, int kCols>
+__device__ __forceinline__ void store_acc_rows(const float (&acc)[kCols / 2], float scale, char* const (&row_ptr)[2],
+                                               const bool (&row_ok)[2], int t4) {
+  static_assert(kCols % 32 == 0, "whole quad transposes of 8-column chunks");
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+#pragma unroll
+    for (int c = 0; c < kCols / 8; c += 4) {
+      uint32_t x[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        x[j] = ptx::pack2<Element>(acc[4 * (c + j) + 2 * h] * scale, acc[4 * (c + j) + 2 * h + 1] * scale);
+      }
+      const uint4 chunk = quad_transpose(x, t4);  // lane t4: chunk c + t4
+      if (row_ok[h]) *reinterpret_cast<uint4*>(row_ptr[h] + sizeof(Element) * 8 * c) = chunk;
+    }
+  }
+}
+
+// Writes a 64-row block of dK or dV from its accumulator (rows key_local and +8 of this thread):
+// scaled into `out` (Element, strides st) through store_acc_rows, or, when query heads are split
 // over CTAs (kv_splits > 1), unscaled into the f32 `partial` that the sm80 reduction kernel
-// sums. Every lane of the warp calls it (the transposes shuffle before the row bound).
+// sums. Every lane of the warp calls it.
 template <typename Element, int kHeadDim>
 __device__ __forceinline__ void store_kv_grad(const float (&acc)[kHeadDim / 2], const BwdKernelParams& params,
                                               const SeqExtent& seq, int batch, int kv_head, int split, int n0,
                                               int key_local, int keys_here, int t4, float* partial, void* out,
                                               const Strides3& st, float scale) {
-  static_assert(kHeadDim % 32 == 0, "whole quad transposes of 8-column chunks");
   if (params.kv_splits > 1) {
     const int64_t row_base = int64_t(split) * params.total_k + params.k_row0(batch, seq.row0_k) + n0;
 #pragma unroll
@@ -447,23 +469,17 @@ __device__ __forceinline__ void store_kv_grad(const float (&acc)[kHeadDim / 2], 
     }
     return;
   }
+  char* row_ptr[2];
+  bool row_ok[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int r = key_local + 8 * h;
     const int64_t row = seq.row0_k + n0 + r;
-    char* g = static_cast<char*>(out) +
-              sizeof(Element) * (batch * st.batch + row * st.row + int64_t(kv_head) * st.head + 8 * t4);
-#pragma unroll
-    for (int c = 0; c < kHeadDim / 8; c += 4) {
-      uint32_t x[4];
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        x[j] = ptx::pack2<Element>(acc[4 * (c + j) + 2 * h] * scale, acc[4 * (c + j) + 2 * h + 1] * scale);
-      }
-      const uint4 chunk = quad_transpose(x, t4);  // lane t4: chunk c + t4
-      if (r < keys_here) *reinterpret_cast<uint4*>(g + sizeof(Element) * 8 * c) = chunk;
-    }
+    row_ptr[h] = static_cast<char*>(out) +
+                 sizeof(Element) * (batch * st.batch + row * st.row + int64_t(kv_head) * st.head + 8 * t4);
+    row_ok[h] = r < keys_here;
   }
+  store_acc_rows<Element, kHeadDim>(acc, scale, row_ptr, row_ok, t4);
 }
 
 // Tensor-map coordinates: dense operands are (dim, position, head, batch); varlen ones are one
@@ -1604,21 +1620,18 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_dq_kernel(const __gri
     }
   }
 
-  // dQ = scale * sum dS K, written from the accumulators.
-  const float dq_scale = params.scale;
+  // dQ = scale * sum dS K, written from the accumulators in 16-byte row chunks.
+  char* row_ptr[2];
+  bool row_ok[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int r = row_local + 8 * h;
-    if (r >= rows_here) continue;
-    char* gdq = static_cast<char*>(params.dq) +
-                sizeof(Element) * (batch * params.dq_strides.batch + (seq.row0_q + m0 + r) * params.dq_strides.row +
-                                   int64_t(head) * params.dq_strides.head + 2 * t4);
-#pragma unroll
-    for (int c = 0; c < kHeadDim / 8; ++c) {
-      *reinterpret_cast<uint32_t*>(gdq + sizeof(Element) * 8 * c) =
-          ptx::pack2<Element>(dq[4 * c + 2 * h] * dq_scale, dq[4 * c + 2 * h + 1] * dq_scale);
-    }
+    row_ptr[h] = static_cast<char*>(params.dq) +
+                 sizeof(Element) * (batch * params.dq_strides.batch + (seq.row0_q + m0 + r) * params.dq_strides.row +
+                                    int64_t(head) * params.dq_strides.head + 8 * t4);
+    row_ok[h] = r < rows_here;
   }
+  bwd90::store_acc_rows<Element, kHeadDim>(dq, params.scale, row_ptr, row_ok, t4);
 }
 
 // dQ = scale * the fused kernel's f32 accumulator, in Element: the inverse of acc_order_index per
