@@ -92,6 +92,8 @@ DESCRIPTIONS = {
     "flashattn_fp8": "this library: flashattn.flash_attn_func on float8_e4m3fn q, k, v (the row's inputs converted "
                      "once, outside the timing; descales 1, out bf16; the Hopper FP8 forward, issue 21), forward "
                      "only, FLOPs counted as for the row's dtype",
+    "flashattn_det": "this library: flashattn.flash_attn_func with deterministic=True (the Hopper backward's "
+                     "two-kernel form: dQ accumulated in registers, no reductions across CTAs)",
     "flex": "torch FlexAttention, torch.compile(flex_attention) with a BlockMask of the same blocks, all full "
             "(sparse suite only)",
 }

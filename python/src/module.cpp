@@ -513,6 +513,19 @@ NB_MODULE(_C, m) {
       "For tests: (backward calls that ran on the sm90 kernels, of those the head_dim_v != head_dim "
       "calls that ran unpadded) in this process (src/core/switches.h).");
   m.def(
+      "_cuda_head_dim_built",
+      [](int d) {
+#if defined(FLASHATTN_WITH_CUDA)
+        return fa::detail::cuda_head_dim_built(d);
+#else
+        (void)d;
+        return false;
+#endif
+      },
+      nb::arg("d"),
+      "For tests: whether this build instantiated the CUDA kernels of head dim d "
+      "(FLASHATTN_CUDA_HEAD_DIMS); a head dim not built runs padded to a larger one.");
+  m.def(
       "_sm90_forward_calls", [] { return fa::detail::sm90_forward_calls(); },
       "For tests: how many 16-bit forward calls the sm90 (Hopper) kernels have run in this process "
       "(src/core/switches.h).");

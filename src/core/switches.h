@@ -42,5 +42,9 @@ void count_native_head_dim_v_backward();
 // tests/python/test_bias.py through _C._sm90_forward_calls).
 unsigned long long sm90_forward_calls();
 void count_sm90_forward();
+// Whether this build instantiated the CUDA kernels of head dim d (FLASHATTN_CUDA_HEAD_DIMS), so
+// that a test of one head dim's kernels skips on a trimmed build instead of timing a padded call
+// (_C._cuda_head_dim_built). Defined by the CUDA backend (cuda_backend.cu): CUDA builds only.
+bool cuda_head_dim_built(int d);
 
 }  // namespace flashattn::detail

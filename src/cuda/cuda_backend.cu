@@ -755,4 +755,8 @@ Status cuda_copy_to_host(void* dst, const void* src, size_t bytes, void* stream)
   return Status::Ok();
 }
 
+namespace detail {
+bool cuda_head_dim_built(int d) { return cuda::head_dim_built(d); }
+}  // namespace detail
+
 }  // namespace flashattn

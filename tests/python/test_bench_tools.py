@@ -130,6 +130,13 @@ def test_sink_peer_is_accepted_only_on_request():
     assert "flashattn_sink" in bench.OPT_IN_IMPLS and "flashattn_sink" not in bench.IMPLS
 
 
+def test_every_peer_has_a_description():
+    # The results JSON names each timed peer through DESCRIPTIONS: a peer without one ended a run
+    # (flashattn_det, 2026-12-02) after its rows were timed.
+    missing = [n for n in bench.IMPLS + bench.SPARSE_IMPLS + bench.OPT_IN_IMPLS if n not in bench.DESCRIPTIONS]
+    assert missing == []
+
+
 def test_softcap_runs_skip_the_peers_without_softcap():
     pytest.importorskip("torch")
     impls, _ = bench.attention_impls(["sdpa_flash", "sdpa_math"], softcap=30.0)

@@ -573,6 +573,8 @@ DV_SHAPES = [dict(b=1, sq=113, sk=257, h=4, hk=2), dict(b=2, sq=1, sk=300, h=4, 
 
 def _native_dv_backward_expected():
     import os
+    if not flashattn._C._cuda_head_dim_built(192):
+        pytest.skip("head dim 192 was not built (FLASHATTN_CUDA_HEAD_DIMS): a 192/128 call runs padded")
     return torch.cuda.get_device_capability(DEV)[0] == 9 and os.environ.get("FLASHATTN_CUDA_PATH") != "sm80"
 
 

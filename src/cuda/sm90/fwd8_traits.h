@@ -51,7 +51,11 @@ struct Fwd8Traits : Fwd8Shape<kHeadDim_> {
   static constexpr bool kPinSoftmax = kHeadDim_ <= 128 && !kMods_;
   static constexpr int kPinBytes = kPinSoftmax ? 4 * 4 * Shape::kConsumers : 0;  // one float per consumer warp
   // store_tile's choice for a 128-wide O (fwd_traits.h); d64 and d256 store 16 bytes at a time.
+#if defined(FLASHATTN_DEV_SM90_O_CHUNKS_ALL)
+  static constexpr bool kStoreOChunks = kHeadDim_ % 32 == 0;
+#else
   static constexpr bool kStoreOChunks = kHeadDim_ == 128;
+#endif
   // The row sums stay on the FMA units (FwdTraits::kRowSumMma).
   static constexpr bool kRowSumMma = false;
   // +1024 alignment, the tiles, the barriers, the transposers' end flags (one int per stage),

@@ -156,7 +156,11 @@ struct FwdTraitsBody {
   // at 16k was 3% that session). 192 / 128 stores the same 128-wide O from the same accumulator
   // layout as d128 (two consumers), so it takes the chunks too (not timed on its own); d192 and
   // d256 (6 and 8 chunks live per row half) are not timed with them.
+#if defined(FLASHATTN_DEV_SM90_O_CHUNKS_ALL)  // dev/ A/B: chunks at d192 and d256 too (and FP8 d64/d256)
+  static constexpr bool kStoreOChunks = kHeadDimV % 32 == 0;
+#else
   static constexpr bool kStoreOChunks = kHeadDimV == 128 || kHeadDimV == 64;
+#endif
   static constexpr size_t kSmemBytes =
       fwd_smem_bytes(kTile, kHeadDim, kHeadDimV, kBarriers, kPinBytes) + size_t(kStages) * kTileBytesBias +
       size_t(kStages) * kTileBytesMask + kOnesTotalBytes;
