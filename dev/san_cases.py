@@ -7,7 +7,8 @@ clean one. One process per tool:
 
 Cases: the backward at d64 (dQ column split) and d128, unmasked and causal, 140-tile calls that
 give persistent CTAs a second tile (static rounds and the tile feed), varlen causal with an empty sequence (tiles without steps), 192/128
-causal (the split-role kernel), the d64 short-rows forward (causal, 512 rows), and the forward
+causal (the split-role kernel), the d64 and d256 short-rows forwards (causal), the deterministic
+backward (two kernels) at d128, and the forward
 with attn_mask alone (the mask tile) and with a key-padding mask. Needs a GPU and torch."""
 import argparse
 import sys
@@ -42,10 +43,10 @@ def check(name, got, want, tol):
     return ok
 
 
-def bwd_case(name, b, n, h, d, dv, causal):
+def bwd_case(name, b, n, h, d, dv, causal, deterministic=False):
     q, k = rnd(b, n, h, d, grad=True), rnd(b, n, h, d, grad=True)
     v = rnd(b, n, h, dv, grad=True)
-    out = flashattn.flash_attn_func(q, k, v, causal=causal)
+    out = flashattn.flash_attn_func(q, k, v, causal=causal, deterministic=deterministic)
     do = torch.randn_like(out)
     g = torch.autograd.grad(out, (q, k, v), do)
     qr, kr, vr = (x.detach().float().requires_grad_() for x in (q, k, v))
@@ -102,6 +103,9 @@ CASES = {
     "bwd_varlen_causal": varlen_case,
     "bwd_192_128_causal": lambda: bwd_case("bwd_192_128_causal", 1, 1024, 2, 192, 128, True),
     "fwd_d64_short_causal": lambda: bwd_case("fwd_d64_short_causal", 2, 512, 2, 64, 64, True),
+    # d256's short masked rows (64-key blocks) and its backward (the dQ kernel's 16-byte stores).
+    "fwd_d256_short_causal": lambda: bwd_case("fwd_d256_short_causal", 2, 1024, 2, 256, 256, True),
+    "bwd_d128_det_causal": lambda: bwd_case("bwd_d128_det_causal", 1, 1024, 2, 128, 128, True, deterministic=True),
     "fwd_mask_tile": lambda: fwd_mask_case("fwd_mask_tile", 2, 1024, 2, 128, False),
     "fwd_mask_keypad": lambda: fwd_mask_case("fwd_mask_keypad", 2, 1024, 2, 64, True),
 }

@@ -320,6 +320,24 @@ TEST(Sm90FwdTile, UnmaskedShortRowsTiles) {
   EXPECT_EQ(sm90::kFwdShortRowsMaxSeqlen128 % (64 * w.consumers), 0);
 }
 
+// d256's short masked rows: 64-key blocks, so that a 128-row tile's diagonal is two whole key
+// blocks and 512 / 1024 / 2048 rows are whole blocks; it fits two stages beside Q, and the row sums
+// stay on the FMA units (m64n264 would pass wgmma's N of 256). Unmasked d256 keeps 128 x 80.
+TEST(Sm90FwdTile, MaskedShortRowsTileAtD256) {
+  EXPECT_TRUE(sm90::fwd_has_short_rows(256, 256, true));
+  EXPECT_FALSE(sm90::fwd_has_short_rows(256, 256, false));
+  EXPECT_FALSE(sm90::fwd_has_short_rows(192, 192, true));
+  const FwdTile t = sm90::fwd_short_rows_tile(256, true);
+  EXPECT_EQ(t.block_n, 64);
+  EXPECT_EQ(t.consumers, 2);
+  EXPECT_EQ(t.ctas_per_sm, 1);
+  EXPECT_LT(t.block_n, sm90::fwd_tile(256, 256, true).block_n);
+  EXPECT_EQ((64 * t.consumers) % t.block_n, 0);
+  EXPECT_EQ(sm90::fwd_short_rows_max_seqlen(256), sm90::kFwdShortRowsMaxSeqlen256);
+  EXPECT_EQ(sm90::kFwdShortRowsMaxSeqlen256 % t.block_n, 0);
+  EXPECT_LE(sm90::fwd_smem_bound(t, 256, 256), sm90::fwd_smem_limit(t.ctas_per_sm));
+}
+
 TEST(Sm90FwdTile, HeadDim192V128TakesTheLargestKeyBlockThatFits) {
   for (bool windowed : {false, true}) {
     const FwdTile t = sm90::fwd_tile(192, 128, windowed);

@@ -279,7 +279,7 @@ def test_gpt_block_bf16_matches_sdpa():
 
 
 # Shapes the Hopper forward (src/cuda/sm90) takes even in its default mode: more than 16 query
-# rows and grids that fill the GPU, ragged lengths (not multiples of its 128-row and 80/112/128-key
+# rows and grids that fill the GPU, ragged lengths (not multiples of its 128-row and 64/80/112/128-key
 # tiles), seqlen_q != seqlen_k under the masks, GQA. On other GPUs they run the sm80 kernels;
 # scripts/gpu-check.sh also runs this file with FLASHATTN_CUDA_PATH=sm80 and =sm90.
 LONG_SHAPES = [
@@ -287,7 +287,9 @@ LONG_SHAPES = [
     dict(b=3, sq=1111, sk=1111, h=16, hk=16, d=64),
     # At most 1024 query rows under a mask: d64's short-rows tile (sm90/fwd_tile.h).
     dict(b=3, sq=1000, sk=1250, h=16, hk=4, d=64),
+    # Masked d256 up to 2048 query rows takes 64-key blocks (the short-rows kernel), beyond it 80.
     dict(b=2, sq=777, sk=600, h=16, hk=8, d=256),
+    dict(b=1, sq=2100, sk=2300, h=8, hk=4, d=256),
     dict(b=2, sq=900, sk=1333, h=16, hk=2, d=192),
 ]
 

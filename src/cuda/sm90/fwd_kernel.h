@@ -407,8 +407,8 @@ __device__ __forceinline__ void softmax_under_pv(ConsumerState<Traits>& st, floa
 }
 
 // Epilogue of one tile: finish the row sums across the quad, normalise, write LSE and O straight
-// from the accumulators (Traits::kStoreOChunks: 64 contiguous bytes of a row per quad and store,
-// otherwise 16). No shared memory: the next tile's Q may already be landing in the Q buffer.
+// from the accumulators, 64 contiguous bytes of a row per quad and store. No shared memory: the
+// next tile's Q may already be landing in the Q buffer.
 template <typename Traits, typename TileWork>
 __device__ __forceinline__ void store_tile(const ForwardParams& params, const TileWork& w, ConsumerState<Traits>& st,
                                            int row_in_tile, int t4, float scale_log2) {
@@ -437,37 +437,27 @@ __device__ __forceinline__ void store_tile(const ForwardParams& params, const Ti
     const bool empty = l == 0.0f;  // no visible key and no sink; a NaN sum stays NaN
     const float inv = empty ? 0.0f : o_factor / l;
     const int r = row_in_tile + 8 * h;
-    // kStoreOChunks: each quad holds 4 bytes of every 16-byte chunk of its row; transposed
-    // across the quad (outside the row test: every lane shuffles), a thread holds whole chunks,
-    // so a warp's store writes 64 contiguous bytes of each of its 8 rows instead of 16.
-    constexpr int kGroups = Traits::kStoreOChunks ? Traits::kHeadDimV / 32 : 1;
+    // Each quad holds 4 bytes of every 16-byte chunk of its row; transposed across the quad
+    // (outside the row test: every lane shuffles), a thread holds whole chunks, so a warp's
+    // store writes 64 contiguous bytes of each of its 8 rows instead of 16 (measured: fwd_traits.h,
+    // "O stored in whole 16-byte chunks").
+    constexpr int kGroups = Traits::kHeadDimV / 32;
     uint4 chunk[kGroups];
-    if constexpr (Traits::kStoreOChunks) {
 #pragma unroll
-      for (int q = 0; q < kGroups; ++q) {
-        uint32_t x[4];
+    for (int q = 0; q < kGroups; ++q) {
+      uint32_t x[4];
 #pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          const int c = 4 * q + j;
-          x[j] = ptx::pack2<Element>(st.o[4 * c + 2 * h] * inv, st.o[4 * c + 2 * h + 1] * inv);
-        }
-        chunk[q] = quad_transpose(x, t4);
+      for (int j = 0; j < 4; ++j) {
+        const int c = 4 * q + j;
+        x[j] = ptx::pack2<Element>(st.o[4 * c + 2 * h] * inv, st.o[4 * c + 2 * h + 1] * inv);
       }
+      chunk[q] = quad_transpose(x, t4);
     }
     if (r < w.rows_here) {
       if (params.lse != nullptr && t4 == 0) params.lse[lse_base + r] = empty ? -INFINITY : (m_log2 + __log2f(l)) * kLn2;
-      if constexpr (Traits::kStoreOChunks) {
-        char* dst = gO + r * o_row_bytes + 16 * t4;
+      char* dst = gO + r * o_row_bytes + 16 * t4;
 #pragma unroll
-        for (int q = 0; q < kGroups; ++q) *reinterpret_cast<uint4*>(dst + 64 * q) = chunk[q];
-      } else {
-        char* dst = gO + r * o_row_bytes + 4 * t4;
-#pragma unroll
-        for (int c = 0; c < Traits::kHeadDimV / 8; ++c) {
-          *reinterpret_cast<uint32_t*>(dst + 16 * c) =
-              ptx::pack2<Element>(st.o[4 * c + 2 * h] * inv, st.o[4 * c + 2 * h + 1] * inv);
-        }
-      }
+      for (int q = 0; q < kGroups; ++q) *reinterpret_cast<uint4*>(dst + 64 * q) = chunk[q];
     }
   }
 }

@@ -103,11 +103,20 @@ constexpr int kFwdShortRowsMaxSeqlen = 1024;
 // share): +2.4 / +2.2% at 512, -0.6 / -0.3% at 1k; predicted +4-8% at 512 from the loop's
 // instruction count (64 FADD of ~470 per 128-key block).
 constexpr int kFwdShortRowsMaxSeqlen128 = 512;
+// d256 under a causal or window mask: 128 x 64 (2 stages: 64 + 2 x 64 KB) instead of 128 x 80. The
+// diagonal block of a 128-row tile is two whole 64-key blocks rather than parts of three 80-key
+// ones, and at 512 rows 80 keys leave a last block of 32. H200 bf16, one process, O in 16-byte
+// chunks in both (dev/results/h200-2026-12-02-ab-s14-2-{ch,chbn64}-6c07bbb.json): causal +16.2 /
+// +8.0 / +3.5 / -0.2 / -2.7% at 512 / 1k / 2k / 4k / 16k; without a mask +1.0 / -3.8 / -4.3 /
+// -5.0 / -6.4%. So masked launches up to 2048 rows take it; unmasked ones keep 128 x 80.
+constexpr int kFwdShortRowsMaxSeqlen256 = 2048;
 constexpr bool fwd_has_short_rows(int head_dim, int head_dim_v, bool windowed) {
-  return head_dim == head_dim_v && (head_dim == 64 || (head_dim == 128 && !windowed));
+  return head_dim == head_dim_v && (head_dim == 64 || (head_dim == 128 && !windowed) || (head_dim == 256 && windowed));
 }
 constexpr int fwd_short_rows_max_seqlen(int head_dim) {
-  return head_dim == 128 ? kFwdShortRowsMaxSeqlen128 : kFwdShortRowsMaxSeqlen;
+  return head_dim == 128   ? kFwdShortRowsMaxSeqlen128
+         : head_dim == 256 ? kFwdShortRowsMaxSeqlen256
+                           : kFwdShortRowsMaxSeqlen;
 }
 // Their tiles: d64 without a mask keeps the three-consumer tile (fwd_tile; the one-consumer tile
 // was not timed there); d128 without a mask takes its masked tile, 128 x 128, whose two stages
@@ -123,7 +132,8 @@ constexpr int fwd_short_rows_max_seqlen(int head_dim) {
 #define FLASHATTN_DEV_SM90_SHORT_STAGES 2
 #endif
 constexpr FwdTile fwd_short_rows_tile(int head_dim, bool windowed) {
-  return head_dim == 128 ? fwd_tile(128, 128, true)
+  return head_dim == 256 ? FwdTile{2, 64, 2, true}
+         : head_dim == 128 ? fwd_tile(128, 128, true)
          : windowed      ? FwdTile{1, FLASHATTN_DEV_SM90_SHORT_BN, FLASHATTN_DEV_SM90_SHORT_STAGES, false, false, 2}
                          : fwd_tile(64, 64, false);
 }

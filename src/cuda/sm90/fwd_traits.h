@@ -133,7 +133,7 @@ struct FwdTraitsBody {
   // point each stage's one V panel at a single shared panel after the ring (kOnesBytes); with two
   // V panels it is the panel stride, so each stage has its own ones panel after its V
   // (kOnesPerStage, kVStageBytes).
-  static constexpr bool kRowSumMma = kShortRows;
+  static constexpr bool kRowSumMma = kShortRows && kHeadDimV <= 128;  // d256: N would pass 256
   static constexpr bool kOnesPerStage = kRowSumMma && kPanelsV > 1;
   static constexpr int kOnesBytes = kRowSumMma && !kOnesPerStage ? kPanelBytesKV : 0;
   static constexpr int kVStageBytes = kTileBytesV + (kOnesPerStage ? kPanelBytesKV : 0);  // V ring stride
@@ -149,18 +149,15 @@ struct FwdTraitsBody {
   static constexpr int kPinBytes = kPinSoftmax ? 4 * 4 * kConsumers : 0;  // one float per consumer warp
   // O stored in whole 16-byte chunks after a transpose across each quad (fwd_kernel.h,
   // store_tile): the plain store wrote each 32-byte sector in two halves (ncu at d128 16k: 2.1 M
-  // excessive sectors, the output's size). With the pin: d128 +0.4-2.6% (1k 546 -> 560). d64
-  // lost 2.5-5% at 1k-4k with the first, select-based transpose; with the butterfly form it
-  // gains (dev/results/h200-2026-12-02-ab-d64-{base,chunks}.json, same process): +5.3/+3.1/
-  // +1.2/+0.8% at 512/1k/2k/4k, causal +3.1/+0.7/+1.0/+0.6%, 16k -1.8/-0.3% (run-to-run noise
-  // at 16k was 3% that session). 192 / 128 stores the same 128-wide O from the same accumulator
-  // layout as d128 (two consumers), so it takes the chunks too (not timed on its own); d192 and
-  // d256 (6 and 8 chunks live per row half) are not timed with them.
-#if defined(FLASHATTN_DEV_SM90_O_CHUNKS_ALL)  // dev/ A/B: chunks at d192 and d256 too (and FP8 d64/d256)
-  static constexpr bool kStoreOChunks = kHeadDimV % 32 == 0;
-#else
-  static constexpr bool kStoreOChunks = kHeadDimV == 128 || kHeadDimV == 64;
-#endif
+  // excessive sectors, the output's size; at d256 512 half the kernel's 4.2 M sectors). With the
+  // pin: d128 +0.4-2.6% (1k 546 -> 560). d64 lost 2.5-5% at 1k-4k with the first, select-based
+  // transpose; with the butterfly form it gains (dev/results/h200-2026-12-02-ab-d64-{base,chunks}.json,
+  // same process): +5.3/+3.1/+1.2/+0.8% at 512/1k/2k/4k, causal +3.1/+0.7/+1.0/+0.6%, 16k
+  // -1.8/-0.3% (noise). d256 (eight chunks live per row half; no new spills): +17.2/+10.8/+6.4/
+  // +3.0/-0.2% at 512/1k/2k/4k/16k, causal +9.0/+6.5/+4.8/+3.4/+1.0%
+  // (dev/results/h200-2026-12-02-ab-s14-2-{base,ch}-6c07bbb.json). d192 and 192 / 128 take them
+  // too (not timed on their own: 192 / 128 stores d128's O from the same accumulator layout), as
+  // does the FP8 forward (fwd8_traits.h). Every head_dim_v here is a multiple of 64.
   static constexpr size_t kSmemBytes =
       fwd_smem_bytes(kTile, kHeadDim, kHeadDimV, kBarriers, kPinBytes) + size_t(kStages) * kTileBytesBias +
       size_t(kStages) * kTileBytesMask + kOnesTotalBytes;
@@ -187,10 +184,11 @@ struct FwdTraits : FwdTraitsBody<Element_, kHeadDim_, kMask_, kMods_, kHeadDimV_
 template <typename Element_, int kHeadDim_, MaskMode kMask_, bool kMods_ = false, int kHeadDimV_ = kHeadDim_>
 struct FwdSparseTraits : FwdTraitsBody<Element_, kHeadDim_, kMask_, kMods_, kHeadDimV_, true> {};
 
-// Short rows (at most fwd_short_rows_max_seqlen queries: 1024 at d64, 512 at d128) without score
-// modifiers, d64 and d128 without a mask (fwd_tile.h fwd_has_short_rows): the row sums on the
-// tensor cores (kRowSumMma), and at d64 under a causal or window mask the one-consumer tile at two
-// CTAs per SM (fwd_short_rows_tile); sm90fwdshort_hdim{64,128}_{dtype}_{window,nomask}.cu.
+// Short rows (at most fwd_short_rows_max_seqlen queries: 1024 at d64, 512 at d128, 2048 at d256)
+// without score modifiers, d64, d128 without a mask and d256 with one (fwd_tile.h
+// fwd_has_short_rows): at d64/d128 the row sums on the tensor cores (kRowSumMma), at d64 under a
+// causal or window mask the one-consumer tile at two CTAs per SM, at d256 64-key blocks
+// (fwd_short_rows_tile); sm90fwdshort_hdim{64,128,256}_{dtype}_{window,nomask}.cu.
 template <typename Element_, int kHeadDim_, MaskMode kMask_ = MaskMode::kWindow>
 struct FwdShortRowsTraits : FwdTraitsBody<Element_, kHeadDim_, kMask_, false, kHeadDim_, false, true> {};
 
