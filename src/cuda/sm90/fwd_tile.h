@@ -40,7 +40,9 @@ struct FwdTile {
 //    48 + 2 x (48 + 32) = 208 KB; O 64 + S 64 + P 32 registers (the d128 masked tile's count).
 //    The largest N that fits: 144 needs 48 + 2 x 90 = 228 KB plus the 1 KB alignment; 3 stages
 //    fit only N <= 80. Not run on a GPU yet (dev/NOTES.md, "Hopper forward at 192/128").
-//  - d256: 128 x 80, 2 stages: 64 + 160 KB (the most that fits); O 128 + S 40 + P 20. Not swept.
+//  - d256: 128 x 80, 2 stages: 64 + 160 KB (the most that fits); O 128 + S 40 + P 20. 128 x 64
+//    without a mask: -4..-6% from 1k, +1% at 512; with one it wins up to 2048 rows and takes the
+//    short-rows kernel there (kFwdShortRowsMaxSeqlen256).
 //  - Ping-pong (turns between the consumers): +1-3% at d128 (ab-sm90a-nopp128).
 //  - The cross-tile pipeline (cross_tile, two Q buffers), against the one-tile loop in one
 //    session (dev/results/h200-2026-12-02-ab-cross2-{base,x}.json, bf16 forward vs cuDNN): d64
@@ -123,18 +125,13 @@ constexpr int fwd_short_rows_max_seqlen(int head_dim) {
 // leave room for a panel of ones beside each stage's V (fwd_traits.h kOnesPerStage; 128 x 176
 // does not: 208 KB before them), and which timed the same as 128 x 176 at 512-1k (dev/NOTES.md,
 // "Unmasked d128 at <= 1024 keys on the window kernel").
-// dev/ A/B: -DFLASHATTN_DEV_SM90_SHORT_BN=64 -DFLASHATTN_DEV_SM90_SHORT_STAGES=3 replace the masked
-// d64 short tile's key block and stages (64 keys: no half-empty diagonal block in even tiles).
-#if !defined(FLASHATTN_DEV_SM90_SHORT_BN)
-#define FLASHATTN_DEV_SM90_SHORT_BN 128
-#endif
-#if !defined(FLASHATTN_DEV_SM90_SHORT_STAGES)
-#define FLASHATTN_DEV_SM90_SHORT_STAGES 2
-#endif
+// The masked d64 short tile at 64 keys (2 or 3 stages) lost to 128 keys: causal -3.8% at 512,
+// -5.7 / -6.4% at 1k, 0% at 2k; unmasked rows (same kernel) within 1%
+// (dev/results/h200-2026-12-02-ab-s14-1-{base,bn64s2,bn64s3,base2}-4716590.json).
 constexpr FwdTile fwd_short_rows_tile(int head_dim, bool windowed) {
   return head_dim == 256 ? FwdTile{2, 64, 2, true}
          : head_dim == 128 ? fwd_tile(128, 128, true)
-         : windowed      ? FwdTile{1, FLASHATTN_DEV_SM90_SHORT_BN, FLASHATTN_DEV_SM90_SHORT_STAGES, false, false, 2}
+         : windowed      ? FwdTile{1, 128, 2, false, false, 2}
                          : fwd_tile(64, 64, false);
 }
 
