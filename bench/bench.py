@@ -56,7 +56,10 @@ figures, "implementations", "unavailable" and more environment fields (driver, g
 (format 2), then "timing_mode" and "host_overhead_us" (format 3). Format 3 times GPU execution
 by default (--timing device): a GPU sleep queued before the start event hides each peer's
 host dispatch, which formats 1-2 included and which dominated the short rows for peers with a
-slow Python path. host_overhead_us states that dispatch cost separately.
+slow Python path. host_overhead_us states that dispatch cost separately. With --gpu-state each
+peer's result also holds gpu_state: the SM clock, power draw, temperature and software power cap
+sampled by nvidia-smi right after its forward and backward passes (the H200 reaches its 700 W
+limit late in the full suite, where the 16k rows then run at lower clocks).
 This module imports torch only inside functions, so its helpers load without torch.
 """
 import argparse
@@ -266,6 +269,34 @@ def nvidia_smi(fields=("driver_version", "clocks.max.sm", "power.limit")):
     if out.returncode != 0 or len(values) != len(fields):
         return nvidia_smi(fields[:1]) if len(fields) > 1 else {}
     return dict(zip(fields, values))
+
+
+# --gpu-state: after each timed pass of a peer (forward, backward), the GPU's SM clock, power draw,
+# temperature and whether the software power cap is holding the clock down, from nvidia-smi, so
+# that a row timed at the power limit (the full suite's 16k tail on the H200) says so in the JSON
+# (row[peer]["gpu_state"]). Sampled right after the pass's last timed call (the clock the
+# governor set under that load); off by default (one nvidia-smi call per pass, ~50 ms).
+GPU_STATE = {"on": False}
+GPU_STATE_FIELDS = ("clocks.sm", "power.draw", "temperature.gpu", "clocks_event_reasons.sw_power_cap")
+
+
+def gpu_state():
+    """{"sm_mhz", "power_w", "temp_c"[, "power_capped"]} now, or {} without nvidia-smi; drivers
+    without the clock-event field give the first three."""
+    smi = nvidia_smi(GPU_STATE_FIELDS)
+    if len(smi) != len(GPU_STATE_FIELDS):
+        smi = nvidia_smi(GPU_STATE_FIELDS[:3])
+    if len(smi) < 3:
+        return {}
+    try:
+        state = {"sm_mhz": int(float(smi["clocks.sm"])), "power_w": float(smi["power.draw"]),
+                 "temp_c": int(float(smi["temperature.gpu"]))}
+    except ValueError:  # "[N/A]" and the like
+        return {}
+    reason = smi.get("clocks_event_reasons.sw_power_cap", "").strip().lower()
+    if reason in ("active", "not active"):
+        state["power_capped"] = reason == "active"
+    return state
 
 
 def cuda_driver_api_version():
@@ -522,8 +553,11 @@ def bench_row(impl, b, h, hk, sq, sk, d, causal, dtype, backward, repeats, graph
     k = torch.randn(shape_k, device="cuda", dtype=dtype, requires_grad=grad_inputs)
     v = torch.randn(shape_v, device="cuda", dtype=dtype, requires_grad=grad_inputs)
     result = {}
+    states = {}
     with torch.no_grad():
         result["fwd_ms"] = median_ms(lambda: impl.fn(q, k, v, causal), repeats)
+        if GPU_STATE["on"]:
+            states["fwd"] = gpu_state()
         if graph:
             try:
                 result["fwd_ms_graph"] = graph_median_ms(lambda: impl.fn(q, k, v, causal), repeats)
@@ -533,11 +567,15 @@ def bench_row(impl, b, h, hk, sq, sk, d, causal, dtype, backward, repeats, graph
         out = impl.fn(q, k, v, causal)
         grad = torch.randn_like(out)
         result["bwd_ms"] = median_ms(lambda: torch.autograd.grad(out, (q, k, v), grad, retain_graph=True), repeats)
+        if GPU_STATE["on"]:
+            states["bwd"] = gpu_state()
         del out
         result["fwdbwd_ms"] = median_ms(lambda: torch.autograd.grad(impl.fn(q, k, v, causal), (q, k, v), grad),
                                         repeats)
     elif backward:
         result["bwd_skipped"] = "forward only"
+    if states:
+        result["gpu_state"] = states
     return result
 
 
@@ -849,6 +887,9 @@ def main():
     ap.add_argument("--softcap", type=float, default=0.0,
                     help="softcap for flashattn's calls (dev A/Bs of the modifier kernels: the peers skip every "
                          "row; not a bench/results run)")
+    ap.add_argument("--gpu-state", action="store_true",
+                    help="record the SM clock, power draw, temperature and power-cap state (nvidia-smi) after "
+                         "each timed pass, per peer and row (gpu_state in the JSON)")
     ap.add_argument("--timing", choices=("device", "eager"), default="device",
                     help="device (default): GPU execution time, host dispatch hidden behind a GPU sleep; "
                          "eager: the GPU idles while the host dispatches, as formats 1-2 measured")
@@ -862,6 +903,7 @@ def main():
     if args.block_size < 1:
         ap.error("--block-size must be >= 1")
     TIMING["mode"] = args.timing
+    GPU_STATE["on"] = args.gpu_state
     unknown = sorted(set(args.impls) - set(IMPLS) - set(SPARSE_IMPLS) - set(OPT_IN_IMPLS))
     if unknown:
         ap.error(f"unknown --impls {','.join(unknown)}; choose from {','.join(IMPLS)}")

@@ -137,6 +137,30 @@ def test_every_peer_has_a_description():
     assert missing == []
 
 
+def test_gpu_state_parses_nvidia_smi_and_degrades(monkeypatch):
+    # --gpu-state: one nvidia-smi query per timed pass; the power-cap field is optional (older
+    # drivers reject it, then the first three are asked alone) and unreadable values give {}.
+    answers = []
+
+    def fake_smi(fields):
+        answers.append(fields)
+        table = {"clocks.sm": "1755", "power.draw": "688.31", "temperature.gpu": "61",
+                 "clocks_event_reasons.sw_power_cap": "Active"}
+        return {f: table[f] for f in fields if f in table}
+
+    monkeypatch.setattr(bench, "nvidia_smi", fake_smi)
+    assert bench.gpu_state() == {"sm_mhz": 1755, "power_w": 688.31, "temp_c": 61, "power_capped": True}
+    monkeypatch.setattr(bench, "nvidia_smi", lambda fields: {"clocks.sm": "1980", "power.draw": "120.5",
+                                                             "temperature.gpu": "40"} if len(fields) == 3 else {})
+    assert bench.gpu_state() == {"sm_mhz": 1980, "power_w": 120.5, "temp_c": 40}
+    monkeypatch.setattr(bench, "nvidia_smi", lambda fields: dict.fromkeys(fields, "[N/A]"))
+    assert bench.gpu_state() == {}
+    monkeypatch.setattr(bench, "nvidia_smi", lambda fields: {})
+    assert bench.gpu_state() == {}
+    assert answers == [bench.GPU_STATE_FIELDS]
+    assert bench.GPU_STATE["on"] is False  # off unless --gpu-state
+
+
 def test_softcap_runs_skip_the_peers_without_softcap():
     pytest.importorskip("torch")
     impls, _ = bench.attention_impls(["sdpa_flash", "sdpa_math"], softcap=30.0)
