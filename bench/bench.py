@@ -58,8 +58,9 @@ by default (--timing device): a GPU sleep queued before the start event hides ea
 host dispatch, which formats 1-2 included and which dominated the short rows for peers with a
 slow Python path. host_overhead_us states that dispatch cost separately. With --gpu-state each
 peer's result also holds gpu_state: the SM clock, power draw, temperature and software power cap
-sampled by nvidia-smi right after its forward and backward passes (the H200 reaches its 700 W
-limit late in the full suite, where the 16k rows then run at lower clocks).
+sampled by nvidia-smi during its forward and backward passes (passes shorter than ~0.1 s are
+sampled after them; the H200 reaches its 700 W limit late in the full suite, where the 16k rows
+then run at lower clocks).
 This module imports torch only inside functions, so its helpers load without torch.
 """
 import argparse
@@ -271,29 +272,60 @@ def nvidia_smi(fields=("driver_version", "clocks.max.sm", "power.limit")):
     return dict(zip(fields, values))
 
 
-# --gpu-state: after each timed pass of a peer (forward, backward), the GPU's SM clock, power draw,
-# temperature and whether the software power cap is holding the clock down, from nvidia-smi, so
-# that a row timed at the power limit (the full suite's 16k tail on the H200) says so in the JSON
-# (row[peer]["gpu_state"]). Sampled right after the pass's last timed call (the clock the
-# governor set under that load); off by default (one nvidia-smi call per pass, ~50 ms).
-GPU_STATE = {"on": False}
+# --gpu-state: during each timed pass of a peer (forward, backward), the GPU's SM clock, power
+# draw, temperature and whether the software power cap is holding the clock down, from
+# nvidia-smi, so that a row timed at the power limit (the full suite's 16k tail on the H200) says
+# so in the JSON (row[peer]["gpu_state"]). nvidia-smi is started with the pass's warm-up and read
+# after it, so it samples while the pass runs if the pass outlasts its start-up (~0.1 s: the 4k-16k
+# rows); a shorter pass is sampled after its calls, when the draw has fallen (a d128 4k pass read
+# afterwards: 128-188 W, dev/results/h200-2026-12-02-gpu-state-after-5110f2b.json). Off by default.
+GPU_STATE = {"on": False, "fields": None}
 GPU_STATE_FIELDS = ("clocks.sm", "power.draw", "temperature.gpu", "clocks_event_reasons.sw_power_cap")
 
 
-def gpu_state():
-    """{"sm_mhz", "power_w", "temp_c"[, "power_capped"]} now, or {} without nvidia-smi; drivers
-    without the clock-event field give the first three."""
-    smi = nvidia_smi(GPU_STATE_FIELDS)
-    if len(smi) != len(GPU_STATE_FIELDS):
-        smi = nvidia_smi(GPU_STATE_FIELDS[:3])
-    if len(smi) < 3:
+def gpu_state_fields():
+    """The fields this driver answers (the power-cap reason is newer than the other three), asked
+    once; () without nvidia-smi."""
+    if GPU_STATE["fields"] is None:
+        GPU_STATE["fields"] = next((f for f in (GPU_STATE_FIELDS, GPU_STATE_FIELDS[:3])
+                                    if len(nvidia_smi(f)) == len(f)), ())
+    return GPU_STATE["fields"]
+
+
+def start_gpu_state():
+    """A running nvidia-smi query of gpu_state_fields(), or None (no nvidia-smi, or off)."""
+    fields = gpu_state_fields() if GPU_STATE["on"] else ()
+    if not fields:
+        return None
+    try:
+        return subprocess.Popen(["nvidia-smi", "-i", "0", "--query-gpu=" + ",".join(fields),
+                                 "--format=csv,noheader,nounits"], stdout=subprocess.PIPE,
+                                stderr=subprocess.DEVNULL, text=True)
+    except OSError:
+        return None
+
+
+def finish_gpu_state(proc):
+    """{"sm_mhz", "power_w", "temp_c"[, "power_capped"]} from a start_gpu_state query, {} when it
+    failed or answered something unreadable ("[N/A]")."""
+    if proc is None:
         return {}
+    try:
+        out, _ = proc.communicate(timeout=30)
+    except subprocess.SubprocessError:
+        proc.kill()
+        return {}
+    values = [v.strip() for v in out.strip().split(",")]
+    fields = GPU_STATE["fields"] or ()
+    if proc.returncode != 0 or len(values) != len(fields) or len(fields) < 3:
+        return {}
+    smi = dict(zip(fields, values))
     try:
         state = {"sm_mhz": int(float(smi["clocks.sm"])), "power_w": float(smi["power.draw"]),
                  "temp_c": int(float(smi["temperature.gpu"]))}
-    except ValueError:  # "[N/A]" and the like
+    except ValueError:
         return {}
-    reason = smi.get("clocks_event_reasons.sw_power_cap", "").strip().lower()
+    reason = smi.get("clocks_event_reasons.sw_power_cap", "").lower()
     if reason in ("active", "not active"):
         state["power_capped"] = reason == "active"
     return state
@@ -555,9 +587,10 @@ def bench_row(impl, b, h, hk, sq, sk, d, causal, dtype, backward, repeats, graph
     result = {}
     states = {}
     with torch.no_grad():
+        probe = start_gpu_state()
         result["fwd_ms"] = median_ms(lambda: impl.fn(q, k, v, causal), repeats)
-        if GPU_STATE["on"]:
-            states["fwd"] = gpu_state()
+        if probe is not None:
+            states["fwd"] = finish_gpu_state(probe)
         if graph:
             try:
                 result["fwd_ms_graph"] = graph_median_ms(lambda: impl.fn(q, k, v, causal), repeats)
@@ -566,9 +599,10 @@ def bench_row(impl, b, h, hk, sq, sk, d, causal, dtype, backward, repeats, graph
     if grad_inputs:
         out = impl.fn(q, k, v, causal)
         grad = torch.randn_like(out)
+        probe = start_gpu_state()
         result["bwd_ms"] = median_ms(lambda: torch.autograd.grad(out, (q, k, v), grad, retain_graph=True), repeats)
-        if GPU_STATE["on"]:
-            states["bwd"] = gpu_state()
+        if probe is not None:
+            states["bwd"] = finish_gpu_state(probe)
         del out
         result["fwdbwd_ms"] = median_ms(lambda: torch.autograd.grad(impl.fn(q, k, v, causal), (q, k, v), grad),
                                         repeats)
@@ -888,7 +922,7 @@ def main():
                     help="softcap for flashattn's calls (dev A/Bs of the modifier kernels: the peers skip every "
                          "row; not a bench/results run)")
     ap.add_argument("--gpu-state", action="store_true",
-                    help="record the SM clock, power draw, temperature and power-cap state (nvidia-smi) after "
+                    help="record the SM clock, power draw, temperature and power-cap state (nvidia-smi) during "
                          "each timed pass, per peer and row (gpu_state in the JSON)")
     ap.add_argument("--timing", choices=("device", "eager"), default="device",
                     help="device (default): GPU execution time, host dispatch hidden behind a GPU sleep; "

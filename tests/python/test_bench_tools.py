@@ -137,28 +137,53 @@ def test_every_peer_has_a_description():
     assert missing == []
 
 
-def test_gpu_state_parses_nvidia_smi_and_degrades(monkeypatch):
-    # --gpu-state: one nvidia-smi query per timed pass; the power-cap field is optional (older
-    # drivers reject it, then the first three are asked alone) and unreadable values give {}.
-    answers = []
+def test_gpu_state_probe_parses_nvidia_smi_and_degrades(monkeypatch):
+    # --gpu-state: which fields the driver answers is asked once (the power-cap reason is
+    # optional); each pass starts one nvidia-smi query and reads it afterwards; unreadable or
+    # failed answers give {}; off, nothing is started.
+    class FakeProc:
+        def __init__(self, out, rc=0):
+            self.out, self.returncode = out, rc
 
-    def fake_smi(fields):
-        answers.append(fields)
-        table = {"clocks.sm": "1755", "power.draw": "688.31", "temperature.gpu": "61",
-                 "clocks_event_reasons.sw_power_cap": "Active"}
-        return {f: table[f] for f in fields if f in table}
+        def communicate(self, timeout=None):
+            return self.out, ""
 
-    monkeypatch.setattr(bench, "nvidia_smi", fake_smi)
-    assert bench.gpu_state() == {"sm_mhz": 1755, "power_w": 688.31, "temp_c": 61, "power_capped": True}
-    monkeypatch.setattr(bench, "nvidia_smi", lambda fields: {"clocks.sm": "1980", "power.draw": "120.5",
-                                                             "temperature.gpu": "40"} if len(fields) == 3 else {})
-    assert bench.gpu_state() == {"sm_mhz": 1980, "power_w": 120.5, "temp_c": 40}
-    monkeypatch.setattr(bench, "nvidia_smi", lambda fields: dict.fromkeys(fields, "[N/A]"))
-    assert bench.gpu_state() == {}
-    monkeypatch.setattr(bench, "nvidia_smi", lambda fields: {})
-    assert bench.gpu_state() == {}
-    assert answers == [bench.GPU_STATE_FIELDS]
-    assert bench.GPU_STATE["on"] is False  # off unless --gpu-state
+    started = []
+
+    def fake_popen(argv, **kw):
+        started.append(argv)
+        return FakeProc(fake_popen.out, fake_popen.rc)
+
+    monkeypatch.setattr(bench.subprocess, "Popen", fake_popen)
+    monkeypatch.setitem(bench.GPU_STATE, "on", False)
+    monkeypatch.setitem(bench.GPU_STATE, "fields", None)
+    assert bench.start_gpu_state() is None and started == []
+
+    monkeypatch.setitem(bench.GPU_STATE, "on", True)
+    asked = []
+    monkeypatch.setattr(bench, "nvidia_smi", lambda f: asked.append(f) or dict.fromkeys(f, "1"))
+    fake_popen.out, fake_popen.rc = "1755, 688.31, 61, Active\n", 0
+    assert bench.finish_gpu_state(bench.start_gpu_state()) == {"sm_mhz": 1755, "power_w": 688.31, "temp_c": 61,
+                                                              "power_capped": True}
+    fake_popen.out = "1980, 120.5, 40, Not Active\n"
+    assert bench.finish_gpu_state(bench.start_gpu_state())["power_capped"] is False
+    assert asked == [bench.GPU_STATE_FIELDS] and len(started) == 2
+    assert "clocks_event_reasons.sw_power_cap" in started[0][3]
+    fake_popen.out = "[N/A], [N/A], [N/A], [N/A]\n"
+    assert bench.finish_gpu_state(bench.start_gpu_state()) == {}
+    fake_popen.out, fake_popen.rc = "", 9
+    assert bench.finish_gpu_state(bench.start_gpu_state()) == {}
+
+    # A driver without the power-cap field: the three others.
+    monkeypatch.setitem(bench.GPU_STATE, "fields", None)
+    monkeypatch.setattr(bench, "nvidia_smi", lambda f: dict.fromkeys(f, "1") if len(f) == 3 else {})
+    fake_popen.out, fake_popen.rc = "1980, 120.5, 40\n", 0
+    assert bench.finish_gpu_state(bench.start_gpu_state()) == {"sm_mhz": 1980, "power_w": 120.5, "temp_c": 40}
+    # No nvidia-smi at all: nothing started.
+    monkeypatch.setitem(bench.GPU_STATE, "fields", None)
+    monkeypatch.setattr(bench, "nvidia_smi", lambda f: {})
+    n = len(started)
+    assert bench.start_gpu_state() is None and len(started) == n
 
 
 def test_softcap_runs_skip_the_peers_without_softcap():
