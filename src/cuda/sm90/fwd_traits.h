@@ -175,6 +175,9 @@ struct FwdTraitsBody {
   static constexpr bool kOTma = false;
 #endif
   static constexpr size_t kOBytes = kOTma ? kOStageBytes : 0;
+  static_assert(!kOTma || (size_t(kQSlots) * kTileBytesQ + size_t(kStages) * (kTileBytesK + kVStageBytes + kTileBytesBias +
+                                                                             kTileBytesMask) + kOnesBytes) % 1024 == 0,
+                "the O staging panels (after the mask slots, fwd_kernel.h) start on the swizzle period");
   static constexpr size_t kSmemBytes = kSmemBytesNoO + kOBytes;
 
   static_assert(kHeadDim % 64 == 0 && kHeadDimV % 64 == 0, "whole 64-column panels");
