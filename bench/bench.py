@@ -266,9 +266,18 @@ def nvidia_smi(fields=("driver_version", "clocks.max.sm", "power.limit")):
                               "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.SubprocessError):
         return {}
-    values = [v.strip() for v in out.stdout.strip().split(",")]
-    if out.returncode != 0 or len(values) != len(fields):
+    smi = smi_answer(out.stdout, out.returncode, fields)
+    if smi is None:
         return nvidia_smi(fields[:1]) if len(fields) > 1 else {}
+    return smi
+
+
+def smi_answer(stdout, returncode, fields):
+    """{field: value} from one line of `nvidia-smi --query-gpu=... --format=csv,noheader,nounits`,
+    or None when it failed or did not answer every field."""
+    values = [v.strip() for v in stdout.strip().split(",")]
+    if returncode != 0 or len(values) != len(fields):
+        return None
     return dict(zip(fields, values))
 
 
@@ -315,11 +324,9 @@ def finish_gpu_state(proc):
     except subprocess.SubprocessError:
         proc.kill()
         return {}
-    values = [v.strip() for v in out.strip().split(",")]
-    fields = GPU_STATE["fields"] or ()
-    if proc.returncode != 0 or len(values) != len(fields) or len(fields) < 3:
+    smi = smi_answer(out, proc.returncode, GPU_STATE["fields"] or ())
+    if not smi:
         return {}
-    smi = dict(zip(fields, values))
     try:
         state = {"sm_mhz": int(float(smi["clocks.sm"])), "power_w": float(smi["power.draw"]),
                  "temp_c": int(float(smi["temperature.gpu"]))}

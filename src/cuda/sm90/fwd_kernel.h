@@ -454,35 +454,32 @@ __device__ __forceinline__ void store_tile(const ForwardParams& params, const Ti
     const float inv = empty ? 0.0f : o_factor / l;
     inv_h[h] = inv;
     const int r = row_in_tile + 8 * h;
-    if constexpr (Traits::kOTma) {
-      if (o_tma) {  // O below, through the staging panels
-        if (r < w.rows_here && params.lse != nullptr && t4 == 0) {
-          params.lse[lse_base + r] = empty ? -INFINITY : (m_log2 + __log2f(l)) * kLn2;
-        }
-        continue;
-      }
-    }
     // Each quad holds 4 bytes of every 16-byte chunk of its row; transposed across the quad
     // (outside the row test: every lane shuffles), a thread holds whole chunks, so a warp's
     // store writes 64 contiguous bytes of each of its 8 rows instead of 16 (measured: fwd_traits.h,
     // "O stored in whole 16-byte chunks").
+    // (o_tma: O below, through the staging panels.)
     constexpr int kGroups = Traits::kHeadDimV / 32;
     uint4 chunk[kGroups];
+    if (!o_tma) {
 #pragma unroll
-    for (int q = 0; q < kGroups; ++q) {
-      uint32_t x[4];
+      for (int q = 0; q < kGroups; ++q) {
+        uint32_t x[4];
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const int c = 4 * q + j;
-        x[j] = ptx::pack2<Element>(st.o[4 * c + 2 * h] * inv, st.o[4 * c + 2 * h + 1] * inv);
+        for (int j = 0; j < 4; ++j) {
+          const int c = 4 * q + j;
+          x[j] = ptx::pack2<Element>(st.o[4 * c + 2 * h] * inv, st.o[4 * c + 2 * h + 1] * inv);
+        }
+        chunk[q] = quad_transpose(x, t4);
       }
-      chunk[q] = quad_transpose(x, t4);
     }
     if (r < w.rows_here) {
       if (params.lse != nullptr && t4 == 0) params.lse[lse_base + r] = empty ? -INFINITY : (m_log2 + __log2f(l)) * kLn2;
-      char* dst = gO + r * o_row_bytes + 16 * t4;
+      if (!o_tma) {
+        char* dst = gO + r * o_row_bytes + 16 * t4;
 #pragma unroll
-      for (int q = 0; q < kGroups; ++q) *reinterpret_cast<uint4*>(dst + 64 * q) = chunk[q];
+        for (int q = 0; q < kGroups; ++q) *reinterpret_cast<uint4*>(dst + 64 * q) = chunk[q];
+      }
     }
   }
   if constexpr (Traits::kOTma) {
