@@ -28,11 +28,14 @@ done
 wait
 grep -hE "^FAILED|^ERROR" /tmp/logs/test-*.log | head -5
 t tested
-for v in base otma otma1k base; do
+# base runs first and last; its first pass is written to /tmp/logs/ab-base1.json (in logs.tgz).
+# (The run of 2026-12-03 copied the first pass after the second had overwritten it: fixed here.)
+for pass in base1:base otma:otma otma1k:otma1k base:base; do
+  name=${pass%%:*} v=${pass#*:}
+  dest=$OUT/ab-$name.json; [ "$name" = base1 ] && dest=/tmp/logs/ab-base1.json
   PYTHONPATH=/tmp/ab-$v timeout "$(cap 70)" python3 bench/bench.py --suite full --impls flashattn,sdpa_cudnn --dtypes bf16 \
-    --head-dims 64,128 --seqlens 512,1024,2048,4096,16384 --repeats 20 --no-backward --out "$OUT/ab-$v.json" > /tmp/logs/bench-$v.log 2>&1
-  t "bench $v rc $?"
-  [ -f "$OUT/ab-$v.json" ] && [ "$v" = base ] && cp "$OUT/ab-$v.json" /tmp/logs/ab-base1.json
+    --head-dims 64,128 --seqlens 512,1024,2048,4096,16384 --repeats 20 --no-backward --out "$dest" > /tmp/logs/bench-$name.log 2>&1
+  t "bench $name rc $?"
 done
 for tool in memcheck racecheck synccheck; do
   FLASHATTN_CUDA_PATH=sm90 PYTHONPATH=/tmp/ab-otma1k timeout "$(cap 70)" compute-sanitizer --tool $tool --print-limit 20 python3 dev/san_cases.py \
