@@ -12,7 +12,6 @@
 #include "cuda/ptx/smem_desc.h"
 #include "cuda/sm90/bias_layout.h"
 #include "cuda/sm90/fwd_tile.h"
-#include "cuda/sm90/o_stage.h"
 #include "cuda/sm90/quad_transpose.h"
 #include "cuda/sm90/tile_order.h"
 
@@ -359,39 +358,6 @@ TEST(Sm90FwdTile, HeadDim192V128TakesTheLargestKeyBlockThatFits) {
   EXPECT_EQ(sm90::fwd_tile(192, 192, false).block_n, 112);
   EXPECT_EQ(sm90::fwd_tile(128, 128, false).block_n, 176);
   EXPECT_EQ(sm90::fwd_tile(128, 128, true).block_n, 128);
-}
-
-// The stmatrix epilogue (FwdTraits::kOTma): played on the host, lane l of warp w holds, per the
-// m64nN accumulator layout, O(16w + l/4 + 8h, 8cc + 2(l%4) + e) = o[4cc + 2h + e], and stmatrix.x4
-// writes matrix j's row r (8 columns: lanes 4r..4r+3, their register j) to the address lane 8j + r
-// gives. store_tile's register j holds chunk c + j/2, row half j%2. Every element must land at the
-// 128-byte-swizzle place of its (row, column) (panel of 64 columns, 16-byte chunk XOR row % 8, as
-// the copy engine reads a box), and every byte of the panels be written once.
-TEST(Sm90OStage, StmatrixPutsEachAccumulatorAtItsSwizzledPlace) {
-  for (int dv : {64, 128, 192, 256}) {
-    std::vector<int> hits(size_t(64) * dv * 2 / 2, 0);  // one per 16-bit element
-    for (int w = 0; w < 4; ++w) {
-      for (int c = 0; c < dv / 8; c += 2) {
-        for (int j = 0; j < 4; ++j) {      // matrix / register
-          for (int r = 0; r < 8; ++r) {    // its row
-            const uint32_t addr = sm90::o_stage_lane_offset(w, 8 * j + r, c);
-            for (int t = 0; t < 4; ++t) {  // lanes 4r + t hold its columns 2t, 2t + 1
-              const int lane = 4 * r + t, cc = c + j / 2, hh = j % 2;
-              for (int e = 0; e < 2; ++e) {
-                const int row = 16 * w + lane / 4 + 8 * hh, col = 8 * cc + 2 * (lane % 4) + e;
-                const uint32_t want = uint32_t(col / 64) * 8192 + uint32_t(row) * 128 +
-                                      uint32_t((((col % 64) / 8) ^ (row % 8)) * 16 + (col % 8) * 2);
-                const uint32_t got = addr + uint32_t(2 * (2 * t + e));
-                ASSERT_EQ(got, want) << "dv " << dv << " warp " << w << " c " << c << " matrix " << j << " row " << r;
-                ++hits[got / 2];
-              }
-            }
-          }
-        }
-      }
-    }
-    for (size_t i = 0; i < hits.size(); ++i) ASSERT_EQ(hits[i], 1) << "dv " << dv << " element " << i;
-  }
 }
 
 }  // namespace

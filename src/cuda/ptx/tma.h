@@ -21,17 +21,6 @@ __device__ __forceinline__ void tma_load_4d(void* smem, const CUtensorMap* map, 
       : "memory");
 }
 
-// Stores `smem` (laid out in the map's swizzle) as the box at coordinates (c0 innermost .. c3) of a
-// rank-4 tensor map; elements outside the map's extents are not written. Completes in the issuing
-// thread's bulk group (bulk_commit_group; bulk_wait_group_read before `smem` is written again).
-__device__ __forceinline__ void tma_store_4d(const CUtensorMap* map, const void* smem, int c0, int c1, int c2,
-                                             int c3) {
-  asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [%0, {%2, %3, %4, %5}], [%1];\n" ::"l"(
-                   reinterpret_cast<uint64_t>(map)),
-               "r"(smem_u32(smem)), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
-               : "memory");
-}
-
 // Copies `bytes` contiguous bytes (a multiple of 16; both addresses 16-byte aligned) from global
 // to shared memory with the copy engine, completing on `bar`'s transaction count (no tensor map:
 // the backward's per-row statistics).

@@ -95,13 +95,12 @@ struct BwdTraitsBody {
   static constexpr int kPanels = kHeadDim / 64;    // 64-column panels of 128-byte swizzled rows
   static constexpr int kPanelsV = kHeadDimV / 64;  // of a V or dO tile
   static constexpr int kRowBytes = 128;
-#if defined(FLASHATTN_DEV_SM90_BWD_DV_STAGES)
-  // dev/ A/B (dev/s10_bwd_dv.sh): 192 / 128's narrower V and dO tiles leave room for a third
-  // stage in both kernels (dK/dV 184 KB, dQ 207 KB against 142 and 166 KB at two).
-  static constexpr int kStages = kHeadDimV != kHeadDim ? FLASHATTN_DEV_SM90_BWD_DV_STAGES : 2;
-#else
-  static constexpr int kStages = 2;
-#endif
+  // 192 / 128's narrower V and dO tiles leave room for a third stage in both kernels (dK/dV
+  // 184 KB, dQ 207 KB against 142 and 166 KB at two). H200 bf16, dsv3 suite, one package each,
+  // base / three / base in their own processes: causal +2.3 / +2.0 / +2.1-5.5% at 2k / 4k / 8k
+  // (372 / 416 / 440 against 363-364 / 405-408 / 417-431 TFLOP/s), unmasked +0.5-1.5%
+  // (dev/results/h200-2026-12-03-s16-dv-{base,st3,base2}-f1b0d74.json).
+  static constexpr int kStages = kHeadDimV != kHeadDim ? 3 : 2;
   static constexpr bool kSplitRoles = kHeadDim >= 192;
 
   // dK/dV kernel: kKvBlockN keys per CTA (64 per consumer; 64 shared by role at d256),

@@ -53,8 +53,6 @@ struct Fwd8Traits : Fwd8Shape<kHeadDim_> {
   // store_tile writes O in 16-byte chunks at every head dim (fwd_traits.h): at d64 and d256,
   // against the 4-byte pieces they stored before, +4.3/+4.3% at 4k, +1.4/+1.0% at 16k, causal
   // +2.3/+5.0% and +0.3/+0.8% (dev/results/h200-2026-12-02-ab-s14-2-fp8-{base,ch}-6c07bbb.json).
-  // O leaves by the register stores (FwdTraits::kOTma is a dev/ A/B of the 16-bit kernels).
-  static constexpr bool kOTma = false;
   // The row sums stay on the FMA units (FwdTraits::kRowSumMma).
   static constexpr bool kRowSumMma = false;
   // +1024 alignment, the tiles, the barriers, the transposers' end flags (one int per stage),

@@ -48,7 +48,6 @@
 #include "cuda/ptx/wgmma.h"
 #include "cuda/sm90/bias_layout.h"
 #include "cuda/sm90/fwd_traits.h"
-#include "cuda/sm90/o_stage.h"
 #include "cuda/sm90/quad_transpose.h"
 #include "cuda/sm90/tile_feed.h"
 
@@ -407,25 +406,12 @@ __device__ __forceinline__ void softmax_under_pv(ConsumerState<Traits>& st, floa
   convert_p(st);
 }
 
-// Traits::kOTma (a dev/ A/B): this consumer's staging panels for O and the output map; `on` when
-// the launcher built the map (dense calls), else store_tile keeps the register stores.
-struct OTmaStore {
-  const CUtensorMap* map = nullptr;
-  unsigned char* stage = nullptr;  // kHeadDimV / 64 panels of 64 rows x 128 bytes, 128-byte swizzled
-  int consumer = 0;
-  bool on = false;
-};
-// Named barrier of consumer c's O staging (after the turn barriers, kTurnBarrier0 + consumers).
-constexpr int kOStageBarrier0 = 8;
-
 // Epilogue of one tile: finish the row sums across the quad, normalise, write LSE and O straight
 // from the accumulators, 64 contiguous bytes of a row per quad and store. No shared memory: the
-// next tile's Q may already be landing in the Q buffer (Traits::kOTma: O through its own staging
-// panels and the copy engine instead).
+// next tile's Q may already be landing in the Q buffer.
 template <typename Traits, typename TileWork>
 __device__ __forceinline__ void store_tile(const ForwardParams& params, const TileWork& w, ConsumerState<Traits>& st,
-                                           int row_in_tile, int t4, float scale_log2,
-                                           const OTmaStore& ots = OTmaStore{}) {
+                                           int row_in_tile, int t4, float scale_log2) {
   using Element = typename Traits::Element;
   const int64_t lse_base =
       w.batch * params.lse_batch_stride + int64_t(w.head) * params.lse_head_stride + w.row0_q + w.m0;
@@ -434,8 +420,6 @@ __device__ __forceinline__ void store_tile(const ForwardParams& params, const Ti
                                 int64_t(w.head) * params.out_strides.head);
   const int64_t o_row_bytes = sizeof(Element) * params.out_strides.row;
   const float sink_log2 = params.learnable_sink != nullptr ? params.learnable_sink[w.head] * kLog2e : -INFINITY;
-  const bool o_tma = Traits::kOTma && ots.on;
-  float inv_h[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     float l;
@@ -452,67 +436,28 @@ __device__ __forceinline__ void store_tile(const ForwardParams& params, const Ti
     const float o_factor = fold_sink(sink_log2, &m_log2, &l, [](float x) { return ptx::exp2_approx(x); });
     const bool empty = l == 0.0f;  // no visible key and no sink; a NaN sum stays NaN
     const float inv = empty ? 0.0f : o_factor / l;
-    inv_h[h] = inv;
     const int r = row_in_tile + 8 * h;
     // Each quad holds 4 bytes of every 16-byte chunk of its row; transposed across the quad
     // (outside the row test: every lane shuffles), a thread holds whole chunks, so a warp's
     // store writes 64 contiguous bytes of each of its 8 rows instead of 16 (measured: fwd_traits.h,
     // "O stored in whole 16-byte chunks").
-    // (o_tma: O below, through the staging panels.)
     constexpr int kGroups = Traits::kHeadDimV / 32;
     uint4 chunk[kGroups];
-    if (!o_tma) {
 #pragma unroll
-      for (int q = 0; q < kGroups; ++q) {
-        uint32_t x[4];
+    for (int q = 0; q < kGroups; ++q) {
+      uint32_t x[4];
 #pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          const int c = 4 * q + j;
-          x[j] = ptx::pack2<Element>(st.o[4 * c + 2 * h] * inv, st.o[4 * c + 2 * h + 1] * inv);
-        }
-        chunk[q] = quad_transpose(x, t4);
+      for (int j = 0; j < 4; ++j) {
+        const int c = 4 * q + j;
+        x[j] = ptx::pack2<Element>(st.o[4 * c + 2 * h] * inv, st.o[4 * c + 2 * h + 1] * inv);
       }
+      chunk[q] = quad_transpose(x, t4);
     }
     if (r < w.rows_here) {
       if (params.lse != nullptr && t4 == 0) params.lse[lse_base + r] = empty ? -INFINITY : (m_log2 + __log2f(l)) * kLn2;
-      if (!o_tma) {
-        char* dst = gO + r * o_row_bytes + 16 * t4;
+      char* dst = gO + r * o_row_bytes + 16 * t4;
 #pragma unroll
-        for (int q = 0; q < kGroups; ++q) *reinterpret_cast<uint4*>(dst + 64 * q) = chunk[q];
-      }
-    }
-  }
-  if constexpr (Traits::kOTma) {
-    if (o_tma) {
-      // The consumer's 64 rows into its panels by stmatrix (lane l addresses row l % 8 of matrix
-      // l / 8: rows +8 for odd matrices, the next 8 columns for the upper two; its registers are
-      // the accumulator pairs of the same places), then one thread hands them to the copy engine.
-      // The previous tile's store must have read the panels first.
-      const int tid = threadIdx.x % 128, lane = threadIdx.x % 32, warp = (threadIdx.x / 32) % 4;
-      const int barrier = kOStageBarrier0 + ots.consumer;
-      if (tid == 0) ptx::bulk_wait_group_read<0>();
-      ptx::named_barrier_sync(barrier, 128);
-      const uint32_t stage = ptx::smem_u32(ots.stage);
-#pragma unroll
-      for (int c = 0; c < Traits::kHeadDimV / 8; c += 2) {
-        uint32_t x[4];
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          const int cc = c + j / 2, hh = j % 2;
-          x[j] = ptx::pack2<Element>(st.o[4 * cc + 2 * hh] * inv_h[hh], st.o[4 * cc + 2 * hh + 1] * inv_h[hh]);
-        }
-        ptx::stmatrix_x4(stage + o_stage_lane_offset(warp, lane, c), x);  // o_stage.h
-      }
-      ptx::fence_proxy_async_smem();
-      ptx::named_barrier_sync(barrier, 128);
-      if (tid == 0) {
-#pragma unroll
-        for (int panel = 0; panel < Traits::kHeadDimV / 64; ++panel) {
-          ptx::tma_store_4d(ots.map, ots.stage + panel * 64 * 128, 64 * panel, int(w.row0_q) + w.m0 + 64 * ots.consumer,
-                            w.head, w.batch);
-        }
-        ptx::bulk_commit_group();
-      }
+      for (int q = 0; q < kGroups; ++q) *reinterpret_cast<uint4*>(dst + 64 * q) = chunk[q];
     }
   }
 }
@@ -615,9 +560,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kCtasPerSm) fwd_kern
   [[maybe_unused]] unsigned char* sBias = sOnes + Traits::kOnesBytes;
   // kTileBytesMask (d64, attn_mask with attn_bias): kStages mask slots after the bias slots.
   [[maybe_unused]] unsigned char* sMask = sBias + kStages * Traits::kTileBytesBias;
-  // kOTma: each consumer's O staging panels after the mask slots (kOBytes, else 0).
-  [[maybe_unused]] unsigned char* sO = sMask + kStages * Traits::kTileBytesMask;
-  uint64_t* bars = reinterpret_cast<uint64_t*>(sO + Traits::kOBytes);
+  uint64_t* bars = reinterpret_cast<uint64_t*>(sMask + kStages * Traits::kTileBytesMask);
   constexpr int kQ = Traits::kQSlots;
   const Ring ring{bars, bars + kQ, bars + kQ + kStages, bars + kQ + 2 * kStages, bars + kQ + 3 * kStages,
                   bars + kQ + 4 * kStages};
@@ -875,12 +818,6 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kCtasPerSm) fwd_kern
     return kSharedOnes ? d - (uint64_t(stage * (kVStage >> 4)) << 16) : d;
   };
   const Turns<Traits> turns{consumer};
-  [[maybe_unused]] OTmaStore ots{};
-#if defined(FLASHATTN_DEV_SM90_O_TMA)
-  if constexpr (Traits::kOTma) {
-    ots = OTmaStore{&kp.o, sO + size_t(consumer) * 64 * Traits::kHeadDimV * 2, consumer, kp.o_tma != 0};
-  }
-#endif
   // kBias: this lane's ldmatrix row in the bias slots, and whether the call has a bias / mask.
   [[maybe_unused]] BiasLane bias_lane_ = {};
   [[maybe_unused]] bool has_bias = false, has_mask = false;
@@ -1205,12 +1142,8 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kCtasPerSm) fwd_kern
       release(&ring.v_empty[stage], lane);
       ++it;
     }
-    store_tile<Traits>(params, w, st, row_in_tile, t4, scale_log2, ots);
+    store_tile<Traits>(params, w, st, row_in_tile, t4, scale_log2);
   }
-  }
-  // kOTma: the shared-memory panels must outlive their last store's reads.
-  if constexpr (Traits::kOTma) {
-    if (ots.on && threadIdx.x % 128 == 0) ptx::bulk_wait_group<0>();
   }
   // Warpgroup 0 takes the turn the last one passed at the end, so no arrival is left over.
   if (consumer == 0) turns.take();

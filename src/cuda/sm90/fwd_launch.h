@@ -68,21 +68,6 @@ Status run_fwd(const ForwardParams& params, cudaStream_t stream) {
       }
     }
   }
-#if defined(FLASHATTN_DEV_SM90_O_TMA)
-  // kOTma (dev/ A/B): out's map, (head_dim_v, seqlen_q, heads, batch), boxes of 64 columns x one
-  // consumer's 64 rows, 128-byte swizzle; rows past seqlen_q are not written. Varlen calls keep
-  // the register stores (their packed rows would let a box write into the next sequence), as does
-  // an out the encoder refuses.
-  kp.o_tma = 0;
-  if constexpr (Traits::kOTma) {
-    if (!params.is_varlen() &&
-        make_operand_map(&kp.o, params.out, params.dtype, Traits::kHeadDimV, params.seqlen_q, params.heads,
-                         params.batch, params.out_strides, 64, 64, 128)
-            .ok()) {
-      kp.o_tma = 1;
-    }
-  }
-#endif
   // A block mask (kSparse): the plan of this kernel's tiles (block_tiles.h: per query tile the
   // kept key tiles and their kinds), built on the stream before the tile counter.
   size_t plan_bytes = 0;

@@ -104,12 +104,9 @@ constexpr int kFwdShortRowsMaxSeqlen = 1024;
 // processes (dev/results/h200-2026-12-02-ab-s13-3-*.json, run-to-run spread 0.3% on the rows both
 // share): +2.4 / +2.2% at 512, -0.6 / -0.3% at 1k; predicted +4-8% at 512 from the loop's
 // instruction count (64 FADD of ~470 per 128-key block).
-// dev/ A/B: -DFLASHATTN_DEV_SM90_SHORT128_MAX=1024 moves the threshold (with the O_TMA epilogue,
-// which the 128 x 176 tile has no room for, the short kernel may win at 1k too).
-#if !defined(FLASHATTN_DEV_SM90_SHORT128_MAX)
-#define FLASHATTN_DEV_SM90_SHORT128_MAX 512
-#endif
-constexpr int kFwdShortRowsMaxSeqlen128 = FLASHATTN_DEV_SM90_SHORT128_MAX;
+// (O through shared memory and a bulk tensor store, which the 128 x 176 tile has no room for, was
+// measured to let the short kernel win at 1k too: it did not, dev/NOTES.md s15.)
+constexpr int kFwdShortRowsMaxSeqlen128 = 512;
 // d256 under a causal or window mask: 128 x 64 (2 stages: 64 + 2 x 64 KB) instead of 128 x 80. The
 // diagonal block of a 128-row tile is two whole 64-key blocks rather than parts of three 80-key
 // ones, and at 512 rows 80 keys leave a last block of 32. H200 bf16, one process, O in 16-byte

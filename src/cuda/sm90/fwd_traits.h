@@ -158,34 +158,16 @@ struct FwdTraitsBody {
   // (dev/results/h200-2026-12-02-ab-s14-2-{base,ch}-6c07bbb.json). d192 and 192 / 128 take them
   // too (not timed on their own: 192 / 128 stores d128's O from the same accumulator layout), as
   // does the FP8 forward (fwd8_traits.h). Every head_dim_v here is a multiple of 64.
-  static constexpr size_t kSmemBytesNoO =
+  static constexpr size_t kSmemBytes =
       fwd_smem_bytes(kTile, kHeadDim, kHeadDimV, kBarriers, kPinBytes) + size_t(kStages) * kTileBytesBias +
       size_t(kStages) * kTileBytesMask + kOnesTotalBytes;
-  // dev/ A/B (-DFLASHATTN_DEV_SM90_O_TMA, not measured yet): O through shared memory, each
-  // consumer's 64 rows written by stmatrix into 128-byte swizzled 64-column panels and stored by
-  // the copy engine (fwd_kernel.h, store_tile), where the tile's other buffers leave room, for the
-  // dense kernels that run one tile at a time; the launcher keeps the register stores for varlen
-  // calls (a box's rows past a sequence would land in the next one).
-#if defined(FLASHATTN_DEV_SM90_O_TMA)
-  static constexpr size_t kOStageBytes = size_t(kConsumers) * 64 * kHeadDimV * 2;
-  static constexpr bool kOTma = !kBias && !kSparse && !kCrossTile && kHeadDimV % 64 == 0 &&
-                                kSmemBytesNoO + kOStageBytes <= fwd_smem_limit(kCtasPerSm);
-#else
-  static constexpr size_t kOStageBytes = 0;
-  static constexpr bool kOTma = false;
-#endif
-  static constexpr size_t kOBytes = kOTma ? kOStageBytes : 0;
-  static_assert(!kOTma || (size_t(kQSlots) * kTileBytesQ + size_t(kStages) * (kTileBytesK + kVStageBytes + kTileBytesBias +
-                                                                             kTileBytesMask) + kOnesBytes) % 1024 == 0,
-                "the O staging panels (after the mask slots, fwd_kernel.h) start on the swizzle period");
-  static constexpr size_t kSmemBytes = kSmemBytesNoO + kOBytes;
 
   static_assert(kHeadDim % 64 == 0 && kHeadDimV % 64 == 0, "whole 64-column panels");
   static_assert(!kPingPong || kConsumers >= 2, "ping-pong takes turns between consumer warpgroups");
   static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "S = Q K^T is one m64nNk16 product per k-step");
   static_assert(kPanelBytesKV % 1024 == 0, "K/V panels start on the swizzle period");
   static_assert(kSmemBytes <= fwd_smem_bound(kTile, kHeadDim, kHeadDimV) + (kBias ? fwd_bias_bytes(kTile) : 0) +
-                                    size_t(kStages) * kTileBytesMask + kOnesTotalBytes + kOBytes,
+                                    size_t(kStages) * kTileBytesMask + kOnesTotalBytes,
                 "fwd_smem_bound counts every buffer");
   static_assert(!kBias || (!kSparse && kMods && !kCrossTile && kBlockN % 64 == 0 && kHeadDimV == kHeadDim),
                 "the bias kernel: no block mask, scores in log2 units, one tile at a time, 64-key panels");
@@ -235,10 +217,6 @@ struct FwdParams {
   // 16-byte multiple strides), else 0 and the kernel reads the mask per element.
   CUtensorMap mask;
   int mask_tile;
-#if defined(FLASHATTN_DEV_SM90_O_TMA)
-  CUtensorMap o;  // Traits::kOTma: out, (head_dim_v, rows, heads, batch), boxes of 64 columns x 64 rows
-  int o_tma;      // 1 when the launcher built it (dense calls), else the register stores
-#endif
 };
 
 }  // namespace flashattn::cuda::sm90
