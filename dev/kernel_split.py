@@ -6,7 +6,8 @@ records every kernel and memset of `--calls` timed calls; the table gives micros
 
   python3 dev/kernel_split.py --shapes 128:1024,128:512:c --impls flashattn,sdpa_cudnn --out x.json
 
-A shape is d:seqlen[:c] (c = causal); batch = 16k / seqlen, heads = 2048 / d (bench.py's suite).
+A shape is d:seqlen[:c] (c = causal); batch = 16k / seqlen, heads = 2048 / d (bench.py's suite);
+d/dv:seqlen[:c] gives v and out head_dim_v dv with 16 heads (the dsv3 suite, e.g. 192/128:8192:c).
 """
 import argparse
 import json
@@ -35,11 +36,15 @@ def main():
     results = []
     for spec in args.shapes.split(","):
         parts = spec.split(":")
-        d, n, causal = int(parts[0]), int(parts[1]), len(parts) > 2 and parts[2] == "c"
-        b, h = max(1, 16384 // n), 2048 // d
+        dims = [int(x) for x in parts[0].split("/")]
+        d, dv = dims[0], dims[-1]
+        n, causal = int(parts[1]), len(parts) > 2 and parts[2] == "c"
+        b, h = max(1, 16384 // n), (2048 // d if dv == d else 16)
         for name, impl in impls.items():
             shape = (b, n, h, d) if impl.layout == "bshd" else (b, h, n, d)
-            q, k, v = (torch.randn(shape, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+            shape_v = shape[:-1] + (dv,)
+            q, k, v = (torch.randn(s, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+                       for s in (shape, shape, shape_v))
             if args.forward:
                 def step():
                     with torch.no_grad():
@@ -68,10 +73,10 @@ def main():
                     kernels[ev.name][1] += 1
             rows = sorted(((us / args.calls, cnt / args.calls, nm) for nm, (us, cnt) in kernels.items()), reverse=True)
             total = sum(r[0] for r in rows)
-            print(f"\n{name} d{d} n{n}{' causal' if causal else ''} b{b} h{h}: {total:.1f} us per call")
+            print(f"\n{name} d{d}{'/' + str(dv) if dv != d else ''} n{n}{' causal' if causal else ''} b{b} h{h}: {total:.1f} us per call")
             for us, cnt, nm in rows:
                 print(f"  {us:9.1f} us  x{cnt:.0f}  {nm[:110]}")
-            results.append({"impl": name, "d": d, "n": n, "causal": causal, "batch": b, "heads": h,
+            results.append({"impl": name, "d": d, "dv": dv, "n": n, "causal": causal, "batch": b, "heads": h,
                             "direction": "fwd" if args.forward else "bwd", "total_us": total,
                             "kernels": [{"us": us, "per_call": cnt, "name": nm} for us, cnt, nm in rows]})
             del q, k, v
