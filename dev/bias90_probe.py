@@ -3,10 +3,12 @@ FwdBiasTraits) against the sm80 bias kernel (the fwd_sm80 switch, same process) 
 same additive float attn_mask (memory-efficient and cuDNN backends), bf16, 16 heads. Bias kinds:
 (B, H, N, N), (1, H, N, N) (T5-style), (B, 1, 1, N) (key padding) and an element mask alone
 (B, 1, N, N; SDPA takes it as a bool mask), or a key-padding element mask (kind maskkp: B, 1, 1, N), or a (B, H, N, N) bias with a (B, 1, N, N)
-element mask (kind BHNNm; SDPA takes the bias with -inf where the mask drops). TFLOP/s with the attention FLOPs (4 B H N^2 d; no
-causal rows). Each row also prints ours' max |difference| from SDPA-efficient.
+element mask (kind BHNNm; SDPA takes the bias with -inf where the mask drops), or the element mask alone in rows of N + 8
+bytes (kind maskodd: not 16-byte multiples, so no mask tile: packed into bits, sm90/mask_bits.h). TFLOP/s with the attention
+FLOPs (4 B H N^2 d; no causal rows). Each row also prints ours' max |difference| from SDPA-efficient, and records whether
+the sm90 forward ran (sm90_ran) and packed the mask into bits (mask_bits; builds with _C._sm90_mask_bits_calls).
 Usage: python3 dev/bias90_probe.py --out X.json [--head-dims 64,128] [--shapes 8x2048,1x16384]
-       [--kinds BHNN,1HNN,B11N,mask,maskkp,BHNNm] [--no-sm80]"""
+       [--kinds BHNN,1HNN,B11N,mask,maskkp,BHNNm,maskodd] [--no-sm80]"""
 import argparse
 import json
 
@@ -47,8 +49,9 @@ for d in (int(x) for x in args.head_dims.split(",")):
         qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
         for kind in args.kinds.split(","):
             bias = mask = None
-            if kind in ("mask", "maskkp"):
-                mask = torch.rand(b, 1, 1 if kind == "maskkp" else n, n, device="cuda") < 0.9
+            if kind in ("mask", "maskkp", "maskodd"):
+                pad = 8 if kind == "maskodd" else 0
+                mask = (torch.rand(b, 1, 1 if kind == "maskkp" else n, n + pad, device="cuda") < 0.9)[..., :n]
                 sdpa_mask = mask
             else:
                 lead = {"BHNN": (b, h, n), "1HNN": (1, h, n), "B11N": (b, 1, 1), "BHNNm": (b, h, n)}[kind]
@@ -59,9 +62,11 @@ for d in (int(x) for x in args.head_dims.split(",")):
                     sdpa_mask = bias.masked_fill(~mask, float("-inf"))
             row = {"d": d, "batch": b, "seqlen": n, "heads": h, "kind": kind}
             with torch.no_grad():
-                before = flashattn._C._sm90_forward_calls()
+                bits_calls = getattr(flashattn._C, "_sm90_mask_bits_calls", lambda: 0)
+                before, bits_before = flashattn._C._sm90_forward_calls(), bits_calls()
                 out = ours(q, k, v, bias, mask, False)
                 row["sm90_ran"] = flashattn._C._sm90_forward_calls() > before
+                row["mask_bits"] = bits_calls() > bits_before
                 row["flashattn_fwd"] = fl / timed(lambda: ours(q, k, v, bias, mask, False), args.repeats) / 1e12
                 if not args.no_sm80:
                     row["flashattn_sm80_fwd"] = fl / timed(lambda: ours(q, k, v, bias, mask, True), args.repeats) / 1e12
@@ -95,10 +100,11 @@ def f(r, key):
     return f"{v:7.1f}" if isinstance(v, float) else "      -"
 
 
-print("\nforward TFLOP/s (bf16, 16 heads)      ours  ours-sm80  sdpa-eff  sdpa-cudnn  ours/eff  sm90  max|d|")
+print("\nforward TFLOP/s (bf16, 16 heads)      ours  ours-sm80  sdpa-eff  sdpa-cudnn  ours/eff  sm90  bits  max|d|")
 for r in rows:
     eff = r.get("sdpa_efficient_fwd")
     ratio = f"{r['flashattn_fwd'] / eff:8.2f}x" if isinstance(eff, float) else "        -"
     print(f"d{r['d']:<3} {r['batch']:>2}x{r['seqlen']:<6} {r['kind']:<6}          {f(r, 'flashattn_fwd')}  "
           f"{f(r, 'flashattn_sm80_fwd')}   {f(r, 'sdpa_efficient_fwd')}    {f(r, 'sdpa_cudnn_fwd')}  {ratio}  "
-          f"{'y' if r['sm90_ran'] else 'n':>4}  {r.get('max_abs_diff', float('nan')):.3g}")
+          f"{'y' if r['sm90_ran'] else 'n':>4}  {'y' if r.get('mask_bits') else 'n':>4}  "
+          f"{r.get('max_abs_diff', float('nan')):.3g}")

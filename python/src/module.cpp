@@ -529,6 +529,10 @@ NB_MODULE(_C, m) {
       "_sm90_forward_calls", [] { return fa::detail::sm90_forward_calls(); },
       "For tests: how many 16-bit forward calls the sm90 (Hopper) kernels have run in this process "
       "(src/core/switches.h).");
+  m.def(
+      "_sm90_mask_bits_calls", [] { return fa::detail::sm90_mask_bits_calls(); },
+      "For tests: how many sm90 bias-kernel forward calls read attn_mask as packed bits (not as a "
+      "tile) in this process (src/core/switches.h).");
 
   flashattn_py::register_torch_path(m);
 

@@ -42,6 +42,7 @@ static_assert(kCount == 4, "one initial state per switch");
 std::atomic<unsigned long long> g_sm90_backward_calls{0};
 std::atomic<unsigned long long> g_native_head_dim_v_backward_calls{0};
 std::atomic<unsigned long long> g_sm90_forward_calls{0};
+std::atomic<unsigned long long> g_sm90_mask_bits_calls{0};
 
 }  // namespace
 
@@ -67,5 +68,8 @@ void count_native_head_dim_v_backward() { g_native_head_dim_v_backward_calls.fet
 
 unsigned long long sm90_forward_calls() { return g_sm90_forward_calls.load(std::memory_order_relaxed); }
 void count_sm90_forward() { g_sm90_forward_calls.fetch_add(1, std::memory_order_relaxed); }
+
+unsigned long long sm90_mask_bits_calls() { return g_sm90_mask_bits_calls.load(std::memory_order_relaxed); }
+void count_sm90_mask_bits() { g_sm90_mask_bits_calls.fetch_add(1, std::memory_order_relaxed); }
 
 }  // namespace flashattn::detail

@@ -47,7 +47,8 @@ struct ModsSpec {
   // attn_mask (batch, 1, seqlen_q, seqlen_k): keep density; < 0 = off.
   double mask_density = -1.0;
   // Its layout: padded (rows of seqlen_k + 8 bytes, base 8 bytes into the buffer: not 16-byte
-  // aligned, so the sm90 kernel's mask tile falls back to per-element reads) or contiguous.
+  // aligned, so the sm90 kernel packs it into bits instead of copying a mask tile), contiguous,
+  // or kPaddedOdd (rows of seqlen_k + 3 bytes: the pack reads bytes).
   Layout mask_layout = Layout::kPadded;
   // block_mask (1, heads, ..): density of kept blocks; < 0 = off. Block row 0 keeps nothing
   // when the density is strictly between 0 and 1 and there are several block rows (rows with
@@ -277,10 +278,13 @@ INSTANTIATE_TEST_SUITE_P(All, ScoreMods,
 // marked sm90; under auto the split heuristic leaves these small grids to sm80). Each case runs
 // the forward (and the sm80 backward from its LSE) against the reference, then again with the
 // forward on sm80 (kFwdSm80), and under FLASHATTN_CUDA_PATH=sm90 on a Hopper GPU checks that
-// the first forward ran on the sm90 kernels exactly when marked.
+// the first forward ran on the sm90 kernels exactly when marked, and read attn_mask as packed
+// bits (sm90/mask_bits.h) exactly when marked (every mask that is not a tile: with a bias at
+// d128, or a base / strides that are not 16-byte multiples, as the padded layout's 8-byte offset).
 struct Sm90BiasSpec {
   ModsSpec mods;
-  bool sm90;  // the sm90 bias kernel takes it (FLASHATTN_CUDA_PATH=sm90)
+  bool sm90;          // the sm90 bias kernel takes it (FLASHATTN_CUDA_PATH=sm90)
+  bool bits = false;  // ... and packs its attn_mask into bits (detail::sm90_mask_bits_calls)
 };
 
 std::vector<Sm90BiasSpec> sm90_bias_cases() {
@@ -301,10 +305,10 @@ std::vector<Sm90BiasSpec> sm90_bias_cases() {
   cs.push_back({s, true});
   s = base("sm90_d128_key_padding_bias_mask_window", 128);
   s.bias_dims = {0, 1, 1}, s.mask_density = 0.6, s.window_left = 50, s.window_right = 20;
-  cs.push_back({s, true});
+  cs.push_back({s, true, true});
   s = base("sm90_d64_mask_only_rows_fully_masked", 64);
   s.bias = false, s.mask_density = 0.02;
-  cs.push_back({s, true});
+  cs.push_back({s, true, true});
   s = base("sm90_d128_bias_neg_inf_softcap_alibi_window", 128);
   s.bias_neg_inf = 0.3, s.softcap = 4.0f, s.alibi = true, s.window_left = 20, s.window_right = 7;
   cs.push_back({s, true});
@@ -316,19 +320,36 @@ std::vector<Sm90BiasSpec> sm90_bias_cases() {
   cs.push_back({s, true});
   s = base("sm90_d64_bias_mask_causal_rows_without_keys", 64);
   s.seqlen_q = 100, s.seqlen_k = 72, s.causal = true, s.mask_density = 0.7, s.bias_dims = {0, 0, 1};
-  cs.push_back({s, true});
+  cs.push_back({s, true, true});
   // attn_mask alone, both on the sm90 kernel: contiguous over 256 keys (16-byte aligned base and
   // rows: a tile), and padded (rows of 264 bytes, base 8 bytes
-  // off: per element, as every padded mask above).
+  // off: packed into bits, as every padded mask above).
   s = base("sm90_d128_mask_only_contiguous_causal_gqa", 128);
   s.bias = false, s.mask_density = 0.5, s.causal = true, s.seqlen_k = 256, s.mask_layout = Layout::kContiguous;
   cs.push_back({s, true});
   s = base("sm90_d64_mask_only_rows_of_264_bytes", 64);
   s.bias = false, s.seqlen_k = 256, s.mask_density = 0.5;
-  cs.push_back({s, true});
-  s = base("sm90_d64_bias_mask_contiguous_mask", 64);  // both as tiles at d64 (macro)
+  cs.push_back({s, true, true});
+  s = base("sm90_d64_bias_mask_contiguous_mask", 64);  // both as tiles at d64
   s.seqlen_k = 256, s.mask_density = 0.6, s.mask_layout = Layout::kContiguous, s.window_left = 40;
   cs.push_back({s, true});
+  // attn_mask packed into bits with a bias at d128 (no mask slot fits there): a contiguous mask
+  // over 264 keys (8-byte loads in the pack, a last key block of 8 keys), causal with rows that
+  // see no key; rows of 267 bytes (kPaddedOdd: the pack reads bytes) under a window, fp16; the
+  // same odd rows at d64 with a bias (a mask tile would need 16-byte rows); softcap + ALiBi.
+  s = base("sm90_d128_bias_mask_bits_causal", 128);
+  s.mask_density = 0.6, s.mask_layout = Layout::kContiguous, s.causal = true, s.seqlen_q = 300;
+  cs.push_back({s, true, true});
+  s = base("sm90_d128_fp16_bias_mask_bits_odd_rows_window", 128);
+  s.dtype = s.bias_dtype = DType::kFloat16, s.bias_dims = {1, 0, 0}, s.mask_density = 0.5;
+  s.mask_layout = Layout::kPaddedOdd, s.window_left = 70, s.window_right = 10;
+  cs.push_back({s, true, true});
+  s = base("sm90_d64_bias_mask_bits_odd_rows", 64);
+  s.mask_density = 0.4, s.mask_layout = Layout::kPaddedOdd, s.bias_dims = {0, 1, 0};
+  cs.push_back({s, true, true});
+  s = base("sm90_d128_bias_mask_bits_softcap_alibi", 128);
+  s.mask_density = 0.7, s.softcap = 4.0f, s.alibi = true, s.seqlen_q = 131;
+  cs.push_back({s, true, true});
   s = base("sm90_d128_float32_bias_on_sm80", 128);
   s.bias_dtype = DType::kFloat32;
   cs.push_back({s, false});
@@ -359,14 +380,17 @@ TEST_P(BiasSm90, MatchesReferenceAndSm80) {
   for (bool sm80 : {false, true}) {
     ScopedSwitch path(detail::Switch::kFwdSm80, sm80);
     Built b = build(s, Backend::kCuda);
-    const unsigned long long before = detail::sm90_forward_calls();
+    const unsigned long long before = detail::sm90_forward_calls(), bits_before = detail::sm90_mask_bits_calls();
     const ModsRefs refs = run_and_check(Backend::kCuda, b, options(s, b), s.dtype, s.name + (sm80 ? " (sm80)" : ""));
     EXPECT_TRUE(refs.ran) << s.name;
     const unsigned long long ran = detail::sm90_forward_calls() - before;
+    const unsigned long long bits = detail::sm90_mask_bits_calls() - bits_before;
+    EXPECT_LE(bits, ran) << s.name << ": the mask bits count only sm90 forwards";
     if (sm80) {
       EXPECT_EQ(ran, 0u) << s.name << ": kFwdSm80 did not keep the forward on sm80";
     } else if (sm90_forced_here()) {
       EXPECT_EQ(ran, c.sm90 ? 1u : 0u) << s.name << ": the forward " << (c.sm90 ? "did not run" : "ran") << " on sm90";
+      EXPECT_EQ(bits, c.bits ? 1u : 0u) << s.name << ": the mask " << (c.bits ? "was not" : "was") << " packed into bits";
     }
   }
 }

@@ -3,15 +3,18 @@
 // tile visited exactly once, heaviest query blocks first within a group of planes, and every
 // tile taken by exactly one CTA over the alternating rounds), and the tiles of fwd_tile.h (every
 // instantiated (head_dim, head_dim_v, mask) fits shared memory and registers; 192 / 128 takes the
-// largest key block that fits), and the butterfly quad transpose of the epilogue (quad_transpose.h).
+// largest key block that fits), the butterfly quad transpose of the epilogue (quad_transpose.h),
+// the bias and mask tiles' slots (bias_layout.h) and attn_mask packed into bits (mask_bits.h).
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
 #include "cuda/ptx/smem_desc.h"
 #include "cuda/sm90/bias_layout.h"
 #include "cuda/sm90/fwd_tile.h"
+#include "cuda/sm90/mask_bits.h"
 #include "cuda/sm90/quad_transpose.h"
 #include "cuda/sm90/tile_order.h"
 
@@ -274,6 +277,103 @@ TEST(Sm90FwdTile, MaskSlotPairsAreTheAccumulatorPairs) {
                   << "bank conflict: warp " << warp << " h " << h << " pair " << c << " lanes " << l2 << ", " << l;
             }
           }
+        }
+      }
+    }
+  }
+}
+
+// attn_mask packed into bits (sm90/mask_bits.h, mask_bits.cu, fwd_kernel.h mask_bits_scores)
+// played out on the host: the pack's warps over a mask row of 300 keys (not a multiple of 16 or
+// 128; bytes 0, 1, 2 and 255), each lane's 8 bytes per 256 keys, the eight ballots and the words
+// lanes 0..7 store (mask_bits_word_of_ballots); then every consumer lane (t = lane % 4) of every
+// key block reads word t of its row's group and tests bit (c, e) (mask_bits_keep) for its score
+// pair (keys 8c + 2t + e, the S accumulator's s[4c + 2h + e]): it must be the byte's "nonzero"
+// exactly, 0 past seqlen_k, and the layout functions must place every key of a group once, in
+// the word of the lane that reads it. Fails if the pack's or the consumer's bit index is wrong.
+TEST(Sm90FwdTile, MaskBitsWordsAreTheLanesPairs) {
+  constexpr int kKeys = 300, kGroups = (kKeys + 127) / 128;
+  std::vector<uint8_t> row(kKeys);
+  uint32_t x = 12345u;
+  for (int j = 0; j < kKeys; ++j) {
+    x = x * 1664525u + 1013904223u;
+    const uint8_t values[4] = {0, 1, 2, 255};
+    row[static_cast<size_t>(j)] = values[(x >> 24) % 4];
+  }
+  // The pack: two groups a warp step, lane l the 8 bytes at 256 p + 8 l.
+  std::vector<uint32_t> words(kGroups * sm90::kMaskBitsGroupWords, 0xdeadbeefu);
+  for (int p = 0; p < (kGroups + 1) / 2; ++p) {
+    uint32_t ballot[8] = {};
+    for (int l = 0; l < 32; ++l) {
+      for (int i = 0; i < 8; ++i) {
+        const int key = 256 * p + 8 * l + i;
+        if (key < kKeys && row[static_cast<size_t>(key)] != 0) ballot[i] |= 1u << l;
+      }
+    }
+    for (int l = 0; l < 8; ++l) {
+      const int half = l / 4, t = l % 4, group = 2 * p + half;
+      if (group < kGroups) {
+        words[static_cast<size_t>(group * 4 + t)] = sm90::mask_bits_word_of_ballots(ballot[2 * t], ballot[2 * t + 1], half);
+      }
+    }
+  }
+  // The consumers.
+  for (int n = 0; n < kGroups; ++n) {
+    for (int l = 0; l < 32; ++l) {
+      const int t = l % 4;
+      const uint32_t w = words[static_cast<size_t>(n * 4 + t)];
+      for (int c = 0; c < 16; ++c) {
+        for (int e = 0; e < 2; ++e) {
+          const int key = 128 * n + 8 * c + 2 * t + e;
+          const bool kept = key < kKeys && row[static_cast<size_t>(key)] != 0;
+          ASSERT_EQ(sm90::mask_bits_keep(w, c, e), kept) << "block " << n << " lane " << l << " c " << c << " e " << e;
+        }
+      }
+    }
+  }
+  // The layout functions: a bijection of a group's keys onto its 128 bits, each in its reader's word.
+  std::vector<int> seen(128, 0);
+  for (int t = 0; t < 4; ++t) {
+    for (int c = 0; c < 16; ++c) {
+      for (int e = 0; e < 2; ++e) {
+        const int key = 8 * c + 2 * t + e;
+        EXPECT_EQ(sm90::mask_bits_word(key), t);
+        EXPECT_EQ(sm90::mask_bits_bit(key), 16 * e + c);
+        ++seen[static_cast<size_t>(32 * sm90::mask_bits_word(key) + sm90::mask_bits_bit(key))];
+      }
+    }
+  }
+  for (int b = 0; b < 128; ++b) EXPECT_EQ(seen[static_cast<size_t>(b)], 1) << "bit " << b;
+}
+
+// The packed mask's extents and strides (mask_bits_shape, mask_bits_strides, mask_bits_row_word):
+// the pack writes row (b, h, i) of its own extents (1 where the mask broadcasts) at ((b H + h) R
+// + i) groups x 4 words; the kernel finds it from the call's (b, h, i) through the strides (0
+// where the mask broadcasts). Both must agree for every broadcast pattern, and the words must
+// be exactly the rows' groups.
+TEST(Sm90FwdTile, MaskBitsStridesFindThePackedRows) {
+  constexpr int kBatch = 3, kHeads = 5, kSeqQ = 7, kSeqK = 300;
+  for (int pattern = 0; pattern < 8; ++pattern) {
+    flashattn::Broadcast4 m;
+    m.batch = (pattern & 1) ? 0 : int64_t(kHeads) * kSeqQ * 304;  // nonzero: varies
+    m.head = (pattern & 2) ? 0 : int64_t(kSeqQ) * 304;
+    m.row = (pattern & 4) ? 0 : 304;
+    m.size[0] = (pattern & 1) ? 1 : kBatch, m.size[1] = (pattern & 2) ? 1 : kHeads, m.size[2] = kSeqQ;
+    const sm90::MaskBitsShape s = sm90::mask_bits_shape(m, kSeqQ, kSeqK);
+    SCOPED_TRACE("broadcast pattern " + std::to_string(pattern));
+    EXPECT_EQ(s.groups, 3);
+    EXPECT_EQ(s.batch, (pattern & 1) ? 1 : kBatch);
+    EXPECT_EQ(s.heads, (pattern & 2) ? 1 : kHeads);
+    EXPECT_EQ(s.rows, (pattern & 4) ? 1 : kSeqQ);
+    EXPECT_EQ(s.words(), s.batch * s.heads * s.rows * s.groups * 4);
+    const sm90::MaskBits bits = sm90::mask_bits_strides(m, s, nullptr);
+    for (int b = 0; b < kBatch; ++b) {
+      for (int h = 0; h < kHeads; ++h) {
+        for (int i = 0; i < kSeqQ; ++i) {
+          const int64_t pb = s.batch == 1 ? 0 : b, ph = s.heads == 1 ? 0 : h, pi = s.rows == 1 ? 0 : i;
+          const int64_t packed = ((pb * s.heads + ph) * s.rows + pi) * s.groups * 4;
+          for (int t = 0; t < 4; ++t) ASSERT_EQ(sm90::mask_bits_row_word(bits, b, h, i, t), packed + t);
+          ASSERT_LT(packed + 4 * (s.groups - 1) + 3, s.words());
         }
       }
     }

@@ -337,9 +337,22 @@ SM90_CASES = [
     dict(d=128, sk=512, mask=(2, 1, 1, 512), density=0.6),                # key padding: one-row box
     dict(d=128, sk=512, mask=(1, 8, 300, 512), softcap=5.0, empty_rows=True),    # softcap
     dict(d=64, sq=113, sk=257, mask=(2, 8, 113, 257), density=0.6, causal=True),  # rows of 257 bytes
-    # bias + mask tiles (d64 only: a mask slot next to the bias slot; d128 keeps per-element reads)
+    # bias + mask tiles (d64 only: a mask slot next to the bias slot)
     dict(d=64, sk=512, bias=(2, 8, 300, 512), mask=(2, 1, 300, 512), density=0.6, causal=True, empty_rows=True),
     dict(d=64, sk=512, bias=(2, 1, 1, 512), mask=(1, 8, 300, 512), density=0.5, window=(64, 16)),
+    # attn_mask packed into bits (sm90/mask_bits.h): every mask that is not a tile, i.e. each d128
+    # bias + mask and each mask whose base or strides are not 16-byte multiples (the 520-key and
+    # 257-key masks above too; _expects_mask_bits says which).
+    dict(d=128, sk=512, bias=(2, 8, 300, 512), mask=(2, 1, 300, 512), density=0.6, causal=True, empty_rows=True),
+    dict(d=128, sk=512, bias=(1, 8, 300, 512), mask=(2, 1, 1, 512), density=0.6, window=(100, 30)),  # key padding
+    dict(d=128, sk=515, bias=(2, 8, 300, 515), pad=520, mask=(2, 1, 300, 515), density=0.6,
+         empty_rows=True),                                                # ragged keys, byte reads
+    dict(d=128, bias=(2, 1, 300, 520), mask=(2, 8, 300, 520), density=0.5, softcap=5.0, empty_rows=True),
+    dict(d=128, bias=(2, 8, 300, 520), mask=(1, 8, 300, 520), density=0.7, causal=True),  # batch broadcast
+    dict(d=128, bias=(2, 8, 300, 520), mask=(2, 1, 300, 520), density=0.6, window=(64, 16), dtype="float16"),
+    dict(d=128, sq=113, sk=257, bias=(2, 8, 113, 257), pad=264, mask=(2, 8, 113, 257), mask_shift=3, density=0.6,
+         causal=True),                                                    # a mask base 3 bytes off
+    dict(d=64, bias=(2, 8, 300, 520), mask=(2, 1, 300, 520), density=0.6, causal=True, empty_rows=True),
 ]
 
 
@@ -363,13 +376,28 @@ def _sm90_bias_case(torch, c, seed):
     mask = None
     if "mask" in c:
         shape = c["mask"]
-        store = (*shape[:3], c.get("mask_pad", shape[3]))  # mask_pad: rows of that many bytes
-        mask = (torch.rand(*store, device="cuda", generator=g) < c.get("density", 0.7))[..., :shape[3]]
+        # mask_pad: rows of that many bytes; mask_shift: the view starts that many bytes in
+        shift = c.get("mask_shift", 0)
+        store = (*shape[:3], c.get("mask_pad", shape[3]) + shift)
+        mask = (torch.rand(*store, device="cuda", generator=g) < c.get("density", 0.7))[..., shift:shift + shape[3]]
         if c.get("empty_rows"):
             mask[:, :, 5:9] = False
     keep = dense_keep(b, h, sq, sk, c.get("causal", False), None if mask is None else mask.cpu().numpy(), None, None,
                       c.get("window", (-1, -1)))
     return q, k, v, bias, mask, torch.from_numpy(keep).to("cuda")
+
+
+def _expects_mask_bits(c, mask):
+    """Whether the sm90 bias kernel reads this attn_mask as packed bits (sm90/fwd_launch.h): every
+    mask that does not travel as a tile. A tile needs a 16-byte aligned base and batch / head / row
+    strides that are 16-byte multiples (0 where the mask broadcasts) and, with attn_bias, a mask
+    slot of its own, which only head dim 64 has."""
+    if mask is None:
+        return False
+    if "bias" in c and c["d"] == 128:
+        return True
+    strides = [0 if mask.shape[i] == 1 else mask.stride(i) for i in range(3)]
+    return mask.data_ptr() % 16 != 0 or any(x % 16 for x in strides)
 
 
 def _sm90_forward_ran(torch):
@@ -405,12 +433,18 @@ def test_cuda_sm90_bias_forward_matches_sm80(case):
     outs = []
     for sm80 in (False, True):
         saved = flashattn._C._set_switch("fwd_sm80", sm80)
+        ran90, bits = flashattn._C._sm90_forward_calls(), flashattn._C._sm90_mask_bits_calls()
         try:
             out, lse, _ = flashattn.flash_attn_func(q, k, v, causal=c.get("causal", False),
                                                     window_size=c.get("window", (-1, -1)), softcap=softcap,
                                                     return_attn_probs=True, attn_bias=bias, attn_mask=mask)
         finally:
             flashattn._C._set_switch("fwd_sm80", saved)
+        # The bits path ran exactly when the sm90 forward did and the mask is not a tile.
+        ran90 = flashattn._C._sm90_forward_calls() - ran90
+        bits = flashattn._C._sm90_mask_bits_calls() - bits
+        assert bits == (ran90 if _expects_mask_bits(c, mask) else 0), \
+            f"mask bits calls {bits}, sm90 forward calls {ran90} (sm80 forward: {sm80})"
         assert_fa_close(f"out (sm80 forward: {sm80})", out.float().cpu().numpy(), ref.cpu().numpy(),
                         naive.float().cpu().numpy(), 1e-3)
         empty = ~keep.any(dim=-1)
@@ -486,11 +520,50 @@ def test_cuda_sm90_bias_dispatch():
     mask = torch.rand(b, 1, s, s, device="cuda", generator=g) < 0.9
     assert run(128, bias.bfloat16()) == 1, "bf16 bias, d128"
     assert run(64, bias.bfloat16(), causal=True) == 1, "bf16 bias, d64, causal"
+    bits = flashattn._C._sm90_mask_bits_calls()
     assert run(128, mask=mask) == 1, "attn_mask alone"
+    assert flashattn._C._sm90_mask_bits_calls() == bits, "an aligned mask alone comes as a tile"
     assert run(128, bias.bfloat16(), mask) == 1, "bias and mask"
+    assert flashattn._C._sm90_mask_bits_calls() == bits + 1, "bias and mask at d128: the mask as bits"
     assert run(128, bias) == 0, "a float32 bias stays on sm80"
     odd = torch.randn(1, h, s, s + 1, device="cuda", generator=g).bfloat16()[..., :s]  # rows of 2210 bytes
     assert run(128, odd) == 0, "rows not 16-byte aligned stay on sm80"
     block = torch.rand(1, 1, -(-s // 128), -(-s // 128), device="cuda", generator=g) < 0.5
     assert run(128, bias.bfloat16(), block_mask=block, block_size=(128, 128)) == 0, "a bias with a block mask: sm80"
     assert run(128, mask=mask, block_mask=block, block_size=(128, 128)) == 1, "attn_mask in a block mask: sparse sm90"
+
+
+def test_cuda_sm90_bias_mask_bits_graph_replay():
+    """bias + mask at d128 (the mask packed into bits before the launch, in the launch's
+    workspace) captured in a CUDA graph: replays with new q, k, v, bias and mask values give the
+    eager call's bits, and the capture packed the mask (when the call reaches the sm90 kernels)."""
+    torch = _cuda_torch()
+    g = torch.Generator(device="cuda").manual_seed(9300)
+    b, s, h, d = 2, 1024, 16, 128
+
+    def inputs():
+        q, k, v = (torch.randn(b, s, h, d, device="cuda", generator=g).bfloat16() for _ in range(3))
+        bias = torch.randn(b, h, s, s, device="cuda", generator=g).bfloat16()
+        mask = torch.rand(b, 1, s, s, device="cuda", generator=g) < 0.7
+        mask[:, :, 3:5] = False
+        return q, k, v, bias, mask
+
+    static = list(inputs())
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up outside the capture
+        flashattn.flash_attn_func(*static[:3], causal=True, attn_bias=static[3], attn_mask=static[4])
+    torch.cuda.current_stream().wait_stream(side)
+    ran90, bits = flashattn._C._sm90_forward_calls(), flashattn._C._sm90_mask_bits_calls()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_out = flashattn.flash_attn_func(*static[:3], causal=True, attn_bias=static[3], attn_mask=static[4])
+    assert flashattn._C._sm90_mask_bits_calls() - bits == flashattn._C._sm90_forward_calls() - ran90
+    for _ in range(2):
+        new = inputs()
+        for dst, src in zip(static, new):
+            dst.copy_(src)
+        graph.replay()
+        torch.cuda.synchronize()
+        eager = flashattn.flash_attn_func(*new[:3], causal=True, attn_bias=new[3], attn_mask=new[4])
+        assert torch.equal(static_out, eager)

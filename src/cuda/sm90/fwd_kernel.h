@@ -26,8 +26,10 @@
 // Bias (Traits::kBias: attn_bias and/or attn_mask, no block mask): the producer copies the bias
 // tile of each (query tile, key tile) with the K tile into the stage's bias slot, on the same
 // "full" barrier; the consumers read it with ldmatrix (bias_words) while S = Q K^T runs, add it
-// after scale / softcap / ALiBi (bias_scores) and free the stage after that. attn_mask is read
-// per element as the sparse kernel's mask tiles read it (hide_blocked_scores, kind kTileMask).
+// after scale / softcap / ALiBi (bias_scores) and free the stage after that. attn_mask comes as
+// a uint8 tile by the copy engine where it can (mask_words), else packed into bits before the
+// launch (mask_bits.h), one word per thread, row and key block, loaded while S runs
+// (mask_bits_scores).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -198,7 +200,7 @@ __device__ __forceinline__ void bias_scores(float (&s)[Traits::kBlockN / 2], con
       }
     }
   }
-  if (add_bias)  // false: b holds attn_mask pairs (mask_words)
+  if (add_bias)  // false: no attn_bias (b holds attn_mask pairs, mask_words, or nothing)
 #pragma unroll
   for (int i = 0; i < Traits::kBlockN / 4; ++i) {
     const float2 x = bias_pair_log2<typename Traits::Element>(b[i]);
@@ -233,6 +235,27 @@ __device__ __forceinline__ void mask_pair_scores(float (&s)[Traits::kBlockN / 2]
   for (int i = 0; i < Traits::kBlockN / 4; ++i) {
     if ((b[i] & 0xffu) == 0u) s[2 * i] = -INFINITY;
     if ((b[i] & 0xff00u) == 0u) s[2 * i + 1] = -INFINITY;
+  }
+}
+
+// attn_mask packed into bits (FwdParams::mask_bits, mask_bits.h), where it cannot come as a tile:
+// with attn_bias at d128 (no room for a mask slot per stage: 230.6 of 232.4 KB) or when the copy
+// engine refuses the mask (base or strides not 16-byte multiples). Word t of a row's group of
+// 128 keys holds exactly the keys of quad lane t's pairs, key 8c + 2t + e at bit 16e + c, so a
+// thread loads one word per row and block (w[h]: row g + 8h), issued before the wait for S, and
+// tests a constant bit per score: -inf where the bit is 0, as hidden_in_tile's kTileMask.
+template <typename Traits>
+__device__ __forceinline__ void mask_bits_scores(float (&s)[Traits::kBlockN / 2], const uint32_t (&w)[2]) {
+  static_assert(Traits::kBlockN == kMaskBitsGroupKeys, "one group of bits per key block");
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+#pragma unroll
+      for (int c = 0; c < Traits::kBlockN / 8; ++c) {
+        if (!mask_bits_keep(w[h], c, e)) s[4 * c + 2 * h + e] = -INFINITY;
+      }
+    }
   }
 }
 
@@ -818,12 +841,13 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kCtasPerSm) fwd_kern
     return kSharedOnes ? d - (uint64_t(stage * (kVStage >> 4)) << 16) : d;
   };
   const Turns<Traits> turns{consumer};
-  // kBias: this lane's ldmatrix row in the bias slots, and whether the call has a bias / mask.
+  // kBias: this lane's ldmatrix row in the bias slots, whether the call has a bias, and whether
+  // its attn_mask was packed into bits (mask_bits_scores; a mask that is not a tile always is).
   [[maybe_unused]] BiasLane bias_lane_ = {};
-  [[maybe_unused]] bool has_bias = false, has_mask = false;
+  [[maybe_unused]] bool has_bias = false, mask_packed = false;
   if constexpr (Traits::kBias) {
     has_bias = params.bias.defined();
-    has_mask = params.mask.defined();
+    mask_packed = kp.mask_bits.words != nullptr;
     bias_lane_ = bias_lane(wg_row0 + (warp % 4) * 16, lane, params.bias.row == 0);
   }
   // attn_mask as a tile. Without attn_bias (mask_early) it sits in the bias slot and is read into
@@ -839,7 +863,8 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kCtasPerSm) fwd_kern
                             mask_row8_step(params.mask.row == 0)};
     }
   }
-  // kBias: the bias words of the key tile in `stage` (zeros without attn_bias), read while S runs.
+  // kBias: the bias words of the key tile in `stage` (or the mask tile's pairs without attn_bias;
+  // zeros with neither), read while S runs.
   const auto read_bias = [&](uint32_t (&b)[kBlockN / 4], int stage) {
     if (has_bias) {
       bias_words<Traits>(b, ptx::smem_u32(sBias + stage * Traits::kTileBytesBias), bias_lane_);
@@ -1038,13 +1063,34 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kCtasPerSm) fwd_kern
         return block_needs_mask<Traits>(mask, w.seqlen_k, row_begin, row_end, n_block);
       };
       const int row = w.m0 + row_in_tile;
+      // kBias, attn_mask packed into bits: the index of word t4 of row g's (h = 0) and row g + 8's
+      // (h = 1) first group (rows past the sequence read its last row: their scores are never
+      // stored). 32-bit (the launcher checks the words fit): a 64-bit pointer held across the
+      // tile spilled a register of the key-block loop.
+      [[maybe_unused]] uint32_t bits_at[2] = {0u, 0u};
+      if constexpr (Traits::kBias) {
+        if (mask_packed) {
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            bits_at[h] = uint32_t(mask_bits_row_word(kp.mask_bits, w.batch, w.head, min(row + 8 * h, w.seqlen_q - 1), t4));
+          }
+        }
+      }
+      // The two words of key block n (rows g, g + 8), loaded while S runs, as the bias words.
+      [[maybe_unused]] const auto read_mask_bits = [&](uint32_t (&mask_w)[2], int n) {
+        if (mask_packed) {
+#pragma unroll
+          for (int h = 0; h < 2; ++h) mask_w[h] = __ldg(kp.mask_bits.words + (bits_at[h] + uint32_t(n * kMaskBitsGroupWords)));
+        }
+      };
       // Key block n's scores once S is done: the bias or the score modifiers, the stage's
       // release (with a bias, once its words are in the scores), the causal / window mask, then
       // attn_mask (kBias) and the block mask's element mask (kSparse, by the tile's kind).
-      [[maybe_unused]] const auto finish_scores = [&](int n, int k_stage, int tile_kind, uint32_t (&bias_w)[kBlockN / 4]) {
+      [[maybe_unused]] const auto finish_scores = [&](int n, int k_stage, int tile_kind, uint32_t (&bias_w)[kBlockN / 4],
+                                                      const uint32_t (&mask_w)[2]) {
         if constexpr (Traits::kBias) {
           // With the mask tile the stage is freed once the mask pairs are in the scores (below).
-          bias_scores<Traits>(st.s, mods, mask, row, n * kBlockN + 2 * t4, bias_w, !mask_early);
+          bias_scores<Traits>(st.s, mods, mask, row, n * kBlockN + 2 * t4, bias_w, has_bias);
           if (!mask_tile) release(&ring.k_empty[k_stage], lane);
           if constexpr (Traits::kTileBytesMask != 0) {
             // With a bias too: the mask pairs from the mask slot into the bias words' registers
@@ -1064,8 +1110,8 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kCtasPerSm) fwd_kern
           if (mask_tile) {
             mask_pair_scores<Traits>(st.s, bias_w);
             release(&ring.k_empty[k_stage], lane);
-          } else if (has_mask) {
-            hide_blocked_scores<kBlockN>(st.s, params, kTileMask, w.batch, w.head, row, n * kBlockN + 2 * t4, w.seqlen_q, w.seqlen_k);
+          } else if (mask_packed) {
+            mask_bits_scores<Traits>(st.s, mask_w);
           }
         }
         if constexpr (Traits::kSparse) {
@@ -1095,10 +1141,14 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kCtasPerSm) fwd_kern
         last = (e & kLastEntry) != 0;
       }
       [[maybe_unused]] uint32_t bias_w[kBlockN / 4];
-      if constexpr (Traits::kBias) read_bias(bias_w, stage);
+      [[maybe_unused]] uint32_t mask_w[2];
+      if constexpr (Traits::kBias) {
+        read_bias(bias_w, stage);
+        read_mask_bits(mask_w, n_first);
+      }
       ptx::wgmma_wait<0>();
       ptx::fence_operand(st.s);
-      finish_scores(n_first, stage, kind, bias_w);
+      finish_scores(n_first, stage, kind, bias_w, mask_w);
       {
         float correction[2];
         softmax_block<Traits>(st, scale_log2, correction);  // O is still 0: nothing to rescale
@@ -1111,6 +1161,11 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kCtasPerSm) fwd_kern
         ++it;
         stage = it % kStages;
         parity = (it / kStages) & 1;
+        // The packed mask's words first: they wait for no barrier, and issued after the products
+        // (as the bias words are) ptxas placed them after the wait for S (SASS), exposing their
+        // latency; from here they are in flight while the products are issued and run.
+        [[maybe_unused]] uint32_t mask_w[2];
+        if constexpr (Traits::kBias) read_mask_bits(mask_w, n_block);
         ptx::mbarrier_wait(&ring.k_full[stage], parity);
         ptx::mbarrier_wait(&ring.v_full[prev_stage], prev_parity);
         turns.take();
@@ -1127,7 +1182,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kCtasPerSm) fwd_kern
         if constexpr (Traits::kBias) read_bias(bias_w, stage);
         ptx::wgmma_wait<1>();  // S_j is done; P V is still running
         ptx::fence_operand(st.s);
-        finish_scores(n_block, stage, kind, bias_w);
+        finish_scores(n_block, stage, kind, bias_w, mask_w);
         softmax_under_pv<Traits>(st, scale_log2, pin_slot, lane, &ring.v_empty[prev_stage]);
       }
       // Every Q K^T product of this tile has completed: the producer may load the next Q.

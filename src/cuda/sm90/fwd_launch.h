@@ -4,6 +4,7 @@
 
 #include <cuda_runtime.h>
 
+#include "core/switches.h"
 #include "cuda/block_tiles.h"
 #include "cuda/sm90/fwd.h"
 #include "cuda/sm90/fwd_grid.h"
@@ -43,11 +44,13 @@ Status run_fwd(const ForwardParams& params, cudaStream_t stream) {
   }
   // kBias, attn_mask: the mask's map, as the bias's but of bytes and
   // 128 keys a box (one 128-byte swizzled row: fwd_kernel.h mask_words). The copy engine needs a
-  // 16-byte aligned base and 16-byte multiple strides; a mask without them (e.g. a contiguous
-  // one whose seqlen_k is not a multiple of 16), or one the encoder refuses, is read per element
-  // (mask_tile = 0). With attn_bias too the mask needs its own slot
-  // (Traits::kTileBytesMask), which fits at d64 only: at d128 it stays per element.
+  // 16-byte aligned base and 16-byte multiple strides. With attn_bias too the mask needs its own
+  // slot (Traits::kTileBytesMask), which fits at d64 only. Every other mask (bias + mask at d128;
+  // a mask without that alignment, e.g. a contiguous one whose seqlen_k is not a multiple of 16;
+  // one the encoder refuses) is packed into bits on the stream before the launch (below,
+  // mask_bits.h) and read one word per thread, row and key block (fwd_kernel.h mask_bits_scores).
   kp.mask_tile = 0;
+  kp.mask_bits = MaskBits{};
   if constexpr (Traits::kBias) {
     const Broadcast4& m = params.mask;
     if (m.defined() && (!params.bias.defined() || Traits::kTileBytesMask != 0) &&
@@ -70,20 +73,41 @@ Status run_fwd(const ForwardParams& params, cudaStream_t stream) {
   }
   // A block mask (kSparse): the plan of this kernel's tiles (block_tiles.h: per query tile the
   // kept key tiles and their kinds), built on the stream before the tile counter.
+  // kBias, attn_mask without a tile: its bits, packed the same way in the workspace before the
+  // tile counter (the bias kernel always takes the dynamic feed, so always has a workspace).
   size_t plan_bytes = 0;
   if constexpr (Traits::kSparse) {
     plan_bytes = (block_tiles_bytes(params, Traits::kBlockM, Traits::kBlockN) + 15) / 16 * 16;
   }
-  return launch_fwd(
+  [[maybe_unused]] bool pack_mask = false;
+  if constexpr (Traits::kBias) {
+    static_assert(Traits::kDynamicTiles && Traits::kBlockN == kMaskBitsGroupKeys,
+                  "the packed mask lives in the feed's workspace, one group of bits per key block");
+    pack_mask = params.mask.defined() && kp.mask_tile == 0;
+    if (pack_mask) {
+      plan_bytes = (mask_bits_bytes(params) + 15) / 16 * 16;
+      if (plan_bytes / sizeof(uint32_t) > size_t(kMaskBitsMaxWords)) {
+        return Status::NotSupported("attn_mask: more than 2^32 words of packed bits for the sm90 bias forward");
+      }
+    }
+  }
+  const Status launched = launch_fwd(
       fwd_kernel<Traits>, kp, Traits::kThreads, Traits::kCtasPerSm, Traits::kSmemBytes, Traits::kDynamicTiles, plan_bytes,
       [&](void* workspace) {
         if constexpr (Traits::kSparse) return build_block_tiles(&kp.p, Traits::kBlockM, Traits::kBlockN, workspace, stream);
+        if constexpr (Traits::kBias) {
+          if (pack_mask) return build_mask_bits(params, workspace, stream, &kp.mask_bits);
+        }
         return Status::Ok();
       },
       Traits::kSparse ? "the sm90 block-sparse forward kernel"
       : Traits::kBias ? "the sm90 bias forward kernel"
                       : "the sm90 forward kernel",
       stream);
+  if constexpr (Traits::kBias) {
+    if (launched.ok() && pack_mask) detail::count_sm90_mask_bits();
+  }
+  return launched;
 }
 
 }  // namespace flashattn::cuda::sm90

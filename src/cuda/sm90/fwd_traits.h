@@ -8,6 +8,7 @@
 #include "core/params.h"
 #include "cuda/common/variants.h"
 #include "cuda/sm90/fwd_tile.h"
+#include "cuda/sm90/mask_bits.h"
 #include "cuda/sm90/tile_order.h"
 
 namespace flashattn::cuda::sm90 {
@@ -43,8 +44,9 @@ struct FwdTraitsBody {
   // attn_bias (16-bit, q's dtype) and/or attn_mask, no block mask (fwd_kernel.h, "Bias"): the
   // producer copies each (query tile, key tile) tile of the bias with the K tile of its stage
   // (one more bulk tensor copy per 64 keys, on the K stage's "full" barrier) into a slot of the
-  // stage, and the consumers read it in the accumulator layout with ldmatrix; attn_mask is read
-  // per element as the sparse kernel reads it in its mask tiles (hide_blocked_scores). Scores are
+  // stage, and the consumers read it in the accumulator layout with ldmatrix; attn_mask comes as
+  // a uint8 tile in a slot (mask_words) or, where no tile can be used, packed into bits before
+  // the launch (mask_bits.h), one word per thread, row and key block. Scores are
   // in log2 units after the modifiers, as with kMods (softcap and ALiBi run under uniform
   // branches). Takes the sparse kernel's tile (128 x 128 at d64 and d128): a bias slot per stage
   // is 32 KB there, 2 x 32 KB on top of the masked d128 tile's 160 KB (fwd_bias_bytes).
@@ -214,9 +216,12 @@ struct FwdParams {
   // kBias, attn_mask: the mask's map, (keys, rows, heads, batch) of
   // uint8, boxes of 128 keys x block_m rows (1 row when it broadcasts over the rows), extent 1
   // where it broadcasts; mask_tile = 1 when the launcher built it (a 16-byte aligned base and
-  // 16-byte multiple strides), else 0 and the kernel reads the mask per element.
+  // 16-byte multiple strides), else 0 and the kernel reads the packed bits (mask_bits).
   CUtensorMap mask;
   int mask_tile;
+  // kBias, attn_mask without its tile (mask_tile = 0): the mask packed into bits in the launch's
+  // workspace (mask_bits.h; words = nullptr when there is no attn_mask or it came as a tile).
+  MaskBits mask_bits;
 };
 
 }  // namespace flashattn::cuda::sm90

@@ -1,0 +1,91 @@
+// attn_mask as bits for the Hopper bias forward (fwd_kernel.h, FwdBiasTraits): when the mask
+// cannot travel as a tile (with attn_bias at d128 there is no room for a mask slot per stage; a
+// mask whose base or strides the copy engine refuses), a pass before the forward packs it into
+// the launch's workspace, one bit per key, in the order the consumers read it, and each consumer
+// thread loads one 32-bit word per row and key block instead of 32 bytes one by one.
+//
+// Layout: per row of the mask (batch|1, head|1, row|1: broadcast dimensions stay broadcast),
+// ceil(seqlen_k / 128) groups of 128 keys (a key block of the bias kernel), each 4 words (16
+// bytes). Key 8c + r of a group (chunk c = 0..15, r = 0..7) is bit 16 (r % 2) + c of word r / 2:
+// word t holds exactly the keys of the S accumulator's pairs of quad lane t (keys 8c + 2t + e,
+// fwd_kernel.h ConsumerState), with the bits of e = 0 in the low half and of e = 1 in the high
+// half, bit c of each half for chunk c (the order of apply_mask's interval bits). A set bit keeps
+// the key (a nonzero byte); keys past seqlen_k are 0.
+// Why this order and not key k at bit k % 32 of word k / 32: a lane then needs one word per row
+// (a quad reads 16 contiguous bytes), 2 registers live across the S product instead of 8, and
+// no shift by 2t; the pack (a warp ballot per byte position) costs the same either way.
+// Host-device, so that tests/cpp/test_sm90_layout.cpp plays the pack and the consumers' bit tests
+// out on the host. The kernel indexes the words in 32 bits: the launcher declines a mask of more
+// than kMaskBitsMaxWords words (NotSupported: sm80 under the default path).
+#pragma once
+
+#include <cstdint>
+
+#include "core/host_device.h"
+#include "core/params.h"
+
+namespace flashattn::cuda::sm90 {
+
+constexpr int kMaskBitsGroupKeys = 128;  // keys per group: the bias kernel's key block
+constexpr int kMaskBitsGroupWords = 4;   // words per group: one per lane of a quad
+constexpr int64_t kMaskBitsMaxWords = int64_t(1) << 32;
+
+// The packed mask of one launch (FwdParams::mask_bits). words == nullptr: not packed.
+struct MaskBits {
+  const uint32_t* words = nullptr;
+  int64_t batch = 0, head = 0, row = 0;  // strides in words; 0 where the mask broadcasts
+};
+
+// Where key `key` (0..127) of a group sits: word key % 8 / 2, bit 16 (key % 2) + key / 8.
+FLASHATTN_HOST_DEVICE constexpr int mask_bits_word(int key) { return key % 8 / 2; }
+FLASHATTN_HOST_DEVICE constexpr int mask_bits_bit(int key) { return 16 * (key % 2) + key / 8; }
+
+// The consumer's test: whether the score of pair chunk c, element e (key 8c + 2t + e of the
+// block, t the lane in its quad) is kept, from word t of its row's group.
+FLASHATTN_HOST_DEVICE constexpr bool mask_bits_keep(uint32_t word, int c, int e) {
+  return ((word >> (16 * e + c)) & 1u) != 0u;
+}
+
+// The pack (mask_bits.cu): lane l of a warp reads bytes 8l .. 8l + 7 of 256 keys of a row, i.e.
+// chunk l % 16 of group l / 16 of the pair, and the warp ballots byte position r (r = 0..7):
+// ballot r has bit l set when lane l's byte r is nonzero. Word t of group `half` (0, 1) is then
+// the low or high 16 bits of ballot 2t (e = 0, bit c) and of ballot 2t + 1 (e = 1, bit 16 + c).
+FLASHATTN_HOST_DEVICE constexpr uint32_t mask_bits_word_of_ballots(uint32_t even, uint32_t odd, int half) {
+  return half == 0 ? (even & 0xffffu) | (odd << 16) : (even >> 16) | (odd & 0xffff0000u);
+}
+
+// The packed mask's extents for a mask over (batch, heads, seqlen_q, seqlen_k) (core/params.h
+// Broadcast4: stride 0 where it broadcasts): groups per row, rows per head, heads per batch
+// entry, batch entries.
+struct MaskBitsShape {
+  int64_t groups, rows, heads, batch;
+  FLASHATTN_HOST_DEVICE int64_t words() const { return batch * heads * rows * groups * kMaskBitsGroupWords; }
+};
+
+FLASHATTN_HOST_DEVICE MaskBitsShape mask_bits_shape(const Broadcast4& m, int seqlen_q, int seqlen_k) {
+  return MaskBitsShape{(int64_t(seqlen_k) + kMaskBitsGroupKeys - 1) / kMaskBitsGroupKeys, m.row == 0 ? 1 : seqlen_q,
+                       m.head == 0 ? 1 : m.size[1], m.batch == 0 ? 1 : m.size[0]};
+}
+
+// Strides in words of the packed mask (rows of `groups` groups, then heads, then batch entries;
+// 0 where the mask broadcasts).
+FLASHATTN_HOST_DEVICE MaskBits mask_bits_strides(const Broadcast4& m, const MaskBitsShape& s, const uint32_t* words) {
+  MaskBits b;
+  b.words = words;
+  const int64_t row = s.groups * kMaskBitsGroupWords;
+  b.row = m.row == 0 ? 0 : row;
+  b.head = m.head == 0 ? 0 : row * s.rows;
+  b.batch = m.batch == 0 ? 0 : row * s.rows * s.heads;
+  return b;
+}
+
+// Index of word t of the first group of (sequence b, head h, row i) (i inside the sequence; the
+// kernel clamps rows past it to its last row); group n's word is 4 n further.
+FLASHATTN_HOST_DEVICE int64_t mask_bits_row_word(const MaskBits& m, int64_t b, int64_t h, int64_t i, int t) {
+  return b * m.batch + h * m.head + i * m.row + t;
+}
+
+// The pack itself (mask_bits.cu) is declared in fwd.h (mask_bits_bytes, build_mask_bits): this
+// header stays free of the CUDA runtime for the host tests.
+
+}  // namespace flashattn::cuda::sm90
