@@ -993,6 +993,25 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
     if constexpr (Traits::kMask == MaskMode::kWindow && !Traits::kSparse) {
       mask.unmasked_row_blocks(n0, n0 + kBlockN, kBlockM, &clean_lo, &clean_hi);
     }
+    // Role P: P^T = exp2(S^T scale - LSE) in place, then handed to role dS in sPt once it has read
+    // the last one (P free), and announced (P ready).
+    const auto hand_over_p = [&](float (&x)[kS], const float* lse, int step) {
+#pragma unroll
+      for (int c = 0; c < kBlockM / 8; ++c) {
+        const float2 l = *reinterpret_cast<const float2*>(lse + 8 * c + 2 * t4);
+#pragma unroll
+        for (int i = 4 * c; i < 4 * c + 4; ++i) {
+          x[i] = ptx::exp2_approx(fmaf(x[i], params.scale_log2, -(i % 2 == 0 ? l.x : l.y)));
+        }
+      }
+      if (step > 0) ptx::named_barrier_sync(kPtFreeBarrier, 256);  // the other read the last one
+#pragma unroll
+      for (int i = 0; i < kS; i += 4) {
+        *reinterpret_cast<float4*>(sPt + bwd90::acc_order_index(i, tid_wg)) = make_float4(x[i], x[i + 1], x[i + 2], x[i + 3]);
+      }
+      __threadfence_block();  // the stores before the arrival (bar.arrive alone does not wait for them)
+      ptx::named_barrier_arrive(kPtReadyBarrier, 256);
+    };
 #if defined(FLASHATTN_DEV_SM90_BWD_PIPE_P)
     // dev/ A/B: role P issues the next step's S^T before this step's exponentials, so they run
     // under that product (+kS registers: the scores move out of the product's accumulators
@@ -1032,21 +1051,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
           if constexpr (Traits::kMask == MaskMode::kWindow) {
             if (m_blk < clean_lo || m_blk >= clean_hi) bwd90::mask_key_rows<kBlockM>(x, mask, m0, n0 + key_local, t4);
           }
-#pragma unroll
-          for (int c = 0; c < kBlockM / 8; ++c) {
-            const float2 l = *reinterpret_cast<const float2*>(lse + 8 * c + 2 * t4);
-#pragma unroll
-            for (int i = 4 * c; i < 4 * c + 4; ++i) {
-              x[i] = ptx::exp2_approx(fmaf(x[i], params.scale_log2, -(i % 2 == 0 ? l.x : l.y)));
-            }
-          }
-          if (step > 0) ptx::named_barrier_sync(kPtFreeBarrier, 256);  // the other read the last one
-#pragma unroll
-          for (int i = 0; i < kS; i += 4) {
-            *reinterpret_cast<float4*>(sPt + bwd90::acc_order_index(i, tid_wg)) = make_float4(x[i], x[i + 1], x[i + 2], x[i + 3]);
-          }
-          __threadfence_block();  // the stores before the arrival (bar.arrive alone does not wait for them)
-          ptx::named_barrier_arrive(kPtReadyBarrier, 256);
+          hand_over_p(x, lse, step);
           uint32_t a[kS / 2];
           bwd90::pack_pairs<Element>(x, a);
           const uint64_t do_desc = bwd90::mn_desc(ptx::smem_u32(stage_do(s)), Traits::panel_bytes(kBlockM));
@@ -1125,21 +1130,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
                                               seq.seqlen_k);
           }
         }
-#pragma unroll
-        for (int c = 0; c < kBlockM / 8; ++c) {
-          const float2 l = *reinterpret_cast<const float2*>(lse + 8 * c + 2 * t4);
-#pragma unroll
-          for (int i = 4 * c; i < 4 * c + 4; ++i) {
-            x[i] = ptx::exp2_approx(fmaf(x[i], params.scale_log2, -(i % 2 == 0 ? l.x : l.y)));
-          }
-        }
-        if (step > 0) ptx::named_barrier_sync(kPtFreeBarrier, 256);  // the other read the last one
-#pragma unroll
-        for (int i = 0; i < kS; i += 4) {
-          *reinterpret_cast<float4*>(sPt + bwd90::acc_order_index(i, tid_wg)) = make_float4(x[i], x[i + 1], x[i + 2], x[i + 3]);
-        }
-        __threadfence_block();  // the stores before the arrival (bar.arrive alone does not wait for them)
-        ptx::named_barrier_arrive(kPtReadyBarrier, 256);
+        hand_over_p(x, lse, step);
         bwd90::pack_pairs<Element>(x, a);
       } else {
         const float* dsum = stage_dsum(s);
