@@ -53,7 +53,13 @@ Status run_fwd(const ForwardParams& params, cudaStream_t stream) {
   kp.mask_bits = MaskBits{};
   if constexpr (Traits::kBias) {
     const Broadcast4& m = params.mask;
-    if (m.defined() && (!params.bias.defined() || Traits::kTileBytesMask != 0) &&
+#if defined(FLASHATTN_DEV_SM90_BITS_WITH_BIAS)
+    // dev/ A/B: with attn_bias the mask always goes as bits (d64 too, instead of its mask slot).
+    constexpr bool kMaskSlot = false;
+#else
+    constexpr bool kMaskSlot = Traits::kTileBytesMask != 0;
+#endif
+    if (m.defined() && (!params.bias.defined() || kMaskSlot) &&
         reinterpret_cast<uintptr_t>(m.data) % 16 == 0 &&
         (m.batch | m.head | m.row) % 16 == 0) {
       const int rows = m.row == 0 ? 1 : params.seqlen_q;
