@@ -1012,67 +1012,6 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
       __threadfence_block();  // the stores before the arrival (bar.arrive alone does not wait for them)
       ptx::named_barrier_arrive(kPtReadyBarrier, 256);
     };
-#if defined(FLASHATTN_DEV_SM90_BWD_PIPE_P)
-    // dev/ A/B: role P issues the next step's S^T before this step's exponentials, so they run
-    // under that product (+kS registers: the scores move out of the product's accumulators
-    // first); dV += P^T dO and that S^T are waited for at the end of the step (dV left in flight
-    // into the next step, ptxas serialised every wgmma of the kernel: C7515). Role dS and the P^T
-    // hand-over are unchanged. Not at d256 (its dV, 128 registers, left no room: 68 bytes of spill stores).
-    constexpr bool kPipeP = !Traits::kSparse && kHeadDim < 256;
-#else
-    constexpr bool kPipeP = false;
-#endif
-    if constexpr (kPipeP) {
-      if (role_p && steps > 0) {
-        const auto issue_s = [&](float (&x)[kS], int step) {
-          const int s = step % kStages;
-          ptx::mbarrier_wait(&full[s], (step / kStages) & 1);
-          bwd90::gemm_kmajor<kBlockM, Element, Traits::kPanels>(x, a_desc, Traits::panel_bytes(kBlockN),
-                                                                bwd90::kmajor_desc(ptx::smem_u32(stage_q(s))),
-                                                                Traits::panel_bytes(kBlockM));
-          ptx::wgmma_commit();
-        };
-        // Step `step`: its S^T was issued into s_next before. The scores move to x (kS moves)
-        // before the next S^T is issued into s_next: with two arrays alternating as accumulators
-        // (the loop unrolled by two), ptxas serialised every wgmma of the kernel (C7515), even
-        // with each product waited for at once.
-        float s_next[kS];
-        const auto step_p = [&](int step) {
-          const int s = step % kStages;
-          const int m_blk = walk.m;
-          walk.advance();
-          const int m0 = m_blk * kBlockM;
-          ptx::fence_operand(s_next);  // done: waited with the last step's dV (or below)
-          float x[kS];
-#pragma unroll
-          for (int i = 0; i < kS; ++i) x[i] = s_next[i];
-          if (step + 1 < steps) issue_s(s_next, step + 1);
-          const float* lse = stage_lse(s);
-          if constexpr (Traits::kMask == MaskMode::kWindow) {
-            if (m_blk < clean_lo || m_blk >= clean_hi) bwd90::mask_key_rows<kBlockM>(x, mask, m0, n0 + key_local, t4);
-          }
-          hand_over_p(x, lse, step);
-          uint32_t a[kS / 2];
-          bwd90::pack_pairs<Element>(x, a);
-          const uint64_t do_desc = bwd90::mn_desc(ptx::smem_u32(stage_do(s)), Traits::panel_bytes(kBlockM));
-          if constexpr (kSameDims) {
-            bwd90::gemm_rs<kHeadDim, Element, kBlockM>(acc, a, do_desc);
-          } else {
-            bwd90::gemm_rs<Traits::kHeadDimV, Element, kBlockM>(acc_v, a, do_desc);
-          }
-          ptx::wgmma_commit();
-          ptx::wgmma_wait<0>();  // dV and the next S^T
-          ptx::fence_operand(acc);
-          ptx::fence_operand(a);
-          bwd90::release_stage<kEveryThread>(&empty[s], lane);
-        };
-        issue_s(s_next, 0);
-        ptx::wgmma_wait<0>();
-#pragma unroll 1
-        for (int step = 0; step < steps; ++step) step_p(step);
-        steps = 0;  // the loop below is role dS's
-      }
-    }
     for (int step = 0; step < steps; ++step) {
       const int s = step % kStages;
       const int m_blk = walk.m;
