@@ -19,6 +19,15 @@ enum class SplitCost {
   // splits (the grid-filling rule chose 1: 4.18 -> 4.35 and 4.27 -> 4.61 TB/s), batch 8 with
   // 64k-128k keys -> 6 (within 3% of the best measured).
   kDecode,
+  // kDecode plus 0.15 key-block times per split for the merge of the split-KV decode forward
+  // (sm80/fwd_launch.h: the last CTA of a row group, or the combine kernel, reads every split's
+  // partial in batches of 8, one dependent L2 round trip per batch). Without it batch 1 took one
+  // key block per split; measured (H200, d128 bf16, 32 query heads over 8 KV heads, one token,
+  // dev/results/h200-2026-12-03-s16-decode-splits-63d3dd6.json, eager / graph us): 1 x 4k 32
+  // splits 13.5 / 13.2, 16 splits 12.4 / 12.3, 8 splits 13.1 / 13.0; 1 x 16k 43 splits (the old
+  // choice) 28.5 / 28.7, 32 splits 26.5 / 26.6, 16 splits 27.9 / 27.8. With the term: 16 and 32.
+  // Batch 8 and 64 keep their choices (6 and 3).
+  kDecodeMerge,
 };
 
 // Model: time ~ waves(ctas * s) * per-CTA work, per the cost above; choose the cheapest s
@@ -34,7 +43,9 @@ inline int choose_num_splits(long long ctas, int n_blocks, int sms, int ctas_per
   for (int s = 1; s <= limit; ++s) {
     const long long waves = (ctas * s + slots - 1) / slots;
     const double blocks = double((n_blocks + s - 1) / s);
-    const double cost = model == SplitCost::kDecode ? double(waves) * (blocks + 2.0) : double(waves) * blocks + 0.05 * s;
+    const double cost = model == SplitCost::kRowTiles ? double(waves) * blocks + 0.05 * s
+                        : model == SplitCost::kDecode ? double(waves) * (blocks + 2.0)
+                                                      : double(waves) * (blocks + 2.0) + 0.15 * s;
     if (s == 1 || cost < best_cost) {
       best = s;
       best_cost = cost;

@@ -51,7 +51,7 @@ Status launch_fwd(const ForwardParams& params_in, cudaStream_t stream) {
   }
   if (splits == 0) {
     splits = choose_num_splits(static_cast<long long>(m_blocks) * params.heads * params.batch, n_blocks, sms,
-                               per_sm, 64, Traits::kSplitKeys ? SplitCost::kDecode : SplitCost::kRowTiles);
+                               per_sm, 64, Traits::kSplitKeys ? SplitCost::kDecodeMerge : SplitCost::kRowTiles);
   }
   splits = std::max(1, std::min({splits, n_blocks, 65535 / std::max(1, params.batch)}));
   params.num_splits = splits;
