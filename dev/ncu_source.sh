@@ -2,14 +2,14 @@
 # Per-SASS-instruction profile (warp stall samples, excessive sectors/wavefronts) of flashattn's
 # main kernel and FA2's for one pass and shape, on the GPU machine: Nsight Compute's source page
 # as CSV, gzipped, plus each kernel's stall-reason totals. Writes $OUT/ncu-src-PASS-SHAPE.csv.gz
-# and prints the totals. Usage: dev/ncu_source.sh fwd|fwd8|bwd "B H N D [causal]"
+# and prints the totals. Usage: dev/ncu_source.sh fwd|fwd8|bwd "B H N D[/DV] [causal]"
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/flashattn-out}
 mkdir -p "$OUT"
 pass=${1:-bwd}
 shape=${2:-"4 16 4096 128"}
-tag=$pass-$(echo "$shape" | tr ' ' '_')
+tag=$pass-$(echo "$shape" | tr ' /' '__')
 case $pass in
   fwd) kernels="regex:fwd_kernel" ;;
   fwd8) kernels="regex:fwd8_kernel" ;;  # the FP8 forward (profile_attn.py fwd8)

@@ -4,7 +4,8 @@ converted to float8 e4m3, descales 1; the peers in bf16 as with "fwd") or "bwd" 
 each, from a forward run outside the window). Peers (PEERS, comma-separated, default sdpa_flash):
 sdpa_flash (FlashAttention-2), sdpa_cudnn, fa4 (flash_attn.cute, forward only; its JIT
 compile happens in the warm-up, outside the window).
-Usage: [PEERS=sdpa_cudnn,fa4] profile_attn.py fwd|fwd8|bwd B H N D [causal]."""
+D may be D/DV: v and out have head dim DV (e.g. 192/128, DeepSeek-V3's prefill).
+Usage: [PEERS=sdpa_cudnn,fa4] profile_attn.py fwd|fwd8|bwd B H N D[/DV] [causal]."""
 import os
 import sys
 
@@ -15,13 +16,14 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 import flashattn
 
 pass_ = sys.argv[1]
-b, h, n, d = (int(x) for x in sys.argv[2:6])
+b, h, n = (int(x) for x in sys.argv[2:5])
+d, dv = (int(x) for x in (sys.argv[5] + "/" + sys.argv[5]).split("/")[:2])
 causal = len(sys.argv) > 6 and sys.argv[6] == "causal"
 backward = pass_ == "bwd"
-q, k, v = (torch.randn(b, n, h, d, device="cuda", dtype=torch.bfloat16, requires_grad=backward)
-           for _ in range(3))
+q, k, v = (torch.randn(b, n, h, x, device="cuda", dtype=torch.bfloat16, requires_grad=backward)
+           for x in (d, d, dv))
 qt, kt, vt = (x.detach().transpose(1, 2).requires_grad_(backward) for x in (q, k, v))
-dout = torch.randn(b, n, h, d, device="cuda", dtype=torch.bfloat16)
+dout = torch.randn(b, n, h, dv, device="cuda", dtype=torch.bfloat16)
 
 
 q8, k8, v8 = ((x.detach().to(torch.float8_e4m3fn) for x in (q, k, v)) if pass_ == "fwd8" else (q, k, v))
