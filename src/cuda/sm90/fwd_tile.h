@@ -104,8 +104,8 @@ constexpr int kFwdShortRowsMaxSeqlen = 1024;
 // processes (dev/results/h200-2026-12-02-ab-s13-3-*.json, run-to-run spread 0.3% on the rows both
 // share): +2.4 / +2.2% at 512, -0.6 / -0.3% at 1k; predicted +4-8% at 512 from the loop's
 // instruction count (64 FADD of ~470 per 128-key block).
-// (O through shared memory and a bulk tensor store, which the 128 x 176 tile has no room for, was
-// measured to let the short kernel win at 1k too: it did not, dev/NOTES.md s15.)
+// Moving the threshold to 1k with O stored through shared memory and a bulk tensor store (no
+// room for it in the 128 x 176 tile) was measured in s15: 1k -0.3%, so 512 stays (dev/NOTES.md).
 constexpr int kFwdShortRowsMaxSeqlen128 = 512;
 // d256 under a causal or window mask: 128 x 64 (2 stages: 64 + 2 x 64 KB) instead of 128 x 80. The
 // diagonal block of a 128-row tile is two whole 64-key blocks rather than parts of three 80-key
