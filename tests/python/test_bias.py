@@ -8,7 +8,6 @@ at lengths of several kernel tiles; the CUDA backward refuses dbias with softcap
 Hopper forward's bias kernel (head dims 64 and 128) against float64 and the sm80 forward in one
 process, and which calls reach it (the CUDA tests skip without a GPU)."""
 
-import os
 
 import numpy as np
 import pytest
@@ -339,10 +338,10 @@ SM90_CASES = [
     dict(d=128, sk=512, mask=(2, 1, 1, 512), density=0.6),                # key padding: one-row box
     dict(d=128, sk=512, mask=(1, 8, 300, 512), softcap=5.0, empty_rows=True),    # softcap
     dict(d=64, sq=113, sk=257, mask=(2, 8, 113, 257), density=0.6, causal=True),  # rows of 257 bytes
-    # bias + mask tiles (d64 only: a mask slot next to the bias slot)
+    # bias + mask at d64 (bits, as every bias + mask)
     dict(d=64, sk=512, bias=(2, 8, 300, 512), mask=(2, 1, 300, 512), density=0.6, causal=True, empty_rows=True),
     dict(d=64, sk=512, bias=(2, 1, 1, 512), mask=(1, 8, 300, 512), density=0.5, window=(64, 16)),
-    # attn_mask packed into bits (sm90/mask_bits.h): every mask that is not a tile, i.e. each d128
+    # attn_mask packed into bits (sm90/mask_bits.h): every mask that is not a tile, i.e. each
     # bias + mask and each mask whose base or strides are not 16-byte multiples (the 520-key and
     # 257-key masks above too; _expects_mask_bits says which).
     dict(d=128, sk=512, bias=(2, 8, 300, 512), mask=(2, 1, 300, 512), density=0.6, causal=True, empty_rows=True),
@@ -391,13 +390,13 @@ def _sm90_bias_case(torch, c, seed):
 
 def _expects_mask_bits(c, mask):
     """Whether the sm90 bias kernel reads this attn_mask as packed bits (sm90/fwd_launch.h): every
-    mask that does not travel as a tile. A tile needs a 16-byte aligned base and batch / head / row
-    strides that are 16-byte multiples (0 where the mask broadcasts) and, with attn_bias, a mask
-    slot of its own, which only head dim 64 has."""
+    mask that does not travel as a tile. A tile needs no attn_bias (it takes the bias slot), a
+    16-byte aligned base and batch / head / row strides that are 16-byte multiples (0 where the
+    mask broadcasts)."""
     if mask is None:
         return False
-    if "bias" in c and (c["d"] == 128 or os.environ.get("FLASHATTN_TEST_DEV_BITS_WITH_BIAS") == "1"):
-        return True  # (the env: a package built with FLASHATTN_DEV_SM90_BITS_WITH_BIAS, dev/ A/B)
+    if "bias" in c:
+        return True
     strides = [0 if mask.shape[i] == 1 else mask.stride(i) for i in range(3)]
     return mask.data_ptr() % 16 != 0 or any(x % 16 for x in strides)
 

@@ -209,8 +209,8 @@ __device__ __forceinline__ void bias_scores(float (&s)[Traits::kBlockN / 2], con
   }
 }
 
-// attn_mask as a tile (FwdParams::mask_tile): the producer copied the uint8 mask tile
-// into the stage's bias slot (no attn_bias; with one, at d64, into the stage's mask slot), rows
+// attn_mask as a tile (FwdParams::mask_tile, only without attn_bias): the producer copied the
+// uint8 mask tile into the stage's bias slot, rows
 // of 128 bytes under the 128-byte swizzle (bias_layout.h mask_lane_base), and the thread reads the two bytes of each of its score pairs with one
 // 16-bit load into the bias words' registers: b[2c + h] = mask bytes of (row g + 8h, keys
 // 8c + 2t, +1), key 8c + 2t in the low byte, as s[4c + 2h + e]. 32 loads per block, no bank
@@ -239,8 +239,8 @@ __device__ __forceinline__ void mask_pair_scores(float (&s)[Traits::kBlockN / 2]
 }
 
 // attn_mask packed into bits (FwdParams::mask_bits, mask_bits.h), where it cannot come as a tile:
-// with attn_bias at d128 (no room for a mask slot per stage: 230.6 of 232.4 KB) or when the copy
-// engine refuses the mask (base or strides not 16-byte multiples). Word t of a row's group of
+// with attn_bias (which holds the bias slot; d64's mask slot of its own lost to the bits, and
+// d128 has no room for one) or when the copy engine refuses the mask (base or strides not 16-byte multiples). Word t of a row's group of
 // 128 keys holds exactly the keys of quad lane t's pairs, key 8c + 2t + e at bit 16e + c, so a
 // thread loads one word per row and block (w[h]: row g + 8h), issued before the wait for S, and
 // tests a constant bit per score: -inf where the bit is 0, as hidden_in_tile's kTileMask.
@@ -581,9 +581,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kCtasPerSm) fwd_kern
   [[maybe_unused]] unsigned char* sOnes = sV + kStages * kVStage;
   // kBias: kStages bias slots after V (Traits::kTileBytesBias is 0 for the other kernels).
   [[maybe_unused]] unsigned char* sBias = sOnes + Traits::kOnesBytes;
-  // kTileBytesMask (d64, attn_mask with attn_bias): kStages mask slots after the bias slots.
-  [[maybe_unused]] unsigned char* sMask = sBias + kStages * Traits::kTileBytesBias;
-  uint64_t* bars = reinterpret_cast<uint64_t*>(sMask + kStages * Traits::kTileBytesMask);
+  uint64_t* bars = reinterpret_cast<uint64_t*>(sBias + kStages * Traits::kTileBytesBias);
   constexpr int kQ = Traits::kQSlots;
   const Ring ring{bars, bars + kQ, bars + kQ + kStages, bars + kQ + 2 * kStages, bars + kQ + 3 * kStages,
                   bars + kQ + 4 * kStages};
@@ -712,18 +710,15 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kCtasPerSm) fwd_kern
           const int bias_bytes = !params.bias.defined() ? 0
                                  : params.bias.row == 0 ? Traits::kBiasPanels * Traits::kRowBytes
                                                         : Traits::kTileBytesBias;
-          // attn_mask as a tile (kp.mask_tile): its uint8 tile into the (then unused) bias slot, or
-          // with a bias into the mask slot (kTileBytesMask, d64), one box of 128 keys x kBlockM
-          // rows (1 row when it broadcasts over the rows), on the same barrier. The copy engine counts the whole box, rows and keys past the map
+          // attn_mask as a tile (kp.mask_tile, no bias): its uint8 tile into the bias slot, one
+          // box of 128 keys x kBlockM rows (1 row when it broadcasts over the rows), on the same
+          // barrier. The copy engine counts the whole box, rows and keys past the map
           // included (zeros: hidden, and never stored or already hidden by the key bound).
           const int mask_bytes = !kp.mask_tile ? 0 : params.mask.row == 0 ? 128 : Traits::kBlockM * 128;
           ptx::mbarrier_arrive_expect_tx(&ring.k_full[stage], Traits::kTileBytesK + bias_bytes + mask_bytes);
           if (mask_bytes != 0) {
             const ForwardParams& pm = params;
-            // Its own slot when there is a bias too (kTileBytesMask: d64), else the bias slot.
-            unsigned char* dst = Traits::kTileBytesMask != 0 && bias_bytes != 0 ? sMask + stage * Traits::kTileBytesMask
-                                                                                 : sBias + stage * Traits::kTileBytesBias;
-            ptx::tma_load_4d(dst, &kp.mask, &ring.k_full[stage], n_block * kBlockN,
+            ptx::tma_load_4d(sBias + stage * Traits::kTileBytesBias, &kp.mask, &ring.k_full[stage], n_block * kBlockN,
                              pm.mask.row == 0 ? 0 : w.m0, pm.mask.head == 0 ? 0 : w.head,
                              pm.mask.batch == 0 ? 0 : w.batch);
           }
@@ -850,15 +845,12 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kCtasPerSm) fwd_kern
     mask_packed = kp.mask_bits.words != nullptr;
     bias_lane_ = bias_lane(wg_row0 + (warp % 4) * 16, lane, params.bias.row == 0);
   }
-  // attn_mask as a tile. Without attn_bias (mask_early) it sits in the bias slot and is read into
-  // the bias words while S runs; bias_lane_ then holds the mask's base and row-8 step
-  // (bias_layout.h), which the bias words' ldmatrix does not need then. With attn_bias (only
-  // where Traits::kTileBytesMask: d64) it has its own slot and is read into the same registers
-  // once the bias words are in the scores (finish_scores).
+  // attn_mask as a tile (only without attn_bias): it sits in the bias slot and is read into the
+  // bias words while S runs; bias_lane_ then holds the mask's base and row-8 step
+  // (bias_layout.h), which the bias words' ldmatrix does not need then.
   [[maybe_unused]] const bool mask_tile = Traits::kBias && kp.mask_tile != 0;
-  [[maybe_unused]] const bool mask_early = mask_tile && !has_bias;
   if constexpr (Traits::kBias) {
-    if (mask_early) {
+    if (mask_tile) {
       bias_lane_ = BiasLane{mask_lane_base(wg_row0 + (warp % 4) * 16, lane, params.mask.row == 0),
                             mask_row8_step(params.mask.row == 0)};
     }
@@ -868,7 +860,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kCtasPerSm) fwd_kern
   const auto read_bias = [&](uint32_t (&b)[kBlockN / 4], int stage) {
     if (has_bias) {
       bias_words<Traits>(b, ptx::smem_u32(sBias + stage * Traits::kTileBytesBias), bias_lane_);
-    } else if (mask_early) {
+    } else if (mask_tile) {
       mask_words<Traits>(b, ptx::smem_u32(sBias + stage * Traits::kTileBytesBias), bias_lane_.row_off,
                          bias_lane_.chunk_xor);
     } else {
@@ -1092,15 +1084,6 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kCtasPerSm) fwd_kern
           // With the mask tile the stage is freed once the mask pairs are in the scores (below).
           bias_scores<Traits>(st.s, mods, mask, row, n * kBlockN + 2 * t4, bias_w, has_bias);
           if (!mask_tile) release(&ring.k_empty[k_stage], lane);
-          if constexpr (Traits::kTileBytesMask != 0) {
-            // With a bias too: the mask pairs from the mask slot into the bias words' registers
-            // (their bias is in the scores now); the loads' latency is not hidden here.
-            if (mask_tile && has_bias) {
-              mask_words<Traits>(bias_w, ptx::smem_u32(sMask + k_stage * Traits::kTileBytesMask),
-                                 mask_lane_base(wg_row0 + (warp % 4) * 16, lane, params.mask.row == 0),
-                                 mask_row8_step(params.mask.row == 0));
-            }
-          }
         } else {
           release(&ring.k_empty[k_stage], lane);
           if constexpr (Traits::kMods) modify_scores<Traits>(st.s, mods, mask, row, n * kBlockN + 2 * t4);

@@ -42,24 +42,17 @@ Status run_fwd(const ForwardParams& params, cudaStream_t stream) {
       }
     }
   }
-  // kBias, attn_mask: the mask's map, as the bias's but of bytes and
-  // 128 keys a box (one 128-byte swizzled row: fwd_kernel.h mask_words). The copy engine needs a
-  // 16-byte aligned base and 16-byte multiple strides. With attn_bias too the mask needs its own
-  // slot (Traits::kTileBytesMask), which fits at d64 only. Every other mask (bias + mask at d128;
-  // a mask without that alignment, e.g. a contiguous one whose seqlen_k is not a multiple of 16;
-  // one the encoder refuses) is packed into bits on the stream before the launch (below,
+  // kBias, attn_mask without attn_bias: the mask's map, as the bias's but of bytes and 128 keys a
+  // box (one 128-byte swizzled row in the bias slot: fwd_kernel.h mask_words). The copy engine
+  // needs a 16-byte aligned base and 16-byte multiple strides. Every other mask (with attn_bias
+  // too; a mask without that alignment, e.g. a contiguous one whose seqlen_k is not a multiple
+  // of 16; one the encoder refuses) is packed into bits on the stream before the launch (below,
   // mask_bits.h) and read one word per thread, row and key block (fwd_kernel.h mask_bits_scores).
   kp.mask_tile = 0;
   kp.mask_bits = MaskBits{};
   if constexpr (Traits::kBias) {
     const Broadcast4& m = params.mask;
-#if defined(FLASHATTN_DEV_SM90_BITS_WITH_BIAS)
-    // dev/ A/B: with attn_bias the mask always goes as bits (d64 too, instead of its mask slot).
-    constexpr bool kMaskSlot = false;
-#else
-    constexpr bool kMaskSlot = Traits::kTileBytesMask != 0;
-#endif
-    if (m.defined() && (!params.bias.defined() || kMaskSlot) &&
+    if (m.defined() && !params.bias.defined() &&
         reinterpret_cast<uintptr_t>(m.data) % 16 == 0 &&
         (m.batch | m.head | m.row) % 16 == 0) {
       const int rows = m.row == 0 ? 1 : params.seqlen_q;
@@ -67,9 +60,8 @@ Status run_fwd(const ForwardParams& params, cudaStream_t stream) {
       const int batch = m.batch == 0 ? 1 : int(m.size[0]);
       const int64_t pitch = (int64_t(params.seqlen_k) + 15) / 16 * 16;  // extent-1 dimensions
       const Strides3 strides{m.batch != 0 ? m.batch : pitch, m.row != 0 ? m.row : pitch, m.head != 0 ? m.head : pitch};
-      static_assert(Traits::kBlockN == 128 && 128 * Traits::kBlockM <= Traits::kTileBytesBias &&
-                        (Traits::kTileBytesMask == 0 || Traits::kTileBytesMask == 128 * Traits::kBlockM),
-                    "the mask tile is one 128-byte row of keys per query row, in the bias or mask slot");
+      static_assert(Traits::kBlockN == 128 && 128 * Traits::kBlockM <= Traits::kTileBytesBias,
+                    "the mask tile is one 128-byte row of keys per query row, in the bias slot");
       if (make_operand_map(&kp.mask, m.data, DType::kUInt8, params.seqlen_k, rows, heads, batch, strides,
                            m.row == 0 ? 1 : Traits::kBlockM, 128, 128)
               .ok()) {

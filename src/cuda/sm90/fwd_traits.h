@@ -82,10 +82,10 @@ struct FwdTraitsBody {
   static constexpr int kBiasPanels = kBias ? kBlockN / 64 : 0;
   static constexpr int kPanelBytesBias = kBlockM * kRowBytes;
   static constexpr int kTileBytesBias = kBiasPanels * kPanelBytesBias;
-  // attn_mask's uint8 tile with attn_bias too needs a slot of its
-  // own per stage (kBlockM rows of kBlockN bytes, after the bias slots), which fits at d64 only
-  // (176 of 227 KB; d128 has 1.8 KB left). Without a bias the mask takes the bias slot.
-  static constexpr int kTileBytesMask = kBias && kHeadDim == 64 ? kBlockM * kBlockN : 0;
+  // attn_mask's uint8 tile takes the bias slot when there is no bias; with a bias the mask goes
+  // as bits (mask_bits.h). A mask slot of its own (d64 only: d128 has 1.8 KB left) was measured
+  // against the bits: bits +10% at 1 x 16k and +0..7% at 8 x 2k (H200 bf16, d64 bias + mask,
+  // dev/results/h200-2026-12-03-s17-d64bitsbias-*-8e55c38.json), so the slot is gone.
   // Which tile a CTA takes next (fwd_kernel.h): under a causal or window mask tiles differ in
   // work, so each CTA's producer takes the next one from a global counter, heaviest first, and
   // hands it to the consumers (TileFeed); without a mask every tile is the same work and CTAs
@@ -162,14 +162,14 @@ struct FwdTraitsBody {
   // does the FP8 forward (fwd8_traits.h). Every head_dim_v here is a multiple of 64.
   static constexpr size_t kSmemBytes =
       fwd_smem_bytes(kTile, kHeadDim, kHeadDimV, kBarriers, kPinBytes) + size_t(kStages) * kTileBytesBias +
-      size_t(kStages) * kTileBytesMask + kOnesTotalBytes;
+      kOnesTotalBytes;
 
   static_assert(kHeadDim % 64 == 0 && kHeadDimV % 64 == 0, "whole 64-column panels");
   static_assert(!kPingPong || kConsumers >= 2, "ping-pong takes turns between consumer warpgroups");
   static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "S = Q K^T is one m64nNk16 product per k-step");
   static_assert(kPanelBytesKV % 1024 == 0, "K/V panels start on the swizzle period");
   static_assert(kSmemBytes <= fwd_smem_bound(kTile, kHeadDim, kHeadDimV) + (kBias ? fwd_bias_bytes(kTile) : 0) +
-                                    size_t(kStages) * kTileBytesMask + kOnesTotalBytes,
+                                    kOnesTotalBytes,
                 "fwd_smem_bound counts every buffer");
   static_assert(!kBias || (!kSparse && kMods && !kCrossTile && kBlockN % 64 == 0 && kHeadDimV == kHeadDim),
                 "the bias kernel: no block mask, scores in log2 units, one tile at a time, 64-key panels");
