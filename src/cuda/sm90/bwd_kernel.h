@@ -995,10 +995,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
     }
     // Role P: P^T = exp2(S^T scale - LSE) in place, then handed to role dS in sPt once it has read
     // the last one (P free), and announced (P ready).
-    const auto hand_over_p = [&](float (&x)[kS], const float* lse, int step) {
+    const auto hand_over_p = [&](float (&x)[kS], const float2 (&lse)[kBlockM / 8], int step) {
 #pragma unroll
       for (int c = 0; c < kBlockM / 8; ++c) {
-        const float2 l = *reinterpret_cast<const float2*>(lse + 8 * c + 2 * t4);
+        const float2 l = lse[c];
 #pragma unroll
         for (int i = 4 * c; i < 4 * c + 4; ++i) {
           x[i] = ptx::exp2_approx(fmaf(x[i], params.scale_log2, -(i % 2 == 0 ? l.x : l.y)));
@@ -1012,12 +1012,47 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
       __threadfence_block();  // the stores before the arrival (bar.arrive alone does not wait for them)
       ptx::named_barrier_arrive(kPtReadyBarrier, 256);
     };
+    // 192 / 128 (kPipe): each role issues the next step's first product (S^T or dP^T) right after
+    // this step's last one (dV or dK) and waits for the last one behind it, so the tensor pipe
+    // has it queued instead of idling through the role's wait, its loop and its stage wait. Every
+    // split-role kernel reads LSE or D into registers before it waits for the first product (they
+    // were read after it, and their latency was exposed: ncu at 192/128 8k causal, 6% of the
+    // samples each on the first FFMA and FADD that use them). H200 bf16, dsv3 shapes, three
+    // packages in one call, each twice (dev/results/h200-2026-12-03-s17-dvpipe-*-157e05b.json):
+    // registers alone +3-6% causal at 4k / 8k and +3% unmasked at 8k, with kPipe +5-7% causal
+    // and +6% unmasked at 8k. ptxas: 0 spills; it adds an empty wgmma where the two roles'
+    // branches join (their products stay in flight across it). d192 and d256 keep the serial
+    // step (not timed with kPipe).
+    constexpr bool kPipe = !kSameDims;
+    // S^T = K Q^T (role P, over head_dim) or dP^T = V dO^T (role dS, over head_dim_v) of the
+    // query block in stage s, committed and not waited for.
+    const auto issue_first = [&](float (&x)[kS], int s) {
+      if constexpr (kSameDims) {
+        bwd90::gemm_kmajor<kBlockM, Element, Traits::kPanels>(
+            x, a_desc, Traits::panel_bytes(kBlockN), bwd90::kmajor_desc(ptx::smem_u32(role_p ? stage_q(s) : stage_do(s))),
+            Traits::panel_bytes(kBlockM));
+      } else if (role_p) {
+        bwd90::gemm_kmajor<kBlockM, Element, Traits::kPanels>(x, a_desc, Traits::panel_bytes(kBlockN),
+                                                              bwd90::kmajor_desc(ptx::smem_u32(stage_q(s))),
+                                                              Traits::panel_bytes(kBlockM));
+      } else {
+        bwd90::gemm_kmajor<kBlockM, Element, Traits::kPanelsV>(x, a_desc, Traits::panel_bytes(kBlockN),
+                                                               bwd90::kmajor_desc(ptx::smem_u32(stage_do(s))),
+                                                               Traits::panel_bytes(kBlockM));
+      }
+      ptx::wgmma_commit();
+    };
+    float x[kS];  // this step's S^T (role P) or dP^T (role dS); then P^T or dS^T in f32
+    if (kPipe && steps > 0) {
+      ptx::mbarrier_wait(&full[0], 0);
+      issue_first(x, 0);
+    }
     for (int step = 0; step < steps; ++step) {
       const int s = step % kStages;
       const int m_blk = walk.m;
       walk.advance();
       int m0 = Traits::kSparse ? 0 : m_blk * kBlockM;
-      ptx::mbarrier_wait(&full[s], (step / kStages) & 1);
+      if (!kPipe) ptx::mbarrier_wait(&full[s], (step / kStages) & 1);
       [[maybe_unused]] int kind = kTileClean, head = 0;
       if constexpr (Traits::kSparse) {
         const int entry = bwd90::slot_word(&slots[s].entry, lane);
@@ -1028,27 +1063,28 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
       }
       const uint32_t q_addr = ptx::smem_u32(stage_q(s));
       const uint32_t do_addr = ptx::smem_u32(stage_do(s));
-      // S^T = K Q^T (role P, over head_dim) or dP^T = V dO^T (role dS, over head_dim_v).
-      float x[kS];
-      // 192 / 128: each role's product waited for inside its branch (x flowing out of the branches
-      // with the product in flight, ptxas injected a warpgroup.arrive at the join).
-      if constexpr (kSameDims) {
-        bwd90::gemm_kmajor<kBlockM, Element, Traits::kPanels>(x, a_desc, Traits::panel_bytes(kBlockN),
-                                                              bwd90::kmajor_desc(role_p ? q_addr : do_addr),
-                                                              Traits::panel_bytes(kBlockM));
-        ptx::wgmma_commit();
+      // LSE * log2e (role P) or D (role dS) of the block's queries, into registers. With kPipe
+      // before the wait for the first product (which was issued at the end of the last step).
+      float2 rowv[kBlockM / 8];
+      {
+        const float* v = role_p ? stage_lse(s) : stage_dsum(s);
+#pragma unroll
+        for (int c = 0; c < kBlockM / 8; ++c) rowv[c] = *reinterpret_cast<const float2*>(v + 8 * c + 2 * t4);
+      }
+      if (kPipe) {
+        ptx::wgmma_wait<0>();
+        ptx::fence_operand(x);
+      } else if constexpr (kSameDims) {
+        // 192 / 128: each role's product waited for inside its branch (x flowing out of the
+        // branches with the product in flight, ptxas injected a warpgroup.arrive at the join).
+        issue_first(x, s);
         ptx::wgmma_wait<0>();
       } else if (role_p) {
-        bwd90::gemm_kmajor<kBlockM, Element, Traits::kPanels>(x, a_desc, Traits::panel_bytes(kBlockN),
-                                                              bwd90::kmajor_desc(q_addr), Traits::panel_bytes(kBlockM));
-        ptx::wgmma_commit();
+        issue_first(x, s);
         ptx::wgmma_wait<0>();
         ptx::fence_operand(x);
       } else {
-        bwd90::gemm_kmajor<kBlockM, Element, Traits::kPanelsV>(x, a_desc, Traits::panel_bytes(kBlockN),
-                                                               bwd90::kmajor_desc(do_addr),
-                                                               Traits::panel_bytes(kBlockM));
-        ptx::wgmma_commit();
+        issue_first(x, s);
         ptx::wgmma_wait<0>();
         ptx::fence_operand(x);
       }
@@ -1056,7 +1092,6 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
       // Element (key row key_local + 8h, query column 8c + 2t4 + e) is x[4c + 2h + e].
       uint32_t a[kS / 2];  // P^T or dS^T, 16-bit pairs: the A operand of the last product
       if (role_p) {
-        const float* lse = stage_lse(s);
         bool needs_mask = false;
         if constexpr (Traits::kMask == MaskMode::kWindow) {
           needs_mask = Traits::kSparse ? mask.block_needs_mask(m0, min(m0 + kBlockM, seq.seqlen_q), n0, n0 + kBlockN)
@@ -1069,10 +1104,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
                                               seq.seqlen_k);
           }
         }
-        hand_over_p(x, lse, step);
+        hand_over_p(x, rowv, step);
         bwd90::pack_pairs<Element>(x, a);
       } else {
-        const float* dsum = stage_dsum(s);
         ptx::named_barrier_sync(kPtReadyBarrier, 256);
         float pt[kS];
 #pragma unroll
@@ -1086,7 +1120,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
         }
 #pragma unroll
         for (int c = 0; c < kBlockM / 8; ++c) {
-          const float2 d = *reinterpret_cast<const float2*>(dsum + 8 * c + 2 * t4);
+          const float2 d = rowv[c];
 #pragma unroll
           for (int i = 4 * c; i < 4 * c + 4; ++i) x[i] = pt[i] * (x[i] - (i % 2 == 0 ? d.x : d.y));
         }
@@ -1097,18 +1131,32 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
         bwd90::gemm_rs<kHeadDim, Element, kBlockM>(acc, a, bwd90::mn_desc(role_p ? do_addr : q_addr,
                                                                           Traits::panel_bytes(kBlockM)));
         ptx::wgmma_commit();
-        ptx::wgmma_wait<0>();
+        if (!kPipe) ptx::wgmma_wait<0>();
       } else if (role_p) {
         bwd90::gemm_rs<Traits::kHeadDimV, Element, kBlockM>(acc_v, a,
                                                             bwd90::mn_desc(do_addr, Traits::panel_bytes(kBlockM)));
         ptx::wgmma_commit();
-        ptx::wgmma_wait<0>();
-        ptx::fence_operand(acc_v);
+        if (!kPipe) {
+          ptx::wgmma_wait<0>();
+          ptx::fence_operand(acc_v);
+        }
       } else {
         bwd90::gemm_rs<kHeadDim, Element, kBlockM>(acc, a, bwd90::mn_desc(q_addr, Traits::panel_bytes(kBlockM)));
         ptx::wgmma_commit();
-        ptx::wgmma_wait<0>();
-        ptx::fence_operand(acc);
+        if (!kPipe) {
+          ptx::wgmma_wait<0>();
+          ptx::fence_operand(acc);
+        }
+      }
+      if (kPipe) {
+        if (step + 1 < steps) {
+          const int s1 = (step + 1) % kStages;
+          ptx::mbarrier_wait(&full[s1], ((step + 1) / kStages) & 1);
+          issue_first(x, s1);
+          ptx::wgmma_wait<1>();
+        } else {
+          ptx::wgmma_wait<0>();
+        }
       }
       ptx::fence_operand(acc);
       bwd90::release_stage<kEveryThread>(&empty[s], lane);
