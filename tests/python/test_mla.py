@@ -147,7 +147,10 @@ def test_mla_declines_rotary_on_latent_cache():
     k_cache = torch.randn(1, 64, 1, D, dtype=torch.bfloat16, device="cuda")
     k = torch.randn(1, 1, 1, D, dtype=torch.bfloat16, device="cuda")
     cos = torch.ones(64, 32, dtype=torch.bfloat16, device="cuda")
-    with pytest.raises(NotImplementedError, match="rotary_cos/rotary_sin with v_cache a view of k_cache"):
+    with pytest.raises(NotImplementedError) as raised:
         flashattn.flash_attn_with_kvcache(q, k_cache, k_cache[..., :DV], k=k, v=k[..., :DV], rotary_cos=cos,
                                           rotary_sin=cos, cache_seqlens=torch.tensor([10], dtype=torch.int32,
                                                                                      device="cuda"))
+    if "was not built into this flashattn" in str(raised.value):  # a build without head dim 576
+        pytest.skip(f"trimmed build: {raised.value}")
+    assert "rotary_cos/rotary_sin with v_cache a view of k_cache" in str(raised.value)

@@ -1271,6 +1271,18 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
       const uint32_t do_addr = ptx::smem_u32(stage_do(s));
       // B operands K-major for S^T and dP^T (rows = queries), MN-major for dV and dK (rows = the
       // queries as the k index, the head dim across panels).
+#if defined(FLASHATTN_DEV_SM90_BWD_LSE_FIRST)
+      constexpr bool kLseFirst = !Traits::kMods;  // dev/ A/B: LSE read before the products are issued
+#else
+      constexpr bool kLseFirst = false;
+#endif
+      const float* lse = stage_lse(s);
+      const float* dsum = stage_dsum(s);
+      float2 lse2[kBlockM / 8];
+      if (kLseFirst) {
+#pragma unroll
+        for (int c = 0; c < kBlockM / 8; ++c) lse2[c] = *reinterpret_cast<const float2*>(lse + 8 * c + 2 * t4);
+      }
       float st[kS], dpt[kS];
       bwd90::issue_s_dp<kBlockM, Traits>(st, dpt, k_desc, v_desc, Traits::panel_bytes(kBlockN),
                                          bwd90::kmajor_desc(q_addr), bwd90::kmajor_desc(do_addr),
@@ -1278,8 +1290,6 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
 
       // P^T, started before the wait for dP^T (see the file comment). Element (key row
       // key_local + 8h, query column 8c + 2t4 + e) is st[4c + 2h + e].
-      const float* lse = stage_lse(s);
-      const float* dsum = stage_dsum(s);
       bool needs_mask = false;
       if constexpr (Traits::kMask == MaskMode::kWindow) {
         needs_mask = Traits::kSparse ? mask.block_needs_mask(m0, min(m0 + kBlockM, w.seq.seqlen_q), w.n0 + key_row0,
@@ -1288,9 +1298,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
       }
       // This thread's LSE pairs, read while S^T is in the tensor cores: read after the wait, the
       // first exponential waited on them (ncu, d64 16k: 4.5% of the samples on its FFMA).
-      float2 lse2[kBlockM / 8];
+      if (!kLseFirst) {
 #pragma unroll
-      for (int c = 0; c < kBlockM / 8; ++c) lse2[c] = *reinterpret_cast<const float2*>(lse + 8 * c + 2 * t4);
+        for (int c = 0; c < kBlockM / 8; ++c) lse2[c] = *reinterpret_cast<const float2*>(lse + 8 * c + 2 * t4);
+      }
       ptx::wgmma_wait<Traits::kMods ? 0 : 1>();
       ptx::fence_operand(st);
       if constexpr (Traits::kMods) {  // the scores in log2 units before the masks (see BwdTraitsBody)
