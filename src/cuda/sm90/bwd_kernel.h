@@ -1023,7 +1023,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
     // and +6% unmasked at 8k. ptxas: 0 spills; it adds an empty wgmma where the two roles'
     // branches join (their products stay in flight across it). d192 and d256 keep the serial
     // step (not timed with kPipe).
+#if defined(FLASHATTN_DEV_SM90_BWD_SPLIT_PIPE_ALL)
+    constexpr bool kPipe = true;  // dev/ A/B: d192 and d256 pipelined too
+#else
     constexpr bool kPipe = !kSameDims;
+#endif
     // S^T = K Q^T (role P, over head_dim) or dP^T = V dO^T (role dS, over head_dim_v) of the
     // query block in stage s, committed and not waited for.
     const auto issue_first = [&](float (&x)[kS], int s) {
@@ -1272,17 +1276,13 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
       // B operands K-major for S^T and dP^T (rows = queries), MN-major for dV and dK (rows = the
       // queries as the k index, the head dim across panels).
 #if defined(FLASHATTN_DEV_SM90_BWD_LSE_FIRST)
-      constexpr bool kLseFirst = !Traits::kMods;  // dev/ A/B: LSE read before the products are issued
-#else
-      constexpr bool kLseFirst = false;
-#endif
-      const float* lse = stage_lse(s);
-      const float* dsum = stage_dsum(s);
-      float2 lse2[kBlockM / 8];
-      if (kLseFirst) {
+      // dev/ A/B: the LSE pairs read before the products are issued (not with kMods: unused there).
+      float2 lse_early[kBlockM / 8];
+      if constexpr (!Traits::kMods) {
 #pragma unroll
-        for (int c = 0; c < kBlockM / 8; ++c) lse2[c] = *reinterpret_cast<const float2*>(lse + 8 * c + 2 * t4);
+        for (int c = 0; c < kBlockM / 8; ++c) lse_early[c] = *reinterpret_cast<const float2*>(stage_lse(s) + 8 * c + 2 * t4);
       }
+#endif
       float st[kS], dpt[kS];
       bwd90::issue_s_dp<kBlockM, Traits>(st, dpt, k_desc, v_desc, Traits::panel_bytes(kBlockN),
                                          bwd90::kmajor_desc(q_addr), bwd90::kmajor_desc(do_addr),
@@ -1290,6 +1290,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
 
       // P^T, started before the wait for dP^T (see the file comment). Element (key row
       // key_local + 8h, query column 8c + 2t4 + e) is st[4c + 2h + e].
+      const float* lse = stage_lse(s);
+      const float* dsum = stage_dsum(s);
       bool needs_mask = false;
       if constexpr (Traits::kMask == MaskMode::kWindow) {
         needs_mask = Traits::kSparse ? mask.block_needs_mask(m0, min(m0 + kBlockM, w.seq.seqlen_q), w.n0 + key_row0,
@@ -1298,10 +1300,14 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
       }
       // This thread's LSE pairs, read while S^T is in the tensor cores: read after the wait, the
       // first exponential waited on them (ncu, d64 16k: 4.5% of the samples on its FFMA).
-      if (!kLseFirst) {
+      float2 lse2[kBlockM / 8];
+#if defined(FLASHATTN_DEV_SM90_BWD_LSE_FIRST)
 #pragma unroll
-        for (int c = 0; c < kBlockM / 8; ++c) lse2[c] = *reinterpret_cast<const float2*>(lse + 8 * c + 2 * t4);
-      }
+      for (int c = 0; c < kBlockM / 8; ++c) lse2[c] = lse_early[c];
+#else
+#pragma unroll
+      for (int c = 0; c < kBlockM / 8; ++c) lse2[c] = *reinterpret_cast<const float2*>(lse + 8 * c + 2 * t4);
+#endif
       ptx::wgmma_wait<Traits::kMods ? 0 : 1>();
       ptx::fence_operand(st);
       if constexpr (Traits::kMods) {  // the scores in log2 units before the masks (see BwdTraitsBody)
