@@ -1075,23 +1075,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
 #pragma unroll
         for (int c = 0; c < kBlockM / 8; ++c) rowv[c] = *reinterpret_cast<const float2*>(v + 8 * c + 2 * t4);
       }
-      if (kPipe) {
-        ptx::wgmma_wait<0>();
-        ptx::fence_operand(x);
-      } else if constexpr (kSameDims) {
-        // 192 / 128: each role's product waited for inside its branch (x flowing out of the
-        // branches with the product in flight, ptxas injected a warpgroup.arrive at the join).
-        issue_first(x, s);
-        ptx::wgmma_wait<0>();
-      } else if (role_p) {
-        issue_first(x, s);
-        ptx::wgmma_wait<0>();
-        ptx::fence_operand(x);
-      } else {
-        issue_first(x, s);
-        ptx::wgmma_wait<0>();
-        ptx::fence_operand(x);
-      }
+      if (!kPipe) issue_first(x, s);  // else issued at the end of the last step
+      ptx::wgmma_wait<0>();
       ptx::fence_operand(x);
       // Element (key row key_local + 8h, query column 8c + 2t4 + e) is x[4c + 2h + e].
       uint32_t a[kS / 2];  // P^T or dS^T, 16-bit pairs: the A operand of the last product
@@ -1135,32 +1120,21 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
         bwd90::gemm_rs<kHeadDim, Element, kBlockM>(acc, a, bwd90::mn_desc(role_p ? do_addr : q_addr,
                                                                           Traits::panel_bytes(kBlockM)));
         ptx::wgmma_commit();
-        if (!kPipe) ptx::wgmma_wait<0>();
-      } else if (role_p) {
+      } else if (role_p) {  // (each branch commits its own product: ptxas schedules it so)
         bwd90::gemm_rs<Traits::kHeadDimV, Element, kBlockM>(acc_v, a,
                                                             bwd90::mn_desc(do_addr, Traits::panel_bytes(kBlockM)));
         ptx::wgmma_commit();
-        if (!kPipe) {
-          ptx::wgmma_wait<0>();
-          ptx::fence_operand(acc_v);
-        }
       } else {
         bwd90::gemm_rs<kHeadDim, Element, kBlockM>(acc, a, bwd90::mn_desc(q_addr, Traits::panel_bytes(kBlockM)));
         ptx::wgmma_commit();
-        if (!kPipe) {
-          ptx::wgmma_wait<0>();
-          ptx::fence_operand(acc);
-        }
       }
-      if (kPipe) {
-        if (step + 1 < steps) {
-          const int s1 = (step + 1) % kStages;
-          ptx::mbarrier_wait(&full[s1], ((step + 1) / kStages) & 1);
-          issue_first(x, s1);
-          ptx::wgmma_wait<1>();
-        } else {
-          ptx::wgmma_wait<0>();
-        }
+      if (kPipe && step + 1 < steps) {  // the next step's first product, then wait for this one
+        const int s1 = (step + 1) % kStages;
+        ptx::mbarrier_wait(&full[s1], ((step + 1) / kStages) & 1);
+        issue_first(x, s1);
+        ptx::wgmma_wait<1>();
+      } else {
+        ptx::wgmma_wait<0>();
       }
       ptx::fence_operand(acc);
       bwd90::release_stage<kEveryThread>(&empty[s], lane);
