@@ -8,7 +8,6 @@ at lengths of several kernel tiles; the CUDA backward refuses dbias with softcap
 Hopper forward's bias kernel (head dims 64 and 128) against float64 and the sm80 forward in one
 process, and which calls reach it (the CUDA tests skip without a GPU)."""
 
-
 import numpy as np
 import pytest
 
