@@ -30,9 +30,12 @@ start=$(date +%s); wait; echo "builds: $(( $(date +%s) - start )) s"
 for name in "${names[@]}"; do [ -d /tmp/ab-$name/flashattn ] || { tail -20 /tmp/ab-pip-$name.log; exit 1; }; done
 # Every variant but one named "base" (the current default, tested by gpu-check) is checked
 # against the float64 reference before it is timed.
+# TEST_ARGS is split as the shell would split it (quotes kept: -k "backward or grad" is two
+# arguments); unquoted expansion had passed '"backward' 'or' 'grad"' and pytest ran nothing.
+eval "test_args=(${TEST_ARGS:-})"
 for name in "${names[@]}"; do
   [ "$name" = base ] && continue
-  echo "test_cuda $name: $(PYTHONPATH=/tmp/ab-$name python3 -m pytest tests/python/test_cuda.py -q -p no:cacheprovider ${TEST_ARGS:-} 2>&1 | tail -1)"
+  echo "test_cuda $name: $(PYTHONPATH=/tmp/ab-$name python3 -m pytest tests/python/test_cuda.py -q -p no:cacheprovider "${test_args[@]}" 2>&1 | tail -1)"
 done
 for name in "${names[@]}"; do
   echo "== $name"

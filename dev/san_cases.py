@@ -9,7 +9,8 @@ Cases: the backward at d64 (dQ column split) and d128, unmasked and causal, 140-
 give persistent CTAs a second tile (static rounds and the tile feed), varlen causal with an empty sequence (tiles without steps), 192/128
 causal (the split-role kernel), the d64 and d256 short-rows forwards (causal), the deterministic
 backward (two kernels) at d128, and the forward
-with attn_mask alone (the mask tile) and with a key-padding mask. Needs a GPU and torch."""
+with attn_mask alone (the mask tile), with a key-padding mask, and attn_bias with attn_mask (the
+mask as bits) at d64 and d128. Needs a GPU and torch."""
 import argparse
 import sys
 
@@ -18,10 +19,13 @@ import torch
 import flashattn
 
 
-def ref(q, k, v, causal, keep=None):
-    """float32 attention on (B, N, H, D) tensors; keep: bool (B, 1, Nq, Nk) or None."""
+def ref(q, k, v, causal, keep=None, bias=None):
+    """float32 attention on (B, N, H, D) tensors; keep: bool (B, 1, Nq, Nk) or None; bias:
+    (B, H, Nq, Nk) added after the scale, or None."""
     qf, kf, vf = (x.float().transpose(1, 2) for x in (q, k, v))
     s = qf @ kf.transpose(-1, -2) * q.shape[-1] ** -0.5
+    if bias is not None:
+        s = s + bias.float()
     if causal:
         nq, nk = s.shape[-2:]
         i = torch.arange(nq, device=s.device)[:, None]
@@ -80,15 +84,16 @@ def varlen_case():
     return ok
 
 
-def fwd_mask_case(name, b, n, h, d, key_padding):
+def fwd_mask_case(name, b, n, h, d, key_padding, with_bias=False):
     q, k, v = (rnd(b, n, h, d) for _ in range(3))
     if key_padding:
         keep = torch.arange(n, device="cuda")[None, None, None, :] < torch.tensor([n, n // 3], device="cuda")[:, None, None, None]
     else:
         keep = torch.rand(b, 1, n, n, device="cuda") < 0.6
         keep[..., 0] = True
-    out = flashattn.flash_attn_func(q, k, v, attn_mask=keep)
-    return check(name, out, ref(q, k, v, False, keep.expand(b, 1, n, n)), 0.03)
+    bias = rnd(b, h, n, n) if with_bias else None
+    out = flashattn.flash_attn_func(q, k, v, attn_mask=keep, attn_bias=bias)
+    return check(name, out, ref(q, k, v, False, keep.expand(b, 1, n, n), bias), 0.03)
 
 
 CASES = {
@@ -108,6 +113,9 @@ CASES = {
     "bwd_d128_det_causal": lambda: bwd_case("bwd_d128_det_causal", 1, 1024, 2, 128, 128, True, deterministic=True),
     "fwd_mask_tile": lambda: fwd_mask_case("fwd_mask_tile", 2, 1024, 2, 128, False),
     "fwd_mask_keypad": lambda: fwd_mask_case("fwd_mask_keypad", 2, 1024, 2, 64, True),
+    # attn_bias with attn_mask: the mask packed into bits (d64 since 2026-12-03, d128 before).
+    "fwd_bias_mask_bits_d64": lambda: fwd_mask_case("fwd_bias_mask_bits_d64", 2, 1024, 2, 64, False, True),
+    "fwd_bias_mask_bits_d128": lambda: fwd_mask_case("fwd_bias_mask_bits_d128", 2, 1024, 2, 128, False, True),
 }
 
 

@@ -1022,12 +1022,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
     // registers alone +3-6% causal at 4k / 8k and +3% unmasked at 8k, with kPipe +5-7% causal
     // and +6% unmasked at 8k. ptxas: 0 spills; it adds an empty wgmma where the two roles'
     // branches join (their products stay in flight across it). d192 and d256 keep the serial
-    // step (not timed with kPipe).
-#if defined(FLASHATTN_DEV_SM90_BWD_SPLIT_PIPE_ALL)
-    constexpr bool kPipe = true;  // dev/ A/B: d192 and d256 pipelined too
-#else
+    // step: pipelined at d256 it lost 3-5% (2k / 8k, causal and not, twice each in one call,
+    // dev/results/h200-2026-12-03-s18-lsefirst-*-a917363.json, the "both" package).
     constexpr bool kPipe = !kSameDims;
-#endif
     // S^T = K Q^T (role P, over head_dim) or dP^T = V dO^T (role dS, over head_dim_v) of the
     // query block in stage s, committed and not waited for.
     const auto issue_first = [&](float (&x)[kS], int s) {
@@ -1247,16 +1244,19 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
       }
       const uint32_t q_addr = ptx::smem_u32(stage_q(s));
       const uint32_t do_addr = ptx::smem_u32(stage_do(s));
-      // B operands K-major for S^T and dP^T (rows = queries), MN-major for dV and dK (rows = the
-      // queries as the k index, the head dim across panels).
-#if defined(FLASHATTN_DEV_SM90_BWD_LSE_FIRST)
-      // dev/ A/B: the LSE pairs read before the products are issued (not with kMods: unused there).
-      float2 lse_early[kBlockM / 8];
+      // This thread's LSE pairs, read before S^T and dP^T are issued (kMods reads them in its own
+      // pass). Read after the issue, behind the products' operand traffic, they returned after S^T
+      // had completed, and the first exponentials waited on them (ncu, d64 4 x 32 x 4k: 12% of the
+      // samples). H200 bf16, base / this, one call, each twice (dev/results/
+      // h200-2026-12-03-s18-lsefirst-*-a917363.json): d64 +2.5 / +1.8 / +3.4 / +2.3% at 2k / 2k
+      // causal / 8k / 8k causal, d128 +2.0 / +0.3 / +3.9 / 0%.
+      float2 lse2[kBlockM / 8];
       if constexpr (!Traits::kMods) {
 #pragma unroll
-        for (int c = 0; c < kBlockM / 8; ++c) lse_early[c] = *reinterpret_cast<const float2*>(stage_lse(s) + 8 * c + 2 * t4);
+        for (int c = 0; c < kBlockM / 8; ++c) lse2[c] = *reinterpret_cast<const float2*>(stage_lse(s) + 8 * c + 2 * t4);
       }
-#endif
+      // B operands K-major for S^T and dP^T (rows = queries), MN-major for dV and dK (rows = the
+      // queries as the k index, the head dim across panels).
       float st[kS], dpt[kS];
       bwd90::issue_s_dp<kBlockM, Traits>(st, dpt, k_desc, v_desc, Traits::panel_bytes(kBlockN),
                                          bwd90::kmajor_desc(q_addr), bwd90::kmajor_desc(do_addr),
@@ -1272,16 +1272,6 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
                                                              w.n0 + key_row0 + 64)
                                      : m_blk < clean_lo || m_blk >= clean_hi;
       }
-      // This thread's LSE pairs, read while S^T is in the tensor cores: read after the wait, the
-      // first exponential waited on them (ncu, d64 16k: 4.5% of the samples on its FFMA).
-      float2 lse2[kBlockM / 8];
-#if defined(FLASHATTN_DEV_SM90_BWD_LSE_FIRST)
-#pragma unroll
-      for (int c = 0; c < kBlockM / 8; ++c) lse2[c] = lse_early[c];
-#else
-#pragma unroll
-      for (int c = 0; c < kBlockM / 8; ++c) lse2[c] = *reinterpret_cast<const float2*>(lse + 8 * c + 2 * t4);
-#endif
       ptx::wgmma_wait<Traits::kMods ? 0 : 1>();
       ptx::fence_operand(st);
       if constexpr (Traits::kMods) {  // the scores in log2 units before the masks (see BwdTraitsBody)
