@@ -5,7 +5,7 @@
 # forward, 4k and 16k, full and causal). Writes $OUT/fp8-tile-NAME.json, $OUT/fp8-tile-NAME.test
 # and $OUT/pip-fp8-tile-NAME.log.
 #   STEPS="build test bench" (default all three; a package already built is kept)
-#   ONLY="base d128_bn192"   (default every candidate)
+#   ONLY="base d128_bn192"   (default every candidate); BASE_DIMS="128;256" trims the base package
 # Candidates: NAME HEAD_DIMS FLAGS ("base" is the shipped tile at every head dim).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -16,12 +16,12 @@ T0=$(date +%s)
 t() { echo "[$(($(date +%s) - T0)) s] $*"; }
 F=-DFLASHATTN_DEV_FP8
 CANDIDATES=(
-  "base 64;128;256 "
+  "base ${BASE_DIMS:-64;128;256} "
   "d128_bn192 128 ${F}_HDIM=128 ${F}_BN=192"
   "d128_bn192_r240 128 ${F}_HDIM=128 ${F}_BN=192 ${F}_REGS240"
   "d128_r240 128 ${F}_HDIM=128 ${F}_REGS240"
   "d128_s3 128 ${F}_HDIM=128 ${F}_STAGES=3"
-  "d256_bn128_r240 256 ${F}_HDIM=256 ${F}_BN=128 ${F}_REGS240"  # hung or crawled on the H200 (2026-12-02)
+  "d256_bn128_r240 256 ${F}_HDIM=256 ${F}_BN=128 ${F}_REGS240"  # hung on the H200 (2026-12-02): producer 32, fixed to 24
   "d256_s3 256 ${F}_HDIM=256 ${F}_STAGES=3"
   "d64_c2 64 ${F}_HDIM=64 ${F}_CONSUMERS=2"  # the tile before three consumers became d64's default
   "d64_s3 64 ${F}_HDIM=64 ${F}_STAGES=3"

@@ -121,6 +121,21 @@ TEST(Sm90TileOrder, AlternatingRoundsGiveEveryTileToOneCta) {
 // The (head_dim, head_dim_v) pairs tools/gen_instantiations.py writes sm90 forward kernels for.
 constexpr int kFwdPairs[][2] = {{64, 64}, {128, 128}, {192, 192}, {256, 256}, {192, 128}};
 
+// setmaxnreg moves registers only inside what the launch gave the CTA: the __launch_bounds__
+// cap (65536 / threads in steps of 8) times its threads, 64512 for 384 threads. Asking for more
+// (the FP8 sweep's 32 + 2 x 240 = 65536) leaves a setmaxnreg.inc waiting forever.
+TEST(Sm90FwdTile, SetmaxnregPoolIsTheLaunchRegisters) {
+  EXPECT_EQ(sm90::setmaxnreg_pool(384, 1), 168 * 384);
+  EXPECT_EQ(sm90::setmaxnreg_pool(512, 1), 128 * 512);
+  EXPECT_EQ(sm90::setmaxnreg_pool(256, 2), 128 * 256);
+  EXPECT_EQ(sm90::setmaxnreg_pool(128, 1), 248 * 128);  // 255 registers at most, in steps of 8
+  EXPECT_FALSE(sm90::setmaxnreg_fits(32, 2, 240, 1));
+  EXPECT_TRUE(sm90::setmaxnreg_fits(24, 2, 240, 1));
+  EXPECT_TRUE(sm90::setmaxnreg_fits(40, 2, 232, 1));
+  EXPECT_TRUE(sm90::setmaxnreg_fits(32, 3, 160, 1));
+  EXPECT_FALSE(sm90::setmaxnreg_fits(40, 1, 224, 2));
+}
+
 TEST(Sm90FwdTile, EveryInstantiatedTileFitsSharedMemoryAndRegisters) {
   for (const auto& pair : kFwdPairs) {
     for (bool windowed : {false, true}) {
@@ -132,8 +147,8 @@ TEST(Sm90FwdTile, EveryInstantiatedTileFitsSharedMemoryAndRegisters) {
       EXPECT_LE(sm90::fwd_smem_bound(t, d, dv), sm90::fwd_smem_limit(t.ctas_per_sm));
       // The accumulators leave at least 32 registers for addresses, row statistics and loop state.
       EXPECT_LE(sm90::fwd_accumulator_regs(t, dv) + 32, sm90::fwd_consumer_regs(t));
-      // setmaxnreg: 128 producer threads at 24 plus the consumers within the SM's 65536.
-      EXPECT_LE(t.ctas_per_sm * (128 * sm90::fwd_producer_regs(t) + 128 * t.consumers * sm90::fwd_consumer_regs(t)), 65536);
+      // setmaxnreg: the producer warpgroup and the consumers within the launch's registers.
+      EXPECT_TRUE(sm90::setmaxnreg_fits(sm90::fwd_producer_regs(t), t.consumers, sm90::fwd_consumer_regs(t), t.ctas_per_sm));
     }
   }
 }
@@ -150,7 +165,7 @@ TEST(Sm90FwdTile, SparseTilesFitAndDivideBlocksOf128) {
     EXPECT_EQ(t.block_n * 128 % 1024, 0);
     EXPECT_LE(sm90::fwd_smem_bound(t, d, dv), sm90::fwd_smem_limit(t.ctas_per_sm));
     EXPECT_LE(sm90::fwd_accumulator_regs(t, dv) + 32, sm90::fwd_consumer_regs(t));
-    EXPECT_LE(t.ctas_per_sm * (128 * sm90::fwd_producer_regs(t) + 128 * t.consumers * sm90::fwd_consumer_regs(t)), 65536);
+    EXPECT_TRUE(sm90::setmaxnreg_fits(sm90::fwd_producer_regs(t), t.consumers, sm90::fwd_consumer_regs(t), t.ctas_per_sm));
     EXPECT_EQ(128 % (64 * t.consumers), 0) << "query tiles inside 128-row blocks";
     EXPECT_EQ(128 % t.block_n, 0) << "key tiles inside 128-key blocks";
   }
@@ -168,7 +183,7 @@ TEST(Sm90FwdTile, BiasTilesFit) {
     EXPECT_EQ(t.consumers, 2);
     EXPECT_EQ(t.block_n % 64, 0);
     EXPECT_LE(sm90::fwd_smem_bound(t, d, d) + sm90::fwd_bias_bytes(t), sm90::kFwdSmemLimit);
-    EXPECT_LE(128 * sm90::kFwdBiasProducerRegs + 128 * t.consumers * sm90::kFwdBiasConsumerRegs, 168 * 384);
+    EXPECT_TRUE(sm90::setmaxnreg_fits(sm90::kFwdBiasProducerRegs, t.consumers, sm90::kFwdBiasConsumerRegs, 1));
     EXPECT_LE(sm90::fwd_accumulator_regs(t, d) + t.block_n / 4 + 32, sm90::kFwdBiasConsumerRegs);
   }
 }
@@ -394,7 +409,7 @@ TEST(Sm90FwdTile, ShortRowsTileFitsAndDividesTheThreshold) {
   EXPECT_NE(sm90::kFwdShortRowsMaxSeqlen % (64 * sm90::fwd_tile(64, 64, true).consumers), 0);
   EXPECT_LE(sm90::fwd_smem_bound(t, 64, 64), sm90::fwd_smem_limit(t.ctas_per_sm));
   EXPECT_LE(sm90::fwd_accumulator_regs(t, 64) + 32, sm90::fwd_consumer_regs(t));
-  EXPECT_LE(t.ctas_per_sm * (128 * sm90::fwd_producer_regs(t) + 128 * t.consumers * sm90::fwd_consumer_regs(t)), 65536);
+  EXPECT_TRUE(sm90::setmaxnreg_fits(sm90::fwd_producer_regs(t), t.consumers, sm90::fwd_consumer_regs(t), t.ctas_per_sm));
 }
 
 // Without a mask d64's short rows keep the three-consumer tile; their kernel differs by the row

@@ -49,6 +49,7 @@
 #include "cuda/sm90/bwd_mods.h"
 #include "cuda/sm90/bwd_sparse.h"
 #include "cuda/sm90/bwd_tile_order.h"
+#include "cuda/sm90/fwd_tile.h"  // setmaxnreg_fits
 #include "cuda/sm90/quad_transpose.h"  // the dQ conversion's 16-byte stores
 #include "cuda/sm90/tile_feed.h"  // the masked persistent kernels' feed (its first tile is blockIdx.x)
 
@@ -197,6 +198,8 @@ struct BwdTraitsBody {
   static_assert(!kHasFused || kKvFusedSmemBytes + kPersistentBytes <= 232448,
                 "the fused kernel fits the 227 KB an sm90 CTA may use");
   static_assert(2 * kKvStatBytes <= 1024 && 2 * kDqStatBytes <= 1024, "statistics fit their padding");
+  static_assert(setmaxnreg_fits(kProducerRegs, kConsumers, kConsumerRegs, 1),
+                "setmaxnreg within the launch's registers (fwd_tile.h setmaxnreg_pool)");
   static_assert(kKvSmemBytes <= 232448 && kDqSmemBytes <= 232448, "fits the 227 KB an sm90 CTA may use");
   static_assert(!kMods || !kSplitRoles, "softcap and ALiBi: d64 and d128 (d192/d256 run them on sm80)");
   static_assert(!kMods || !kSparse, "softcap and ALiBi with a block mask run on sm80");

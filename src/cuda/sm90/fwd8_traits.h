@@ -28,15 +28,17 @@ struct Fwd8Traits : Fwd8Shape<kHeadDim_> {
   // Warpgroup 0: one thread issues the copies, warps 1-3 transpose V (fwd8_kernel.h). Two
   // transposer items in flight (4 ldmatrix registers, 4 results, addresses each) stay within
   // 40 registers: SASS after setmaxnreg.dec uses R0-R33 (every instantiation, CUDA 13).
-  // 128 x 40 + 256 x 232 = 64512 of 65536. The sweep's (fwd8_layout.h): 128 x 32 + 256 x 240
-  // (FLASHATTN_DEV_FP8_REGS240) or 128 x 32 + 384 x 160 (three consumers), one item per pass.
+  // 128 x 40 + 256 x 232 = 64512, the launch's 168 x 384 (fwd_tile.h setmaxnreg_pool). The
+  // sweep's (fwd8_layout.h): 128 x 24 + 256 x 240 (FLASHATTN_DEV_FP8_REGS240; its first form,
+  // 128 x 32 + 256 x 240 = 65536, asked for more than the launch had and hung) or
+  // 128 x 32 + 384 x 160 (three consumers: 65536 of 128 x 512), one item per pass.
 #if defined(FLASHATTN_DEV_FP8_REGS240)
   static constexpr bool kRegs240 = true;
 #else
   static constexpr bool kRegs240 = false;
 #endif
   static constexpr bool kWideConsumers = Shape::kConsumers == 2 && !kRegs240;
-  static constexpr int kProducerRegs = kWideConsumers ? 40 : 32;
+  static constexpr int kProducerRegs = kWideConsumers ? 40 : Shape::kConsumers == 3 ? 32 : 24;
   static constexpr int kConsumerRegs = Shape::kConsumers == 3 ? 160 : kWideConsumers ? 232 : 240;
   static constexpr int kTransposeUnroll = kWideConsumers ? 2 : 1;
   static constexpr int kTransposeThreads = 96;
@@ -63,7 +65,8 @@ struct Fwd8Traits : Fwd8Shape<kHeadDim_> {
 
   static_assert(Shape::kPingPong, "ping-pong takes turns between consumer warpgroups");
   static_assert(kSmemBytes <= kFwdSmemLimit, "fits the 227 KB an sm90 CTA may use");
-  static_assert(128 * kProducerRegs + 128 * Shape::kConsumers * kConsumerRegs <= 65536, "setmaxnreg budget");
+  static_assert(setmaxnreg_fits(kProducerRegs, Shape::kConsumers, kConsumerRegs, 1),
+                "setmaxnreg within the launch's registers (fwd_tile.h setmaxnreg_pool)");
 };
 
 }  // namespace flashattn::cuda::sm90

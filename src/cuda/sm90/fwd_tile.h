@@ -189,14 +189,28 @@ constexpr int kFwdBiasConsumerRegs = 232;
 constexpr int fwd_accumulator_regs(const FwdTile& t, int head_dim_v) {
   return head_dim_v / 2 + t.block_n / 2 + t.block_n / 4;
 }
+// The registers setmaxnreg can move between a CTA's warpgroups (every sm90 kernel's warp roles):
+// those the launch gave the CTA. A kernel with setmaxnreg takes its __launch_bounds__ cap as its
+// register count, 65536 / (threads x CTAs per SM) in steps of 8 (at most 255): 168 x 384 = 64512
+// for a producer and two consumers, not 65536. A setmaxnreg.inc beyond what the other warpgroups
+// freed waits forever: the FP8 sweep's 32 + 2 x 240 (65536 at 384 threads) hung its first test
+// (s9; dev/NOTES.md "FP8 forward on Hopper").
+constexpr int setmaxnreg_pool(int threads, int ctas_per_sm) {
+  const int per_thread = 65536 / (threads * ctas_per_sm);
+  return threads * ((per_thread < 255 ? per_thread : 255) / 8 * 8);
+}
+// Whether producer + consumer warpgroups (128 threads each) fit that pool after setmaxnreg.
+constexpr bool setmaxnreg_fits(int producer_regs, int consumers, int consumer_regs, int ctas_per_sm) {
+  return 128 * producer_regs + 128 * consumers * consumer_regs <= setmaxnreg_pool(128 * (consumers + 1), ctas_per_sm);
+}
 // setmaxnreg: the producer warpgroup keeps 24 registers a thread (40 at two CTAs per SM: its
-// tile walk spilled at 24 there), the consumers share the rest of the SM's 65536 / ctas_per_sm
-// in setmaxnreg's steps of 8, at most 240: 160 for three consumers, 240 for two at one CTA per
-// SM; 216 for one at two.
+// tile walk spilled at 24 there), the consumers share the rest of the pool in setmaxnreg's steps
+// of 8, at most 240: 160 for three consumers, 240 for two at one CTA per SM; 216 for one at two.
 constexpr int fwd_producer_regs(const FwdTile& t) { return t.ctas_per_sm > 1 ? 40 : 24; }
 constexpr int fwd_consumer_regs(const FwdTile& t) {
-  const int pool = (65536 / t.ctas_per_sm - 128 * fwd_producer_regs(t)) / (128 * t.consumers);
-  return pool / 8 * 8 < 240 ? pool / 8 * 8 : 240;
+  const int per_consumer =
+      (setmaxnreg_pool(128 * (t.consumers + 1), t.ctas_per_sm) - 128 * fwd_producer_regs(t)) / (128 * t.consumers);
+  return per_consumer / 8 * 8 < 240 ? per_consumer / 8 * 8 : 240;
 }
 
 }  // namespace flashattn::cuda::sm90

@@ -174,6 +174,8 @@ struct FwdTraitsBody {
   static_assert(!kBias || (!kSparse && kMods && !kCrossTile && kBlockN % 64 == 0 && kHeadDimV == kHeadDim),
                 "the bias kernel: no block mask, scores in log2 units, one tile at a time, 64-key panels");
   static_assert(kSmemBytes <= fwd_smem_limit(kCtasPerSm), "fits the share of the 228 KB an sm90 CTA may use");
+  static_assert(setmaxnreg_fits(kProducerRegs, kConsumers, kConsumerRegs, kCtasPerSm),
+                "setmaxnreg within the launch's registers (fwd_tile.h setmaxnreg_pool)");
   static_assert(kCtasPerSm == 1 || !kBias, "the bias kernel's setmaxnreg counts are for one CTA per SM");
   static_assert(!kSparse || kDynamicTiles, "the sparse producer publishes whether a tile has keys with the tile");
 };
