@@ -31,15 +31,15 @@ namespace flashattn::cuda::sm90 {
 // dev/ experiments (the tile sweep, dev/NOTES.md): -DFLASHATTN_DEV_FP8_HDIM=D with
 // -DFLASHATTN_DEV_FP8_{CONSUMERS,BN,STAGES}=... replace head dim D's tile (each defaults to the
 // shipped value); -DFLASHATTN_DEV_FP8_REGS240 gives the consumers 240 registers and the producer
-// warpgroup 32 (with two consumer warpgroups; three always get 160 / 32), the transposers then
+// warpgroup 24 (with two consumer warpgroups; three always get 160 / 32), the transposers then
 // one item per pass (fwd8_traits.h).
 // d64 takes three consumer warpgroups (block_m 192, 160 registers each: S 64 + P 16 + O 32), as
 // the 16-bit forward does: the tile sweep on the H200 (dev/results/h200-2026-12-02-fp8-tile-
 // {base,d64_c3}.json, one session) measured 531 / 463 / 594 / 570 TFLOP/s against 410 / 408 /
 // 426 / 452 at 4k / 4k causal / 16k / 16k causal (+13..+39%). The same sweep: d128 with 192
 // keys -6.5% at 4k and 16k, +1% / +5% causal (not taken: one tile serves every mask); d256 with
-// 128 keys and the 240 / 32 register split did not finish its first test in 120 s (a hang or
-// a crawl, not examined).
+// 128 keys and a 240 / 32 register split hung: it asked setmaxnreg for more registers than the
+// launch had (fwd_tile.h setmaxnreg_pool; REGS240 is 240 / 24 since).
 constexpr FwdTile fwd8_tile_shipped(int head_dim) {
   return head_dim > 128 ? FwdTile{2, 64, 2, true} : head_dim <= 64 ? FwdTile{3, 128, 2, true} : FwdTile{2, 128, 2, true};
 }
