@@ -486,6 +486,21 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
   const int tid = threadIdx.x;
   const int warp = tid / 32;
   const int lane = tid % 32;
+#if defined(FLASHATTN_DEV_DECODE_TRACE)
+  // dev/ probe (dev/decode_trace.py): thread 0 of each split-key CTA stamps its phases with
+  // clock64 (entry, first K landed, loop done, partials stored, counted / merged) and the entry
+  // and exit with %globaltimer, printed at the end.
+  long long trace_clk[5] = {};
+  unsigned long long trace_ns0 = 0;
+  if (Traits::kSplitKeys && tid == 0) {
+    trace_clk[0] = clock64();
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(trace_ns0));
+  }
+#define FLASHATTN_DECODE_TRACE(i) \
+  if (Traits::kSplitKeys && tid == 0 && trace_clk[i] == 0) trace_clk[i] = clock64();
+#else
+#define FLASHATTN_DECODE_TRACE(i)
+#endif
   // Heavier query blocks first: under a causal mask the last blocks see the most keys. Causal
   // launches also interleave the blocks of cta_group_planes planes (cta_order.h).
   const int num_splits = params.num_splits;  // resolved by the launcher, >= 1
@@ -666,6 +681,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
       ptx::cp_async_wait<0>();
     }
     __syncthreads();  // K_j (and Q) landed; every warp is done with the V buffer
+    FLASHATTN_DECODE_TRACE(1)
     if (paged) {
       // K_j's keys; then the next K block's (fetched during the last iteration), read by the
       // threads after the barrier below (the buffer it overwrites was last read by V_{j+1},
@@ -851,6 +867,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
     }
   }
 
+  FLASHATTN_DECODE_TRACE(2)
   // Split-KV decode with the fused combine (merge_if_last_split): this CTA's row group
   // (batch, head, query block) and the first global row of its partials.
   const bool fused_combine = Traits::kSplitKeys && num_splits > 1 && params.split_counters != nullptr;
@@ -987,7 +1004,18 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
   if (num_splits > 1) {
     if (fused_combine) {
       __threadfence();  // release: this thread's partials before thread 0's count
+      FLASHATTN_DECODE_TRACE(3)
       merge_if_last_split<Traits>(params, flag, group, global_row0, rows_here, head, tid);
+#if defined(FLASHATTN_DEV_DECODE_TRACE)
+      if (tid == 0) {
+        unsigned long long ns1 = 0;
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ns1));
+        printf("decode_trace cta %d split %d last %d ns0 %llu ns1 %llu clk %lld %lld %lld %lld\n",
+               int(blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z)), split, *flag, trace_ns0, ns1,
+               trace_clk[1] - trace_clk[0], trace_clk[2] - trace_clk[0], trace_clk[3] - trace_clk[0],
+               clock64() - trace_clk[0]);
+      }
+#endif
     }
     return;
   }
@@ -1030,6 +1058,8 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
     }
   }
 }
+
+#undef FLASHATTN_DECODE_TRACE
 
 // Merges split-KV partials (combine_split_row), one warp per (row, head), as a second kernel
 // after the split kernel: used where the split CTAs do not merge themselves (params.split_counters

@@ -1,0 +1,90 @@
+#!/usr/bin/env python3
+"""Where a batch-1 decode step's time goes, per split CTA (GPU machine; dev/ probe).
+
+Needs a package built with -DFLASHATTN_DEV_DECODE_TRACE (sm80/fwd_kernel.h: thread 0 of each
+split-key CTA prints its entry / exit %globaltimer and clock64 stamps of its phases). Runs the
+decode shape (one query token, 32 query heads over 8 KV heads, d128, bf16) at batch 1 for each
+(seqlen_k, num_splits), a few warm-up calls, then one traced call alone, and prints per call:
+the CTAs' entry spread, and the medians / maxima of the phases in microseconds (clock64 at the
+clock each CTA measured between its two globaltimer stamps):
+  k1     entry -> the first K tile landed (the first DRAM round trip under load)
+  loop   entry -> the key loop done (every K/V tile of the split consumed)
+  store  entry -> the split's partials stored and fenced
+  end    entry -> counted in (or, for the group's last CTA, the merge done)
+and the kernel's span (first entry to last exit, globaltimer).
+
+    python3 dev/decode_trace.py --shapes 4096:0,4096:16,4096:32,16384:0
+"""
+import argparse
+import os
+import re
+import statistics
+import subprocess
+import sys
+
+LINE = re.compile(r"decode_trace cta (\d+) split (\d+) last (\d+) ns0 (\d+) ns1 (\d+) clk (-?\d+) (-?\d+) (-?\d+) (-?\d+)")
+
+
+def child(seqlen_k, splits):
+    import torch
+    from flashattn import _lowlevel
+
+    q = torch.randn(1, 1, 32, 128, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(1, seqlen_k, 8, 128, device="cuda", dtype=torch.bfloat16)
+    v = torch.randn_like(k)
+    out = torch.empty_like(q)
+    for _ in range(3):
+        _lowlevel.forward(q, k, v, out, None, num_splits=splits)
+    torch.cuda.synchronize()
+    print("=== traced", flush=True)
+    torch.cuda._sleep(1_000_000)  # the traced call starts on an idle GPU, as a decode step does
+    _lowlevel.forward(q, k, v, out, None, num_splits=splits)
+    torch.cuda.synchronize()
+    print("=== end", flush=True)
+
+
+def summarize(text, label):
+    traced = text.split("=== traced", 1)[-1].split("=== end", 1)[0]
+    rows = [tuple(int(x) for x in m.groups()) for m in LINE.finditer(traced)]
+    if not rows:
+        print(f"{label}: no trace lines (built without FLASHATTN_DEV_DECODE_TRACE?)")
+        return
+    ns0 = [r[3] for r in rows]
+    ns1 = [r[4] for r in rows]
+    # Each CTA's clock rate from its own span (globaltimer ns against clock64 cycles).
+    ghz = [r[8] / (r[4] - r[3]) for r in rows if r[4] > r[3] and r[8] > 0]
+    rate = statistics.median(ghz) if ghz else 1.9
+    def us(c):
+        return c / rate / 1e3
+    phases = {name: [us(r[5 + i]) for r in rows] for i, name in enumerate(("k1", "loop", "store", "end"))}
+    last = [r for r in rows if r[2]]
+    merge = [us(r[8] - r[7]) for r in last]
+    print(f"{label}: {len(rows)} CTAs, clock {rate:.2f} GHz, span {(max(ns1) - min(ns0)) / 1e3:.2f} us, "
+          f"entries within {(max(ns0) - min(ns0)) / 1e3:.2f} us, exits within {(max(ns1) - min(ns1)) / 1e3:.2f} us")
+    for name, vals in phases.items():
+        print(f"  {name:6s} median {statistics.median(vals):6.2f} us  max {max(vals):6.2f} us")
+    if merge:
+        print(f"  merge (last CTA of each group, {len(merge)}): median {statistics.median(merge):.2f} us, max {max(merge):.2f} us")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--shapes", default="4096:0,4096:16,4096:32,16384:0", help="SEQLEN_K:NUM_SPLITS list (0 = heuristic)")
+    ap.add_argument("--child", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        seqlen_k, splits = (int(x) for x in args.child.split(":"))
+        child(seqlen_k, splits)
+        return
+    for shape in args.shapes.split(","):
+        # A child process per shape: the kernel's printf reaches stdout at the synchronize.
+        res = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", shape],
+                             capture_output=True, text=True, timeout=120)
+        if res.returncode != 0:
+            print(f"{shape}: rc {res.returncode}: {res.stderr[-500:]}")
+            continue
+        summarize(res.stdout, f"1 x {shape.split(':')[0]} keys, num_splits {shape.split(':')[1]}")
+
+
+if __name__ == "__main__":
+    main()
