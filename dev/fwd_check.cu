@@ -19,15 +19,8 @@
 #include "core/philox.h"
 #include "cuda/common/build_config.h"
 #include "flashattn/flashattn.h"
+#include "cuda_exit_check.h"
 
-#define CK(x)                                                                       \
-  do {                                                                              \
-    cudaError_t e = (x);                                                            \
-    if (e != cudaSuccess) {                                                         \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e)); \
-      std::exit(1);                                                                 \
-    }                                                                               \
-  } while (0)
 
 using namespace flashattn;
 
@@ -154,22 +147,22 @@ static bool run_case(const Case& c, std::mt19937& rng) {
   for (auto& s : slopes) s = 0.05f + 0.5f * float(rng() % 1000) / 1000.f;
 
   void *gq, *gk, *gv, *go, *gl, *gcq, *gck, *gs;
-  CK(cudaMalloc(&gq, std::max<size_t>(2, hq.size() * 2)));
-  CK(cudaMalloc(&gk, std::max<size_t>(2, hk.size() * 2)));
-  CK(cudaMalloc(&gv, std::max<size_t>(2, hv.size() * 2)));
-  CK(cudaMalloc(&go, std::max<size_t>(2, hq.size() * 2)));
-  CK(cudaMalloc(&gl, std::max<size_t>(4, size_t(c.h) * tq * 4)));
-  CK(cudaMalloc(&gcq, (c.b + 1) * 4));
-  CK(cudaMalloc(&gck, (c.b + 1) * 4));
-  CK(cudaMalloc(&gs, slopes.size() * 4));
-  CK(cudaMemcpy(gq, hq.data(), hq.size() * 2, cudaMemcpyHostToDevice));
-  CK(cudaMemcpy(gk, hk.data(), hk.size() * 2, cudaMemcpyHostToDevice));
-  CK(cudaMemcpy(gv, hv.data(), hv.size() * 2, cudaMemcpyHostToDevice));
-  CK(cudaMemcpy(gcq, cuq.data(), (c.b + 1) * 4, cudaMemcpyHostToDevice));
-  CK(cudaMemcpy(gck, cuk.data(), (c.b + 1) * 4, cudaMemcpyHostToDevice));
-  CK(cudaMemcpy(gs, slopes.data(), slopes.size() * 4, cudaMemcpyHostToDevice));
-  CK(cudaMemset(go, 0xFF, hq.size() * 2));  // poison: NaN bits
-  CK(cudaMemset(gl, 0xFF, size_t(c.h) * tq * 4));
+  CHECK(cudaMalloc(&gq, std::max<size_t>(2, hq.size() * 2)));
+  CHECK(cudaMalloc(&gk, std::max<size_t>(2, hk.size() * 2)));
+  CHECK(cudaMalloc(&gv, std::max<size_t>(2, hv.size() * 2)));
+  CHECK(cudaMalloc(&go, std::max<size_t>(2, hq.size() * 2)));
+  CHECK(cudaMalloc(&gl, std::max<size_t>(4, size_t(c.h) * tq * 4)));
+  CHECK(cudaMalloc(&gcq, (c.b + 1) * 4));
+  CHECK(cudaMalloc(&gck, (c.b + 1) * 4));
+  CHECK(cudaMalloc(&gs, slopes.size() * 4));
+  CHECK(cudaMemcpy(gq, hq.data(), hq.size() * 2, cudaMemcpyHostToDevice));
+  CHECK(cudaMemcpy(gk, hk.data(), hk.size() * 2, cudaMemcpyHostToDevice));
+  CHECK(cudaMemcpy(gv, hv.data(), hv.size() * 2, cudaMemcpyHostToDevice));
+  CHECK(cudaMemcpy(gcq, cuq.data(), (c.b + 1) * 4, cudaMemcpyHostToDevice));
+  CHECK(cudaMemcpy(gck, cuk.data(), (c.b + 1) * 4, cudaMemcpyHostToDevice));
+  CHECK(cudaMemcpy(gs, slopes.data(), slopes.size() * 4, cudaMemcpyHostToDevice));
+  CHECK(cudaMemset(go, 0xFF, hq.size() * 2));  // poison: NaN bits
+  CHECK(cudaMemset(gl, 0xFF, size_t(c.h) * tq * 4));
 
   const DType dt = c.bf16 ? DType::kBFloat16 : DType::kFloat16;
   const Device dev{DeviceType::kCUDA, 0};
@@ -201,15 +194,15 @@ static bool run_case(const Case& c, std::mt19937& rng) {
   a.offset = 77;
   a.num_splits = c.splits;
   Status st = run_cuda_forward(a);
-  CK(cudaDeviceSynchronize());
+  CHECK(cudaDeviceSynchronize());
   if (!st.ok()) {
     std::printf("FAIL status %s\n", st.message().c_str());
     return false;
   }
   std::vector<uint16_t> ho(hq.size());
   std::vector<float> hl(size_t(c.h) * tq);
-  CK(cudaMemcpy(ho.data(), go, ho.size() * 2, cudaMemcpyDeviceToHost));
-  CK(cudaMemcpy(hl.data(), gl, hl.size() * 4, cudaMemcpyDeviceToHost));
+  CHECK(cudaMemcpy(ho.data(), go, ho.size() * 2, cudaMemcpyDeviceToHost));
+  CHECK(cudaMemcpy(hl.data(), gl, hl.size() * 4, cudaMemcpyDeviceToHost));
   std::vector<double> ro(hq.size()), rl(hl.size());
   reference(c, cuq, cuk, dq, dk, dv, slopes, ro, rl, tq);
   double max_err = 0, max_ref = 0, lse_err = 0;
@@ -242,7 +235,7 @@ static bool run_case(const Case& c, std::mt19937& rng) {
               "splits%d max_err %.3g (tol %.3g) lse_err %.3g%s\n",
               ok ? "ok  " : "FAIL", c.b, c.sq, c.sk, c.h, c.hk, c.d, c.bf16 ? "bf16" : "fp16", c.causal,
               c.wl, c.wr, c.softcap, c.alibi, c.dropout, c.varlen, c.splits, max_err, tol, lse_err, nan ? " NaN!" : "");
-  for (void* ptr : {gq, gk, gv, go, gl, gcq, gck, gs}) CK(cudaFree(ptr));
+  for (void* ptr : {gq, gk, gv, go, gl, gcq, gck, gs}) CHECK(cudaFree(ptr));
   return ok;
 }
 
@@ -252,18 +245,18 @@ static void bench(int d, int seqlen, bool causal, bool bf16) {
   const DType dt = bf16 ? DType::kBFloat16 : DType::kFloat16;
   const Device dev{DeviceType::kCUDA, 0};
   void *q, *k, *v, *o, *l;
-  CK(cudaMalloc(&q, n * 2));
-  CK(cudaMalloc(&k, n * 2));
-  CK(cudaMalloc(&v, n * 2));
-  CK(cudaMalloc(&o, n * 2));
-  CK(cudaMalloc(&l, size_t(b) * h * seqlen * 4));
+  CHECK(cudaMalloc(&q, n * 2));
+  CHECK(cudaMalloc(&k, n * 2));
+  CHECK(cudaMalloc(&v, n * 2));
+  CHECK(cudaMalloc(&o, n * 2));
+  CHECK(cudaMalloc(&l, size_t(b) * h * seqlen * 4));
   std::vector<uint16_t> host(n);
   std::mt19937 rng(d * 7 + seqlen);
   std::normal_distribution<float> nd(0.f, 1.f);
   for (auto& x : host) x = to_half_bits(nd(rng), bf16);
-  CK(cudaMemcpy(q, host.data(), n * 2, cudaMemcpyHostToDevice));
-  CK(cudaMemcpy(k, host.data(), n * 2, cudaMemcpyHostToDevice));
-  CK(cudaMemcpy(v, host.data(), n * 2, cudaMemcpyHostToDevice));
+  CHECK(cudaMemcpy(q, host.data(), n * 2, cudaMemcpyHostToDevice));
+  CHECK(cudaMemcpy(k, host.data(), n * 2, cudaMemcpyHostToDevice));
+  CHECK(cudaMemcpy(v, host.data(), n * 2, cudaMemcpyHostToDevice));
   ForwardArgs a;
   a.q = make_contiguous_view(q, dt, dev, {b, seqlen, h, d});
   a.k = make_contiguous_view(k, dt, dev, {b, seqlen, h, d});
@@ -272,8 +265,8 @@ static void bench(int d, int seqlen, bool causal, bool bf16) {
   a.lse = make_contiguous_view(l, DType::kFloat32, dev, {b, h, seqlen});
   a.causal = causal;
   cudaEvent_t e0, e1;
-  CK(cudaEventCreate(&e0));
-  CK(cudaEventCreate(&e1));
+  CHECK(cudaEventCreate(&e0));
+  CHECK(cudaEventCreate(&e1));
   for (int i = 0; i < 5; ++i) {
     Status s = run_cuda_forward(a);
     if (!s.ok()) {
@@ -283,21 +276,21 @@ static void bench(int d, int seqlen, bool causal, bool bf16) {
   }
   std::vector<float> ms;
   for (int i = 0; i < 30; ++i) {
-    CK(cudaEventRecord(e0));
+    CHECK(cudaEventRecord(e0));
     (void)run_cuda_forward(a);
-    CK(cudaEventRecord(e1));
-    CK(cudaEventSynchronize(e1));
+    CHECK(cudaEventRecord(e1));
+    CHECK(cudaEventSynchronize(e1));
     float t;
-    CK(cudaEventElapsedTime(&t, e0, e1));
+    CHECK(cudaEventElapsedTime(&t, e0, e1));
     ms.push_back(t);
   }
-  CK(cudaGetLastError());
+  CHECK(cudaGetLastError());
   std::sort(ms.begin(), ms.end());
   const double med = ms[ms.size() / 2];
   const double flops = 4.0 * b * h * double(seqlen) * seqlen * d / (causal ? 2 : 1);
   std::printf("bench d%d n%d b%d h%d %s causal%d: %.3f ms  %.1f TFLOP/s\n", d, seqlen, b, h,
               bf16 ? "bf16" : "fp16", causal, med, flops / med / 1e9);
-  for (void* p : {q, k, v, o, l}) CK(cudaFree(p));
+  for (void* p : {q, k, v, o, l}) CHECK(cudaFree(p));
 }
 
 // Decode: one query token, 32 query heads over 8 KV heads, d128, bf16; effective KV bytes/s.
@@ -306,37 +299,37 @@ static void bench_decode(int b, int sk) {
   const size_t nkv = size_t(b) * sk * hk * d;
   const Device dev{DeviceType::kCUDA, 0};
   void *q, *k, *v, *o;
-  CK(cudaMalloc(&q, size_t(b) * h * d * 2));
-  CK(cudaMalloc(&k, nkv * 2));
-  CK(cudaMalloc(&v, nkv * 2));
-  CK(cudaMalloc(&o, size_t(b) * h * d * 2));
-  CK(cudaMemset(q, 0x3c, size_t(b) * h * d * 2));
-  CK(cudaMemset(k, 0x3c, nkv * 2));
-  CK(cudaMemset(v, 0x3c, nkv * 2));
+  CHECK(cudaMalloc(&q, size_t(b) * h * d * 2));
+  CHECK(cudaMalloc(&k, nkv * 2));
+  CHECK(cudaMalloc(&v, nkv * 2));
+  CHECK(cudaMalloc(&o, size_t(b) * h * d * 2));
+  CHECK(cudaMemset(q, 0x3c, size_t(b) * h * d * 2));
+  CHECK(cudaMemset(k, 0x3c, nkv * 2));
+  CHECK(cudaMemset(v, 0x3c, nkv * 2));
   ForwardArgs a;
   a.q = make_contiguous_view(q, DType::kBFloat16, dev, {b, 1, h, d});
   a.k = make_contiguous_view(k, DType::kBFloat16, dev, {b, sk, hk, d});
   a.v = make_contiguous_view(v, DType::kBFloat16, dev, {b, sk, hk, d});
   a.out = make_contiguous_view(o, DType::kBFloat16, dev, {b, 1, h, d});
   cudaEvent_t e0, e1;
-  CK(cudaEventCreate(&e0));
-  CK(cudaEventCreate(&e1));
+  CHECK(cudaEventCreate(&e0));
+  CHECK(cudaEventCreate(&e1));
   for (int i = 0; i < 5; ++i) (void)run_cuda_forward(a);
   std::vector<float> ms;
   for (int i = 0; i < 30; ++i) {
-    CK(cudaEventRecord(e0));
+    CHECK(cudaEventRecord(e0));
     Status st = run_cuda_forward(a);
-    CK(cudaEventRecord(e1));
-    CK(cudaEventSynchronize(e1));
+    CHECK(cudaEventRecord(e1));
+    CHECK(cudaEventSynchronize(e1));
     if (!st.ok()) { std::printf("decode error %s\n", st.message().c_str()); return; }
     float t;
-    CK(cudaEventElapsedTime(&t, e0, e1));
+    CHECK(cudaEventElapsedTime(&t, e0, e1));
     ms.push_back(t);
   }
   std::sort(ms.begin(), ms.end());
   const double med = ms[ms.size() / 2];
   std::printf("decode b%d sk%d: %.1f us  %.2f TB/s (KV bytes)\n", b, sk, med * 1e3, 2.0 * nkv * 2 / med / 1e9);
-  for (void* p : {q, k, v, o}) CK(cudaFree(p));
+  for (void* p : {q, k, v, o}) CHECK(cudaFree(p));
 }
 
 int main(int argc, char** argv) {

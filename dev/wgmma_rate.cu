@@ -20,15 +20,8 @@
 #include "cuda/ptx/smem_desc.h"
 #include "cuda/ptx/wgmma.h"
 #include "cuda/ptx/wgmma_ops.h"
+#include "cuda_exit_check.h"
 
-#define CHECK(x)                                                                                \
-  do {                                                                                          \
-    cudaError_t e_ = (x);                                                                       \
-    if (e_ != cudaSuccess) {                                                                    \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));   \
-      std::exit(1);                                                                             \
-    }                                                                                           \
-  } while (0)
 
 namespace {
 using flashattn::ptx::smem_desc;
