@@ -16,32 +16,43 @@
 
 namespace flashattn::cuda::sm90 {
 
-// The FP8 forward's tile: 2 consumer warpgroups (block_m 128), 2 stages, ping-pong; 128 keys per
-// K/V tile (64 at d256). Measured on H200 at these tiles only (dev/NOTES.md, "FP8 forward on
-// Hopper"). Why 128 or 64 keys: P V runs over the keys as its K dimension, and 8-bit wgmma
+// The FP8 forward's tile: 2 consumer warpgroups (block_m 128; 3 at d64), 2 stages, ping-pong;
+// 128 keys per K/V tile. Measured on H200 (dev/NOTES.md, "FP8 forward on Hopper"). Why
+// multiples of 64 keys: P V runs over the keys as its K dimension, and 8-bit wgmma
 // operands are K-major only, so the transposed V tile (Vt) holds one row of block_n key bytes
 // per head-dim column, in panels of 128 (or 64) key bytes under the swizzle of that width, the
 // layouts the copy engine and the descriptors share; block_n is a multiple of 64.
 // Registers per consumer thread: S block_n / 2 + P block_n / 8 (four e4m3 per word) + O
 // head_dim / 2: d128 64 + 16 + 64; d256 at 128 keys 64 + 16 + 128 = 208 spilled 48 bytes in the
-// main loop under setmaxnreg's 232 (ptxas, CUDA 13), at 64 keys 32 + 8 + 128 = 168 does not.
+// main loop under setmaxnreg's 232 (ptxas, CUDA 13), so d256's consumers take 240 and the
+// producer warpgroup 24 (fwd8_narrow_producer; the transposers one item per pass; what spills
+// then is the TMA thread's, none in the consumers' key loop without a mask, 2 LDL with one).
 // Shared memory: Q 128 x d, and per stage K block_n x d, V block_n x d, Vt d x block_n, all
-// bytes: d128 16 + 2 x 48 = 112 KB; d256 32 + 2 x 48 = 128 KB.
+// bytes: d128 16 + 2 x 48 = 112 KB; d256 32 + 2 x 96 = 224 KB.
 //
 // dev/ experiments (the tile sweep, dev/NOTES.md): -DFLASHATTN_DEV_FP8_HDIM=D with
 // -DFLASHATTN_DEV_FP8_{CONSUMERS,BN,STAGES}=... replace head dim D's tile (each defaults to the
-// shipped value); -DFLASHATTN_DEV_FP8_REGS240 gives the consumers 240 registers and the producer
-// warpgroup 24 (with two consumer warpgroups; three always get 160 / 32), the transposers then
-// one item per pass (fwd8_traits.h).
+// shipped value); -DFLASHATTN_DEV_FP8_REGS240 gives two consumer warpgroups 240 registers and
+// the producer warpgroup 24 at every tile (fwd8_narrow_producer; three always get 160 / 32).
 // d64 takes three consumer warpgroups (block_m 192, 160 registers each: S 64 + P 16 + O 32), as
 // the 16-bit forward does: the tile sweep on the H200 (dev/results/h200-2026-12-02-fp8-tile-
 // {base,d64_c3}.json, one session) measured 531 / 463 / 594 / 570 TFLOP/s against 410 / 408 /
 // 426 / 452 at 4k / 4k causal / 16k / 16k causal (+13..+39%). The same sweep: d128 with 192
 // keys -6.5% at 4k and 16k, +1% / +5% causal (not taken: one tile serves every mask); d256 with
 // 128 keys and a 240 / 32 register split hung: it asked setmaxnreg for more registers than the
-// launch had (fwd_tile.h setmaxnreg_pool; REGS240 is 240 / 24 since).
+// launch had (fwd_tile.h setmaxnreg_pool). With 240 / 24, against 64 keys at 232 / 40, one call
+// (dev/results/h200-2026-12-03-s18-fp8-tile-{base,d256_bn128_r240}-f71e586.json): 938 / 855 /
+// 1003 / 1006 TFLOP/s against 872 / 780 / 932 / 916 at 4k / 4k causal / 16k / 16k causal
+// (+7.6 / +9.6 / +7.6 / +9.8%); d128 at 192 keys with 240 / 24 lost again (-7 / -2 / -1 / +2%).
 constexpr FwdTile fwd8_tile_shipped(int head_dim) {
-  return head_dim > 128 ? FwdTile{2, 64, 2, true} : head_dim <= 64 ? FwdTile{3, 128, 2, true} : FwdTile{2, 128, 2, true};
+  return head_dim <= 64 ? FwdTile{3, 128, 2, true} : FwdTile{2, 128, 2, true};
+}
+// Whether two consumer warpgroups take 240 registers and the producer warpgroup 24 (its
+// transposers then one item per pass) rather than 232 and 40: where their accumulators (S, P,
+// O) pass the 168 that d256's 64-key tile held under 232 without spills (its 128-key tile, 208,
+// spilled 48 bytes there): d256 at 128 keys.
+constexpr bool fwd8_narrow_producer(const FwdTile& t, int head_dim) {
+  return t.consumers == 2 && t.block_n / 2 + t.block_n / 8 + head_dim / 2 > 168;
 }
 constexpr FwdTile fwd8_tile(int head_dim) {
 #if defined(FLASHATTN_DEV_FP8_HDIM)

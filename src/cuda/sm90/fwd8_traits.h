@@ -28,14 +28,14 @@ struct Fwd8Traits : Fwd8Shape<kHeadDim_> {
   // Warpgroup 0: one thread issues the copies, warps 1-3 transpose V (fwd8_kernel.h). Two
   // transposer items in flight (4 ldmatrix registers, 4 results, addresses each) stay within
   // 40 registers: SASS after setmaxnreg.dec uses R0-R33 (every instantiation, CUDA 13).
-  // 128 x 40 + 256 x 232 = 64512, the launch's 168 x 384 (fwd_tile.h setmaxnreg_pool). The
-  // sweep's (fwd8_layout.h): 128 x 24 + 256 x 240 (FLASHATTN_DEV_FP8_REGS240; its first form,
-  // 128 x 32 + 256 x 240 = 65536, asked for more than the launch had and hung) or
-  // 128 x 32 + 384 x 160 (three consumers: 65536 of 128 x 512), one item per pass.
+  // 128 x 40 + 256 x 232 = 64512, the launch's 168 x 384 (fwd_tile.h setmaxnreg_pool). d256
+  // (fwd8_narrow_producer): 128 x 24 + 256 x 240 (the sweep's first form, 128 x 32 + 256 x 240 =
+  // 65536, asked for more than the launch had and hung). Three consumers: 128 x 32 + 384 x 160
+  // (65536 of 128 x 512). Both one transposer item per pass.
 #if defined(FLASHATTN_DEV_FP8_REGS240)
-  static constexpr bool kRegs240 = true;
+  static constexpr bool kRegs240 = Shape::kConsumers == 2;
 #else
-  static constexpr bool kRegs240 = false;
+  static constexpr bool kRegs240 = fwd8_narrow_producer(Shape::kTile, kHeadDim_);
 #endif
   static constexpr bool kWideConsumers = Shape::kConsumers == 2 && !kRegs240;
   static constexpr int kProducerRegs = kWideConsumers ? 40 : Shape::kConsumers == 3 ? 32 : 24;
