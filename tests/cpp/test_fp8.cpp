@@ -1189,7 +1189,8 @@ TEST_P(Fp8CudaForward, MatchesNaiveFp8AndCpu) {
 // feed), ragged varlen lengths (1, 17, 130, 1000: one, partial and many key blocks), softcap
 // and ALiBi (the kMods kernels),
 // per-(batch, kv head) descales with distinct values (DescaleMode::kPerHead), an expanded
-// scalar descale, none, a learnable sink, outliers, several query tiles per head.
+// scalar descale, none, a learnable sink, outliers, several query tiles per head (d128; d256 a
+// window, a sink and outliers too).
 std::vector<Fp8Spec> cuda_forward_cases() {
   std::vector<Fp8Spec> c;
   for (int d : {128, 64, 256}) {
@@ -1203,6 +1204,13 @@ std::vector<Fp8Spec> cuda_forward_cases() {
     { Fp8Spec s; s.name = "causal"; s.causal = true; s.seqlen_q = 333; s.seqlen_k = 333; add(s); }
     { Fp8Spec s; s.name = "varlen_ragged_causal"; s.varlen_q = {1, 17, 130, 1000}; s.varlen_k = {1, 17, 130, 1000}; s.causal = true; add(s); }
     { Fp8Spec s; s.name = "softcap"; s.softcap = 5.0f; s.seqlen_q = 200; s.seqlen_k = 300; add(s); }
+    if (d == 256) {
+      // d256's tile has 128 keys, 240 consumer registers and one transposer item per pass
+      // (fwd8_narrow_producer): its window kernel, the sink fold and outliers as well.
+      { Fp8Spec s; s.name = "window"; s.window_left = 64; s.window_right = 16; s.seqlen_q = 400; s.seqlen_k = 400; add(s); }
+      { Fp8Spec s; s.name = "sink_causal"; s.sink = true; s.causal = true; s.seqlen_q = 150; s.seqlen_k = 150; add(s); }
+      { Fp8Spec s; s.name = "outliers"; s.outliers = true; s.seqlen_k = 512; add(s); }
+    }
     if (d != 128) continue;
     { Fp8Spec s; s.name = "alibi_causal"; s.alibi = true; s.causal = true; s.seqlen_q = 250; s.seqlen_k = 250; add(s); }
     { Fp8Spec s; s.name = "softcap_alibi_window"; s.softcap = 8.0f; s.alibi = true; s.window_left = 50; s.window_right = 10; s.seqlen_q = 300; s.seqlen_k = 300; add(s); }

@@ -312,8 +312,13 @@ __host__ __device__ __forceinline__ bool page_offsets_shared(const ForwardParams
 // kBatchRegs: registers of loaded columns the merge may hold (kBatch splits' columns are loaded
 // before any is added): 64 in the combine kernel; 32 inside the decode kernels, under their
 // register cap (64 spilled 16-28 bytes in two d128 KV-cache kernels, ptxas sm_90a).
-template <typename Element, int kHeadDim, int kBatchRegs>
-__device__ __forceinline__ void combine_split_row(const ForwardParams& params, int64_t row, int head, int lane) {
+// kStaged (the fused merge, merge_if_last_split): every split's columns of this row already sit in
+// shared memory at staged[split * kHeadDim + column], and this lane's first LSE (split `lane`) is
+// staged_lse, both read before one wait; the loads below then read shared memory, in the same
+// order and with the same additions.
+template <typename Element, int kHeadDim, int kBatchRegs, bool kStaged = false>
+__device__ __forceinline__ void combine_split_row(const ForwardParams& params, int64_t row, int head, int lane,
+                                                  const float* staged = nullptr, float staged_lse = 0.0f) {
   static_assert(kHeadDim % 32 == 0, "whole columns per lane");
   constexpr int kPerLane = kHeadDim / 32;
   constexpr int kVec = kPerLane % 4 == 0 ? 4 : (kPerLane % 2 == 0 ? 2 : 1);  // floats per load
@@ -328,7 +333,14 @@ __device__ __forceinline__ void combine_split_row(const ForwardParams& params, i
   const auto load_batch = [&](int j0) {
 #pragma unroll
     for (int u = 0; u < kBatch; ++u) {
-      const float* src = o + min(j0 + u, splits - 1) * o_split_stride;
+      const int split = min(j0 + u, splits - 1);
+      if constexpr (kStaged) {
+        const float* src = staged + split * kHeadDim + lane * kPerLane;
+#pragma unroll
+        for (int e = 0; e < kPerLane; ++e) v[u][e] = src[e];
+        continue;
+      }
+      const float* src = o + split * o_split_stride;
 #pragma unroll
       for (int e = 0; e < kPerLane; e += kVec) {
         if constexpr (kVec == 4) {
@@ -349,7 +361,7 @@ __device__ __forceinline__ void combine_split_row(const ForwardParams& params, i
   // four splits at a time had waited for about eleven. Each lane's first LSE (split `lane`) is
   // read once and kept for the three passes below.
   load_batch(0);
-  const float lse_lane = lane < splits ? __ldcg(lse_s + lane * lse_split_stride) : -INFINITY;
+  const float lse_lane = kStaged ? staged_lse : lane < splits ? __ldcg(lse_s + lane * lse_split_stride) : -INFINITY;
   const auto split_lse = [&](int s) { return s < 32 ? lse_lane : __ldcg(lse_s + s * lse_split_stride); };
   float mx = -INFINITY;
   bool nan = false;  // a split's NaN (from NaN or infinite inputs) makes the row NaN, as in torch
@@ -418,29 +430,58 @@ __device__ __forceinline__ void combine_split_row(const ForwardParams& params, i
 // to 0 (so the next launch, or the next replay of a CUDA graph, finds it zeroed without a memset)
 // and merges the group's rows with combine_split_row, one warp per row, in place of the second
 // kernel (fwd_combine_kernel) and its launch. `flag` is one int of shared memory that nothing
-// reads any more (Q's tile).
+// reads any more (Q's tile). `staging` (the K/V buffers, `staging_bytes` of them, free by now):
+// when every warp's row of all splits fits (kWarps x splits x kHeadDim floats; d128: 32 splits
+// in the 64 KB of K and V), a warp first copies its row's columns of every split there with
+// cp.async and reads its LSE, then waits once: one L2 round trip where the batches of 8 splits
+// waited for one each (dev/results/h200-2026-12-03-s18-decode-trace-f71e586.txt: the last CTA's
+// merge took ~3 us at 16 splits, each L2 round trip ~0.6 us there).
 template <typename Traits>
 __device__ __forceinline__ void merge_if_last_split(const ForwardParams& params, int* flag, int group, int64_t row0,
-                                                    int rows, int head, int tid) {
+                                                    int rows, int head, int tid, float* staging, int staging_bytes) {
+  constexpr int kHeadDim = Traits::kHeadDim;
   __syncthreads();  // warp 0's partials are stored and fenced
   if (tid == 0) {
     uint32_t* counter = params.split_counters + group;
     // Release (cumulative: the partials this thread saw stored through the barrier), count, and
     // for the last split acquire: every other split's partials were released before its count,
     // which this count follows; the barrier below passes that on to the CTA's other threads.
+    // The acquire fence goes before the counter's reset, which nothing in this launch reads, so
+    // the merge does not wait for the reset's round trip.
     __threadfence();
     const bool last = atomicAdd(counter, 1u) == uint32_t(params.num_splits - 1);
     if (last) {
-      atomicExch(counter, 0u);
       __threadfence();
+      atomicExch(counter, 0u);
     }
     *flag = last;
   }
   __syncthreads();
   if (*flag == 0) return;
-  const int warp = tid / 32;
+  const int warp = tid / 32, lane = tid % 32;
+  const int splits = params.num_splits;
+  const bool stage = int64_t(Traits::kWarps) * splits * kHeadDim * 4 <= staging_bytes;
+  float* mine = staging + warp * splits * kHeadDim;
   for (int r = warp; r < rows; r += Traits::kWarps) {
-    combine_split_row<typename Traits::Element, Traits::kHeadDim, 32>(params, row0 + r, head, tid % 32);
+    const int64_t row = row0 + r;
+    if (stage) {
+      // Chunk c (16 bytes) of the row: split c / (kHeadDim / 4), columns 4 (c % (kHeadDim / 4)).
+      const float* src = params.split_out + (row * params.heads + head) * kHeadDim;
+      const int64_t split_stride = params.total_q * params.heads * kHeadDim;
+      for (int c = lane; c < splits * (kHeadDim / 4); c += 32) {
+        const int s = c / (kHeadDim / 4), col = 4 * (c % (kHeadDim / 4));
+        ptx::cp_async_16(ptx::smem_addr(mine + s * kHeadDim + col), src + s * split_stride + col, true);
+      }
+      ptx::cp_async_commit();
+      const float lse = lane < splits ? __ldcg(params.split_lse + (int64_t(lane) * params.heads + head) * params.total_q + row)
+                                      : -INFINITY;
+      ptx::cp_async_wait<0>();
+      __syncwarp();
+      combine_split_row<typename Traits::Element, kHeadDim, 32, true>(params, row, head, lane, mine, lse);
+      __syncwarp();  // every lane read `mine` before the next row's copies overwrite it
+    } else {
+      combine_split_row<typename Traits::Element, kHeadDim, 32>(params, row, head, lane);
+    }
   }
 }
 
@@ -1005,7 +1046,8 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
     if (fused_combine) {
       __threadfence();  // release: this thread's partials before thread 0's count
       FLASHATTN_DECODE_TRACE(3)
-      merge_if_last_split<Traits>(params, flag, group, global_row0, rows_here, head, tid);
+      merge_if_last_split<Traits>(params, flag, group, global_row0, rows_here, head, tid, reinterpret_cast<float*>(sK),
+                                  int(2 * Traits::kSmemKV * sizeof(Element)));
 #if defined(FLASHATTN_DEV_DECODE_TRACE)
       if (tid == 0) {
         unsigned long long ns1 = 0;
