@@ -915,17 +915,31 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
   const int group = (batch * int(gridDim.y) + head) * int(gridDim.x) + m_block;
   int* const flag = reinterpret_cast<int*>(sQ);
   const int64_t global_row0 = params.is_varlen() ? row0_q + m0 : int64_t(batch) * params.seqlen_q + m0;
+  // kSplitKeys writing split partials at d <= 128 (kColumnMerge): the four warps merge by columns,
+  // warp w the head-dim tiles [w, w + 1) x kDTiles / kWarps, and each stores its own; otherwise
+  // warp 0 merges every column alone (the unsplit epilogue stages O through its rows of sQ).
+  constexpr bool kColumnMergeShape = Traits::kSplitKeys && Traits::kHeadDim <= 128 && kDTiles % Traits::kWarps == 0;
+  const bool column_merge = kColumnMergeShape && num_splits > 1;
+  constexpr int kWarpDTiles = kColumnMergeShape ? kDTiles / Traits::kWarps : kDTiles;
+  const int dt_lo = column_merge ? warp * kWarpDTiles : 0;
+  const int dt_hi = column_merge ? dt_lo + kWarpDTiles : kDTiles;
   if constexpr (Traits::kSplitKeys) {
-    // The warps hold partial results for the same rows over disjoint keys. Warps 1.. leave O,
-    // their kept row maxima and their lane's partial row sums in the K/V buffers, laid out
-    // [warp - 1][value][lane] (conflict-free); warp 0 rescales every part to the largest kept
-    // maximum, adds them and alone runs the epilogue.
+    // The warps hold partial results for the same rows over disjoint keys. They leave O, their
+    // kept row maxima and their lane's partial row sums in the K/V buffers, laid out
+    // [warp][value][lane] (conflict-free; warp 0's only for kColumnMerge); the merging warp(s)
+    // rescale every part to the largest kept maximum and add them in warp order, part 0 first,
+    // so each column's sum and each row's sum are the same whichever warp forms them.
+    // The trace of batch 1 x 4k keys (dev/NOTES.md "Decode latency", s18): 2.3 of its 8.8 us
+    // went between the key loop and the fenced partials with warp 0 merging alone.
     constexpr int kStats = kMTiles * kDTiles * 4;  // O first, then (max, sum) per row
     constexpr int kValues = kStats + 4 * kMTiles;
     float* merge = reinterpret_cast<float*>(sK);
     __syncthreads();  // every warp is done reading K and V (no copy is in flight after the loop)
-    if (warp > 0) {
-      float* dst = merge + (warp - 1) * kValues * 32 + lane;
+    const int first_writer = column_merge ? 0 : 1;
+    // Slots from warp first_writer on (without kColumnMerge warp 0 keeps its part in registers,
+    // and d256's three slots are all the K/V buffers hold).
+    if (warp >= first_writer) {
+      float* dst = merge + (warp - first_writer) * kValues * 32 + lane;
 #pragma unroll
       for (int mt = 0; mt < kMTiles; ++mt) {
 #pragma unroll
@@ -941,39 +955,52 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
       }
     }
     __syncthreads();
-    // With the fused combine warps 1.. stay for merge_if_last_split (they pass the epilogue
-    // without storing anything: split_writer).
-    if (warp > 0 && !fused_combine) return;
-    if (warp == 0) {
+    // With the fused combine warps 1.. stay for merge_if_last_split (without kColumnMerge they
+    // pass the epilogue without storing anything: split_writer).
+    if (warp > 0 && !fused_combine && !column_merge) return;
+    if (warp == 0 || column_merge) {
 #pragma unroll
       for (int mt = 0; mt < kMTiles; ++mt) {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          const float* part = merge + (kStats + 4 * mt + 2 * h) * 32 + lane;
-          float mx = row_max[mt][h];
+          // Warp w's max at part[(w - first_writer) * kValues * 32], its sum 32 floats on.
+          const float* part = merge + (kStats + 4 * mt + 2 * h) * 32 + lane - first_writer * kValues * 32;
+          // Part 0 is warp 0's registers, or with kColumnMerge its copy (the same values).
+          float m0 = row_max[mt][h], s0 = row_sum[mt][h];
+          if (column_merge) m0 = part[0], s0 = part[32];
+          float mx = m0;
 #pragma unroll
-          for (int w = 1; w < Traits::kWarps; ++w) mx = fmaxf(mx, part[(w - 1) * kValues * 32]);
+          for (int w = 1; w < Traits::kWarps; ++w) mx = fmaxf(mx, part[w * kValues * 32]);
           // A part whose kept maximum is -inf saw no visible key and weighs 0 (its O and sum are
           // 0); this also keeps exp2(-inf - -inf) from forming a NaN.
           const auto weight = [&](float m) { return m == -INFINITY ? 0.0f : ptx::exp2_approx((m - mx) * exp_scale); };
-          const float self = weight(row_max[mt][h]);
-          row_sum[mt][h] *= self;
+          const float self = weight(m0);
+          float sum = s0 * self;
 #pragma unroll
           for (int dt = 0; dt < kDTiles; ++dt) {
-            o_acc[mt][dt][2 * h] *= self;
-            o_acc[mt][dt][2 * h + 1] *= self;
+            if (dt < dt_lo || dt >= dt_hi) continue;
+            const float* src0 = merge + lane;  // (kColumnMerge: slot 0 is warp 0's)
+            float o0 = o_acc[mt][dt][2 * h], o1 = o_acc[mt][dt][2 * h + 1];
+            if (column_merge) {
+              o0 = src0[((mt * kDTiles + dt) * 4 + 2 * h) * 32];
+              o1 = src0[((mt * kDTiles + dt) * 4 + 2 * h + 1) * 32];
+            }
+            o_acc[mt][dt][2 * h] = o0 * self;
+            o_acc[mt][dt][2 * h + 1] = o1 * self;
           }
 #pragma unroll
           for (int w = 1; w < Traits::kWarps; ++w) {
-            const float* src = merge + (w - 1) * kValues * 32 + lane;
-            const float wt = weight(part[(w - 1) * kValues * 32]);
-            row_sum[mt][h] += wt * part[(w - 1) * kValues * 32 + 32];
+            const float* src = merge + (w - first_writer) * kValues * 32 + lane;
+            const float wt = weight(part[w * kValues * 32]);
+            sum += wt * part[w * kValues * 32 + 32];
 #pragma unroll
             for (int dt = 0; dt < kDTiles; ++dt) {
+              if (dt < dt_lo || dt >= dt_hi) continue;
               o_acc[mt][dt][2 * h] += wt * src[((mt * kDTiles + dt) * 4 + 2 * h) * 32];
               o_acc[mt][dt][2 * h + 1] += wt * src[((mt * kDTiles + dt) * 4 + 2 * h + 1) * 32];
             }
           }
+          row_sum[mt][h] = sum;
           row_max[mt][h] = mx;
         }
       }
@@ -988,7 +1015,9 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
   const float v_descale = Traits::kFp8Cache ? params.v_descale.at(batch, head_k) : 1.0f;
   const float out_scale = (use_dropout ? params.dropout_rescale : 1.0f) * v_descale;
   const bool sink_here = params.learnable_sink != nullptr && num_splits == 1;
-  const bool split_writer = !Traits::kSplitKeys || warp == 0;  // the split-key warps merged into warp 0
+  // The warps that store split partials: warp 0 where it merged alone, each its own columns with
+  // kColumnMerge (the LSE still from warp 0).
+  const bool split_writer = !Traits::kSplitKeys || warp == 0 || column_merge;
 #pragma unroll
   for (int mt = 0; mt < kMTiles; ++mt) {
 #pragma unroll
@@ -1017,13 +1046,16 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
       if (num_splits > 1) {
         if (r < rows_here && split_writer) {
           const int64_t row = global_row0 + r;
-          if (t == 0) params.split_lse[(int64_t(split) * params.heads + head) * params.total_q + row] = lse;
+          if (t == 0 && (!Traits::kSplitKeys || warp == 0)) {  // the row tiles: every warp its rows
+            params.split_lse[(int64_t(split) * params.heads + head) * params.total_q + row] = lse;
+          }
           float* dst = params.split_out +
                        ((int64_t(split) * params.total_q + row) * params.heads + head) * Traits::kHeadDim;
           if constexpr (Traits::kFp8Cache) {
             // Tiles 2c and 2c + 1 hold chunk c's even and odd columns (o_col_e4m3): four adjacent.
 #pragma unroll
             for (int dt = 0; dt < kDTiles; dt += 2) {
+              if (dt < dt_lo || dt >= dt_hi) continue;
               *reinterpret_cast<float4*>(dst + o_col_e4m3(dt, 0, t)) =
                   make_float4(o_acc[mt][dt][2 * h], o_acc[mt][dt + 1][2 * h], o_acc[mt][dt][2 * h + 1],
                               o_acc[mt][dt + 1][2 * h + 1]);
@@ -1031,6 +1063,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
           } else {
 #pragma unroll
             for (int dt = 0; dt < kDTiles; ++dt) {
+              if (dt < dt_lo || dt >= dt_hi) continue;
               *reinterpret_cast<float2*>(dst + dt * 8 + 2 * t) =
                   make_float2(o_acc[mt][dt][2 * h], o_acc[mt][dt][2 * h + 1]);
             }
