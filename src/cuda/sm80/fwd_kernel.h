@@ -312,13 +312,8 @@ __host__ __device__ __forceinline__ bool page_offsets_shared(const ForwardParams
 // kBatchRegs: registers of loaded columns the merge may hold (kBatch splits' columns are loaded
 // before any is added): 64 in the combine kernel; 32 inside the decode kernels, under their
 // register cap (64 spilled 16-28 bytes in two d128 KV-cache kernels, ptxas sm_90a).
-// kStaged (the fused merge, merge_if_last_split): every split's columns of this row already sit in
-// shared memory at staged[split * kHeadDim + column], and this lane's first LSE (split `lane`) is
-// staged_lse, both read before one wait; the loads below then read shared memory, in the same
-// order and with the same additions.
-template <typename Element, int kHeadDim, int kBatchRegs, bool kStaged = false>
-__device__ __forceinline__ void combine_split_row(const ForwardParams& params, int64_t row, int head, int lane,
-                                                  const float* staged = nullptr, float staged_lse = 0.0f) {
+template <typename Element, int kHeadDim, int kBatchRegs>
+__device__ __forceinline__ void combine_split_row(const ForwardParams& params, int64_t row, int head, int lane) {
   static_assert(kHeadDim % 32 == 0, "whole columns per lane");
   constexpr int kPerLane = kHeadDim / 32;
   constexpr int kVec = kPerLane % 4 == 0 ? 4 : (kPerLane % 2 == 0 ? 2 : 1);  // floats per load
@@ -333,14 +328,7 @@ __device__ __forceinline__ void combine_split_row(const ForwardParams& params, i
   const auto load_batch = [&](int j0) {
 #pragma unroll
     for (int u = 0; u < kBatch; ++u) {
-      const int split = min(j0 + u, splits - 1);
-      if constexpr (kStaged) {
-        const float* src = staged + split * kHeadDim + lane * kPerLane;
-#pragma unroll
-        for (int e = 0; e < kPerLane; ++e) v[u][e] = src[e];
-        continue;
-      }
-      const float* src = o + split * o_split_stride;
+      const float* src = o + min(j0 + u, splits - 1) * o_split_stride;
 #pragma unroll
       for (int e = 0; e < kPerLane; e += kVec) {
         if constexpr (kVec == 4) {
@@ -361,7 +349,7 @@ __device__ __forceinline__ void combine_split_row(const ForwardParams& params, i
   // four splits at a time had waited for about eleven. Each lane's first LSE (split `lane`) is
   // read once and kept for the three passes below.
   load_batch(0);
-  const float lse_lane = kStaged ? staged_lse : lane < splits ? __ldcg(lse_s + lane * lse_split_stride) : -INFINITY;
+  const float lse_lane = lane < splits ? __ldcg(lse_s + lane * lse_split_stride) : -INFINITY;
   const auto split_lse = [&](int s) { return s < 32 ? lse_lane : __ldcg(lse_s + s * lse_split_stride); };
   float mx = -INFINITY;
   bool nan = false;  // a split's NaN (from NaN or infinite inputs) makes the row NaN, as in torch
@@ -430,58 +418,29 @@ __device__ __forceinline__ void combine_split_row(const ForwardParams& params, i
 // to 0 (so the next launch, or the next replay of a CUDA graph, finds it zeroed without a memset)
 // and merges the group's rows with combine_split_row, one warp per row, in place of the second
 // kernel (fwd_combine_kernel) and its launch. `flag` is one int of shared memory that nothing
-// reads any more (Q's tile). `staging` (the K/V buffers, `staging_bytes` of them, free by now):
-// when every warp's row of all splits fits (kWarps x splits x kHeadDim floats; d128: 32 splits
-// in the 64 KB of K and V), a warp first copies its row's columns of every split there with
-// cp.async and reads its LSE, then waits once: one L2 round trip where the batches of 8 splits
-// waited for one each (dev/results/h200-2026-12-03-s18-decode-trace-f71e586.txt: the last CTA's
-// merge took ~3 us at 16 splits, each L2 round trip ~0.6 us there).
+// reads any more (Q's tile).
 template <typename Traits>
 __device__ __forceinline__ void merge_if_last_split(const ForwardParams& params, int* flag, int group, int64_t row0,
-                                                    int rows, int head, int tid, float* staging, int staging_bytes) {
-  constexpr int kHeadDim = Traits::kHeadDim;
+                                                    int rows, int head, int tid) {
   __syncthreads();  // warp 0's partials are stored and fenced
   if (tid == 0) {
     uint32_t* counter = params.split_counters + group;
     // Release (cumulative: the partials this thread saw stored through the barrier), count, and
     // for the last split acquire: every other split's partials were released before its count,
     // which this count follows; the barrier below passes that on to the CTA's other threads.
-    // The acquire fence goes before the counter's reset, which nothing in this launch reads, so
-    // the merge does not wait for the reset's round trip.
     __threadfence();
     const bool last = atomicAdd(counter, 1u) == uint32_t(params.num_splits - 1);
     if (last) {
-      __threadfence();
       atomicExch(counter, 0u);
+      __threadfence();
     }
     *flag = last;
   }
   __syncthreads();
   if (*flag == 0) return;
-  const int warp = tid / 32, lane = tid % 32;
-  const int splits = params.num_splits;
-  const bool stage = int64_t(Traits::kWarps) * splits * kHeadDim * 4 <= staging_bytes;
-  float* mine = staging + warp * splits * kHeadDim;
+  const int warp = tid / 32;
   for (int r = warp; r < rows; r += Traits::kWarps) {
-    const int64_t row = row0 + r;
-    if (stage) {
-      // Chunk c (16 bytes) of the row: split c / (kHeadDim / 4), columns 4 (c % (kHeadDim / 4)).
-      const float* src = params.split_out + (row * params.heads + head) * kHeadDim;
-      const int64_t split_stride = params.total_q * params.heads * kHeadDim;
-      for (int c = lane; c < splits * (kHeadDim / 4); c += 32) {
-        const int s = c / (kHeadDim / 4), col = 4 * (c % (kHeadDim / 4));
-        ptx::cp_async_16(ptx::smem_addr(mine + s * kHeadDim + col), src + s * split_stride + col, true);
-      }
-      ptx::cp_async_commit();
-      const float lse = lane < splits ? __ldcg(params.split_lse + (int64_t(lane) * params.heads + head) * params.total_q + row)
-                                      : -INFINITY;
-      ptx::cp_async_wait<0>();
-      __syncwarp();
-      combine_split_row<typename Traits::Element, kHeadDim, 32, true>(params, row, head, lane, mine, lse);
-      __syncwarp();  // every lane read `mine` before the next row's copies overwrite it
-    } else {
-      combine_split_row<typename Traits::Element, kHeadDim, 32>(params, row, head, lane);
-    }
+    combine_split_row<typename Traits::Element, Traits::kHeadDim, 32>(params, row0 + r, head, tid % 32);
   }
 }
 
@@ -915,31 +874,17 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
   const int group = (batch * int(gridDim.y) + head) * int(gridDim.x) + m_block;
   int* const flag = reinterpret_cast<int*>(sQ);
   const int64_t global_row0 = params.is_varlen() ? row0_q + m0 : int64_t(batch) * params.seqlen_q + m0;
-  // kSplitKeys writing split partials at d <= 128 (kColumnMerge): the four warps merge by columns,
-  // warp w the head-dim tiles [w, w + 1) x kDTiles / kWarps, and each stores its own; otherwise
-  // warp 0 merges every column alone (the unsplit epilogue stages O through its rows of sQ).
-  constexpr bool kColumnMergeShape = Traits::kSplitKeys && Traits::kHeadDim <= 128 && kDTiles % Traits::kWarps == 0;
-  const bool column_merge = kColumnMergeShape && num_splits > 1;
-  constexpr int kWarpDTiles = kColumnMergeShape ? kDTiles / Traits::kWarps : kDTiles;
-  const int dt_lo = column_merge ? warp * kWarpDTiles : 0;
-  const int dt_hi = column_merge ? dt_lo + kWarpDTiles : kDTiles;
   if constexpr (Traits::kSplitKeys) {
-    // The warps hold partial results for the same rows over disjoint keys. They leave O, their
-    // kept row maxima and their lane's partial row sums in the K/V buffers, laid out
-    // [warp][value][lane] (conflict-free; warp 0's only for kColumnMerge); the merging warp(s)
-    // rescale every part to the largest kept maximum and add them in warp order, part 0 first,
-    // so each column's sum and each row's sum are the same whichever warp forms them.
-    // The trace of batch 1 x 4k keys (dev/NOTES.md "Decode latency", s18): 2.3 of its 8.8 us
-    // went between the key loop and the fenced partials with warp 0 merging alone.
+    // The warps hold partial results for the same rows over disjoint keys. Warps 1.. leave O,
+    // their kept row maxima and their lane's partial row sums in the K/V buffers, laid out
+    // [warp - 1][value][lane] (conflict-free); warp 0 rescales every part to the largest kept
+    // maximum, adds them and alone runs the epilogue.
     constexpr int kStats = kMTiles * kDTiles * 4;  // O first, then (max, sum) per row
     constexpr int kValues = kStats + 4 * kMTiles;
     float* merge = reinterpret_cast<float*>(sK);
     __syncthreads();  // every warp is done reading K and V (no copy is in flight after the loop)
-    const int first_writer = column_merge ? 0 : 1;
-    // Slots from warp first_writer on (without kColumnMerge warp 0 keeps its part in registers,
-    // and d256's three slots are all the K/V buffers hold).
-    if (warp >= first_writer) {
-      float* dst = merge + (warp - first_writer) * kValues * 32 + lane;
+    if (warp > 0) {
+      float* dst = merge + (warp - 1) * kValues * 32 + lane;
 #pragma unroll
       for (int mt = 0; mt < kMTiles; ++mt) {
 #pragma unroll
@@ -955,52 +900,39 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
       }
     }
     __syncthreads();
-    // With the fused combine warps 1.. stay for merge_if_last_split (without kColumnMerge they
-    // pass the epilogue without storing anything: split_writer).
-    if (warp > 0 && !fused_combine && !column_merge) return;
-    if (warp == 0 || column_merge) {
+    // With the fused combine warps 1.. stay for merge_if_last_split (they pass the epilogue
+    // without storing anything: split_writer).
+    if (warp > 0 && !fused_combine) return;
+    if (warp == 0) {
 #pragma unroll
       for (int mt = 0; mt < kMTiles; ++mt) {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          // Warp w's max at part[(w - first_writer) * kValues * 32], its sum 32 floats on.
-          const float* part = merge + (kStats + 4 * mt + 2 * h) * 32 + lane - first_writer * kValues * 32;
-          // Part 0 is warp 0's registers, or with kColumnMerge its copy (the same values).
-          float m0 = row_max[mt][h], s0 = row_sum[mt][h];
-          if (column_merge) m0 = part[0], s0 = part[32];
-          float mx = m0;
+          const float* part = merge + (kStats + 4 * mt + 2 * h) * 32 + lane;
+          float mx = row_max[mt][h];
 #pragma unroll
-          for (int w = 1; w < Traits::kWarps; ++w) mx = fmaxf(mx, part[w * kValues * 32]);
+          for (int w = 1; w < Traits::kWarps; ++w) mx = fmaxf(mx, part[(w - 1) * kValues * 32]);
           // A part whose kept maximum is -inf saw no visible key and weighs 0 (its O and sum are
           // 0); this also keeps exp2(-inf - -inf) from forming a NaN.
           const auto weight = [&](float m) { return m == -INFINITY ? 0.0f : ptx::exp2_approx((m - mx) * exp_scale); };
-          const float self = weight(m0);
-          float sum = s0 * self;
+          const float self = weight(row_max[mt][h]);
+          row_sum[mt][h] *= self;
 #pragma unroll
           for (int dt = 0; dt < kDTiles; ++dt) {
-            if (dt < dt_lo || dt >= dt_hi) continue;
-            const float* src0 = merge + lane;  // (kColumnMerge: slot 0 is warp 0's)
-            float o0 = o_acc[mt][dt][2 * h], o1 = o_acc[mt][dt][2 * h + 1];
-            if (column_merge) {
-              o0 = src0[((mt * kDTiles + dt) * 4 + 2 * h) * 32];
-              o1 = src0[((mt * kDTiles + dt) * 4 + 2 * h + 1) * 32];
-            }
-            o_acc[mt][dt][2 * h] = o0 * self;
-            o_acc[mt][dt][2 * h + 1] = o1 * self;
+            o_acc[mt][dt][2 * h] *= self;
+            o_acc[mt][dt][2 * h + 1] *= self;
           }
 #pragma unroll
           for (int w = 1; w < Traits::kWarps; ++w) {
-            const float* src = merge + (w - first_writer) * kValues * 32 + lane;
-            const float wt = weight(part[w * kValues * 32]);
-            sum += wt * part[w * kValues * 32 + 32];
+            const float* src = merge + (w - 1) * kValues * 32 + lane;
+            const float wt = weight(part[(w - 1) * kValues * 32]);
+            row_sum[mt][h] += wt * part[(w - 1) * kValues * 32 + 32];
 #pragma unroll
             for (int dt = 0; dt < kDTiles; ++dt) {
-              if (dt < dt_lo || dt >= dt_hi) continue;
               o_acc[mt][dt][2 * h] += wt * src[((mt * kDTiles + dt) * 4 + 2 * h) * 32];
               o_acc[mt][dt][2 * h + 1] += wt * src[((mt * kDTiles + dt) * 4 + 2 * h + 1) * 32];
             }
           }
-          row_sum[mt][h] = sum;
           row_max[mt][h] = mx;
         }
       }
@@ -1015,9 +947,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
   const float v_descale = Traits::kFp8Cache ? params.v_descale.at(batch, head_k) : 1.0f;
   const float out_scale = (use_dropout ? params.dropout_rescale : 1.0f) * v_descale;
   const bool sink_here = params.learnable_sink != nullptr && num_splits == 1;
-  // The warps that store split partials: warp 0 where it merged alone, each its own columns with
-  // kColumnMerge (the LSE still from warp 0).
-  const bool split_writer = !Traits::kSplitKeys || warp == 0 || column_merge;
+  const bool split_writer = !Traits::kSplitKeys || warp == 0;  // the split-key warps merged into warp 0
 #pragma unroll
   for (int mt = 0; mt < kMTiles; ++mt) {
 #pragma unroll
@@ -1046,16 +976,13 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
       if (num_splits > 1) {
         if (r < rows_here && split_writer) {
           const int64_t row = global_row0 + r;
-          if (t == 0 && (!Traits::kSplitKeys || warp == 0)) {  // the row tiles: every warp its rows
-            params.split_lse[(int64_t(split) * params.heads + head) * params.total_q + row] = lse;
-          }
+          if (t == 0) params.split_lse[(int64_t(split) * params.heads + head) * params.total_q + row] = lse;
           float* dst = params.split_out +
                        ((int64_t(split) * params.total_q + row) * params.heads + head) * Traits::kHeadDim;
           if constexpr (Traits::kFp8Cache) {
             // Tiles 2c and 2c + 1 hold chunk c's even and odd columns (o_col_e4m3): four adjacent.
 #pragma unroll
             for (int dt = 0; dt < kDTiles; dt += 2) {
-              if (dt < dt_lo || dt >= dt_hi) continue;
               *reinterpret_cast<float4*>(dst + o_col_e4m3(dt, 0, t)) =
                   make_float4(o_acc[mt][dt][2 * h], o_acc[mt][dt + 1][2 * h], o_acc[mt][dt][2 * h + 1],
                               o_acc[mt][dt + 1][2 * h + 1]);
@@ -1063,7 +990,6 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
           } else {
 #pragma unroll
             for (int dt = 0; dt < kDTiles; ++dt) {
-              if (dt < dt_lo || dt >= dt_hi) continue;
               *reinterpret_cast<float2*>(dst + dt * 8 + 2 * t) =
                   make_float2(o_acc[mt][dt][2 * h], o_acc[mt][dt][2 * h + 1]);
             }
@@ -1079,8 +1005,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
     if (fused_combine) {
       __threadfence();  // release: this thread's partials before thread 0's count
       FLASHATTN_DECODE_TRACE(3)
-      merge_if_last_split<Traits>(params, flag, group, global_row0, rows_here, head, tid, reinterpret_cast<float*>(sK),
-                                  int(2 * Traits::kSmemKV * sizeof(Element)));
+      merge_if_last_split<Traits>(params, flag, group, global_row0, rows_here, head, tid);
 #if defined(FLASHATTN_DEV_DECODE_TRACE)
       if (tid == 0) {
         unsigned long long ns1 = 0;
