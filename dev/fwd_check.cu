@@ -21,7 +21,6 @@
 #include "flashattn/flashattn.h"
 #include "cuda_exit_check.h"
 
-
 using namespace flashattn;
 
 struct Case {
