@@ -1205,8 +1205,8 @@ std::vector<Fp8Spec> cuda_forward_cases() {
     { Fp8Spec s; s.name = "varlen_ragged_causal"; s.varlen_q = {1, 17, 130, 1000}; s.varlen_k = {1, 17, 130, 1000}; s.causal = true; add(s); }
     { Fp8Spec s; s.name = "softcap"; s.softcap = 5.0f; s.seqlen_q = 200; s.seqlen_k = 300; add(s); }
     if (d == 256) {
-      // d256's window kernel, the sink fold and outliers as well (the 128-key tile with 240
-      // consumer registers and one transposer item per pass, fwd8_narrow_producer, waits on them).
+      // d256's tile has 128 keys, 240 consumer registers and one transposer item per pass
+      // (fwd8_narrow_producer): its window kernel, the sink fold and outliers as well.
       { Fp8Spec s; s.name = "window"; s.window_left = 64; s.window_right = 16; s.seqlen_q = 400; s.seqlen_k = 400; add(s); }
       { Fp8Spec s; s.name = "sink_causal"; s.sink = true; s.causal = true; s.seqlen_q = 150; s.seqlen_k = 150; add(s); }
       { Fp8Spec s; s.name = "outliers"; s.outliers = true; s.seqlen_k = 512; add(s); }

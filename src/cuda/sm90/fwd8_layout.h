@@ -17,19 +17,18 @@
 namespace flashattn::cuda::sm90 {
 
 // The FP8 forward's tile: 2 consumer warpgroups (block_m 128; 3 at d64), 2 stages, ping-pong;
-// 128 keys per K/V tile (64 at d256). Measured on H200 (dev/NOTES.md, "FP8 forward on Hopper").
-// Why multiples of 64 keys: P V runs over the keys as its K dimension, and 8-bit wgmma
+// 128 keys per K/V tile. Measured on H200 (dev/NOTES.md, "FP8 forward on Hopper"). Why
+// multiples of 64 keys: P V runs over the keys as its K dimension, and 8-bit wgmma
 // operands are K-major only, so the transposed V tile (Vt) holds one row of block_n key bytes
 // per head-dim column, in panels of 128 (or 64) key bytes under the swizzle of that width, the
 // layouts the copy engine and the descriptors share; block_n is a multiple of 64.
 // Registers per consumer thread: S block_n / 2 + P block_n / 8 (four e4m3 per word) + O
 // head_dim / 2: d128 64 + 16 + 64; d256 at 128 keys 64 + 16 + 128 = 208 spilled 48 bytes in the
-// main loop under setmaxnreg's 232 (ptxas, CUDA 13); with 240 for the consumers and 24 for the
-// producer warpgroup (fwd8_narrow_producer; the transposers one item per pass) what spills is the
-// TMA thread's, none in the consumers' key loop without a mask, 2 LDL with one. At 64 keys
-// 32 + 8 + 128 = 168 fit 232.
+// main loop under setmaxnreg's 232 (ptxas, CUDA 13), so d256's consumers take 240 and the
+// producer warpgroup 24 (fwd8_narrow_producer; the transposers one item per pass; what spills
+// then is the TMA thread's, none in the consumers' key loop without a mask, 2 LDL with one).
 // Shared memory: Q 128 x d, and per stage K block_n x d, V block_n x d, Vt d x block_n, all
-// bytes: d128 16 + 2 x 48 = 112 KB; d256 32 + 2 x 48 = 128 KB (224 KB at 128 keys).
+// bytes: d128 16 + 2 x 48 = 112 KB; d256 32 + 2 x 96 = 224 KB.
 //
 // dev/ experiments (the tile sweep, dev/NOTES.md): -DFLASHATTN_DEV_FP8_HDIM=D with
 // -DFLASHATTN_DEV_FP8_{CONSUMERS,BN,STAGES}=... replace head dim D's tile (each defaults to the
@@ -45,11 +44,12 @@ namespace flashattn::cuda::sm90 {
 // (dev/results/h200-2026-12-03-s18-fp8-tile-{base,d256_bn128_r240}-f71e586.json): 938 / 855 /
 // 1003 / 1006 TFLOP/s against 872 / 780 / 932 / 916 at 4k / 4k causal / 16k / 16k causal
 // (+7.6 / +9.6 / +7.6 / +9.8%); d128 at 192 keys with 240 / 24 lost again (-7 / -2 / -1 / +2%).
-// d256 keeps 64 keys until the 128-key kernels pass the CUDA FP8 cases under a mask (only the
-// unmasked d256_gqa case ran on them; dev/NOTES.md, "Measurements written for the next GPU
-// session"): -DFLASHATTN_DEV_FP8_HDIM=256 -DFLASHATTN_DEV_FP8_BN=128 builds them.
+// The default since s19, after the CUDA FP8 cases at d256 (window, causal with a sink,
+// outliers, varlen), test_fp8.py, and racecheck / synccheck of the causal and window kernels
+// passed on it; the same call timed 940 / 857 / 958 / 931 against our bf16's 794 / 692 / 830 / 778
+// (dev/results/h200-2026-12-03-s19-fp8-d256-bn128-7ab6ae5.json).
 constexpr FwdTile fwd8_tile_shipped(int head_dim) {
-  return head_dim > 128 ? FwdTile{2, 64, 2, true} : head_dim <= 64 ? FwdTile{3, 128, 2, true} : FwdTile{2, 128, 2, true};
+  return head_dim <= 64 ? FwdTile{3, 128, 2, true} : FwdTile{2, 128, 2, true};
 }
 // Whether two consumer warpgroups take 240 registers and the producer warpgroup 24 (its
 // transposers then one item per pass) rather than 232 and 40: where their accumulators (S, P,
