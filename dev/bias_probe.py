@@ -2,7 +2,7 @@
 cuDNN and memory-efficient backends, same process, bf16, d128, 16 heads, batch = 16k / N:
 forward, backward, and backward with the bias's gradient. Bias shapes (B, H, N, N) and
 (1, H, N, N) (T5-style, shared over the batch). TFLOP/s with the attention FLOPs (4 B H N^2 d
-forward, 2.5x backward). Usage: python3 dev/bias_probe.py --out X.json [--seqlens 1024,4096]"""
+forward, 2.5x backward). Usage: python3 dev/bias_probe.py --out X.json [--seqlens 1024,4096] [--sm80]"""
 import argparse
 import json
 
@@ -17,6 +17,7 @@ ap = argparse.ArgumentParser()
 ap.add_argument("--out", required=True)
 ap.add_argument("--repeats", type=int, default=10)
 ap.add_argument("--seqlens", default="1024,2048,4096")
+ap.add_argument("--sm80", action="store_true", help="also time our backward on the sm80 kernels (flashattn_sm80_*)")
 args = ap.parse_args()
 
 
@@ -43,6 +44,13 @@ for n in (int(x) for x in args.seqlens.split(",")):
         row["flashattn_bwd"] = 2.5 * fl / timed_r(lambda: torch.autograd.grad(out, (q, k, v), dout, retain_graph=True)) / 1e12
         row["flashattn_bwd_dbias"] = 2.5 * fl / timed_r(
             lambda: torch.autograd.grad(out, (q, k, v, bias), dout, retain_graph=True)) / 1e12
+        if args.sm80:  # the same backward on the sm80 kernels (switch bwd_sm80), same process
+            saved = flashattn._C._set_switch("bwd_sm80", True)
+            try:
+                row["flashattn_sm80_bwd_dbias"] = 2.5 * fl / timed_r(
+                    lambda: torch.autograd.grad(out, (q, k, v, bias), dout, retain_graph=True)) / 1e12
+            finally:
+                flashattn._C._set_switch("bwd_sm80", saved)
         for name, be in backends.items():
             try:
                 with sdpa_kernel([be]):
@@ -64,5 +72,6 @@ for n in (int(x) for x in args.seqlens.split(",")):
         print(" ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()), flush=True)
         del q, k, v, qt, kt, vt, out, bias
         torch.cuda.empty_cache()
-env = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "cudnn": torch.backends.cudnn.version()}
+env = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "cudnn": torch.backends.cudnn.version(),
+       "date_utc": __import__("datetime").datetime.now(__import__("datetime").timezone.utc).isoformat(timespec="seconds")}
 json.dump({"environment": env, "rows": rows}, open(args.out, "w"), indent=1)

@@ -10,7 +10,8 @@ give persistent CTAs a second tile (static rounds and the tile feed), varlen cau
 causal (the split-role kernel), the d64 and d256 short-rows forwards (causal), the deterministic
 backward (two kernels) at d128, and the forward
 with attn_mask alone (the mask tile), with a key-padding mask, and attn_bias with attn_mask (the
-mask as bits) at d64 and d128. Needs a GPU and torch."""
+mask as bits) at d64 and d128, and the backward with attn_bias and dbias (d128 causal, d64 key
+padding). Needs a GPU and torch."""
 import argparse
 import sys
 
@@ -96,6 +97,23 @@ def fwd_mask_case(name, b, n, h, d, key_padding, with_bias=False):
     return check(name, out, ref(q, k, v, False, keep.expand(b, 1, n, n), bias), 0.03)
 
 
+def bwd_bias_case(name, b, n, h, d, bias_shape, causal):
+    """The Hopper bias backward (BwdBiasTraits): a bf16 bias that requires grad, dq, dk, dv and
+    dbias against float32 autograd."""
+    q, k, v = (rnd(b, n, h, d, grad=True) for _ in range(3))
+    bias = rnd(*bias_shape, grad=True)
+    out = flashattn.flash_attn_func(q, k, v, causal=causal, attn_bias=bias)
+    do = torch.randn_like(out)
+    g = torch.autograd.grad(out, (q, k, v, bias), do)
+    qr, kr, vr, br = (x.detach().float().requires_grad_() for x in (q, k, v, bias))
+    o_ref = ref(qr, kr, vr, causal, None, br)
+    g_ref = torch.autograd.grad(o_ref, (qr, kr, vr, br), do.float())
+    ok = check(f"{name} out", out, o_ref, 0.03)
+    for label, x, y in zip(("dq", "dk", "dv", "dbias"), g, g_ref):
+        ok &= check(f"{name} {label}", x, y, 0.05 * max(1.0, y.abs().max().item()))
+    return ok
+
+
 CASES = {
     "bwd_d64": lambda: bwd_case("bwd_d64", 1, 1024, 2, 64, 64, False),
     "bwd_d64_causal": lambda: bwd_case("bwd_d64_causal", 1, 1024, 2, 64, 64, True),
@@ -116,6 +134,10 @@ CASES = {
     # attn_bias with attn_mask: the mask packed into bits (d64 since 2026-12-03, d128 before).
     "fwd_bias_mask_bits_d64": lambda: fwd_mask_case("fwd_bias_mask_bits_d64", 2, 1024, 2, 64, False, True),
     "fwd_bias_mask_bits_d128": lambda: fwd_mask_case("fwd_bias_mask_bits_d128", 2, 1024, 2, 128, False, True),
+    # The Hopper bias backward: dbias stored per element (d128, causal) and summed over the rows
+    # into partials over the heads (d64 key padding).
+    "bwd_bias_d128_causal": lambda: bwd_bias_case("bwd_bias_d128_causal", 1, 1024, 2, 128, (1, 2, 1024, 1024), True),
+    "bwd_bias_d64_keypad": lambda: bwd_bias_case("bwd_bias_d64_keypad", 2, 1024, 2, 64, (2, 1, 1, 1024), False),
 }
 
 

@@ -47,6 +47,9 @@ SM90_FAMILY_HEAD_DIMS = {"sm90fwd": SM90_HEAD_DIMS, "sm90fwdmods": SM90_HEAD_DIM
 # The sm90 backward with softcap / ALiBi (BwdModsTraits): (head dim, masks) as
 # sm90/bwd_dispatch.cu has_mods_kernel lists them: d64 both, d128 without a window.
 SM90_BWD_MODS = [(64, ["nomask", "window"]), (128, ["nomask"])]
+# The sm90 backward with attn_bias (BwdBiasTraits), window mask only (it serves calls without one),
+# softcap / ALiBi at run time: sm90bwdbias_hdim{D}_{dtype}_window.cu (bwd_dispatch.cu has_bias_kernel).
+SM90_BWD_BIAS_HEAD_DIMS = [64, 128]
 # Extra template arguments per sm90 family: the forward with softcap / ALiBi (FwdTraits::kMods).
 SM90_FAMILY_EXTRA = {"sm90fwdmods": ", true"}
 # The sm90 forward at head_dim != head_dim_v: (head_dim, head_dim_v) pairs with kernels of their own
@@ -239,6 +242,12 @@ def main():
         for dname, elem in DTYPES.items():
             (out / f"sm90bwdsparse_hdim{hdim}_{dname}_window.cu").write_text(
                 SM90_BWD_SPARSE_TEMPLATE.format(elem=elem, hdim=hdim))
+            count += 1
+    for hdim in SM90_BWD_BIAS_HEAD_DIMS:
+        for dname, elem in DTYPES.items():
+            (out / f"sm90bwdbias_hdim{hdim}_{dname}_window.cu").write_text(SM90_TEMPLATE.format(
+                header="cuda/sm90/bwd_launch.h", run="sm90::run_bwd", traits="sm90::BwdBiasTraits", elem=elem,
+                hdim=hdim, mask="MaskMode::kWindow", params="BackwardParams", extra=""))
             count += 1
     for hdim, masks in SM90_BWD_MODS:
         for dname, elem in DTYPES.items():

@@ -240,6 +240,58 @@ TEST(Sm90FwdTile, BiasSlotWordsAreTheAccumulatorPairs) {
   }
 }
 
+// The backward's bias slot (sm90/bias_layout.h bias_t_lane_offset): the copy engine writes
+// element (query row r, key j) of a 64 x 128 tile as above (panels of 64 rows); ldmatrix.trans
+// gives lane l in register m the 4-byte word whose 16-bit halves are column l / 4 of rows
+// 2 (l % 4) and 2 (l % 4) + 1 of matrix m, rows at address[8 m + i] (i = 0..7). Every consumer
+// thread's pair 4j + m = 2c + h must be (queries 8c + 2t, 8c + 2t + 1; key 64 consumer + 16 warp
+// + 8h + g), its S^T accumulator's layout, and a matrix's 8 row addresses must hit 8 distinct
+// 16-byte bank groups (or be one address for a row-broadcast bias).
+TEST(Sm90BwdBias, BiasSlotWordsAreTheTransposedAccumulatorPairs) {
+  constexpr int kRows = 64, kKeys = 128, kPanelBytes = kRows * 128;
+  for (bool broadcast : {false, true}) {
+    SCOPED_TRACE(broadcast ? "row broadcast" : "full tile");
+    std::vector<int32_t> slot(kKeys / 64 * kPanelBytes / 2, -1);  // (row << 16) | key, -1 = empty
+    for (int r = 0; r < (broadcast ? 1 : kRows); ++r) {
+      for (int j = 0; j < kKeys; ++j) {
+        const int byte = j / 64 * kPanelBytes + r * 128 + ((j % 64 / 8) ^ (r % 8)) * 16 + (j % 8) * 2;
+        slot[static_cast<size_t>(byte / 2)] = (r << 16) | j;
+      }
+    }
+    for (int consumer = 0; consumer < 2; ++consumer) {
+      for (int warp = 0; warp < 4; ++warp) {
+        uint32_t lane_off[32];
+        for (int l = 0; l < 32; ++l) lane_off[l] = sm90::bias_t_lane_offset(consumer, warp, l, broadcast, kPanelBytes);
+        for (int j = 0; j < 4; ++j) {
+          for (int m = 0; m < 4; ++m) {
+            bool distinct = true, same = true;
+            uint32_t addr[8];
+            for (int i = 0; i < 8; ++i) {
+              addr[i] = lane_off[8 * m + i] + uint32_t(j) * sm90::bias_t_step(broadcast);
+              EXPECT_EQ(addr[i] % 16, 0u);
+              same = same && addr[i] == addr[0];
+              for (int i2 = 0; i2 < i; ++i2) distinct = distinct && (addr[i] / 16) % 8 != (addr[i2] / 16) % 8;
+            }
+            EXPECT_TRUE(broadcast ? same : distinct) << "consumer " << consumer << " warp " << warp << " step " << j;
+            for (int l = 0; l < 32; ++l) {
+              const int g = l / 4, t = l % 4;
+              const int pair = 4 * j + m, c = pair / 2, h = pair % 2;
+              const int key = 64 * consumer + 16 * warp + 8 * h + g;
+              for (int e = 0; e < 2; ++e) {
+                // Row 2t + e of the matrix, column g: 2 bytes at that row's address + 2 g.
+                const uint32_t byte = addr[2 * t + e] + 2 * uint32_t(g);
+                const int row = broadcast ? 0 : 8 * c + 2 * t + e;
+                ASSERT_EQ(slot[byte / 2], (row << 16) | key)
+                    << "consumer " << consumer << " warp " << warp << " lane " << l << " step " << j << " matrix " << m;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 // The attn_mask tile (sm90/bias_layout.h mask_lane_base): the copy
 // engine writes byte (row r, key j) of a 128 x 128 uint8 tile (one 128-byte row of keys per
 // query row) at r * 128 + ((j / 16) ^ (r % 8)) * 16 + j % 16 (128-byte swizzle; a row-broadcast

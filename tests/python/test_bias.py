@@ -6,7 +6,8 @@ float32 and bfloat16; dq, dk, dv and dbias, deterministic mode bitwise repeatabl
 float64 torch with the naive bf16 computation as the yardstick, each broadcast pattern of dbias
 at lengths of several kernel tiles; the CUDA backward refuses dbias with softcap naming it; the
 Hopper forward's bias kernel (head dims 64 and 128) against float64 and the sm80 forward in one
-process, and which calls reach it (the CUDA tests skip without a GPU)."""
+process, and which calls reach it; the Hopper backward's bias kernel (every dbias pattern, varlen)
+against float64 and the sm80 backward (the CUDA tests skip without a GPU)."""
 
 import numpy as np
 import pytest
@@ -531,6 +532,159 @@ def test_cuda_sm90_bias_dispatch():
     block = torch.rand(1, 1, -(-s // 128), -(-s // 128), device="cuda", generator=g) < 0.5
     assert run(128, bias.bfloat16(), block_mask=block, block_size=(128, 128)) == 0, "a bias with a block mask: sm80"
     assert run(128, mask=mask, block_mask=block, block_size=(128, 128)) == 1, "attn_mask in a block mask: sparse sm90"
+
+
+# The Hopper backward with attn_bias (sm90/bwd_kernel.h BwdBiasTraits: 16-bit bias of the call's
+# dtype, no attn_mask or block mask, head dims 64 and 128, not deterministic): each dbias pattern
+# (stored per element, summed over the query rows in the kernel, partials over the batch or the
+# heads), causal, window, softcap and ALiBi (the bias then needs no gradient for softcap), -inf
+# entries, fp16, ragged lengths, a padded row stride.
+SM90_BWD_CASES = [
+    dict(d=128, bias=(2, 8, 300, 520)),                                   # dbias stored per element
+    dict(d=128, bias=(1, 8, 300, 520), causal=True),                      # T5-style: partials over the batch
+    dict(d=64, bias=(2, 1, 1, 520), window=(64, 16)),                     # key padding: row sums, partials
+    dict(d=64, bias=(2, 8, 1, 520), causal=True),                         # row sums stored directly
+    dict(d=128, bias=(1, 1, 300, 520), dtype="float16"),                  # shared by batch and heads
+    dict(d=128, bias=(2, 8, 300, 520), neg_inf=0.3, causal=True),         # -inf entries (a mask as a bias)
+    dict(d=64, bias=(2, 8, 300, 520), softcap=5.0, grad=False),           # softcap: no dbias
+    dict(d=128, bias=(2, 1, 300, 520), alibi=True, window=(100, 30)),     # ALiBi with a window
+    dict(d=128, sq=113, sk=257, bias=(2, 8, 113, 257), pad=264, causal=True),  # ragged, padded rows
+    dict(d=64, sq=1, sk=520, bias=(2, 8, 1, 520)),                        # one query row
+]
+
+
+@pytest.mark.parametrize("case", range(len(SM90_BWD_CASES)))
+def test_cuda_sm90_bias_backward_matches_float64(case):
+    """dq, dk, dv and dbias through autograd on the Hopper bias backward against float64 torch
+    autograd (the naive low-precision autograd as the yardstick), the call counted on the sm90
+    backward, and against the sm80 backward of the same inputs (switch bwd_sm80) within the
+    yardstick's error."""
+    torch = _cuda_torch()
+    import torch_ref
+    if torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("the sm90 backward runs on Hopper only")
+    c = SM90_BWD_CASES[case]
+    q, k, v, bias, _, keep = _sm90_bias_case(torch, c, 9300 + case)
+    b, sq, h = q.shape[0], q.shape[1], q.shape[2]
+    sk, d = k.shape[1], c["d"]
+    g = torch.Generator(device="cuda").manual_seed(9400 + case)
+    dout = torch.randn(b, sq, h, d, device="cuda", generator=g).to(q.dtype)
+    scale = 1 / np.sqrt(d)
+    softcap = c.get("softcap", 0.0)
+    slopes = (torch.rand(h, device="cuda", generator=g) * 0.5).float() if c.get("alibi") else None
+    ref_bias = bias
+    if slopes is not None:  # ALiBi as a float64 bias for the reference: -slope |i + sk - sq - j|
+        i = torch.arange(sq, device="cuda")[:, None]
+        j = torch.arange(sk, device="cuda")[None, :]
+        alibi = -slopes.double()[None, :, None, None] * (i + sk - sq - j).abs().double()[None, None]
+        ref_bias_fn = lambda bb: bb + alibi.to(bb.dtype)  # noqa: E731
+    else:
+        ref_bias_fn = lambda bb: bb  # noqa: E731
+    grad = c.get("grad", True)
+
+    def fa(q, k, v, *bb):
+        return flashattn.flash_attn_func(q, k, v, causal=c.get("causal", False), window_size=c.get("window", (-1, -1)),
+                                         softcap=softcap, alibi_slopes=slopes, attn_bias=bb[0] if bb else bias)
+
+    def ref(q, k, v, *bb):
+        return torch_reference(q, k, v, ref_bias_fn(bb[0] if bb else ref_bias.to(q.dtype)), keep, scale, softcap)
+
+    inputs = [q, k, v] + ([bias] if grad else [])
+    names = ("out", "dq", "dk", "dv", "dbias")[:len(inputs) + 1]
+    results = {}
+    for sm80 in (False, True):
+        saved = flashattn._C._set_switch("bwd_sm80", sm80)
+        try:
+            before = flashattn._C._backward_calls()[0]
+            results[sm80] = torch_ref.values_and_grads(fa, inputs, dout)
+            ran90 = flashattn._C._backward_calls()[0] - before
+        finally:
+            flashattn._C._set_switch("bwd_sm80", saved)
+        assert ran90 == (0 if sm80 else 1), f"sm90 backward calls {ran90} (bwd_sm80 switch: {sm80})"
+    ref64 = torch_ref.values_and_grads(ref, [x.double() for x in inputs], dout)
+    naive = torch_ref.values_and_grads(ref, inputs, dout)
+    for name, o, o80, r, n in zip(names, results[False], results[True], ref64, naive):
+        tol = {"out": 1e-3, "dbias": dbias_atol(r)}.get(name, 1e-2)
+        assert np.isfinite(o).all(), f"{name}: not finite"
+        assert_fa_close(name, o, r, n, tol)
+        assert_fa_close(f"{name} (sm80 backward)", o80, r, n, tol)
+
+
+def test_cuda_sm90_bias_backward_dispatch():
+    """Which backward calls with attn_bias reach the Hopper bias kernel: a bf16 bias at d64 / d128
+    (with dbias or not) does; a float32 bias, deterministic mode, a bias with attn_mask and head
+    dim 256 stay on sm80, and still give finite gradients."""
+    torch = _cuda_torch()
+    if not _sm90_forward_ran(torch):
+        pytest.skip("the forward does not reach the sm90 kernels here (not Hopper, not built, or path sm80)")
+    g = torch.Generator(device="cuda").manual_seed(9600)
+    b, s, h = 2, 264, 4
+
+    def run(d, bias, bias_grad=True, mask=None, **kw):
+        q, k, v = (torch.randn(b, s, h, d, device="cuda", generator=g).bfloat16().requires_grad_() for _ in range(3))
+        bb = bias.clone().requires_grad_(bias_grad)
+        before = flashattn._C._backward_calls()[0]
+        flashattn.flash_attn_func(q, k, v, attn_bias=bb, attn_mask=mask, **kw).float().square().sum().backward()
+        for t in (q, k, v) + ((bb,) if bias_grad else ()):
+            assert torch.isfinite(t.grad.float()).all()
+        return flashattn._C._backward_calls()[0] - before
+
+    bias = torch.randn(1, h, s, s, device="cuda", generator=g)
+    assert run(128, bias.bfloat16()) == 1, "bf16 bias with dbias, d128"
+    assert run(64, bias.bfloat16(), bias_grad=False, causal=True) == 1, "bf16 bias without dbias, d64, causal"
+    assert run(128, bias) == 0, "a float32 bias stays on sm80"
+    assert run(128, bias.bfloat16(), deterministic=True) == 0, "deterministic: sm80"
+    mask = torch.rand(b, 1, s, s, device="cuda", generator=g) < 0.9
+    assert run(128, bias.bfloat16(), mask=mask) == 0, "bias and mask: sm80"
+    if flashattn._C._cuda_head_dim_built(256):
+        assert run(256, bias.bfloat16()) == 0, "head dim 256: sm80"
+
+
+def test_cuda_sm90_bias_backward_varlen():
+    """Varlen with a bias over (batch, heads, max_seqlen_q, max_seqlen_k) that requires grad,
+    causal, GQA, on the Hopper bias backward: gradients of the packed q, k, v and of the bias
+    against float64 autograd over each sequence's own slice."""
+    torch = _cuda_torch()
+    import torch_ref
+    if torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("the sm90 backward runs on Hopper only")
+    g = torch.Generator(device="cuda").manual_seed(9500)
+    lens_q, lens_k = [37, 1, 400, 129, 300], [53, 300, 264, 10, 520]
+    h, hk, d, mq, mk = 8, 2, 128, max(lens_q), 520
+    B = len(lens_q)
+    q = torch.randn(sum(lens_q), h, d, device="cuda", generator=g).bfloat16()
+    k, v = (torch.randn(sum(lens_k), hk, d, device="cuda", generator=g).bfloat16() for _ in range(2))
+    dout = torch.randn(sum(lens_q), h, d, device="cuda", generator=g).bfloat16()
+    bias = (2 * torch.randn(B, h, mq, mk, device="cuda", generator=g)).bfloat16()
+    cu_q = torch.tensor([0] + list(np.cumsum(lens_q)), dtype=torch.int32, device="cuda")
+    cu_k = torch.tensor([0] + list(np.cumsum(lens_k)), dtype=torch.int32, device="cuda")
+    scale = 1 / np.sqrt(d)
+
+    def fa(q, k, v, bb):
+        return flashattn.flash_attn_varlen_func(q, k, v, cu_q, cu_k, mq, mk, causal=True, attn_bias=bb)
+
+    def ref(q, k, v, bb):
+        outs = []
+        for i in range(B):
+            lq, lk = lens_q[i], lens_k[i]
+            r = torch.arange(lq, device="cuda")[:, None]
+            c = torch.arange(lk, device="cuda")[None, :]
+            keep = (c <= r + lk - lq)[None, None].expand(1, h, lq, lk)
+            outs.append(torch_reference(q[cu_q[i]:cu_q[i + 1]][None], k[cu_k[i]:cu_k[i + 1]][None],
+                                        v[cu_k[i]:cu_k[i + 1]][None], bb[i:i + 1, :, :lq, :lk], keep, scale)[0])
+        return torch.cat(outs)
+
+    before = flashattn._C._backward_calls()[0]
+    ours = torch_ref.values_and_grads(fa, [q, k, v, bias], dout)
+    assert flashattn._C._backward_calls()[0] - before == 1, "the sm90 backward ran"
+    ref64 = torch_ref.values_and_grads(ref, [x.double() for x in (q, k, v, bias)], dout)
+    naive = torch_ref.values_and_grads(ref, [q, k, v, bias], dout)
+    for name, o, r, n in zip(("out", "dq", "dk", "dv", "dbias"), ours, ref64, naive):
+        assert_fa_close(name, o, r, n, {"out": 1e-3, "dbias": dbias_atol(r)}.get(name, 1e-2))
+    # Bias positions outside every sequence's (rows, keys) get no gradient.
+    db = torch.from_numpy(ours[4])
+    for i in range(B):
+        assert not db[i, :, lens_q[i]:, :].any() and not db[i, :, :, lens_k[i]:].any(), f"dbias outside sequence {i}"
 
 
 def test_cuda_sm90_bias_mask_bits_graph_replay():

@@ -166,6 +166,31 @@ size_t block_tiles_ws_bytes(const BackwardParams& p) {
                   kWsAlign);
 }
 
+// dbias before the kernels (DbiasPlan, cuda/bwd_dbias.h): kp->dbias_out is dbias itself, zeroed
+// (the elements no step writes stay 0), or `partials` (the plan's ws_floats of workspace, laid out
+// (batch, heads, ws_rows, seqlen_k)), zeroed; and after them the partials reduced into dbias. The
+// sm80 bias/mask kernels and the sm90 bias kernels (sm90/bwd_launch.h) both write dbias_out.
+inline Status begin_dbias(BwdKernelParams* kp, const DbiasPlan& dbias, float* partials, cudaStream_t stream) {
+  if (!kp->dbias.defined()) return Status::Ok();
+  kp->dbias_row_sum = dbias.row_sum;
+  if (partials == nullptr) {
+    kp->dbias_out = kp->dbias;
+    return zero_dbias(kp->dbias, kp->seqlen_k, stream);
+  }
+  Broadcast4& o = kp->dbias_out;
+  o.data = partials;
+  o.row = kp->seqlen_k;
+  o.head = dbias.ws_rows * kp->seqlen_k;
+  o.batch = int64_t(kp->heads) * o.head;
+  FLASHATTN_CUDA_TRY(cudaMemsetAsync(partials, 0, sizeof(float) * size_t(dbias.ws_floats), stream));
+  return Status::Ok();
+}
+inline Status end_dbias(const BwdKernelParams& kp, const DbiasPlan& dbias, const float* partials,
+                        cudaStream_t stream) {
+  if (partials == nullptr) return Status::Ok();
+  return reduce_dbias(kp.dbias, partials, kp.batch, kp.heads, dbias.ws_rows, kp.seqlen_k, stream);
+}
+
 // launch_bwd_kernels with ScoreMods::kBiasMask's passes around it: under a block mask, the
 // block states and the tables of tile kinds (block_tiles_ws_bytes of ws), then dbias's partials
 // (dbias.ws_floats; the workspace alloc_workspace appended for both); dbias zeroed
@@ -196,23 +221,9 @@ Status launch_bias_mask_bwd(BwdKernelParams* kp, const DbiasPlan& dbias, void* w
       next += block_tiles_ws_bytes<Traits>(*kp);
     }
     float* partials = dbias.ws_floats > 0 ? reinterpret_cast<float*>(next) : nullptr;
-    if (kp->dbias.defined()) {
-      kp->dbias_row_sum = dbias.row_sum;
-      if (partials == nullptr) {
-        kp->dbias_out = kp->dbias;
-        if (Status s = zero_dbias(kp->dbias, kp->seqlen_k, stream); !s.ok()) return s;
-      } else {
-        Broadcast4& o = kp->dbias_out;
-        o.data = partials;
-        o.row = kp->seqlen_k;
-        o.head = dbias.ws_rows * kp->seqlen_k;
-        o.batch = int64_t(kp->heads) * o.head;
-        FLASHATTN_CUDA_TRY(cudaMemsetAsync(partials, 0, sizeof(float) * size_t(dbias.ws_floats), stream));
-      }
-    }
+    if (Status s = begin_dbias(kp, dbias, partials, stream); !s.ok()) return s;
     if (Status s = launch_bwd_kernels<Traits>(*kp, stream); !s.ok()) return s;
-    if (partials == nullptr) return Status::Ok();
-    return reduce_dbias(kp->dbias, partials, kp->batch, kp->heads, dbias.ws_rows, kp->seqlen_k, stream);
+    return end_dbias(*kp, dbias, partials, stream);
   } else {
     (void)dbias, (void)ws;
     return launch_bwd_kernels<Traits>(*kp, stream);

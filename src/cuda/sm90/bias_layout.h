@@ -36,6 +36,24 @@ FLASHATTN_HOST_DEVICE uint32_t bias_step_offset(int q, const BiasLane& bl, int p
   return uint32_t((q / 4) * panel_bytes) + bl.row_off + ((uint32_t(2 * (q % 4)) ^ bl.chunk_xor) << 4);
 }
 
+// The backward's bias slot (bwd_kernel.h, BwdBiasTraits): the copy engine writes the bias tile of
+// (64 query rows, 128 keys) as the forward's, in two 64-key panels of `panel_bytes`, and a dK/dV
+// consumer needs it transposed: its S^T accumulator holds (key kr + 8h, queries 8c + 2t, +1) in
+// pair 2c + h, kr = 64 consumer + 16 warp + g. ldmatrix.trans of the 8 x 8 matrix (query rows
+// 8c .. + 7, keys of chunk 2 warp + h) gives lane (g, t) exactly that pair. Step j (of 4) reads
+// matrices m = 0..3 as (c, h) = (2j + m / 2, m % 2), i.e. pairs 4j + m; lane l gives the row
+// address of row l % 8 of matrix l / 8. The rows' swizzle (r % 8 = l % 8) does not change with j,
+// so step j is the lane's offset plus j x bias_t_step (16 rows); a row-broadcast bias (one row)
+// reads row 0 at every step (one address per matrix: broadcast, no conflict).
+FLASHATTN_HOST_DEVICE uint32_t bias_t_lane_offset(int consumer, int warp, int lane, bool row_broadcast,
+                                                  int panel_bytes) {
+  const int m = lane / 8;
+  const int r = row_broadcast ? 0 : 8 * (m / 2) + lane % 8;
+  const int chunk = 2 * warp + m % 2;
+  return uint32_t(consumer * panel_bytes + r * 128 + ((chunk ^ (r % 8)) << 4));
+}
+FLASHATTN_HOST_DEVICE uint32_t bias_t_step(bool row_broadcast) { return row_broadcast ? 0u : 16u * 128u; }
+
 // attn_mask as a tile (fwd_kernel.h mask_words): with no
 // attn_bias the producer copies the uint8 mask tile of (query tile, key tile) into the stage's
 // bias slot as one box of 128 keys (one 128-byte row) x block_m rows under the 128-byte swizzle

@@ -46,6 +46,9 @@
 #include "cuda/ptx/warpgroup.h"
 #include "cuda/ptx/wgmma.h"
 #include "cuda/sm80/bwd_common.h"  // BwdKernelParams, query_block_range, MaskMode
+#include "cuda/common/score_tensors.h"  // bias_pair_log2
+#include "cuda/ptx/ldmatrix.h"
+#include "cuda/sm90/bias_layout.h"
 #include "cuda/sm90/bwd_mods.h"
 #include "cuda/sm90/bwd_sparse.h"
 #include "cuda/sm90/bwd_tile_order.h"
@@ -71,8 +74,9 @@ namespace flashattn::cuda::sm90 {
 // split-role kernels: role P's S^T = K Q^T sums over kHeadDim and its dV over kHeadDimV columns,
 // role dS's dP^T = V dO^T sums over kHeadDimV and its dK over kHeadDim: 64 x 64 x 320 MACs a step
 // each (d192: 384), so the roles stay balanced.
+// kBias: attn_bias (BwdBiasTraits below).
 template <typename Element_, int kHeadDim_, MaskMode kMask_, bool kSparse_, bool kMods_ = false,
-          int kHeadDimV_ = kHeadDim_>
+          int kHeadDimV_ = kHeadDim_, bool kBias_ = false>
 struct BwdTraitsBody {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
@@ -89,6 +93,15 @@ struct BwdTraitsBody {
   // no register holds it between the two products. Not with split roles (d192/d256: the dS
   // role never sees S), which keep these calls on sm80.
   static constexpr bool kMods = kMods_;
+  // attn_bias (16-bit, the call's dtype), with or without dbias, on the fused kernel's kMods
+  // pass: per step the producer copies the bias tile of (query block, key block) into the stage
+  // (64 query rows x 128 keys, two 64-key panels of 128-byte swizzled rows, one row when the bias
+  // broadcasts over the rows), each consumer reads its scores' words transposed with ldmatrix
+  // (bias_words_t) while S^T runs and adds them after scale / softcap / ALiBi; dS, which is dbias,
+  // is stored per element in f32 (or summed over the query rows when dbias broadcasts over them).
+  // The stage's LSE / D rows then live after the stages (kKvStatsTailBytes), so that at d128 the
+  // two 16 KB bias slots fit the 227 KB.
+  static constexpr bool kBias = kBias_;
   static constexpr int kConsumers = 2;
   static constexpr int kThreads = 128 * (kConsumers + 1);
   static constexpr int kProducerRegs = 24;
@@ -125,7 +138,12 @@ struct BwdTraitsBody {
   // dK/dV kernel shared memory: K, V (kKvBlockN rows), then kStages x {Q, dO (kKvBlockM rows),
   // LSE*log2e and D (kKvBlockM floats each, padded to 1024 bytes)}, then the barriers.
   static constexpr int kKvStatBytes = kKvBlockM * 4;
-  static constexpr int kKvStageBytes = tile_bytes(kKvBlockM) + tile_bytes_v(kKvBlockM) + 1024;
+  // kBias: the bias slot (kKvBlockM rows x kKvBlockN keys, 16-bit) takes the statistics' place in
+  // the stage, and the statistics of all stages go after the stages.
+  static constexpr int kBiasTileBytes = kBias ? kKvBlockM * kKvBlockN * 2 : 0;
+  static constexpr int kKvStageBytes = tile_bytes(kKvBlockM) + tile_bytes_v(kKvBlockM) + (kBias ? kBiasTileBytes : 1024);
+  static constexpr int kKvStatsTailBytes = kBias ? 1024 : 0;
+  static constexpr int kKvStagesBytes = kStages * kKvStageBytes + kKvStatsTailBytes;
   static constexpr int kKvBarriers = 1 + 2 * kStages;  // K/V full; per stage full and empty
   // Split roles: P^T of one step (64 x 64 f32 in accumulator order) from consumer 0 to 1.
   static constexpr int kPtBytes = kSplitRoles ? 64 * kKvBlockM * 4 : 0;
@@ -133,7 +151,7 @@ struct BwdTraitsBody {
   // for the fused kernel's dQ writer, after the barriers.
   static constexpr int kSlotBytes = kSparse ? 8 * (kStages + 1) : 0;
   static constexpr size_t kKvSmemBytes =
-      1024 + tile_bytes(kKvBlockN) + tile_bytes_v(kKvBlockN) + kStages * kKvStageBytes + kPtBytes + 8 * kKvBarriers +
+      1024 + tile_bytes(kKvBlockN) + tile_bytes_v(kKvBlockN) + kKvStagesBytes + kPtBytes + 8 * kKvBarriers +
       kSlotBytes;
 
   // dQ kernel: Q, dO (kDqBlockM rows) and their statistics (padded to 1024 bytes), then
@@ -184,7 +202,7 @@ struct BwdTraitsBody {
   // longer), so d64 without a window keeps one CTA per tile. So do softcap/ALiBi at d128 (the
   // persistent form spilled 4 bytes per step in its consumers there) and the block-sparse kernel
   // (its step walk, bwd_sparse.h KvStepWalk, reads blockIdx).
-  static constexpr bool kPersistent = kHasFused && !kSparse && !(kMods && kHeadDim == 128) &&
+  static constexpr bool kPersistent = kHasFused && !kSparse && !kBias && !(kMods && kHeadDim == 128) &&
                                       !(kHeadDim == 64 && kMask != MaskMode::kWindow);
   // kPersistent, after the fused kernel's barriers: K and V empty, the tile feed's full and empty
   // pairs, its two slots.
@@ -192,7 +210,7 @@ struct BwdTraitsBody {
   static_assert(!kHasFused || kDqCols == (kDqKHalves ? 32 : 64), "the dQ product is m64n64, m64n32 on K's halves");
   static_assert(!kDqKHalves || (kHeadDim == 64 && kConsumers == 2),
                 "one 32-column half of K (one 64-byte swizzle atom wide) per consumer");
-  static_assert(!kDqKHalves || (2 * tile_bytes(kKvBlockN) + kStages * kKvStageBytes + 2 * kDsBytes +
+  static_assert(!kDqKHalves || (2 * tile_bytes(kKvBlockN) + kKvStagesBytes + 2 * kDsBytes +
                                 kConsumers * kDqPartBytes) % 1024 == 0,
                 "K's halves start on a swizzle period (512 bytes at 64-byte rows): base offset 0");
   static_assert(!kHasFused || kKvFusedSmemBytes + kPersistentBytes <= 232448,
@@ -205,6 +223,9 @@ struct BwdTraitsBody {
   static_assert(!kMods || !kSparse, "softcap and ALiBi with a block mask run on sm80");
   static_assert(kHeadDimV == kHeadDim || (kHeadDim == 192 && kHeadDimV == 128 && kSplitRoles && !kSparse && !kMods),
                 "head_dim_v != head_dim: 192 / 128 on the dense split-role kernels only");
+  static_assert(!kBias || (kMods && !kSparse && kHasFused && kHeadDimV == kHeadDim && kKvBlockN == 128 &&
+                           kKvBlockM == 64 && kStages * 2 * kKvStatBytes <= kKvStatsTailBytes),
+                "attn_bias: the fused kernel's kMods pass at d64 / d128, 64 x 128 bias tiles");
 };
 
 template <typename Element_, int kHeadDim_, MaskMode kMask_>
@@ -226,6 +247,11 @@ struct BwdModsTraits : BwdTraitsBody<Element_, kHeadDim_, kMask_, false, true> {
 template <typename Element_, int kHeadDim_, MaskMode kMask_, int kHeadDimV_>
 struct BwdDvTraits : BwdTraitsBody<Element_, kHeadDim_, kMask_, false, false, kHeadDimV_> {};
 
+// attn_bias without attn_mask or a block mask (kBias, with kMods' softcap and ALiBi at run time):
+// d64 and d128, the window mask only (it serves calls without one: sm90bwdbias*; bwd_dispatch.cu).
+template <typename Element_, int kHeadDim_, MaskMode kMask_>
+struct BwdBiasTraits : BwdTraitsBody<Element_, kHeadDim_, kMask_, false, true, kHeadDim_, true> {};
+
 struct BwdMaps {
   CUtensorMap q, k, v, dout;
 };
@@ -239,6 +265,9 @@ struct BwdKernelArgs {
   BwdSoftcap softcap;
   // kPersistent with a window or causal mask: the tile feed's counter (workspace, zeroed per call).
   int* tile_counter;
+  // kBias: attn_bias's map, (keys, rows, heads, batch), boxes of 64 keys x kKvBlockM rows (1 row
+  // when it broadcasts over the rows), 128-byte swizzle (make_bias_map).
+  CUtensorMap bias;
 };
 
 namespace bwd90 {
@@ -694,13 +723,13 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
   unsigned char* stages = sV + Traits::tile_bytes_v(kBlockN);
   // Fused: dS^T (two buffers), then one f32 dQ part per consumer (kDqKHalves: then K's halves),
   // before the barriers.
-  unsigned char* sDs = stages + kStages * Traits::kKvStageBytes;
+  unsigned char* sDs = stages + Traits::kKvStagesBytes;
   float* sDq = reinterpret_cast<float*>(sDs + 2 * Traits::kDsBytes);
   [[maybe_unused]] unsigned char* sKh =
       reinterpret_cast<unsigned char*>(sDq) + Traits::kConsumers * Traits::kDqPartBytes;
   // Split roles (d256): P^T handed from consumer 0 to 1, before the barriers.
-  float* sPt = reinterpret_cast<float*>(stages + kStages * Traits::kKvStageBytes);
-  uint64_t* bars = reinterpret_cast<uint64_t*>(stages + kStages * Traits::kKvStageBytes + Traits::kPtBytes +
+  float* sPt = reinterpret_cast<float*>(stages + Traits::kKvStagesBytes);
+  uint64_t* bars = reinterpret_cast<uint64_t*>(stages + Traits::kKvStagesBytes + Traits::kPtBytes +
                                                (kFusedDq ? Traits::kFusedExtraBytes : 0));
   uint64_t* kv_full = bars;
   uint64_t* full = bars + 1;               // [kStages]
@@ -714,7 +743,16 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
                                                 bars + Traits::kKvBarriers + 2, bars + Traits::kKvBarriers + 4};
   const auto stage_q = [&](int s) { return stages + s * Traits::kKvStageBytes; };
   const auto stage_do = [&](int s) { return stage_q(s) + Traits::tile_bytes(kBlockM); };
-  const auto stage_lse = [&](int s) { return reinterpret_cast<float*>(stage_do(s) + Traits::tile_bytes_v(kBlockM)); };
+  // kBias: the bias slot follows dO, and the statistics of stage s are in the tail after the
+  // stages (BwdTraitsBody::kKvStatsTailBytes).
+  [[maybe_unused]] const auto stage_bias = [&](int s) { return stage_do(s) + Traits::tile_bytes_v(kBlockM); };
+  const auto stage_lse = [&](int s) {
+    if constexpr (Traits::kBias) {
+      return reinterpret_cast<float*>(stages + kStages * Traits::kKvStageBytes) + s * 2 * kBlockM;
+    } else {
+      return reinterpret_cast<float*>(stage_do(s) + Traits::tile_bytes_v(kBlockM));
+    }
+  };
   const auto stage_dsum = [&](int s) { return stage_lse(s) + kBlockM; };
 
   const int warpgroup = threadIdx.x / 128;
@@ -901,8 +939,23 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
       }
     };
     const auto load_step = [&](int s, int head, int m0, int mb) {
+      // kBias: the bias tile of (query block m0, this key block), keys in two 64-key panels;
+      // coordinate 0 where the bias broadcasts (its map has extent 1 there). Positions in the
+      // sequence, as the forward's bias tile.
+      int bias_bytes = 0;
+      if constexpr (Traits::kBias) {
+        bias_bytes = params.bias.row == 0 ? 2 * Traits::kRowBytes : Traits::kBiasTileBytes;
+      }
       ptx::mbarrier_arrive_expect_tx(&full[s], Traits::tile_bytes(kBlockM) + Traits::tile_bytes_v(kBlockM) +
-                                                   2 * Traits::kKvStatBytes);
+                                                   2 * Traits::kKvStatBytes + bias_bytes);
+      if constexpr (Traits::kBias) {
+        const Broadcast4& b = params.bias;
+#pragma unroll
+        for (int panel = 0; panel < 2; ++panel) {
+          ptx::tma_load_4d(stage_bias(s) + panel * Traits::panel_bytes(kBlockM), &args.bias, &full[s],
+                           n0 + 64 * panel, b.row == 0 ? 0 : m0, b.head == 0 ? 0 : head, b.batch == 0 ? 0 : batch);
+        }
+      }
 #pragma unroll
       for (int panel = 0; panel < Traits::kPanels; ++panel) {
         ptx::tma_load_4d(stage_q(s) + panel * Traits::panel_bytes(kBlockM), &args.kv.q, &full[s], 64 * panel,
@@ -1166,6 +1219,13 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
 
   constexpr int kAcc = kHeadDim / 2;  // dK, dV: 64 x head_dim per warpgroup
   constexpr int kS = kBlockM / 2;     // S^T, dP^T: 64 x block_m
+  // kBias: this lane's ldmatrix row in a stage's bias slot and the step between its four reads
+  // (bias_layout.h bias_t_lane_offset).
+  [[maybe_unused]] uint32_t bias_lane_off = 0, bias_step = 0;
+  if constexpr (Traits::kBias) {
+    bias_lane_off = bias_t_lane_offset(consumer, warp % 4, lane, params.bias.row == 0, Traits::panel_bytes(kBlockM));
+    bias_step = bias_t_step(params.bias.row == 0);
+  }
 
   // The CTA's tile as derived at the top, in w; kPersistent: each of its tiles in turn. keys_here
   // and the mask stay the kernel's variables, which kPersistent reassigns per tile: read from w,
@@ -1187,6 +1247,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
     float dk[kAcc], dv[kAcc];
 #pragma unroll
     for (int i = 0; i < kAcc; ++i) dk[i] = dv[i] = 0.0f;
+    // kBias with dbias summed over the query rows: this thread's part of the sums of its two keys
+    // over the current head's steps (bwd90::add_dbias_rows).
+    [[maybe_unused]] float dbias_rows[2] = {0.0f, 0.0f};
 
     // Fused: keys past this sequence (the last block) must not reach dQ: their P is forced to 0.
     const bool key_ok[2] = {!kFusedDq || key_local < keys_here, !kFusedDq || key_local + 8 < keys_here};
@@ -1264,6 +1327,19 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
       bwd90::issue_s_dp<kBlockM, Traits>(st, dpt, k_desc, v_desc, Traits::panel_bytes(kBlockN),
                                          bwd90::kmajor_desc(q_addr), bwd90::kmajor_desc(do_addr),
                                          Traits::panel_bytes(kBlockM));
+      // kBias: the bias words of this thread's scores (pair 2c + h: queries 8c + 2t4, +1 of key
+      // key_local + 8h), read while the products run.
+      [[maybe_unused]] uint32_t bias_w[kS / 2];
+      if constexpr (Traits::kBias) {
+        const uint32_t base = ptx::smem_u32(stage_bias(s)) + bias_lane_off;
+#pragma unroll
+        for (int j = 0; j < kS / 8; ++j) {
+          uint32_t r[4];
+          ptx::ldmatrix_x4_trans(r, base + uint32_t(j) * bias_step);
+#pragma unroll
+          for (int m = 0; m < 4; ++m) bias_w[4 * j + m] = r[m];
+        }
+      }
 
       // P^T, started before the wait for dP^T (see the file comment). Element (key row
       // key_local + 8h, query column 8c + 2t4 + e) is st[4c + 2h + e].
@@ -1301,14 +1377,33 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
           const float2 d = *reinterpret_cast<const float2*>(dsum + 8 * c + 2 * t4);
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
+            [[maybe_unused]] float2 b = {};
+            if constexpr (Traits::kBias) b = bias_pair_log2<Element>(bias_w[2 * c + h]);
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
               const int idx = 4 * c + 2 * h + e;
               const float x = key_ok[h] ? st[idx] : -INFINITY;
               const float alibi = mods.alibi(m0 + 8 * c + 2 * t4 + e, w.n0 + key_local + 8 * h);
-              const float p = ptx::exp2_approx(x - alibi - (e == 0 ? l.x : l.y));
+              float y = x - alibi;
+              if constexpr (Traits::kBias) y += e == 0 ? b.x : b.y;
+              const float p = ptx::exp2_approx(y - (e == 0 ? l.x : l.y));
               st[idx] = p;
               dpt[idx] = p * (dpt[idx] - (e == 0 ? d.x : d.y)) * mods.dtanh(x);
+            }
+          }
+        }
+        // kBias with dbias (no softcap then: dS is dbias's term): stored per element, or summed
+        // over the query rows and stored at the head's last step.
+        if constexpr (Traits::kBias) {
+          if (params.dbias_out.defined()) {
+            if (params.dbias_row_sum) {
+              bwd90::add_dbias_rows<kBlockM>(dpt, dbias_rows);
+              if (last || walk.head != walk_head) {
+                bwd90::flush_dbias_rows(dbias_rows, params, w.batch, head, w.n0 + key_local, t4, w.seq.seqlen_k);
+              }
+            } else {
+              bwd90::store_dbias_t<kBlockM>(dpt, params, w.batch, head, m0, w.n0 + key_local, t4, w.seq.seqlen_q,
+                                            w.seq.seqlen_k);
             }
           }
         }

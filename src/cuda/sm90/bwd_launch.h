@@ -74,6 +74,18 @@ Status run_bwd(const BackwardParams& params, cudaStream_t stream) {
     }
   }
 
+  // kBias: attn_bias's map (the fused kernel's producer copies its 64 x 128 tiles) and dbias's
+  // plan (cuda/bwd_dbias.h; its partials in the plan's space below). The bias kernels are the
+  // fused form only: bwd_declines sends deterministic calls to sm80.
+  [[maybe_unused]] DbiasPlan dbias;
+  if constexpr (Traits::kBias) {
+    if (params.deterministic) return Status::NotSupported("the sm90 bias backward has no deterministic form");
+    if (Status s = make_bias_map(&args.bias, params.bias, params.seqlen_q, params.seqlen_k, Traits::kKvBlockM);
+        !s.ok()) {
+      return s;
+    }
+    dbias = plan_dbias(params);
+  }
   if constexpr (Traits::kMods) {
     if (params.softcap > 0.0f) {
       constexpr float kLog2eF = 1.4426950408889634f;
@@ -123,6 +135,8 @@ Status run_bwd(const BackwardParams& params, cudaStream_t stream) {
   if constexpr (Traits::kPersistent && Traits::kMask == MaskMode::kWindow) {
     if (!kp.deterministic) plan_bytes += 256;
   }
+  // kBias: dbias's partials (none when dbias is stored into directly), alone in the plan's space.
+  if constexpr (Traits::kBias) plan_bytes += sizeof(float) * size_t(dbias.ws_floats);
   void* ws = nullptr;
   void* plan_ws = nullptr;
   if (Status s = alloc_workspace<kHeadDim>(&kp, stream, &ws, plan_bytes, &plan_ws); !s.ok()) return s;
@@ -152,6 +166,11 @@ Status run_bwd(const BackwardParams& params, cudaStream_t stream) {
         }
       }
     }
+    [[maybe_unused]] float* dbias_partials = nullptr;
+    if constexpr (Traits::kBias) {
+      if (dbias.ws_floats > 0) dbias_partials = static_cast<float*>(plan_ws);
+      if (Status s = begin_dbias(&kp, dbias, dbias_partials, stream); !s.ok()) return s;
+    }
     if (Status s = launch_bwd_preprocess<Element, kHeadDimV>(kp, stream); !s.ok()) return s;  // D over O, dO
     const dim3 kv_grid(unsigned(ceil_div(kp.seqlen_k, Traits::kKvBlockN)), kp.heads_k * kp.kv_splits, kp.batch);
     if constexpr (Traits::kHasFused) {
@@ -180,25 +199,32 @@ Status run_bwd(const BackwardParams& params, cudaStream_t stream) {
         const dim3 grid(unsigned(ceil_div(kp.seqlen_q, 64)), kp.heads, kp.batch);
         bwd_dq_convert_kernel<Traits><<<grid, 128, 0, stream>>>(kp);
         FLASHATTN_CUDA_TRY(cudaGetLastError());
+        if constexpr (Traits::kBias) {
+          if (Status s = end_dbias(kp, dbias, dbias_partials, stream); !s.ok()) return s;
+        }
         return launch_bwd_reduce_dkv<Element, kHeadDim, kHeadDimV>(kp, stream);
       }
     }
-    {
-      const auto kernel = bwd_kv_kernel<Traits, false>;
-      constexpr size_t kSmem = Traits::kKvSmemBytes;
-      if (Status s = raise_dynamic_smem(kernel, kSmem); !s.ok()) return s;
-      kernel<<<kv_grid, Traits::kThreads, kSmem, stream>>>(args);
-      FLASHATTN_CUDA_TRY(cudaGetLastError());
+    if constexpr (Traits::kBias) {
+      return Status::NotSupported("the sm90 bias backward has no deterministic form");  // (checked above)
+    } else {
+      {
+        const auto kernel = bwd_kv_kernel<Traits, false>;
+        constexpr size_t kSmem = Traits::kKvSmemBytes;
+        if (Status s = raise_dynamic_smem(kernel, kSmem); !s.ok()) return s;
+        kernel<<<kv_grid, Traits::kThreads, kSmem, stream>>>(args);
+        FLASHATTN_CUDA_TRY(cudaGetLastError());
+      }
+      {
+        const auto kernel = bwd_dq_kernel<Traits>;
+        constexpr size_t kSmem = Traits::kDqSmemBytes;
+        if (Status s = raise_dynamic_smem(kernel, kSmem); !s.ok()) return s;
+        const dim3 grid(unsigned(ceil_div(kp.seqlen_q, Traits::kDqBlockM)), kp.heads, kp.batch);
+        kernel<<<grid, Traits::kThreads, kSmem, stream>>>(args);
+        FLASHATTN_CUDA_TRY(cudaGetLastError());
+      }
+      return launch_bwd_reduce_dkv<Element, kHeadDim, kHeadDimV>(kp, stream);
     }
-    {
-      const auto kernel = bwd_dq_kernel<Traits>;
-      constexpr size_t kSmem = Traits::kDqSmemBytes;
-      if (Status s = raise_dynamic_smem(kernel, kSmem); !s.ok()) return s;
-      const dim3 grid(unsigned(ceil_div(kp.seqlen_q, Traits::kDqBlockM)), kp.heads, kp.batch);
-      kernel<<<grid, Traits::kThreads, kSmem, stream>>>(args);
-      FLASHATTN_CUDA_TRY(cudaGetLastError());
-    }
-    return launch_bwd_reduce_dkv<Element, kHeadDim, kHeadDimV>(kp, stream);
   };
   const Status launched = launch();
   const Status freed = workspace_free(ws, stream);

@@ -56,5 +56,57 @@ __device__ __forceinline__ ScoreModifiers score_modifiers(const BwdKernelParams&
   return {p, softcap, mask, slope * 1.4426950408889634f};
 }
 
+// dbias on the bias kernels (BwdBiasTraits; cuda/bwd_dbias.h says where dbias_out points). A
+// thread's dS^T holds (key `key` + 8h, query m0 + 8c + 2t4 + e) at ds[4c + 2h + e]; every (b, h,
+// i, j) belongs to one step of one CTA, so each element is stored once: for a fixed (c, h, e) a
+// warp's store covers 8 consecutive keys (32 bytes) of 4 query rows.
+template <int kBlockM>
+__device__ __forceinline__ void store_dbias_t(const float (&ds)[kBlockM / 2], const BwdKernelParams& p, int batch,
+                                              int head, int m0, int key, int t4, int seqlen_q, int seqlen_k) {
+  const Broadcast4& d = p.dbias_out;
+  float* base = static_cast<float*>(d.data) + batch * d.batch + head * d.head;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int j = key + 8 * h;
+    if (j >= seqlen_k) continue;
+#pragma unroll
+    for (int c = 0; c < kBlockM / 8; ++c) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int i = m0 + 8 * c + 2 * t4 + e;
+        if (i < seqlen_q) base[int64_t(i) * d.row + j] = ds[4 * c + 2 * h + e];
+      }
+    }
+  }
+}
+
+// dbias broadcast over the query rows: the thread's sums of its two keys' dS over its queries,
+// added step after step of one head (rows past the queries have P = 0, so dS = 0).
+template <int kBlockM>
+__device__ __forceinline__ void add_dbias_rows(const float (&ds)[kBlockM / 2], float (&sums)[2]) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+#pragma unroll
+    for (int c = 0; c < kBlockM / 8; ++c) sums[h] += ds[4 * c + 2 * h] + ds[4 * c + 2 * h + 1];
+  }
+}
+
+// At the head's last step: the quad's four parts of each key in a fixed order (so dbias is the same
+// bits every run), stored by lane t4 = 0 at row 0 of (batch, head), and the sums reset. Only this
+// quad's keys: each (b, h, key) is summed by one quad of one CTA.
+__device__ __forceinline__ void flush_dbias_rows(float (&sums)[2], const BwdKernelParams& p, int batch, int head,
+                                                 int key, int t4, int seqlen_k) {
+  const Broadcast4& d = p.dbias_out;
+  float* base = static_cast<float*>(d.data) + batch * d.batch + head * d.head;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float v = sums[h];
+    v += __shfl_xor_sync(0xffffffffu, v, 1);
+    v += __shfl_xor_sync(0xffffffffu, v, 2);
+    if (t4 == 0 && key + 8 * h < seqlen_k) base[key + 8 * h] = v;
+    sums[h] = 0.0f;
+  }
+}
+
 }  // namespace bwd90
 }  // namespace flashattn::cuda::sm90

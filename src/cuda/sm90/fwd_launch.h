@@ -20,25 +20,12 @@ Status run_fwd(const ForwardParams& params, cudaStream_t stream) {
       !s.ok()) {
     return s;
   }
-  // kBias with an attn_bias: its map, (keys, rows, heads, batch) with extent 1 where it broadcasts
-  // (stride 0; the kernel then asks for coordinate 0), boxes of 64 keys x kBlockM rows (1 row when
-  // it broadcasts over the rows), 128-byte swizzle (fwd_kernel.h, bias_words). Keys and rows are
-  // positions in the sequence: varlen's extents are max_seqlen_k / max_seqlen_q (params.seqlen_*).
-  // fwd_declines checked the strides and the alignment the copy engine needs.
+  // kBias with an attn_bias: its map (make_bias_map), boxes of 64 keys x kBlockM rows, read by
+  // fwd_kernel.h bias_words.
   if constexpr (Traits::kBias) {
     if (params.bias.defined()) {
-      const Broadcast4& b = params.bias;
-      const int rows = b.row == 0 ? 1 : params.seqlen_q;
-      const int heads = b.head == 0 ? 1 : int(b.size[1]);
-      const int batch = b.batch == 0 ? 1 : int(b.size[0]);
-      // A dimension of extent 1 never steps, but the encoder wants a nonzero 16-byte multiple
-      // there (make_operand_map's fallback, seqlen_k elements, need not be one).
-      const int64_t pitch = (int64_t(params.seqlen_k) + 7) / 8 * 8;
-      const Strides3 strides{b.batch != 0 ? b.batch : pitch, b.row != 0 ? b.row : pitch, b.head != 0 ? b.head : pitch};
-      if (Status s = make_operand_map(&kp.bias, b.data, b.dtype, params.seqlen_k, rows, heads, batch, strides,
-                                      b.row == 0 ? 1 : Traits::kBlockM, 64, 128);
-          !s.ok()) {
-        return Status::NotSupported("attn_bias: " + s.message());
+      if (Status s = make_bias_map(&kp.bias, params.bias, params.seqlen_q, params.seqlen_k, Traits::kBlockM); !s.ok()) {
+        return s;
       }
     }
   }

@@ -68,4 +68,20 @@ Status make_operand_map(CUtensorMap* map, const void* ptr, DType dtype, int head
   return Status::Ok();
 }
 
+Status make_bias_map(CUtensorMap* map, const Broadcast4& b, int seqlen_q, int seqlen_k, int box_rows) {
+  const int rows = b.row == 0 ? 1 : seqlen_q;
+  const int heads = b.head == 0 ? 1 : int(b.size[1]);
+  const int batch = b.batch == 0 ? 1 : int(b.size[0]);
+  // A dimension of extent 1 never steps, but the encoder wants a nonzero 16-byte multiple there
+  // (make_operand_map's fallback, seqlen_k elements, need not be one).
+  const int64_t pitch = (int64_t(seqlen_k) + 7) / 8 * 8;
+  const Strides3 strides{b.batch != 0 ? b.batch : pitch, b.row != 0 ? b.row : pitch, b.head != 0 ? b.head : pitch};
+  if (Status s = make_operand_map(map, b.data, b.dtype, seqlen_k, rows, heads, batch, strides,
+                                  b.row == 0 ? 1 : box_rows, 64, 128);
+      !s.ok()) {
+    return Status::NotSupported("attn_bias: " + s.message());
+  }
+  return Status::Ok();
+}
+
 }  // namespace flashattn::cuda::sm90

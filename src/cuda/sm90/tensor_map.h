@@ -23,4 +23,12 @@ Status make_operand_map(CUtensorMap* map, const void* ptr, DType dtype, int head
                         int batch, const Strides3& strides, int box_rows, int box_cols = 64,
                         int swizzle_bytes = 128);
 
+// attn_bias's map for the Hopper bias kernels (forward and backward): (keys, rows, heads, batch)
+// with extent 1 where it broadcasts (stride 0; the kernels then ask for coordinate 0), boxes of 64
+// keys x `box_rows` rows (1 row when it broadcasts over the rows), 128-byte swizzle. Keys and
+// rows are positions in the sequence: varlen's extents are max_seqlen_k / max_seqlen_q (seqlen_q
+// and seqlen_k here). The callers' declines checked the strides and the alignment the copy
+// engine needs.
+Status make_bias_map(CUtensorMap* map, const Broadcast4& bias, int seqlen_q, int seqlen_k, int box_rows);
+
 }  // namespace flashattn::cuda::sm90
