@@ -1,8 +1,9 @@
 """Additive bias (issue 18's "bias >= 1.0x SDPA") against SDPA with the same float attn_mask,
-cuDNN and memory-efficient backends, same process, bf16, d128, 16 heads, batch = 16k / N:
+cuDNN and memory-efficient backends, same process, bf16, d128 (--head-dim), 2048 / d heads, batch = 16k / N:
 forward, backward, and backward with the bias's gradient. Bias shapes (B, H, N, N) and
 (1, H, N, N) (T5-style, shared over the batch). TFLOP/s with the attention FLOPs (4 B H N^2 d
-forward, 2.5x backward). Usage: python3 dev/bias_probe.py --out X.json [--seqlens 1024,4096] [--sm80]"""
+forward, 2.5x backward; "bwd" with a bias that needs no gradient, "bwd_dbias" with it).
+Usage: python3 dev/bias_probe.py --out X.json [--seqlens 1024,4096] [--head-dim 64] [--sm80] [--variants]"""
 import argparse
 import json
 
@@ -18,6 +19,9 @@ ap.add_argument("--out", required=True)
 ap.add_argument("--repeats", type=int, default=10)
 ap.add_argument("--seqlens", default="1024,2048,4096")
 ap.add_argument("--sm80", action="store_true", help="also time our backward on the sm80 kernels (flashattn_sm80_*)")
+ap.add_argument("--variants", action="store_true",
+                help="also time our backward without a bias and with ALiBi at zero slopes (flashattn_nobias_*, _alibi0_*)")
+ap.add_argument("--head-dim", type=int, default=128)
 args = ap.parse_args()
 
 
@@ -26,7 +30,8 @@ def timed_r(fn):
 
 
 rows = []
-d, h = 128, 16
+d = args.head_dim
+h = 2048 // d
 backends = {"sdpa_cudnn": SDPBackend.CUDNN_ATTENTION, "sdpa_efficient": SDPBackend.EFFICIENT_ATTENTION}
 for n in (int(x) for x in args.seqlens.split(",")):
     b = max(1, 16384 // n)
@@ -41,9 +46,23 @@ for n in (int(x) for x in args.seqlens.split(",")):
         out = flashattn.flash_attn_func(q, k, v, attn_bias=bias)
         with torch.no_grad():
             row["flashattn_fwd"] = fl / timed_r(lambda: flashattn.flash_attn_func(q, k, v, attn_bias=bias)) / 1e12
-        row["flashattn_bwd"] = 2.5 * fl / timed_r(lambda: torch.autograd.grad(out, (q, k, v), dout, retain_graph=True)) / 1e12
+        # bwd: a bias that needs no gradient (no dbias); bwd_dbias: with it.
+        out_nograd = flashattn.flash_attn_func(q, k, v, attn_bias=bias.detach())
+        row["flashattn_bwd"] = 2.5 * fl / timed_r(
+            lambda: torch.autograd.grad(out_nograd, (q, k, v), dout, retain_graph=True)) / 1e12
         row["flashattn_bwd_dbias"] = 2.5 * fl / timed_r(
             lambda: torch.autograd.grad(out, (q, k, v, bias), dout, retain_graph=True)) / 1e12
+        if args.variants:
+            # Our backward without a bias (the plain kernels), and with ALiBi at zero slopes (the
+            # bias kernel's softcap / ALiBi pass, same values).
+            out_plain = flashattn.flash_attn_func(q, k, v)
+            row["flashattn_nobias_bwd"] = 2.5 * fl / timed_r(
+                lambda: torch.autograd.grad(out_plain, (q, k, v), dout, retain_graph=True)) / 1e12
+            zero = torch.zeros(h, device="cuda", dtype=torch.float32)
+            out_a0 = flashattn.flash_attn_func(q, k, v, attn_bias=bias, alibi_slopes=zero)
+            row["flashattn_alibi0_bwd_dbias"] = 2.5 * fl / timed_r(
+                lambda: torch.autograd.grad(out_a0, (q, k, v, bias), dout, retain_graph=True)) / 1e12
+            del out_plain, out_a0
         if args.sm80:  # the same backward on the sm80 kernels (switch bwd_sm80), same process
             saved = flashattn._C._set_switch("bwd_sm80", True)
             try:
@@ -51,6 +70,7 @@ for n in (int(x) for x in args.seqlens.split(",")):
                     lambda: torch.autograd.grad(out, (q, k, v, bias), dout, retain_graph=True)) / 1e12
             finally:
                 flashattn._C._set_switch("bwd_sm80", saved)
+        del out_nograd
         for name, be in backends.items():
             try:
                 with sdpa_kernel([be]):
@@ -61,8 +81,11 @@ for n in (int(x) for x in args.seqlens.split(",")):
                     with sdpa_kernel([be]), torch.no_grad():
                         F.scaled_dot_product_attention(qt, kt, vt, attn_mask=bias)
                 row[f"{name}_fwd"] = fl / timed_r(fwd) / 1e12
+                with sdpa_kernel([be]):
+                    ref_nograd = F.scaled_dot_product_attention(qt, kt, vt, attn_mask=bias.detach())
                 row[f"{name}_bwd"] = 2.5 * fl / timed_r(
-                    lambda: torch.autograd.grad(ref, (qt, kt, vt), doutt, retain_graph=True)) / 1e12
+                    lambda: torch.autograd.grad(ref_nograd, (qt, kt, vt), doutt, retain_graph=True)) / 1e12
+                del ref_nograd
                 row[f"{name}_bwd_dbias"] = 2.5 * fl / timed_r(
                     lambda: torch.autograd.grad(ref, (qt, kt, vt, bias), doutt, retain_graph=True)) / 1e12
                 del ref

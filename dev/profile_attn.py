@@ -4,8 +4,9 @@ converted to float8 e4m3, descales 1; the peers in bf16 as with "fwd") or "bwd" 
 each, from a forward run outside the window). Peers (PEERS, comma-separated, default sdpa_flash):
 sdpa_flash (FlashAttention-2), sdpa_cudnn, fa4 (flash_attn.cute, forward only; its JIT
 compile happens in the warm-up, outside the window).
-D may be D/DV: v and out have head dim DV (e.g. 192/128, DeepSeek-V3's prefill).
-Usage: [PEERS=sdpa_cudnn,fa4] profile_attn.py fwd|fwd8|bwd B H N D[/DV] [causal]."""
+D may be D/DV: v and out have head dim DV (e.g. 192/128, DeepSeek-V3's prefill). BIAS=full: a bf16
+(B, H, N, N) attn_bias (the peers' attn_mask) that requires grad in the backward (not with causal).
+Usage: [PEERS=sdpa_cudnn,fa4] [BIAS=full] profile_attn.py fwd|fwd8|bwd B H N D[/DV] [causal]."""
 import os
 import sys
 
@@ -24,19 +25,22 @@ q, k, v = (torch.randn(b, n, h, x, device="cuda", dtype=torch.bfloat16, requires
            for x in (d, d, dv))
 qt, kt, vt = (x.detach().transpose(1, 2).requires_grad_(backward) for x in (q, k, v))
 dout = torch.randn(b, n, h, dv, device="cuda", dtype=torch.bfloat16)
+bias = None
+if os.environ.get("BIAS") == "full":
+    bias = torch.randn(b, h, n, n, device="cuda", dtype=torch.bfloat16, requires_grad=backward)
 
 
 q8, k8, v8 = ((x.detach().to(torch.float8_e4m3fn) for x in (q, k, v)) if pass_ == "fwd8" else (q, k, v))
 
 
 def ours():
-    return flashattn.flash_attn_func(q8, k8, v8, causal=causal)
+    return flashattn.flash_attn_func(q8, k8, v8, causal=causal, attn_bias=bias)
 
 
 def sdpa(backend):
     def call():
         with sdpa_kernel([backend]):
-            return F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal).transpose(1, 2)
+            return F.scaled_dot_product_attention(qt, kt, vt, attn_mask=bias, is_causal=causal).transpose(1, 2)
     return call
 
 
@@ -46,7 +50,8 @@ def fa4():
     return out[0] if isinstance(out, tuple) else out
 
 
-peers = {"sdpa_flash": sdpa(SDPBackend.FLASH_ATTENTION), "sdpa_cudnn": sdpa(SDPBackend.CUDNN_ATTENTION), "fa4": fa4}
+peers = {"sdpa_flash": sdpa(SDPBackend.FLASH_ATTENTION), "sdpa_cudnn": sdpa(SDPBackend.CUDNN_ATTENTION),
+         "sdpa_efficient": sdpa(SDPBackend.EFFICIENT_ATTENTION), "fa4": fa4}
 names = os.environ.get("PEERS", "sdpa_flash").split(",")
 unknown = [n for n in names if n not in peers]
 if unknown:

@@ -538,7 +538,8 @@ def test_cuda_sm90_bias_dispatch():
 # dtype, no attn_mask or block mask, head dims 64 and 128, not deterministic): each dbias pattern
 # (stored per element, summed over the query rows in the kernel, partials over the batch or the
 # heads), causal, window, softcap and ALiBi (the bias then needs no gradient for softcap), -inf
-# entries, fp16, ragged lengths, a padded row stride.
+# entries, fp16, ragged lengths, a padded row stride (without dbias: autograd's copy of a bias
+# that requires grad is contiguous, its 257-key rows not 16-byte multiples, which sm80 takes).
 SM90_BWD_CASES = [
     dict(d=128, bias=(2, 8, 300, 520)),                                   # dbias stored per element
     dict(d=128, bias=(1, 8, 300, 520), causal=True),                      # T5-style: partials over the batch
@@ -548,7 +549,8 @@ SM90_BWD_CASES = [
     dict(d=128, bias=(2, 8, 300, 520), neg_inf=0.3, causal=True),         # -inf entries (a mask as a bias)
     dict(d=64, bias=(2, 8, 300, 520), softcap=5.0, grad=False),           # softcap: no dbias
     dict(d=128, bias=(2, 1, 300, 520), alibi=True, window=(100, 30)),     # ALiBi with a window
-    dict(d=128, sq=113, sk=257, bias=(2, 8, 113, 257), pad=264, causal=True),  # ragged, padded rows
+    dict(d=128, sq=113, sk=257, bias=(2, 8, 113, 257), pad=264, causal=True, grad=False),  # ragged, padded rows
+    dict(d=64, sq=113, sk=264, bias=(2, 8, 113, 264), causal=True),      # ragged queries, dbias
     dict(d=64, sq=1, sk=520, bias=(2, 8, 1, 520)),                        # one query row
 ]
 
