@@ -9,15 +9,21 @@ OUT=${OUT:-/tmp/flashattn-out}; mkdir -p "$OUT"
 start=$(date +%s)
 el() { echo "[$(( $(date +%s) - start )) s]"; }
 CMAKE_BUILD_PARALLEL_LEVEL=16 python3 -m pip install --no-build-isolation --no-deps -q -Cbuild-dir=build-gpu/python \
-  -Ccmake.define.FLASHATTN_CUDA_ARCHITECTURES=90 "-Ccmake.define.FLASHATTN_CUDA_HEAD_DIMS=64;128" . >"$OUT/pip.log" 2>&1 \
-  || { tail -30 "$OUT/pip.log"; exit 1; }
+  -Ccmake.define.FLASHATTN_CUDA_ARCHITECTURES=90 "-Ccmake.define.FLASHATTN_CUDA_HEAD_DIMS=64;128" \
+  -Ccmake.define.FLASHATTN_BUILD_TESTS=ON . >"$OUT/pip.log" 2>&1 || { tail -30 "$OUT/pip.log"; exit 1; }
 echo "$(el) built"; grep -h "spill" "$OUT/pip.log" | sort | uniq -c | head -5
+cmake --build build-gpu/python -j 16 --target flashattn_test_bias flashattn_test_sparse >"$OUT/gtest-build.log" 2>&1 \
+  || { tail -30 "$OUT/gtest-build.log"; exit 1; }
+echo "$(el) gtests built"
+gt() { FLASHATTN_CUDA_PATH=sm90 build-gpu/python/tests/cpp/$1 >"$OUT/gt-$1.log" 2>&1
+       echo "$(el) $1 (sm90): $(grep -E '^\[  (PASSED|FAILED)  \]' "$OUT/gt-$1.log" | tr '\n' ' ')"; grep -E '^\[  FAILED  \] [A-Z]' "$OUT/gt-$1.log" | head -6; }
 run() { local path=$1 name=$2; shift 2
   ( [ "$path" = auto ] || export FLASHATTN_CUDA_PATH=$path
     python3 -m pytest "$@" -q -rs -p no:cacheprovider >"$OUT/t-$name.log" 2>&1
     echo "$(el) $name: $(tail -1 "$OUT/t-$name.log")"; grep -E "^(FAILED|ERROR)" "$OUT/t-$name.log" | head -8 ); }
 run auto bias-auto tests/python/test_bias.py &
 run sm90 bias-sm90 tests/python/test_bias.py -k "sm90" &
+gt flashattn_test_bias & gt flashattn_test_sparse &
 wait
 san() { FLASHATTN_CUDA_PATH=sm90 timeout 200 compute-sanitizer --tool $1 --error-exitcode 9 python3 dev/san_cases.py \
           --only bwd_bias_d128_causal,bwd_bias_d64_keypad >"$OUT/san-$1.log" 2>&1

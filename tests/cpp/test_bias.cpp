@@ -276,15 +276,18 @@ INSTANTIATE_TEST_SUITE_P(All, ScoreMods,
 // of seqlen_k + 8 elements, so seqlen_k a multiple of 8) and/or attn_mask, no block mask: on a
 // Hopper GPU the forward runs on the sm90 bias kernel (under FLASHATTN_CUDA_PATH=sm90 every case
 // marked sm90; under auto the split heuristic leaves these small grids to sm80). Each case runs
-// the forward (and the sm80 backward from its LSE) against the reference, then again with the
-// forward on sm80 (kFwdSm80), and under FLASHATTN_CUDA_PATH=sm90 on a Hopper GPU checks that
-// the first forward ran on the sm90 kernels exactly when marked, and read attn_mask as packed
-// bits (sm90/mask_bits.h) exactly when marked (every mask that is not a tile: with a bias at
-// d128, or a base / strides that are not 16-byte multiples, as the padded layout's 8-byte offset).
+// the forward and the backward from its LSE (on the sm90 bias backward, BwdBiasTraits, where it
+// takes the call: a bias without attn_mask) against the reference, then again with the forward
+// on sm80 (kFwdSm80), and under FLASHATTN_CUDA_PATH=sm90 on a Hopper GPU checks that the first
+// forward ran on the sm90 kernels exactly when marked, read attn_mask as packed bits
+// (sm90/mask_bits.h) exactly when marked (every mask that is not a tile: with a bias at d128, or
+// a base / strides that are not 16-byte multiples, as the padded layout's 8-byte offset), and
+// that each backward ran on sm90 exactly when marked.
 struct Sm90BiasSpec {
   ModsSpec mods;
-  bool sm90;          // the sm90 bias kernel takes it (FLASHATTN_CUDA_PATH=sm90)
-  bool bits = false;  // ... and packs its attn_mask into bits (detail::sm90_mask_bits_calls)
+  bool sm90;              // the sm90 bias kernel takes it (FLASHATTN_CUDA_PATH=sm90)
+  bool bits = false;      // ... and packs its attn_mask into bits (detail::sm90_mask_bits_calls)
+  bool sm90_bwd = false;  // the sm90 bias backward takes it (detail::sm90_backward_calls)
 };
 
 std::vector<Sm90BiasSpec> sm90_bias_cases() {
@@ -299,10 +302,11 @@ std::vector<Sm90BiasSpec> sm90_bias_cases() {
     return s;
   };
   ModsSpec s = base("sm90_d128_full_bias_gqa", 128);
-  cs.push_back({s, true});
+  s.dbias = true;  // dbias stored per element by the sm90 bias backward
+  cs.push_back({s, true, false, true});
   s = base("sm90_d64_bias_batch_broadcast_causal", 64);
-  s.bias_dims = {1, 0, 0}, s.causal = true;
-  cs.push_back({s, true});
+  s.bias_dims = {1, 0, 0}, s.causal = true, s.dbias = true;  // dbias through partials over the batch
+  cs.push_back({s, true, false, true});
   s = base("sm90_d128_key_padding_bias_mask_window", 128);
   s.bias_dims = {0, 1, 1}, s.mask_density = 0.6, s.window_left = 50, s.window_right = 20;
   cs.push_back({s, true, true});
@@ -311,13 +315,13 @@ std::vector<Sm90BiasSpec> sm90_bias_cases() {
   cs.push_back({s, true, true});
   s = base("sm90_d128_bias_neg_inf_softcap_alibi_window", 128);
   s.bias_neg_inf = 0.3, s.softcap = 4.0f, s.alibi = true, s.window_left = 20, s.window_right = 7;
-  cs.push_back({s, true});
+  cs.push_back({s, true, false, true});
   s = base("sm90_d128_ragged_113x257_on_sm80", 128);  // rows of 265 elements: not 16-byte multiples
   s.seqlen_q = 113, s.seqlen_k = 257;
   cs.push_back({s, false});
   s = base("sm90_d128_fp16_all_broadcast_ragged_q", 128);
   s.dtype = s.bias_dtype = DType::kFloat16, s.bias_dims = {1, 1, 1}, s.seqlen_q = 131, s.seqlen_k = 136;
-  cs.push_back({s, true});
+  cs.push_back({s, true, false, true});
   s = base("sm90_d64_bias_mask_causal_rows_without_keys", 64);
   s.seqlen_q = 100, s.seqlen_k = 72, s.causal = true, s.mask_density = 0.7, s.bias_dims = {0, 0, 1};
   cs.push_back({s, true, true});
@@ -381,9 +385,11 @@ TEST_P(BiasSm90, MatchesReferenceAndSm80) {
     ScopedSwitch path(detail::Switch::kFwdSm80, sm80);
     Built b = build(s, Backend::kCuda);
     const unsigned long long before = detail::sm90_forward_calls(), bits_before = detail::sm90_mask_bits_calls();
+    const unsigned long long bwd_before = detail::sm90_backward_calls();
     const ModsRefs refs = run_and_check(Backend::kCuda, b, options(s, b), s.dtype, s.name + (sm80 ? " (sm80)" : ""));
     EXPECT_TRUE(refs.ran) << s.name;
     const unsigned long long ran = detail::sm90_forward_calls() - before;
+    const unsigned long long bwd_ran = detail::sm90_backward_calls() - bwd_before;
     const unsigned long long bits = detail::sm90_mask_bits_calls() - bits_before;
     EXPECT_LE(bits, ran) << s.name << ": the mask bits count only sm90 forwards";
     if (sm80) {
@@ -391,6 +397,8 @@ TEST_P(BiasSm90, MatchesReferenceAndSm80) {
     } else if (sm90_forced_here()) {
       EXPECT_EQ(ran, c.sm90 ? 1u : 0u) << s.name << ": the forward " << (c.sm90 ? "did not run" : "ran") << " on sm90";
       EXPECT_EQ(bits, c.bits ? 1u : 0u) << s.name << ": the mask " << (c.bits ? "was not" : "was") << " packed into bits";
+      EXPECT_EQ(bwd_ran, c.sm90_bwd ? 1u : 0u)
+          << s.name << ": the backward " << (c.sm90_bwd ? "did not run" : "ran") << " on sm90";
     }
   }
 }
