@@ -170,19 +170,25 @@ size_t block_tiles_ws_bytes(const BackwardParams& p) {
 // (the elements no step writes stay 0), or `partials` (the plan's ws_floats of workspace, laid out
 // (batch, heads, ws_rows, seqlen_k)), zeroed; and after them the partials reduced into dbias. The
 // sm80 bias/mask kernels and the sm90 bias kernels (sm90/bwd_launch.h) both write dbias_out.
-inline Status begin_dbias(BwdKernelParams* kp, const DbiasPlan& dbias, float* partials, cudaStream_t stream) {
+// every_written: the kernels store every element of dbias_out (the sm90 bias kernel without a
+// window or varlen sequences: each (b, h, i < seqlen_q, j < seqlen_k) is one step's), so nothing
+// is zeroed first (at 8 x 16 x 2k x 2k a 2 GB memset).
+inline Status begin_dbias(BwdKernelParams* kp, const DbiasPlan& dbias, float* partials, cudaStream_t stream,
+                          bool every_written = false) {
   if (!kp->dbias.defined()) return Status::Ok();
   kp->dbias_row_sum = dbias.row_sum;
   if (partials == nullptr) {
     kp->dbias_out = kp->dbias;
-    return zero_dbias(kp->dbias, kp->seqlen_k, stream);
+    return every_written ? Status::Ok() : zero_dbias(kp->dbias, kp->seqlen_k, stream);
   }
   Broadcast4& o = kp->dbias_out;
   o.data = partials;
   o.row = kp->seqlen_k;
   o.head = dbias.ws_rows * kp->seqlen_k;
   o.batch = int64_t(kp->heads) * o.head;
-  FLASHATTN_CUDA_TRY(cudaMemsetAsync(partials, 0, sizeof(float) * size_t(dbias.ws_floats), stream));
+  if (!every_written) {
+    FLASHATTN_CUDA_TRY(cudaMemsetAsync(partials, 0, sizeof(float) * size_t(dbias.ws_floats), stream));
+  }
   return Status::Ok();
 }
 inline Status end_dbias(const BwdKernelParams& kp, const DbiasPlan& dbias, const float* partials,

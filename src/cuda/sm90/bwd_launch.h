@@ -169,7 +169,10 @@ Status run_bwd(const BackwardParams& params, cudaStream_t stream) {
     [[maybe_unused]] float* dbias_partials = nullptr;
     if constexpr (Traits::kBias) {
       if (dbias.ws_floats > 0) dbias_partials = static_cast<float*>(plan_ws);
-      if (Status s = begin_dbias(&kp, dbias, dbias_partials, stream); !s.ok()) return s;
+      // Without a window or varlen sequences every (b, h, i, j), or with row sums every (b, h, j),
+      // is stored by one step (bwd_mods.h store_dbias_t, flush_dbias_rows): nothing to zero.
+      const bool every_written = !kp.has_window() && !kp.is_varlen();
+      if (Status s = begin_dbias(&kp, dbias, dbias_partials, stream, every_written); !s.ok()) return s;
     }
     if (Status s = launch_bwd_preprocess<Element, kHeadDimV>(kp, stream); !s.ok()) return s;  // D over O, dO
     const dim3 kv_grid(unsigned(ceil_div(kp.seqlen_k, Traits::kKvBlockN)), kp.heads_k * kp.kv_splits, kp.batch);
