@@ -280,7 +280,7 @@ INSTANTIATE_TEST_SUITE_P(All, ScoreMods,
 // takes the call: a bias without attn_mask) against the reference, then again with the forward
 // on sm80 (kFwdSm80), and under FLASHATTN_CUDA_PATH=sm90 on a Hopper GPU checks that the first
 // forward ran on the sm90 kernels exactly when marked, read attn_mask as packed bits
-// (sm90/mask_bits.h) exactly when marked (every mask that is not a tile: with a bias at d128, or
+// (sm90/mask_bits.h) exactly when marked (every mask that is not a tile: with a bias, or
 // a base / strides that are not 16-byte multiples, as the padded layout's 8-byte offset), and
 // that each backward ran on sm90 exactly when marked.
 struct Sm90BiasSpec {
@@ -334,9 +334,11 @@ std::vector<Sm90BiasSpec> sm90_bias_cases() {
   s = base("sm90_d64_mask_only_rows_of_264_bytes", 64);
   s.bias = false, s.seqlen_k = 256, s.mask_density = 0.5;
   cs.push_back({s, true, true});
-  s = base("sm90_d64_bias_mask_contiguous_mask", 64);  // both as tiles at d64
+  // A contiguous mask with a bias at d64: packed into bits as every mask with a bias (since
+  // 2026-12-03 s16; the mask tile needs the bias slot, sm90/fwd_launch.h).
+  s = base("sm90_d64_bias_mask_contiguous_mask", 64);
   s.seqlen_k = 256, s.mask_density = 0.6, s.mask_layout = Layout::kContiguous, s.window_left = 40;
-  cs.push_back({s, true});
+  cs.push_back({s, true, true});
   // attn_mask packed into bits with a bias at d128 (no mask slot fits there): a contiguous mask
   // over 264 keys (8-byte loads in the pack, a last key block of 8 keys), causal with rows that
   // see no key; rows of 267 bytes (kPaddedOdd: the pack reads bytes) under a window, fp16; the
