@@ -1351,15 +1351,78 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
                                                              w.n0 + key_row0 + 64)
                                      : m_blk < clean_lo || m_blk >= clean_hi;
       }
+      // The pieces of the pass from S^T and dP^T to P^T and dS^T. hide_scores: the window and
+      // the block mask. mods_pass (kMods: softcap and ALiBi): P and dS = P (dP - D) (1 - tanh^2)
+      // in one pass from the scores in log2 units, LSE read here (not from lse2, which is not
+      // loaded for these kernels: 16 registers fewer). plain_probs: P from the raw products with
+      // the scale folded in (and the bias), LSE pair c from lse_at(c); ds_from_probs: after the
+      // wait for dP^T, dS = P (dP - D).
+      const auto soft_scores = [&](const bwd90::ScoreModifiers& mods) {
+#pragma unroll
+        for (int i = 0; i < kS; ++i) st[i] = mods.soft(st[i]);
+      };
+      const auto mods_pass = [&](const bwd90::ScoreModifiers& mods) {
+#pragma unroll
+        for (int c = 0; c < kBlockM / 8; ++c) {
+          const float2 l = *reinterpret_cast<const float2*>(lse + 8 * c + 2 * t4);
+          const float2 d = *reinterpret_cast<const float2*>(dsum + 8 * c + 2 * t4);
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            [[maybe_unused]] float2 b = {};
+            if constexpr (Traits::kBias) b = bias_pair_log2<Element>(bias_w[2 * c + h]);
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              const int idx = 4 * c + 2 * h + e;
+              const float x = key_ok[h] ? st[idx] : -INFINITY;
+              const float alibi = mods.alibi(m0 + 8 * c + 2 * t4 + e, w.n0 + key_local + 8 * h);
+              float y = x - alibi;
+              if constexpr (Traits::kBias) y += e == 0 ? b.x : b.y;
+              const float p = ptx::exp2_approx(y - (e == 0 ? l.x : l.y));
+              st[idx] = p;
+              dpt[idx] = p * (dpt[idx] - (e == 0 ? d.x : d.y)) * mods.dtanh(x);
+            }
+          }
+        }
+      };
+      const auto plain_probs = [&](auto lse_at) {
+#pragma unroll
+        for (int c = 0; c < kBlockM / 8; ++c) {
+          const float2 l = lse_at(c);
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            [[maybe_unused]] float2 b = {};
+            if constexpr (Traits::kBias) b = bias_pair_log2<Element>(bias_w[2 * c + h]);
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              const int idx = 4 * c + 2 * h + e;
+              // Rows past the queries (and LSE = -inf) carry LSE_log2 = +inf: P = 0 there.
+              const float x = key_ok[h] ? st[idx] : -INFINITY;
+              if constexpr (Traits::kBias) {
+                st[idx] = ptx::exp2_approx(fmaf(x, scale_log2, (e == 0 ? b.x : b.y) - (e == 0 ? l.x : l.y)));
+              } else {
+                st[idx] = ptx::exp2_approx(fmaf(x, scale_log2, -(e == 0 ? l.x : l.y)));
+              }
+            }
+          }
+        }
+      };
+      const auto ds_from_probs = [&]() {
+        ptx::wgmma_wait<0>();
+        ptx::fence_operand(dpt);
+#pragma unroll
+        for (int c = 0; c < kBlockM / 8; ++c) {
+          const float2 d = *reinterpret_cast<const float2*>(dsum + 8 * c + 2 * t4);
+#pragma unroll
+          for (int i = 4 * c; i < 4 * c + 4; ++i) dpt[i] = st[i] * (dpt[i] - (i % 2 == 0 ? d.x : d.y));
+        }
+      };
       if constexpr (!Traits::kBias) {
         ptx::wgmma_wait<Traits::kMods ? 0 : 1>();
         ptx::fence_operand(st);
         if constexpr (Traits::kMods) {  // the scores in log2 units before the masks (see BwdTraitsBody)
           ptx::fence_operand(dpt);
           head = walk_head;  // (kMods: not kSparse)
-          const bwd90::ScoreModifiers mods = bwd90::score_modifiers(params, args.softcap, w.batch, head, mask);
-#pragma unroll
-          for (int i = 0; i < kS; ++i) st[i] = mods.soft(st[i]);
+          soft_scores(bwd90::score_modifiers(params, args.softcap, w.batch, head, mask));
         }
         if (needs_mask) bwd90::mask_key_rows<kBlockM>(st, mask, m0, w.n0 + key_local, t4);
         if constexpr (Traits::kSparse) {
@@ -1369,58 +1432,20 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
           }
         }
         if constexpr (Traits::kMods) {
-          // P and dS = P (dP - D) (1 - tanh^2) in one pass.
-          const bwd90::ScoreModifiers mods = bwd90::score_modifiers(params, args.softcap, w.batch, head, mask);
-#pragma unroll
-          for (int c = 0; c < kBlockM / 8; ++c) {
-            // LSE read here, not from lse2 (unused then, so not loaded): 16 registers fewer.
-            const float2 l = *reinterpret_cast<const float2*>(lse + 8 * c + 2 * t4);
-            const float2 d = *reinterpret_cast<const float2*>(dsum + 8 * c + 2 * t4);
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-#pragma unroll
-              for (int e = 0; e < 2; ++e) {
-                const int idx = 4 * c + 2 * h + e;
-                const float x = key_ok[h] ? st[idx] : -INFINITY;
-                const float alibi = mods.alibi(m0 + 8 * c + 2 * t4 + e, w.n0 + key_local + 8 * h);
-                const float p = ptx::exp2_approx(x - alibi - (e == 0 ? l.x : l.y));
-                st[idx] = p;
-                dpt[idx] = p * (dpt[idx] - (e == 0 ? d.x : d.y)) * mods.dtanh(x);
-              }
-            }
-          }
+          mods_pass(bwd90::score_modifiers(params, args.softcap, w.batch, head, mask));
         } else {
-#pragma unroll
-          for (int c = 0; c < kBlockM / 8; ++c) {
-            const float2 l = lse2[c];
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-#pragma unroll
-              for (int e = 0; e < 2; ++e) {
-                const int idx = 4 * c + 2 * h + e;
-                // Rows past the queries (and LSE = -inf) carry LSE_log2 = +inf: P = 0 there.
-                const float x = key_ok[h] ? st[idx] : -INFINITY;
-                st[idx] = ptx::exp2_approx(fmaf(x, scale_log2, -(e == 0 ? l.x : l.y)));
-              }
-            }
-          }
-          ptx::wgmma_wait<0>();
-          ptx::fence_operand(dpt);
-#pragma unroll
-          for (int c = 0; c < kBlockM / 8; ++c) {
-            const float2 d = *reinterpret_cast<const float2*>(dsum + 8 * c + 2 * t4);
-#pragma unroll
-            for (int i = 4 * c; i < 4 * c + 4; ++i) dpt[i] = st[i] * (dpt[i] - (i % 2 == 0 ? d.x : d.y));
-          }
+          plain_probs([&](int c) { return lse2[c]; });
+          ds_from_probs();
         }
       } else {
-        // The kMods pass (S and dP waited for together, softcap's factor from the same score), or
-        // the plain one (exponentials before the wait for dP): the bias kernel takes the plain pass
-        // when the call has neither softcap nor ALiBi (a uniform branch). Each branch holds its
-        // waits and every read of the accumulators behind them: with the wait chosen in one branch
-        // and the reads in another, ptxas serialised the products (C7514).
-        const bool mods_on = Traits::kMods && (!Traits::kBias || args.softcap.in != 0.0f || params.alibi != nullptr);
-        if constexpr (Traits::kMods) head = walk_head;  // (kMods: not kSparse)
+        // The bias kernel: the kMods pass with softcap or ALiBi, else the plain one (exponentials
+        // before the wait for dP), under a uniform branch. Each branch holds its waits and every
+        // read of the accumulators behind them: with the wait chosen in one branch and the reads
+        // in another, ptxas serialised the products (C7514).
+        const bool mods_on = args.softcap.in != 0.0f || params.alibi != nullptr;
+        head = walk_head;
+        // (A lambda here only: shared with the branch above, it moved ptxas's schedule of the
+        // plain and kMods kernels, whose SASS stays the timed one.)
         const auto hide_scores = [&]() {
           if (needs_mask) bwd90::mask_key_rows<kBlockM>(st, mask, m0, w.n0 + key_local, t4);
           if constexpr (Traits::kSparse) {
@@ -1434,72 +1459,16 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
           ptx::wgmma_wait<0>();
           ptx::fence_operand(st);
           ptx::fence_operand(dpt);
-          // The scores in log2 units before the masks (see BwdTraitsBody), then P and
-          // dS = P (dP - D) (1 - tanh^2) in one pass.
           const bwd90::ScoreModifiers mods = bwd90::score_modifiers(params, args.softcap, w.batch, head, mask);
-#pragma unroll
-          for (int i = 0; i < kS; ++i) st[i] = mods.soft(st[i]);
+          soft_scores(mods);
           hide_scores();
-#pragma unroll
-          for (int c = 0; c < kBlockM / 8; ++c) {
-            // LSE read here, not from lse2 (unused then, so not loaded): 16 registers fewer.
-            const float2 l = *reinterpret_cast<const float2*>(lse + 8 * c + 2 * t4);
-            const float2 d = *reinterpret_cast<const float2*>(dsum + 8 * c + 2 * t4);
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-              [[maybe_unused]] float2 b = {};
-              if constexpr (Traits::kBias) b = bias_pair_log2<Element>(bias_w[2 * c + h]);
-#pragma unroll
-              for (int e = 0; e < 2; ++e) {
-                const int idx = 4 * c + 2 * h + e;
-                const float x = key_ok[h] ? st[idx] : -INFINITY;
-                const float alibi = mods.alibi(m0 + 8 * c + 2 * t4 + e, w.n0 + key_local + 8 * h);
-                float y = x - alibi;
-                if constexpr (Traits::kBias) y += e == 0 ? b.x : b.y;
-                const float p = ptx::exp2_approx(y - (e == 0 ? l.x : l.y));
-                st[idx] = p;
-                dpt[idx] = p * (dpt[idx] - (e == 0 ? d.x : d.y)) * mods.dtanh(x);
-              }
-            }
-          }
+          mods_pass(mods);
         } else {
           ptx::wgmma_wait<1>();
           ptx::fence_operand(st);
           hide_scores();
-#pragma unroll
-          for (int c = 0; c < kBlockM / 8; ++c) {
-            // (The kMods kernels read LSE here: lse2 is not loaded for them.)
-            float2 l;
-            if constexpr (Traits::kMods) {
-              l = *reinterpret_cast<const float2*>(lse + 8 * c + 2 * t4);
-            } else {
-              l = lse2[c];
-            }
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-              [[maybe_unused]] float2 b = {};
-              if constexpr (Traits::kBias) b = bias_pair_log2<Element>(bias_w[2 * c + h]);
-#pragma unroll
-              for (int e = 0; e < 2; ++e) {
-                const int idx = 4 * c + 2 * h + e;
-                // Rows past the queries (and LSE = -inf) carry LSE_log2 = +inf: P = 0 there.
-                const float x = key_ok[h] ? st[idx] : -INFINITY;
-                if constexpr (Traits::kBias) {
-                  st[idx] = ptx::exp2_approx(fmaf(x, scale_log2, (e == 0 ? b.x : b.y) - (e == 0 ? l.x : l.y)));
-                } else {
-                  st[idx] = ptx::exp2_approx(fmaf(x, scale_log2, -(e == 0 ? l.x : l.y)));
-                }
-              }
-            }
-          }
-          ptx::wgmma_wait<0>();
-          ptx::fence_operand(dpt);
-#pragma unroll
-          for (int c = 0; c < kBlockM / 8; ++c) {
-            const float2 d = *reinterpret_cast<const float2*>(dsum + 8 * c + 2 * t4);
-#pragma unroll
-            for (int i = 4 * c; i < 4 * c + 4; ++i) dpt[i] = st[i] * (dpt[i] - (i % 2 == 0 ? d.x : d.y));
-          }
+          plain_probs([&](int c) { return *reinterpret_cast<const float2*>(lse + 8 * c + 2 * t4); });
+          ds_from_probs();
         }
       }
       // kBias with dbias (no softcap then: dS is dbias's term): stored per element, or summed
