@@ -97,16 +97,21 @@ def fwd_mask_case(name, b, n, h, d, key_padding, with_bias=False):
     return check(name, out, ref(q, k, v, False, keep.expand(b, 1, n, n), bias), 0.03)
 
 
-def bwd_bias_case(name, b, n, h, d, bias_shape, causal):
-    """The Hopper bias backward (BwdBiasTraits): a bf16 bias that requires grad, dq, dk, dv and
-    dbias against float32 autograd."""
+def bwd_bias_case(name, b, n, h, d, bias_shape, causal, with_mask=False):
+    """The Hopper bias backward (BwdBiasTraits): a bf16 bias that requires grad (and an attn_mask,
+    packed into bits, that keeps every row's first key), dq, dk, dv and dbias against float32
+    autograd."""
     q, k, v = (rnd(b, n, h, d, grad=True) for _ in range(3))
     bias = rnd(*bias_shape, grad=True)
-    out = flashattn.flash_attn_func(q, k, v, causal=causal, attn_bias=bias)
+    keep = None
+    if with_mask:
+        keep = torch.rand(b, 1, n, n, device="cuda") < 0.6
+        keep[..., 0] = True
+    out = flashattn.flash_attn_func(q, k, v, causal=causal, attn_bias=bias, attn_mask=keep)
     do = torch.randn_like(out)
     g = torch.autograd.grad(out, (q, k, v, bias), do)
     qr, kr, vr, br = (x.detach().float().requires_grad_() for x in (q, k, v, bias))
-    o_ref = ref(qr, kr, vr, causal, None, br)
+    o_ref = ref(qr, kr, vr, causal, keep, br)
     g_ref = torch.autograd.grad(o_ref, (qr, kr, vr, br), do.float())
     ok = check(f"{name} out", out, o_ref, 0.03)
     for label, x, y in zip(("dq", "dk", "dv", "dbias"), g, g_ref):
@@ -138,6 +143,8 @@ CASES = {
     # into partials over the heads (d64 key padding).
     "bwd_bias_d128_causal": lambda: bwd_bias_case("bwd_bias_d128_causal", 1, 1024, 2, 128, (1, 2, 1024, 1024), True),
     "bwd_bias_d64_keypad": lambda: bwd_bias_case("bwd_bias_d64_keypad", 2, 1024, 2, 64, (2, 1, 1, 1024), False),
+    "bwd_bias_mask_bits_d128": lambda: bwd_bias_case("bwd_bias_mask_bits_d128", 2, 1024, 2, 128, (2, 2, 1024, 1024),
+                                                     False, with_mask=True),
 }
 
 
