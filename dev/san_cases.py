@@ -48,18 +48,28 @@ def check(name, got, want, tol):
     return ok
 
 
-def bwd_case(name, b, n, h, d, dv, causal, deterministic=False):
+def bwd_case(name, b, n, h, d, dv, causal, deterministic=False, bias_shape=None, with_mask=False):
+    """A backward against float32 autograd; bias_shape: a bf16 attn_bias of that shape that
+    requires grad (the Hopper bias backward), its dbias checked too; with_mask: an attn_mask
+    (packed into bits there) that keeps every row's first key."""
     q, k = rnd(b, n, h, d, grad=True), rnd(b, n, h, d, grad=True)
     v = rnd(b, n, h, dv, grad=True)
-    out = flashattn.flash_attn_func(q, k, v, causal=causal, deterministic=deterministic)
+    bias = rnd(*bias_shape, grad=True) if bias_shape is not None else None
+    keep = None
+    if with_mask:
+        keep = torch.rand(b, 1, n, n, device="cuda") < 0.6
+        keep[..., 0] = True
+    inputs = (q, k, v) + ((bias,) if bias is not None else ())
+    out = flashattn.flash_attn_func(q, k, v, causal=causal, deterministic=deterministic, attn_bias=bias,
+                                    attn_mask=keep)
     do = torch.randn_like(out)
-    g = torch.autograd.grad(out, (q, k, v), do)
-    qr, kr, vr = (x.detach().float().requires_grad_() for x in (q, k, v))
-    o_ref = ref(qr, kr, vr, causal)
-    g_ref = torch.autograd.grad(o_ref, (qr, kr, vr), do.float())
+    g = torch.autograd.grad(out, inputs, do)
+    refs = tuple(x.detach().float().requires_grad_() for x in inputs)
+    o_ref = ref(*refs[:3], causal, keep, refs[3] if bias is not None else None)
+    g_ref = torch.autograd.grad(o_ref, refs, do.float())
     ok = check(f"{name} out", out, o_ref, 0.03)
-    for label, x, y in zip("qkv", g, g_ref):
-        ok &= check(f"{name} d{label}", x, y, 0.05 * max(1.0, y.abs().max().item()))
+    for label, x, y in zip(("dq", "dk", "dv", "dbias"), g, g_ref):
+        ok &= check(f"{name} {label}", x, y, 0.05 * max(1.0, y.abs().max().item()))
     return ok
 
 
@@ -97,28 +107,6 @@ def fwd_mask_case(name, b, n, h, d, key_padding, with_bias=False):
     return check(name, out, ref(q, k, v, False, keep.expand(b, 1, n, n), bias), 0.03)
 
 
-def bwd_bias_case(name, b, n, h, d, bias_shape, causal, with_mask=False):
-    """The Hopper bias backward (BwdBiasTraits): a bf16 bias that requires grad (and an attn_mask,
-    packed into bits, that keeps every row's first key), dq, dk, dv and dbias against float32
-    autograd."""
-    q, k, v = (rnd(b, n, h, d, grad=True) for _ in range(3))
-    bias = rnd(*bias_shape, grad=True)
-    keep = None
-    if with_mask:
-        keep = torch.rand(b, 1, n, n, device="cuda") < 0.6
-        keep[..., 0] = True
-    out = flashattn.flash_attn_func(q, k, v, causal=causal, attn_bias=bias, attn_mask=keep)
-    do = torch.randn_like(out)
-    g = torch.autograd.grad(out, (q, k, v, bias), do)
-    qr, kr, vr, br = (x.detach().float().requires_grad_() for x in (q, k, v, bias))
-    o_ref = ref(qr, kr, vr, causal, keep, br)
-    g_ref = torch.autograd.grad(o_ref, (qr, kr, vr, br), do.float())
-    ok = check(f"{name} out", out, o_ref, 0.03)
-    for label, x, y in zip(("dq", "dk", "dv", "dbias"), g, g_ref):
-        ok &= check(f"{name} {label}", x, y, 0.05 * max(1.0, y.abs().max().item()))
-    return ok
-
-
 CASES = {
     "bwd_d64": lambda: bwd_case("bwd_d64", 1, 1024, 2, 64, 64, False),
     "bwd_d64_causal": lambda: bwd_case("bwd_d64_causal", 1, 1024, 2, 64, 64, True),
@@ -141,10 +129,11 @@ CASES = {
     "fwd_bias_mask_bits_d128": lambda: fwd_mask_case("fwd_bias_mask_bits_d128", 2, 1024, 2, 128, False, True),
     # The Hopper bias backward: dbias stored per element (d128, causal) and summed over the rows
     # into partials over the heads (d64 key padding).
-    "bwd_bias_d128_causal": lambda: bwd_bias_case("bwd_bias_d128_causal", 1, 1024, 2, 128, (1, 2, 1024, 1024), True),
-    "bwd_bias_d64_keypad": lambda: bwd_bias_case("bwd_bias_d64_keypad", 2, 1024, 2, 64, (2, 1, 1, 1024), False),
-    "bwd_bias_mask_bits_d128": lambda: bwd_bias_case("bwd_bias_mask_bits_d128", 2, 1024, 2, 128, (2, 2, 1024, 1024),
-                                                     False, with_mask=True),
+    "bwd_bias_d128_causal": lambda: bwd_case("bwd_bias_d128_causal", 1, 1024, 2, 128, 128, True,
+                                             bias_shape=(1, 2, 1024, 1024)),
+    "bwd_bias_d64_keypad": lambda: bwd_case("bwd_bias_d64_keypad", 2, 1024, 2, 64, 64, False, bias_shape=(2, 1, 1, 1024)),
+    "bwd_bias_mask_bits_d128": lambda: bwd_case("bwd_bias_mask_bits_d128", 2, 1024, 2, 128, 128, False,
+                                                bias_shape=(2, 2, 1024, 1024), with_mask=True),
 }
 
 
