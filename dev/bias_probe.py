@@ -3,7 +3,7 @@ cuDNN and memory-efficient backends, same process, bf16, d128 (--head-dim), 2048
 forward, backward, and backward with the bias's gradient. Bias shapes (B, H, N, N) and
 (1, H, N, N) (T5-style, shared over the batch). TFLOP/s with the attention FLOPs (4 B H N^2 d
 forward, 2.5x backward; "bwd" with a bias that needs no gradient, "bwd_dbias" with it).
-Usage: python3 dev/bias_probe.py --out X.json [--seqlens 1024,4096] [--head-dim 64] [--sm80] [--variants]"""
+Usage: python3 dev/bias_probe.py --out X.json [--seqlens 1024,4096] [--head-dim 64] [--sm80] [--variants] [--mask]"""
 import argparse
 import json
 
@@ -22,6 +22,7 @@ ap.add_argument("--sm80", action="store_true", help="also time our backward on t
 ap.add_argument("--variants", action="store_true",
                 help="also time our backward without a bias and with ALiBi at zero slopes (flashattn_nobias_*, _alibi0_*)")
 ap.add_argument("--head-dim", type=int, default=128)
+ap.add_argument("--mask", action="store_true", help="also rows with attn_mask alone (flashattn sm90 / sm80 against SDPA)")
 args = ap.parse_args()
 
 
@@ -94,6 +95,43 @@ for n in (int(x) for x in args.seqlens.split(",")):
         rows.append(row)
         print(" ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()), flush=True)
         del q, k, v, qt, kt, vt, out, bias
+        torch.cuda.empty_cache()
+# --mask: attn_mask alone (a boolean (B, 1, N, N) mask keeping 90% of the keys, every row's first
+# kept), our backward on sm90 (the mask packed into bits) and sm80, SDPA with the same mask.
+if args.mask:
+    for n in (int(x) for x in args.seqlens.split(",")):
+        b = max(1, 16384 // n)
+        fl = 4.0 * b * h * n * n * d
+        q, k, v = (torch.randn(b, n, h, d, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+        keep = torch.rand(b, 1, n, n, device="cuda") < 0.9
+        keep[..., 0] = True
+        dout = torch.randn(b, n, h, d, device="cuda", dtype=torch.bfloat16)
+        qt, kt, vt = (x.detach().transpose(1, 2).requires_grad_(True) for x in (q, k, v))
+        doutt = dout.transpose(1, 2)
+        row = {"d": d, "seqlen": n, "batch": b, "heads": h, "mask": "B,1,N,N"}
+        out = flashattn.flash_attn_func(q, k, v, attn_mask=keep)
+        with torch.no_grad():
+            row["flashattn_fwd"] = fl / timed_r(lambda: flashattn.flash_attn_func(q, k, v, attn_mask=keep)) / 1e12
+        row["flashattn_bwd"] = 2.5 * fl / timed_r(lambda: torch.autograd.grad(out, (q, k, v), dout, retain_graph=True)) / 1e12
+        saved = flashattn._C._set_switch("bwd_sm80", True)
+        try:
+            row["flashattn_sm80_bwd"] = 2.5 * fl / timed_r(
+                lambda: torch.autograd.grad(out, (q, k, v), dout, retain_graph=True)) / 1e12
+        finally:
+            flashattn._C._set_switch("bwd_sm80", saved)
+        for name, be in backends.items():
+            try:
+                with sdpa_kernel([be]):
+                    ref = F.scaled_dot_product_attention(qt, kt, vt, attn_mask=keep)
+                row[f"{name}_max_abs_diff"] = (out - ref.transpose(1, 2)).abs().max().item()
+                row[f"{name}_bwd"] = 2.5 * fl / timed_r(
+                    lambda: torch.autograd.grad(ref, (qt, kt, vt), doutt, retain_graph=True)) / 1e12
+                del ref
+            except Exception as e:  # noqa: BLE001
+                row[f"{name}_error"] = str(e).splitlines()[0][:160]
+        rows.append(row)
+        print(" ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()), flush=True)
+        del q, k, v, qt, kt, vt, out, keep
         torch.cuda.empty_cache()
 env = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "cudnn": torch.backends.cudnn.version(),
        "date_utc": __import__("datetime").datetime.now(__import__("datetime").timezone.utc).isoformat(timespec="seconds")}

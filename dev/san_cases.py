@@ -48,18 +48,24 @@ def check(name, got, want, tol):
     return ok
 
 
-def bwd_case(name, b, n, h, d, dv, causal, deterministic=False, bias_shape=None):
+def bwd_case(name, b, n, h, d, dv, causal, deterministic=False, bias_shape=None, with_mask=False):
     """A backward against float32 autograd; bias_shape: a bf16 attn_bias of that shape that
-    requires grad (the Hopper bias backward), its dbias checked too."""
+    requires grad (the Hopper bias backward), its dbias checked too; with_mask: an attn_mask
+    (packed into bits there) that keeps every row's first key."""
     q, k = rnd(b, n, h, d, grad=True), rnd(b, n, h, d, grad=True)
     v = rnd(b, n, h, dv, grad=True)
     bias = rnd(*bias_shape, grad=True) if bias_shape is not None else None
+    keep = None
+    if with_mask:
+        keep = torch.rand(b, 1, n, n, device="cuda") < 0.6
+        keep[..., 0] = True
     inputs = (q, k, v) + ((bias,) if bias is not None else ())
-    out = flashattn.flash_attn_func(q, k, v, causal=causal, deterministic=deterministic, attn_bias=bias)
+    out = flashattn.flash_attn_func(q, k, v, causal=causal, deterministic=deterministic, attn_bias=bias,
+                                    attn_mask=keep)
     do = torch.randn_like(out)
     g = torch.autograd.grad(out, inputs, do)
     refs = tuple(x.detach().float().requires_grad_() for x in inputs)
-    o_ref = ref(*refs[:3], causal, None, refs[3] if bias is not None else None)
+    o_ref = ref(*refs[:3], causal, keep, refs[3] if bias is not None else None)
     g_ref = torch.autograd.grad(o_ref, refs, do.float())
     ok = check(f"{name} out", out, o_ref, 0.03)
     for label, x, y in zip(("dq", "dk", "dv", "dbias"), g, g_ref):
@@ -126,6 +132,8 @@ CASES = {
     "bwd_bias_d128_causal": lambda: bwd_case("bwd_bias_d128_causal", 1, 1024, 2, 128, 128, True,
                                              bias_shape=(1, 2, 1024, 1024)),
     "bwd_bias_d64_keypad": lambda: bwd_case("bwd_bias_d64_keypad", 2, 1024, 2, 64, 64, False, bias_shape=(2, 1, 1, 1024)),
+    "bwd_bias_mask_bits_d128": lambda: bwd_case("bwd_bias_mask_bits_d128", 2, 1024, 2, 128, 128, False,
+                                                bias_shape=(2, 2, 1024, 1024), with_mask=True),
 }
 
 

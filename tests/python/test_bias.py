@@ -552,6 +552,12 @@ SM90_BWD_CASES = [
     dict(d=128, sq=113, sk=257, bias=(2, 8, 113, 257), pad=264, causal=True, grad=False),  # ragged, padded rows
     dict(d=64, sq=113, sk=264, bias=(2, 8, 113, 264), causal=True),      # ragged queries, dbias
     dict(d=64, sq=1, sk=520, bias=(2, 8, 1, 520)),                        # one query row
+    # attn_mask, packed into bits (sm90/mask_bits.h), with and without a bias
+    dict(d=128, bias=(2, 8, 300, 520), mask=(2, 1, 300, 520), density=0.6, causal=True, empty_rows=True),
+    dict(d=64, mask=(1, 1, 300, 520), density=0.03),                      # mask alone, many empty rows
+    dict(d=128, bias=(1, 8, 300, 520), mask=(2, 1, 1, 520), density=0.7), # key padding mask, T5 bias
+    dict(d=64, mask=(2, 8, 300, 520), density=0.5, softcap=5.0, window=(64, 16)),
+    dict(d=128, sk=515, mask=(2, 1, 300, 515), mask_pad=520, density=0.6),  # odd key count: byte reads
 ]
 
 
@@ -566,7 +572,7 @@ def test_cuda_sm90_bias_backward_matches_float64(case):
     if torch.cuda.get_device_capability()[0] != 9:
         pytest.skip("the sm90 backward runs on Hopper only")
     c = SM90_BWD_CASES[case]
-    q, k, v, bias, _, keep = _sm90_bias_case(torch, c, 9300 + case)
+    q, k, v, bias, mask, keep = _sm90_bias_case(torch, c, 9300 + case)
     b, sq, h = q.shape[0], q.shape[1], q.shape[2]
     sk, d = k.shape[1], c["d"]
     g = torch.Generator(device="cuda").manual_seed(9400 + case)
@@ -582,14 +588,17 @@ def test_cuda_sm90_bias_backward_matches_float64(case):
         ref_bias_fn = lambda bb: bb + alibi.to(bb.dtype)  # noqa: E731
     else:
         ref_bias_fn = lambda bb: bb  # noqa: E731
-    grad = c.get("grad", True)
+    grad = c.get("grad", True) and bias is not None
 
     def fa(q, k, v, *bb):
         return flashattn.flash_attn_func(q, k, v, causal=c.get("causal", False), window_size=c.get("window", (-1, -1)),
-                                         softcap=softcap, alibi_slopes=slopes, attn_bias=bb[0] if bb else bias)
+                                         softcap=softcap, alibi_slopes=slopes, attn_bias=bb[0] if bb else bias,
+                                         attn_mask=mask)
 
     def ref(q, k, v, *bb):
-        return torch_reference(q, k, v, ref_bias_fn(bb[0] if bb else ref_bias.to(q.dtype)), keep, scale, softcap)
+        b = bb[0] if bb else (ref_bias.to(q.dtype) if ref_bias is not None else torch.zeros((), dtype=q.dtype,
+                                                                                             device=q.device))
+        return torch_reference(q, k, v, ref_bias_fn(b), keep, scale, softcap)
 
     inputs = [q, k, v] + ([bias] if grad else [])
     names = ("out", "dq", "dk", "dv", "dbias")[:len(inputs) + 1]
@@ -613,9 +622,9 @@ def test_cuda_sm90_bias_backward_matches_float64(case):
 
 
 def test_cuda_sm90_bias_backward_dispatch():
-    """Which backward calls with attn_bias reach the Hopper bias kernel: a bf16 bias at d64 / d128
-    (with dbias or not) does; a float32 bias, deterministic mode, a bias with attn_mask and head
-    dim 256 stay on sm80, and still give finite gradients."""
+    """Which backward calls with attn_bias or attn_mask reach the Hopper bias kernel: a bf16 bias
+    at d64 / d128 (with dbias or not), a bias with attn_mask and attn_mask alone do; a float32
+    bias, deterministic mode and head dim 256 stay on sm80, and still give finite gradients."""
     torch = _cuda_torch()
     if not _sm90_forward_ran(torch):
         pytest.skip("the forward does not reach the sm90 kernels here (not Hopper, not built, or path sm80)")
@@ -624,10 +633,10 @@ def test_cuda_sm90_bias_backward_dispatch():
 
     def run(d, bias, bias_grad=True, mask=None, **kw):
         q, k, v = (torch.randn(b, s, h, d, device="cuda", generator=g).bfloat16().requires_grad_() for _ in range(3))
-        bb = bias.clone().requires_grad_(bias_grad)
+        bb = bias.clone().requires_grad_(bias_grad) if bias is not None else None
         before = flashattn._C._backward_calls()[0]
         flashattn.flash_attn_func(q, k, v, attn_bias=bb, attn_mask=mask, **kw).float().square().sum().backward()
-        for t in (q, k, v) + ((bb,) if bias_grad else ()):
+        for t in (q, k, v) + ((bb,) if bb is not None and bias_grad else ()):
             assert torch.isfinite(t.grad.float()).all()
         return flashattn._C._backward_calls()[0] - before
 
@@ -637,7 +646,8 @@ def test_cuda_sm90_bias_backward_dispatch():
     assert run(128, bias) == 0, "a float32 bias stays on sm80"
     assert run(128, bias.bfloat16(), deterministic=True) == 0, "deterministic: sm80"
     mask = torch.rand(b, 1, s, s, device="cuda", generator=g) < 0.9
-    assert run(128, bias.bfloat16(), mask=mask) == 0, "bias and mask: sm80"
+    assert run(128, bias.bfloat16(), mask=mask) == 1, "bias and mask: the mask as bits"
+    assert run(64, None, mask=mask, causal=True) == 1, "attn_mask alone: the mask as bits"
     if flashattn._C._cuda_head_dim_built(256):
         assert run(256, bias.bfloat16()) == 0, "head dim 256: sm80"
 

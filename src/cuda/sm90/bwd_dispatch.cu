@@ -18,8 +18,8 @@ constexpr bool has_bwd_dv_kernel(int head_dim, int head_dim_v) { return head_dim
 // block mask (BwdSparseTraits) the kernels as written spilled (ptxas sm_90a: 4-8 bytes at d128
 // window, 8-44 under a block mask), so those calls stay on sm80 until they are reworked.
 constexpr bool has_mods_kernel(int head_dim, bool window) { return head_dim == 64 || (head_dim == 128 && !window); }
-// attn_bias without attn_mask or a block mask (BwdBiasTraits, the window mask serving calls without
-// one too, softcap and ALiBi at run time): 64 and 128 (sm90bwdbias_* instantiations).
+// attn_bias and/or attn_mask without a block mask (BwdBiasTraits, the window mask serving calls
+// without one too, softcap and ALiBi at run time): 64 and 128 (sm90bwdbias_* instantiations).
 constexpr bool has_bias_kernel(int head_dim) { return head_dim == 64 || head_dim == 128; }
 
 }  // namespace
@@ -34,26 +34,31 @@ std::string bwd_declines(const BackwardParams& p) {
   }
   if (p.has_dropout()) return "dropout runs on sm80";
   const bool sparse = p.block_mask.defined() || p.has_block_lists();
-  if (p.bias.defined()) {
+  if ((p.bias.defined() || p.mask.defined()) && !sparse) {
     // BwdBiasTraits: the fused kernel copies the bias tile (16-bit, the call's dtype; 16-byte
-    // aligned base and strides, 0 where it broadcasts) as the forward's bias kernel does.
-    if (sparse || p.mask.defined()) return "attn_bias with attn_mask or a block mask runs on sm80";
-    if (!has_bias_kernel(p.head_dim)) return "attn_bias at this head dim runs on sm80 (sm90: 64 and 128)";
-    const Broadcast4& b = p.bias;
-    if (b.dtype == DType::kFloat32) return "a float32 attn_bias runs on sm80 (sm90: q's dtype)";
-    if (reinterpret_cast<uintptr_t>(b.data) % 16 != 0 || (b.batch | b.head | b.row) % 8 != 0) {
-      return "attn_bias with strides or a base not 16-byte aligned runs on sm80";
+    // aligned base and strides, 0 where it broadcasts) as the forward's bias kernel does, and
+    // reads attn_mask packed into bits (mask_bits.h, any strides).
+    if (!has_bias_kernel(p.head_dim)) {
+      return p.bias.defined() ? "attn_bias at this head dim runs on sm80 (sm90: 64 and 128)"
+                              : "attn_mask without a block mask at this head dim runs on sm80 (sm90: 64 and 128)";
     }
-    if (p.deterministic) return "the deterministic backward with attn_bias runs on sm80";
+    if (p.bias.defined()) {
+      const Broadcast4& b = p.bias;
+      if (b.dtype == DType::kFloat32) return "a float32 attn_bias runs on sm80 (sm90: q's dtype)";
+      if (reinterpret_cast<uintptr_t>(b.data) % 16 != 0 || (b.batch | b.head | b.row) % 8 != 0) {
+        return "attn_bias with strides or a base not 16-byte aligned runs on sm80";
+      }
+    }
+    if (p.deterministic) return "the deterministic backward with attn_bias or attn_mask runs on sm80";
     // (dbias with softcap is refused before dispatch: cuda_backend.cu.)
+  } else if (p.bias.defined()) {
+    return "attn_bias with a block mask runs on sm80";
   } else if (p.softcap > 0.0f || p.alibi != nullptr) {
-    if (p.has_score_mods()) return "softcap and ALiBi with attn_mask or a block mask run on sm80";
+    if (p.has_score_mods()) return "softcap and ALiBi with a block mask run on sm80";
     if (!has_mods_kernel(p.head_dim, p.has_window())) {
       return "softcap and ALiBi at head_dim 192 and 256, and at 128 with a causal or window mask, run on sm80";
     }
   }
-  // attn_mask only as the element mask of a block mask's partial blocks (BwdSparseTraits).
-  if (p.mask.defined() && !sparse) return "attn_mask without a block mask runs on sm80";
   const auto broadcast = [&](const Strides3& s, int heads) {
     return s.row == 0 || (heads > 1 && s.head == 0) || (!p.is_varlen() && p.batch > 1 && s.batch == 0);
   };
@@ -88,7 +93,7 @@ Status dispatch_bwd(const BackwardParams& p, cudaStream_t stream) {
       return Status::NotSupported("the sm90 backward has no kernel for head_dim " + std::to_string(kHeadDim) +
                                   " with head_dim_v " + std::to_string(p.head_dim_v));
     }
-    if (p.bias.defined()) {  // (bwd_declines: no attn_mask, no block mask, head dim 64 or 128)
+    if (!sparse && (p.bias.defined() || p.mask.defined())) {  // (bwd_declines: head dim 64 or 128)
       if constexpr (has_bias_kernel(kHeadDim)) {
         return run_bwd<BwdBiasTraits<Element, kHeadDim, MaskMode::kWindow>>(p, stream);
       } else {

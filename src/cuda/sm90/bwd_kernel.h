@@ -52,6 +52,7 @@
 #include "cuda/sm90/bwd_mods.h"
 #include "cuda/sm90/bwd_sparse.h"
 #include "cuda/sm90/bwd_tile_order.h"
+#include "cuda/sm90/mask_bits.h"
 #include "cuda/sm90/fwd_tile.h"  // setmaxnreg_fits
 #include "cuda/sm90/quad_transpose.h"  // the dQ conversion's 16-byte stores
 #include "cuda/sm90/tile_feed.h"  // the masked persistent kernels' feed (its first tile is blockIdx.x)
@@ -93,12 +94,14 @@ struct BwdTraitsBody {
   // no register holds it between the two products. Not with split roles (d192/d256: the dS
   // role never sees S), which keep these calls on sm80.
   static constexpr bool kMods = kMods_;
-  // attn_bias (16-bit, the call's dtype), with or without dbias, on the fused kernel's kMods
-  // pass: per step the producer copies the bias tile of (query block, key block) into the stage
+  // attn_bias (16-bit, the call's dtype), with or without dbias, and/or attn_mask, on the fused
+  // kernel: per step the producer copies the bias tile of (query block, key block) into the stage
   // (64 query rows x 128 keys, two 64-key panels of 128-byte swizzled rows, one row when the bias
   // broadcasts over the rows), each consumer reads its scores' words transposed with ldmatrix
-  // (bias_words_t) while S^T runs and adds them after scale / softcap / ALiBi; dS, which is dbias,
-  // is stored per element in f32 (or summed over the query rows when dbias broadcasts over them).
+  // (bias_t_lane_offset) while S^T runs and adds them after scale / softcap / ALiBi; attn_mask
+  // comes packed into bits (mask_bits.h), each thread loading its 16 query rows' words of the key
+  // block from global memory before the products; dS, which is dbias, is stored per element in
+  // f32 (or summed over the query rows when dbias broadcasts over them).
   // The stage's LSE / D rows then live after the stages (kKvStatsTailBytes), so that at d128 the
   // two 16 KB bias slots fit the 227 KB.
   static constexpr bool kBias = kBias_;
@@ -224,8 +227,9 @@ struct BwdTraitsBody {
   static_assert(kHeadDimV == kHeadDim || (kHeadDim == 192 && kHeadDimV == 128 && kSplitRoles && !kSparse && !kMods),
                 "head_dim_v != head_dim: 192 / 128 on the dense split-role kernels only");
   static_assert(!kBias || (kMods && !kSparse && kHasFused && kHeadDimV == kHeadDim && kKvBlockN == 128 &&
-                           kKvBlockM == 64 && kStages * 2 * kKvStatBytes <= kKvStatsTailBytes),
-                "attn_bias: the fused kernel's kMods pass at d64 / d128, 64 x 128 bias tiles");
+                           kKvBlockN == kMaskBitsGroupKeys && kKvBlockM == 64 &&
+                           kStages * 2 * kKvStatBytes <= kKvStatsTailBytes),
+                "attn_bias / attn_mask: the fused kernel at d64 / d128, 64 x 128 bias tiles, a key block per bit group");
 };
 
 template <typename Element_, int kHeadDim_, MaskMode kMask_>
@@ -268,6 +272,8 @@ struct BwdKernelArgs {
   // kBias: attn_bias's map, (keys, rows, heads, batch), boxes of 64 keys x kKvBlockM rows (1 row
   // when it broadcasts over the rows), 128-byte swizzle (make_bias_map).
   CUtensorMap bias;
+  // kBias: attn_mask packed into bits (mask_bits.h; words null without attn_mask).
+  MaskBits mask_bits;
 };
 
 namespace bwd90 {
@@ -944,11 +950,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
       // sequence, as the forward's bias tile.
       int bias_bytes = 0;
       if constexpr (Traits::kBias) {
-        bias_bytes = params.bias.row == 0 ? 2 * Traits::kRowBytes : Traits::kBiasTileBytes;
+        bias_bytes = !params.bias.defined() ? 0 : params.bias.row == 0 ? 2 * Traits::kRowBytes : Traits::kBiasTileBytes;
       }
       ptx::mbarrier_arrive_expect_tx(&full[s], Traits::tile_bytes(kBlockM) + Traits::tile_bytes_v(kBlockM) +
                                                    2 * Traits::kKvStatBytes + bias_bytes);
-      if constexpr (Traits::kBias) {
+      if (bias_bytes != 0) {
         const Broadcast4& b = params.bias;
 #pragma unroll
         for (int panel = 0; panel < 2; ++panel) {
@@ -1226,6 +1232,13 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
     bias_lane_off = bias_t_lane_offset(consumer, warp % 4, lane, params.bias.row == 0, Traits::panel_bytes(kBlockM));
     bias_step = bias_t_step(params.bias.row == 0);
   }
+  // kBias: whether the call has attn_bias, and attn_mask's bits (uniform). A thread's keys
+  // key_local and key_local + 8 of the 128-key group are bits mask_bit0 and mask_bit0 + 1 of word
+  // g / 2 of each query row's group (mask_bits.h: key 8c + r at word r / 2, bit 16 (r % 2) + c,
+  // and key_local = 64 consumer + 16 warp + g).
+  [[maybe_unused]] const bool has_bias = Traits::kBias && params.bias.defined();
+  [[maybe_unused]] const bool has_mask_bits = Traits::kBias && args.mask_bits.words != nullptr;
+  [[maybe_unused]] const int mask_bit0 = 16 * (g % 2) + 8 * consumer + 2 * (warp % 4);
 
   // The CTA's tile as derived at the top, in w; kPersistent: each of its tiles in turn. keys_here
   // and the mask stay the kernel's variables, which kPersistent reassigns per tile: read from w,
@@ -1328,16 +1341,58 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
                                          bwd90::kmajor_desc(q_addr), bwd90::kmajor_desc(do_addr),
                                          Traits::panel_bytes(kBlockM));
       // kBias: the bias words of this thread's scores (pair 2c + h: queries 8c + 2t4, +1 of key
-      // key_local + 8h), read while the products run.
+      // key_local + 8h), read while the products run (0 without attn_bias: a bias of 0).
       [[maybe_unused]] uint32_t bias_w[kS / 2];
       if constexpr (Traits::kBias) {
-        const uint32_t base = ptx::smem_u32(stage_bias(s)) + bias_lane_off;
+        if (has_bias) {
+          const uint32_t base = ptx::smem_u32(stage_bias(s)) + bias_lane_off;
 #pragma unroll
-        for (int j = 0; j < kS / 8; ++j) {
-          uint32_t r[4];
-          ptx::ldmatrix_x4_trans(r, base + uint32_t(j) * bias_step);
+          for (int j = 0; j < kS / 8; ++j) {
+            uint32_t r[4];
+            ptx::ldmatrix_x4_trans(r, base + uint32_t(j) * bias_step);
 #pragma unroll
-          for (int m = 0; m < 4; ++m) bias_w[4 * j + m] = r[m];
+            for (int m = 0; m < 4; ++m) bias_w[4 * j + m] = r[m];
+          }
+        } else {
+#pragma unroll
+          for (int i = 0; i < kS / 2; ++i) bias_w[i] = 0u;
+        }
+      }
+      // kBias with attn_mask: the packed words of this thread's 16 query rows (8c + 2t4 + e at
+      // 2c + e; rows past the queries read the last one: their P is 0 anyway), loaded once the
+      // products are issued and folded at once into this thread's 32 bits (score 4c + 2h + e at
+      // bit 4c + 2h + e): one register, not 16, across the wait for S (loaded before the issue
+      // and folded after it, the d128 kernel spilled 60-92 bytes in its step loop).
+      [[maybe_unused]] uint32_t mask_w[kBlockM / 4];
+      if constexpr (Traits::kBias) {
+        if (has_mask_bits) {
+          const MaskBits& mb = args.mask_bits;
+          const uint32_t* words =
+              mb.words + mask_bits_row_word(mb, w.batch, walk_head, 0, g / 2) + int64_t(kMaskBitsGroupWords) * w.n_block;
+#pragma unroll
+          for (int c = 0; c < kBlockM / 8; ++c) {
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              const int i = min(m0 + 8 * c + 2 * t4 + e, w.seq.seqlen_q - 1);
+              mask_w[2 * c + e] = __ldg(words + int64_t(i) * mb.row);
+            }
+          }
+        }
+      }
+      [[maybe_unused]] uint32_t mask_keep = ~0u;
+      if constexpr (Traits::kBias) {
+        if (has_mask_bits) {
+          mask_keep = 0u;
+#pragma unroll
+          for (int c = 0; c < kBlockM / 8; ++c) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+#pragma unroll
+              for (int e = 0; e < 2; ++e) {
+                mask_keep |= ((mask_w[2 * c + e] >> (mask_bit0 + h)) & 1u) << (4 * c + 2 * h + e);
+              }
+            }
+          }
         }
       }
 
@@ -1448,6 +1503,12 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
         // plain and kMods kernels, whose SASS stays the timed one.)
         const auto hide_scores = [&]() {
           if (needs_mask) bwd90::mask_key_rows<kBlockM>(st, mask, m0, w.n0 + key_local, t4);
+          if (has_mask_bits) {  // attn_mask: a clear bit hides the score
+#pragma unroll
+            for (int i = 0; i < kS; ++i) {
+              if (((mask_keep >> i) & 1u) == 0u) st[i] = -INFINITY;
+            }
+          }
           if constexpr (Traits::kSparse) {
             if (kind != kTileClean) {
               bwd90::hide_blocked_keys<kBlockM>(st, params, kind, w.batch, head, m0, w.n0 + key_local, t4, w.seq.seqlen_q,

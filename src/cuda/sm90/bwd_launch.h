@@ -19,6 +19,7 @@
 #include "cuda/sm80/bwd_preprocess.h"
 #include "cuda/sm90/bwd.h"
 #include "cuda/sm90/bwd_kernel.h"
+#include "cuda/sm90/fwd.h"  // the attn_mask bit pack (mask_bits.cu)
 #include "cuda/sm90/tensor_map.h"
 
 namespace flashattn::cuda::sm90 {
@@ -74,15 +75,20 @@ Status run_bwd(const BackwardParams& params, cudaStream_t stream) {
     }
   }
 
-  // kBias: attn_bias's map (the fused kernel's producer copies its 64 x 128 tiles) and dbias's
-  // plan (cuda/bwd_dbias.h; its partials in the plan's space below). The bias kernels are the
-  // fused form only: bwd_declines sends deterministic calls to sm80.
+  // kBias: attn_bias's map (the fused kernel's producer copies its 64 x 128 tiles), dbias's plan
+  // (cuda/bwd_dbias.h; its partials in the plan's space below) and attn_mask's packed bits (after
+  // them; mask_bits.h, packed on the stream before the kernels). The bias kernels are the fused
+  // form only: bwd_declines sends deterministic calls to sm80.
   [[maybe_unused]] DbiasPlan dbias;
+  [[maybe_unused]] size_t mask_bits_offset = 0;
+  args.mask_bits = MaskBits{};
   if constexpr (Traits::kBias) {
     if (params.deterministic) return Status::NotSupported("the sm90 bias backward has no deterministic form");
-    if (Status s = make_bias_map(&args.bias, params.bias, params.seqlen_q, params.seqlen_k, Traits::kKvBlockM);
-        !s.ok()) {
-      return s;
+    if (params.bias.defined()) {
+      if (Status s = make_bias_map(&args.bias, params.bias, params.seqlen_q, params.seqlen_k, Traits::kKvBlockM);
+          !s.ok()) {
+        return s;
+      }
     }
     dbias = plan_dbias(params);
   }
@@ -135,8 +141,19 @@ Status run_bwd(const BackwardParams& params, cudaStream_t stream) {
   if constexpr (Traits::kPersistent && Traits::kMask == MaskMode::kWindow) {
     if (!kp.deterministic) plan_bytes += 256;
   }
-  // kBias: dbias's partials (none when dbias is stored into directly), alone in the plan's space.
-  if constexpr (Traits::kBias) plan_bytes += sizeof(float) * size_t(dbias.ws_floats);
+  // kBias: dbias's partials (none when dbias is stored into directly), then attn_mask's bits.
+  if constexpr (Traits::kBias) {
+    mask_bits_offset = round_up(sizeof(float) * size_t(dbias.ws_floats), kWsAlign);
+    if (params.mask.defined()) {
+      const size_t bits = mask_bits_bytes(params);
+      if (bits / sizeof(uint32_t) > size_t(kMaskBitsMaxWords)) {
+        return Status::NotSupported("attn_mask: more than 2^32 words of packed bits for the sm90 bias backward");
+      }
+      plan_bytes = mask_bits_offset + bits;
+    } else {
+      plan_bytes = mask_bits_offset;
+    }
+  }
   void* ws = nullptr;
   void* plan_ws = nullptr;
   if (Status s = alloc_workspace<kHeadDim>(&kp, stream, &ws, plan_bytes, &plan_ws); !s.ok()) return s;
@@ -168,6 +185,12 @@ Status run_bwd(const BackwardParams& params, cudaStream_t stream) {
     }
     [[maybe_unused]] float* dbias_partials = nullptr;
     if constexpr (Traits::kBias) {
+      if (params.mask.defined()) {
+        if (Status s = build_mask_bits(kp, static_cast<char*>(plan_ws) + mask_bits_offset, stream, &args.mask_bits);
+            !s.ok()) {
+          return s;
+        }
+      }
       if (dbias.ws_floats > 0) dbias_partials = static_cast<float*>(plan_ws);
       // Without a window or varlen sequences every (b, h, i, j), or with row sums every (b, h, j),
       // is stored by one step (bwd_mods.h store_dbias_t, flush_dbias_rows): nothing to zero.

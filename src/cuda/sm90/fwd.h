@@ -32,13 +32,13 @@ Status dispatch_fwd(const ForwardParams& p, cudaStream_t stream);
 template <typename Traits>
 Status run_fwd(const ForwardParams& params, cudaStream_t stream);
 
-// attn_mask packed into bits for the bias forward (mask_bits.h, mask_bits.cu): the bytes of
-// workspace p's mask takes, and the pack into `workspace` (that many bytes, 16-byte aligned) on
-// `stream`: one read of the mask's bytes, one write of the bits, no host synchronisation
-// (capturable). *out gets the words and their strides.
+// attn_mask packed into bits for the bias kernels, forward and backward (mask_bits.h,
+// mask_bits.cu): the bytes of workspace p's mask takes, and the pack into `workspace` (that many
+// bytes, 16-byte aligned) on `stream`: one read of the mask's bytes, one write of the bits, no
+// host synchronisation (capturable). *out gets the words and their strides.
 struct MaskBits;
-size_t mask_bits_bytes(const ForwardParams& p);
-Status build_mask_bits(const ForwardParams& p, void* workspace, cudaStream_t stream, MaskBits* out);
+size_t mask_bits_bytes(const QKVParams& p);
+Status build_mask_bits(const QKVParams& p, void* workspace, cudaStream_t stream, MaskBits* out);
 
 // The FP8 forward (q, k, v float8 e4m3, out bf16; fwd8_kernel.h). Why it does not take p (empty
 // when it does): a head dim other than 64, 128 and 256, head_dim_v != head_dim, a head dim not

@@ -74,11 +74,11 @@ __global__ void __launch_bounds__(kThreads) pack_mask_bits(uint32_t* words, cons
 
 }  // namespace
 
-size_t mask_bits_bytes(const ForwardParams& p) {
+size_t mask_bits_bytes(const QKVParams& p) {
   return size_t(mask_bits_shape(p.mask, p.seqlen_q, p.seqlen_k).words()) * sizeof(uint32_t);
 }
 
-Status build_mask_bits(const ForwardParams& p, void* workspace, cudaStream_t stream, MaskBits* out) {
+Status build_mask_bits(const QKVParams& p, void* workspace, cudaStream_t stream, MaskBits* out) {
   const MaskBitsShape s = mask_bits_shape(p.mask, p.seqlen_q, p.seqlen_k);
   auto* words = static_cast<uint32_t*>(workspace);
   *out = mask_bits_strides(p.mask, s, words);
@@ -90,7 +90,7 @@ Status build_mask_bits(const ForwardParams& p, void* workspace, cudaStream_t str
                   unsigned(std::min<int64_t>(tasks, 65535)));
   const bool vec8 = reinterpret_cast<uintptr_t>(p.mask.data) % 8 == 0 && (p.mask.batch | p.mask.head | p.mask.row) % 8 == 0;
   pack_mask_bits<<<grid, kThreads, 0, stream>>>(words, p.mask, s, p.seqlen_k, vec8);
-  return cuda_status(cudaGetLastError(), "launching the attn_mask bit pack (sm90 bias forward)");
+  return cuda_status(cudaGetLastError(), "launching the attn_mask bit pack (sm90 bias kernels)");
 }
 
 }  // namespace flashattn::cuda::sm90
