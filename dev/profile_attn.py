@@ -6,7 +6,9 @@ sdpa_flash (FlashAttention-2), sdpa_cudnn, fa4 (flash_attn.cute, forward only; i
 compile happens in the warm-up, outside the window).
 D may be D/DV: v and out have head dim DV (e.g. 192/128, DeepSeek-V3's prefill). BIAS=full: a bf16
 (B, H, N, N) attn_bias (the peers' attn_mask) that requires grad in the backward (not with causal).
-Usage: [PEERS=sdpa_cudnn,fa4] [BIAS=full] profile_attn.py fwd|fwd8|bwd B H N D[/DV] [causal]."""
+MASK=full: a bool (B, 1, N, N) attn_mask, a random half of the keys of each row kept (the peers'
+bool attn_mask; not with BIAS or causal).
+Usage: [PEERS=sdpa_cudnn,fa4] [BIAS=full | MASK=full] profile_attn.py fwd|fwd8|bwd B H N D[/DV] [causal]."""
 import os
 import sys
 
@@ -28,19 +30,23 @@ dout = torch.randn(b, n, h, dv, device="cuda", dtype=torch.bfloat16)
 bias = None
 if os.environ.get("BIAS") == "full":
     bias = torch.randn(b, h, n, n, device="cuda", dtype=torch.bfloat16, requires_grad=backward)
+mask = None
+if os.environ.get("MASK") == "full":
+    mask = torch.rand(b, 1, n, n, device="cuda") < 0.5
 
 
 q8, k8, v8 = ((x.detach().to(torch.float8_e4m3fn) for x in (q, k, v)) if pass_ == "fwd8" else (q, k, v))
 
 
 def ours():
-    return flashattn.flash_attn_func(q8, k8, v8, causal=causal, attn_bias=bias)
+    return flashattn.flash_attn_func(q8, k8, v8, causal=causal, attn_bias=bias, attn_mask=mask)
 
 
 def sdpa(backend):
     def call():
         with sdpa_kernel([backend]):
-            return F.scaled_dot_product_attention(qt, kt, vt, attn_mask=bias, is_causal=causal).transpose(1, 2)
+            return F.scaled_dot_product_attention(qt, kt, vt, attn_mask=bias if mask is None else mask,
+                                                  is_causal=causal).transpose(1, 2)
     return call
 
 
