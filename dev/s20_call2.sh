@@ -54,7 +54,7 @@ out = flashattn.flash_attn_func(q, k, v)
 prof("no mask", lambda: torch.autograd.grad(out, (q, k, v), dout, retain_graph=True))
 PY
 echo "$(el) profiles"
-MASK=full OUT=$OUT timeout 150 bash dev/ncu_source.sh bwd "8 16 2048 128" 2>&1 | tail -14
+MASK=full PEERS=sdpa_cudnn OUT=$OUT timeout 150 bash dev/ncu_source.sh bwd "8 16 2048 128" 2>&1 | tail -14
 echo "$(el) ncu"
 python3 dev/bias_probe.py --seqlens 2048,8192 --head-dim 64 --mask --out "$OUT/bias-probe-d64.json" 2>&1 | tail -6
 ( cd "$OUT" && tar czf logs.tgz *.log && rm -f *.log )
