@@ -134,6 +134,10 @@ CASES = {
     "bwd_bias_d64_keypad": lambda: bwd_case("bwd_bias_d64_keypad", 2, 1024, 2, 64, 64, False, bias_shape=(2, 1, 1, 1024)),
     "bwd_bias_mask_bits_d128": lambda: bwd_case("bwd_bias_mask_bits_d128", 2, 1024, 2, 128, 128, False,
                                                 bias_shape=(2, 2, 1024, 1024), with_mask=True),
+    # attn_mask alone on the Hopper backward: its bits copied into the bias slot per step (ragged:
+    # the last query block reads the pack's padding rows).
+    "bwd_mask_d128_ragged": lambda: bwd_case("bwd_mask_d128_ragged", 2, 1000, 2, 128, 128, False, with_mask=True),
+    "bwd_mask_d64_causal": lambda: bwd_case("bwd_mask_d64_causal", 2, 1024, 2, 64, 64, True, with_mask=True),
 }
 
 

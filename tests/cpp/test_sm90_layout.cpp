@@ -447,6 +447,113 @@ TEST(Sm90FwdTile, MaskBitsStridesFindThePackedRows) {
   }
 }
 
+// The backward's attn_mask read (bwd_kernel.h): the pack's group-major layout, a step's 64 rows of
+// one group copied as one block of 1 KB (the producer's bulk copy), two ldmatrix.x4.trans per lane
+// (played out here from the lanes' row addresses), or without the copy the 16 halfword loads from
+// the packed words, then mask_bits_fold_t: every thread of both consumers must get the keep bit
+// of each of its 32 transposed scores, in the first and in a padded last query block, with the
+// mask per row and broadcast over the rows. Fails if the layout, the lane offsets, the ldmatrix
+// pairing or the fold's bit order is wrong.
+TEST(Sm90BwdMask, GroupMajorStepGivesEachLaneItsKeepBits) {
+  constexpr int kRows = 70, kKeys = 300, kHeads = 2;
+  for (const bool row_broadcast : {false, true}) {
+    SCOPED_TRACE(row_broadcast ? "mask broadcast over the rows" : "mask per row");
+    const int rows = row_broadcast ? 1 : kRows;
+    std::vector<uint8_t> mask(size_t(kHeads) * rows * kKeys);
+    uint32_t x = 777u;
+    for (uint8_t& m : mask) {
+      x = x * 1664525u + 1013904223u;
+      m = (x >> 27) % 3 == 0 ? 0 : 1;
+    }
+    flashattn::Broadcast4 m;
+    m.batch = 0;
+    m.head = int64_t(rows) * kKeys;
+    m.row = row_broadcast ? 0 : kKeys;
+    m.size[0] = 1, m.size[1] = kHeads, m.size[2] = rows;
+    const sm90::MaskBitsShape s = sm90::mask_bits_shape(m, kRows, kKeys, sm90::MaskBitsOrder::kGroupMajor);
+    ASSERT_EQ(s.rows_stored, row_broadcast ? 1 : 128);
+    std::vector<uint32_t> words(size_t(s.words()), 0u);
+    const sm90::MaskBits bits = sm90::mask_bits_strides(m, s, nullptr);
+    // The pack's result (padding rows and keys past kKeys stay 0).
+    for (int h = 0; h < kHeads; ++h) {
+      for (int i = 0; i < rows; ++i) {
+        for (int key = 0; key < kKeys; ++key) {
+          if (mask[(size_t(h) * rows + i) * kKeys + key] == 0) continue;
+          const int64_t at = sm90::mask_bits_row_word(bits, 0, h, i, sm90::mask_bits_word(key % 128)) +
+                             bits.group * (key / 128);
+          words[size_t(at)] |= 1u << sm90::mask_bits_bit(key % 128);
+        }
+      }
+    }
+    const auto kept = [&](int h, int i, int key) {
+      const int r = row_broadcast ? 0 : i;
+      return i < kRows && key < kKeys && mask[(size_t(h) * rows + r) * kKeys + key] != 0;
+    };
+    for (int h = 0; h < kHeads; ++h) {
+      for (int m0 = 0; m0 < kRows; m0 += 64) {
+        for (int n = 0; n < s.groups; ++n) {
+          const int64_t first = sm90::mask_bits_row_word(bits, 0, h, m0, 0) + bits.group * n;
+          const int step_rows = row_broadcast ? 1 : 64;
+          ASSERT_LE(first + 4 * step_rows, s.words());
+          // The bulk copy: 16-byte rows, row r at 16 r, as 16-bit halves.
+          std::vector<uint16_t> slot(size_t(step_rows) * 8);
+          for (int r = 0; r < step_rows; ++r) {
+            for (int t = 0; t < 8; ++t) {
+              const uint32_t w = words[size_t(first + 4 * r + t / 2)];
+              slot[size_t(r) * 8 + t] = uint16_t(t % 2 == 0 ? w & 0xffffu : w >> 16);
+            }
+          }
+          for (int consumer = 0; consumer < 2; ++consumer) {
+            for (int warp = 0; warp < 4; ++warp) {
+              for (int lane = 0; lane < 32; ++lane) {
+                const int g = lane / 4, t = lane % 4;
+                uint32_t from_smem[8], from_global[8];
+                for (int j = 0; j < 2; ++j) {
+                  for (int i = 0; i < 4; ++i) {
+                    // Matrix i of read j: rows given by lanes 8i .. 8i + 7; this lane gets column g
+                    // of its rows 2t and 2t + 1.
+                    uint32_t v = 0u;
+                    for (int e = 0; e < 2; ++e) {
+                      const uint32_t addr = sm90::mask_bits_t_lane_offset(8 * i + 2 * t + e, row_broadcast) +
+                                            uint32_t(j) * sm90::mask_bits_t_read_step(row_broadcast);
+                      ASSERT_EQ(addr % 16, 0u);
+                      v |= uint32_t(slot[addr / 2 + size_t(g)]) << (16 * e);
+                    }
+                    from_smem[4 * j + i] = v;
+                  }
+                }
+                for (int c = 0; c < 8; ++c) {
+                  uint32_t v = 0u;
+                  for (int e = 0; e < 2; ++e) {
+                    const int64_t half = 2 * (first + (8 * c + 2 * t + e) * bits.row) + g;
+                    const uint32_t w = words[size_t(half / 2)];
+                    v |= (half % 2 == 0 ? w & 0xffffu : w >> 16) << (16 * e);
+                  }
+                  from_global[c] = v;
+                }
+                const int hbit0 = 8 * consumer + 2 * warp;
+                const uint32_t keep = sm90::mask_bits_fold_t(from_smem, hbit0);
+                ASSERT_EQ(sm90::mask_bits_fold_t(from_global, hbit0), keep);
+                for (int c = 0; c < 8; ++c) {
+                  for (int hh = 0; hh < 2; ++hh) {
+                    for (int e = 0; e < 2; ++e) {
+                      const int key = 128 * n + 64 * consumer + 16 * warp + g + 8 * hh;
+                      const int row = m0 + 8 * c + 2 * t + e;
+                      if (row >= kRows) continue;  // past the queries: P is 0 whatever the bit
+                      ASSERT_EQ(((keep >> (4 * c + 2 * hh + e)) & 1u) != 0u, kept(h, row, key))
+                          << "head " << h << " row " << row << " key " << key << " lane " << lane;
+                    }
+                  }
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 // d64's tile for short masked rows (FwdShortRowsTraits): one consumer at two CTAs per SM, so that
 // 1024 rows are sixteen whole tiles (the three-consumer tile leaves a 64-row sixth), within each
 // CTA's half of the SM's shared memory and registers.

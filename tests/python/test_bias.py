@@ -558,6 +558,7 @@ SM90_BWD_CASES = [
     dict(d=128, bias=(1, 8, 300, 520), mask=(2, 1, 1, 520), density=0.7), # key padding mask, T5 bias
     dict(d=64, mask=(2, 8, 300, 520), density=0.5, softcap=5.0, window=(64, 16)),
     dict(d=128, sk=515, mask=(2, 1, 300, 515), mask_pad=520, density=0.6),  # odd key count: byte reads
+    dict(d=128, mask=(2, 1, 1, 520), density=0.7, causal=True),          # key padding mask alone: one row a step
 ]
 
 

@@ -99,9 +99,9 @@ struct BwdTraitsBody {
   // (64 query rows x 128 keys, two 64-key panels of 128-byte swizzled rows, one row when the bias
   // broadcasts over the rows), each consumer reads its scores' words transposed with ldmatrix
   // (bias_t_lane_offset) while S^T runs and adds them after scale / softcap / ALiBi; attn_mask
-  // comes packed into bits (mask_bits.h), each thread loading its 16 query rows' words of the key
-  // block from global memory before the products; dS, which is dbias, is stored per element in
-  // f32 (or summed over the query rows when dbias broadcasts over them).
+  // comes packed into bits (mask_bits.h), each thread reading its 16 query rows' words of the key
+  // block (copied into the bias slot by the producer when there is no bias); dS, which is dbias,
+  // is stored per element in f32 (or summed over the query rows when dbias broadcasts over them).
   // The stage's LSE / D rows then live after the stages (kKvStatsTailBytes), so that at d128 the
   // two 16 KB bias slots fit the 227 KB.
   static constexpr bool kBias = kBias_;
@@ -948,12 +948,23 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
       // kBias: the bias tile of (query block m0, this key block), keys in two 64-key panels;
       // coordinate 0 where the bias broadcasts (its map has extent 1 there). Positions in the
       // sequence, as the forward's bias tile.
-      int bias_bytes = 0;
+      // attn_mask without attn_bias: the step's packed words (64 rows of 16 bytes of this key
+      // block's group, one row when the mask broadcasts over the rows; group-major, mask_bits.h)
+      // by one bulk copy into the unused bias slot.
+      int bias_bytes = 0, mask_bytes = 0;
       if constexpr (Traits::kBias) {
         bias_bytes = !params.bias.defined() ? 0 : params.bias.row == 0 ? 2 * Traits::kRowBytes : Traits::kBiasTileBytes;
+        if (!params.bias.defined() && args.mask_bits.words != nullptr) {
+          mask_bytes = kMaskBitsGroupWords * 4 * (args.mask_bits.row == 0 ? 1 : kBlockM);
+        }
       }
       ptx::mbarrier_arrive_expect_tx(&full[s], Traits::tile_bytes(kBlockM) + Traits::tile_bytes_v(kBlockM) +
-                                                   2 * Traits::kKvStatBytes + bias_bytes);
+                                                   2 * Traits::kKvStatBytes + bias_bytes + mask_bytes);
+      if (mask_bytes != 0) {
+        const MaskBits& mb = args.mask_bits;
+        ptx::bulk_load(stage_bias(s), mb.words + mask_bits_row_word(mb, batch, head, m0, 0) + mb.group * (n0 / kBlockN),
+                       uint32_t(mask_bytes), &full[s]);
+      }
       if (bias_bytes != 0) {
         const Broadcast4& b = params.bias;
 #pragma unroll
@@ -1233,12 +1244,12 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
     bias_step = bias_t_step(params.bias.row == 0);
   }
   // kBias: whether the call has attn_bias, and attn_mask's bits (uniform). A thread's keys
-  // key_local and key_local + 8 of the 128-key group are bits mask_bit0 and mask_bit0 + 1 of word
-  // g / 2 of each query row's group (mask_bits.h: key 8c + r at word r / 2, bit 16 (r % 2) + c,
-  // and key_local = 64 consumer + 16 warp + g).
+  // key_local and key_local + 8 of the 128-key group are bits mask_hbit0 and mask_hbit0 + 1 of
+  // halfword g of each query row's group (mask_bits.h: key 8c + r at bit c of halfword r, and
+  // key_local = 64 consumer + 16 warp + g).
   [[maybe_unused]] const bool has_bias = Traits::kBias && params.bias.defined();
   [[maybe_unused]] const bool has_mask_bits = Traits::kBias && args.mask_bits.words != nullptr;
-  [[maybe_unused]] const int mask_bit0 = 16 * (g % 2) + 8 * consumer + 2 * (warp % 4);
+  [[maybe_unused]] const int mask_hbit0 = 8 * consumer + 2 * (warp % 4);
 
   // The CTA's tile as derived at the top, in w; kPersistent: each of its tiles in turn. keys_here
   // and the mask stay the kernel's variables, which kPersistent reassigns per tile: read from w,
@@ -1358,41 +1369,37 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
           for (int i = 0; i < kS / 2; ++i) bias_w[i] = 0u;
         }
       }
-      // kBias with attn_mask: the packed words of this thread's 16 query rows (8c + 2t4 + e at
-      // 2c + e; rows past the queries read the last one: their P is 0 anyway), loaded once the
-      // products are issued and folded at once into this thread's 32 bits (score 4c + 2h + e at
-      // bit 4c + 2h + e): one register, not 16, across the wait for S (loaded before the issue
-      // and folded after it, the d128 kernel spilled 60-92 bytes in its step loop).
-      [[maybe_unused]] uint32_t mask_w[kBlockM / 4];
-      if constexpr (Traits::kBias) {
-        if (has_mask_bits) {
-          const MaskBits& mb = args.mask_bits;
-          const uint32_t* words =
-              mb.words + mask_bits_row_word(mb, w.batch, walk_head, 0, g / 2) + int64_t(kMaskBitsGroupWords) * w.n_block;
-#pragma unroll
-          for (int c = 0; c < kBlockM / 8; ++c) {
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-              const int i = min(m0 + 8 * c + 2 * t4 + e, w.seq.seqlen_q - 1);
-              mask_w[2 * c + e] = __ldg(words + int64_t(i) * mb.row);
-            }
-          }
-        }
-      }
+      // kBias with attn_mask: this thread's halfword (its keys' bits, mask_bits.h) of each of its
+      // 16 query rows, paired by row (8c + 2t4 + e in half e of pair c), then folded into one
+      // register of keep bits across the wait for S. Without attn_bias the producer copied the
+      // step's rows into the bias slot: two ldmatrix.x4.trans. With it (no room in the stage at
+      // d128) 16 loads from global memory (group-major: the step's 64 rows exist, padded), which
+      // ptxas issues two at a time, each pair after the previous pair's fold (168 registers).
       [[maybe_unused]] uint32_t mask_keep = ~0u;
       if constexpr (Traits::kBias) {
         if (has_mask_bits) {
-          mask_keep = 0u;
+          const MaskBits& mb = args.mask_bits;
+          uint32_t pairs[kBlockM / 8];
+          if (!has_bias) {
+            const uint32_t base = ptx::smem_u32(stage_bias(s)) + mask_bits_t_lane_offset(lane, mb.row == 0);
 #pragma unroll
-          for (int c = 0; c < kBlockM / 8; ++c) {
+            for (int j = 0; j < kBlockM / 32; ++j) {
+              uint32_t r[4];
+              ptx::ldmatrix_x4_trans(r, base + uint32_t(j) * mask_bits_t_read_step(mb.row == 0));
 #pragma unroll
-            for (int h = 0; h < 2; ++h) {
+              for (int m = 0; m < 4; ++m) pairs[4 * j + m] = r[m];
+            }
+          } else {
+            const uint16_t* half = reinterpret_cast<const uint16_t*>(
+                                       mb.words + mask_bits_row_word(mb, w.batch, walk_head, m0, 0) + mb.group * w.n_block) +
+                                   g;
 #pragma unroll
-              for (int e = 0; e < 2; ++e) {
-                mask_keep |= ((mask_w[2 * c + e] >> (mask_bit0 + h)) & 1u) << (4 * c + 2 * h + e);
-              }
+            for (int c = 0; c < kBlockM / 8; ++c) {
+              const int64_t row = 8 * c + 2 * t4;
+              pairs[c] = uint32_t(__ldg(half + 2 * row * mb.row)) | (uint32_t(__ldg(half + 2 * (row + 1) * mb.row)) << 16);
             }
           }
+          mask_keep = mask_bits_fold_t(pairs, mask_hbit0);
         }
       }
 

@@ -145,7 +145,7 @@ Status run_bwd(const BackwardParams& params, cudaStream_t stream) {
   if constexpr (Traits::kBias) {
     mask_bits_offset = round_up(sizeof(float) * size_t(dbias.ws_floats), kWsAlign);
     if (params.mask.defined()) {
-      const size_t bits = mask_bits_bytes(params);
+      const size_t bits = mask_bits_bytes(params, MaskBitsOrder::kGroupMajor);
       if (bits / sizeof(uint32_t) > size_t(kMaskBitsMaxWords)) {
         return Status::NotSupported("attn_mask: more than 2^32 words of packed bits for the sm90 bias backward");
       }
@@ -186,7 +186,8 @@ Status run_bwd(const BackwardParams& params, cudaStream_t stream) {
     [[maybe_unused]] float* dbias_partials = nullptr;
     if constexpr (Traits::kBias) {
       if (params.mask.defined()) {
-        if (Status s = build_mask_bits(kp, static_cast<char*>(plan_ws) + mask_bits_offset, stream, &args.mask_bits);
+        if (Status s = build_mask_bits(kp, static_cast<char*>(plan_ws) + mask_bits_offset, stream, &args.mask_bits,
+                                       MaskBitsOrder::kGroupMajor);
             !s.ok()) {
           return s;
         }

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "core/params.h"
+#include "cuda/sm90/mask_bits.h"
 
 namespace flashattn::cuda::sm90 {
 
@@ -35,10 +36,11 @@ Status run_fwd(const ForwardParams& params, cudaStream_t stream);
 // attn_mask packed into bits for the bias kernels, forward and backward (mask_bits.h,
 // mask_bits.cu): the bytes of workspace p's mask takes, and the pack into `workspace` (that many
 // bytes, 16-byte aligned) on `stream`: one read of the mask's bytes, one write of the bits, no
-// host synchronisation (capturable). *out gets the words and their strides.
-struct MaskBits;
-size_t mask_bits_bytes(const QKVParams& p);
-Status build_mask_bits(const QKVParams& p, void* workspace, cudaStream_t stream, MaskBits* out);
+// host synchronisation (capturable). *out gets the words and their strides. The forward packs
+// row-major, the backward group-major (mask_bits.h).
+size_t mask_bits_bytes(const QKVParams& p, MaskBitsOrder order = MaskBitsOrder::kRowMajor);
+Status build_mask_bits(const QKVParams& p, void* workspace, cudaStream_t stream, MaskBits* out,
+                       MaskBitsOrder order = MaskBitsOrder::kRowMajor);
 
 // The FP8 forward (q, k, v float8 e4m3, out bf16; fwd8_kernel.h). Why it does not take p (empty
 // when it does): a head dim other than 64, 128 and 256, head_dim_v != head_dim, a head dim not
