@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Session script (s20 call 2, deleted after its run): branch s20-dbias (dbias zeroing by memset,
-# zero / reduce kernels with many rows per block): test_bias.py (auto), flashattn_test_bias (auto
-# and sm90: the strided dbias takes the zero kernel); kernel times under torch.profiler of the
-# dbias calls and of the attn_mask-only backward (random and key-padding masks); ncu's source
-# page of the mask-only backward kernel; bias_probe at d64 with --mask.
+# Session script (s20 call 2, deleted after its run): branch s20-maskslot (dbias zeroing by memset,
+# zero / reduce kernels with many rows per block; the sm90 backward's attn_mask rows copied into
+# the bias slot and read by ldmatrix): test_bias.py (auto, and -k sm90 under sm90),
+# flashattn_test_bias (auto and sm90: the strided dbias takes the zero kernel), memcheck /
+# racecheck / synccheck of the mask san cases; kernel times under torch.profiler of the dbias calls
+# and of the attn_mask-only backward; bias_probe --mask at d128 and d64.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/flashattn-out}; mkdir -p "$OUT"
@@ -18,8 +19,13 @@ cmake --build build-gpu/python -j 16 --target flashattn_test_bias >"$OUT/gtest-b
 gt() { ( [ "$2" = auto ] || export FLASHATTN_CUDA_PATH=$2; build-gpu/python/tests/cpp/$1 >"$OUT/gt-$1-$2.log" 2>&1 )
        echo "$(el) $1 ($2): $(grep -E '^\[  (PASSED|FAILED)  \]' "$OUT/gt-$1-$2.log" | tr '\n' ' ')"; grep -E '^\[  FAILED  \] [A-Z]' "$OUT/gt-$1-$2.log" | head -6; }
 python3 -m pytest tests/python/test_bias.py -q -rs -p no:cacheprovider >"$OUT/t-bias.log" 2>&1 &
+FLASHATTN_CUDA_PATH=sm90 python3 -m pytest tests/python/test_bias.py -k sm90 -q -rs -p no:cacheprovider >"$OUT/t-bias90.log" 2>&1 &
 gt flashattn_test_bias sm90 & gt flashattn_test_bias auto &
-wait; echo "$(el) test_bias.py: $(tail -1 "$OUT/t-bias.log")"; grep -E "^(FAILED|ERROR)" "$OUT/t-bias.log" | head -8
+wait; for t in bias bias90; do echo "$(el) test_$t: $(tail -1 "$OUT/t-$t.log")"; grep -E "^(FAILED|ERROR)" "$OUT/t-$t.log" | head -8; done
+san() { FLASHATTN_CUDA_PATH=sm90 timeout 200 compute-sanitizer --tool $1 --error-exitcode 9 python3 dev/san_cases.py \
+          --only bwd_mask_d128_ragged,bwd_mask_d64_causal,bwd_bias_mask_bits_d128 >"$OUT/san-$1.log" 2>&1
+        echo "$(el) $1 rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|SYNCCHECK SUMMARY' "$OUT/san-$1.log" | tail -1) $(grep -cE ' ok$' "$OUT/san-$1.log") ok, $(grep -c FAIL "$OUT/san-$1.log") FAIL"; }
+san memcheck & san racecheck & san synccheck & wait
 python3 - <<'PY' 2>&1 | grep -v Warn | tail -60
 import torch, flashattn
 from torch.profiler import profile, ProfilerActivity
@@ -54,8 +60,7 @@ out = flashattn.flash_attn_func(q, k, v)
 prof("no mask", lambda: torch.autograd.grad(out, (q, k, v), dout, retain_graph=True))
 PY
 echo "$(el) profiles"
-MASK=full PEERS=sdpa_cudnn OUT=$OUT timeout 150 bash dev/ncu_source.sh bwd "8 16 2048 128" 2>&1 | tail -14
-echo "$(el) ncu"
+python3 dev/bias_probe.py --seqlens 2048,8192 --mask --out "$OUT/bias-probe-d128.json" 2>&1 | tail -6
 python3 dev/bias_probe.py --seqlens 2048,8192 --head-dim 64 --mask --out "$OUT/bias-probe-d64.json" 2>&1 | tail -6
 ( cd "$OUT" && tar czf logs.tgz *.log && rm -f *.log )
 echo "total $(el)"
