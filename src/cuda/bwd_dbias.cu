@@ -36,24 +36,53 @@ __global__ void zero_kernel(const Broadcast4 d, int64_t cols) {
 }
 
 // dbias[bb, hh, r, j] = the sum of its (b, h, i) terms of the workspace in that order, in double;
-// neighbouring threads take neighbouring keys, so each read of the workspace is coalesced.
+// neighbouring threads take neighbouring keys, so each read of the workspace is coalesced. The
+// terms of an element are an outer walk (the batch, the heads, or both as consecutive planes)
+// and an inner one (the rows), each at one stride, walked by two counters. Each thread loads
+// kTermsAhead terms before adding any of them (in order): with the loads inside the walks, each
+// waited for the previous addition, and the (1, H, N, N) reduction over a batch of 8 ran at
+// 1.8 TB/s (1.33 ms for 2.1 GB of partials at 8 x 16 x 2k, H200 s20).
+constexpr int kTermsAhead = 8;
+
 __global__ void reduce_kernel(const Broadcast4 d, const float* ws, int64_t batch, int64_t heads, int64_t rows,
                               int64_t cols) {
   const int64_t j = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
   if (j >= cols) return;
   const int planes = int(d.size[0] * d.size[1]), out_heads = int(d.size[1]);
+  const bool sum_b = d.size[0] == 1, sum_h = d.size[1] == 1, sum_i = d.size[2] == 1;
+  const int64_t plane = rows * cols;
+  // (outer count, stride), (inner count, stride) over the summed dimensions, in (b, h, i) order.
+  int64_t n_out = 1, s_out = 0, n_in = 1, s_in = 0;
+  if (sum_b && sum_h) {
+    n_out = batch * heads, s_out = plane;  // (b, h) consecutive planes
+  } else if (sum_b) {
+    n_out = batch, s_out = heads * plane;
+  } else if (sum_h) {
+    n_out = heads, s_out = plane;
+  }
+  if (sum_i) n_in = rows, s_in = cols;
+  const int64_t terms = n_out * n_in;
   for (int bh = blockIdx.z; bh < planes; bh += gridDim.z) {
     const int64_t bb = bh / out_heads, hh = bh % out_heads;
     float* col = static_cast<float*>(d.data) + bb * d.batch + hh * d.head + j;
-    const int64_t b_lo = d.size[0] == 1 ? 0 : bb, b_hi = d.size[0] == 1 ? batch : bb + 1;
-    const int64_t h_lo = d.size[1] == 1 ? 0 : hh, h_hi = d.size[1] == 1 ? heads : hh + 1;
+    const float* base = ws + ((sum_b ? 0 : bb) * heads + (sum_h ? 0 : hh)) * plane + j;
     for (int64_t r = blockIdx.y; r < d.size[2]; r += gridDim.y) {
-      const int64_t i_lo = d.size[2] == 1 ? 0 : r, i_hi = d.size[2] == 1 ? rows : r + 1;
+      const float* src = base + (sum_i ? 0 : r) * cols;
       double sum = 0.0;
-      for (int64_t b = b_lo; b < b_hi; ++b) {
-        for (int64_t h = h_lo; h < h_hi; ++h) {
-          const float* src = ws + ((b * heads + h) * rows) * cols + j;
-          for (int64_t i = i_lo; i < i_hi; ++i) sum += src[i * cols];
+      int64_t o = 0, in = 0;  // term t0 + k's outer and inner index (no division)
+      for (int64_t t0 = 0; t0 < terms; t0 += kTermsAhead) {
+        float v[kTermsAhead];
+#pragma unroll
+        for (int k = 0; k < kTermsAhead; ++k) {
+          v[k] = 0.0f;
+          if (t0 + k < terms) {
+            v[k] = __ldg(src + o * s_out + in * s_in);
+            if (++in == n_in) in = 0, ++o;
+          }
+        }
+#pragma unroll
+        for (int k = 0; k < kTermsAhead; ++k) {
+          if (t0 + k < terms) sum += v[k];
         }
       }
       col[r * d.row] = float(sum);
