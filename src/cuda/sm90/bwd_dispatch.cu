@@ -3,6 +3,7 @@
 #include "cuda/common/variants.h"
 #include "cuda/sm90/bwd.h"
 #include "cuda/sm90/bwd_kernel.h"
+#include "cuda/sm90/tensor_map.h"
 
 namespace flashattn::cuda::sm90 {
 namespace {
@@ -43,11 +44,7 @@ std::string bwd_declines(const BackwardParams& p) {
                               : "attn_mask without a block mask at this head dim runs on sm80 (sm90: 64 and 128)";
     }
     if (p.bias.defined()) {
-      const Broadcast4& b = p.bias;
-      if (b.dtype == DType::kFloat32) return "a float32 attn_bias runs on sm80 (sm90: q's dtype)";
-      if (reinterpret_cast<uintptr_t>(b.data) % 16 != 0 || (b.batch | b.head | b.row) % 8 != 0) {
-        return "attn_bias with strides or a base not 16-byte aligned runs on sm80";
-      }
+      if (const char* why = bias_map_declines(p.bias)) return why;
     }
     if (p.deterministic) return "the deterministic backward with attn_bias or attn_mask runs on sm80";
     // (dbias with softcap is refused before dispatch: cuda_backend.cu.)

@@ -8,6 +8,7 @@
 #include "cuda/common/variants.h"
 #include "cuda/sm90/fwd.h"
 #include "cuda/sm90/fwd_traits.h"
+#include "cuda/sm90/tensor_map.h"
 
 namespace flashattn::cuda::sm90 {
 namespace {
@@ -52,14 +53,8 @@ std::string fwd_declines(const ForwardParams& p, bool any_runnable) {
       return p.bias.defined() ? "attn_bias at this head dim runs on sm80 (sm90: 64 and 128)"
                               : "attn_mask without a block mask at this head dim runs on sm80 (sm90: 64 and 128)";
     }
-    if (p.bias.defined()) {
-      const Broadcast4& b = p.bias;
-      // The copy engine moves the bias tile (fwd_launch.h): 16-bit elements, 16-byte aligned
-      // base and strides (0 where it broadcasts).
-      if (b.dtype == DType::kFloat32) return "a float32 attn_bias runs on sm80 (sm90: q's dtype)";
-      if (reinterpret_cast<uintptr_t>(b.data) % 16 != 0 || (b.batch | b.head | b.row) % 8 != 0) {
-        return "attn_bias with strides or a base not 16-byte aligned runs on sm80";
-      }
+    if (p.bias.defined()) {  // the copy engine moves the bias tile (fwd_launch.h)
+      if (const char* why = bias_map_declines(p.bias)) return why;
     }
   }
   // A broadcast operand (stride 0 over a dimension of extent > 1) has no tensor map.

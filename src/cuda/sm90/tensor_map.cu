@@ -68,6 +68,14 @@ Status make_operand_map(CUtensorMap* map, const void* ptr, DType dtype, int head
   return Status::Ok();
 }
 
+const char* bias_map_declines(const Broadcast4& b) {
+  if (b.dtype == DType::kFloat32) return "a float32 attn_bias runs on sm80 (sm90: q's dtype)";
+  if (reinterpret_cast<uintptr_t>(b.data) % 16 != 0 || (b.batch | b.head | b.row) % 8 != 0) {
+    return "attn_bias with strides or a base not 16-byte aligned runs on sm80";
+  }
+  return nullptr;
+}
+
 Status make_bias_map(CUtensorMap* map, const Broadcast4& b, int seqlen_q, int seqlen_k, int box_rows) {
   const int rows = b.row == 0 ? 1 : seqlen_q;
   const int heads = b.head == 0 ? 1 : int(b.size[1]);

@@ -28,7 +28,12 @@ Status make_operand_map(CUtensorMap* map, const void* ptr, DType dtype, int head
 // keys x `box_rows` rows (1 row when it broadcasts over the rows), 128-byte swizzle. Keys and
 // rows are positions in the sequence: varlen's extents are max_seqlen_k / max_seqlen_q (seqlen_q
 // and seqlen_k here). The callers' declines checked the strides and the alignment the copy
-// engine needs.
+// engine needs (bias_map_declines).
 Status make_bias_map(CUtensorMap* map, const Broadcast4& bias, int seqlen_q, int seqlen_k, int box_rows);
+
+// Why a defined attn_bias cannot travel by make_bias_map (the dispatchers' sm80 reason), or
+// nullptr: it must be 16-bit (the call's dtype) with a 16-byte aligned base and batch, head and
+// row strides that are multiples of 8 elements (0 where it broadcasts).
+const char* bias_map_declines(const Broadcast4& bias);
 
 }  // namespace flashattn::cuda::sm90
