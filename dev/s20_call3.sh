@@ -15,9 +15,9 @@ cmake --build build-gpu/python -j 16 --target flashattn_test_bias >"$OUT/gtest-b
   || { tail -30 "$OUT/gtest-build.log"; exit 1; }
 build-gpu/python/tests/cpp/flashattn_test_bias >"$OUT/gt-bias.log" 2>&1 &
 python3 -m pytest tests/python/test_bias.py -q -rs -p no:cacheprovider >"$OUT/t-bias.log" 2>&1 &
-timeout 240 python3 -m pytest tests/python/test_cuda.py tests/python/test_sparse.py -q -rs -p no:cacheprovider >"$OUT/t-cuda.log" 2>&1 &
+timeout 240 python3 -m pytest tests/python/test_cuda.py tests/python/test_block_sparse.py -q -rs -p no:cacheprovider >"$OUT/t-cuda.log" 2>&1 &
 wait
-echo "$(el) test_cuda + test_sparse: $(tail -1 "$OUT/t-cuda.log")"; grep -E "^(FAILED|ERROR)" "$OUT/t-cuda.log" | head -8
+echo "$(el) test_cuda + test_block_sparse: $(tail -1 "$OUT/t-cuda.log")"; grep -E "^(FAILED|ERROR)" "$OUT/t-cuda.log" | head -8
 echo "$(el) flashattn_test_bias: $(grep -E '^\[  (PASSED|FAILED)  \]' "$OUT/gt-bias.log" | tr '\n' ' ')"; grep -E '^\[  FAILED  \] [A-Z]' "$OUT/gt-bias.log" | head -6
 echo "$(el) test_bias: $(tail -1 "$OUT/t-bias.log")"; grep -E "^(FAILED|ERROR)" "$OUT/t-bias.log" | head -8
 python3 - <<'PY' 2>&1 | grep -v Warn | tail -20
