@@ -151,8 +151,9 @@ typedef struct flashattn_backward_args {
   flashattn_tensor learnable_sink; /* optional float32 (heads), as in the forward */
   flashattn_tensor dsink;          /* optional float32 (heads) output: its gradient */
 
-  /* Appended in 0.3 (issue 18): as in the forward, and dbias, the optional float32 output
-   * with attn_bias's shape (its gradient, summed over broadcast dimensions). */
+  /* Appended in 0.3 (issue 18): as in the forward, and dbias, the optional output with
+   * attn_bias's shape (its gradient, summed over broadcast dimensions): float32, or the bias's
+   * own dtype when that is float16 / bfloat16 (rounded once from the float32 value). */
   flashattn_tensor attn_bias;
   flashattn_tensor attn_mask;
   flashattn_tensor block_mask;

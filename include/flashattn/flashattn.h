@@ -126,8 +126,9 @@ struct BackwardArgs : AttentionOptions {
   // Optional float32 (heads) output: the gradient of learnable_sink (requires learnable_sink).
   // Its reduction order is fixed, so it is reproducible whatever `deterministic` says.
   TensorView dsink;
-  // Optional float32 output with attn_bias's shape: the gradient of attn_bias, summed over its
-  // broadcast (size-1) dimensions in a fixed order (reproducible). Requires attn_bias.
+  // Optional output with attn_bias's shape: the gradient of attn_bias, summed over its broadcast
+  // (size-1) dimensions in a fixed order (reproducible). float32, or attn_bias's dtype when that
+  // is 16-bit (the float32 value rounded once: the bits of a cast). Requires attn_bias.
   TensorView dbias;
 };
 

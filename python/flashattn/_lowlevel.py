@@ -343,8 +343,8 @@ def backward(dout, q, k, v, out, lse, dq, dk, dv, *, cu_seqlens_q=None, cu_seqle
     (same ``seed``/``offset`` with dropout). dk/dv are summed over the query heads of each GQA
     group. ``deterministic``: bitwise reproducible run to run. ``dsink``: optional float32
     (heads) output, the gradient of ``learnable_sink`` (which must then be given). ``dbias``:
-    optional float32 output shaped like ``attn_bias``, its gradient (summed over broadcast
-    dimensions). Other arguments as in ``forward``.
+    optional output shaped like ``attn_bias``, its gradient (summed over broadcast dimensions),
+    float32 or the bias's own 16-bit dtype. Other arguments as in ``forward``.
     """
     window_left, window_right = resolve_window(window_size)
     if stream is None:

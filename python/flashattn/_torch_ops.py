@@ -27,7 +27,7 @@ Design
   ``kv_indices``, ``full_kv_num_blocks``, ``full_kv_indices`` (Tensor?, default None) follow
   the sink (SCORE_MOD_OPTIONS; the Python functions unpack a ``flashattn.BlockMask`` into them). Backward ops take one more trailing
   argument, ``bias_grad`` (default False; autograd sets it when the bias requires grad), and
-  return ``dbias`` (float32, the bias's shape) after ``dsink``, an empty (0,) tensor when not
+  return ``dbias`` (the bias's shape, in its dtype when 16-bit, else float32) after ``dsink``, an empty (0,) tensor when not
   requested; autograd hands it back in the bias's position, summed over expanded dimensions by
   autograd itself when the bias is an ``expand``ed view.
 * FP8 (issue 21): the forward ops end with ``q_descale``, ``k_descale``, ``v_descale``
@@ -179,9 +179,13 @@ def _sink_grad(learnable_sink: Optional[Tensor], dsink: Tensor) -> Optional[Tens
 
 
 def _dbias_like(q: Tensor, attn_bias: Optional[Tensor], bias_grad: bool) -> Tensor:
-    """The bias gradient's tensor: float32 shaped like attn_bias when requested, else (0,)."""
+    """The bias gradient's tensor: shaped like attn_bias when requested, else (0,); in the bias's
+    dtype when it is 16-bit (the kernels round once, as autograd's cast of a float32 gradient
+    would; no float32 tensor and no cast), else float32."""
     shape = tuple(attn_bias.shape) if attn_bias is not None and bias_grad else (0,)
-    return torch.empty(shape, dtype=torch.float32, device=q.device)
+    dtype = attn_bias.dtype if attn_bias is not None and attn_bias.dtype in (torch.float16, torch.bfloat16) \
+        else torch.float32
+    return torch.empty(shape, dtype=dtype, device=q.device)
 
 
 def varlen_metadata(device: torch.device, total_q: int, total_k: int, cu_seqlens_q,
@@ -403,8 +407,8 @@ def _run_fwd(lay: _Layout, args: tuple) -> tuple:
 
 def _run_bwd(lay: _Layout, args: tuple) -> tuple:
     """Returns the layout's gradients followed by dsink (float32 (heads) with a learnable
-    sink, else an empty (0,) tensor: custom ops cannot return None) and dbias (float32 like
-    attn_bias when bias_grad, else (0,))."""
+    sink, else an empty (0,) tensor: custom ops cannot return None) and dbias (like attn_bias,
+    _dbias_like, when bias_grad, else (0,))."""
     n, nv = len(lay.inputs), len(lay.varlen)
     dout, inputs, out, lse = args[0], args[1:1 + n], args[1 + n], args[2 + n]
     varlen, tail = args[3 + n:3 + n + nv], args[3 + n + nv:]

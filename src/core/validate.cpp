@@ -824,8 +824,17 @@ Status make_backward_params(const BackwardArgs& args, BackwardParams* p) {
       return c.status();
     }
     const TensorView& b = args.attn_bias;
-    check_like(c, "dbias", args.dbias, {b.shape[0], b.shape[1], b.shape[2], b.shape[3]},
-               DType::kFloat32, p->device, "(attn_bias's shape)");
+    // float32, or the bias's own 16-bit dtype (the gradient rounded once, as a cast of the float32
+    // one would be, without the float32 tensor).
+    const bool bias16 = b.dtype == DType::kFloat16 || b.dtype == DType::kBFloat16;
+    if (args.dbias.dtype != DType::kFloat32 && !(bias16 && args.dbias.dtype == b.dtype)) {
+      c.invalid(std::string("dbias must have dtype float32") +
+                (bias16 ? std::string(" or attn_bias's ") + dtype_name(b.dtype) : std::string()) + ", got " +
+                dtype_name(args.dbias.dtype));
+      return c.status();
+    }
+    check_like(c, "dbias", args.dbias, {b.shape[0], b.shape[1], b.shape[2], b.shape[3]}, args.dbias.dtype,
+               p->device, "(attn_bias's shape)");
     if (!c.ok()) return c.status();
     const int64_t full[4] = {b.shape[0], b.shape[1], b.shape[2], b.shape[3]};
     check_broadcast4(c, "dbias", args.dbias, full, p->device, "(attn_bias's shape)", &p->dbias);

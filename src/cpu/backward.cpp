@@ -466,7 +466,7 @@ void clear_unused_rows(const BackwardParams& p) {
 
 // Pass 1's dbias target, zeroed (see DbiasTarget). Pass-1 items own (b, kv head, key columns),
 // so dbias itself is the target unless its batch dimension is broadcast over several sequences
-// or its head dimension over several kv heads; then *workspace becomes a zeroed float32
+// or its head dimension over several kv heads, or it is 16-bit; then *workspace becomes a zeroed float32
 // (batch, slots, rows, seqlen_k) array, slots = heads_k or heads, rows = dbias's (1 or seqlen_q):
 // O(batch * heads * seqlen_q * seqlen_k) floats at most, summed afterwards by reduce_dbias().
 DbiasTarget dbias_target(const BackwardParams& p, std::vector<float>* workspace) {
@@ -476,7 +476,8 @@ DbiasTarget dbias_target(const BackwardParams& p, std::vector<float>* workspace)
   const int64_t cols = p.seqlen_k;
   const bool shared_batch = d.size[0] == 1 && p.batch > 1;
   const bool shared_head = d.size[1] == 1 && p.heads_k > 1;
-  if (!shared_batch && !shared_head) {
+  // A 16-bit dbias takes the float32 workspace too: reduce_dbias rounds each sum once.
+  if (!shared_batch && !shared_head && d.dtype == DType::kFloat32) {
     t.data = static_cast<float*>(d.data);
     t.batch = d.batch;
     t.head = d.head;
@@ -505,12 +506,13 @@ DbiasTarget dbias_target(const BackwardParams& p, std::vector<float>* workspace)
 }
 
 // dbias[bb, hh, r, j] = sum over the workspace entries that broadcast onto it, sequences then
-// slots in increasing order.
+// slots in increasing order, in dbias's dtype.
 void reduce_dbias(const BackwardParams& p, const DbiasTarget& t) {
   const Broadcast4& d = p.dbias;
   const int64_t cols = p.seqlen_k;
   const int64_t per_dbias_head = d.size[1] == 1 ? t.slots : 1;
   std::vector<double> sum(static_cast<size_t>(cols));
+  std::vector<float> row(static_cast<size_t>(cols));
   for (int64_t bb = 0; bb < d.size[0]; ++bb) {
     const int64_t b_lo = d.size[0] == 1 ? 0 : bb, b_hi = d.size[0] == 1 ? p.batch : bb + 1;
     for (int64_t hh = 0; hh < d.size[1]; ++hh) {
@@ -523,8 +525,10 @@ void reduce_dbias(const BackwardParams& p, const DbiasTarget& t) {
             for (int64_t j = 0; j < cols; ++j) sum[static_cast<size_t>(j)] += src[j];
           }
         }
-        float* dst = static_cast<float*>(d.data) + bb * d.batch + hh * d.head + r * d.row;
-        for (int64_t j = 0; j < cols; ++j) dst[j] = static_cast<float>(sum[static_cast<size_t>(j)]);
+        for (int64_t j = 0; j < cols; ++j) row[static_cast<size_t>(j)] = static_cast<float>(sum[static_cast<size_t>(j)]);
+        // (Through float32 first: a 16-bit dbias gets the bits of the float32 one cast.)
+        store_row(d.dtype, row.data(), 1.0f, cols,
+                  static_cast<char*>(d.data) + (bb * d.batch + hh * d.head + r * d.row) * dtype_size(d.dtype));
       }
     }
   }

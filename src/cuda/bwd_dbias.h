@@ -6,8 +6,9 @@
 //   - dbias (*, *, 1, Nk) with Nq > 1 (broadcast over the query rows, e.g. a key-padding bias):
 //     the CTA sums dS over the rows in registers across its steps of one (b, h), then over its
 //     warps in a fixed order (bwd_common.h, flush_dbias_cols), one value per (b, h, j);
-//   - the values of (b, h) go to dbias itself when dbias is (B, H, *, Nk), else (broadcast over
-//     the batch or the heads: several (b, h) share an element) to a float32 workspace of
+//   - the values of (b, h) go to dbias itself when dbias is (B, H, *, Nk) (and float32, or 16-bit
+//     with the sm90 per-element stores), else (broadcast over the batch or the heads: several
+//     (b, h) share an element; or 16-bit) to a float32 workspace of
 //     partials, (B, H, R, Nk) with R = 1 when summed over the rows, else Nq, that reduce_dbias
 //     sums afterwards in a fixed order. Workspace floats:
 //         dbias (B, H, *, Nk): 0;  otherwise B * H * (dbias rows == 1 ? 1 : Nq) * Nk
@@ -35,23 +36,29 @@ struct DbiasPlan {
   int64_t ws_floats = 0;  // workspace floats: 0 when dbias is (B, H, *, Nk)
 };
 
-inline DbiasPlan plan_dbias(const BackwardParams& p) {
+// A 16-bit dbias (the bias's dtype) is stored directly only by kernels that round dS to it
+// themselves (stores_16bit: the sm90 bias kernel's per-element stores); otherwise it takes the
+// partials, whose reduction rounds each sum once.
+inline DbiasPlan plan_dbias(const BackwardParams& p, bool stores_16bit = false) {
   DbiasPlan plan;
   if (!p.dbias.defined()) return plan;
   const int64_t* size = p.dbias.size;
   plan.row_sum = size[2] == 1 && p.seqlen_q > 1;
   plan.ws_rows = plan.row_sum ? 1 : p.seqlen_q;
-  const bool per_bh = size[0] == p.batch && size[1] == p.heads;  // no two (b, h) share an element
+  const bool direct = p.dbias.dtype == DType::kFloat32 || (stores_16bit && !plan.row_sum);
+  const bool per_bh = direct && size[0] == p.batch && size[1] == p.heads;  // no two (b, h) share an element
   plan.ws_floats = per_bh ? 0 : int64_t(p.batch) * p.heads * plan.ws_rows * p.seqlen_k;
   return plan;
 }
 
-// Sets every element of dbias (its shape size[0..2] x cols, its strides) to 0 on `stream`: the
-// elements no step writes (absent blocks, rows or keys past a varlen sequence) stay 0.
+// Sets every element of dbias (its shape size[0..2] x cols, its strides; float32 or 16-bit) to 0
+// on `stream`: the elements no step writes (absent blocks, rows or keys past a varlen sequence)
+// stay 0.
 Status zero_dbias(const Broadcast4& dbias, int64_t cols, cudaStream_t stream);
 
 // dbias[bb, hh, r, j] = sum of ws[b, h, i, j] over the (b, h, i) that broadcast onto (bb, hh, r)
-// (a dimension of size 1 in dbias takes all of ws's), summed in (b, h, i) order in double.
+// (a dimension of size 1 in dbias takes all of ws's), summed in (b, h, i) order in double, rounded
+// to float32 and then (a 16-bit dbias) to dbias's dtype: the bits of the float32 result cast.
 // ws: (batch, heads, rows, cols) float32, contiguous, rows = 1 or dbias's rows (DbiasPlan::ws_rows).
 // Writes every element of dbias.
 Status reduce_dbias(const Broadcast4& dbias, const float* ws, int64_t batch, int64_t heads, int64_t rows,

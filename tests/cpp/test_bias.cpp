@@ -44,6 +44,7 @@ struct ModsSpec {
   DType bias_dtype = DType::kFloat32;
   double bias_neg_inf = 0.0;  // fraction of bias entries that are -inf
   bool dbias = true;
+  bool dbias_in_bias_dtype = false;  // dbias in bias_dtype (16-bit) instead of float32
   // attn_mask (batch, 1, seqlen_q, seqlen_k): keep density; < 0 = off.
   double mask_density = -1.0;
   // Its layout: padded (rows of seqlen_k + 8 bytes, base 8 bytes into the buffer: not 16-byte
@@ -183,7 +184,8 @@ Built build(const ModsSpec& s, Backend be) {
     // with stride 0 (the Python tests do that).
     b.biasv = upload(be, s.bias_dtype, Layout::kPadded, {bs[0], bs[1], bs[2], bs[3]}, b.bias);
     if (s.dbias) {
-      b.dbiasv = upload(be, DType::kFloat32, Layout::kPaddedOdd, {bs[0], bs[1], bs[2], bs[3]}, {});
+      b.dbiasv = upload(be, s.dbias_in_bias_dtype ? s.bias_dtype : DType::kFloat32, Layout::kPaddedOdd,
+                        {bs[0], bs[1], bs[2], bs[3]}, {});
     }
     b.opt.bias = expand_to_dense(b.bias, bs, B, H, Sq, Sk);
   }
@@ -432,6 +434,51 @@ TEST(ScoreModsCpu, Bf16BiasDtypes) {
   }
 }
 
+// dbias in the bias's 16-bit dtype is the float32 dbias of the same call rounded to nearest even,
+// bit for bit: per element (the sm90 bias kernel stores it rounded), through partials (a bias
+// shared over the batch; a 16-bit (B, H, ..) dbias on the CPU and sm80), and summed over the
+// rows (key padding), with and without a causal mask (elements no step writes must be 0).
+using Dbias16Param = std::tuple<Backend, int>;
+class Dbias16 : public testing::TestWithParam<Dbias16Param> {};
+
+TEST_P(Dbias16, IsTheFloat32GradientRounded) {
+  const auto [backend, shape] = GetParam();
+  FLASHATTN_SKIP_IF_UNAVAILABLE(backend);
+  for (const DType dtype : {DType::kBFloat16, DType::kFloat16}) {
+    ModsSpec s;
+    s.name = std::string("dbias16_") + dtype_name(dtype) + "_" + std::to_string(shape);
+    s.dtype = s.bias_dtype = dtype;
+    s.head_dim = s.head_dim_v = 64;
+    s.batch = 2, s.seqlen_q = 200, s.seqlen_k = 264, s.heads = 4, s.heads_k = 2;
+    s.bias_dims = shape == 0 ? std::array<int, 3>{0, 0, 0} : shape == 1 ? std::array<int, 3>{1, 0, 0}
+                                                                          : std::array<int, 3>{0, 0, 1};
+    s.causal = shape != 2;
+    if (backend == Backend::kCuda && cuda_not_built(s.dtype, s.head_dim, s.head_dim_v)) GTEST_SKIP() << "not built";
+    std::vector<double> got[2];
+    for (int narrow = 0; narrow < 2; ++narrow) {
+      s.dbias_in_bias_dtype = narrow == 1;
+      Built b = build(s, backend);  // the same seed: the same inputs
+      ASSERT_TRUE(forward(forward_args(s, b)).ok()) << s.name;
+      const Status bs = backward(backward_args(s, b));
+      ASSERT_TRUE(bs.ok()) << s.name << ": " << bs.message();
+      b.dbiasv.arena->download();
+      EXPECT_TRUE(b.dbiasv.arena->padding_untouched("dbias")) << s.name;
+      got[narrow] = b.dbiasv.read();
+    }
+    ASSERT_EQ(got[0].size(), got[1].size());
+    ASSERT_GT(max_abs(got[0]), 0.0) << s.name;
+    for (size_t e = 0; e < got[0].size(); ++e) {
+      ASSERT_EQ(got[1][e], round_to(dtype, got[0][e])) << s.name << " element " << e << " (float32 " << got[0][e] << ")";
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(All, Dbias16, testing::Combine(testing::ValuesIn(all_backends()), testing::Range(0, 3)),
+                         [](const testing::TestParamInfo<Dbias16Param>& p) {
+                           const char* shapes[] = {"per_element_causal", "batch_broadcast_causal", "row_sums"};
+                           return std::string(backend_name(std::get<0>(p.param))) + "_" + shapes[std::get<1>(p.param)];
+                         });
+
 // Block density 0: every row sees nothing. out 0, LSE -inf, zero gradients, no NaN.
 TEST(ScoreModsCpu, NoKeptBlockIsTheFullyMaskedRule) {
   ModsSpec s;
@@ -615,6 +662,10 @@ TEST(ScoreModsCpu, Errors) {
   g = backward_args(s, b);
   g.dbias.shape[1] = 1;
   EXPECT_NE(backward(g).message().find("dbias must have shape"), std::string::npos) << backward(g).message();
+  g = backward_args(s, b);  // a float32 bias: a float32 dbias only
+  g.dbias.dtype = DType::kBFloat16;
+  EXPECT_NE(backward(g).message().find("dbias must have dtype float32, got bfloat16"), std::string::npos)
+      << backward(g).message();
 
   // Varlen: the bias is laid out over the longest sequences (max_seqlen_q, max_seqlen_k), not
   // over the packed rows; the message says so.

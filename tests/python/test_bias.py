@@ -653,6 +653,46 @@ def test_cuda_sm90_bias_backward_dispatch():
         assert run(256, bias.bfloat16()) == 0, "head dim 256: sm80"
 
 
+@pytest.mark.parametrize("shape", [(2, 4, 200, 264), (1, 4, 200, 264), (2, 4, 1, 264)])
+def test_cuda_dbias_in_bias_dtype_is_float32_rounded(shape):
+    """A bf16 bias's gradient comes back in bf16 through autograd, and the low-level backward's
+    bf16 dbias is its float32 dbias rounded to nearest, bit for bit: per element (B,H,N,N), through
+    partials (1,H,N,N), summed over the rows (B,H,1,N); causal, so some elements are never
+    written by a step, and on sm80 too (switch bwd_sm80)."""
+    torch = _cuda_torch()
+    g = torch.Generator(device="cuda").manual_seed(9700)
+    b, s, h, d = 2, 200, 4, 64
+    s_k = shape[3]
+    q = torch.randn(b, s, h, d, device="cuda", generator=g).bfloat16()
+    k, v = (torch.randn(b, s_k, h, d, device="cuda", generator=g).bfloat16() for _ in range(2))
+    bias = torch.randn(*shape, device="cuda", generator=g).bfloat16()
+    dout = torch.randn(b, s, h, d, device="cuda", generator=g).bfloat16()
+    bb = bias.clone().requires_grad_()
+    flashattn.flash_attn_func(q, k, v, attn_bias=bb, causal=True).backward(dout)
+    assert bb.grad.dtype == torch.bfloat16 and bb.grad.shape == bias.shape
+    out = torch.empty_like(q)
+    lse = torch.empty(b, h, s, device="cuda", dtype=torch.float32)
+    flashattn._lowlevel.forward(q, k, v, out, lse, causal=True, attn_bias=bias)
+    for sm80 in (False, True):
+        saved = flashattn._C._set_switch("bwd_sm80", sm80)
+        try:
+            grads = {}
+            for dtype in (torch.float32, torch.bfloat16):
+                dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+                dbias = torch.full(shape, float("nan"), device="cuda", dtype=dtype)
+                flashattn._lowlevel.backward(dout, q, k, v, out, lse, dq, dk, dv, causal=True, attn_bias=bias,
+                                             dbias=dbias)
+                grads[dtype] = dbias
+        finally:
+            flashattn._C._set_switch("bwd_sm80", saved)
+        want = grads[torch.float32].bfloat16()
+        assert torch.isfinite(grads[torch.float32]).all() and grads[torch.float32].abs().max() > 0
+        assert torch.equal(grads[torch.bfloat16].view(torch.int16), want.view(torch.int16)), \
+            f"bf16 dbias is not the float32 one rounded (bwd_sm80 {sm80})"
+        if not sm80:
+            assert torch.equal(bb.grad.view(torch.int16), want.view(torch.int16))
+
+
 def test_cuda_sm90_bias_backward_varlen():
     """Varlen with a bias over (batch, heads, max_seqlen_q, max_seqlen_k) that requires grad,
     causal, GQA, on the Hopper bias backward: gradients of the packed q, k, v and of the bias

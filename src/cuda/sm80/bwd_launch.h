@@ -166,7 +166,8 @@ size_t block_tiles_ws_bytes(const BackwardParams& p) {
                   kWsAlign);
 }
 
-// dbias before the kernels (DbiasPlan, cuda/bwd_dbias.h): kp->dbias_out is dbias itself, zeroed
+// dbias before the kernels (DbiasPlan, cuda/bwd_dbias.h): kp->dbias_out is dbias itself (float32,
+// or 16-bit for the sm90 per-element stores), zeroed
 // (the elements no step writes stay 0), or `partials` (the plan's ws_floats of workspace, laid out
 // (batch, heads, ws_rows, seqlen_k)), zeroed; and after them the partials reduced into dbias. The
 // sm80 bias/mask kernels and the sm90 bias kernels (sm90/bwd_launch.h) both write dbias_out.
@@ -183,6 +184,7 @@ inline Status begin_dbias(BwdKernelParams* kp, const DbiasPlan& dbias, float* pa
   }
   Broadcast4& o = kp->dbias_out;
   o.data = partials;
+  o.dtype = DType::kFloat32;
   o.row = kp->seqlen_k;
   o.head = dbias.ws_rows * kp->seqlen_k;
   o.batch = int64_t(kp->heads) * o.head;

@@ -1549,7 +1549,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
               bwd90::flush_dbias_rows(dbias_rows, params, w.batch, head, w.n0 + key_local, t4, w.seq.seqlen_k);
             }
           } else {
-            bwd90::store_dbias_t<kBlockM>(dpt, params, w.batch, head, m0, w.n0 + key_local, t4, w.seq.seqlen_q,
+            bwd90::store_dbias_t<kBlockM, Element>(dpt, params, w.batch, head, m0, w.n0 + key_local, t4, w.seq.seqlen_q,
                                           w.seq.seqlen_k);
           }
         }

@@ -90,7 +90,7 @@ Status run_bwd(const BackwardParams& params, cudaStream_t stream) {
         return s;
       }
     }
-    dbias = plan_dbias(params);
+    dbias = plan_dbias(params, /*stores_16bit=*/true);
   }
   if constexpr (Traits::kMods) {
     if (params.softcap > 0.0f) {

@@ -59,12 +59,12 @@ __device__ __forceinline__ ScoreModifiers score_modifiers(const BwdKernelParams&
 // dbias on the bias kernels (BwdBiasTraits; cuda/bwd_dbias.h says where dbias_out points). A
 // thread's dS^T holds (key `key` + 8h, query m0 + 8c + 2t4 + e) at ds[4c + 2h + e]; every (b, h,
 // i, j) belongs to one step of one CTA, so each element is stored once: for a fixed (c, h, e) a
-// warp's store covers 8 consecutive keys (32 bytes) of 4 query rows.
-template <int kBlockM>
-__device__ __forceinline__ void store_dbias_t(const float (&ds)[kBlockM / 2], const BwdKernelParams& p, int batch,
-                                              int head, int m0, int key, int t4, int seqlen_q, int seqlen_k) {
-  const Broadcast4& d = p.dbias_out;
-  float* base = static_cast<float*>(d.data) + batch * d.batch + head * d.head;
+// warp's store covers 8 consecutive keys (32 bytes; 16 in 16-bit, the other 16 the h = 1 store's)
+// of 4 query rows.
+template <int kBlockM, typename T>
+__device__ __forceinline__ void store_dbias_t_as(const float (&ds)[kBlockM / 2], const Broadcast4& d, int batch,
+                                                 int head, int m0, int key, int t4, int seqlen_q, int seqlen_k) {
+  T* base = static_cast<T*>(d.data) + batch * d.batch + head * d.head;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int j = key + 8 * h;
@@ -74,9 +74,20 @@ __device__ __forceinline__ void store_dbias_t(const float (&ds)[kBlockM / 2], co
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         const int i = m0 + 8 * c + 2 * t4 + e;
-        if (i < seqlen_q) base[int64_t(i) * d.row + j] = ds[4 * c + 2 * h + e];
+        if (i < seqlen_q) base[int64_t(i) * d.row + j] = T(ds[4 * c + 2 * h + e]);
       }
     }
+  }
+}
+// dbias_out in float32, or in the bias's 16-bit dtype Element (dbias itself, DbiasPlan: rounded
+// here once, the bits a cast of the float32 value gives; half the bytes, and no cast afterwards).
+template <int kBlockM, typename Element>
+__device__ __forceinline__ void store_dbias_t(const float (&ds)[kBlockM / 2], const BwdKernelParams& p, int batch,
+                                              int head, int m0, int key, int t4, int seqlen_q, int seqlen_k) {
+  if (p.dbias_out.dtype == DType::kFloat32) {
+    store_dbias_t_as<kBlockM, float>(ds, p.dbias_out, batch, head, m0, key, t4, seqlen_q, seqlen_k);
+  } else {
+    store_dbias_t_as<kBlockM, Element>(ds, p.dbias_out, batch, head, m0, key, t4, seqlen_q, seqlen_k);
   }
 }
 
