@@ -473,11 +473,13 @@ TEST_P(Dbias16, IsTheFloat32GradientRounded) {
   }
 }
 
+std::string dbias16_name(const testing::TestParamInfo<Dbias16Param>& p) {
+  static const char* const kShapes[] = {"per_element_causal", "batch_broadcast_causal", "row_sums"};
+  return std::string(backend_name(std::get<0>(p.param))) + "_" + kShapes[std::get<1>(p.param)];
+}
+
 INSTANTIATE_TEST_SUITE_P(All, Dbias16, testing::Combine(testing::ValuesIn(all_backends()), testing::Range(0, 3)),
-                         [](const testing::TestParamInfo<Dbias16Param>& p) {
-                           const char* shapes[] = {"per_element_causal", "batch_broadcast_causal", "row_sums"};
-                           return std::string(backend_name(std::get<0>(p.param))) + "_" + shapes[std::get<1>(p.param)];
-                         });
+                         dbias16_name);
 
 // Block density 0: every row sees nothing. out 0, LSE -inf, zero gradients, no NaN.
 TEST(ScoreModsCpu, NoKeptBlockIsTheFullyMaskedRule) {
