@@ -79,7 +79,9 @@ __global__ void reduce_kernel(const Broadcast4 d, const float* ws, int64_t batch
     const float* base = ws + ((sum_b ? 0 : bb) * heads + (sum_h ? 0 : hh)) * plane + j;
     for (int64_t r = blockIdx.y; r < d.size[2]; r += gridDim.y) {
       const float* src = base + (sum_i ? 0 : r) * cols;
-      double sum = 0.0;
+      // From -0, the additive identity (0 + -0 is +0): a single term keeps its sign, so a 16-bit
+      // dbias through the partials has the bits of the float32 one stored directly, -0 included.
+      double sum = -0.0;
       int64_t o = 0, in = 0;  // term t0 + k's outer and inner index (no division)
       for (int64_t t0 = 0; t0 < terms; t0 += kTermsAhead) {
         float v[kTermsAhead];
