@@ -30,6 +30,40 @@ def timed_r(fn):
     return timed(fn, args.repeats)
 
 
+def record(row):
+    rows.append(row)
+    print(" ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()), flush=True)
+
+
+def sdpa_peer(row, name, be, mask, out, qt, kt, vt, doutt, fl, bias_grad=False):
+    """SDPA's backend `be` with attn_mask `mask` (B, H, N, D tensors qt, kt, vt): its largest
+    difference from our `out` and its backward TFLOP/s; with bias_grad (`mask` a float bias that
+    requires grad) also its forward, and its backward without dbias (`_bwd`) and with it
+    (`_bwd_dbias`). A backend that refuses the call leaves `{name}_error`."""
+    try:
+        with sdpa_kernel([be]):
+            ref = F.scaled_dot_product_attention(qt, kt, vt, attn_mask=mask)
+        row[f"{name}_max_abs_diff"] = (out - ref.transpose(1, 2)).abs().max().item()
+        if not bias_grad:
+            row[f"{name}_bwd"] = 2.5 * fl / timed_r(
+                lambda: torch.autograd.grad(ref, (qt, kt, vt), doutt, retain_graph=True)) / 1e12
+            return
+
+        def fwd():
+            with sdpa_kernel([be]), torch.no_grad():
+                F.scaled_dot_product_attention(qt, kt, vt, attn_mask=mask)
+        row[f"{name}_fwd"] = fl / timed_r(fwd) / 1e12
+        with sdpa_kernel([be]):
+            ref_nograd = F.scaled_dot_product_attention(qt, kt, vt, attn_mask=mask.detach())
+        row[f"{name}_bwd"] = 2.5 * fl / timed_r(
+            lambda: torch.autograd.grad(ref_nograd, (qt, kt, vt), doutt, retain_graph=True)) / 1e12
+        del ref_nograd
+        row[f"{name}_bwd_dbias"] = 2.5 * fl / timed_r(
+            lambda: torch.autograd.grad(ref, (qt, kt, vt, mask), doutt, retain_graph=True)) / 1e12
+    except Exception as e:  # noqa: BLE001
+        row[f"{name}_error"] = str(e).splitlines()[0][:160]
+
+
 rows = []
 d = args.head_dim
 h = 2048 // d
@@ -73,27 +107,8 @@ for n in (int(x) for x in args.seqlens.split(",")):
                 flashattn._C._set_switch("bwd_sm80", saved)
         del out_nograd
         for name, be in backends.items():
-            try:
-                with sdpa_kernel([be]):
-                    ref = F.scaled_dot_product_attention(qt, kt, vt, attn_mask=bias)
-                row[f"{name}_max_abs_diff"] = (out - ref.transpose(1, 2)).abs().max().item()
-
-                def fwd():
-                    with sdpa_kernel([be]), torch.no_grad():
-                        F.scaled_dot_product_attention(qt, kt, vt, attn_mask=bias)
-                row[f"{name}_fwd"] = fl / timed_r(fwd) / 1e12
-                with sdpa_kernel([be]):
-                    ref_nograd = F.scaled_dot_product_attention(qt, kt, vt, attn_mask=bias.detach())
-                row[f"{name}_bwd"] = 2.5 * fl / timed_r(
-                    lambda: torch.autograd.grad(ref_nograd, (qt, kt, vt), doutt, retain_graph=True)) / 1e12
-                del ref_nograd
-                row[f"{name}_bwd_dbias"] = 2.5 * fl / timed_r(
-                    lambda: torch.autograd.grad(ref, (qt, kt, vt, bias), doutt, retain_graph=True)) / 1e12
-                del ref
-            except Exception as e:  # noqa: BLE001
-                row[f"{name}_error"] = str(e).splitlines()[0][:160]
-        rows.append(row)
-        print(" ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()), flush=True)
+            sdpa_peer(row, name, be, bias, out, qt, kt, vt, doutt, fl, bias_grad=True)
+        record(row)
         del q, k, v, qt, kt, vt, out, bias
         torch.cuda.empty_cache()
 # --mask: attn_mask alone (a boolean (B, 1, N, N) mask keeping 90% of the keys, every row's first
@@ -120,17 +135,8 @@ if args.mask:
         finally:
             flashattn._C._set_switch("bwd_sm80", saved)
         for name, be in backends.items():
-            try:
-                with sdpa_kernel([be]):
-                    ref = F.scaled_dot_product_attention(qt, kt, vt, attn_mask=keep)
-                row[f"{name}_max_abs_diff"] = (out - ref.transpose(1, 2)).abs().max().item()
-                row[f"{name}_bwd"] = 2.5 * fl / timed_r(
-                    lambda: torch.autograd.grad(ref, (qt, kt, vt), doutt, retain_graph=True)) / 1e12
-                del ref
-            except Exception as e:  # noqa: BLE001
-                row[f"{name}_error"] = str(e).splitlines()[0][:160]
-        rows.append(row)
-        print(" ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()), flush=True)
+            sdpa_peer(row, name, be, keep, out, qt, kt, vt, doutt, fl)
+        record(row)
         del q, k, v, qt, kt, vt, out, keep
         torch.cuda.empty_cache()
 env = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "cudnn": torch.backends.cudnn.version(),
