@@ -1373,8 +1373,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
       // 16 query rows, paired by row (8c + 2t4 + e in half e of pair c), then folded into one
       // register of keep bits across the wait for S. Without attn_bias the producer copied the
       // step's rows into the bias slot: two ldmatrix.x4.trans. With it (no room in the stage at
-      // d128) 16 loads from global memory (group-major: the step's 64 rows exist, padded), which
-      // ptxas issues two at a time, each pair after the previous pair's fold (168 registers).
+      // d128) 16 16-bit loads from global memory (group-major: the step's 64 rows exist, padded),
+      // issued together (SASS, d128); the first form's 32-bit words had been issued two at a time,
+      // each pair after the previous pair's fold: eight L2 round trips a step.
       [[maybe_unused]] uint32_t mask_keep = ~0u;
       if constexpr (Traits::kBias) {
         if (has_mask_bits) {
