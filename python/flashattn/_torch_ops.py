@@ -25,11 +25,12 @@ Design
 * Bias and masks (issue 18): ``attn_bias``, ``attn_mask``, ``block_mask`` (Tensor?, default
   None), ``block_size_q/k`` (default 0) and the compressed block mask's ``kv_num_blocks``,
   ``kv_indices``, ``full_kv_num_blocks``, ``full_kv_indices`` (Tensor?, default None) follow
-  the sink (SCORE_MOD_OPTIONS; the Python functions unpack a ``flashattn.BlockMask`` into them). Backward ops take one more trailing
-  argument, ``bias_grad`` (default False; autograd sets it when the bias requires grad), and
-  return ``dbias`` (the bias's shape, in its dtype when 16-bit, else float32) after ``dsink``, an empty (0,) tensor when not
-  requested; autograd hands it back in the bias's position, summed over expanded dimensions by
-  autograd itself when the bias is an ``expand``ed view.
+  the sink (SCORE_MOD_OPTIONS; the Python functions unpack a ``flashattn.BlockMask`` into
+  them). Backward ops take one more trailing argument, ``bias_grad`` (default False; autograd
+  sets it when the bias requires grad), and return ``dbias`` (the bias's shape, in its dtype
+  when 16-bit, else float32) after ``dsink``, an empty (0,) tensor when not requested; autograd
+  hands it back in the bias's position, summed over expanded dimensions by autograd itself when
+  the bias is an ``expand``ed view.
 * FP8 (issue 21): the forward ops end with ``q_descale``, ``k_descale``, ``v_descale``
   (Tensor?, default None, float32 (batch, heads_k); _FWD_EXTRA, after the shared options, so the
   backward ops' positional schema is unchanged); float8_e4m3fn
