@@ -105,6 +105,16 @@ __global__ void reduce_kernel(const Broadcast4 d, const float* ws, int64_t batch
 
 }  // namespace
 
+// Calls f(T{}) with T dbias's element type (float, __nv_bfloat16 or __half).
+template <typename F>
+void with_dbias_type(DType dtype, F&& f) {
+  switch (dtype) {
+    case DType::kBFloat16: f(__nv_bfloat16{}); break;
+    case DType::kFloat16: f(__half{}); break;
+    default: f(float{}); break;
+  }
+}
+
 Status zero_dbias(const Broadcast4& dbias, int64_t cols, cudaStream_t stream) {
   const int64_t rows = dbias.size[0] * dbias.size[1] * dbias.size[2];
   if (rows * cols == 0) return Status::Ok();
@@ -116,12 +126,9 @@ Status zero_dbias(const Broadcast4& dbias, int64_t cols, cudaStream_t stream) {
     return cuda_status(cudaMemsetAsync(dbias.data, 0, size_t(rows * cols) * size_t(dtype_size(dbias.dtype)), stream),
                        "zeroing dbias");
   }
-  const dim3 grid = grid_for(dbias, cols);
-  switch (dbias.dtype) {
-    case DType::kBFloat16: zero_kernel<__nv_bfloat16><<<grid, kThreads, 0, stream>>>(dbias, cols); break;
-    case DType::kFloat16: zero_kernel<__half><<<grid, kThreads, 0, stream>>>(dbias, cols); break;
-    default: zero_kernel<float><<<grid, kThreads, 0, stream>>>(dbias, cols); break;
-  }
+  with_dbias_type(dbias.dtype, [&](auto t) {
+    zero_kernel<decltype(t)><<<grid_for(dbias, cols), kThreads, 0, stream>>>(dbias, cols);
+  });
   return cuda_status(cudaGetLastError(), "launching the dbias zero kernel");
 }
 
@@ -129,14 +136,9 @@ Status reduce_dbias(const Broadcast4& dbias, const float* ws, int64_t batch, int
                     int64_t cols, cudaStream_t stream) {
   const int64_t out_rows = dbias.size[0] * dbias.size[1] * dbias.size[2];
   if (out_rows * cols == 0) return Status::Ok();
-  const dim3 grid = grid_for(dbias, cols);
-  switch (dbias.dtype) {
-    case DType::kBFloat16:
-      reduce_kernel<__nv_bfloat16><<<grid, kThreads, 0, stream>>>(dbias, ws, batch, heads, rows, cols);
-      break;
-    case DType::kFloat16: reduce_kernel<__half><<<grid, kThreads, 0, stream>>>(dbias, ws, batch, heads, rows, cols); break;
-    default: reduce_kernel<float><<<grid, kThreads, 0, stream>>>(dbias, ws, batch, heads, rows, cols); break;
-  }
+  with_dbias_type(dbias.dtype, [&](auto t) {
+    reduce_kernel<decltype(t)><<<grid_for(dbias, cols), kThreads, 0, stream>>>(dbias, ws, batch, heads, rows, cols);
+  });
   return cuda_status(cudaGetLastError(), "launching the dbias reduction kernel");
 }
 

@@ -17,8 +17,9 @@ constexpr int kPairKeys = 2 * kMaskBitsGroupKeys;  // 256 keys a step of a warp:
 constexpr int kPairsPerWarp = 4;                    // steps per warp task: four loads in flight a lane
 
 // Row `row` of the packed mask (batch, head, row: its own extents, 1 where the mask broadcasts;
-// kGroupMajor's padding rows past s.rows get zero words) per warp (grid x, 8 a CTA), kPairsPerWarp pairs of groups (1024 keys) per warp task (grid y),
-// so the divisions that find a row happen once per task. Lane l reads bytes 8l .. 8l + 7 of each
+// kGroupMajor's padding rows past s.rows get zero words) per warp (grid x, 8 a CTA),
+// kPairsPerWarp pairs of groups (1024 keys) per warp task (grid y), so the divisions that find a
+// row happen once per task. Lane l reads bytes 8l .. 8l + 7 of each
 // 256 keys: chunk l % 16 of group l / 16 of the pair. vec8: the mask's base and strides are
 // multiples of 8 bytes, so a lane whose 8 keys lie inside the row reads them in one load;
 // otherwise, and for the row's last keys, byte by byte up to seqlen_k (keys past it are 0).
