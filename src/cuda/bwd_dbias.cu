@@ -47,6 +47,20 @@ __global__ void zero_kernel(const Broadcast4 d, int64_t cols) {
   }
 }
 
+// zero_kernel for a mask hiding every key past row r's diagonal plus `offset`: only the elements
+// (r, j > r + offset) are zeroed, a thread's rows walking up to where its key becomes visible.
+template <typename T>
+__global__ void zero_hidden_kernel(const Broadcast4 d, int64_t cols, int64_t offset) {
+  const int64_t j = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (j >= cols) return;
+  const int planes = int(d.size[0] * d.size[1]), heads = int(d.size[1]);
+  const int64_t rows = min(d.size[2], max(j - offset, int64_t(0)));  // rows r with j > r + offset
+  for (int bh = blockIdx.z; bh < planes; bh += gridDim.z) {
+    T* col = element<T>(d, bh / heads, bh % heads, 0, j);
+    for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) col[r * d.row] = T(0.0f);
+  }
+}
+
 // The terms of one dbias element in the workspace, in (b, h, i) order: an outer walk (the
 // batch, the heads, or both as consecutive planes) and an inner one (the rows), each at one
 // stride (floats), and where element (bb, hh, ., j)'s first term starts.
@@ -164,6 +178,17 @@ Status zero_dbias(const Broadcast4& dbias, int64_t cols, cudaStream_t stream) {
     default: zero_kernel<float><<<grid, kThreads, 0, stream>>>(dbias, cols); break;
   }
   return cuda_status(cudaGetLastError(), "launching the dbias zero kernel");
+}
+
+Status zero_dbias_hidden(const Broadcast4& dbias, int64_t cols, int64_t offset, cudaStream_t stream) {
+  if (dbias.size[0] * dbias.size[1] * dbias.size[2] * cols == 0) return Status::Ok();
+  const dim3 grid = grid_for(dbias, cols);
+  switch (dbias.dtype) {
+    case DType::kBFloat16: zero_hidden_kernel<__nv_bfloat16><<<grid, kThreads, 0, stream>>>(dbias, cols, offset); break;
+    case DType::kFloat16: zero_hidden_kernel<__half><<<grid, kThreads, 0, stream>>>(dbias, cols, offset); break;
+    default: zero_hidden_kernel<float><<<grid, kThreads, 0, stream>>>(dbias, cols, offset); break;
+  }
+  return cuda_status(cudaGetLastError(), "launching the dbias zero kernel (hidden keys)");
 }
 
 Status reduce_dbias(const Broadcast4& dbias, const float* ws, int64_t batch, int64_t heads, int64_t rows,
