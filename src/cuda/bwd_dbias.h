@@ -56,6 +56,13 @@ inline DbiasPlan plan_dbias(const BackwardParams& p, bool stores_16bit = false) 
 // stay 0.
 Status zero_dbias(const Broadcast4& dbias, int64_t cols, cudaStream_t stream);
 
+// zero_dbias for a dbias with a row per query row under a mask that hides every key j > r +
+// offset of row r and nothing else (causal, or a window with only a right bound: offset =
+// seqlen_k - seqlen_q + window_right): only those elements are zeroed, the kernels storing every
+// visible one (a step stores all of its tile's elements). About half the bytes of zero_dbias
+// when causal. Not for block masks (absent blocks hide visible keys) or varlen sequences.
+Status zero_dbias_hidden(const Broadcast4& dbias, int64_t cols, int64_t offset, cudaStream_t stream);
+
 // dbias[bb, hh, r, j] = sum of ws[b, h, i, j] over the (b, h, i) that broadcast onto (bb, hh, r)
 // (a dimension of size 1 in dbias takes all of ws's), summed in (b, h, i) order in double, rounded
 // to float32 and then (a 16-bit dbias) to dbias's dtype: the bits of the float32 result cast.

@@ -180,7 +180,14 @@ inline Status begin_dbias(BwdKernelParams* kp, const DbiasPlan& dbias, float* pa
   kp->dbias_row_sum = dbias.row_sum;
   if (partials == nullptr) {
     kp->dbias_out = kp->dbias;
-    return every_written ? Status::Ok() : zero_dbias(kp->dbias, kp->seqlen_k, stream);
+    if (every_written) return Status::Ok();
+    // Causal (no left bound), dense, no block mask: only the hidden elements need zeros.
+    const bool hidden_only = !kp->is_varlen() && kp->window_left < 0 && kp->window_right >= 0 &&
+                             kp->dbias.size[2] == kp->seqlen_q && kp->seqlen_q > 1 &&
+                             !kp->block_mask.defined() && !kp->has_block_lists();
+    return hidden_only ? zero_dbias_hidden(kp->dbias, kp->seqlen_k,
+                                           int64_t(kp->seqlen_k) - kp->seqlen_q + kp->window_right, stream)
+                       : zero_dbias(kp->dbias, kp->seqlen_k, stream);
   }
   Broadcast4& o = kp->dbias_out;
   o.data = partials;
