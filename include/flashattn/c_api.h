@@ -187,6 +187,16 @@ const char* flashattn_version(void);
 /* 1 if this build has the CUDA backend and a usable GPU, else 0. */
 int flashattn_cuda_available(void);
 
+/* flashattn::set_workspace_allocator (flashattn.h says when workspaces are taken and how they are
+ * given back). allocate returns `bytes` of device memory for work on `stream` (a cudaStream_t), or
+ * NULL for the default pool to serve; release takes a block back in stream order. Workspaces
+ * smaller than min_bytes keep coming from the pool. NULL allocate or release: the pool for all. */
+typedef void* (*flashattn_workspace_allocate_fn)(size_t bytes, void* stream, void* context);
+typedef void (*flashattn_workspace_release_fn)(void* ptr, void* stream, void* context);
+void flashattn_set_workspace_allocator(flashattn_workspace_allocate_fn allocate,
+                                       flashattn_workspace_release_fn release, void* context,
+                                       size_t min_bytes);
+
 /* Mirrors flashattn::KVCacheArgs (flash_attn_with_kvcache; flashattn.h documents every field).
  * Optional tensors have ndim == 0. k_cache/v_cache are written in place when k/v are given. */
 typedef struct flashattn_kvcache_args {

@@ -5,6 +5,7 @@
 // the tensors (all must be on one device). The full contract is in docs/SEMANTICS.md.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "flashattn/types.h"
@@ -149,6 +150,32 @@ bool cuda_available();
 
 // Library version string, e.g. "0.1.0".
 const char* version();
+
+// Where the CUDA backend takes its larger scratch memory from. Every call that needs a workspace
+// (the backward's float32 dQ accumulator and dbias partials, split-KV partials, block-sparse
+// plans) takes it for the call's duration, by default with cudaMallocAsync on the call's stream
+// from the device's default memory pool. That pool keeps 1 GiB between calls (the library raises
+// its release threshold from 0 once, if the application left it there) and maps anything beyond
+// afresh on each call: about 1 ms per GB on an H200, as long as the kernels for a dbias over a
+// broadcast batch. An application with a caching allocator of its own can take the workspaces of
+// at least `min_bytes` instead; flashattn's Python package installs PyTorch's at import, so that
+// they count in torch.cuda.memory_allocated and torch.cuda.empty_cache returns them.
+struct WorkspaceAllocator {
+  // `bytes` of device memory on the current CUDA device, for work queued on `stream` (a
+  // cudaStream_t) from now on; nullptr when it cannot (the pool then serves the call).
+  void* (*allocate)(size_t bytes, void* stream, void* context) = nullptr;
+  // Takes back `ptr` (from allocate) once the work queued on `stream` so far is done, as
+  // cudaFreeAsync does; an allocator that reuses a block only for later work on the same stream
+  // (PyTorch's) may take it back at once. Called by the thread that finishes the call.
+  void (*release)(void* ptr, void* stream, void* context) = nullptr;
+  void* context = nullptr;
+  size_t min_bytes = size_t(256) << 20;  // smaller workspaces keep coming from the pool
+};
+
+// Installs `allocator` for every device and returns the one it replaces. One without allocate or
+// release (the default) sends every workspace to the pool again. A block is always given back to
+// the allocator that handed it out, also after a change. Thread-safe.
+WorkspaceAllocator set_workspace_allocator(const WorkspaceAllocator& allocator);
 
 // Attention against a KV cache (flash_attn's flash_attn_with_kvcache): optionally appends new
 // keys/values into the cache in place at each sequence's cache length, applies rotary

@@ -77,6 +77,7 @@ Design
   are GPU inputs whose pointer or strides break the CUDA kernels' 16-byte copies.
 """
 
+import os
 from typing import Callable, Optional, Sequence
 
 import torch
@@ -695,6 +696,17 @@ raise_error(_C.torch_init(Tensor, torch.nn.Parameter, torch.empty_like,
                           _raw_stream, _get_device, torch.get_num_threads, torch.is_grad_enabled,
                           (torch._C._is_tracing, _functorch_active, _mode_enabled,
                            _dispatch_depth, _profiling)))
+
+# Workspaces of WORKSPACE_MIN_BYTES and more come from torch's caching allocator (the dbias
+# partials over a broadcast batch reach gigabytes): kept between calls like torch's own tensors,
+# counted by torch.cuda.memory_allocated and returned by torch.cuda.empty_cache. Smaller ones, and
+# every one with FLASHATTN_TORCH_WORKSPACE=0, come from the library's pool, which keeps 1 GiB
+# between calls and maps anything beyond afresh each call (flashattn.h, WorkspaceAllocator).
+WORKSPACE_MIN_BYTES = 256 << 20
+_raw_alloc = getattr(torch._C, "_cuda_cudaCachingAllocator_raw_alloc", None)
+_raw_delete = getattr(torch._C, "_cuda_cudaCachingAllocator_raw_delete", None)
+if _raw_alloc is not None and _raw_delete is not None and os.environ.get("FLASHATTN_TORCH_WORKSPACE", "1") != "0":
+    _C.torch_workspace_allocator(_raw_alloc, _raw_delete, WORKSPACE_MIN_BYTES)
 
 
 def call_forward(op, *args):

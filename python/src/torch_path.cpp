@@ -663,9 +663,72 @@ nb::object torch_backward(nb::handle dout_obj, nb::handle q_obj, nb::handle k_ob
   return nb::make_tuple(dq, dk, dv, dsink);
 }
 
+// ---- workspaces from PyTorch's caching allocator ---------------------------------------------
+
+// torch._C._cuda_cudaCachingAllocator_raw_alloc(size, stream) and _raw_delete(ptr), kept for the
+// life of the process once installed (fa::set_workspace_allocator). The library calls them
+// with the GIL released (run_released), so each call takes it back for its two Python calls;
+// only workspaces of at least min_bytes come here, whose kernels take milliseconds.
+struct TorchAllocator {
+  PyObject* raw_alloc = nullptr;
+  PyObject* raw_delete = nullptr;
+};
+TorchAllocator g_torch_allocator;
+
+bool python_usable() {
+#if PY_VERSION_HEX >= 0x030D0000
+  return Py_IsInitialized() && !Py_IsFinalizing();
+#else
+  return Py_IsInitialized() && !_Py_IsFinalizing();
+#endif
+}
+
+void* torch_allocate(size_t bytes, void* stream, void*) {
+  if (!python_usable()) return nullptr;
+  const PyGILState_STATE gil = PyGILState_Ensure();
+  void* ptr = nullptr;
+  PyObject* size = PyLong_FromSize_t(bytes);
+  PyObject* handle = PyLong_FromVoidPtr(stream);
+  PyObject* r = size && handle ? PyObject_CallFunctionObjArgs(g_torch_allocator.raw_alloc, size, handle, nullptr)
+                               : nullptr;
+  if (r != nullptr) ptr = PyLong_AsVoidPtr(r);
+  if (PyErr_Occurred()) ptr = nullptr, PyErr_Clear();  // torch's OOM: the pool gets its turn
+  Py_XDECREF(r);
+  Py_XDECREF(handle);
+  Py_XDECREF(size);
+  PyGILState_Release(gil);
+  return ptr;
+}
+
+void torch_release(void* ptr, void*, void*) {
+  if (!python_usable()) return;  // the process is ending: the block goes with it
+  const PyGILState_STATE gil = PyGILState_Ensure();
+  PyObject* handle = PyLong_FromVoidPtr(ptr);
+  PyObject* r = handle ? PyObject_CallFunctionObjArgs(g_torch_allocator.raw_delete, handle, nullptr) : nullptr;
+  if (r == nullptr) PyErr_Clear();
+  Py_XDECREF(r);
+  Py_XDECREF(handle);
+  PyGILState_Release(gil);
+}
+
+// raw_alloc and raw_delete (both None: the default pool for every workspace again).
+void torch_workspace_allocator(nb::handle raw_alloc, nb::handle raw_delete, size_t min_bytes) {
+  fa::WorkspaceAllocator a;
+  if (!raw_alloc.is_none() && !raw_delete.is_none()) {
+    g_torch_allocator = {keep(raw_alloc), keep(raw_delete)};  // read under the GIL, never freed
+    a.allocate = torch_allocate, a.release = torch_release, a.min_bytes = min_bytes;
+  }
+  fa::set_workspace_allocator(a);
+}
+
 }  // namespace
 
 void register_torch_path(nb::module_& m) {
+  m.def("torch_workspace_allocator", &torch_workspace_allocator, nb::arg("raw_alloc").none(),
+        nb::arg("raw_delete").none(), nb::arg("min_bytes"),
+        "Sends the library's CUDA workspaces of at least min_bytes to PyTorch's caching allocator "
+        "(torch._C._cuda_cudaCachingAllocator_raw_alloc and _raw_delete; flashattn._torch_ops "
+        "installs them at import), or, with None, back to the default memory pool.");
   m.def("torch_init", &torch_init, nb::arg("tensor"), nb::arg("parameter"), nb::arg("empty_like"),
         nb::arg("dtypes"), nb::arg("raw_stream").none(), nb::arg("current_device").none(),
         nb::arg("num_threads"), nb::arg("grad_enabled"), nb::arg("busy"),

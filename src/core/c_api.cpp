@@ -383,4 +383,15 @@ int flashattn_cuda_available(void) {
   }
 }
 
+void flashattn_set_workspace_allocator(flashattn_workspace_allocate_fn allocate,
+                                       flashattn_workspace_release_fn release, void* context,
+                                       size_t min_bytes) {
+  flashattn::WorkspaceAllocator a;
+  a.allocate = allocate, a.release = release, a.context = context, a.min_bytes = min_bytes;
+  try {
+    flashattn::set_workspace_allocator(a);
+  } catch (...) {  // a failed lock: the previous allocator stays
+  }
+}
+
 }  // extern "C"

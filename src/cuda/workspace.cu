@@ -9,6 +9,7 @@
 
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/workspace.h"
+#include "core/workspace_allocator.h"
 
 namespace flashattn::cuda {
 namespace {
@@ -115,11 +116,13 @@ Status split_counters(size_t count, cudaStream_t stream, uint32_t** counters) {
 }
 
 Status workspace_alloc(void** ptr, size_t bytes, cudaStream_t stream) {
+  if ((*ptr = detail::hooked_allocate(bytes, stream)) != nullptr) return Status::Ok();
   if (Status s = configure_default_pool_once(); !s.ok()) return s;
   return cuda_status(cudaMallocAsync(ptr, bytes, stream), "allocating the kernel workspace (cudaMallocAsync)");
 }
 
 Status workspace_free(void* ptr, cudaStream_t stream) {
+  if (detail::hooked_release(ptr, stream)) return Status::Ok();
   return cuda_status(cudaFreeAsync(ptr, stream), "freeing the kernel workspace (cudaFreeAsync)");
 }
 

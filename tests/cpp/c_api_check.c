@@ -96,3 +96,17 @@ int fa_c_null_args(char* message, int capacity) {
 const char* fa_c_version(void) { return flashattn_version(); }
 
 int fa_c_cuda_available(void) { return flashattn_cuda_available(); }
+
+static void* fa_c_no_allocate(size_t bytes, void* stream, void* context) {
+  (void)bytes, (void)stream, (void)context;
+  return NULL;
+}
+static void fa_c_no_release(void* ptr, void* stream, void* context) { (void)ptr, (void)stream, (void)context; }
+
+void fa_c_set_allocator(int install, size_t min_bytes) {
+  if (install) {
+    flashattn_set_workspace_allocator(fa_c_no_allocate, fa_c_no_release, NULL, min_bytes);
+  } else {
+    flashattn_set_workspace_allocator(NULL, NULL, NULL, 0);
+  }
+}

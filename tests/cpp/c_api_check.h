@@ -2,6 +2,8 @@
 #ifndef FLASHATTN_TESTS_C_API_CHECK_H_
 #define FLASHATTN_TESTS_C_API_CHECK_H_
 
+#include <stddef.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -18,6 +20,8 @@ int fa_c_missing_q(char* message, int capacity);
 int fa_c_null_args(char* message, int capacity);
 const char* fa_c_version(void);
 int fa_c_cuda_available(void);
+/* flashattn_set_workspace_allocator with an allocator that never allocates (install), or none. */
+void fa_c_set_allocator(int install, size_t min_bytes);
 
 #ifdef __cplusplus
 }

@@ -13,6 +13,7 @@
 #include <cuda_runtime.h>
 #endif
 
+#include <algorithm>
 #include <array>
 #include <cstdlib>
 #include <cmath>
@@ -480,6 +481,102 @@ std::string dbias16_name(const testing::TestParamInfo<Dbias16Param>& p) {
 
 INSTANTIATE_TEST_SUITE_P(All, Dbias16, testing::Combine(testing::ValuesIn(all_backends()), testing::Range(0, 3)),
                          dbias16_name);
+
+// set_workspace_allocator swaps the allocator in and out and hands the previous one back; one
+// without release counts as none.
+TEST(WorkspaceAllocator, InstallsAndReturnsThePrevious) {
+  WorkspaceAllocator mine;
+  mine.allocate = [](size_t, void*, void*) -> void* { return nullptr; };
+  mine.release = [](void*, void*, void*) {};
+  mine.min_bytes = 12345;
+  const WorkspaceAllocator before = set_workspace_allocator(mine);
+  EXPECT_EQ(before.allocate, nullptr);
+  WorkspaceAllocator half = mine;
+  half.release = nullptr;
+  const WorkspaceAllocator was = set_workspace_allocator(half);
+  EXPECT_EQ(was.allocate, mine.allocate);
+  EXPECT_EQ(was.min_bytes, 12345u);
+  EXPECT_EQ(set_workspace_allocator(before).allocate, nullptr);  // `half` installed nothing
+}
+
+#if defined(FLASHATTN_WITH_CUDA)
+// The CUDA backward with an application's allocator: the same gradients, bit for bit, as with
+// the pool, every workspace of at least min_bytes taken from it and each given back exactly once
+// on the stream it was taken for; with min_bytes above every workspace it is never asked.
+struct CountingAllocator {
+  int allocations = 0, releases = 0, bad_releases = 0;
+  size_t largest = 0;
+  std::vector<std::pair<void*, void*>> out;  // (block, stream)
+  static void* allocate(size_t bytes, void* stream, void* self) {
+    auto* c = static_cast<CountingAllocator*>(self);
+    void* ptr = nullptr;
+    if (cudaMalloc(&ptr, bytes) != cudaSuccess) return nullptr;
+    ++c->allocations, c->largest = std::max(c->largest, bytes);
+    c->out.emplace_back(ptr, stream);
+    return ptr;
+  }
+  static void release(void* ptr, void* stream, void* self) {
+    auto* c = static_cast<CountingAllocator*>(self);
+    ++c->releases;
+    const auto it = std::find(c->out.begin(), c->out.end(), std::make_pair(ptr, stream));
+    if (it == c->out.end()) {
+      ++c->bad_releases;
+      return;
+    }
+    c->out.erase(it);
+    // Not stream-ordered itself: waits for the work queued so far, then frees.
+    if (cudaStreamSynchronize(static_cast<cudaStream_t>(stream)) != cudaSuccess || cudaFree(ptr) != cudaSuccess) {
+      ++c->bad_releases;
+    }
+  }
+};
+
+TEST(WorkspaceAllocator, CudaBackwardTakesItsWorkspacesFromIt) {
+  FLASHATTN_SKIP_IF_UNAVAILABLE(Backend::kCuda);
+  ModsSpec s;
+  s.name = "workspace_allocator";
+  s.dtype = s.bias_dtype = DType::kBFloat16;
+  s.head_dim = s.head_dim_v = 64;
+  s.batch = 3, s.seqlen_q = 200, s.seqlen_k = 264, s.heads = 4, s.heads_k = 2;
+  s.bias_dims = {1, 0, 0}, s.causal = true;  // dbias through float32 partials over the batch
+  if (cuda_not_built(s.dtype, s.head_dim, s.head_dim_v)) GTEST_SKIP() << "not built";
+  const auto run = [&](std::vector<std::vector<double>>* grads) {
+    Built b = build(s, Backend::kCuda);  // the same seed: the same inputs
+    ASSERT_TRUE(forward(forward_args(s, b)).ok());
+    const Status st = backward(backward_args(s, b));
+    ASSERT_TRUE(st.ok()) << st.message();
+    for (View* v : {&b.dqv, &b.dkv, &b.dvv, &b.dbiasv}) {
+      v->arena->download();
+      grads->push_back(v->read());
+    }
+  };
+  std::vector<std::vector<double>> pool, hooked, above;
+  run(&pool);
+  CountingAllocator counter;
+  WorkspaceAllocator a;
+  a.allocate = &CountingAllocator::allocate, a.release = &CountingAllocator::release, a.context = &counter;
+  a.min_bytes = 1;
+  const WorkspaceAllocator saved = set_workspace_allocator(a);
+  run(&hooked);
+  const int taken = counter.allocations;
+  a.min_bytes = counter.largest + 1;
+  set_workspace_allocator(a);
+  run(&above);
+  set_workspace_allocator(saved);
+  EXPECT_GE(taken, 1);
+  EXPECT_GE(counter.largest, size_t(s.batch) * s.heads * s.seqlen_q * s.seqlen_k * 4);  // the partials
+  EXPECT_EQ(counter.allocations, taken) << "min_bytes above every workspace still allocated";
+  EXPECT_EQ(counter.releases, counter.allocations);
+  EXPECT_EQ(counter.bad_releases, 0);
+  EXPECT_TRUE(counter.out.empty());
+  ASSERT_EQ(pool.size(), hooked.size());
+  for (size_t t = 0; t < pool.size(); ++t) {
+    EXPECT_EQ(pool[t], hooked[t]) << "gradient " << t;
+    EXPECT_EQ(pool[t], above[t]) << "gradient " << t;
+  }
+  EXPECT_GT(max_abs(pool[3]), 0.0);
+}
+#endif
 
 // Block density 0: every row sees nothing. out 0, LSE -inf, zero gradients, no NaN.
 TEST(ScoreModsCpu, NoKeptBlockIsTheFullyMaskedRule) {

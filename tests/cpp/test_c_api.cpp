@@ -153,6 +153,20 @@ TEST(CApi, VersionAndCudaAvailability) {
   EXPECT_EQ(fa_c_cuda_available(), flashattn::cuda_available() ? 1 : 0);
 }
 
+// flashattn_set_workspace_allocator installs the C functions as flashattn::set_workspace_allocator
+// would, and NULL functions uninstall.
+TEST(CApi, SetWorkspaceAllocator) {
+  fa_c_set_allocator(1, 777);
+  flashattn::WorkspaceAllocator seen = flashattn::set_workspace_allocator({});
+  EXPECT_NE(seen.allocate, nullptr);
+  EXPECT_NE(seen.release, nullptr);
+  EXPECT_EQ(seen.min_bytes, 777u);
+  flashattn::set_workspace_allocator(seen);
+  fa_c_set_allocator(0, 0);
+  seen = flashattn::set_workspace_allocator({});
+  EXPECT_EQ(seen.allocate, nullptr);
+}
+
 // Every option crosses the C boundary: varlen, window, softcap, ALiBi (batch, heads), dropout,
 // explicit scale, strided views; forward and backward checked against the reference.
 TEST(CApi, EveryOptionForwardAndBackward) {

@@ -774,3 +774,41 @@ def test_cuda_sm90_bias_mask_bits_graph_replay():
         torch.cuda.synchronize()
         eager = flashattn.flash_attn_func(*new[:3], causal=True, attn_bias=new[3], attn_mask=new[4])
         assert torch.equal(static_out, eager)
+
+
+def test_cuda_large_workspace_comes_from_torch():
+    """Workspaces of _torch_ops.WORKSPACE_MIN_BYTES and more come from torch's caching allocator
+    (the float32 dbias partials of a bias shared over a batch of 8: 8 x 8 x 1280 x 1280 x 4 bytes,
+    420 MB): torch's peak allocation covers them, and the gradients are bit for bit those of the
+    library's own pool (the allocator switched off)."""
+    torch = _cuda_torch()
+    from flashattn import _torch_ops
+    g = torch.Generator(device="cuda").manual_seed(9800)
+    b, s, h, d = 8, 1280, 8, 64
+    q, k, v, dout = (torch.randn(b, s, h, d, device="cuda", generator=g).bfloat16() for _ in range(4))
+    bias = torch.randn(1, h, s, s, device="cuda", generator=g).bfloat16()
+    partials = b * h * s * s * 4
+    assert partials >= _torch_ops.WORKSPACE_MIN_BYTES
+
+    def grads():
+        qq, kk, vv, bb = (x.clone().requires_grad_() for x in (q, k, v, bias))
+        out = flashattn.flash_attn_func(qq, kk, vv, attn_bias=bb, causal=True)
+        torch.cuda.synchronize()
+        base = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        out.backward(dout)
+        torch.cuda.synchronize()
+        return [x.grad for x in (qq, kk, vv, bb)], torch.cuda.max_memory_allocated() - base
+
+    hooked, peak = grads()
+    assert peak >= partials, (peak, partials)
+    flashattn._C.torch_workspace_allocator(None, None, 0)
+    try:
+        pooled, peak_pool = grads()
+    finally:
+        flashattn._C.torch_workspace_allocator(_torch_ops._raw_alloc, _torch_ops._raw_delete,
+                                               _torch_ops.WORKSPACE_MIN_BYTES)
+    assert peak_pool < partials, (peak_pool, partials)  # the pool's memory is not torch's
+    for a, p in zip(hooked, pooled):
+        assert torch.equal(a, p)
+    assert hooked[3].abs().max().item() > 0

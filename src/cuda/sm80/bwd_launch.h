@@ -173,21 +173,23 @@ size_t block_tiles_ws_bytes(const BackwardParams& p) {
 // sm80 bias/mask kernels and the sm90 bias kernels (sm90/bwd_launch.h) both write dbias_out.
 // every_written: the kernels store every element of dbias_out (the sm90 bias kernel without a
 // window or varlen sequences: each (b, h, i < seqlen_q, j < seqlen_k) is one step's), so nothing
-// is zeroed first (at 8 x 16 x 2k x 2k a 2 GB memset).
+// is zeroed first (at 8 x 16 x 2k x 2k a 2 GB memset); under a causal mask only the hidden
+// elements are (zero_dbias_hidden: about half the bytes).
 inline Status begin_dbias(BwdKernelParams* kp, const DbiasPlan& dbias, float* partials, cudaStream_t stream,
                           bool every_written = false) {
   if (!kp->dbias.defined()) return Status::Ok();
   kp->dbias_row_sum = dbias.row_sum;
+  // Causal (no left bound), one row per query row, no varlen and no block mask: the steps store
+  // every element of the tiles they visit, so only the hidden ones (j > r + offset) need zeros.
+  const bool hidden_only = !kp->is_varlen() && kp->window_left < 0 && kp->window_right >= 0 &&
+                           !dbias.row_sum && kp->seqlen_q > 1 && !kp->block_mask.defined() &&
+                           !kp->has_block_lists();
+  const int64_t offset = int64_t(kp->seqlen_k) - kp->seqlen_q + kp->window_right;
   if (partials == nullptr) {
     kp->dbias_out = kp->dbias;
     if (every_written) return Status::Ok();
-    // Causal (no left bound), dense, no block mask: only the hidden elements need zeros.
-    const bool hidden_only = !kp->is_varlen() && kp->window_left < 0 && kp->window_right >= 0 &&
-                             kp->dbias.size[2] == kp->seqlen_q && kp->seqlen_q > 1 &&
-                             !kp->block_mask.defined() && !kp->has_block_lists();
-    return hidden_only ? zero_dbias_hidden(kp->dbias, kp->seqlen_k,
-                                           int64_t(kp->seqlen_k) - kp->seqlen_q + kp->window_right, stream)
-                       : zero_dbias(kp->dbias, kp->seqlen_k, stream);
+    return hidden_only && kp->dbias.size[2] == kp->seqlen_q ? zero_dbias_hidden(kp->dbias, kp->seqlen_k, offset, stream)
+                                                             : zero_dbias(kp->dbias, kp->seqlen_k, stream);
   }
   Broadcast4& o = kp->dbias_out;
   o.data = partials;
@@ -195,9 +197,10 @@ inline Status begin_dbias(BwdKernelParams* kp, const DbiasPlan& dbias, float* pa
   o.row = kp->seqlen_k;
   o.head = dbias.ws_rows * kp->seqlen_k;
   o.batch = int64_t(kp->heads) * o.head;
-  if (!every_written) {
-    FLASHATTN_CUDA_TRY(cudaMemsetAsync(partials, 0, sizeof(float) * size_t(dbias.ws_floats), stream));
-  }
+  o.size[0] = kp->batch, o.size[1] = kp->heads, o.size[2] = dbias.ws_rows;
+  if (every_written) return Status::Ok();
+  if (hidden_only) return zero_dbias_hidden(o, kp->seqlen_k, offset, stream);
+  FLASHATTN_CUDA_TRY(cudaMemsetAsync(partials, 0, sizeof(float) * size_t(dbias.ws_floats), stream));
   return Status::Ok();
 }
 inline Status end_dbias(const BwdKernelParams& kp, const DbiasPlan& dbias, const float* partials,
