@@ -779,8 +779,8 @@ def test_cuda_sm90_bias_mask_bits_graph_replay():
 def test_cuda_large_workspace_comes_from_torch():
     """Workspaces of _torch_ops.WORKSPACE_MIN_BYTES and more come from torch's caching allocator
     (the float32 dbias partials of a bias shared over a batch of 8: 8 x 8 x 1280 x 1280 x 4 bytes,
-    420 MB): torch's peak allocation covers them, and the gradients are bit for bit those of the
-    library's own pool (the allocator switched off)."""
+    420 MB): torch's peak allocation covers them, and dk, dv and dbias are bit for bit those of the
+    library's own pool (the allocator switched off); dq, summed with atomics, to rounding."""
     torch = _cuda_torch()
     from flashattn import _torch_ops
     g = torch.Generator(device="cuda").manual_seed(9800)
@@ -809,6 +809,7 @@ def test_cuda_large_workspace_comes_from_torch():
         flashattn._C.torch_workspace_allocator(_torch_ops._raw_alloc, _torch_ops._raw_delete,
                                                _torch_ops.WORKSPACE_MIN_BYTES)
     assert peak_pool < partials, (peak_pool, partials)  # the pool's memory is not torch's
-    for a, p in zip(hooked, pooled):
-        assert torch.equal(a, p)
+    torch.testing.assert_close(hooked[0], pooled[0], rtol=1e-2, atol=1e-2)
+    for name, a, p in zip(("dk", "dv", "dbias"), hooked[1:], pooled[1:]):
+        assert torch.equal(a, p), name
     assert hooked[3].abs().max().item() > 0
