@@ -4,11 +4,12 @@ same additive float attn_mask (memory-efficient and cuDNN backends), bf16, 16 he
 (B, H, N, N), (1, H, N, N) (T5-style), (B, 1, 1, N) (key padding) and an element mask alone
 (B, 1, N, N; SDPA takes it as a bool mask), or a key-padding element mask (kind maskkp: B, 1, 1, N), or a (B, H, N, N) bias with a (B, 1, N, N)
 element mask (kind BHNNm; SDPA takes the bias with -inf where the mask drops), or the element mask alone in rows of N + 8
-bytes (kind maskodd: not 16-byte multiples, so no mask tile: packed into bits, sm90/mask_bits.h). TFLOP/s with the attention
+bytes (kind maskodd: not 16-byte multiples, so no mask tile: packed into bits, sm90/mask_bits.h; maskkpodd: the
+key-padding mask so). TFLOP/s with the attention
 FLOPs (4 B H N^2 d; no causal rows). Each row also prints ours' max |difference| from SDPA-efficient, and records whether
 the sm90 forward ran (sm90_ran) and packed the mask into bits (mask_bits; builds with _C._sm90_mask_bits_calls).
 Usage: python3 dev/bias90_probe.py --out X.json [--head-dims 64,128] [--shapes 8x2048,1x16384]
-       [--kinds BHNN,1HNN,B11N,mask,maskkp,BHNNm,maskodd] [--no-sm80]"""
+       [--kinds BHNN,1HNN,B11N,mask,maskkp,BHNNm,maskodd,maskkpodd] [--no-sm80]"""
 import argparse
 import json
 
@@ -49,9 +50,10 @@ for d in (int(x) for x in args.head_dims.split(",")):
         qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
         for kind in args.kinds.split(","):
             bias = mask = None
-            if kind in ("mask", "maskkp", "maskodd"):
-                pad = 8 if kind == "maskodd" else 0
-                mask = (torch.rand(b, 1, 1 if kind == "maskkp" else n, n + pad, device="cuda") < 0.9)[..., :n]
+            if kind in ("mask", "maskkp", "maskodd", "maskkpodd"):
+                pad = 8 if kind.endswith("odd") else 0
+                rows_m = 1 if kind.startswith("maskkp") else n
+                mask = (torch.rand(b, 1, rows_m, n + pad, device="cuda") < 0.9)[..., :n]
                 sdpa_mask = mask
             else:
                 lead = {"BHNN": (b, h, n), "1HNN": (1, h, n), "B11N": (b, 1, 1), "BHNNm": (b, h, n)}[kind]
