@@ -740,6 +740,18 @@ def test_cuda_sm90_bias_backward_varlen():
         assert not db[i, :, lens_q[i]:, :].any() and not db[i, :, :, lens_k[i]:].any(), f"dbias outside sequence {i}"
 
 
+def _replays_match_eager(torch, graph, static, inputs, call, same):
+    """Twice: fresh inputs() copied into the captured graph's static inputs, a replay, and
+    same(call on the fresh inputs, run eagerly) must hold against the graph's outputs."""
+    for i in range(2):
+        new = inputs()
+        for dst, src in zip(static, new):
+            dst.copy_(src)
+        graph.replay()
+        torch.cuda.synchronize()
+        assert same(call(*new)), f"replay {i} differs from the eager call"
+
+
 def test_cuda_sm90_bias_mask_bits_graph_replay():
     """bias + mask at d128 (the mask packed into bits before the launch, in the launch's
     workspace) captured in a CUDA graph: replays with new q, k, v, bias and mask values give the
@@ -766,14 +778,10 @@ def test_cuda_sm90_bias_mask_bits_graph_replay():
     with torch.cuda.graph(graph):
         static_out = flashattn.flash_attn_func(*static[:3], causal=True, attn_bias=static[3], attn_mask=static[4])
     assert flashattn._C._sm90_mask_bits_calls() - bits == flashattn._C._sm90_forward_calls() - ran90
-    for _ in range(2):
-        new = inputs()
-        for dst, src in zip(static, new):
-            dst.copy_(src)
-        graph.replay()
-        torch.cuda.synchronize()
-        eager = flashattn.flash_attn_func(*new[:3], causal=True, attn_bias=new[3], attn_mask=new[4])
-        assert torch.equal(static_out, eager)
+    _replays_match_eager(torch, graph, static, inputs,
+                         lambda q, k, v, bias, mask: flashattn.flash_attn_func(q, k, v, causal=True, attn_bias=bias,
+                                                                               attn_mask=mask),
+                         lambda eager: torch.equal(static_out, eager))
 
 
 def test_cuda_large_workspace_comes_from_torch():
@@ -845,14 +853,10 @@ def test_cuda_large_workspace_in_a_cuda_graph():
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         static_grads = backward(*static)
-    for _ in range(2):
-        new = inputs()
-        for dst, src in zip(static, new):
-            dst.copy_(src)
-        graph.replay()
-        torch.cuda.synchronize()
-        eager = backward(*new)
+
+    def same(eager):
         torch.testing.assert_close(static_grads[0], eager[0], rtol=1e-2, atol=1e-2)
-        for name, a, e in zip(("dk", "dv", "dbias"), static_grads[1:], eager[1:]):
-            assert torch.equal(a, e), name
         assert eager[3].abs().max().item() > 0
+        return all(torch.equal(a, e) for a, e in zip(static_grads[1:], eager[1:]))  # dk, dv, dbias
+
+    _replays_match_eager(torch, graph, static, inputs, backward, same)
