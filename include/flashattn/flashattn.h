@@ -159,10 +159,14 @@ const char* version();
 // afresh on each call: about 1 ms per GB on an H200, as long as the kernels for a dbias over a
 // broadcast batch. An application with a caching allocator of its own can take the workspaces of
 // at least `min_bytes` instead; flashattn's Python package installs PyTorch's at import, so that
-// they count in torch.cuda.memory_allocated and torch.cuda.empty_cache returns them.
+// they count in torch.cuda.memory_allocated and torch.cuda.empty_cache returns them. While the
+// call's stream is being captured into a CUDA graph the pool serves every workspace (its
+// allocation becomes a memory node the graph owns; a block handed back to the application's
+// allocator when the call returns would be reused while replays still write it).
 struct WorkspaceAllocator {
-  // `bytes` of device memory on the current CUDA device, for work queued on `stream` (a
-  // cudaStream_t) from now on; nullptr when it cannot (the pool then serves the call).
+  // `bytes` of device memory on the current CUDA device, 256-byte aligned, for work queued on
+  // `stream` (a cudaStream_t) from now on; nullptr when it cannot (the pool then serves the call;
+  // a misaligned block is given back and the pool serves too).
   void* (*allocate)(size_t bytes, void* stream, void* context) = nullptr;
   // Takes back `ptr` (from allocate) once the work queued on `stream` so far is done, as
   // cudaFreeAsync does; an allocator that reuses a block only for later work on the same stream
@@ -174,7 +178,9 @@ struct WorkspaceAllocator {
 
 // Installs `allocator` for every device and returns the one it replaces. One without allocate or
 // release (the default) sends every workspace to the pool again. A block is always given back to
-// the allocator that handed it out, also after a change. Thread-safe.
+// the allocator that handed it out, also after a change, so an allocator's functions and context
+// must outlive the calls that may still be using it (calls running when it is replaced, and their
+// blocks). Thread-safe.
 WorkspaceAllocator set_workspace_allocator(const WorkspaceAllocator& allocator);
 
 // Attention against a KV cache (flash_attn's flash_attn_with_kvcache): optionally appends new

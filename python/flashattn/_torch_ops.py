@@ -77,6 +77,7 @@ Design
   are GPU inputs whose pointer or strides break the CUDA kernels' 16-byte copies.
 """
 
+import atexit
 import os
 from typing import Callable, Optional, Sequence
 
@@ -705,8 +706,12 @@ raise_error(_C.torch_init(Tensor, torch.nn.Parameter, torch.empty_like,
 WORKSPACE_MIN_BYTES = 256 << 20
 _raw_alloc = getattr(torch._C, "_cuda_cudaCachingAllocator_raw_alloc", None)
 _raw_delete = getattr(torch._C, "_cuda_cudaCachingAllocator_raw_delete", None)
-if _raw_alloc is not None and _raw_delete is not None and os.environ.get("FLASHATTN_TORCH_WORKSPACE", "1") != "0":
+TORCH_WORKSPACE = (_raw_alloc is not None and _raw_delete is not None
+                   and os.environ.get("FLASHATTN_TORCH_WORKSPACE", "1") != "0")
+if TORCH_WORKSPACE:
     _C.torch_workspace_allocator(_raw_alloc, _raw_delete, WORKSPACE_MIN_BYTES)
+    # Uninstalled at exit, before the interpreter finalises: no call then reaches Python.
+    atexit.register(_C.torch_workspace_allocator, None, None, 0)
 
 
 def call_forward(op, *args):

@@ -665,15 +665,16 @@ nb::object torch_backward(nb::handle dout_obj, nb::handle q_obj, nb::handle k_ob
 
 // ---- workspaces from PyTorch's caching allocator ---------------------------------------------
 
-// torch._C._cuda_cudaCachingAllocator_raw_alloc(size, stream) and _raw_delete(ptr), kept for the
-// life of the process once installed (fa::set_workspace_allocator). The library calls them
-// with the GIL released (run_released), so each call takes it back for its two Python calls;
-// only workspaces of at least min_bytes come here, whose kernels take milliseconds.
+// torch._C._cuda_cudaCachingAllocator_raw_alloc(size, stream) and _raw_delete(ptr), installed
+// through fa::set_workspace_allocator with one of these as the context: each install makes a new
+// one and none is ever freed, so a block goes back through the functions that allocated it. The
+// library calls these with the GIL released (run_released), so each call takes it back for its
+// Python call, keeping any exception already set; only workspaces of at least min_bytes come
+// here, whose kernels take milliseconds.
 struct TorchAllocator {
-  PyObject* raw_alloc = nullptr;
-  PyObject* raw_delete = nullptr;
+  PyObject* raw_alloc;
+  PyObject* raw_delete;
 };
-TorchAllocator g_torch_allocator;
 
 bool python_usable() {
 #if PY_VERSION_HEX >= 0x030D0000
@@ -683,31 +684,38 @@ bool python_usable() {
 #endif
 }
 
-void* torch_allocate(size_t bytes, void* stream, void*) {
+void* torch_allocate(size_t bytes, void* stream, void* context) {
   if (!python_usable()) return nullptr;
+  const auto* t = static_cast<const TorchAllocator*>(context);
   const PyGILState_STATE gil = PyGILState_Ensure();
+  PyObject *type, *value, *trace;
+  PyErr_Fetch(&type, &value, &trace);
   void* ptr = nullptr;
   PyObject* size = PyLong_FromSize_t(bytes);
   PyObject* handle = PyLong_FromVoidPtr(stream);
-  PyObject* r = size && handle ? PyObject_CallFunctionObjArgs(g_torch_allocator.raw_alloc, size, handle, nullptr)
-                               : nullptr;
+  PyObject* r = size && handle ? PyObject_CallFunctionObjArgs(t->raw_alloc, size, handle, nullptr) : nullptr;
   if (r != nullptr) ptr = PyLong_AsVoidPtr(r);
   if (PyErr_Occurred()) ptr = nullptr, PyErr_Clear();  // torch's OOM: the pool gets its turn
   Py_XDECREF(r);
   Py_XDECREF(handle);
   Py_XDECREF(size);
+  PyErr_Restore(type, value, trace);
   PyGILState_Release(gil);
   return ptr;
 }
 
-void torch_release(void* ptr, void*, void*) {
+void torch_release(void* ptr, void*, void* context) {
   if (!python_usable()) return;  // the process is ending: the block goes with it
+  const auto* t = static_cast<const TorchAllocator*>(context);
   const PyGILState_STATE gil = PyGILState_Ensure();
+  PyObject *type, *value, *trace;
+  PyErr_Fetch(&type, &value, &trace);
   PyObject* handle = PyLong_FromVoidPtr(ptr);
-  PyObject* r = handle ? PyObject_CallFunctionObjArgs(g_torch_allocator.raw_delete, handle, nullptr) : nullptr;
+  PyObject* r = handle ? PyObject_CallFunctionObjArgs(t->raw_delete, handle, nullptr) : nullptr;
   if (r == nullptr) PyErr_Clear();
   Py_XDECREF(r);
   Py_XDECREF(handle);
+  PyErr_Restore(type, value, trace);
   PyGILState_Release(gil);
 }
 
@@ -715,8 +723,8 @@ void torch_release(void* ptr, void*, void*) {
 void torch_workspace_allocator(nb::handle raw_alloc, nb::handle raw_delete, size_t min_bytes) {
   fa::WorkspaceAllocator a;
   if (!raw_alloc.is_none() && !raw_delete.is_none()) {
-    g_torch_allocator = {keep(raw_alloc), keep(raw_delete)};  // read under the GIL, never freed
     a.allocate = torch_allocate, a.release = torch_release, a.min_bytes = min_bytes;
+    a.context = new TorchAllocator{keep(raw_alloc), keep(raw_delete)};  // never freed (above)
   }
   fa::set_workspace_allocator(a);
 }

@@ -116,7 +116,21 @@ Status split_counters(size_t count, cudaStream_t stream, uint32_t** counters) {
 }
 
 Status workspace_alloc(void** ptr, size_t bytes, cudaStream_t stream) {
-  if ((*ptr = detail::hooked_allocate(bytes, stream)) != nullptr) return Status::Ok();
+  *ptr = nullptr;
+  if (detail::hook_takes(bytes)) {
+    // Not while the stream is captured: the pool's allocation becomes a memory node the graph
+    // owns, while the application's block would go back to it when the call returns.
+    // A query the runtime refuses (the legacy stream during another thread's global capture)
+    // counts as a capture: the pool serves.
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(stream, &capture) != cudaSuccess) {
+      capture = cudaStreamCaptureStatusActive;
+      (void)cudaGetLastError();  // the refusal is not sticky; clear it so no later check reports it
+    }
+    if (capture == cudaStreamCaptureStatusNone && (*ptr = detail::hooked_allocate(bytes, stream)) != nullptr) {
+      return Status::Ok();
+    }
+  }
   if (Status s = configure_default_pool_once(); !s.ok()) return s;
   return cuda_status(cudaMallocAsync(ptr, bytes, stream), "allocating the kernel workspace (cudaMallocAsync)");
 }

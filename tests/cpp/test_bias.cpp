@@ -15,13 +15,15 @@
 
 #include <algorithm>
 #include <array>
-#include <cstdlib>
 #include <cmath>
+#include <cstdint>
+#include <cstdlib>
 #include <limits>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "core/workspace_allocator.h"
 #include "score_mods_util.h"
 #include "test_util.h"
 
@@ -499,6 +501,37 @@ TEST(WorkspaceAllocator, InstallsAndReturnsThePrevious) {
   EXPECT_EQ(set_workspace_allocator(before).allocate, nullptr);  // `half` installed nothing
 }
 
+// The bookkeeping behind it, on the host: only workspaces of min_bytes or more are offered; a
+// block that is not 256-byte aligned goes straight back and the pool serves; a block handed out is
+// released once, through its allocator, and then forgotten; other pointers are the pool's.
+TEST(WorkspaceAllocator, OffersBigAlignedBlocksAndReleasesEachOnce) {
+  struct Fake {
+    uintptr_t next = 0;
+    std::vector<uintptr_t> released;
+  } fake;
+  WorkspaceAllocator mine;
+  mine.allocate = [](size_t, void*, void* c) -> void* { return reinterpret_cast<void*>(static_cast<Fake*>(c)->next); };
+  mine.release = [](void* p, void*, void* c) { static_cast<Fake*>(c)->released.push_back(reinterpret_cast<uintptr_t>(p)); };
+  mine.context = &fake;
+  mine.min_bytes = 100;
+  const WorkspaceAllocator saved = set_workspace_allocator(mine);
+  EXPECT_FALSE(detail::hook_takes(99));
+  EXPECT_TRUE(detail::hook_takes(100));
+  fake.next = 0x1010;  // 16-byte aligned only
+  EXPECT_EQ(detail::hooked_allocate(100, nullptr), nullptr);
+  EXPECT_EQ(fake.released, std::vector<uintptr_t>{0x1010});
+  fake.next = 0x2000;
+  EXPECT_EQ(detail::hooked_allocate(99, nullptr), nullptr) << "below min_bytes";
+  void* block = detail::hooked_allocate(100, nullptr);
+  EXPECT_EQ(block, reinterpret_cast<void*>(0x2000));
+  set_workspace_allocator(saved);  // replaced: the block still goes back to `mine`
+  EXPECT_FALSE(detail::hook_takes(100));
+  EXPECT_FALSE(detail::hooked_release(reinterpret_cast<void*>(0x3000), nullptr));
+  EXPECT_TRUE(detail::hooked_release(block, nullptr));
+  EXPECT_FALSE(detail::hooked_release(block, nullptr)) << "released twice";
+  EXPECT_EQ(fake.released, (std::vector<uintptr_t>{0x1010, 0x2000}));
+}
+
 #if defined(FLASHATTN_WITH_CUDA)
 // The CUDA backward with an application's allocator: the same gradients, bit for bit, as with
 // the pool, every workspace of at least min_bytes taken from it and each given back exactly once
@@ -575,6 +608,57 @@ TEST(WorkspaceAllocator, CudaBackwardTakesItsWorkspacesFromIt) {
     EXPECT_EQ(pool[t], above[t]) << "gradient " << t;
   }
   EXPECT_GT(max_abs(pool[3]), 0.0);
+}
+
+// While the call's stream is captured into a CUDA graph the pool serves every workspace (a
+// memory node of the graph), not the application's allocator: the captured backward asks it
+// nothing, and the graph's launch gives the eager call's dk, dv and dbias.
+TEST(WorkspaceAllocator, NotAskedUnderGraphCapture) {
+  FLASHATTN_SKIP_IF_UNAVAILABLE(Backend::kCuda);
+  ModsSpec s;
+  s.name = "workspace_allocator_capture";
+  s.dtype = s.bias_dtype = DType::kBFloat16;
+  s.head_dim = s.head_dim_v = 64;
+  s.batch = 3, s.seqlen_q = 200, s.seqlen_k = 264, s.heads = 4, s.heads_k = 2;
+  s.bias_dims = {1, 0, 0}, s.causal = true;
+  if (cuda_not_built(s.dtype, s.head_dim, s.head_dim_v)) GTEST_SKIP() << "not built";
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  CountingAllocator counter;
+  WorkspaceAllocator a;
+  a.allocate = &CountingAllocator::allocate, a.release = &CountingAllocator::release, a.context = &counter;
+  a.min_bytes = 1;
+  std::vector<std::vector<double>> grads[2];  // eager, graph
+  for (int graph = 0; graph < 2; ++graph) {
+    Built b = build(s, Backend::kCuda);  // the same seed: the same inputs
+    ASSERT_TRUE(forward(forward_args(s, b)).ok());
+    BackwardArgs args = backward_args(s, b);
+    args.stream = stream;
+    if (graph == 0) {
+      ASSERT_TRUE(backward(args).ok());
+    } else {
+      const WorkspaceAllocator saved = set_workspace_allocator(a);
+      cudaGraph_t g = nullptr;
+      cudaGraphExec_t exec = nullptr;
+      ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+      const Status st = backward(args);
+      ASSERT_EQ(cudaStreamEndCapture(stream, &g), cudaSuccess);
+      set_workspace_allocator(saved);
+      ASSERT_TRUE(st.ok()) << st.message();
+      EXPECT_EQ(counter.allocations, 0) << "the allocator was asked during the capture";
+      ASSERT_EQ(cudaGraphInstantiate(&exec, g, 0), cudaSuccess);
+      ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+      (void)cudaGraphExecDestroy(exec);
+      (void)cudaGraphDestroy(g);
+    }
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    for (View* v : {&b.dkv, &b.dvv, &b.dbiasv}) {
+      v->arena->download();
+      grads[graph].push_back(v->read());
+    }
+  }
+  (void)cudaStreamDestroy(stream);
+  for (size_t t = 0; t < grads[0].size(); ++t) EXPECT_EQ(grads[0][t], grads[1][t]) << "gradient " << t;
 }
 #endif
 

@@ -16,7 +16,8 @@ namespace flashattn::cuda {
 // a device therefore raises the threshold to kWorkspaceCacheBytes, but only if the application
 // left it at 0 (a threshold the application set is never changed). Capturable in CUDA graphs.
 // A workspace the application's allocator takes (flashattn::set_workspace_allocator: at least
-// its min_bytes) comes from it instead, and workspace_free gives it back there.
+// its min_bytes, and the stream not being captured) comes from it instead, and workspace_free
+// gives it back there.
 Status workspace_alloc(void** ptr, size_t bytes, cudaStream_t stream);
 Status workspace_free(void* ptr, cudaStream_t stream);
 
