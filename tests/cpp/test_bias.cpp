@@ -564,14 +564,21 @@ struct CountingAllocator {
   }
 };
 
-TEST(WorkspaceAllocator, CudaBackwardTakesItsWorkspacesFromIt) {
-  FLASHATTN_SKIP_IF_UNAVAILABLE(Backend::kCuda);
+// The allocator tests' call: bf16 at d64, causal, a bias shared over a batch of 3, so dbias goes
+// through float32 partials in the workspace.
+ModsSpec workspace_case(const char* name) {
   ModsSpec s;
-  s.name = "workspace_allocator";
+  s.name = name;
   s.dtype = s.bias_dtype = DType::kBFloat16;
   s.head_dim = s.head_dim_v = 64;
   s.batch = 3, s.seqlen_q = 200, s.seqlen_k = 264, s.heads = 4, s.heads_k = 2;
-  s.bias_dims = {1, 0, 0}, s.causal = true;  // dbias through float32 partials over the batch
+  s.bias_dims = {1, 0, 0}, s.causal = true;
+  return s;
+}
+
+TEST(WorkspaceAllocator, CudaBackwardTakesItsWorkspacesFromIt) {
+  FLASHATTN_SKIP_IF_UNAVAILABLE(Backend::kCuda);
+  const ModsSpec s = workspace_case("workspace_allocator");
   if (cuda_not_built(s.dtype, s.head_dim, s.head_dim_v)) GTEST_SKIP() << "not built";
   const auto run = [&](std::vector<std::vector<double>>* grads) {
     Built b = build(s, Backend::kCuda);  // the same seed: the same inputs
@@ -615,12 +622,7 @@ TEST(WorkspaceAllocator, CudaBackwardTakesItsWorkspacesFromIt) {
 // nothing, and the graph's launch gives the eager call's dk, dv and dbias.
 TEST(WorkspaceAllocator, NotAskedUnderGraphCapture) {
   FLASHATTN_SKIP_IF_UNAVAILABLE(Backend::kCuda);
-  ModsSpec s;
-  s.name = "workspace_allocator_capture";
-  s.dtype = s.bias_dtype = DType::kBFloat16;
-  s.head_dim = s.head_dim_v = 64;
-  s.batch = 3, s.seqlen_q = 200, s.seqlen_k = 264, s.heads = 4, s.heads_k = 2;
-  s.bias_dims = {1, 0, 0}, s.causal = true;
+  const ModsSpec s = workspace_case("workspace_allocator_capture");
   if (cuda_not_built(s.dtype, s.head_dim, s.head_dim_v)) GTEST_SKIP() << "not built";
   cudaStream_t stream = nullptr;
   ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
