@@ -51,9 +51,10 @@ __global__ void zero_kernel(const Broadcast4 d, int64_t cols) {
 // zero_kernel for a mask hiding every key past row r's diagonal plus `offset`: only the elements
 // (r, j > r + offset) are zeroed. A thread takes kVec consecutive keys j0.. (16 bytes where
 // dbias's strides allow) and walks the rows where any of them is hidden: one 16-byte store per
-// row while all of them are, then the element stores of the rows the diagonal crosses. With one
-// key per thread the 2-byte stores, not the bytes, set the time (2 x 16 x 8k x 8k bf16: 736 us
-// for half of 4.3 GB, H200 s21, where a memset of all of it takes about 500).
+// row while all of them are, then the element stores of the rows the diagonal crosses. H200 s21,
+// bf16: 2 x 16 x 8k x 8k 626 us (one key per thread: 736) for half of its 4.3 GB, where a memset
+// of all of it at s20's 4.3 TB/s would take about 1000; 8 x 16 x 2k x 2k 211 us either way (a
+// block's threads wait for its longest column there).
 template <typename T, int kVec>
 __global__ void zero_hidden_kernel(const Broadcast4 d, int64_t cols, int64_t offset) {
   const int64_t j0 = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) * kVec;
