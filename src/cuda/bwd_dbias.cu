@@ -37,21 +37,11 @@ __device__ __forceinline__ T* element(const Broadcast4& d, int64_t bb, int64_t h
   return static_cast<T*>(d.data) + bb * d.batch + hh * d.head + r * d.row + j;
 }
 
-template <typename T>
-__global__ void zero_kernel(const Broadcast4 d, int64_t cols) {
-  const int64_t j = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
-  if (j >= cols) return;
-  const int planes = int(d.size[0] * d.size[1]), heads = int(d.size[1]);
-  for (int bh = blockIdx.z; bh < planes; bh += gridDim.z) {
-    T* col = element<T>(d, bh / heads, bh % heads, 0, j);
-    for (int64_t r = blockIdx.y; r < d.size[2]; r += gridDim.y) col[r * d.row] = T(0.0f);
-  }
-}
-
-// zero_kernel for a mask hiding every key past row r's diagonal plus `offset`: only the elements
-// (r, j > r + offset) are zeroed. A thread takes kVec consecutive keys j0.. (16 bytes where
-// dbias's strides allow) and walks the rows where any of them is hidden: one 16-byte store per
-// row while all of them are, then the element stores of the rows the diagonal crosses. H200 s21,
+// Zeroes the elements (r, j > r + offset) of dbias: those a mask hiding every key past row r's
+// diagonal plus `offset` hides, or (offset = -rows) all of them. A thread takes kVec consecutive
+// keys j0.. (16 bytes where dbias's strides allow) and walks the rows where any of them is
+// hidden: one 16-byte store per row while all of them are, then the element stores of the rows
+// the diagonal crosses. H200 s21,
 // bf16: 2 x 16 x 8k x 8k 626 us (one key per thread: 736) for half of its 4.3 GB, where a memset
 // of all of it at s20's 4.3 TB/s would take about 1000; 8 x 16 x 2k x 2k 211 us either way (a
 // block's threads wait for its longest column there).
@@ -177,8 +167,6 @@ void launch_reduce(const Broadcast4& d, const float* ws, const TermWalk& w, int6
   }
 }
 
-}  // namespace
-
 // Calls f(T{}) with T dbias's element type (float, __nv_bfloat16 or __half).
 template <typename F>
 void with_dbias_type(DType dtype, F&& f) {
@@ -188,6 +176,25 @@ void with_dbias_type(DType dtype, F&& f) {
     default: f(float{}); break;
   }
 }
+
+// zero_hidden_kernel over dbias in 16-byte chunks where its base and every stride walked allow.
+Status launch_zero(const Broadcast4& dbias, int64_t cols, int64_t offset, cudaStream_t stream) {
+  with_dbias_type(dbias.dtype, [&](auto t) {
+    using T = decltype(t);
+    constexpr int kVec = 16 / sizeof(T);
+    const int64_t* n = dbias.size;
+    const bool aligned = reinterpret_cast<uintptr_t>(dbias.data) % 16 == 0 && dbias.row % kVec == 0 &&
+                         (n[1] == 1 || dbias.head % kVec == 0) && (n[0] == 1 || dbias.batch % kVec == 0);
+    if (aligned) {
+      zero_hidden_kernel<T, kVec><<<grid_for(dbias, (cols + kVec - 1) / kVec), kThreads, 0, stream>>>(dbias, cols, offset);
+    } else {
+      zero_hidden_kernel<T, 1><<<grid_for(dbias, cols), kThreads, 0, stream>>>(dbias, cols, offset);
+    }
+  });
+  return cuda_status(cudaGetLastError(), "launching the dbias zero kernel");
+}
+
+}  // namespace
 
 Status zero_dbias(const Broadcast4& dbias, int64_t cols, cudaStream_t stream) {
   const int64_t rows = dbias.size[0] * dbias.size[1] * dbias.size[2];
@@ -200,28 +207,12 @@ Status zero_dbias(const Broadcast4& dbias, int64_t cols, cudaStream_t stream) {
     return cuda_status(cudaMemsetAsync(dbias.data, 0, size_t(rows * cols) * size_t(dtype_size(dbias.dtype)), stream),
                        "zeroing dbias");
   }
-  with_dbias_type(dbias.dtype, [&](auto t) {
-    zero_kernel<decltype(t)><<<grid_for(dbias, cols), kThreads, 0, stream>>>(dbias, cols);
-  });
-  return cuda_status(cudaGetLastError(), "launching the dbias zero kernel");
+  return launch_zero(dbias, cols, -n[2], stream);  // every row's keys from 0 on
 }
 
 Status zero_dbias_hidden(const Broadcast4& dbias, int64_t cols, int64_t offset, cudaStream_t stream) {
   if (dbias.size[0] * dbias.size[1] * dbias.size[2] * cols == 0) return Status::Ok();
-  with_dbias_type(dbias.dtype, [&](auto t) {
-    using T = decltype(t);
-    constexpr int kVec = 16 / sizeof(T);
-    // 16-byte chunks: an aligned base, and every stride of a dimension walked a multiple of kVec.
-    const int64_t* n = dbias.size;
-    const bool aligned = reinterpret_cast<uintptr_t>(dbias.data) % 16 == 0 && dbias.row % kVec == 0 &&
-                         (n[1] == 1 || dbias.head % kVec == 0) && (n[0] == 1 || dbias.batch % kVec == 0);
-    if (aligned) {
-      zero_hidden_kernel<T, kVec><<<grid_for(dbias, (cols + kVec - 1) / kVec), kThreads, 0, stream>>>(dbias, cols, offset);
-    } else {
-      zero_hidden_kernel<T, 1><<<grid_for(dbias, cols), kThreads, 0, stream>>>(dbias, cols, offset);
-    }
-  });
-  return cuda_status(cudaGetLastError(), "launching the dbias zero kernel (hidden keys)");
+  return launch_zero(dbias, cols, offset, stream);
 }
 
 Status reduce_dbias(const Broadcast4& dbias, const float* ws, int64_t batch, int64_t heads, int64_t rows,

@@ -188,8 +188,8 @@ inline Status begin_dbias(BwdKernelParams* kp, const DbiasPlan& dbias, float* pa
   if (partials == nullptr) {
     kp->dbias_out = kp->dbias;
     if (every_written) return Status::Ok();
-    return hidden_only && kp->dbias.size[2] == kp->seqlen_q ? zero_dbias_hidden(kp->dbias, kp->seqlen_k, offset, stream)
-                                                             : zero_dbias(kp->dbias, kp->seqlen_k, stream);
+    return hidden_only ? zero_dbias_hidden(kp->dbias, kp->seqlen_k, offset, stream)
+                       : zero_dbias(kp->dbias, kp->seqlen_k, stream);
   }
   Broadcast4& o = kp->dbias_out;
   o.data = partials;
