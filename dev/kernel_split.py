@@ -8,6 +8,8 @@ records every kernel and memset of `--calls` timed calls; the table gives micros
 
 A shape is d:seqlen[:c] (c = causal); batch = 16k / seqlen, heads = 2048 / d (bench.py's suite);
 d/dv:seqlen[:c] gives v and out head_dim_v dv with 16 heads (the dsv3 suite, e.g. 192/128:8192:c).
+With --block-density x the peers are the sparse suite's (flashattn, flex) on bench.py's random
+block mask of that density (block --block-size, 16 heads, batch 16k / seqlen; no causal).
 """
 import argparse
 import json
@@ -23,6 +25,9 @@ def main():
     ap.add_argument("--impls", default="flashattn,sdpa_cudnn")
     ap.add_argument("--calls", type=int, default=10)
     ap.add_argument("--forward", action="store_true", help="profile the forward instead of the backward")
+    ap.add_argument("--block-density", type=float, default=None,
+                    help="profile the sparse suite's peers (flashattn, flex) on a random block mask")
+    ap.add_argument("--block-size", type=int, default=128)
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
 
@@ -30,9 +35,11 @@ def main():
     from torch.profiler import ProfilerActivity, profile
     import bench
 
-    impls, unavailable = bench.attention_impls(args.impls.split(","))
-    for name, why in unavailable.items():
-        print(f"{name}: {why}")
+    sparse = args.block_density is not None
+    if not sparse:
+        impls, unavailable = bench.attention_impls(args.impls.split(","))
+        for name, why in unavailable.items():
+            print(f"{name}: {why}")
     results = []
     for spec in args.shapes.split(","):
         parts = spec.split(":")
@@ -40,6 +47,15 @@ def main():
         d, dv = dims[0], dims[-1]
         n, causal = int(parts[1]), len(parts) > 2 and parts[2] == "c"
         b, h = max(1, 16384 // n), (2048 // d if dv == d else 16)
+        if sparse:
+            if causal or dv != d:
+                raise SystemExit(f"--block-density: shape {spec}: no causal or head_dim_v rows")
+            b, h = bench.sparse_shape(n, d)
+            blocks = -(-n // args.block_size)
+            mask = bench.random_block_mask(b, h, blocks, args.block_density)
+            impls, unavailable = bench.sparse_impls(args.impls.split(","), mask, args.block_size)
+            for name, why in unavailable.items():
+                print(f"{name}: {why}")
         for name, impl in impls.items():
             shape = (b, n, h, d) if impl.layout == "bshd" else (b, h, n, d)
             shape_v = shape[:-1] + (dv,)
@@ -78,6 +94,7 @@ def main():
                 print(f"  {us:9.1f} us  x{cnt:.0f}  {nm[:110]}")
             results.append({"impl": name, "d": d, "dv": dv, "n": n, "causal": causal, "batch": b, "heads": h,
                             "direction": "fwd" if args.forward else "bwd", "total_us": total,
+                            "block_density": args.block_density,
                             "kernels": [{"us": us, "per_call": cnt, "name": nm} for us, cnt, nm in rows]})
             del q, k, v
             torch.cuda.empty_cache()
