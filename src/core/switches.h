@@ -43,9 +43,8 @@ void count_native_head_dim_v_backward();
 unsigned long long sm90_forward_calls();
 void count_sm90_forward();
 // Of those, the bias-kernel calls whose attn_mask was packed into bits before the launch
-// (sm90/fwd_launch.h, sm90/mask_bits.h: every attn_mask that does not come as a tile), so that a
-// test can tell the bits path from the mask tile (tests/cpp/test_bias.cpp, tests/python/
-// test_bias.py through _C._sm90_mask_bits_calls).
+// (sm90/fwd_launch.h, sm90/mask_bits.h: every attn_mask), so that a test can tell that the pack
+// ran (tests/cpp/test_bias.cpp, tests/python/test_bias.py through _C._sm90_mask_bits_calls).
 unsigned long long sm90_mask_bits_calls();
 void count_sm90_mask_bits();
 // Whether this build instantiated the CUDA kernels of head dim d (FLASHATTN_CUDA_HEAD_DIMS), so

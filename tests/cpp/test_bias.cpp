@@ -285,9 +285,8 @@ INSTANTIATE_TEST_SUITE_P(All, ScoreMods,
 // takes the call: a bias in q's dtype with aligned strides and/or attn_mask) against the reference, then again with the forward
 // on sm80 (kFwdSm80), and under FLASHATTN_CUDA_PATH=sm90 on a Hopper GPU checks that the first
 // forward ran on the sm90 kernels exactly when marked, read attn_mask as packed bits
-// (sm90/mask_bits.h) exactly when marked (every mask that is not a tile: with a bias, or
-// a base / strides that are not 16-byte multiples, as the padded layout's 8-byte offset), and
-// that each backward ran on sm90 exactly when marked.
+// (sm90/mask_bits.h) exactly when marked (every mask the sm90 forward takes), and that each
+// backward ran on sm90 exactly when marked.
 struct Sm90BiasSpec {
   ModsSpec mods;
   bool sm90;              // the sm90 bias kernel takes it (FLASHATTN_CUDA_PATH=sm90)
@@ -330,24 +329,23 @@ std::vector<Sm90BiasSpec> sm90_bias_cases() {
   s = base("sm90_d64_bias_mask_causal_rows_without_keys", 64);
   s.seqlen_q = 100, s.seqlen_k = 72, s.causal = true, s.mask_density = 0.7, s.bias_dims = {0, 0, 1};
   cs.push_back({s, true, true, true});
-  // attn_mask alone, both on the sm90 kernel: contiguous over 256 keys (16-byte aligned base and
-  // rows: a tile), and padded (rows of 264 bytes, base 8 bytes
-  // off: packed into bits, as every padded mask above).
+  // attn_mask alone, both on the sm90 kernel and packed into bits: contiguous over 256 keys
+  // (16-byte aligned base and rows: until 2026-12-03 the forward copied such a mask as a uint8
+  // tile), and padded (rows of 264 bytes, base 8 bytes off).
   s = base("sm90_d128_mask_only_contiguous_causal_gqa", 128);
   s.bias = false, s.mask_density = 0.5, s.causal = true, s.seqlen_k = 256, s.mask_layout = Layout::kContiguous;
-  cs.push_back({s, true, false, true});
+  cs.push_back({s, true, true, true});
   s = base("sm90_d64_mask_only_rows_of_264_bytes", 64);
   s.bias = false, s.seqlen_k = 256, s.mask_density = 0.5;
   cs.push_back({s, true, true, true});
-  // A contiguous mask with a bias at d64: packed into bits as every mask with a bias (since
-  // 2026-12-03 s16; the mask tile needs the bias slot, sm90/fwd_launch.h).
+  // A contiguous mask with a bias at d64.
   s = base("sm90_d64_bias_mask_contiguous_mask", 64);
   s.seqlen_k = 256, s.mask_density = 0.6, s.mask_layout = Layout::kContiguous, s.window_left = 40;
   cs.push_back({s, true, true, true});
   // attn_mask packed into bits with a bias at d128 (no mask slot fits there): a contiguous mask
   // over 264 keys (8-byte loads in the pack, a last key block of 8 keys), causal with rows that
   // see no key; rows of 267 bytes (kPaddedOdd: the pack reads bytes) under a window, fp16; the
-  // same odd rows at d64 with a bias (a mask tile would need 16-byte rows); softcap + ALiBi.
+  // same odd rows at d64 with a bias; softcap + ALiBi.
   s = base("sm90_d128_bias_mask_bits_causal", 128);
   s.mask_density = 0.6, s.mask_layout = Layout::kContiguous, s.causal = true, s.seqlen_q = 300;
   cs.push_back({s, true, true, true});

@@ -292,64 +292,6 @@ TEST(Sm90BwdBias, BiasSlotWordsAreTheTransposedAccumulatorPairs) {
   }
 }
 
-// The attn_mask tile (sm90/bias_layout.h mask_lane_base): the copy
-// engine writes byte (row r, key j) of a 128 x 128 uint8 tile (one 128-byte row of keys per
-// query row) at r * 128 + ((j / 16) ^ (r % 8)) * 16 + j % 16 (128-byte swizzle; a row-broadcast
-// mask: row 0 only). Each lane's 16-bit load of pair (c, h) must be the two bytes of its
-// accumulator pair (row g + 8h, keys 8c + 2t, +1: low byte key 8c + 2t), the tile must fit the
-// bias slot, and one load of the warp must hit each bank with at most one distinct 4-byte word.
-TEST(Sm90FwdTile, MaskSlotPairsAreTheAccumulatorPairs) {
-  constexpr int kRows = 128, kKeys = 128;
-  for (int d : {64, 128}) {
-    const FwdTile t = sm90::fwd_sparse_tile(d, d);
-    EXPECT_EQ(t.block_n, kKeys);
-    EXPECT_LE(64 * t.consumers * kKeys, int(sm90::fwd_bias_bytes(t)) / t.stages);  // a stage's bias slot
-    // With a bias too the mask takes a slot of its own per stage: room at d64 only.
-    const size_t with_mask_slots = sm90::fwd_smem_bound(t, d, d) + sm90::fwd_bias_bytes(t) +
-                                   size_t(t.stages) * 64 * t.consumers * kKeys;
-    if (d == 64) {
-      EXPECT_LE(with_mask_slots, sm90::kFwdSmemLimit);
-    }
-    if (d == 128) {
-      EXPECT_GT(with_mask_slots, sm90::kFwdSmemLimit);
-    }
-  }
-  for (bool broadcast : {false, true}) {
-    SCOPED_TRACE(broadcast ? "row broadcast" : "full tile");
-    std::vector<int32_t> slot(kRows * kKeys, -1);  // (row << 16) | key per byte; -1 where nothing is
-    for (int r = 0; r < (broadcast ? 1 : kRows); ++r) {
-      for (int j = 0; j < kKeys; ++j) slot[static_cast<size_t>(r * 128 + ((j / 16) ^ (r % 8)) * 16 + j % 16)] = (r << 16) | j;
-    }
-    for (int warp = 0; warp < 8; ++warp) {
-      const int warp_row0 = warp * 16;
-      for (int h = 0; h < 2; ++h) {
-        for (int c = 0; c < kKeys / 8; ++c) {
-          uint32_t addr[32];
-          for (int l = 0; l < 32; ++l) {
-            const uint32_t base = sm90::mask_lane_base(warp_row0, l, broadcast);
-            addr[l] = sm90::mask_pair_offset(base, sm90::mask_row8_step(broadcast), h, c);
-            const int g = l / 4, tt = l % 4;
-            const int row = broadcast ? 0 : warp_row0 + g + 8 * h;
-            ASSERT_EQ(addr[l] % 2, 0u);
-            ASSERT_LT(addr[l] + 1, uint32_t(kRows * kKeys));
-            for (int e = 0; e < 2; ++e) {
-              ASSERT_EQ(slot[addr[l] + static_cast<uint32_t>(e)], (row << 16) | (8 * c + 2 * tt + e))
-                  << "warp " << warp << " lane " << l << " h " << h << " pair " << c << " byte " << e;
-            }
-          }
-          for (int l = 0; l < 32; ++l) {
-            for (int l2 = 0; l2 < l; ++l2) {
-              const uint32_t w = addr[l] / 4, w2 = addr[l2] / 4;
-              EXPECT_FALSE(w != w2 && w % 32 == w2 % 32)
-                  << "bank conflict: warp " << warp << " h " << h << " pair " << c << " lanes " << l2 << ", " << l;
-            }
-          }
-        }
-      }
-    }
-  }
-}
-
 // attn_mask packed into bits (sm90/mask_bits.h, mask_bits.cu, fwd_kernel.h mask_bits_scores)
 // played out on the host: the pack's warps over a mask row of 300 keys (not a multiple of 16 or
 // 128; bytes 0, 1, 2 and 255), each lane's 8 bytes per 256 keys, the eight ballots and the words

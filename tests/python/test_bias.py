@@ -331,8 +331,8 @@ SM90_CASES = [
     dict(d=64, bias=(1, 1, 1, 520), softcap=5.0),                         # all broadcast, softcap
     dict(d=128, bias=(2, 8, 300, 520), neg_inf=0.3, mask=(2, 1, 300, 520), density=0.7),
     dict(d=64, sq=1, sk=520, bias=(2, 8, 1, 520)),                        # one query row
-    # attn_mask alone as a tile (sm90 fwd_kernel.h mask_words: the copy engine needs rows of a
-    # 16-byte multiple; the contiguous 520-key masks above then stay per element, as below).
+    # attn_mask alone (16-byte aligned rows: until 2026-12-03 copied as a uint8 tile; now packed
+    # into bits as every mask), then rows that are not 16-byte multiples.
     dict(d=128, sk=512, mask=(2, 8, 300, 512), density=0.5, causal=True, empty_rows=True),
     dict(d=64, mask=(1, 1, 300, 520), mask_pad=528, density=0.3, window=(100, 30)),  # padded rows
     dict(d=128, sk=512, mask=(2, 1, 1, 512), density=0.6),                # key padding: one-row box
@@ -341,9 +341,7 @@ SM90_CASES = [
     # bias + mask at d64 (bits, as every bias + mask)
     dict(d=64, sk=512, bias=(2, 8, 300, 512), mask=(2, 1, 300, 512), density=0.6, causal=True, empty_rows=True),
     dict(d=64, sk=512, bias=(2, 1, 1, 512), mask=(1, 8, 300, 512), density=0.5, window=(64, 16)),
-    # attn_mask packed into bits (sm90/mask_bits.h): every mask that is not a tile, i.e. each
-    # bias + mask and each mask whose base or strides are not 16-byte multiples (the 520-key and
-    # 257-key masks above too; _expects_mask_bits says which).
+    # bias + mask at d128: ragged keys, byte reads in the pack, a mask base 3 bytes off.
     dict(d=128, sk=512, bias=(2, 8, 300, 512), mask=(2, 1, 300, 512), density=0.6, causal=True, empty_rows=True),
     dict(d=128, sk=512, bias=(1, 8, 300, 512), mask=(2, 1, 1, 512), density=0.6, window=(100, 30)),  # key padding
     dict(d=128, sk=515, bias=(2, 8, 300, 515), pad=520, mask=(2, 1, 300, 515), density=0.6,
@@ -388,19 +386,6 @@ def _sm90_bias_case(torch, c, seed):
     return q, k, v, bias, mask, torch.from_numpy(keep).to("cuda")
 
 
-def _expects_mask_bits(c, mask):
-    """Whether the sm90 bias kernel reads this attn_mask as packed bits (sm90/fwd_launch.h): every
-    mask that does not travel as a tile. A tile needs no attn_bias (it takes the bias slot), a
-    16-byte aligned base and batch / head / row strides that are 16-byte multiples (0 where the
-    mask broadcasts)."""
-    if mask is None:
-        return False
-    if "bias" in c:
-        return True
-    strides = [0 if mask.shape[i] == 1 else mask.stride(i) for i in range(3)]
-    return mask.data_ptr() % 16 != 0 or any(x % 16 for x in strides)
-
-
 def _sm90_forward_ran(torch):
     """Whether this process's forward reaches the sm90 kernels at all: a Hopper GPU, a build with
     them, and a path that lets them (a plain forward of a full grid moves the counter)."""
@@ -441,10 +426,10 @@ def test_cuda_sm90_bias_forward_matches_sm80(case):
                                                     return_attn_probs=True, attn_bias=bias, attn_mask=mask)
         finally:
             flashattn._C._set_switch("fwd_sm80", saved)
-        # The bits path ran exactly when the sm90 forward did and the mask is not a tile.
+        # The bits path ran exactly when the sm90 forward did with a mask (every mask is packed).
         ran90 = flashattn._C._sm90_forward_calls() - ran90
         bits = flashattn._C._sm90_mask_bits_calls() - bits
-        assert bits == (ran90 if _expects_mask_bits(c, mask) else 0), \
+        assert bits == (ran90 if mask is not None else 0), \
             f"mask bits calls {bits}, sm90 forward calls {ran90} (sm80 forward: {sm80})"
         assert_fa_close(f"out (sm80 forward: {sm80})", out.float().cpu().numpy(), ref.cpu().numpy(),
                         naive.float().cpu().numpy(), 1e-3)
@@ -523,9 +508,9 @@ def test_cuda_sm90_bias_dispatch():
     assert run(64, bias.bfloat16(), causal=True) == 1, "bf16 bias, d64, causal"
     bits = flashattn._C._sm90_mask_bits_calls()
     assert run(128, mask=mask) == 1, "attn_mask alone"
-    assert flashattn._C._sm90_mask_bits_calls() == bits, "an aligned mask alone comes as a tile"
+    assert flashattn._C._sm90_mask_bits_calls() == bits + 1, "an aligned mask alone: as bits too"
     assert run(128, bias.bfloat16(), mask) == 1, "bias and mask"
-    assert flashattn._C._sm90_mask_bits_calls() == bits + 1, "bias and mask at d128: the mask as bits"
+    assert flashattn._C._sm90_mask_bits_calls() == bits + 2, "bias and mask at d128: the mask as bits"
     assert run(128, bias) == 0, "a float32 bias stays on sm80"
     odd = torch.randn(1, h, s, s + 1, device="cuda", generator=g).bfloat16()[..., :s]  # rows of 2210 bytes
     assert run(128, odd) == 0, "rows not 16-byte aligned stay on sm80"

@@ -17,14 +17,6 @@ __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
                : "r"(addr));
 }
 
-// Two adjacent bytes (a 16-bit load, zero-extended): the sm90 forward's attn_mask pairs
-// (fwd_kernel.h mask_words). Volatile, so that it stays after the barrier wait it follows.
-__device__ __forceinline__ uint32_t ld_shared_u16(uint32_t addr) {
-  uint32_t r;
-  asm volatile("ld.shared.u16 %0, [%1];\n" : "=r"(r) : "r"(addr));
-  return r;
-}
-
 __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t addr) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])

@@ -54,31 +54,4 @@ FLASHATTN_HOST_DEVICE uint32_t bias_t_lane_offset(int consumer, int warp, int la
 }
 FLASHATTN_HOST_DEVICE uint32_t bias_t_step(bool row_broadcast) { return row_broadcast ? 0u : 16u * 128u; }
 
-// attn_mask as a tile (fwd_kernel.h mask_words): with no
-// attn_bias the producer copies the uint8 mask tile of (query tile, key tile) into the stage's
-// bias slot as one box of 128 keys (one 128-byte row) x block_m rows under the 128-byte swizzle
-// (16-byte chunk k of row r at chunk k ^ (r % 8)), one row when the mask broadcasts over the
-// rows. A consumer lane (g = lane / 4, t = lane % 4) needs the bytes of keys 8c + 2t and
-// 8c + 2t + 1 of rows g and g + 8 (the S accumulator's pair 2c + h): two adjacent bytes, i.e.
-// one 16-bit load per pair, 32 per block. For one pair c the warp's 32 lanes read rows
-// warp_row0 + g (or + 8), whose chunk c / 2 lies in 8 distinct 16-byte bank groups (r % 8 = g),
-// and within it 8 (c % 2) + 2t: the four lanes of a quad share two 4-byte words. So 16 distinct
-// words in 16 distinct banks per load: no conflict. A row-broadcast mask: every lane reads row
-// 0 (the quads' 16-byte chunk is the same: broadcast).
-// The lane's base offset in the slot (row g's 128-byte row, its swizzle in bits 4-6, byte 2t):
-// the pair (c, h) is at ((base + h * mask_row8_step) ^ ((c / 2) << 4)) + 8 (c % 2), since the
-// slot starts on 1024 bytes and bits 4-6 of base are r % 8 alone.
-FLASHATTN_HOST_DEVICE uint32_t mask_lane_base(int warp_row0, int lane, bool row_broadcast) {
-  const int r = row_broadcast ? 0 : warp_row0 + lane / 4;
-  return uint32_t(r * 128 + ((r % 8) << 4) + 2 * (lane % 4));
-}
-
-// Bytes from row g to row g + 8 of the slot (0 for a row-broadcast mask: one row).
-FLASHATTN_HOST_DEVICE uint32_t mask_row8_step(bool row_broadcast) { return row_broadcast ? 0u : 8u * 128u; }
-
-// Byte offset in the slot of the lane's pair c (keys 8c + 2t, +1) of row g + 8h.
-FLASHATTN_HOST_DEVICE uint32_t mask_pair_offset(uint32_t base, uint32_t row8_step, int h, int c) {
-  return ((base + uint32_t(h) * row8_step) ^ (uint32_t(c / 2) << 4)) + uint32_t(8 * (c % 2));
-}
-
 }  // namespace flashattn::cuda::sm90

@@ -26,10 +26,9 @@
 // Bias (Traits::kBias: attn_bias and/or attn_mask, no block mask): the producer copies the bias
 // tile of each (query tile, key tile) with the K tile into the stage's bias slot, on the same
 // "full" barrier; the consumers read it with ldmatrix (bias_words) while S = Q K^T runs, add it
-// after scale / softcap / ALiBi (bias_scores) and free the stage after that. attn_mask comes as
-// a uint8 tile by the copy engine where it can (mask_words), else packed into bits before the
-// launch (mask_bits.h), one word per thread, row and key block, loaded while S runs
-// (mask_bits_scores).
+// after scale / softcap / ALiBi (bias_scores) and free the stage after that. attn_mask comes
+// packed into bits before the launch (mask_bits.h), one word per thread, row and key block,
+// loaded while S runs (mask_bits_scores).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -200,7 +199,7 @@ __device__ __forceinline__ void bias_scores(float (&s)[Traits::kBlockN / 2], con
       }
     }
   }
-  if (add_bias)  // false: no attn_bias (b holds attn_mask pairs, mask_words, or nothing)
+  if (add_bias)  // false: no attn_bias (b holds nothing)
 #pragma unroll
   for (int i = 0; i < Traits::kBlockN / 4; ++i) {
     const float2 x = bias_pair_log2<typename Traits::Element>(b[i]);
@@ -209,41 +208,14 @@ __device__ __forceinline__ void bias_scores(float (&s)[Traits::kBlockN / 2], con
   }
 }
 
-// attn_mask as a tile (FwdParams::mask_tile, only without attn_bias): the producer copied the
-// uint8 mask tile into the stage's bias slot, rows
-// of 128 bytes under the 128-byte swizzle (bias_layout.h mask_lane_base), and the thread reads the two bytes of each of its score pairs with one
-// 16-bit load into the bias words' registers: b[2c + h] = mask bytes of (row g + 8h, keys
-// 8c + 2t, +1), key 8c + 2t in the low byte, as s[4c + 2h + e]. 32 loads per block, no bank
-// conflict (bias_layout.h). Why not ldmatrix: it hands lane t bytes 4t .. 4t + 3 of a 16-byte
-// row (keys 4t .. 4t + 3), while the accumulator's pairs are keys 2t, 2t + 1 and 2t + 8, 2t + 9;
-// regrouping them costs two shuffles a word (or bit packing and four shuffles plus the bit
-// gathering), more issue than the 16 loads it saves. Issued before the wait for S, as the bias.
-template <typename Traits>
-__device__ __forceinline__ void mask_words(uint32_t (&b)[Traits::kBlockN / 4], uint32_t slot, uint32_t base,
-                                           uint32_t row8_step) {
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-#pragma unroll
-    for (int c = 0; c < Traits::kBlockN / 8; ++c) b[2 * c + h] = ptx::ld_shared_u16(slot + mask_pair_offset(base, row8_step, h, c));
-  }
-}
-
-// -inf where attn_mask's byte is 0 (mask_words' pairs), as hidden_in_tile's kTileMask.
-template <typename Traits>
-__device__ __forceinline__ void mask_pair_scores(float (&s)[Traits::kBlockN / 2], const uint32_t (&b)[Traits::kBlockN / 4]) {
-#pragma unroll
-  for (int i = 0; i < Traits::kBlockN / 4; ++i) {
-    if ((b[i] & 0xffu) == 0u) s[2 * i] = -INFINITY;
-    if ((b[i] & 0xff00u) == 0u) s[2 * i + 1] = -INFINITY;
-  }
-}
-
-// attn_mask packed into bits (FwdParams::mask_bits, mask_bits.h), where it cannot come as a tile:
-// with attn_bias (which holds the bias slot; d64's mask slot of its own lost to the bits, and
-// d128 has no room for one) or when the copy engine refuses the mask (base or strides not 16-byte multiples). Word t of a row's group of
-// 128 keys holds exactly the keys of quad lane t's pairs, key 8c + 2t + e at bit 16e + c, so a
-// thread loads one word per row and block (w[h]: row g + 8h), issued before the wait for S, and
-// tests a constant bit per score: -inf where the bit is 0, as hidden_in_tile's kTileMask.
+// attn_mask packed into bits (FwdParams::mask_bits, mask_bits.h), every mask: word t of a row's
+// group of 128 keys holds exactly the keys of quad lane t's pairs, key 8c + 2t + e at bit
+// 16e + c, so a thread loads one word per row and block (w[h]: row g + 8h), issued before the
+// wait for S, and tests a constant bit per score: -inf where the bit is 0, as hidden_in_tile's
+// kTileMask. Until 2026-12-03 a mask without attn_bias whose base and strides were 16-byte
+// multiples came instead as a uint8 tile into the bias slot (the copy engine, 16-bit shared
+// loads per score pair): the bits ran 7-17% faster at d128 and d64 8 x 2k, within 2% at d64 16k
+// (dev/NOTES.md "attn_mask as bits on the Hopper forward").
 template <typename Traits>
 __device__ __forceinline__ void mask_bits_scores(float (&s)[Traits::kBlockN / 2], const uint32_t (&w)[2]) {
   static_assert(Traits::kBlockN == kMaskBitsGroupKeys, "one group of bits per key block");
@@ -644,7 +616,6 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kCtasPerSm) fwd_kern
     ptx::tma_prefetch_map(&kp.v);
     if constexpr (Traits::kBias) {
       if (params.bias.defined()) ptx::tma_prefetch_map(&kp.bias);
-      if (kp.mask_tile) ptx::tma_prefetch_map(&kp.mask);
     }
     int it = 0;      // K/V tiles issued so far, across tiles: slot it % kStages, pass it / kStages
     int q_pass = 0;  // Q tiles issued so far
@@ -710,18 +681,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kCtasPerSm) fwd_kern
           const int bias_bytes = !params.bias.defined() ? 0
                                  : params.bias.row == 0 ? Traits::kBiasPanels * Traits::kRowBytes
                                                         : Traits::kTileBytesBias;
-          // attn_mask as a tile (kp.mask_tile, no bias): its uint8 tile into the bias slot, one
-          // box of 128 keys x kBlockM rows (1 row when it broadcasts over the rows), on the same
-          // barrier. The copy engine counts the whole box, rows and keys past the map
-          // included (zeros: hidden, and never stored or already hidden by the key bound).
-          const int mask_bytes = !kp.mask_tile ? 0 : params.mask.row == 0 ? 128 : Traits::kBlockM * 128;
-          ptx::mbarrier_arrive_expect_tx(&ring.k_full[stage], Traits::kTileBytesK + bias_bytes + mask_bytes);
-          if (mask_bytes != 0) {
-            const ForwardParams& pm = params;
-            ptx::tma_load_4d(sBias + stage * Traits::kTileBytesBias, &kp.mask, &ring.k_full[stage], n_block * kBlockN,
-                             pm.mask.row == 0 ? 0 : w.m0, pm.mask.head == 0 ? 0 : w.head,
-                             pm.mask.batch == 0 ? 0 : w.batch);
-          }
+          ptx::mbarrier_arrive_expect_tx(&ring.k_full[stage], Traits::kTileBytesK + bias_bytes);
           if (bias_bytes != 0) {
             const ForwardParams& pb = params;
 #pragma unroll
@@ -837,7 +797,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kCtasPerSm) fwd_kern
   };
   const Turns<Traits> turns{consumer};
   // kBias: this lane's ldmatrix row in the bias slots, whether the call has a bias, and whether
-  // its attn_mask was packed into bits (mask_bits_scores; a mask that is not a tile always is).
+  // it has an attn_mask (packed into bits: mask_bits_scores).
   [[maybe_unused]] BiasLane bias_lane_ = {};
   [[maybe_unused]] bool has_bias = false, mask_packed = false;
   if constexpr (Traits::kBias) {
@@ -845,24 +805,10 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kCtasPerSm) fwd_kern
     mask_packed = kp.mask_bits.words != nullptr;
     bias_lane_ = bias_lane(wg_row0 + (warp % 4) * 16, lane, params.bias.row == 0);
   }
-  // attn_mask as a tile (only without attn_bias): it sits in the bias slot and is read into the
-  // bias words while S runs; bias_lane_ then holds the mask's base and row-8 step
-  // (bias_layout.h), which the bias words' ldmatrix does not need then.
-  [[maybe_unused]] const bool mask_tile = Traits::kBias && kp.mask_tile != 0;
-  if constexpr (Traits::kBias) {
-    if (mask_tile) {
-      bias_lane_ = BiasLane{mask_lane_base(wg_row0 + (warp % 4) * 16, lane, params.mask.row == 0),
-                            mask_row8_step(params.mask.row == 0)};
-    }
-  }
-  // kBias: the bias words of the key tile in `stage` (or the mask tile's pairs without attn_bias;
-  // zeros with neither), read while S runs.
+  // kBias: the bias words of the key tile in `stage` (zeros without attn_bias), read while S runs.
   const auto read_bias = [&](uint32_t (&b)[kBlockN / 4], int stage) {
     if (has_bias) {
       bias_words<Traits>(b, ptx::smem_u32(sBias + stage * Traits::kTileBytesBias), bias_lane_);
-    } else if (mask_tile) {
-      mask_words<Traits>(b, ptx::smem_u32(sBias + stage * Traits::kTileBytesBias), bias_lane_.row_off,
-                         bias_lane_.chunk_xor);
     } else {
 #pragma unroll
       for (int i = 0; i < kBlockN / 4; ++i) b[i] = 0u;
@@ -1081,21 +1027,15 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kCtasPerSm) fwd_kern
       [[maybe_unused]] const auto finish_scores = [&](int n, int k_stage, int tile_kind, uint32_t (&bias_w)[kBlockN / 4],
                                                       const uint32_t (&mask_w)[2]) {
         if constexpr (Traits::kBias) {
-          // With the mask tile the stage is freed once the mask pairs are in the scores (below).
           bias_scores<Traits>(st.s, mods, mask, row, n * kBlockN + 2 * t4, bias_w, has_bias);
-          if (!mask_tile) release(&ring.k_empty[k_stage], lane);
+          release(&ring.k_empty[k_stage], lane);
         } else {
           release(&ring.k_empty[k_stage], lane);
           if constexpr (Traits::kMods) modify_scores<Traits>(st.s, mods, mask, row, n * kBlockN + 2 * t4);
         }
         if (needs_mask(n)) apply_mask<Traits>(st.s, mask, row, n * kBlockN + 2 * t4);
         if constexpr (Traits::kBias) {
-          if (mask_tile) {
-            mask_pair_scores<Traits>(st.s, bias_w);
-            release(&ring.k_empty[k_stage], lane);
-          } else if (mask_packed) {
-            mask_bits_scores<Traits>(st.s, mask_w);
-          }
+          if (mask_packed) mask_bits_scores<Traits>(st.s, mask_w);
         }
         if constexpr (Traits::kSparse) {
           if (tile_kind != kTileClean) {

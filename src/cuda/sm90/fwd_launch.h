@@ -29,36 +29,10 @@ Status run_fwd(const ForwardParams& params, cudaStream_t stream) {
       }
     }
   }
-  // kBias, attn_mask without attn_bias: the mask's map, as the bias's but of bytes and 128 keys a
-  // box (one 128-byte swizzled row in the bias slot: fwd_kernel.h mask_words). The copy engine
-  // needs a 16-byte aligned base and 16-byte multiple strides. Every other mask (with attn_bias
-  // too; a mask without that alignment, e.g. a contiguous one whose seqlen_k is not a multiple
-  // of 16; one the encoder refuses) is packed into bits on the stream before the launch (below,
-  // mask_bits.h) and read one word per thread, row and key block (fwd_kernel.h mask_bits_scores).
-  kp.mask_tile = 0;
   kp.mask_bits = MaskBits{};
-  if constexpr (Traits::kBias) {
-    const Broadcast4& m = params.mask;
-    if (m.defined() && !params.bias.defined() &&
-        reinterpret_cast<uintptr_t>(m.data) % 16 == 0 &&
-        (m.batch | m.head | m.row) % 16 == 0) {
-      const int rows = m.row == 0 ? 1 : params.seqlen_q;
-      const int heads = m.head == 0 ? 1 : int(m.size[1]);
-      const int batch = m.batch == 0 ? 1 : int(m.size[0]);
-      const int64_t pitch = (int64_t(params.seqlen_k) + 15) / 16 * 16;  // extent-1 dimensions
-      const Strides3 strides{m.batch != 0 ? m.batch : pitch, m.row != 0 ? m.row : pitch, m.head != 0 ? m.head : pitch};
-      static_assert(Traits::kBlockN == 128 && 128 * Traits::kBlockM <= Traits::kTileBytesBias,
-                    "the mask tile is one 128-byte row of keys per query row, in the bias slot");
-      if (make_operand_map(&kp.mask, m.data, DType::kUInt8, params.seqlen_k, rows, heads, batch, strides,
-                           m.row == 0 ? 1 : Traits::kBlockM, 128, 128)
-              .ok()) {
-        kp.mask_tile = 1;
-      }
-    }
-  }
   // A block mask (kSparse): the plan of this kernel's tiles (block_tiles.h: per query tile the
   // kept key tiles and their kinds), built on the stream before the tile counter.
-  // kBias, attn_mask without a tile: its bits, packed the same way in the workspace before the
+  // kBias, attn_mask: its bits (mask_bits.h), packed the same way in the workspace before the
   // tile counter (the bias kernel always takes the dynamic feed, so always has a workspace).
   size_t plan_bytes = 0;
   if constexpr (Traits::kSparse) {
@@ -68,7 +42,7 @@ Status run_fwd(const ForwardParams& params, cudaStream_t stream) {
   if constexpr (Traits::kBias) {
     static_assert(Traits::kDynamicTiles && Traits::kBlockN == kMaskBitsGroupKeys,
                   "the packed mask lives in the feed's workspace, one group of bits per key block");
-    pack_mask = params.mask.defined() && kp.mask_tile == 0;
+    pack_mask = params.mask.defined();
     if (pack_mask) {
       plan_bytes = (mask_bits_bytes(params) + 15) / 16 * 16;
       if (plan_bytes / sizeof(uint32_t) > size_t(kMaskBitsMaxWords)) {

@@ -44,11 +44,10 @@ struct FwdTraitsBody {
   // attn_bias (16-bit, q's dtype) and/or attn_mask, no block mask (fwd_kernel.h, "Bias"): the
   // producer copies each (query tile, key tile) tile of the bias with the K tile of its stage
   // (one more bulk tensor copy per 64 keys, on the K stage's "full" barrier) into a slot of the
-  // stage, and the consumers read it in the accumulator layout with ldmatrix; attn_mask comes as
-  // a uint8 tile in a slot (mask_words) or, where no tile can be used, packed into bits before
-  // the launch (mask_bits.h), one word per thread, row and key block. Scores are
-  // in log2 units after the modifiers, as with kMods (softcap and ALiBi run under uniform
-  // branches). Takes the sparse kernel's tile (128 x 128 at d64 and d128): a bias slot per stage
+  // stage, and the consumers read it in the accumulator layout with ldmatrix; attn_mask comes
+  // packed into bits before the launch (mask_bits.h), one word per thread, row and key block.
+  // Scores are in log2 units after the modifiers, as with kMods (softcap and ALiBi run under
+  // uniform branches). Takes the sparse kernel's tile (128 x 128 at d64 and d128): a bias slot per stage
   // is 32 KB there, 2 x 32 KB on top of the masked d128 tile's 160 KB (fwd_bias_bytes).
   static constexpr bool kBias = kBias_;
   static_assert(!(kBias && kShortRows), "the bias kernel takes the sparse kernel's tile");
@@ -82,10 +81,11 @@ struct FwdTraitsBody {
   static constexpr int kBiasPanels = kBias ? kBlockN / 64 : 0;
   static constexpr int kPanelBytesBias = kBlockM * kRowBytes;
   static constexpr int kTileBytesBias = kBiasPanels * kPanelBytesBias;
-  // attn_mask's uint8 tile takes the bias slot when there is no bias; with a bias the mask goes
-  // as bits (mask_bits.h). A mask slot of its own (d64 only: d128 has 1.8 KB left) was measured
-  // against the bits: bits +10% at 1 x 16k and +0..7% at 8 x 2k (H200 bf16, d64 bias + mask,
-  // dev/results/h200-2026-12-03-s17-d64bitsbias-*-8e55c38.json), so the slot is gone.
+  // attn_mask always goes as bits (mask_bits.h). Measured against the bits and removed: a mask
+  // slot of its own beside the bias at d64 (bits +10% at 1 x 16k, +0..7% at 8 x 2k,
+  // dev/results/h200-2026-12-03-s17-d64bitsbias-*-8e55c38.json) and, without a bias, a uint8
+  // mask tile in the bias slot (bits +7..17% at d128 and d64 8 x 2k, -2..+0% at d64 1 x 16k,
+  // dev/results/h200-2026-12-03-s21-mask-tile-vs-bits-probe-*.json).
   // Which tile a CTA takes next (fwd_kernel.h): under a causal or window mask tiles differ in
   // work, so each CTA's producer takes the next one from a global counter, heaviest first, and
   // hands it to the consumers (TileFeed); without a mask every tile is the same work and CTAs
@@ -215,14 +215,8 @@ struct FwdParams {
   // when the bias broadcasts over the rows); extent 1 where it broadcasts. After the members the
   // other kernels read, so their parameter offsets stay.
   CUtensorMap bias;
-  // kBias, attn_mask: the mask's map, (keys, rows, heads, batch) of
-  // uint8, boxes of 128 keys x block_m rows (1 row when it broadcasts over the rows), extent 1
-  // where it broadcasts; mask_tile = 1 when the launcher built it (a 16-byte aligned base and
-  // 16-byte multiple strides), else 0 and the kernel reads the packed bits (mask_bits).
-  CUtensorMap mask;
-  int mask_tile;
-  // kBias, attn_mask without its tile (mask_tile = 0): the mask packed into bits in the launch's
-  // workspace (mask_bits.h; words = nullptr when there is no attn_mask or it came as a tile).
+  // kBias, attn_mask: the mask packed into bits in the launch's workspace (mask_bits.h; words =
+  // nullptr when there is no attn_mask).
   MaskBits mask_bits;
 };
 

