@@ -13,7 +13,7 @@ CMAKE_BUILD_PARALLEL_LEVEL=16 python3 -m pip install --no-build-isolation --no-d
 echo "$(el) built"
 (cmake --build build-gpu/python -j 16 --target flashattn_test_bias >/tmp/gt.log 2>&1 || tail -5 /tmp/gt.log) &
 gtb=$!
-FLASHATTN_CUDA_PATH=sm90 python3 -m pytest tests/python/test_bias.py -q -x -p no:cacheprovider -k "sm90 and forward" 2>&1 | tail -2
+FLASHATTN_CUDA_PATH=sm90 python3 -m pytest tests/python/test_bias.py -q -x -p no:cacheprovider -k "sm90 and (forward or dispatch or graph)" 2>&1 | tail -2
 echo "$(el) pytest"
 (cd dev && python3 bias90_probe.py --no-sm80 --head-dims 64,128 --shapes 8x2048 --kinds mask,maskkp --out $OUT/probe.json 2>&1 | grep -v -i warn | tail -5)
 echo "$(el) probe"
