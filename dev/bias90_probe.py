@@ -7,7 +7,8 @@ element mask (kind BHNNm; SDPA takes the bias with -inf where the mask drops), o
 bytes (kind maskodd: not 16-byte multiples, so no mask tile: packed into bits, sm90/mask_bits.h; maskkpodd: the
 key-padding mask so). TFLOP/s with the attention
 FLOPs (4 B H N^2 d; no causal rows). Each row also prints ours' max |difference| from SDPA-efficient, and records whether
-the sm90 forward ran (sm90_ran) and packed the mask into bits (mask_bits; builds with _C._sm90_mask_bits_calls).
+the sm90 forward ran (sm90_ran), packed the mask into bits (mask_bits; builds with _C._sm90_mask_bits_calls) and ran
+on the mask kernel (mask_kernel: attn_mask alone; builds with _C._sm90_mask_kernel_calls).
 Usage: python3 dev/bias90_probe.py --out X.json [--head-dims 64,128] [--shapes 8x2048,1x16384]
        [--kinds BHNN,1HNN,B11N,mask,maskkp,BHNNm,maskodd,maskkpodd] [--no-sm80]"""
 import argparse
@@ -65,10 +66,12 @@ for d in (int(x) for x in args.head_dims.split(",")):
             row = {"d": d, "batch": b, "seqlen": n, "heads": h, "kind": kind}
             with torch.no_grad():
                 bits_calls = getattr(flashattn._C, "_sm90_mask_bits_calls", lambda: 0)
-                before, bits_before = flashattn._C._sm90_forward_calls(), bits_calls()
+                mask_kernel_calls = getattr(flashattn._C, "_sm90_mask_kernel_calls", lambda: 0)
+                before, bits_before, mk_before = flashattn._C._sm90_forward_calls(), bits_calls(), mask_kernel_calls()
                 out = ours(q, k, v, bias, mask, False)
                 row["sm90_ran"] = flashattn._C._sm90_forward_calls() > before
                 row["mask_bits"] = bits_calls() > bits_before
+                row["mask_kernel"] = mask_kernel_calls() > mk_before
                 row["flashattn_fwd"] = fl / timed(lambda: ours(q, k, v, bias, mask, False), args.repeats) / 1e12
                 if not args.no_sm80:
                     row["flashattn_sm80_fwd"] = fl / timed(lambda: ours(q, k, v, bias, mask, True), args.repeats) / 1e12

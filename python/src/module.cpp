@@ -531,8 +531,12 @@ NB_MODULE(_C, m) {
       "(src/core/switches.h).");
   m.def(
       "_sm90_mask_bits_calls", [] { return fa::detail::sm90_mask_bits_calls(); },
-      "For tests: how many sm90 bias-kernel forward calls read attn_mask as packed bits (not as a "
-      "tile) in this process (src/core/switches.h).");
+      "For tests: how many sm90 forward calls read attn_mask as packed bits in this process "
+      "(src/core/switches.h).");
+  m.def(
+      "_sm90_mask_kernel_calls", [] { return fa::detail::sm90_mask_kernel_calls(); },
+      "For tests: how many sm90 forward calls ran on the mask kernel (attn_mask alone, without "
+      "attn_bias, softcap or ALiBi) in this process (src/core/switches.h).");
 
   flashattn_py::register_torch_path(m);
 

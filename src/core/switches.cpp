@@ -43,6 +43,7 @@ std::atomic<unsigned long long> g_sm90_backward_calls{0};
 std::atomic<unsigned long long> g_native_head_dim_v_backward_calls{0};
 std::atomic<unsigned long long> g_sm90_forward_calls{0};
 std::atomic<unsigned long long> g_sm90_mask_bits_calls{0};
+std::atomic<unsigned long long> g_sm90_mask_kernel_calls{0};
 
 }  // namespace
 
@@ -71,5 +72,8 @@ void count_sm90_forward() { g_sm90_forward_calls.fetch_add(1, std::memory_order_
 
 unsigned long long sm90_mask_bits_calls() { return g_sm90_mask_bits_calls.load(std::memory_order_relaxed); }
 void count_sm90_mask_bits() { g_sm90_mask_bits_calls.fetch_add(1, std::memory_order_relaxed); }
+
+unsigned long long sm90_mask_kernel_calls() { return g_sm90_mask_kernel_calls.load(std::memory_order_relaxed); }
+void count_sm90_mask_kernel() { g_sm90_mask_kernel_calls.fetch_add(1, std::memory_order_relaxed); }
 
 }  // namespace flashattn::detail

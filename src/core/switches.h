@@ -47,6 +47,11 @@ void count_sm90_forward();
 // ran (tests/cpp/test_bias.cpp, tests/python/test_bias.py through _C._sm90_mask_bits_calls).
 unsigned long long sm90_mask_bits_calls();
 void count_sm90_mask_bits();
+// Of those, the calls on the mask kernel (attn_mask alone, without attn_bias, softcap or ALiBi:
+// sm90/fwd_traits.h FwdMaskTraits) rather than the bias kernel (tests as above, through
+// _C._sm90_mask_kernel_calls).
+unsigned long long sm90_mask_kernel_calls();
+void count_sm90_mask_kernel();
 // Whether this build instantiated the CUDA kernels of head dim d (FLASHATTN_CUDA_HEAD_DIMS), so
 // that a test of one head dim's kernels skips on a trimmed build instead of timing a padded call
 // (_C._cuda_head_dim_built). Defined by the CUDA backend (cuda_backend.cu): CUDA builds only.

@@ -359,6 +359,15 @@ std::vector<Sm90BiasSpec> sm90_bias_cases() {
   s = base("sm90_d128_bias_mask_bits_softcap_alibi", 128);
   s.mask_density = 0.7, s.softcap = 4.0f, s.alibi = true, s.seqlen_q = 131;
   cs.push_back({s, true, true, true});
+  // attn_mask alone with ALiBi: the bias kernel (the mask kernel has no score modifiers); and
+  // alone under a window in fp16 (the mask kernel).
+  s = base("sm90_d64_mask_only_alibi_causal", 64);
+  s.bias = false, s.mask_density = 0.6, s.alibi = true, s.causal = true;
+  cs.push_back({s, true, true, true});
+  s = base("sm90_d128_fp16_mask_only_window", 128);
+  s.dtype = s.bias_dtype = DType::kFloat16, s.bias = false, s.mask_density = 0.5;
+  s.window_left = 70, s.window_right = 10;
+  cs.push_back({s, true, true, true});
   s = base("sm90_d128_float32_bias_on_sm80", 128);
   s.bias_dtype = DType::kFloat32;
   cs.push_back({s, false});
@@ -390,6 +399,7 @@ TEST_P(BiasSm90, MatchesReferenceAndSm80) {
     ScopedSwitch path(detail::Switch::kFwdSm80, sm80);
     Built b = build(s, Backend::kCuda);
     const unsigned long long before = detail::sm90_forward_calls(), bits_before = detail::sm90_mask_bits_calls();
+    const unsigned long long mask_kernel_before = detail::sm90_mask_kernel_calls();
     const unsigned long long bwd_before = detail::sm90_backward_calls();
     const ModsRefs refs = run_and_check(Backend::kCuda, b, options(s, b), s.dtype, s.name + (sm80 ? " (sm80)" : ""));
     EXPECT_TRUE(refs.ran) << s.name;
@@ -402,6 +412,10 @@ TEST_P(BiasSm90, MatchesReferenceAndSm80) {
     } else if (sm90_forced_here()) {
       EXPECT_EQ(ran, c.sm90 ? 1u : 0u) << s.name << ": the forward " << (c.sm90 ? "did not run" : "ran") << " on sm90";
       EXPECT_EQ(bits, c.bits ? 1u : 0u) << s.name << ": the mask " << (c.bits ? "was not" : "was") << " packed into bits";
+      // attn_mask alone, without softcap or ALiBi: the mask kernel (FwdMaskTraits); the rest the bias kernel.
+      const bool alone = c.sm90 && !s.bias && s.mask_density >= 0.0 && s.softcap == 0.0f && !s.alibi;
+      EXPECT_EQ(detail::sm90_mask_kernel_calls() - mask_kernel_before, alone ? 1u : 0u)
+          << s.name << ": the forward " << (alone ? "did not run" : "ran") << " on the mask kernel";
       EXPECT_EQ(bwd_ran, c.sm90_bwd ? 1u : 0u)
           << s.name << ": the backward " << (c.sm90_bwd ? "did not run" : "ran") << " on sm90";
     }

@@ -420,6 +420,7 @@ def test_cuda_sm90_bias_forward_matches_sm80(case):
     for sm80 in (False, True):
         saved = flashattn._C._set_switch("fwd_sm80", sm80)
         ran90, bits = flashattn._C._sm90_forward_calls(), flashattn._C._sm90_mask_bits_calls()
+        mask_kernel = flashattn._C._sm90_mask_kernel_calls()
         try:
             out, lse, _ = flashattn.flash_attn_func(q, k, v, causal=c.get("causal", False),
                                                     window_size=c.get("window", (-1, -1)), softcap=softcap,
@@ -431,6 +432,11 @@ def test_cuda_sm90_bias_forward_matches_sm80(case):
         bits = flashattn._C._sm90_mask_bits_calls() - bits
         assert bits == (ran90 if mask is not None else 0), \
             f"mask bits calls {bits}, sm90 forward calls {ran90} (sm80 forward: {sm80})"
+        # attn_mask alone (no bias or softcap) runs on the mask kernel, everything else on the bias kernel.
+        mask_kernel = flashattn._C._sm90_mask_kernel_calls() - mask_kernel
+        alone = mask is not None and bias is None and softcap == 0
+        assert mask_kernel == (ran90 if alone else 0), \
+            f"mask kernel calls {mask_kernel}, sm90 forward calls {ran90} (sm80 forward: {sm80})"
         assert_fa_close(f"out (sm80 forward: {sm80})", out.float().cpu().numpy(), ref.cpu().numpy(),
                         naive.float().cpu().numpy(), 1e-3)
         empty = ~keep.any(dim=-1)

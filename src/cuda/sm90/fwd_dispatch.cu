@@ -26,6 +26,12 @@ constexpr bool has_kernel(int head_dim, int head_dim_v) {
 // (sm90fwdbias_* instantiations).
 constexpr bool has_bias_kernel(int head_dim) { return head_dim == 64 || head_dim == 128; }
 constexpr bool has_bias_kernel(int head_dim, int head_dim_v) { return head_dim_v == head_dim && has_bias_kernel(head_dim); }
+// Whether a call with attn_mask (no block mask) takes the mask kernel (FwdMaskTraits: the window
+// kernel reading the packed bits) rather than the bias kernel: no attn_bias, softcap or ALiBi.
+// Both exist at the same head dims (sm90fwdmask_* beside sm90fwdbias_*).
+bool takes_mask_kernel(const ForwardParams& p) {
+  return p.mask.defined() && !p.bias.defined() && p.softcap <= 0.0f && p.alibi == nullptr;
+}
 // Whether a call without bias, masks or block masks takes the short-rows kernels
 // (FwdShortRowsTraits: d64 masked or not, d128 unmasked): the dispatch below, and the tile whose
 // CTAs fwd_declines' split heuristic counts. The conditions are by_mask's (variants.h) for the
@@ -72,8 +78,10 @@ std::string fwd_declines(const ForwardParams& p, bool any_runnable) {
     // launches there until the sm90 kernel splits keys itself.
     int sms = 0;
     if (!multiprocessors(&sms).ok()) return "device query failed";
-    const bool bias = p.bias.defined() || p.mask.defined();  // not sparse here: the bias kernel's tile
+    // Not sparse here with a bias or mask: the bias kernel's tile, or the window kernel's.
+    const bool bias = (p.bias.defined() || p.mask.defined()) && !takes_mask_kernel(p);
     const FwdTile tile = sparse || bias             ? fwd_sparse_tile(p.head_dim, p.head_dim_v)
+                         : p.mask.defined()         ? fwd_tile(p.head_dim, p.head_dim_v, true)
                          : takes_short_rows(p)      ? fwd_short_rows_tile(p.head_dim, p.has_window())
                                                     : fwd_tile(p.head_dim, p.head_dim_v, p.has_window());
     const int bm = 64 * tile.consumers, bn = tile.block_n;
@@ -87,20 +95,25 @@ std::string fwd_declines(const ForwardParams& p, bool any_runnable) {
 // kernels; fwd_declines has already left the combinations without an sm90 kernel to those. The
 // one head_dim_v != head_dim pair (192 / 128) is the run-time branch inside head dim 192.
 // attn_bias and/or attn_mask without a block mask take the bias kernels (FwdBiasTraits, window
-// mask only as the sparse ones).
+// mask only as the sparse ones); attn_mask alone without softcap or ALiBi the mask kernels
+// (FwdMaskTraits).
 // A block mask (either form, with or without attn_mask) takes the block-sparse kernels
 // (FwdSparseTraits), instantiated with the window mask only: with no window it costs one range
 // test per key tile.
 Status dispatch_fwd(const ForwardParams& p, cudaStream_t stream) {
   const bool sparse = p.block_mask.defined() || p.has_block_lists();
   const bool bias = !sparse && (p.bias.defined() || p.mask.defined());
+  const bool mask_only = bias && takes_mask_kernel(p);
   return dispatch_variant(p, [&]<typename Element, int kHeadDim, MaskMode kMask, ScoreMods kMods>() -> Status {
     constexpr bool kMods90 = kMods == ScoreMods::kAny;  // fwd_declines left softcap and ALiBi alone (no dropout)
     // attn_bias and/or attn_mask without a block mask: one kernel per head dim and dtype (window
     // mask, softcap and ALiBi at run time), whatever kMask and kMods say.
     if (bias) {
       if constexpr (has_bias_kernel(kHeadDim)) {
-        if (p.head_dim_v == kHeadDim) return run_fwd<FwdBiasTraits<Element, kHeadDim>>(p, stream);
+        if (p.head_dim_v == kHeadDim) {
+          return mask_only ? run_fwd<FwdMaskTraits<Element, kHeadDim>>(p, stream)
+                           : run_fwd<FwdBiasTraits<Element, kHeadDim>>(p, stream);
+        }
       }
       return Status::NotSupported("the sm90 bias forward has no kernel for head_dim " + std::to_string(kHeadDim) +
                                   " with head_dim_v " + std::to_string(p.head_dim_v));

@@ -28,7 +28,8 @@
 // "full" barrier; the consumers read it with ldmatrix (bias_words) while S = Q K^T runs, add it
 // after scale / softcap / ALiBi (bias_scores) and free the stage after that. attn_mask comes
 // packed into bits before the launch (mask_bits.h), one word per thread, row and key block,
-// loaded while S runs (mask_bits_scores).
+// loaded while S runs (mask_bits_scores). attn_mask alone (Traits::kMaskOnly) runs the window
+// kernel with those bits and no bias slot.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -799,7 +800,8 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kCtasPerSm) fwd_kern
   // kBias: this lane's ldmatrix row in the bias slots, whether the call has a bias, and whether
   // it has an attn_mask (packed into bits: mask_bits_scores).
   [[maybe_unused]] BiasLane bias_lane_ = {};
-  [[maybe_unused]] bool has_bias = false, mask_packed = false;
+  // kMaskOnly: the launcher always packs the mask.
+  [[maybe_unused]] bool has_bias = false, mask_packed = Traits::kMaskOnly;
   if constexpr (Traits::kBias) {
     has_bias = params.bias.defined();
     mask_packed = kp.mask_bits.words != nullptr;
@@ -1001,12 +1003,12 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kCtasPerSm) fwd_kern
         return block_needs_mask<Traits>(mask, w.seqlen_k, row_begin, row_end, n_block);
       };
       const int row = w.m0 + row_in_tile;
-      // kBias, attn_mask packed into bits: the index of word t4 of row g's (h = 0) and row g + 8's
+      // kMaskBits, attn_mask packed into bits: the index of word t4 of row g's (h = 0) and row g + 8's
       // (h = 1) first group (rows past the sequence read its last row: their scores are never
       // stored). 32-bit (the launcher checks the words fit): a 64-bit pointer held across the
       // tile spilled a register of the key-block loop.
       [[maybe_unused]] uint32_t bits_at[2] = {0u, 0u};
-      if constexpr (Traits::kBias) {
+      if constexpr (Traits::kMaskBits) {
         if (mask_packed) {
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
@@ -1023,7 +1025,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kCtasPerSm) fwd_kern
       };
       // Key block n's scores once S is done: the bias or the score modifiers, the stage's
       // release (with a bias, once its words are in the scores), the causal / window mask, then
-      // attn_mask (kBias) and the block mask's element mask (kSparse, by the tile's kind).
+      // attn_mask (kMaskBits) and the block mask's element mask (kSparse, by the tile's kind).
       [[maybe_unused]] const auto finish_scores = [&](int n, int k_stage, int tile_kind, uint32_t (&bias_w)[kBlockN / 4],
                                                       const uint32_t (&mask_w)[2]) {
         if constexpr (Traits::kBias) {
@@ -1034,7 +1036,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kCtasPerSm) fwd_kern
           if constexpr (Traits::kMods) modify_scores<Traits>(st.s, mods, mask, row, n * kBlockN + 2 * t4);
         }
         if (needs_mask(n)) apply_mask<Traits>(st.s, mask, row, n * kBlockN + 2 * t4);
-        if constexpr (Traits::kBias) {
+        if constexpr (Traits::kMaskBits) {
           if (mask_packed) mask_bits_scores<Traits>(st.s, mask_w);
         }
         if constexpr (Traits::kSparse) {
@@ -1065,10 +1067,8 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kCtasPerSm) fwd_kern
       }
       [[maybe_unused]] uint32_t bias_w[kBlockN / 4];
       [[maybe_unused]] uint32_t mask_w[2];
-      if constexpr (Traits::kBias) {
-        read_bias(bias_w, stage);
-        read_mask_bits(mask_w, n_first);
-      }
+      if constexpr (Traits::kBias) read_bias(bias_w, stage);
+      if constexpr (Traits::kMaskBits) read_mask_bits(mask_w, n_first);
       ptx::wgmma_wait<0>();
       ptx::fence_operand(st.s);
       finish_scores(n_first, stage, kind, bias_w, mask_w);
@@ -1088,7 +1088,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kCtasPerSm) fwd_kern
         // (as the bias words are) ptxas placed them after the wait for S (SASS), exposing their
         // latency; from here they are in flight while the products are issued and run.
         [[maybe_unused]] uint32_t mask_w[2];
-        if constexpr (Traits::kBias) read_mask_bits(mask_w, n_block);
+        if constexpr (Traits::kMaskBits) read_mask_bits(mask_w, n_block);
         ptx::mbarrier_wait(&ring.k_full[stage], parity);
         ptx::mbarrier_wait(&ring.v_full[prev_stage], prev_parity);
         turns.take();

@@ -32,21 +32,21 @@ Status run_fwd(const ForwardParams& params, cudaStream_t stream) {
   kp.mask_bits = MaskBits{};
   // A block mask (kSparse): the plan of this kernel's tiles (block_tiles.h: per query tile the
   // kept key tiles and their kinds), built on the stream before the tile counter.
-  // kBias, attn_mask: its bits (mask_bits.h), packed the same way in the workspace before the
-  // tile counter (the bias kernel always takes the dynamic feed, so always has a workspace).
+  // kMaskBits (the bias and mask kernels), attn_mask: its bits (mask_bits.h), packed the same way
+  // in the workspace before the tile counter (both take the dynamic feed, so have a workspace).
   size_t plan_bytes = 0;
   if constexpr (Traits::kSparse) {
     plan_bytes = (block_tiles_bytes(params, Traits::kBlockM, Traits::kBlockN) + 15) / 16 * 16;
   }
   [[maybe_unused]] bool pack_mask = false;
-  if constexpr (Traits::kBias) {
+  if constexpr (Traits::kMaskBits) {
     static_assert(Traits::kDynamicTiles && Traits::kBlockN == kMaskBitsGroupKeys,
                   "the packed mask lives in the feed's workspace, one group of bits per key block");
     pack_mask = params.mask.defined();
     if (pack_mask) {
       plan_bytes = (mask_bits_bytes(params) + 15) / 16 * 16;
       if (plan_bytes / sizeof(uint32_t) > size_t(kMaskBitsMaxWords)) {
-        return Status::NotSupported("attn_mask: more than 2^32 words of packed bits for the sm90 bias forward");
+        return Status::NotSupported("attn_mask: more than 2^32 words of packed bits for the sm90 forward");
       }
     }
   }
@@ -54,17 +54,21 @@ Status run_fwd(const ForwardParams& params, cudaStream_t stream) {
       fwd_kernel<Traits>, kp, Traits::kThreads, Traits::kCtasPerSm, Traits::kSmemBytes, Traits::kDynamicTiles, plan_bytes,
       [&](void* workspace) {
         if constexpr (Traits::kSparse) return build_block_tiles(&kp.p, Traits::kBlockM, Traits::kBlockN, workspace, stream);
-        if constexpr (Traits::kBias) {
+        if constexpr (Traits::kMaskBits) {
           if (pack_mask) return build_mask_bits(params, workspace, stream, &kp.mask_bits);
         }
         return Status::Ok();
       },
       Traits::kSparse ? "the sm90 block-sparse forward kernel"
-      : Traits::kBias ? "the sm90 bias forward kernel"
-                      : "the sm90 forward kernel",
+      : Traits::kBias     ? "the sm90 bias forward kernel"
+      : Traits::kMaskOnly ? "the sm90 mask forward kernel"
+                          : "the sm90 forward kernel",
       stream);
-  if constexpr (Traits::kBias) {
+  if constexpr (Traits::kMaskBits) {
     if (launched.ok() && pack_mask) detail::count_sm90_mask_bits();
+  }
+  if constexpr (Traits::kMaskOnly) {
+    if (launched.ok()) detail::count_sm90_mask_kernel();
   }
   return launched;
 }

@@ -20,7 +20,7 @@ namespace flashattn::cuda::sm90 {
 // their symbols and their code.
 // kBias: attn_bias and/or attn_mask without a block mask (FwdBiasTraits below).
 template <typename Element_, int kHeadDim_, MaskMode kMask_, bool kMods_, int kHeadDimV_, bool kSparse_,
-          bool kShortRows_ = false, bool kBias_ = false>
+          bool kShortRows_ = false, bool kBias_ = false, bool kMaskOnly_ = false>
 struct FwdTraitsBody {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
@@ -51,6 +51,16 @@ struct FwdTraitsBody {
   // is 32 KB there, 2 x 32 KB on top of the masked d128 tile's 160 KB (fwd_bias_bytes).
   static constexpr bool kBias = kBias_;
   static_assert(!(kBias && kShortRows), "the bias kernel takes the sparse kernel's tile");
+  // kMaskOnly: attn_mask alone (no attn_bias, softcap or ALiBi; FwdMaskTraits below): the plain
+  // kernel of the window mask, its tile included (d64: three consumers), whose consumers read the
+  // packed bits (mask_bits.h) of every key block as the bias kernel's do, and no bias slot. The
+  // bias kernel's 128 x 128 tile, scores in log2 units after the modifiers and per-stage slot are
+  // for a float bias; a mask needs none of them.
+  static constexpr bool kMaskOnly = kMaskOnly_;
+  static_assert(!kMaskOnly || (!kBias && !kSparse && !kShortRows && !kMods && kMask == MaskMode::kWindow),
+                "the mask kernel: attn_mask alone, on the window kernel");
+  // The consumers test attn_mask's packed bits (fwd_kernel.h mask_bits_scores).
+  static constexpr bool kMaskBits = kBias || kMaskOnly;
   static constexpr FwdTile kTile = kSparse || kBias ? fwd_sparse_tile(kHeadDim, kHeadDimV)
                                    : kShortRows     ? fwd_short_rows_tile(kHeadDim, kMask == MaskMode::kWindow)
                                                     : fwd_tile(kHeadDim, kHeadDimV, kMask == MaskMode::kWindow);
@@ -177,6 +187,8 @@ struct FwdTraitsBody {
   static_assert(setmaxnreg_fits(kProducerRegs, kConsumers, kConsumerRegs, kCtasPerSm),
                 "setmaxnreg within the launch's registers (fwd_tile.h setmaxnreg_pool)");
   static_assert(kCtasPerSm == 1 || !kBias, "the bias kernel's setmaxnreg counts are for one CTA per SM");
+  static_assert(!kMaskBits || (kBlockN == kMaskBitsGroupKeys && !kCrossTile && kDynamicTiles),
+                "packed mask bits: one group per key block, one tile at a time, the feed's workspace");
   static_assert(!kSparse || kDynamicTiles, "the sparse producer publishes whether a tile has keys with the tile");
 };
 
@@ -201,6 +213,12 @@ struct FwdShortRowsTraits : FwdTraitsBody<Element_, kHeadDim_, kMask_, false, kH
 // (tools/gen_instantiations.py, sm90fwdbias*). Head dims 64 and 128 (fwd_dispatch.cu).
 template <typename Element_, int kHeadDim_, MaskMode kMask_ = MaskMode::kWindow>
 struct FwdBiasTraits : FwdTraitsBody<Element_, kHeadDim_, kMask_, true, kHeadDim_, false, false, true> {};
+
+// attn_mask without attn_bias, softcap or ALiBi (kMaskOnly): the window kernel with the mask's
+// packed bits, head dims 64 and 128 (sm90fwdmask_hdim{64,128}_{dtype}_window.cu; fwd_dispatch.cu).
+template <typename Element_, int kHeadDim_>
+struct FwdMaskTraits
+    : FwdTraitsBody<Element_, kHeadDim_, MaskMode::kWindow, false, kHeadDim_, false, false, false, true> {};
 
 // Kernel parameters: the validated problem and the three operand maps (copied into the
 // kernel's parameter space, where the copy engine reads them: __grid_constant__).
