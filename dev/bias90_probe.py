@@ -28,6 +28,9 @@ ap.add_argument("--head-dims", default="64,128")
 ap.add_argument("--shapes", default="8x2048,1x16384", help="batch x seqlen, comma separated")
 ap.add_argument("--kinds", default="BHNN,1HNN,B11N,mask")
 ap.add_argument("--no-sm80", action="store_true", help="skip the sm80 bias kernel's timing")
+ap.add_argument("--alibi0", action="store_true",
+                help="also time ours with ALiBi at zero slopes (flashattn_alibi0_fwd): the bias kernel's "
+                     "scores in log2 units, the form a call without ALiBi took before 2026-12-03 s22")
 args = ap.parse_args()
 
 h = 16
@@ -35,10 +38,10 @@ backends = {"sdpa_efficient": SDPBackend.EFFICIENT_ATTENTION, "sdpa_cudnn": SDPB
 rows = []
 
 
-def ours(q, k, v, bias, mask, sm80):
+def ours(q, k, v, bias, mask, sm80, alibi=None):
     saved = flashattn._C._set_switch("fwd_sm80", sm80)
     try:
-        return flashattn.flash_attn_func(q, k, v, attn_bias=bias, attn_mask=mask)
+        return flashattn.flash_attn_func(q, k, v, attn_bias=bias, attn_mask=mask, alibi_slopes=alibi)
     finally:
         flashattn._C._set_switch("fwd_sm80", saved)
 
@@ -73,6 +76,12 @@ for d in (int(x) for x in args.head_dims.split(",")):
                 row["mask_bits"] = bits_calls() > bits_before
                 row["mask_kernel"] = mask_kernel_calls() > mk_before
                 row["flashattn_fwd"] = fl / timed(lambda: ours(q, k, v, bias, mask, False), args.repeats) / 1e12
+                if args.alibi0:
+                    zero = torch.zeros(h, device="cuda", dtype=torch.float32)
+                    out0 = ours(q, k, v, bias, mask, False, zero)
+                    row["alibi0_max_abs_diff"] = (out0.float() - out.float()).abs().max().item()
+                    row["flashattn_alibi0_fwd"] = fl / timed(lambda: ours(q, k, v, bias, mask, False, zero),
+                                                             args.repeats) / 1e12
                 if not args.no_sm80:
                     row["flashattn_sm80_fwd"] = fl / timed(lambda: ours(q, k, v, bias, mask, True), args.repeats) / 1e12
                 for name, be in backends.items():
@@ -105,11 +114,12 @@ def f(r, key):
     return f"{v:7.1f}" if isinstance(v, float) else "      -"
 
 
-print("\nforward TFLOP/s (bf16, 16 heads)      ours  ours-sm80  sdpa-eff  sdpa-cudnn  ours/eff  sm90  bits  max|d|")
+print("\nforward TFLOP/s (bf16, 16 heads)      ours  ours-sm80  sdpa-eff  sdpa-cudnn  ours/eff  sm90  bits  max|d|"
+      + ("  alibi0" if args.alibi0 else ""))
 for r in rows:
     eff = r.get("sdpa_efficient_fwd")
     ratio = f"{r['flashattn_fwd'] / eff:8.2f}x" if isinstance(eff, float) else "        -"
     print(f"d{r['d']:<3} {r['batch']:>2}x{r['seqlen']:<6} {r['kind']:<6}          {f(r, 'flashattn_fwd')}  "
           f"{f(r, 'flashattn_sm80_fwd')}   {f(r, 'sdpa_efficient_fwd')}    {f(r, 'sdpa_cudnn_fwd')}  {ratio}  "
           f"{'y' if r['sm90_ran'] else 'n':>4}  {'y' if r.get('mask_bits') else 'n':>4}  "
-          f"{r.get('max_abs_diff', float('nan')):.3g}")
+          f"{r.get('max_abs_diff', float('nan')):.3g}" + (f"  {f(r, 'flashattn_alibi0_fwd')}" if args.alibi0 else ""))
