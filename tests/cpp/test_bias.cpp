@@ -51,8 +51,8 @@ struct ModsSpec {
   // attn_mask (batch, 1, seqlen_q, seqlen_k): keep density; < 0 = off.
   double mask_density = -1.0;
   // Its layout: padded (rows of seqlen_k + 8 bytes, base 8 bytes into the buffer: not 16-byte
-  // aligned, so the sm90 kernel packs it into bits instead of copying a mask tile), contiguous,
-  // or kPaddedOdd (rows of seqlen_k + 3 bytes: the pack reads bytes).
+  // aligned), contiguous, or kPaddedOdd (rows of seqlen_k + 3 bytes: the pack reads bytes); the
+  // sm90 kernels pack every layout into bits.
   Layout mask_layout = Layout::kPadded;
   // block_mask (1, heads, ..): density of kept blocks; < 0 = off. Block row 0 keeps nothing
   // when the density is strictly between 0 and 1 and there are several block rows (rows with

@@ -9,6 +9,8 @@ Hopper forward's bias kernel (head dims 64 and 128) against float64 and the sm80
 process, and which calls reach it; the Hopper backward's bias kernel (every dbias pattern, varlen)
 against float64 and the sm80 backward (the CUDA tests skip without a GPU)."""
 
+import os
+
 import numpy as np
 import pytest
 
@@ -437,6 +439,8 @@ def test_cuda_sm90_bias_forward_matches_sm80(case):
         alone = mask is not None and bias is None and softcap == 0
         assert mask_kernel == (ran90 if alone else 0), \
             f"mask kernel calls {mask_kernel}, sm90 forward calls {ran90} (sm80 forward: {sm80})"
+        if alone and not sm80 and os.environ.get("FLASHATTN_CUDA_PATH") == "sm90" and _sm90_forward_ran(torch):
+            assert mask_kernel == 1, "under FLASHATTN_CUDA_PATH=sm90 a mask alone runs on the mask kernel"
         assert_fa_close(f"out (sm80 forward: {sm80})", out.float().cpu().numpy(), ref.cpu().numpy(),
                         naive.float().cpu().numpy(), 1e-3)
         empty = ~keep.any(dim=-1)
@@ -451,10 +455,11 @@ def test_cuda_sm90_bias_forward_matches_sm80(case):
     assert (outs[0] - outs[1]).abs().max().item() <= 4 * base + 2e-3
 
 
-def test_cuda_sm90_bias_forward_varlen():
+@pytest.mark.parametrize("with_bias", [True, False], ids=["bias_mask", "mask_only"])
+def test_cuda_sm90_bias_forward_varlen(with_bias):
     """Varlen with a bias over (batch, heads, max_seqlen_q, max_seqlen_k) (positions inside each
-    sequence) and an element mask, causal, GQA: each sequence against the float64 reference of its
-    own slice, on the sm90 forward and the sm80 one."""
+    sequence) and an element mask, or the mask alone (the sm90 mask kernel), causal, GQA: each
+    sequence against the float64 reference of its own slice, on the sm90 forward and the sm80 one."""
     torch = _cuda_torch()
     g = torch.Generator(device="cuda").manual_seed(9100)
     lens_q, lens_k = [37, 1, 400, 129, 300], [53, 300, 264, 10, 520]
@@ -464,6 +469,8 @@ def test_cuda_sm90_bias_forward_varlen():
     k, v = (torch.randn(sum(lens_k), hk, d, device="cuda", generator=g).bfloat16() for _ in range(2))
     bias = (2 * torch.randn(B, h, mq, mk, device="cuda", generator=g)).bfloat16()
     mask = torch.rand(B, 1, mq, mk, device="cuda", generator=g) < 0.8
+    if not with_bias:
+        bias = None
     cu_q = torch.tensor([0] + list(np.cumsum(lens_q)), dtype=torch.int32, device="cuda")
     cu_k = torch.tensor([0] + list(np.cumsum(lens_k)), dtype=torch.int32, device="cuda")
     scale = 1 / np.sqrt(d)
@@ -482,8 +489,9 @@ def test_cuda_sm90_bias_forward_varlen():
             j = torch.arange(lk, device="cuda")[None, :]
             keep = (j <= i + lk - lq)[None, None] & mask[bb:bb + 1, :, :lq, :lk]
             keep = keep.expand(1, h, lq, lk)
-            bs = bias[bb:bb + 1, :, :lq, :lk]
-            ref = torch_reference(qs.double(), ks.double(), vs.double(), bs.double(), keep, scale)
+            bs = bias[bb:bb + 1, :, :lq, :lk] if bias is not None else None
+            ref = torch_reference(qs.double(), ks.double(), vs.double(), bs.double() if bs is not None else None, keep,
+                                  scale)
             naive = torch_reference(qs, ks, vs, bs, keep, scale)
             assert_fa_close(f"out of sequence {bb} (sm80 forward: {sm80})",
                             out[cu_q[bb]:cu_q[bb + 1]][None].float().cpu().numpy(), ref.cpu().numpy(),
@@ -512,11 +520,16 @@ def test_cuda_sm90_bias_dispatch():
     mask = torch.rand(b, 1, s, s, device="cuda", generator=g) < 0.9
     assert run(128, bias.bfloat16()) == 1, "bf16 bias, d128"
     assert run(64, bias.bfloat16(), causal=True) == 1, "bf16 bias, d64, causal"
-    bits = flashattn._C._sm90_mask_bits_calls()
+    bits, mask_kernel = flashattn._C._sm90_mask_bits_calls(), flashattn._C._sm90_mask_kernel_calls()
     assert run(128, mask=mask) == 1, "attn_mask alone"
     assert flashattn._C._sm90_mask_bits_calls() == bits + 1, "an aligned mask alone: as bits too"
+    assert flashattn._C._sm90_mask_kernel_calls() == mask_kernel + 1, "attn_mask alone: on the mask kernel"
+    assert run(64, mask=mask, causal=True) == 1, "attn_mask alone, d64, causal"
+    assert flashattn._C._sm90_mask_kernel_calls() == mask_kernel + 2, "attn_mask alone at d64: on the mask kernel"
     assert run(128, bias.bfloat16(), mask) == 1, "bias and mask"
-    assert flashattn._C._sm90_mask_bits_calls() == bits + 2, "bias and mask at d128: the mask as bits"
+    assert flashattn._C._sm90_mask_bits_calls() == bits + 3, "bias and mask at d128: the mask as bits"
+    assert run(128, mask=mask, softcap=5.0) == 1, "attn_mask with softcap"
+    assert flashattn._C._sm90_mask_kernel_calls() == mask_kernel + 2, "bias + mask, or mask + softcap: the bias kernel"
     assert run(128, bias) == 0, "a float32 bias stays on sm80"
     odd = torch.randn(1, h, s, s + 1, device="cuda", generator=g).bfloat16()[..., :s]  # rows of 2210 bytes
     assert run(128, odd) == 0, "rows not 16-byte aligned stay on sm80"

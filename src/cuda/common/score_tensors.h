@@ -75,22 +75,19 @@ __device__ __forceinline__ bool bias_tile_copyable(const QKVParams& p) {
          (b.batch | b.head | b.row) % 8 == 0 && p.seqlen_k % 8 == 0;
 }
 
-// Two adjacent 16-bit attn_bias elements as packed in memory (key 2c low, 2c + 1 high), exactly.
-template <typename Element>
-__device__ __forceinline__ float2 bias_pair(uint32_t w) {
-  if constexpr (std::is_same_v<Element, __nv_bfloat16>) {
-    return make_float2(__uint_as_float(w << 16), __uint_as_float(w & 0xffff0000u));
-  } else {
-    return make_float2(__half2float(__ushort_as_half(static_cast<unsigned short>(w & 0xffffu))),
-                       __half2float(__ushort_as_half(static_cast<unsigned short>(w >> 16))));
-  }
-}
-
-// The same in log2 units, rounded as bias_log2 rounds them.
+// Two adjacent 16-bit attn_bias elements as packed in memory (key 2c low, 2c + 1 high) in log2
+// units, rounded as bias_log2 rounds them.
 template <typename Element>
 __device__ __forceinline__ float2 bias_pair_log2(uint32_t w) {
-  const float2 x = bias_pair<Element>(w);
-  return make_float2(x.x * 1.4426950408889634f, x.y * 1.4426950408889634f);  // log2(e)
+  float lo, hi;
+  if constexpr (std::is_same_v<Element, __nv_bfloat16>) {
+    lo = __uint_as_float(w << 16);
+    hi = __uint_as_float(w & 0xffff0000u);
+  } else {
+    lo = __half2float(__ushort_as_half(static_cast<unsigned short>(w & 0xffffu)));
+    hi = __half2float(__ushort_as_half(static_cast<unsigned short>(w >> 16)));
+  }
+  return make_float2(lo * 1.4426950408889634f, hi * 1.4426950408889634f);  // log2(e)
 }
 
 // Byte offset from a bias tile (rows of kKeys 16-bit elements, kKeys % 64 == 0) of row r's

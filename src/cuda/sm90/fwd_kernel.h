@@ -121,8 +121,6 @@ __device__ __forceinline__ void gemm_pv(float (&o)[ConsumerState<Traits>::kORegs
 // ALiBi; the mask after them), as the sm80 kernels apply them: the scores leave in log2 units.
 struct ScoreMods90 {
   bool softcap;      // softcap > 0
-  bool natural;      // kBias without softcap or ALiBi: scores s * scale + bias (bias_scores)
-  float scale;       // natural: the softmax scale
   float scale_log2;  // without softcap
   float softcap_in;  // scale / softcap
   float softcap_out; // softcap * log2(e)
@@ -178,33 +176,12 @@ __device__ __forceinline__ void bias_words(uint32_t (&b)[Traits::kBlockN / 4], u
 // Traits::kBias: scale or softcap, ALiBi, then the bias (b: bias_words, 0 without attn_bias), in
 // log2 units, the order of docs/SEMANTICS.md and of the sm80 kernels (the same expressions:
 // x * scale_log2 or tanh, - slope |diag - j|, + float(bias) * log2(e)). Softcap and ALiBi under
-// uniform branches. A call with neither (m.natural, bias_natural_units) keeps the scores in
-// natural units, s * scale + bias in one fused multiply-add per score (the bias pair's two
-// halves taken exactly from the word), and the softmax multiplies by log2(e) where it multiplies
-// by scale_log2 without a bias: one multiply per score fewer than in log2 units.
-__device__ __forceinline__ bool bias_natural_units(const ForwardParams& p) {
-  return p.softcap <= 0.0f && p.alibi == nullptr;
-}
-
+// uniform branches, so the plain bias costs a multiply and a fused add per score.
 template <typename Traits>
 __device__ __forceinline__ void bias_scores(float (&s)[Traits::kBlockN / 2], const ScoreMods90& m,
                                             const WindowMask& mask, int row, int key0,
                                             const uint32_t (&b)[Traits::kBlockN / 4],
                                             bool add_bias = true) {
-  if (m.natural) {
-    if (add_bias) {
-#pragma unroll
-      for (int i = 0; i < Traits::kBlockN / 4; ++i) {
-        const float2 x = bias_pair<typename Traits::Element>(b[i]);
-        s[2 * i] = fmaf(s[2 * i], m.scale, x.x);
-        s[2 * i + 1] = fmaf(s[2 * i + 1], m.scale, x.y);
-      }
-    } else {
-#pragma unroll
-      for (int i = 0; i < Traits::kBlockN / 2; ++i) s[i] *= m.scale;
-    }
-    return;
-  }
   if (m.softcap) {
 #pragma unroll
     for (int i = 0; i < Traits::kBlockN / 2; ++i) s[i] = ptx::tanh_approx(s[i] * m.softcap_in) * m.softcap_out;
@@ -802,11 +779,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kCtasPerSm) fwd_kern
   const int wg_row0 = consumer * 64;                      // this warpgroup's first row of the tile
   const int row_in_tile = wg_row0 + (warp % 4) * 16 + g;  // this thread's rows: +0 and +8
   // With modifiers the scores are already in log2 units after modify_scores.
-  // The softmax's multiplier: scores in log2 units with score modifiers (kMods; kBias too), except
-  // in a bias call without softcap or ALiBi, whose scores stay in natural units (bias_scores).
-  const float scale_log2 = !Traits::kMods                                       ? params.scale_log2
-                           : Traits::kBias && bias_natural_units(params) ? kLog2e
-                                                                               : 1.0f;
+  const float scale_log2 = Traits::kMods ? 1.0f : params.scale_log2;  // kBias has kMods
   // Descriptors: Q and K are K-major (their rows hold head-dim elements), V MN-major (the head
   // dim, P V's N = kHeadDimV, is contiguous; the leading offset steps one 64-column panel).
   const uint64_t q_desc = ptx::smem_desc(ptx::smem_u32(sQ + wg_row0 * Traits::kRowBytes), 16, 1024,
@@ -852,8 +825,6 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kCtasPerSm) fwd_kern
     ScoreMods90 mods{};
     if constexpr (Traits::kMods) {
       mods.softcap = params.softcap > 0.0f;
-      mods.natural = Traits::kBias && bias_natural_units(params);
-      mods.scale = params.scale;
       mods.scale_log2 = params.scale_log2;
       mods.softcap_in = mods.softcap ? params.scale / params.softcap : 0.0f;
       mods.softcap_out = mods.softcap ? params.softcap * kLog2e : 0.0f;

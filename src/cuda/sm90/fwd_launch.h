@@ -39,6 +39,9 @@ Status run_fwd(const ForwardParams& params, cudaStream_t stream) {
     plan_bytes = (block_tiles_bytes(params, Traits::kBlockM, Traits::kBlockN) + 15) / 16 * 16;
   }
   [[maybe_unused]] bool pack_mask = false;
+  if constexpr (Traits::kMaskOnly) {  // its consumers read the bits unconditionally (fwd_kernel.h mask_packed)
+    if (!params.mask.defined()) return Status::Internal("the sm90 mask forward kernel needs an attn_mask");
+  }
   if constexpr (Traits::kMaskBits) {
     static_assert(Traits::kDynamicTiles && Traits::kBlockN == kMaskBitsGroupKeys,
                   "the packed mask lives in the feed's workspace, one group of bits per key block");

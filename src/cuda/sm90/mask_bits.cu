@@ -95,7 +95,7 @@ Status build_mask_bits(const QKVParams& p, void* workspace, cudaStream_t stream,
                   unsigned(std::min<int64_t>(tasks, 65535)));
   const bool vec8 = reinterpret_cast<uintptr_t>(p.mask.data) % 8 == 0 && (p.mask.batch | p.mask.head | p.mask.row) % 8 == 0;
   pack_mask_bits<<<grid, kThreads, 0, stream>>>(*out, p.mask, s, p.seqlen_k, vec8);
-  return cuda_status(cudaGetLastError(), "launching the attn_mask bit pack (sm90 bias kernels)");
+  return cuda_status(cudaGetLastError(), "launching the attn_mask bit pack (sm90 bias and mask kernels)");
 }
 
 }  // namespace flashattn::cuda::sm90

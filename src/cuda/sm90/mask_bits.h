@@ -1,8 +1,8 @@
-// attn_mask as bits for the Hopper bias forward (fwd_kernel.h, FwdBiasTraits): every mask (a
-// uint8 tile in the bias slot, the other form measured, ran 7-17% slower), a pass before the
-// forward packs it into
-// the launch's workspace, one bit per key, in the order the consumers read it, and each consumer
-// thread loads one 32-bit word per row and key block instead of 32 bytes one by one.
+// attn_mask as bits for the Hopper forward's bias and mask kernels (fwd_kernel.h, FwdBiasTraits
+// and FwdMaskTraits) and the bias backward: every mask (a uint8 tile in the bias slot, the other
+// form measured, ran 7-17% slower), a pass before the kernel packs it into the launch's
+// workspace, one bit per key, in the order the consumers read it, and each consumer thread loads
+// one 32-bit word per row and key block instead of 32 bytes one by one.
 //
 // Layout: per row of the mask (batch|1, head|1, row|1: broadcast dimensions stay broadcast),
 // ceil(seqlen_k / 128) groups of 128 keys (a key block of the bias kernel), each 4 words (16
