@@ -30,7 +30,8 @@ ap.add_argument("--kinds", default="BHNN,1HNN,B11N,mask")
 ap.add_argument("--no-sm80", action="store_true", help="skip the sm80 bias kernel's timing")
 ap.add_argument("--alibi0", action="store_true",
                 help="also time ours with ALiBi at zero slopes (flashattn_alibi0_fwd): the bias kernel's "
-                     "scores in log2 units, the form a call without ALiBi took before 2026-12-03 s22")
+                     "scores in log2 units whatever form a call without ALiBi takes (the A/B of branch "
+                     "bias-natural-units, dev/NOTES.md)")
 args = ap.parse_args()
 
 h = 16
