@@ -43,7 +43,7 @@ Status run_fwd(const ForwardParams& params, cudaStream_t stream) {
     if (!params.mask.defined()) return Status::Internal("the sm90 mask forward kernel needs an attn_mask");
   }
   if constexpr (Traits::kMaskBits) {
-    static_assert(Traits::kDynamicTiles && Traits::kBlockN == kMaskBitsGroupKeys,
+    static_assert(Traits::kDynamicTiles && kMaskBitsGroupKeys % Traits::kBlockN == 0,
                   "the packed mask lives in the feed's workspace, one group of bits per key block");
     pack_mask = params.mask.defined();
     if (pack_mask) {
