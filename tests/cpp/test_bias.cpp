@@ -6,7 +6,8 @@
 // (float32 is CPU-only), gradients included, and declines dbias with softcap naming it
 // (score_mods_util.h run_and_check; skipped without a GPU; the CUDA-specific cases are in
 // test_sparse_cuda.cpp). BiasSm90: the Hopper forward's bias kernel (sm90/fwd_kernel.h,
-// FwdBiasTraits) at head dims 64 and 128, with the sm80 forward on the same inputs.
+// FwdBiasTraits) at head dims 64 and 128 (attn_mask alone: FwdMaskTraits, 256 too), with the sm80
+// forward on the same inputs.
 #include <gtest/gtest.h>
 
 #if defined(FLASHATTN_WITH_CUDA)

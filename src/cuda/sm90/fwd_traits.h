@@ -52,7 +52,8 @@ struct FwdTraitsBody {
   static constexpr bool kBias = kBias_;
   static_assert(!(kBias && kShortRows), "the bias kernel takes the sparse kernel's tile");
   // kMaskOnly: attn_mask alone (no attn_bias, softcap or ALiBi; FwdMaskTraits below): the plain
-  // kernel of the window mask, its tile included (d64: three consumers), whose consumers read the
+  // kernel of the window mask, its tile at d64 / d128 (d64: three consumers; d256: 64-key blocks,
+  // fwd_tile.h fwd_mask_tile), whose consumers read the
   // packed bits (mask_bits.h) of every key block as the bias kernel's do, and no bias slot. The
   // bias kernel's 128 x 128 tile, scores in log2 units after the modifiers and per-stage slot are
   // for a float bias; a mask needs none of them.
