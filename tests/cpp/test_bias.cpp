@@ -6,7 +6,8 @@
 // (float32 is CPU-only), gradients included, and declines dbias with softcap naming it
 // (score_mods_util.h run_and_check; skipped without a GPU; the CUDA-specific cases are in
 // test_sparse_cuda.cpp). BiasSm90: the Hopper forward's bias kernel (sm90/fwd_kernel.h,
-// FwdBiasTraits) at head dims 64 and 128, with the sm80 forward on the same inputs.
+// FwdBiasTraits) at head dims 64 and 128 (attn_mask alone: FwdMaskTraits, 256 too), with the sm80
+// forward on the same inputs.
 #include <gtest/gtest.h>
 
 #if defined(FLASHATTN_WITH_CUDA)
@@ -368,6 +369,16 @@ std::vector<Sm90BiasSpec> sm90_bias_cases() {
   s.dtype = s.bias_dtype = DType::kFloat16, s.bias = false, s.mask_density = 0.5;
   s.window_left = 70, s.window_right = 10;
   cs.push_back({s, true, true, true});
+  // attn_mask alone at d256: the mask kernel on 64-key blocks (half a packed group each), causal,
+  // and under a window with keys past a group boundary; its backward stays on sm80 (the sm90 bias
+  // backward is d64 / d128).
+  s = base("sm90_d256_mask_only_causal", 256);
+  s.bias = false, s.mask_density = 0.6, s.causal = true;
+  cs.push_back({s, true, true, false});
+  s = base("sm90_d256_mask_only_window_contiguous", 256);
+  s.bias = false, s.mask_density = 0.5, s.window_left = 70, s.window_right = 10, s.seqlen_k = 256;
+  s.mask_layout = Layout::kContiguous;
+  cs.push_back({s, true, true, false});
   s = base("sm90_d128_float32_bias_on_sm80", 128);
   s.bias_dtype = DType::kFloat32;
   cs.push_back({s, false});

@@ -340,6 +340,20 @@ TEST(Sm90FwdTile, MaskBitsWordsAreTheLanesPairs) {
       }
     }
   }
+  // The mask kernel's 64-key blocks (d256): block n reads its group's word, shifted to its half.
+  for (int n = 0; n < (kKeys + 63) / 64; ++n) {
+    for (int t = 0; t < 4; ++t) {
+      const uint32_t w = sm90::mask_bits_block_word(
+          words[static_cast<size_t>(sm90::mask_bits_block_group(n, 64) * 4 + t)], n, 64);
+      for (int c = 0; c < 8; ++c) {
+        for (int e = 0; e < 2; ++e) {
+          const int key = 64 * n + 8 * c + 2 * t + e;
+          const bool kept = key < kKeys && row[static_cast<size_t>(key)] != 0;
+          ASSERT_EQ(sm90::mask_bits_keep(w, c, e), kept) << "64-key block " << n << " t " << t << " c " << c << " e " << e;
+        }
+      }
+    }
+  }
   // The layout functions: a bijection of a group's keys onto its 128 bits, each in its reader's word.
   std::vector<int> seen(128, 0);
   for (int t = 0; t < 4; ++t) {

@@ -20,7 +20,8 @@ namespace flashattn::cuda::sm90 {
 // without, runs here on FwdSparseTraits); attn_bias / attn_mask without a block mask other than
 // at head dims 64 and 128 with a bias (if any) in q's dtype whose base and strides the copy
 // engine takes (16-byte multiples, 0 where it broadcasts): those run here on FwdBiasTraits, a
-// float32 bias stays on sm80; requested key splits; and,
+// float32 bias stays on sm80; attn_mask alone (no softcap or ALiBi) runs here on FwdMaskTraits
+// at 64, 128 and 256; requested key splits; and,
 // unless `any_runnable` (tests), at most 16 query rows (the sm80 decode shape) and launches
 // that the split-KV heuristic would split.
 std::string fwd_declines(const ForwardParams& p, bool any_runnable = false);

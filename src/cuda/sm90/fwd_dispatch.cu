@@ -26,9 +26,12 @@ constexpr bool has_kernel(int head_dim, int head_dim_v) {
 // (sm90fwdbias_* instantiations).
 constexpr bool has_bias_kernel(int head_dim) { return head_dim == 64 || head_dim == 128; }
 constexpr bool has_bias_kernel(int head_dim, int head_dim_v) { return head_dim_v == head_dim && has_bias_kernel(head_dim); }
-// Whether a call with attn_mask (no block mask) takes the mask kernel (FwdMaskTraits: the window
-// kernel reading the packed bits) rather than the bias kernel: no attn_bias, softcap or ALiBi.
-// Both exist at the same head dims (sm90fwdmask_* beside sm90fwdbias_*).
+// The mask kernel (FwdMaskTraits: attn_mask alone on the window kernel reading the packed bits):
+// 64, 128 and 256 (sm90fwdmask_* instantiations).
+constexpr bool has_mask_kernel(int head_dim) { return head_dim == 64 || head_dim == 128 || head_dim == 256; }
+constexpr bool has_mask_kernel(int head_dim, int head_dim_v) { return head_dim_v == head_dim && has_mask_kernel(head_dim); }
+// Whether a call with attn_mask (no block mask) takes the mask kernel rather than the bias
+// kernel: no attn_bias, softcap or ALiBi.
 bool takes_mask_kernel(const ForwardParams& p) {
   return p.mask.defined() && !p.bias.defined() && p.softcap <= 0.0f && p.alibi == nullptr;
 }
@@ -53,7 +56,12 @@ std::string fwd_declines(const ForwardParams& p, bool any_runnable) {
   // always go to sm80: the sm90 kernels have no reading of them.
   const bool sparse = p.block_mask.defined() || p.has_block_lists();
   if (p.bias.defined() && sparse) return "attn_bias with a block mask runs on sm80";
-  if ((p.bias.defined() || p.mask.defined()) && !sparse) {
+  if (!sparse && takes_mask_kernel(p)) {
+    // FwdMaskTraits: attn_mask alone at head dims 64, 128 and 256.
+    if (!has_mask_kernel(p.head_dim, p.head_dim_v)) {
+      return "attn_mask without a block mask at this head dim runs on sm80 (sm90: 64, 128 and 256)";
+    }
+  } else if ((p.bias.defined() || p.mask.defined()) && !sparse) {
     // FwdBiasTraits (fwd_kernel.h, "Bias"): attn_bias and/or attn_mask at head dims 64 and 128.
     if (!has_bias_kernel(p.head_dim, p.head_dim_v)) {
       return p.bias.defined() ? "attn_bias at this head dim runs on sm80 (sm90: 64 and 128)"
@@ -81,7 +89,7 @@ std::string fwd_declines(const ForwardParams& p, bool any_runnable) {
     // Not sparse here with a bias or mask: the bias kernel's tile, or the window kernel's.
     const bool bias = (p.bias.defined() || p.mask.defined()) && !takes_mask_kernel(p);
     const FwdTile tile = sparse || bias             ? fwd_sparse_tile(p.head_dim, p.head_dim_v)
-                         : p.mask.defined()         ? fwd_tile(p.head_dim, p.head_dim_v, true)
+                         : p.mask.defined()         ? fwd_mask_tile(p.head_dim)
                          : takes_short_rows(p)      ? fwd_short_rows_tile(p.head_dim, p.has_window())
                                                     : fwd_tile(p.head_dim, p.head_dim_v, p.has_window());
     const int bm = 64 * tile.consumers, bn = tile.block_n;
@@ -109,11 +117,11 @@ Status dispatch_fwd(const ForwardParams& p, cudaStream_t stream) {
     // attn_bias and/or attn_mask without a block mask: one kernel per head dim and dtype (window
     // mask, softcap and ALiBi at run time), whatever kMask and kMods say.
     if (bias) {
+      if constexpr (has_mask_kernel(kHeadDim)) {
+        if (mask_only && p.head_dim_v == kHeadDim) return run_fwd<FwdMaskTraits<Element, kHeadDim>>(p, stream);
+      }
       if constexpr (has_bias_kernel(kHeadDim)) {
-        if (p.head_dim_v == kHeadDim) {
-          return mask_only ? run_fwd<FwdMaskTraits<Element, kHeadDim>>(p, stream)
-                           : run_fwd<FwdBiasTraits<Element, kHeadDim>>(p, stream);
-        }
+        if (p.head_dim_v == kHeadDim) return run_fwd<FwdBiasTraits<Element, kHeadDim>>(p, stream);
       }
       return Status::NotSupported("the sm90 bias forward has no kernel for head_dim " + std::to_string(kHeadDim) +
                                   " with head_dim_v " + std::to_string(p.head_dim_v));

@@ -219,7 +219,8 @@ __device__ __forceinline__ void bias_scores(float (&s)[Traits::kBlockN / 2], con
 // (dev/NOTES.md "attn_mask as bits on the Hopper forward").
 template <typename Traits>
 __device__ __forceinline__ void mask_bits_scores(float (&s)[Traits::kBlockN / 2], const uint32_t (&w)[2]) {
-  static_assert(Traits::kBlockN == kMaskBitsGroupKeys, "one group of bits per key block");
+  // A 64-key block is half a group: read_mask_bits shifts its chunks to bits 0..7 of each half.
+  static_assert(kMaskBitsGroupKeys % Traits::kBlockN == 0, "a key block is a group of bits or half of one");
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
 #pragma unroll
@@ -1020,7 +1021,11 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kCtasPerSm) fwd_kern
       [[maybe_unused]] const auto read_mask_bits = [&](uint32_t (&mask_w)[2], int n) {
         if (mask_packed) {
 #pragma unroll
-          for (int h = 0; h < 2; ++h) mask_w[h] = __ldg(kp.mask_bits.words + (bits_at[h] + uint32_t(n * kMaskBitsGroupWords)));
+          for (int h = 0; h < 2; ++h) {  // key block n's group, and its half of it at 64 keys
+            const uint32_t word = __ldg(kp.mask_bits.words +
+                                        (bits_at[h] + uint32_t(mask_bits_block_group(n, kBlockN) * kMaskBitsGroupWords)));
+            mask_w[h] = mask_bits_block_word(word, n, kBlockN);
+          }
         }
       };
       // Key block n's scores once S is done: the bias or the score modifiers, the stage's

@@ -43,8 +43,8 @@ Status run_fwd(const ForwardParams& params, cudaStream_t stream) {
     if (!params.mask.defined()) return Status::Internal("the sm90 mask forward kernel needs an attn_mask");
   }
   if constexpr (Traits::kMaskBits) {
-    static_assert(Traits::kDynamicTiles && Traits::kBlockN == kMaskBitsGroupKeys,
-                  "the packed mask lives in the feed's workspace, one group of bits per key block");
+    static_assert(Traits::kDynamicTiles && kMaskBitsGroupKeys % Traits::kBlockN == 0,
+                  "the packed mask lives in the feed's workspace, a group of bits (or half of one) per key block");
     pack_mask = params.mask.defined();
     if (pack_mask) {
       plan_bytes = (mask_bits_bytes(params) + 15) / 16 * 16;

@@ -137,6 +137,13 @@ constexpr FwdTile fwd_short_rows_tile(int head_dim, bool windowed) {
                          : fwd_tile(64, 64, false);
 }
 
+// The tile of the mask kernel (FwdMaskTraits, attn_mask alone): the window kernel's where its key
+// blocks divide the packed mask's 128-key groups (d64, d128), else d256's masked short-rows tile of
+// 64-key blocks (128 x 80 does not divide them).
+constexpr FwdTile fwd_mask_tile(int head_dim) {
+  return head_dim == 256 ? fwd_short_rows_tile(256, true) : fwd_tile(head_dim, head_dim, true);
+}
+
 // The tile of the block-sparse forward (FwdSparseTraits, calls with a block mask): block_m 128
 // (two consumers) and block_n 128 where it fits, 64 where not (d192 and d256 at two stages), so
 // that user blocks of 128 x 128 (FlexAttention's default) or 128 x 64 cover whole tiles, which

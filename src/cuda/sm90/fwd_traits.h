@@ -52,7 +52,8 @@ struct FwdTraitsBody {
   static constexpr bool kBias = kBias_;
   static_assert(!(kBias && kShortRows), "the bias kernel takes the sparse kernel's tile");
   // kMaskOnly: attn_mask alone (no attn_bias, softcap or ALiBi; FwdMaskTraits below): the plain
-  // kernel of the window mask, its tile included (d64: three consumers), whose consumers read the
+  // kernel of the window mask, its tile at d64 / d128 (d64: three consumers; d256: 64-key blocks,
+  // fwd_tile.h fwd_mask_tile), whose consumers read the
   // packed bits (mask_bits.h) of every key block as the bias kernel's do, and no bias slot. The
   // bias kernel's 128 x 128 tile, scores in log2 units after the modifiers and per-stage slot are
   // for a float bias; a mask needs none of them.
@@ -62,6 +63,7 @@ struct FwdTraitsBody {
   // The consumers test attn_mask's packed bits (fwd_kernel.h mask_bits_scores).
   static constexpr bool kMaskBits = kBias || kMaskOnly;
   static constexpr FwdTile kTile = kSparse || kBias ? fwd_sparse_tile(kHeadDim, kHeadDimV)
+                                   : kMaskOnly      ? fwd_mask_tile(kHeadDim)
                                    : kShortRows     ? fwd_short_rows_tile(kHeadDim, kMask == MaskMode::kWindow)
                                                     : fwd_tile(kHeadDim, kHeadDimV, kMask == MaskMode::kWindow);
   static constexpr int kConsumers = kTile.consumers;
@@ -187,8 +189,8 @@ struct FwdTraitsBody {
   static_assert(setmaxnreg_fits(kProducerRegs, kConsumers, kConsumerRegs, kCtasPerSm),
                 "setmaxnreg within the launch's registers (fwd_tile.h setmaxnreg_pool)");
   static_assert(kCtasPerSm == 1 || !kBias, "the bias kernel's setmaxnreg counts are for one CTA per SM");
-  static_assert(!kMaskBits || (kBlockN == kMaskBitsGroupKeys && !kCrossTile && kDynamicTiles),
-                "packed mask bits: one group per key block, one tile at a time, the feed's workspace");
+  static_assert(!kMaskBits || (kMaskBitsGroupKeys % kBlockN == 0 && kBlockN % 64 == 0 && !kCrossTile && kDynamicTiles),
+                "packed mask bits: a key block is a group or half of one, one tile at a time, the feed's workspace");
   static_assert(!kSparse || kDynamicTiles, "the sparse producer publishes whether a tile has keys with the tile");
 };
 
@@ -215,7 +217,8 @@ template <typename Element_, int kHeadDim_, MaskMode kMask_ = MaskMode::kWindow>
 struct FwdBiasTraits : FwdTraitsBody<Element_, kHeadDim_, kMask_, true, kHeadDim_, false, false, true> {};
 
 // attn_mask without attn_bias, softcap or ALiBi (kMaskOnly): the window kernel with the mask's
-// packed bits, head dims 64 and 128 (sm90fwdmask_hdim{64,128}_{dtype}_window.cu; fwd_dispatch.cu).
+// packed bits, head dims 64, 128 and 256 (sm90fwdmask_hdim{64,128,256}_{dtype}_window.cu;
+// fwd_dispatch.cu; d256 on 64-key blocks, fwd_tile.h fwd_mask_tile).
 template <typename Element_, int kHeadDim_>
 struct FwdMaskTraits
     : FwdTraitsBody<Element_, kHeadDim_, MaskMode::kWindow, false, kHeadDim_, false, false, false, true> {};

@@ -55,6 +55,15 @@ FLASHATTN_HOST_DEVICE constexpr bool mask_bits_keep(uint32_t word, int c, int e)
   return ((word >> (16 * e + c)) & 1u) != 0u;
 }
 
+// A forward key block of block_n keys (128, or 64: d256's mask kernel) is group
+// n * block_n / 128 of its row; a 64-key block is half a group, its 8 chunks bits 8 (n % 2) .. +7
+// of each 16-bit half, which mask_bits_block_word shifts to bits 0..7, so mask_bits_keep(word, c,
+// e) tests key 8c + 2t + e of the block for c < block_n / 8 either way.
+FLASHATTN_HOST_DEVICE constexpr int mask_bits_block_group(int n, int block_n) { return n / (kMaskBitsGroupKeys / block_n); }
+FLASHATTN_HOST_DEVICE constexpr uint32_t mask_bits_block_word(uint32_t group_word, int n, int block_n) {
+  return block_n == kMaskBitsGroupKeys ? group_word : group_word >> (8 * (n % (kMaskBitsGroupKeys / block_n)));
+}
+
 // The backward's read (bwd_kernel.h, the dK/dV kernel's transposed scores): its thread (g =
 // lane / 4, t = lane % 4) holds keys 8c' + g of the group (c' = 8 consumer + 2 warp + h) for
 // query rows 8c + 2t + e (c = 0..7, e = 0, 1) of the step's 64. Key 8c' + g is bit c' of 16-bit
