@@ -73,10 +73,10 @@ def bwd_case(name, b, n, h, d, dv, causal, deterministic=False, bias_shape=None,
     return ok
 
 
-def varlen_case():
+def varlen_case(d=128):
     lens = [700, 0, 1024, 129]
     cu = torch.tensor([0] + list(torch.tensor(lens).cumsum(0)), device="cuda", dtype=torch.int32)
-    total, h, d = sum(lens), 2, 128
+    total, h = sum(lens), 2
     q, k, v = (rnd(total, h, d, grad=True) for _ in range(3))
     out = flashattn.flash_attn_varlen_func(q, k, v, cu, cu, max(lens), max(lens), causal=True)
     do = torch.randn_like(out)
@@ -117,6 +117,10 @@ CASES = {
     "bwd_d128_2tiles": lambda: bwd_case("bwd_d128_2tiles", 1, 256, 70, 128, 128, False),
     "bwd_d64_causal_2tiles": lambda: bwd_case("bwd_d64_causal_2tiles", 1, 256, 70, 64, 64, True),
     "bwd_varlen_causal": varlen_case,
+    # d64's 128-row steps: varlen rows past a sequence (the next one's in the same 128-row box),
+    # and the deterministic two-kernel form (its dK/dV kernel steps 128 rows too).
+    "bwd_varlen_causal_d64": lambda: varlen_case(64),
+    "bwd_d64_det": lambda: bwd_case("bwd_d64_det", 1, 1024, 2, 64, 64, False, deterministic=True),
     "bwd_192_128_causal": lambda: bwd_case("bwd_192_128_causal", 1, 1024, 2, 192, 128, True),
     "fwd_d64_short_causal": lambda: bwd_case("fwd_d64_short_causal", 2, 512, 2, 64, 64, True),
     # d256's short masked rows (64-key blocks) and its backward (the dQ kernel's 16-byte stores).

@@ -123,7 +123,19 @@ struct BwdTraitsBody {
   // dK/dV kernel: kKvBlockN keys per CTA (64 per consumer; 64 shared by role at d256),
   // kKvBlockM queries per step.
   static constexpr int kKvBlockN = kSplitRoles ? 64 : 64 * kConsumers;
-  static constexpr int kKvBlockM = 64;
+  // kRowSteps128: 128 queries per step for the plain d64 kernels (dense, no softcap / ALiBi /
+  // bias), as FlashAttention-3's d64 backward steps; each consumer then holds S^T and dP^T of 64
+  // keys x 128 queries (64 + 64 registers) beside dK and dV (32 + 32), and the fused kernel's dQ
+  // product takes the consumer's 64 query rows over all 128 keys and all 64 columns (no copy of
+  // K's halves). The other kernels keep 64: the bias and mask-bits paths read 64-row slots, the
+  // block-sparse plan has 64-row tiles, and at d128 dK and dV alone are 128 registers.
+#if defined(FLASHATTN_DEV_SM90_BWD_D64_ROWS)
+  static constexpr int kD64Rows = FLASHATTN_DEV_SM90_BWD_D64_ROWS;  // dev/ A/B: 64 (the earlier form)
+#else
+  static constexpr int kD64Rows = 128;
+#endif
+  static constexpr bool kRowSteps128 = kHeadDim == 64 && !kSparse && !kMods && !kBias && kD64Rows == 128;
+  static constexpr int kKvBlockM = kRowSteps128 ? 128 : 64;
   // dQ kernel: kDqBlockM queries per CTA (64 per consumer), kDqBlockN keys per step.
   static constexpr int kDqBlockM = 64 * kConsumers;
 #if defined(FLASHATTN_DEV_SM90_BWD_DQ_BN)
@@ -179,9 +191,13 @@ struct BwdTraitsBody {
   // staging), H200 bf16, same process (dev/results/h200-2026-12-02-bwd-d64-*.json): +11-12% at
   // 2k/4k/16k without a mask (16k 422 -> 473 TFLOP/s), causal +0.5/0/+4% at 2k/4k/16k, and at 1k
   // without a mask 337 against the two-kernel form's 305, which the dispatcher chose there before.
-  static constexpr bool kDqKHalves = kHeadDim == 64;
-  static constexpr int kDqCols = kHeadDim / kConsumers;  // dQ columns per consumer
+  // kRowSteps128 instead: consumer c's dQ product is its 64 query rows (the dS^T panel of queries
+  // 64c .. 64c + 63) over all 128 keys and all 64 columns, so a part is a whole 64-row block.
+  static constexpr bool kDqKHalves = kHeadDim == 64 && !kRowSteps128;
+  static constexpr int kDqCols = kRowSteps128 ? kHeadDim : kHeadDim / kConsumers;  // dQ columns per consumer
   static constexpr int kDqKeys = kKvBlockN;              // keys per dQ product
+  // dS^T: kKvBlockN key rows per 64-query panel (128-byte swizzled rows), kKvBlockM / 64 panels.
+  static constexpr int kDsPanelBytes = kKvBlockN * kRowBytes;
   static constexpr int kDsBytes = kKvBlockN * kKvBlockM * 2;
   static constexpr int kDqPartBytes = 64 * kDqCols * 4;
   // kDqKHalves: K's column halves (32 columns = 64 bytes of each of kKvBlockN rows), half c at c x
@@ -193,7 +209,8 @@ struct BwdTraitsBody {
   static constexpr size_t kKvFusedSmemBytes = kKvSmemBytes + kFusedExtraBytes;
 
   static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 192 || kHeadDim == 256, "d64, d128, d192 and d256");
-  static_assert(kKvBlockM * 2 == kRowBytes, "dS^T rows are one 128-byte swizzled panel of queries");
+  static_assert(kKvBlockM == 64 || (kKvBlockM == 128 && kRowSteps128 && kConsumers == 2),
+                "dS^T rows are 64-query panels of 128 bytes; 128 rows: one panel per consumer's dQ rows");
   // The fused kernel: d64 and d128 (at d256 dK and dV already fill the registers).
   static constexpr bool kHasFused = !kSplitRoles;
   // The fused kernel on a persistent grid (bwd_kv_kernel's kPersistent: min(tiles, SMs) CTAs,
@@ -1340,8 +1357,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
       // samples). H200 bf16, base / this, one call, each twice (dev/results/
       // h200-2026-12-03-s18-lsefirst-*-a917363.json): d64 +2.5 / +1.8 / +3.4 / +2.3% at 2k / 2k
       // causal / 8k / 8k causal, d128 +2.0 / +0.3 / +3.9 / 0%.
-      float2 lse2[kBlockM / 8];
-      if constexpr (!Traits::kMods) {
+      // kRowSteps128: 32 registers of LSE pairs do not fit beside S^T and dP^T (128 registers in
+      // flight); there they are read where P is made.
+      constexpr bool kLseEarly = !Traits::kMods && !Traits::kRowSteps128;
+      float2 lse2[kLseEarly ? kBlockM / 8 : 1];
+      if constexpr (kLseEarly) {
 #pragma unroll
         for (int c = 0; c < kBlockM / 8; ++c) lse2[c] = *reinterpret_cast<const float2*>(stage_lse(s) + 8 * c + 2 * t4);
       }
@@ -1497,7 +1517,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
         if constexpr (Traits::kMods) {
           mods_pass(bwd90::score_modifiers(params, args.softcap, w.batch, head, mask));
         } else {
-          plain_probs([&](int c) { return lse2[c]; });
+          if constexpr (kLseEarly) {
+            plain_probs([&](int c) { return lse2[c]; });
+          } else {
+            plain_probs([&](int c) { return *reinterpret_cast<const float2*>(lse + 8 * c + 2 * t4); });
+          }
           ds_from_probs();
         }
       } else {
@@ -1568,16 +1592,17 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
       bwd90::pack_pairs<Element>(dpt, dst);
       unsigned char* ds_buf = sDs + (cta_step & 1) * Traits::kDsBytes;
       if constexpr (kFusedDq) {
-        // dS^T rows of this thread's keys into the 128-byte swizzled panel (16-byte chunk c of
-        // row r at chunk c ^ (r % 8), as the copy engine writes): dst[2c + h] holds queries
-        // 8c + 2t4 and +1 of key row key_local + 8h. Conflict-free: a warp's 8 rows x 4 quads.
+        // dS^T rows of this thread's keys into the 128-byte swizzled panels of 64 queries (16-byte
+        // chunk c of row r at chunk c ^ (r % 8), as the copy engine writes; chunk c of the step's
+        // queries in panel c / 8): dst[2c + h] holds queries 8c + 2t4 and +1 of key row
+        // key_local + 8h. Conflict-free: a warp's 8 rows x 4 quads.
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const int r = key_local + 8 * h;
 #pragma unroll
           for (int c = 0; c < kBlockM / 8; ++c) {
-            *reinterpret_cast<uint32_t*>(ds_buf + r * Traits::kRowBytes + ((c ^ (r % 8)) << 4) + 4 * t4) =
-                dst[2 * c + h];
+            *reinterpret_cast<uint32_t*>(ds_buf + (c / 8) * Traits::kDsPanelBytes + r * Traits::kRowBytes +
+                                         (((c % 8) ^ (r % 8)) << 4) + 4 * t4) = dst[2 * c + h];
           }
         }
         ptx::fence_proxy_async_smem();  // visible to the dQ product's operand reads
@@ -1593,13 +1618,19 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
       } else {
         // Three groups, so the dQ part is staged while dK += dS^T Q still runs: dV += P^T dO; then,
         // once both consumers' dS^T rows are written, dQ = dS K over this consumer's columns of K and
-        // all 128 keys (d128: its 64-column panel; d64: 32 columns from its copy of K's half); then,
-        // once dV is done, dK.
+        // all 128 keys (d128: its 64-column panel; d64 at 64-row steps: 32 columns from its copy of
+        // K's half; kRowSteps128: its 64 query rows, all of K); then, once dV is done, dK.
         bwd90::gemm_rs<kHeadDim, Element, kBlockM>(dv, pt, bwd90::mn_desc(do_addr, Traits::panel_bytes(kBlockM)));
         ptx::wgmma_commit();
         ptx::named_barrier_sync(kDsReadyBarrier, 128 * Traits::kConsumers);
-        const uint64_t ds_desc = bwd90::mn_desc(ptx::smem_u32(ds_buf), Traits::kDsBytes);
-        if constexpr (Traits::kDqKHalves) {
+        const uint64_t ds_desc =
+            Traits::kRowSteps128
+                ? bwd90::mn_desc(ptx::smem_u32(ds_buf + consumer * Traits::kDsPanelBytes), Traits::kDsPanelBytes)
+                : bwd90::mn_desc(ptx::smem_u32(ds_buf), Traits::kDsBytes);
+        if constexpr (Traits::kRowSteps128) {
+          bwd90::gemm_dq<Traits::kDqKeys, Traits::kDqCols, Traits::kRowBytes, Element>(
+              dq, ds_desc, bwd90::mn_desc(ptx::smem_u32(sK), Traits::panel_bytes(kBlockN)));
+        } else if constexpr (Traits::kDqKHalves) {
           bwd90::gemm_dq<Traits::kDqKeys, Traits::kDqCols, Traits::kKHalfRowBytes, Element>(
               dq, ds_desc,
               bwd90::k_half_desc<Traits::kKHalfBytes>(ptx::smem_u32(sKh + consumer * Traits::kKHalfBytes)));
