@@ -17,16 +17,16 @@ cmake --build build-gpu/python -j 16 --target flashattn_test_correctness >"$OUT/
 echo "$(el) gtest built"
 T=build-gpu/python/tests/cpp/flashattn_test_correctness
 for i in 0 1 2 3; do
-  FLASHATTN_CUDA_PATH=sm90 GTEST_TOTAL_SHARDS=4 GTEST_SHARD_INDEX=$i timeout 100 $T --gtest_filter='*cuda_*_d64_*bwd*' \
+  FLASHATTN_CUDA_PATH=sm90 GTEST_TOTAL_SHARDS=4 GTEST_SHARD_INDEX=$i timeout 60 $T --gtest_filter='*cuda_*_d64_*bwd*' \
     >"$OUT/r/gtest-$i.log" 2>&1 &
 done
 wait
 for i in 0 1 2 3; do echo "shard $i: $(grep -E '^\[  (PASSED|FAILED) ' "$OUT/r/gtest-$i.log" | tr '\n' ' ')"; done
 grep -h "^\[  FAILED  \] [A-Z]" "$OUT"/r/gtest-*.log | head -5
 echo "$(el) gtest"
-PEERS=sdpa_cudnn timeout 150 ncu --clock-control none --profile-from-start off --cache-control all \
-  --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
-  --section MemoryWorkloadAnalysis_Tables --section WarpStateStats --section InstructionStats \
+PEERS=sdpa_cudnn timeout 100 ncu --clock-control none --profile-from-start off --cache-control all \
+  --kernel-name regex:"bwd_kv|cudnn" --section SpeedOfLight --section ComputeWorkloadAnalysis \
+  --section MemoryWorkloadAnalysis_Tables --section WarpStateStats \
   --print-details all python3 dev/profile_attn.py bwd 4 16 4096 128 >"$OUT/r/ncu-bwd-d128-4k.txt" 2>&1
 echo "$(el) ncu rc=$?"
 grep -E "^  [a-zA-Z_:]+.*\(|Duration|Pipe|Shared|Tensor|Issue Slots|Stall MIO|mio|Bank" "$OUT/r/ncu-bwd-d128-4k.txt" | head -60
