@@ -19,7 +19,8 @@ Self-check: MUTATION=tile_parity (dS^T buffer by the tile's step parity), no_v_e
 stage_per_tile or writer_rearm (the dQ writer's hand-back restarted per tile) must each fail
 (2026-12-02: hazard, hazard, deadlock, hazard, hazard; the unmutated protocol passes 20000 runs).
 The model encodes which product reads which buffer as the kernel's comments state (K read by
-the dQ product at d128, not at d64); it checks the protocol, not the kernel's code.
+the dQ product at d128 and at d64's 128-row steps, not with K's halves: its "d64" mode is now the
+softcap / ALiBi d64 kernel's); it checks the protocol, not the kernel's code.
 """
 import os
 import random

@@ -5,8 +5,8 @@ clean one. One process per tool:
 
   compute-sanitizer --tool racecheck python3 dev/san_cases.py [--only NAME,...]
 
-Cases: the backward at d64 (dQ column split) and d128, unmasked and causal, 140-tile calls that
-give persistent CTAs a second tile (static rounds and the tile feed), varlen causal with an empty sequence (tiles without steps), 192/128
+Cases: the backward at d64 (128-row steps) and d128, unmasked and causal, 140-tile calls that
+give persistent CTAs a second tile (static rounds and the tile feed), varlen with an empty sequence (tiles without steps; causal, and at d64 unmasked too), the deterministic d64 form, 192/128
 causal (the split-role kernel), the d64 and d256 short-rows forwards (causal), the deterministic
 backward (two kernels) at d128, and the forward
 with attn_mask alone (the mask tile), with a key-padding mask, and attn_bias with attn_mask (the
@@ -73,12 +73,12 @@ def bwd_case(name, b, n, h, d, dv, causal, deterministic=False, bias_shape=None,
     return ok
 
 
-def varlen_case(d=128):
+def varlen_case(d=128, causal=True):
     lens = [700, 0, 1024, 129]
     cu = torch.tensor([0] + list(torch.tensor(lens).cumsum(0)), device="cuda", dtype=torch.int32)
     total, h = sum(lens), 2
     q, k, v = (rnd(total, h, d, grad=True) for _ in range(3))
-    out = flashattn.flash_attn_varlen_func(q, k, v, cu, cu, max(lens), max(lens), causal=True)
+    out = flashattn.flash_attn_varlen_func(q, k, v, cu, cu, max(lens), max(lens), causal=causal)
     do = torch.randn_like(out)
     g = torch.autograd.grad(out, (q, k, v), do)
     ok = True
@@ -87,7 +87,7 @@ def varlen_case(d=128):
             continue
         sl = slice(int(cu[i]), int(cu[i + 1]))
         qr, kr, vr = (x.detach()[sl].float()[None].requires_grad_() for x in (q, k, v))
-        o_ref = ref(qr, kr, vr, True)
+        o_ref = ref(qr, kr, vr, causal)
         g_ref = torch.autograd.grad(o_ref, (qr, kr, vr), do[sl].float()[None])
         ok &= check(f"varlen seq {i} out", out[sl], o_ref[0], 0.03)
         for label, x, y in zip("qkv", g, g_ref):
@@ -120,6 +120,7 @@ CASES = {
     # d64's 128-row steps: varlen rows past a sequence (the next one's in the same 128-row box),
     # and the deterministic two-kernel form (its dK/dV kernel steps 128 rows too).
     "bwd_varlen_causal_d64": lambda: varlen_case(64),
+    "bwd_varlen_d64": lambda: varlen_case(64, causal=False),  # the one-CTA-per-tile kernel
     "bwd_d64_det": lambda: bwd_case("bwd_d64_det", 1, 1024, 2, 64, 64, False, deterministic=True),
     "bwd_192_128_causal": lambda: bwd_case("bwd_192_128_causal", 1, 1024, 2, 192, 128, True),
     "fwd_d64_short_causal": lambda: bwd_case("fwd_d64_short_causal", 2, 512, 2, 64, 64, True),

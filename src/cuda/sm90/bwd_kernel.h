@@ -236,6 +236,12 @@ struct BwdTraitsBody {
   static_assert(!kHasFused || kKvFusedSmemBytes + kPersistentBytes <= 232448,
                 "the fused kernel fits the 227 KB an sm90 CTA may use");
   static_assert(2 * kKvStatBytes <= 1024 && 2 * kDqStatBytes <= 1024, "statistics fit their padding");
+  // Each sequence owns whole kWsBlock blocks of workspace rows (set_workspace_rows), so a step's
+  // LSE / D rows and its dQ parts stay inside its sequence's rows only if kWsBlock is a multiple
+  // of the step.
+  static_assert(kWsBlock % kKvBlockM == 0, "dK/dV steps inside a sequence's workspace rows");
+  static_assert(!kHasFused || kConsumers * kDqPartBytes == kKvBlockM * kHeadDim * 4,
+                "a step's dQ parts cover its query rows x head_dim once");
   static_assert(setmaxnreg_fits(kProducerRegs, kConsumers, kConsumerRegs, 1),
                 "setmaxnreg within the launch's registers (fwd_tile.h setmaxnreg_pool)");
   static_assert(kKvSmemBytes <= 232448 && kDqSmemBytes <= 232448, "fits the 227 KB an sm90 CTA may use");
@@ -621,7 +627,8 @@ __device__ __forceinline__ BwdTileOrder kv_tile_order(const BwdKernelParams& par
 }  // namespace bwd90
 
 // Named barriers (ids from 3: 0 is __syncthreads, 1 and 2 the forward's turns). Of the fused
-// kernel: dS^T of both consumers written (d128, and d64 with kDqKHalves); per consumer c, its dQ
+// kernel: dS^T of both consumers written (every fused kernel: each dQ product reads both
+// consumers' dS^T rows); per consumer c, its dQ
 // part staged in shared memory (full, kDqFullBarrier0 + c) and read by the copy engine (empty,
 // kDqEmptyBarrier0 + c), each between that consumer's warpgroup and the dQ writer warp
 // (128 + 32 threads). Of the split-role kernel (d256): P^T of a step written by consumer 0, and
@@ -665,7 +672,8 @@ __device__ __forceinline__ void hand_back_dq_parts(int lane) {
 
 }  // namespace bwd90
 
-// dK/dV, and with kFusedDq dQ too (the consumers split its columns: BwdTraitsBody::kDqCols).
+// dK/dV, and with kFusedDq dQ too (the consumers split its columns, or with kRowSteps128 its
+// rows: BwdTraitsBody::kDqCols).
 // One CTA per tile (key block, plane = kv head x split x batch): grid (key blocks of the longest
 // sequence, heads_k * kv_splits, batch). Or, fused with Traits::kPersistent, min(tiles, SMs) CTAs
 // that each walk tiles in BwdTileOrder (bwd_tile_order.h): tile t is the slot CTA t has in the
@@ -1646,8 +1654,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
         ptx::wgmma_commit();
         ptx::wgmma_wait<1>();  // dQ done
         ptx::fence_operand(dq);
-        // kPersistent at d128: this consumer's dQ product (its column panel of K, all 128 keys) is
-        // done; K is free once the other consumer's is too (eight warp arrivals).
+        // kPersistent without K's halves (d128, and d64 at 128-row steps): this consumer's dQ
+        // product (its column panel of K, or all of K, over all 128 keys) is done; K is free once
+        // the other consumer's is too (eight warp arrivals).
         if constexpr (kPersistent && !Traits::kDqKHalves) {
           if (last) bwd90::release(k_empty, lane);
         }
