@@ -1538,11 +1538,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
         if constexpr (Traits::kMods) {
           mods_pass(bwd90::score_modifiers(params, args.softcap, w.batch, head, mask));
         } else {
-          if constexpr (kLseEarly) {
-            plain_probs([&](int c) { return lse2[c]; });
-          } else {
-            plain_probs([&](int c) { return *reinterpret_cast<const float2*>(lse + 8 * c + 2 * t4); });
-          }
+          plain_probs([&](int c) {
+            if constexpr (kLseEarly) return lse2[c];
+            else return *reinterpret_cast<const float2*>(lse + 8 * c + 2 * t4);
+          });
           ds_from_probs();
         }
       } else {
@@ -1644,19 +1643,18 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
         bwd90::gemm_rs<kHeadDim, Element, kBlockM>(dv, pt, bwd90::mn_desc(do_addr, Traits::panel_bytes(kBlockM)));
         ptx::wgmma_commit();
         ptx::named_barrier_sync(kDsReadyBarrier, 128 * Traits::kConsumers);
+        // The consumer's operands: kRowSteps128 its query panel of dS^T and all of K, otherwise
+        // all the step's queries and its column panel of K (or of K's halves).
         const uint64_t ds_desc =
             Traits::kRowSteps128
                 ? bwd90::mn_desc(ptx::smem_u32(ds_buf + consumer * Traits::kDsPanelBytes), Traits::kDsPanelBytes)
                 : bwd90::mn_desc(ptx::smem_u32(ds_buf), Traits::kDsBytes);
-        if constexpr (Traits::kRowSteps128) {
-          bwd90::gemm_dq<Traits::kDqKeys, Traits::kDqCols, Traits::kRowBytes, Element>(
-              dq, ds_desc, bwd90::mn_desc(ptx::smem_u32(sK), Traits::panel_bytes(kBlockN)));
-        } else if constexpr (Traits::kDqKHalves) {
+        if constexpr (Traits::kDqKHalves) {
           bwd90::gemm_dq<Traits::kDqKeys, Traits::kDqCols, Traits::kKHalfRowBytes, Element>(
               dq, ds_desc,
               bwd90::k_half_desc<Traits::kKHalfBytes>(ptx::smem_u32(sKh + consumer * Traits::kKHalfBytes)));
         } else {
-          const uint32_t k_cols = ptx::smem_u32(sK) + consumer * Traits::panel_bytes(kBlockN);
+          const uint32_t k_cols = ptx::smem_u32(sK) + (Traits::kRowSteps128 ? 0 : consumer) * Traits::panel_bytes(kBlockN);
           bwd90::gemm_dq<Traits::kDqKeys, Traits::kDqCols, Traits::kRowBytes, Element>(
               dq, ds_desc, bwd90::mn_desc(k_cols, Traits::panel_bytes(kBlockN)));
         }

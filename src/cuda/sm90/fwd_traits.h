@@ -236,8 +236,8 @@ struct FwdParams {
   // when the bias broadcasts over the rows); extent 1 where it broadcasts. After the members the
   // other kernels read, so their parameter offsets stay.
   CUtensorMap bias;
-  // kBias, attn_mask: the mask packed into bits in the launch's workspace (mask_bits.h; words =
-  // nullptr when there is no attn_mask).
+  // kMaskBits (the bias and mask kernels), attn_mask: the mask packed into bits in the launch's
+  // workspace (mask_bits.h; words = nullptr when there is no attn_mask).
   MaskBits mask_bits;
 };
 
