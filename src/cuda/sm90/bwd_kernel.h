@@ -135,18 +135,7 @@ struct BwdTraitsBody {
   // h200-2026-12-03-s23-bwd-d64-rows-*-4a67e68.json): backward +4-6% without a mask at 1k-16k,
   // +14-21% causal; 21% fewer instructions per query row in the causal kernel's step loop.
   static constexpr bool kRowSteps128 = kHeadDim == 64 && !kSparse && !kMods && !kBias;
-  // 192 / 128 (split roles, no dS^T in shared memory): 96 query rows a step, by dev macro (an A/B
-  // for issue 19's causal rows; two stages in the dK/dV kernel then, a third does not fit: K 24 +
-  // V 16 + P^T 24 KB + 61 KB a stage).
-#if defined(FLASHATTN_DEV_SM90_BWD_DV_ROWS)
-  static constexpr int kDvRows = FLASHATTN_DEV_SM90_BWD_DV_ROWS;
-#else
-  static constexpr int kDvRows = 64;
-#endif
-  static constexpr bool kDvRowSteps = kHeadDimV != kHeadDim && kDvRows != 64;
-  static constexpr int kKvBlockM = kRowSteps128 ? 128 : kDvRowSteps ? kDvRows : 64;
-  // Ring stages of the dK/dV kernel (kStages: the dQ kernel's, and both kernels' otherwise).
-  static constexpr int kKvStages = kDvRowSteps ? 2 : kStages;
+  static constexpr int kKvBlockM = kRowSteps128 ? 128 : 64;
   // dQ kernel: kDqBlockM queries per CTA (64 per consumer), kDqBlockN keys per step.
   static constexpr int kDqBlockM = 64 * kConsumers;
 #if defined(FLASHATTN_DEV_SM90_BWD_DQ_BN)
@@ -169,8 +158,8 @@ struct BwdTraitsBody {
   static constexpr int kBiasTileBytes = kBias ? kKvBlockM * kKvBlockN * 2 : 0;
   static constexpr int kKvStageBytes = tile_bytes(kKvBlockM) + tile_bytes_v(kKvBlockM) + (kBias ? kBiasTileBytes : 1024);
   static constexpr int kKvStatsTailBytes = kBias ? 1024 : 0;
-  static constexpr int kKvStagesBytes = kKvStages * kKvStageBytes + kKvStatsTailBytes;
-  static constexpr int kKvBarriers = 1 + 2 * kKvStages;  // K/V full; per stage full and empty
+  static constexpr int kKvStagesBytes = kStages * kKvStageBytes + kKvStatsTailBytes;
+  static constexpr int kKvBarriers = 1 + 2 * kStages;  // K/V full; per stage full and empty
   // Split roles: P^T of one step (64 x 64 f32 in accumulator order) from consumer 0 to 1.
   static constexpr int kPtBytes = kSplitRoles ? 64 * kKvBlockM * 4 : 0;
   // kSparse: per stage the step's list entry and query head (bwd90::SparseSlot), and one more
@@ -221,8 +210,7 @@ struct BwdTraitsBody {
   static constexpr size_t kKvFusedSmemBytes = kKvSmemBytes + kFusedExtraBytes;
 
   static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 192 || kHeadDim == 256, "d64, d128, d192 and d256");
-  static_assert(kKvBlockM == 64 || (kKvBlockM == 128 && kRowSteps128 && kConsumers == 2) ||
-                    (kDvRowSteps && kSplitRoles && kKvBlockM % 16 == 0),
+  static_assert(kKvBlockM == 64 || (kKvBlockM == 128 && kRowSteps128 && kConsumers == 2),
                 "dS^T rows are 64-query panels of 128 bytes; 128 rows: one panel per consumer's dQ rows");
   // The fused kernel: d64 and d128 (at d256 dK and dV already fill the registers).
   static constexpr bool kHasFused = !kSplitRoles;
@@ -264,7 +252,7 @@ struct BwdTraitsBody {
                 "head_dim_v != head_dim: 192 / 128 on the dense split-role kernels only");
   static_assert(!kBias || (kMods && !kSparse && kHasFused && kHeadDimV == kHeadDim && kKvBlockN == 128 &&
                            kKvBlockN == kMaskBitsGroupKeys && kKvBlockM == 64 &&
-                           kKvStages * 2 * kKvStatBytes <= kKvStatsTailBytes),
+                           kStages * 2 * kKvStatBytes <= kKvStatsTailBytes),
                 "attn_bias / attn_mask: the fused kernel at d64 / d128, 64 x 128 bias tiles, a key block per bit group");
 };
 
@@ -716,7 +704,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
   using Element = typename Traits::Element;
   constexpr int kBlockN = Traits::kKvBlockN;
   constexpr int kBlockM = Traits::kKvBlockM;
-  constexpr int kStages = Traits::kKvStages;
+  constexpr int kStages = Traits::kStages;
   constexpr int kHeadDim = Traits::kHeadDim;
   constexpr bool kPersistent = kFusedDq && Traits::kPersistent;
   // Masked persistent launches take their tiles from the feed, unmasked ones in static rounds.
