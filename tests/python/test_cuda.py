@@ -175,6 +175,40 @@ def test_long_backward_window_and_varlen_match_float64(d):
           ref, [q, k, v], dout, torch.bfloat16)
 
 
+@pytest.mark.parametrize("d", [64, 128])
+def test_long_backward_rows_without_keys_match_float64(d):
+    """Query rows that no key reaches, on the fused Hopper backward: causal with seqlen_q >
+    seqlen_k (bottom-right aligned: the first 700 rows see no key, whole query blocks that no key
+    block adds into) and varlen sequences without keys. Their dQ is 0 and is written as such:
+    the memory the backward's gradients take is first filled with NaN through the caching
+    allocator, so a row left unwritten shows."""
+    def dirty():
+        torch.full((1 << 26,), float("nan"), device=DEV, dtype=torch.float32)  # freed at once
+
+    s = dict(b=2, sq=1000, sk=300, h=4, hk=2, d=d)
+    q, k, v, dout = make(s, torch.bfloat16, seed=43)
+    dirty()
+    check(lambda q, k, v: flashattn.flash_attn_func(q, k, v, causal=True),
+          lambda q, k, v: torch_ref.attention(q, k, v, causal=True)[0], [q, k, v], dout, torch.bfloat16)
+    lens_q, lens_k = [200, 333, 129, 64], [300, 0, 257, 0]
+    h, hk = 4, 2
+    g = torch.Generator(device=DEV).manual_seed(44)
+    def r(n, heads):
+        return torch.randn(n, heads, d, generator=g, device=DEV, dtype=torch.bfloat16)
+    q, k, v, dout = r(sum(lens_q), h), r(sum(lens_k), hk), r(sum(lens_k), hk), r(sum(lens_q), h)
+    cq, ck = np.cumsum([0] + lens_q).tolist(), np.cumsum([0] + lens_k).tolist()
+    cu_q = torch.tensor(cq, dtype=torch.int32, device=DEV)
+    cu_k = torch.tensor(ck, dtype=torch.int32, device=DEV)
+
+    def ref(q, k, v):
+        return torch.cat([torch_ref.attention(q[None, cq[i]:cq[i + 1]], k[None, ck[i]:ck[i + 1]],
+                                              v[None, ck[i]:ck[i + 1]])[0][0] for i in range(len(lens_q))])
+
+    dirty()
+    check(lambda q, k, v: flashattn.flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(lens_q), max(lens_k)),
+          ref, [q, k, v], dout, torch.bfloat16)
+
+
 @pytest.mark.parametrize("d", [64, 128, 192, 256])
 @pytest.mark.parametrize("causal", [False, True], ids=["none", "causal"])
 def test_deterministic_backward_is_bitwise_stable_over_ten_runs(d, causal):

@@ -58,6 +58,20 @@ __device__ __forceinline__ void bulk_wait_group() {
   asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(kPending) : "memory");
 }
 
+// Orders this thread's global-memory accesses of the async proxy (the copy engine's) with those
+// of the generic proxy (ordinary loads, stores, atomics), both ways.
+__device__ __forceinline__ void fence_proxy_async_global() { asm volatile("fence.proxy.async.global;\n" ::: "memory"); }
+
+// atomicAdd of 1 with acquire-release semantics at GPU scope: what this thread wrote (and, after
+// fence_proxy_async_global, had the copy engine write) before it is visible to the thread that
+// reads the count it leaves, and what the threads before it released is visible here. Returns
+// the count before.
+__device__ __forceinline__ int atomic_inc_acq_rel_gpu(int* p) {
+  int old;
+  asm volatile("atom.add.acq_rel.gpu.global.s32 %0, [%1], 1;\n" : "=r"(old) : "l"(p) : "memory");
+  return old;
+}
+
 // Brings a tensor map (a __grid_constant__ kernel parameter) into the descriptor cache early.
 __device__ __forceinline__ void tma_prefetch_map(const CUtensorMap* map) {
   asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");

@@ -206,7 +206,30 @@ struct BwdTraitsBody {
   static constexpr int kKHalfRowBytes = 64;
   static constexpr int kKHalfBytes = kKvBlockN * kKHalfRowBytes;
   static constexpr int kKHalvesBytes = kDqKHalves ? kConsumers * kKHalfBytes : 0;
-  static constexpr int kFusedExtraBytes = 2 * kDsBytes + kConsumers * kDqPartBytes + kKHalvesBytes;
+  // kDqConvertInKernel: the fused kernel converts dQ itself, so no bwd_dq_convert_kernel pass
+  // over every query row follows it. The dQ writer hands each step whose bulk reduce-adds have
+  // completed (it waits for them kDqPendingDepth steps later) to the producer warpgroup's two idle
+  // warps, the converters, through kConvertSlots job slots; they count it into its query block's
+  // counter in the workspace, and the step that completes the block (bwd90::dq_block_contributors
+  // says how many add into it) has each part brought into shared memory by the copy engine
+  // (kDqPartBytes, one buffer), scaled, converted and stored as 16-byte row chunks
+  // (store_dq_part, the pass's code). Shared memory (bwd90::DqConvertSmem): the part buffer, the
+  // slots and the pending steps (16 bytes each), the counts (16), the slots' full / empty barriers
+  // and the part buffer's. Not the block-sparse kernels (their steps come from the plan's lists;
+  // the pass stays), nor the bias kernels (the part buffer does not fit beside their bias slots).
+  // Dev macro: the first form (the writer counting with an acquire-release atomic per step) lost
+  // 2x at d128 on the H200; this one is not yet measured (dev/NOTES.md).
+#if defined(FLASHATTN_DEV_SM90_BWD_DQ_IN_KERNEL)
+  static constexpr bool kDqConvertInKernel = !kSplitRoles && !kSparse && !kBias;
+#else
+  static constexpr bool kDqConvertInKernel = false;
+#endif
+  static constexpr int kConvertSlots = 8;
+  static constexpr int kDqPendingDepth = 3;
+  static constexpr int kConvertBytes =
+      kDqConvertInKernel ? kDqPartBytes + 16 * (kConvertSlots + kDqPendingDepth) + 16 + 8 * (2 * kConvertSlots + 1)
+                         : 0;
+  static constexpr int kFusedExtraBytes = 2 * kDsBytes + kConsumers * kDqPartBytes + kKHalvesBytes + kConvertBytes;
   static constexpr size_t kKvFusedSmemBytes = kKvSmemBytes + kFusedExtraBytes;
 
   static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 192 || kHeadDim == 256, "d64, d128, d192 and d256");
@@ -293,6 +316,9 @@ struct BwdKernelArgs {
   BwdSoftcap softcap;
   // kPersistent with a window or causal mask: the tile feed's counter (workspace, zeroed per call).
   int* tile_counter;
+  // kDqConvertInKernel: per query block of kKvBlockM rows, the steps whose dQ adds are complete
+  // (workspace, zeroed per call; bwd90::dq_block_counter).
+  int* dq_counters;
   // kBias: attn_bias's map, (keys, rows, heads, batch), boxes of 64 keys x kKvBlockM rows (1 row
   // when it broadcasts over the rows), 128-byte swizzle (make_bias_map).
   CUtensorMap bias;
@@ -671,6 +697,228 @@ __device__ __forceinline__ void hand_back_dq_parts(int lane) {
   ptx::named_barrier_arrive(kDqEmptyBarrier0 + 1, kDqHandoffThreads);
 }
 
+// ---- dQ converted in the fused kernel (BwdTraitsBody::kDqConvertInKernel) ----
+// A step of the dQ writer whose bulk adds are complete, for the converter warps: its query block
+// (sequence, query head, first row) and how many steps add into that block; batch -1 ends them.
+struct DqJob {
+  int batch, head, m0, expected;
+};
+// The writer's counts (its steps, its queued jobs) and the converters' verdicts (whether a job
+// completed its block; two, by job parity), in shared memory: the writer has 24 registers.
+struct DqCounts {
+  int steps, pushes, verdict[2];
+};
+// The conversion's shared memory (after the fused kernel's other buffers): the part buffer
+// (kDqPartBytes), the job slots, the writer's kDqPendingDepth steps whose adds may be in flight
+// (expected 0: none), the counts, then the barriers: full and empty per slot, and the part
+// buffer's.
+struct DqConvertSmem {
+  float* part;
+  DqJob* slots;
+  DqJob* pending;
+  DqCounts* counts;
+  uint64_t* full;
+  uint64_t* empty;
+  uint64_t* part_full;
+};
+template <typename Traits>
+__device__ __forceinline__ DqConvertSmem dq_convert_smem(unsigned char* base) {
+  static_assert(!Traits::kDqConvertInKernel ||
+                    Traits::kConvertBytes == Traits::kDqPartBytes +
+                                                 int(sizeof(DqJob)) * (Traits::kConvertSlots + Traits::kDqPendingDepth) +
+                                                 int(sizeof(DqCounts)) + 8 * (2 * Traits::kConvertSlots + 1),
+                "the conversion's shared memory as BwdTraitsBody counts it");
+  DqConvertSmem c;
+  c.part = reinterpret_cast<float*>(base);
+  c.slots = reinterpret_cast<DqJob*>(base + Traits::kDqPartBytes);
+  c.pending = c.slots + Traits::kConvertSlots;
+  c.counts = reinterpret_cast<DqCounts*>(c.pending + Traits::kDqPendingDepth);
+  c.full = reinterpret_cast<uint64_t*>(c.counts + 1);
+  c.empty = c.full + Traits::kConvertSlots;
+  c.part_full = c.empty + Traits::kConvertSlots;
+  return c;
+}
+// Named barrier of the two converter warps.
+constexpr int kDqConvertBarrier = 8;
+
+// How many key blocks' steps add into query block m (Traits::kKvBlockM rows) of a sequence with
+// seqlen_k keys: every key block's without a window, those whose query_block_range holds m with
+// one (as bwd_kv_kernel and kv_tile walk them). 0 when no key block does (no keys; rows a window
+// or causal mask hides from every key): bwd_dq_uncovered_kernel zeroes those blocks' dQ. Every
+// lane of the warp calls it (one ballot per 32 key blocks).
+template <typename Traits>
+__device__ __forceinline__ int dq_block_contributors(const WindowMask& mask, int seqlen_k, int m, int lane) {
+  constexpr int kBlockN = Traits::kKvBlockN;
+  const int n_blocks = seqlen_k > 0 ? (seqlen_k + kBlockN - 1) / kBlockN : 0;
+  if constexpr (Traits::kMask != MaskMode::kWindow) {
+    return n_blocks;
+  } else {
+    int count = 0;
+    for (int n0 = 0; n0 < n_blocks; n0 += 32) {
+      const int n = n0 + lane;
+      bool adds = false;
+      if (n < n_blocks) {
+        int lo = 0, hi = 0;
+        query_block_range(mask, n * kBlockN, min(n * kBlockN + kBlockN, seqlen_k), Traits::kKvBlockM, &lo, &hi);
+        adds = m >= lo && m < hi;
+      }
+      count += __popc(__ballot_sync(0xffffffffu, adds));
+    }
+    return count;
+  }
+}
+
+// The writer's lane 0: queues a job for the converters.
+template <typename Traits>
+__device__ __forceinline__ void dq_push(const DqConvertSmem& c, const DqJob& job) {
+  const int k = c.counts->pushes++;
+  const int slot = k % Traits::kConvertSlots;
+  ptx::mbarrier_wait(&c.empty[slot], ((k / Traits::kConvertSlots) & 1) ^ 1);
+  c.slots[slot] = job;
+  ptx::mbarrier_arrive(&c.full[slot]);
+}
+
+// The dQ writer before its first step.
+template <typename Traits>
+__device__ __forceinline__ void dq_writer_start(const DqConvertSmem& c, int lane) {
+  if (lane == 0) {
+    c.counts->steps = c.counts->pushes = 0;
+    for (int i = 0; i < Traits::kDqPendingDepth; ++i) c.pending[i].expected = 0;
+  }
+}
+
+// The dQ writer after a step's adds are issued: the step kDqPendingDepth before it, whose adds are
+// then complete (the wait lets the newer steps' stay in flight), goes to the converters, and this
+// one takes its place. The writer does no atomic: a release at GPU scope (MEMBAR.GPU) would wait
+// for its own adds still in flight, which is what the first form of this did, per step (H200: the
+// d128 backward at 0.42-0.53x of the pass's; dev/NOTES.md). Every lane calls it.
+template <typename Traits>
+__device__ __forceinline__ void dq_after_step(const DqConvertSmem& c, const WindowMask& mask, int seqlen_k, int batch,
+                                              int head, int m, int lane) {
+  constexpr int kDepth = Traits::kDqPendingDepth;
+  const int expected = dq_block_contributors<Traits>(mask, seqlen_k, m, lane);
+  if (lane == 0) {
+    DqJob* pd = c.pending + c.counts->steps % kDepth;
+    if (pd->expected != 0) {
+      ptx::bulk_wait_group<Traits::kConsumers * kDepth>();  // one group per consumer's part and step
+      dq_push<Traits>(c, *pd);
+    }
+    *pd = DqJob{batch, head, m * Traits::kKvBlockM, expected};
+    ++c.counts->steps;
+  }
+  __syncwarp();
+}
+
+// And after the writer's last step: the pending steps, oldest first, then the converters' end.
+template <typename Traits>
+__device__ __forceinline__ void dq_finish(const DqConvertSmem& c, int lane) {
+  if (lane == 0) {
+    ptx::bulk_wait_group<0>();
+    for (int i = 0; i < Traits::kDqPendingDepth; ++i) {
+      const DqJob* pd = c.pending + (c.counts->steps + i) % Traits::kDqPendingDepth;
+      if (pd->expected != 0) dq_push<Traits>(c, *pd);
+    }
+    dq_push<Traits>(c, DqJob{-1, 0, 0, 0});
+  }
+  __syncwarp();
+}
+
+// Part `part` (kDqCols columns) of a 64-row f32 dQ block in accumulator order (acc_order_index:
+// thread t of the warpgroup that computed it holds float4 t + 128 j of the part, its 8-column
+// chunk j, rows r and r + 8, two columns each), scaled and converted, as thread t would store it:
+// four chunks' pieces quad-transposed (quad_transpose.h), so each store is 16 contiguous bytes of
+// a row. load(j, h) gives the pair of row r + 8h from float4 j. dq: the (batch, head)'s first
+// element (bytes); the block is rows m0 .. m0 + 63 of the sequence (seqlen_q rows, the first at
+// dq's row row0_q), those past seqlen_q not written. Every lane of the warp calls it, t % 32 its
+// lane.
+template <typename Traits, typename Load>
+__device__ __forceinline__ void store_dq_part(const Load& load, int t, int part, char* dq, int64_t row_stride,
+                                              int64_t row0_q, int m0, int seqlen_q, float scale) {
+  using Element = typename Traits::Element;
+  constexpr int kChunks = Traits::kDqCols / 8;
+  static_assert(kChunks % 4 == 0, "whole quad transposes per part");
+  const int t4 = t & 3;  // t >= 0: as bits (no signed divisions)
+  const int row = 16 * (t >> 5) + ((t & 31) >> 2);
+#pragma unroll
+  for (int c = 0; c < kChunks; c += 4) {
+    const int col = part * Traits::kDqCols + 8 * (c + t4);  // this lane's chunk after the transpose
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      uint32_t x[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const float2 v = load(c + j, h);
+        x[j] = ptx::pack2<Element>(v.x * scale, v.y * scale);
+      }
+      const uint4 chunk = quad_transpose(x, t4);  // every lane, before the row bound
+      const int r = m0 + row + 8 * h;
+      if (r < seqlen_q) *reinterpret_cast<uint4*>(dq + sizeof(Element) * ((row0_q + r) * row_stride + col)) = chunk;
+    }
+  }
+}
+
+// The two converter warps (warps 2 and 3 of the producer warpgroup, t = 0 .. 63): per queued step,
+// thread 0 counts it into its block's counter (acquire-release at GPU scope: the writer saw its
+// adds complete, and handed the step over through the slot's barrier); the step that completes
+// the block has each part brought into shared memory by the copy engine and stored through
+// store_dq_part (each warp plays two of the 128 threads' roles). Until the end job.
+template <typename Traits>
+__device__ __forceinline__ void convert_dq_jobs(const BwdKernelParams& params, int* counters, const DqConvertSmem& c,
+                                                int t) {
+  constexpr int kHeadDim = Traits::kHeadDim;
+  constexpr int kPartFloats = Traits::kDqPartBytes / 4;
+  constexpr int kPartsPerBlock = 64 * kHeadDim / kPartFloats;      // per 64 rows
+  constexpr int kParts = Traits::kKvBlockM / 64 * kPartsPerBlock;  // per job
+  const uint32_t part_base = ptx::smem_u32(c.part);
+  int loads = 0;
+#pragma unroll 1
+  for (int k = 0;; ++k) {
+    const int slot = k % Traits::kConvertSlots;
+    ptx::mbarrier_wait(&c.full[slot], (k / Traits::kConvertSlots) & 1);
+    const DqJob job = c.slots[slot];
+    __syncwarp();
+    if (t % 32 == 0) ptx::mbarrier_arrive(&c.empty[slot]);  // one arrival per converter warp
+    if (job.batch < 0) return;
+    const SeqExtent seq = seq_extent(params, job.batch);
+    const int64_t ws_row = params.ws_row0(job.batch, seq.row0_q) + job.m0;
+    if (t == 0) {
+      const int64_t counter = (int64_t(job.head) * params.ws_rows + ws_row) / Traits::kKvBlockM;
+      c.counts->verdict[k & 1] = ptx::atomic_inc_acq_rel_gpu(counters + counter) + 1 == job.expected;
+    }
+    ptx::named_barrier_sync(kDqConvertBarrier, 64);  // the verdict (the other parity's readers are done)
+    if (!c.counts->verdict[k & 1]) continue;
+    const float* src = params.dq_accum + (int64_t(job.head) * params.ws_rows + ws_row) * kHeadDim;
+    char* dq = static_cast<char*>(params.dq) + sizeof(typename Traits::Element) *
+                                                   (job.batch * params.dq_strides.batch + int64_t(job.head) * params.dq_strides.head);
+#pragma unroll 1
+    for (int q = 0; q < kParts; ++q) {
+      if (t == 0) {
+        ptx::fence_proxy_async_global();  // the counter's acquire before the engine's read
+        ptx::fence_proxy_async_smem();    // the last part's reads before the engine's writes
+        ptx::mbarrier_arrive_expect_tx(c.part_full, Traits::kDqPartBytes);
+        ptx::bulk_load(c.part, src + q * kPartFloats, Traits::kDqPartBytes, c.part_full);
+      }
+      ptx::mbarrier_wait(c.part_full, loads & 1);
+      ++loads;
+      const int m64 = job.m0 + 64 * (q / kPartsPerBlock);
+#pragma unroll
+      for (int v = 0; v < 2; ++v) {
+        const int tv = t + 64 * v;
+        store_dq_part<Traits>(
+            [&](int j, int h) {
+              float2 x;
+              asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n"
+                           : "=f"(x.x), "=f"(x.y)
+                           : "r"(part_base + 16 * (tv + 128 * j) + 8 * h));
+              return x;
+            },
+            tv, q % kPartsPerBlock, dq, params.dq_strides.row, seq.row0_q, m64, seq.seqlen_q, params.scale);
+      }
+      ptx::named_barrier_sync(kDqConvertBarrier, 64);  // the buffer read before the next part lands
+    }
+  }
+}
+
 }  // namespace bwd90
 
 // dK/dV, and with kFusedDq dQ too (the consumers split its columns, or with kRowSteps128 its
@@ -759,6 +1007,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
   float* sDq = reinterpret_cast<float*>(sDs + 2 * Traits::kDsBytes);
   [[maybe_unused]] unsigned char* sKh =
       reinterpret_cast<unsigned char*>(sDq) + Traits::kConsumers * Traits::kDqPartBytes;
+  // kDqConvertInKernel: the conversion's buffer, queue and barriers, last.
+  constexpr bool kConvert = kFusedDq && Traits::kDqConvertInKernel;
+  [[maybe_unused]] const bwd90::DqConvertSmem conv = bwd90::dq_convert_smem<Traits>(sKh + Traits::kKHalvesBytes);
   // Split roles (d256): P^T handed from consumer 0 to 1, before the barriers.
   float* sPt = reinterpret_cast<float*>(stages + Traits::kKvStagesBytes);
   uint64_t* bars = reinterpret_cast<uint64_t*>(stages + Traits::kKvStagesBytes + Traits::kPtBytes +
@@ -792,6 +1043,15 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
   const int lane = threadIdx.x % 32;
   // Every-thread stage releases (release_stage) but in the two-kernel form's d128 dK/dV kernel.
   constexpr bool kEveryThread = kFusedDq || Traits::kSplitRoles || kHeadDim != 128;
+  if constexpr (kConvert) {
+    if (threadIdx.x == 0) {  // init_ring fences them and syncs the CTA
+      for (int i = 0; i < Traits::kConvertSlots; ++i) {
+        ptx::mbarrier_init(&conv.full[i], 1);
+        ptx::mbarrier_init(&conv.empty[i], 2);  // one arrival per converter warp
+      }
+      ptx::mbarrier_init(conv.part_full, 1);
+    }
+  }
   bwd90::init_ring(kv_full, full, empty, kStages, bwd90::stage_arrivals<kEveryThread, Traits::kConsumers>());
   if constexpr (kPersistent) {
     if (threadIdx.x == 0) {
@@ -809,11 +1069,20 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
   if (warpgroup == 0) {
     ptx::warpgroup_reg_dealloc<Traits::kProducerRegs>();
     if constexpr (kPersistent) {
+      if constexpr (kConvert) {
+        if (warp >= 2) {
+          bwd90::convert_dq_jobs<Traits>(params, args.dq_counters, conv, threadIdx.x - 64);
+          return;
+        }
+      }
       if (warp == 1) {
         // The dQ writer: the one-CTA launch's (below), over the CTA's steps of all its tiles. The
         // buffers go back at the top of the next step (the first one: both, as at that launch's
         // start), so none goes back after the CTA's last step (an arrival nobody would sync).
         bool started = false;
+        if constexpr (kConvert) {
+          bwd90::dq_writer_start<Traits>(conv, lane);
+        }
 #pragma unroll 1
         for (int r = 0;; ++r) {
           const int t = kDynamic ? take_tile(feed, r, lane) : BwdTileOrder::cta_tile(r, cta, ctas);
@@ -834,9 +1103,18 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
               bwd90::hand_back_dq_parts<Traits>(lane);
             }
             bwd90::add_dq_parts<Traits>(gdq, sDq, lane);
+            if constexpr (kConvert) {
+              const WindowMask wmask = make_window_mask<Traits::kMask == MaskMode::kWindow>(
+                  w.seq.seqlen_q, w.seq.seqlen_k, params.window_left, params.window_right);
+              bwd90::dq_after_step<Traits>(conv, wmask, w.seq.seqlen_k, w.batch, walk.head, walk.m, lane);
+            }
           }
         }
-        if (lane == 0) ptx::bulk_wait_group<0>();  // the adds done before the CTA's shared memory goes
+        if constexpr (kConvert) {
+          bwd90::dq_finish<Traits>(conv, lane);
+        } else {
+          if (lane == 0) ptx::bulk_wait_group<0>();  // the adds done before the CTA's shared memory goes
+        }
         return;
       }
       if (warp != 0 || lane != 0) return;
@@ -945,14 +1223,30 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
         if (steps == 0) return;
 #pragma unroll
         for (int c = 0; c < Traits::kConsumers; ++c) ptx::named_barrier_arrive(kDqEmptyBarrier0 + c, kDqHandoffThreads);
+        if constexpr (kConvert) {
+          bwd90::dq_writer_start<Traits>(conv, lane);
+        }
         bwd90::DenseWalk walk(m_lo, n_m, head_begin);
         for (int step = 0; step < steps; ++step, walk.advance()) {
           float* gdq = params.dq_accum + (int64_t(walk.head) * params.ws_rows + ws_row0 + walk.m * kBlockM) * kHeadDim;
           bwd90::add_dq_parts<Traits>(gdq, sDq, lane);
           if (step + 1 < steps) bwd90::hand_back_dq_parts<Traits>(lane);
+          if constexpr (kConvert) {
+            bwd90::dq_after_step<Traits>(conv, mask, seq.seqlen_k, batch, walk.head, walk.m, lane);
+          }
         }
-        if (lane == 0) ptx::bulk_wait_group<0>();  // the adds done before the CTA's shared memory goes
+        if constexpr (kConvert) {
+          bwd90::dq_finish<Traits>(conv, lane);
+        } else {
+          if (lane == 0) ptx::bulk_wait_group<0>();  // the adds done before the CTA's shared memory goes
+        }
         return;
+      }
+      if constexpr (kConvert) {
+        if (warp >= 2) {
+          if (steps > 0) bwd90::convert_dq_jobs<Traits>(params, args.dq_counters, conv, threadIdx.x - 64);
+          return;
+        }
       }
     }
     // The producer thread's copies: K and V once per CTA, and per step (stage s) the query block
@@ -1943,7 +2237,7 @@ __global__ void __launch_bounds__(128) bwd_dq_convert_kernel(const __grid_consta
   constexpr int kHeadDim = Traits::kHeadDim;
   constexpr int kChunks = Traits::kDqCols / 8;     // 8-column chunks per part
   constexpr int kIters = 64 * kHeadDim / 4 / 128;  // float4 per thread: kHeadDim / kDqCols parts
-  static_assert(kChunks % 4 == 0 && kIters % kChunks == 0, "whole quad transposes per part");
+  static_assert(kIters % kChunks == 0, "whole parts");
   const int m0 = int(blockIdx.x) * 64;
   const int head = blockIdx.y;
   const int batch = blockIdx.z;
@@ -1953,33 +2247,47 @@ __global__ void __launch_bounds__(128) bwd_dq_convert_kernel(const __grid_consta
       params.dq_accum + (int64_t(head) * params.ws_rows + params.ws_row0(batch, seq.row0_q) + m0) * kHeadDim;
   char* dq = static_cast<char*>(params.dq) +
              sizeof(Element) * (batch * params.dq_strides.batch + int64_t(head) * params.dq_strides.head);
-  const float scale = params.scale;
   // Every load first, then the stores: dq may alias the accumulator as far as the compiler knows,
   // so a load-store loop waited one memory latency per float4 (ncu, H200 d128 16k: 176 us at
   // 1.1 TB/s, IPC 0.45, against 53 us for cuDNN's conversion).
   float4 v[kIters];
 #pragma unroll
   for (int i = 0; i < kIters; ++i) v[i] = __ldg(reinterpret_cast<const float4*>(src) + threadIdx.x + 128 * i);
-  const int t4 = threadIdx.x % 4;
-  const int row = 16 * (threadIdx.x / 32) + threadIdx.x % 32 / 4;
 #pragma unroll
-  for (int i = 0; i < kIters; i += 4) {
-    const int part = i / kChunks;
-    const int col = part * Traits::kDqCols + 8 * (i % kChunks + t4);  // this lane's chunk after the transpose
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      uint32_t x[4];
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        x[j] = ptx::pack2<Element>((h == 0 ? v[i + j].x : v[i + j].z) * scale,
-                                   (h == 0 ? v[i + j].y : v[i + j].w) * scale);
-      }
-      const uint4 chunk = quad_transpose(x, t4);  // every lane, before the row bound
-      const int r = m0 + row + 8 * h;
-      if (r < seq.seqlen_q) {
-        *reinterpret_cast<uint4*>(dq + sizeof(Element) * ((seq.row0_q + r) * params.dq_strides.row + col)) = chunk;
-      }
-    }
+  for (int part = 0; part < kIters / kChunks; ++part) {
+    bwd90::store_dq_part<Traits>(
+        [&](int j, int h) {
+          const float4& x = v[part * kChunks + j];
+          return h == 0 ? make_float2(x.x, x.y) : make_float2(x.z, x.w);
+        },
+        threadIdx.x, part, dq, params.dq_strides.row, seq.row0_q, m0, seq.seqlen_q, params.scale);
+  }
+}
+
+// kDqConvertInKernel under a window mask or with varlen sequences: dQ = 0 for the query blocks
+// that no key block adds into (bwd90::dq_block_contributors 0: a sequence without keys, rows a
+// window or causal mask hides from every key), which no converter writes. One warp per (query
+// block of kKvBlockM rows, head, sequence).
+template <typename Traits>
+__global__ void __launch_bounds__(32) bwd_dq_uncovered_kernel(const __grid_constant__ BwdKernelParams params) {
+  using Element = typename Traits::Element;
+  constexpr int kHeadDim = Traits::kHeadDim;
+  const int m = blockIdx.x, head = blockIdx.y, batch = blockIdx.z;
+  const int lane = threadIdx.x;
+  const SeqExtent seq = seq_extent(params, batch);
+  const int m0 = m * Traits::kKvBlockM;
+  if (m0 >= seq.seqlen_q) return;
+  const WindowMask mask = make_window_mask<Traits::kMask == MaskMode::kWindow>(
+      seq.seqlen_q, seq.seqlen_k, params.window_left, params.window_right);
+  if (bwd90::dq_block_contributors<Traits>(mask, seq.seqlen_k, m, lane) != 0) return;
+  char* dq = static_cast<char*>(params.dq) +
+             sizeof(Element) * (batch * params.dq_strides.batch + int64_t(head) * params.dq_strides.head);
+  constexpr int kRowChunks = kHeadDim / 8;  // 16-byte chunks per row
+  const int rows = min(Traits::kKvBlockM, seq.seqlen_q - m0);
+  for (int i = lane; i < rows * kRowChunks; i += 32) {
+    const int64_t row = seq.row0_q + m0 + i / kRowChunks;
+    *reinterpret_cast<uint4*>(dq + sizeof(Element) * (row * params.dq_strides.row + 8 * (i % kRowChunks))) =
+        make_uint4(0, 0, 0, 0);
   }
 }
 

@@ -38,6 +38,7 @@ Status run_bwd(const BackwardParams& params, cudaStream_t stream) {
 
   BwdKernelArgs args;
   args.tile_counter = nullptr;
+  args.dq_counters = nullptr;
   BwdKernelParams& kp = args.p;
   static_cast<BackwardParams&>(kp) = params;
   const bool varlen = params.is_varlen();
@@ -154,6 +155,16 @@ Status run_bwd(const BackwardParams& params, cudaStream_t stream) {
       plan_bytes = mask_bits_offset;
     }
   }
+  // kDqConvertInKernel: the query blocks' counters (bwd90::dq_block_counter), after the rest of
+  // the plan's space, zeroed on the stream.
+  size_t counters_offset = 0, counters_bytes = 0;
+  if constexpr (Traits::kDqConvertInKernel) {
+    if (!kp.deterministic) {
+      counters_offset = round_up(plan_bytes, kWsAlign);
+      counters_bytes = sizeof(int) * size_t(ceil_div(int64_t(kp.heads) * kp.ws_rows, Traits::kKvBlockM) + 1);
+      plan_bytes = counters_offset + counters_bytes;
+    }
+  }
   void* ws = nullptr;
   void* plan_ws = nullptr;
   if (Status s = alloc_workspace<kHeadDim>(&kp, stream, &ws, plan_bytes, &plan_ws); !s.ok()) return s;
@@ -204,6 +215,10 @@ Status run_bwd(const BackwardParams& params, cudaStream_t stream) {
       if (!kp.deterministic) {
         FLASHATTN_CUDA_TRY(
             cudaMemsetAsync(kp.dq_accum, 0, sizeof(float) * size_t(kp.heads) * kp.ws_rows * kHeadDim, stream));
+        if constexpr (Traits::kDqConvertInKernel) {
+          args.dq_counters = reinterpret_cast<int*>(static_cast<char*>(plan_ws) + counters_offset);
+          FLASHATTN_CUDA_TRY(cudaMemsetAsync(args.dq_counters, 0, counters_bytes, stream));
+        }
         if constexpr (Traits::kPersistent) {
           // min(tiles, SMs) CTAs, each walking tiles (bwd_kv_kernel's kPersistent).
           const auto kernel = bwd_kv_kernel<Traits, true>;
@@ -223,9 +238,18 @@ Status run_bwd(const BackwardParams& params, cudaStream_t stream) {
           kernel<<<kv_grid, Traits::kThreads, kSmem, stream>>>(args);
           FLASHATTN_CUDA_TRY(cudaGetLastError());
         }
-        const dim3 grid(unsigned(ceil_div(kp.seqlen_q, 64)), kp.heads, kp.batch);
-        bwd_dq_convert_kernel<Traits><<<grid, 128, 0, stream>>>(kp);
-        FLASHATTN_CUDA_TRY(cudaGetLastError());
+        if constexpr (Traits::kDqConvertInKernel) {
+          // The kernel converted every query block that a key block adds into; the others are 0.
+          if (Traits::kMask == MaskMode::kWindow || kp.is_varlen() || kp.seqlen_k == 0) {
+            const dim3 grid(unsigned(ceil_div(kp.seqlen_q, Traits::kKvBlockM)), kp.heads, kp.batch);
+            bwd_dq_uncovered_kernel<Traits><<<grid, 32, 0, stream>>>(kp);
+            FLASHATTN_CUDA_TRY(cudaGetLastError());
+          }
+        } else {
+          const dim3 grid(unsigned(ceil_div(kp.seqlen_q, 64)), kp.heads, kp.batch);
+          bwd_dq_convert_kernel<Traits><<<grid, 128, 0, stream>>>(kp);
+          FLASHATTN_CUDA_TRY(cudaGetLastError());
+        }
         if constexpr (Traits::kBias) {
           if (Status s = end_dbias(kp, dbias, dbias_partials, stream); !s.ok()) return s;
         }
