@@ -876,8 +876,9 @@ __device__ __forceinline__ void convert_dq_jobs(const BwdKernelParams& params, i
     const int slot = k % Traits::kConvertSlots;
     ptx::mbarrier_wait(&c.full[slot], (k / Traits::kConvertSlots) & 1);
     const DqJob job = c.slots[slot];
-    __syncwarp();
-    if (t % 32 == 0) ptx::mbarrier_arrive(&c.empty[slot]);  // one arrival per converter warp
+    // Every converter thread arrives: racecheck credits an arrival with the arriving thread's
+    // own reads only (a lane-0 arrival after __syncwarp is reported; dev/NOTES.md "Sanitizers").
+    ptx::mbarrier_arrive(&c.empty[slot]);
     if (job.batch < 0) return;
     const SeqExtent seq = seq_extent(params, job.batch);
     const int64_t ws_row = params.ws_row0(job.batch, seq.row0_q) + job.m0;
@@ -1047,7 +1048,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
     if (threadIdx.x == 0) {  // init_ring fences them and syncs the CTA
       for (int i = 0; i < Traits::kConvertSlots; ++i) {
         ptx::mbarrier_init(&conv.full[i], 1);
-        ptx::mbarrier_init(&conv.empty[i], 2);  // one arrival per converter warp
+        ptx::mbarrier_init(&conv.empty[i], 64);  // every converter thread
       }
       ptx::mbarrier_init(conv.part_full, 1);
     }
