@@ -146,20 +146,11 @@ def test_long_backward_both_forms_match_float64(d, deterministic):
           lambda q, k, v: torch_ref.attention(q, k, v)[0], [q, k, v], dout, torch.bfloat16)
 
 
-@pytest.mark.parametrize("d", [64, 128])
-def test_long_backward_window_and_varlen_match_float64(d):
-    """The Hopper dK/dV steps' query blocks (128 rows at d64, 64 at d128) under a local window
-    over several blocks with seqlen_q != seqlen_k (blocks that skip the mask and blocks that
-    apply it), and varlen without a mask, where a step's rows past one sequence are the next
-    one's (their P must be 0 through the workspace's padded LSE rows), against float64."""
-    s = dict(b=2, sq=900, sk=1100, h=4, hk=2, d=d)
-    q, k, v, dout = make(s, torch.bfloat16, seed=41)
-    window = (300, 50)
-    check(lambda q, k, v: flashattn.flash_attn_func(q, k, v, window_size=window),
-          lambda q, k, v: torch_ref.attention(q, k, v, window=window)[0], [q, k, v], dout, torch.bfloat16)
-    lens_q, lens_k = [300, 1, 513, 129], [257, 40, 600, 129]
+def check_varlen_unmasked(lens_q, lens_k, d, seed):
+    """Packed sequences without a mask (4 query heads, 2 KV heads, bf16): values and gradients
+    against float64, the reference one sequence at a time."""
     h, hk = 4, 2
-    g = torch.Generator(device=DEV).manual_seed(42)
+    g = torch.Generator(device=DEV).manual_seed(seed)
     def r(n, heads):
         return torch.randn(n, heads, d, generator=g, device=DEV, dtype=torch.bfloat16)
     q, k, v, dout = r(sum(lens_q), h), r(sum(lens_k), hk), r(sum(lens_k), hk), r(sum(lens_q), h)
@@ -173,6 +164,20 @@ def test_long_backward_window_and_varlen_match_float64(d):
 
     check(lambda q, k, v: flashattn.flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(lens_q), max(lens_k)),
           ref, [q, k, v], dout, torch.bfloat16)
+
+
+@pytest.mark.parametrize("d", [64, 128])
+def test_long_backward_window_and_varlen_match_float64(d):
+    """The Hopper dK/dV steps' query blocks (128 rows at d64, 64 at d128) under a local window
+    over several blocks with seqlen_q != seqlen_k (blocks that skip the mask and blocks that
+    apply it), and varlen without a mask, where a step's rows past one sequence are the next
+    one's (their P must be 0 through the workspace's padded LSE rows), against float64."""
+    s = dict(b=2, sq=900, sk=1100, h=4, hk=2, d=d)
+    q, k, v, dout = make(s, torch.bfloat16, seed=41)
+    window = (300, 50)
+    check(lambda q, k, v: flashattn.flash_attn_func(q, k, v, window_size=window),
+          lambda q, k, v: torch_ref.attention(q, k, v, window=window)[0], [q, k, v], dout, torch.bfloat16)
+    check_varlen_unmasked([300, 1, 513, 129], [257, 40, 600, 129], d, seed=42)
 
 
 @pytest.mark.parametrize("d", [64, 128])
@@ -190,23 +195,8 @@ def test_long_backward_rows_without_keys_match_float64(d):
     dirty()
     check(lambda q, k, v: flashattn.flash_attn_func(q, k, v, causal=True),
           lambda q, k, v: torch_ref.attention(q, k, v, causal=True)[0], [q, k, v], dout, torch.bfloat16)
-    lens_q, lens_k = [200, 333, 129, 64], [300, 0, 257, 0]
-    h, hk = 4, 2
-    g = torch.Generator(device=DEV).manual_seed(44)
-    def r(n, heads):
-        return torch.randn(n, heads, d, generator=g, device=DEV, dtype=torch.bfloat16)
-    q, k, v, dout = r(sum(lens_q), h), r(sum(lens_k), hk), r(sum(lens_k), hk), r(sum(lens_q), h)
-    cq, ck = np.cumsum([0] + lens_q).tolist(), np.cumsum([0] + lens_k).tolist()
-    cu_q = torch.tensor(cq, dtype=torch.int32, device=DEV)
-    cu_k = torch.tensor(ck, dtype=torch.int32, device=DEV)
-
-    def ref(q, k, v):
-        return torch.cat([torch_ref.attention(q[None, cq[i]:cq[i + 1]], k[None, ck[i]:ck[i + 1]],
-                                              v[None, ck[i]:ck[i + 1]])[0][0] for i in range(len(lens_q))])
-
     dirty()
-    check(lambda q, k, v: flashattn.flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(lens_q), max(lens_k)),
-          ref, [q, k, v], dout, torch.bfloat16)
+    check_varlen_unmasked([200, 333, 129, 64], [300, 0, 257, 0], d, seed=44)
 
 
 @pytest.mark.parametrize("d", [64, 128, 192, 256])
