@@ -317,7 +317,7 @@ struct BwdKernelArgs {
   // kPersistent with a window or causal mask: the tile feed's counter (workspace, zeroed per call).
   int* tile_counter;
   // kDqConvertInKernel: per query block of kKvBlockM rows, the steps whose dQ adds are complete
-  // (workspace, zeroed per call; bwd90::dq_block_counter).
+  // (workspace, zeroed per call; indexed by the block's first row over heads x ws_rows).
   int* dq_counters;
   // kBias: attn_bias's map, (keys, rows, heads, batch), boxes of 64 keys x kKvBlockM rows (1 row
   // when it broadcasts over the rows), 128-byte swizzle (make_bias_map).
@@ -699,9 +699,9 @@ __device__ __forceinline__ void hand_back_dq_parts(int lane) {
 
 // ---- dQ converted in the fused kernel (BwdTraitsBody::kDqConvertInKernel) ----
 // A step of the dQ writer whose bulk adds are complete, for the converter warps: its query block
-// (sequence, query head, first row) and how many steps add into that block; batch -1 ends them.
+// (sequence, query head, first row); batch -1 ends them. `valid` marks a pending slot in use.
 struct DqJob {
-  int batch, head, m0, expected;
+  int batch, head, m0, valid;
 };
 // The writer's counts (its steps, its queued jobs) and the converters' verdicts (whether a job
 // completed its block; two, by job parity), in shared memory: the writer has 24 registers.
@@ -710,7 +710,7 @@ struct DqCounts {
 };
 // The conversion's shared memory (after the fused kernel's other buffers): the part buffer
 // (kDqPartBytes), the job slots, the writer's kDqPendingDepth steps whose adds may be in flight
-// (expected 0: none), the counts, then the barriers: full and empty per slot, and the part
+// (valid 0: none), the counts, then the barriers: full and empty per slot, and the part
 // buffer's.
 struct DqConvertSmem {
   float* part;
@@ -723,6 +723,9 @@ struct DqConvertSmem {
 };
 template <typename Traits>
 __device__ __forceinline__ DqConvertSmem dq_convert_smem(unsigned char* base) {
+  static_assert(!Traits::kDqConvertInKernel ||
+                    (Traits::kDqPartBytes % 1024 == 0 && sizeof(DqJob) == 16 && sizeof(DqCounts) == 16),
+                "the part buffer 1024-aligned (it follows 1024-byte multiples), the barriers 8-aligned");
   static_assert(!Traits::kDqConvertInKernel ||
                     Traits::kConvertBytes == Traits::kDqPartBytes +
                                                  int(sizeof(DqJob)) * (Traits::kConvertSlots + Traits::kDqPendingDepth) +
@@ -783,7 +786,7 @@ template <typename Traits>
 __device__ __forceinline__ void dq_writer_start(const DqConvertSmem& c, int lane) {
   if (lane == 0) {
     c.counts->steps = c.counts->pushes = 0;
-    for (int i = 0; i < Traits::kDqPendingDepth; ++i) c.pending[i].expected = 0;
+    for (int i = 0; i < Traits::kDqPendingDepth; ++i) c.pending[i].valid = 0;
   }
 }
 
@@ -791,19 +794,18 @@ __device__ __forceinline__ void dq_writer_start(const DqConvertSmem& c, int lane
 // then complete (the wait lets the newer steps' stay in flight), goes to the converters, and this
 // one takes its place. The writer does no atomic: a release at GPU scope (MEMBAR.GPU) would wait
 // for its own adds still in flight, which is what the first form of this did, per step (H200: the
-// d128 backward at 0.42-0.53x of the pass's; dev/NOTES.md). Every lane calls it.
+// d128 backward at 0.42-0.53x of the pass's; dev/NOTES.md); nor does it count the block's
+// contributors (the converters do). Every lane calls it.
 template <typename Traits>
-__device__ __forceinline__ void dq_after_step(const DqConvertSmem& c, const WindowMask& mask, int seqlen_k, int batch,
-                                              int head, int m, int lane) {
+__device__ __forceinline__ void dq_after_step(const DqConvertSmem& c, int batch, int head, int m, int lane) {
   constexpr int kDepth = Traits::kDqPendingDepth;
-  const int expected = dq_block_contributors<Traits>(mask, seqlen_k, m, lane);
   if (lane == 0) {
     DqJob* pd = c.pending + c.counts->steps % kDepth;
-    if (pd->expected != 0) {
+    if (pd->valid != 0) {
       ptx::bulk_wait_group<Traits::kConsumers * kDepth>();  // one group per consumer's part and step
       dq_push<Traits>(c, *pd);
     }
-    *pd = DqJob{batch, head, m * Traits::kKvBlockM, expected};
+    *pd = DqJob{batch, head, m * Traits::kKvBlockM, 1};
     ++c.counts->steps;
   }
   __syncwarp();
@@ -816,7 +818,7 @@ __device__ __forceinline__ void dq_finish(const DqConvertSmem& c, int lane) {
     ptx::bulk_wait_group<0>();
     for (int i = 0; i < Traits::kDqPendingDepth; ++i) {
       const DqJob* pd = c.pending + (c.counts->steps + i) % Traits::kDqPendingDepth;
-      if (pd->expected != 0) dq_push<Traits>(c, *pd);
+      if (pd->valid != 0) dq_push<Traits>(c, *pd);
     }
     dq_push<Traits>(c, DqJob{-1, 0, 0, 0});
   }
@@ -858,7 +860,8 @@ __device__ __forceinline__ void store_dq_part(const Load& load, int t, int part,
 }
 
 // The two converter warps (warps 2 and 3 of the producer warpgroup, t = 0 .. 63): per queued step,
-// thread 0 counts it into its block's counter (acquire-release at GPU scope: the writer saw its
+// the first warp finds how many steps add into its block (dq_block_contributors) and thread 0
+// counts it into the block's counter (acquire-release at GPU scope: the writer saw its
 // adds complete, and handed the step over through the slot's barrier); the step that completes
 // the block has each part brought into shared memory by the copy engine and stored through
 // store_dq_part (each warp plays two of the 128 threads' roles). Until the end job.
@@ -882,9 +885,16 @@ __device__ __forceinline__ void convert_dq_jobs(const BwdKernelParams& params, i
     if (job.batch < 0) return;
     const SeqExtent seq = seq_extent(params, job.batch);
     const int64_t ws_row = params.ws_row0(job.batch, seq.row0_q) + job.m0;
-    if (t == 0) {
-      const int64_t counter = (int64_t(job.head) * params.ws_rows + ws_row) / Traits::kKvBlockM;
-      c.counts->verdict[k & 1] = ptx::atomic_inc_acq_rel_gpu(counters + counter) + 1 == job.expected;
+    if (t < 32) {  // the first converter warp counts
+      const WindowMask mask = make_window_mask<Traits::kMask == MaskMode::kWindow>(
+          seq.seqlen_q, seq.seqlen_k, params.window_left, params.window_right);
+      const int expected = dq_block_contributors<Traits>(mask, seq.seqlen_k, job.m0 / Traits::kKvBlockM, t);
+      if (t == 0) {
+        // Query blocks never overlap (each sequence owns its workspace rows), so neither do their
+        // counters' indices.
+        const int64_t counter = (int64_t(job.head) * params.ws_rows + ws_row) / Traits::kKvBlockM;
+        c.counts->verdict[k & 1] = ptx::atomic_inc_acq_rel_gpu(counters + counter) + 1 == expected;
+      }
     }
     ptx::named_barrier_sync(kDqConvertBarrier, 64);  // the verdict (the other parity's readers are done)
     if (!c.counts->verdict[k & 1]) continue;
@@ -1104,11 +1114,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
               bwd90::hand_back_dq_parts<Traits>(lane);
             }
             bwd90::add_dq_parts<Traits>(gdq, sDq, lane);
-            if constexpr (kConvert) {
-              const WindowMask wmask = make_window_mask<Traits::kMask == MaskMode::kWindow>(
-                  w.seq.seqlen_q, w.seq.seqlen_k, params.window_left, params.window_right);
-              bwd90::dq_after_step<Traits>(conv, wmask, w.seq.seqlen_k, w.batch, walk.head, walk.m, lane);
-            }
+            if constexpr (kConvert) bwd90::dq_after_step<Traits>(conv, w.batch, walk.head, walk.m, lane);
           }
         }
         if constexpr (kConvert) {
@@ -1233,7 +1239,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
           bwd90::add_dq_parts<Traits>(gdq, sDq, lane);
           if (step + 1 < steps) bwd90::hand_back_dq_parts<Traits>(lane);
           if constexpr (kConvert) {
-            bwd90::dq_after_step<Traits>(conv, mask, seq.seqlen_k, batch, walk.head, walk.m, lane);
+            bwd90::dq_after_step<Traits>(conv, batch, walk.head, walk.m, lane);
           }
         }
         if constexpr (kConvert) {

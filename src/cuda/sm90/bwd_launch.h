@@ -155,7 +155,7 @@ Status run_bwd(const BackwardParams& params, cudaStream_t stream) {
       plan_bytes = mask_bits_offset;
     }
   }
-  // kDqConvertInKernel: the query blocks' counters (bwd90::dq_block_counter), after the rest of
+  // kDqConvertInKernel: the query blocks' counters (bwd90::convert_dq_jobs), after the rest of
   // the plan's space, zeroed on the stream.
   size_t counters_offset = 0, counters_bytes = 0;
   if constexpr (Traits::kDqConvertInKernel) {
@@ -240,7 +240,7 @@ Status run_bwd(const BackwardParams& params, cudaStream_t stream) {
         }
         if constexpr (Traits::kDqConvertInKernel) {
           // The kernel converted every query block that a key block adds into; the others are 0.
-          if (Traits::kMask == MaskMode::kWindow || kp.is_varlen() || kp.seqlen_k == 0) {
+          if (Traits::kMask == MaskMode::kWindow || kp.is_varlen()) {
             const dim3 grid(unsigned(ceil_div(kp.seqlen_q, Traits::kKvBlockM)), kp.heads, kp.batch);
             bwd_dq_uncovered_kernel<Traits><<<grid, 32, 0, stream>>>(kp);
             FLASHATTN_CUDA_TRY(cudaGetLastError());
