@@ -227,7 +227,8 @@ struct BwdTraitsBody {
   static constexpr int kConvertSlots = 8;
   static constexpr int kDqPendingDepth = 3;
   static constexpr int kConvertBytes =
-      kDqConvertInKernel ? kDqPartBytes + 16 * (kConvertSlots + kDqPendingDepth) + 16 + 8 * (2 * kConvertSlots + 1)
+      kDqConvertInKernel ? kDqPartBytes + 16 * (kConvertSlots + kDqPendingDepth) + 16 + 2 * (16 * kConvertSlots + 16) +
+                               8 * (2 * kConvertSlots + 1)
                          : 0;
   static constexpr int kFusedExtraBytes = 2 * kDsBytes + kConsumers * kDqPartBytes + kKHalvesBytes + kConvertBytes;
   static constexpr size_t kKvFusedSmemBytes = kKvSmemBytes + kFusedExtraBytes;
@@ -586,26 +587,54 @@ struct KvTile {
   SeqExtent seq;
   int n0, keys_here, head_begin, m_lo, n_m, steps;
   int64_t ws_row0;
+  int m_rot = 0;  // Traits::kDqConvertInKernel: the walk's first query block is m_lo + m_rot
   __device__ __forceinline__ bool exists() const { return n0 < seq.seqlen_k; }
 };
+
+// Traits::kDqConvertInKernel: where key block n_block's walk over its n_m query blocks starts
+// (DenseWalkT<true>), n_block / (the sequence's key blocks) of the way through them. In the
+// plain order every key block of a head visits query block m at about the same step, so the
+// same slowest CTA made each block's last add and converted every block of the head, fell
+// further behind and so stayed last (H200 d128 at 0.41-0.50x with the conversion, 1.06x
+// with the counts alone; dev/NOTES.md). Rotated, each key block is last for its share of the
+// blocks, and the adds into one dQ block are spread over the walk.
+template <typename Traits>
+__device__ __forceinline__ int dq_walk_rotation(int n_block, int n_m, int seqlen_k) {
+  if constexpr (!Traits::kDqConvertInKernel) {
+    return 0;
+  } else {
+    const int n_blocks = (seqlen_k + Traits::kKvBlockN - 1) / Traits::kKvBlockN;
+    return n_m > 0 && n_blocks > 0 ? int(int64_t(n_block) * n_m / n_blocks % n_m) : 0;
+  }
+}
 
 // A tile's dense steps in bwd_kv_kernel's order, head-major: query blocks m_lo .. m_lo + n_m - 1
 // of each of the split's heads in turn, one advance() per step. No step divides by n_m: the
 // window kernels' consumers spent a signed division (about 25 vector instructions, one MUFU.RCP)
-// per step on step / n_m and step % n_m, about 4% of a d64 step.
-struct DenseWalk {
+// per step on step / n_m and step % n_m, about 4% of a d64 step. kRotated
+// (Traits::kDqConvertInKernel): each head's blocks from m_lo + rot, wrapping to m_lo
+// (dq_walk_rotation).
+template <bool kRotated>
+struct DenseWalkT {
   int m_lo, m_end;
   int m;     // this step's query block
   int head;  // this step's query head
-  __device__ __forceinline__ DenseWalk(int m_lo_, int n_m, int head_begin)
-      : m_lo(m_lo_), m_end(m_lo_ + n_m), m(m_lo_), head(head_begin) {}
+  int m_first;
+  __device__ __forceinline__ DenseWalkT(int m_lo_, int n_m, int head_begin, int rot = 0)
+      : m_lo(m_lo_), m_end(m_lo_ + n_m), m(m_lo_ + (kRotated ? rot : 0)), head(head_begin), m_first(m) {}
   __device__ __forceinline__ void advance() {
-    if (++m == m_end) {
-      m = m_lo;
-      ++head;
+    if constexpr (kRotated) {
+      if (++m == m_end) m = m_lo;
+      if (m == m_first) ++head;
+    } else {
+      if (++m == m_end) {
+        m = m_lo;
+        ++head;
+      }
     }
   }
 };
+using DenseWalk = DenseWalkT<false>;
 
 // Tile t's values, as the one-CTA-per-tile launch derives its CTA's at the top of bwd_kv_kernel
 // (steps 0 for a tile past its sequence's keys).
@@ -635,6 +664,7 @@ __device__ __forceinline__ KvTile kv_tile(const BwdKernelParams& params, const B
   w.n_m = max(m_hi - m_lo, 0);
   w.steps = w.exists() ? w.n_m * heads_per_split : 0;
   w.ws_row0 = params.ws_row0(w.batch, w.seq.row0_q);
+  w.m_rot = dq_walk_rotation<Traits>(w.n_block, w.n_m, w.seq.seqlen_k);
   return w;
 }
 
@@ -703,20 +733,27 @@ __device__ __forceinline__ void hand_back_dq_parts(int lane) {
 struct DqJob {
   int batch, head, m0, valid;
 };
-// The writer's counts (its steps, its queued jobs) and the converters' verdicts (whether a job
-// completed its block; two, by job parity), in shared memory: the writer has 24 registers.
+// The writer's counts (its steps, its queued jobs), in shared memory: the writer has 24 registers.
 struct DqCounts {
-  int steps, pushes, verdict[2];
+  int steps, pushes, pad[2];
+};
+// A batch of queued steps the first converter warp counted at once, for both converter warps:
+// the steps, which of them completed their block (bit j: jobs[j]), whether the end job came.
+template <int kSlots>
+struct DqBatch {
+  DqJob jobs[kSlots];
+  int convert_mask, end, pad[2];
 };
 // The conversion's shared memory (after the fused kernel's other buffers): the part buffer
 // (kDqPartBytes), the job slots, the writer's kDqPendingDepth steps whose adds may be in flight
-// (valid 0: none), the counts, then the barriers: full and empty per slot, and the part
-// buffer's.
+// (valid 0: none), the counts, two batches (by parity), then the barriers: full and empty per
+// slot, and the part buffer's.
 struct DqConvertSmem {
   float* part;
   DqJob* slots;
   DqJob* pending;
   DqCounts* counts;
+  void* batches;
   uint64_t* full;
   uint64_t* empty;
   uint64_t* part_full;
@@ -729,14 +766,16 @@ __device__ __forceinline__ DqConvertSmem dq_convert_smem(unsigned char* base) {
   static_assert(!Traits::kDqConvertInKernel ||
                     Traits::kConvertBytes == Traits::kDqPartBytes +
                                                  int(sizeof(DqJob)) * (Traits::kConvertSlots + Traits::kDqPendingDepth) +
-                                                 int(sizeof(DqCounts)) + 8 * (2 * Traits::kConvertSlots + 1),
+                                                 int(sizeof(DqCounts)) + 2 * int(sizeof(DqBatch<Traits::kConvertSlots>)) +
+                                                 8 * (2 * Traits::kConvertSlots + 1),
                 "the conversion's shared memory as BwdTraitsBody counts it");
   DqConvertSmem c;
   c.part = reinterpret_cast<float*>(base);
   c.slots = reinterpret_cast<DqJob*>(base + Traits::kDqPartBytes);
   c.pending = c.slots + Traits::kConvertSlots;
   c.counts = reinterpret_cast<DqCounts*>(c.pending + Traits::kDqPendingDepth);
-  c.full = reinterpret_cast<uint64_t*>(c.counts + 1);
+  c.batches = c.counts + 1;
+  c.full = reinterpret_cast<uint64_t*>(static_cast<DqBatch<Traits::kConvertSlots>*>(c.batches) + 2);
   c.empty = c.full + Traits::kConvertSlots;
   c.part_full = c.empty + Traits::kConvertSlots;
   return c;
@@ -802,7 +841,9 @@ __device__ __forceinline__ void dq_after_step(const DqConvertSmem& c, int batch,
   if (lane == 0) {
     DqJob* pd = c.pending + c.counts->steps % kDepth;
     if (pd->valid != 0) {
+#if !defined(FLASHATTN_DEV_DQ_PROBE_NOWAIT)  // timing probe only (wrong results)
       ptx::bulk_wait_group<Traits::kConsumers * kDepth>();  // one group per consumer's part and step
+#endif
       dq_push<Traits>(c, *pd);
     }
     *pd = DqJob{batch, head, m * Traits::kKvBlockM, 1};
@@ -859,74 +900,131 @@ __device__ __forceinline__ void store_dq_part(const Load& load, int t, int part,
   }
 }
 
-// The two converter warps (warps 2 and 3 of the producer warpgroup, t = 0 .. 63): per queued step,
-// the first warp finds how many steps add into its block (dq_block_contributors) and thread 0
-// counts it into the block's counter (acquire-release at GPU scope: the writer saw its
-// adds complete, and handed the step over through the slot's barrier); the step that completes
-// the block has each part brought into shared memory by the copy engine and stored through
-// store_dq_part (each warp plays two of the 128 threads' roles). Until the end job.
+// The two converter warps (warps 2 and 3 of the producer warpgroup, t = 0 .. 63), in batches: the
+// first warp takes the oldest queued step and every one queued behind it (lane j the j-th; the
+// slot goes back at once), finds how many steps add into each one's block
+// (dq_block_contributors) and counts them all at once (lane j's acquire-release atomic at GPU
+// scope: the writer saw the step's adds complete and handed it over through the slot's
+// barrier). One count at a time, the converters' round trip to L2 behind the kernel's own
+// reduce-adds paced the writer (8 slots) and the whole kernel: H200 d128 at 0.40x (dev/NOTES.md).
+// Each step that completes its block has the block's parts brought into shared memory by the
+// copy engine and stored through store_dq_part by both warps (each plays two of the 128 threads'
+// roles). Until the end job.
 template <typename Traits>
 __device__ __forceinline__ void convert_dq_jobs(const BwdKernelParams& params, int* counters, const DqConvertSmem& c,
                                                 int t) {
   constexpr int kHeadDim = Traits::kHeadDim;
+  constexpr int kSlots = Traits::kConvertSlots;
+  static_assert(kSlots <= 32, "a lane per queued step");
   constexpr int kPartFloats = Traits::kDqPartBytes / 4;
   constexpr int kPartsPerBlock = 64 * kHeadDim / kPartFloats;      // per 64 rows
   constexpr int kParts = Traits::kKvBlockM / 64 * kPartsPerBlock;  // per job
   const uint32_t part_base = ptx::smem_u32(c.part);
+  auto* batches = static_cast<DqBatch<kSlots>*>(c.batches);
   int loads = 0;
+  int k = 0;  // steps taken (the first warp's)
 #pragma unroll 1
-  for (int k = 0;; ++k) {
-    const int slot = k % Traits::kConvertSlots;
-    ptx::mbarrier_wait(&c.full[slot], (k / Traits::kConvertSlots) & 1);
-    const DqJob job = c.slots[slot];
-    // Every converter thread arrives: racecheck credits an arrival with the arriving thread's
-    // own reads only (a lane-0 arrival after __syncwarp is reported; dev/NOTES.md "Sanitizers").
-    ptx::mbarrier_arrive(&c.empty[slot]);
-    if (job.batch < 0) return;
-    const SeqExtent seq = seq_extent(params, job.batch);
-    const int64_t ws_row = params.ws_row0(job.batch, seq.row0_q) + job.m0;
-    if (t < 32) {  // the first converter warp counts
-      const WindowMask mask = make_window_mask<Traits::kMask == MaskMode::kWindow>(
-          seq.seqlen_q, seq.seqlen_k, params.window_left, params.window_right);
-      const int expected = dq_block_contributors<Traits>(mask, seq.seqlen_k, job.m0 / Traits::kKvBlockM, t);
-      if (t == 0) {
+  for (int b = 0;; ++b) {
+    // Batch b in batches[b & 1]: the second warp read batch b - 2 before the barrier of b - 1.
+    DqBatch<kSlots>& batch = batches[b & 1];
+    if (t < 32) {
+      const int lane = t;
+      ptx::mbarrier_wait(&c.full[k % kSlots], (k / kSlots) & 1);
+      const int slot = (k + lane) % kSlots;
+      const bool ready =
+          lane == 0 || (lane < kSlots && ptx::mbarrier_test(&c.full[slot], ((k + lane) / kSlots) & 1));
+      int n = __ffs(~__ballot_sync(0xffffffffu, ready)) - 1;  // steps queued in a row from k
+      DqJob job{-1, 0, 0, 0};
+      if (lane < n) job = c.slots[slot];
+      const unsigned ends = __ballot_sync(0xffffffffu, lane < n && job.batch < 0);
+      // Nothing follows the end job: n then counts the steps before it.
+      const int taken = ends != 0 ? __ffs(ends) : n;
+      if (ends != 0) n = taken - 1;
+      if (lane < taken) ptx::mbarrier_arrive(&c.empty[slot]);  // the slot's only reader
+      k += taken;
+      SeqExtent seq{};
+      if (lane < n) seq = seq_extent(params, job.batch);
+      int expected = 0;
+#pragma unroll 1
+      for (int j = 0; j < n; ++j) {  // every lane (dq_block_contributors' ballots)
+        const int seqlen_q = __shfl_sync(0xffffffffu, seq.seqlen_q, j);
+        const int seqlen_k = __shfl_sync(0xffffffffu, seq.seqlen_k, j);
+        const int m0 = __shfl_sync(0xffffffffu, job.m0, j);
+        const WindowMask mask = make_window_mask<Traits::kMask == MaskMode::kWindow>(
+            seqlen_q, seqlen_k, params.window_left, params.window_right);
+        const int e = dq_block_contributors<Traits>(mask, seqlen_k, m0 / Traits::kKvBlockM, lane);
+        if (lane == j) expected = e;
+      }
+      bool convert = false;
+      if (lane < n) {
         // Query blocks never overlap (each sequence owns its workspace rows), so neither do their
-        // counters' indices.
+        // counters' indices; two steps of one batch may count into one block (the later tile).
+        const int64_t ws_row = params.ws_row0(job.batch, seq.row0_q) + job.m0;
         const int64_t counter = (int64_t(job.head) * params.ws_rows + ws_row) / Traits::kKvBlockM;
-        c.counts->verdict[k & 1] = ptx::atomic_inc_acq_rel_gpu(counters + counter) + 1 == expected;
+#if defined(FLASHATTN_DEV_DQ_PROBE_NOATOM)  // timing probe only (nothing converted)
+        convert = counter < 0;
+#elif defined(FLASHATTN_DEV_DQ_PROBE_RED)  // timing probe only (a count without a return; nothing converted)
+        asm volatile("red.release.gpu.global.add.s32 [%0], 1;\n" ::"l"(counters + counter) : "memory");
+        convert = expected < 0;
+#elif defined(FLASHATTN_DEV_DQ_PROBE_RELAXED)  // timing probe only (no release / acquire)
+        convert = atomicAdd(counters + counter, 1) + 1 == expected;
+#else
+        convert = ptx::atomic_inc_acq_rel_gpu(counters + counter) + 1 == expected;
+#endif
+        batch.jobs[lane] = job;
+      }
+      const unsigned convert_mask = __ballot_sync(0xffffffffu, convert);
+      if (lane == 0) {
+#if defined(FLASHATTN_DEV_DQ_PROBE_NOCONV)  // timing probe only (counted, nothing converted)
+        batch.convert_mask = 0 & int(convert_mask);
+#else
+        batch.convert_mask = int(convert_mask);
+#endif
+        batch.end = ends != 0;
       }
     }
-    ptx::named_barrier_sync(kDqConvertBarrier, 64);  // the verdict (the other parity's readers are done)
-    if (!c.counts->verdict[k & 1]) continue;
-    const float* src = params.dq_accum + (int64_t(job.head) * params.ws_rows + ws_row) * kHeadDim;
-    char* dq = static_cast<char*>(params.dq) + sizeof(typename Traits::Element) *
-                                                   (job.batch * params.dq_strides.batch + int64_t(job.head) * params.dq_strides.head);
+    ptx::named_barrier_sync(kDqConvertBarrier, 64);  // the batch
+    const unsigned convert_mask = unsigned(batch.convert_mask);
+    const bool end = batch.end != 0;
 #pragma unroll 1
-    for (int q = 0; q < kParts; ++q) {
-      if (t == 0) {
-        ptx::fence_proxy_async_global();  // the counter's acquire before the engine's read
-        ptx::fence_proxy_async_smem();    // the last part's reads before the engine's writes
-        ptx::mbarrier_arrive_expect_tx(c.part_full, Traits::kDqPartBytes);
-        ptx::bulk_load(c.part, src + q * kPartFloats, Traits::kDqPartBytes, c.part_full);
-      }
-      ptx::mbarrier_wait(c.part_full, loads & 1);
-      ++loads;
-      const int m64 = job.m0 + 64 * (q / kPartsPerBlock);
+    for (unsigned todo = convert_mask; todo != 0; todo &= todo - 1) {
+      const DqJob job = batch.jobs[__ffs(todo) - 1];
+      const SeqExtent seq = seq_extent(params, job.batch);
+      const int64_t ws_row = params.ws_row0(job.batch, seq.row0_q) + job.m0;
+      const float* src = params.dq_accum + (int64_t(job.head) * params.ws_rows + ws_row) * kHeadDim;
+      char* dq = static_cast<char*>(params.dq) +
+                 sizeof(typename Traits::Element) *
+                     (job.batch * params.dq_strides.batch + int64_t(job.head) * params.dq_strides.head);
+#pragma unroll 1
+      for (int q = 0; q < kParts; ++q) {
+        if (t == 0) {
+#if !defined(FLASHATTN_DEV_DQ_PROBE_NOFENCE)  // timing probe only
+          ptx::fence_proxy_async_global();  // the counter's acquire before the engine's read
+#endif
+          ptx::fence_proxy_async_smem();    // the last part's reads before the engine's writes
+          ptx::mbarrier_arrive_expect_tx(c.part_full, Traits::kDqPartBytes);
+          ptx::bulk_load(c.part, src + q * kPartFloats, Traits::kDqPartBytes, c.part_full);
+        }
+        ptx::mbarrier_wait(c.part_full, loads & 1);
+        ++loads;
+        const int m64 = job.m0 + 64 * (q / kPartsPerBlock);
 #pragma unroll
-      for (int v = 0; v < 2; ++v) {
-        const int tv = t + 64 * v;
-        store_dq_part<Traits>(
-            [&](int j, int h) {
-              float2 x;
-              asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n"
-                           : "=f"(x.x), "=f"(x.y)
-                           : "r"(part_base + 16 * (tv + 128 * j) + 8 * h));
-              return x;
-            },
-            tv, q % kPartsPerBlock, dq, params.dq_strides.row, seq.row0_q, m64, seq.seqlen_q, params.scale);
+        for (int v = 0; v < 2; ++v) {
+          const int tv = t + 64 * v;
+          store_dq_part<Traits>(
+              [&](int j, int h) {
+                float2 x;
+                asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n"
+                             : "=f"(x.x), "=f"(x.y)
+                             : "r"(part_base + 16 * (tv + 128 * j) + 8 * h));
+                return x;
+              },
+              tv, q % kPartsPerBlock, dq, params.dq_strides.row, seq.row0_q, m64, seq.seqlen_q, params.scale);
+        }
+        ptx::named_barrier_sync(kDqConvertBarrier, 64);  // the buffer read before the next part lands
       }
-      ptx::named_barrier_sync(kDqConvertBarrier, 64);  // the buffer read before the next part lands
     }
+    if (end) return;
   }
 }
 
@@ -1003,6 +1101,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
     query_block_range(mask, n0, n0 + keys_here, kBlockM, &m_lo, &m_hi);
   }
   const int n_m = max(m_hi - m_lo, 0);
+  [[maybe_unused]] const int m_rot = bwd90::dq_walk_rotation<Traits>(n_block, n_m, seq.seqlen_k);
   // (head, query block) pairs, head-major. kSparse: the consumers learn theirs from the producer.
   int steps = n_m * heads_per_split;
   const int64_t ws_row0 = params.ws_row0(batch, seq.row0_q);
@@ -1020,6 +1119,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
       reinterpret_cast<unsigned char*>(sDq) + Traits::kConsumers * Traits::kDqPartBytes;
   // kDqConvertInKernel: the conversion's buffer, queue and barriers, last.
   constexpr bool kConvert = kFusedDq && Traits::kDqConvertInKernel;
+  using Walk = bwd90::DenseWalkT<kConvert>;  // rotated with the conversion (dq_walk_rotation)
   [[maybe_unused]] const bwd90::DqConvertSmem conv = bwd90::dq_convert_smem<Traits>(sKh + Traits::kKHalvesBytes);
   // Split roles (d256): P^T handed from consumer 0 to 1, before the barriers.
   float* sPt = reinterpret_cast<float*>(stages + Traits::kKvStagesBytes);
@@ -1058,7 +1158,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
     if (threadIdx.x == 0) {  // init_ring fences them and syncs the CTA
       for (int i = 0; i < Traits::kConvertSlots; ++i) {
         ptx::mbarrier_init(&conv.full[i], 1);
-        ptx::mbarrier_init(&conv.empty[i], 64);  // every converter thread
+        ptx::mbarrier_init(&conv.empty[i], 1);  // the converter lane that read it
       }
       ptx::mbarrier_init(conv.part_full, 1);
     }
@@ -1099,7 +1199,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
           const int t = kDynamic ? take_tile(feed, r, lane) : BwdTileOrder::cta_tile(r, cta, ctas);
           if (t >= order.tiles) break;
           const bwd90::KvTile w = bwd90::kv_tile<Traits>(params, order, t);
-          bwd90::DenseWalk walk(w.m_lo, w.n_m, w.head_begin);
+          Walk walk(w.m_lo, w.n_m, w.head_begin, w.m_rot);
 #pragma unroll 1
           for (int step = 0; step < w.steps; ++step, walk.advance()) {
             float* gdq =
@@ -1151,7 +1251,13 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
         for (int head = w.head_begin; head < w.head_begin + heads_per_split; ++head) {
           const int64_t ws_head = int64_t(head) * params.ws_rows + w.ws_row0;
 #pragma unroll 1
-          for (int m0 = w.m_lo * kBlockM; m0 < (w.m_lo + w.n_m) * kBlockM; m0 += kBlockM) {
+          for (int m_step = w.m_lo * kBlockM; m_step < (w.m_lo + w.n_m) * kBlockM; m_step += kBlockM) {
+            // kConvert: from m_lo + m_rot, wrapping (Walk).
+            int m0 = m_step;
+            if constexpr (kConvert) {
+              m0 += w.m_rot * kBlockM;
+              if (m0 >= (w.m_lo + w.n_m) * kBlockM) m0 -= w.n_m * kBlockM;
+            }
             const int s = it % kStages;
             ptx::mbarrier_wait(&empty[s], ((it / kStages) & 1) ^ 1);
             ptx::mbarrier_arrive_expect_tx(&full[s], Traits::tile_bytes(kBlockM) + Traits::tile_bytes_v(kBlockM) +
@@ -1233,7 +1339,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
         if constexpr (kConvert) {
           bwd90::dq_writer_start<Traits>(conv, lane);
         }
-        bwd90::DenseWalk walk(m_lo, n_m, head_begin);
+        Walk walk(m_lo, n_m, head_begin, m_rot);
         for (int step = 0; step < steps; ++step, walk.advance()) {
           float* gdq = params.dq_accum + (int64_t(walk.head) * params.ws_rows + ws_row0 + walk.m * kBlockM) * kHeadDim;
           bwd90::add_dq_parts<Traits>(gdq, sDq, lane);
@@ -1347,7 +1453,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
     if (warp != 0 || lane != 0 || steps == 0) return;
     const int mb = bwd90::map_batch(params, batch);
     load_kv(mb);
-    bwd90::DenseWalk walk(m_lo, n_m, head_begin);
+    Walk walk(m_lo, n_m, head_begin, m_rot);
 #pragma unroll 1
     for (int step = 0; step < steps; ++step, walk.advance()) {
       const int s = step % kStages;
@@ -1585,7 +1691,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
   [[maybe_unused]] int it = 0;  // kPersistent: the CTA's steps so far, over its tiles
   int kv_it = 0;                // kPersistent: its tiles with a step so far (their K/V loads)
   for (int r = 0;; ++r) {
-    bwd90::KvTile w{n_block, kv_head, split, batch, seq, n0, keys_here, head_begin, m_lo, n_m, steps, ws_row0};
+    bwd90::KvTile w{n_block, kv_head, split, batch, seq, n0, keys_here, head_begin, m_lo, n_m, steps, ws_row0, m_rot};
     if constexpr (kPersistent) {
       const int t = kDynamic ? take_tile(feed, r, lane) : BwdTileOrder::cta_tile(r, cta, ctas);
       if (t >= order.tiles) break;
@@ -1635,7 +1741,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
     // Dense steps: the query block and head by walking; the blocks whose rows see all of this
     // warpgroup's keys skip the mask (two compares a step instead of block_needs_mask's arithmetic
     // on the block's rows: the window kernels' steps were 13% longer than the unmasked ones').
-    bwd90::DenseWalk walk(w.m_lo, w.n_m, w.head_begin);
+    Walk walk(w.m_lo, w.n_m, w.head_begin, w.m_rot);
     [[maybe_unused]] int clean_lo = 0, clean_hi = 0;
     if constexpr (Traits::kMask == MaskMode::kWindow && !Traits::kSparse) {
       mask.unmasked_row_blocks(w.n0 + key_row0, w.n0 + key_row0 + 64, kBlockM, &clean_lo, &clean_hi);
