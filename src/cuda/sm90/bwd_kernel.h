@@ -734,9 +734,42 @@ struct DqJob {
   int batch, head, m0, valid;
 };
 // The writer's counts (its steps, its queued jobs), in shared memory: the writer has 24 registers.
+// wait_ns: FLASHATTN_DEV_DQ_TRACE's sum of the writer's waits for a free slot.
 struct DqCounts {
-  int steps, pushes, pad[2];
+  int steps, pushes;
+  unsigned long long wait_ns;
 };
+
+// dev/ probe FLASHATTN_DEV_DQ_TRACE (dev/dq_trace.py): %globaltimer stamps of the conversion,
+// recorded after the query blocks' counters (the launch sizes and zeroes them with the counters;
+// bwd_dq_trace_print_kernel prints them: a printf in this kernel would serialise its wgmmas,
+// ptxas C7510). Layout in 8-byte words: [0] conversions recorded; then per CTA of the launch's
+// `tiles` (the one-CTA grid's size) the writer's 4 (steps, wait_ns, end, 1) and the converters'
+// 6 (jobs, batches, largest batch, count_ns, first, 1); then per conversion 6 (cta, head, m0, k,
+// begun, first part landed, done: head and m0 share a word).
+__device__ __forceinline__ unsigned long long dq_trace_ns() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+constexpr int kDqTraceWriterWords = 4, kDqTraceCtaWords = 6, kDqTraceConvWords = 6;
+__host__ __device__ inline int64_t dq_trace_counters(int heads, int64_t ws_rows, int block_m) {
+  return ((int64_t(heads) * ws_rows + block_m - 1) / block_m + 1 + 1) / 2 * 2;  // as the launch's, even
+}
+__host__ __device__ inline int64_t dq_trace_words(int64_t counters, int64_t tiles) {
+  return 8 + (kDqTraceWriterWords + kDqTraceCtaWords) * tiles + kDqTraceConvWords * (counters / 2 * 2);
+}
+template <typename Traits>
+__device__ __forceinline__ unsigned long long* dq_trace_base(const BwdKernelParams& params, int* counters) {
+  return reinterpret_cast<unsigned long long*>(counters +
+                                               dq_trace_counters(params.heads, params.ws_rows, Traits::kKvBlockM));
+}
+__device__ __forceinline__ int64_t dq_trace_tiles(const BwdKernelParams& params, int block_n) {
+  return int64_t((params.seqlen_k + block_n - 1) / block_n) * params.heads_k * params.kv_splits * params.batch;
+}
+__device__ __forceinline__ int dq_trace_cta() {
+  return int(blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z));
+}
 // A batch of queued steps the first converter warp counted at once, for both converter warps:
 // the steps, which of them completed their block (bit j: jobs[j]), whether the end job came.
 template <int kSlots>
@@ -815,7 +848,13 @@ template <typename Traits>
 __device__ __forceinline__ void dq_push(const DqConvertSmem& c, const DqJob& job) {
   const int k = c.counts->pushes++;
   const int slot = k % Traits::kConvertSlots;
+#if defined(FLASHATTN_DEV_DQ_TRACE)
+  const unsigned long long t0 = dq_trace_ns();
   ptx::mbarrier_wait(&c.empty[slot], ((k / Traits::kConvertSlots) & 1) ^ 1);
+  c.counts->wait_ns += dq_trace_ns() - t0;
+#else
+  ptx::mbarrier_wait(&c.empty[slot], ((k / Traits::kConvertSlots) & 1) ^ 1);
+#endif
   c.slots[slot] = job;
   ptx::mbarrier_arrive(&c.full[slot]);
 }
@@ -825,6 +864,7 @@ template <typename Traits>
 __device__ __forceinline__ void dq_writer_start(const DqConvertSmem& c, int lane) {
   if (lane == 0) {
     c.counts->steps = c.counts->pushes = 0;
+    c.counts->wait_ns = 0;
     for (int i = 0; i < Traits::kDqPendingDepth; ++i) c.pending[i].valid = 0;
   }
 }
@@ -841,9 +881,7 @@ __device__ __forceinline__ void dq_after_step(const DqConvertSmem& c, int batch,
   if (lane == 0) {
     DqJob* pd = c.pending + c.counts->steps % kDepth;
     if (pd->valid != 0) {
-#if !defined(FLASHATTN_DEV_DQ_PROBE_NOWAIT)  // timing probe only (wrong results)
       ptx::bulk_wait_group<Traits::kConsumers * kDepth>();  // one group per consumer's part and step
-#endif
       dq_push<Traits>(c, *pd);
     }
     *pd = DqJob{batch, head, m * Traits::kKvBlockM, 1};
@@ -854,7 +892,8 @@ __device__ __forceinline__ void dq_after_step(const DqConvertSmem& c, int batch,
 
 // And after the writer's last step: the pending steps, oldest first, then the converters' end.
 template <typename Traits>
-__device__ __forceinline__ void dq_finish(const DqConvertSmem& c, int lane) {
+__device__ __forceinline__ void dq_finish(const DqConvertSmem& c, int lane, [[maybe_unused]] const BwdKernelParams& params,
+                                          [[maybe_unused]] int* counters) {
   if (lane == 0) {
     ptx::bulk_wait_group<0>();
     for (int i = 0; i < Traits::kDqPendingDepth; ++i) {
@@ -862,6 +901,13 @@ __device__ __forceinline__ void dq_finish(const DqConvertSmem& c, int lane) {
       if (pd->valid != 0) dq_push<Traits>(c, *pd);
     }
     dq_push<Traits>(c, DqJob{-1, 0, 0, 0});
+#if defined(FLASHATTN_DEV_DQ_TRACE)
+    unsigned long long* w = dq_trace_base<Traits>(params, counters) + 8 + kDqTraceWriterWords * dq_trace_cta();
+    w[0] = c.counts->steps;
+    w[1] = c.counts->wait_ns;
+    w[2] = dq_trace_ns();
+    w[3] = 1;
+#endif
   }
   __syncwarp();
 }
@@ -923,6 +969,10 @@ __device__ __forceinline__ void convert_dq_jobs(const BwdKernelParams& params, i
   auto* batches = static_cast<DqBatch<kSlots>*>(c.batches);
   int loads = 0;
   int k = 0;  // steps taken (the first warp's)
+#if defined(FLASHATTN_DEV_DQ_TRACE)
+  int trace_batches = 0, trace_max_n = 0;
+  unsigned long long trace_count_ns = 0, trace_first = 0;
+#endif
 #pragma unroll 1
   for (int b = 0;; ++b) {
     // Batch b in batches[b & 1]: the second warp read batch b - 2 before the barrier of b - 1.
@@ -956,30 +1006,26 @@ __device__ __forceinline__ void convert_dq_jobs(const BwdKernelParams& params, i
         if (lane == j) expected = e;
       }
       bool convert = false;
+#if defined(FLASHATTN_DEV_DQ_TRACE)
+      const unsigned long long trace_c0 = dq_trace_ns();
+      if (trace_first == 0) trace_first = trace_c0;
+#endif
       if (lane < n) {
         // Query blocks never overlap (each sequence owns its workspace rows), so neither do their
         // counters' indices; two steps of one batch may count into one block (the later tile).
         const int64_t ws_row = params.ws_row0(job.batch, seq.row0_q) + job.m0;
         const int64_t counter = (int64_t(job.head) * params.ws_rows + ws_row) / Traits::kKvBlockM;
-#if defined(FLASHATTN_DEV_DQ_PROBE_NOATOM)  // timing probe only (nothing converted)
-        convert = counter < 0;
-#elif defined(FLASHATTN_DEV_DQ_PROBE_RED)  // timing probe only (a count without a return; nothing converted)
-        asm volatile("red.release.gpu.global.add.s32 [%0], 1;\n" ::"l"(counters + counter) : "memory");
-        convert = expected < 0;
-#elif defined(FLASHATTN_DEV_DQ_PROBE_RELAXED)  // timing probe only (no release / acquire)
-        convert = atomicAdd(counters + counter, 1) + 1 == expected;
-#else
         convert = ptx::atomic_inc_acq_rel_gpu(counters + counter) + 1 == expected;
-#endif
         batch.jobs[lane] = job;
       }
       const unsigned convert_mask = __ballot_sync(0xffffffffu, convert);
-      if (lane == 0) {
-#if defined(FLASHATTN_DEV_DQ_PROBE_NOCONV)  // timing probe only (counted, nothing converted)
-        batch.convert_mask = 0 & int(convert_mask);
-#else
-        batch.convert_mask = int(convert_mask);
+#if defined(FLASHATTN_DEV_DQ_TRACE)
+      trace_count_ns += dq_trace_ns() - trace_c0;  // the batch's counts (every lane's atomic back)
+      trace_batches += n > 0;
+      trace_max_n = max(trace_max_n, n);
 #endif
+      if (lane == 0) {
+        batch.convert_mask = int(convert_mask);
         batch.end = ends != 0;
       }
     }
@@ -989,6 +1035,10 @@ __device__ __forceinline__ void convert_dq_jobs(const BwdKernelParams& params, i
 #pragma unroll 1
     for (unsigned todo = convert_mask; todo != 0; todo &= todo - 1) {
       const DqJob job = batch.jobs[__ffs(todo) - 1];
+#if defined(FLASHATTN_DEV_DQ_TRACE)
+      const unsigned long long trace_t0 = dq_trace_ns();
+      unsigned long long trace_landed = 0;
+#endif
       const SeqExtent seq = seq_extent(params, job.batch);
       const int64_t ws_row = params.ws_row0(job.batch, seq.row0_q) + job.m0;
       const float* src = params.dq_accum + (int64_t(job.head) * params.ws_rows + ws_row) * kHeadDim;
@@ -998,15 +1048,16 @@ __device__ __forceinline__ void convert_dq_jobs(const BwdKernelParams& params, i
 #pragma unroll 1
       for (int q = 0; q < kParts; ++q) {
         if (t == 0) {
-#if !defined(FLASHATTN_DEV_DQ_PROBE_NOFENCE)  // timing probe only
           ptx::fence_proxy_async_global();  // the counter's acquire before the engine's read
-#endif
           ptx::fence_proxy_async_smem();    // the last part's reads before the engine's writes
           ptx::mbarrier_arrive_expect_tx(c.part_full, Traits::kDqPartBytes);
           ptx::bulk_load(c.part, src + q * kPartFloats, Traits::kDqPartBytes, c.part_full);
         }
         ptx::mbarrier_wait(c.part_full, loads & 1);
         ++loads;
+#if defined(FLASHATTN_DEV_DQ_TRACE)
+        if (q == 0) trace_landed = dq_trace_ns();
+#endif
         const int m64 = job.m0 + 64 * (q / kPartsPerBlock);
 #pragma unroll
         for (int v = 0; v < 2; ++v) {
@@ -1023,8 +1074,37 @@ __device__ __forceinline__ void convert_dq_jobs(const BwdKernelParams& params, i
         }
         ptx::named_barrier_sync(kDqConvertBarrier, 64);  // the buffer read before the next part lands
       }
+#if defined(FLASHATTN_DEV_DQ_TRACE)
+      if (t == 0) {
+        unsigned long long* base = dq_trace_base<Traits>(params, counters);
+        const int64_t tiles = dq_trace_tiles(params, Traits::kKvBlockN);
+        const unsigned long long i = atomicAdd(base, 1ull);
+        unsigned long long* r = base + 8 + (kDqTraceWriterWords + kDqTraceCtaWords) * tiles + kDqTraceConvWords * i;
+        r[0] = unsigned(dq_trace_cta());
+        r[1] = (unsigned long long)(unsigned(job.head)) << 32 | unsigned(job.m0);
+        r[2] = unsigned(k);
+        r[3] = trace_t0;
+        r[4] = trace_landed;
+        r[5] = dq_trace_ns();
+      }
+#endif
     }
-    if (end) return;
+    if (end) {
+#if defined(FLASHATTN_DEV_DQ_TRACE)
+      if (t == 0) {
+        unsigned long long* base = dq_trace_base<Traits>(params, counters);
+        unsigned long long* r = base + 8 + kDqTraceWriterWords * dq_trace_tiles(params, Traits::kKvBlockN) +
+                                kDqTraceCtaWords * dq_trace_cta();
+        r[0] = unsigned(k);
+        r[1] = unsigned(trace_batches);
+        r[2] = unsigned(trace_max_n);
+        r[3] = trace_count_ns;
+        r[4] = trace_first;
+        r[5] = 1;
+      }
+#endif
+      return;
+    }
   }
 }
 
@@ -1218,7 +1298,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
           }
         }
         if constexpr (kConvert) {
-          bwd90::dq_finish<Traits>(conv, lane);
+          bwd90::dq_finish<Traits>(conv, lane, params, args.dq_counters);
         } else {
           if (lane == 0) ptx::bulk_wait_group<0>();  // the adds done before the CTA's shared memory goes
         }
@@ -1349,7 +1429,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
           }
         }
         if constexpr (kConvert) {
-          bwd90::dq_finish<Traits>(conv, lane);
+          bwd90::dq_finish<Traits>(conv, lane, params, args.dq_counters);
         } else {
           if (lane == 0) ptx::bulk_wait_group<0>();  // the adds done before the CTA's shared memory goes
         }
@@ -2376,6 +2456,28 @@ __global__ void __launch_bounds__(128) bwd_dq_convert_kernel(const __grid_consta
         threadIdx.x, part, dq, params.dq_strides.row, seq.row0_q, m0, seq.seqlen_q, params.scale);
   }
 }
+
+#if defined(FLASHATTN_DEV_DQ_TRACE)
+// dev/ probe: prints the records bwd90::dq_trace_base holds, in dev/dq_trace.py's line format.
+__global__ void bwd_dq_trace_print_kernel(const unsigned long long* base, int64_t tiles) {
+  using namespace bwd90;
+  for (int64_t c = 0; c < tiles; ++c) {
+    const unsigned long long* w = base + 8 + kDqTraceWriterWords * c;
+    const unsigned long long* r = base + 8 + kDqTraceWriterWords * tiles + kDqTraceCtaWords * c;
+    if (w[3] != 0) printf("dq_trace writer cta %lld steps %llu wait_ns %llu end %llu\n", (long long)c, w[0], w[1], w[2]);
+    if (r[5] != 0) {
+      printf("dq_trace conv_cta cta %lld jobs %llu batches %llu max_n %llu count_ns %llu first %llu\n", (long long)c, r[0],
+             r[1], r[2], r[3], r[4]);
+    }
+  }
+  const unsigned long long* conv = base + 8 + (kDqTraceWriterWords + kDqTraceCtaWords) * tiles;
+  for (unsigned long long i = 0; i < base[0]; ++i) {
+    const unsigned long long* r = conv + kDqTraceConvWords * i;
+    printf("dq_trace conv cta %llu head %llu m0 %llu k %llu t0 %llu landed %llu end %llu\n", r[0], r[1] >> 32,
+           r[1] & 0xffffffffull, r[2], r[3], r[4], r[5]);
+  }
+}
+#endif
 
 // kDqConvertInKernel under a window mask or with varlen sequences: dQ = 0 for the query blocks
 // that no key block adds into (bwd90::dq_block_contributors 0: a sequence without keys, rows a

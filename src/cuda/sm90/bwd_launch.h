@@ -162,6 +162,12 @@ Status run_bwd(const BackwardParams& params, cudaStream_t stream) {
     if (!kp.deterministic) {
       counters_offset = round_up(plan_bytes, kWsAlign);
       counters_bytes = sizeof(int) * size_t(ceil_div(int64_t(kp.heads) * kp.ws_rows, Traits::kKvBlockM) + 1);
+#if defined(FLASHATTN_DEV_DQ_TRACE)  // dev/ probe: the trace's records after the counters
+      const int64_t trace_counters = bwd90::dq_trace_counters(kp.heads, kp.ws_rows, Traits::kKvBlockM);
+      counters_bytes = sizeof(int) * size_t(trace_counters) +
+                       8 * size_t(bwd90::dq_trace_words(trace_counters, int64_t(ceil_div(kp.seqlen_k, Traits::kKvBlockN)) *
+                                                                            kp.heads_k * kp.kv_splits * kp.batch));
+#endif
       plan_bytes = counters_offset + counters_bytes;
     }
   }
@@ -239,6 +245,13 @@ Status run_bwd(const BackwardParams& params, cudaStream_t stream) {
           FLASHATTN_CUDA_TRY(cudaGetLastError());
         }
         if constexpr (Traits::kDqConvertInKernel) {
+#if defined(FLASHATTN_DEV_DQ_TRACE)
+          bwd_dq_trace_print_kernel<<<1, 1, 0, stream>>>(
+              reinterpret_cast<const unsigned long long*>(
+                  args.dq_counters + bwd90::dq_trace_counters(kp.heads, kp.ws_rows, Traits::kKvBlockM)),
+              int64_t(ceil_div(kp.seqlen_k, Traits::kKvBlockN)) * kp.heads_k * kp.kv_splits * kp.batch);
+          FLASHATTN_CUDA_TRY(cudaGetLastError());
+#endif
           // The kernel converted every query block that a key block adds into; the others are 0.
           if (Traits::kMask == MaskMode::kWindow || kp.is_varlen()) {
             const dim3 grid(unsigned(ceil_div(kp.seqlen_q, Traits::kKvBlockM)), kp.heads, kp.batch);
