@@ -1047,6 +1047,14 @@ __device__ __forceinline__ void convert_dq_jobs(const BwdKernelParams& params, i
                      (job.batch * params.dq_strides.batch + int64_t(job.head) * params.dq_strides.head);
 #pragma unroll 1
       for (int q = 0; q < kParts; ++q) {
+#if defined(FLASHATTN_DEV_DQ_CONVERT_LDG)
+        // dev/ variant: each thread loads its pairs from L2 itself (ld.global.cg), no copy engine,
+        // no buffer: after the count's acquire and the batch barrier, a plain load sees the adds.
+        const float* part_src = src + q * kPartFloats;
+#if defined(FLASHATTN_DEV_DQ_TRACE)
+        if (q == 0) trace_landed = dq_trace_ns();  // (no landing to wait for)
+#endif
+#else
         if (t == 0) {
           ptx::fence_proxy_async_global();  // the counter's acquire before the engine's read
           ptx::fence_proxy_async_smem();    // the last part's reads before the engine's writes
@@ -1058,6 +1066,7 @@ __device__ __forceinline__ void convert_dq_jobs(const BwdKernelParams& params, i
 #if defined(FLASHATTN_DEV_DQ_TRACE)
         if (q == 0) trace_landed = dq_trace_ns();
 #endif
+#endif
         const int m64 = job.m0 + 64 * (q / kPartsPerBlock);
 #pragma unroll
         for (int v = 0; v < 2; ++v) {
@@ -1065,14 +1074,22 @@ __device__ __forceinline__ void convert_dq_jobs(const BwdKernelParams& params, i
           store_dq_part<Traits>(
               [&](int j, int h) {
                 float2 x;
+#if defined(FLASHATTN_DEV_DQ_CONVERT_LDG)
+                asm volatile("ld.global.cg.v2.f32 {%0, %1}, [%2];\n"
+                             : "=f"(x.x), "=f"(x.y)
+                             : "l"(part_src + 4 * (tv + 128 * j) + 2 * h));
+#else
                 asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n"
                              : "=f"(x.x), "=f"(x.y)
                              : "r"(part_base + 16 * (tv + 128 * j) + 8 * h));
+#endif
                 return x;
               },
               tv, q % kPartsPerBlock, dq, params.dq_strides.row, seq.row0_q, m64, seq.seqlen_q, params.scale);
         }
+#if !defined(FLASHATTN_DEV_DQ_CONVERT_LDG)
         ptx::named_barrier_sync(kDqConvertBarrier, 64);  // the buffer read before the next part lands
+#endif
       }
 #if defined(FLASHATTN_DEV_DQ_TRACE)
       if (t == 0) {
