@@ -217,8 +217,9 @@ struct BwdTraitsBody {
   // slots and the pending steps (16 bytes each), the counts (16), the slots' full / empty barriers
   // and the part buffer's. Not the block-sparse kernels (their steps come from the plan's lists;
   // the pass stays), nor the bias kernels (the part buffer does not fit beside their bias slots).
-  // Dev macro: the first form (the writer counting with an acquire-release atomic per step) lost
-  // 2x at d128 on the H200; this one is not yet measured (dev/NOTES.md).
+  // Dev macro: correct on the H200 but 0.41-0.50x at d128 (s25): the conversions, not the counts,
+  // hold up the kernel; FLASHATTN_DEV_DQ_CONVERT_DECOUPLED / _LDG and FLASHATTN_DEV_DQ_TRACE are
+  // the next measurements (dev/NOTES.md).
 #if defined(FLASHATTN_DEV_SM90_BWD_DQ_IN_KERNEL)
   static constexpr bool kDqConvertInKernel = !kSplitRoles && !kSparse && !kBias;
 #else
@@ -946,29 +947,167 @@ __device__ __forceinline__ void store_dq_part(const Load& load, int t, int part,
   }
 }
 
+// Converts the query block of `job` (complete: its count reached its contributors): each part
+// brought into shared memory by the copy engine (or, FLASHATTN_DEV_DQ_CONVERT_LDG, loaded from
+// L2 by each thread) and stored through store_dq_part by kThreads converter threads (t < kThreads,
+// each playing 128 / kThreads of the 128 threads' roles); sync() joins them (the part buffer read
+// before the next part lands). `loads` counts the part buffer's phases; `landed` gets the
+// %globaltimer stamp of the first part (FLASHATTN_DEV_DQ_TRACE).
+template <typename Traits, int kThreads, typename Sync>
+__device__ __forceinline__ void convert_dq_block(const BwdKernelParams& params, const DqConvertSmem& c,
+                                                 const DqJob& job, int t, int& loads,
+                                                 [[maybe_unused]] unsigned long long& landed, const Sync& sync) {
+  constexpr int kHeadDim = Traits::kHeadDim;
+  constexpr int kPartFloats = Traits::kDqPartBytes / 4;
+  constexpr int kPartsPerBlock = 64 * kHeadDim / kPartFloats;      // per 64 rows
+  constexpr int kParts = Traits::kKvBlockM / 64 * kPartsPerBlock;  // per job
+  [[maybe_unused]] const uint32_t part_base = ptx::smem_u32(c.part);
+  const SeqExtent seq = seq_extent(params, job.batch);
+  const int64_t ws_row = params.ws_row0(job.batch, seq.row0_q) + job.m0;
+  const float* src = params.dq_accum + (int64_t(job.head) * params.ws_rows + ws_row) * kHeadDim;
+  char* dq = static_cast<char*>(params.dq) +
+             sizeof(typename Traits::Element) *
+                 (job.batch * params.dq_strides.batch + int64_t(job.head) * params.dq_strides.head);
+#pragma unroll 1
+  for (int q = 0; q < kParts; ++q) {
+#if defined(FLASHATTN_DEV_DQ_CONVERT_LDG)
+    // No copy engine, no buffer: after the count's acquire and the barrier that told these
+    // threads, a plain load sees the adds.
+    const float* part_src = src + q * kPartFloats;
+#else
+    if (t == 0) {
+      ptx::fence_proxy_async_global();  // the counter's acquire before the engine's read
+      ptx::fence_proxy_async_smem();    // the last part's reads before the engine's writes
+      ptx::mbarrier_arrive_expect_tx(c.part_full, Traits::kDqPartBytes);
+      ptx::bulk_load(c.part, src + q * kPartFloats, Traits::kDqPartBytes, c.part_full);
+    }
+    ptx::mbarrier_wait(c.part_full, loads & 1);
+    ++loads;
+#endif
+#if defined(FLASHATTN_DEV_DQ_TRACE)
+    if (q == 0) landed = dq_trace_ns();
+#endif
+    const int m64 = job.m0 + 64 * (q / kPartsPerBlock);
+#pragma unroll
+    for (int v = 0; v < 128 / kThreads; ++v) {
+      const int tv = t + kThreads * v;
+      store_dq_part<Traits>(
+          [&](int j, int h) {
+            float2 x;
+#if defined(FLASHATTN_DEV_DQ_CONVERT_LDG)
+            asm volatile("ld.global.cg.v2.f32 {%0, %1}, [%2];\n"
+                         : "=f"(x.x), "=f"(x.y)
+                         : "l"(part_src + 4 * (tv + 128 * j) + 2 * h));
+#else
+            asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n"
+                         : "=f"(x.x), "=f"(x.y)
+                         : "r"(part_base + 16 * (tv + 128 * j) + 8 * h));
+#endif
+            return x;
+          },
+          tv, q % kPartsPerBlock, dq, params.dq_strides.row, seq.row0_q, m64, seq.seqlen_q, params.scale);
+    }
+#if !defined(FLASHATTN_DEV_DQ_CONVERT_LDG)
+    sync();
+#endif
+  }
+}
+
+#if defined(FLASHATTN_DEV_DQ_TRACE)
+// A conversion's record (dq_trace_base's layout).
+template <typename Traits>
+__device__ __forceinline__ void dq_trace_conversion(const BwdKernelParams& params, int* counters, const DqJob& job,
+                                                    int k, unsigned long long t0, unsigned long long landed) {
+  unsigned long long* base = dq_trace_base<Traits>(params, counters);
+  const int64_t tiles = dq_trace_tiles(params, Traits::kKvBlockN);
+  const unsigned long long i = atomicAdd(base, 1ull);
+  unsigned long long* r = base + 8 + (kDqTraceWriterWords + kDqTraceCtaWords) * tiles + kDqTraceConvWords * i;
+  r[0] = unsigned(dq_trace_cta());
+  r[1] = (unsigned long long)(unsigned(job.head)) << 32 | unsigned(job.m0);
+  r[2] = unsigned(k);
+  r[3] = t0;
+  r[4] = landed;
+  r[5] = dq_trace_ns();
+}
+// The counting warp's record at its end.
+template <typename Traits>
+__device__ __forceinline__ void dq_trace_counts(const BwdKernelParams& params, int* counters, int jobs, int batches,
+                                                int max_n, unsigned long long count_ns, unsigned long long first) {
+  unsigned long long* r = dq_trace_base<Traits>(params, counters) + 8 +
+                          kDqTraceWriterWords * dq_trace_tiles(params, Traits::kKvBlockN) + kDqTraceCtaWords * dq_trace_cta();
+  r[0] = unsigned(jobs);
+  r[1] = unsigned(batches);
+  r[2] = unsigned(max_n);
+  r[3] = count_ns;
+  r[4] = first;
+  r[5] = 1;
+}
+#endif
+
+// FLASHATTN_DEV_DQ_CONVERT_DECOUPLED: the completed blocks go from the counting warp to the
+// converting warp through a ring of kConvertSlots jobs in the batches' place (DqConvertRing), so
+// a slow conversion holds up neither the counting nor, through the job slots, the writer.
+struct DqConvertRing {
+  DqJob* jobs;
+  uint64_t* full;
+  uint64_t* empty;
+};
+template <typename Traits>
+__device__ __forceinline__ DqConvertRing dq_convert_ring(const DqConvertSmem& c) {
+  constexpr int kQ = Traits::kConvertSlots;
+  static_assert(kQ * (16 + 16) <= 2 * int(sizeof(DqBatch<kQ>)), "the ring fits in the two batches' bytes");
+  DqConvertRing r;
+  r.jobs = static_cast<DqJob*>(c.batches);
+  r.full = reinterpret_cast<uint64_t*>(r.jobs + kQ);
+  r.empty = r.full + kQ;
+  return r;
+}
+
 // The two converter warps (warps 2 and 3 of the producer warpgroup, t = 0 .. 63), in batches: the
 // first warp takes the oldest queued step and every one queued behind it (lane j the j-th; the
 // slot goes back at once), finds how many steps add into each one's block
 // (dq_block_contributors) and counts them all at once (lane j's acquire-release atomic at GPU
 // scope: the writer saw the step's adds complete and handed it over through the slot's
-// barrier). One count at a time, the converters' round trip to L2 behind the kernel's own
-// reduce-adds paced the writer (8 slots) and the whole kernel: H200 d128 at 0.40x (dev/NOTES.md).
-// Each step that completes its block has the block's parts brought into shared memory by the
-// copy engine and stored through store_dq_part by both warps (each plays two of the 128 threads'
-// roles). Until the end job.
+// barrier). Each step that completes its block is then converted (convert_dq_block) by both
+// warps, or, FLASHATTN_DEV_DQ_CONVERT_DECOUPLED, queued to the second warp, which converts alone.
+// Until the end job. The counts cost nothing measurable on the H200; converting in the counting
+// warps held up the writer and the kernel (d128 0.41-0.50x; dev/NOTES.md, s25).
 template <typename Traits>
 __device__ __forceinline__ void convert_dq_jobs(const BwdKernelParams& params, int* counters, const DqConvertSmem& c,
                                                 int t) {
-  constexpr int kHeadDim = Traits::kHeadDim;
   constexpr int kSlots = Traits::kConvertSlots;
   static_assert(kSlots <= 32, "a lane per queued step");
-  constexpr int kPartFloats = Traits::kDqPartBytes / 4;
-  constexpr int kPartsPerBlock = 64 * kHeadDim / kPartFloats;      // per 64 rows
-  constexpr int kParts = Traits::kKvBlockM / 64 * kPartsPerBlock;  // per job
-  const uint32_t part_base = ptx::smem_u32(c.part);
+#if defined(FLASHATTN_DEV_DQ_CONVERT_DECOUPLED)
+  constexpr bool kDecoupled = true;
+#else
+  constexpr bool kDecoupled = false;
+#endif
+  [[maybe_unused]] const DqConvertRing ring = dq_convert_ring<Traits>(c);
   auto* batches = static_cast<DqBatch<kSlots>*>(c.batches);
   int loads = 0;
-  int k = 0;  // steps taken (the first warp's)
+  [[maybe_unused]] unsigned long long landed = 0;
+  if constexpr (kDecoupled) {
+    if (t >= 32) {  // the converting warp
+      const int lane = t - 32;
+#pragma unroll 1
+      for (int i = 0;; ++i) {
+        const int e = i % kSlots;
+        ptx::mbarrier_wait(&ring.full[e], (i / kSlots) & 1);
+        const DqJob job = ring.jobs[e];
+        ptx::mbarrier_arrive(&ring.empty[e]);  // every lane (count 32): each read it
+        if (job.batch < 0) return;
+#if defined(FLASHATTN_DEV_DQ_TRACE)
+        const unsigned long long t0 = dq_trace_ns();
+#endif
+        convert_dq_block<Traits, 32>(params, c, job, lane, loads, landed, [] { __syncwarp(); });
+#if defined(FLASHATTN_DEV_DQ_TRACE)
+        if (lane == 0) dq_trace_conversion<Traits>(params, counters, job, i, t0, landed);
+#endif
+      }
+    }
+  }
+  int k = 0;       // steps taken (the first warp's)
+  int queued = 0;  // kDecoupled: blocks queued to the converting warp
 #if defined(FLASHATTN_DEV_DQ_TRACE)
   int trace_batches = 0, trace_max_n = 0;
   unsigned long long trace_count_ns = 0, trace_first = 0;
@@ -977,6 +1116,9 @@ __device__ __forceinline__ void convert_dq_jobs(const BwdKernelParams& params, i
   for (int b = 0;; ++b) {
     // Batch b in batches[b & 1]: the second warp read batch b - 2 before the barrier of b - 1.
     DqBatch<kSlots>& batch = batches[b & 1];
+    unsigned convert_mask = 0;
+    bool end = false;
+    DqJob job{-1, 0, 0, 0};
     if (t < 32) {
       const int lane = t;
       ptx::mbarrier_wait(&c.full[k % kSlots], (k / kSlots) & 1);
@@ -984,7 +1126,6 @@ __device__ __forceinline__ void convert_dq_jobs(const BwdKernelParams& params, i
       const bool ready =
           lane == 0 || (lane < kSlots && ptx::mbarrier_test(&c.full[slot], ((k + lane) / kSlots) & 1));
       int n = __ffs(~__ballot_sync(0xffffffffu, ready)) - 1;  // steps queued in a row from k
-      DqJob job{-1, 0, 0, 0};
       if (lane < n) job = c.slots[slot];
       const unsigned ends = __ballot_sync(0xffffffffu, lane < n && job.batch < 0);
       // Nothing follows the end job: n then counts the steps before it.
@@ -1016,109 +1157,69 @@ __device__ __forceinline__ void convert_dq_jobs(const BwdKernelParams& params, i
         const int64_t ws_row = params.ws_row0(job.batch, seq.row0_q) + job.m0;
         const int64_t counter = (int64_t(job.head) * params.ws_rows + ws_row) / Traits::kKvBlockM;
         convert = ptx::atomic_inc_acq_rel_gpu(counters + counter) + 1 == expected;
-        batch.jobs[lane] = job;
+        if constexpr (!kDecoupled) batch.jobs[lane] = job;
       }
-      const unsigned convert_mask = __ballot_sync(0xffffffffu, convert);
+      convert_mask = __ballot_sync(0xffffffffu, convert);
+      end = ends != 0;
 #if defined(FLASHATTN_DEV_DQ_TRACE)
       trace_count_ns += dq_trace_ns() - trace_c0;  // the batch's counts (every lane's atomic back)
       trace_batches += n > 0;
       trace_max_n = max(trace_max_n, n);
 #endif
-      if (lane == 0) {
+      if constexpr (kDecoupled) {
+        // Each completed block, then the end, to the converting warp (lane 0 writes the entry;
+        // the ring's full barrier counts one arrival). The warp barrier orders lane j's acquire
+        // before lane 0's release of the entry (a ballot orders no memory).
+        __syncwarp();
+#pragma unroll 1
+        for (unsigned todo = convert_mask | (end ? 0x80000000u : 0u); todo != 0; todo &= todo - 1) {
+          const int j = __ffs(todo) - 1;
+          DqJob qj;
+          qj.batch = __shfl_sync(0xffffffffu, job.batch, j & 31);
+          qj.head = __shfl_sync(0xffffffffu, job.head, j & 31);
+          qj.m0 = __shfl_sync(0xffffffffu, job.m0, j & 31);
+          qj.valid = 1;
+          if (j == 31) qj.batch = -1;  // the end marker
+          if (lane == 0) {
+            const int e = queued % kSlots;
+            ptx::mbarrier_wait(&ring.empty[e], ((queued / kSlots) & 1) ^ 1);
+            ring.jobs[e] = qj;
+            ptx::mbarrier_arrive(&ring.full[e]);
+          }
+          ++queued;
+        }
+      } else if (lane == 0) {
         batch.convert_mask = int(convert_mask);
-        batch.end = ends != 0;
+        batch.end = end;
       }
     }
+    if constexpr (kDecoupled) {
+      if (end) {
+#if defined(FLASHATTN_DEV_DQ_TRACE)
+        if (t == 0) dq_trace_counts<Traits>(params, counters, k, trace_batches, trace_max_n, trace_count_ns, trace_first);
+#endif
+        return;
+      }
+      continue;
+    }
     ptx::named_barrier_sync(kDqConvertBarrier, 64);  // the batch
-    const unsigned convert_mask = unsigned(batch.convert_mask);
-    const bool end = batch.end != 0;
+    convert_mask = unsigned(batch.convert_mask);
+    end = batch.end != 0;
 #pragma unroll 1
     for (unsigned todo = convert_mask; todo != 0; todo &= todo - 1) {
-      const DqJob job = batch.jobs[__ffs(todo) - 1];
+      const DqJob cj = batch.jobs[__ffs(todo) - 1];
 #if defined(FLASHATTN_DEV_DQ_TRACE)
-      const unsigned long long trace_t0 = dq_trace_ns();
-      unsigned long long trace_landed = 0;
+      const unsigned long long t0 = dq_trace_ns();
 #endif
-      const SeqExtent seq = seq_extent(params, job.batch);
-      const int64_t ws_row = params.ws_row0(job.batch, seq.row0_q) + job.m0;
-      const float* src = params.dq_accum + (int64_t(job.head) * params.ws_rows + ws_row) * kHeadDim;
-      char* dq = static_cast<char*>(params.dq) +
-                 sizeof(typename Traits::Element) *
-                     (job.batch * params.dq_strides.batch + int64_t(job.head) * params.dq_strides.head);
-#pragma unroll 1
-      for (int q = 0; q < kParts; ++q) {
-#if defined(FLASHATTN_DEV_DQ_CONVERT_LDG)
-        // dev/ variant: each thread loads its pairs from L2 itself (ld.global.cg), no copy engine,
-        // no buffer: after the count's acquire and the batch barrier, a plain load sees the adds.
-        const float* part_src = src + q * kPartFloats;
+      convert_dq_block<Traits, 64>(params, c, cj, t, loads, landed,
+                                   [] { ptx::named_barrier_sync(kDqConvertBarrier, 64); });
 #if defined(FLASHATTN_DEV_DQ_TRACE)
-        if (q == 0) trace_landed = dq_trace_ns();  // (no landing to wait for)
-#endif
-#else
-        if (t == 0) {
-          ptx::fence_proxy_async_global();  // the counter's acquire before the engine's read
-          ptx::fence_proxy_async_smem();    // the last part's reads before the engine's writes
-          ptx::mbarrier_arrive_expect_tx(c.part_full, Traits::kDqPartBytes);
-          ptx::bulk_load(c.part, src + q * kPartFloats, Traits::kDqPartBytes, c.part_full);
-        }
-        ptx::mbarrier_wait(c.part_full, loads & 1);
-        ++loads;
-#if defined(FLASHATTN_DEV_DQ_TRACE)
-        if (q == 0) trace_landed = dq_trace_ns();
-#endif
-#endif
-        const int m64 = job.m0 + 64 * (q / kPartsPerBlock);
-#pragma unroll
-        for (int v = 0; v < 2; ++v) {
-          const int tv = t + 64 * v;
-          store_dq_part<Traits>(
-              [&](int j, int h) {
-                float2 x;
-#if defined(FLASHATTN_DEV_DQ_CONVERT_LDG)
-                asm volatile("ld.global.cg.v2.f32 {%0, %1}, [%2];\n"
-                             : "=f"(x.x), "=f"(x.y)
-                             : "l"(part_src + 4 * (tv + 128 * j) + 2 * h));
-#else
-                asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n"
-                             : "=f"(x.x), "=f"(x.y)
-                             : "r"(part_base + 16 * (tv + 128 * j) + 8 * h));
-#endif
-                return x;
-              },
-              tv, q % kPartsPerBlock, dq, params.dq_strides.row, seq.row0_q, m64, seq.seqlen_q, params.scale);
-        }
-#if !defined(FLASHATTN_DEV_DQ_CONVERT_LDG)
-        ptx::named_barrier_sync(kDqConvertBarrier, 64);  // the buffer read before the next part lands
-#endif
-      }
-#if defined(FLASHATTN_DEV_DQ_TRACE)
-      if (t == 0) {
-        unsigned long long* base = dq_trace_base<Traits>(params, counters);
-        const int64_t tiles = dq_trace_tiles(params, Traits::kKvBlockN);
-        const unsigned long long i = atomicAdd(base, 1ull);
-        unsigned long long* r = base + 8 + (kDqTraceWriterWords + kDqTraceCtaWords) * tiles + kDqTraceConvWords * i;
-        r[0] = unsigned(dq_trace_cta());
-        r[1] = (unsigned long long)(unsigned(job.head)) << 32 | unsigned(job.m0);
-        r[2] = unsigned(k);
-        r[3] = trace_t0;
-        r[4] = trace_landed;
-        r[5] = dq_trace_ns();
-      }
+      if (t == 0) dq_trace_conversion<Traits>(params, counters, cj, k, t0, landed);
 #endif
     }
     if (end) {
 #if defined(FLASHATTN_DEV_DQ_TRACE)
-      if (t == 0) {
-        unsigned long long* base = dq_trace_base<Traits>(params, counters);
-        unsigned long long* r = base + 8 + kDqTraceWriterWords * dq_trace_tiles(params, Traits::kKvBlockN) +
-                                kDqTraceCtaWords * dq_trace_cta();
-        r[0] = unsigned(k);
-        r[1] = unsigned(trace_batches);
-        r[2] = unsigned(trace_max_n);
-        r[3] = trace_count_ns;
-        r[4] = trace_first;
-        r[5] = 1;
-      }
+      if (t == 0) dq_trace_counts<Traits>(params, counters, k, trace_batches, trace_max_n, trace_count_ns, trace_first);
 #endif
       return;
     }
@@ -1258,6 +1359,13 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
         ptx::mbarrier_init(&conv.empty[i], 1);  // the converter lane that read it
       }
       ptx::mbarrier_init(conv.part_full, 1);
+#if defined(FLASHATTN_DEV_DQ_CONVERT_DECOUPLED)
+      const bwd90::DqConvertRing ring = bwd90::dq_convert_ring<Traits>(conv);
+      for (int i = 0; i < Traits::kConvertSlots; ++i) {
+        ptx::mbarrier_init(&ring.full[i], 1);    // the counting warp's lane 0
+        ptx::mbarrier_init(&ring.empty[i], 32);  // every lane of the converting warp
+      }
+#endif
     }
   }
   bwd90::init_ring(kv_full, full, empty, kStages, bwd90::stage_arrivals<kEveryThread, Traits::kConsumers>());
