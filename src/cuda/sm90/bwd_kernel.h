@@ -758,7 +758,7 @@ __host__ __device__ inline int64_t dq_trace_counters(int heads, int64_t ws_rows,
   return ((int64_t(heads) * ws_rows + block_m - 1) / block_m + 1 + 1) / 2 * 2;  // as the launch's, even
 }
 __host__ __device__ inline int64_t dq_trace_words(int64_t counters, int64_t tiles) {
-  return 8 + (kDqTraceWriterWords + kDqTraceCtaWords) * tiles + kDqTraceConvWords * (counters / 2 * 2);
+  return 8 + (kDqTraceWriterWords + kDqTraceCtaWords) * tiles + kDqTraceConvWords * counters;
 }
 template <typename Traits>
 __device__ __forceinline__ unsigned long long* dq_trace_base(const BwdKernelParams& params, int* counters) {
@@ -1076,7 +1076,7 @@ template <typename Traits>
 __device__ __forceinline__ void convert_dq_jobs(const BwdKernelParams& params, int* counters, const DqConvertSmem& c,
                                                 int t) {
   constexpr int kSlots = Traits::kConvertSlots;
-  static_assert(kSlots <= 32, "a lane per queued step");
+  static_assert(kSlots < 32, "a lane per queued step; bit 31 marks DECOUPLED's end");
 #if defined(FLASHATTN_DEV_DQ_CONVERT_DECOUPLED)
   constexpr bool kDecoupled = true;
 #else
@@ -1178,7 +1178,7 @@ __device__ __forceinline__ void convert_dq_jobs(const BwdKernelParams& params, i
           qj.batch = __shfl_sync(0xffffffffu, job.batch, j & 31);
           qj.head = __shfl_sync(0xffffffffu, job.head, j & 31);
           qj.m0 = __shfl_sync(0xffffffffu, job.m0, j & 31);
-          qj.valid = 1;
+          qj.valid = 0;  // (unused here)
           if (j == 31) qj.batch = -1;  // the end marker
           if (lane == 0) {
             const int e = queued % kSlots;
@@ -1196,7 +1196,7 @@ __device__ __forceinline__ void convert_dq_jobs(const BwdKernelParams& params, i
     if constexpr (kDecoupled) {
       if (end) {
 #if defined(FLASHATTN_DEV_DQ_TRACE)
-        if (t == 0) dq_trace_counts<Traits>(params, counters, k, trace_batches, trace_max_n, trace_count_ns, trace_first);
+        if (t == 0) dq_trace_counts<Traits>(params, counters, k - 1, trace_batches, trace_max_n, trace_count_ns, trace_first);
 #endif
         return;
       }
@@ -1219,7 +1219,7 @@ __device__ __forceinline__ void convert_dq_jobs(const BwdKernelParams& params, i
     }
     if (end) {
 #if defined(FLASHATTN_DEV_DQ_TRACE)
-      if (t == 0) dq_trace_counts<Traits>(params, counters, k, trace_batches, trace_max_n, trace_count_ns, trace_first);
+      if (t == 0) dq_trace_counts<Traits>(params, counters, k - 1, trace_batches, trace_max_n, trace_count_ns, trace_first);
 #endif
       return;
     }
@@ -2584,6 +2584,9 @@ __global__ void __launch_bounds__(128) bwd_dq_convert_kernel(const __grid_consta
 
 #if defined(FLASHATTN_DEV_DQ_TRACE)
 // dev/ probe: prints the records bwd90::dq_trace_base holds, in dev/dq_trace.py's line format.
+// A template like the other kernels of this header, so each instantiation file's copy is its own
+// symbol (a plain __global__ here was defined in every file: the package did not link).
+template <typename Traits>
 __global__ void bwd_dq_trace_print_kernel(const unsigned long long* base, int64_t tiles) {
   using namespace bwd90;
   for (int64_t c = 0; c < tiles; ++c) {

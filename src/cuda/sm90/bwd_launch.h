@@ -246,7 +246,7 @@ Status run_bwd(const BackwardParams& params, cudaStream_t stream) {
         }
         if constexpr (Traits::kDqConvertInKernel) {
 #if defined(FLASHATTN_DEV_DQ_TRACE)
-          bwd_dq_trace_print_kernel<<<1, 1, 0, stream>>>(
+          bwd_dq_trace_print_kernel<Traits><<<1, 1, 0, stream>>>(
               reinterpret_cast<const unsigned long long*>(
                   args.dq_counters + bwd90::dq_trace_counters(kp.heads, kp.ws_rows, Traits::kKvBlockM)),
               int64_t(ceil_div(kp.seqlen_k, Traits::kKvBlockN)) * kp.heads_k * kp.kv_splits * kp.batch);
