@@ -129,12 +129,20 @@ struct BwdTraitsBody {
   // bias), as FlashAttention-3's d64 backward steps; each consumer then holds S^T and dP^T of 64
   // keys x 128 queries (64 + 64 registers) beside dK and dV (32 + 32), and the fused kernel's dQ
   // product takes the consumer's 64 query rows over all 128 keys and all 64 columns (no copy of
-  // K's halves). The other kernels keep 64: the bias and mask-bits paths read 64-row slots, the
-  // block-sparse plan has 64-row tiles, and at d128 dK and dV alone are 128 registers.
+  // K's halves). The other kernels keep 64: the bias and mask-bits paths read 64-row slots, and
+  // at d128 dK and dV alone are 128 registers.
   // H200 bf16, 64-row steps / 128, same process, twice each (dev/results/
   // h200-2026-12-03-s23-bwd-d64-rows-*-4a67e68.json): backward +4-6% without a mask at 1k-16k,
   // +14-21% causal; 21% fewer instructions per query row in the causal kernel's step loop.
+  // The block-sparse d64 kernels step 64 rows unless the dev/ macro below: at 128 the plan's
+  // key-major lists are built for 128-row query tiles (run_bwd gives build_tile_lists kKvBlockM,
+  // and a tile's kind comes from every mask block it touches) and hide_blocked_keys keeps its
+  // bits in a 64-bit word. Not yet run on a GPU (dev/NOTES.md).
+#if defined(FLASHATTN_DEV_SM90_SPARSE_BWD_ROWS128)
+  static constexpr bool kRowSteps128 = kHeadDim == 64 && !kMods && !kBias;
+#else
   static constexpr bool kRowSteps128 = kHeadDim == 64 && !kSparse && !kMods && !kBias;
+#endif
   static constexpr int kKvBlockM = kRowSteps128 ? 128 : 64;
   // dQ kernel: kDqBlockM queries per CTA (64 per consumer), kDqBlockN keys per step.
   static constexpr int kDqBlockM = 64 * kConsumers;
@@ -183,8 +191,8 @@ struct BwdTraitsBody {
   // by the copy engine (bulk reduce-add from kDqPartBytes of shared memory per consumer). The
   // consumers split dQ's columns over all 128 keys, after a barrier that says both have written
   // their dS^T rows: 64 each at d128, 32 each at d64 with 64-row steps (kDqKHalves, m64n32
-  // products: the d64 softcap / ALiBi, bias and block-sparse kernels), so a step adds each
-  // 64 x 64 block of dQ once. There B is then a 32-column slice of K, which in K's 128-byte
+  // products: the d64 softcap / ALiBi, bias and (by default) block-sparse kernels), so a step
+  // adds each 64 x 64 block of dQ once. There B is then a 32-column slice of K, which in K's 128-byte
   // swizzled rows starts 64 bytes into each swizzle atom; the PTX ISA's operands are whole atoms
   // (the descriptor's base offset encodes only the row phase, bits 7-9), so each consumer first
   // copies its half of K into 64-byte swizzled rows (kKHalvesBytes), where 32 columns are one atom.

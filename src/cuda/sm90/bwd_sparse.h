@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/common/score_tensors.h"
 #include "cuda/common/tile_kind.h"
@@ -106,20 +107,24 @@ struct KvStepWalk {
 // to the sequence for the reads only: rows past it have P = 0 through their LSE (+inf), keys past
 // it have P forced to 0 (fused) or their dK/dV rows dropped. The tests go into one bit per score
 // in a loop unrolled by 4, then the bits into the scores, as the forward does (score_tensors.h,
-// hide_blocked_scores: unrolled whole the check dominated the code).
+// hide_blocked_scores: unrolled whole the check dominated the code). Bit 2r + h is the score of
+// key `key` + 8h and the thread's r-th query row, m0 + 8(r / 2) + 2t4 + (r & 1), which is
+// x[4(r / 2) + 2h + (r & 1)]: 32 bits at 64-row steps, 64 at 128 (BwdTraitsBody::kRowSteps128),
+// so a step's bits stay in one word (two registers at 128) across the loop.
 template <int kBlockM>
 __device__ __forceinline__ void hide_blocked_keys(float (&x)[kBlockM / 2], const BwdKernelParams& params, int kind,
                                                   int batch, int head, int m0, int key, int t4, int seqlen_q,
                                                   int seqlen_k) {
   constexpr int kRows = kBlockM / 4;  // this thread's query rows: 8c + 2t4 + e
-  static_assert(2 * kRows <= 32, "one 32-bit word of bits");
+  using Bits = std::conditional_t<(2 * kRows > 32), uint64_t, uint32_t>;
+  static_assert(2 * kRows <= 8 * int(sizeof(Bits)), "one word of bits");
   const int j0 = min(key, seqlen_k - 1), j1 = min(key + 8, seqlen_k - 1);
-  uint32_t hidden = 0;
+  Bits hidden = 0;
 #pragma unroll 4
   for (int r = 0; r < kRows; ++r) {
     const ScoreRow row = score_row(params, batch, head, min(m0 + 8 * (r / 2) + 2 * t4 + (r & 1), seqlen_q - 1));
-    hidden |= uint32_t(score_hidden(params, row, kind, j0)) << (2 * r);
-    hidden |= uint32_t(score_hidden(params, row, kind, j1)) << (2 * r + 1);
+    hidden |= Bits(score_hidden(params, row, kind, j0)) << (2 * r);
+    hidden |= Bits(score_hidden(params, row, kind, j1)) << (2 * r + 1);
   }
 #pragma unroll
   for (int r = 0; r < kRows; ++r) {
