@@ -681,23 +681,27 @@ def test_cuda_sm90_block_sparse_forward_matches_sm80(block_size, causal):
         assert not ours[0][:, :bq].any(), "rows of a query block with no kept block are 0"
 
 
+@pytest.mark.parametrize("head_dim", [64, 128])
 @pytest.mark.parametrize("deterministic", [False, True])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("block_size", [(128, 128), (96, 80), (64, 64)])
-def test_cuda_sm90_block_sparse_backward_matches_sm80(block_size, causal, deterministic):
+def test_cuda_sm90_block_sparse_backward_matches_sm80(block_size, causal, deterministic, head_dim):
     """On a Hopper GPU the backward of a block-mask call (no attn_bias, softcap, ALiBi or
     dropout; head dims 64 and 128) runs on the sm90 kernels (FLASHATTN_CUDA_PATH auto or sm90;
     under sm80 both runs below are sm80). The same call with the sm90 backward and with the sm80
     one (the bwd_sm80 switch) in one process, each against the float64 reference, in both dQ
     modes (the deterministic one twice: the same bits). 128 x 128 and 64 x 64 blocks give clean
-    tiles, 96 x 80 mixed ones; GQA, ragged lengths, a query block that keeps nothing (zero dq)."""
+    tiles, 96 x 80 mixed ones; GQA, ragged lengths, a query block that keeps nothing (zero dq).
+    d64 and d128: their kernels step different query tiles (64 rows; 128 at d64 under the dev/
+    macro FLASHATTN_DEV_SM90_SPARSE_BWD_ROWS128, where 64 x 64 and 96 x 80 blocks make mixed
+    128-row tiles)."""
     torch = _torch()
     if not torch.cuda.is_available() or not flashattn.cuda_available():
         pytest.skip("no CUDA device")
     import torch_ref
     from attn_ref import assert_fa_close
     bq = block_size[0]
-    q, k, v, dout, block, ref, naive = _sm90_case(torch, (2, 700, 900, 8, 2, 128), 19, block_size, causal)
+    q, k, v, dout, block, ref, naive = _sm90_case(torch, (2, 700, 900, 8, 2, head_dim), 19, block_size, causal)
 
     def run():
         return torch_ref.values_and_grads(
