@@ -253,7 +253,13 @@ Status run_bwd(const BackwardParams& params, cudaStream_t stream) {
           FLASHATTN_CUDA_TRY(cudaGetLastError());
 #endif
           // The kernel converted every query block that a key block adds into; the others are 0.
-          if (Traits::kMask == MaskMode::kWindow || kp.is_varlen()) {
+          // Without varlen, a window leaves no row without keys when its right edge reaches key 0
+          // from query row 0 (row r sees [r + off - left, r + off + right], off = seqlen_k -
+          // seqlen_q, never empty for r >= 0 then): causal with seqlen_q <= seqlen_k among them.
+          const bool every_row_has_keys =
+              !kp.is_varlen() && kp.seqlen_k > 0 &&
+              (kp.window_right < 0 || int64_t(kp.seqlen_k) - kp.seqlen_q + kp.window_right >= 0);
+          if ((Traits::kMask == MaskMode::kWindow && !every_row_has_keys) || kp.is_varlen()) {
             const dim3 grid(unsigned(ceil_div(kp.seqlen_q, Traits::kKvBlockM)), kp.heads, kp.batch);
             bwd_dq_uncovered_kernel<Traits><<<grid, 32, 0, stream>>>(kp);
             FLASHATTN_CUDA_TRY(cudaGetLastError());
