@@ -16,11 +16,10 @@ and the kernel's span (first entry to last exit, globaltimer).
     python3 dev/decode_trace.py --shapes 4096:0,4096:16,4096:32,16384:0
 """
 import argparse
-import os
 import re
 import statistics
-import subprocess
-import sys
+
+from trace_children import run_children
 
 LINE = re.compile(r"decode_trace cta (\d+) split (\d+) last (\d+) ns0 (\d+) ns1 (\d+) clk (-?\d+) (-?\d+) (-?\d+) (-?\d+)")
 
@@ -76,15 +75,8 @@ def main():
         seqlen_k, splits = (int(x) for x in args.child.split(":"))
         child(seqlen_k, splits)
         return
-    for shape in args.shapes.split(","):
-        # A child process per shape: the kernel's printf reaches stdout at the synchronize.
-        res = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", shape],
-                             capture_output=True, text=True, timeout=120)
-        if res.returncode != 0:
-            print(f"{shape}: rc {res.returncode}: {res.stderr[-500:]}")
-            continue
-        summarize(res.stdout, f"1 x {shape.split(':')[0]} keys, num_splits {shape.split(':')[1]}")
-
+    run_children(__file__, args.shapes.split(","), summarize,
+                 lambda shape: f"1 x {shape.split(':')[0]} keys, num_splits {shape.split(':')[1]}")
 
 if __name__ == "__main__":
     main()

@@ -16,11 +16,10 @@ the writer's waits add up to the kernel's loss against a build without the conve
     python3 dev/dq_trace.py --shapes 1024,2048:causal
 """
 import argparse
-import os
 import re
 import statistics
-import subprocess
-import sys
+
+from trace_children import run_children
 
 CONV = re.compile(r"dq_trace conv cta (\d+) head (\d+) m0 (\d+) k (\d+) t0 (\d+) landed (\d+) end (\d+)")
 WRITER = re.compile(r"dq_trace writer cta (\d+) steps (\d+) wait_ns (\d+) end (\d+)")
@@ -104,15 +103,8 @@ def main():
         seqlen, _, mode = args.child.partition(":")
         child(int(seqlen), mode == "causal", args.head_dim)
         return
-    for shape in args.shapes.split(","):
-        # A child process per shape: the kernel's printf reaches stdout at the synchronize.
-        res = subprocess.run([sys.executable, os.path.abspath(__file__), "--head-dim", str(args.head_dim),
-                              "--child", shape], capture_output=True, text=True, timeout=180)
-        if res.returncode != 0:
-            print(f"{shape}: rc {res.returncode}: {res.stderr[-500:]}")
-            continue
-        summarize(res.stdout, f"d{args.head_dim} {shape}")
-
+    run_children(__file__, args.shapes.split(","), summarize, lambda shape: f"d{args.head_dim} {shape}",
+                 extra_args=("--head-dim", str(args.head_dim)), timeout=180)
 
 if __name__ == "__main__":
     main()
