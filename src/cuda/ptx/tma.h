@@ -72,6 +72,14 @@ __device__ __forceinline__ int atomic_inc_acq_rel_gpu(int* p) {
   return old;
 }
 
+// A load with acquire semantics at GPU scope: what the threads whose releases it reads wrote
+// before them is visible after it.
+__device__ __forceinline__ int load_acquire_gpu(const int* p) {
+  int v;
+  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
 // Brings a tensor map (a __grid_constant__ kernel parameter) into the descriptor cache early.
 __device__ __forceinline__ void tma_prefetch_map(const CUtensorMap* map) {
   asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");

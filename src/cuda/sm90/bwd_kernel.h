@@ -1052,6 +1052,15 @@ __device__ __forceinline__ void dq_trace_counts(const BwdKernelParams& params, i
 }
 #endif
 
+// The counter of a step's query block (Traits::kKvBlockM rows) in the launch's counters: query
+// blocks never overlap (each sequence owns its workspace rows), so neither do their indices.
+template <typename Traits>
+__device__ __forceinline__ int64_t dq_counter_index(const BwdKernelParams& params, const DqJob& job,
+                                                    const SeqExtent& seq) {
+  const int64_t ws_row = params.ws_row0(job.batch, seq.row0_q) + job.m0;
+  return (int64_t(job.head) * params.ws_rows + ws_row) / Traits::kKvBlockM;
+}
+
 // FLASHATTN_DEV_DQ_CONVERT_DECOUPLED: the completed blocks go from the counting warp to the
 // converting warp through a ring of kConvertSlots jobs in the batches' place (DqConvertRing), so
 // a slow conversion holds up neither the counting nor, through the job slots, the writer.
@@ -1107,6 +1116,14 @@ __device__ __forceinline__ void convert_dq_jobs(const BwdKernelParams& params, i
 #if defined(FLASHATTN_DEV_DQ_TRACE)
         const unsigned long long t0 = dq_trace_ns();
 #endif
+        // The block's count read with acquire at GPU scope: it synchronizes with every
+        // contributor's release directly (the handoff from the counting lane through lane 0 and
+        // the ring rests on __syncwarp's ordering otherwise).
+        // The loop only keeps the load: ptxas dropped an unused one, leaving its CCTL.IVALL
+        // alone (the count is at least 1 here, its completing step's).
+        const int* count = counters + dq_counter_index<Traits>(params, job, seq_extent(params, job.batch));
+        while (ptx::load_acquire_gpu(count) <= 0) {
+        }
         convert_dq_block<Traits, 32>(params, c, job, lane, loads, landed, [] { __syncwarp(); });
 #if defined(FLASHATTN_DEV_DQ_TRACE)
         if (lane == 0) dq_trace_conversion<Traits>(params, counters, job, i, t0, landed);
@@ -1160,11 +1177,8 @@ __device__ __forceinline__ void convert_dq_jobs(const BwdKernelParams& params, i
       if (trace_first == 0) trace_first = trace_c0;
 #endif
       if (lane < n) {
-        // Query blocks never overlap (each sequence owns its workspace rows), so neither do their
-        // counters' indices; two steps of one batch may count into one block (the later tile).
-        const int64_t ws_row = params.ws_row0(job.batch, seq.row0_q) + job.m0;
-        const int64_t counter = (int64_t(job.head) * params.ws_rows + ws_row) / Traits::kKvBlockM;
-        convert = ptx::atomic_inc_acq_rel_gpu(counters + counter) + 1 == expected;
+        // Two steps of one batch may count into one block (the later tile): one of them completes it.
+        convert = ptx::atomic_inc_acq_rel_gpu(counters + dq_counter_index<Traits>(params, job, seq)) + 1 == expected;
         if constexpr (!kDecoupled) batch.jobs[lane] = job;
       }
       convert_mask = __ballot_sync(0xffffffffu, convert);
