@@ -955,6 +955,19 @@ __device__ __forceinline__ void store_dq_part(const Load& load, int t, int part,
   }
 }
 
+// A job's query block in the workspace: its row over heads x ws_rows (the f32 dQ accumulator's,
+// times head_dim), and its counter in the launch's counters (query blocks never overlap: each
+// sequence owns its workspace rows, so neither do their indices).
+__device__ __forceinline__ int64_t dq_job_ws_row(const BwdKernelParams& params, const DqJob& job, const SeqExtent& seq) {
+  const int64_t ws_row = params.ws_row0(job.batch, seq.row0_q) + job.m0;
+  return int64_t(job.head) * params.ws_rows + ws_row;
+}
+template <typename Traits>
+__device__ __forceinline__ int64_t dq_counter_index(const BwdKernelParams& params, const DqJob& job,
+                                                    const SeqExtent& seq) {
+  return dq_job_ws_row(params, job, seq) / Traits::kKvBlockM;
+}
+
 // Converts the query block of `job` (complete: its count reached its contributors): each part
 // brought into shared memory by the copy engine (or, FLASHATTN_DEV_DQ_CONVERT_LDG, loaded from
 // L2 by each thread) and stored through store_dq_part by kThreads converter threads (t < kThreads,
@@ -971,8 +984,7 @@ __device__ __forceinline__ void convert_dq_block(const BwdKernelParams& params, 
   constexpr int kParts = Traits::kKvBlockM / 64 * kPartsPerBlock;  // per job
   [[maybe_unused]] const uint32_t part_base = ptx::smem_u32(c.part);
   const SeqExtent seq = seq_extent(params, job.batch);
-  const int64_t ws_row = params.ws_row0(job.batch, seq.row0_q) + job.m0;
-  const float* src = params.dq_accum + (int64_t(job.head) * params.ws_rows + ws_row) * kHeadDim;
+  const float* src = params.dq_accum + dq_job_ws_row(params, job, seq) * kHeadDim;
   char* dq = static_cast<char*>(params.dq) +
              sizeof(typename Traits::Element) *
                  (job.batch * params.dq_strides.batch + int64_t(job.head) * params.dq_strides.head);
@@ -1051,15 +1063,6 @@ __device__ __forceinline__ void dq_trace_counts(const BwdKernelParams& params, i
   r[5] = 1;
 }
 #endif
-
-// The counter of a step's query block (Traits::kKvBlockM rows) in the launch's counters: query
-// blocks never overlap (each sequence owns its workspace rows), so neither do their indices.
-template <typename Traits>
-__device__ __forceinline__ int64_t dq_counter_index(const BwdKernelParams& params, const DqJob& job,
-                                                    const SeqExtent& seq) {
-  const int64_t ws_row = params.ws_row0(job.batch, seq.row0_q) + job.m0;
-  return (int64_t(job.head) * params.ws_rows + ws_row) / Traits::kKvBlockM;
-}
 
 // FLASHATTN_DEV_DQ_CONVERT_DECOUPLED: the completed blocks go from the counting warp to the
 // converting warp through a ring of kConvertSlots jobs in the batches' place (DqConvertRing), so
@@ -1196,11 +1199,8 @@ __device__ __forceinline__ void convert_dq_jobs(const BwdKernelParams& params, i
 #pragma unroll 1
         for (unsigned todo = convert_mask | (end ? 0x80000000u : 0u); todo != 0; todo &= todo - 1) {
           const int j = __ffs(todo) - 1;
-          DqJob qj;
-          qj.batch = __shfl_sync(0xffffffffu, job.batch, j & 31);
-          qj.head = __shfl_sync(0xffffffffu, job.head, j & 31);
-          qj.m0 = __shfl_sync(0xffffffffu, job.m0, j & 31);
-          qj.valid = 0;  // (unused here)
+          DqJob qj{__shfl_sync(0xffffffffu, job.batch, j & 31), __shfl_sync(0xffffffffu, job.head, j & 31),
+                   __shfl_sync(0xffffffffu, job.m0, j & 31), 0};
           if (j == 31) qj.batch = -1;  // the end marker
           if (lane == 0) {
             const int e = queued % kSlots;
