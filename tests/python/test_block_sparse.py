@@ -692,9 +692,8 @@ def test_cuda_sm90_block_sparse_backward_matches_sm80(block_size, causal, determ
     one (the bwd_sm80 switch) in one process, each against the float64 reference, in both dQ
     modes (the deterministic one twice: the same bits). 128 x 128 and 64 x 64 blocks give clean
     tiles, 96 x 80 mixed ones; GQA, ragged lengths, a query block that keeps nothing (zero dq).
-    d64 and d128: their kernels step different query tiles (64 rows; 128 at d64 under the dev/
-    macro FLASHATTN_DEV_SM90_SPARSE_BWD_ROWS128, where 64 x 64 and 96 x 80 blocks make mixed
-    128-row tiles)."""
+    d64 and d128: their kernels step different query tiles (128 rows at d64, where 64 x 64 and
+    96 x 80 blocks make mixed 128-row tiles; 64 at d128)."""
     torch = _torch()
     if not torch.cuda.is_available() or not flashattn.cuda_available():
         pytest.skip("no CUDA device")

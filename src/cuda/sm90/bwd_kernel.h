@@ -125,23 +125,25 @@ struct BwdTraitsBody {
   // dK/dV kernel: kKvBlockN keys per CTA (64 per consumer; 64 shared by role at d256),
   // kKvBlockM queries per step.
   static constexpr int kKvBlockN = kSplitRoles ? 64 : 64 * kConsumers;
-  // kRowSteps128: 128 queries per step for the plain d64 kernels (dense, no softcap / ALiBi /
-  // bias), as FlashAttention-3's d64 backward steps; each consumer then holds S^T and dP^T of 64
-  // keys x 128 queries (64 + 64 registers) beside dK and dV (32 + 32), and the fused kernel's dQ
-  // product takes the consumer's 64 query rows over all 128 keys and all 64 columns (no copy of
-  // K's halves). The other kernels keep 64: the bias and mask-bits paths read 64-row slots, and
-  // at d128 dK and dV alone are 128 registers.
+  // kRowSteps128: 128 queries per step for the plain d64 kernels (dense and block-sparse; no
+  // softcap / ALiBi / bias), as FlashAttention-3's d64 backward steps; each consumer then holds
+  // S^T and dP^T of 64 keys x 128 queries (64 + 64 registers) beside dK and dV (32 + 32), and the
+  // fused kernel's dQ product takes the consumer's 64 query rows over all 128 keys and all 64
+  // columns (no copy of K's halves). The other kernels keep 64: the bias and mask-bits paths
+  // read 64-row slots, and at d128 dK and dV alone are 128 registers.
   // H200 bf16, 64-row steps / 128, same process, twice each (dev/results/
   // h200-2026-12-03-s23-bwd-d64-rows-*-4a67e68.json): backward +4-6% without a mask at 1k-16k,
   // +14-21% causal; 21% fewer instructions per query row in the causal kernel's step loop.
-  // The block-sparse d64 kernels step 64 rows unless the dev/ macro below: at 128 the plan's
-  // key-major lists are built for 128-row query tiles (run_bwd gives build_tile_lists kKvBlockM,
-  // and a tile's kind comes from every mask block it touches) and hide_blocked_keys keeps its
-  // bits in a 64-bit word. Not yet run on a GPU (dev/NOTES.md).
-#if defined(FLASHATTN_DEV_SM90_SPARSE_BWD_ROWS128)
-  static constexpr bool kRowSteps128 = kHeadDim == 64 && !kMods && !kBias;
-#else
+  // The block-sparse d64 kernels step 128 rows too: the plan's key-major lists are built for
+  // 128-row query tiles (run_bwd gives build_tile_lists kKvBlockM, and a tile's kind comes from
+  // every mask block it touches) and hide_blocked_keys keeps its bits in a 64-bit word. H200
+  // bf16, d64 16k, 16 heads, against 64-row steps in one call, twice (dev/results/
+  // h200-2026-12-04-s26-sparse-d64-rows128-4c62b3f.json): backward +19.6% at density 0.10 (1.58x
+  // FlexAttention), +25.5% at 0.50. The dev/ macro below keeps 64-row sparse steps for A/Bs.
+#if defined(FLASHATTN_DEV_SM90_SPARSE_BWD_ROWS64)
   static constexpr bool kRowSteps128 = kHeadDim == 64 && !kSparse && !kMods && !kBias;
+#else
+  static constexpr bool kRowSteps128 = kHeadDim == 64 && !kMods && !kBias;
 #endif
   static constexpr int kKvBlockM = kRowSteps128 ? 128 : 64;
   // dQ kernel: kDqBlockM queries per CTA (64 per consumer), kDqBlockN keys per step.
