@@ -35,15 +35,29 @@ Geometry geometry(const QKVParams& p, int block_m, int block_n) {
   return g;
 }
 
+// The state tables are written a warp per row (plane, query block r), grid-stride, the lanes over
+// the row's key blocks (or list entries): one set of 64-bit divisions per row rather than per
+// entry, which had made the element-per-thread form ~4 us for a 16 x 128 x 128 table on the H200
+// (dev/NOTES.md, "the plan's kernels"). Rows of fewer than 32 blocks leave lanes idle: such a
+// table is small.
+__device__ __forceinline__ void table_row(int64_t row, const Geometry& g, int64_t* b, int64_t* h, int64_t* r) {
+  *r = row % g.q_blocks;
+  const int64_t plane = row / g.q_blocks;
+  *b = plane / g.planes_h;
+  *h = plane % g.planes_h;
+}
+
 // Dense block_mask: a kept block is partial (attn_mask applies to it; without attn_mask it is
 // visible everywhere, like a full one).
 __global__ void states_from_dense(uint8_t* states, const Broadcast4 m, Geometry g) {
-  const int64_t n = int64_t(g.states_bytes());
-  for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < n; e += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t c = e % g.k_blocks, r = e / g.k_blocks % g.q_blocks, plane = e / (g.k_blocks * g.q_blocks);
-    const int64_t b = plane / g.planes_h, h = plane % g.planes_h;
-    const uint8_t keep = static_cast<const uint8_t*>(m.data)[b * m.batch + h * m.head + r * m.row + c];
-    states[e] = keep != 0 ? kBlockPartial : kBlockAbsent;
+  const int lane = threadIdx.x % 32;
+  const int64_t warps = int64_t(gridDim.x) * blockDim.x / 32;
+  for (int64_t w = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) / 32; w < g.planes() * g.q_blocks; w += warps) {
+    int64_t b, h, r;
+    table_row(w, g, &b, &h, &r);
+    const auto* keep = static_cast<const uint8_t*>(m.data) + b * m.batch + h * m.head + r * m.row;
+    uint8_t* row = states + w * g.k_blocks;
+    for (int64_t c = lane; c < g.k_blocks; c += 32) row[c] = keep[c] != 0 ? kBlockPartial : kBlockAbsent;
   }
 }
 
@@ -51,13 +65,18 @@ __global__ void states_from_dense(uint8_t* states, const Broadcast4 m, Geometry 
 // Device values are not checked on the host (SEMANTICS.md): an index outside the key blocks is
 // ignored here, so no write leaves the table.
 __global__ void states_from_list(uint8_t* states, const BlockList l, uint8_t state, Geometry g) {
-  const int64_t n = g.planes() * g.q_blocks * l.width;
-  for (int64_t x = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; x < n; x += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t e = x % l.width, r = x / l.width % g.q_blocks, plane = x / (l.width * g.q_blocks);
-    const int64_t b = plane / g.planes_h, h = plane % g.planes_h;
-    if (e >= l.count_at(b, h, r)) continue;
-    const int32_t c = l.row_at(b, h, r)[e];
-    if (c >= 0 && c < g.k_blocks) states[(plane * g.q_blocks + r) * g.k_blocks + c] = state;
+  const int lane = threadIdx.x % 32;
+  const int64_t warps = int64_t(gridDim.x) * blockDim.x / 32;
+  for (int64_t w = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) / 32; w < g.planes() * g.q_blocks; w += warps) {
+    int64_t b, h, r;
+    table_row(w, g, &b, &h, &r);
+    const int64_t count = l.count_at(b, h, r);
+    const int32_t* listed = l.row_at(b, h, r);
+    uint8_t* row = states + w * g.k_blocks;
+    for (int64_t e = lane; e < count && e < l.width; e += 32) {
+      const int32_t c = listed[e];
+      if (c >= 0 && c < g.k_blocks) row[c] = state;
+    }
   }
 }
 
@@ -77,24 +96,35 @@ __device__ void list_one(int32_t* list, const uint8_t* table, const Geometry& g,
     tile_blocks(tile, block_m, bq, seqlen_q, &f0, &f1);
   }
   const int64_t walked = key_major ? g.m_tiles : g.n_tiles;
+  // kRounds rounds of 32 tiles classified before their ballots, so that their table reads are in
+  // flight together (one dependent L2 round trip per kRounds x 32 tiles, not per 32).
+  constexpr int kRounds = 4;
   int32_t count = 0;
-  for (int64_t base = 0; base < walked; base += 32) {
-    const int64_t t = walked - 1 - (base + lane);
-    int32_t kind = kTileSkipped;
-    if (t >= 0) {
-      int64_t w0, w1;
-      if (key_major) {
-        tile_blocks(t, block_m, bq, seqlen_q, &w0, &w1);
-        kind = tile_kind(table, g.k_blocks, w0, w1, f0, f1, has_mask);
-      } else {
-        tile_blocks(t, block_n, bk, seqlen_k, &w0, &w1);
-        kind = tile_kind(table, g.k_blocks, f0, f1, w0, w1, has_mask);
+  for (int64_t base = 0; base < walked; base += 32 * kRounds) {
+    int32_t kind[kRounds];
+#pragma unroll
+    for (int u = 0; u < kRounds; ++u) {
+      const int64_t t = walked - 1 - (base + 32 * u + lane);
+      kind[u] = kTileSkipped;
+      if (t >= 0) {
+        int64_t w0, w1;
+        if (key_major) {
+          tile_blocks(t, block_m, bq, seqlen_q, &w0, &w1);
+          kind[u] = tile_kind(table, g.k_blocks, w0, w1, f0, f1, has_mask);
+        } else {
+          tile_blocks(t, block_n, bk, seqlen_k, &w0, &w1);
+          kind[u] = tile_kind(table, g.k_blocks, f0, f1, w0, w1, has_mask);
+        }
       }
     }
-    const bool kept = kind != kTileSkipped;
-    const unsigned ballot = __ballot_sync(0xffffffffu, kept);
-    if (kept) list[1 + count + __popc(ballot & ((1u << lane) - 1))] = int32_t(t) | (kind << kTileKindShift);
-    count += __popc(ballot);
+#pragma unroll
+    for (int u = 0; u < kRounds; ++u) {
+      const int64_t t = walked - 1 - (base + 32 * u + lane);
+      const bool kept = kind[u] != kTileSkipped;
+      const unsigned ballot = __ballot_sync(0xffffffffu, kept);
+      if (kept) list[1 + count + __popc(ballot & ((1u << lane) - 1))] = int32_t(t) | (kind[u] << kTileKindShift);
+      count += __popc(ballot);
+    }
   }
   if (lane == 0) list[0] = count;
 }
@@ -135,7 +165,7 @@ unsigned grid_for(int64_t n) {
 // The table of block states from either form of the block mask (the plan's first part).
 Status fill_states(const QKVParams& p, const Geometry& g, uint8_t* states, cudaStream_t stream) {
   if (p.block_mask.defined()) {
-    states_from_dense<<<grid_for(int64_t(g.states_bytes())), kThreads, 0, stream>>>(states, p.block_mask, g);
+    states_from_dense<<<grid_for(g.planes() * g.q_blocks * 32), kThreads, 0, stream>>>(states, p.block_mask, g);
     return Status::Ok();
   }
   FLASHATTN_CUDA_TRY(cudaMemsetAsync(states, kBlockAbsent, g.states_bytes(), stream));
@@ -145,8 +175,7 @@ Status fill_states(const QKVParams& p, const Geometry& g, uint8_t* states, cudaS
   } given[2] = {{p.partial_blocks, kBlockPartial}, {p.full_blocks, kBlockFull}};
   for (const auto& l : given) {
     if (!l.list.defined() || l.list.width == 0) continue;
-    states_from_list<<<grid_for(g.planes() * g.q_blocks * l.list.width), kThreads, 0, stream>>>(states, l.list,
-                                                                                                l.state, g);
+    states_from_list<<<grid_for(g.planes() * g.q_blocks * 32), kThreads, 0, stream>>>(states, l.list, l.state, g);
   }
   return Status::Ok();
 }

@@ -23,11 +23,15 @@ constexpr int32_t kTileSkipped = -1;  // tile_kind: no kept block, the tile is n
 
 // The user blocks [*first, *last] that tile t of `tile` positions covers along one axis of
 // `len` positions (blocks of `block`); t * tile < len.
+// Positions fit in 32 bits (len is a sequence length, an int), so the divisions are unsigned
+// 32-bit ones: a 64-bit division by a run-time value is a ~100-instruction subroutine on the GPU,
+// and it bound the plan's list kernel (block_tiles.cu; dev/NOTES.md, "the plan's kernels").
 FLASHATTN_HOST_DEVICE void tile_blocks(int64_t t, int64_t tile, int64_t block, int64_t len, int64_t* first,
                                        int64_t* last) {
-  const int64_t end = (t + 1) * tile < len ? (t + 1) * tile : len;
-  *first = t * tile / block;
-  *last = (end - 1) / block;
+  const uint32_t start = uint32_t(t) * uint32_t(tile), next = start + uint32_t(tile);
+  const uint32_t end = next < uint32_t(len) ? next : uint32_t(len);
+  *first = start / uint32_t(block);
+  *last = (end - 1) / uint32_t(block);
 }
 
 // The kind of a tile whose rectangle touches the query blocks [r0, r1] and key blocks [c0, c1]
