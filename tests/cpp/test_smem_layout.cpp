@@ -15,6 +15,7 @@
 namespace {
 
 using flashattn::cuda::PaddedRows;
+using flashattn::cuda::SwizzledPanels;
 using flashattn::cuda::SwizzledRows;
 using flashattn::cuda::swizzle_steps_ok;
 
@@ -164,21 +165,24 @@ TEST(SmemLayout, FourRowCopyPassesStepByXor) {
 // The MLA decode kernel (src/cuda/mla/mla_kernel.h) steps its swizzled addresses with advance():
 // every (lane base, step) it takes must land where offset() says. Q and K rows are 576 wide, P
 // 64, a separate V 512; 8 warps.
-TEST(SmemLayout, MlaDecodeAddressSteps) {
-  using QK = SwizzledRows<576>;
+// K is the K tile's layout (and the latent V's): SwizzledRows<576>, or with the copy engine
+// (MlaTraits::kTma) SwizzledPanels<576, 64>; Q keeps SwizzledRows<576>.
+template <typename K>
+void check_mla_address_steps() {
+  using Q = SwizzledRows<576>;
   using V = SwizzledRows<512>;
   using P = SwizzledRows<64>;
   for (int lane = 0; lane < 32; ++lane) {
     for (int kk2 = 0; kk2 < 576 / 32; ++kk2) {
       // Q, A of S (kind A), two k steps per iteration: columns 32 kk2 and 32 kk2 + 16.
       for (int half : {0, 16}) {
-        const uint32_t base = QK::offset(row_a(lane), 8 * chunk_a(lane));
-        EXPECT_EQ(QK::advance(base, 0, 32 * kk2 + half), QK::offset(row_a(lane), 8 * chunk_a(lane) + 32 * kk2 + half));
+        const uint32_t base = Q::offset(row_a(lane), 8 * chunk_a(lane));
+        EXPECT_EQ(Q::advance(base, 0, 32 * kk2 + half), Q::offset(row_a(lane), 8 * chunk_a(lane) + 32 * kk2 + half));
       }
       // K, B of S: warp w's keys 8 w + lane % 8, chunk lane / 8 of each 32-column step.
       for (int warp = 0; warp < 8; ++warp) {
         const int r = 8 * warp + lane % 8, c = 8 * (lane / 8);
-        EXPECT_EQ(QK::advance(QK::offset(r, c), 0, 32 * kk2), QK::offset(r, c + 32 * kk2));
+        EXPECT_EQ(K::advance(K::offset(r, c), 0, 32 * kk2), K::offset(r, c + 32 * kk2));
       }
     }
     // S by depth (MlaTraits::kSplitDepth): warp (key group kg, depth part dq) reads Q (kind A)
@@ -187,13 +191,13 @@ TEST(SmemLayout, MlaDecodeAddressSteps) {
       for (int i = 0; i < 9; ++i) {
         const int qc = 16 * dq + 8 * chunk_a(lane);
         for (int mt = 0; mt < 2; ++mt) {  // 16- and 32-row blocks
-          EXPECT_EQ(QK::advance(QK::offset(row_a(lane), qc), 16 * mt, 64 * i),
-                    QK::offset(row_a(lane) + 16 * mt, qc + 64 * i));
+          EXPECT_EQ(Q::advance(Q::offset(row_a(lane), qc), 16 * mt, 64 * i),
+                    Q::offset(row_a(lane) + 16 * mt, qc + 64 * i));
         }
         for (int kg = 0; kg < 2; ++kg) {
           const int kr = 32 * kg + row_b(lane), kc = 16 * dq + 8 * chunk_b(lane);
           for (int np = 0; np < 2; ++np) {
-            EXPECT_EQ(QK::advance(QK::offset(kr, kc), 16 * np, 64 * i), QK::offset(kr + 16 * np, kc + 64 * i));
+            EXPECT_EQ(K::advance(K::offset(kr, kc), 16 * np, 64 * i), K::offset(kr + 16 * np, kc + 64 * i));
           }
         }
       }
@@ -210,7 +214,7 @@ TEST(SmemLayout, MlaDecodeAddressSteps) {
       const int r = row_a(lane), c = 64 * warp + 8 * chunk_a(lane);
       for (int kk = 0; kk < 4; ++kk) {
         for (int nt = 0; nt < 8; nt += 2) {
-          EXPECT_EQ(QK::advance(QK::offset(r, c), 16 * kk, 8 * nt), QK::offset(r + 16 * kk, c + 8 * nt));
+          EXPECT_EQ(K::advance(K::offset(r, c), 16 * kk, 8 * nt), K::offset(r + 16 * kk, c + 8 * nt));
           EXPECT_EQ(V::advance(V::offset(r, c), 16 * kk, 8 * nt), V::offset(r + 16 * kk, c + 8 * nt));
         }
       }
@@ -219,10 +223,27 @@ TEST(SmemLayout, MlaDecodeAddressSteps) {
   // The cache copy: thread tid writes row tid / 4, chunks tid % 4 + 4 i.
   for (int tid = 0; tid < 256; ++tid) {
     for (int i = 0; i < 576 / 32; ++i) {
-      EXPECT_EQ(QK::advance(QK::offset(tid / 4, 8 * (tid % 4)), 0, 32 * i), QK::offset(tid / 4, 8 * (tid % 4 + 4 * i)));
+      EXPECT_EQ(K::advance(K::offset(tid / 4, 8 * (tid % 4)), 0, 32 * i), K::offset(tid / 4, 8 * (tid % 4 + 4 * i)));
     }
     for (int i = 0; i < 512 / 32; ++i) {
       EXPECT_EQ(V::advance(V::offset(tid / 4, 8 * (tid % 4)), 0, 32 * i), V::offset(tid / 4, 8 * (tid % 4 + 4 * i)));
+    }
+  }
+}
+
+TEST(SmemLayout, MlaDecodeAddressSteps) { check_mla_address_steps<SwizzledRows<576>>(); }
+TEST(SmemLayout, MlaDecodeAddressStepsTmaPanels) { check_mla_address_steps<SwizzledPanels<576, 64>>(); }
+
+// SwizzledPanels is where the copy engine puts boxes of 64 columns x 64 rows under the 128-byte
+// swizzle, box p at p x 8 KB (1024-byte aligned): byte b of row r of the box at r x 128 + (b / 16
+// ^ r % 8) x 16 + b % 16 (the CU_TENSOR_MAP_SWIZZLE_128B pattern: address bits 4-6 XOR bits 7-9).
+TEST(SmemLayout, SwizzledPanelsAreTheCopyEnginesBoxes) {
+  using L = SwizzledPanels<576, 64>;
+  for (int r = 0; r < 64; ++r) {
+    for (int c = 0; c < 576; ++c) {
+      const uint32_t linear = uint32_t((c / 64) * 8192 + r * 128 + (c % 64) * 2);  // box p, unswizzled
+      const uint32_t swizzled = linear ^ (((linear >> 7) & 7) << 4);
+      ASSERT_EQ(L::offset(r, c), swizzled) << "row " << r << " column " << c;
     }
   }
 }
@@ -238,6 +259,7 @@ template <typename T>
 void check_mla_smem_map(const char* name) {
   SCOPED_TRACE(name);
   using QK = typename T::QKLayout;
+  using K = typename T::KLayout;
   using V = typename T::VLayout;
   using P = typename T::PLayout;
   // Regions in order, each ending where the next starts.
@@ -246,21 +268,27 @@ void check_mla_smem_map(const char* name) {
   EXPECT_EQ(T::kPOffset, T::kQOffset + T::kQBytes);
   EXPECT_EQ(T::kStatOffset, T::kPOffset + T::kPBytes);
   EXPECT_EQ(T::kSOffset, T::kStatOffset + T::kStatBytes);
-  EXPECT_EQ(T::kSmemBytes, T::kSOffset + T::kSBytes);
+  EXPECT_EQ(T::kBarOffset, T::kSOffset + T::kSBytes);
+  EXPECT_EQ(T::kSmemUsed, T::kBarOffset + T::kBarBytes);
+  EXPECT_EQ(T::kSmemBytes, T::kSmemUsed + (T::kTma ? 1024 : 0)) << "kTma: the 1024-byte alignment's slack";
   EXPECT_LE(T::kSmemBytes, 227 * 1024) << "sm90's opt-in shared memory per block";
+  if (T::kTma) {
+    EXPECT_EQ(T::kBarBytes, 8 * T::kStages);
+    for (int s = 0; s < T::kStages; ++s) EXPECT_EQ(T::k_stage_offset(s) % 1024, 0) << "stage " << s;
+  }
   for (int s = 0; s < T::kStages; ++s) {
     const int64_t k0 = T::k_stage_offset(s), k1 = k0 + T::kKBytes, stage_end = k0 + T::kStageBytes;
     int64_t k_lo = INT64_MAX, k_hi = -1, v_lo = INT64_MAX, v_hi = -1;
     for (int r = 0; r < T::kBlockN; ++r) {
       for (int c = 0; c < flashattn::cuda::mla::kHeadDim; c += 8) {
-        const int64_t a = k0 + QK::offset(r, c);
+        const int64_t a = k0 + K::offset(r, c);
         k_lo = std::min(k_lo, a), k_hi = std::max(k_hi, a + 15);
       }
       for (int c = 0; c < flashattn::cuda::mla::kHeadDimV; c += 8) {
         const int64_t a = T::v_stage_offset(s) + V::offset(r, c);
         v_lo = std::min(v_lo, a), v_hi = std::max(v_hi, a + 15);
         if (!T::kSeparateV) {
-          ASSERT_EQ(a, k0 + QK::offset(r, c)) << "latent V is K's column " << c << " of row " << r << ", stage " << s;
+          ASSERT_EQ(a, k0 + K::offset(r, c)) << "latent V is K's column " << c << " of row " << r << ", stage " << s;
         }
       }
     }
@@ -289,6 +317,8 @@ TEST(SmemLayout, MlaSmemMap) {
   check_mla_smem_map<MlaTraits<E, 1, false>>("latent, 1 stage (A100)");
   check_mla_smem_map<MlaTraits<E, 2, false>>("latent, 2 stages, 16 rows");
   check_mla_smem_map<MlaTraits<E, 2, false, 32>>("latent, 2 stages, 32 rows");
+  check_mla_smem_map<MlaTraits<E, 2, false, 16, true>>("latent by TMA, 2 stages, 16 rows");
+  check_mla_smem_map<MlaTraits<E, 2, false, 32, true>>("latent by TMA, 2 stages, 32 rows");
   // A100 (163 KB opt-in) runs the 1-stage instantiations.
   EXPECT_LE((MlaTraits<E, 1, true>::kSmemBytes), 163 * 1024);
   EXPECT_LE((MlaTraits<E, 1, false>::kSmemBytes), 163 * 1024);

@@ -87,6 +87,43 @@ struct SwizzledRows {
 #endif
 };
 
+// Rows of kRowElems 16-bit elements kept as kRowElems / 64 panels of kRows rows x 128 bytes:
+// the layout the copy engine writes for boxes of 64 columns x kRows rows under the 128-byte
+// swizzle (ptx/tma.h, sm90/tensor_map.h), one box per panel, each panel on a 1024-byte
+// boundary. Within a 128-byte line the chunks are swizzled as in SwizzledRows (chunk c of row r
+// at c ^ (r % 8)), so advance() follows the same rule; a 64-column step moves to the next panel
+// (kPanelBytes on) instead of the next line. The MLA decode's K tiles when they come by TMA
+// (mla_traits.h, kTma).
+template <int kRowElems, int kRows>
+struct SwizzledPanels {
+  static_assert(kRowElems % 64 == 0 && kRows % 8 == 0, "whole 64-column panels of whole 8-row swizzle periods");
+  static constexpr bool kSwizzled = true;
+  static constexpr int kStride = 64;  // elements between rows of a panel (8 rows on: the same swizzle)
+  static constexpr int kPanelBytes = kRows * 128;
+
+  FLASHATTN_LAYOUT_HD static constexpr uint32_t offset(int row, int col) {
+    return uint32_t((col >> 6) * kPanelBytes + row * 128 + ((((col >> 3) & 7) ^ (row & 7)) << 4) + ((col & 7) << 1));
+  }
+  // Valid under SwizzledRows::advance's conditions (dr % 8 == 0, dc % 8 == 0, no carry in the
+  // low three chunk bits), with dc >= 0.
+  FLASHATTN_LAYOUT_HD static constexpr uint32_t advance(uint32_t addr, int dr, int dc) {
+    const int chunks = dc >> 3;
+    return (addr ^ uint32_t((chunks & 7) << 4)) + uint32_t(dr * 128 + (chunks >> 3) * kPanelBytes);
+  }
+#if defined(__CUDACC__)
+  template <typename E>
+  __device__ __forceinline__ static E* at(E* tile, int row, int col) {
+    static_assert(sizeof(E) == 2, "16-bit elements");
+    using Byte = std::conditional_t<std::is_const_v<E>, const char, char>;
+    return reinterpret_cast<E*>(reinterpret_cast<Byte*>(tile) + offset(row, col));
+  }
+  template <typename E>
+  __device__ __forceinline__ static uint32_t smem_at(E* tile, int row, int col, int col2 = 0) {
+    return ptx::smem_addr(tile) + offset(row, col + col2);
+  }
+#endif
+};
+
 // True when advancing from column chunk c0 (+ the lane's ldmatrix chunk, bit 0) by every even
 // chunk step below span_chunks is carry-free in the low three bits (the three parts use
 // disjoint bits), for the column chunks c0 = w * step_chunks of warps w < warps: the condition

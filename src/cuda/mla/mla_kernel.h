@@ -15,9 +15,15 @@
 // cache; MlaTraits::kSeparateV false): those bytes are read once. A separate v_cache gets its
 // own tile next to K's.
 // K/V tiles stream through kStages shared-memory stages with cp.async: with 2 stages the copy of
-// tile j + 1 runs under the products of tile j. With splits, each CTA writes float32 partials that
+// tile j + 1 runs under the products of tile j. Or, MlaTraits::kTma (sm90, a dense latent cache),
+// thread 0 has the copy engine bring each K tile (nine 64-column boxes, an mbarrier per stage);
+// the rows past the sequence's end in its last tile are then zeroed in shared memory (the copy
+// reads whatever the cache holds there, where cp.async's zero fill wrote zeros: a NaN there
+// would reach O through P V's 0 x NaN). With splits, each CTA writes float32 partials that
 // mla_combine_kernel (below) merges, adding the learnable sink there.
 #pragma once
+
+#include <cuda.h>
 
 #include <cstdint>
 
@@ -30,6 +36,8 @@
 #include "cuda/ptx/ldmatrix.h"
 #include "cuda/ptx/math.h"
 #include "cuda/ptx/mma.h"
+#include "cuda/ptx/tma.h"
+#include "cuda/ptx/warpgroup.h"  // fence_proxy_async_smem
 
 namespace flashattn::cuda::mla {
 
@@ -71,20 +79,35 @@ __device__ __forceinline__ void copy_tile_row(typename Traits::Element* smem, co
   }
 }
 
+// kmap: kTma's map of the cache, (576 columns, capacity rows, heads_k, batch_cache), boxes of 64
+// columns x kBlockN rows (mla_launch.h); unused otherwise.
 template <typename Traits>
 __global__ void __launch_bounds__(Traits::kThreads, 1)
-    mla_decode_kernel(const __grid_constant__ ForwardParams p, const __grid_constant__ MlaPlan plan) {
+    mla_decode_kernel(const __grid_constant__ ForwardParams p, const __grid_constant__ MlaPlan plan,
+                      const __grid_constant__ CUtensorMap kmap) {
   using Element = typename Traits::Element;
   using QKLayout = typename Traits::QKLayout;
+  using KLayout = typename Traits::KLayout;
   using VLayout = typename Traits::VLayout;
   using PLayout = typename Traits::PLayout;
+  // The copy engine's path where the device code has it (a kTma kernel compiled for an older
+  // target takes the cp.async path, into the same layout; the host launches kTma kernels on
+  // sm90 only).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+  constexpr bool kTma = false;
+#else
+  constexpr bool kTma = Traits::kTma;
+#endif
   constexpr int kBlockM = Traits::kBlockM;
   constexpr int kMT = Traits::kMTiles;
   constexpr int kRows = 2 * kMT;  // rows per thread: g and g + 8 of each m16 tile
   constexpr int kBlockN = Traits::kBlockN;
   constexpr int kStages = Traits::kStages;
   constexpr int kWarps = Traits::kWarps;
-  extern __shared__ __align__(128) char smem[];
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  // kTma: the map from a 1024-byte boundary (the copy engine's 128-byte swizzle repeats every 8
+  // rows of 128 bytes; kSmemBytes has the 1024 bytes of slack).
+  unsigned char* const smem = Traits::kTma ? ptx::align_shared<1024>(smem_raw) : smem_raw;
   auto* sQ = reinterpret_cast<Element*>(smem + Traits::kQOffset);     // (kBlockM, 576)
   auto* sP = reinterpret_cast<Element*>(smem + Traits::kPOffset);     // (kBlockM, kBlockN)
   auto* sMax = reinterpret_cast<float*>(smem + Traits::kStatOffset);  // (kWarps, kBlockM)
@@ -125,6 +148,33 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     row_last_key[r] = p.is_causal ? key_end - p.seqlen_q + row_t[r] : key_end - 1;
   }
 
+  // kTma: the stages' "full" barriers, and thread 0's request for tile j's nine boxes (its rows
+  // from the split's first key on; rows past the capacity read as zeros).
+  [[maybe_unused]] uint64_t* full = reinterpret_cast<uint64_t*>(smem + Traits::kBarOffset);
+  const auto issue_tile = [&](int j) {
+    if constexpr (kTma) {
+      const int s = j % kStages;
+      // The stage's last generic accesses (ldmatrix reads, the tail's zeros), ordered before this
+      // thread by the loop's CTA barrier, before the copy engine's writes.
+      ptx::fence_proxy_async_smem();
+      ptx::mbarrier_arrive_expect_tx(&full[s], Traits::kKBytes);
+      const int row = key_first + (tile_begin + j) * kBlockN;
+      const int cache_b = kv.cache_batch(b);
+#pragma unroll
+      for (int panel = 0; panel < kHeadDim / 64; ++panel) {
+        ptx::tma_load_4d(reinterpret_cast<unsigned char*>(k_stage(s)) + panel * KLayout::kPanelBytes, &kmap, &full[s],
+                         64 * panel, row, hk, cache_b);
+      }
+    }
+  };
+  if constexpr (kTma) {
+    if (tid == 0) {
+      for (int st = 0; st < kStages; ++st) ptx::mbarrier_init(&full[st], 1);
+      ptx::mbarrier_init_fence();
+      for (int j = 0; j < kStages - 1 && j < tiles; ++j) issue_tile(j);
+    }
+  }
+
   // Q: (kBlockM, 576), rows past plan.rows zero-filled.
   {
     constexpr int kChunks = kHeadDim / 8;
@@ -144,15 +194,28 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   };
   const auto load_tile = [&](int j, const TileRow& r) {
     const int s = j % kStages;
-    copy_tile_row<Traits, kHeadDim, QKLayout>(k_stage(s), p.k, r.k_offset, r.valid, tid);
+    copy_tile_row<Traits, kHeadDim, KLayout>(k_stage(s), p.k, r.k_offset, r.valid, tid);
     if constexpr (Traits::kSeparateV) copy_tile_row<Traits, kHeadDimV, VLayout>(v_stage(s), p.v, r.v_offset, r.valid, tid);
   };
+  TileRow next_row;  // !kTma: the row of the next tile to copy
+  if constexpr (kTma) {
+    ptx::cp_async_wait<0>();
+    __syncthreads();  // Q and the barriers' initialisation, for every warp
+  } else {
 #pragma unroll
-  for (int j = 0; j < kStages - 1; ++j) {
-    if (j < tiles) load_tile(j, row_of(j));
-    ptx::cp_async_commit();
+    for (int j = 0; j < kStages - 1; ++j) {
+      if (j < tiles) load_tile(j, row_of(j));
+      ptx::cp_async_commit();
+    }
+    next_row = row_of(kStages - 1);
   }
-  TileRow next_row = row_of(kStages - 1);  // the row of the next tile to copy
+  // kTma: rows [valid, kBlockN) of stage s to zero (past the sequence's end).
+  const auto zero_tail = [&](int s, int valid) {
+    constexpr int kChunks = kHeadDim / 8;
+    for (int c = tid; c < (kBlockN - valid) * kChunks; c += Traits::kThreads) {
+      *reinterpret_cast<uint4*>(KLayout::at(k_stage(s), valid + c / kChunks, (c % kChunks) * 8)) = make_uint4(0, 0, 0, 0);
+    }
+  };
 
   // ldmatrix addresses of this lane. Q (A of S, [m][k]): kind A. K (B of S, [n][k]) by depth:
   // kind B; by keys: the warp's 8 keys, lane / 8 picking one of four 8-column chunks, so one x4
@@ -170,13 +233,23 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
 
   for (int j = 0; j < tiles; ++j) {
     __syncthreads();  // every warp is done with tile j - 1: its stage, P and the statistics
-    if (j + kStages - 1 < tiles) {
-      load_tile(j + kStages - 1, next_row);
-      next_row = row_of(j + kStages);
+    if constexpr (kTma) {
+      if (tid == 0 && j + kStages - 1 < tiles) issue_tile(j + kStages - 1);
+      ptx::mbarrier_wait(&full[j % kStages], (j / kStages) & 1);  // tile j, for this thread
+      const int valid = key_end - (key_first + (tile_begin + j) * kBlockN);
+      if (valid < kBlockN) {  // the sequence's last tile (uniform)
+        zero_tail(j % kStages, valid);
+        __syncthreads();
+      }
+    } else {
+      if (j + kStages - 1 < tiles) {
+        load_tile(j + kStages - 1, next_row);
+        next_row = row_of(j + kStages);
+      }
+      ptx::cp_async_commit();
+      ptx::cp_async_wait<kStages - 1>();
+      __syncthreads();  // tile j (and Q) in shared memory for every warp
     }
-    ptx::cp_async_commit();
-    ptx::cp_async_wait<kStages - 1>();
-    __syncthreads();  // tile j (and Q) in shared memory for every warp
     const int s = j % kStages;
     const int n0 = key_first + (tile_begin + j) * kBlockN;
 
@@ -191,7 +264,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       zero_acc(part);
       const uint32_t q_part = QKLayout::smem_at(sQ, ldsm_row_a(lane), 16 * dq + ldsm_col_a(lane));
       const uint32_t k_part =
-          QKLayout::smem_at(k_stage(s), Traits::kGroupKeys * kg + ldsm_row_b(lane), 16 * dq + ldsm_col_b(lane));
+          KLayout::smem_at(k_stage(s), Traits::kGroupKeys * kg + ldsm_row_b(lane), 16 * dq + ldsm_col_b(lane));
 #pragma unroll
       for (int i = 0; i < kHeadDim / (16 * Traits::kDepthParts); ++i) {
         // k step dq + kDepthParts i: 64 i columns on, a whole number of 128-byte groups.
@@ -203,7 +276,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
 #pragma unroll
         for (int np = 0; np < Traits::kGroupKeys / 16; ++np) {
           uint32_t bk[4];
-          ptx::ldmatrix_x4(bk, QKLayout::advance(k_part, 16 * np, 16 * Traits::kDepthParts * i));
+          ptx::ldmatrix_x4(bk, KLayout::advance(k_part, 16 * np, 16 * Traits::kDepthParts * i));
           mma_b_pair<Element>(part, a, bk, 2 * np);
         }
       }
@@ -245,11 +318,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
 #pragma unroll
         for (int e = 0; e < 4; ++e) chain[c][e] = 0.0f;
       const uint32_t q_addr = QKLayout::smem_at(sQ, ldsm_row_a(lane), ldsm_col_a(lane));
-      const uint32_t k_addr = QKLayout::smem_at(k_stage(s), warp_key0 + lane % 8, 8 * (lane / 8));
+      const uint32_t k_addr = KLayout::smem_at(k_stage(s), warp_key0 + lane % 8, 8 * (lane / 8));
 #pragma unroll
       for (int kk2 = 0; kk2 < kHeadDim / 32; ++kk2) {
         uint32_t kb[4], qa0[4], qa1[4];
-        ptx::ldmatrix_x4(kb, QKLayout::advance(k_addr, 0, 32 * kk2));
+        ptx::ldmatrix_x4(kb, KLayout::advance(k_addr, 0, 32 * kk2));
         ptx::ldmatrix_x4(qa0, QKLayout::advance(q_addr, 0, 32 * kk2));
         ptx::ldmatrix_x4(qa1, QKLayout::advance(q_addr, 0, 32 * kk2 + 16));
         const uint32_t b0[2] = {kb[0], kb[1]}, b1[2] = {kb[2], kb[3]};

@@ -15,6 +15,9 @@
 #include "cuda/mla/mla.h"
 #include "cuda/mla/mla_kernel.h"
 #include "cuda/sm80/fwd.h"  // launch_combine_after_splits
+#if defined(FLASHATTN_CUDA_SM90)
+#include "cuda/sm90/tensor_map.h"
+#endif
 
 namespace flashattn::cuda::mla {
 
@@ -34,8 +37,9 @@ Status launch_combine(const ForwardParams& params, cudaStream_t stream) {
       dim3(32 * kCombineWarps), params, stream, "launching the MLA split combine kernel");
 }
 
+// kmap: Traits::kTma's map of the cache (make_cache_map); ignored otherwise.
 template <typename Traits>
-Status launch_decode(const ForwardParams& params_in, cudaStream_t stream, int sms) {
+Status launch_decode(const ForwardParams& params_in, cudaStream_t stream, int sms, const CUtensorMap& kmap) {
   const auto kernel = mla_decode_kernel<Traits>;
   if (Status s = raise_dynamic_smem(kernel, Traits::kSmemBytes); !s.ok()) return s;
   ForwardParams params = params_in;
@@ -68,7 +72,7 @@ Status launch_decode(const ForwardParams& params_in, cudaStream_t stream, int sm
     params.split_lse = workspace + rows * kHeadDimV;
   }
   const dim3 grid(m_blocks, params.heads_k, params.batch * splits);
-  kernel<<<grid, Traits::kThreads, Traits::kSmemBytes, stream>>>(params, plan);
+  kernel<<<grid, Traits::kThreads, Traits::kSmemBytes, stream>>>(params, plan, kmap);
   Status status = cuda_status(cudaGetLastError(), "launching the MLA decode kernel");
   if (splits > 1) {
     if (status.ok()) status = launch_combine<typename Traits::Element>(params, stream);
@@ -76,6 +80,21 @@ Status launch_decode(const ForwardParams& params_in, cudaStream_t stream, int sm
     if (status.ok()) status = freed;
   }
   return status;
+}
+
+// The TMA kernels' map of a dense latent cache (MlaTraits::kTma): (576 columns, capacity rows,
+// heads_k, batch_cache), boxes of 64 columns x kBlockN rows under the 128-byte swizzle. False
+// where the copy engine cannot describe it (alignment, strides) or sm90 was not built: the
+// cp.async kernels then run.
+inline bool make_cache_map(const ForwardParams& p, int box_rows, CUtensorMap* map) {
+#if defined(FLASHATTN_CUDA_SM90)
+  return sm90::make_operand_map(map, p.k, p.dtype, kHeadDim, p.kv.capacity, p.heads_k, p.kv.batch_cache, p.k_strides,
+                                box_rows)
+      .ok();
+#else
+  (void)p, (void)box_rows, (void)map;
+  return false;
+#endif
 }
 
 // Picks the instantiation: a separate v_cache copies V tiles too (one stage: K + V of 64 keys are
@@ -88,6 +107,7 @@ Status run_decode(const ForwardParams& params, cudaStream_t stream) {
   int device = 0, optin = 0, sms = 0;
   FLASHATTN_CUDA_TRY(cudaGetDevice(&device));
   FLASHATTN_CUDA_TRY(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  const CUtensorMap no_map{};
   if (Status s = multiprocessors(&sms); !s.ok()) return s;
   using Separate = MlaTraits<Element, 1, true>;
   using Latent2 = MlaTraits<Element, 2, false>;
@@ -101,13 +121,34 @@ Status run_decode(const ForwardParams& params, cudaStream_t stream) {
                                 (separate ? "separate from" : "a view of") + " k_cache); device " +
                                 std::to_string(device) + " allows " + std::to_string(optin));
   }
-  if (separate) return launch_decode<Separate>(params, stream, sms);
+  if (separate) return launch_decode<Separate>(params, stream, sms, no_map);
   const int rows = params.heads / params.heads_k * params.seqlen_q;
-  if (rows > Latent2::kBlockM && optin >= Latent2Rows32::kSmemBytes) {
-    return launch_decode<Latent2Rows32>(params, stream, sms);
+#if !defined(FLASHATTN_DEV_MLA_CP_ASYNC) && defined(FLASHATTN_CUDA_SM90)
+  // sm90, a dense latent cache: the K tiles by TMA (MlaTraits::kTma). H200 bf16, kernel time
+  // against the cp.async kernels, two alternations in one call (dev/results/
+  // h200-2026-12-04-s27-mla-tma.txt): 16 heads b8 x 8k 25.9-26.1 -> 24.8-25.0 us, b64 x 32k
+  // 599-600 -> 592 us, b1 x 4k 6.7 -> 6.5-6.6 us; 128 heads b8 x 8k 112-113 -> 81 us (the copy
+  // issue no longer takes the products' issue slots). The dev/ macro FLASHATTN_DEV_MLA_CP_ASYNC
+  // keeps the cp.async kernels for A/Bs; paged caches keep them (a 64-row box may cross a page).
+  {
+    using Tma2 = MlaTraits<Element, 2, false, 16, true>;
+    using Tma2Rows32 = MlaTraits<Element, 2, false, 32, true>;
+    int major = 0;
+    FLASHATTN_CUDA_TRY(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+    CUtensorMap kmap;
+    if (major == 9 && !params.kv.paged() && make_cache_map(params, Tma2::kBlockN, &kmap)) {
+      if (rows > Tma2::kBlockM && optin >= Tma2Rows32::kSmemBytes) {
+        return launch_decode<Tma2Rows32>(params, stream, sms, kmap);
+      }
+      if (optin >= Tma2::kSmemBytes) return launch_decode<Tma2>(params, stream, sms, kmap);
+    }
   }
-  if (optin >= Latent2::kSmemBytes) return launch_decode<Latent2>(params, stream, sms);
-  return launch_decode<Latent1>(params, stream, sms);
+#endif
+  if (rows > Latent2::kBlockM && optin >= Latent2Rows32::kSmemBytes) {
+    return launch_decode<Latent2Rows32>(params, stream, sms, no_map);
+  }
+  if (optin >= Latent2::kSmemBytes) return launch_decode<Latent2>(params, stream, sms, no_map);
+  return launch_decode<Latent1>(params, stream, sms, no_map);
 }
 
 }  // namespace flashattn::cuda::mla

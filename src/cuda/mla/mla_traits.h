@@ -25,12 +25,19 @@ constexpr float kLn2 = 0.6931471805599453f;
 //                that half as many CTAs read each K tile. O (kBlockM x 512 f32) is split over
 //                the 8 warps: 64 columns each, 32 or 64 registers per thread; 64 rows would take
 //                128 and the 2-stage tiles would not fit beside their Q (dev/NOTES.md, "MLA decode").
-template <typename Element_, int kStages_, bool kSeparateV_, int kBlockM_ = 16>
+//   kTma_        (sm90, a dense latent cache) K tiles come by the copy engine: thread 0 issues
+//                nine 64-column boxes per tile into a stage that an mbarrier completes, instead
+//                of every thread's 18 cp.async per tile (27% of the warps' samples at b8 x 8k,
+//                ncu, dev/NOTES.md); the tile is then in SwizzledPanels, the layout those boxes
+//                land in.
+template <typename Element_, int kStages_, bool kSeparateV_, int kBlockM_ = 16, bool kTma_ = false>
 struct MlaTraits {
   using Element = Element_;
   static constexpr int kStages = kStages_;
   static constexpr bool kSeparateV = kSeparateV_;
   static constexpr int kBlockM = kBlockM_;
+  static constexpr bool kTma = kTma_;
+  static_assert(!kTma || (!kSeparateV && kStages >= 2), "TMA copies: the latent cache, double-buffered");
   static constexpr int kMTiles = kBlockM / 16;
   static_assert(kBlockM % 16 == 0, "whole m16 tiles");
   static constexpr int kBlockN = 64;  // keys per tile: 72 KB of K at d 576
@@ -41,9 +48,11 @@ struct MlaTraits {
   static constexpr int kONTiles = kColsPerWarp / 8;
   static_assert(kKeysPerWarp == 8, "one n8 tile of S per warp");
 
-  // Unpadded rows, 16-byte chunks swizzled within 128-byte lines (smem_layout.h).
+  // Unpadded rows, 16-byte chunks swizzled within 128-byte lines (smem_layout.h): Q, and the K
+  // tiles unless kTma (then the copy engine's 64-column panels, the same swizzle per line).
   using QKLayout = SwizzledRows<kHeadDim>;
-  using VLayout = std::conditional_t<kSeparateV, SwizzledRows<kHeadDimV>, QKLayout>;
+  using KLayout = std::conditional_t<kTma, SwizzledPanels<kHeadDim, kBlockN>, QKLayout>;
+  using VLayout = std::conditional_t<kSeparateV, SwizzledRows<kHeadDimV>, KLayout>;
   using PLayout = SwizzledRows<kBlockN>;
 
   // How the warps share S = Q K^T of a tile; either way each warp ends with S of its own
@@ -76,7 +85,12 @@ struct MlaTraits {
   static constexpr int kPOffset = kQOffset + kQBytes;
   static constexpr int kStatOffset = kPOffset + kPBytes;
   static constexpr int kSOffset = kStatOffset + kStatBytes;
-  static constexpr int kSmemBytes = kSOffset + kSBytes;
+  // kTma: one "full" mbarrier per stage after the S partials; the allocation has 1024 bytes more,
+  // so that the kernel can start its map on a 1024-byte boundary (the copy engine's swizzle).
+  static constexpr int kBarOffset = kSOffset + kSBytes;
+  static constexpr int kBarBytes = kTma ? 8 * kStages : 0;
+  static constexpr int kSmemUsed = kBarOffset + kBarBytes;
+  static constexpr int kSmemBytes = kSmemUsed + (kTma ? 1024 : 0);
   // Byte offsets of stage s's K tile and V tile. The latent cache's V is the first 512 columns
   // of the K tile itself (same rows, same swizzle), so its V tile starts where K's does; only a
   // separate v_cache has a V tile of its own, after K's. (The first GPU run, 2026-12-01, read the
@@ -85,6 +99,7 @@ struct MlaTraits {
   static constexpr int k_stage_offset(int s) { return s * kStageBytes; }
   static constexpr int v_stage_offset(int s) { return s * kStageBytes + (kSeparateV ? kKBytes : 0); }
   static_assert(kStageBytes % 128 == 0 && kQBytes % 128 == 0 && kPBytes % 128 == 0, "128-byte lines");
+  static_assert(!kTma || (kStageBytes % 1024 == 0 && kBarOffset % 8 == 0), "stages on the swizzle's 1024-byte period");
   static_assert(kSeparateV ? kMTiles == 1 && !kSplitDepth : kSplitDepth, "by keys: 16 rows; by depth: the latent cache");
 };
 
