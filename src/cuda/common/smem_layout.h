@@ -55,8 +55,27 @@ struct PaddedRows {
 #endif
 };
 
+// The pointer helpers of a layout whose offset() is not a row stride (the swizzled ones):
+// element (row, col) of the tile at `tile` as a pointer, and as a shared-memory address (the
+// column may come in two terms). Layout derives from SwizzledAccess<Layout>.
+template <typename Layout>
+struct SwizzledAccess {
+#if defined(__CUDACC__)
+  template <typename E>
+  __device__ __forceinline__ static E* at(E* tile, int row, int col) {
+    static_assert(sizeof(E) == 2, "16-bit elements");
+    using Byte = std::conditional_t<std::is_const_v<E>, const char, char>;
+    return reinterpret_cast<E*>(reinterpret_cast<Byte*>(tile) + Layout::offset(row, col));
+  }
+  template <typename E>
+  __device__ __forceinline__ static uint32_t smem_at(E* tile, int row, int col, int col2 = 0) {
+    return ptx::smem_addr(tile) + Layout::offset(row, col + col2);
+  }
+#endif
+};
+
 template <int kRowElems>
-struct SwizzledRows {
+struct SwizzledRows : SwizzledAccess<SwizzledRows<kRowElems>> {
   static_assert(kRowElems % 64 == 0, "rows are whole 128-byte lines");
   static constexpr bool kSwizzled = true;
   static constexpr int kStride = kRowElems;
@@ -73,18 +92,6 @@ struct SwizzledRows {
     const int chunks = dc >> 3;
     return (addr ^ uint32_t((chunks & 7) << 4)) + uint32_t(dr * kRowBytes + ((chunks & ~7) << 4));
   }
-#if defined(__CUDACC__)
-  template <typename E>
-  __device__ __forceinline__ static E* at(E* tile, int row, int col) {
-    static_assert(sizeof(E) == 2, "16-bit elements");
-    using Byte = std::conditional_t<std::is_const_v<E>, const char, char>;
-    return reinterpret_cast<E*>(reinterpret_cast<Byte*>(tile) + offset(row, col));
-  }
-  template <typename E>
-  __device__ __forceinline__ static uint32_t smem_at(E* tile, int row, int col, int col2 = 0) {
-    return ptx::smem_addr(tile) + offset(row, col + col2);
-  }
-#endif
 };
 
 // Rows of kRowElems 16-bit elements kept as kRowElems / 64 panels of kRows rows x 128 bytes:
@@ -95,7 +102,7 @@ struct SwizzledRows {
 // (kPanelBytes on) instead of the next line. The MLA decode's K tiles when they come by TMA
 // (mla_traits.h, kTma).
 template <int kRowElems, int kRows>
-struct SwizzledPanels {
+struct SwizzledPanels : SwizzledAccess<SwizzledPanels<kRowElems, kRows>> {
   static_assert(kRowElems % 64 == 0 && kRows % 8 == 0, "whole 64-column panels of whole 8-row swizzle periods");
   static constexpr bool kSwizzled = true;
   static constexpr int kStride = 64;  // elements between rows of a panel (8 rows on: the same swizzle)
@@ -110,18 +117,6 @@ struct SwizzledPanels {
     const int chunks = dc >> 3;
     return (addr ^ uint32_t((chunks & 7) << 4)) + uint32_t(dr * 128 + (chunks >> 3) * kPanelBytes);
   }
-#if defined(__CUDACC__)
-  template <typename E>
-  __device__ __forceinline__ static E* at(E* tile, int row, int col) {
-    static_assert(sizeof(E) == 2, "16-bit elements");
-    using Byte = std::conditional_t<std::is_const_v<E>, const char, char>;
-    return reinterpret_cast<E*>(reinterpret_cast<Byte*>(tile) + offset(row, col));
-  }
-  template <typename E>
-  __device__ __forceinline__ static uint32_t smem_at(E* tile, int row, int col, int col2 = 0) {
-    return ptx::smem_addr(tile) + offset(row, col + col2);
-  }
-#endif
 };
 
 // True when advancing from column chunk c0 (+ the lane's ldmatrix chunk, bit 0) by every even
