@@ -227,9 +227,12 @@ struct BwdTraitsBody {
   // slots and the pending steps (16 bytes each), the counts (16), the slots' full / empty barriers
   // and the part buffer's. Not the block-sparse kernels (their steps come from the plan's lists;
   // the pass stays), nor the bias kernels (the part buffer does not fit beside their bias slots).
-  // Dev macro: correct on the H200 but 0.41-0.50x at d128 (s25): the conversions, not the counts,
-  // hold up the kernel; FLASHATTN_DEV_DQ_CONVERT_DECOUPLED / _LDG and FLASHATTN_DEV_DQ_TRACE are
-  // the next measurements (dev/NOTES.md).
+  // Dev macro, a closed line: correct on the H200 but 0.41-0.50x at d128 (s25); traced in s26
+  // (FLASHATTN_DEV_DQ_TRACE): a conversion takes ~5.5 us, but the CTA that arrives last on a
+  // block converts it, falls behind and stays last (up to 1245 of 4096 conversions on one CTA at
+  // 8k); FLASHATTN_DEV_DQ_CONVERT_DECOUPLED / _LDG were slower still, and no form can gain more
+  // than the separate pass costs (+6.5% at 1k, 0 at 8k). Kept as the record; removable
+  // (dev/NOTES.md, "Hopper backward: the passes over all rows").
 #if defined(FLASHATTN_DEV_SM90_BWD_DQ_IN_KERNEL)
   static constexpr bool kDqConvertInKernel = !kSplitRoles && !kSparse && !kBias;
 #else
