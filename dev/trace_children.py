@@ -2,7 +2,7 @@
 
 A kernel's printf reaches stdout only at a synchronize of the process that launched it, so each
 shape runs in a child process of its own (the script itself with --child SHAPE and the extra
-arguments), and the parent reads the child's stdout (dev/decode_trace.py, dev/dq_trace.py)."""
+arguments), and the parent reads the child's stdout (dev/decode_trace.py)."""
 import os
 import subprocess
 import sys

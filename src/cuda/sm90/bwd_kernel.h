@@ -216,35 +216,7 @@ struct BwdTraitsBody {
   static constexpr int kKHalfRowBytes = 64;
   static constexpr int kKHalfBytes = kKvBlockN * kKHalfRowBytes;
   static constexpr int kKHalvesBytes = kDqKHalves ? kConsumers * kKHalfBytes : 0;
-  // kDqConvertInKernel: the fused kernel converts dQ itself, so no bwd_dq_convert_kernel pass
-  // over every query row follows it. The dQ writer hands each step whose bulk reduce-adds have
-  // completed (it waits for them kDqPendingDepth steps later) to the producer warpgroup's two idle
-  // warps, the converters, through kConvertSlots job slots; they count it into its query block's
-  // counter in the workspace, and the step that completes the block (bwd90::dq_block_contributors
-  // says how many add into it) has each part brought into shared memory by the copy engine
-  // (kDqPartBytes, one buffer), scaled, converted and stored as 16-byte row chunks
-  // (store_dq_part, the pass's code). Shared memory (bwd90::DqConvertSmem): the part buffer, the
-  // slots and the pending steps (16 bytes each), the counts (16), the slots' full / empty barriers
-  // and the part buffer's. Not the block-sparse kernels (their steps come from the plan's lists;
-  // the pass stays), nor the bias kernels (the part buffer does not fit beside their bias slots).
-  // Dev macro, a closed line: correct on the H200 but 0.41-0.50x at d128 (s25); traced in s26
-  // (FLASHATTN_DEV_DQ_TRACE): a conversion takes ~5.5 us, but the CTA that arrives last on a
-  // block converts it, falls behind and stays last (up to 1245 of 4096 conversions on one CTA at
-  // 8k); FLASHATTN_DEV_DQ_CONVERT_DECOUPLED / _LDG were slower still, and no form can gain more
-  // than the separate pass costs (+6.5% at 1k, 0 at 8k). Kept as the record; removable
-  // (dev/NOTES.md, "Hopper backward: the passes over all rows").
-#if defined(FLASHATTN_DEV_SM90_BWD_DQ_IN_KERNEL)
-  static constexpr bool kDqConvertInKernel = !kSplitRoles && !kSparse && !kBias;
-#else
-  static constexpr bool kDqConvertInKernel = false;
-#endif
-  static constexpr int kConvertSlots = 8;
-  static constexpr int kDqPendingDepth = 3;
-  static constexpr int kConvertBytes =
-      kDqConvertInKernel ? kDqPartBytes + 16 * (kConvertSlots + kDqPendingDepth) + 16 + 2 * (16 * kConvertSlots + 16) +
-                               8 * (2 * kConvertSlots + 1)
-                         : 0;
-  static constexpr int kFusedExtraBytes = 2 * kDsBytes + kConsumers * kDqPartBytes + kKHalvesBytes + kConvertBytes;
+  static constexpr int kFusedExtraBytes = 2 * kDsBytes + kConsumers * kDqPartBytes + kKHalvesBytes;
   static constexpr size_t kKvFusedSmemBytes = kKvSmemBytes + kFusedExtraBytes;
 
   static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 192 || kHeadDim == 256, "d64, d128, d192 and d256");
@@ -331,9 +303,6 @@ struct BwdKernelArgs {
   BwdSoftcap softcap;
   // kPersistent with a window or causal mask: the tile feed's counter (workspace, zeroed per call).
   int* tile_counter;
-  // kDqConvertInKernel: per query block of kKvBlockM rows, the steps whose dQ adds are complete
-  // (workspace, zeroed per call; indexed by the block's first row over heads x ws_rows).
-  int* dq_counters;
   // kBias: attn_bias's map, (keys, rows, heads, batch), boxes of 64 keys x kKvBlockM rows (1 row
   // when it broadcasts over the rows), 128-byte swizzle (make_bias_map).
   CUtensorMap bias;
@@ -601,54 +570,26 @@ struct KvTile {
   SeqExtent seq;
   int n0, keys_here, head_begin, m_lo, n_m, steps;
   int64_t ws_row0;
-  int m_rot = 0;  // Traits::kDqConvertInKernel: the walk's first query block is m_lo + m_rot
   __device__ __forceinline__ bool exists() const { return n0 < seq.seqlen_k; }
 };
-
-// Traits::kDqConvertInKernel: where key block n_block's walk over its n_m query blocks starts
-// (DenseWalkT<true>), n_block / (the sequence's key blocks) of the way through them. In the
-// plain order every key block of a head visits query block m at about the same step, so the
-// same slowest CTA made each block's last add and converted every block of the head, fell
-// further behind and so stayed last (H200 d128 at 0.41-0.50x with the conversion, 1.06x
-// with the counts alone; dev/NOTES.md). Rotated, each key block is last for its share of the
-// blocks, and the adds into one dQ block are spread over the walk.
-template <typename Traits>
-__device__ __forceinline__ int dq_walk_rotation(int n_block, int n_m, int seqlen_k) {
-  if constexpr (!Traits::kDqConvertInKernel) {
-    return 0;
-  } else {
-    const int n_blocks = (seqlen_k + Traits::kKvBlockN - 1) / Traits::kKvBlockN;
-    return n_m > 0 && n_blocks > 0 ? int(int64_t(n_block) * n_m / n_blocks % n_m) : 0;
-  }
-}
 
 // A tile's dense steps in bwd_kv_kernel's order, head-major: query blocks m_lo .. m_lo + n_m - 1
 // of each of the split's heads in turn, one advance() per step. No step divides by n_m: the
 // window kernels' consumers spent a signed division (about 25 vector instructions, one MUFU.RCP)
-// per step on step / n_m and step % n_m, about 4% of a d64 step. kRotated
-// (Traits::kDqConvertInKernel): each head's blocks from m_lo + rot, wrapping to m_lo
-// (dq_walk_rotation).
-template <bool kRotated>
-struct DenseWalkT {
+// per step on step / n_m and step % n_m, about 4% of a d64 step.
+struct DenseWalk {
   int m_lo, m_end;
   int m;     // this step's query block
   int head;  // this step's query head
-  int m_first;
-  __device__ __forceinline__ DenseWalkT(int m_lo_, int n_m, int head_begin, int rot = 0)
-      : m_lo(m_lo_), m_end(m_lo_ + n_m), m(m_lo_ + (kRotated ? rot : 0)), head(head_begin), m_first(m) {}
+  __device__ __forceinline__ DenseWalk(int m_lo_, int n_m, int head_begin)
+      : m_lo(m_lo_), m_end(m_lo_ + n_m), m(m_lo_), head(head_begin) {}
   __device__ __forceinline__ void advance() {
-    if constexpr (kRotated) {
-      if (++m == m_end) m = m_lo;
-      if (m == m_first) ++head;
-    } else {
-      if (++m == m_end) {
-        m = m_lo;
-        ++head;
-      }
+    if (++m == m_end) {
+      m = m_lo;
+      ++head;
     }
   }
 };
-using DenseWalk = DenseWalkT<false>;
 
 // Tile t's values, as the one-CTA-per-tile launch derives its CTA's at the top of bwd_kv_kernel
 // (steps 0 for a tile past its sequence's keys).
@@ -678,7 +619,6 @@ __device__ __forceinline__ KvTile kv_tile(const BwdKernelParams& params, const B
   w.n_m = max(m_hi - m_lo, 0);
   w.steps = w.exists() ? w.n_m * heads_per_split : 0;
   w.ws_row0 = params.ws_row0(w.batch, w.seq.row0_q);
-  w.m_rot = dq_walk_rotation<Traits>(w.n_block, w.n_m, w.seq.seqlen_k);
   return w;
 }
 
@@ -741,191 +681,6 @@ __device__ __forceinline__ void hand_back_dq_parts(int lane) {
   ptx::named_barrier_arrive(kDqEmptyBarrier0 + 1, kDqHandoffThreads);
 }
 
-// ---- dQ converted in the fused kernel (BwdTraitsBody::kDqConvertInKernel) ----
-// A step of the dQ writer whose bulk adds are complete, for the converter warps: its query block
-// (sequence, query head, first row); batch -1 ends them. `valid` marks a pending slot in use.
-struct DqJob {
-  int batch, head, m0, valid;
-};
-// The writer's counts (its steps, its queued jobs), in shared memory: the writer has 24 registers.
-// wait_ns: FLASHATTN_DEV_DQ_TRACE's sum of the writer's waits for a free slot.
-struct DqCounts {
-  int steps, pushes;
-  unsigned long long wait_ns;
-};
-
-// dev/ probe FLASHATTN_DEV_DQ_TRACE (dev/dq_trace.py): %globaltimer stamps of the conversion,
-// recorded after the query blocks' counters (the launch sizes and zeroes them with the counters;
-// bwd_dq_trace_print_kernel prints them: a printf in this kernel would serialise its wgmmas,
-// ptxas C7510). Layout in 8-byte words: [0] conversions recorded; then per CTA of the launch's
-// `tiles` (the one-CTA grid's size) the writer's 4 (steps, wait_ns, end, 1) and the converters'
-// 6 (jobs, batches, largest batch, count_ns, first, 1); then per conversion 6 (cta, head, m0, k,
-// begun, first part landed, done: head and m0 share a word).
-__device__ __forceinline__ unsigned long long dq_trace_ns() {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
-constexpr int kDqTraceWriterWords = 4, kDqTraceCtaWords = 6, kDqTraceConvWords = 6;
-__host__ __device__ inline int64_t dq_trace_counters(int heads, int64_t ws_rows, int block_m) {
-  return ((int64_t(heads) * ws_rows + block_m - 1) / block_m + 1 + 1) / 2 * 2;  // as the launch's, even
-}
-__host__ __device__ inline int64_t dq_trace_words(int64_t counters, int64_t tiles) {
-  return 8 + (kDqTraceWriterWords + kDqTraceCtaWords) * tiles + kDqTraceConvWords * counters;
-}
-template <typename Traits>
-__device__ __forceinline__ unsigned long long* dq_trace_base(const BwdKernelParams& params, int* counters) {
-  return reinterpret_cast<unsigned long long*>(counters +
-                                               dq_trace_counters(params.heads, params.ws_rows, Traits::kKvBlockM));
-}
-__device__ __forceinline__ int64_t dq_trace_tiles(const BwdKernelParams& params, int block_n) {
-  return int64_t((params.seqlen_k + block_n - 1) / block_n) * params.heads_k * params.kv_splits * params.batch;
-}
-__device__ __forceinline__ int dq_trace_cta() {
-  return int(blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z));
-}
-// A batch of queued steps the first converter warp counted at once, for both converter warps:
-// the steps, which of them completed their block (bit j: jobs[j]), whether the end job came.
-template <int kSlots>
-struct DqBatch {
-  DqJob jobs[kSlots];
-  int convert_mask, end, pad[2];
-};
-// The conversion's shared memory (after the fused kernel's other buffers): the part buffer
-// (kDqPartBytes), the job slots, the writer's kDqPendingDepth steps whose adds may be in flight
-// (valid 0: none), the counts, two batches (by parity), then the barriers: full and empty per
-// slot, and the part buffer's.
-struct DqConvertSmem {
-  float* part;
-  DqJob* slots;
-  DqJob* pending;
-  DqCounts* counts;
-  void* batches;
-  uint64_t* full;
-  uint64_t* empty;
-  uint64_t* part_full;
-};
-template <typename Traits>
-__device__ __forceinline__ DqConvertSmem dq_convert_smem(unsigned char* base) {
-  static_assert(!Traits::kDqConvertInKernel ||
-                    (Traits::kDqPartBytes % 1024 == 0 && sizeof(DqJob) == 16 && sizeof(DqCounts) == 16),
-                "the part buffer 1024-aligned (it follows 1024-byte multiples), the barriers 8-aligned");
-  static_assert(!Traits::kDqConvertInKernel ||
-                    Traits::kConvertBytes == Traits::kDqPartBytes +
-                                                 int(sizeof(DqJob)) * (Traits::kConvertSlots + Traits::kDqPendingDepth) +
-                                                 int(sizeof(DqCounts)) + 2 * int(sizeof(DqBatch<Traits::kConvertSlots>)) +
-                                                 8 * (2 * Traits::kConvertSlots + 1),
-                "the conversion's shared memory as BwdTraitsBody counts it");
-  DqConvertSmem c;
-  c.part = reinterpret_cast<float*>(base);
-  c.slots = reinterpret_cast<DqJob*>(base + Traits::kDqPartBytes);
-  c.pending = c.slots + Traits::kConvertSlots;
-  c.counts = reinterpret_cast<DqCounts*>(c.pending + Traits::kDqPendingDepth);
-  c.batches = c.counts + 1;
-  c.full = reinterpret_cast<uint64_t*>(static_cast<DqBatch<Traits::kConvertSlots>*>(c.batches) + 2);
-  c.empty = c.full + Traits::kConvertSlots;
-  c.part_full = c.empty + Traits::kConvertSlots;
-  return c;
-}
-// Named barrier of the two converter warps.
-constexpr int kDqConvertBarrier = 8;
-
-// How many key blocks' steps add into query block m (Traits::kKvBlockM rows) of a sequence with
-// seqlen_k keys: every key block's without a window, those whose query_block_range holds m with
-// one (as bwd_kv_kernel and kv_tile walk them). 0 when no key block does (no keys; rows a window
-// or causal mask hides from every key): bwd_dq_uncovered_kernel zeroes those blocks' dQ. Every
-// lane of the warp calls it (one ballot per 32 key blocks).
-template <typename Traits>
-__device__ __forceinline__ int dq_block_contributors(const WindowMask& mask, int seqlen_k, int m, int lane) {
-  constexpr int kBlockN = Traits::kKvBlockN;
-  const int n_blocks = seqlen_k > 0 ? (seqlen_k + kBlockN - 1) / kBlockN : 0;
-  if constexpr (Traits::kMask != MaskMode::kWindow) {
-    return n_blocks;
-  } else {
-    int count = 0;
-    for (int n0 = 0; n0 < n_blocks; n0 += 32) {
-      const int n = n0 + lane;
-      bool adds = false;
-      if (n < n_blocks) {
-        int lo = 0, hi = 0;
-        query_block_range(mask, n * kBlockN, min(n * kBlockN + kBlockN, seqlen_k), Traits::kKvBlockM, &lo, &hi);
-        adds = m >= lo && m < hi;
-      }
-      count += __popc(__ballot_sync(0xffffffffu, adds));
-    }
-    return count;
-  }
-}
-
-// The writer's lane 0: queues a job for the converters.
-template <typename Traits>
-__device__ __forceinline__ void dq_push(const DqConvertSmem& c, const DqJob& job) {
-  const int k = c.counts->pushes++;
-  const int slot = k % Traits::kConvertSlots;
-#if defined(FLASHATTN_DEV_DQ_TRACE)
-  const unsigned long long t0 = dq_trace_ns();
-  ptx::mbarrier_wait(&c.empty[slot], ((k / Traits::kConvertSlots) & 1) ^ 1);
-  c.counts->wait_ns += dq_trace_ns() - t0;
-#else
-  ptx::mbarrier_wait(&c.empty[slot], ((k / Traits::kConvertSlots) & 1) ^ 1);
-#endif
-  c.slots[slot] = job;
-  ptx::mbarrier_arrive(&c.full[slot]);
-}
-
-// The dQ writer before its first step.
-template <typename Traits>
-__device__ __forceinline__ void dq_writer_start(const DqConvertSmem& c, int lane) {
-  if (lane == 0) {
-    c.counts->steps = c.counts->pushes = 0;
-    c.counts->wait_ns = 0;
-    for (int i = 0; i < Traits::kDqPendingDepth; ++i) c.pending[i].valid = 0;
-  }
-}
-
-// The dQ writer after a step's adds are issued: the step kDqPendingDepth before it, whose adds are
-// then complete (the wait lets the newer steps' stay in flight), goes to the converters, and this
-// one takes its place. The writer does no atomic: a release at GPU scope (MEMBAR.GPU) would wait
-// for its own adds still in flight, which is what the first form of this did, per step (H200: the
-// d128 backward at 0.42-0.53x of the pass's; dev/NOTES.md); nor does it count the block's
-// contributors (the converters do). Every lane calls it.
-template <typename Traits>
-__device__ __forceinline__ void dq_after_step(const DqConvertSmem& c, int batch, int head, int m, int lane) {
-  constexpr int kDepth = Traits::kDqPendingDepth;
-  if (lane == 0) {
-    DqJob* pd = c.pending + c.counts->steps % kDepth;
-    if (pd->valid != 0) {
-      ptx::bulk_wait_group<Traits::kConsumers * kDepth>();  // one group per consumer's part and step
-      dq_push<Traits>(c, *pd);
-    }
-    *pd = DqJob{batch, head, m * Traits::kKvBlockM, 1};
-    ++c.counts->steps;
-  }
-  __syncwarp();
-}
-
-// And after the writer's last step: the pending steps, oldest first, then the converters' end.
-template <typename Traits>
-__device__ __forceinline__ void dq_finish(const DqConvertSmem& c, int lane, [[maybe_unused]] const BwdKernelParams& params,
-                                          [[maybe_unused]] int* counters) {
-  if (lane == 0) {
-    ptx::bulk_wait_group<0>();
-    for (int i = 0; i < Traits::kDqPendingDepth; ++i) {
-      const DqJob* pd = c.pending + (c.counts->steps + i) % Traits::kDqPendingDepth;
-      if (pd->valid != 0) dq_push<Traits>(c, *pd);
-    }
-    dq_push<Traits>(c, DqJob{-1, 0, 0, 0});
-#if defined(FLASHATTN_DEV_DQ_TRACE)
-    unsigned long long* w = dq_trace_base<Traits>(params, counters) + 8 + kDqTraceWriterWords * dq_trace_cta();
-    w[0] = c.counts->steps;
-    w[1] = c.counts->wait_ns;
-    w[2] = dq_trace_ns();
-    w[3] = 1;
-#endif
-  }
-  __syncwarp();
-}
-
 // Part `part` (kDqCols columns) of a 64-row f32 dQ block in accumulator order (acc_order_index:
 // thread t of the warpgroup that computed it holds float4 t + 128 j of the part, its 8-column
 // chunk j, rows r and r + 8, two columns each), scaled and converted, as thread t would store it:
@@ -956,299 +711,6 @@ __device__ __forceinline__ void store_dq_part(const Load& load, int t, int part,
       const uint4 chunk = quad_transpose(x, t4);  // every lane, before the row bound
       const int r = m0 + row + 8 * h;
       if (r < seqlen_q) *reinterpret_cast<uint4*>(dq + sizeof(Element) * ((row0_q + r) * row_stride + col)) = chunk;
-    }
-  }
-}
-
-// A job's query block in the workspace: its row over heads x ws_rows (the f32 dQ accumulator's,
-// times head_dim), and its counter in the launch's counters (query blocks never overlap: each
-// sequence owns its workspace rows, so neither do their indices).
-__device__ __forceinline__ int64_t dq_job_ws_row(const BwdKernelParams& params, const DqJob& job, const SeqExtent& seq) {
-  const int64_t ws_row = params.ws_row0(job.batch, seq.row0_q) + job.m0;
-  return int64_t(job.head) * params.ws_rows + ws_row;
-}
-template <typename Traits>
-__device__ __forceinline__ int64_t dq_counter_index(const BwdKernelParams& params, const DqJob& job,
-                                                    const SeqExtent& seq) {
-  return dq_job_ws_row(params, job, seq) / Traits::kKvBlockM;
-}
-
-// Converts the query block of `job` (complete: its count reached its contributors): each part
-// brought into shared memory by the copy engine (or, FLASHATTN_DEV_DQ_CONVERT_LDG, loaded from
-// L2 by each thread) and stored through store_dq_part by kThreads converter threads (t < kThreads,
-// each playing 128 / kThreads of the 128 threads' roles); sync() joins them (the part buffer read
-// before the next part lands). `loads` counts the part buffer's phases; `landed` gets the
-// %globaltimer stamp of the first part (FLASHATTN_DEV_DQ_TRACE).
-template <typename Traits, int kThreads, typename Sync>
-__device__ __forceinline__ void convert_dq_block(const BwdKernelParams& params, const DqConvertSmem& c,
-                                                 const DqJob& job, int t, int& loads,
-                                                 [[maybe_unused]] unsigned long long& landed, const Sync& sync) {
-  constexpr int kHeadDim = Traits::kHeadDim;
-  constexpr int kPartFloats = Traits::kDqPartBytes / 4;
-  constexpr int kPartsPerBlock = 64 * kHeadDim / kPartFloats;      // per 64 rows
-  constexpr int kParts = Traits::kKvBlockM / 64 * kPartsPerBlock;  // per job
-  [[maybe_unused]] const uint32_t part_base = ptx::smem_u32(c.part);
-  const SeqExtent seq = seq_extent(params, job.batch);
-  const float* src = params.dq_accum + dq_job_ws_row(params, job, seq) * kHeadDim;
-  char* dq = static_cast<char*>(params.dq) +
-             sizeof(typename Traits::Element) *
-                 (job.batch * params.dq_strides.batch + int64_t(job.head) * params.dq_strides.head);
-#pragma unroll 1
-  for (int q = 0; q < kParts; ++q) {
-#if defined(FLASHATTN_DEV_DQ_CONVERT_LDG)
-    // No copy engine, no buffer: after the count's acquire and the barrier that told these
-    // threads, a plain load sees the adds.
-    const float* part_src = src + q * kPartFloats;
-#else
-    if (t == 0) {
-      ptx::fence_proxy_async_global();  // the counter's acquire before the engine's read
-      ptx::fence_proxy_async_smem();    // the last part's reads before the engine's writes
-      ptx::mbarrier_arrive_expect_tx(c.part_full, Traits::kDqPartBytes);
-      ptx::bulk_load(c.part, src + q * kPartFloats, Traits::kDqPartBytes, c.part_full);
-    }
-    ptx::mbarrier_wait(c.part_full, loads & 1);
-    ++loads;
-#endif
-#if defined(FLASHATTN_DEV_DQ_TRACE)
-    if (q == 0) landed = dq_trace_ns();
-#endif
-    const int m64 = job.m0 + 64 * (q / kPartsPerBlock);
-#pragma unroll
-    for (int v = 0; v < 128 / kThreads; ++v) {
-      const int tv = t + kThreads * v;
-      store_dq_part<Traits>(
-          [&](int j, int h) {
-            float2 x;
-#if defined(FLASHATTN_DEV_DQ_CONVERT_LDG)
-            asm volatile("ld.global.cg.v2.f32 {%0, %1}, [%2];\n"
-                         : "=f"(x.x), "=f"(x.y)
-                         : "l"(part_src + 4 * (tv + 128 * j) + 2 * h));
-#else
-            asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n"
-                         : "=f"(x.x), "=f"(x.y)
-                         : "r"(part_base + 16 * (tv + 128 * j) + 8 * h));
-#endif
-            return x;
-          },
-          tv, q % kPartsPerBlock, dq, params.dq_strides.row, seq.row0_q, m64, seq.seqlen_q, params.scale);
-    }
-#if !defined(FLASHATTN_DEV_DQ_CONVERT_LDG)
-    sync();
-#endif
-  }
-}
-
-#if defined(FLASHATTN_DEV_DQ_TRACE)
-// A conversion's record (dq_trace_base's layout).
-template <typename Traits>
-__device__ __forceinline__ void dq_trace_conversion(const BwdKernelParams& params, int* counters, const DqJob& job,
-                                                    int k, unsigned long long t0, unsigned long long landed) {
-  unsigned long long* base = dq_trace_base<Traits>(params, counters);
-  const int64_t tiles = dq_trace_tiles(params, Traits::kKvBlockN);
-  const unsigned long long i = atomicAdd(base, 1ull);
-  unsigned long long* r = base + 8 + (kDqTraceWriterWords + kDqTraceCtaWords) * tiles + kDqTraceConvWords * i;
-  r[0] = unsigned(dq_trace_cta());
-  r[1] = (unsigned long long)(unsigned(job.head)) << 32 | unsigned(job.m0);
-  r[2] = unsigned(k);
-  r[3] = t0;
-  r[4] = landed;
-  r[5] = dq_trace_ns();
-}
-// The counting warp's record at its end.
-template <typename Traits>
-__device__ __forceinline__ void dq_trace_counts(const BwdKernelParams& params, int* counters, int jobs, int batches,
-                                                int max_n, unsigned long long count_ns, unsigned long long first) {
-  unsigned long long* r = dq_trace_base<Traits>(params, counters) + 8 +
-                          kDqTraceWriterWords * dq_trace_tiles(params, Traits::kKvBlockN) + kDqTraceCtaWords * dq_trace_cta();
-  r[0] = unsigned(jobs);
-  r[1] = unsigned(batches);
-  r[2] = unsigned(max_n);
-  r[3] = count_ns;
-  r[4] = first;
-  r[5] = 1;
-}
-#endif
-
-// FLASHATTN_DEV_DQ_CONVERT_DECOUPLED: the completed blocks go from the counting warp to the
-// converting warp through a ring of kConvertSlots jobs in the batches' place (DqConvertRing), so
-// a slow conversion holds up neither the counting nor, through the job slots, the writer.
-struct DqConvertRing {
-  DqJob* jobs;
-  uint64_t* full;
-  uint64_t* empty;
-};
-template <typename Traits>
-__device__ __forceinline__ DqConvertRing dq_convert_ring(const DqConvertSmem& c) {
-  constexpr int kQ = Traits::kConvertSlots;
-  static_assert(kQ * (16 + 16) <= 2 * int(sizeof(DqBatch<kQ>)), "the ring fits in the two batches' bytes");
-  DqConvertRing r;
-  r.jobs = static_cast<DqJob*>(c.batches);
-  r.full = reinterpret_cast<uint64_t*>(r.jobs + kQ);
-  r.empty = r.full + kQ;
-  return r;
-}
-
-// The two converter warps (warps 2 and 3 of the producer warpgroup, t = 0 .. 63), in batches: the
-// first warp takes the oldest queued step and every one queued behind it (lane j the j-th; the
-// slot goes back at once), finds how many steps add into each one's block
-// (dq_block_contributors) and counts them all at once (lane j's acquire-release atomic at GPU
-// scope: the writer saw the step's adds complete and handed it over through the slot's
-// barrier). Each step that completes its block is then converted (convert_dq_block) by both
-// warps, or, FLASHATTN_DEV_DQ_CONVERT_DECOUPLED, queued to the second warp, which converts alone.
-// Until the end job. The counts cost nothing measurable on the H200; converting in the counting
-// warps held up the writer and the kernel (d128 0.41-0.50x; dev/NOTES.md, s25).
-template <typename Traits>
-__device__ __forceinline__ void convert_dq_jobs(const BwdKernelParams& params, int* counters, const DqConvertSmem& c,
-                                                int t) {
-  constexpr int kSlots = Traits::kConvertSlots;
-  static_assert(kSlots < 32, "a lane per queued step; bit 31 marks DECOUPLED's end");
-#if defined(FLASHATTN_DEV_DQ_CONVERT_DECOUPLED)
-  constexpr bool kDecoupled = true;
-#else
-  constexpr bool kDecoupled = false;
-#endif
-  [[maybe_unused]] const DqConvertRing ring = dq_convert_ring<Traits>(c);
-  auto* batches = static_cast<DqBatch<kSlots>*>(c.batches);
-  int loads = 0;
-  [[maybe_unused]] unsigned long long landed = 0;
-  if constexpr (kDecoupled) {
-    if (t >= 32) {  // the converting warp
-      const int lane = t - 32;
-#pragma unroll 1
-      for (int i = 0;; ++i) {
-        const int e = i % kSlots;
-        ptx::mbarrier_wait(&ring.full[e], (i / kSlots) & 1);
-        const DqJob job = ring.jobs[e];
-        ptx::mbarrier_arrive(&ring.empty[e]);  // every lane (count 32): each read it
-        if (job.batch < 0) return;
-#if defined(FLASHATTN_DEV_DQ_TRACE)
-        const unsigned long long t0 = dq_trace_ns();
-#endif
-        // The block's count read with acquire at GPU scope: it synchronizes with every
-        // contributor's release directly (the handoff from the counting lane through lane 0 and
-        // the ring rests on __syncwarp's ordering otherwise).
-        // The loop only keeps the load: ptxas dropped an unused one, leaving its CCTL.IVALL
-        // alone (the count is at least 1 here, its completing step's).
-        const int* count = counters + dq_counter_index<Traits>(params, job, seq_extent(params, job.batch));
-        while (ptx::load_acquire_gpu(count) <= 0) {
-        }
-        convert_dq_block<Traits, 32>(params, c, job, lane, loads, landed, [] { __syncwarp(); });
-#if defined(FLASHATTN_DEV_DQ_TRACE)
-        if (lane == 0) dq_trace_conversion<Traits>(params, counters, job, i, t0, landed);
-#endif
-      }
-    }
-  }
-  int k = 0;       // steps taken (the first warp's)
-  int queued = 0;  // kDecoupled: blocks queued to the converting warp
-#if defined(FLASHATTN_DEV_DQ_TRACE)
-  int trace_batches = 0, trace_max_n = 0;
-  unsigned long long trace_count_ns = 0, trace_first = 0;
-#endif
-#pragma unroll 1
-  for (int b = 0;; ++b) {
-    // Batch b in batches[b & 1]: the second warp read batch b - 2 before the barrier of b - 1.
-    DqBatch<kSlots>& batch = batches[b & 1];
-    unsigned convert_mask = 0;
-    bool end = false;
-    DqJob job{-1, 0, 0, 0};
-    if (t < 32) {
-      const int lane = t;
-      ptx::mbarrier_wait(&c.full[k % kSlots], (k / kSlots) & 1);
-      const int slot = (k + lane) % kSlots;
-      const bool ready =
-          lane == 0 || (lane < kSlots && ptx::mbarrier_test(&c.full[slot], ((k + lane) / kSlots) & 1));
-      int n = __ffs(~__ballot_sync(0xffffffffu, ready)) - 1;  // steps queued in a row from k
-      if (lane < n) job = c.slots[slot];
-      const unsigned ends = __ballot_sync(0xffffffffu, lane < n && job.batch < 0);
-      // Nothing follows the end job: n then counts the steps before it.
-      const int taken = ends != 0 ? __ffs(ends) : n;
-      if (ends != 0) n = taken - 1;
-      if (lane < taken) ptx::mbarrier_arrive(&c.empty[slot]);  // the slot's only reader
-      k += taken;
-      SeqExtent seq{};
-      if (lane < n) seq = seq_extent(params, job.batch);
-      int expected = 0;
-#pragma unroll 1
-      for (int j = 0; j < n; ++j) {  // every lane (dq_block_contributors' ballots)
-        const int seqlen_q = __shfl_sync(0xffffffffu, seq.seqlen_q, j);
-        const int seqlen_k = __shfl_sync(0xffffffffu, seq.seqlen_k, j);
-        const int m0 = __shfl_sync(0xffffffffu, job.m0, j);
-        const WindowMask mask = make_window_mask<Traits::kMask == MaskMode::kWindow>(
-            seqlen_q, seqlen_k, params.window_left, params.window_right);
-        const int e = dq_block_contributors<Traits>(mask, seqlen_k, m0 / Traits::kKvBlockM, lane);
-        if (lane == j) expected = e;
-      }
-      bool convert = false;
-#if defined(FLASHATTN_DEV_DQ_TRACE)
-      const unsigned long long trace_c0 = dq_trace_ns();
-      if (trace_first == 0) trace_first = trace_c0;
-#endif
-      if (lane < n) {
-        // Two steps of one batch may count into one block (the later tile): one of them completes it.
-        convert = ptx::atomic_inc_acq_rel_gpu(counters + dq_counter_index<Traits>(params, job, seq)) + 1 == expected;
-        if constexpr (!kDecoupled) batch.jobs[lane] = job;
-      }
-      convert_mask = __ballot_sync(0xffffffffu, convert);
-      end = ends != 0;
-#if defined(FLASHATTN_DEV_DQ_TRACE)
-      trace_count_ns += dq_trace_ns() - trace_c0;  // the batch's counts (every lane's atomic back)
-      trace_batches += n > 0;
-      trace_max_n = max(trace_max_n, n);
-#endif
-      if constexpr (kDecoupled) {
-        // Each completed block, then the end, to the converting warp (lane 0 writes the entry;
-        // the ring's full barrier counts one arrival). The warp barrier orders lane j's acquire
-        // before lane 0's release of the entry (a ballot orders no memory).
-        __syncwarp();
-#pragma unroll 1
-        for (unsigned todo = convert_mask | (end ? 0x80000000u : 0u); todo != 0; todo &= todo - 1) {
-          const int j = __ffs(todo) - 1;
-          DqJob qj{__shfl_sync(0xffffffffu, job.batch, j & 31), __shfl_sync(0xffffffffu, job.head, j & 31),
-                   __shfl_sync(0xffffffffu, job.m0, j & 31), 0};
-          if (j == 31) qj.batch = -1;  // the end marker
-          if (lane == 0) {
-            const int e = queued % kSlots;
-            ptx::mbarrier_wait(&ring.empty[e], ((queued / kSlots) & 1) ^ 1);
-            ring.jobs[e] = qj;
-            ptx::mbarrier_arrive(&ring.full[e]);
-          }
-          ++queued;
-        }
-      } else if (lane == 0) {
-        batch.convert_mask = int(convert_mask);
-        batch.end = end;
-      }
-    }
-    if constexpr (kDecoupled) {
-      if (end) {
-#if defined(FLASHATTN_DEV_DQ_TRACE)
-        if (t == 0) dq_trace_counts<Traits>(params, counters, k - 1, trace_batches, trace_max_n, trace_count_ns, trace_first);
-#endif
-        return;
-      }
-      continue;
-    }
-    ptx::named_barrier_sync(kDqConvertBarrier, 64);  // the batch
-    convert_mask = unsigned(batch.convert_mask);
-    end = batch.end != 0;
-#pragma unroll 1
-    for (unsigned todo = convert_mask; todo != 0; todo &= todo - 1) {
-      const DqJob cj = batch.jobs[__ffs(todo) - 1];
-#if defined(FLASHATTN_DEV_DQ_TRACE)
-      const unsigned long long t0 = dq_trace_ns();
-#endif
-      convert_dq_block<Traits, 64>(params, c, cj, t, loads, landed,
-                                   [] { ptx::named_barrier_sync(kDqConvertBarrier, 64); });
-#if defined(FLASHATTN_DEV_DQ_TRACE)
-      if (t == 0) dq_trace_conversion<Traits>(params, counters, cj, k, t0, landed);
-#endif
-    }
-    if (end) {
-#if defined(FLASHATTN_DEV_DQ_TRACE)
-      if (t == 0) dq_trace_counts<Traits>(params, counters, k - 1, trace_batches, trace_max_n, trace_count_ns, trace_first);
-#endif
-      return;
     }
   }
 }
@@ -1326,7 +788,6 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
     query_block_range(mask, n0, n0 + keys_here, kBlockM, &m_lo, &m_hi);
   }
   const int n_m = max(m_hi - m_lo, 0);
-  [[maybe_unused]] const int m_rot = bwd90::dq_walk_rotation<Traits>(n_block, n_m, seq.seqlen_k);
   // (head, query block) pairs, head-major. kSparse: the consumers learn theirs from the producer.
   int steps = n_m * heads_per_split;
   const int64_t ws_row0 = params.ws_row0(batch, seq.row0_q);
@@ -1342,10 +803,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
   float* sDq = reinterpret_cast<float*>(sDs + 2 * Traits::kDsBytes);
   [[maybe_unused]] unsigned char* sKh =
       reinterpret_cast<unsigned char*>(sDq) + Traits::kConsumers * Traits::kDqPartBytes;
-  // kDqConvertInKernel: the conversion's buffer, queue and barriers, last.
-  constexpr bool kConvert = kFusedDq && Traits::kDqConvertInKernel;
-  using Walk = bwd90::DenseWalkT<kConvert>;  // rotated with the conversion (dq_walk_rotation)
-  [[maybe_unused]] const bwd90::DqConvertSmem conv = bwd90::dq_convert_smem<Traits>(sKh + Traits::kKHalvesBytes);
+  using Walk = bwd90::DenseWalk;
   // Split roles (d256): P^T handed from consumer 0 to 1, before the barriers.
   float* sPt = reinterpret_cast<float*>(stages + Traits::kKvStagesBytes);
   uint64_t* bars = reinterpret_cast<uint64_t*>(stages + Traits::kKvStagesBytes + Traits::kPtBytes +
@@ -1379,22 +837,6 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
   const int lane = threadIdx.x % 32;
   // Every-thread stage releases (release_stage) but in the two-kernel form's d128 dK/dV kernel.
   constexpr bool kEveryThread = kFusedDq || Traits::kSplitRoles || kHeadDim != 128;
-  if constexpr (kConvert) {
-    if (threadIdx.x == 0) {  // init_ring fences them and syncs the CTA
-      for (int i = 0; i < Traits::kConvertSlots; ++i) {
-        ptx::mbarrier_init(&conv.full[i], 1);
-        ptx::mbarrier_init(&conv.empty[i], 1);  // the converter lane that read it
-      }
-      ptx::mbarrier_init(conv.part_full, 1);
-#if defined(FLASHATTN_DEV_DQ_CONVERT_DECOUPLED)
-      const bwd90::DqConvertRing ring = bwd90::dq_convert_ring<Traits>(conv);
-      for (int i = 0; i < Traits::kConvertSlots; ++i) {
-        ptx::mbarrier_init(&ring.full[i], 1);    // the counting warp's lane 0
-        ptx::mbarrier_init(&ring.empty[i], 32);  // every lane of the converting warp
-      }
-#endif
-    }
-  }
   bwd90::init_ring(kv_full, full, empty, kStages, bwd90::stage_arrivals<kEveryThread, Traits::kConsumers>());
   if constexpr (kPersistent) {
     if (threadIdx.x == 0) {
@@ -1412,26 +854,17 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
   if (warpgroup == 0) {
     ptx::warpgroup_reg_dealloc<Traits::kProducerRegs>();
     if constexpr (kPersistent) {
-      if constexpr (kConvert) {
-        if (warp >= 2) {
-          bwd90::convert_dq_jobs<Traits>(params, args.dq_counters, conv, threadIdx.x - 64);
-          return;
-        }
-      }
       if (warp == 1) {
         // The dQ writer: the one-CTA launch's (below), over the CTA's steps of all its tiles. The
         // buffers go back at the top of the next step (the first one: both, as at that launch's
         // start), so none goes back after the CTA's last step (an arrival nobody would sync).
         bool started = false;
-        if constexpr (kConvert) {
-          bwd90::dq_writer_start<Traits>(conv, lane);
-        }
 #pragma unroll 1
         for (int r = 0;; ++r) {
           const int t = kDynamic ? take_tile(feed, r, lane) : BwdTileOrder::cta_tile(r, cta, ctas);
           if (t >= order.tiles) break;
           const bwd90::KvTile w = bwd90::kv_tile<Traits>(params, order, t);
-          Walk walk(w.m_lo, w.n_m, w.head_begin, w.m_rot);
+          Walk walk(w.m_lo, w.n_m, w.head_begin);
 #pragma unroll 1
           for (int step = 0; step < w.steps; ++step, walk.advance()) {
             float* gdq =
@@ -1446,14 +879,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
               bwd90::hand_back_dq_parts<Traits>(lane);
             }
             bwd90::add_dq_parts<Traits>(gdq, sDq, lane);
-            if constexpr (kConvert) bwd90::dq_after_step<Traits>(conv, w.batch, walk.head, walk.m, lane);
           }
         }
-        if constexpr (kConvert) {
-          bwd90::dq_finish<Traits>(conv, lane, params, args.dq_counters);
-        } else {
-          if (lane == 0) ptx::bulk_wait_group<0>();  // the adds done before the CTA's shared memory goes
-        }
+        if (lane == 0) ptx::bulk_wait_group<0>();  // the adds done before the CTA's shared memory goes
         return;
       }
       if (warp != 0 || lane != 0) return;
@@ -1484,12 +912,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
           const int64_t ws_head = int64_t(head) * params.ws_rows + w.ws_row0;
 #pragma unroll 1
           for (int m_step = w.m_lo * kBlockM; m_step < (w.m_lo + w.n_m) * kBlockM; m_step += kBlockM) {
-            // kConvert: from m_lo + m_rot, wrapping (Walk).
-            int m0 = m_step;
-            if constexpr (kConvert) {
-              m0 += w.m_rot * kBlockM;
-              if (m0 >= (w.m_lo + w.n_m) * kBlockM) m0 -= w.n_m * kBlockM;
-            }
+            const int m0 = m_step;
             const int s = it % kStages;
             ptx::mbarrier_wait(&empty[s], ((it / kStages) & 1) ^ 1);
             ptx::mbarrier_arrive_expect_tx(&full[s], Traits::tile_bytes(kBlockM) + Traits::tile_bytes_v(kBlockM) +
@@ -1568,30 +991,14 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
         if (steps == 0) return;
 #pragma unroll
         for (int c = 0; c < Traits::kConsumers; ++c) ptx::named_barrier_arrive(kDqEmptyBarrier0 + c, kDqHandoffThreads);
-        if constexpr (kConvert) {
-          bwd90::dq_writer_start<Traits>(conv, lane);
-        }
-        Walk walk(m_lo, n_m, head_begin, m_rot);
+        Walk walk(m_lo, n_m, head_begin);
         for (int step = 0; step < steps; ++step, walk.advance()) {
           float* gdq = params.dq_accum + (int64_t(walk.head) * params.ws_rows + ws_row0 + walk.m * kBlockM) * kHeadDim;
           bwd90::add_dq_parts<Traits>(gdq, sDq, lane);
           if (step + 1 < steps) bwd90::hand_back_dq_parts<Traits>(lane);
-          if constexpr (kConvert) {
-            bwd90::dq_after_step<Traits>(conv, batch, walk.head, walk.m, lane);
-          }
         }
-        if constexpr (kConvert) {
-          bwd90::dq_finish<Traits>(conv, lane, params, args.dq_counters);
-        } else {
-          if (lane == 0) ptx::bulk_wait_group<0>();  // the adds done before the CTA's shared memory goes
-        }
+        if (lane == 0) ptx::bulk_wait_group<0>();  // the adds done before the CTA's shared memory goes
         return;
-      }
-      if constexpr (kConvert) {
-        if (warp >= 2) {
-          if (steps > 0) bwd90::convert_dq_jobs<Traits>(params, args.dq_counters, conv, threadIdx.x - 64);
-          return;
-        }
       }
     }
     // The producer thread's copies: K and V once per CTA, and per step (stage s) the query block
@@ -1685,7 +1092,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
     if (warp != 0 || lane != 0 || steps == 0) return;
     const int mb = bwd90::map_batch(params, batch);
     load_kv(mb);
-    Walk walk(m_lo, n_m, head_begin, m_rot);
+    Walk walk(m_lo, n_m, head_begin);
 #pragma unroll 1
     for (int step = 0; step < steps; ++step, walk.advance()) {
       const int s = step % kStages;
@@ -1923,7 +1330,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
   [[maybe_unused]] int it = 0;  // kPersistent: the CTA's steps so far, over its tiles
   int kv_it = 0;                // kPersistent: its tiles with a step so far (their K/V loads)
   for (int r = 0;; ++r) {
-    bwd90::KvTile w{n_block, kv_head, split, batch, seq, n0, keys_here, head_begin, m_lo, n_m, steps, ws_row0, m_rot};
+    bwd90::KvTile w{n_block, kv_head, split, batch, seq, n0, keys_here, head_begin, m_lo, n_m, steps, ws_row0};
     if constexpr (kPersistent) {
       const int t = kDynamic ? take_tile(feed, r, lane) : BwdTileOrder::cta_tile(r, cta, ctas);
       if (t >= order.tiles) break;
@@ -1973,7 +1380,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
     // Dense steps: the query block and head by walking; the blocks whose rows see all of this
     // warpgroup's keys skip the mask (two compares a step instead of block_needs_mask's arithmetic
     // on the block's rows: the window kernels' steps were 13% longer than the unmasked ones').
-    Walk walk(w.m_lo, w.n_m, w.head_begin, w.m_rot);
+    Walk walk(w.m_lo, w.n_m, w.head_begin);
     [[maybe_unused]] int clean_lo = 0, clean_hi = 0;
     if constexpr (Traits::kMask == MaskMode::kWindow && !Traits::kSparse) {
       mask.unmasked_row_blocks(w.n0 + key_row0, w.n0 + key_row0 + 64, kBlockM, &clean_lo, &clean_hi);
@@ -2606,58 +2013,6 @@ __global__ void __launch_bounds__(128) bwd_dq_convert_kernel(const __grid_consta
           return h == 0 ? make_float2(x.x, x.y) : make_float2(x.z, x.w);
         },
         threadIdx.x, part, dq, params.dq_strides.row, seq.row0_q, m0, seq.seqlen_q, params.scale);
-  }
-}
-
-#if defined(FLASHATTN_DEV_DQ_TRACE)
-// dev/ probe: prints the records bwd90::dq_trace_base holds, in dev/dq_trace.py's line format.
-// A template like the other kernels of this header, so each instantiation file's copy is its own
-// symbol (a plain __global__ here was defined in every file: the package did not link).
-template <typename Traits>
-__global__ void bwd_dq_trace_print_kernel(const unsigned long long* base, int64_t tiles) {
-  using namespace bwd90;
-  for (int64_t c = 0; c < tiles; ++c) {
-    const unsigned long long* w = base + 8 + kDqTraceWriterWords * c;
-    const unsigned long long* r = base + 8 + kDqTraceWriterWords * tiles + kDqTraceCtaWords * c;
-    if (w[3] != 0) printf("dq_trace writer cta %lld steps %llu wait_ns %llu end %llu\n", (long long)c, w[0], w[1], w[2]);
-    if (r[5] != 0) {
-      printf("dq_trace conv_cta cta %lld jobs %llu batches %llu max_n %llu count_ns %llu first %llu\n", (long long)c, r[0],
-             r[1], r[2], r[3], r[4]);
-    }
-  }
-  const unsigned long long* conv = base + 8 + (kDqTraceWriterWords + kDqTraceCtaWords) * tiles;
-  for (unsigned long long i = 0; i < base[0]; ++i) {
-    const unsigned long long* r = conv + kDqTraceConvWords * i;
-    printf("dq_trace conv cta %llu head %llu m0 %llu k %llu t0 %llu landed %llu end %llu\n", r[0], r[1] >> 32,
-           r[1] & 0xffffffffull, r[2], r[3], r[4], r[5]);
-  }
-}
-#endif
-
-// kDqConvertInKernel under a window mask or with varlen sequences: dQ = 0 for the query blocks
-// that no key block adds into (bwd90::dq_block_contributors 0: a sequence without keys, rows a
-// window or causal mask hides from every key), which no converter writes. One warp per (query
-// block of kKvBlockM rows, head, sequence).
-template <typename Traits>
-__global__ void __launch_bounds__(32) bwd_dq_uncovered_kernel(const __grid_constant__ BwdKernelParams params) {
-  using Element = typename Traits::Element;
-  constexpr int kHeadDim = Traits::kHeadDim;
-  const int m = blockIdx.x, head = blockIdx.y, batch = blockIdx.z;
-  const int lane = threadIdx.x;
-  const SeqExtent seq = seq_extent(params, batch);
-  const int m0 = m * Traits::kKvBlockM;
-  if (m0 >= seq.seqlen_q) return;
-  const WindowMask mask = make_window_mask<Traits::kMask == MaskMode::kWindow>(
-      seq.seqlen_q, seq.seqlen_k, params.window_left, params.window_right);
-  if (bwd90::dq_block_contributors<Traits>(mask, seq.seqlen_k, m, lane) != 0) return;
-  char* dq = static_cast<char*>(params.dq) +
-             sizeof(Element) * (batch * params.dq_strides.batch + int64_t(head) * params.dq_strides.head);
-  constexpr int kRowChunks = kHeadDim / 8;  // 16-byte chunks per row
-  const int rows = min(Traits::kKvBlockM, seq.seqlen_q - m0);
-  for (int i = lane; i < rows * kRowChunks; i += 32) {
-    const int64_t row = seq.row0_q + m0 + i / kRowChunks;
-    *reinterpret_cast<uint4*>(dq + sizeof(Element) * (row * params.dq_strides.row + 8 * (i % kRowChunks))) =
-        make_uint4(0, 0, 0, 0);
   }
 }
 

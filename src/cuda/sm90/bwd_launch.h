@@ -38,7 +38,6 @@ Status run_bwd(const BackwardParams& params, cudaStream_t stream) {
 
   BwdKernelArgs args;
   args.tile_counter = nullptr;
-  args.dq_counters = nullptr;
   BwdKernelParams& kp = args.p;
   static_cast<BackwardParams&>(kp) = params;
   const bool varlen = params.is_varlen();
@@ -155,22 +154,6 @@ Status run_bwd(const BackwardParams& params, cudaStream_t stream) {
       plan_bytes = mask_bits_offset;
     }
   }
-  // kDqConvertInKernel: the query blocks' counters (bwd90::convert_dq_jobs), after the rest of
-  // the plan's space, zeroed on the stream.
-  size_t counters_offset = 0, counters_bytes = 0;
-  if constexpr (Traits::kDqConvertInKernel) {
-    if (!kp.deterministic) {
-      counters_offset = round_up(plan_bytes, kWsAlign);
-      counters_bytes = sizeof(int) * size_t(ceil_div(int64_t(kp.heads) * kp.ws_rows, Traits::kKvBlockM) + 1);
-#if defined(FLASHATTN_DEV_DQ_TRACE)  // dev/ probe: the trace's records after the counters
-      const int64_t trace_counters = bwd90::dq_trace_counters(kp.heads, kp.ws_rows, Traits::kKvBlockM);
-      counters_bytes = sizeof(int) * size_t(trace_counters) +
-                       8 * size_t(bwd90::dq_trace_words(trace_counters, int64_t(ceil_div(kp.seqlen_k, Traits::kKvBlockN)) *
-                                                                            kp.heads_k * kp.kv_splits * kp.batch));
-#endif
-      plan_bytes = counters_offset + counters_bytes;
-    }
-  }
   void* ws = nullptr;
   void* plan_ws = nullptr;
   if (Status s = alloc_workspace<kHeadDim>(&kp, stream, &ws, plan_bytes, &plan_ws); !s.ok()) return s;
@@ -221,10 +204,6 @@ Status run_bwd(const BackwardParams& params, cudaStream_t stream) {
       if (!kp.deterministic) {
         FLASHATTN_CUDA_TRY(
             cudaMemsetAsync(kp.dq_accum, 0, sizeof(float) * size_t(kp.heads) * kp.ws_rows * kHeadDim, stream));
-        if constexpr (Traits::kDqConvertInKernel) {
-          args.dq_counters = reinterpret_cast<int*>(static_cast<char*>(plan_ws) + counters_offset);
-          FLASHATTN_CUDA_TRY(cudaMemsetAsync(args.dq_counters, 0, counters_bytes, stream));
-        }
         if constexpr (Traits::kPersistent) {
           // min(tiles, SMs) CTAs, each walking tiles (bwd_kv_kernel's kPersistent).
           const auto kernel = bwd_kv_kernel<Traits, true>;
@@ -244,27 +223,7 @@ Status run_bwd(const BackwardParams& params, cudaStream_t stream) {
           kernel<<<kv_grid, Traits::kThreads, kSmem, stream>>>(args);
           FLASHATTN_CUDA_TRY(cudaGetLastError());
         }
-        if constexpr (Traits::kDqConvertInKernel) {
-#if defined(FLASHATTN_DEV_DQ_TRACE)
-          bwd_dq_trace_print_kernel<Traits><<<1, 1, 0, stream>>>(
-              reinterpret_cast<const unsigned long long*>(
-                  args.dq_counters + bwd90::dq_trace_counters(kp.heads, kp.ws_rows, Traits::kKvBlockM)),
-              int64_t(ceil_div(kp.seqlen_k, Traits::kKvBlockN)) * kp.heads_k * kp.kv_splits * kp.batch);
-          FLASHATTN_CUDA_TRY(cudaGetLastError());
-#endif
-          // The kernel converted every query block that a key block adds into; the others are 0.
-          // Without varlen, a window leaves no row without keys when its right edge reaches key 0
-          // from query row 0 (row r sees [r + off - left, r + off + right], off = seqlen_k -
-          // seqlen_q, never empty for r >= 0 then): causal with seqlen_q <= seqlen_k among them.
-          const bool every_row_has_keys =
-              !kp.is_varlen() && kp.seqlen_k > 0 &&
-              (kp.window_right < 0 || int64_t(kp.seqlen_k) - kp.seqlen_q + kp.window_right >= 0);
-          if ((Traits::kMask == MaskMode::kWindow && !every_row_has_keys) || kp.is_varlen()) {
-            const dim3 grid(unsigned(ceil_div(kp.seqlen_q, Traits::kKvBlockM)), kp.heads, kp.batch);
-            bwd_dq_uncovered_kernel<Traits><<<grid, 32, 0, stream>>>(kp);
-            FLASHATTN_CUDA_TRY(cudaGetLastError());
-          }
-        } else {
+        {
           const dim3 grid(unsigned(ceil_div(kp.seqlen_q, 64)), kp.heads, kp.batch);
           bwd_dq_convert_kernel<Traits><<<grid, 128, 0, stream>>>(kp);
           FLASHATTN_CUDA_TRY(cudaGetLastError());
