@@ -319,6 +319,8 @@ TEST(SmemLayout, MlaSmemMap) {
   check_mla_smem_map<MlaTraits<E, 2, false, 32>>("latent, 2 stages, 32 rows");
   check_mla_smem_map<MlaTraits<E, 2, false, 16, true>>("latent by TMA, 2 stages, 16 rows");
   check_mla_smem_map<MlaTraits<E, 2, false, 32, true>>("latent by TMA, 2 stages, 32 rows");
+  check_mla_smem_map<MlaTraits<E, 2, false, 16, true, true>>("paged latent by TMA, 16 rows");
+  check_mla_smem_map<MlaTraits<E, 2, false, 32, true, true>>("paged latent by TMA, 32 rows");
   // A100 (163 KB opt-in) runs the 1-stage instantiations.
   EXPECT_LE((MlaTraits<E, 1, true>::kSmemBytes), 163 * 1024);
   EXPECT_LE((MlaTraits<E, 1, false>::kSmemBytes), 163 * 1024);

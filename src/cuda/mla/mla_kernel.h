@@ -151,7 +151,19 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   // kTma: the stages' "full" barriers, and thread 0's request for tile j's nine boxes (its rows
   // from the split's first key on; rows past the capacity read as zeros).
   [[maybe_unused]] uint64_t* full = reinterpret_cast<uint64_t*>(smem + Traits::kBarOffset);
-  const auto issue_tile = [&](int j) {
+  // kTmaPaged: the page of tile j (its rows lie in one page: page_size % kBlockN == 0 and the
+  // tiles start at row 0 without leftpad, mla_launch.h), clamped as row_offset clamps it.
+  const auto page_of = [&](int j) {
+    int page = 0;
+    if constexpr (Traits::kTmaPaged) {
+      const int row = key_first + (tile_begin + j) * kBlockN;
+      page = kv.block_table[b * kv.block_table_stride + row / kv.page_size];
+      page = page < 0 ? 0 : (page >= kv.num_blocks ? kv.num_blocks - 1 : page);
+    }
+    return page;
+  };
+  // page: kTmaPaged's page_of(j), read one tile ahead (its latency off the copy's issue).
+  const auto issue_tile = [&](int j, [[maybe_unused]] int page) {
     if constexpr (kTma) {
       const int s = j % kStages;
       // The stage's last generic accesses (ldmatrix reads, the tail's zeros), ordered before this
@@ -159,19 +171,23 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       ptx::fence_proxy_async_smem();
       ptx::mbarrier_arrive_expect_tx(&full[s], Traits::kKBytes);
       const int row = key_first + (tile_begin + j) * kBlockN;
-      const int cache_b = kv.cache_batch(b);
+      // Dense: (row, the sequence's cache batch row); paged: (row within the page, the page).
+      const int row_c = Traits::kTmaPaged ? row % kv.page_size : row;
+      const int batch_c = Traits::kTmaPaged ? page : kv.cache_batch(b);
 #pragma unroll
       for (int panel = 0; panel < kHeadDim / 64; ++panel) {
         ptx::tma_load_4d(reinterpret_cast<unsigned char*>(k_stage(s)) + panel * KLayout::kPanelBytes, &kmap, &full[s],
-                         64 * panel, row, hk, cache_b);
+                         64 * panel, row_c, hk, batch_c);
       }
     }
   };
+  [[maybe_unused]] int next_page = 0;  // kTmaPaged, thread 0: the page of the next tile to issue
   if constexpr (kTma) {
     if (tid == 0) {
       for (int st = 0; st < kStages; ++st) ptx::mbarrier_init(&full[st], 1);
       ptx::mbarrier_init_fence();
-      for (int j = 0; j < kStages - 1 && j < tiles; ++j) issue_tile(j);
+      for (int j = 0; j < kStages - 1 && j < tiles; ++j) issue_tile(j, page_of(j));
+      if (kStages - 1 < tiles) next_page = page_of(kStages - 1);
     }
   }
 
@@ -234,7 +250,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   for (int j = 0; j < tiles; ++j) {
     __syncthreads();  // every warp is done with tile j - 1: its stage, P and the statistics
     if constexpr (kTma) {
-      if (tid == 0 && j + kStages - 1 < tiles) issue_tile(j + kStages - 1);
+      if (tid == 0 && j + kStages - 1 < tiles) {
+        issue_tile(j + kStages - 1, next_page);
+        if (j + kStages < tiles) next_page = page_of(j + kStages);
+      }
       ptx::mbarrier_wait(&full[j % kStages], (j / kStages) & 1);  // tile j, for this thread
       const int valid = key_end - (key_first + (tile_begin + j) * kBlockN);
       if (valid < kBlockN) {  // the sequence's last tile (uniform)

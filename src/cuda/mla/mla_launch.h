@@ -82,14 +82,16 @@ Status launch_decode(const ForwardParams& params_in, cudaStream_t stream, int sm
   return status;
 }
 
-// The TMA kernels' map of a dense latent cache (MlaTraits::kTma): (576 columns, capacity rows,
-// heads_k, batch_cache), boxes of 64 columns x kBlockN rows under the 128-byte swizzle. False
-// where the copy engine cannot describe it (alignment, strides) or sm90 was not built: the
+// The TMA kernels' map of a latent cache (MlaTraits::kTma): dense (576 columns, capacity rows,
+// heads_k, batch_cache), or paged (576 columns, page_size rows, heads_k, num_blocks; the batch
+// stride is then the page stride), boxes of 64 columns x kBlockN rows under the 128-byte swizzle.
+// False where the copy engine cannot describe it (alignment, strides) or sm90 was not built: the
 // cp.async kernels then run.
 inline bool make_cache_map(const ForwardParams& p, int box_rows, CUtensorMap* map) {
 #if defined(FLASHATTN_CUDA_SM90)
-  return sm90::make_operand_map(map, p.k, p.dtype, kHeadDim, p.kv.capacity, p.heads_k, p.kv.batch_cache, p.k_strides,
-                                box_rows)
+  const KVCacheParams& kv = p.kv;
+  return sm90::make_operand_map(map, p.k, p.dtype, kHeadDim, kv.paged() ? kv.page_size : kv.capacity, p.heads_k,
+                                kv.paged() ? kv.num_blocks : kv.batch_cache, p.k_strides, box_rows)
       .ok();
 #else
   (void)p, (void)box_rows, (void)map;
@@ -142,6 +144,19 @@ Status run_decode(const ForwardParams& params, cudaStream_t stream) {
       }
       if (optin >= Tma2::kSmemBytes) return launch_decode<Tma2>(params, stream, sms, kmap);
     }
+#if defined(FLASHATTN_DEV_MLA_TMA_PAGED)
+    // dev/ A/B (written in s27, not yet run): a paged cache whose pages hold whole 64-row tiles
+    // (page_size % 64 == 0) and no leftpad, so each tile's rows lie in one page.
+    using TmaPaged2 = MlaTraits<Element, 2, false, 16, true, true>;
+    using TmaPaged2Rows32 = MlaTraits<Element, 2, false, 32, true, true>;
+    if (major == 9 && params.kv.paged() && params.kv.page_size % TmaPaged2::kBlockN == 0 &&
+        params.kv.leftpad == nullptr && make_cache_map(params, TmaPaged2::kBlockN, &kmap)) {
+      if (rows > TmaPaged2::kBlockM && optin >= TmaPaged2Rows32::kSmemBytes) {
+        return launch_decode<TmaPaged2Rows32>(params, stream, sms, kmap);
+      }
+      if (optin >= TmaPaged2::kSmemBytes) return launch_decode<TmaPaged2>(params, stream, sms, kmap);
+    }
+#endif
   }
 #endif
   if (rows > Latent2::kBlockM && optin >= Latent2Rows32::kSmemBytes) {

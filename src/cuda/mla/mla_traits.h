@@ -30,13 +30,20 @@ constexpr float kLn2 = 0.6931471805599453f;
 //                of every thread's 18 cp.async per tile (27% of the warps' samples at b8 x 8k,
 //                ncu, dev/NOTES.md); the tile is then in SwizzledPanels, the layout those boxes
 //                land in.
-template <typename Element_, int kStages_, bool kSeparateV_, int kBlockM_ = 16, bool kTma_ = false>
+//   kTmaPaged_   (with kTma; dev/ macro FLASHATTN_DEV_MLA_TMA_PAGED, not yet run) a paged latent
+//                cache whose pages are whole 64-row tiles apart (page_size % 64 == 0, no
+//                leftpad): each tile's boxes come from one page, its index read by thread 0 one
+//                tile ahead.
+template <typename Element_, int kStages_, bool kSeparateV_, int kBlockM_ = 16, bool kTma_ = false,
+          bool kTmaPaged_ = false>
 struct MlaTraits {
   using Element = Element_;
   static constexpr int kStages = kStages_;
   static constexpr bool kSeparateV = kSeparateV_;
   static constexpr int kBlockM = kBlockM_;
   static constexpr bool kTma = kTma_;
+  static constexpr bool kTmaPaged = kTmaPaged_;
+  static_assert(!kTmaPaged || kTma, "paged TMA copies are TMA copies");
   static_assert(!kTma || (!kSeparateV && kStages >= 2), "TMA copies: the latent cache, double-buffered");
   static constexpr int kMTiles = kBlockM / 16;
   static_assert(kBlockM % 16 == 0, "whole m16 tiles");
