@@ -689,6 +689,32 @@ __device__ __forceinline__ void hand_back_dq_parts(int lane) {
   ptx::named_barrier_arrive(kDqEmptyBarrier0 + 1, kDqHandoffThreads);
 }
 
+// Traits::kSparse, the fused kernel's dQ writer: one hand-over of both consumers' parts, the step
+// coming with consumer 0's (its slot after the stages': entry and head, or kNoStep for a tile
+// without a step, handed over once without a part), added into the query block's rows of the
+// f32 accumulator (ws_row0: the sequence's first workspace row). Returns the entry.
+template <typename Traits>
+__device__ __forceinline__ int add_sparse_dq_parts(const BwdKernelParams& params, const SparseSlot* step_slot,
+                                                   float* sDq, int64_t ws_row0, int lane) {
+  int entry = 0, head = 0;
+#pragma unroll
+  for (int c = 0; c < Traits::kConsumers; ++c) {
+    ptx::named_barrier_sync(kDqFullBarrier0 + c, kDqHandoffThreads);
+    if (c == 0) {
+      entry = step_slot->entry;
+      head = step_slot->head;
+    }
+    if (entry != kNoStep && lane == 0) {
+      const int m0 = (entry & kTileIndexMask) * Traits::kKvBlockM;
+      float* gdq = params.dq_accum + (int64_t(head) * params.ws_rows + ws_row0 + m0) * Traits::kHeadDim;
+      ptx::bulk_reduce_add_f32(gdq + c * (Traits::kDqPartBytes / 4), sDq + c * (Traits::kDqPartBytes / 4),
+                               Traits::kDqPartBytes);
+      ptx::bulk_commit_group();
+    }
+  }
+  return entry;
+}
+
 // Part `part` (kDqCols columns) of a 64-row f32 dQ block in accumulator order (acc_order_index:
 // thread t of the warpgroup that computed it holds float4 t + 128 j of the part, its 8-column
 // chunk j, rows r and r + 8, two columns each), scaled and converted, as thread t would store it:
@@ -869,6 +895,17 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
         // buffers go back at the top of the next step (the first one: both, as at that launch's
         // start), so none goes back after the CTA's last step (an arrival nobody would sync).
         bool started = false;
+        const auto buffers_back = [&]() {  // before every step but the CTA's first
+          if (!started) {
+#pragma unroll
+            for (int c = 0; c < Traits::kConsumers; ++c) {
+              ptx::named_barrier_arrive(kDqEmptyBarrier0 + c, kDqHandoffThreads);
+            }
+            started = true;
+          } else {
+            bwd90::hand_back_dq_parts<Traits>(lane);
+          }
+        };
 #pragma unroll 1
         for (int r = 0;; ++r) {
           const int t = kDynamic ? take_tile(feed, r, lane) : BwdTileOrder::cta_tile(r, cta, ctas);
@@ -882,31 +919,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
             const bwd90::SparseSlot* step_slot = slots + kStages;
 #pragma unroll 1
             for (;;) {
-              if (!started) {
-#pragma unroll
-                for (int c = 0; c < Traits::kConsumers; ++c) {
-                  ptx::named_barrier_arrive(kDqEmptyBarrier0 + c, kDqHandoffThreads);
-                }
-                started = true;
-              } else {
-                bwd90::hand_back_dq_parts<Traits>(lane);
-              }
-              int entry = 0, head = 0;
-#pragma unroll
-              for (int c = 0; c < Traits::kConsumers; ++c) {
-                ptx::named_barrier_sync(kDqFullBarrier0 + c, kDqHandoffThreads);
-                if (c == 0) {
-                  entry = step_slot->entry;
-                  head = step_slot->head;
-                }
-                if (entry != bwd90::kNoStep && lane == 0) {
-                  const int m0 = (entry & kTileIndexMask) * kBlockM;
-                  float* gdq = params.dq_accum + (int64_t(head) * params.ws_rows + w.ws_row0 + m0) * kHeadDim;
-                  ptx::bulk_reduce_add_f32(gdq + c * (Traits::kDqPartBytes / 4), sDq + c * (Traits::kDqPartBytes / 4),
-                                           Traits::kDqPartBytes);
-                  ptx::bulk_commit_group();
-                }
-              }
+              buffers_back();
+              const int entry = bwd90::add_sparse_dq_parts<Traits>(params, step_slot, sDq, w.ws_row0, lane);
               if (entry == bwd90::kNoStep || (entry & bwd90::kLastStep) != 0) break;
             }
             continue;
@@ -916,15 +930,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
           for (int step = 0; step < w.steps; ++step, walk.advance()) {
             float* gdq =
                 params.dq_accum + (int64_t(walk.head) * params.ws_rows + w.ws_row0 + walk.m * kBlockM) * kHeadDim;
-            if (!started) {
-#pragma unroll
-              for (int c = 0; c < Traits::kConsumers; ++c) {
-                ptx::named_barrier_arrive(kDqEmptyBarrier0 + c, kDqHandoffThreads);
-              }
-              started = true;
-            } else {
-              bwd90::hand_back_dq_parts<Traits>(lane);
-            }
+            buffers_back();
             bwd90::add_dq_parts<Traits>(gdq, sDq, lane);
           }
         }
@@ -1054,22 +1060,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
 #pragma unroll
           for (int c = 0; c < Traits::kConsumers; ++c) ptx::named_barrier_arrive(kDqEmptyBarrier0 + c, kDqHandoffThreads);
           for (;;) {
-            int entry = 0, head = 0;
-#pragma unroll
-            for (int c = 0; c < Traits::kConsumers; ++c) {
-              ptx::named_barrier_sync(kDqFullBarrier0 + c, kDqHandoffThreads);
-              if (c == 0) {
-                entry = step_slot->entry;
-                head = step_slot->head;
-              }
-              if (entry != bwd90::kNoStep && lane == 0) {
-                const int m0 = (entry & kTileIndexMask) * kBlockM;
-                float* gdq = params.dq_accum + (int64_t(head) * params.ws_rows + ws_row0 + m0) * kHeadDim;
-                ptx::bulk_reduce_add_f32(gdq + c * (Traits::kDqPartBytes / 4), sDq + c * (Traits::kDqPartBytes / 4),
-                                         Traits::kDqPartBytes);
-                ptx::bulk_commit_group();
-              }
-            }
+            const int entry = bwd90::add_sparse_dq_parts<Traits>(params, step_slot, sDq, ws_row0, lane);
             if (entry == bwd90::kNoStep || (entry & bwd90::kLastStep) != 0) break;
             bwd90::hand_back_dq_parts<Traits>(lane);
           }
