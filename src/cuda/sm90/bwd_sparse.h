@@ -79,8 +79,9 @@ struct KvStepWalkT {
   int head_end, m_lo, m_hi;
   int n_block = 0, batch = 0;  // kTileArgs only
 
-  // This key tile's (blockIdx.x) list for `head` of this sequence (blockIdx.z): the block-sparse
-  // launch keeps the plain CTA order (cta_group_planes 1, bwd_launch.h), where blockIdx is the slot.
+  // This key tile's (blockIdx.x, or n_block) list for `head` of this sequence (blockIdx.z, or
+  // batch): the block-sparse launch keeps the plain CTA order (cta_group_planes 1, bwd_launch.h),
+  // where blockIdx is the slot.
   __device__ __forceinline__ const int32_t* list(int head) const {
     const int64_t plane = params.block_tiles.plane(kTileArgs ? unsigned(batch) : blockIdx.z, head, params.heads);
     return lists.kv + (plane * lists.kv_n_tiles + (kTileArgs ? unsigned(n_block) : blockIdx.x)) * (lists.kv_m_tiles + 1);

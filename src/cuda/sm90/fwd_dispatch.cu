@@ -88,7 +88,7 @@ std::string fwd_declines(const ForwardParams& p, bool any_runnable) {
     if (!multiprocessors(&sms).ok()) return "device query failed";
     // Not sparse here with a bias or mask: the bias kernel's tile, or the window kernel's.
     const bool bias = (p.bias.defined() || p.mask.defined()) && !takes_mask_kernel(p);
-    const FwdTile tile = sparse || bias             ? fwd_sparse_tile(p.head_dim, p.head_dim_v, bias)
+    const FwdTile tile = sparse || bias             ? fwd_sparse_tile(p.head_dim, p.head_dim_v)
                          : p.mask.defined()         ? fwd_mask_tile(p.head_dim)
                          : takes_short_rows(p)      ? fwd_short_rows_tile(p.head_dim, p.has_window())
                                                     : fwd_tile(p.head_dim, p.head_dim_v, p.has_window());

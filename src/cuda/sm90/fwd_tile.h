@@ -148,19 +148,14 @@ constexpr FwdTile fwd_mask_tile(int head_dim) {
 // (two consumers) and block_n 128 where it fits, 64 where not (d192 and d256 at two stages), so
 // that user blocks of 128 x 128 (FlexAttention's default) or 128 x 64 cover whole tiles, which
 // are then clean (no element check); the dense tile's 192 rows (d64) or 176/112/80 keys
-// (d128/d192/d256) would cut most of them into mixed tiles. Not swept on a GPU yet: d128 is the
+// (d128/d192/d256) would cut most of them into mixed tiles. Tile shapes not swept on a GPU: d128 is the
 // masked dense tile (128 x 128, 2 stages), d64 takes the same (32 O registers fewer), d192 and
 // d256 take 128 x 64 (48 + 2 x 48 and 64 + 2 x 64 KB).
-// The bias kernels (FwdBiasTraits, `bias`) take the same tile with its bias slot per stage.
-// dev/ A/B: -DFLASHATTN_DEV_SM90_SPARSE_STAGES=3 gives the d64 and d128 sparse tiles a third K/V
-// stage (d128: 32 + 3 x 64 KB, 230.6 of the 232.4 KB with barriers and the 1 KB alignment); the
-// bias kernels keep two (a third stage's bias slot does not fit at d128).
-#if !defined(FLASHATTN_DEV_SM90_SPARSE_STAGES)
-#define FLASHATTN_DEV_SM90_SPARSE_STAGES 2
-#endif
-constexpr FwdTile fwd_sparse_tile(int head_dim, int head_dim_v, bool bias = false) {
+// A third K/V stage at d64 / d128 (32 + 3 x 64 KB at d128) was measured in s27: -1% at densities
+// 0.10 and 0.50 (dev/NOTES.md, "A third K/V stage for the d64/d128 sparse forward").
+constexpr FwdTile fwd_sparse_tile(int head_dim, int head_dim_v) {
   if (head_dim == 192 && head_dim_v == 128) return {2, 128, 2, true};
-  if (head_dim <= 128) return {2, 128, bias ? 2 : FLASHATTN_DEV_SM90_SPARSE_STAGES, true};
+  if (head_dim <= 128) return {2, 128, 2, true};
   return {2, 64, 2, true};
 }
 

@@ -62,7 +62,7 @@ struct FwdTraitsBody {
                 "the mask kernel: attn_mask alone, on the window kernel");
   // The consumers test attn_mask's packed bits (fwd_kernel.h mask_bits_scores).
   static constexpr bool kMaskBits = kBias || kMaskOnly;
-  static constexpr FwdTile kTile = kSparse || kBias ? fwd_sparse_tile(kHeadDim, kHeadDimV, kBias)
+  static constexpr FwdTile kTile = kSparse || kBias ? fwd_sparse_tile(kHeadDim, kHeadDimV)
                                    : kMaskOnly      ? fwd_mask_tile(kHeadDim)
                                    : kShortRows     ? fwd_short_rows_tile(kHeadDim, kMask == MaskMode::kWindow)
                                                     : fwd_tile(kHeadDim, kHeadDimV, kMask == MaskMode::kWindow);
