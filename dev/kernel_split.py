@@ -10,6 +10,8 @@ A shape is d:seqlen[:c] (c = causal); batch = 16k / seqlen, heads = 2048 / d (be
 d/dv:seqlen[:c] gives v and out head_dim_v dv with 16 heads (the dsv3 suite, e.g. 192/128:8192:c).
 With --block-density x the peers are the sparse suite's (flashattn, flex) on bench.py's random
 block mask of that density (block --block-size, 16 heads, batch 16k / seqlen; no causal).
+With --mla the shapes are batch:seqlen_k:heads and the peers bench.py's mla entries (e.g.
+--impls flashattn_latent,flashattn_latent_paged64): one decode call each.
 """
 import argparse
 import json
@@ -17,6 +19,59 @@ import os
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench"))
+
+
+def kernel_times(step, calls):
+    """[(us per call, launches per call, kernel name)] of `calls` calls of step, longest first."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+    for _ in range(5):
+        step()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            step()
+        torch.cuda.synchronize()
+    kernels = {}
+    for ev in prof.events():
+        if ev.device_type == torch.autograd.DeviceType.CUDA:
+            t = getattr(ev, "device_time_total", None)
+            if t is None:
+                t = ev.cuda_time_total
+            kernels.setdefault(ev.name, [0.0, 0])
+            kernels[ev.name][0] += t
+            kernels[ev.name][1] += 1
+    return sorted(((us / calls, cnt / calls, nm) for nm, (us, cnt) in kernels.items()), reverse=True)
+
+
+def report(title, rows):
+    total = sum(r[0] for r in rows)
+    print(f"\n{title}: {total:.1f} us per call")
+    for us, cnt, nm in rows:
+        print(f"  {us:9.1f} us  x{cnt:.0f}  {nm[:110]}")
+    return total
+
+
+def mla(args):
+    """--mla: each entry's kernels for one decode call per shape b:sk:h."""
+    import torch
+    import bench
+    entries = bench.mla_entries()
+    results = []
+    for spec in args.shapes.split(","):
+        b, sk, h = (int(x) for x in spec.split(":"))
+        q = torch.randn(b, 1, h, bench.MLA_D, device="cuda", dtype=torch.bfloat16)
+        k_cache = torch.randn(b, sk, 1, bench.MLA_D, device="cuda", dtype=torch.bfloat16)
+        for name in args.impls.split(","):
+            fn = entries[name][0]
+            with torch.no_grad():
+                rows = kernel_times(lambda: fn(q, k_cache), args.calls)
+            total = report(f"{name} b{b} sk{sk} h{h}", rows)
+            results.append({"impl": name, "batch": b, "seqlen_k": sk, "heads": h, "total_us": total,
+                            "kernels": [{"us": us, "per_call": cnt, "name": nm} for us, cnt, nm in rows]})
+        del q, k_cache
+        torch.cuda.empty_cache()
+    return results
 
 
 def main():
@@ -28,13 +83,19 @@ def main():
     ap.add_argument("--block-density", type=float, default=None,
                     help="profile the sparse suite's peers (flashattn, flex) on a random block mask")
     ap.add_argument("--block-size", type=int, default=128)
+    ap.add_argument("--mla", action="store_true", help="shapes b:sk:h, peers bench.py's mla entries")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
 
     import torch
-    from torch.profiler import ProfilerActivity, profile
     import bench
 
+    if args.mla:
+        results = mla(args)
+        if args.out:
+            with open(args.out, "w") as f:
+                json.dump({"environment": bench.environment(), "calls": args.calls, "results": results}, f, indent=1)
+        return
     sparse = args.block_density is not None
     if not sparse:
         impls, unavailable = bench.attention_impls(args.impls.split(","))
@@ -71,27 +132,9 @@ def main():
 
                 def step():
                     torch.autograd.grad(out, (q, k, v), grad, retain_graph=True)
-            for _ in range(5):
-                step()
-            torch.cuda.synchronize()
-            with profile(activities=[ProfilerActivity.CUDA]) as prof:
-                for _ in range(args.calls):
-                    step()
-                torch.cuda.synchronize()
-            kernels = {}
-            for ev in prof.events():
-                if ev.device_type == torch.autograd.DeviceType.CUDA:
-                    t = getattr(ev, "device_time_total", None)
-                    if t is None:
-                        t = ev.cuda_time_total
-                    kernels.setdefault(ev.name, [0.0, 0])
-                    kernels[ev.name][0] += t
-                    kernels[ev.name][1] += 1
-            rows = sorted(((us / args.calls, cnt / args.calls, nm) for nm, (us, cnt) in kernels.items()), reverse=True)
-            total = sum(r[0] for r in rows)
-            print(f"\n{name} d{d}{'/' + str(dv) if dv != d else ''} n{n}{' causal' if causal else ''} b{b} h{h}: {total:.1f} us per call")
-            for us, cnt, nm in rows:
-                print(f"  {us:9.1f} us  x{cnt:.0f}  {nm[:110]}")
+            rows = kernel_times(step, args.calls)
+            total = report(f"{name} d{d}{'/' + str(dv) if dv != d else ''} n{n}{' causal' if causal else ''} b{b} h{h}",
+                           rows)
             results.append({"impl": name, "d": d, "dv": dv, "n": n, "causal": causal, "batch": b, "heads": h,
                             "direction": "fwd" if args.forward else "bwd", "total_us": total,
                             "block_density": args.block_density,

@@ -11,7 +11,8 @@ causal (the split-role kernel), the d64 and d256 short-rows forwards (causal), t
 backward (two kernels) at d128, and the forward
 with attn_mask alone (the mask tile), with a key-padding mask, and attn_bias with attn_mask (the
 mask as bits) at d64 and d128, and the backward with attn_bias and dbias (d128 causal, d64 key
-padding). Needs a GPU and torch."""
+padding), and the block-sparse backward at d64 and d128 (more tiles than SMs, tiles without a
+step). Needs a GPU and torch."""
 import argparse
 import sys
 
@@ -107,6 +108,28 @@ def fwd_mask_case(name, b, n, h, d, key_padding, with_bias=False):
     return check(name, out, ref(q, k, v, False, keep.expand(b, 1, n, n), bias), 0.03)
 
 
+def sparse_case(name, n, h, d, bs=64, density=0.4):
+    """The block-sparse backward (block_mask over bs x bs blocks) against float32 autograd on the
+    expanded mask. Every query block keeps key block 0; key blocks 2 and 3 are dropped in every
+    head, so one 128-key tile has no step (the persistent kernel's kNoStep stage)."""
+    q, k, v = (rnd(1, n, h, d, grad=True) for _ in range(3))
+    nb = -(-n // bs)
+    block = torch.rand(1, h, nb, nb, device="cuda") < density
+    block[..., 0] = True
+    block[..., 2:4] = False
+    out = flashattn.flash_attn_func(q, k, v, block_mask=block, block_size=bs)
+    do = torch.randn_like(out)
+    g = torch.autograd.grad(out, (q, k, v), do)
+    keep = block.repeat_interleave(bs, 2).repeat_interleave(bs, 3)[..., :n, :n]
+    refs = tuple(x.detach().float().requires_grad_() for x in (q, k, v))
+    o_ref = ref(*refs, False, keep)
+    g_ref = torch.autograd.grad(o_ref, refs, do.float())
+    ok = check(f"{name} out", out, o_ref, 0.03)
+    for label, x, y in zip(("dq", "dk", "dv"), g, g_ref):
+        ok &= check(f"{name} {label}", x, y, 0.05 * max(1.0, y.abs().max().item()))
+    return ok
+
+
 CASES = {
     "bwd_d64": lambda: bwd_case("bwd_d64", 1, 1024, 2, 64, 64, False),
     "bwd_d64_causal": lambda: bwd_case("bwd_d64_causal", 1, 1024, 2, 64, 64, True),
@@ -143,6 +166,10 @@ CASES = {
     # the last query block reads the pack's padding rows).
     "bwd_mask_d128_ragged": lambda: bwd_case("bwd_mask_d128_ragged", 2, 1000, 2, 128, 128, False, with_mask=True),
     "bwd_mask_d64_causal": lambda: bwd_case("bwd_mask_d64_causal", 2, 1024, 2, 64, 64, True, with_mask=True),
+    # Block-sparse backward: 4 key tiles x 36 heads = 144 tiles (persistent CTAs take a second),
+    # one tile per head without a step, a ragged last block.
+    "bwd_sparse_d128": lambda: sparse_case("bwd_sparse_d128", 500, 36, 128),
+    "bwd_sparse_d64": lambda: sparse_case("bwd_sparse_d64", 500, 36, 64),
 }
 
 
