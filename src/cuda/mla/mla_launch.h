@@ -131,7 +131,7 @@ Status run_decode(const ForwardParams& params, cudaStream_t stream) {
   // h200-2026-12-04-s27-mla-tma.txt): 16 heads b8 x 8k 25.9-26.1 -> 24.8-25.0 us, b64 x 32k
   // 599-600 -> 592 us, b1 x 4k 6.7 -> 6.5-6.6 us; 128 heads b8 x 8k 112-113 -> 81 us (the copy
   // issue no longer takes the products' issue slots). The dev/ macro FLASHATTN_DEV_MLA_CP_ASYNC
-  // keeps the cp.async kernels for A/Bs; paged caches keep them (a 64-row box may cross a page).
+  // keeps the cp.async kernels for A/Bs.
   {
     using Tma2 = MlaTraits<Element, 2, false, 16, true>;
     using Tma2Rows32 = MlaTraits<Element, 2, false, 32, true>;
@@ -144,9 +144,13 @@ Status run_decode(const ForwardParams& params, cudaStream_t stream) {
       }
       if (optin >= Tma2::kSmemBytes) return launch_decode<Tma2>(params, stream, sms, kmap);
     }
-#if defined(FLASHATTN_DEV_MLA_TMA_PAGED)
-    // dev/ A/B (written in s27, not yet run): a paged cache whose pages hold whole 64-row tiles
-    // (page_size % 64 == 0) and no leftpad, so each tile's rows lie in one page.
+    // A paged cache whose pages hold whole 64-row tiles (page_size % 64 == 0) and no leftpad, so
+    // each tile's rows lie in one page; other paged caches keep the cp.async kernels (a 64-row box
+    // would cross a page). H200 bf16, bench.py's pages of 64 (shuffled), kernel time per call
+    // against the cp.async kernels, two alternations in one call (dev/results/
+    // h200-2026-12-04-s28-mla-tma-paged.txt): 16 heads b8 x 8k 32.0-32.2 -> 29.2-29.4 us (dense
+    // 28.8-29.1), b64 x 32k 691-693 -> 606-608 us (dense 600-609), b1 x 4k 10.6-10.7 -> 10.2 us;
+    // 128 heads b8 x 8k 133 -> 101-102 us (dense 96-97).
     using TmaPaged2 = MlaTraits<Element, 2, false, 16, true, true>;
     using TmaPaged2Rows32 = MlaTraits<Element, 2, false, 32, true, true>;
     if (major == 9 && params.kv.paged() && params.kv.page_size % TmaPaged2::kBlockN == 0 &&
@@ -156,7 +160,6 @@ Status run_decode(const ForwardParams& params, cudaStream_t stream) {
       }
       if (optin >= TmaPaged2::kSmemBytes) return launch_decode<TmaPaged2>(params, stream, sms, kmap);
     }
-#endif
   }
 #endif
   if (rows > Latent2::kBlockM && optin >= Latent2Rows32::kSmemBytes) {

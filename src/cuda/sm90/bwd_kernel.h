@@ -232,17 +232,14 @@ struct BwdTraitsBody {
   // -1.5/-2.7/-2.4% from 2k (short steps, and the persistent step loop is ~20 instructions
   // longer), so d64 without a window keeps one CTA per tile. So do softcap/ALiBi at d128 (the
   // persistent form spilled 4 bytes per step in its consumers there) and the block-sparse kernel
-  // (its step walk, bwd_sparse.h KvStepWalk, reads blockIdx), unless the dev/ macro
-  // FLASHATTN_DEV_SM90_SPARSE_BWD_PERSISTENT (written in s27, not yet run): the block-sparse
-  // kernel on the dynamic feed, each tile's steps handed over as in the one-CTA kernel (the
-  // stage slots, kLastStep; a tile without a step takes one stage that says kNoStep).
-#if defined(FLASHATTN_DEV_SM90_SPARSE_BWD_PERSISTENT)
-  static constexpr bool kPersistent = kHasFused && !kBias && !(kMods && kHeadDim == 128) &&
-                                      !(kHeadDim == 64 && kMask != MaskMode::kWindow);
-#else
+  // (its step walk, bwd_sparse.h KvStepWalk, reads blockIdx). The block-sparse kernel on the
+  // dynamic feed (each tile's steps handed over through the stage slots, a tile without a step
+  // taking one kNoStep stage) was written and measured in s28 (H200 bf16, 16 heads x 16k, 128
+  // blocks, alternated twice in one call, dev/NOTES.md "Block-sparse on the Hopper backward"):
+  // backward d64 +1.3/+2.0% at density 0.10, -1% at 0.50; d128 -0.8/-1.0% at 0.10, -0.7% at 0.50.
+  // Not taken (its tiles carry ~26 steps each at 0.10: the prologue it hides is small).
   static constexpr bool kPersistent = kHasFused && !kSparse && !kBias && !(kMods && kHeadDim == 128) &&
                                       !(kHeadDim == 64 && kMask != MaskMode::kWindow);
-#endif
   // kPersistent, after the fused kernel's barriers: K and V empty, the tile feed's full and empty
   // pairs, its two slots.
   static constexpr int kPersistentBytes = kPersistent ? 6 * 8 + 2 * 4 : 0;
@@ -689,32 +686,6 @@ __device__ __forceinline__ void hand_back_dq_parts(int lane) {
   ptx::named_barrier_arrive(kDqEmptyBarrier0 + 1, kDqHandoffThreads);
 }
 
-// Traits::kSparse, the fused kernel's dQ writer: one hand-over of both consumers' parts, the step
-// coming with consumer 0's (its slot after the stages': entry and head, or kNoStep for a tile
-// without a step, handed over once without a part), added into the query block's rows of the
-// f32 accumulator (ws_row0: the sequence's first workspace row). Returns the entry.
-template <typename Traits>
-__device__ __forceinline__ int add_sparse_dq_parts(const BwdKernelParams& params, const SparseSlot* step_slot,
-                                                   float* sDq, int64_t ws_row0, int lane) {
-  int entry = 0, head = 0;
-#pragma unroll
-  for (int c = 0; c < Traits::kConsumers; ++c) {
-    ptx::named_barrier_sync(kDqFullBarrier0 + c, kDqHandoffThreads);
-    if (c == 0) {
-      entry = step_slot->entry;
-      head = step_slot->head;
-    }
-    if (entry != kNoStep && lane == 0) {
-      const int m0 = (entry & kTileIndexMask) * Traits::kKvBlockM;
-      float* gdq = params.dq_accum + (int64_t(head) * params.ws_rows + ws_row0 + m0) * Traits::kHeadDim;
-      ptx::bulk_reduce_add_f32(gdq + c * (Traits::kDqPartBytes / 4), sDq + c * (Traits::kDqPartBytes / 4),
-                               Traits::kDqPartBytes);
-      ptx::bulk_commit_group();
-    }
-  }
-  return entry;
-}
-
 // Part `part` (kDqCols columns) of a 64-row f32 dQ block in accumulator order (acc_order_index:
 // thread t of the warpgroup that computed it holds float4 t + 128 j of the part, its 8-column
 // chunk j, rows r and r + 8, two columns each), scaled and converted, as thread t would store it:
@@ -845,10 +816,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
   uint64_t* kv_full = bars;
   uint64_t* full = bars + 1;               // [kStages]
   uint64_t* empty = bars + 1 + kStages;    // [kStages]
-  // kSparse: [kStages] after the barriers, then the fused kernel's dQ writer's (Traits::kSlotBytes);
-  // kPersistent too: after its words (kPersistentBytes, 7 words).
-  [[maybe_unused]] bwd90::SparseSlot* slots =
-      reinterpret_cast<bwd90::SparseSlot*>(bars + Traits::kKvBarriers + (kPersistent ? Traits::kPersistentBytes / 8 : 0));
+  // kSparse: [kStages] after the barriers, then the fused kernel's dQ writer's (Traits::kSlotBytes).
+  [[maybe_unused]] bwd90::SparseSlot* slots = reinterpret_cast<bwd90::SparseSlot*>(bars + Traits::kKvBarriers);
   // kPersistent, after the barriers instead (Traits::kPersistentBytes): K and V free, the tile feed.
   [[maybe_unused]] uint64_t* k_empty = bars + Traits::kKvBarriers;
   [[maybe_unused]] uint64_t* v_empty = bars + Traits::kKvBarriers + 1;
@@ -895,42 +864,25 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
         // buffers go back at the top of the next step (the first one: both, as at that launch's
         // start), so none goes back after the CTA's last step (an arrival nobody would sync).
         bool started = false;
-        const auto buffers_back = [&]() {  // before every step but the CTA's first
-          if (!started) {
-#pragma unroll
-            for (int c = 0; c < Traits::kConsumers; ++c) {
-              ptx::named_barrier_arrive(kDqEmptyBarrier0 + c, kDqHandoffThreads);
-            }
-            started = true;
-          } else {
-            bwd90::hand_back_dq_parts<Traits>(lane);
-          }
-        };
 #pragma unroll 1
         for (int r = 0;; ++r) {
           const int t = kDynamic ? take_tile(feed, r, lane) : BwdTileOrder::cta_tile(r, cta, ctas);
           if (t >= order.tiles) break;
           const bwd90::KvTile w = bwd90::kv_tile<Traits>(params, order, t);
-          if constexpr (Traits::kSparse) {
-            // The one-CTA writer's hand-overs (below) per tile: up to the step marked kLastStep,
-            // or the one kNoStep of a tile without a step; the buffers go back at the top of the
-            // next hand-over, as here.
-            if (!w.exists()) continue;
-            const bwd90::SparseSlot* step_slot = slots + kStages;
-#pragma unroll 1
-            for (;;) {
-              buffers_back();
-              const int entry = bwd90::add_sparse_dq_parts<Traits>(params, step_slot, sDq, w.ws_row0, lane);
-              if (entry == bwd90::kNoStep || (entry & bwd90::kLastStep) != 0) break;
-            }
-            continue;
-          }
           Walk walk(w.m_lo, w.n_m, w.head_begin);
 #pragma unroll 1
           for (int step = 0; step < w.steps; ++step, walk.advance()) {
             float* gdq =
                 params.dq_accum + (int64_t(walk.head) * params.ws_rows + w.ws_row0 + walk.m * kBlockM) * kHeadDim;
-            buffers_back();
+            if (!started) {
+#pragma unroll
+              for (int c = 0; c < Traits::kConsumers; ++c) {
+                ptx::named_barrier_arrive(kDqEmptyBarrier0 + c, kDqHandoffThreads);
+              }
+              started = true;
+            } else {
+              bwd90::hand_back_dq_parts<Traits>(lane);
+            }
             bwd90::add_dq_parts<Traits>(gdq, sDq, lane);
           }
         }
@@ -953,94 +905,53 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
         }
         if (t >= order.tiles) break;
         const bwd90::KvTile w = bwd90::kv_tile<Traits>(params, order, t);
-        if constexpr (!Traits::kSparse) {
-          if (w.steps == 0) continue;  // nothing loaded; the consumers store zeros (or nothing)
-        }
+        if (w.steps == 0) continue;  // nothing loaded; the consumers store zeros (or nothing)
         const int mb = bwd90::map_batch(params, w.batch);
         const int row0_q = int(w.seq.row0_q);
         bool kv_pending = true;
-        // One step's copies into stage it % kStages: query block m0 of `head` (ws_head: the head's
-        // workspace rows of this sequence) with its LSE and D; at the tile's first step, then, its
-        // K and V once the previous tile's are free. The first stage needs only the previous
-        // tile's second-to-last step done, so it goes before the K/V, which need its last.
-        // kSparse: the step's slot (entry, head) is written once the stage is free, before the
-        // arrival that releases it.
-        const auto load_step_p = [&](int head, int m0, int64_t ws_head, [[maybe_unused]] int entry) {
-          const int s = it % kStages;
-          ptx::mbarrier_wait(&empty[s], ((it / kStages) & 1) ^ 1);
-          if constexpr (Traits::kSparse) {
-            slots[s].entry = entry;
-            slots[s].head = head;
-          }
-          ptx::mbarrier_arrive_expect_tx(&full[s], Traits::tile_bytes(kBlockM) + Traits::tile_bytes_v(kBlockM) +
-                                                       2 * Traits::kKvStatBytes);
-#pragma unroll
-          for (int panel = 0; panel < Traits::kPanels; ++panel) {
-            ptx::tma_load_4d(stage_q(s) + panel * Traits::panel_bytes(kBlockM), &args.kv.q, &full[s], 64 * panel,
-                             row0_q + m0, head, mb);
-            if (panel < Traits::kPanelsV) {
-              ptx::tma_load_4d(stage_do(s) + panel * Traits::panel_bytes(kBlockM), &args.kv.dout, &full[s],
-                               64 * panel, row0_q + m0, head, mb);
-            }
-          }
-          ptx::bulk_load(stage_lse(s), params.lse_log2 + ws_head + m0, Traits::kKvStatBytes, &full[s]);
-          ptx::bulk_load(stage_dsum(s), params.dsum + ws_head + m0, Traits::kKvStatBytes, &full[s]);
-          ++it;
-          if (kv_pending) {
-            kv_pending = false;
-            const int kv_phase = (kv_it & 1) ^ 1;
-            ++kv_it;
-            ptx::mbarrier_wait(v_empty, kv_phase);
-            ptx::mbarrier_arrive_expect_tx(kv_full, Traits::tile_bytes(kBlockN) + Traits::tile_bytes_v(kBlockN));
-#pragma unroll
-            for (int panel = 0; panel < Traits::kPanelsV; ++panel) {
-              ptx::tma_load_4d(sV + panel * Traits::panel_bytes(kBlockN), &args.kv.v, kv_full, 64 * panel,
-                               int(w.seq.row0_k) + w.n0, w.kv_head, mb);
-            }
-            ptx::mbarrier_wait(k_empty, kv_phase);
-#pragma unroll
-            for (int panel = 0; panel < Traits::kPanels; ++panel) {
-              ptx::tma_load_4d(sK + panel * Traits::panel_bytes(kBlockN), &args.kv.k, kv_full, 64 * panel,
-                               int(w.seq.row0_k) + w.n0, w.kv_head, mb);
-            }
-          }
-        };
-        if constexpr (Traits::kSparse) {
-          // The tile's kept steps (KvStepWalk over this tile's lists), each one's entry and head in
-          // its stage's slot before the "full" arrival, the last one marked; a tile without a step
-          // takes one stage that says kNoStep (arrived on, nothing loaded), which the consumers
-          // release. A tile past its sequence's keys takes nothing (every role skips it).
-          if (!w.exists()) continue;
-          const bwd90::KvStepWalkT<true> walk{params, args.sparse,
-                                              w.n_m > 0 ? w.head_begin + heads_per_split : w.head_begin, w.m_lo,
-                                              w.m_lo + w.n_m, w.n_block, w.batch};
-          bwd90::KvStep cur = walk.first(w.head_begin);
-          if (!walk.valid(cur)) {
-            const int s = it % kStages;
-            ptx::mbarrier_wait(&empty[s], ((it / kStages) & 1) ^ 1);
-            slots[s].entry = bwd90::kNoStep;
-            ptx::mbarrier_arrive(&full[s]);
-            ++it;
-            continue;
-          }
-#pragma unroll 1
-          for (;;) {
-            const bwd90::KvStep next = walk.next(cur);
-            load_step_p(cur.head, (cur.entry & kTileIndexMask) * kBlockM, int64_t(cur.head) * params.ws_rows + w.ws_row0,
-                        cur.entry | (walk.valid(next) ? 0 : bwd90::kLastStep));
-            if (!walk.valid(next)) break;
-            cur = next;
-          }
-          continue;
-        }
         // Steps head by head, the query blocks of a head in order (bwd_kv_kernel's step order),
-        // without its division by n_m.
+        // without its division by n_m. The first stage needs only the previous tile's
+        // second-to-last step done, so it goes before the K/V, which need its last.
 #pragma unroll 1
         for (int head = w.head_begin; head < w.head_begin + heads_per_split; ++head) {
           const int64_t ws_head = int64_t(head) * params.ws_rows + w.ws_row0;
 #pragma unroll 1
           for (int m_step = w.m_lo * kBlockM; m_step < (w.m_lo + w.n_m) * kBlockM; m_step += kBlockM) {
-            load_step_p(head, m_step, ws_head, 0);
+            const int m0 = m_step;
+            const int s = it % kStages;
+            ptx::mbarrier_wait(&empty[s], ((it / kStages) & 1) ^ 1);
+            ptx::mbarrier_arrive_expect_tx(&full[s], Traits::tile_bytes(kBlockM) + Traits::tile_bytes_v(kBlockM) +
+                                                         2 * Traits::kKvStatBytes);
+#pragma unroll
+            for (int panel = 0; panel < Traits::kPanels; ++panel) {
+              ptx::tma_load_4d(stage_q(s) + panel * Traits::panel_bytes(kBlockM), &args.kv.q, &full[s], 64 * panel,
+                               row0_q + m0, head, mb);
+              if (panel < Traits::kPanelsV) {
+                ptx::tma_load_4d(stage_do(s) + panel * Traits::panel_bytes(kBlockM), &args.kv.dout, &full[s],
+                                 64 * panel, row0_q + m0, head, mb);
+              }
+            }
+            ptx::bulk_load(stage_lse(s), params.lse_log2 + ws_head + m0, Traits::kKvStatBytes, &full[s]);
+            ptx::bulk_load(stage_dsum(s), params.dsum + ws_head + m0, Traits::kKvStatBytes, &full[s]);
+            ++it;
+            if (kv_pending) {
+              kv_pending = false;
+              const int kv_phase = (kv_it & 1) ^ 1;
+              ++kv_it;
+              ptx::mbarrier_wait(v_empty, kv_phase);
+              ptx::mbarrier_arrive_expect_tx(kv_full, Traits::tile_bytes(kBlockN) + Traits::tile_bytes_v(kBlockN));
+#pragma unroll
+              for (int panel = 0; panel < Traits::kPanelsV; ++panel) {
+                ptx::tma_load_4d(sV + panel * Traits::panel_bytes(kBlockN), &args.kv.v, kv_full, 64 * panel,
+                                 int(w.seq.row0_k) + w.n0, w.kv_head, mb);
+              }
+              ptx::mbarrier_wait(k_empty, kv_phase);
+#pragma unroll
+              for (int panel = 0; panel < Traits::kPanels; ++panel) {
+                ptx::tma_load_4d(sK + panel * Traits::panel_bytes(kBlockN), &args.kv.k, kv_full, 64 * panel,
+                                 int(w.seq.row0_k) + w.n0, w.kv_head, mb);
+              }
+            }
           }
         }
       }
@@ -1060,7 +971,22 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
 #pragma unroll
           for (int c = 0; c < Traits::kConsumers; ++c) ptx::named_barrier_arrive(kDqEmptyBarrier0 + c, kDqHandoffThreads);
           for (;;) {
-            const int entry = bwd90::add_sparse_dq_parts<Traits>(params, step_slot, sDq, ws_row0, lane);
+            int entry = 0, head = 0;
+#pragma unroll
+            for (int c = 0; c < Traits::kConsumers; ++c) {
+              ptx::named_barrier_sync(kDqFullBarrier0 + c, kDqHandoffThreads);
+              if (c == 0) {
+                entry = step_slot->entry;
+                head = step_slot->head;
+              }
+              if (entry != bwd90::kNoStep && lane == 0) {
+                const int m0 = (entry & kTileIndexMask) * kBlockM;
+                float* gdq = params.dq_accum + (int64_t(head) * params.ws_rows + ws_row0 + m0) * kHeadDim;
+                ptx::bulk_reduce_add_f32(gdq + c * (Traits::kDqPartBytes / 4), sDq + c * (Traits::kDqPartBytes / 4),
+                                         Traits::kDqPartBytes);
+                ptx::bulk_commit_group();
+              }
+            }
             if (entry == bwd90::kNoStep || (entry & bwd90::kLastStep) != 0) break;
             bwd90::hand_back_dq_parts<Traits>(lane);
           }
@@ -1433,23 +1359,14 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
     float dq[Traits::kDqCols / 2];  // the fused kernel's dQ part of one step
 
     if constexpr (Traits::kSparse) {
-      // Whether the tile has a step at all is in its first stage's slot (stage 0 of the one-CTA
-      // kernel); the loop ends on the last mark. kPersistent: a tile without a step took that
-      // stage alone, which goes back here.
-      const int s0 = kPersistent ? it % kStages : 0;
-      ptx::mbarrier_wait(&full[s0], kPersistent ? (it / kStages) & 1 : 0);
-      w.steps = bwd90::slot_word(&slots[s0].entry, lane) == bwd90::kNoStep ? 0 : INT_MAX;
+      // Whether the CTA has a step at all is in stage 0's slot; the loop ends on the last mark.
+      ptx::mbarrier_wait(&full[0], 0);
+      w.steps = bwd90::slot_word(&slots[0].entry, lane) == bwd90::kNoStep ? 0 : INT_MAX;
       if constexpr (kFusedDq) {
         if (w.steps == 0) {  // the dQ writer waits for one hand-over: one without a part
           ptx::named_barrier_sync(kDqEmptyBarrier0 + consumer, kDqHandoffThreads);
           bwd90::post_step(slots + kStages, consumer, int(threadIdx.x % 128), bwd90::kNoStep, 0);
           ptx::named_barrier_arrive(kDqFullBarrier0 + consumer, kDqHandoffThreads);
-        }
-      }
-      if constexpr (kPersistent) {
-        if (w.steps == 0) {
-          bwd90::release_stage<kEveryThread>(&empty[s0], lane);
-          ++it;
         }
       }
     }
@@ -1477,7 +1394,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
       // The CTA's step: stage, phase and dS^T buffer (kPersistent: counted over its tiles).
       int cta_step = step;
       if constexpr (kPersistent) cta_step = it;
-      [[maybe_unused]] bool last = step + 1 == w.steps;
+      [[maybe_unused]] const bool last = step + 1 == w.steps;
       const int s = cta_step % kStages;
       const int m_blk = walk.m;
       [[maybe_unused]] const int walk_head = walk.head;
@@ -1490,10 +1407,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kv_kernel(const __gri
         head = bwd90::slot_word(&slots[s].head, lane);
         m0 = (entry & kTileIndexMask) * kBlockM;
         kind = (entry >> kTileKindShift) & 3;
-        if (entry & bwd90::kLastStep) {
-          w.steps = step + 1;
-          last = true;
-        }
+        if (entry & bwd90::kLastStep) w.steps = step + 1;
       }
       const uint32_t q_addr = ptx::smem_u32(stage_q(s));
       const uint32_t do_addr = ptx::smem_u32(stage_do(s));

@@ -137,14 +137,9 @@ Status run_bwd(const BackwardParams& params, cudaStream_t stream) {
     plan_bytes = block_states_bytes(params) + tile_lists_bytes(params, Traits::kKvBlockM, Traits::kKvBlockN) +
                  (kp.deterministic ? tile_lists_bytes(params, Traits::kDqBlockM, Traits::kDqBlockN) : 0);
   }
-  // The persistent kernel's tile counter (masked launches' dynamic feed), in the plan's space
-  // (after the block-sparse plan's tables where there is one).
-  [[maybe_unused]] size_t tile_counter_offset = 0;
+  // The persistent kernel's tile counter (masked launches' dynamic feed), in the plan's space.
   if constexpr (Traits::kPersistent && Traits::kMask == MaskMode::kWindow) {
-    if (!kp.deterministic) {
-      tile_counter_offset = plan_bytes;
-      plan_bytes += 256;
-    }
+    if (!kp.deterministic) plan_bytes += 256;
   }
   // kBias: dbias's partials (none when dbias is stored into directly), then attn_mask's bits.
   if constexpr (Traits::kBias) {
@@ -216,7 +211,7 @@ Status run_bwd(const BackwardParams& params, cudaStream_t stream) {
           if (Status s = raise_dynamic_smem(kernel, kSmem); !s.ok()) return s;
           const unsigned ctas = unsigned(kv_tiles < num_sms ? kv_tiles : num_sms);
           if constexpr (Traits::kMask == MaskMode::kWindow) {
-            args.tile_counter = reinterpret_cast<int*>(static_cast<char*>(plan_ws) + tile_counter_offset);
+            args.tile_counter = static_cast<int*>(plan_ws);
             FLASHATTN_CUDA_TRY(cudaMemsetAsync(args.tile_counter, 0, sizeof(int), stream));
           }
           kernel<<<ctas, Traits::kThreads, kSmem, stream>>>(args);

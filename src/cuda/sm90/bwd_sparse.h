@@ -67,24 +67,19 @@ __device__ __forceinline__ void post_step(SparseSlot* writer_slot, int consumer,
 struct KvStep {
   int head, index, entry;
 };
-// kTileArgs: the tile's key block and sequence come as n_block and batch (the persistent
-// kernel's tiles, dev/ macro FLASHATTN_DEV_SM90_SPARSE_BWD_PERSISTENT); otherwise from blockIdx.
-template <bool kTileArgs>
-struct KvStepWalkT {
+struct KvStepWalk {
   // Parameter-space references and three ints: the list of a head is found again at each step
   // (a few integer products, the CTA's indices read again) rather than kept, as the producer warp
   // has 24 registers (kept, they spilled).
   const BwdKernelParams& params;
   const BwdSparseLists& lists;
   int head_end, m_lo, m_hi;
-  int n_block = 0, batch = 0;  // kTileArgs only
 
-  // This key tile's (blockIdx.x, or n_block) list for `head` of this sequence (blockIdx.z, or
-  // batch): the block-sparse launch keeps the plain CTA order (cta_group_planes 1, bwd_launch.h),
-  // where blockIdx is the slot.
+  // This key tile's (blockIdx.x) list for `head` of this sequence (blockIdx.z): the block-sparse
+  // launch keeps the plain CTA order (cta_group_planes 1, bwd_launch.h), where blockIdx is the slot.
   __device__ __forceinline__ const int32_t* list(int head) const {
-    const int64_t plane = params.block_tiles.plane(kTileArgs ? unsigned(batch) : blockIdx.z, head, params.heads);
-    return lists.kv + (plane * lists.kv_n_tiles + (kTileArgs ? unsigned(n_block) : blockIdx.x)) * (lists.kv_m_tiles + 1);
+    const int64_t plane = params.block_tiles.plane(blockIdx.z, head, params.heads);
+    return lists.kv + (plane * lists.kv_n_tiles + blockIdx.x) * (lists.kv_m_tiles + 1);
   }
   // The first step at or after entry `index` of `head`'s list (index < 0: its first below m_hi,
   // found by a binary search, since a causal key tile's list may start far above its range).
@@ -104,7 +99,6 @@ struct KvStepWalkT {
   __device__ __forceinline__ KvStep next(const KvStep& s) const { return seek(s.head, s.index + 1); }
   __device__ __forceinline__ bool valid(const KvStep& s) const { return s.head < head_end; }
 };
-using KvStepWalk = KvStepWalkT<false>;
 
 // Traits::kSparse: -inf where the block mask hides a score of a dK/dV step tile of `kind` other
 // than clean (score_hidden: a mask tile reads attn_mask, a mixed one its block states and then
