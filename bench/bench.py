@@ -666,10 +666,6 @@ def run_decode_suite(impls, repeats, save=lambda rows: None, kv_dtype="bf16"):
             # Bytes of the K and V the call reads: an e4m3 cache (the kvcache entries under
             # --kv-dtype fp8) holds one byte per element.
             elem_bytes = 1 if kv_dtype == "fp8" and name in KVCACHE_IMPLS else 2
-            # Each peer's tensors from fresh segments: after sdpa_math's GQA copies (gigabytes at
-            # 131k keys) the caching allocator handed the next rows' peers blocks in which the
-            # same kernel read 10-14% slower (2026-12-04, dev/NOTES.md "Decode").
-            torch.cuda.empty_cache()
             kv_bytes = 2 * b * sk * 8 * 128 * elem_bytes
             r = measure(impl, name, (b, 32, 8, 1, sk, 128, False), torch.bfloat16, False, repeats, graph=True)
             if "fwd_ms" in r:

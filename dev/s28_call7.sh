@@ -14,7 +14,7 @@ CMAKE_BUILD_PARALLEL_LEVEL=16 python3 -m pip install --no-build-isolation --no-d
 fi
 echo "$(el) built"
 export PYTHONPATH=/tmp/ab-m
-for extra in sdpa_math; do
+for extra in sdpa_efficient sdpa_flash sdpa_math; do
   timeout 100 python3 bench/bench.py --suite decode --repeats 10 --impls flashattn,kvcache,$extra \
     --out "$OUT/r/dec-$extra.json" >"$OUT/r/dec-$extra.log" 2>&1
   echo "$(el) +$extra rc=$?"; grep "^decode b" "$OUT/r/dec-$extra.log" | sed -E 's/ sdpa_(flash|efficient|math).*$//'
