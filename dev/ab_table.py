@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Prints bench.py JSONs of A/B variants side by side: per row (dtype, d, n, causal), each
-variant's flashattn TFLOP/s for one figure (sparse rows per density too), its ratio to the first variant, and the first
-variant's ratio to a peer measured in the same files (the first file's peer).
+"""Prints bench.py JSONs of A/B variants side by side: per row (dtype, d, n, causal; sparse rows
+also per density), each variant's flashattn TFLOP/s for one figure, its ratio to the first
+variant, and the first variant's ratio to a peer measured in the same files (the first file's peer).
 
     python3 dev/ab_table.py [--figure fwd_tflops] [--peer sdpa_cudnn] base.json x.json ...
 """

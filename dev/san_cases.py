@@ -111,7 +111,7 @@ def fwd_mask_case(name, b, n, h, d, key_padding, with_bias=False):
 def sparse_case(name, n, h, d, bs=64, density=0.4):
     """The block-sparse backward (block_mask over bs x bs blocks) against float32 autograd on the
     expanded mask. Every query block keeps key block 0; key blocks 2 and 3 are dropped in every
-    head, so one 128-key tile has no step (the persistent kernel's kNoStep stage)."""
+    head, so one 128-key tile has no step (its CTA's kNoStep hand-over)."""
     q, k, v = (rnd(1, n, h, d, grad=True) for _ in range(3))
     nb = -(-n // bs)
     block = torch.rand(1, h, nb, nb, device="cuda") < density
@@ -166,8 +166,8 @@ CASES = {
     # the last query block reads the pack's padding rows).
     "bwd_mask_d128_ragged": lambda: bwd_case("bwd_mask_d128_ragged", 2, 1000, 2, 128, 128, False, with_mask=True),
     "bwd_mask_d64_causal": lambda: bwd_case("bwd_mask_d64_causal", 2, 1024, 2, 64, 64, True, with_mask=True),
-    # Block-sparse backward: 4 key tiles x 36 heads = 144 tiles (persistent CTAs take a second),
-    # one tile per head without a step, a ragged last block.
+    # Block-sparse backward: 4 key tiles x 36 heads = 144 tiles (more than the H200's SMs), one
+    # tile per head without a step, a ragged last block.
     "bwd_sparse_d128": lambda: sparse_case("bwd_sparse_d128", 500, 36, 128),
     "bwd_sparse_d64": lambda: sparse_case("bwd_sparse_d64", 500, 36, 64),
 }

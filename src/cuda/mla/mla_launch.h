@@ -148,7 +148,7 @@ Status run_decode(const ForwardParams& params, cudaStream_t stream) {
     // each tile's rows lie in one page; other paged caches keep the cp.async kernels (a 64-row box
     // would cross a page). H200 bf16, bench.py's pages of 64 (shuffled), kernel time per call
     // against the cp.async kernels, two alternations in one call (dev/results/
-    // h200-2026-12-04-s28-mla-tma-paged.txt): 16 heads b8 x 8k 32.0-32.2 -> 29.2-29.4 us (dense
+    // h200-2026-12-04-s28-mla-tma-paged-da1cae0.json): 16 heads b8 x 8k 32.0-32.2 -> 29.2-29.4 us (dense
     // 28.8-29.1), b64 x 32k 691-693 -> 606-608 us (dense 600-609), b1 x 4k 10.6-10.7 -> 10.2 us;
     // 128 heads b8 x 8k 133 -> 101-102 us (dense 96-97).
     using TmaPaged2 = MlaTraits<Element, 2, false, 16, true, true>;
