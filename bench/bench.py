@@ -48,8 +48,9 @@ Hopper), so a row shows the deterministic mode's cost beside flashattn's.
 once per (batch, kv head), descales passed as k_descale/v_descale); their kv_tb_per_s counts the
 cache's bytes (1 per element), and each row prints their speed-up over flashattn's bf16 call.
 
-Device time on an H200 (estimates): quick ~1.5 min, decode ~1 min, full ~5 min (sdpa_math
-is ~1/4 of full; --impls drops peers; --dtypes bf16 then fp16 splits full in two).
+Device time on an H200 (estimates; every timed figure has at least 150 ms of warm-up, WARMUP_MS):
+quick ~2.5 min, decode ~1.5 min, full ~6.5 min (sdpa_math is ~1/4 of full; --impls drops peers;
+--dtypes bf16 then fp16 splits full in two).
 
 The JSON (format 3) keeps every key of format 1 and adds peers, fwdbwd_* figures, *_graph decode
 figures, "implementations", "unavailable" and more environment fields (driver, git commit)
@@ -376,10 +377,23 @@ def sleep_cycles_per_ms():
     return TIMING["cycles_per_ms"]
 
 
+# Warm-up: at least `warmup` calls and WARMUP_MS of GPU time before the timed calls. With only 5
+# calls a decode peer's figures could fall inside a transient: in the decode suite with sdpa_math
+# among the peers, the first 25-75 ms of some rows ran every kernel ~14% slow (flash_attn_func and
+# flash_attn_with_kvcache alike, on the row's tensors and on fresh copies), then recovered
+# (2026-12-04, dev/NOTES.md "Decode after sdpa_math").
+WARMUP_MS = 150.0
+
+
 def median_ms(fn, repeats, warmup=5):
+    import time
     import torch
-    for _ in range(warmup):
+    start, calls = time.perf_counter(), 0
+    while calls < warmup or (time.perf_counter() - start) * 1e3 < WARMUP_MS:
         fn()
+        calls += 1
+        if calls >= warmup:
+            torch.cuda.synchronize()  # the wall clock then follows the GPU, not the queue
     torch.cuda.synchronize()
     lead = int(LEAD_MS * sleep_cycles_per_ms()) if TIMING["mode"] == "device" else 0
     times = []
