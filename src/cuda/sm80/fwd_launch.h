@@ -4,8 +4,6 @@
 
 #include <cuda_runtime.h>
 
-#include <cstdio>
-
 #include "core/switches.h"
 #include "cuda/block_tiles.h"
 #include "cuda/common/cuda_check.h"
@@ -57,10 +55,6 @@ Status launch_fwd(const ForwardParams& params_in, cudaStream_t stream) {
   }
   splits = std::max(1, std::min({splits, n_blocks, 65535 / std::max(1, params.batch)}));
   params.num_splits = splits;
-#if defined(FLASHATTN_DEV_LOG_SPLITS)  // dev/ (s29): which split count a launch took, to stderr
-  std::fprintf(stderr, "flashattn splits=%d asked=%d per_sm=%d sms=%d m_blocks=%d n_blocks=%d batch=%d heads=%d\n", splits,
-               params_in.num_splits, per_sm, sms, m_blocks, n_blocks, params.batch, params.heads);
-#endif
   if (grouped) {
     params.cta_group_planes = causal_group_planes(
         true, m_blocks, static_cast<long long>(params.heads) * params.batch * splits, sms * std::max(1, per_sm));

@@ -51,7 +51,6 @@
 #include <cstdint>
 
 #include "core/fp8.h"
-#include "cuda/common/exp2_fma.h"
 #include "cuda/ptx/ldmatrix.h"
 #include "cuda/sm90/fwd8_layout.h"
 #include "cuda/sm90/fwd8_traits.h"
@@ -158,7 +157,9 @@ __device__ __forceinline__ bool softmax_block8(ConsumerState<Traits>& st, float 
   bool any_rescale = false;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    float mx = row_half_max<kChunks, Traits::kTreeMax>(st.s, h, -INFINITY);
+    float mx = -INFINITY;
+#pragma unroll
+    for (int c = 0; c < kChunks; ++c) mx = fmaxf(mx, fmaxf(st.s[4 * c + 2 * h], st.s[4 * c + 2 * h + 1]));
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
     const float kept = st.row_max[h];
@@ -176,10 +177,7 @@ __device__ __forceinline__ bool softmax_block8(ConsumerState<Traits>& st, float 
     for (int c = 0; c < kChunks; ++c) {
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
-        const float x = fmaf(st.s[4 * c + 2 * h + e], scale_log2, -r_use);
-        // Every kPolyPeriod-th chunk's two exponentials on the FMA units (exp2_fma.h).
-        const bool fma_unit = Traits::kPolyPeriod > 0 && c % Traits::kPolyPeriod == Traits::kPolyPeriod - 1;
-        const float p = fma_unit ? exp2_fma(x) : ptx::exp2_approx(x);
+        const float p = ptx::exp2_approx(fmaf(st.s[4 * c + 2 * h + e], scale_log2, -r_use));
         st.s[4 * c + 2 * h + e] = p;
         sum += p;
       }

@@ -52,20 +52,6 @@ struct Fwd8Traits : Fwd8Shape<kHeadDim_> {
   // not timed for FP8.
   static constexpr bool kPinSoftmax = kHeadDim_ <= 128 && !kMods_;
   static constexpr int kPinBytes = kPinSoftmax ? 4 * 4 * Shape::kConsumers : 0;  // one float per consumer warp
-  // The row maximum as a tree (fwd_kernel.h row_half_max) and every kPolyPeriod-th score chunk's
-  // exponentials on the FMA units (exp2_fma.h; 0: all on MUFU). dev/ A/B (s29): the ncu source
-  // page of d128 16k put ~540 of ~2440 cycles per block in the max chain and ~930 in the
-  // exponentials, two consumer warps per scheduler sharing one MUFU queue.
-#if defined(FLASHATTN_DEV_FP8_TREE_MAX)
-  static constexpr bool kTreeMax = true;
-#else
-  static constexpr bool kTreeMax = false;
-#endif
-#if defined(FLASHATTN_DEV_FP8_POLY_PERIOD)
-  static constexpr int kPolyPeriod = FLASHATTN_DEV_FP8_POLY_PERIOD;
-#else
-  static constexpr int kPolyPeriod = 0;
-#endif
   // store_tile writes O in 16-byte chunks at every head dim (fwd_traits.h): at d64 and d256,
   // against the 4-byte pieces they stored before, +4.3/+4.3% at 4k, +1.4/+1.0% at 16k, causal
   // +2.3/+5.0% and +0.3/+0.8% (dev/results/h200-2026-12-02-ab-s14-2-fp8-{base,ch}-6c07bbb.json).

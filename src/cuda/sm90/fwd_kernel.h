@@ -298,31 +298,6 @@ __device__ __forceinline__ bool block_needs_mask(const WindowMask& mask, int seq
              : false;
 }
 
-// The maximum of a thread's scores in row half h (s[4c + 2h + e], c < kChunks, e < 2) and
-// `init`. kTree: as a tree (depth log2(2 kChunks) + 1) instead of the chain fmaxf(mx, ...) that
-// ptxas keeps in source order (depth kChunks + 1, 32 dependent FMNMX per row half at 256 keys):
-// in the FP8 d128 loop the chain's FMNMX took ~540 of the block's ~2440 cycles per consumer warp
-// (ncu source page, dev/NOTES.md "FP8 forward on Hopper", s29).
-template <int kChunks, bool kTree>
-__device__ __forceinline__ float row_half_max(const float* s, int h, float init) {
-  if constexpr (!kTree) {
-    float mx = init;
-#pragma unroll
-    for (int c = 0; c < kChunks; ++c) mx = fmaxf(mx, fmaxf(s[4 * c + 2 * h], s[4 * c + 2 * h + 1]));
-    return mx;
-  } else {
-    float m[kChunks];
-#pragma unroll
-    for (int c = 0; c < kChunks; ++c) m[c] = fmaxf(s[4 * c + 2 * h], s[4 * c + 2 * h + 1]);
-#pragma unroll
-    for (int stride = 1; stride < kChunks; stride *= 2) {
-#pragma unroll
-      for (int c = 0; c + stride < kChunks; c += 2 * stride) m[c] = fmaxf(m[c], m[c + stride]);
-    }
-    return fmaxf(init, m[0]);
-  }
-}
-
 // Online softmax of one block: updates the kept maxima and row sums, turns s into unnormalised
 // P (in place) and returns the factors O must be multiplied by (1 when the maximum was kept).
 template <typename Traits>
@@ -331,7 +306,9 @@ __device__ __forceinline__ bool softmax_block(ConsumerState<Traits>& st, float s
   bool any_rescale = false;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    float mx = row_half_max<kChunks, Traits::kTreeMax>(st.s, h, st.row_max[h]);
+    float mx = st.row_max[h];
+#pragma unroll
+    for (int c = 0; c < kChunks; ++c) mx = fmaxf(mx, fmaxf(st.s[4 * c + 2 * h], st.s[4 * c + 2 * h + 1]));
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
     const float kept = st.row_max[h];

@@ -161,12 +161,6 @@ struct FwdTraitsBody {
       (kHeadDim <= 128 || (kHeadDim == 192 && kHeadDimV == 128)) && (!kMods || kBias) && !kRowSumMma;
 #endif
   static constexpr int kPinBytes = kPinSoftmax ? 4 * 4 * kConsumers : 0;  // one float per consumer warp
-  // The row maximum as a tree (fwd_kernel.h row_half_max). dev/ A/B (s29): not yet timed here.
-#if defined(FLASHATTN_DEV_SM90_TREE_MAX)
-  static constexpr bool kTreeMax = true;
-#else
-  static constexpr bool kTreeMax = false;
-#endif
   // O stored in whole 16-byte chunks after a transpose across each quad (fwd_kernel.h,
   // store_tile): the plain store wrote each 32-byte sector in two halves (ncu at d128 16k: 2.1 M
   // excessive sectors, the output's size; at d256 512 half the kernel's 4.2 M sectors). With the
