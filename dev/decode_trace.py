@@ -14,6 +14,7 @@ clock each CTA measured between its two globaltimer stamps):
 and the kernel's span (first entry to last exit, globaltimer).
 
     python3 dev/decode_trace.py --shapes 4096:0,4096:16,4096:32,16384:0
+    python3 dev/decode_trace.py --shapes 4096:0:func,4096:0:kvcache,4096:0:paged16
 """
 import argparse
 import re
@@ -24,20 +25,39 @@ from trace_children import run_children
 LINE = re.compile(r"decode_trace cta (\d+) split (\d+) last (\d+) ns0 (\d+) ns1 (\d+) clk (-?\d+) (-?\d+) (-?\d+) (-?\d+)")
 
 
-def child(seqlen_k, splits):
+def child(seqlen_k, splits, mode="func"):
     import torch
+    import flashattn
     from flashattn import _lowlevel
 
     q = torch.randn(1, 1, 32, 128, device="cuda", dtype=torch.bfloat16)
     k = torch.randn(1, seqlen_k, 8, 128, device="cuda", dtype=torch.bfloat16)
     v = torch.randn_like(k)
     out = torch.empty_like(q)
+    seqlens = torch.full((1,), seqlen_k, dtype=torch.int32, device="cuda")
+    if mode == "func":
+        def call():
+            _lowlevel.forward(q, k, v, out, None, num_splits=splits)
+    elif mode in ("kvcache", "paged16"):
+        kc, vc, table = k, v, None
+        if mode == "paged16":  # 16-row pages in a shuffled order, as bench.py's kvcache_paged16
+            pages = seqlen_k // 16
+            perm = torch.randperm(pages, device="cuda")
+            kc = torch.empty((pages, 16, 8, 128), dtype=k.dtype, device="cuda")
+            vc = torch.empty_like(kc)
+            kc[perm] = k.reshape(pages, 16, 8, 128)
+            vc[perm] = v.reshape(pages, 16, 8, 128)
+            table = perm.to(torch.int32).view(1, pages)
+        def call():
+            flashattn.flash_attn_with_kvcache(q, kc, vc, cache_seqlens=seqlens, block_table=table, num_splits=splits)
+    else:
+        raise SystemExit(f"unknown mode {mode} (func, kvcache, paged16)")
     for _ in range(3):
-        _lowlevel.forward(q, k, v, out, None, num_splits=splits)
+        call()
     torch.cuda.synchronize()
     print("=== traced", flush=True)
     torch.cuda._sleep(1_000_000)  # the traced call starts on an idle GPU, as a decode step does
-    _lowlevel.forward(q, k, v, out, None, num_splits=splits)
+    call()
     torch.cuda.synchronize()
     print("=== end", flush=True)
 
@@ -68,15 +88,18 @@ def summarize(text, label):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--shapes", default="4096:0,4096:16,4096:32,16384:0", help="SEQLEN_K:NUM_SPLITS list (0 = heuristic)")
+    ap.add_argument("--shapes", default="4096:0,4096:16,4096:32,16384:0",
+                    help="SEQLEN_K:NUM_SPLITS[:MODE] list (0 = heuristic; MODE func (default), kvcache: "
+                         "flash_attn_with_kvcache on a dense cache, paged16: on 16-row pages, shuffled)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        seqlen_k, splits = (int(x) for x in args.child.split(":"))
-        child(seqlen_k, splits)
+        parts = args.child.split(":")
+        child(int(parts[0]), int(parts[1]), parts[2] if len(parts) > 2 else "func")
         return
     run_children(__file__, args.shapes.split(","), summarize,
-                 lambda shape: f"1 x {shape.split(':')[0]} keys, num_splits {shape.split(':')[1]}")
+                 lambda shape: f"1 x {shape.split(':')[0]} keys, num_splits {shape.split(':')[1]}"
+                               + (f", {shape.split(':')[2]}" if shape.count(":") > 1 else ""))
 
 if __name__ == "__main__":
     main()
