@@ -11,6 +11,8 @@ clock each CTA measured between its two globaltimer stamps):
   loop   entry -> the key loop done (every K/V tile of the split consumed)
   store  entry -> the split's partials stored and fenced
   end    entry -> counted in (or, for the group's last CTA, the merge done)
+  merged entry -> the CTA's warps' parts merged into warp 0 (within store)
+  issued entry -> the partials' stores issued, before the fence (within store)
 and the kernel's span (first entry to last exit, globaltimer).
 
     python3 dev/decode_trace.py --shapes 4096:0,4096:16,4096:32,16384:0
@@ -22,7 +24,8 @@ import statistics
 
 from trace_children import run_children
 
-LINE = re.compile(r"decode_trace cta (\d+) split (\d+) last (\d+) ns0 (\d+) ns1 (\d+) clk (-?\d+) (-?\d+) (-?\d+) (-?\d+)")
+LINE = re.compile(r"decode_trace cta (\d+) split (\d+) last (\d+) ns0 (\d+) ns1 (\d+) clk (-?\d+) (-?\d+) (-?\d+) (-?\d+)"
+                  r"(?: sub (-?\d+) (-?\d+))?")
 
 
 def child(seqlen_k, splits, mode="func"):
@@ -64,7 +67,7 @@ def child(seqlen_k, splits, mode="func"):
 
 def summarize(text, label):
     traced = text.split("=== traced", 1)[-1].split("=== end", 1)[0]
-    rows = [tuple(int(x) for x in m.groups()) for m in LINE.finditer(traced)]
+    rows = [tuple(int(x or 0) for x in m.groups()) for m in LINE.finditer(traced)]
     if not rows:
         print(f"{label}: no trace lines (built without FLASHATTN_DEV_DECODE_TRACE?)")
         return
@@ -76,6 +79,9 @@ def summarize(text, label):
     def us(c):
         return c / rate / 1e3
     phases = {name: [us(r[5 + i]) for r in rows] for i, name in enumerate(("k1", "loop", "store", "end"))}
+    if any(r[9] for r in rows):  # the store phase's stamps: parts merged, partials' stores issued
+        phases["merged"] = [us(r[9]) for r in rows]
+        phases["issued"] = [us(r[10]) for r in rows]
     last = [r for r in rows if r[2]]
     merge = [us(r[8] - r[7]) for r in last]
     print(f"{label}: {len(rows)} CTAs, clock {rate:.2f} GHz, span {(max(ns1) - min(ns0)) / 1e3:.2f} us, "

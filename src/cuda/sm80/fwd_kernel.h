@@ -488,9 +488,10 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
   const int lane = tid % 32;
 #if defined(FLASHATTN_DEV_DECODE_TRACE)
   // dev/ probe (dev/decode_trace.py): thread 0 of each split-key CTA stamps its phases with
-  // clock64 (entry, first K landed, loop done, partials stored, counted / merged) and the entry
-  // and exit with %globaltimer, printed at the end.
-  long long trace_clk[5] = {};
+  // clock64 (entry, first K landed, loop done, partials stored, counted / merged; within the
+  // store phase: the warps' parts merged (4), the partials' stores issued (5)) and the entry and
+  // exit with %globaltimer, printed at the end.
+  long long trace_clk[6] = {};
   unsigned long long trace_ns0 = 0;
   if (Traits::kSplitKeys && tid == 0) {
     trace_clk[0] = clock64();
@@ -939,6 +940,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
     }
   }
 
+  FLASHATTN_DECODE_TRACE(4)
   // Epilogue: finish the row sums across the quad, fold in the learnable sink (core/sink.h),
   // normalise, write LSE, stage O through this warp's own rows of sQ (no other warp reads them)
   // and store 16-byte chunks. Split-KV CTAs write float32 partials without the sink instead,
@@ -1003,6 +1005,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
   }
   if (num_splits > 1) {
     if (fused_combine) {
+      FLASHATTN_DECODE_TRACE(5)
       __threadfence();  // release: this thread's partials before thread 0's count
       FLASHATTN_DECODE_TRACE(3)
       merge_if_last_split<Traits>(params, flag, group, global_row0, rows_here, head, tid);
@@ -1010,10 +1013,10 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
       if (tid == 0) {
         unsigned long long ns1 = 0;
         asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ns1));
-        printf("decode_trace cta %d split %d last %d ns0 %llu ns1 %llu clk %lld %lld %lld %lld\n",
+        printf("decode_trace cta %d split %d last %d ns0 %llu ns1 %llu clk %lld %lld %lld %lld sub %lld %lld\n",
                int(blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z)), split, *flag, trace_ns0, ns1,
                trace_clk[1] - trace_clk[0], trace_clk[2] - trace_clk[0], trace_clk[3] - trace_clk[0],
-               clock64() - trace_clk[0]);
+               clock64() - trace_clk[0], trace_clk[4] - trace_clk[0], trace_clk[5] - trace_clk[0]);
       }
 #endif
     }
