@@ -134,14 +134,6 @@ struct FwdTraits {
   // Merging split-key warps: warps 1.. leave O, row max and row sum for warp 0 in the K/V buffers.
   static constexpr size_t kMergeBytes = kSplitKeys ? sizeof(float) * (kWarps - 1) * 32 * (kMTiles * kDTiles * 4 + 4 * kMTiles) : 0;
   static_assert(kMergeBytes <= sizeof(Element) * 2 * kSmemKV, "the merge fits in the K/V buffers");
-  // Split-KV partials (num_splits > 1): every warp merges a slice of kDTiles / kWarps d tiles
-  // (fwd_kernel.h), so each leaves its row statistics and the other warps' slices of O.
-  static constexpr int kMergeSlice = kSplitKeys ? kDTiles / kWarps : kDTiles;
-  static constexpr size_t kColumnMergeBytes =
-      kSplitKeys ? sizeof(float) * kWarps * 32 * (4 * kMTiles + (kWarps - 1) * kMTiles * kMergeSlice * 4) : 0;
-  static_assert(!kSplitKeys || (kDTiles % kWarps == 0 && (!kFp8Cache || kMergeSlice % 2 == 0)),
-                "whole d tiles per warp (pairs with an e4m3 cache: o_col_e4m3)");
-  static_assert(kColumnMergeBytes <= sizeof(Element) * 2 * kSmemKV, "the column merge fits in the K/V buffers");
   static_assert(kHeadDim % 16 == 0, "head_dim must be a multiple of 16");
   static_assert(!kBiasSmem || sizeof(Element) * (kSmemQ + 2 * kSmemKV) % 128 == 0,
                 "the bias tile starts on a 128-byte line (its swizzle XORs address bits 4-6)");
@@ -884,105 +876,35 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
   int* const flag = reinterpret_cast<int*>(sQ);
   const int64_t global_row0 = params.is_varlen() ? row0_q + m0 : int64_t(batch) * params.seqlen_q + m0;
   if constexpr (Traits::kSplitKeys) {
-    // The warps hold partial results for the same rows over disjoint keys; they meet in the K/V
-    // buffers (laid out [warp][value][lane], conflict-free), and each part is rescaled to the
-    // largest kept maximum before the parts are added. With split-KV partials every warp merges
-    // and writes a slice of O's columns; otherwise warp 0 merges all of O and alone runs the
-    // epilogue.
+    // The warps hold partial results for the same rows over disjoint keys. Warps 1.. leave O,
+    // their kept row maxima and their lane's partial row sums in the K/V buffers, laid out
+    // [warp - 1][value][lane] (conflict-free); warp 0 rescales every part to the largest kept
+    // maximum, adds them and alone runs the epilogue.
     constexpr int kStats = kMTiles * kDTiles * 4;  // O first, then (max, sum) per row
     constexpr int kValues = kStats + 4 * kMTiles;
     float* merge = reinterpret_cast<float*>(sK);
     __syncthreads();  // every warp is done reading K and V (no copy is in flight after the loop)
-    if (num_splits > 1) {
-      // Split-KV partials: warp w merges d tiles [w, w + 1) * kSlice of every part and writes
-      // them (the epilogue's owns_tile), instead of warp 0 merging all of O alone: at batch 1 x
-      // 4k (d128, 16 splits) warp 0's merge took 1.4 us of the CTA's 6.2 (dev/decode_trace.py,
-      // 2026-12-04). Each warp leaves its (max, sum) per row and the slices the other warps
-      // merge, [warp][value][lane]: slot values 4 * kMTiles stats, then per other owner c (in
-      // order, this warp skipped) its kMTiles x kSlice tiles.
-      constexpr int kSlice = Traits::kMergeSlice;
-      constexpr int kSliceValues = kMTiles * kSlice * 4;
-      constexpr int kSlot = 4 * kMTiles + (Traits::kWarps - 1) * kSliceValues;
-      // Position of owner c's slice in warp w's slot (w's own slice is not stored).
-      const auto slice_at = [](int c, int w) { return 4 * kMTiles + (c < w ? c : c - 1) * kSliceValues; };
-      {
-        float* dst = merge + warp * kSlot * 32 + lane;
-#pragma unroll
-        for (int mt = 0; mt < kMTiles; ++mt) {
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            dst[(4 * mt + 2 * h) * 32] = row_max[mt][h];
-            dst[(4 * mt + 2 * h + 1) * 32] = row_sum[mt][h];
-          }
-#pragma unroll
-          for (int dt = 0; dt < kDTiles; ++dt) {
-            const int c = dt / kSlice;
-            if (c == warp) continue;
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              dst[(slice_at(c, warp) + (mt * kSlice + dt % kSlice) * 4 + e) * 32] = o_acc[mt][dt][e];
-            }
-          }
-        }
-      }
-      __syncthreads();
+    if (warp > 0) {
+      float* dst = merge + (warp - 1) * kValues * 32 + lane;
 #pragma unroll
       for (int mt = 0; mt < kMTiles; ++mt) {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          float mx = row_max[mt][h];
+          dst[(kStats + 4 * mt + 2 * h) * 32] = row_max[mt][h];
+          dst[(kStats + 4 * mt + 2 * h + 1) * 32] = row_sum[mt][h];
+        }
 #pragma unroll
-          for (int w = 0; w < Traits::kWarps; ++w) {
-            if (w != warp) mx = fmaxf(mx, merge[(w * kSlot + 4 * mt + 2 * h) * 32 + lane]);
-          }
-          // As below: a part whose kept maximum is -inf weighs 0.
-          const auto weight = [&](float m) { return m == -INFINITY ? 0.0f : ptx::exp2_approx((m - mx) * exp_scale); };
-          const float self = weight(row_max[mt][h]);
-          row_sum[mt][h] *= self;
+        for (int dt = 0; dt < kDTiles; ++dt) {
 #pragma unroll
-          for (int dt = 0; dt < kDTiles; ++dt) {
-            if (dt / kSlice != warp) continue;
-            o_acc[mt][dt][2 * h] *= self;
-            o_acc[mt][dt][2 * h + 1] *= self;
-          }
-#pragma unroll
-          for (int w = 0; w < Traits::kWarps; ++w) {
-            if (w == warp) continue;
-            const float* src = merge + w * kSlot * 32 + lane;
-            const float wt = weight(src[(4 * mt + 2 * h) * 32]);
-            row_sum[mt][h] += wt * src[(4 * mt + 2 * h + 1) * 32];
-#pragma unroll
-            for (int dt = 0; dt < kDTiles; ++dt) {
-              if (dt / kSlice != warp) continue;
-              const float* o = src + (slice_at(warp, w) + (mt * kSlice + dt % kSlice) * 4 + 2 * h) * 32;
-              o_acc[mt][dt][2 * h] += wt * o[0];
-              o_acc[mt][dt][2 * h + 1] += wt * o[32];
-            }
-          }
-          row_max[mt][h] = mx;
+          for (int e = 0; e < 4; ++e) dst[((mt * kDTiles + dt) * 4 + e) * 32] = o_acc[mt][dt][e];
         }
       }
-    } else {
-      // One CTA per row group (no partials): warps 1.. leave O, their kept row maxima and their
-      // lane's partial row sums, [warp - 1][value][lane]; warp 0 merges and alone stores O.
-      if (warp > 0) {
-        float* dst = merge + (warp - 1) * kValues * 32 + lane;
-#pragma unroll
-        for (int mt = 0; mt < kMTiles; ++mt) {
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            dst[(kStats + 4 * mt + 2 * h) * 32] = row_max[mt][h];
-            dst[(kStats + 4 * mt + 2 * h + 1) * 32] = row_sum[mt][h];
-          }
-#pragma unroll
-          for (int dt = 0; dt < kDTiles; ++dt) {
-#pragma unroll
-            for (int e = 0; e < 4; ++e) dst[((mt * kDTiles + dt) * 4 + e) * 32] = o_acc[mt][dt][e];
-          }
-        }
-      }
-      __syncthreads();
-      if (warp > 0) return;
+    }
+    __syncthreads();
+    // With the fused combine warps 1.. stay for merge_if_last_split (they pass the epilogue
+    // without storing anything: split_writer).
+    if (warp > 0 && !fused_combine) return;
+    if (warp == 0) {
 #pragma unroll
       for (int mt = 0; mt < kMTiles; ++mt) {
 #pragma unroll
@@ -1027,10 +949,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
   const float v_descale = Traits::kFp8Cache ? params.v_descale.at(batch, head_k) : 1.0f;
   const float out_scale = (use_dropout ? params.dropout_rescale : 1.0f) * v_descale;
   const bool sink_here = params.learnable_sink != nullptr && num_splits == 1;
-  // Split-key warps: with split-KV partials warp w writes its merged slice of d tiles (owns_tile)
-  // and warp 0 the LSE; otherwise they merged into warp 0.
-  const bool split_writer = !Traits::kSplitKeys || warp == 0 || num_splits > 1;
-  const auto owns_tile = [&](int dt) { return !Traits::kSplitKeys || dt / Traits::kMergeSlice == warp; };
+  const bool split_writer = !Traits::kSplitKeys || warp == 0;  // the split-key warps merged into warp 0
 #pragma unroll
   for (int mt = 0; mt < kMTiles; ++mt) {
 #pragma unroll
@@ -1059,16 +978,13 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
       if (num_splits > 1) {
         if (r < rows_here && split_writer) {
           const int64_t row = global_row0 + r;
-          if (t == 0 && (!Traits::kSplitKeys || warp == 0)) {
-            params.split_lse[(int64_t(split) * params.heads + head) * params.total_q + row] = lse;
-          }
+          if (t == 0) params.split_lse[(int64_t(split) * params.heads + head) * params.total_q + row] = lse;
           float* dst = params.split_out +
                        ((int64_t(split) * params.total_q + row) * params.heads + head) * Traits::kHeadDim;
           if constexpr (Traits::kFp8Cache) {
             // Tiles 2c and 2c + 1 hold chunk c's even and odd columns (o_col_e4m3): four adjacent.
 #pragma unroll
             for (int dt = 0; dt < kDTiles; dt += 2) {
-              if (!owns_tile(dt)) continue;
               *reinterpret_cast<float4*>(dst + o_col_e4m3(dt, 0, t)) =
                   make_float4(o_acc[mt][dt][2 * h], o_acc[mt][dt + 1][2 * h], o_acc[mt][dt][2 * h + 1],
                               o_acc[mt][dt + 1][2 * h + 1]);
@@ -1076,7 +992,6 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
           } else {
 #pragma unroll
             for (int dt = 0; dt < kDTiles; ++dt) {
-              if (!owns_tile(dt)) continue;
               *reinterpret_cast<float2*>(dst + dt * 8 + 2 * t) =
                   make_float2(o_acc[mt][dt][2 * h], o_acc[mt][dt][2 * h + 1]);
             }
