@@ -11,7 +11,8 @@ clock each CTA measured between its two globaltimer stamps):
   loop   entry -> the key loop done (every K/V tile of the split consumed)
   store  entry -> the split's partials stored and fenced
   end    entry -> counted in (or, for the group's last CTA, the merge done)
-  merged entry -> the CTA's warps' parts merged into warp 0 (within store)
+  merged entry -> thread 0 past the warps' merge (within store; its barriers also wait for the
+                  other warps' last P V and their parts reaching shared memory)
   issued entry -> the partials' stores issued, before the fence (within store)
 and the kernel's span (first entry to last exit, globaltimer).
 

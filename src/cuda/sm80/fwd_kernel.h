@@ -489,8 +489,8 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
 #if defined(FLASHATTN_DEV_DECODE_TRACE)
   // dev/ probe (dev/decode_trace.py): thread 0 of each split-key CTA stamps its phases with
   // clock64 (entry, first K landed, loop done, partials stored, counted / merged; within the
-  // store phase: the warps' parts merged (4), the partials' stores issued (5)) and the entry and
-  // exit with %globaltimer, printed at the end.
+  // store phase: past the warps' merge (4: its barriers wait for every warp), the partials'
+  // stores issued (5)) and the entry and exit with %globaltimer, printed at the end.
   long long trace_clk[6] = {};
   unsigned long long trace_ns0 = 0;
   if (Traits::kSplitKeys && tid == 0) {
