@@ -38,6 +38,9 @@ IMPL_LABELS = {
 IMPL_COLORS = {"flashattn": "#d62728", "kvcache": "#e377c2", "kvcache_paged16": "#bcbd22", "sdpa_cudnn": "#2ca02c", "sdpa_flash": "#1f77b4", "fa4": "#8c564b",
                "sdpa_efficient": "#ff7f0e", "sdpa_math": "#7f7f7f", "triton": "#9467bd"}
 # Legends only: the tables keep IMPL_LABELS (their headers name these two by their raw keys).
+# HBM bandwidth of the GPUs the decode plots name, TB/s, from NVIDIA's data sheets (H200 SXM:
+# 4.8; H100 SXM: 3.35): the line drawn on the decode bandwidth plots.
+HBM_PEAK_TBS = {"NVIDIA H200": 4.8, "NVIDIA H100 80GB HBM3": 3.35}
 LEGEND_LABELS = dict(IMPL_LABELS, flashattn_fp8="flashattn FP8 e4m3 (ours)", flex="FlexAttention (torch.compile)")
 IMPL_COLORS.update(flashattn_fp8="#ff9896", flex="#17becf")
 FP8_CACHE_LABELS = {"kvcache": "ours, with_kvcache, dense e4m3 cache",
@@ -366,6 +369,12 @@ def plot_decode(doc, path, outdir):
             ax.set_ylabel("speed vs SDPA cuDNN (bf16 cache)\n= its time / this time")
         else:
             ax.set_ylabel("KV cache read, TB/s")
+            # The GPU's HBM bandwidth from its data sheet (issue 17 asks for the line), not measured.
+            peak = HBM_PEAK_TBS.get(doc.get("environment", {}).get("gpu"))
+            if peak:
+                ax.axhline(peak, color="#333333", linewidth=0.9, linestyle="--",
+                           label=f"HBM peak, data sheet ({peak} TB/s)")
+                top = max(top, peak)
         # Headroom above the tallest bar for a two-column legend, which would otherwise hide bars.
         ax.set_ylim(0, top * 1.3)
         ax.grid(axis="y", alpha=0.3)
