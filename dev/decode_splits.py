@@ -6,11 +6,15 @@ heads, d128, bf16) this times flashattn's forward with num_splits = 0 (the launc
 and with fixed values, eager (CUDA events behind a GPU sleep, like bench.py) and replayed from a
 CUDA graph, and prints one line per shape with KV bandwidth in TB/s. It answers whether the
 heuristic's choice is the fast one, and whether eager and graph figures differ for our kernels
-alone. Writes JSON with --out.
+alone. --merges times each split count under each split-KV merge (cluster: the default on a
+Hopper GPU up to 16 splits; counter: the last split CTA, FLASHATTN_SPLIT_COMBINE=counter; kernel:
+the combine kernel), switched in-process and alternated over --passes passes. Writes JSON with --out.
 
     python3 dev/decode_splits.py --shapes 64x4096,8x131072 --splits 0,1,2,3,4,6,8,12 --out $OUT/splits.json
+    python3 dev/decode_splits.py --shapes 1x4096 --splits 0,8,16 --merges cluster,counter --passes 2
 """
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -19,11 +23,28 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import bench  # noqa: E402  (median_ms, graph_median_ms, environment)
 
 
+@contextlib.contextmanager
+def merge_switches(merge):
+    """The split-KV merge for the calls inside (flashattn._C._set_switch; default: no change)."""
+    import flashattn
+    wanted = {"default": {}, "cluster": {"split_combine_counter": False, "split_combine_kernel": False},
+              "counter": {"split_combine_counter": True, "split_combine_kernel": False},
+              "kernel": {"split_combine_kernel": True}}[merge]
+    saved = {name: flashattn._C._set_switch(name, on) for name, on in wanted.items()}
+    try:
+        yield
+    finally:
+        for name, was in saved.items():
+            flashattn._C._set_switch(name, was)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--shapes", default="64x4096,8x131072", help="BATCHxSEQLEN_K list")
     ap.add_argument("--splits", default="0,1,2,3,4,6,8,12", help="num_splits values (0 = heuristic)")
     ap.add_argument("--repeats", type=int, default=30)
+    ap.add_argument("--merges", default="default", help="comma list of default, cluster, counter, kernel")
+    ap.add_argument("--passes", type=int, default=1, help="passes over the merges (alternated)")
     ap.add_argument("--out")
     args = ap.parse_args()
 
@@ -42,15 +63,19 @@ def main():
         for splits in (int(x) for x in args.splits.split(",")):
             def call():
                 _lowlevel.forward(q, k, v, out, None, num_splits=splits)
-            eager = bench.median_ms(call, args.repeats)
-            graph = bench.graph_median_ms(call, args.repeats)
-            row["by_splits"][splits] = {"fwd_ms": eager, "fwd_ms_graph": graph,
-                                        "kv_tb_per_s": kv_bytes / eager / 1e9,
-                                        "kv_tb_per_s_graph": kv_bytes / graph / 1e9}
+            for p in range(args.passes):
+                for merge in args.merges.split(","):
+                    with merge_switches(merge):
+                        eager = bench.median_ms(call, args.repeats)
+                        graph = bench.graph_median_ms(call, args.repeats)
+                    key = str(splits) if merge == "default" else f"{splits}/{merge}"
+                    row["by_splits"].setdefault(key, []).append(
+                        {"fwd_ms": eager, "fwd_ms_graph": graph, "kv_tb_per_s": kv_bytes / eager / 1e9,
+                         "kv_tb_per_s_graph": kv_bytes / graph / 1e9})
         rows.append(row)
         print(f"b{b} sk{sk}: " + "  ".join(
-            f"s{s} {r['kv_tb_per_s']:.2f}/{r['kv_tb_per_s_graph']:.2f}" for s, r in row["by_splits"].items())
-            + "  (TB/s eager/graph; s0 = heuristic)", flush=True)
+            f"s{s} " + ",".join(f"{1e3 * r['fwd_ms']:.1f}/{1e3 * r['fwd_ms_graph']:.1f}" for r in rs)
+            for s, rs in row["by_splits"].items()) + "  (us eager/graph per pass; s0 = heuristic)", flush=True)
     if args.out:
         with open(args.out, "w") as f:
             json.dump({"environment": bench.environment(), "rows": rows}, f, indent=1)

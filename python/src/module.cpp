@@ -487,6 +487,8 @@ NB_MODULE(_C, m) {
         d::Switch s;
         if (n == "split_combine_kernel") {
           s = d::Switch::kSplitCombineKernel;
+        } else if (n == "split_combine_counter") {
+          s = d::Switch::kSplitCombineCounter;
         } else if (n == "bwd_single_buffer") {
           s = d::Switch::kBwdSingleBuffer;
         } else if (n == "fwd_sm80") {
@@ -495,7 +497,7 @@ NB_MODULE(_C, m) {
           s = d::Switch::kBwdSm80;
         } else {
           throw nb::value_error(("_set_switch: unknown switch '" + std::string(n) +
-                                 "' (split_combine_kernel, bwd_single_buffer, fwd_sm80, bwd_sm80)").c_str());
+                                 "' (split_combine_kernel, split_combine_counter, bwd_single_buffer, fwd_sm80, bwd_sm80)").c_str());
         }
         const bool was = d::switch_on(s);
         d::set_switch(s, on);
@@ -526,9 +528,23 @@ NB_MODULE(_C, m) {
       "For tests: whether this build instantiated the CUDA kernels of head dim d "
       "(FLASHATTN_CUDA_HEAD_DIMS); a head dim not built runs padded to a larger one.");
   m.def(
+      "_cuda_sm90_built",
+      [] {
+#if defined(FLASHATTN_WITH_CUDA)
+        return fa::detail::cuda_sm90_built();
+#else
+        return false;
+#endif
+      },
+      "For tests: whether this build compiled its CUDA kernels for sm_90a (Hopper).");
+  m.def(
       "_sm90_forward_calls", [] { return fa::detail::sm90_forward_calls(); },
       "For tests: how many 16-bit forward calls the sm90 (Hopper) kernels have run in this process "
       "(src/core/switches.h).");
+  m.def(
+      "_split_cluster_launches", [] { return fa::detail::split_cluster_launches(); },
+      "For tests: how many split-KV decode launches merged their splits within thread-block "
+      "clusters (sm90) in this process (src/core/switches.h).");
   m.def(
       "_sm90_mask_bits_calls", [] { return fa::detail::sm90_mask_bits_calls(); },
       "For tests: how many sm90 forward calls read attn_mask as packed bits in this process "

@@ -16,6 +16,10 @@ bool from_environment(Switch s) {
       const char* v = std::getenv("FLASHATTN_SPLIT_COMBINE");
       return v != nullptr && std::strcmp(v, "kernel") == 0;
     }
+    case Switch::kSplitCombineCounter: {
+      const char* v = std::getenv("FLASHATTN_SPLIT_COMBINE");
+      return v != nullptr && std::strcmp(v, "counter") == 0;
+    }
     case Switch::kBwdSingleBuffer: {
       const char* v = std::getenv("FLASHATTN_DEV_BWD_SINGLE_BUFFER");
       return v != nullptr && v[0] == '1';
@@ -36,11 +40,12 @@ bool from_environment(Switch s) {
 
 // -1: not read yet; 0 off; 1 on. Two threads reading an unread switch at once both read the
 // same environment, so the race is benign.
-std::atomic<int> g_state[kCount] = {-1, -1, -1, -1};
-static_assert(kCount == 4, "one initial state per switch");
+std::atomic<int> g_state[kCount] = {-1, -1, -1, -1, -1};
+static_assert(kCount == 5, "one initial state per switch");
 
 std::atomic<unsigned long long> g_sm90_backward_calls{0};
 std::atomic<unsigned long long> g_native_head_dim_v_backward_calls{0};
+std::atomic<unsigned long long> g_split_cluster_launches{0};
 std::atomic<unsigned long long> g_sm90_forward_calls{0};
 std::atomic<unsigned long long> g_sm90_mask_bits_calls{0};
 std::atomic<unsigned long long> g_sm90_mask_kernel_calls{0};
@@ -66,6 +71,9 @@ unsigned long long native_head_dim_v_backward_calls() {
   return g_native_head_dim_v_backward_calls.load(std::memory_order_relaxed);
 }
 void count_native_head_dim_v_backward() { g_native_head_dim_v_backward_calls.fetch_add(1, std::memory_order_relaxed); }
+
+unsigned long long split_cluster_launches() { return g_split_cluster_launches.load(std::memory_order_relaxed); }
+void count_split_cluster_launch() { g_split_cluster_launches.fetch_add(1, std::memory_order_relaxed); }
 
 unsigned long long sm90_forward_calls() { return g_sm90_forward_calls.load(std::memory_order_relaxed); }
 void count_sm90_forward() { g_sm90_forward_calls.fetch_add(1, std::memory_order_relaxed); }

@@ -10,6 +10,10 @@ enum class Switch {
   // FLASHATTN_SPLIT_COMBINE=kernel: split-KV decode merges its partials with the combine kernel
   // instead of in the last split CTA of each row group (sm80/fwd_launch.h). Same bits either way.
   kSplitCombineKernel,
+  // FLASHATTN_SPLIT_COMBINE=counter: on sm90 the decode kernels merge their split-KV partials in
+  // the last split CTA of each row group (global counters) instead of within a thread-block
+  // cluster of the group's splits (sm80/fwd_launch.h). Same bits either way.
+  kSplitCombineCounter,
   // FLASHATTN_DEV_BWD_SINGLE_BUFFER=1: the sm80 backward uses one Q/dO step buffer on any GPU,
   // the variant an A100 takes at head dim >= 64 (sm80/bwd_launch.h).
   kBwdSingleBuffer,
@@ -40,6 +44,10 @@ void count_native_head_dim_v_backward();
 // Forward calls the sm90 kernels have run in this process (cuda_backend.cu counts each 16-bit
 // forward that launched there: dense, block-sparse and bias; tests/cpp/test_bias.cpp,
 // tests/python/test_bias.py through _C._sm90_forward_calls).
+// Decode launches whose split-KV partials were merged within thread-block clusters
+// (sm80/fwd_launch.h), so that a test can tell that path ran (tests/cpp/test_special.cpp).
+unsigned long long split_cluster_launches();
+void count_split_cluster_launch();
 unsigned long long sm90_forward_calls();
 void count_sm90_forward();
 // Of those, the bias-kernel calls whose attn_mask was packed into bits before the launch
@@ -56,5 +64,8 @@ void count_sm90_mask_kernel();
 // that a test of one head dim's kernels skips on a trimmed build instead of timing a padded call
 // (_C._cuda_head_dim_built). Defined by the CUDA backend (cuda_backend.cu): CUDA builds only.
 bool cuda_head_dim_built(int d);
+// Whether this build compiled its kernels for sm_90a too (FLASHATTN_CUDA_ARCHITECTURES has 90):
+// the Hopper kernels, and the cluster paths of the others. CUDA builds only.
+bool cuda_sm90_built();
 
 }  // namespace flashattn::detail

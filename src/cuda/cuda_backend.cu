@@ -757,6 +757,13 @@ Status cuda_copy_to_host(void* dst, const void* src, size_t bytes, void* stream)
 
 namespace detail {
 bool cuda_head_dim_built(int d) { return cuda::head_dim_built(d); }
+bool cuda_sm90_built() {
+#if defined(FLASHATTN_CUDA_SM90)
+  return true;
+#else
+  return false;
+#endif
+}
 }  // namespace detail
 
 }  // namespace flashattn

@@ -585,17 +585,19 @@ std::vector<unsigned char> bytes_of(const std::vector<double>& v) {
   return b;
 }
 
-// The decode kernels merge their split-KV partials in the last split CTA of each row group (the
-// fused combine, sm80/fwd_kernel.h merge_if_last_split); the kSplitCombineKernel switch merges
-// them with the combine kernel instead. Both add the splits in split order, so the results are
-// the same bits: dense and paged caches, a sequence without keys (all its splits empty) and short
-// ones (most splits empty), sinks, GQA folding, 3, 36 (more than a warp's 32 lanes) and the
-// heuristic's splits. A second fused call gives the same bits again: the last CTA of every
-// group left its counter at zero.
+// The decode kernels merge their split-KV partials themselves: on a Hopper GPU within a
+// thread-block cluster of a row group's splits (up to 16; sm80/fwd_kernel.h
+// merge_splits_in_cluster), elsewhere and beyond 16 splits in the last split CTA of each row
+// group (merge_if_last_split, which the kSplitCombineCounter switch keeps on Hopper too); the
+// kSplitCombineKernel switch merges them with the combine kernel instead. All add the splits in
+// split order, so the results are the same bits: dense and paged caches, a sequence without keys
+// (all its splits empty) and short ones (most splits empty), sinks, GQA folding, 3, 16 (the
+// largest cluster), 36 (more than a warp's 32 lanes) and the heuristic's splits. A second call
+// gives the same bits again: the last CTA of every group left its counter at zero.
 TEST_P(KVCache, FusedSplitCombineMatchesTheCombineKernelBitwise) {
   if (GetParam() != Backend::kCuda) GTEST_SKIP() << "the split-KV combine is a CUDA path";
   for (int page : {0, 16}) {
-    for (int splits : {3, 36, 0}) {
+    for (int splits : {3, 16, 36, 0}) {
       KVCase kc;
       kc.heads = 32;
       kc.heads_k = 8;
@@ -606,19 +608,30 @@ TEST_P(KVCache, FusedSplitCombineMatchesTheCombineKernelBitwise) {
       kc.num_splits = splits;
       kc.sink = sink_logits(kc.heads, 93);
       SCOPED_TRACE("page " + std::to_string(page) + ", num_splits " + std::to_string(splits));
+      const unsigned long long clusters = detail::split_cluster_launches();
       KV_RUN_OR_SKIP(fused, GetParam(), kc, true);
+      if (splits == 3 || splits == 16) {
+        EXPECT_EQ(detail::split_cluster_launches() - clusters, split_clusters_expected() ? 1u : 0u)
+            << "the cluster merge " << (split_clusters_expected() ? "did not run" : "ran");
+      }
       const KVOutcome again = run_case(GetParam(), kc, false);
       ASSERT_TRUE(again.status.ok());
-      KVOutcome kernel;
-      {
-        ScopedSwitch combine_kernel(detail::Switch::kSplitCombineKernel, true);
-        kernel = run_case(GetParam(), kc, true);
+      for (detail::Switch sw : {detail::Switch::kSplitCombineKernel, detail::Switch::kSplitCombineCounter}) {
+        const bool kernel_switch = sw == detail::Switch::kSplitCombineKernel;
+        const char* other = kernel_switch ? "combine kernel" : "counter merge";
+        KVOutcome o;
+        const unsigned long long before = detail::split_cluster_launches();
+        {
+          ScopedSwitch path(sw, true);
+          o = run_case(GetParam(), kc, true);
+        }
+        ASSERT_TRUE(o.status.ok());
+        EXPECT_EQ(detail::split_cluster_launches(), before) << other << ": the switch did not keep clusters off";
+        EXPECT_TRUE(fused.out_bytes == o.out_bytes) << "out: default merge != " << other;
+        EXPECT_TRUE(bytes_of(fused.lse) == bytes_of(o.lse)) << "lse: default merge != " << other;
       }
-      ASSERT_TRUE(kernel.status.ok());
-      EXPECT_TRUE(fused.out_bytes == kernel.out_bytes) << "out: fused combine != combine kernel";
-      EXPECT_TRUE(bytes_of(fused.lse) == bytes_of(kernel.lse)) << "lse: fused combine != combine kernel";
-      EXPECT_TRUE(fused.out_bytes == again.out_bytes) << "out: second fused call differs";
-      EXPECT_TRUE(bytes_of(fused.lse) == bytes_of(again.lse)) << "lse: second fused call differs";
+      EXPECT_TRUE(fused.out_bytes == again.out_bytes) << "out: second call differs";
+      EXPECT_TRUE(bytes_of(fused.lse) == bytes_of(again.lse)) << "lse: second call differs";
     }
   }
 }

@@ -426,12 +426,15 @@ TEST_P(Special, SplitKvManySplits) {
   }
 }
 
-// The decode kernels (at most 16 query rows after the GQA fold) merge their split-KV partials in
-// the last split CTA of each row group (sm80/fwd_kernel.h merge_if_last_split); the
-// kSplitCombineKernel switch (core/switches.h) merges them with the combine kernel instead. Both
-// add the splits in split order: the same bits, at one query (GQA folded, with a sink), at 7 causal rows
-// (not folded), varlen, with 3, 36 (beyond one warp's 32 lanes) and the heuristic's splits; a
-// second fused call gives the same bits again (the counters were left at zero).
+// The decode kernels (at most 16 query rows after the GQA fold) merge their split-KV partials
+// themselves: on a Hopper GPU within a thread-block cluster of a row group's splits (up to 16;
+// sm80/fwd_kernel.h merge_splits_in_cluster), elsewhere and beyond 16 splits in the last split
+// CTA of each row group (merge_if_last_split; the kSplitCombineCounter switch keeps it on Hopper
+// too); the kSplitCombineKernel switch (core/switches.h) merges them with the combine kernel
+// instead. All add the splits in split order: the same bits, at one query (GQA folded, with a
+// sink), at 7 causal rows (not folded), varlen, with 3, 16 (the largest cluster), 36 (beyond one
+// warp's 32 lanes) and the heuristic's splits; a second call gives the same bits again (the
+// counters were left at zero).
 TEST_P(Special, FusedSplitCombineMatchesTheCombineKernelBitwise) {
   const Backend backend = GetParam();
   FLASHATTN_SKIP_IF_UNAVAILABLE(backend);
@@ -443,7 +446,7 @@ TEST_P(Special, FusedSplitCombineMatchesTheCombineKernelBitwise) {
   };
   for (const Case& c : {Case{1, 128, false, false, Sink::kRandom}, Case{7, 64, true, false, Sink::kNone},
                         Case{1, 96, false, true, Sink::kLarge}}) {
-    for (int splits : {3, 36, 0}) {
+    for (int splits : {3, 16, 36, 0}) {
       ProblemSpec s = ProblemSpec::dense(DType::kBFloat16, 2, c.seqlen_q, 4600, 16, 4, c.head_dim, c.head_dim);
       s.causal = c.causal;
       s.sink = c.sink;
@@ -456,14 +459,23 @@ TEST_P(Special, FusedSplitCombineMatchesTheCombineKernelBitwise) {
       SCOPED_TRACE(s.describe());
       const HostProblem host = make_host_problem(s);
       std::vector<std::vector<double>> outs, lses;
-      for (int call = 0; call < 3; ++call) {
-        // Calls 0 and 1 fused, call 2 through the combine kernel.
+      for (int call = 0; call < 4; ++call) {
+        // Calls 0 and 1 as the launcher chooses, call 2 through the combine kernel, call 3 through
+        // the counters.
         bool ran = false;
         std::string skip;
         DeviceProblem dev(backend, s, host);
+        const unsigned long long clusters = detail::split_cluster_launches();
         {
           ScopedSwitch combine_kernel(detail::Switch::kSplitCombineKernel, call == 2);
+          ScopedSwitch counter(detail::Switch::kSplitCombineCounter, call == 3);
           ran = run(backend, s, dev, false, &skip);
+        }
+        const unsigned long long ran_clusters = detail::split_cluster_launches() - clusters;
+        if (call >= 2) EXPECT_EQ(ran_clusters, 0u) << "call " << call << ": the switch did not keep clusters off";
+        if (ran && call == 0 && (splits == 3 || splits == 16)) {
+          EXPECT_EQ(ran_clusters, split_clusters_expected() ? 1u : 0u)
+              << "the cluster merge " << (split_clusters_expected() ? "did not run" : "ran");
         }
         if (!ran) {
           if (!skip.empty()) GTEST_SKIP() << skip;
@@ -475,10 +487,12 @@ TEST_P(Special, FusedSplitCombineMatchesTheCombineKernelBitwise) {
       const auto same_bits = [](const std::vector<double>& a, const std::vector<double>& b) {
         return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(double)) == 0;
       };
-      EXPECT_TRUE(same_bits(outs[0], outs[2])) << "out: fused combine != combine kernel";
-      EXPECT_TRUE(same_bits(lses[0], lses[2])) << "lse: fused combine != combine kernel";
-      EXPECT_TRUE(same_bits(outs[0], outs[1])) << "out: second fused call differs";
-      EXPECT_TRUE(same_bits(lses[0], lses[1])) << "lse: second fused call differs";
+      EXPECT_TRUE(same_bits(outs[0], outs[2])) << "out: default merge != combine kernel";
+      EXPECT_TRUE(same_bits(lses[0], lses[2])) << "lse: default merge != combine kernel";
+      EXPECT_TRUE(same_bits(outs[0], outs[3])) << "out: default merge != counter merge";
+      EXPECT_TRUE(same_bits(lses[0], lses[3])) << "lse: default merge != counter merge";
+      EXPECT_TRUE(same_bits(outs[0], outs[1])) << "out: second call differs";
+      EXPECT_TRUE(same_bits(lses[0], lses[1])) << "lse: second call differs";
       const Results ref = run_reference(host, false);
       const Results low = run_naive_lowp(host, s.dtype, false);
       EXPECT_TRUE(meets_criterion("out", s.dtype, outs[0], ref.out, low.out));

@@ -28,6 +28,16 @@ std::vector<Backend> all_backends() { return {Backend::kCpu, Backend::kCuda}; }
 
 bool backend_available(Backend b) { return b == Backend::kCpu || cuda_available(); }
 
+bool split_clusters_expected() {
+#if defined(FLASHATTN_WITH_CUDA) && defined(FLASHATTN_TEST_CUDA_SM90)
+  int major = 0;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0) != cudaSuccess) return false;
+  return major == 9;
+#else
+  return false;
+#endif
+}
+
 // ---- element conversions --------------------------------------------------------------------
 
 uint16_t float_to_half_bits(float f) {

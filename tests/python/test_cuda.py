@@ -273,17 +273,22 @@ def test_cuda_graph_capture_and_replay():
 
 
 def test_cuda_graph_decode_split_kv_replays():
-    """Decode at batch 1 x 4k keys, GQA 32/8: 32 split CTAs per KV head, whose last one merges the
-    partials (the fused combine; its counters are set back to zero by that CTA, never by a
+    """Decode at batch 1 x 4k keys, GQA 32/8: 16 split CTAs per KV head (the split model's
+    choice), merged on a Hopper GPU within a thread-block cluster of the 16 (distributed shared
+    memory), elsewhere by the last split CTA (counters that CTA sets back to zero, never a
     memset). Several graph replays and eager calls on two streams all give the eager bits, and
-    the combine kernel (the split_combine_kernel switch) gives them too."""
+    the counter merge (split_combine_counter) and the combine kernel (split_combine_kernel) give
+    them too."""
 
     gen = torch.Generator(device="cpu").manual_seed(11)
     shape = dict(q=(1, 1, 32, 128), k=(1, 4096, 8, 128))
     q = torch.randn(shape["q"], generator=gen).to(DEV, torch.bfloat16)
     k = torch.randn(shape["k"], generator=gen).to(DEV, torch.bfloat16)
     v = torch.randn(shape["k"], generator=gen).to(DEV, torch.bfloat16)
+    clusters = flashattn._C._split_cluster_launches()
     eager = flashattn.flash_attn_func(q, k, v)
+    if torch.cuda.get_device_capability()[0] == 9 and flashattn._C._cuda_sm90_built():
+        assert flashattn._C._split_cluster_launches() == clusters + 1, "the splits did not merge in a cluster"
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
@@ -298,11 +303,14 @@ def test_cuda_graph_decode_split_kv_replays():
         torch.cuda.synchronize()
         assert torch.equal(static_out, eager)
         assert torch.equal(flashattn.flash_attn_func(q, k, v), eager)
-    saved = flashattn._C._set_switch("split_combine_kernel", True)
-    try:
-        assert torch.equal(flashattn.flash_attn_func(q, k, v), eager)
-    finally:
-        flashattn._C._set_switch("split_combine_kernel", saved)
+    for switch in ("split_combine_counter", "split_combine_kernel"):
+        saved = flashattn._C._set_switch(switch, True)
+        try:
+            clusters = flashattn._C._split_cluster_launches()
+            assert torch.equal(flashattn.flash_attn_func(q, k, v), eager), switch
+            assert flashattn._C._split_cluster_launches() == clusters, switch
+        finally:
+            flashattn._C._set_switch(switch, saved)
 
 
 def test_runs_on_the_current_stream():

@@ -1,6 +1,9 @@
 // The one place where the forward's run-time options become template arguments.
 #include <atomic>
 #include <cstdlib>
+#include <map>
+#include <mutex>
+#include <tuple>
 
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/variants.h"
@@ -80,6 +83,49 @@ Status combine_waits_for_partials(const void* combine, bool* dependent) {
   FLASHATTN_CUDA_TRY(cudaFuncGetAttributes(&attributes, combine));
   *dependent = major >= 9 && attributes.ptxVersion >= 90;
   if (cached) known[device].store(*dependent ? 2 : 1, std::memory_order_relaxed);
+  return Status::Ok();
+}
+
+Status split_cluster_fits(const void* kernel, int threads, size_t smem, int splits, bool* fits) {
+  *fits = false;
+  if (splits < 2 || splits > kMaxSplitCluster) return Status::Ok();
+  int device = 0;
+  FLASHATTN_CUDA_TRY(cudaGetDevice(&device));
+  using Key = std::tuple<int, const void*, size_t, int>;
+  static std::mutex mutex;
+  static std::map<Key, bool> known;
+  const Key key{device, kernel, smem, splits};
+  std::lock_guard<std::mutex> lock(mutex);
+  if (const auto it = known.find(key); it != known.end()) {
+    *fits = it->second;
+    return Status::Ok();
+  }
+  int major = 0;
+  FLASHATTN_CUDA_TRY(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  cudaFuncAttributes attributes = {};
+  FLASHATTN_CUDA_TRY(cudaFuncGetAttributes(&attributes, kernel));
+  bool ok = major >= 9 && attributes.ptxVersion >= 90;
+  if (ok && splits > 8) {
+    FLASHATTN_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+  }
+  if (ok) {
+    cudaLaunchAttribute attribute[1];
+    attribute[0].id = cudaLaunchAttributeClusterDimension;
+    attribute[0].val.clusterDim.x = 1;
+    attribute[0].val.clusterDim.y = 1;
+    attribute[0].val.clusterDim.z = unsigned(splits);
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(1, 1, unsigned(splits));
+    config.blockDim = dim3(unsigned(threads));
+    config.dynamicSmemBytes = smem;
+    config.attrs = attribute;
+    config.numAttrs = 1;
+    int clusters = 0;
+    FLASHATTN_CUDA_TRY(cudaOccupancyMaxActiveClusters(&clusters, kernel, &config));
+    ok = clusters >= 1;
+  }
+  known.emplace(key, ok);
+  *fits = ok;
   return Status::Ok();
 }
 

@@ -33,6 +33,7 @@
 #include "cuda/common/variants.h"
 #include "cuda/common/warp_gemm.h"
 #include "cuda/common/warp_gemm_e4m3.h"
+#include "cuda/ptx/cluster.h"
 #include "cuda/ptx/cp_async.h"
 #include "cuda/ptx/ldmatrix.h"
 #include "cuda/ptx/math.h"
@@ -299,7 +300,39 @@ __host__ __device__ __forceinline__ bool page_offsets_shared(const ForwardParams
   return p.k_strides.batch == p.v_strides.batch && p.k_strides.row == p.v_strides.row;
 }
 
-// Merges the split-KV partials of one global row (params.split_out / split_lse) into O and LSE:
+// Where combine_split_row reads one row's split partials: the workspace in global memory
+// (params.split_out / split_lse), written by other SMs and read from L2 (__ldcg).
+template <int kHeadDim>
+struct GlobalPartials {
+  const float* lse_s;  // split 0's LSE of the row
+  int64_t lse_split_stride;
+  const float* o;  // split 0's first column of this lane
+  int64_t o_split_stride;
+
+  __device__ __forceinline__ GlobalPartials(const ForwardParams& params, int64_t row, int head, int lane)
+      : lse_s(params.split_lse + int64_t(head) * params.total_q + row),
+        lse_split_stride(int64_t(params.heads) * params.total_q),
+        o(params.split_out + (row * params.heads + head) * kHeadDim + lane * (kHeadDim / 32)),
+        o_split_stride(params.total_q * params.heads * kHeadDim) {}
+  __device__ __forceinline__ float lse(int s) const { return __ldcg(lse_s + s * lse_split_stride); }
+  // kVec floats of split s from this lane's column e on.
+  template <int kVec>
+  __device__ __forceinline__ void cols(int s, int e, float* v) const {
+    const float* src = o + s * o_split_stride + e;
+    if constexpr (kVec == 4) {
+      const float4 x = __ldcg(reinterpret_cast<const float4*>(src));
+      v[0] = x.x, v[1] = x.y, v[2] = x.z, v[3] = x.w;
+    } else if constexpr (kVec == 2) {
+      const float2 x = __ldcg(reinterpret_cast<const float2*>(src));
+      v[0] = x.x, v[1] = x.y;
+    } else {
+      v[0] = __ldcg(src);
+    }
+  }
+};
+
+// Merges the split-KV partials of one global row (`parts`: GlobalPartials, or ClusterPartials
+// for the splits of a thread-block cluster) into O and LSE:
 // LSE = log sum_s exp(LSE_s) and O = sum_s exp(LSE_s - LSE) O_s, run by one warp (`lane`).
 // Splits whose LSE is -inf (no visible key) weigh 0, and a row with no visible key anywhere gets
 // O = 0, LSE = -inf. The lanes read the splits' LSEs side by side (lane l: splits l, l + 32, ...)
@@ -307,40 +340,27 @@ __host__ __device__ __forceinline__ bool page_offsets_shared(const ForwardParams
 // reads them as one vector per split, the split's weight coming from the lane that read that
 // split's LSE (with 32 splits, batch 1 and 4k keys, the decode step went from 22.6 to 15.4 us;
 // the LSEs had been read one split after the other). The splits are added in split order
-// whoever calls it (fwd_combine_kernel, or the last split CTA of a decode row group), so both
-// give the same bits. The partials are read from L2 (__ldcg): they were written by other SMs.
+// whoever calls it (fwd_combine_kernel, the last split CTA of a decode row group, or a cluster's
+// CTAs), so all give the same bits.
 // kBatchRegs: registers of loaded columns the merge may hold (kBatch splits' columns are loaded
 // before any is added): 64 in the combine kernel; 32 inside the decode kernels, under their
 // register cap (64 spilled 16-28 bytes in two d128 KV-cache kernels, ptxas sm_90a).
-template <typename Element, int kHeadDim, int kBatchRegs>
-__device__ __forceinline__ void combine_split_row(const ForwardParams& params, int64_t row, int head, int lane) {
+template <typename Element, int kHeadDim, int kBatchRegs, typename Partials>
+__device__ __forceinline__ void combine_split_row(const ForwardParams& params, const Partials& parts, int64_t row,
+                                                  int head, int lane) {
   static_assert(kHeadDim % 32 == 0, "whole columns per lane");
   constexpr int kPerLane = kHeadDim / 32;
   constexpr int kVec = kPerLane % 4 == 0 ? 4 : (kPerLane % 2 == 0 ? 2 : 1);  // floats per load
   constexpr int kBatch = kBatchRegs / kPerLane < 1 ? 1 : (kBatchRegs / kPerLane > 16 ? 16 : kBatchRegs / kPerLane);
   const int splits = params.num_splits;
-  const float* lse_s = params.split_lse + int64_t(head) * params.total_q + row;
-  const int64_t lse_split_stride = int64_t(params.heads) * params.total_q;
-  const float* o = params.split_out + (row * params.heads + head) * kHeadDim + lane * kPerLane;
-  const int64_t o_split_stride = params.total_q * params.heads * kHeadDim;
   // This lane's columns of splits [j0, j0 + kBatch) (past the last split: the last one again).
   float v[kBatch][kPerLane];
   const auto load_batch = [&](int j0) {
 #pragma unroll
     for (int u = 0; u < kBatch; ++u) {
-      const float* src = o + min(j0 + u, splits - 1) * o_split_stride;
+      const int s = min(j0 + u, splits - 1);
 #pragma unroll
-      for (int e = 0; e < kPerLane; e += kVec) {
-        if constexpr (kVec == 4) {
-          const float4 x = __ldcg(reinterpret_cast<const float4*>(src + e));
-          v[u][e] = x.x, v[u][e + 1] = x.y, v[u][e + 2] = x.z, v[u][e + 3] = x.w;
-        } else if constexpr (kVec == 2) {
-          const float2 x = __ldcg(reinterpret_cast<const float2*>(src + e));
-          v[u][e] = x.x, v[u][e + 1] = x.y;
-        } else {
-          v[u][e] = __ldcg(src + e);
-        }
-      }
+      for (int e = 0; e < kPerLane; e += kVec) parts.template cols<kVec>(s, e, &v[u][e]);
     }
   };
   // The first batch's columns travel with the LSEs (they do not depend on them), so the merge
@@ -349,8 +369,8 @@ __device__ __forceinline__ void combine_split_row(const ForwardParams& params, i
   // four splits at a time had waited for about eleven. Each lane's first LSE (split `lane`) is
   // read once and kept for the three passes below.
   load_batch(0);
-  const float lse_lane = lane < splits ? __ldcg(lse_s + lane * lse_split_stride) : -INFINITY;
-  const auto split_lse = [&](int s) { return s < 32 ? lse_lane : __ldcg(lse_s + s * lse_split_stride); };
+  const float lse_lane = lane < splits ? parts.lse(lane) : -INFINITY;
+  const auto split_lse = [&](int s) { return s < 32 ? lse_lane : parts.lse(s); };
   float mx = -INFINITY;
   bool nan = false;  // a split's NaN (from NaN or infinite inputs) makes the row NaN, as in torch
   for (int s = lane; s < splits; s += 32) {
@@ -440,9 +460,63 @@ __device__ __forceinline__ void merge_if_last_split(const ForwardParams& params,
   if (*flag == 0) return;
   const int warp = tid / 32;
   for (int r = warp; r < rows; r += Traits::kWarps) {
-    combine_split_row<typename Traits::Element, Traits::kHeadDim, 32>(params, row0 + r, head, tid % 32);
+    combine_split_row<typename Traits::Element, Traits::kHeadDim, 32>(
+        params, GlobalPartials<Traits::kHeadDim>(params, row0 + r, head, tid % 32), row0 + r, head, tid % 32);
   }
 }
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+// Where combine_split_row reads one row's split partials when the splits of a row group run as
+// one thread-block cluster: split s is cluster rank s, and its partial rows lie in its own shared
+// memory (merge_splits_in_cluster), read through distributed shared memory.
+template <int kHeadDim>
+struct ClusterPartials {
+  uint32_t lse_addr;  // shared::cta address of the row's LSE
+  uint32_t o_addr;    // ... of this lane's first column of the row
+
+  __device__ __forceinline__ float lse(int s) const { return ptx::ld_cluster_f32(ptx::cluster_map(lse_addr, s)); }
+  template <int kVec>
+  __device__ __forceinline__ void cols(int s, int e, float* v) const {
+    const uint32_t src = ptx::cluster_map(o_addr, s) + 4u * uint32_t(e);
+    if constexpr (kVec == 4) {
+      const float4 x = ptx::ld_cluster_v4f32(src);
+      v[0] = x.x, v[1] = x.y, v[2] = x.z, v[3] = x.w;
+    } else if constexpr (kVec == 2) {
+      const float2 x = ptx::ld_cluster_v2f32(src);
+      v[0] = x.x, v[1] = x.y;
+    } else {
+      v[0] = ptx::ld_cluster_f32(src);
+    }
+  }
+};
+
+// The split-KV merge of the decode kernels when launch_fwd ran the num_splits CTAs of each row
+// group as one cluster (sm90): every CTA has left its normalised partial rows ([kBlockM][kHeadDim]
+// float32, then kBlockM LSEs) at `part` in its own shared memory; after the cluster barrier row
+// r is merged by warp r / splits % kWarps of rank r % splits, reading every split's row from its
+// CTA, in split order (combine_split_row: the combine kernel's bits), and written to O and LSE.
+// No workspace, counter, fence or second kernel: at batch 1 x 4k keys the last CTA's merge from
+// L2 and the stores and count before it had taken ~6 us after the key loop (dev/NOTES.md "Decode
+// latency"). The second barrier keeps every CTA (and its shared memory) alive until the others
+// have read it. Every thread of the CTA calls this.
+template <typename Traits>
+__device__ __forceinline__ void merge_splits_in_cluster(const ForwardParams& params, const float* part, int64_t row0,
+                                                        int rows, int head, int tid) {
+  constexpr int kHeadDim = Traits::kHeadDim;
+  ptx::cluster_sync();  // every split's partial rows are in its shared memory
+  const int splits = params.num_splits;
+  const int rank = int(ptx::cluster_ctarank());
+  const int warp = tid / 32;
+  const int lane = tid % 32;
+  const uint32_t lse0 = uint32_t(__cvta_generic_to_shared(part + Traits::kBlockM * kHeadDim));
+  const uint32_t o0 = uint32_t(__cvta_generic_to_shared(part)) + 4u * uint32_t(lane * (kHeadDim / 32));
+  for (int r = rank + splits * warp; r < rows; r += splits * Traits::kWarps) {
+    const ClusterPartials<kHeadDim> parts{lse0 + 4u * uint32_t(r), o0 + 4u * uint32_t(r * kHeadDim)};
+    combine_split_row<typename Traits::Element, kHeadDim, 32>(params, parts, row0 + r, head, lane);
+  }
+  ptx::cluster_sync();  // no CTA leaves while another may still read its shared memory
+}
+#endif
 
 template <typename Traits>
 __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
@@ -872,6 +946,18 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
   // Split-KV decode with the fused combine (merge_if_last_split): this CTA's row group
   // (batch, head, query block) and the first global row of its partials.
   const bool fused_combine = Traits::kSplitKeys && num_splits > 1 && params.split_counters != nullptr;
+  // Split-KV decode launched as clusters of its num_splits CTAs (launch_fwd, sm90): the partials
+  // stay in shared memory and the cluster merges them (merge_splits_in_cluster).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  const bool cluster_merge = Traits::kSplitKeys && num_splits > 1 && ptx::cluster_nctarank() == uint32_t(num_splits);
+#else
+  constexpr bool cluster_merge = false;
+#endif
+  // The cluster's partial rows: V's buffer, free after the loop ([kBlockM][kHeadDim], then LSEs).
+  float* const part = reinterpret_cast<float*>(sV);
+  static_assert(!Traits::kSplitKeys || Traits::kBlockM * (Traits::kHeadDim + 1) * sizeof(float) <=
+                                           Traits::kSmemKV * sizeof(Element),
+                "the cluster's partial rows fit in V's buffer");
   const int group = (batch * int(gridDim.y) + head) * int(gridDim.x) + m_block;
   int* const flag = reinterpret_cast<int*>(sQ);
   const int64_t global_row0 = params.is_varlen() ? row0_q + m0 : int64_t(batch) * params.seqlen_q + m0;
@@ -901,9 +987,9 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
       }
     }
     __syncthreads();
-    // With the fused combine warps 1.. stay for merge_if_last_split (they pass the epilogue
-    // without storing anything: split_writer).
-    if (warp > 0 && !fused_combine) return;
+    // With the fused combine warps 1.. stay for merge_if_last_split or merge_splits_in_cluster
+    // (they pass the epilogue without storing anything: split_writer).
+    if (warp > 0 && !fused_combine && !cluster_merge) return;
     if (warp == 0) {
 #pragma unroll
       for (int mt = 0; mt < kMTiles; ++mt) {
@@ -978,9 +1064,12 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
       if (num_splits > 1) {
         if (r < rows_here && split_writer) {
           const int64_t row = global_row0 + r;
-          if (t == 0) params.split_lse[(int64_t(split) * params.heads + head) * params.total_q + row] = lse;
-          float* dst = params.split_out +
-                       ((int64_t(split) * params.total_q + row) * params.heads + head) * Traits::kHeadDim;
+          float* lse_dst = cluster_merge ? part + kBlockM * Traits::kHeadDim + r
+                                         : params.split_lse + (int64_t(split) * params.heads + head) * params.total_q + row;
+          if (t == 0) *lse_dst = lse;
+          float* dst = cluster_merge ? part + r * Traits::kHeadDim
+                                     : params.split_out + ((int64_t(split) * params.total_q + row) * params.heads + head) *
+                                                              Traits::kHeadDim;
           if constexpr (Traits::kFp8Cache) {
             // Tiles 2c and 2c + 1 hold chunk c's even and odd columns (o_col_e4m3): four adjacent.
 #pragma unroll
@@ -1004,11 +1093,23 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
     }
   }
   if (num_splits > 1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if (cluster_merge) {
+      FLASHATTN_DECODE_TRACE(5)
+      FLASHATTN_DECODE_TRACE(3)
+#if defined(FLASHATTN_DEV_DECODE_TRACE)
+      if (tid == 0) *flag = 1;  // the trace's "merged" column: every CTA of a cluster merges rows
+#endif
+      merge_splits_in_cluster<Traits>(params, part, global_row0, rows_here, head, tid);
+    }
+#endif
     if (fused_combine) {
       FLASHATTN_DECODE_TRACE(5)
       __threadfence();  // release: this thread's partials before thread 0's count
       FLASHATTN_DECODE_TRACE(3)
       merge_if_last_split<Traits>(params, flag, group, global_row0, rows_here, head, tid);
+    }
+    if (fused_combine || cluster_merge) {
 #if defined(FLASHATTN_DEV_DECODE_TRACE)
       if (tid == 0) {
         unsigned long long ns1 = 0;
@@ -1078,7 +1179,8 @@ __global__ void __launch_bounds__(128) fwd_combine_kernel(const __grid_constant_
   // Varlen rows past cu_seqlens_q[batch] belong to no sequence: leave them untouched.
   const int64_t rows = params.is_varlen() ? params.cu_seqlens_q[params.batch] : params.total_q;
   if (row >= rows) return;
-  combine_split_row<Element, kHeadDim, 64>(params, row, blockIdx.y, threadIdx.x % 32);
+  combine_split_row<Element, kHeadDim, 64>(params, GlobalPartials<kHeadDim>(params, row, blockIdx.y, threadIdx.x % 32),
+                                           row, blockIdx.y, threadIdx.x % 32);
 }
 
 }  // namespace flashattn::cuda

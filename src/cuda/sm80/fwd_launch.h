@@ -75,8 +75,25 @@ Status launch_fwd(const ForwardParams& params_in, cudaStream_t stream) {
     }
   }
 
+  // Split-KV decode on sm90: the splits of each row group run as one thread-block cluster and
+  // merge their partials in distributed shared memory (fwd_kernel.h merge_splits_in_cluster): no
+  // workspace, counters or combine kernel. The switches keep the counter merge
+  // (FLASHATTN_SPLIT_COMBINE=counter) or the combine kernel (=kernel) for tests and A/B runs.
+  bool cluster = false;
+  if constexpr (Traits::kSplitKeys) {
+    if (splits > 1 && splits <= kMaxSplitCluster && params.cta_group_planes == 1 &&
+        !detail::switch_on(detail::Switch::kSplitCombineKernel) &&
+        !detail::switch_on(detail::Switch::kSplitCombineCounter)) {
+      if (Status s = split_cluster_fits(reinterpret_cast<const void*>(kernel), Traits::kThreads, smem, splits, &cluster);
+          !s.ok()) {
+        if (plan != nullptr) (void)workspace_free(plan, stream);
+        return s;
+      }
+    }
+  }
+
   float* workspace = nullptr;
-  if (splits > 1) {
+  if (splits > 1 && !cluster) {
     const size_t rows = size_t(params.total_q) * params.heads * splits;
     if (Status s = workspace_alloc(reinterpret_cast<void**>(&workspace),
                                    rows * (Traits::kHeadDim + 1) * sizeof(float), stream);
@@ -104,13 +121,33 @@ Status launch_fwd(const ForwardParams& params_in, cudaStream_t stream) {
     }
   }
   const dim3 grid(m_blocks, params.heads, params.batch * splits);
-  kernel<<<grid, Traits::kThreads, smem, stream>>>(params);
-  Status status = cuda_status(cudaGetLastError(), "launching the sm80 forward kernel");
+  Status status;
+  if (cluster) {
+    // Cluster (1, 1, splits): blockIdx.z = batch * splits + split, so a cluster is one row
+    // group's splits and a CTA's cluster rank is its split.
+    cudaLaunchAttribute attribute[1];
+    attribute[0].id = cudaLaunchAttributeClusterDimension;
+    attribute[0].val.clusterDim.x = 1;
+    attribute[0].val.clusterDim.y = 1;
+    attribute[0].val.clusterDim.z = unsigned(splits);
+    cudaLaunchConfig_t config = {};
+    config.gridDim = grid;
+    config.blockDim = dim3(Traits::kThreads);
+    config.dynamicSmemBytes = smem;
+    config.stream = stream;
+    config.attrs = attribute;
+    config.numAttrs = 1;
+    status = cuda_status(cudaLaunchKernelEx(&config, kernel, params), "launching the sm80 forward kernel as clusters");
+    if (status.ok()) detail::count_split_cluster_launch();
+  } else {
+    kernel<<<grid, Traits::kThreads, smem, stream>>>(params);
+    status = cuda_status(cudaGetLastError(), "launching the sm80 forward kernel");
+  }
   if (plan != nullptr) {
     Status freed = workspace_free(plan, stream);
     if (status.ok()) status = freed;
   }
-  if (splits > 1) {
+  if (splits > 1 && !cluster) {
     if (status.ok() && params.total_q > 0 && params.split_counters == nullptr) {
       status = launch_split_combine<typename Traits::Element, Traits::kHeadDim>(params, stream);
     }
