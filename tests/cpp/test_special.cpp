@@ -472,7 +472,9 @@ TEST_P(Special, FusedSplitCombineMatchesTheCombineKernelBitwise) {
           ran = run(backend, s, dev, false, &skip);
         }
         const unsigned long long ran_clusters = detail::split_cluster_launches() - clusters;
-        if (call >= 2) EXPECT_EQ(ran_clusters, 0u) << "call " << call << ": the switch did not keep clusters off";
+        if (call >= 2) {
+          EXPECT_EQ(ran_clusters, 0u) << "call " << call << ": the switch did not keep clusters off";
+        }
         if (ran && call == 0 && (splits == 3 || splits == 16)) {
           EXPECT_EQ(ran_clusters, split_clusters_expected() ? 1u : 0u)
               << "the cluster merge " << (split_clusters_expected() ? "did not run" : "ran");
