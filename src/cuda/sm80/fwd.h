@@ -35,6 +35,14 @@ constexpr int kMaxSplitCluster = 16;
 // Cached per (device, kernel, smem, splits).
 Status split_cluster_fits(const void* kernel, int threads, size_t smem, int splits, bool* fits);
 
+// Dev (A/B runs of the cluster placement): under FLASHATTN_DEV_CLUSTER_SPREAD=1 (read once) a
+// cluster launch asks for enough shared memory that one CTA fits per SM, so a cluster's CTAs
+// spread over as many SMs of its GPC; otherwise `smem`.
+size_t dev_cluster_smem(size_t smem);
+// Dev: FLASHATTN_DEV_CLUSTER_POLICY=spread|balance (read once) sets the cluster launches'
+// scheduling policy preference (a cudaClusterSchedulingPolicy; default otherwise).
+int dev_cluster_policy();
+
 // Launches a split-KV combine kernel, combine(params), over grid x block: a programmatic
 // dependent launch of the split kernel where combine_waits_for_partials says it may be (it
 // starts while the split grid's last CTAs run and waits for their partials in the kernel),

@@ -80,12 +80,15 @@ Status launch_fwd(const ForwardParams& params_in, cudaStream_t stream) {
   // workspace, counters or combine kernel. The switches keep the counter merge
   // (FLASHATTN_SPLIT_COMBINE=counter) or the combine kernel (=kernel) for tests and A/B runs.
   bool cluster = false;
+  size_t cluster_smem = smem;
   if constexpr (Traits::kSplitKeys) {
     if (splits > 1 && splits <= kMaxSplitCluster && params.cta_group_planes == 1 &&
         !detail::switch_on(detail::Switch::kSplitCombineKernel) &&
         !detail::switch_on(detail::Switch::kSplitCombineCounter)) {
-      if (Status s = split_cluster_fits(reinterpret_cast<const void*>(kernel), Traits::kThreads, smem, splits, &cluster);
-          !s.ok()) {
+      cluster_smem = dev_cluster_smem(smem);
+      Status s = cluster_smem > smem ? raise_dynamic_smem(kernel, cluster_smem) : Status::Ok();
+      if (s.ok()) s = split_cluster_fits(reinterpret_cast<const void*>(kernel), Traits::kThreads, cluster_smem, splits, &cluster);
+      if (!s.ok()) {
         if (plan != nullptr) (void)workspace_free(plan, stream);
         return s;
       }
@@ -125,18 +128,20 @@ Status launch_fwd(const ForwardParams& params_in, cudaStream_t stream) {
   if (cluster) {
     // Cluster (1, 1, splits): blockIdx.z = batch * splits + split, so a cluster is one row
     // group's splits and a CTA's cluster rank is its split.
-    cudaLaunchAttribute attribute[1];
+    cudaLaunchAttribute attribute[2];
     attribute[0].id = cudaLaunchAttributeClusterDimension;
     attribute[0].val.clusterDim.x = 1;
     attribute[0].val.clusterDim.y = 1;
     attribute[0].val.clusterDim.z = unsigned(splits);
+    attribute[1].id = cudaLaunchAttributeClusterSchedulingPolicyPreference;
+    attribute[1].val.clusterSchedulingPolicyPreference = cudaClusterSchedulingPolicy(dev_cluster_policy());
     cudaLaunchConfig_t config = {};
     config.gridDim = grid;
     config.blockDim = dim3(Traits::kThreads);
-    config.dynamicSmemBytes = smem;
+    config.dynamicSmemBytes = cluster_smem;
     config.stream = stream;
     config.attrs = attribute;
-    config.numAttrs = 1;
+    config.numAttrs = dev_cluster_policy() == int(cudaClusterSchedulingPolicyDefault) ? 1 : 2;
     status = cuda_status(cudaLaunchKernelEx(&config, kernel, params), "launching the sm80 forward kernel as clusters");
     if (status.ok()) detail::count_split_cluster_launch();
   } else {
