@@ -585,19 +585,19 @@ std::vector<unsigned char> bytes_of(const std::vector<double>& v) {
   return b;
 }
 
-// The decode kernels merge their split-KV partials themselves: on a Hopper GPU within a
-// thread-block cluster of a row group's splits (up to 16; sm80/fwd_kernel.h
-// merge_splits_in_cluster), elsewhere and beyond 16 splits in the last split CTA of each row
-// group (merge_if_last_split, which the kSplitCombineCounter switch keeps on Hopper too); the
+// The decode kernels merge their split-KV partials themselves: on a Hopper GPU at small grids
+// within a thread-block cluster of a row group's splits (at most 8; sm80/fwd_kernel.h
+// merge_splits_in_cluster), elsewhere in the last split CTA of each row group
+// (merge_if_last_split, which the kSplitCombineCounter switch keeps on Hopper too); the
 // kSplitCombineKernel switch merges them with the combine kernel instead. All add the splits in
 // split order, so the results are the same bits: dense and paged caches, a sequence without keys
-// (all its splits empty) and short ones (most splits empty), sinks, GQA folding, 3, 16 (the
-// largest cluster), 36 (more than a warp's 32 lanes) and the heuristic's splits. A second call
-// gives the same bits again: the last CTA of every group left its counter at zero.
+// (all its splits empty) and short ones (most splits empty), sinks, GQA folding, 3, 8 (the
+// largest cluster), 16, 36 (more than a warp's 32 lanes) and the heuristic's splits. A second
+// call gives the same bits again: the last CTA of every group left its counter at zero.
 TEST_P(KVCache, FusedSplitCombineMatchesTheCombineKernelBitwise) {
   if (GetParam() != Backend::kCuda) GTEST_SKIP() << "the split-KV combine is a CUDA path";
   for (int page : {0, 16}) {
-    for (int splits : {3, 16, 36, 0}) {
+    for (int splits : {3, 8, 16, 36, 0}) {
       KVCase kc;
       kc.heads = 32;
       kc.heads_k = 8;
@@ -610,7 +610,7 @@ TEST_P(KVCache, FusedSplitCombineMatchesTheCombineKernelBitwise) {
       SCOPED_TRACE("page " + std::to_string(page) + ", num_splits " + std::to_string(splits));
       const unsigned long long clusters = detail::split_cluster_launches();
       KV_RUN_OR_SKIP(fused, GetParam(), kc, true);
-      if (splits == 3 || splits == 16) {
+      if (splits == 3 || splits == 8) {
         EXPECT_EQ(detail::split_cluster_launches() - clusters, split_clusters_expected() ? 1u : 0u)
             << "the cluster merge " << (split_clusters_expected() ? "did not run" : "ran");
       }

@@ -427,13 +427,13 @@ TEST_P(Special, SplitKvManySplits) {
 }
 
 // The decode kernels (at most 16 query rows after the GQA fold) merge their split-KV partials
-// themselves: on a Hopper GPU within a thread-block cluster of a row group's splits (up to 16;
-// sm80/fwd_kernel.h merge_splits_in_cluster), elsewhere and beyond 16 splits in the last split
-// CTA of each row group (merge_if_last_split; the kSplitCombineCounter switch keeps it on Hopper
+// themselves: on a Hopper GPU at small grids within a thread-block cluster of a row group's
+// splits (at most 8; sm80/fwd_kernel.h merge_splits_in_cluster), elsewhere in the last split CTA
+// of each row group (merge_if_last_split; the kSplitCombineCounter switch keeps it on Hopper
 // too); the kSplitCombineKernel switch (core/switches.h) merges them with the combine kernel
 // instead. All add the splits in split order: the same bits, at one query (GQA folded, with a
-// sink), at 7 causal rows (not folded), varlen, with 3, 16 (the largest cluster), 36 (beyond one
-// warp's 32 lanes) and the heuristic's splits; a second call gives the same bits again (the
+// sink), at 7 causal rows (not folded), varlen, with 3, 8 (the largest cluster), 16, 36 (beyond
+// one warp's 32 lanes) and the heuristic's splits; a second call gives the same bits again (the
 // counters were left at zero).
 TEST_P(Special, FusedSplitCombineMatchesTheCombineKernelBitwise) {
   const Backend backend = GetParam();
@@ -446,7 +446,7 @@ TEST_P(Special, FusedSplitCombineMatchesTheCombineKernelBitwise) {
   };
   for (const Case& c : {Case{1, 128, false, false, Sink::kRandom}, Case{7, 64, true, false, Sink::kNone},
                         Case{1, 96, false, true, Sink::kLarge}}) {
-    for (int splits : {3, 16, 36, 0}) {
+    for (int splits : {3, 8, 16, 36, 0}) {
       ProblemSpec s = ProblemSpec::dense(DType::kBFloat16, 2, c.seqlen_q, 4600, 16, 4, c.head_dim, c.head_dim);
       s.causal = c.causal;
       s.sink = c.sink;
@@ -475,7 +475,7 @@ TEST_P(Special, FusedSplitCombineMatchesTheCombineKernelBitwise) {
         if (call >= 2) {
           EXPECT_EQ(ran_clusters, 0u) << "call " << call << ": the switch did not keep clusters off";
         }
-        if (ran && call == 0 && (splits == 3 || splits == 16)) {
+        if (ran && call == 0 && (splits == 3 || splits == 8)) {
           EXPECT_EQ(ran_clusters, split_clusters_expected() ? 1u : 0u)
               << "the cluster merge " << (split_clusters_expected() ? "did not run" : "ran");
         }

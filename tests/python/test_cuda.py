@@ -273,12 +273,12 @@ def test_cuda_graph_capture_and_replay():
 
 
 def test_cuda_graph_decode_split_kv_replays():
-    """Decode at batch 1 x 4k keys, GQA 32/8: 16 split CTAs per KV head (the split model's
-    choice), merged on a Hopper GPU within a thread-block cluster of the 16 (distributed shared
-    memory), elsewhere by the last split CTA (counters that CTA sets back to zero, never a
-    memset). Several graph replays and eager calls on two streams all give the eager bits, and
-    the counter merge (split_combine_counter) and the combine kernel (split_combine_kernel) give
-    them too."""
+    """Decode at batch 1 x 4k keys, GQA 32/8: split CTAs per KV head merged on a Hopper GPU
+    within a thread-block cluster of 8 (distributed shared memory), elsewhere 16 merged by the
+    last split CTA (counters that CTA sets back to zero, never a memset). Several graph replays
+    and eager calls on two streams all give the eager bits, and the counter merge
+    (split_combine_counter) and the combine kernel (split_combine_kernel) give them too (the
+    switches change the merge, not the split count)."""
 
     gen = torch.Generator(device="cpu").manual_seed(11)
     shape = dict(q=(1, 1, 32, 128), k=(1, 4096, 8, 128))

@@ -24,24 +24,18 @@ Status run_fwd_kvcache_fp8(const ForwardParams& params, cudaStream_t stream);
 // grid-dependency wait exists). Cached per device.
 Status combine_waits_for_partials(const void* combine, bool* dependent);
 
-// The most splits a decode row group may run as one thread-block cluster (the hardware's largest
-// cluster, a non-portable size beyond 8).
-constexpr int kMaxSplitCluster = 16;
+// The most splits a decode row group runs as one thread-block cluster (the portable cluster
+// size; 12 and 16 measured slower than 8, fwd_launch.h).
+constexpr int kMaxSplitCluster = 8;
 
 // Whether the decode kernel `kernel` (threads, dynamic shared memory `smem`) may run the splits
 // of each row group as one cluster of `splits` CTAs and merge them in distributed shared memory
 // (fwd_kernel.h merge_splits_in_cluster): the device is compute 9.0+, the kernel was compiled for
 // compute 9.0 (the cluster code exists there) and at least one such cluster fits on the device.
+// At most kMaxSplitCluster splits.
 // Cached per (device, kernel, smem, splits).
 Status split_cluster_fits(const void* kernel, int threads, size_t smem, int splits, bool* fits);
 
-// Dev (A/B runs of the cluster placement): under FLASHATTN_DEV_CLUSTER_SPREAD=1 (read once) a
-// cluster launch asks for enough shared memory that one CTA fits per SM, so a cluster's CTAs
-// spread over as many SMs of its GPC; otherwise `smem`.
-size_t dev_cluster_smem(size_t smem);
-// Dev: FLASHATTN_DEV_CLUSTER_POLICY=spread|balance (read once) sets the cluster launches'
-// scheduling policy preference (a cudaClusterSchedulingPolicy; default otherwise).
-int dev_cluster_policy();
 
 // Launches a split-KV combine kernel, combine(params), over grid x block: a programmatic
 // dependent launch of the split kernel where combine_waits_for_partials says it may be (it

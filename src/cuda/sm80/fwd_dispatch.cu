@@ -1,7 +1,6 @@
 // The one place where the forward's run-time options become template arguments.
 #include <atomic>
 #include <cstdlib>
-#include <cstring>
 #include <map>
 #include <mutex>
 #include <tuple>
@@ -87,27 +86,6 @@ Status combine_waits_for_partials(const void* combine, bool* dependent) {
   return Status::Ok();
 }
 
-size_t dev_cluster_smem(size_t smem) {
-  static const bool spread = [] {
-    const char* v = std::getenv("FLASHATTN_DEV_CLUSTER_SPREAD");
-    return v != nullptr && v[0] == '1';
-  }();
-  // Over half of an H100/H200 SM's 228 KB (with the 1 KB each CTA reserves): one CTA per SM.
-  constexpr size_t kOnePerSm = 116 * 1024;
-  return spread && smem < kOnePerSm ? kOnePerSm : smem;
-}
-
-int dev_cluster_policy() {
-  static const int policy = [] {
-    const char* v = std::getenv("FLASHATTN_DEV_CLUSTER_POLICY");
-    if (v == nullptr) return int(cudaClusterSchedulingPolicyDefault);
-    if (std::strcmp(v, "spread") == 0) return int(cudaClusterSchedulingPolicySpread);
-    if (std::strcmp(v, "balance") == 0) return int(cudaClusterSchedulingPolicyLoadBalancing);
-    return int(cudaClusterSchedulingPolicyDefault);
-  }();
-  return policy;
-}
-
 Status split_cluster_fits(const void* kernel, int threads, size_t smem, int splits, bool* fits) {
   *fits = false;
   if (splits < 2 || splits > kMaxSplitCluster) return Status::Ok();
@@ -127,9 +105,6 @@ Status split_cluster_fits(const void* kernel, int threads, size_t smem, int spli
   cudaFuncAttributes attributes = {};
   FLASHATTN_CUDA_TRY(cudaFuncGetAttributes(&attributes, kernel));
   bool ok = major >= 9 && attributes.ptxVersion >= 90;
-  if (ok && splits > 8) {
-    FLASHATTN_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
-  }
   if (ok) {
     cudaLaunchAttribute attribute[1];
     attribute[0].id = cudaLaunchAttributeClusterDimension;

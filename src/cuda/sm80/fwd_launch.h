@@ -43,6 +43,7 @@ Status launch_fwd(const ForwardParams& params_in, cudaStream_t stream) {
   const int m_blocks = (params.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM;
   const int n_blocks = (params.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN;
   int splits = params.num_splits;
+  const bool chosen = splits == 0;  // the count is the heuristic's, not the caller's
   const bool grouped = params.is_causal;  // causal launches interleave their planes (cta_order.h)
   int sms = 0, per_sm = 0;
   if (splits == 0 || grouped) {
@@ -54,6 +55,40 @@ Status launch_fwd(const ForwardParams& params_in, cudaStream_t stream) {
                                per_sm, 64, Traits::kSplitKeys ? SplitCost::kDecodeMerge : SplitCost::kRowTiles);
   }
   splits = std::max(1, std::min({splits, n_blocks, 65535 / std::max(1, params.batch)}));
+  // Split-KV decode on sm90 at small grids: the splits of each row group run as one thread-block
+  // cluster and merge their partials in distributed shared memory (fwd_kernel.h
+  // merge_splits_in_cluster): no workspace, counters, fences or combine kernel. Where: at most
+  // kMaxSplitCluster splits, the heuristic's count capped to it when the cap at most halves it,
+  // and at most two CTAs per SM on average. Measured (H200, d128 bf16, 32 query heads over 8 KV
+  // heads, one token, eager us, cluster / counter merge, dev/results/h200-2026-12-04-s30-placement-*.json):
+  // batch 1 x 4k 8 splits 11.1-11.3 against the counter merge's best (16 splits) 12.2-12.5; 2 x 4k
+  // 13.2-13.5 against 13.6-14.4; 4 x 4k 23.0-23.3 against 24.8-26.0. Clusters of 12 or 16 were
+  // slower than of 8 at every such shape (b1 x 4k 11.7-12.4); fewer splits lose where the keys
+  // are long (b1 x 16k 8 splits 34.1 against 32 splits 26.3: hence at most halved), and larger
+  // grids lose with clusters (b8 x 8k 6 splits 82 against 70 us, b64 x 4k 3 splits 254 against
+  // 250). Placement: one CTA per SM (shared memory padded) was slower at every shape, the spread
+  // scheduling policy the same as the default (-0.1..-0.2 us). The switches keep the counter
+  // merge (FLASHATTN_SPLIT_COMBINE=counter) or the combine kernel (=kernel) for tests and A/B runs.
+  // The switches change the merge only, not the split count (an A/B of the merge alone, and the
+  // same bits for the tests).
+  bool cluster = false;
+  if constexpr (Traits::kSplitKeys) {
+    const int capped = chosen && splits > kMaxSplitCluster && splits <= 2 * kMaxSplitCluster ? kMaxSplitCluster : splits;
+    if (capped > 1 && capped <= kMaxSplitCluster && params.cta_group_planes == 1) {
+      if (sms == 0) {
+        if (Status s = multiprocessors(&sms); !s.ok()) return s;
+      }
+      if (static_cast<long long>(m_blocks) * params.heads * params.batch * capped <= 2LL * sms) {
+        if (Status s = split_cluster_fits(reinterpret_cast<const void*>(kernel), Traits::kThreads, smem, capped, &cluster);
+            !s.ok()) {
+          return s;
+        }
+        if (cluster) splits = capped;
+        cluster = cluster && !detail::switch_on(detail::Switch::kSplitCombineKernel) &&
+                  !detail::switch_on(detail::Switch::kSplitCombineCounter);
+      }
+    }
+  }
   params.num_splits = splits;
   if (grouped) {
     params.cta_group_planes = causal_group_planes(
@@ -70,26 +105,6 @@ Status launch_fwd(const ForwardParams& params_in, cudaStream_t stream) {
       }
       if (Status s = build_block_tiles(&params, Traits::kBlockM, Traits::kBlockN, plan, stream); !s.ok()) {
         (void)workspace_free(plan, stream);
-        return s;
-      }
-    }
-  }
-
-  // Split-KV decode on sm90: the splits of each row group run as one thread-block cluster and
-  // merge their partials in distributed shared memory (fwd_kernel.h merge_splits_in_cluster): no
-  // workspace, counters or combine kernel. The switches keep the counter merge
-  // (FLASHATTN_SPLIT_COMBINE=counter) or the combine kernel (=kernel) for tests and A/B runs.
-  bool cluster = false;
-  size_t cluster_smem = smem;
-  if constexpr (Traits::kSplitKeys) {
-    if (splits > 1 && splits <= kMaxSplitCluster && params.cta_group_planes == 1 &&
-        !detail::switch_on(detail::Switch::kSplitCombineKernel) &&
-        !detail::switch_on(detail::Switch::kSplitCombineCounter)) {
-      cluster_smem = dev_cluster_smem(smem);
-      Status s = cluster_smem > smem ? raise_dynamic_smem(kernel, cluster_smem) : Status::Ok();
-      if (s.ok()) s = split_cluster_fits(reinterpret_cast<const void*>(kernel), Traits::kThreads, cluster_smem, splits, &cluster);
-      if (!s.ok()) {
-        if (plan != nullptr) (void)workspace_free(plan, stream);
         return s;
       }
     }
@@ -128,20 +143,18 @@ Status launch_fwd(const ForwardParams& params_in, cudaStream_t stream) {
   if (cluster) {
     // Cluster (1, 1, splits): blockIdx.z = batch * splits + split, so a cluster is one row
     // group's splits and a CTA's cluster rank is its split.
-    cudaLaunchAttribute attribute[2];
+    cudaLaunchAttribute attribute[1];
     attribute[0].id = cudaLaunchAttributeClusterDimension;
     attribute[0].val.clusterDim.x = 1;
     attribute[0].val.clusterDim.y = 1;
     attribute[0].val.clusterDim.z = unsigned(splits);
-    attribute[1].id = cudaLaunchAttributeClusterSchedulingPolicyPreference;
-    attribute[1].val.clusterSchedulingPolicyPreference = cudaClusterSchedulingPolicy(dev_cluster_policy());
     cudaLaunchConfig_t config = {};
     config.gridDim = grid;
     config.blockDim = dim3(Traits::kThreads);
-    config.dynamicSmemBytes = cluster_smem;
+    config.dynamicSmemBytes = smem;
     config.stream = stream;
     config.attrs = attribute;
-    config.numAttrs = dev_cluster_policy() == int(cudaClusterSchedulingPolicyDefault) ? 1 : 2;
+    config.numAttrs = 1;
     status = cuda_status(cudaLaunchKernelEx(&config, kernel, params), "launching the sm80 forward kernel as clusters");
     if (status.ok()) detail::count_split_cluster_launch();
   } else {
