@@ -58,8 +58,8 @@ Status launch_fwd(const ForwardParams& params_in, cudaStream_t stream) {
   // Split-KV decode on sm90 at small grids: the splits of each row group run as one thread-block
   // cluster and merge their partials in distributed shared memory (fwd_kernel.h
   // merge_splits_in_cluster): no workspace, counters, fences or combine kernel. Where: at most
-  // kMaxSplitCluster splits, the heuristic's count capped to it when the cap at most halves it,
-  // and at most two CTAs per SM on average. Measured (H200, d128 bf16, 32 query heads over 8 KV
+  // kMaxSplitCluster splits, the heuristic's count capped to it when the cap at most halves it
+  // (dense caches), and at most two CTAs per SM on average. Measured (H200, d128 bf16, 32 query heads over 8 KV
   // heads, one token, eager us, cluster / counter merge, dev/results/h200-2026-12-04-s30-placement-*.json):
   // batch 1 x 4k 8 splits 11.1-11.3 against the counter merge's best (16 splits) 12.2-12.5; 2 x 4k
   // 13.2-13.5 against 13.6-14.4; 4 x 4k 23.0-23.3 against 24.8-26.0. Clusters of 12 or 16 were
@@ -73,7 +73,11 @@ Status launch_fwd(const ForwardParams& params_in, cudaStream_t stream) {
   // same bits for the tests).
   bool cluster = false;
   if constexpr (Traits::kSplitKeys) {
-    const int capped = chosen && splits > kMaxSplitCluster && splits <= 2 * kMaxSplitCluster ? kMaxSplitCluster : splits;
+    // Paged caches keep the heuristic's count (b1 x 4k, 16-row pages: 15.3 us at 8 splits in
+    // clusters against 14.3 at 16 by the counters, h200-2026-12-04-decode-361c7ce.json: each
+    // split's key blocks cost their page work in turn).
+    const bool cap = chosen && !params.kv.paged() && splits > kMaxSplitCluster && splits <= 2 * kMaxSplitCluster;
+    const int capped = cap ? kMaxSplitCluster : splits;
     if (capped > 1 && capped <= kMaxSplitCluster && params.cta_group_planes == 1) {
       if (sms == 0) {
         if (Status s = multiprocessors(&sms); !s.ok()) return s;
