@@ -442,8 +442,13 @@ def test_cuda_split_vs_unsplit_and_paged_vs_dense():
             out = flashattn.flash_attn_with_kvcache(q, kc.clone(), vc.clone(), kn, vn, cache_seqlens=sl,
                                                    block_table=table, num_splits=splits)
             results[(page, splits)] = out
-    for splits in (1, 4, 0):
+    # The same split count adds the same terms in the same order: the same bits. The heuristic's
+    # count (0) may differ between the two on a Hopper GPU (dense caches take 8 splits merged in
+    # thread-block clusters where the heuristic says 9-16, paged ones keep its count:
+    # sm80/fwd_launch.h), so there the results agree to rounding only.
+    for splits in (1, 4):
         assert torch.equal(results[(0, splits)], results[(16, splits)]), f"paged != dense, splits {splits}"
+    assert (results[(0, 0)].float() - results[(16, 0)].float()).abs().max().item() < 2e-2
     assert (results[(0, 1)].float() - results[(0, 4)].float()).abs().max().item() < 2e-2
 
 
