@@ -74,8 +74,9 @@ Status launch_fwd(const ForwardParams& params_in, cudaStream_t stream) {
   bool cluster = false;
   if constexpr (Traits::kSplitKeys) {
     // Paged caches keep the heuristic's count (b1 x 4k, 16-row pages: 15.3 us at 8 splits in
-    // clusters against 14.3 at 16 by the counters, h200-2026-12-04-decode-361c7ce.json: each
-    // split's key blocks cost their page work in turn).
+    // clusters against 14.3 at 16 by the counters,
+    // dev/results/h200-2026-12-04-s30-decode-capped-paged-361c7ce.json: each split's key blocks
+    // cost their page work in turn).
     const bool cap = chosen && !params.kv.paged() && splits > kMaxSplitCluster && splits <= 2 * kMaxSplitCluster;
     const int capped = cap ? kMaxSplitCluster : splits;
     if (capped > 1 && capped <= kMaxSplitCluster && params.cta_group_planes == 1) {
