@@ -10,7 +10,10 @@ clock each CTA measured between its two globaltimer stamps):
   k1     entry -> the first K tile landed (the first DRAM round trip under load)
   loop   entry -> the key loop done (every K/V tile of the split consumed)
   store  entry -> the split's partials stored and fenced
-  end    entry -> counted in (or, for the group's last CTA, the merge done)
+  end    entry -> counted in (or, for the group's last CTA, the merge done); with the merge
+                  within a thread-block cluster (sm90, small dense grids) every CTA merges rows:
+                  past the cluster's second barrier, and "store" is the partial written to
+                  shared memory
   merged entry -> thread 0 past the warps' merge (within store; its barriers also wait for the
                   other warps' last P V and their parts reaching shared memory)
   issued entry -> the partials' stores issued, before the fence (within store)

@@ -284,9 +284,10 @@ struct ForwardParams : QKVParams {
   float* split_out = nullptr;
   float* split_lse = nullptr;
   // Set by the CUDA backend for the fused split-KV combine of the decode kernels (sm80/fwd_kernel.h
-  // merge_splits_in_last_cta): one zeroed counter per (batch, head, query block) row group,
+  // merge_if_last_split): one zeroed counter per (batch, head, query block) row group,
   // (batch, heads, m_blocks); the last split CTA of a group merges its partials and sets the
-  // counter back to 0. Null: the partials are merged by fwd_combine_kernel.
+  // counter back to 0. Null: the partials are merged by fwd_combine_kernel, or (no split_out
+  // either) within the thread-block cluster of the group's splits (merge_splits_in_cluster).
   uint32_t* split_counters = nullptr;
   // Set by the CUDA backend: causal launches start their CTAs in groups of this many
   // (head, batch[, split]) planes, heaviest blocks first (cuda/common/cta_order.h); 1 = plain order.
