@@ -28,6 +28,30 @@ Status combine_waits_for_partials(const void* combine, bool* dependent);
 // size; 12 and 16 measured slower than 8, fwd_launch.h).
 constexpr int kMaxSplitCluster = 8;
 
+// The launch configuration of a split-KV decode grid whose splits of each row group form one
+// thread-block cluster: cluster dims (1, 1, splits) over grid (m_blocks, heads, batch * splits),
+// so a cluster is one row group's splits and a CTA's cluster rank is its split
+// (fwd_kernel.h merge_splits_in_cluster). Not copyable: config points at the attribute.
+struct SplitClusterLaunch {
+  cudaLaunchAttribute attribute[1] = {};
+  cudaLaunchConfig_t config = {};
+
+  SplitClusterLaunch(dim3 grid, int threads, size_t smem, int splits, cudaStream_t stream) {
+    attribute[0].id = cudaLaunchAttributeClusterDimension;
+    attribute[0].val.clusterDim.x = 1;
+    attribute[0].val.clusterDim.y = 1;
+    attribute[0].val.clusterDim.z = unsigned(splits);
+    config.gridDim = grid;
+    config.blockDim = dim3(unsigned(threads));
+    config.dynamicSmemBytes = smem;
+    config.stream = stream;
+    config.attrs = attribute;
+    config.numAttrs = 1;
+  }
+  SplitClusterLaunch(const SplitClusterLaunch&) = delete;
+  SplitClusterLaunch& operator=(const SplitClusterLaunch&) = delete;
+};
+
 // Whether the decode kernel `kernel` (threads, dynamic shared memory `smem`) may run the splits
 // of each row group as one cluster of `splits` CTAs and merge them in distributed shared memory
 // (fwd_kernel.h merge_splits_in_cluster): the device is compute 9.0+, the kernel was compiled for

@@ -106,19 +106,9 @@ Status split_cluster_fits(const void* kernel, int threads, size_t smem, int spli
   FLASHATTN_CUDA_TRY(cudaFuncGetAttributes(&attributes, kernel));
   bool ok = major >= 9 && attributes.ptxVersion >= 90;
   if (ok) {
-    cudaLaunchAttribute attribute[1];
-    attribute[0].id = cudaLaunchAttributeClusterDimension;
-    attribute[0].val.clusterDim.x = 1;
-    attribute[0].val.clusterDim.y = 1;
-    attribute[0].val.clusterDim.z = unsigned(splits);
-    cudaLaunchConfig_t config = {};
-    config.gridDim = dim3(1, 1, unsigned(splits));
-    config.blockDim = dim3(unsigned(threads));
-    config.dynamicSmemBytes = smem;
-    config.attrs = attribute;
-    config.numAttrs = 1;
+    const SplitClusterLaunch launch(dim3(1, 1, unsigned(splits)), threads, smem, splits, nullptr);
     int clusters = 0;
-    FLASHATTN_CUDA_TRY(cudaOccupancyMaxActiveClusters(&clusters, kernel, &config));
+    FLASHATTN_CUDA_TRY(cudaOccupancyMaxActiveClusters(&clusters, kernel, &launch.config));
     ok = clusters >= 1;
   }
   known.emplace(key, ok);

@@ -146,21 +146,9 @@ Status launch_fwd(const ForwardParams& params_in, cudaStream_t stream) {
   const dim3 grid(m_blocks, params.heads, params.batch * splits);
   Status status;
   if (cluster) {
-    // Cluster (1, 1, splits): blockIdx.z = batch * splits + split, so a cluster is one row
-    // group's splits and a CTA's cluster rank is its split.
-    cudaLaunchAttribute attribute[1];
-    attribute[0].id = cudaLaunchAttributeClusterDimension;
-    attribute[0].val.clusterDim.x = 1;
-    attribute[0].val.clusterDim.y = 1;
-    attribute[0].val.clusterDim.z = unsigned(splits);
-    cudaLaunchConfig_t config = {};
-    config.gridDim = grid;
-    config.blockDim = dim3(Traits::kThreads);
-    config.dynamicSmemBytes = smem;
-    config.stream = stream;
-    config.attrs = attribute;
-    config.numAttrs = 1;
-    status = cuda_status(cudaLaunchKernelEx(&config, kernel, params), "launching the sm80 forward kernel as clusters");
+    const SplitClusterLaunch launch(grid, Traits::kThreads, smem, splits, stream);
+    status = cuda_status(cudaLaunchKernelEx(&launch.config, kernel, params),
+                         "launching the sm80 forward kernel as clusters");
     if (status.ok()) detail::count_split_cluster_launch();
   } else {
     kernel<<<grid, Traits::kThreads, smem, stream>>>(params);
