@@ -59,18 +59,18 @@ Status launch_fwd(const ForwardParams& params_in, cudaStream_t stream) {
   // cluster and merge their partials in distributed shared memory (fwd_kernel.h
   // merge_splits_in_cluster): no workspace, counters, fences or combine kernel. Where: at most
   // kMaxSplitCluster splits, the heuristic's count capped to it when the cap at most halves it
-  // (dense caches), and at most two CTAs per SM on average. Measured (H200, d128 bf16, 32 query heads over 8 KV
-  // heads, one token, eager us, cluster / counter merge, dev/results/h200-2026-12-04-s30-placement-*.json):
-  // batch 1 x 4k 8 splits 11.1-11.3 against the counter merge's best (16 splits) 12.2-12.5; 2 x 4k
-  // 13.2-13.5 against 13.6-14.4; 4 x 4k 23.0-23.3 against 24.8-26.0. Clusters of 12 or 16 were
-  // slower than of 8 at every such shape (b1 x 4k 11.7-12.4); fewer splits lose where the keys
-  // are long (b1 x 16k 8 splits 34.1 against 32 splits 26.3: hence at most halved), and larger
-  // grids lose with clusters (b8 x 8k 6 splits 82 against 70 us, b64 x 4k 3 splits 254 against
-  // 250). Placement: one CTA per SM (shared memory padded) was slower at every shape, the spread
-  // scheduling policy the same as the default (-0.1..-0.2 us). The switches keep the counter
-  // merge (FLASHATTN_SPLIT_COMBINE=counter) or the combine kernel (=kernel) for tests and A/B runs.
-  // The switches change the merge only, not the split count (an A/B of the merge alone, and the
-  // same bits for the tests).
+  // (dense caches), one query block (the plain CTA order, cta_order.h) and at most two CTAs per
+  // SM on average. Measured (H200, d128 bf16, 32 query heads over 8 KV heads, one token, eager
+  // us, cluster / counter merge, dev/results/h200-2026-12-04-s30-placement-*.json): batch 1 x 4k
+  // 8 splits 11.1-11.3 against the counter merge's best (16 splits) 12.2-12.5; 2 x 4k 13.2-13.5
+  // against 13.6-14.4; 4 x 4k 23.0-23.3 against 24.8-26.0. Clusters of 12 or 16 were slower than
+  // of 8 at every such shape (b1 x 4k 11.7-12.4); fewer splits lose where the keys are long (b1 x
+  // 16k 8 splits 34.1 against 32 splits 26.3: hence at most halved), and larger grids lose with
+  // clusters (b8 x 8k 6 splits 82 against 70 us, b64 x 4k 3 splits 254 against 250). Placement:
+  // one CTA per SM (shared memory padded) was slower at every shape, the spread scheduling policy
+  // the same as the default (-0.1..-0.2 us). The switches keep the counter merge
+  // (FLASHATTN_SPLIT_COMBINE=counter) or the combine kernel (=kernel) for tests and A/B runs; they
+  // change the merge only, not the split count (an A/B of the merge alone, and the same bits).
   bool cluster = false;
   if constexpr (Traits::kSplitKeys) {
     // Paged caches keep the heuristic's count (b1 x 4k, 16-row pages: 15.3 us at 8 splits in
@@ -79,7 +79,7 @@ Status launch_fwd(const ForwardParams& params_in, cudaStream_t stream) {
     // cost their page work in turn).
     const bool cap = chosen && !params.kv.paged() && splits > kMaxSplitCluster && splits <= 2 * kMaxSplitCluster;
     const int capped = cap ? kMaxSplitCluster : splits;
-    if (capped > 1 && capped <= kMaxSplitCluster && params.cta_group_planes == 1) {
+    if (capped > 1 && capped <= kMaxSplitCluster && m_blocks == 1) {
       if (sms == 0) {
         if (Status s = multiprocessors(&sms); !s.ok()) return s;
       }
