@@ -608,14 +608,25 @@ TEST_P(KVCache, FusedSplitCombineMatchesTheCombineKernelBitwise) {
       kc.num_splits = splits;
       kc.sink = sink_logits(kc.heads, 93);
       SCOPED_TRACE("page " + std::to_string(page) + ", num_splits " + std::to_string(splits));
-      const unsigned long long clusters = detail::split_cluster_launches();
-      KV_RUN_OR_SKIP(fused, GetParam(), kc, true);
-      if (splits == 3 || splits == 8) {
-        EXPECT_EQ(detail::split_cluster_launches() - clusters, split_clusters_expected() ? 1u : 0u)
-            << "the cluster merge " << (split_clusters_expected() ? "did not run" : "ran");
+      // The default merge whatever FLASHATTN_SPLIT_COMBINE says.
+      KVOutcome fused, again;
+      unsigned long long ran_clusters = 0;
+      {
+        ScopedSwitch no_kernel(detail::Switch::kSplitCombineKernel, false);
+        ScopedSwitch no_counter(detail::Switch::kSplitCombineCounter, false);
+        const unsigned long long clusters = detail::split_cluster_launches();
+        fused = run_case(GetParam(), kc, true);
+        ran_clusters = detail::split_cluster_launches() - clusters;
+        again = run_case(GetParam(), kc, false);
       }
-      const KVOutcome again = run_case(GetParam(), kc, false);
+      if (fused.skipped) GTEST_SKIP() << fused.skip_reason;
+      ASSERT_TRUE(fused.status.ok()) << fused.status.message();
       ASSERT_TRUE(again.status.ok());
+      if (splits == 3 || splits == 8) {
+        // One query token: 3 sequences x 8 KV heads row groups (the GQA fold).
+        const bool expected = split_clusters_expected(3LL * 8 * splits);
+        EXPECT_EQ(ran_clusters, expected ? 1u : 0u) << "the cluster merge " << (expected ? "did not run" : "ran");
+      }
       for (detail::Switch sw : {detail::Switch::kSplitCombineKernel, detail::Switch::kSplitCombineCounter}) {
         const bool kernel_switch = sw == detail::Switch::kSplitCombineKernel;
         const char* other = kernel_switch ? "combine kernel" : "counter merge";

@@ -28,12 +28,14 @@ std::vector<Backend> all_backends() { return {Backend::kCpu, Backend::kCuda}; }
 
 bool backend_available(Backend b) { return b == Backend::kCpu || cuda_available(); }
 
-bool split_clusters_expected() {
+bool split_clusters_expected(long long ctas) {
 #if defined(FLASHATTN_WITH_CUDA) && defined(FLASHATTN_TEST_CUDA_SM90)
-  int major = 0;
+  int major = 0, sms = 0;
   if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0) != cudaSuccess) return false;
-  return major == 9;
+  if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0) != cudaSuccess) return false;
+  return major == 9 && ctas <= 2LL * sms;
 #else
+  (void)ctas;
   return false;
 #endif
 }

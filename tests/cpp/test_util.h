@@ -52,9 +52,10 @@ std::vector<Backend> all_backends();
 // Tests call FLASHATTN_SKIP_IF_UNAVAILABLE(backend) first; it must be a macro because
 // GTEST_SKIP() returns from the test body itself.
 bool backend_available(Backend b);
-// Whether a split-KV decode call of 2-16 splits merges within thread-block clusters here: a
-// Hopper GPU and a build with sm_90a code (sm80/fwd_launch.h).
-bool split_clusters_expected();
+// Whether a split-KV decode launch of 2-8 splits and `ctas` CTAs (row groups x splits) merges
+// within thread-block clusters here: a Hopper GPU, a build with sm_90a code, and at most two CTAs
+// per SM (sm80/fwd_launch.h).
+bool split_clusters_expected(long long ctas);
 
 #define FLASHATTN_SKIP_IF_UNAVAILABLE(backend)                                            \
   do {                                                                                    \

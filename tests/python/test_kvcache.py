@@ -448,7 +448,10 @@ def test_cuda_split_vs_unsplit_and_paged_vs_dense():
     # sm80/fwd_launch.h), so there the results agree to rounding only.
     for splits in (1, 4):
         assert torch.equal(results[(0, splits)], results[(16, splits)]), f"paged != dense, splits {splits}"
-    assert (results[(0, 0)].float() - results[(16, 0)].float()).abs().max().item() < 2e-2
+    if torch.cuda.get_device_capability()[0] == 9:
+        assert (results[(0, 0)].float() - results[(16, 0)].float()).abs().max().item() < 2e-2
+    else:
+        assert torch.equal(results[(0, 0)], results[(16, 0)]), "paged != dense, heuristic splits"
     assert (results[(0, 1)].float() - results[(0, 4)].float()).abs().max().item() < 2e-2
 
 

@@ -54,7 +54,7 @@ struct SplitClusterLaunch {
 
 // Whether the decode kernel `kernel` (threads, dynamic shared memory `smem`) may run the splits
 // of each row group as one cluster of `splits` CTAs and merge them in distributed shared memory
-// (fwd_kernel.h merge_splits_in_cluster): the device is compute 9.0+, the kernel was compiled for
+// (fwd_kernel.h merge_splits_in_cluster): the device is compute 9.x, the kernel was compiled for
 // compute 9.0 (the cluster code exists there) and at least one such cluster fits on the device.
 // At most kMaxSplitCluster splits. Cached per (device, kernel, smem, splits).
 Status split_cluster_fits(const void* kernel, int threads, size_t smem, int splits, bool* fits);

@@ -104,11 +104,18 @@ Status split_cluster_fits(const void* kernel, int threads, size_t smem, int spli
   FLASHATTN_CUDA_TRY(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
   cudaFuncAttributes attributes = {};
   FLASHATTN_CUDA_TRY(cudaFuncGetAttributes(&attributes, kernel));
-  bool ok = major >= 9 && attributes.ptxVersion >= 90;
+  // Hopper only: the rule in fwd_launch.h was measured there (a newer GPU running the compute_90
+  // code keeps the counters until measured).
+  bool ok = major == 9 && attributes.ptxVersion >= 90;
   if (ok) {
     const SplitClusterLaunch launch(dim3(1, 1, unsigned(splits)), threads, smem, splits, nullptr);
     int clusters = 0;
-    FLASHATTN_CUDA_TRY(cudaOccupancyMaxActiveClusters(&clusters, kernel, &launch.config));
+    // A failed query means no clusters (the counter merge runs); its error is not left behind
+    // for a later launch check to report.
+    if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &launch.config) != cudaSuccess) {
+      (void)cudaGetLastError();
+      clusters = 0;
+    }
     ok = clusters >= 1;
   }
   known.emplace(key, ok);

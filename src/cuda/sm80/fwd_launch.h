@@ -149,7 +149,11 @@ Status launch_fwd(const ForwardParams& params_in, cudaStream_t stream) {
     const SplitClusterLaunch launch(grid, Traits::kThreads, smem, splits, stream);
     status = cuda_status(cudaLaunchKernelEx(&launch.config, kernel, params),
                          "launching the sm80 forward kernel as clusters");
-    if (status.ok()) detail::count_split_cluster_launch();
+    if (status.ok()) {
+      detail::count_split_cluster_launch();
+    } else {
+      (void)cudaGetLastError();  // reported here, not again by a later launch's check
+    }
   } else {
     kernel<<<grid, Traits::kThreads, smem, stream>>>(params);
     status = cuda_status(cudaGetLastError(), "launching the sm80 forward kernel");
