@@ -13,6 +13,8 @@ std::mutex g_mutex;
 std::map<std::pair<const void*, int>, size_t> g_smem_limit;                    // (kernel, device) -> bytes
 std::map<std::tuple<const void*, int, int, size_t>, int> g_occupancy;          // (kernel, device, threads, smem)
 std::map<int, int> g_sms;                                                      // device -> multiprocessors
+std::map<int, int> g_major;                                                    // device -> compute major
+std::map<std::tuple<const void*, int, int, size_t, int>, int> g_clusters;      // (..., cluster_z)
 
 }  // namespace
 
@@ -51,6 +53,37 @@ Status multiprocessors(int* sms) {
   }
   FLASHATTN_CUDA_TRY(cudaDeviceGetAttribute(sms, cudaDevAttrMultiProcessorCount, device));
   g_sms[device] = *sms;
+  return Status::Ok();
+}
+
+Status compute_major(int* major) {
+  int device = 0;
+  FLASHATTN_CUDA_TRY(cudaGetDevice(&device));
+  std::lock_guard<std::mutex> lock(g_mutex);
+  if (const auto it = g_major.find(device); it != g_major.end()) {
+    *major = it->second;
+    return Status::Ok();
+  }
+  FLASHATTN_CUDA_TRY(cudaDeviceGetAttribute(major, cudaDevAttrComputeCapabilityMajor, device));
+  g_major[device] = *major;
+  return Status::Ok();
+}
+
+Status active_clusters(const void* kernel, int threads, size_t smem, int cluster_z, int* clusters) {
+  int device = 0;
+  FLASHATTN_CUDA_TRY(cudaGetDevice(&device));
+  std::lock_guard<std::mutex> lock(g_mutex);
+  const auto key = std::make_tuple(kernel, device, threads, smem, cluster_z);
+  if (const auto it = g_clusters.find(key); it != g_clusters.end()) {
+    *clusters = it->second;
+    return Status::Ok();
+  }
+  const ClusterLaunchZ launch(dim3(1, 1, unsigned(cluster_z)), threads, smem, cluster_z, nullptr);
+  if (cudaOccupancyMaxActiveClusters(clusters, kernel, &launch.config) != cudaSuccess) {
+    (void)cudaGetLastError();
+    *clusters = 0;
+  }
+  g_clusters[key] = *clusters;
   return Status::Ok();
 }
 

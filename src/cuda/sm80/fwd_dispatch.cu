@@ -1,11 +1,9 @@
 // The one place where the forward's run-time options become template arguments.
 #include <atomic>
 #include <cstdlib>
-#include <map>
-#include <mutex>
-#include <tuple>
 
 #include "cuda/common/cuda_check.h"
+#include "cuda/common/kernel_facts.h"
 #include "cuda/common/variants.h"
 #include "cuda/sm80/fwd.h"
 #include "cuda/sm80/fwd_kernel.h"
@@ -65,61 +63,39 @@ Status dispatch_fwd_kvcache(const ForwardParams& params, cudaStream_t stream) {
   });
 }
 
-Status combine_waits_for_partials(const void* combine, bool* dependent) {
-  // Every combine instantiation of one build has the same PTX target, so one answer per device
-  // serves them all: 0 unknown, 1 no, 2 yes.
+Status compute90_code(const void* kernel, bool* yes) {
+  // 0 unknown, 1 no, 2 yes.
   constexpr int kMaxDevices = 64;
   static std::atomic<int> known[kMaxDevices];
   int device = 0;
   FLASHATTN_CUDA_TRY(cudaGetDevice(&device));
   const bool cached = device >= 0 && device < kMaxDevices;
   if (cached && known[device].load(std::memory_order_relaxed) != 0) {
-    *dependent = known[device].load(std::memory_order_relaxed) == 2;
+    *yes = known[device].load(std::memory_order_relaxed) == 2;
     return Status::Ok();
   }
   int major = 0;
-  FLASHATTN_CUDA_TRY(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  if (Status s = compute_major(&major); !s.ok()) return s;
   cudaFuncAttributes attributes = {};
-  FLASHATTN_CUDA_TRY(cudaFuncGetAttributes(&attributes, combine));
-  *dependent = major >= 9 && attributes.ptxVersion >= 90;
-  if (cached) known[device].store(*dependent ? 2 : 1, std::memory_order_relaxed);
+  FLASHATTN_CUDA_TRY(cudaFuncGetAttributes(&attributes, kernel));
+  *yes = major >= 9 && attributes.ptxVersion >= 90;
+  if (cached) known[device].store(*yes ? 2 : 1, std::memory_order_relaxed);
   return Status::Ok();
 }
 
 Status split_cluster_fits(const void* kernel, int threads, size_t smem, int splits, bool* fits) {
   *fits = false;
   if (splits < 2 || splits > kMaxSplitCluster) return Status::Ok();
-  int device = 0;
-  FLASHATTN_CUDA_TRY(cudaGetDevice(&device));
-  using Key = std::tuple<int, const void*, size_t, int>;
-  static std::mutex mutex;
-  static std::map<Key, bool> known;
-  const Key key{device, kernel, smem, splits};
-  std::lock_guard<std::mutex> lock(mutex);
-  if (const auto it = known.find(key); it != known.end()) {
-    *fits = it->second;
-    return Status::Ok();
-  }
-  int major = 0;
-  FLASHATTN_CUDA_TRY(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  cudaFuncAttributes attributes = {};
-  FLASHATTN_CUDA_TRY(cudaFuncGetAttributes(&attributes, kernel));
   // Hopper only: the rule in fwd_launch.h was measured there (a newer GPU running the compute_90
   // code keeps the counters until measured).
-  bool ok = major == 9 && attributes.ptxVersion >= 90;
-  if (ok) {
-    const SplitClusterLaunch launch(dim3(1, 1, unsigned(splits)), threads, smem, splits, nullptr);
-    int clusters = 0;
-    // A failed query means no clusters (the counter merge runs); its error is not left behind
-    // for a later launch check to report.
-    if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &launch.config) != cudaSuccess) {
-      (void)cudaGetLastError();
-      clusters = 0;
-    }
-    ok = clusters >= 1;
-  }
-  known.emplace(key, ok);
-  *fits = ok;
+  int major = 0;
+  if (Status s = compute_major(&major); !s.ok()) return s;
+  bool code = false;
+  if (Status s = compute90_code(kernel, &code); !s.ok()) return s;
+  if (major != 9 || !code) return Status::Ok();
+  int clusters = 0;
+  if (Status s = active_clusters(kernel, threads, smem, splits, &clusters); !s.ok()) return s;
+  *fits = clusters >= 1;
   return Status::Ok();
 }
 

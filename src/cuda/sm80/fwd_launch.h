@@ -146,7 +146,7 @@ Status launch_fwd(const ForwardParams& params_in, cudaStream_t stream) {
   const dim3 grid(m_blocks, params.heads, params.batch * splits);
   Status status;
   if (cluster) {
-    const SplitClusterLaunch launch(grid, Traits::kThreads, smem, splits, stream);
+    const ClusterLaunchZ launch(grid, Traits::kThreads, smem, splits, stream);
     status = cuda_status(cudaLaunchKernelEx(&launch.config, kernel, params),
                          "launching the sm80 forward kernel as clusters");
     if (status.ok()) {
