@@ -1064,17 +1064,12 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
       if (num_splits > 1) {
         if (r < rows_here && split_writer) {
           const int64_t row = global_row0 + r;
-          // The cluster merge's rows stay in this CTA's shared memory (merge_splits_in_cluster).
-          float* const dst = cluster_merge ? part + r * Traits::kHeadDim
-                                           : params.split_out + ((int64_t(split) * params.total_q + row) * params.heads +
-                                                                 head) * Traits::kHeadDim;
-          if (t == 0) {
-            if (cluster_merge) {
-              part[kBlockM * Traits::kHeadDim + r] = lse;
-            } else {
-              params.split_lse[(int64_t(split) * params.heads + head) * params.total_q + row] = lse;
-            }
-          }
+          float* lse_dst = cluster_merge ? part + kBlockM * Traits::kHeadDim + r
+                                         : params.split_lse + (int64_t(split) * params.heads + head) * params.total_q + row;
+          if (t == 0) *lse_dst = lse;
+          float* dst = cluster_merge ? part + r * Traits::kHeadDim
+                                     : params.split_out + ((int64_t(split) * params.total_q + row) * params.heads + head) *
+                                                              Traits::kHeadDim;
           if constexpr (Traits::kFp8Cache) {
             // Tiles 2c and 2c + 1 hold chunk c's even and odd columns (o_col_e4m3): four adjacent.
 #pragma unroll
