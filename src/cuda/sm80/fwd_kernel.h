@@ -537,15 +537,6 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
   // instead of after K has landed: a split of one or two key blocks (batch 1, 4k keys: 32 splits
   // of one 128-key block) waits for one DRAM round trip instead of two before its first O += P V.
   constexpr bool kPrefetchV = Traits::kSplitKeys;
-  // The decode shape also copies each later V tile as soon as its buffer is free (right after
-  // O += P V, behind a barrier) instead of after the next K tile has landed, so K_{j-1} and
-  // V_{j-1} are in flight together: a key block waits for about one round trip instead of two.
-  // -DFLASHATTN_DEV_DECODE_V_AT_TOP keeps the copy at the top of the next block (A/B only).
-#if defined(FLASHATTN_DEV_DECODE_V_AT_TOP)
-  constexpr bool kVAfterPV = false;
-#else
-  constexpr bool kVAfterPV = kPrefetchV;
-#endif
 
   extern __shared__ __align__(128) unsigned char smem_raw[];
   Element* sQ = reinterpret_cast<Element*>(smem_raw);  // kBlockM rows (Layout)
@@ -757,7 +748,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
     const int this_kind = kind;
     if constexpr (kBiasMask) n_next = walk_list ? walk.next(&kind) : n_block - 1;
     const int key0 = n0 + warp_key0;  // this warp's first key
-    const bool v_ahead = v_prefetched;  // V_j in flight since the prologue (or the last block)
+    const bool v_ahead = v_prefetched;  // V_j in flight since the prologue
     v_prefetched = false;
     if (v_ahead) {
       ptx::cp_async_wait<1>();
@@ -948,23 +939,6 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
       warp_gemm_pv_e4m3<kMTiles, kDTiles, Traits::kWarpKeys / 16, KVLayout>(o_acc, s, v_frag_addr);
     } else {
       warp_gemm_rs<Element, kMTiles, kDTiles, Traits::kWarpKeys / 16, Layout>(o_acc, s, v_frag_addr);
-    }
-    if constexpr (kVAfterPV) {
-      // The next block's V (whole: blocks below the last are), while its K is in flight; the
-      // paged offsets are the ones K_{j-1} took, stored before the barrier above.
-      if (kBiasMask ? n_next >= n_lo : n_block > n_lo) {
-        __syncthreads();  // every warp is done with V_j
-        if (paged) {
-          load_paged_tile<Traits>(sV, params.v, params.v_strides.head, head_k, page_offsets(n_block - 1) + v_offsets(),
-                                  kBlockN, tid);
-        } else {
-          const RowPtr tile{static_cast<const char*>(gV.row(kBiasMask ? n_next * kBlockN : n0 - kBlockN)),
-                            gV.row_bytes};
-          load_kv_rows<Traits, true>(sV, tile, kBlockN, tid);
-        }
-        ptx::cp_async_commit();
-        v_prefetched = true;
-      }
     }
   }
 
