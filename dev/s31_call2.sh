@@ -12,7 +12,7 @@ python3 -c "import flashattn, torch; print(flashattn.__file__, torch.__version__
   python3 dev/decode_splits.py --shapes 64x4096,64x16384 --splits 0,2,3,4,5,6,8 --repeats 30 --out "$OUT/splits-b64.json"
   python3 dev/decode_splits.py --shapes 1x131072,8x65536 --splits 0,8,12,16,24,32,48,64 --repeats 30 --out "$OUT/splits-long.json"
 } 2>&1 | tee "$OUT/splits.txt"
-BUILD=0 TESTS=ctest LARGE=0 SUITE=none timeout 300 bash scripts/gpu-check.sh 2>&1 | tail -12
+BUILD=0 TESTS=ctest LARGE=0 SUITE=none timeout 250 bash scripts/gpu-check.sh 2>&1 | tail -12
 for p in auto sm90; do grep -E "tests passed|tests failed|\*\*\*Failed|Timeout" "$OUT/ctest-$p.log" | head -20; done
 gzip -f "$OUT"/ctest-*.log "$OUT"/build.log "$OUT"/pip.log 2>/dev/null
 ls "$OUT"
