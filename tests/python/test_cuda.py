@@ -296,9 +296,12 @@ def _decode_split_kv_replays():
     k = torch.randn(shape["k"], generator=gen).to(DEV, torch.bfloat16)
     v = torch.randn(shape["k"], generator=gen).to(DEV, torch.bfloat16)
     clusters = flashattn._C._split_cluster_launches()
+    sm90_forwards = flashattn._C._sm90_forward_calls()
     eager = flashattn.flash_attn_func(q, k, v)
-    # 8 KV heads x 8 splits: 64 CTAs, clustered where they are at most two per SM.
-    if (torch.cuda.get_device_capability()[0] == 9 and flashattn._C._cuda_sm90_built()
+    # 8 KV heads x 8 splits: 64 CTAs, clustered where they are at most two per SM. Under
+    # FLASHATTN_CUDA_PATH=sm90 the Hopper forward takes the decode shape (unsplit) instead.
+    decode_kernel = flashattn._C._sm90_forward_calls() == sm90_forwards
+    if (decode_kernel and torch.cuda.get_device_capability()[0] == 9 and flashattn._C._cuda_sm90_built()
             and 2 * torch.cuda.get_device_properties(0).multi_processor_count >= 64):
         assert flashattn._C._split_cluster_launches() == clusters + 1, "the splits did not merge in a cluster"
     side = torch.cuda.Stream()

@@ -968,6 +968,11 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
     // maximum, adds them and alone runs the epilogue.
     constexpr int kStats = kMTiles * kDTiles * 4;  // O first, then (max, sum) per row
     constexpr int kValues = kStats + 4 * kMTiles;
+    // The parts fill K's buffer and, where they are larger (d256, the e4m3 cache's 128-key tiles,
+    // the bias tiles), the start of V's, where warp 0 then writes the cluster's partial rows.
+    constexpr size_t kMergeBytes = size_t(Traits::kWarps - 1) * kValues * 32 * sizeof(float);
+    constexpr bool kMergeReachesV = kMergeBytes > Traits::kSmemKV * sizeof(Element);
+    static_assert(kMergeBytes <= 2 * Traits::kSmemKV * sizeof(Element), "the warps' parts fit in K's and V's buffers");
     float* merge = reinterpret_cast<float*>(sK);
     __syncthreads();  // every warp is done reading K and V (no copy is in flight after the loop)
     if (warp > 0) {
@@ -1023,6 +1028,10 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
           row_max[mt][h] = mx;
         }
       }
+      // Every lane's reads of the parts before any lane writes a partial row over them (V's
+      // buffer; compute-sanitizer racecheck reported the cross-lane order as a hazard on the
+      // e4m3 cache's window kernel, H200, 2026-12-04).
+      if constexpr (kMergeReachesV) __syncwarp();
     }
   }
 
