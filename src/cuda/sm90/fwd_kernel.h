@@ -537,6 +537,48 @@ __device__ __forceinline__ int sparse_entry(const SparseSlots& sparse, int stage
 // (TileOrder::cta_tile) without a mask or from the tile feed with one (FwdTraits::kDynamicTiles).
 // The producer and the consumers walk the same tiles and count the K/V ring's slots across them,
 // so the producer loads the next tile's Q and first K/V tiles while the consumers finish this one.
+#if defined(FLASHATTN_DEV_FWD_TRACE)
+// dev/ probe (dev/fwd_trace.py): thread 0 of each consumer warpgroup of the plain key-block loop
+// (not the cross-tile one) stamps clock64 per tile: tile taken, Q landed, the first S done, its
+// P ready, then S done and P ready for each of the next kFwdTraceBlocks blocks, the last P V
+// done and O stored, into g_fwd_trace, and prints its tiles' stamps when the CTA is done (so the
+// printf does not run between tiles). Not a shipped configuration: a build with the macro holds
+// ~8 MB of static device memory per kernel file.
+constexpr int kFwdTraceCtas = 264, kFwdTraceWgs = 3, kFwdTraceTiles = 64, kFwdTraceBlocks = 7;
+constexpr int kFwdTraceStamps = 4 + 2 * kFwdTraceBlocks + 2;
+static __device__ long long g_fwd_trace[kFwdTraceCtas][kFwdTraceWgs][kFwdTraceTiles][kFwdTraceStamps];
+static __device__ int g_fwd_trace_tile[kFwdTraceCtas][kFwdTraceWgs][kFwdTraceTiles][2];  // tile, key blocks
+static __device__ int g_fwd_trace_cta[kFwdTraceCtas][kFwdTraceWgs][2];  // SM, tiles stamped
+// Prints the stamps the last forward of this kernel file left (thread w: consumer w of CTA
+// blockIdx.x), relative to each tile's first, -1 where not reached (a block past
+// kFwdTraceBlocks, or past the tile's last), then forgets them. A kernel of its own: a printf in
+// the forward kernel made ptxas serialise its wgmma products (C7510).
+template <int kConsumers>
+__global__ void fwd_trace_print_kernel() {
+  const int cta = blockIdx.x, wg = threadIdx.x;
+  if (wg >= kConsumers) return;
+  int* info = g_fwd_trace_cta[cta][wg];
+  const int tiles = min(info[1], kFwdTraceTiles);
+  for (int k = 0; k < tiles; ++k) {
+    const long long* c = g_fwd_trace[cta][wg][k];
+    const long long t0 = c[0];
+    if (t0 == 0) continue;  // a tile that did not exist
+    const auto rel = [&](int i) { return c[i] == 0 ? -1LL : c[i] - t0; };
+    printf("fwd_trace sm %d cta %d wg %d k %d tile %d nb %d t0 %lld q %lld s0 %lld p0 %lld"
+           " b %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld pv %lld st %lld\n",
+           info[0], cta, wg, k, g_fwd_trace_tile[cta][wg][k][0], g_fwd_trace_tile[cta][wg][k][1], t0, rel(1), rel(2),
+           rel(3), rel(4), rel(5), rel(6), rel(7), rel(8), rel(9), rel(10), rel(11), rel(12), rel(13), rel(14), rel(15),
+           rel(16), rel(17), rel(18), rel(19));
+  }
+  info[1] = 0;
+}
+#define FLASHATTN_FWD_TRACE(k, i)                                                                          \
+  if (trace_thread && blockIdx.x < kFwdTraceCtas && (k) < kFwdTraceTiles && (i) < kFwdTraceStamps) \
+    g_fwd_trace[blockIdx.x][consumer][k][i] = clock64();
+#else
+#define FLASHATTN_FWD_TRACE(k, i)
+#endif
+
 template <typename Traits>
 __global__ void __launch_bounds__(Traits::kThreads, Traits::kCtasPerSm) fwd_kernel(const __grid_constant__ FwdParams kp) {
   using Element = typename Traits::Element;
@@ -773,6 +815,10 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kCtasPerSm) fwd_kern
 
   ptx::warpgroup_reg_alloc<Traits::kConsumerRegs>();
   const int consumer = warpgroup - 1;
+#if defined(FLASHATTN_DEV_FWD_TRACE)
+  const bool trace_thread = threadIdx.x % 128 == 0;
+  int trace_tiles = 0;
+#endif
   const int g = lane / 4;
   const int t4 = lane % 4;
   // Traits::kPinSoftmax: one float per consumer warp after the barriers, stored, never read.
@@ -987,6 +1033,16 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kCtasPerSm) fwd_kern
     if (tile >= order.tiles) break;
     const TileWork w = tile_work<Traits>(params, order, tile);
     if (!w.exists()) continue;
+#if defined(FLASHATTN_DEV_FWD_TRACE)
+    if (trace_thread && blockIdx.x < kFwdTraceCtas && k < kFwdTraceTiles) {
+      g_fwd_trace_tile[blockIdx.x][consumer][k][0] = tile;
+      g_fwd_trace_tile[blockIdx.x][consumer][k][1] = w.has_keys() ? w.n_hi - w.n_lo : 0;
+#pragma unroll 1
+      for (int i = 0; i < kFwdTraceStamps; ++i) g_fwd_trace[blockIdx.x][consumer][k][i] = 0;
+    }
+    trace_tiles = k + 1;
+    FLASHATTN_FWD_TRACE(k, 0)
+#endif
     const WindowMask mask = make_window_mask<Traits::kMask == MaskMode::kWindow>(
         w.seqlen_q, w.seqlen_k, params.window_left, params.window_right);
     const ScoreMods90 mods = tile_mods(w);
@@ -1051,6 +1107,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kCtasPerSm) fwd_kern
         }
       };
       ptx::mbarrier_wait(ring.q_full, q_pass & 1);
+      FLASHATTN_FWD_TRACE(k, 1)
 
       // The first (last-keyed) block: S, softmax, no P V yet.
       int stage = it % kStages;
@@ -1076,12 +1133,17 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kCtasPerSm) fwd_kern
       if constexpr (Traits::kMaskBits) read_mask_bits(mask_w, n_first);
       ptx::wgmma_wait<0>();
       ptx::fence_operand(st.s);
+      FLASHATTN_FWD_TRACE(k, 2)
       finish_scores(n_first, stage, kind, bias_w, mask_w);
       {
         float correction[2];
         softmax_block<Traits>(st, scale_log2, correction);  // O is still 0: nothing to rescale
       }
       convert_p(st);
+      FLASHATTN_FWD_TRACE(k, 3)
+#if defined(FLASHATTN_DEV_FWD_TRACE)
+      int trace_block = 0;
+#endif
 
       for (int n_block = w.n_hi - 2; Traits::kSparse ? !last : n_block >= w.n_lo; --n_block) {
         const int prev_stage = stage;
@@ -1110,8 +1172,15 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kCtasPerSm) fwd_kern
         if constexpr (Traits::kBias) read_bias(bias_w, stage);
         ptx::wgmma_wait<1>();  // S_j is done; P V is still running
         ptx::fence_operand(st.s);
+#if defined(FLASHATTN_DEV_FWD_TRACE)
+        ++trace_block;
+        if (trace_block <= kFwdTraceBlocks) FLASHATTN_FWD_TRACE(k, 2 + 2 * trace_block)
+#endif
         finish_scores(n_block, stage, kind, bias_w, mask_w);
         softmax_under_pv<Traits>(st, scale_log2, pin_slot, lane, &ring.v_empty[prev_stage]);
+#if defined(FLASHATTN_DEV_FWD_TRACE)
+        if (trace_block <= kFwdTraceBlocks) FLASHATTN_FWD_TRACE(k, 3 + 2 * trace_block)
+#endif
       }
       // Every Q K^T product of this tile has completed: the producer may load the next Q.
       release(ring.q_empty, lane);
@@ -1124,12 +1193,24 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kCtasPerSm) fwd_kern
       ptx::fence_operand(st.o);
       release(&ring.v_empty[stage], lane);
       ++it;
+      FLASHATTN_FWD_TRACE(k, kFwdTraceStamps - 2)
     }
     store_tile<Traits>(params, w, st, row_in_tile, t4, scale_log2);
+    FLASHATTN_FWD_TRACE(k, kFwdTraceStamps - 1)
   }
+#if defined(FLASHATTN_DEV_FWD_TRACE)
+  if (trace_thread && blockIdx.x < kFwdTraceCtas) {
+    unsigned smid;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
+    g_fwd_trace_cta[blockIdx.x][consumer][0] = int(smid);
+    g_fwd_trace_cta[blockIdx.x][consumer][1] = trace_tiles;
+  }
+#endif
   }
   // Warpgroup 0 takes the turn the last one passed at the end, so no arrival is left over.
   if (consumer == 0) turns.take();
 }
+
+#undef FLASHATTN_FWD_TRACE
 
 }  // namespace flashattn::cuda::sm90

@@ -4,6 +4,9 @@
 
 #include <cuda_runtime.h>
 
+#include <cstdlib>
+#include <string>
+
 #include "core/switches.h"
 #include "cuda/block_tiles.h"
 #include "cuda/sm90/fwd.h"
@@ -67,6 +70,15 @@ Status run_fwd(const ForwardParams& params, cudaStream_t stream) {
       : Traits::kMaskOnly ? "the sm90 mask forward kernel"
                           : "the sm90 forward kernel",
       stream);
+#if defined(FLASHATTN_DEV_FWD_TRACE)
+  // dev/fwd_trace.py: the stamps of this launch printed by a kernel of their own, on request.
+  if (launched.ok() && std::getenv("FLASHATTN_DEV_FWD_TRACE_PRINT") != nullptr) {
+    fwd_trace_print_kernel<Traits::kConsumers><<<kFwdTraceCtas, 32, 0, stream>>>();
+    if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) {
+      return Status::Internal(std::string("fwd_trace_print_kernel: ") + cudaGetErrorString(e));
+    }
+  }
+#endif
   if constexpr (Traits::kMaskBits) {
     if (launched.ok() && pack_mask) detail::count_sm90_mask_bits();
   }
