@@ -541,9 +541,9 @@ __device__ __forceinline__ int sparse_entry(const SparseSlots& sparse, int stage
 // dev/ probe (dev/fwd_trace.py): thread 0 of each consumer warpgroup of the plain key-block loop
 // (not the cross-tile one) stamps clock64 per tile: tile taken, Q landed, the first S done, its
 // P ready, then S done and P ready for each of the next kFwdTraceBlocks blocks, the last P V
-// done and O stored, into g_fwd_trace, and prints its tiles' stamps when the CTA is done (so the
-// printf does not run between tiles). Not a shipped configuration: a build with the macro holds
-// ~8 MB of static device memory per kernel file.
+// done and O stored, into g_fwd_trace; run_fwd launches fwd_trace_print_kernel after the forward
+// when FLASHATTN_DEV_FWD_TRACE_PRINT is set. Not a shipped configuration: a build with the macro
+// holds ~8 MB of static device memory per kernel file.
 constexpr int kFwdTraceCtas = 264, kFwdTraceWgs = 3, kFwdTraceTiles = 64, kFwdTraceBlocks = 7;
 constexpr int kFwdTraceStamps = 4 + 2 * kFwdTraceBlocks + 2;
 static __device__ long long g_fwd_trace[kFwdTraceCtas][kFwdTraceWgs][kFwdTraceTiles][kFwdTraceStamps];
