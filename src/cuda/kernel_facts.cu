@@ -43,31 +43,23 @@ Status blocks_per_sm(const void* kernel, int threads, size_t smem, int* blocks) 
   return Status::Ok();
 }
 
-Status multiprocessors(int* sms) {
+// One device attribute of the current device, read once per device into `cache`.
+static Status cached_attribute(std::map<int, int>& cache, cudaDeviceAttr attr, int* value) {
   int device = 0;
   FLASHATTN_CUDA_TRY(cudaGetDevice(&device));
   std::lock_guard<std::mutex> lock(g_mutex);
-  if (const auto it = g_sms.find(device); it != g_sms.end()) {
-    *sms = it->second;
+  if (const auto it = cache.find(device); it != cache.end()) {
+    *value = it->second;
     return Status::Ok();
   }
-  FLASHATTN_CUDA_TRY(cudaDeviceGetAttribute(sms, cudaDevAttrMultiProcessorCount, device));
-  g_sms[device] = *sms;
+  FLASHATTN_CUDA_TRY(cudaDeviceGetAttribute(value, attr, device));
+  cache[device] = *value;
   return Status::Ok();
 }
 
-Status compute_major(int* major) {
-  int device = 0;
-  FLASHATTN_CUDA_TRY(cudaGetDevice(&device));
-  std::lock_guard<std::mutex> lock(g_mutex);
-  if (const auto it = g_major.find(device); it != g_major.end()) {
-    *major = it->second;
-    return Status::Ok();
-  }
-  FLASHATTN_CUDA_TRY(cudaDeviceGetAttribute(major, cudaDevAttrComputeCapabilityMajor, device));
-  g_major[device] = *major;
-  return Status::Ok();
-}
+Status multiprocessors(int* sms) { return cached_attribute(g_sms, cudaDevAttrMultiProcessorCount, sms); }
+
+Status compute_major(int* major) { return cached_attribute(g_major, cudaDevAttrComputeCapabilityMajor, major); }
 
 Status active_clusters(const void* kernel, int threads, size_t smem, int cluster_z, int* clusters) {
   int device = 0;
