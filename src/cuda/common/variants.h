@@ -31,9 +31,8 @@ enum class ScoreMods { kNone, kAny, kBiasMask };
 constexpr int head_dim_bit(int d) { return 1 << (d / 32); }
 constexpr int kAnyHeadDim = ~0;  // every head dim (the families built at all of them)
 // The e4m3 KV cache read by 16-bit queries (FwdTraits::Fp8Cache, the fwdkv8 instantiations):
-// head dim 128, the one that has run on a GPU; the code also takes 64 and 256 (add them here and
-// in tools/gen_instantiations.py once a GPU run of tests/*fp8* has passed at them).
-constexpr int kFp8CacheHeadDims = head_dim_bit(128);
+// head dims 64, 128 and 256 (tools/gen_instantiations.py FAMILY_HEAD_DIMS lists the same).
+constexpr int kFp8CacheHeadDims = head_dim_bit(64) | head_dim_bit(128) | head_dim_bit(256);
 constexpr bool head_dim_in(int d, int set) { return d > 0 && d <= 256 && d % 32 == 0 && (set & head_dim_bit(d)) != 0; }
 
 namespace variants_detail {
