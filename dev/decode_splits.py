@@ -8,7 +8,9 @@ CUDA graph, and prints one line per shape with KV bandwidth in TB/s. It answers 
 heuristic's choice is the fast one, and whether eager and graph figures differ for our kernels
 alone. --merges times each split count under each split-KV merge (cluster: the default on a
 Hopper GPU up to 16 splits; counter: the last split CTA, FLASHATTN_SPLIT_COMBINE=counter; kernel:
-the combine kernel), switched in-process and alternated over --passes passes. Writes JSON with --out.
+the combine kernel), switched in-process and alternated over --passes passes. --page-size P times
+the paged cache instead (flash_attn_with_kvcache with a shuffled block table of P-row pages).
+Writes JSON with --out.
 
     python3 dev/decode_splits.py --shapes 64x4096,8x131072 --splits 0,1,2,3,4,6,8,12 --out $OUT/splits.json
     python3 dev/decode_splits.py --shapes 1x4096 --splits 0,8,16 --merges cluster,counter --passes 2
@@ -45,10 +47,12 @@ def main():
     ap.add_argument("--repeats", type=int, default=30)
     ap.add_argument("--merges", default="default", help="comma list of default, cluster, counter, kernel")
     ap.add_argument("--passes", type=int, default=1, help="passes over the merges (alternated)")
+    ap.add_argument("--page-size", type=int, default=0, help="0: dense K/V; P: a paged cache of P-row pages")
     ap.add_argument("--out")
     args = ap.parse_args()
 
     import torch
+    import flashattn
     from flashattn import _lowlevel
 
     rows = []
@@ -59,10 +63,27 @@ def main():
         v = torch.randn_like(k)
         out = torch.empty_like(q)
         kv_bytes = 2 * k.numel() * k.element_size()
-        row = {"batch": b, "seqlen_k": sk, "by_splits": {}}
+        row = {"batch": b, "seqlen_k": sk, "page_size": args.page_size, "by_splits": {}}
+        if args.page_size:
+            ps = args.page_size
+            assert sk % ps == 0, "--page-size must divide each seqlen_k"
+            pages = b * sk // ps
+            perm = torch.randperm(pages, device="cuda")
+            block_table = perm.to(torch.int32).reshape(b, sk // ps)
+            kc = torch.empty(pages, ps, 8, 128, device="cuda", dtype=torch.bfloat16)
+            vc = torch.empty_like(kc)
+            kc[perm] = k.reshape(pages, ps, 8, 128)
+            vc[perm] = v.reshape(pages, ps, 8, 128)
+            seqlens = torch.full((b,), sk, dtype=torch.int32, device="cuda")
+            del k, v
         for splits in (int(x) for x in args.splits.split(",")):
-            def call():
-                _lowlevel.forward(q, k, v, out, None, num_splits=splits)
+            if args.page_size:
+                def call():
+                    flashattn.flash_attn_with_kvcache(q, kc, vc, cache_seqlens=seqlens, block_table=block_table,
+                                                      num_splits=splits)
+            else:
+                def call():
+                    _lowlevel.forward(q, k, v, out, None, num_splits=splits)
             for p in range(args.passes):
                 for merge in args.merges.split(","):
                     with merge_switches(merge):
@@ -73,7 +94,7 @@ def main():
                         {"fwd_ms": eager, "fwd_ms_graph": graph, "kv_tb_per_s": kv_bytes / eager / 1e9,
                          "kv_tb_per_s_graph": kv_bytes / graph / 1e9})
         rows.append(row)
-        print(f"b{b} sk{sk}: " + "  ".join(
+        print(f"b{b} sk{sk}{f' page {args.page_size}' if args.page_size else ''}: " + "  ".join(
             f"s{s} " + ",".join(f"{1e3 * r['fwd_ms']:.1f}/{1e3 * r['fwd_ms_graph']:.1f}" for r in rs)
             for s, rs in row["by_splits"].items()) + "  (us eager/graph per pass; s0 = heuristic)", flush=True)
     if args.out:

@@ -1474,8 +1474,8 @@ void check_cuda_cache_case(const CudaCacheCase& cc, Backend tested = Backend::kC
   EXPECT_TRUE(meets_criterion("out (cpu, same inputs)", cc.dtype, out_cpu, ref.out, lowp.out));
 }
 
-// The one head dim the CUDA backend runs an e4m3 cache at today (cuda/common/variants.h).
-constexpr int kCudaFp8CacheHeadDim = 128;
+// The head dims the CUDA backend runs an e4m3 cache at (cuda/common/variants.h kFp8CacheHeadDims).
+bool cuda_fp8_cache_head_dim(int d) { return d == 64 || d == 128 || d == 256; }
 
 class Fp8CudaCache : public testing::TestWithParam<CudaCacheCase> {};
 
@@ -1487,7 +1487,7 @@ TEST_P(Fp8CudaCache, MatchesCpuAppendAndReference) {
   // (H200, 2026-12-02, a bf16-only build: the float16 cases 30 and 31 failed; the rest of the
   // output was cut).
   if (!cuda_dtype_built(GetParam().dtype)) GTEST_SKIP() << "dtype not built (FLASHATTN_CUDA_DTYPES)";
-  if (d != kCudaFp8CacheHeadDim) {
+  if (!cuda_fp8_cache_head_dim(d)) {
     // Built only where it has run on a GPU (cuda/common/variants.h kFp8CacheHeadDims): the other
     // head dims are a clear kNotSupported, not a fallback.
     CacheTensors gpu(Backend::kCuda, GetParam());

@@ -557,7 +557,7 @@ def _rotate_ref(x, cos, sin, pos, interleaved):
 
 
 # The head dims the CUDA backend runs an e4m3 cache at today (cuda/common/variants.h).
-CUDA_FP8_CACHE_HEAD_DIMS = (128,)
+CUDA_FP8_CACHE_HEAD_DIMS = (64, 128, 256)
 
 CUDA_CACHE_CASES = (
     [dict(d=d, page_size=ps) for d in (64, 128, 256) for ps in (0, 1, 16, 256)]
