@@ -210,7 +210,7 @@ Status prepare(const QKVParams& p, PadPlan* plan, int* major_out = nullptr) {
   if (fp8_cache && (plan->any() || !cuda::head_dim_in(p.head_dim, cuda::kFp8CacheHeadDims))) {
     return Status::NotSupported("head_dim " + std::to_string(p.head_dim) +
                                 " with a float8_e4m3 k_cache/v_cache is not supported by the CUDA backend "
-                                "(head_dim 128 only; the cpu backend takes any)");
+                                "(head dims 64, 128 and 256; the cpu backend takes any)");
   }
   if (p.batch > 65535 || p.heads > 65535) {
     return Status::NotSupported("the CUDA backend supports batch and heads up to 65535, got batch " +
