@@ -541,9 +541,10 @@ __device__ __forceinline__ int sparse_entry(const SparseSlots& sparse, int stage
 // dev/ probe (dev/fwd_trace.py): thread 0 of each consumer warpgroup of the plain key-block loop
 // (not the cross-tile one) stamps clock64 per tile: tile taken, Q landed, the first S done, its
 // P ready, then S done and P ready for each of the next kFwdTraceBlocks blocks, the last P V
-// done and O stored, into g_fwd_trace; run_fwd launches fwd_trace_print_kernel after the forward
-// when FLASHATTN_DEV_FWD_TRACE_PRINT is set. Not a shipped configuration: a build with the macro
-// holds ~8 MB of static device memory per kernel file.
+// done and O stored, into g_fwd_trace (zeroed by run_fwd before each launch); run_fwd launches
+// fwd_trace_print_kernel after the forward when FLASHATTN_DEV_FWD_TRACE_PRINT is set. Not a
+// shipped configuration: a build with the macro holds ~8 MB of static device memory per kernel
+// file.
 constexpr int kFwdTraceCtas = 264, kFwdTraceWgs = 3, kFwdTraceTiles = 64, kFwdTraceBlocks = 7;
 constexpr int kFwdTraceStamps = 4 + 2 * kFwdTraceBlocks + 2;
 static __device__ long long g_fwd_trace[kFwdTraceCtas][kFwdTraceWgs][kFwdTraceTiles][kFwdTraceStamps];
@@ -1022,26 +1023,50 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kCtasPerSm) fwd_kern
     }
     if (pending) flush();
   } else {
-  for (int k = 0;; ++k) {
-    [[maybe_unused]] bool listed = false;  // kSparse: the tile's list has a key tile in range
+  // The CTA's k-th tile and its work (coordinates, extent, key-block range: a few integer
+  // divisions on the uniform datapath, and the feed's wait), taken under the previous tile's last
+  // P V product rather than after its epilogue (kTakeAhead), where nothing else of the
+  // warpgroup's runs.
+  struct NextTile {
     int tile;
+    bool listed;  // kSparse: the tile's list has a key tile in range
+    TileWork w;
+  };
+  const auto next_tile = [&](int k) {
+    NextTile n{};
     if constexpr (Traits::kSparse) {
-      tile = take_tile(feed, sparse, k, lane, &listed);
+      n.tile = take_tile(feed, sparse, k, lane, &n.listed);
     } else {
-      tile = Traits::kDynamicTiles ? take_tile(feed, k, lane) : order.cta_tile(k, blockIdx.x, gridDim.x);
+      n.tile = Traits::kDynamicTiles ? take_tile(feed, k, lane) : order.cta_tile(k, blockIdx.x, gridDim.x);
     }
-    if (tile >= order.tiles) break;
-    const TileWork w = tile_work<Traits>(params, order, tile);
-    if (!w.exists()) continue;
+    if (n.tile < order.tiles) n.w = tile_work<Traits>(params, order, n.tile);
+    return n;
+  };
+#if defined(FLASHATTN_DEV_SM90_FWD_NO_TAKE_AHEAD)
+  constexpr bool kTakeAhead = false;
+#else
+  constexpr bool kTakeAhead = true;
+#endif
+  NextTile cur = next_tile(0);
+  for (int k = 0;; ++k) {
+    if (cur.tile >= order.tiles) break;
+    const int tile = cur.tile;
+    [[maybe_unused]] const bool listed = cur.listed;
+    const TileWork w = cur.w;
+    bool ahead = false;  // cur already holds tile k + 1
+    if (!w.exists()) {
+      cur = next_tile(k + 1);
+      continue;
+    }
 #if defined(FLASHATTN_DEV_FWD_TRACE)
     if (trace_thread && blockIdx.x < kFwdTraceCtas && k < kFwdTraceTiles) {
       g_fwd_trace_tile[blockIdx.x][consumer][k][0] = tile;
       g_fwd_trace_tile[blockIdx.x][consumer][k][1] = w.has_keys() ? w.n_hi - w.n_lo : 0;
-#pragma unroll 1
-      for (int i = 0; i < kFwdTraceStamps; ++i) g_fwd_trace[blockIdx.x][consumer][k][i] = 0;
     }
     trace_tiles = k + 1;
     FLASHATTN_FWD_TRACE(k, 0)
+#else
+    (void)tile;
 #endif
     const WindowMask mask = make_window_mask<Traits::kMask == MaskMode::kWindow>(
         w.seqlen_q, w.seqlen_k, params.window_left, params.window_right);
@@ -1189,6 +1214,10 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kCtasPerSm) fwd_kern
       turns.take();
       gemm_pv<Traits>(st.o, st.p, v_desc(stage));
       turns.pass();
+      if constexpr (kTakeAhead) {
+        cur = next_tile(k + 1);
+        ahead = true;
+      }
       ptx::wgmma_wait<0>();
       ptx::fence_operand(st.o);
       release(&ring.v_empty[stage], lane);
@@ -1197,6 +1226,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kCtasPerSm) fwd_kern
     }
     store_tile<Traits>(params, w, st, row_in_tile, t4, scale_log2);
     FLASHATTN_FWD_TRACE(k, kFwdTraceStamps - 1)
+    if (!ahead) cur = next_tile(k + 1);
   }
 #if defined(FLASHATTN_DEV_FWD_TRACE)
   if (trace_thread && blockIdx.x < kFwdTraceCtas) {

@@ -56,6 +56,15 @@ Status run_fwd(const ForwardParams& params, cudaStream_t stream) {
       }
     }
   }
+#if defined(FLASHATTN_DEV_FWD_TRACE)
+  // dev/fwd_trace.py: stamps start at 0 (a tile's unreached stamps stay 0) for every launch.
+  {
+    void* stamps = nullptr;
+    cudaError_t e = cudaGetSymbolAddress(&stamps, g_fwd_trace);
+    if (e == cudaSuccess) e = cudaMemsetAsync(stamps, 0, sizeof(g_fwd_trace), stream);
+    if (e != cudaSuccess) return Status::Internal(std::string("zeroing the forward trace: ") + cudaGetErrorString(e));
+  }
+#endif
   const Status launched = launch_fwd(
       fwd_kernel<Traits>, kp, Traits::kThreads, Traits::kCtasPerSm, Traits::kSmemBytes, Traits::kDynamicTiles, plan_bytes,
       [&](void* workspace) {
