@@ -96,6 +96,19 @@ TEST(Sm90TileOrder, VisitsEveryTileOnceHeaviestFirstInEachGroup) {
   }
 }
 
+TEST(Sm90TileOrder, HeadAndBatchOfAPlane) {
+  for (int heads : {1, 3, 16, 128}) {
+    const int planes = heads * 7;
+    const TileOrder order(planes * 4, 4, planes, 1, heads);
+    for (int plane = 0; plane < planes; ++plane) {
+      int head = -1, batch = -1;
+      order.head_batch(plane, &head, &batch);
+      ASSERT_EQ(head, plane % heads) << plane;
+      ASSERT_EQ(batch, plane / heads) << plane;
+    }
+  }
+}
+
 TEST(Sm90TileOrder, AlternatingRoundsGiveEveryTileToOneCta) {
   for (int tiles : {1, 5, 132, 133, 1000}) {
     for (int ctas : {1, 7, 132}) {

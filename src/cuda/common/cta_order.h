@@ -22,6 +22,8 @@
 // +3-4% at 2k/4k, d64 +1-3% (sm90/bwd_kernel.h).
 #pragma once
 
+#include "cuda/common/fast_div.h"
+
 #if defined(__CUDACC__)
 #define FLASHATTN_CTA_HD __host__ __device__
 #else
@@ -44,13 +46,22 @@ struct CtaSlot {
 // A bijection for every group >= 1; group 1 is the plain order. 32-bit arithmetic (a 64-bit
 // division is a subroutine call, which cost the kernels spills): the launchers use group 1
 // where blocks * planes reaches 2^31.
+// The divisions go through `Div` objects (fast_div.h): the hardware's (PlainDiv, below) or
+// multiply-shift divisors the host built for the launch (FastDiv, sm90/tile_order.h).
+// by_first divides by planes % group (unused when that is 0), by_group_blocks by group * blocks.
+template <typename Div>
+FLASHATTN_CTA_HD inline CtaSlot grouped_cta_slot(unsigned linear, unsigned blocks, unsigned first, unsigned group,
+                                                 const Div& by_first, const Div& by_group_blocks, const Div& by_group) {
+  if (linear < first * blocks) return {int(by_first.div(linear)), by_first.mod(linear)};
+  linear -= first * blocks;
+  const unsigned g = by_group_blocks.div(linear);
+  const unsigned r = linear - g * group * blocks;
+  return {int(by_group.div(r)), first + g * group + by_group.mod(r)};
+}
+
 FLASHATTN_CTA_HD inline CtaSlot grouped_cta_slot(unsigned linear, unsigned blocks, unsigned planes, unsigned group) {
   const unsigned first = planes % group;
-  if (linear < first * blocks) return {int(linear / first), linear % first};
-  linear -= first * blocks;
-  const unsigned g = linear / (group * blocks);
-  const unsigned r = linear - g * group * blocks;
-  return {int(r / group), first + g * group + r % group};
+  return grouped_cta_slot(linear, blocks, first, group, PlainDiv{first}, PlainDiv{group * blocks}, PlainDiv{group});
 }
 
 #if defined(__CUDACC__)

@@ -54,8 +54,8 @@ inline Status make_fwd_params(const ForwardParams& params, DType kv_dtype, int h
   const int m_blocks = (params.seqlen_q + block_m - 1) / block_m;
   const long long planes = static_cast<long long>(params.heads) * params.batch;
   if (planes * m_blocks >= (1LL << 31)) return Status::NotSupported(std::string("more than 2^31 query tiles for ") + what);
-  kp->order = TileOrder{int(planes * m_blocks), m_blocks, int(planes),
-                        causal_group_planes(params.is_causal, m_blocks, planes, sms)};
+  kp->order = TileOrder(int(planes * m_blocks), m_blocks, int(planes),
+                        causal_group_planes(params.is_causal, m_blocks, planes, sms), params.heads);
   return Status::Ok();
 }
 

@@ -476,8 +476,7 @@ __device__ __forceinline__ TileWork tile_work(const ForwardParams& params, const
   TileWork w;
   const TileCoord c = order.at(t);
   w.m_block = c.m_block;
-  w.head = c.plane % params.heads;
-  w.batch = c.plane / params.heads;
+  order.head_batch(c.plane, &w.head, &w.batch);
   const SeqExtent e = seq_extent(params, w.batch);
   w.row0_q = e.row0_q;
   w.row0_k = e.row0_k;

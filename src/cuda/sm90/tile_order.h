@@ -9,7 +9,10 @@
 // group 1 without a causal mask, causal_group_planes() with one.
 #pragma once
 
+#include <cstdint>
+
 #include "cuda/common/cta_order.h"
+#include "cuda/common/fast_div.h"
 
 #if defined(__CUDACC__)
 #define FLASHATTN_TILE_HD __host__ __device__
@@ -29,10 +32,38 @@ struct TileOrder {
   int m_blocks;  // query blocks per plane
   int planes;
   int group;     // planes per group
+  int first;     // planes % group: the smaller group, which starts first (cta_order.h)
+  // The divisions of at() and head_batch() as multiply-shifts (fast_div.h): by first (1 when
+  // first is 0: unused then), group * m_blocks, group, and the heads of a plane's (head, batch).
+  FastDiv by_first, by_group_blocks, by_group, by_heads;
+
+  TileOrder() = default;
+  // Host: m_blocks, planes, group >= 1 with tiles = m_blocks * planes < 2^31; heads divides planes.
+  TileOrder(int tiles_, int m_blocks_, int planes_, int group_, int heads = 1)
+      : tiles(tiles_), m_blocks(m_blocks_), planes(planes_), group(group_), first(planes_ % group_),
+        by_first(uint32_t(first == 0 ? 1 : first)), by_group_blocks(uint32_t(group_) * uint32_t(m_blocks_)),
+        by_group(uint32_t(group_)), by_heads(uint32_t(heads)) {}
 
   FLASHATTN_TILE_HD TileCoord at(int t) const {
+#if defined(FLASHATTN_DEV_SM90_FWD_PLAIN_DIV)
     const CtaSlot s = grouped_cta_slot(unsigned(t), unsigned(m_blocks), unsigned(planes), unsigned(group));
+#else
+    const CtaSlot s = grouped_cta_slot(unsigned(t), unsigned(m_blocks), unsigned(first), unsigned(group), by_first,
+                                       by_group_blocks, by_group);
+#endif
     return {m_blocks - 1 - s.block, int(s.plane)};
+  }
+
+  // A plane's head and batch (plane = head + heads * batch).
+  FLASHATTN_TILE_HD void head_batch(int plane, int* head, int* batch) const {
+#if defined(FLASHATTN_DEV_SM90_FWD_PLAIN_DIV)
+    *head = plane % int(by_heads.divisor);
+    *batch = plane / int(by_heads.divisor);
+#else
+    const uint32_t b = by_heads.div(uint32_t(plane));
+    *batch = int(b);
+    *head = plane - int(b * by_heads.divisor);
+#endif
   }
 
   // The tile CTA `cta` of `ctas` takes in round r (>= tiles: none, in this or any later round).
