@@ -7,12 +7,12 @@ after the forward prints them when FLASHATTN_DEV_FWD_TRACE_PRINT is set). Runs f
 at each shape a few times, then one traced call, and prints per shape, in SM clock cycles
 (clock64 is per SM: only stamps of one SM compare), medians over the tiles of each key-block
 count nb:
-  q       tile taken -> its Q landed
+  q       tile begun (its work was fetched under the previous tile's last P V) -> its Q landed
   s0, p0  -> the first block's S done, its P ready (the first softmax runs under no P V)
   blk     per later block: previous P ready -> this S done (turn, products, S's latency) and
           S done -> P ready (the softmax under the previous P V)
-  pv, st  the last P V done, O stored (the epilogue)
-  gap     O stored -> the next tile taken by the same warpgroup
+  pv, st  the last P V done (with the next tile's fetch), O stored (the epilogue)
+  gap     O stored -> the next tile begun by the same warpgroup
 and, per SM, how much of each warpgroup's softmax time another warpgroup of that SM (the other
 consumer, or the other CTA's) spends in a softmax too: near 0 they alternate, near 1 they align.
 

@@ -538,9 +538,9 @@ __device__ __forceinline__ int sparse_entry(const SparseSlots& sparse, int stage
 // so the producer loads the next tile's Q and first K/V tiles while the consumers finish this one.
 #if defined(FLASHATTN_DEV_FWD_TRACE)
 // dev/ probe (dev/fwd_trace.py): thread 0 of each consumer warpgroup of the plain key-block loop
-// (not the cross-tile one) stamps clock64 per tile: tile taken, Q landed, the first S done, its
-// P ready, then S done and P ready for each of the next kFwdTraceBlocks blocks, the last P V
-// done and O stored, into g_fwd_trace (zeroed by run_fwd before each launch); run_fwd launches
+// (not the cross-tile one) stamps clock64 per tile: tile begun (its work fetched under the
+// previous tile's last P V), Q landed, the first S done, its P ready, then S done and P ready
+// for each of the next kFwdTraceBlocks blocks, the last P V done and O stored, into g_fwd_trace (zeroed by run_fwd before each launch); run_fwd launches
 // fwd_trace_print_kernel after the forward when FLASHATTN_DEV_FWD_TRACE_PRINT is set. Not a
 // shipped configuration: a build with the macro holds ~8 MB of static device memory per kernel
 // file.
@@ -1022,10 +1022,12 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kCtasPerSm) fwd_kern
     }
     if (pending) flush();
   } else {
-  // The CTA's k-th tile and its work (coordinates, extent, key-block range: a few integer
-  // divisions on the uniform datapath, and the feed's wait), taken under the previous tile's last
-  // P V product rather than after its epilogue (kTakeAhead), where nothing else of the
-  // warpgroup's runs.
+  // The CTA's k-th tile and its work (coordinates, extent, key-block range; the feed's wait),
+  // taken under the previous tile's last P V product rather than after its epilogue, where
+  // nothing else of the warpgroup's runs. With the hardware's divisions this fetch took ~1000
+  // cycles per tile (dev/fwd_trace.py, s32) and moving it under the product alone changed
+  // nothing measurable; with the divisors of TileOrder (fast_div.h) it adds +0.5-1.5% at the
+  // masked d64 and d128 512-1k rows to theirs (dev/results/h200-2026-12-04-s32-fastdiv-ab-a207ccf.json).
   struct NextTile {
     int tile;
     bool listed;  // kSparse: the tile's list has a key tile in range
@@ -1041,11 +1043,6 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kCtasPerSm) fwd_kern
     if (n.tile < order.tiles) n.w = tile_work<Traits>(params, order, n.tile);
     return n;
   };
-#if defined(FLASHATTN_DEV_SM90_FWD_NO_TAKE_AHEAD)
-  constexpr bool kTakeAhead = false;
-#else
-  constexpr bool kTakeAhead = true;
-#endif
   NextTile cur = next_tile(0);
   for (int k = 0;; ++k) {
     if (cur.tile >= order.tiles) break;
@@ -1213,10 +1210,8 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kCtasPerSm) fwd_kern
       turns.take();
       gemm_pv<Traits>(st.o, st.p, v_desc(stage));
       turns.pass();
-      if constexpr (kTakeAhead) {
-        cur = next_tile(k + 1);
-        ahead = true;
-      }
+      cur = next_tile(k + 1);
+      ahead = true;
       ptx::wgmma_wait<0>();
       ptx::fence_operand(st.o);
       release(&ring.v_empty[stage], lane);
