@@ -432,7 +432,13 @@ __device__ __forceinline__ void store_tile(const ForwardParams& params, const Ti
     float m_log2 = __fmul_rn(st.row_max[h], scale_log2);
     const float o_factor = fold_sink(sink_log2, &m_log2, &l, [](float x) { return ptx::exp2_approx(x); });
     const bool empty = l == 0.0f;  // no visible key and no sink; a NaN sum stays NaN
+#if defined(FLASHATTN_DEV_SM90_FWD_RCP_APPROX)
+    // dev A/B (s32 to-do): 1/l as one MUFU.RCP (within 1 ulp of f32, under O's 16-bit rounding)
+    // instead of the IEEE division's refinement and slow-path branch.
+    const float inv = empty ? 0.0f : __fdividef(o_factor, l);
+#else
     const float inv = empty ? 0.0f : o_factor / l;
+#endif
     const int r = row_in_tile + 8 * h;
     // Each quad holds 4 bytes of every 16-byte chunk of its row; transposed across the quad
     // (outside the row test: every lane shuffles), a thread holds whole chunks, so a warp's
