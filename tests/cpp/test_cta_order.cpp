@@ -119,7 +119,8 @@ TEST(FastDiv, QuotientsAreExactBelowTwoToThe31) {
   for (uint32_t d : divisors) {
     // Around multiples of d (where a quotient steps), the ends of the range, and random values.
     const uint64_t top = (uint64_t(1) << 31) - 1;
-    for (uint64_t k : {uint64_t(0), uint64_t(1), uint64_t(2), top / d - 1, top / d}) {
+    const uint64_t last = top / d;  // the last multiple of d below 2^31 is last * d
+    for (uint64_t k : {uint64_t(0), uint64_t(1), uint64_t(2), last == 0 ? 0 : last - 1, last}) {
       for (int64_t delta : {-1, 0, 1}) {
         const int64_t n = int64_t(k * d) + delta;
         if (n >= 0 && n <= int64_t(top)) expect_fast_div_exact(d, uint32_t(n));

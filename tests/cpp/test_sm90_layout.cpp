@@ -76,7 +76,7 @@ TEST(Sm90TileOrder, VisitsEveryTileOnceHeaviestFirstInEachGroup) {
   for (int m_blocks : {1, 3, 8, 128}) {
     for (int planes : {1, 2, 7, 32}) {
       for (int group : {1, 2, 3, 33}) {
-        const TileOrder order{m_blocks * planes, m_blocks, planes, group};
+        const TileOrder order(m_blocks * planes, m_blocks, planes, group, 1);
         std::vector<int> hits(size_t(m_blocks) * planes, 0);
         std::vector<int> last_m(size_t(planes), m_blocks);
         for (int t = 0; t < order.tiles; ++t) {
@@ -112,7 +112,7 @@ TEST(Sm90TileOrder, HeadAndBatchOfAPlane) {
 TEST(Sm90TileOrder, AlternatingRoundsGiveEveryTileToOneCta) {
   for (int tiles : {1, 5, 132, 133, 1000}) {
     for (int ctas : {1, 7, 132}) {
-      const TileOrder order{tiles, tiles, 1, 1};
+      const TileOrder order(tiles, tiles, 1, 1, 1);
       std::vector<int> hits(size_t(tiles), 0);
       for (int cta = 0; cta < ctas; ++cta) {
         for (int r = 0;; ++r) {
@@ -125,7 +125,7 @@ TEST(Sm90TileOrder, AlternatingRoundsGiveEveryTileToOneCta) {
     }
   }
   // Round 1 runs backwards: the CTA that took the first (heaviest) tile takes the round's last.
-  const TileOrder order{264, 264, 1, 1};
+  const TileOrder order(264, 264, 1, 1, 1);
   EXPECT_EQ(order.cta_tile(0, 0, 132), 0);
   EXPECT_EQ(order.cta_tile(1, 0, 132), 263);
   EXPECT_EQ(order.cta_tile(1, 131, 132), 132);

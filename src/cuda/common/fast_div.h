@@ -18,7 +18,7 @@ namespace flashattn::cuda {
 
 struct FastDiv {
   uint32_t divisor = 1;
-  uint32_t mul = 1;    // ceil(2^(32 + shift) / divisor) - 2^32
+  uint32_t mul = 1;    // floor(2^(32 + shift) / divisor) + 1 - 2^32
   uint32_t shift = 0;  // ceil(log2(divisor))
 
   FastDiv() = default;

@@ -1028,12 +1028,16 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kCtasPerSm) fwd_kern
     }
     if (pending) flush();
   } else {
-  // The CTA's k-th tile and its work (coordinates, extent, key-block range; the feed's wait),
-  // taken under the previous tile's last P V product rather than after its epilogue, where
-  // nothing else of the warpgroup's runs. With the hardware's divisions this fetch took ~1000
-  // cycles per tile (dev/fwd_trace.py, s32) and moving it under the product alone changed
+  // The CTA's k-th tile and its work (coordinates, extent, key-block range; the feed's wait).
+  // kTakeAhead: taken under the previous tile's last P V product rather than after its epilogue,
+  // where nothing else of the warpgroup's runs. With the hardware's divisions this fetch took
+  // ~1000 cycles per tile (dev/fwd_trace.py, s32) and moving it under the product alone changed
   // nothing measurable; with the divisors of TileOrder (fast_div.h) it adds +0.5-1.5% at the
   // masked d64 and d128 512-1k rows to theirs (dev/results/h200-2026-12-04-s32-fastdiv-ab-a207ccf.json).
+  // Only the kernels measured so: carried across the tile, the next tile's work cost the bias,
+  // modifier and mask kernels spills in their key-block loops (ptxas: bias d128 window 0 -> 232
+  // bytes, modifiers d256 44 -> 256), so they take it at the top of the loop, as before.
+  constexpr bool kTakeAhead = !Traits::kBias && !Traits::kMods && !Traits::kMaskOnly && !Traits::kSparse;
   struct NextTile {
     int tile;
     bool listed;  // kSparse: the tile's list has a key tile in range
@@ -1049,15 +1053,17 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kCtasPerSm) fwd_kern
     if (n.tile < order.tiles) n.w = tile_work<Traits>(params, order, n.tile);
     return n;
   };
-  NextTile cur = next_tile(0);
+  NextTile cur{};
+  if constexpr (kTakeAhead) cur = next_tile(0);
   for (int k = 0;; ++k) {
+    if constexpr (!kTakeAhead) cur = next_tile(k);
     if (cur.tile >= order.tiles) break;
     const int tile = cur.tile;
     [[maybe_unused]] const bool listed = cur.listed;
     const TileWork w = cur.w;
-    bool ahead = false;  // cur already holds tile k + 1
+    bool ahead = false;  // kTakeAhead: cur already holds tile k + 1
     if (!w.exists()) {
-      cur = next_tile(k + 1);
+      if constexpr (kTakeAhead) cur = next_tile(k + 1);
       continue;
     }
 #if defined(FLASHATTN_DEV_FWD_TRACE)
@@ -1216,8 +1222,10 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kCtasPerSm) fwd_kern
       turns.take();
       gemm_pv<Traits>(st.o, st.p, v_desc(stage));
       turns.pass();
-      cur = next_tile(k + 1);
-      ahead = true;
+      if constexpr (kTakeAhead) {
+        cur = next_tile(k + 1);
+        ahead = true;
+      }
       ptx::wgmma_wait<0>();
       ptx::fence_operand(st.o);
       release(&ring.v_empty[stage], lane);
@@ -1226,7 +1234,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kCtasPerSm) fwd_kern
     }
     store_tile<Traits>(params, w, st, row_in_tile, t4, scale_log2);
     FLASHATTN_FWD_TRACE(k, kFwdTraceStamps - 1)
-    if (!ahead) cur = next_tile(k + 1);
+    if (kTakeAhead && !ahead) cur = next_tile(k + 1);
   }
 #if defined(FLASHATTN_DEV_FWD_TRACE)
   if (trace_thread && blockIdx.x < kFwdTraceCtas) {

@@ -42,7 +42,7 @@ struct TileOrder {
 
   TileOrder() = default;
   // Host: m_blocks, planes, group >= 1 with tiles = m_blocks * planes < 2^31; heads divides planes.
-  TileOrder(int tiles_, int m_blocks_, int planes_, int group_, int heads = 1)
+  TileOrder(int tiles_, int m_blocks_, int planes_, int group_, int heads)
       : tiles(tiles_), m_blocks(m_blocks_), planes(planes_), group(group_), first(planes_ % group_),
         by_first(uint32_t(first == 0 ? 1 : first)), by_group_blocks(uint32_t(group_) * uint32_t(m_blocks_)),
         by_group(uint32_t(group_)), by_heads(uint32_t(heads)) {}
