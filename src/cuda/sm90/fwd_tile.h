@@ -134,7 +134,10 @@ constexpr FwdTile fwd_short_rows_tile(int head_dim, bool windowed) {
   return head_dim == 256 ? FwdTile{2, 64, 2, true}
          : head_dim == 128 ? fwd_tile(128, 128, true)
 #if defined(FLASHATTN_DEV_SM90_FWD_SHORT3)
-         : windowed      ? FwdTile{1, FLASHATTN_DEV_SM90_FWD_SHORT3, 2, false, false, 3}
+#if !defined(FLASHATTN_DEV_SM90_FWD_SHORT3_STAGES)
+#define FLASHATTN_DEV_SM90_FWD_SHORT3_STAGES 2
+#endif
+         : windowed      ? FwdTile{1, FLASHATTN_DEV_SM90_FWD_SHORT3, FLASHATTN_DEV_SM90_FWD_SHORT3_STAGES, false, false, 3}
 #else
          : windowed      ? FwdTile{1, 128, 2, false, false, 2}
 #endif
