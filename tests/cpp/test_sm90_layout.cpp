@@ -523,15 +523,18 @@ TEST(Sm90BwdMask, GroupMajorStepGivesEachLaneItsKeepBits) {
   }
 }
 
-// d64's tile for short masked rows (FwdShortRowsTraits): one consumer at two CTAs per SM, so that
+// d64's tile for short masked rows (FwdShortRowsTraits): one consumer at three CTAs per SM, so that
 // 1024 rows are sixteen whole tiles (the three-consumer tile leaves a 64-row sixth), within each
-// CTA's half of the SM's shared memory and registers.
+// CTA's third of the SM's shared memory and registers; 64-key blocks, since 128 keys' accumulators
+// do not fit a third of the registers.
 TEST(Sm90FwdTile, ShortRowsTileFitsAndDividesTheThreshold) {
   EXPECT_TRUE(sm90::fwd_has_short_rows(64, 64, true));
   EXPECT_FALSE(sm90::fwd_has_short_rows(128, 128, true));
   const FwdTile t = sm90::fwd_short_rows_tile(64, true);
   EXPECT_EQ(t.consumers, 1);
-  EXPECT_EQ(t.ctas_per_sm, 2);
+  EXPECT_EQ(t.ctas_per_sm, 3);
+  EXPECT_EQ(t.block_n, 64);
+  EXPECT_GT(sm90::fwd_accumulator_regs(FwdTile{1, 128, 2, false, false, 3}, 64), sm90::fwd_consumer_regs(t));
   EXPECT_LT(t.consumers, sm90::fwd_tile(64, 64, true).consumers);
   EXPECT_EQ(sm90::kFwdShortRowsMaxSeqlen % (64 * t.consumers), 0);
   EXPECT_NE(sm90::kFwdShortRowsMaxSeqlen % (64 * sm90::fwd_tile(64, 64, true).consumers), 0);

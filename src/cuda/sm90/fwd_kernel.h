@@ -432,50 +432,18 @@ __device__ __forceinline__ void store_tile(const ForwardParams& params, const Ti
     float m_log2 = __fmul_rn(st.row_max[h], scale_log2);
     const float o_factor = fold_sink(sink_log2, &m_log2, &l, [](float x) { return ptx::exp2_approx(x); });
     const bool empty = l == 0.0f;  // no visible key and no sink; a NaN sum stays NaN
-#if defined(FLASHATTN_DEV_SM90_FWD_RCP_APPROX)
-    // dev A/B (s32 to-do): 1/l as one MUFU.RCP (within 1 ulp of f32, under O's 16-bit rounding)
-    // instead of the IEEE division's refinement and slow-path branch.
+    // 1/l as one MUFU.RCP (__fdividef: within 2 ulp of f32, far under O's 16-bit rounding; exact
+    // enough for any l here, which is >= 1 when a key or the sink is visible and far below the
+    // 2^126 where __fdividef returns 0) instead of the IEEE division's refinement and slow-path
+    // branch: 128 fewer SASS instructions in the d128 short kernel; d128 +2% at 512, +3% at 1k
+    // with the d64 short tile (dev/results/h200-2026-12-04-s33-short3-ab-2c74ce7.json).
     const float inv = empty ? 0.0f : __fdividef(o_factor, l);
-#else
-    const float inv = empty ? 0.0f : o_factor / l;
-#endif
     const int r = row_in_tile + 8 * h;
     // Each quad holds 4 bytes of every 16-byte chunk of its row; transposed across the quad
     // (outside the row test: every lane shuffles), a thread holds whole chunks, so a warp's
     // store writes 64 contiguous bytes of each of its 8 rows instead of 16 (measured: fwd_traits.h,
     // "O stored in whole 16-byte chunks").
     constexpr int kGroups = Traits::kHeadDimV / 32;
-#if defined(FLASHATTN_DEV_SM90_FWD_STORE8)
-    // dev A/B (s32 to-do): one butterfly round instead of two (half the shuffles and selects),
-    // then 8-byte stores: lane t holds pieces 2(t >> 1), +1 of chunks (t & 1) and (t & 1) + 2 of
-    // each 64-byte group, so a quad still writes whole 32-byte sectors of its row.
-    uint2 pair[kGroups][2];
-#pragma unroll
-    for (int q = 0; q < kGroups; ++q) {
-      uint32_t x[4];
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const int c = 4 * q + j;
-        x[j] = ptx::pack2<Element>(st.o[4 * c + 2 * h] * inv, st.o[4 * c + 2 * h + 1] * inv);
-      }
-      uint32_t send[2], got[2];
-      quad_round_send(x, t4, 1, send);
-      got[0] = __shfl_xor_sync(0xffffffffu, send[0], 1);
-      got[1] = __shfl_xor_sync(0xffffffffu, send[1], 1);
-      quad_round_take(x, t4, 1, got);
-      pair[q][0] = make_uint2(x[0], x[1]);
-      pair[q][1] = make_uint2(x[2], x[3]);
-    }
-    if (r < w.rows_here) {
-      if (params.lse != nullptr && t4 == 0) params.lse[lse_base + r] = empty ? -INFINITY : (m_log2 + __log2f(l)) * kLn2;
-      char* dst = gO + r * o_row_bytes + 16 * (t4 & 1) + 8 * (t4 >> 1);
-#pragma unroll
-      for (int q = 0; q < kGroups; ++q) {
-        *reinterpret_cast<uint2*>(dst + 64 * q) = pair[q][0];
-        *reinterpret_cast<uint2*>(dst + 64 * q + 32) = pair[q][1];
-      }
-    }
-#else
     uint4 chunk[kGroups];
 #pragma unroll
     for (int q = 0; q < kGroups; ++q) {
@@ -493,7 +461,6 @@ __device__ __forceinline__ void store_tile(const ForwardParams& params, const Ti
 #pragma unroll
       for (int q = 0; q < kGroups; ++q) *reinterpret_cast<uint4*>(dst + 64 * q) = chunk[q];
     }
-#endif
   }
 }
 

@@ -79,8 +79,8 @@ constexpr FwdTile fwd_tile(int head_dim, int head_dim_v, bool windowed) {
 }
 
 // The tile of short masked rows (FwdShortRowsTraits at d64): d64 under a causal or window mask with at
-// most kFwdShortRowsMaxSeqlen query rows takes one consumer (64 x 128, 2 stages: 8 + 2 x 32 KB)
-// at two CTAs per SM (ctas_per_sm; setmaxnreg 40 / 216) instead of three consumers. At 1024 rows
+// most kFwdShortRowsMaxSeqlen query rows takes one consumer (64 x 64, 2 stages: 8 + 2 x 16 KB) at
+// three CTAs per SM (ctas_per_sm; setmaxnreg 40 / 120) instead of three consumers. At 1024 rows
 // the 192-row tile leaves 1024 = 5 x 192 + 64: a sixth tile per (batch, head) with one of its
 // three consumers busy, and under causal the short tiles are the serial chain of one consumer
 // (Q K^T -> softmax -> P V) with few key blocks to overlap. Measured on H200 (bf16, same process):
@@ -88,11 +88,16 @@ constexpr FwdTile fwd_tile(int head_dim, int head_dim_v, bool windowed) {
 //    and -6% at 1k without a mask (dev/results/h200-2026-12-02-ab-d64-{base,c2}.json), so only
 //    masked launches up to 1024 rows take it;
 //  - one consumer at two CTAs per SM against two consumers at one: causal +3.0% at 512, +2.7% at
-//    1k, 3 stages the same (dev/results/h200-2026-12-02-ab-ctas-{base2,x1,x2-b,base-b}-48180e9.json;
-//    the other rows, which kept their tiles, moved -1..+3%). Predicted +10-20% (each CTA's tile
-//    boundary beside the other's key blocks), so the boundaries are not what holds these rows
-//    at 0.80-0.85x cuDNN. The same at d128 (64 x 64 or 64 x 80, the most two CTAs' shared memory
-//    allows) lost 5-21% at every length: not taken.
+//    1k, 3 stages the same (dev/results/h200-2026-12-02-ab-ctas-{base2,x1,x2-b,base-b}-48180e9.json).
+//    The same at d128 (64 x 64 or 64 x 80, the most two CTAs' shared memory allows) lost 5-21% at
+//    every length: not taken.
+//  - 64 keys at two CTAs lost to 128 keys (causal -3.8% at 512, -5.7 / -6.4% at 1k,
+//    dev/results/h200-2026-12-02-ab-s14-1-*-4716590.json), but 64 keys at three CTAs (128 keys
+//    do not fit three CTAs' registers: O, S and P take 128 of the 120 a consumer gets) won: causal 512 +14.0%, 1k +7.0% (ratio to cuDNN in the
+//    same process 0.86 -> 0.99 and 0.89 -> 0.96), medians of four alternating passes, with 1/l by
+//    MUFU.RCP in both (dev/results/h200-2026-12-04-s33-short3-ab-2c74ce7.json). Three stages at three
+//    CTAs: 2.3 / 2.8% behind two. Four CTAs do not compile: wgmma needs more than the 64
+//    registers a thread that 4 x 256 threads leave.
 //  - two score buffers, S_{i+1} issued before block i's softmax (so S's latency leaves the
 //    consumer's chain; producer 24 / consumers 232 registers): causal -6.9% at 512, -6.7% at 1k,
 //    and with the row sums on the tensor cores -1.7% / -0.1% against them alone
@@ -117,7 +122,11 @@ constexpr int kFwdShortRowsMaxSeqlen256 = 2048;
 constexpr bool fwd_has_short_rows(int head_dim, int head_dim_v, bool windowed) {
   return head_dim == head_dim_v && (head_dim == 64 || (head_dim == 128 && !windowed) || (head_dim == 256 && windowed));
 }
-constexpr int fwd_short_rows_max_seqlen(int head_dim) {
+constexpr int fwd_short_rows_max_seqlen(int head_dim, [[maybe_unused]] bool windowed = false) {
+#if defined(FLASHATTN_DEV_SM90_FWD_SHORT_MASKED_MAX)
+  // dev A/B (s33): the masked d64 short tile past 1024 rows.
+  if (head_dim == 64 && windowed) return FLASHATTN_DEV_SM90_FWD_SHORT_MASKED_MAX;
+#endif
   return head_dim == 128   ? kFwdShortRowsMaxSeqlen128
          : head_dim == 256 ? kFwdShortRowsMaxSeqlen256
                            : kFwdShortRowsMaxSeqlen;
@@ -127,20 +136,16 @@ constexpr int fwd_short_rows_max_seqlen(int head_dim) {
 // leave room for a panel of ones beside each stage's V (fwd_traits.h kOnesPerStage; 128 x 176
 // does not: 208 KB before them), and which timed the same as 128 x 176 at 512-1k (dev/NOTES.md,
 // "Unmasked d128 at <= 1024 keys on the window kernel").
-// The masked d64 short tile at 64 keys (2 or 3 stages) lost to 128 keys: causal -3.8% at 512,
-// -5.7 / -6.4% at 1k, 0% at 2k; unmasked rows (same kernel) within 1%
-// (dev/results/h200-2026-12-02-ab-s14-1-{base,bn64s2,bn64s3,base2}-4716590.json).
+// The masked d64 short tile: 64 x 64 at three CTAs per SM (above).
 constexpr FwdTile fwd_short_rows_tile(int head_dim, bool windowed) {
   return head_dim == 256 ? FwdTile{2, 64, 2, true}
          : head_dim == 128 ? fwd_tile(128, 128, true)
-#if defined(FLASHATTN_DEV_SM90_FWD_SHORT3)
-#if !defined(FLASHATTN_DEV_SM90_FWD_SHORT3_STAGES)
-#define FLASHATTN_DEV_SM90_FWD_SHORT3_STAGES 2
-#endif
-         : windowed      ? FwdTile{1, FLASHATTN_DEV_SM90_FWD_SHORT3, FLASHATTN_DEV_SM90_FWD_SHORT3_STAGES, false, false, 3}
+#if defined(FLASHATTN_DEV_SM90_FWD_SHORT_ONE_NOMASK)
+         : true  // dev A/B (s33): the one-consumer tile without a mask too
 #else
-         : windowed      ? FwdTile{1, 128, 2, false, false, 2}
+         : windowed
 #endif
+                         ? FwdTile{1, 64, 2, false, false, 3}
                          : fwd_tile(64, 64, false);
 }
 
@@ -214,9 +219,10 @@ constexpr int setmaxnreg_pool(int threads, int ctas_per_sm) {
 constexpr bool setmaxnreg_fits(int producer_regs, int consumers, int consumer_regs, int ctas_per_sm) {
   return 128 * producer_regs + 128 * consumers * consumer_regs <= setmaxnreg_pool(128 * (consumers + 1), ctas_per_sm);
 }
-// setmaxnreg: the producer warpgroup keeps 24 registers a thread (40 at two CTAs per SM: its
-// tile walk spilled at 24 there), the consumers share the rest of the pool in setmaxnreg's steps
-// of 8, at most 240: 160 for three consumers, 240 for two at one CTA per SM; 216 for one at two.
+// setmaxnreg: the producer warpgroup keeps 24 registers a thread (40 at two or three CTAs per
+// SM: its tile walk spilled at 24 there), the consumers share the rest of the pool in setmaxnreg's
+// steps of 8, at most 240: 160 for three consumers, 240 for two at one CTA per SM; 120 for one at
+// three.
 constexpr int fwd_producer_regs(const FwdTile& t) { return t.ctas_per_sm > 1 ? 40 : 24; }
 constexpr int fwd_consumer_regs(const FwdTile& t) {
   const int per_consumer =

@@ -205,7 +205,7 @@ struct FwdSparseTraits : FwdTraitsBody<Element_, kHeadDim_, kMask_, kMods_, kHea
 // Short rows (at most fwd_short_rows_max_seqlen queries: 1024 at d64, 512 at d128, 2048 at d256)
 // without score modifiers, d64, d128 without a mask and d256 with one (fwd_tile.h
 // fwd_has_short_rows): at d64/d128 the row sums on the tensor cores (kRowSumMma), at d64 under a
-// causal or window mask the one-consumer tile at two CTAs per SM, at d256 64-key blocks
+// causal or window mask the one-consumer 64 x 64 tile at three CTAs per SM, at d256 64-key blocks
 // (fwd_short_rows_tile); sm90fwdshort_hdim{64,128,256}_{dtype}_{window,nomask}.cu.
 template <typename Element_, int kHeadDim_, MaskMode kMask_ = MaskMode::kWindow>
 struct FwdShortRowsTraits : FwdTraitsBody<Element_, kHeadDim_, kMask_, false, kHeadDim_, false, true> {};
