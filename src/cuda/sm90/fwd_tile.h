@@ -120,12 +120,20 @@ constexpr int kFwdShortRowsMaxSeqlen128 = 512;
 // -5.0 / -6.4%. So masked launches up to 2048 rows take it; unmasked ones keep 128 x 80.
 constexpr int kFwdShortRowsMaxSeqlen256 = 2048;
 constexpr bool fwd_has_short_rows(int head_dim, int head_dim_v, bool windowed) {
+#if defined(FLASHATTN_DEV_SM90_FWD_SHORT128_MASKED)
+  // dev A/B (s33): d128 under a mask on the short-rows kernel too (the row sums on the tensor
+  // cores; needs an untracked sm90fwdshort_hdim128_bf16_window.cu).
+  if (head_dim == 128 && head_dim_v == 128) return true;
+#endif
   return head_dim == head_dim_v && (head_dim == 64 || (head_dim == 128 && !windowed) || (head_dim == 256 && windowed));
 }
 constexpr int fwd_short_rows_max_seqlen(int head_dim, [[maybe_unused]] bool windowed = false) {
 #if defined(FLASHATTN_DEV_SM90_FWD_SHORT_MASKED_MAX)
   // dev A/B (s33): the masked d64 short tile past 1024 rows.
   if (head_dim == 64 && windowed) return FLASHATTN_DEV_SM90_FWD_SHORT_MASKED_MAX;
+#endif
+#if defined(FLASHATTN_DEV_SM90_FWD_SHORT128_MAX)
+  if (head_dim == 128 && !windowed) return FLASHATTN_DEV_SM90_FWD_SHORT128_MAX;  // dev A/B (s33)
 #endif
   return head_dim == 128   ? kFwdShortRowsMaxSeqlen128
          : head_dim == 256 ? kFwdShortRowsMaxSeqlen256
@@ -139,7 +147,11 @@ constexpr int fwd_short_rows_max_seqlen(int head_dim, [[maybe_unused]] bool wind
 // The masked d64 short tile: 64 x 64 at three CTAs per SM (above).
 constexpr FwdTile fwd_short_rows_tile(int head_dim, bool windowed) {
   return head_dim == 256 ? FwdTile{2, 64, 2, true}
+#if defined(FLASHATTN_DEV_SM90_FWD_SHORT128_CROSS)
+         : head_dim == 128 ? FwdTile{2, 128, 2, true, true}  // dev A/B (s33): the cross-tile pipeline
+#else
          : head_dim == 128 ? fwd_tile(128, 128, true)
+#endif
 #if defined(FLASHATTN_DEV_SM90_FWD_SHORT_ONE_NOMASK)
          : true  // dev A/B (s33): the one-consumer tile without a mask too
 #else
