@@ -41,7 +41,7 @@ bool takes_mask_kernel(const ForwardParams& p) {
 // instantiations without score modifiers.
 bool takes_short_rows(const ForwardParams& p) {
   return fwd_has_short_rows(p.head_dim, p.head_dim_v, p.has_window()) && p.softcap <= 0.0f && p.alibi == nullptr &&
-         !p.has_dropout() && p.seqlen_q <= fwd_short_rows_max_seqlen(p.head_dim, p.has_window());
+         !p.has_dropout() && p.seqlen_q <= fwd_short_rows_max_seqlen(p.head_dim);
 }
 
 }  // namespace

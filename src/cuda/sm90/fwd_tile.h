@@ -97,7 +97,9 @@ constexpr FwdTile fwd_tile(int head_dim, int head_dim_v, bool windowed) {
 //    same process 0.86 -> 0.99 and 0.89 -> 0.96), medians of four alternating passes, with 1/l by
 //    MUFU.RCP in both (dev/results/h200-2026-12-04-s33-short3-ab-2c74ce7.json). Three stages at three
 //    CTAs: 2.3 / 2.8% behind two. Four CTAs do not compile: wgmma needs more than the 64
-//    registers a thread that 4 x 256 threads leave.
+//    registers a thread that 4 x 256 threads leave. The same tile past 1024 rows lost (causal
+//    2k -4.2%, 4k -7.2%; s33 call 3, `dev/results/h200-2026-12-04-s33-short-ab2-c44a802.json`),
+//    and for unmasked short rows instead of the three-consumer tile -10.5 / -10.4% at 512 / 1k.
 //  - two score buffers, S_{i+1} issued before block i's softmax (so S's latency leaves the
 //    consumer's chain; producer 24 / consumers 232 registers): causal -6.9% at 512, -6.7% at 1k,
 //    and with the row sums on the tensor cores -1.7% / -0.1% against them alone
@@ -120,21 +122,9 @@ constexpr int kFwdShortRowsMaxSeqlen128 = 512;
 // -5.0 / -6.4%. So masked launches up to 2048 rows take it; unmasked ones keep 128 x 80.
 constexpr int kFwdShortRowsMaxSeqlen256 = 2048;
 constexpr bool fwd_has_short_rows(int head_dim, int head_dim_v, bool windowed) {
-#if defined(FLASHATTN_DEV_SM90_FWD_SHORT128_MASKED)
-  // dev A/B (s33): d128 under a mask on the short-rows kernel too (the row sums on the tensor
-  // cores; needs an untracked sm90fwdshort_hdim128_bf16_window.cu).
-  if (head_dim == 128 && head_dim_v == 128) return true;
-#endif
   return head_dim == head_dim_v && (head_dim == 64 || (head_dim == 128 && !windowed) || (head_dim == 256 && windowed));
 }
-constexpr int fwd_short_rows_max_seqlen(int head_dim, [[maybe_unused]] bool windowed = false) {
-#if defined(FLASHATTN_DEV_SM90_FWD_SHORT_MASKED_MAX)
-  // dev A/B (s33): the masked d64 short tile past 1024 rows.
-  if (head_dim == 64 && windowed) return FLASHATTN_DEV_SM90_FWD_SHORT_MASKED_MAX;
-#endif
-#if defined(FLASHATTN_DEV_SM90_FWD_SHORT128_MAX)
-  if (head_dim == 128 && !windowed) return FLASHATTN_DEV_SM90_FWD_SHORT128_MAX;  // dev A/B (s33)
-#endif
+constexpr int fwd_short_rows_max_seqlen(int head_dim) {
   return head_dim == 128   ? kFwdShortRowsMaxSeqlen128
          : head_dim == 256 ? kFwdShortRowsMaxSeqlen256
                            : kFwdShortRowsMaxSeqlen;
@@ -143,21 +133,16 @@ constexpr int fwd_short_rows_max_seqlen(int head_dim, [[maybe_unused]] bool wind
 // was not timed there); d128 without a mask takes its masked tile, 128 x 128, whose two stages
 // leave room for a panel of ones beside each stage's V (fwd_traits.h kOnesPerStage; 128 x 176
 // does not: 208 KB before them), and which timed the same as 128 x 176 at 512-1k (dev/NOTES.md,
-// "Unmasked d128 at <= 1024 keys on the window kernel").
+// "Unmasked d128 at <= 1024 keys on the window kernel"). Measured again in s33 (four alternating
+// passes with cuDNN, `dev/results/h200-2026-12-04-s33-short-ab3-843927b.json`), all within the
+// run's ~1.5% noise: this tile on the cross-tile pipeline (two Q slots fit beside the ones
+// panels) +0.7% at 512 and, up to 1024 rows, -1.1% at 1k against the 128 x 176 kernel; d128 under a
+// causal mask up to 512 rows on the short kernel (row sums on the tensor cores) +1.1%.
 // The masked d64 short tile: 64 x 64 at three CTAs per SM (above).
 constexpr FwdTile fwd_short_rows_tile(int head_dim, bool windowed) {
   return head_dim == 256 ? FwdTile{2, 64, 2, true}
-#if defined(FLASHATTN_DEV_SM90_FWD_SHORT128_CROSS)
-         : head_dim == 128 ? FwdTile{2, 128, 2, true, true}  // dev A/B (s33): the cross-tile pipeline
-#else
          : head_dim == 128 ? fwd_tile(128, 128, true)
-#endif
-#if defined(FLASHATTN_DEV_SM90_FWD_SHORT_ONE_NOMASK)
-         : true  // dev A/B (s33): the one-consumer tile without a mask too
-#else
-         : windowed
-#endif
-                         ? FwdTile{1, 64, 2, false, false, 3}
+         : windowed      ? FwdTile{1, 64, 2, false, false, 3}
                          : fwd_tile(64, 64, false);
 }
 
