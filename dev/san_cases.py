@@ -147,6 +147,8 @@ CASES = {
     "bwd_d64_det": lambda: bwd_case("bwd_d64_det", 1, 1024, 2, 64, 64, False, deterministic=True),
     "bwd_192_128_causal": lambda: bwd_case("bwd_192_128_causal", 1, 1024, 2, 192, 128, True),
     "fwd_d64_short_causal": lambda: bwd_case("fwd_d64_short_causal", 2, 512, 2, 64, 64, True),
+    # d128's unmasked short-rows kernel (at most 512 rows): the row sums on the tensor cores.
+    "fwd_d128_short": lambda: bwd_case("fwd_d128_short", 2, 512, 2, 128, 128, False),
     # d256's short masked rows (64-key blocks) and its backward (the dQ kernel's 16-byte stores).
     "fwd_d256_short_causal": lambda: bwd_case("fwd_d256_short_causal", 2, 1024, 2, 256, 256, True),
     "bwd_d128_det_causal": lambda: bwd_case("bwd_d128_det_causal", 1, 1024, 2, 128, 128, True, deterministic=True),

@@ -92,6 +92,8 @@ std::string fwd_declines(const ForwardParams& p, bool any_runnable) {
                          : p.mask.defined()         ? fwd_mask_tile(p.head_dim)
                          : takes_short_rows(p)      ? fwd_short_rows_tile(p.head_dim, p.has_window())
                                                     : fwd_tile(p.head_dim, p.head_dim_v, p.has_window());
+    // (The masked d64 short tile's 64-key blocks (s33) count twice the blocks of the 128-key tile
+    // before it: such a call with fewer than ~66 64-row tiles and 65-128 keys now goes to sm80.)
     const int bm = 64 * tile.consumers, bn = tile.block_n;
     const long long ctas = static_cast<long long>((p.seqlen_q + bm - 1) / bm) * p.heads * p.batch;
     if (choose_num_splits(ctas, (p.seqlen_k + bn - 1) / bn, sms, 1) > 1) return "the split-KV heuristic splits";

@@ -403,64 +403,127 @@ __device__ __forceinline__ void softmax_under_pv(ConsumerState<Traits>& st, floa
   convert_p(st);
 }
 
-// Epilogue of one tile: finish the row sums across the quad, normalise, write LSE and O straight
-// from the accumulators, 64 contiguous bytes of a row per quad and store. No shared memory: the
-// next tile's Q may already be landing in the Q buffer.
+// Epilogue of one tile in two halves per row half h (rows g and g + 8 of each warp's 16):
+// finish_rows finishes the row sums across the quad, normalises and packs O into 16-bit pairs and
+// computes the LSE; write_rows transposes the pairs across the quad and stores LSE and O straight
+// from registers, 64 contiguous bytes of a row per quad and store. No shared memory: the next
+// tile's Q may already be landing in the Q buffer. store_tile runs both at once; the plain loop
+// under FLASHATTN_DEV_SM90_FWD_DEFER_STORE (dev A/B, s33) runs write_rows under the next tile's
+// first Q K^T product instead.
+template <typename Traits>
+struct TileRows {
+  static constexpr int kGroups = Traits::kHeadDimV / 32;  // 64-byte groups of a row
+  // Per row half, each group's four 16-bit pairs of this lane; kTransposed (finish_rows and
+  // write_rows): already transposed across the quad, i.e. this lane's 16-byte chunk of the group.
+  uint32_t x[2][kGroups][4];
+  float l[2], m_log2[2];      // the row's sum (0: no visible key) and kept maximum, for its LSE
+};
+// Where a tile's rows go: its first row of O, its first LSE, how many of its rows exist.
+struct TileDst {
+  char* o;
+  int64_t lse;
+  int rows;
+};
+template <typename Traits, typename TileWork>
+__device__ __forceinline__ TileDst tile_dst(const ForwardParams& params, const TileWork& w) {
+  return {static_cast<char*>(params.out) +
+              sizeof(typename Traits::Element) * (w.batch * params.out_strides.batch +
+                                                  (w.row0_q + w.m0) * params.out_strides.row +
+                                                  int64_t(w.head) * params.out_strides.head),
+          w.batch * params.lse_batch_stride + int64_t(w.head) * params.lse_head_stride + w.row0_q + w.m0, w.rows_here};
+}
+// The learnable sink of the tile's head in log2 units (-inf without one).
+template <typename TileWork>
+__device__ __forceinline__ float tile_sink_log2(const ForwardParams& params, const TileWork& w) {
+  return params.learnable_sink != nullptr ? params.learnable_sink[w.head] * kLog2e : -INFINITY;
+}
+
+template <typename Traits, bool kTransposed>
+__device__ __forceinline__ void finish_rows(ConsumerState<Traits>& st, float scale_log2, float sink_log2, int t4,
+                                            int h, TileRows<Traits>& out) {
+  using Element = typename Traits::Element;
+  float l;
+  if constexpr (Traits::kRowSumMma) {
+    l = st.o[Traits::kHeadDimV / 2 + 2 * h];  // the ones columns: the whole row's sum in every lane
+  } else {
+    l = st.row_sum[h];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+  }
+  // The kept maximum in log2 units; __fmul_rn keeps it one rounding, so a sink of -inf leaves
+  // the LSE bitwise unchanged. The learnable sink joins the row here (core/sink.h).
+  float m_log2 = __fmul_rn(st.row_max[h], scale_log2);
+  const float o_factor = fold_sink(sink_log2, &m_log2, &l, [](float x) { return ptx::exp2_approx(x); });
+  const bool empty = l == 0.0f;  // no visible key and no sink; a NaN sum stays NaN
+  // 1/l as one MUFU.RCP (__fdividef: within 2 ulp of f32, far under O's 16-bit rounding) instead
+  // of the IEEE division's refinement and slow-path branch: 128 fewer SASS instructions in the
+  // d128 short kernel; d128 +2.6 / +3.8% at 512 / 1k (both passes up; causal 2k +0.7 / -2.4%),
+  // d64 causal 512 +1.9% (dev/results/h200-2026-12-04-s33-short-ab1-b50349e.json). l here is 0
+  // (empty, not divided), NaN, or >= ~1 (the row maximum's own term, or the visible sink's, is
+  // ~1; every term is at most 2^8 by the lazy rescale) and so far below the 2^126 above which
+  // __fdividef returns 0, as long as |row_max * scale_log2| < 2^24 (beyond it the maximum's term
+  // carries that product's rounding error: raw scores of ~1e10 at d64).
+  const float inv = empty ? 0.0f : __fdividef(o_factor, l);
+#pragma unroll
+  for (int q = 0; q < TileRows<Traits>::kGroups; ++q) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int c = 4 * q + j;
+      out.x[h][q][j] = ptx::pack2<Element>(st.o[4 * c + 2 * h] * inv, st.o[4 * c + 2 * h + 1] * inv);
+    }
+    if constexpr (kTransposed) {
+      const uint4 chunk = quad_transpose(out.x[h][q], t4);
+      out.x[h][q][0] = chunk.x, out.x[h][q][1] = chunk.y, out.x[h][q][2] = chunk.z, out.x[h][q][3] = chunk.w;
+    }
+  }
+  out.l[h] = l;
+  out.m_log2[h] = m_log2;
+}
+
+// Each quad holds 4 bytes of every 16-byte chunk of its row; transposed across the quad (outside
+// the row test: every lane shuffles), a thread holds whole chunks, so a warp's store writes 64
+// contiguous bytes of each of its 8 rows instead of 16 (measured: fwd_traits.h, "O stored in whole
+// 16-byte chunks").
+// Row half h's LSE (lane t4 = 0 of each quad, rows of the tile only).
+template <typename Traits>
+__device__ __forceinline__ void store_lse(const ForwardParams& params, const TileDst& to, const TileRows<Traits>& rows,
+                                          int row_in_tile, int t4, int h) {
+  const int r = row_in_tile + 8 * h;
+  if (r < to.rows && params.lse != nullptr && t4 == 0) {
+    params.lse[to.lse + r] = rows.l[h] == 0.0f ? -INFINITY : (rows.m_log2[h] + __log2f(rows.l[h])) * kLn2;
+  }
+}
+
+// kLse: with the LSE (store_lse), else O alone.
+template <typename Traits, bool kTransposed, bool kLse = true>
+__device__ __forceinline__ void write_rows(const ForwardParams& params, const TileDst& to, const TileRows<Traits>& rows,
+                                           int row_in_tile, int t4, int h) {
+  uint4 chunk[TileRows<Traits>::kGroups];
+#pragma unroll
+  for (int q = 0; q < TileRows<Traits>::kGroups; ++q) {
+    const uint32_t(&x)[4] = rows.x[h][q];
+    chunk[q] = kTransposed ? make_uint4(x[0], x[1], x[2], x[3]) : quad_transpose(x, t4);
+  }
+  const int64_t o_row_bytes = sizeof(typename Traits::Element) * params.out_strides.row;
+  const int r = row_in_tile + 8 * h;
+  if (r < to.rows) {
+    if constexpr (kLse) store_lse<Traits>(params, to, rows, row_in_tile, t4, h);
+    char* dst = to.o + r * o_row_bytes + 16 * t4;
+#pragma unroll
+    for (int q = 0; q < TileRows<Traits>::kGroups; ++q) *reinterpret_cast<uint4*>(dst + 64 * q) = chunk[q];
+  }
+}
+
 template <typename Traits, typename TileWork>
 __device__ __forceinline__ void store_tile(const ForwardParams& params, const TileWork& w, ConsumerState<Traits>& st,
                                            int row_in_tile, int t4, float scale_log2) {
-  using Element = typename Traits::Element;
-  const int64_t lse_base =
-      w.batch * params.lse_batch_stride + int64_t(w.head) * params.lse_head_stride + w.row0_q + w.m0;
-  char* gO = static_cast<char*>(params.out) +
-             sizeof(Element) * (w.batch * params.out_strides.batch + (w.row0_q + w.m0) * params.out_strides.row +
-                                int64_t(w.head) * params.out_strides.head);
-  const int64_t o_row_bytes = sizeof(Element) * params.out_strides.row;
-  const float sink_log2 = params.learnable_sink != nullptr ? params.learnable_sink[w.head] * kLog2e : -INFINITY;
+  const TileDst to = tile_dst<Traits>(params, w);
+  const float sink_log2 = tile_sink_log2(params, w);
+  TileRows<Traits> rows;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    float l;
-    if constexpr (Traits::kRowSumMma) {
-      l = st.o[Traits::kHeadDimV / 2 + 2 * h];  // the ones columns: the whole row's sum in every lane
-    } else {
-      l = st.row_sum[h];
-      l += __shfl_xor_sync(0xffffffffu, l, 1);
-      l += __shfl_xor_sync(0xffffffffu, l, 2);
-    }
-    // The kept maximum in log2 units; __fmul_rn keeps it one rounding, so a sink of -inf leaves
-    // the LSE bitwise unchanged. The learnable sink joins the row here (core/sink.h).
-    float m_log2 = __fmul_rn(st.row_max[h], scale_log2);
-    const float o_factor = fold_sink(sink_log2, &m_log2, &l, [](float x) { return ptx::exp2_approx(x); });
-    const bool empty = l == 0.0f;  // no visible key and no sink; a NaN sum stays NaN
-    // 1/l as one MUFU.RCP (__fdividef: within 2 ulp of f32, far under O's 16-bit rounding; exact
-    // enough for any l here, which is >= 1 when a key or the sink is visible and far below the
-    // 2^126 where __fdividef returns 0) instead of the IEEE division's refinement and slow-path
-    // branch: 128 fewer SASS instructions in the d128 short kernel; d128 +2% at 512, +3% at 1k
-    // with the d64 short tile (dev/results/h200-2026-12-04-s33-short3-ab-2c74ce7.json).
-    const float inv = empty ? 0.0f : __fdividef(o_factor, l);
-    const int r = row_in_tile + 8 * h;
-    // Each quad holds 4 bytes of every 16-byte chunk of its row; transposed across the quad
-    // (outside the row test: every lane shuffles), a thread holds whole chunks, so a warp's
-    // store writes 64 contiguous bytes of each of its 8 rows instead of 16 (measured: fwd_traits.h,
-    // "O stored in whole 16-byte chunks").
-    constexpr int kGroups = Traits::kHeadDimV / 32;
-    uint4 chunk[kGroups];
-#pragma unroll
-    for (int q = 0; q < kGroups; ++q) {
-      uint32_t x[4];
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const int c = 4 * q + j;
-        x[j] = ptx::pack2<Element>(st.o[4 * c + 2 * h] * inv, st.o[4 * c + 2 * h + 1] * inv);
-      }
-      chunk[q] = quad_transpose(x, t4);
-    }
-    if (r < w.rows_here) {
-      if (params.lse != nullptr && t4 == 0) params.lse[lse_base + r] = empty ? -INFINITY : (m_log2 + __log2f(l)) * kLn2;
-      char* dst = gO + r * o_row_bytes + 16 * t4;
-#pragma unroll
-      for (int q = 0; q < kGroups; ++q) *reinterpret_cast<uint4*>(dst + 64 * q) = chunk[q];
-    }
+    finish_rows<Traits, true>(st, scale_log2, sink_log2, t4, h, rows);
+    write_rows<Traits, true>(params, to, rows, row_in_tile, t4, h);
   }
 }
 
@@ -1054,6 +1117,27 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kCtasPerSm) fwd_kern
   };
   NextTile cur{};
   if constexpr (kTakeAhead) cur = next_tile(0);
+#if defined(FLASHATTN_DEV_SM90_FWD_DEFER_STORE)
+  // dev A/B (s33): a tile's O normalised and packed at its end (finish_rows), but transposed and
+  // stored (write_rows) under the next tile's first Q K^T product, where the warpgroup otherwise
+  // waits for S; the short-rows kernels at d64 / d128 only (with it the d128 window kernel spilled
+  // 152 bytes, d256's short one 628).
+  constexpr bool kDeferStore = kTakeAhead && Traits::kShortRows && Traits::kHeadDimV <= 128;
+#else
+  constexpr bool kDeferStore = false;
+#endif
+  [[maybe_unused]] TileRows<Traits> held;  // kDeferStore: the last finished tile's rows
+  [[maybe_unused]] TileDst held_to{};
+  [[maybe_unused]] bool holding = false;
+  [[maybe_unused]] const auto write_held = [&] {
+    if constexpr (kDeferStore) {
+      if (holding) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) write_rows<Traits, false, false>(params, held_to, held, row_in_tile, t4, h);
+        holding = false;
+      }
+    }
+  };
   for (int k = 0;; ++k) {
     if constexpr (!kTakeAhead) cur = next_tile(k);
     if (cur.tile >= order.tiles) break;
@@ -1136,7 +1220,10 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kCtasPerSm) fwd_kern
           }
         }
       };
-      ptx::mbarrier_wait(ring.q_full, q_pass & 1);
+      // Q's slot (kQSlots: 1, or 2 under FLASHATTN_DEV_SM90_FWD_Q2 at the short rows).
+      const int q_slot = q_pass % Traits::kQSlots;
+      const uint64_t q_desc_slot = ptx::desc_advance(q_desc, q_slot * Traits::kTileBytesQ);
+      ptx::mbarrier_wait(&ring.q_full[q_slot], (q_pass / Traits::kQSlots) & 1);
       FLASHATTN_FWD_TRACE(k, 1)
 
       // The first (last-keyed) block: S, softmax, no P V yet.
@@ -1147,8 +1234,9 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kCtasPerSm) fwd_kern
       [[maybe_unused]] int kind = kTileClean;
       [[maybe_unused]] bool last = false;
       turns.take();
-      gemm_qk<Traits>(st.s, q_desc, k_desc(stage));
+      gemm_qk<Traits>(st.s, q_desc_slot, k_desc(stage));
       turns.pass();
+      write_held();  // kDeferStore: the previous tile's O, while S runs
       // kSparse: the tile, its kind and whether it is the last, from the producer's entry (read
       // while S runs; the stage is freed only below).
       if constexpr (Traits::kSparse) {
@@ -1189,7 +1277,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kCtasPerSm) fwd_kern
         ptx::mbarrier_wait(&ring.k_full[stage], parity);
         ptx::mbarrier_wait(&ring.v_full[prev_stage], prev_parity);
         turns.take();
-        gemm_qk<Traits>(st.s, q_desc, k_desc(stage));
+        gemm_qk<Traits>(st.s, q_desc_slot, k_desc(stage));
         gemm_pv<Traits>(st.o, st.p, v_desc(prev_stage));
         turns.pass();
         if constexpr (Traits::kSparse) {  // as for the first block, while the products run
@@ -1212,8 +1300,8 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kCtasPerSm) fwd_kern
         if (trace_block <= kFwdTraceBlocks) FLASHATTN_FWD_TRACE(k, 3 + 2 * trace_block)
 #endif
       }
-      // Every Q K^T product of this tile has completed: the producer may load the next Q.
-      release(ring.q_empty, lane);
+      // Every Q K^T product of this tile has completed: the producer may load a later Q here.
+      release(&ring.q_empty[q_slot], lane);
       ++q_pass;
       ptx::mbarrier_wait(&ring.v_full[stage], parity);
       turns.take();
@@ -1229,10 +1317,23 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kCtasPerSm) fwd_kern
       ++it;
       FLASHATTN_FWD_TRACE(k, kFwdTraceStamps - 2)
     }
-    store_tile<Traits>(params, w, st, row_in_tile, t4, scale_log2);
+    if constexpr (kDeferStore) {
+      write_held();  // a tile without keys issued no product to write it under
+      held_to = tile_dst<Traits>(params, w);
+      const float sink_log2 = tile_sink_log2(params, w);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        finish_rows<Traits, false>(st, scale_log2, sink_log2, t4, h, held);
+        store_lse<Traits>(params, held_to, held, row_in_tile, t4, h);  // now: O's rows are what waits
+      }
+      holding = true;
+    } else {
+      store_tile<Traits>(params, w, st, row_in_tile, t4, scale_log2);
+    }
     FLASHATTN_FWD_TRACE(k, kFwdTraceStamps - 1)
     if (kTakeAhead && !ahead) cur = next_tile(k + 1);
   }
+  write_held();  // kDeferStore: the CTA's last tile
 #if defined(FLASHATTN_DEV_FWD_TRACE)
   if (trace_thread && blockIdx.x < kFwdTraceCtas) {
     unsigned smid;

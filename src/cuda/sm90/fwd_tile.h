@@ -17,9 +17,10 @@ struct FwdTile {
   // tile boundary costs no more than a block boundary. Needs a second Q buffer (the next tile's Q
   // lands while this one is still read).
   bool cross_tile = false;
-  // CTAs resident per SM (the launch bounds' minimum and the persistent grid's size): with 2, each
-  // CTA's tile boundaries (Q load, first softmax, epilogue) run beside the other CTA's key blocks,
-  // at half the registers and shared memory each (fwd_consumer_regs, fwd_smem_limit).
+  // CTAs resident per SM (the launch bounds' minimum and the persistent grid's size): with 2 or 3,
+  // each CTA's tile boundaries (Q load, first softmax, epilogue) run beside the other CTAs' key
+  // blocks, at 1 / ctas_per_sm of the registers and shared memory each (fwd_consumer_regs,
+  // fwd_smem_limit).
   int ctas_per_sm = 1;
 };
 
@@ -92,11 +93,13 @@ constexpr FwdTile fwd_tile(int head_dim, int head_dim_v, bool windowed) {
 //    The same at d128 (64 x 64 or 64 x 80, the most two CTAs' shared memory allows) lost 5-21% at
 //    every length: not taken.
 //  - 64 keys at two CTAs lost to 128 keys (causal -3.8% at 512, -5.7 / -6.4% at 1k,
-//    dev/results/h200-2026-12-02-ab-s14-1-*-4716590.json), but 64 keys at three CTAs (128 keys
-//    do not fit three CTAs' registers: O, S and P take 128 of the 120 a consumer gets) won: causal 512 +14.0%, 1k +7.0% (ratio to cuDNN in the
-//    same process 0.86 -> 0.99 and 0.89 -> 0.96), medians of four alternating passes, with 1/l by
-//    MUFU.RCP in both (dev/results/h200-2026-12-04-s33-short3-ab-2c74ce7.json). Three stages at three
-//    CTAs: 2.3 / 2.8% behind two. Four CTAs do not compile: wgmma needs more than the 64
+//    dev/results/h200-2026-12-02-ab-s14-1-*-4716590.json), but 64 keys at three CTAs won (128
+//    keys do not fit three CTAs' registers: O 32 + row sums 4 + S 64 + P 32 = 132 accumulators,
+//    above the 120 a consumer gets): causal 512 +10.6%, 1k +4.6% alone (two passes,
+//    dev/results/h200-2026-12-04-s33-short-ab1-b50349e.json), +14.0 / +7.0% with 1/l by
+//    MUFU.RCP against neither (medians of four alternating passes; ratio to cuDNN in the same
+//    process 0.86 -> 0.99 and 0.89 -> 0.96; dev/results/h200-2026-12-04-s33-short3-ab-2c74ce7.json).
+//    Three stages at three CTAs: 2.3 / 2.8% behind two. Four CTAs do not compile: wgmma needs more than the 64
 //    registers a thread that 4 x 256 threads leave. The same tile past 1024 rows lost (causal
 //    2k -4.2%, 4k -7.2%; s33 call 3, `dev/results/h200-2026-12-04-s33-short-ab2-c44a802.json`),
 //    and for unmasked short rows instead of the three-consumer tile -10.5 / -10.4% at 512 / 1k.

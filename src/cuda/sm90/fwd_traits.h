@@ -110,7 +110,15 @@ struct FwdTraitsBody {
   static constexpr bool kDynamicTiles = kMask == MaskMode::kWindow || kSparse;
   // fwd_tile.h: the key-block pipeline runs across tiles, over two Q buffers.
   static constexpr bool kCrossTile = kTile.cross_tile;
+#if defined(FLASHATTN_DEV_SM90_FWD_Q2)
+  // dev A/B (s33): two Q slots for the plain short-rows kernels at d64 / d128 too, so the next
+  // tile's Q lands during this one (for FLASHATTN_DEV_SM90_FWD_DEFER_STORE, which reaches the next
+  // Q wait ~1500 cycles earlier).
+  static constexpr int kQSlots = kCrossTile || (kShortRows && kHeadDim <= 128) ? 2 : 1;
+#else
   static constexpr int kQSlots = kCrossTile ? 2 : 1;
+#endif
+  static constexpr int kExtraQBytes = (kQSlots - (kCrossTile ? 2 : 1)) * kTileBytesQ;  // beyond fwd_smem_bytes' Q
   static_assert(!(kCrossTile && kSparse), "the block-sparse kernel walks its lists one tile at a time");
   static constexpr int kBarriers = 2 * kQSlots + 4 * kStages  // Q full and empty per slot; K, V full and empty per stage
                                    + (kDynamicTiles ? 4 + 1 : 0)  // the feed's full/empty pairs, its two slots
@@ -174,14 +182,14 @@ struct FwdTraitsBody {
   // does the FP8 forward (fwd8_traits.h). Every head_dim_v here is a multiple of 64.
   static constexpr size_t kSmemBytes =
       fwd_smem_bytes(kTile, kHeadDim, kHeadDimV, kBarriers, kPinBytes) + size_t(kStages) * kTileBytesBias +
-      kOnesTotalBytes;
+      kOnesTotalBytes + kExtraQBytes;
 
   static_assert(kHeadDim % 64 == 0 && kHeadDimV % 64 == 0, "whole 64-column panels");
   static_assert(!kPingPong || kConsumers >= 2, "ping-pong takes turns between consumer warpgroups");
   static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "S = Q K^T is one m64nNk16 product per k-step");
   static_assert(kPanelBytesKV % 1024 == 0, "K/V panels start on the swizzle period");
   static_assert(kSmemBytes <= fwd_smem_bound(kTile, kHeadDim, kHeadDimV) + (kBias ? fwd_bias_bytes(kTile) : 0) +
-                                    kOnesTotalBytes,
+                                    kOnesTotalBytes + kExtraQBytes,
                 "fwd_smem_bound counts every buffer");
   static_assert(!kBias || (!kSparse && kMods && !kCrossTile && kBlockN % 64 == 0 && kHeadDimV == kHeadDim),
                 "the bias kernel: no block mask, scores in log2 units, one tile at a time, 64-key panels");
