@@ -108,6 +108,14 @@ def fwd_mask_case(name, b, n, h, d, key_padding, with_bias=False):
     return check(name, out, ref(q, k, v, False, keep.expand(b, 1, n, n), bias), 0.03)
 
 
+def fwd_case(name, b, sq, sk, h, d, causal):
+    """The forward alone at many tiles per CTA (the persistent loop's later tiles, Q slots reused;
+    sq > sk under causal: rows with no key, O = 0 where the float32 softmax gives NaN)."""
+    q, k, v = rnd(b, sq, h, d), rnd(b, sk, h, d), rnd(b, sk, h, d)
+    out = flashattn.flash_attn_func(q, k, v, causal=causal)
+    return check(f"{name} out", out, torch.nan_to_num(ref(q, k, v, causal), nan=0.0), 0.03)
+
+
 def sparse_case(name, n, h, d, bs=64, density=0.4):
     """The block-sparse backward (block_mask over bs x bs blocks) against float32 autograd on the
     expanded mask. Every query block keeps key block 0; key blocks 2 and 3 are dropped in every
@@ -149,6 +157,10 @@ CASES = {
     "fwd_d64_short_causal": lambda: bwd_case("fwd_d64_short_causal", 2, 512, 2, 64, 64, True),
     # d128's unmasked short-rows kernel (at most 512 rows): the row sums on the tensor cores.
     "fwd_d128_short": lambda: bwd_case("fwd_d128_short", 2, 512, 2, 128, 128, False),
+    # The short-rows kernels with several tiles per CTA (512 d128 tiles on 132 CTAs; 2048 d64
+    # tiles on 396, those of the first 400 rows without a key).
+    "fwd_d128_short_tiles": lambda: fwd_case("fwd_d128_short_tiles", 8, 500, 500, 16, 128, False),
+    "fwd_d64_short_tiles_causal": lambda: fwd_case("fwd_d64_short_tiles_causal", 8, 1000, 600, 16, 64, True),
     # d256's short masked rows (64-key blocks) and its backward (the dQ kernel's 16-byte stores).
     "fwd_d256_short_causal": lambda: bwd_case("fwd_d256_short_causal", 2, 1024, 2, 256, 256, True),
     "bwd_d128_det_causal": lambda: bwd_case("bwd_d128_det_causal", 1, 1024, 2, 128, 128, True, deterministic=True),

@@ -480,10 +480,6 @@ __device__ __forceinline__ void finish_rows(ConsumerState<Traits>& st, float sca
   out.m_log2[h] = m_log2;
 }
 
-// Each quad holds 4 bytes of every 16-byte chunk of its row; transposed across the quad (outside
-// the row test: every lane shuffles), a thread holds whole chunks, so a warp's store writes 64
-// contiguous bytes of each of its 8 rows instead of 16 (measured: fwd_traits.h, "O stored in whole
-// 16-byte chunks").
 // Row half h's LSE (lane t4 = 0 of each quad, rows of the tile only).
 template <typename Traits>
 __device__ __forceinline__ void store_lse(const ForwardParams& params, const TileDst& to, const TileRows<Traits>& rows,
@@ -494,7 +490,10 @@ __device__ __forceinline__ void store_lse(const ForwardParams& params, const Til
   }
 }
 
-// kLse: with the LSE (store_lse), else O alone.
+// Each quad holds 4 bytes of every 16-byte chunk of its row; transposed across the quad (outside
+// the row test: every lane shuffles), a thread holds whole chunks, so a warp's store writes 64
+// contiguous bytes of each of its 8 rows instead of 16 (measured: fwd_traits.h, "O stored in whole
+// 16-byte chunks"). kLse: with the LSE (store_lse), else O alone.
 template <typename Traits, bool kTransposed, bool kLse = true>
 __device__ __forceinline__ void write_rows(const ForwardParams& params, const TileDst& to, const TileRows<Traits>& rows,
                                            int row_in_tile, int t4, int h) {

@@ -118,7 +118,9 @@ struct FwdTraitsBody {
 #else
   static constexpr int kQSlots = kCrossTile ? 2 : 1;
 #endif
-  static constexpr int kExtraQBytes = (kQSlots - (kCrossTile ? 2 : 1)) * kTileBytesQ;  // beyond fwd_smem_bytes' Q
+  // Beyond the Q and Q barriers fwd_smem_bytes and fwd_smem_bound count (kBarriers has them).
+  static constexpr int kExtraQSlots = kQSlots - (kCrossTile ? 2 : 1);
+  static constexpr int kExtraQBytes = kExtraQSlots * kTileBytesQ;
   static_assert(!(kCrossTile && kSparse), "the block-sparse kernel walks its lists one tile at a time");
   static constexpr int kBarriers = 2 * kQSlots + 4 * kStages  // Q full and empty per slot; K, V full and empty per stage
                                    + (kDynamicTiles ? 4 + 1 : 0)  // the feed's full/empty pairs, its two slots
@@ -189,7 +191,7 @@ struct FwdTraitsBody {
   static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "S = Q K^T is one m64nNk16 product per k-step");
   static_assert(kPanelBytesKV % 1024 == 0, "K/V panels start on the swizzle period");
   static_assert(kSmemBytes <= fwd_smem_bound(kTile, kHeadDim, kHeadDimV) + (kBias ? fwd_bias_bytes(kTile) : 0) +
-                                    kOnesTotalBytes + kExtraQBytes,
+                                    kOnesTotalBytes + kExtraQBytes + 16 * kExtraQSlots,
                 "fwd_smem_bound counts every buffer");
   static_assert(!kBias || (!kSparse && kMods && !kCrossTile && kBlockN % 64 == 0 && kHeadDimV == kHeadDim),
                 "the bias kernel: no block mask, scores in log2 units, one tile at a time, 64-key panels");
