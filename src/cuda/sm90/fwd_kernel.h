@@ -405,8 +405,8 @@ __device__ __forceinline__ void softmax_under_pv(ConsumerState<Traits>& st, floa
 
 // Epilogue of one tile in two halves per row half h (rows g and g + 8 of each warp's 16):
 // finish_rows finishes the row sums across the quad, normalises and packs O into 16-bit pairs and
-// computes the LSE; write_rows transposes the pairs across the quad and stores LSE and O straight
-// from registers, 64 contiguous bytes of a row per quad and store. No shared memory: the next
+// keeps the row's sum and maximum for its LSE; write_rows transposes the pairs across the quad and
+// stores the LSE (store_lse) and O straight from registers, 64 contiguous bytes of a row per quad and store. No shared memory: the next
 // tile's Q may already be landing in the Q buffer. store_tile runs both at once; the plain loop
 // under FLASHATTN_DEV_SM90_FWD_DEFER_STORE (dev A/B, s33) runs write_rows under the next tile's
 // first Q K^T product instead.
