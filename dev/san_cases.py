@@ -160,6 +160,7 @@ CASES = {
     # The short-rows kernels with several tiles per CTA (512 d128 tiles on 132 CTAs; 2048 d64
     # tiles on 396, those of the first 400 rows without a key).
     "fwd_d128_short_tiles": lambda: fwd_case("fwd_d128_short_tiles", 8, 500, 500, 16, 128, False),
+    "fwd_d128_short_tiles_causal": lambda: fwd_case("fwd_d128_short_tiles_causal", 8, 500, 500, 16, 128, True),
     "fwd_d64_short_tiles_causal": lambda: fwd_case("fwd_d64_short_tiles_causal", 8, 1000, 600, 16, 64, True),
     # d256's short masked rows (64-key blocks) and its backward (the dQ kernel's 16-byte stores).
     "fwd_d256_short_causal": lambda: bwd_case("fwd_d256_short_causal", 2, 1024, 2, 256, 256, True),

@@ -407,9 +407,9 @@ __device__ __forceinline__ void softmax_under_pv(ConsumerState<Traits>& st, floa
 // finish_rows finishes the row sums across the quad, normalises and packs O into 16-bit pairs and
 // keeps the row's sum and maximum for its LSE; write_rows transposes the pairs across the quad and
 // stores the LSE (store_lse) and O straight from registers, 64 contiguous bytes of a row per quad and store. No shared memory: the next
-// tile's Q may already be landing in the Q buffer. store_tile runs both at once; the plain loop
-// under FLASHATTN_DEV_SM90_FWD_DEFER_STORE (dev A/B, s33) runs write_rows under the next tile's
-// first Q K^T product instead.
+// tile's Q may already be landing in the Q buffer. store_tile runs both at once. (s34: write_rows
+// deferred under the next tile's first Q K^T product, with two Q slots, measured no faster than
+// the two Q slots alone on the H200: dev/NOTES.md, "Hopper forward: short sequences".)
 template <typename Traits>
 struct TileRows {
   static constexpr int kGroups = Traits::kHeadDimV / 32;  // 64-byte groups of a row
@@ -866,8 +866,16 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kCtasPerSm) fwd_kern
         load_v(entry & kTileIndexMask, it);
         ++it;
       } else {
+#if defined(FLASHATTN_DEV_SM90_FWD_QFIRST)
+        // dev A/B (s34): with two Q slots and no cross-tile pipeline, the slot this Q takes freed
+        // a whole tile ago, so the Q goes before the first K instead of after its wait.
+        constexpr bool kQFirst = kQ == 2 && !Traits::kCrossTile;
+#else
+        constexpr bool kQFirst = false;
+#endif
+        if constexpr (kQFirst) load_q();
         load_k(w.n_hi - 1, it);
-        load_q();
+        if constexpr (!kQFirst) load_q();
 #pragma unroll 1
         for (int n_block = w.n_hi - 2; n_block >= w.n_lo; --n_block, ++it) {
           load_k(n_block, it + 1);
@@ -1116,27 +1124,6 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kCtasPerSm) fwd_kern
   };
   NextTile cur{};
   if constexpr (kTakeAhead) cur = next_tile(0);
-#if defined(FLASHATTN_DEV_SM90_FWD_DEFER_STORE)
-  // dev A/B (s33): a tile's O normalised and packed at its end (finish_rows), but transposed and
-  // stored (write_rows) under the next tile's first Q K^T product, where the warpgroup otherwise
-  // waits for S; the short-rows kernels at d64 / d128 only (with it the d128 window kernel spilled
-  // 152 bytes, d256's short one 628).
-  constexpr bool kDeferStore = kTakeAhead && Traits::kShortRows && Traits::kHeadDimV <= 128;
-#else
-  constexpr bool kDeferStore = false;
-#endif
-  [[maybe_unused]] TileRows<Traits> held;  // kDeferStore: the last finished tile's rows
-  [[maybe_unused]] TileDst held_to{};
-  [[maybe_unused]] bool holding = false;
-  [[maybe_unused]] const auto write_held = [&] {
-    if constexpr (kDeferStore) {
-      if (holding) {
-#pragma unroll
-        for (int h = 0; h < 2; ++h) write_rows<Traits, false, false>(params, held_to, held, row_in_tile, t4, h);
-        holding = false;
-      }
-    }
-  };
   for (int k = 0;; ++k) {
     if constexpr (!kTakeAhead) cur = next_tile(k);
     if (cur.tile >= order.tiles) break;
@@ -1219,7 +1206,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kCtasPerSm) fwd_kern
           }
         }
       };
-      // Q's slot (kQSlots: 1, or 2 under FLASHATTN_DEV_SM90_FWD_Q2 at the short rows).
+      // Q's slot (Traits::kQSlots).
       const int q_slot = q_pass % Traits::kQSlots;
       const uint64_t q_desc_slot = ptx::desc_advance(q_desc, q_slot * Traits::kTileBytesQ);
       ptx::mbarrier_wait(&ring.q_full[q_slot], (q_pass / Traits::kQSlots) & 1);
@@ -1235,7 +1222,6 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kCtasPerSm) fwd_kern
       turns.take();
       gemm_qk<Traits>(st.s, q_desc_slot, k_desc(stage));
       turns.pass();
-      write_held();  // kDeferStore: the previous tile's O, while S runs
       // kSparse: the tile, its kind and whether it is the last, from the producer's entry (read
       // while S runs; the stage is freed only below).
       if constexpr (Traits::kSparse) {
@@ -1316,23 +1302,10 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kCtasPerSm) fwd_kern
       ++it;
       FLASHATTN_FWD_TRACE(k, kFwdTraceStamps - 2)
     }
-    if constexpr (kDeferStore) {
-      write_held();  // a tile without keys issued no product to write it under
-      held_to = tile_dst<Traits>(params, w);
-      const float sink_log2 = tile_sink_log2(params, w);
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        finish_rows<Traits, false>(st, scale_log2, sink_log2, t4, h, held);
-        store_lse<Traits>(params, held_to, held, row_in_tile, t4, h);  // now: O's rows are what waits
-      }
-      holding = true;
-    } else {
-      store_tile<Traits>(params, w, st, row_in_tile, t4, scale_log2);
-    }
+    store_tile<Traits>(params, w, st, row_in_tile, t4, scale_log2);
     FLASHATTN_FWD_TRACE(k, kFwdTraceStamps - 1)
     if (kTakeAhead && !ahead) cur = next_tile(k + 1);
   }
-  write_held();  // kDeferStore: the CTA's last tile
 #if defined(FLASHATTN_DEV_FWD_TRACE)
   if (trace_thread && blockIdx.x < kFwdTraceCtas) {
     unsigned smid;

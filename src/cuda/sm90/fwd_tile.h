@@ -125,6 +125,11 @@ constexpr int kFwdShortRowsMaxSeqlen128 = 512;
 // -5.0 / -6.4%. So masked launches up to 2048 rows take it; unmasked ones keep 128 x 80.
 constexpr int kFwdShortRowsMaxSeqlen256 = 2048;
 constexpr bool fwd_has_short_rows(int head_dim, int head_dim_v, bool windowed) {
+#if defined(FLASHATTN_DEV_SM90_FWD_SHORT128_MASKED)
+  // dev A/B (s34): d128 under a mask up to 512 rows on the short-rows kernel too (its row sums on
+  // the tensor cores, now with two Q slots); the instantiation is sm90fwdshort_hdim128_bf16_window.cu.
+  if (head_dim == 128 && head_dim_v == 128) return true;
+#endif
   return head_dim == head_dim_v && (head_dim == 64 || (head_dim == 128 && !windowed) || (head_dim == 256 && windowed));
 }
 constexpr int fwd_short_rows_max_seqlen(int head_dim) {

@@ -110,14 +110,13 @@ struct FwdTraitsBody {
   static constexpr bool kDynamicTiles = kMask == MaskMode::kWindow || kSparse;
   // fwd_tile.h: the key-block pipeline runs across tiles, over two Q buffers.
   static constexpr bool kCrossTile = kTile.cross_tile;
-#if defined(FLASHATTN_DEV_SM90_FWD_Q2)
-  // dev A/B (s33): two Q slots for the plain short-rows kernels at d64 / d128 too, so the next
-  // tile's Q lands during this one (for FLASHATTN_DEV_SM90_FWD_DEFER_STORE, which reaches the next
-  // Q wait ~1500 cycles earlier).
+  // Q slots: two on the cross-tile pipeline (it runs over both) and on the plain short-rows
+  // kernels at d64 / d128, so the next tile's Q lands during this tile rather than after its last
+  // Q K^T product. H200 bf16, four alternating passes against one slot in the same processes
+  // as cuDNN (dev/results/h200-2026-12-04-s34-q2-ab-be99498.json): d128 512 +2.1%, d64 causal 1k
+  // +2.0%, causal 512 +0.7% (kernels it does not touch moved -0.5..+3.2% in the same passes).
+  // Shared memory: d128 short 230496 of 232448 bytes; d64 masked short 3 x 58504.
   static constexpr int kQSlots = kCrossTile || (kShortRows && kHeadDim <= 128) ? 2 : 1;
-#else
-  static constexpr int kQSlots = kCrossTile ? 2 : 1;
-#endif
   // Beyond the Q and Q barriers fwd_smem_bytes and fwd_smem_bound count (kBarriers has them).
   static constexpr int kExtraQSlots = kQSlots - (kCrossTile ? 2 : 1);
   static constexpr int kExtraQBytes = kExtraQSlots * kTileBytesQ;
