@@ -866,13 +866,12 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kCtasPerSm) fwd_kern
         load_v(entry & kTileIndexMask, it);
         ++it;
       } else {
-#if defined(FLASHATTN_DEV_SM90_FWD_QFIRST)
-        // dev A/B (s34): with two Q slots and no cross-tile pipeline, the slot this Q takes freed
-        // a whole tile ago, so the Q goes before the first K instead of after its wait.
+        // With two Q slots and no cross-tile pipeline (the short-rows kernels at d64 / d128) the
+        // slot this Q takes freed a whole tile ago: the Q goes first, not after the first K's wait
+        // for its stage. H200 bf16, four passes in rotated order against K first, same processes
+        // as cuDNN (dev/results/h200-2026-12-04-s34-qfirst-ab-365d30f.json): d128 512 +4.4% (4 of 4
+        // passes), d64 causal 1k +1.6%; the traced Q wait at the tile start fell to ~200-260 cycles.
         constexpr bool kQFirst = kQ == 2 && !Traits::kCrossTile;
-#else
-        constexpr bool kQFirst = false;
-#endif
         if constexpr (kQFirst) load_q();
         load_k(w.n_hi - 1, it);
         if constexpr (!kQFirst) load_q();
