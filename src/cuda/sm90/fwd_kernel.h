@@ -870,7 +870,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kCtasPerSm) fwd_kern
         // slot this Q takes freed a whole tile ago: the Q goes first, not after the first K's wait
         // for its stage. H200 bf16, four passes in rotated order against K first, same processes
         // as cuDNN (dev/results/h200-2026-12-04-s34-qfirst-ab-365d30f.json): d128 512 +4.4% (4 of 4
-        // passes), d64 causal 1k +1.6%; the traced Q wait at the tile start fell to ~200-260 cycles.
+        // passes), d64 causal 1k +1.6% (fwd_traits.h kQSlots: the traced Q wait).
         constexpr bool kQFirst = kQ == 2 && !Traits::kCrossTile;
         if constexpr (kQFirst) load_q();
         load_k(w.n_hi - 1, it);

@@ -117,7 +117,8 @@ struct FwdTraitsBody {
   // d64 causal 1k (dev/results/h200-2026-12-04-s34-q2-ab-be99498.json; rows it does not touch
   // moved -0.5..+3.2% in those passes, and in the next call the same code timed as one slot had),
   // with the Q first +4.4% / +1.6% more (4 of 4 passes; -s34-qfirst-ab-365d30f.json), and the
-  // traced Q wait at the tile start fell from ~2000 to ~200-260 cycles (-s34-fwd-trace-365d30f.txt).
+  // traced Q wait at d128 512's tile start fell from 676 to 264 cycles, the tile from 14664 to 14114
+  // (-s34-fwd-trace-365d30f.txt against -s33-fwd-trace-843927b.txt; d64 causal 1k's stayed ~200).
   // Shared memory: d128 short 230496 of 232448 bytes; d64 masked short 3 x 58504.
   static constexpr int kQSlots = kCrossTile || (kShortRows && kHeadDim <= 128) ? 2 : 1;
   // Beyond the Q and Q barriers fwd_smem_bytes and fwd_smem_bound count (kBarriers has them).
