@@ -871,7 +871,15 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kCtasPerSm) fwd_kern
         // for its stage. H200 bf16, four passes in rotated order against K first, same processes
         // as cuDNN (dev/results/h200-2026-12-04-s34-qfirst-ab-365d30f.json): d128 512 +4.4% (4 of 4
         // passes), d64 causal 1k +1.6% (fwd_traits.h kQSlots: the traced Q wait).
-        constexpr bool kQFirst = kQ == 2 && !Traits::kCrossTile;
+        // Not yet on the masked d128 short kernel: it became the default in the same session
+        // (s34), measured and tested on the GPU with K first only, and no device time was left to
+        // run it with the Q first; -DFLASHATTN_DEV_SM90_FWD_QFIRST_D128_MASKED gives it the Q first.
+#if defined(FLASHATTN_DEV_SM90_FWD_QFIRST_D128_MASKED)
+        constexpr bool kUntried = false;
+#else
+        constexpr bool kUntried = Traits::kShortRows && Traits::kHeadDim == 128 && Traits::kMask == MaskMode::kWindow;
+#endif
+        constexpr bool kQFirst = kQ == 2 && !Traits::kCrossTile && !kUntried;
         if constexpr (kQFirst) load_q();
         load_k(w.n_hi - 1, it);
         if constexpr (!kQFirst) load_q();
