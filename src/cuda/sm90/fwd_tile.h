@@ -128,6 +128,11 @@ constexpr bool fwd_has_short_rows(int head_dim, int head_dim_v, bool windowed) {
   return head_dim == head_dim_v && (head_dim == 64 || head_dim == 128 || (head_dim == 256 && windowed));
 }
 constexpr int fwd_short_rows_max_seqlen(int head_dim) {
+#if defined(FLASHATTN_DEV_SM90_FWD_SHORT128_MAX)
+  // dev A/B (s34, not yet run): d128's short rows, masked or not, up to this many rows (1024: with
+  // two Q slots and the Q first, against the 128 x 176 and window kernels at 1k).
+  if (head_dim == 128) return FLASHATTN_DEV_SM90_FWD_SHORT128_MAX;
+#endif
   return head_dim == 128   ? kFwdShortRowsMaxSeqlen128
          : head_dim == 256 ? kFwdShortRowsMaxSeqlen256
                            : kFwdShortRowsMaxSeqlen;
