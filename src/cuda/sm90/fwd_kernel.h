@@ -405,16 +405,17 @@ __device__ __forceinline__ void softmax_under_pv(ConsumerState<Traits>& st, floa
 
 // Epilogue of one tile in two halves per row half h (rows g and g + 8 of each warp's 16):
 // finish_rows finishes the row sums across the quad, normalises and packs O into 16-bit pairs and
-// keeps the row's sum and maximum for its LSE; write_rows transposes the pairs across the quad and
-// stores the LSE (store_lse) and O straight from registers, 64 contiguous bytes of a row per quad and store. No shared memory: the next
-// tile's Q may already be landing in the Q buffer. store_tile runs both at once. (s34: write_rows
-// deferred under the next tile's first Q K^T product, with two Q slots, measured no faster than
-// the two Q slots alone on the H200: dev/NOTES.md, "Hopper forward: short sequences".)
+// keeps the row's sum and maximum for its LSE, the pairs transposed across the quad; write_rows
+// stores the LSE (store_lse) and O straight from registers, 64 contiguous bytes of a row per quad
+// and store. No shared memory: the next tile's Q may already be landing in the Q buffer.
+// store_tile runs both. (s34: write_rows deferred under the next tile's first Q K^T product, with
+// two Q slots, measured no faster than the two Q slots alone on the H200: dev/NOTES.md, "Hopper
+// forward: short sequences".)
 template <typename Traits>
 struct TileRows {
   static constexpr int kGroups = Traits::kHeadDimV / 32;  // 64-byte groups of a row
-  // Per row half, each group's four 16-bit pairs of this lane; kTransposed (finish_rows and
-  // write_rows): already transposed across the quad, i.e. this lane's 16-byte chunk of the group.
+  // Per row half, this lane's 16-byte chunk of each 64-byte group (four 16-bit pairs, transposed
+  // across the quad).
   uint32_t x[2][kGroups][4];
   float l[2], m_log2[2];      // the row's sum (0: no visible key) and kept maximum, for its LSE
 };
@@ -438,7 +439,7 @@ __device__ __forceinline__ float tile_sink_log2(const ForwardParams& params, con
   return params.learnable_sink != nullptr ? params.learnable_sink[w.head] * kLog2e : -INFINITY;
 }
 
-template <typename Traits, bool kTransposed>
+template <typename Traits>
 __device__ __forceinline__ void finish_rows(ConsumerState<Traits>& st, float scale_log2, float sink_log2, int t4,
                                             int h, TileRows<Traits>& out) {
   using Element = typename Traits::Element;
@@ -471,10 +472,8 @@ __device__ __forceinline__ void finish_rows(ConsumerState<Traits>& st, float sca
       const int c = 4 * q + j;
       out.x[h][q][j] = ptx::pack2<Element>(st.o[4 * c + 2 * h] * inv, st.o[4 * c + 2 * h + 1] * inv);
     }
-    if constexpr (kTransposed) {
-      const uint4 chunk = quad_transpose(out.x[h][q], t4);
-      out.x[h][q][0] = chunk.x, out.x[h][q][1] = chunk.y, out.x[h][q][2] = chunk.z, out.x[h][q][3] = chunk.w;
-    }
+    const uint4 chunk = quad_transpose(out.x[h][q], t4);
+    out.x[h][q][0] = chunk.x, out.x[h][q][1] = chunk.y, out.x[h][q][2] = chunk.z, out.x[h][q][3] = chunk.w;
   }
   out.l[h] = l;
   out.m_log2[h] = m_log2;
@@ -490,23 +489,23 @@ __device__ __forceinline__ void store_lse(const ForwardParams& params, const Til
   }
 }
 
-// Each quad holds 4 bytes of every 16-byte chunk of its row; transposed across the quad (outside
-// the row test: every lane shuffles), a thread holds whole chunks, so a warp's store writes 64
-// contiguous bytes of each of its 8 rows instead of 16 (measured: fwd_traits.h, "O stored in whole
-// 16-byte chunks"). kLse: with the LSE (store_lse), else O alone.
-template <typename Traits, bool kTransposed, bool kLse = true>
+// Each quad held 4 bytes of every 16-byte chunk of its row; transposed across the quad in
+// finish_rows (outside the row test: every lane shuffles), a thread holds whole chunks, so a warp's
+// store writes 64 contiguous bytes of each of its 8 rows instead of 16 (measured: fwd_traits.h, "O
+// stored in whole 16-byte chunks").
+template <typename Traits>
 __device__ __forceinline__ void write_rows(const ForwardParams& params, const TileDst& to, const TileRows<Traits>& rows,
                                            int row_in_tile, int t4, int h) {
   uint4 chunk[TileRows<Traits>::kGroups];
 #pragma unroll
   for (int q = 0; q < TileRows<Traits>::kGroups; ++q) {
     const uint32_t(&x)[4] = rows.x[h][q];
-    chunk[q] = kTransposed ? make_uint4(x[0], x[1], x[2], x[3]) : quad_transpose(x, t4);
+    chunk[q] = make_uint4(x[0], x[1], x[2], x[3]);
   }
   const int64_t o_row_bytes = sizeof(typename Traits::Element) * params.out_strides.row;
   const int r = row_in_tile + 8 * h;
   if (r < to.rows) {
-    if constexpr (kLse) store_lse<Traits>(params, to, rows, row_in_tile, t4, h);
+    store_lse<Traits>(params, to, rows, row_in_tile, t4, h);
     char* dst = to.o + r * o_row_bytes + 16 * t4;
 #pragma unroll
     for (int q = 0; q < TileRows<Traits>::kGroups; ++q) *reinterpret_cast<uint4*>(dst + 64 * q) = chunk[q];
@@ -521,8 +520,8 @@ __device__ __forceinline__ void store_tile(const ForwardParams& params, const Ti
   TileRows<Traits> rows;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    finish_rows<Traits, true>(st, scale_log2, sink_log2, t4, h, rows);
-    write_rows<Traits, true>(params, to, rows, row_in_tile, t4, h);
+    finish_rows<Traits>(st, scale_log2, sink_log2, t4, h, rows);
+    write_rows<Traits>(params, to, rows, row_in_tile, t4, h);
   }
 }
 
@@ -836,11 +835,12 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kCtasPerSm) fwd_kern
       // K_j waits only for S_{j+2} to free its slot, not for the later P V product, so the next
       // K lands a whole block earlier (H200 bf16 against K_j and V_j issued together: d128 +2-4%
       // from 1k to 2k, +1% at 16k; d64 and d256 within 1% but d256 1k -2.6%; dev/results/
-      // h200-2026-12-01-ab-sm90d-*.json). The first K goes before Q: in the persistent loop the
-      // Q buffer frees only after this CTA's previous tile has issued its last S. Its load is hidden
-      // behind that tile's last P V and epilogue: two Q slots (d64, masked d128) or an L2 prefetch
-      // of the next Q moved the forward by -1..+2% at 512-16k (H200 bf16, dev/results/
-      // h200-2026-12-02-ab-qslot-*.json). The loop is not unrolled: unrolled, the producer's 24
+      // h200-2026-12-01-ab-sm90d-*.json). With one Q slot the first K goes before Q: in the
+      // persistent loop the Q buffer frees only after this CTA's previous tile has issued its last
+      // S. Its load is hidden behind that tile's last P V and epilogue: two Q slots (d64, masked
+      // d128) or an L2 prefetch of the next Q moved the forward by -1..+2% at 512-16k (H200 bf16,
+      // dev/results/h200-2026-12-02-ab-qslot-*.json; K first then). With two slots and no
+      // cross-tile pipeline the Q goes first (kQFirst below). The loop is not unrolled: unrolled, the producer's 24
       // registers spilled with the tile feed.
       if constexpr (Traits::kSparse) {
         // The same order over the listed tiles; each K tile's entry carries kLastEntry when no
@@ -866,7 +866,8 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kCtasPerSm) fwd_kern
         load_v(entry & kTileIndexMask, it);
         ++it;
       } else {
-        // With two Q slots and no cross-tile pipeline (the short-rows kernels at d64 / d128) the
+        // With two Q slots and no cross-tile pipeline (the short-rows kernels of masked d64 and of
+        // d128; unmasked d64's run the cross-tile pipeline and keep K first) the
         // slot this Q takes freed a whole tile ago: the Q goes first, not after the first K's wait
         // for its stage. H200 bf16, four passes in rotated order against K first, same processes
         // as cuDNN (dev/results/h200-2026-12-04-s34-qfirst-ab-365d30f.json): d128 512 +4.4% (4 of 4

@@ -119,9 +119,11 @@ struct FwdTraitsBody {
   // with the Q first +4.4% / +1.6% more (4 of 4 passes; -s34-qfirst-ab-365d30f.json), and the
   // traced Q wait at d128 512's tile start fell from 676 to 264 cycles, the tile from 14664 to 14114
   // (-s34-fwd-trace-365d30f.txt against -s33-fwd-trace-843927b.txt; d64 causal 1k's stayed ~200).
-  // Shared memory: d128 short 230496 of 232448 bytes; d64 masked short 3 x 58504.
+  // Shared memory: d128 short 230496 (masked: 230536, the tile feed's barriers) of 232448 bytes;
+  // d64 masked short 3 x 58504.
 #if defined(FLASHATTN_DEV_SM90_FWD_Q2_WINDOW)
-  // dev A/B (s34, not yet run): the plain window kernels at d64 / d128 (d64 causal 2k 0.97x
+  // dev A/B (s34, not yet run): the plain window kernels at d64 / d128, and with them the
+  // attn_mask-only kernels (FwdMaskTraits, the same loop) (d64 causal 2k 0.97x
   // cuDNN; the d128 window kernel's trace waited ~1600-2000 cycles for Q at its tiles' start)
   // with two Q slots and the Q first too; they fit (d64 3 x 64 rows: 24 + 24 + 2 x 32 KB, d128
   // 32 + 32 + 2 x 64 KB); d128 without a mask (128 x 176) and d192 / d256 do not.
