@@ -148,8 +148,9 @@ constexpr int fwd_short_rows_max_seqlen(int head_dim) {
 // causal mask up to 512 rows on the short kernel (row sums on the tensor cores) +1.1%. With two Q
 // slots (fwd_traits.h kQSlots; the window kernel has one and waited ~1600 cycles for Q at the
 // tile start, trace) the short kernel won at causal 512 in four of four passes in rotated order,
-// +2.0% (320-325 against 314-319 TFLOP/s; `dev/results/h200-2026-12-04-s34-qfirst-ab-365d30f.json`),
-// so masked d128 up to 512 rows takes it since s34.
+// +2.0% (320-325 against 314-319 TFLOP/s; `dev/results/h200-2026-12-04-s34-qfirst-ab-365d30f.json`;
+// rows of unchanged kernels moved up to +2.5% in those passes, so only just clear of the noise),
+// and masked d128 up to 512 rows takes it since s34.
 // The masked d64 short tile: 64 x 64 at three CTAs per SM (above).
 constexpr FwdTile fwd_short_rows_tile(int head_dim, bool windowed) {
   return head_dim == 256 ? FwdTile{2, 64, 2, true}
