@@ -388,9 +388,9 @@ LONG_SHAPES = [
     dict(b=3, sq=1111, sk=1111, h=16, hk=16, d=64),
     # At most 1024 query rows under a mask: d64's short-rows tile (sm90/fwd_tile.h).
     dict(b=3, sq=1000, sk=1250, h=16, hk=4, d=64),
-    # The short-rows kernels at several tiles per CTA on an H200: d128 up to 512 rows, masked or
-    # not (512 tiles of 128 rows), d64 masked (2048 tiles of 64 rows, the causal ones of the first
-    # 400 rows without a key); d128's with GQA and more keys than rows.
+    # The short-rows kernels at several tiles per CTA on an H200: d128 unmasked up to 512 rows
+    # (512 tiles of 128 rows), d64 masked (2048 tiles of 64 rows, the causal ones of the first 400
+    # rows without a key); d128 with GQA and more keys than rows (masked: the window kernel).
     dict(b=8, sq=500, sk=500, h=16, hk=16, d=128),
     dict(b=8, sq=1000, sk=600, h=16, hk=4, d=64),
     dict(b=3, sq=300, sk=450, h=16, hk=4, d=128),

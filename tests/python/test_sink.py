@@ -295,7 +295,7 @@ def _naive_sink(q, k, v, sink, causal):
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 @pytest.mark.parametrize("case", [
     dict(b=2, sq=113, sk=203, h=6, hk=2, d=128, causal=True, splits=1),
-    dict(b=2, sq=300, sk=450, h=8, hk=2, d=128, causal=True, splits=1),  # sm90: several short tiles
+    dict(b=2, sq=300, sk=450, h=8, hk=2, d=128, causal=True, splits=1),  # sm90: several tiles per CTA
     dict(b=2, sq=1, sk=300, h=8, hk=2, d=128, causal=False, splits=1),   # GQA decode fold
     dict(b=2, sq=1, sk=300, h=8, hk=2, d=128, causal=False, splits=3),   # + split-KV combine
     dict(b=1, sq=77, sk=500, h=4, hk=4, d=64, causal=True, splits=4),    # split-KV row tiles

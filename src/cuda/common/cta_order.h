@@ -46,7 +46,7 @@ struct CtaSlot {
 // A bijection for every group >= 1; group 1 is the plain order. 32-bit arithmetic (a 64-bit
 // division is a subroutine call, which cost the kernels spills): the launchers use group 1
 // where blocks * planes reaches 2^31.
-// The divisions go through `Div` objects (fast_div.h): the hardware's (PlainDiv, below) or
+// The divisions go through `Div` objects (fast_div.h): the hardware's (PlainDiv) or
 // multiply-shift divisors the host built for the launch (FastDiv, sm90/tile_order.h).
 // by_first divides by planes % group (unused when that is 0), by_group_blocks by group * blocks.
 template <typename Div>

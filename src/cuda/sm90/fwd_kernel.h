@@ -403,125 +403,69 @@ __device__ __forceinline__ void softmax_under_pv(ConsumerState<Traits>& st, floa
   convert_p(st);
 }
 
-// Epilogue of one tile in two halves per row half h (rows g and g + 8 of each warp's 16):
-// finish_rows finishes the row sums across the quad, normalises and packs O into 16-bit pairs and
-// keeps the row's sum and maximum for its LSE, the pairs transposed across the quad; write_rows
-// stores the LSE (store_lse) and O straight from registers, 64 contiguous bytes of a row per quad
-// and store. No shared memory: the next tile's Q may already be landing in the Q buffer.
-// store_tile runs both. (s34: write_rows deferred under the next tile's first Q K^T product, with
-// two Q slots, measured no faster than the two Q slots alone on the H200: dev/NOTES.md, "Hopper
-// forward: short sequences".)
-template <typename Traits>
-struct TileRows {
-  static constexpr int kGroups = Traits::kHeadDimV / 32;  // 64-byte groups of a row
-  // Per row half, this lane's 16-byte chunk of each 64-byte group (four 16-bit pairs, transposed
-  // across the quad).
-  uint32_t x[2][kGroups][4];
-  float l[2], m_log2[2];      // the row's sum (0: no visible key) and kept maximum, for its LSE
-};
-// Where a tile's rows go: its first row of O, its first LSE, how many of its rows exist.
-struct TileDst {
-  char* o;
-  int64_t lse;
-  int rows;
-};
-template <typename Traits, typename TileWork>
-__device__ __forceinline__ TileDst tile_dst(const ForwardParams& params, const TileWork& w) {
-  return {static_cast<char*>(params.out) +
-              sizeof(typename Traits::Element) * (w.batch * params.out_strides.batch +
-                                                  (w.row0_q + w.m0) * params.out_strides.row +
-                                                  int64_t(w.head) * params.out_strides.head),
-          w.batch * params.lse_batch_stride + int64_t(w.head) * params.lse_head_stride + w.row0_q + w.m0, w.rows_here};
-}
-// The learnable sink of the tile's head in log2 units (-inf without one).
-template <typename TileWork>
-__device__ __forceinline__ float tile_sink_log2(const ForwardParams& params, const TileWork& w) {
-  return params.learnable_sink != nullptr ? params.learnable_sink[w.head] * kLog2e : -INFINITY;
-}
-
-template <typename Traits>
-__device__ __forceinline__ void finish_rows(ConsumerState<Traits>& st, float scale_log2, float sink_log2, int t4,
-                                            int h, TileRows<Traits>& out) {
-  using Element = typename Traits::Element;
-  float l;
-  if constexpr (Traits::kRowSumMma) {
-    l = st.o[Traits::kHeadDimV / 2 + 2 * h];  // the ones columns: the whole row's sum in every lane
-  } else {
-    l = st.row_sum[h];
-    l += __shfl_xor_sync(0xffffffffu, l, 1);
-    l += __shfl_xor_sync(0xffffffffu, l, 2);
-  }
-  // The kept maximum in log2 units; __fmul_rn keeps it one rounding, so a sink of -inf leaves
-  // the LSE bitwise unchanged. The learnable sink joins the row here (core/sink.h).
-  float m_log2 = __fmul_rn(st.row_max[h], scale_log2);
-  const float o_factor = fold_sink(sink_log2, &m_log2, &l, [](float x) { return ptx::exp2_approx(x); });
-  const bool empty = l == 0.0f;  // no visible key and no sink; a NaN sum stays NaN
-  // 1/l as one MUFU.RCP (__fdividef: within 2 ulp of f32, far under O's 16-bit rounding) instead
-  // of the IEEE division's refinement and slow-path branch: 128 fewer SASS instructions in the
-  // d128 short kernel; d128 +2.6 / +3.8% at 512 / 1k (both passes up; causal 2k +0.7 / -2.4%),
-  // d64 causal 512 +1.9% (dev/results/h200-2026-12-04-s33-short-ab1-b50349e.json). l here is 0
-  // (empty, not divided), NaN, or >= ~1 (the row maximum's own term, or the visible sink's, is
-  // ~1; every term is at most 2^8 by the lazy rescale) and so far below the 2^126 above which
-  // __fdividef returns 0, as long as |row_max * scale_log2| < 2^24 (beyond it the maximum's term
-  // carries that product's rounding error: raw scores of ~1e10 at d64).
-  const float inv = empty ? 0.0f : __fdividef(o_factor, l);
-#pragma unroll
-  for (int q = 0; q < TileRows<Traits>::kGroups; ++q) {
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const int c = 4 * q + j;
-      out.x[h][q][j] = ptx::pack2<Element>(st.o[4 * c + 2 * h] * inv, st.o[4 * c + 2 * h + 1] * inv);
-    }
-    const uint4 chunk = quad_transpose(out.x[h][q], t4);
-    out.x[h][q][0] = chunk.x, out.x[h][q][1] = chunk.y, out.x[h][q][2] = chunk.z, out.x[h][q][3] = chunk.w;
-  }
-  out.l[h] = l;
-  out.m_log2[h] = m_log2;
-}
-
-// Row half h's LSE (lane t4 = 0 of each quad, rows of the tile only).
-template <typename Traits>
-__device__ __forceinline__ void store_lse(const ForwardParams& params, const TileDst& to, const TileRows<Traits>& rows,
-                                          int row_in_tile, int t4, int h) {
-  const int r = row_in_tile + 8 * h;
-  if (r < to.rows && params.lse != nullptr && t4 == 0) {
-    params.lse[to.lse + r] = rows.l[h] == 0.0f ? -INFINITY : (rows.m_log2[h] + __log2f(rows.l[h])) * kLn2;
-  }
-}
-
-// Each quad held 4 bytes of every 16-byte chunk of its row; transposed across the quad in
-// finish_rows (outside the row test: every lane shuffles), a thread holds whole chunks, so a warp's
-// store writes 64 contiguous bytes of each of its 8 rows instead of 16 (measured: fwd_traits.h, "O
-// stored in whole 16-byte chunks").
-template <typename Traits>
-__device__ __forceinline__ void write_rows(const ForwardParams& params, const TileDst& to, const TileRows<Traits>& rows,
-                                           int row_in_tile, int t4, int h) {
-  uint4 chunk[TileRows<Traits>::kGroups];
-#pragma unroll
-  for (int q = 0; q < TileRows<Traits>::kGroups; ++q) {
-    const uint32_t(&x)[4] = rows.x[h][q];
-    chunk[q] = make_uint4(x[0], x[1], x[2], x[3]);
-  }
-  const int64_t o_row_bytes = sizeof(typename Traits::Element) * params.out_strides.row;
-  const int r = row_in_tile + 8 * h;
-  if (r < to.rows) {
-    store_lse<Traits>(params, to, rows, row_in_tile, t4, h);
-    char* dst = to.o + r * o_row_bytes + 16 * t4;
-#pragma unroll
-    for (int q = 0; q < TileRows<Traits>::kGroups; ++q) *reinterpret_cast<uint4*>(dst + 64 * q) = chunk[q];
-  }
-}
-
+// Epilogue of one tile: finish the row sums across the quad, normalise, write LSE and O straight
+// from the accumulators, 64 contiguous bytes of a row per quad and store. No shared memory: the
+// next tile's Q may already be landing in the Q buffer. (s34: the stores deferred under the next
+// tile's first Q K^T product measured no faster than two Q slots alone on the H200: dev/NOTES.md,
+// "Hopper forward: short sequences".)
 template <typename Traits, typename TileWork>
 __device__ __forceinline__ void store_tile(const ForwardParams& params, const TileWork& w, ConsumerState<Traits>& st,
                                            int row_in_tile, int t4, float scale_log2) {
-  const TileDst to = tile_dst<Traits>(params, w);
-  const float sink_log2 = tile_sink_log2(params, w);
-  TileRows<Traits> rows;
+  using Element = typename Traits::Element;
+  const int64_t lse_base =
+      w.batch * params.lse_batch_stride + int64_t(w.head) * params.lse_head_stride + w.row0_q + w.m0;
+  char* gO = static_cast<char*>(params.out) +
+             sizeof(Element) * (w.batch * params.out_strides.batch + (w.row0_q + w.m0) * params.out_strides.row +
+                                int64_t(w.head) * params.out_strides.head);
+  const int64_t o_row_bytes = sizeof(Element) * params.out_strides.row;
+  const float sink_log2 = params.learnable_sink != nullptr ? params.learnable_sink[w.head] * kLog2e : -INFINITY;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    finish_rows<Traits>(st, scale_log2, sink_log2, t4, h, rows);
-    write_rows<Traits>(params, to, rows, row_in_tile, t4, h);
+    float l;
+    if constexpr (Traits::kRowSumMma) {
+      l = st.o[Traits::kHeadDimV / 2 + 2 * h];  // the ones columns: the whole row's sum in every lane
+    } else {
+      l = st.row_sum[h];
+      l += __shfl_xor_sync(0xffffffffu, l, 1);
+      l += __shfl_xor_sync(0xffffffffu, l, 2);
+    }
+    // The kept maximum in log2 units; __fmul_rn keeps it one rounding, so a sink of -inf leaves
+    // the LSE bitwise unchanged. The learnable sink joins the row here (core/sink.h).
+    float m_log2 = __fmul_rn(st.row_max[h], scale_log2);
+    const float o_factor = fold_sink(sink_log2, &m_log2, &l, [](float x) { return ptx::exp2_approx(x); });
+    const bool empty = l == 0.0f;  // no visible key and no sink; a NaN sum stays NaN
+    // 1/l as one MUFU.RCP (__fdividef: within 2 ulp of f32, far under O's 16-bit rounding) instead
+    // of the IEEE division's refinement and slow-path branch: 128 fewer SASS instructions in the
+    // d128 short kernel; d128 +2.6 / +3.8% at 512 / 1k (both passes up; causal 2k +0.7 / -2.4%),
+    // d64 causal 512 +1.9% (dev/results/h200-2026-12-04-s33-short-ab1-b50349e.json). l here is 0
+    // (empty, not divided), NaN, or >= ~1 (the row maximum's own term, or the visible sink's, is
+    // ~1; every term is at most 2^8 by the lazy rescale) and so far below the 2^126 above which
+    // __fdividef returns 0, as long as |row_max * scale_log2| < 2^24 (beyond it the maximum's term
+    // carries that product's rounding error: raw scores of ~1e10 at d64).
+    const float inv = empty ? 0.0f : __fdividef(o_factor, l);
+    const int r = row_in_tile + 8 * h;
+    // Each quad holds 4 bytes of every 16-byte chunk of its row; transposed across the quad
+    // (outside the row test: every lane shuffles), a thread holds whole chunks, so a warp's
+    // store writes 64 contiguous bytes of each of its 8 rows instead of 16 (measured: fwd_traits.h,
+    // "O stored in whole 16-byte chunks").
+    constexpr int kGroups = Traits::kHeadDimV / 32;
+    uint4 chunk[kGroups];
+#pragma unroll
+    for (int q = 0; q < kGroups; ++q) {
+      uint32_t x[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int c = 4 * q + j;
+        x[j] = ptx::pack2<Element>(st.o[4 * c + 2 * h] * inv, st.o[4 * c + 2 * h + 1] * inv);
+      }
+      chunk[q] = quad_transpose(x, t4);
+    }
+    if (r < w.rows_here) {
+      if (params.lse != nullptr && t4 == 0) params.lse[lse_base + r] = empty ? -INFINITY : (m_log2 + __log2f(l)) * kLn2;
+      char* dst = gO + r * o_row_bytes + 16 * t4;
+#pragma unroll
+      for (int q = 0; q < kGroups; ++q) *reinterpret_cast<uint4*>(dst + 64 * q) = chunk[q];
+    }
   }
 }
 
@@ -867,20 +811,12 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kCtasPerSm) fwd_kern
         ++it;
       } else {
         // With two Q slots and no cross-tile pipeline (the short-rows kernels of masked d64 and of
-        // d128; unmasked d64's run the cross-tile pipeline and keep K first) the
+        // unmasked d128; unmasked d64's run the cross-tile pipeline and keep K first) the
         // slot this Q takes freed a whole tile ago: the Q goes first, not after the first K's wait
         // for its stage. H200 bf16, four passes in rotated order against K first, same processes
         // as cuDNN (dev/results/h200-2026-12-04-s34-qfirst-ab-365d30f.json): d128 512 +4.4% (4 of 4
         // passes), d64 causal 1k +1.6% (fwd_traits.h kQSlots: the traced Q wait).
-        // Not yet on the masked d128 short kernel: it became the default in the same session
-        // (s34), measured and tested on the GPU with K first only, and no device time was left to
-        // run it with the Q first; -DFLASHATTN_DEV_SM90_FWD_QFIRST_D128_MASKED gives it the Q first.
-#if defined(FLASHATTN_DEV_SM90_FWD_QFIRST_D128_MASKED)
-        constexpr bool kUntried = false;
-#else
-        constexpr bool kUntried = Traits::kShortRows && Traits::kHeadDim == 128 && Traits::kMask == MaskMode::kWindow;
-#endif
-        constexpr bool kQFirst = kQ == 2 && !Traits::kCrossTile && !kUntried;
+        constexpr bool kQFirst = kQ == 2 && !Traits::kCrossTile;
         if constexpr (kQFirst) load_q();
         load_k(w.n_hi - 1, it);
         if constexpr (!kQFirst) load_q();

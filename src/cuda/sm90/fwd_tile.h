@@ -109,8 +109,8 @@ constexpr FwdTile fwd_tile(int head_dim, int head_dim_v, bool windowed) {
 //    (dev/results/h200-2026-12-02-ab-s13-2-*.json). Predicted +10%: not S's latency either.
 constexpr int kFwdShortRowsMaxSeqlen = 1024;
 // The short-rows kernels (FwdShortRowsTraits, the row sums on the tensor cores): d64 with and
-// without a mask up to kFwdShortRowsMaxSeqlen rows, d128 with and without one up to
-// kFwdShortRowsMaxSeqlen128 (masked since s34, below). Unmasked d128 on them against the 128 x 176 kernel, H200 bf16, two pairs of
+// without a mask up to kFwdShortRowsMaxSeqlen rows, d128 without one up to
+// kFwdShortRowsMaxSeqlen128. d128 on them against the 128 x 176 kernel, H200 bf16, two pairs of
 // processes (dev/results/h200-2026-12-02-ab-s13-3-*.json, run-to-run spread 0.3% on the rows both
 // share): +2.4 / +2.2% at 512, -0.6 / -0.3% at 1k; predicted +4-8% at 512 from the loop's
 // instruction count (64 FADD of ~470 per 128-key block).
@@ -125,7 +125,13 @@ constexpr int kFwdShortRowsMaxSeqlen128 = 512;
 // -5.0 / -6.4%. So masked launches up to 2048 rows take it; unmasked ones keep 128 x 80.
 constexpr int kFwdShortRowsMaxSeqlen256 = 2048;
 constexpr bool fwd_has_short_rows(int head_dim, int head_dim_v, bool windowed) {
-  return head_dim == head_dim_v && (head_dim == 64 || head_dim == 128 || (head_dim == 256 && windowed));
+#if defined(FLASHATTN_DEV_SM90_FWD_SHORT128_MASKED)
+  // dev A/B (s34): masked d128 up to 512 rows on the short-rows kernel too (two Q slots, the Q
+  // first). Needs its instantiation, generated at e7f01dc and not since (an A/B script writes it:
+  // git show e7f01dc:src/cuda/instantiations/sm90fwdshort_hdim128_bf16_window.cu > ...).
+  if (head_dim == 128 && head_dim_v == 128) return true;
+#endif
+  return head_dim == head_dim_v && (head_dim == 64 || (head_dim == 128 && !windowed) || (head_dim == 256 && windowed));
 }
 constexpr int fwd_short_rows_max_seqlen(int head_dim) {
 #if defined(FLASHATTN_DEV_SM90_FWD_SHORT128_MAX)
@@ -138,7 +144,7 @@ constexpr int fwd_short_rows_max_seqlen(int head_dim) {
                            : kFwdShortRowsMaxSeqlen;
 }
 // Their tiles: d64 without a mask keeps the three-consumer tile (fwd_tile; the one-consumer tile
-// was not timed there); d128 takes the masked tile, 128 x 128, with or without a mask: its two stages
+// was not timed there); d128 without a mask takes its masked tile, 128 x 128, whose two stages
 // leave room for a panel of ones beside each stage's V (fwd_traits.h kOnesPerStage; 128 x 176
 // does not: 208 KB before them), and which timed the same as 128 x 176 at 512-1k (dev/NOTES.md,
 // "Unmasked d128 at <= 1024 keys on the window kernel"). Measured again in s33 (four alternating
@@ -147,10 +153,11 @@ constexpr int fwd_short_rows_max_seqlen(int head_dim) {
 // panels) +0.7% at 512 and, up to 1024 rows, -1.1% at 1k against the 128 x 176 kernel; d128 under a
 // causal mask up to 512 rows on the short kernel (row sums on the tensor cores) +1.1%. With two Q
 // slots (fwd_traits.h kQSlots; the window kernel has one and waited ~1600 cycles for Q at the
-// tile start, trace) the short kernel won at causal 512 in four of four passes in rotated order,
-// +2.0% (320-325 against 314-319 TFLOP/s; `dev/results/h200-2026-12-04-s34-qfirst-ab-365d30f.json`;
-// rows of unchanged kernels moved up to +2.5% in those passes, so only just clear of the noise),
-// and masked d128 up to 512 rows takes it since s34.
+// tile start, trace) but K first, the short kernel won at causal 512 in four of four passes in
+// rotated order, +2.0% (320-325 against 314-319 TFLOP/s; `dev/results/h200-2026-12-04-s34-qfirst-ab-365d30f.json`;
+// rows of unchanged kernels moved up to +2.5% in those passes, so only just clear of the noise).
+// Not taken yet: with the Q first (the shipped order on the short kernels) it has not run on a
+// GPU; the next A/B is FLASHATTN_DEV_SM90_FWD_SHORT128_MASKED (above).
 // The masked d64 short tile: 64 x 64 at three CTAs per SM (above).
 constexpr FwdTile fwd_short_rows_tile(int head_dim, bool windowed) {
   return head_dim == 256 ? FwdTile{2, 64, 2, true}

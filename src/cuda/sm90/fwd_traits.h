@@ -40,7 +40,7 @@ struct FwdTraitsBody {
   // tensor cores (kRowSumMma).
   static constexpr bool kShortRows = kShortRows_;
   static_assert(!kShortRows || (fwd_has_short_rows(kHeadDim, kHeadDimV, kMask == MaskMode::kWindow) && !kSparse && !kMods),
-                "the short-rows kernels: d64 or d128 (d256 under a mask), without score modifiers");
+                "the short-rows kernels: d64, d128 without a mask or d256 with one, without score modifiers");
   // attn_bias (16-bit, q's dtype) and/or attn_mask, no block mask (fwd_kernel.h, "Bias"): the
   // producer copies each (query tile, key tile) tile of the bias with the K tile of its stage
   // (one more bulk tensor copy per 64 keys, on the K stage's "full" barrier) into a slot of the
@@ -119,8 +119,8 @@ struct FwdTraitsBody {
   // with the Q first +4.4% / +1.6% more (4 of 4 passes; -s34-qfirst-ab-365d30f.json), and the
   // traced Q wait at d128 512's tile start fell from 676 to 264 cycles, the tile from 14664 to 14114
   // (-s34-fwd-trace-365d30f.txt against -s33-fwd-trace-843927b.txt; d64 causal 1k's stayed ~200).
-  // Shared memory: d128 short 230496 (masked: 230536, the tile feed's barriers) of 232448 bytes;
-  // d64 masked short 3 x 58504.
+  // Shared memory: d128 short 230496 (masked, the dev A/B: 230536, the tile feed's barriers) of
+  // 232448 bytes; d64 masked short 3 x 58504.
 #if defined(FLASHATTN_DEV_SM90_FWD_Q2_WINDOW)
   // dev A/B (s34, not yet run): the plain window kernels at d64 / d128, and with them the
   // attn_mask-only kernels (FwdMaskTraits, the same loop) (d64 causal 2k 0.97x
@@ -166,7 +166,7 @@ struct FwdTraitsBody {
   //  - the short-rows tile (masked): +2.6/+3.2% at 512, +0.3/+0.9% at 1k;
   //  - the three-consumer masked tile: +2.1/+2.5% at 2k, -0.1/+0.4% at 4k, -2.0/-0.2% at 16k.
   // So d64 takes it up to 1024 rows, masked or not (FwdShortRowsTraits), and d128 without a mask up
-  // to 512 (fwd_tile.h kFwdShortRowsMaxSeqlen128: +2.3% there; masked too since s34, fwd_tile.h). Not pinned (kPinSoftmax stores the
+  // to 512 (fwd_tile.h kFwdShortRowsMaxSeqlen128: +2.3% there). Not pinned (kPinSoftmax stores the
   // row sums; the pin gained 0-2% at d64).
   // The ones must sit where the product's N = head_dim_v..+7 reads: at d64 the leading offset can
   // point each stage's one V panel at a single shared panel after the ring (kOnesBytes); with two
@@ -228,7 +228,7 @@ template <typename Element_, int kHeadDim_, MaskMode kMask_, bool kMods_ = false
 struct FwdSparseTraits : FwdTraitsBody<Element_, kHeadDim_, kMask_, kMods_, kHeadDimV_, true> {};
 
 // Short rows (at most fwd_short_rows_max_seqlen queries: 1024 at d64, 512 at d128, 2048 at d256)
-// without score modifiers, d64, d128 and d256 under a mask (fwd_tile.h
+// without score modifiers, d64, d128 without a mask and d256 with one (fwd_tile.h
 // fwd_has_short_rows): at d64/d128 the row sums on the tensor cores (kRowSumMma), at d64 under a
 // causal or window mask the one-consumer 64 x 64 tile at three CTAs per SM, at d256 64-key blocks
 // (fwd_short_rows_tile); sm90fwdshort_hdim{64,128,256}_{dtype}_{window,nomask}.cu.
