@@ -6,7 +6,12 @@
 #                     A Python that refuses pip installs (PEP 668, Debian's system Python) gets a
 #                     virtual environment in $FLASHATTN_VENV (default: .venv), which
 #                     sees the system's packages (torch, if installed).
-# Both set PYTHON to the interpreter to use. FLASHATTN_SETUP=0 skips every install.
+#   fa_setup_torch    (CI: FLASHATTN_SETUP_TORCH=1) PyTorch's CPU side, when torch is missing: the
+#                     torch wheel without its CUDA library packages (import torch and CPU tensors
+#                     need none of them) and its small pure-Python dependencies, so that the
+#                     torch tests (custom ops, autograd, torch.compile, the fast path) run
+#                     without a GPU. A failed install is reported and the torch tests skip.
+# All set PYTHON to the interpreter to use. FLASHATTN_SETUP=0 skips every install.
 # shellcheck shell=bash
 
 PYTHON=${PYTHON:-python3}
@@ -98,4 +103,21 @@ fa_setup_python() {
     fi
   fi
   rm -f /tmp/flashattn-pip.$$
+}
+
+# The torch release CI installs: pinned, so that a new release cannot turn CI red on its own.
+FLASHATTN_CI_TORCH=${FLASHATTN_CI_TORCH:-torch==2.15.0}
+
+fa_setup_torch() {
+  [ "${FLASHATTN_SETUP:-1}" = 0 ] && return 0
+  "$PYTHON" -c "import torch" >/dev/null 2>&1 && return 0
+  fa_setup_pip || return 0
+  echo "flashattn setup: installing $FLASHATTN_CI_TORCH (CPU side only, for the torch tests)" >&2
+  if ! "$PYTHON" -m pip install -q --disable-pip-version-check --no-deps "$FLASHATTN_CI_TORCH" ||
+     ! "$PYTHON" -m pip install -q --disable-pip-version-check filelock typing-extensions sympy \
+         networkx jinja2 fsspec ||
+     ! "$PYTHON" -c "import torch; torch.ones(2).sum()" >/dev/null 2>&1; then
+    echo "flashattn setup: WARNING: torch could not be installed; the torch tests will be skipped" >&2
+  fi
+  return 0
 }

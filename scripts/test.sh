@@ -6,11 +6,13 @@
 #   BUILD_DIR            build folder (default: build)
 #   FLASHATTN_CMAKE_ARGS extra CMake arguments, e.g. -DFLASHATTN_CUDA_HEAD_DIMS=128
 #   FLASHATTN_SETUP=0    never install anything
+#   FLASHATTN_SETUP_TORCH=1  also install PyTorch's CPU side when missing (CI does)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/setup.sh
 fa_setup_cxx
 fa_setup_python
+[ "${FLASHATTN_SETUP_TORCH:-0}" = 1 ] && fa_setup_torch
 build=${BUILD_DIR:-build}
 jobs=${JOBS:-$(nproc)}
 # shellcheck disable=SC2086

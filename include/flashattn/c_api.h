@@ -114,6 +114,11 @@ typedef struct flashattn_forward_args {
   flashattn_tensor q_descale;
   flashattn_tensor k_descale;
   flashattn_tensor v_descale;
+
+  /* Appended in 0.7 (issue 17): paged K/V in a varlen call (flash_attn_varlen_func's
+   * block_table); optional int32 (batch, max_blocks), k and v then (num_blocks, page_size,
+   * heads_k, head_dim[_v]); see flashattn::ForwardArgs::block_table. */
+  flashattn_tensor block_table;
 } flashattn_forward_args;
 
 /* Mirrors flashattn::BackwardArgs. */

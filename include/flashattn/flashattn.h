@@ -113,6 +113,16 @@ struct ForwardArgs : AttentionOptions {
   TensorView q_descale;
   TensorView k_descale;
   TensorView v_descale;
+  // Paged K/V for a varlen call (flash_attn 2.x's flash_attn_varlen_func(block_table=...); the
+  // chunked prefill of vLLM-style engines): int32 (batch, max_blocks). With it k and v are pages
+  // (num_blocks, page_size, heads_k, head_dim[_v]), any page_size >= 1, and sequence b's keys are
+  // the positions 0 .. cu_seqlens_k[b + 1] - cu_seqlens_k[b] - 1 of its pages: position t is row
+  // t % page_size of page block_table[b][t / page_size]. cu_seqlens_k then only counts keys (a
+  // page may serve several sequences, so the sum may exceed the pages' rows). Needs cu_seqlens;
+  // forward only; no dropout, attn_bias, attn_mask or block mask. k and v may be float8_e4m3
+  // under float16 / bfloat16 q (an FP8 cache, k_descale / v_descale as in KVCacheArgs). Runs the
+  // KV-cache kernels (docs/SEMANTICS.md, "KV cache"). Optional.
+  TensorView block_table;
 };
 
 struct BackwardArgs : AttentionOptions {

@@ -277,7 +277,7 @@ def forward(q, k, v, out, lse=None, *, cu_seqlens_q=None, cu_seqlens_k=None, max
             softcap=0.0, alibi_slopes=None, dropout_p=0.0, seed=0, offset=0, num_splits=0,
             check_cu_seqlens=None, stream=None, num_threads=0, learnable_sink=None,
             attn_bias=None, attn_mask=None, block_mask=None, block_size=None, q_descale=None,
-            k_descale=None, v_descale=None) -> None:
+            k_descale=None, v_descale=None, block_table=None) -> None:
     """Attention forward into preallocated ``out`` (and ``lse`` unless None).
 
     Layouts (strides arbitrary, last dimension contiguous):
@@ -305,6 +305,10 @@ def forward(q, k, v, out, lse=None, *, cu_seqlens_q=None, cu_seqlens_k=None, max
     FP8: q, k, v in float8_e4m3fn (torch.float8_e4m3fn, or numpy with ml_dtypes) write a
     bfloat16 ``out``; ``q_descale``, ``k_descale``, ``v_descale`` are optional float32
     (batch, heads_k) factors (any strides), FlashAttention-3's; docs/SEMANTICS.md, "FP8".
+    ``block_table``: int32 (batch, max_blocks), with cu_seqlens: k and v are pages (num_blocks,
+    page_size, heads_k, head_dim[_v]) and sequence b's keys are the first cu_seqlens_k[b + 1] -
+    cu_seqlens_k[b] positions of its pages (flash_attn_varlen_func's paged KV; forward only, no
+    dropout or masks; docs/SEMANTICS.md, "Paged K/V in a varlen call").
     Returns None; raises ValueError, TypeError, NotImplementedError or RuntimeError (see
     flashattn's package docs).
     """
@@ -327,6 +331,7 @@ def forward(q, k, v, out, lse=None, *, cu_seqlens_q=None, cu_seqlens_k=None, max
                    num_threads=int32("num_threads", num_threads),
                    learnable_sink=_plain(learnable_sink), q_descale=_plain(q_descale),
                    k_descale=_plain(k_descale), v_descale=_plain(v_descale), float8=float8,
+                   block_table=_plain(block_table),
                    **_score_mods(q, k, (cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k),
                                  attn_bias, attn_mask, block_mask, block_size)))
 

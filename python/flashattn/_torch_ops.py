@@ -12,6 +12,8 @@ Design
   implementations and the autograd formula. ``flashattn::fwd_kvcache`` (inference only; mutates
   the caches) is defined the same way from ``_KVCACHE_ARGS``; its last input is
   ``learnable_sink`` (default None), as for the other ops, but it has no backward.
+  ``flashattn::fwd_paged`` (``_PAGED_ARGS``: flash_attn_varlen_func with ``block_table``, k and
+  v pages) is forward only too; its registered backward raises NotImplementedError.
 * Forward ops return ``(out, lse)``; backward ops return the gradients. Every output is
   allocated here with ``torch.empty`` on the input's device (contiguous), then filled by the
   extension, which never allocates. The fake implementations allocate the same shapes, dtypes
@@ -642,6 +644,67 @@ def _(q, k_cache, v_cache, *args):
 
 
 _IMPLS[fwd_kvcache] = _fwd_kvcache_impl
+
+
+# ---- paged K/V in a varlen call (flash_attn_varlen_func's block_table): forward only -----------
+
+_PAGED_ARGS = (("q", "Tensor"), ("k", "Tensor"), ("v", "Tensor"), ("block_table", "Tensor"),
+               ("cu_seqlens_q", "Tensor"), ("cu_seqlens_k", "Tensor"), ("max_seqlen_q", "SymInt"),
+               ("max_seqlen_k", "SymInt"), ("alibi_slopes", "Tensor?"), ("softmax_scale", "float"),
+               ("causal", "bool"), ("window_left", "SymInt"), ("window_right", "SymInt"),
+               ("softcap", "float"), ("num_splits", "SymInt"), ("learnable_sink", "Tensor?", "None"),
+               ("k_descale", "Tensor?", "None"), ("v_descale", "Tensor?", "None"))
+
+
+def _fwd_paged_impl(q, k, v, block_table, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                    alibi_slopes, softmax_scale, causal, window_left, window_right, softcap,
+                    num_splits, learnable_sink=None, k_descale=None, v_descale=None):
+    """A varlen forward whose k and v are pages (num_blocks, page_size, heads_k, d) located
+    through block_table; returns (out, lse). The pages are read, never written."""
+    check_rank("q", q.shape, True)
+    q, k, v = _kernel_ready(q), _kernel_ready(k), _kernel_ready(v)
+    out = torch.empty(_out_shape(q, v), dtype=_out_dtype(q), device=q.device)
+    lse = torch.empty(_lse_shape(q, True), dtype=torch.float32, device=q.device)
+    guard, stream, threads = _launch(q)
+    with guard:
+        raise_error(_C.forward(
+            _plain(q), _plain(k), _plain(v), _plain(out), _plain(lse),
+            cu_seqlens_q=_plain(cu_seqlens_q), cu_seqlens_k=_plain(cu_seqlens_k),
+            alibi_slopes=_plain(alibi_slopes), max_seqlen_q=int32("max_seqlen_q", max_seqlen_q),
+            max_seqlen_k=int32("max_seqlen_k", max_seqlen_k), softmax_scale=float(softmax_scale),
+            causal=bool(causal), window_left=int(window_left), window_right=int(window_right),
+            softcap=float(softcap), num_splits=int32("num_splits", num_splits),
+            check_cu_seqlens=CHECK_CU_SEQLENS, stream=stream, num_threads=threads,
+            learnable_sink=_plain(learnable_sink), k_descale=_plain(k_descale),
+            v_descale=_plain(v_descale), float8=_float8_names(k=k, v=v),
+            block_table=_plain(block_table)))
+    return out, lse
+
+
+fwd_paged = torch.library.custom_op("flashattn::fwd_paged", _fwd_paged_impl, mutates_args=(),
+                                    schema=_schema(_PAGED_ARGS, "(Tensor, Tensor)"))
+
+
+@fwd_paged.register_fake
+def _(q, k, v, *args):
+    check_rank("q", q.shape, True)
+    return (q.new_empty(_out_shape(q, v), dtype=_out_dtype(q)),
+            q.new_empty(_lse_shape(q, True), dtype=torch.float32))
+
+
+def _paged_setup_context(ctx, inputs, output):
+    return None
+
+
+def _paged_backward(ctx, dout, dlse):
+    raise NotImplementedError(
+        "flash_attn_varlen_func with block_table (paged K/V) has no backward, as in flash_attn "
+        "2.x: paged K/V is for inference; train with packed k and v")
+
+
+torch.library.register_autograd("flashattn::fwd_paged", _paged_backward,
+                                setup_context=_paged_setup_context)
+_IMPLS[fwd_paged] = _fwd_paged_impl
 
 
 # ---- eager inference without the dispatcher ---------------------------------------------------

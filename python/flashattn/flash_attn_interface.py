@@ -20,9 +20,13 @@ Differences from flash_attn, all deliberate:
   CPU tensors for CUDA inputs are checked on the host for free and copied to the device
   (flash_attn requires them on the device).
 * ``softmax_scale`` must be None or > 0.
-* ``flash_attn_varlen_func``'s ``block_table`` (paged KV) is not supported yet: passing one
-  raises ValueError. ``flash_attn_with_kvcache`` takes paged caches of any page size (flash_attn
-  2.x needs a multiple of 256), and rejects ``cache_batch_idx`` together with ``block_table``.
+* ``flash_attn_varlen_func``'s ``block_table`` (paged KV: k and v are pages (num_blocks,
+  page_size, nheads_k, headdim) and sequence b's keys the first cu_seqlens_k[b + 1] -
+  cu_seqlens_k[b] positions of its pages) takes any page size (flash_attn 2.x needs a multiple
+  of 256), also float8_e4m3fn pages under bfloat16/float16 q with ``k_descale``/``v_descale``.
+  Forward only, as in flash_attn (autograd raises NotImplementedError in the backward); no
+  dropout, bias or masks with it. ``flash_attn_with_kvcache`` takes paged caches of any page
+  size too, and rejects ``cache_batch_idx`` together with ``block_table``.
 * ``flash_attn_with_kvcache`` with an int ``cache_seqlens`` makes a (batch,) tensor (flash_attn
   makes one of k_cache.shape[0] entries, which is wrong for paged caches).
 
@@ -334,9 +338,43 @@ def flash_attn_kvpacked_func(q, kv, dropout_p=0.0, softmax_scale=None, causal=Fa
     return _finish(out, lse, return_attn_probs)
 
 
-def _no_paged(block_table) -> None:
-    if block_table is not None:
-        raise ValueError("paged KV not supported yet: block_table must be None")
+def _paged_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
+                  softmax_scale, causal, window_size, softcap, alibi_slopes, return_attn_probs,
+                  block_table, learnable_sink, check_cu_seqlens, mods, descales):
+    """flash_attn_varlen_func with block_table: k and v are pages (forward only)."""
+    if dropout_p > 0.0 or any(x is not None and not isinstance(x, int) for x in mods.values()):
+        raise NotImplementedError("block_table (paged K/V) takes no dropout_p, attn_bias, "
+                                  "attn_mask or block_mask: it is an inference path")
+    if descales[0] is not None:
+        raise NotImplementedError("q_descale with block_table: paged K/V takes bfloat16/float16 q "
+                                  "(the pages may be float8_e4m3fn, with k_descale/v_descale)")
+    wl, wr = _lowlevel.resolve_window(window_size)
+    if not _is_torch(q):
+        q_shape, v_shape = _shape("q", q), _shape("v", v)
+        _lowlevel.check_rank("q", q_shape, True)
+        out = _empty(q, q_shape[:-1] + v_shape[-1:])
+        lse = _empty(q, (q_shape[1], q_shape[0]), "float32")
+        _lowlevel.forward(q, k, v, out, lse, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
+                          max_seqlen_q=max_seqlen_q or 0, max_seqlen_k=max_seqlen_k or 0,
+                          softmax_scale=softmax_scale, causal=causal, window_size=window_size,
+                          softcap=softcap, alibi_slopes=alibi_slopes,
+                          learnable_sink=learnable_sink,
+                          check_cu_seqlens=True if check_cu_seqlens else None,
+                          k_descale=descales[1], v_descale=descales[2], block_table=block_table)
+        return _finish(out, lse, return_attn_probs)
+    # The key counts are not rows of k (a page may serve several sequences): no bound on them.
+    cu_seqlens_q, cu_seqlens_k = _torch_ops.varlen_metadata(
+        q.device, q.shape[0], 2**31 - 1, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+        check_cu_seqlens)
+    if block_table.device != q.device and q.is_cuda:
+        block_table = block_table.to(q.device, non_blocking=True)
+    k_descale, v_descale = _descales(None, descales[1], descales[2], len(cu_seqlens_q) - 1,
+                                     k.shape[-2])[1:]
+    out, lse = _torch_ops.call_forward(
+        _torch_ops.fwd_paged, q, k, v, block_table, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+        max_seqlen_k, alibi_slopes, _lowlevel.resolve_scale(softmax_scale), bool(causal), wl, wr,
+        float(softcap), 0, _torch_sink(learnable_sink), k_descale, v_descale)
+    return _finish(out, lse, return_attn_probs)
 
 
 def _varlen_lengths(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k):
@@ -353,12 +391,17 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
                     q_descale=None, k_descale=None, v_descale=None):
     """Variable-length batch: q (total_q, nheads, headdim), k, v (total_k, nheads_k, headdim),
     cu_seqlens_q/k int32 (batch + 1) prefix sums, max_seqlen_q/k the longest sequences.
-    softmax_lse is (nheads, total_q). block_table (paged KV) is not supported yet.
+    softmax_lse is (nheads, total_q). block_table int32 (batch, max_blocks): paged KV, k and v
+    (num_blocks, page_size, nheads_k, headdim), forward only (see the module docs).
     check_cu_seqlens: check the metadata (see the module docs). attn_bias, attn_mask,
     block_mask, block_size: as in flash_attn_func, laid out over (max_seqlen_q, max_seqlen_k)
     and indexed by positions inside each sequence (see the module docs)."""
-    _no_paged(block_table)
     mods = _score_mods(attn_bias, attn_mask, block_mask, block_size)
+    if block_table is not None:
+        return _paged_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                             dropout_p, softmax_scale, causal, window_size, softcap,
+                             alibi_slopes, return_attn_probs, block_table, learnable_sink,
+                             check_cu_seqlens, mods, (q_descale, k_descale, v_descale))
     if not _is_torch(q):
         return _array_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                 max_seqlen_k, dropout_p, softmax_scale, causal, window_size,

@@ -278,7 +278,7 @@ struct Fp8 {
 };
 
 nb::object forward(nb::handle q, nb::handle k, nb::handle v, nb::handle out, nb::handle lse,
-                   const Options& opt, int32_t num_splits, const Fp8& fp8) {
+                   const Options& opt, int32_t num_splits, const Fp8& fp8, nb::handle block_table) {
   Imports im(fp8.float8_names);
   fa::ForwardArgs args;
   args.q = im.input("q", q);
@@ -291,6 +291,7 @@ nb::object forward(nb::handle q, nb::handle k, nb::handle v, nb::handle out, nb:
   args.q_descale = im.input("q_descale", fp8.q_descale);
   args.k_descale = im.input("k_descale", fp8.k_descale);
   args.v_descale = im.input("v_descale", fp8.v_descale);
+  args.block_table = im.input("block_table", block_table);
   if (im.error()) return to_python(im.error());
   return run_released([&] { return fa::forward(args); });
 }
@@ -391,7 +392,7 @@ NB_MODULE(_C, m) {
          nb::handle attn_mask, nb::handle block_mask, int32_t block_size_q, int32_t block_size_k,
          nb::handle kv_num_blocks, nb::handle kv_indices, nb::handle full_kv_num_blocks,
          nb::handle full_kv_indices, nb::handle q_descale, nb::handle k_descale,
-         nb::handle v_descale, nb::handle float8) {
+         nb::handle v_descale, nb::handle float8, nb::handle block_table) {
         Options o{cu_seqlens_q, cu_seqlens_k, alibi_slopes, max_seqlen_q, max_seqlen_k,
                   softmax_scale, causal, window_left, window_right, softcap, dropout_p,
                   seed, offset, check_cu_seqlens, stream, num_threads};
@@ -399,7 +400,8 @@ NB_MODULE(_C, m) {
         o.attn_bias = attn_bias, o.attn_mask = attn_mask, o.block_mask = block_mask;
         o.block_size_q = block_size_q, o.block_size_k = block_size_k;
         o.set_block_lists(kv_num_blocks, kv_indices, full_kv_num_blocks, full_kv_indices);
-        return forward(q, k, v, out, lse, o, num_splits, Fp8{q_descale, k_descale, v_descale, float8});
+        return forward(q, k, v, out, lse, o, num_splits, Fp8{q_descale, k_descale, v_descale, float8},
+                       block_table);
       },
       nb::arg("q").none(), nb::arg("k").none(), nb::arg("v").none(), nb::arg("out").none(), nb::arg("lse").none(),
       nb::kw_only(), nb::arg("cu_seqlens_q").none() = nb::none(),
@@ -416,10 +418,11 @@ NB_MODULE(_C, m) {
       nb::arg("full_kv_num_blocks").none() = nb::none(),
       nb::arg("full_kv_indices").none() = nb::none(), nb::arg("q_descale").none() = nb::none(),
       nb::arg("k_descale").none() = nb::none(), nb::arg("v_descale").none() = nb::none(),
-      nb::arg("float8").none() = nb::none(),
+      nb::arg("float8").none() = nb::none(), nb::arg("block_table").none() = nb::none(),
       "Attention forward into preallocated out (and lse, when not None). float8: names of the "
-      "arguments given as uint8 views of float8_e4m3 data. Returns None, or (exception class "
-      "name, message) for the caller to raise. See flashattn.forward.");
+      "arguments given as uint8 views of float8_e4m3 data. block_table: k and v are pages (a "
+      "varlen call). Returns None, or (exception class name, message) for the caller to raise. "
+      "See flashattn.forward.");
 
   m.def(
       "backward",

@@ -18,9 +18,11 @@ Status no_cuda_backend() {
 Status forward(const ForwardArgs& args) {
   ForwardParams params;
   if (Status s = make_forward_params(args, &params); !s.ok()) return s;
-  if (params.device.type == DeviceType::kCPU) return cpu_forward(params);
+  // A block table makes the call a read of paged K/V: the KV-cache path (without an append).
+  const bool paged = params.kv.enabled;
+  if (params.device.type == DeviceType::kCPU) return paged ? cpu_forward_kvcache(params) : cpu_forward(params);
 #if defined(FLASHATTN_WITH_CUDA)
-  return cuda_forward(params);
+  return paged ? cuda_forward_kvcache(params) : cuda_forward(params);
 #else
   return no_cuda_backend();
 #endif

@@ -199,6 +199,7 @@ Status run_forward(const flashattn_forward_args* c) {
                                 {kForwardArgsMinSize, offsetof(flashattn_forward_args, attn_bias),
                                  offsetof(flashattn_forward_args, kv_num_blocks),
                                  offsetof(flashattn_forward_args, q_descale),
+                                 offsetof(flashattn_forward_args, block_table),
                                  sizeof(flashattn_forward_args)});
       !s.ok()) {
     return s;
@@ -225,6 +226,9 @@ Status run_forward(const flashattn_forward_args* c) {
   }
   if (has_descales<flashattn_forward_args>(c->struct_size)) {
     if (Status s = descales_from(*c, &a.q_descale, &a.k_descale, &a.v_descale); !s.ok()) return s;
+  }
+  if (has_field(c->struct_size, offsetof(flashattn_forward_args, block_table) + sizeof(flashattn_tensor))) {
+    if (Status s = to_view("block_table", c->block_table, &a.block_table); !s.ok()) return s;
   }
   return forward(a);
 }

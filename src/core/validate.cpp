@@ -768,9 +768,115 @@ Status forward_params(const ForwardArgs& args, ForwardParams* p, bool fp8_cache)
   return Status::Ok();
 }
 
+// Host-side checks of a paged varlen call's values (CPU tensors only, as for forward_kvcache):
+// every sequence's keys fit in its block-table row, and the entries covering them are pages.
+void check_paged_varlen_values(Checker& c, const ForwardParams& p) {
+  const KVCacheParams& kv = p.kv;
+  for (int64_t b = 0; b < p.batch && c.ok(); ++b) {
+    const int64_t len = int64_t(p.cu_seqlens_k[b + 1]) - p.cu_seqlens_k[b];
+    std::ostringstream at_os;  // (not "[" + to_string(b): GCC 12's -Wrestrict false positive)
+    at_os << '[' << b << ']';
+    const std::string at = at_os.str();
+    if (len > kv.capacity) {
+      c.invalid("sequence " + std::to_string(b) + " has " + std::to_string(len) +
+                " keys (cu_seqlens_k) but block_table" + at + " holds " + std::to_string(kv.capacity) +
+                " rows (max_blocks * page_size)");
+    }
+    for (int64_t blk = 0; blk * kv.page_size < len && c.ok(); ++blk) {
+      const int32_t page = kv.block_table[b * kv.block_table_stride + blk];
+      if (page < 0 || page >= kv.num_blocks) {
+        c.invalid("block_table" + at + "[" + std::to_string(blk) + "] = " + std::to_string(page) +
+                  " is outside [0, " + std::to_string(kv.num_blocks) +
+                  "), the pages of k (the block holds keys of the sequence)");
+      }
+    }
+  }
+}
+
+// make_forward_params with a block table: a varlen call whose k and v are pages (flashattn.h
+// ForwardArgs::block_table). q, out, lse, the options and cu_seqlens go through the varlen
+// checks, with k and v seen as (rows, heads_k, d) views of the pages whose row count bounds
+// nothing (a page may serve several sequences); then the pages and the table are checked and
+// the call becomes a forward_kvcache without an append (params.h KVCacheParams).
+Status paged_forward_params(const ForwardArgs& a, ForwardParams* p) {
+  Checker c;
+  const char* k_layout = "(num_blocks, page_size, heads_k, head_dim) with block_table";
+  const char* v_layout = "(num_blocks, page_size, heads_k, head_dim_v) with block_table";
+  if (!a.cu_seqlens_q.defined() || !a.cu_seqlens_k.defined()) {
+    c.invalid("block_table needs cu_seqlens_q and cu_seqlens_k (a varlen call, as flash_attn_varlen_func); "
+              "for a batch of equal-length queries against paged caches use forward_kvcache");
+    return c.status();
+  }
+  c.tensor("k", a.k, 4, k_layout);
+  c.tensor("v", a.v, 4, v_layout);
+  c.tensor("block_table", a.block_table, 2, "(batch, max_blocks)");
+  c.dtype("block_table", a.block_table, DType::kInt32);
+  if (!c.ok()) return c.status();
+  const TensorView &k = a.k, &v = a.v;
+  if (v.shape[0] != k.shape[0] || v.shape[1] != k.shape[1] || v.shape[2] != k.shape[2]) {
+    c.invalid("v must match k in its first three dimensions (num_blocks, page_size, heads_k): the same pages, "
+              "got k " + shape_str(k) + " and v " + shape_str(v));
+  } else if (k.shape[1] < 1) {
+    c.invalid("k must have a page size (dimension 1) >= 1 with block_table, got shape " + shape_str(k));
+  } else if (a.dropout_p > 0.0f) {
+    c.fail(StatusCode::kNotSupported, "dropout_p = " + std::to_string(a.dropout_p) +
+                                          " is not supported with block_table (paged K/V is forward only); pass 0");
+  } else if (a.attn_bias.defined() || a.attn_mask.defined() || a.block_mask.defined() ||
+             a.block_mask_lists.defined()) {
+    c.fail(StatusCode::kNotSupported,
+           "attn_bias, attn_mask and block masks are not supported with block_table (paged K/V)");
+  } else if (a.q.defined() && a.q.dtype == DType::kFloat8E4M3) {
+    c.fail(StatusCode::kNotSupported,
+           "float8_e4m3 q is not supported with block_table; pass q in bfloat16 or float16 (the pages may "
+           "be float8_e4m3, with k_descale / v_descale)");
+  }
+  if (!c.ok()) return c.status();
+  const int64_t num_blocks = k.shape[0], page_size = k.shape[1];
+  const int64_t capacity = a.block_table.shape[1] * page_size;
+  if (capacity > std::numeric_limits<int32_t>::max() || num_blocks > std::numeric_limits<int32_t>::max()) {
+    c.invalid("block_table must address at most 2^31 - 1 rows per sequence and k at most 2^31 - 1 pages, got " +
+              std::to_string(capacity) + " rows and " + std::to_string(num_blocks) + " pages");
+    return c.status();
+  }
+  // The varlen views: rows of one page after another as far as strides go; their count only
+  // has to admit any cu_seqlens_k (no pages: no keys).
+  const int64_t rows = num_blocks * page_size == 0 ? 0 : std::numeric_limits<int32_t>::max();
+  ForwardArgs f = a;
+  f.block_table = TensorView{};
+  for (auto [from, to] : {std::pair{&k, &f.k}, std::pair{&v, &f.v}}) {
+    *to = *from;
+    to->ndim = 3;
+    for (int i = 1; i < 4; ++i) {
+      to->shape[i - 1] = i == 1 ? rows : from->shape[i];
+      to->strides[i - 1] = from->strides[i];
+    }
+    to->shape[3] = to->strides[3] = 0;
+  }
+  if (Status s = forward_params(f, p, /*fp8_cache=*/true); !s.ok()) return s;
+  c.device("block_table", a.block_table, p->device);
+  if (c.ok() && a.block_table.shape[0] != p->batch) {
+    c.invalid("block_table must have batch = " + std::to_string(p->batch) + " rows (cu_seqlens_q has batch + 1 "
+              "entries), got shape " + shape_str(a.block_table));
+  }
+  if (!c.ok()) return c.status();
+  p->k_strides = strides_of(k, false);  // the batch stride is the page stride
+  p->v_strides = strides_of(v, false);
+  p->total_k = num_blocks * page_size;
+  KVCacheParams& kv = p->kv;
+  kv.enabled = true;
+  kv.capacity = static_cast<int32_t>(capacity);
+  kv.block_table = static_cast<const int32_t*>(a.block_table.data);
+  kv.block_table_stride = a.block_table.strides[0];
+  kv.page_size = static_cast<int32_t>(page_size);
+  kv.num_blocks = static_cast<int32_t>(num_blocks);
+  if (p->device.type == DeviceType::kCPU) check_paged_varlen_values(c, *p);
+  return c.status();
+}
+
 }  // namespace
 
 Status make_forward_params(const ForwardArgs& args, ForwardParams* p) {
+  if (args.block_table.defined()) return paged_forward_params(args, p);
   return forward_params(args, p, /*fp8_cache=*/false);
 }
 

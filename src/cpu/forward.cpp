@@ -93,10 +93,17 @@ struct ForwardScratch {
 };
 
 // Sequence b of a forward or forward_kvcache call. With a KV cache, keys are the cache rows
-// [kv.first(b), kv.end(b)) and k_row0 is the first of them (an absolute cache row).
+// [kv.first(b), kv.end(b)) and k_row0 is the first of them (an absolute cache row). A varlen
+// call with a block table: its query rows, and keys at the rows [0, its key count) of its pages.
 inline Sequence forward_sequence(const ForwardParams& p, int64_t b) {
   if (!p.kv.enabled) return sequence_of(p, b);
   Sequence s;
+  if (p.is_varlen()) {
+    s = sequence_of(p, b);
+    s.k_row0 = 0;
+    s.len_k = p.kv.clamp_rows(s.len_k);
+    return s;
+  }
   s.len_q = p.seqlen_q;
   s.k_row0 = p.kv.first(static_cast<int>(b));
   s.len_k = p.kv.end(static_cast<int>(b)) - s.k_row0;

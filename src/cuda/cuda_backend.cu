@@ -422,6 +422,8 @@ Status pad_out(void* dst, const Strides3& ds, int64_t width, const PaddedOperand
 template <typename Run>
 Status padded_forward(const ForwardParams& p, const PadPlan& plan, RowSpace kr, cudaStream_t stream, const Run& run) {
   const bool varlen = p.is_varlen();
+  // A varlen call's k and v are packed rows, except pages with a block table (batch = pages).
+  const bool kv_varlen = varlen && !p.kv.enabled;
   const RowSpace qr = q_rows(p);
   const int64_t w = plan.run_dim;
   const int64_t q_elems = qr.batch * qr.rows * p.heads * w, k_elems = kr.batch * kr.rows * p.heads_k * w;
@@ -435,7 +437,7 @@ Status padded_forward(const ForwardParams& p, const PadPlan& plan, RowSpace kr, 
   pp.head_dim = pp.head_dim_v = plan.run_dim;
   if (plan.qk) {
     const PaddedOperand q = carve(&cursor, qr, p.heads, w, varlen);
-    const PaddedOperand k = carve(&cursor, kr, p.heads_k, w, varlen);
+    const PaddedOperand k = carve(&cursor, kr, p.heads_k, w, kv_varlen);
     if (Status s = pad_in(q, w, p.q, p.q_strides, p.head_dim, qr, p.heads, stream); !s.ok()) return s;
     if (Status s = pad_in(k, w, p.k, p.k_strides, p.head_dim, kr, p.heads_k, stream); !s.ok()) return s;
     pp.q = q.data, pp.q_strides = q.strides;
@@ -443,7 +445,7 @@ Status padded_forward(const ForwardParams& p, const PadPlan& plan, RowSpace kr, 
   }
   PaddedOperand out{};
   if (plan.v) {
-    const PaddedOperand v = carve(&cursor, kr, p.heads_k, w, varlen);
+    const PaddedOperand v = carve(&cursor, kr, p.heads_k, w, kv_varlen);
     out = carve(&cursor, qr, p.heads, w, varlen);
     if (Status s = pad_in(v, w, p.v, p.v_strides, p.head_dim_v, kr, p.heads_k, stream); !s.ok()) return s;
     pp.v = v.data, pp.v_strides = v.strides;
@@ -724,7 +726,8 @@ Status cuda_forward_kvcache(const ForwardParams& p) {
   PadPlan plan;
   if (Status s = prepare(p, &plan); !s.ok()) return s;
   if (p.head_dim_v != p.head_dim) {
-    return Status::NotSupported("forward_kvcache on the CUDA backend needs head_dim_v == head_dim; got head_dim " +
+    return Status::NotSupported("KV-cache and paged calls (forward_kvcache, block_table) on the CUDA backend need "
+                                "head_dim_v == head_dim; got head_dim " +
                                 std::to_string(p.head_dim) + ", head_dim_v " + std::to_string(p.head_dim_v) +
                                 " (the cpu backend takes both)");
   }

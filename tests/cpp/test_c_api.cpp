@@ -527,5 +527,63 @@ TEST(CApi, LastErrorIsPerThreadAndSurvivesSuccess) {
   EXPECT_EQ(std::string(flashattn_last_error()), mine);  // documented: success does not clear it
 }
 
+// A varlen call on paged K/V (the 0.7 field block_table) through the C ABI: the same bits as the
+// packed call of the C++ API (the CPU backend gathers the pages and runs the same arithmetic).
+// A caller of the 0.6 layout (block_table not in its struct, garbage there) is accepted too.
+TEST(CApi, PagedVarlen) {
+  const int64_t H = 2, HK = 1, D = 8, P = 4;  // two sequences: 3 queries / 6 keys, 2 / 9
+  const std::vector<int32_t> cu_q{0, 3, 5}, cu_k{0, 6, 15};
+  const std::vector<int32_t> table{3, 0, -1, 1, 4, 2};  // (2, 3): pages of each sequence
+  std::mt19937 g(17);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> q(5 * H * D), kp(5 * P * HK * D, NAN), vp(kp.size(), NAN), k(15 * HK * D), v(k.size());
+  for (auto* x : {&q, &k, &v}) {
+    for (float& e : *x) e = u(g);
+  }
+  for (int b = 0; b < 2; ++b) {
+    for (int t = 0; t < cu_k[b + 1] - cu_k[b]; ++t) {
+      const int64_t page = table[b * 3 + t / P];
+      for (int64_t c = 0; c < HK * D; ++c) {
+        kp[(page * P + t % P) * HK * D + c] = k[(cu_k[b] + t) * HK * D + c];
+        vp[(page * P + t % P) * HK * D + c] = v[(cu_k[b] + t) * HK * D + c];
+      }
+    }
+  }
+  const auto view = [](const void* p, DType dt, std::initializer_list<int64_t> shape) {
+    return make_contiguous_view(const_cast<void*>(p), dt, Device{}, shape);
+  };
+  std::vector<float> out_packed(5 * H * D), lse_packed(H * 5), out_paged(out_packed.size()), lse_paged(lse_packed.size());
+  ForwardArgs fa;
+  fa.q = view(q.data(), DType::kFloat32, {5, H, D});
+  fa.k = view(k.data(), DType::kFloat32, {15, HK, D});
+  fa.v = view(v.data(), DType::kFloat32, {15, HK, D});
+  fa.cu_seqlens_q = view(cu_q.data(), DType::kInt32, {3});
+  fa.cu_seqlens_k = view(cu_k.data(), DType::kInt32, {3});
+  fa.causal = true;
+  fa.out = view(out_packed.data(), DType::kFloat32, {5, H, D});
+  fa.lse = view(lse_packed.data(), DType::kFloat32, {H, 5});
+  ASSERT_TRUE(forward(fa).ok());
+
+  ForwardArgs pa = fa;
+  pa.k = view(kp.data(), DType::kFloat32, {5, P, HK, D});
+  pa.v = view(vp.data(), DType::kFloat32, {5, P, HK, D});
+  pa.out = view(out_paged.data(), DType::kFloat32, {5, H, D});
+  pa.lse = view(lse_paged.data(), DType::kFloat32, {H, 5});
+  flashattn_forward_args cf = c_forward_args(pa);
+  cf.block_table = to_c(view(table.data(), DType::kInt32, {2, 3}));
+  ASSERT_EQ(flashattn_forward(&cf), FLASHATTN_OK) << flashattn_last_error();
+  EXPECT_EQ(0, std::memcmp(out_paged.data(), out_packed.data(), out_paged.size() * sizeof(float)));
+  EXPECT_EQ(0, std::memcmp(lse_paged.data(), lse_packed.data(), lse_paged.size() * sizeof(float)));
+
+  // The 0.6 layout: block_table is not the caller's; the packed call runs.
+  flashattn_forward_args old = c_forward_args(fa);
+  std::memset(&old.block_table, 0x5a, sizeof(old.block_table));
+  old.struct_size = offsetof(flashattn_forward_args, block_table);
+  std::vector<float> out_old(out_packed.size());
+  old.out = to_c(view(out_old.data(), DType::kFloat32, {5, H, D}));
+  ASSERT_EQ(flashattn_forward(&old), FLASHATTN_OK) << flashattn_last_error();
+  EXPECT_EQ(out_old, out_packed);
+}
+
 }  // namespace
 }  // namespace flashattn::test

@@ -208,10 +208,12 @@ def test_options():
         low_forward(q, k, v, num_threads=-1)
 
 
-def test_paged_kv_not_supported_yet():
+def test_paged_kv_needs_pages():
+    """block_table makes k and v pages (num_blocks, page_size, heads_k, head_dim): packed k and
+    v are refused naming the layout (tests/python/test_paged_varlen.py runs the paged calls)."""
     q, k, v = (t.reshape(16, 4, 16) for t in qkv())
     cu = np.array([0, 8, 16], dtype=np.int32)
-    with pytest.raises(ValueError, match="paged KV not supported yet"):
+    with pytest.raises(ValueError, match=r"k must have 4 dimensions \(num_blocks, page_size"):
         flashattn.flash_attn_varlen_func(q, k, v, cu, cu, 8, 8,
                                          block_table=np.zeros((2, 1), dtype=np.int32))
 

@@ -439,7 +439,7 @@ def test_torch_errors_name_the_argument():
         flashattn.flash_attn_func(q, k[..., :8], v)
     with pytest.raises(ValueError, match="qkv"):
         flashattn.flash_attn_qkvpacked_func(torch.randn(2, 5, 2, 4, 8))
-    with pytest.raises(ValueError, match="paged KV not supported yet"):
+    with pytest.raises(ValueError, match=r"\bk\b must have 4 dimensions \(num_blocks, page_size"):
         flashattn.flash_attn_varlen_func(q[0], k[0], v[0], torch.tensor([0, 17], dtype=torch.int32),
                                          torch.tensor([0, 17], dtype=torch.int32), 17, 17,
                                          block_table=torch.zeros(1, 1, dtype=torch.int32))

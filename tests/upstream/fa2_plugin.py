@@ -62,13 +62,6 @@ OUT_OF_SET = (
         "flash_attn's key blocks, _get_block_size_n); flashattn never materialises that matrix "
         "and returns None in its place (documented difference), so S_dmask.shape fails. "
         "(With softcap > 0 the test skips these cases itself.)"),
-    OutOfSet(
-        ("test_flash_attn_varlen_causal",),
-        lambda p: p["paged_kv_block_size"] is not None,
-        ValueError,
-        "paged_kv_block_size set: flash_attn_varlen_func with block_table (paged KV) is not "
-        "implemented yet (ValueError 'paged KV not supported yet'); flash_attn_with_kvcache "
-        "takes paged caches"),
 )
 
 

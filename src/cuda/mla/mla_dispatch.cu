@@ -19,6 +19,7 @@ std::string declines(const ForwardParams& p) {
   if (p.has_window() && !p.is_causal) return "window_size (a sliding window)" + why;
   if (p.has_dropout()) return "dropout_p" + why;
   if (p.has_score_mods()) return "attn_bias/attn_mask/block_mask" + why;
+  if (p.is_varlen()) return "a varlen call with block_table (cu_seqlens_q)" + why;
   if (p.seqlen_q > kMaxSeqlenQ) {
     return "seqlen_q " + std::to_string(p.seqlen_q) + " (more than " + std::to_string(kMaxSeqlenQ) +
            " query tokens)" + why;

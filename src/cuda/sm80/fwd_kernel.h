@@ -587,14 +587,21 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
   const int head_k = head / (params.heads / params.heads_k);
 
   // Sequence extents (varlen: this sequence's rows inside the packed tensors; KV cache: the
-  // cache rows [first, end) of this sequence: row first of cache batch row kv_batch when dense).
+  // cache rows [first, end) of this sequence: row first of cache batch row kv_batch when dense;
+  // a varlen call with a block table: its query rows, and keys at rows [0, count) of its pages).
   SeqExtent extent;
   int kv_batch = batch;
   CachePages pages;
   if constexpr (Traits::kCache) {
-    extent.row0_k = params.kv.first(batch);
-    extent.seqlen_q = params.seqlen_q;
-    extent.seqlen_k = params.kv.end(batch) - int(extent.row0_k);
+    if (params.is_varlen()) {
+      extent = seq_extent(params, batch);
+      extent.row0_k = 0;
+      extent.seqlen_k = params.kv.clamp_rows(extent.seqlen_k);
+    } else {
+      extent.row0_k = params.kv.first(batch);
+      extent.seqlen_q = params.seqlen_q;
+      extent.seqlen_k = params.kv.end(batch) - int(extent.row0_k);
+    }
     pages = cache_pages(params.kv, batch);
     if (pages.table == nullptr) kv_batch = params.kv.cache_batch(batch);
   } else {
