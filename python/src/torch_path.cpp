@@ -487,7 +487,7 @@ nb::object torch_forward(nb::handle q_obj, nb::handle k_obj, nb::handle v_obj,
                          nb::handle alibi_slopes, nb::handle softmax_scale, nb::handle causal,
                          nb::handle window_size, nb::handle softcap, nb::handle dropout_p,
                          nb::handle seed, nb::handle learnable_sink, bool check_cu_seqlens,
-                         bool direct) {
+                         bool direct, nb::handle block_table) {
   if (!g_torch.ready) return nb::none();
   bool grad = false;
   if (direct && !direct_ok(&grad)) return nb::none();
@@ -499,7 +499,8 @@ nb::object torch_forward(nb::handle q_obj, nb::handle k_obj, nb::handle v_obj,
 
   Reader r(direct && grad ? GradCheck::kNote : GradCheck::kIgnore);
   if (!read_attention_inputs(r, q_obj, k_obj, v_obj, cu_seqlens_q, cu_seqlens_k, alibi_slopes,
-                             learnable_sink, &args)) {
+                             learnable_sink, &args) ||
+      !r.tensor(block_table.ptr(), &args.block_table)) {
     return nb::none();
   }
   const bool varlen = !cu_seqlens_q.is_none();
@@ -751,11 +752,12 @@ void register_torch_path(nb::module_& m) {
         nb::arg("alibi_slopes").none(), nb::arg("softmax_scale").none(), nb::arg("causal").none(),
         nb::arg("window_size").none(), nb::arg("softcap").none(), nb::arg("dropout_p").none(),
         nb::arg("seed").none(), nb::arg("learnable_sink").none(), nb::arg("check_cu_seqlens"),
-        nb::arg("direct"),
+        nb::arg("direct"), nb::arg("block_table").none() = nb::none(),
         "Attention forward on torch tensors, outputs allocated here. Returns None when the call "
         "is not one the fast path takes (the caller then uses forward), (out, lse), "
         "(exception class name, message), or, from a direct call that records an autograd "
-        "graph, True (nothing run: flashattn's autograd.Function calls back with direct=False).");
+        "graph, True (nothing run: flashattn's autograd.Function calls back with direct=False). "
+        "block_table: k and v are pages (flashattn::fwd_paged).");
   m.def("torch_forward_kvcache", &torch_forward_kvcache, nb::arg("q").none(),
         nb::arg("k_cache").none(), nb::arg("v_cache").none(), nb::arg("k").none(),
         nb::arg("v").none(), nb::arg("rotary_cos").none(), nb::arg("rotary_sin").none(),

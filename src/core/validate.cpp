@@ -780,7 +780,7 @@ void check_paged_varlen_values(Checker& c, const ForwardParams& p) {
     if (len > kv.capacity) {
       c.invalid("sequence " + std::to_string(b) + " has " + std::to_string(len) +
                 " keys (cu_seqlens_k) but block_table" + at + " holds " + std::to_string(kv.capacity) +
-                " rows (max_blocks * page_size)");
+                " rows (max_blocks * page_size, 0 when k has no pages)");
     }
     for (int64_t blk = 0; blk * kv.page_size < len && c.ok(); ++blk) {
       const int32_t page = kv.block_table[b * kv.block_table_stride + blk];
@@ -864,7 +864,8 @@ Status paged_forward_params(const ForwardArgs& a, ForwardParams* p) {
   p->total_k = num_blocks * page_size;
   KVCacheParams& kv = p->kv;
   kv.enabled = true;
-  kv.capacity = static_cast<int32_t>(capacity);
+  // No pages: no key (the clamps would otherwise aim at page -1).
+  kv.capacity = num_blocks == 0 ? 0 : static_cast<int32_t>(capacity);
   kv.block_table = static_cast<const int32_t*>(a.block_table.data);
   kv.block_table_stride = a.block_table.strides[0];
   kv.page_size = static_cast<int32_t>(page_size);
@@ -1095,7 +1096,8 @@ Status make_kvcache_params(const KVCacheArgs& a, ForwardParams* p) {
   const Device dev = p->device;
   KVCacheParams& kv = p->kv;
   kv.enabled = true;
-  kv.capacity = static_cast<int32_t>(capacity);
+  // A paged cache without pages holds no row (the clamps would otherwise aim at page -1).
+  kv.capacity = paged && kc.shape[0] == 0 ? 0 : static_cast<int32_t>(capacity);
   if (paged) {
     kv.block_table = static_cast<const int32_t*>(a.block_table.data);
     kv.block_table_stride = a.block_table.strides[0];

@@ -131,8 +131,22 @@ class PagedRun {
     o.out_bytes = out_->bytes();
     return o;
   }
-  PagedOutcome run(bool paged = true) { return finish(forward(args(paged))); }
-  PagedOutcome run_kvcache() { return finish(forward_kvcache(kvcache_args())); }
+  // Every call starts from NaN outputs, so that a second call that wrote nothing cannot match
+  // the first one's results.
+  PagedOutcome run(bool paged = true) {
+    poison_outputs();
+    return finish(forward(args(paged)));
+  }
+  PagedOutcome run_kvcache() {
+    poison_outputs();
+    return finish(forward_kvcache(kvcache_args()));
+  }
+  void poison_outputs() {
+    for (auto* a : {out_.get(), lse_.get()}) {
+      for (int64_t i = 0; i < a->numel(); ++i) a->set(i, NAN);
+      a->upload();
+    }
+  }
 
   // out and lse against the fp64 reference on the logical (packed) keys.
   void check(const PagedOutcome& o) const {
@@ -552,6 +566,22 @@ TEST_F(PagedVarlenErrors, PageOutsideThePool) {
   const Status s = forward(a);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.message();
   EXPECT_NE(s.message().find("is outside [0, 1)"), std::string::npos) << s.message();
+}
+
+// No pages: only sequences without keys are possible (the CPU backend checks the counts).
+TEST_F(PagedVarlenErrors, NoPages) {
+  ForwardArgs a = a_;
+  a.k.shape[0] = a.v.shape[0] = 0;
+  expect_error(a, StatusCode::kInvalidArgument, "exceeds the 0 rows of k");
+  PagedCase pc;
+  pc.seqlens_k = {0, 0, 0, 0};
+  PagedRun run(Backend::kCpu, pc);
+  ForwardArgs b = run.args(true);
+  b.k.shape[0] = b.v.shape[0] = 0;
+  ASSERT_TRUE(forward(b).ok());
+  const PagedOutcome o = run.finish(Status::Ok());
+  for (double x : o.out) EXPECT_EQ(x, 0.0);
+  for (double x : o.lse) EXPECT_EQ(x, -INFINITY);
 }
 
 TEST_F(PagedVarlenErrors, NoDropoutOrMasks) {

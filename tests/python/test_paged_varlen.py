@@ -194,6 +194,31 @@ def test_torch_cpu_matches_reference(spec):
     check(case, out.numpy(), lse.numpy())
 
 
+def test_torch_cpu_fp8_pages():
+    """float8_e4m3fn pages under bfloat16 q with k_descale / v_descale (an FP8 KV cache read in
+    a varlen call): the reference attends to the dequantized pages."""
+    torch = pytest.importorskip("torch")
+    case = Case(causal=True)
+    t = _torch(case, dtype=torch.bfloat16)
+    kd = torch.tensor([0.5, 2.0], dtype=torch.float32).expand(4, 2)  # (batch, heads_k)
+    vd = torch.tensor([1.5, 0.25], dtype=torch.float32).expand(4, 2)
+    k8 = (torch.from_numpy(case.k_pages) / kd[0].view(1, 1, 2, 1)).to(torch.float8_e4m3fn)
+    v8 = (torch.from_numpy(case.v_pages) / vd[0].view(1, 1, 2, 1)).to(torch.float8_e4m3fn)
+    out, lse, _ = flashattn.flash_attn_varlen_func(
+        t(case.q), k8, v8, t(case.cu_q), t(case.cu_k), 7, 70, causal=True, block_table=t(case.block_table),
+        k_descale=kd, v_descale=vd, return_attn_probs=True)
+    assert out.dtype == torch.bfloat16
+    # The reference: q as the kernel saw it (bfloat16), keys and values dequantized from the pages.
+    case.q = t(case.q).float().numpy()
+    kq = (k8.float() * kd[0].view(1, 1, 2, 1)).numpy()
+    vq = (v8.float() * vd[0].view(1, 1, 2, 1)).numpy()
+    for i, n in enumerate(case.seqlens_k):
+        rows = [(case.block_table[i, r // case.page_size], r % case.page_size) for r in range(n)]
+        case.k_log[i] = np.stack([kq[p, r] for p, r in rows]) if n else case.k_log[i]
+        case.v_log[i] = np.stack([vq[p, r] for p, r in rows]) if n else case.v_log[i]
+    check(case, out.float().numpy(), lse.numpy(), atol=2e-2)
+
+
 def test_torch_op_opcheck_and_no_backward():
     """The registered op gives the direct path's bits and passes opcheck (schema, fake kernel);
     a backward through it raises NotImplementedError naming block_table."""
@@ -303,7 +328,7 @@ def test_cuda_graph_capture_chunked_prefill():
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         out = step()
-    for lens in ((500, 300, 40), (100, 31, 1), (512, 30, 17)):
+    for lens in ((500, 300, 40), (100, 31, 1), (496, 30, 17)):  # at most the keys written
         cu_k.copy_(torch.tensor(np.concatenate([[0], np.cumsum(lens)]), dtype=torch.int32))
         graph.replay()
         torch.cuda.synchronize()

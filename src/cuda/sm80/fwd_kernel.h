@@ -36,6 +36,7 @@
 #include "cuda/ptx/cluster.h"
 #include "cuda/ptx/cp_async.h"
 #include "cuda/ptx/ldmatrix.h"
+#include "cuda/ptx/load.h"
 #include "cuda/ptx/math.h"
 #include "cuda/ptx/mma.h"
 
@@ -633,9 +634,14 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
   const RowPtr gQ = row_ptr<Element>(params.q, params.q_strides, batch, row0_q + m0, head);
   const RowPtr gK = row_ptr<KVElement>(params.k, params.k_strides, kv_batch, row0_k, head_k);
   const RowPtr gV = row_ptr<KVElement>(params.v, params.v_strides, kv_batch, row0_k, head_k);
-  char* gO = static_cast<char*>(params.out) +
-             sizeof(Element) * (batch * params.out_strides.batch + (row0_q + m0) * params.out_strides.row +
-                                int64_t(head) * params.out_strides.head);
+  // This tile's O rows, from the tile's first query row in the packed tensors (a cache call's
+  // are formed again after the key loop: row0_q_out below).
+  const auto out_tile = [&](int64_t out_row0) {
+    return static_cast<char*>(params.out) +
+           sizeof(Element) * (batch * params.out_strides.batch + (out_row0 + m0) * params.out_strides.row +
+                              int64_t(head) * params.out_strides.head);
+  };
+  char* gO = out_tile(row0_q);
   const int64_t o_row_bytes = sizeof(Element) * params.out_strides.row;
 
   // Per-thread fragment coordinates: rows g and g + 8 of each 16-row tile, columns 2t, 2t + 1.
@@ -967,7 +973,14 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
                 "the cluster's partial rows fit in V's buffer");
   const int group = (batch * int(gridDim.y) + head) * int(gridDim.x) + m_block;
   int* const flag = reinterpret_cast<int*>(sQ);
-  const int64_t global_row0 = params.is_varlen() ? row0_q + m0 : int64_t(batch) * params.seqlen_q + m0;
+  // This tile's first query row in the packed tensors, for the epilogue. A cache call's is 0;
+  // a varlen one's (with a block table) is read again here rather than held across the key loop.
+  int64_t row0_q_out = row0_q;
+  if constexpr (Traits::kCache) {
+    row0_q_out = params.is_varlen() ? ptx::ld_global_nc_here(params.cu_seqlens_q + batch) : 0;
+    gO = out_tile(row0_q_out);
+  }
+  const int64_t global_row0 = params.is_varlen() ? row0_q_out + m0 : int64_t(batch) * params.seqlen_q + m0;
   if constexpr (Traits::kSplitKeys) {
     // The warps hold partial results for the same rows over disjoint keys. Warps 1.. leave O,
     // their kept row maxima and their lane's partial row sums in the K/V buffers, laid out
@@ -1103,7 +1116,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
           }
         }
       } else if (params.lse != nullptr && t == 0 && r < rows_here) {
-        params.lse[batch * params.lse_batch_stride + int64_t(head) * params.lse_head_stride + row0_q +
+        params.lse[batch * params.lse_batch_stride + int64_t(head) * params.lse_head_stride + row0_q_out +
                    m0 + r] = lse;
       }
     }
