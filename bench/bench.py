@@ -74,9 +74,10 @@ import subprocess
 import sys
 
 IMPLS = ("flashattn", "sdpa_cudnn", "sdpa_flash", "fa4", "sdpa_efficient", "sdpa_math", "triton", "kvcache",
-         "kvcache_paged16")
-KVCACHE_IMPLS = ("kvcache", "kvcache_paged16")
-DECODE_IMPLS = ("flashattn", "kvcache", "kvcache_paged16", "sdpa_cudnn", "sdpa_flash", "sdpa_efficient", "sdpa_math")
+         "kvcache_paged16", "varlen_paged16")
+KVCACHE_IMPLS = ("kvcache", "kvcache_paged16", "varlen_paged16")
+DECODE_IMPLS = ("flashattn", "kvcache", "kvcache_paged16", "varlen_paged16", "sdpa_cudnn", "sdpa_flash",
+                "sdpa_efficient", "sdpa_math")
 SPARSE_IMPLS = ("flashattn", "flex")
 # Named only on request (not in the default --impls): dev measurements beside flashattn's own row.
 OPT_IN_IMPLS = ("flashattn_sink", "flashattn_fp8", "flashattn_det")
@@ -92,6 +93,8 @@ DESCRIPTIONS = {
                "cache_seqlens (decode suite only)",
     "kvcache_paged16": "this library: flashattn.flash_attn_with_kvcache on a paged cache of 16-row pages in "
                        "shuffled order, with block_table and cache_seqlens (decode suite only)",
+    "varlen_paged16": "this library: flashattn.flash_attn_varlen_func with block_table on kvcache_paged16's pages "
+                      "(q packed, cu_seqlens; vLLM's call; decode suite only)",
     "flashattn_sink": "this library: flashattn.flash_attn_func with learnable_sink (zeros, float32, one per head; "
                       "the sink's cost beside the flashattn row, issue 19)",
     "flashattn_fp8": "this library: flashattn.flash_attn_func on float8_e4m3fn q, k, v (the row's inputs converted "
@@ -457,11 +460,12 @@ class Impl:
         self.skip = skip or (lambda *args: None)
 
 
-def kvcache_fn(page, kv_dtype="bf16"):
+def kvcache_fn(page, kv_dtype="bf16", varlen=False):
     """fn(q, k, v, causal) for flash_attn_with_kvcache over the keys k, v (B, N, Hk, d): a dense
     cache (page 0) is k and v themselves; a paged one holds their pages in a shuffled order
     (built once per k and kept, so the timed calls only attend). kv_dtype "fp8": the cache holds
-    k and v quantized to e4m3 per (batch, kv head) (absmax / 336), descales passed along."""
+    k and v quantized to e4m3 per (batch, kv head) (absmax / 336), descales passed along.
+    varlen: flash_attn_varlen_func with block_table on the same pages (q as (B * Nq, H, d))."""
     import torch
     import flashattn
     made = {}
@@ -491,6 +495,14 @@ def kvcache_fn(page, kv_dtype="bf16"):
                 vc[perm] = v.reshape(pages, page, hk, d)
                 made[key] = (kc, vc, seqlens, perm.to(torch.int32).view(b, n // page)) + descales
         kc, vc, seqlens, table, kd, vd = made[key]
+        if varlen:
+            b, sq, h, d = q.shape
+            n = int(k.shape[1])
+            cu_q = torch.arange(0, (b + 1) * sq, sq, dtype=torch.int32, device=q.device)
+            cu_k = torch.arange(0, (b + 1) * n, n, dtype=torch.int32, device=q.device)
+            out = flashattn.flash_attn_varlen_func(q.reshape(b * sq, h, d), kc, vc, cu_q, cu_k, sq, n, causal=causal,
+                                                   block_table=table, k_descale=kd, v_descale=vd)
+            return out.view(b, sq, h, -1)
         return flashattn.flash_attn_with_kvcache(q, kc, vc, cache_seqlens=seqlens, block_table=table, causal=causal,
                                                  k_descale=kd, v_descale=vd)
     return fn
@@ -564,9 +576,9 @@ def attention_impls(names, math_max_seqlen=4096, softcap=0.0, kv_dtype="bf16"):
                 return F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=q.shape[1] != k.shape[1])
         impls[name] = Impl("bhsd", run, skip=math_skip if name == "sdpa_math" else no_softcap)
 
-    for name, page in (("kvcache", 0), ("kvcache_paged16", 16)):
+    for name, page in (("kvcache", 0), ("kvcache_paged16", 16), ("varlen_paged16", 16)):
         if name in names:
-            impls[name] = Impl("bshd", kvcache_fn(page, kv_dtype), backward=False,
+            impls[name] = Impl("bshd", kvcache_fn(page, kv_dtype, varlen=name.startswith("varlen")), backward=False,
                                skip=lambda b, h, hk, sq, sk, dtype, page=page: (
                                    f"seqlen_k not a multiple of the page size {page}" if page and sk % page else None))
 

@@ -22,7 +22,7 @@ import sys
 import textwrap
 
 # Implementations in display order, with labels for tables and legends.
-IMPL_ORDER = ("flashattn", "kvcache", "kvcache_paged16", "sdpa_cudnn", "sdpa_flash", "fa4", "sdpa_efficient", "sdpa_math",
+IMPL_ORDER = ("flashattn", "kvcache", "kvcache_paged16", "varlen_paged16", "sdpa_cudnn", "sdpa_flash", "fa4", "sdpa_efficient", "sdpa_math",
               "triton")
 IMPL_LABELS = {
     "flashattn": "flashattn (ours)",
@@ -34,8 +34,9 @@ IMPL_LABELS = {
     "triton": "Triton (bench/triton_attention.py)",
     "kvcache": "ours, flash_attn_with_kvcache (dense cache)",
     "kvcache_paged16": "ours, flash_attn_with_kvcache (paged, 16-row pages)",
+    "varlen_paged16": "ours, flash_attn_varlen_func with block_table (16-row pages)",
 }
-IMPL_COLORS = {"flashattn": "#d62728", "kvcache": "#e377c2", "kvcache_paged16": "#bcbd22", "sdpa_cudnn": "#2ca02c", "sdpa_flash": "#1f77b4", "fa4": "#8c564b",
+IMPL_COLORS = {"flashattn": "#d62728", "kvcache": "#e377c2", "kvcache_paged16": "#bcbd22", "varlen_paged16": "#17a589", "sdpa_cudnn": "#2ca02c", "sdpa_flash": "#1f77b4", "fa4": "#8c564b",
                "sdpa_efficient": "#ff7f0e", "sdpa_math": "#7f7f7f", "triton": "#9467bd"}
 # Legends only: the tables keep IMPL_LABELS (their headers name these two by their raw keys).
 # HBM bandwidth of the GPUs the decode plots name, TB/s, from NVIDIA's data sheets (H200 SXM:

@@ -12,7 +12,7 @@ backward (two kernels) at d128, and the forward
 with attn_mask alone (the mask tile), with a key-padding mask, and attn_bias with attn_mask (the
 mask as bits) at d64 and d128, and the backward with attn_bias and dbias (d128 causal, d64 key
 padding), and the block-sparse backward at d64 and d128 (more tiles than SMs, tiles without a
-step). Needs a GPU and torch."""
+step), and paged K/V in varlen calls (the sm80-class cache kernels). Needs a GPU and torch."""
 import argparse
 import sys
 
@@ -138,6 +138,34 @@ def sparse_case(name, n, h, d, bs=64, density=0.4):
     return ok
 
 
+def paged_varlen_case(name, seqlens_q, seqlens_k, h=8, hk=2, d=128, page=16):
+    """flash_attn_varlen_func with block_table (the KV-cache kernels, sm80-class): shuffled
+    16-row pages, GQA, causal, against float32 attention on the gathered keys, sequence by
+    sequence."""
+    b = len(seqlens_q)
+    blocks = [-(-n // page) for n in seqlens_k]
+    perm = torch.randperm(sum(blocks), device="cuda").to(torch.int32)
+    table = torch.full((b, max(blocks)), -1, dtype=torch.int32, device="cuda")
+    at = 0
+    for i, nb in enumerate(blocks):
+        table[i, :nb] = perm[at:at + nb]
+        at += nb
+    kp, vp = rnd(sum(blocks), page, hk, d), rnd(sum(blocks), page, hk, d)
+    cu_q = torch.tensor([0] + seqlens_q, device="cuda").cumsum(0).to(torch.int32)
+    cu_k = torch.tensor([0] + seqlens_k, device="cuda").cumsum(0).to(torch.int32)
+    q = rnd(int(cu_q[-1]), h, d)
+    out = flashattn.flash_attn_varlen_func(q, kp, vp, cu_q, cu_k, max(seqlens_q), max(seqlens_k), causal=True,
+                                           block_table=table)
+    ok = True
+    for i in range(b):
+        rows = table[i, :blocks[i]].long()
+        k = kp[rows].reshape(-1, hk, d)[:seqlens_k[i]].repeat_interleave(h // hk, 1)
+        v = vp[rows].reshape(-1, hk, d)[:seqlens_k[i]].repeat_interleave(h // hk, 1)
+        qi = q[cu_q[i]:cu_q[i + 1]]
+        ok &= check(f"{name} seq {i}", out[cu_q[i]:cu_q[i + 1]], ref(qi[None], k[None], v[None], True)[0], 0.03)
+    return ok
+
+
 CASES = {
     "bwd_d64": lambda: bwd_case("bwd_d64", 1, 1024, 2, 64, 64, False),
     "bwd_d64_causal": lambda: bwd_case("bwd_d64_causal", 1, 1024, 2, 64, 64, True),
@@ -185,6 +213,10 @@ CASES = {
     # tile per head without a step, a ragged last block.
     "bwd_sparse_d128": lambda: sparse_case("bwd_sparse_d128", 500, 36, 128),
     "bwd_sparse_d64": lambda: sparse_case("bwd_sparse_d64", 500, 36, 64),
+    # Paged K/V in varlen calls (the cache kernels): a decode step (split keys, merged in-kernel)
+    # and a chunked prefill among decode rows (the 128-row tile).
+    "paged_varlen_decode": lambda: paged_varlen_case("paged_varlen_decode", [1] * 6, [4000, 1, 17, 900, 2048, 33]),
+    "paged_varlen_prefill": lambda: paged_varlen_case("paged_varlen_prefill", [1, 300, 1], [517, 800, 33]),
 }
 
 

@@ -205,7 +205,7 @@ def attention_section(files):
     return out
 
 
-KV_SHORT = {"kvcache": "kvcache dense", "kvcache_paged16": "kvcache paged 16"}
+KV_SHORT = {"kvcache": "kvcache dense", "kvcache_paged16": "kvcache paged 16", "varlen_paged16": "varlen paged 16"}
 
 
 def decode_section(files):
