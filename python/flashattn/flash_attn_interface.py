@@ -24,8 +24,10 @@ Differences from flash_attn, all deliberate:
   page_size, nheads_k, headdim) and sequence b's keys the first cu_seqlens_k[b + 1] -
   cu_seqlens_k[b] positions of its pages) takes any page size (flash_attn 2.x needs a multiple
   of 256), also float8_e4m3fn pages under bfloat16/float16 q with ``k_descale``/``v_descale``.
-  Forward only, as in flash_attn (autograd raises NotImplementedError in the backward); no
-  dropout, bias or masks with it. ``flash_attn_with_kvcache`` takes paged caches of any page
+  Forward only, as in flash_attn (autograd raises NotImplementedError in the backward; under
+  torch.compile with an autograd backend the error comes at compile time when an input
+  requires grad, so compile such calls under torch.no_grad / inference_mode); no dropout, bias
+  or masks with it. ``flash_attn_with_kvcache`` takes paged caches of any page
   size too, and rejects ``cache_batch_idx`` together with ``block_table``.
 * ``flash_attn_with_kvcache`` with an int ``cache_seqlens`` makes a (batch,) tensor (flash_attn
   makes one of k_cache.shape[0] entries, which is wrong for paged caches).

@@ -256,6 +256,11 @@ def test_torch_compile_fullgraph():
 
     compiled = torch.compile(step, fullgraph=True, backend="eager")
     assert torch.equal(compiled(q, kp, vp, table, cu_q, cu_k), step(q, kp, vp, table, cu_q, cu_k))
+    # Through AOT autograd (the fake kernel, no backward traced without grad), as an inference
+    # engine compiles it.
+    with torch.no_grad():
+        aot = torch.compile(step, fullgraph=True, backend="aot_eager")
+        assert torch.equal(aot(q, kp, vp, table, cu_q, cu_k), step(q, kp, vp, table, cu_q, cu_k))
 
 
 # ---- CUDA ---------------------------------------------------------------------------------------
