@@ -136,12 +136,17 @@ if [ "${SANITIZE:-0}" != 0 ]; then
     echo "$tool: exit $? ($(grep -cE 'ERROR SUMMARY: 0 errors|RACECHECK SUMMARY: 0 hazards' "$OUT/sanitizer-$tool.log") clean summaries)"
   done
   # The KV-cache path: append + rotary and paged reads (page sizes 1-256, left padding; racecheck
-  # for the paged offsets double-buffered in shared memory).
+  # for the paged offsets double-buffered in shared memory), and paged K/V in varlen calls.
   kv_tools="memcheck racecheck"; [ "$SANITIZE" = sparse ] && kv_tools=""
   for tool in $kv_tools; do
     compute-sanitizer --tool $tool --error-exitcode 9 build-gpu/tests/cpp/flashattn_test_kvcache \
       --gtest_filter='Backends/KVCache.*/cuda:KVCacheCpuVsCuda.*' >"$OUT/sanitizer-kvcache-$tool.log" 2>&1
     echo "$tool kvcache: exit $? ($(grep -cE 'ERROR SUMMARY: 0 errors|RACECHECK SUMMARY: 0 hazards' "$OUT/sanitizer-kvcache-$tool.log") clean summaries)"
+    # Paged K/V in varlen calls (the same cache kernels with each sequence's query rows from
+    # cu_seqlens_q; pages shared between sequences, empty sequences, forced splits).
+    compute-sanitizer --tool $tool --error-exitcode 9 build-gpu/tests/cpp/flashattn_test_paged_varlen \
+      --gtest_filter='Backends/PagedVarlen.*/cuda' >"$OUT/sanitizer-paged-varlen-$tool.log" 2>&1
+    echo "$tool paged varlen: exit $? ($(grep -cE 'ERROR SUMMARY: 0 errors|RACECHECK SUMMARY: 0 hazards' "$OUT/sanitizer-paged-varlen-$tool.log") clean summaries)"
     # The e4m3 cache kernels (cp.async of 1-byte tiles, widened in registers; paged offsets).
     compute-sanitizer --tool $tool --error-exitcode 9 build-gpu/tests/cpp/flashattn_test_fp8 \
       --gtest_filter='Cases/Fp8CudaCache.*' >"$OUT/sanitizer-fp8cache-$tool.log" 2>&1
