@@ -155,6 +155,16 @@ Status check_varlen_metadata(const TensorView& cu_seqlens_q, const TensorView& c
                              int64_t total_q, int64_t total_k, int32_t max_seqlen_q,
                              int32_t max_seqlen_k, void* stream = nullptr);
 
+// The value checks of ForwardArgs::block_table on their own, without attention: every sequence's
+// key count (cu_seqlens_k[b + 1] - cu_seqlens_k[b], int32 (batch + 1)) fits in its row of
+// block_table (int32 (batch, max_blocks): max_blocks * page_size keys; none when num_blocks is
+// 0) and the entries that cover its keys are pages in [0, num_blocks). Both on the CPU or a CUDA
+// device (read synchronously on `stream` there). A forward with CPU tensors runs them itself;
+// for callers that hold the table on the host while the pages are on a GPU they cost no
+// device synchronisation.
+Status check_paged_metadata(const TensorView& block_table, const TensorView& cu_seqlens_k, int64_t num_blocks,
+                            int64_t page_size, void* stream = nullptr);
+
 // Whether this build has the CUDA backend and at least one usable GPU.
 bool cuda_available();
 

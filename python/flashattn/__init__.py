@@ -21,7 +21,7 @@ dim), ``RuntimeError`` for CUDA and internal errors. See python/README.md.
 """
 
 from . import _C
-from ._lowlevel import backward, check_varlen_metadata, forward
+from ._lowlevel import backward, check_paged_metadata, check_varlen_metadata, forward
 from .compat import install_as_flash_attn
 from .flash_attn_interface import (
     flash_attn_func,
@@ -60,6 +60,7 @@ __all__ = [
     "block_mask_from_dense",
     "block_mask_from_flex",
     "block_mask_from_mask_mod",
+    "check_paged_metadata",
     "check_varlen_metadata",
     "cuda_available",
     "cuda_built",

@@ -179,6 +179,19 @@ def check_varlen_metadata(cu_seqlens_q, cu_seqlens_k, total_q, total_k, max_seql
                                     int32("max_seqlen_k", max_seqlen_k or 0), int(stream)))
 
 
+def check_paged_metadata(block_table, cu_seqlens_k, num_blocks, page_size, stream=None) -> None:
+    """Checks a paged varlen call's table without running attention: every sequence's key count
+    (``cu_seqlens_k[b + 1] - cu_seqlens_k[b]``) fits in its ``block_table`` row (int32 (batch,
+    max_blocks): ``max_blocks * page_size`` keys) and the entries covering its keys are pages in
+    ``[0, num_blocks)``. CPU or CUDA arrays (CUDA values are read back synchronously). Raises
+    ValueError naming the problem."""
+    if stream is None:
+        stream = current_stream(block_table)
+    with _DeviceGuard(block_table):
+        raise_error(_C.check_paged(_plain(block_table), _plain(cu_seqlens_k), int(num_blocks),
+                                   int(page_size), int(stream)))
+
+
 def block_sizes(block_size, block_mask) -> tuple:
     """(block_size_q, block_size_k) from ``block_size`` (an int or a pair); (0, 0) without a
     block mask."""

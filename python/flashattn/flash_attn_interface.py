@@ -364,6 +364,13 @@ def _paged_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_
                           check_cu_seqlens=True if check_cu_seqlens else None,
                           k_descale=descales[1], v_descale=descales[2], block_table=block_table)
         return _finish(out, lse, return_attn_probs)
+    # The table's values are checked where that is free (the table and cu_seqlens_k in host
+    # memory for CUDA tensors) or was asked for (check_cu_seqlens: a device read), as the varlen
+    # metadata is; the library checks CPU tensors itself.
+    host_values = (q.is_cuda and block_table.device.type == "cpu"
+                   and cu_seqlens_k.device.type == "cpu")
+    if (host_values or (check_cu_seqlens and q.is_cuda)) and not torch.compiler.is_compiling():
+        _lowlevel.check_paged_metadata(block_table, cu_seqlens_k, k.shape[0], k.shape[1])
     # The key counts are not rows of k (a page may serve several sequences): no bound on them.
     cu_seqlens_q, cu_seqlens_k = _torch_ops.varlen_metadata(
         q.device, q.shape[0], 2**31 - 1, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,

@@ -331,6 +331,16 @@ nb::object check_varlen(nb::handle cu_seqlens_q, nb::handle cu_seqlens_k, int64_
   });
 }
 
+nb::object check_paged(nb::handle block_table, nb::handle cu_seqlens_k, int64_t num_blocks, int64_t page_size,
+                       uintptr_t stream) {
+  Imports im;
+  const fa::TensorView table = im.input("block_table", block_table);
+  const fa::TensorView ck = im.input("cu_seqlens_k", cu_seqlens_k);
+  if (im.error()) return to_python(im.error());
+  return run_released(
+      [&] { return fa::check_paged_metadata(table, ck, num_blocks, page_size, reinterpret_cast<void*>(stream)); });
+}
+
 // forward_kvcache: k_cache/v_cache are written (the append), so they are imported as outputs.
 nb::object forward_kvcache(nb::handle q, nb::handle k_cache, nb::handle v_cache, nb::handle k,
                            nb::handle v, nb::handle rotary_cos, nb::handle rotary_sin,
@@ -469,6 +479,10 @@ NB_MODULE(_C, m) {
         nb::arg("max_seqlen_q"), nb::arg("max_seqlen_k"), nb::arg("stream") = 0,
         "Checks varlen metadata (flashattn::check_varlen_metadata). Returns None, or (exception "
         "class name, message) for the caller to raise.");
+  m.def("check_paged", &check_paged, nb::arg("block_table").none(), nb::arg("cu_seqlens_k").none(),
+        nb::arg("num_blocks"), nb::arg("page_size"), nb::arg("stream") = 0,
+        "Checks a paged varlen call's block table against its key counts "
+        "(flashattn::check_paged_metadata). Returns None, or (exception class name, message).");
   m.def("cuda_available", &fa::cuda_available,
         "Whether this build has the CUDA backend and at least one usable GPU.");
   m.def(

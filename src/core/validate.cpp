@@ -768,25 +768,29 @@ Status forward_params(const ForwardArgs& args, ForwardParams* p, bool fp8_cache)
   return Status::Ok();
 }
 
-// Host-side checks of a paged varlen call's values (CPU tensors only, as for forward_kvcache):
-// every sequence's keys fit in its block-table row, and the entries covering them are pages.
-void check_paged_varlen_values(Checker& c, const ForwardParams& p) {
-  const KVCacheParams& kv = p.kv;
-  for (int64_t b = 0; b < p.batch && c.ok(); ++b) {
-    const int64_t len = int64_t(p.cu_seqlens_k[b + 1]) - p.cu_seqlens_k[b];
+// The values of a paged varlen call, in host memory: every sequence's key count (cu_k[b + 1] -
+// cu_k[b]) fits in its block-table row of `capacity` keys, and the entries covering them are
+// pages in [0, num_blocks). check_paged_metadata and the forward on CPU tensors share it.
+void check_paged_values(Checker& c, const int32_t* table, int64_t table_stride, const int32_t* cu_k, int64_t batch,
+                        int64_t capacity, int64_t page_size, int64_t num_blocks) {
+  for (int64_t b = 0; b < batch && c.ok(); ++b) {
+    const int64_t len = int64_t(cu_k[b + 1]) - cu_k[b];
     std::ostringstream at_os;  // (not "[" + to_string(b): GCC 12's -Wrestrict false positive)
     at_os << '[' << b << ']';
     const std::string at = at_os.str();
-    if (len > kv.capacity) {
+    if (len < 0) {
+      c.invalid("cu_seqlens_k must be non-decreasing, but entry " + std::to_string(b + 1) + " < entry " +
+                std::to_string(b));
+    } else if (len > capacity) {
       c.invalid("sequence " + std::to_string(b) + " has " + std::to_string(len) +
-                " keys (cu_seqlens_k) but block_table" + at + " holds " + std::to_string(kv.capacity) +
+                " keys (cu_seqlens_k) but block_table" + at + " holds " + std::to_string(capacity) +
                 " rows (max_blocks * page_size, 0 when k has no pages)");
     }
-    for (int64_t blk = 0; blk * kv.page_size < len && c.ok(); ++blk) {
-      const int32_t page = kv.block_table[b * kv.block_table_stride + blk];
-      if (page < 0 || page >= kv.num_blocks) {
+    for (int64_t blk = 0; blk * page_size < len && c.ok(); ++blk) {
+      const int32_t page = table[b * table_stride + blk];
+      if (page < 0 || page >= num_blocks) {
         c.invalid("block_table" + at + "[" + std::to_string(blk) + "] = " + std::to_string(page) +
-                  " is outside [0, " + std::to_string(kv.num_blocks) +
+                  " is outside [0, " + std::to_string(num_blocks) +
                   "), the pages of k (the block holds keys of the sequence)");
       }
     }
@@ -870,7 +874,10 @@ Status paged_forward_params(const ForwardArgs& a, ForwardParams* p) {
   kv.block_table_stride = a.block_table.strides[0];
   kv.page_size = static_cast<int32_t>(page_size);
   kv.num_blocks = static_cast<int32_t>(num_blocks);
-  if (p->device.type == DeviceType::kCPU) check_paged_varlen_values(c, *p);
+  if (p->device.type == DeviceType::kCPU) {
+    check_paged_values(c, kv.block_table, kv.block_table_stride, p->cu_seqlens_k, p->batch, kv.capacity, page_size,
+                       num_blocks);
+  }
   return c.status();
 }
 
@@ -879,6 +886,61 @@ Status paged_forward_params(const ForwardArgs& a, ForwardParams* p) {
 Status make_forward_params(const ForwardArgs& args, ForwardParams* p) {
   if (args.block_table.defined()) return paged_forward_params(args, p);
   return forward_params(args, p, /*fp8_cache=*/false);
+}
+
+Status check_paged_metadata(const TensorView& block_table, const TensorView& cu_seqlens_k, int64_t num_blocks,
+                            int64_t page_size, void* stream) {
+  Checker c;
+  c.tensor("block_table", block_table, 2, "(batch, max_blocks)");
+  c.tensor("cu_seqlens_k", cu_seqlens_k, 1, "(batch + 1)");
+  c.dtype("block_table", block_table, DType::kInt32);
+  c.dtype("cu_seqlens_k", cu_seqlens_k, DType::kInt32);
+  if (!c.ok()) return c.status();
+  const int64_t batch = block_table.shape[0];
+  if (cu_seqlens_k.shape[0] != batch + 1) {
+    return Status::InvalidArgument("cu_seqlens_k must have batch + 1 = " + std::to_string(batch + 1) +
+                                   " entries (block_table has batch rows), got " +
+                                   std::to_string(cu_seqlens_k.shape[0]));
+  }
+  if (num_blocks < 0 || page_size < 1) {
+    return Status::InvalidArgument("num_blocks must be >= 0 and page_size >= 1, got " + std::to_string(num_blocks) +
+                                   " and " + std::to_string(page_size));
+  }
+  if (batch > 0 && cu_seqlens_k.strides[0] != 1) return Status::InvalidArgument("cu_seqlens_k must be contiguous");
+  const int64_t width = block_table.shape[1];
+  std::vector<int32_t> table(static_cast<size_t>(batch * width)), ck(static_cast<size_t>(batch + 1));
+  // The table row by row (its row stride may exceed its width).
+  for (int64_t b = 0; b < batch; ++b) {
+    const auto* row = static_cast<const int32_t*>(block_table.data) + b * block_table.strides[0];
+    if (block_table.device.type == DeviceType::kCPU) {
+      std::copy_n(row, width, table.begin() + b * width);
+    } else {
+#if defined(FLASHATTN_WITH_CUDA)
+      if (Status s = cuda_copy_to_host(table.data() + b * width, row, sizeof(int32_t) * size_t(width), stream);
+          !s.ok()) {
+        return s;
+      }
+#else
+      (void)stream;
+      return Status::NotSupported("block_table is on a CUDA device, but this flashattn build has no CUDA backend");
+#endif
+    }
+  }
+  if (cu_seqlens_k.device.type == DeviceType::kCPU) {
+    std::copy_n(static_cast<const int32_t*>(cu_seqlens_k.data), batch + 1, ck.begin());
+  } else {
+#if defined(FLASHATTN_WITH_CUDA)
+    if (Status s = cuda_copy_to_host(ck.data(), cu_seqlens_k.data, sizeof(int32_t) * size_t(batch + 1), stream);
+        !s.ok()) {
+      return s;
+    }
+#else
+    return Status::NotSupported("cu_seqlens_k is on a CUDA device, but this flashattn build has no CUDA backend");
+#endif
+  }
+  const int64_t capacity = num_blocks == 0 ? 0 : width * page_size;
+  check_paged_values(c, table.data(), width, ck.data(), batch, capacity, page_size, num_blocks);
+  return c.status();
 }
 
 Status make_backward_params(const BackwardArgs& args, BackwardParams* p) {

@@ -584,6 +584,32 @@ TEST_F(PagedVarlenErrors, NoPages) {
   for (double x : o.lse) EXPECT_EQ(x, -INFINITY);
 }
 
+// check_paged_metadata: the same value checks on their own (callers with host tables).
+TEST(PagedMetadata, ChecksCountsAndPages) {
+  std::vector<int32_t> table{3, 0, -1, 1, 4, 2};  // (2, 3)
+  std::vector<int32_t> cu_k{0, 6, 15};            // 6 and 9 keys, pages of 4 rows
+  const auto view = [](void* p, std::initializer_list<int64_t> shape) {
+    return make_contiguous_view(p, DType::kInt32, Device{}, shape);
+  };
+  const TensorView t = view(table.data(), {2, 3}), ck = view(cu_k.data(), {3});
+  EXPECT_TRUE(check_paged_metadata(t, ck, 5, 4).ok());
+  Status s = check_paged_metadata(t, ck, 4, 4);  // page 4 is outside [0, 4)
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("block_table[1][1] = 4 is outside [0, 4)"), std::string::npos) << s.message();
+  cu_k[2] = 19;  // 13 keys > 3 x 4 rows
+  s = check_paged_metadata(t, ck, 5, 4);
+  EXPECT_NE(s.message().find("sequence 1 has 13 keys"), std::string::npos) << s.message();
+  cu_k[2] = 15;
+  cu_k[1] = 8;  // sequence 0: 8 keys reach block 1 (page 0), sequence 1: 7 keys, block 1 (page 4)
+  EXPECT_TRUE(check_paged_metadata(t, ck, 5, 4).ok());
+  table[2] = 7;  // past sequence 0's keys: never read, never checked
+  EXPECT_TRUE(check_paged_metadata(t, ck, 5, 4).ok());
+  s = check_paged_metadata(t, view(cu_k.data(), {2}), 5, 4);
+  EXPECT_NE(s.message().find("cu_seqlens_k must have batch + 1 = 3 entries"), std::string::npos) << s.message();
+  s = check_paged_metadata(t, ck, 0, 4);  // no pages: no keys
+  EXPECT_NE(s.message().find("holds 0 rows"), std::string::npos) << s.message();
+}
+
 TEST_F(PagedVarlenErrors, NoDropoutOrMasks) {
   ForwardArgs a = a_;
   a.dropout_p = 0.1f;

@@ -167,6 +167,19 @@ def test_bad_inputs(mutate, exc, needle):
         case.call(**kw)
 
 
+def test_check_paged_metadata():
+    """flashattn.check_paged_metadata: the forward's value checks on their own (free for host
+    tables of CUDA calls)."""
+    case = Case()
+    flashattn.check_paged_metadata(case.block_table, case.cu_k, case.k_pages.shape[0], 16)
+    bad = case.block_table.copy()
+    bad[3, 2] = case.k_pages.shape[0]
+    with pytest.raises(ValueError, match=r"block_table\[3\]\[2\] = "):
+        flashattn.check_paged_metadata(bad, case.cu_k, case.k_pages.shape[0], 16)
+    with pytest.raises(ValueError, match="sequence 0 has 40 keys"):
+        flashattn.check_paged_metadata(case.block_table[:, :2].copy(), case.cu_k, case.k_pages.shape[0], 16)
+
+
 # ---- torch on the CPU -------------------------------------------------------------------------
 
 def _torch(case, device="cpu", dtype=None):
@@ -294,6 +307,19 @@ def test_cuda_bf16_matches_reference(spec):
     case.k_log = [rounded(x) for x in case.k_log]
     case.v_log = [rounded(x) for x in case.v_log]
     check(case, out.float().cpu().numpy(), lse.cpu().numpy(), atol=2e-2)
+
+
+def test_cuda_host_table_checked_for_free():
+    """A CPU block table and cu_seqlens_k with CUDA tensors: their values are checked on the host
+    (no device synchronisation), as CPU cu_seqlens are."""
+    torch = cuda_torch()
+    case = Case(d=128)
+    t = _torch(case, "cuda", torch.bfloat16)
+    table = torch.from_numpy(case.block_table.copy())
+    table[3, 1] = 10_000
+    with pytest.raises(ValueError, match=r"block_table\[3\]\[1\] = 10000"):
+        flashattn.flash_attn_varlen_func(t(case.q), t(case.k_pages), t(case.v_pages), torch.from_numpy(case.cu_q),
+                                         torch.from_numpy(case.cu_k), 7, 70, block_table=table)
 
 
 def test_cuda_equals_kvcache_bitwise():
