@@ -327,6 +327,22 @@ Strides3 strides_of(const TensorView& t, bool varlen) {
   return Strides3{t.strides[0], t.strides[1], t.strides[2]};
 }
 
+// n int32 values of `t` from element `at` on into dst: a CPU view's directly, a CUDA view's
+// copied synchronously on `stream`.
+Status read_int32s(const char* name, const TensorView& t, int64_t at, int64_t n, int32_t* dst, void* stream) {
+  const int32_t* src = static_cast<const int32_t*>(t.data) + at;
+  if (t.device.type == DeviceType::kCPU) {
+    std::copy_n(src, n, dst);
+    return Status::Ok();
+  }
+#if defined(FLASHATTN_WITH_CUDA)
+  return cuda_copy_to_host(dst, src, sizeof(int32_t) * static_cast<size_t>(n), stream);
+#else
+  (void)stream;
+  return Status::NotSupported(std::string(name) + " is on a CUDA device, but this flashattn build has no CUDA backend");
+#endif
+}
+
 // The values of cu_seqlens_q/k (int32 (batch + 1) views already checked for rank, dtype and
 // equal length): each starts at 0, never decreases, ends within the total_q / total_k rows,
 // and, where max_seqlen_* > 0, holds no sequence longer than it. CUDA views are copied to the
@@ -340,20 +356,8 @@ Status check_cu_seqlens_values(const TensorView& cu_q, const TensorView& cu_k, i
     return Status::InvalidArgument("cu_seqlens_q and cu_seqlens_k must be contiguous");
   }
   std::vector<int32_t> cq(batch + 1), ck(batch + 1);
-  if (cu_q.device.type == DeviceType::kCPU) {
-    std::copy_n(static_cast<const int32_t*>(cu_q.data), batch + 1, cq.begin());
-    std::copy_n(static_cast<const int32_t*>(cu_k.data), batch + 1, ck.begin());
-  } else {
-#if defined(FLASHATTN_WITH_CUDA)
-    const size_t bytes = sizeof(int32_t) * static_cast<size_t>(batch + 1);
-    if (Status s = cuda_copy_to_host(cq.data(), cu_q.data, bytes, stream); !s.ok()) return s;
-    if (Status s = cuda_copy_to_host(ck.data(), cu_k.data, bytes, stream); !s.ok()) return s;
-#else
-    (void)stream;
-    return Status::NotSupported(
-        "cu_seqlens are on a CUDA device, but this flashattn build has no CUDA backend");
-#endif
-  }
+  if (Status s = read_int32s("cu_seqlens_q", cu_q, 0, batch + 1, cq.data(), stream); !s.ok()) return s;
+  if (Status s = read_int32s("cu_seqlens_k", cu_k, 0, batch + 1, ck.data(), stream); !s.ok()) return s;
   const struct {
     const char* name;
     const char* max_name;
@@ -911,33 +915,13 @@ Status check_paged_metadata(const TensorView& block_table, const TensorView& cu_
   std::vector<int32_t> table(static_cast<size_t>(batch * width)), ck(static_cast<size_t>(batch + 1));
   // The table row by row (its row stride may exceed its width).
   for (int64_t b = 0; b < batch; ++b) {
-    const auto* row = static_cast<const int32_t*>(block_table.data) + b * block_table.strides[0];
-    if (block_table.device.type == DeviceType::kCPU) {
-      std::copy_n(row, width, table.begin() + b * width);
-    } else {
-#if defined(FLASHATTN_WITH_CUDA)
-      if (Status s = cuda_copy_to_host(table.data() + b * width, row, sizeof(int32_t) * size_t(width), stream);
-          !s.ok()) {
-        return s;
-      }
-#else
-      (void)stream;
-      return Status::NotSupported("block_table is on a CUDA device, but this flashattn build has no CUDA backend");
-#endif
-    }
-  }
-  if (cu_seqlens_k.device.type == DeviceType::kCPU) {
-    std::copy_n(static_cast<const int32_t*>(cu_seqlens_k.data), batch + 1, ck.begin());
-  } else {
-#if defined(FLASHATTN_WITH_CUDA)
-    if (Status s = cuda_copy_to_host(ck.data(), cu_seqlens_k.data, sizeof(int32_t) * size_t(batch + 1), stream);
+    if (Status s = read_int32s("block_table", block_table, b * block_table.strides[0], width, table.data() + b * width,
+                               stream);
         !s.ok()) {
       return s;
     }
-#else
-    return Status::NotSupported("cu_seqlens_k is on a CUDA device, but this flashattn build has no CUDA backend");
-#endif
   }
+  if (Status s = read_int32s("cu_seqlens_k", cu_seqlens_k, 0, batch + 1, ck.data(), stream); !s.ok()) return s;
   const int64_t capacity = num_blocks == 0 ? 0 : width * page_size;
   check_paged_values(c, table.data(), width, ck.data(), batch, capacity, page_size, num_blocks);
   return c.status();
