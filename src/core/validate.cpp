@@ -1142,8 +1142,9 @@ Status make_kvcache_params(const KVCacheArgs& a, ForwardParams* p) {
   const Device dev = p->device;
   KVCacheParams& kv = p->kv;
   kv.enabled = true;
-  // A paged cache without pages holds no row (the clamps would otherwise aim at page -1).
-  kv.capacity = paged && kc.shape[0] == 0 ? 0 : static_cast<int32_t>(capacity);
+  // A cache without pages (paged) or cache rows (dense) holds no row: the clamps would
+  // otherwise aim at page or cache row -1.
+  kv.capacity = kc.shape[0] == 0 ? 0 : static_cast<int32_t>(capacity);
   if (paged) {
     kv.block_table = static_cast<const int32_t*>(a.block_table.data);
     kv.block_table_stride = a.block_table.strides[0];
@@ -1238,6 +1239,9 @@ Status make_kvcache_params(const KVCacheArgs& a, ForwardParams* p) {
     // at least as wide as the cache is no window); otherwise all sit at cache_len.
     kv.rotary_q_per_token = a.causal || (a.window_left >= 0 && a.window_left < capacity) ||
                             (a.window_right >= 0 && a.window_right < capacity);
+    // A cache without rows: no key to attend to and none to append, so q's rotation changes
+    // nothing (out 0, LSE -inf or the sink), and its position (capacity - 1) would be -1.
+    if (kv.capacity == 0) kv.rotary_dim = 0;
   }
 
   if (dev.type == DeviceType::kCPU) check_kvcache_values(c, a, *p);

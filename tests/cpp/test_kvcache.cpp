@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "core/params.h"
 #include "flashattn/c_api.h"
 #include "test_util.h"
 
@@ -1014,6 +1015,48 @@ TEST(KVCacheCApi, LearnableSinkAndFirstLayout) {
   EXPECT_EQ(flashattn_forward_kvcache(&old), FLASHATTN_ERROR_INVALID_ARGUMENT);
   EXPECT_NE(std::string(flashattn_last_error()).find("struct_size"), std::string::npos)
       << flashattn_last_error();
+}
+
+// A cache without rows (dense seqlen_cache 0 or batch_cache 0, paged without pages) resolves to
+// capacity 0, so that no clamp aims at row, cache row or page -1, and turns rotary off (no key
+// to attend to or append: q's rotation changes nothing, and its position would be -1). The
+// resolved parameters are what a device-side value meets (the host checks only CPU values).
+TEST(KVCacheParamsTest, NoRowsMeansCapacityZeroAndNoRotary) {
+  const int64_t d = 32, half = 8;
+  std::vector<float> q(d), out(d), cache(4 * 2 * d), rot(4 * half), none(1);
+  std::vector<int32_t> seqlens{0}, table{-1, -1}, bidx{0};
+  const Device cuda{DeviceType::kCUDA, 0};  // values unchecked, as for device tensors
+  const auto view = [&](void* p, DType dt, std::initializer_list<int64_t> shape) {
+    return make_contiguous_view(p, dt, cuda, shape);
+  };
+  struct Layout {
+    const char* name;
+    std::vector<int64_t> cache_shape;
+    bool paged, batch_idx;
+  } layouts[] = {{"dense, seqlen_cache 0", {1, 0, 1, d}, false, false},
+                 {"dense, batch_cache 0, cache_batch_idx", {0, 4, 1, d}, false, true},
+                 {"paged, no pages", {0, 2, 1, d}, true, false}};
+  for (const Layout& l : layouts) {
+    SCOPED_TRACE(l.name);
+    KVCacheArgs a;
+    a.q = view(q.data(), DType::kFloat32, {1, 1, 1, d});
+    a.out = view(out.data(), DType::kFloat32, {1, 1, 1, d});
+    TensorView c = make_contiguous_view(cache.data(), DType::kFloat32, cuda, {1, 1, 1, d});
+    c.ndim = 4;
+    for (int i = 0; i < 4; ++i) c.shape[i] = l.cache_shape[i];
+    a.k_cache = a.v_cache = c;
+    a.k = a.v = view(none.data(), DType::kFloat32, {1, 0, 1, d});
+    a.cache_seqlens = view(seqlens.data(), DType::kInt32, {1});
+    if (l.paged) a.block_table = view(table.data(), DType::kInt32, {1, 2});
+    if (l.batch_idx) a.cache_batch_idx = view(bidx.data(), DType::kInt32, {1});
+    a.rotary_cos = a.rotary_sin = view(rot.data(), DType::kFloat32, {4, half});
+    ForwardParams p;
+    const Status s = make_kvcache_params(a, &p);
+    ASSERT_TRUE(s.ok()) << s.message();
+    EXPECT_EQ(p.kv.capacity, 0);
+    EXPECT_EQ(p.kv.rotary_dim, 0);
+    EXPECT_EQ(p.kv.end(0), 0);
+  }
 }
 
 }  // namespace
