@@ -118,13 +118,16 @@ fa_setup_torch() {
   fa_torch_works && return 0
   fa_setup_pip || return 0
   echo "flashattn setup: installing $FLASHATTN_CI_TORCH for the torch tests (CPU tensors)" >&2
-  if ! "$PYTHON" -m pip install -q --disable-pip-version-check "$FLASHATTN_CI_TORCH" \
-         >/tmp/flashattn-torch.$$ 2>&1 || ! fa_torch_works; then
-    tail -n 5 /tmp/flashattn-torch.$$ >&2
+  local log
+  log=$(mktemp) || return 0
+  # --no-cache-dir: the wheels (about 2.5 GB) are not kept beside the installed 4.5 GB.
+  if ! "$PYTHON" -m pip install -q --disable-pip-version-check --no-cache-dir "$FLASHATTN_CI_TORCH" \
+         >"$log" 2>&1 || ! fa_torch_works; then
+    tail -n 5 "$log" >&2
     echo "flashattn setup: WARNING: no working torch; the torch tests will be skipped" >&2
     # A torch that does not import would fail the tests instead of skipping them.
     "$PYTHON" -m pip uninstall -y -q torch >/dev/null 2>&1 || true
   fi
-  rm -f /tmp/flashattn-torch.$$
+  rm -f "$log"
   return 0
 }

@@ -6,7 +6,8 @@
 #   BUILD_DIR            build folder (default: build)
 #   FLASHATTN_CMAKE_ARGS extra CMake arguments, e.g. -DFLASHATTN_CUDA_HEAD_DIMS=128
 #   FLASHATTN_SETUP=0    never install anything
-#   FLASHATTN_SETUP_TORCH=1  also install PyTorch's CPU side when missing (CI does)
+#   FLASHATTN_SETUP_TORCH=1  also install torch when no working one is there (CI does; the torch
+#                            tests then run on CPU tensors)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/setup.sh

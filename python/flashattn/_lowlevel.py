@@ -183,11 +183,13 @@ def check_paged_metadata(block_table, cu_seqlens_k, num_blocks, page_size, strea
     """Checks a paged varlen call's table without running attention: every sequence's key count
     (``cu_seqlens_k[b + 1] - cu_seqlens_k[b]``) fits in its ``block_table`` row (int32 (batch,
     max_blocks): ``max_blocks * page_size`` keys) and the entries covering its keys are pages in
-    ``[0, num_blocks)``. CPU or CUDA arrays (CUDA values are read back synchronously). Raises
-    ValueError naming the problem."""
+    ``[0, num_blocks)``. CPU or CUDA arrays (CUDA values are read back synchronously, on the
+    current stream of the one on a GPU). Raises ValueError naming the problem (TypeError for a
+    wrong dtype)."""
+    ref = block_table if _is_cuda(block_table) else cu_seqlens_k
     if stream is None:
-        stream = current_stream(block_table)
-    with _DeviceGuard(block_table):
+        stream = current_stream(ref)
+    with _DeviceGuard(ref):
         raise_error(_C.check_paged(_plain(block_table), _plain(cu_seqlens_k), int(num_blocks),
                                    int(page_size), int(stream)))
 

@@ -661,7 +661,7 @@ def _fwd_paged_impl(q, k, v, block_table, cu_seqlens_q, cu_seqlens_k, max_seqlen
                     num_splits, learnable_sink=None, k_descale=None, v_descale=None):
     """A varlen forward whose k and v are pages (num_blocks, page_size, heads_k, d) located
     through block_table; returns (out, lse). The pages are read, never written."""
-    if k_descale is None and v_descale is None:
+    if k_descale is None and v_descale is None and num_splits == 0:  # (the fast path has no num_splits)
         result = _C.torch_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                                   alibi_slopes, softmax_scale, causal, (window_left, window_right),
                                   softcap, 0.0, 0, learnable_sink, CHECK_CU_SEQLENS, False,

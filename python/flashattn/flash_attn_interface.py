@@ -369,7 +369,8 @@ def _paged_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_
     # metadata is; the library checks CPU tensors itself.
     host_values = (q.is_cuda and block_table.device.type == "cpu"
                    and cu_seqlens_k.device.type == "cpu")
-    if (host_values or (check_cu_seqlens and q.is_cuda)) and not torch.compiler.is_compiling():
+    if ((host_values or (check_cu_seqlens and q.is_cuda)) and k.dim() == 4
+            and not torch.compiler.is_compiling()):  # (other ranks: the library names k's)
         _lowlevel.check_paged_metadata(block_table, cu_seqlens_k, k.shape[0], k.shape[1])
     # The key counts are not rows of k (a page may serve several sequences): no bound on them.
     cu_seqlens_q, cu_seqlens_k = _torch_ops.varlen_metadata(

@@ -911,17 +911,21 @@ Status check_paged_metadata(const TensorView& block_table, const TensorView& cu_
                                    " and " + std::to_string(page_size));
   }
   if (batch > 0 && cu_seqlens_k.strides[0] != 1) return Status::InvalidArgument("cu_seqlens_k must be contiguous");
+  if (block_table.strides[0] < 0) return Status::InvalidArgument("block_table must have a row stride >= 0");
   const int64_t width = block_table.shape[1];
   std::vector<int32_t> table(static_cast<size_t>(batch * width)), ck(static_cast<size_t>(batch + 1));
-  // The table row by row (its row stride may exceed its width).
-  for (int64_t b = 0; b < batch; ++b) {
-    if (Status s = read_int32s("block_table", block_table, b * block_table.strides[0], width, table.data() + b * width,
-                               stream);
-        !s.ok()) {
+  // The table's span in one read (one synchronisation for a device table), then its rows, whose
+  // stride may differ from the width.
+  const int64_t stride = block_table.strides[0];
+  if (batch > 0 && width > 0) {
+    std::vector<int32_t> span(static_cast<size_t>((batch - 1) * stride + width));
+    if (Status s = read_int32s("block_table", block_table, 0, int64_t(span.size()), span.data(), stream); !s.ok()) {
       return s;
     }
+    for (int64_t b = 0; b < batch; ++b) std::copy_n(span.begin() + b * stride, width, table.begin() + b * width);
   }
   if (Status s = read_int32s("cu_seqlens_k", cu_seqlens_k, 0, batch + 1, ck.data(), stream); !s.ok()) return s;
+  if (ck[0] != 0) return Status::InvalidArgument("cu_seqlens_k[0] must be 0, got " + std::to_string(ck[0]));
   const int64_t capacity = num_blocks == 0 ? 0 : width * page_size;
   check_paged_values(c, table.data(), width, ck.data(), batch, capacity, page_size, num_blocks);
   return c.status();
@@ -1118,7 +1122,7 @@ Status make_kvcache_params(const KVCacheArgs& a, ForwardParams* p) {
   for (auto [from, to] : {std::pair{&kc, &f.k}, std::pair{&vc, &f.v}}) {
     *to = *from;
     to->shape[0] = batch;
-    to->shape[1] = capacity;
+    to->shape[1] = kc.shape[0] == 0 ? 0 : capacity;  // a cache without rows: an empty view
   }
   f.softmax_scale = a.softmax_scale;
   f.causal = a.causal;

@@ -1023,7 +1023,7 @@ TEST(KVCacheCApi, LearnableSinkAndFirstLayout) {
 // resolved parameters are what a device-side value meets (the host checks only CPU values).
 TEST(KVCacheParamsTest, NoRowsMeansCapacityZeroAndNoRotary) {
   const int64_t d = 32, half = 8;
-  std::vector<float> q(d), out(d), cache(4 * 2 * d), rot(4 * half), none(1);
+  std::vector<float> q(d), out(d), rot(4 * half), none(1);
   std::vector<int32_t> seqlens{0}, table{-1, -1}, bidx{0};
   const Device cuda{DeviceType::kCUDA, 0};  // values unchecked, as for device tensors
   const auto view = [&](void* p, DType dt, std::initializer_list<int64_t> shape) {
@@ -1041,7 +1041,8 @@ TEST(KVCacheParamsTest, NoRowsMeansCapacityZeroAndNoRotary) {
     KVCacheArgs a;
     a.q = view(q.data(), DType::kFloat32, {1, 1, 1, d});
     a.out = view(out.data(), DType::kFloat32, {1, 1, 1, d});
-    TensorView c = make_contiguous_view(cache.data(), DType::kFloat32, cuda, {1, 1, 1, d});
+    // An empty tensor's pointer, as torch exports it: null.
+    TensorView c = make_contiguous_view(nullptr, DType::kFloat32, cuda, {1, 1, 1, d});
     c.ndim = 4;
     for (int i = 0; i < 4; ++i) c.shape[i] = l.cache_shape[i];
     a.k_cache = a.v_cache = c;

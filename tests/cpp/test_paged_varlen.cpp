@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "core/params.h"
 #include "test_util.h"
 
 namespace flashattn::test {
@@ -578,6 +579,8 @@ TEST_F(PagedVarlenErrors, NoPages) {
   PagedRun run(Backend::kCpu, pc);
   ForwardArgs b = run.args(true);
   b.k.shape[0] = b.v.shape[0] = 0;
+  b.k.data = b.v.data = nullptr;  // an empty tensor's pointer, as torch exports it
+  run.poison_outputs();
   ASSERT_TRUE(forward(b).ok());
   const PagedOutcome o = run.finish(Status::Ok());
   for (double x : o.out) EXPECT_EQ(x, 0.0);
@@ -586,12 +589,16 @@ TEST_F(PagedVarlenErrors, NoPages) {
 
 // check_paged_metadata: the same value checks on their own (callers with host tables).
 TEST(PagedMetadata, ChecksCountsAndPages) {
-  std::vector<int32_t> table{3, 0, -1, 1, 4, 2};  // (2, 3)
-  std::vector<int32_t> cu_k{0, 6, 15};            // 6 and 9 keys, pages of 4 rows
+  // (2, 3) inside rows of 5 (a slice of a wider table: row stride 5, not the width).
+  std::vector<int32_t> wide{3, 0, -1, 9, 9, 1, 4, 2, 9, 9};
+  std::vector<int32_t> cu_k{0, 6, 15};  // 6 and 9 keys, pages of 4 rows
   const auto view = [](void* p, std::initializer_list<int64_t> shape) {
     return make_contiguous_view(p, DType::kInt32, Device{}, shape);
   };
-  const TensorView t = view(table.data(), {2, 3}), ck = view(cu_k.data(), {3});
+  TensorView t = view(wide.data(), {2, 3});
+  t.strides[0] = 5;
+  const TensorView ck = view(cu_k.data(), {3});
+  int32_t* const table = wide.data();  // table[b * 5 + i]
   EXPECT_TRUE(check_paged_metadata(t, ck, 5, 4).ok());
   Status s = check_paged_metadata(t, ck, 4, 4);  // page 4 is outside [0, 4)
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
@@ -604,10 +611,33 @@ TEST(PagedMetadata, ChecksCountsAndPages) {
   EXPECT_TRUE(check_paged_metadata(t, ck, 5, 4).ok());
   table[2] = 7;  // past sequence 0's keys: never read, never checked
   EXPECT_TRUE(check_paged_metadata(t, ck, 5, 4).ok());
+  table[3] = -5;  // past the view's width: not part of the table
+  EXPECT_TRUE(check_paged_metadata(t, ck, 5, 4).ok());
+  cu_k[0] = 1;
+  s = check_paged_metadata(t, ck, 5, 4);
+  EXPECT_NE(s.message().find("cu_seqlens_k[0] must be 0"), std::string::npos) << s.message();
+  cu_k[0] = 0;
+  EXPECT_TRUE(check_paged_metadata(t, ck, 5, 4).ok());
   s = check_paged_metadata(t, view(cu_k.data(), {2}), 5, 4);
   EXPECT_NE(s.message().find("cu_seqlens_k must have batch + 1 = 3 entries"), std::string::npos) << s.message();
   s = check_paged_metadata(t, ck, 0, 4);  // no pages: no keys
   EXPECT_NE(s.message().find("holds 0 rows"), std::string::npos) << s.message();
+}
+
+// Without pages the call resolves to capacity 0, so that a device-side key count (not checked on
+// the host) meets no page: the clamps would otherwise aim at page -1.
+TEST_F(PagedVarlenErrors, NoPagesMeansCapacityZero) {
+  ForwardArgs a = a_;
+  a.k.shape[0] = a.v.shape[0] = 0;
+  a.k.data = a.v.data = nullptr;
+  for (TensorView* t : {&a.q, &a.k, &a.v, &a.out, &a.lse, &a.cu_seqlens_q, &a.cu_seqlens_k, &a.block_table}) {
+    t->device = Device{DeviceType::kCUDA, 0};  // values unchecked, as for device tensors
+  }
+  ForwardParams p;
+  const Status s = make_forward_params(a, &p);
+  ASSERT_TRUE(s.ok()) << s.message();
+  EXPECT_TRUE(p.kv.enabled && p.kv.paged());
+  EXPECT_EQ(p.kv.capacity, 0);
 }
 
 TEST_F(PagedVarlenErrors, NoDropoutOrMasks) {

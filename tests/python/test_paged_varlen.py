@@ -178,6 +178,15 @@ def test_check_paged_metadata():
         flashattn.check_paged_metadata(bad, case.cu_k, case.k_pages.shape[0], 16)
     with pytest.raises(ValueError, match="sequence 0 has 40 keys"):
         flashattn.check_paged_metadata(case.block_table[:, :2].copy(), case.cu_k, case.k_pages.shape[0], 16)
+    # A slice of a wider table (row stride != width), as the forward takes it.
+    wide = np.full((case.block_table.shape[0], case.block_table.shape[1] + 3), -7, np.int32)
+    wide[:, :case.block_table.shape[1]] = case.block_table
+    view = wide[:, :case.block_table.shape[1]]
+    flashattn.check_paged_metadata(view, case.cu_k, case.k_pages.shape[0], 16)
+    out, lse = case.call()
+    case.block_table = view
+    out2, lse2 = case.call()
+    assert np.array_equal(out, out2) and np.array_equal(lse, lse2)
 
 
 # ---- torch on the CPU -------------------------------------------------------------------------
