@@ -210,7 +210,8 @@ struct QKVParams {
 // plain forward calls. A varlen forward with a block table (ForwardArgs::block_table) is a paged
 // cache too, without cache_seqlens, leftpad or an append: its sequences' query rows and key
 // counts come from cu_seqlens (QKVParams), the keys being cache rows [0, count) clamped to the
-// capacity (cpu/forward.cpp forward_sequence, sm80/fwd_kernel.h). Sequence b attends to the cache rows [leftpad(b), end(b)) of its cache
+// capacity (cpu/forward.cpp forward_sequence, sm80/fwd_kernel.h). Otherwise sequence b attends
+// to the cache rows [leftpad(b), end(b)) of its cache
 // (dense: cache row batch_idx[b]; paged: pages block_table[b][row / page_size]), where
 // end(b) = cache_len(b) + seqlen_new. The accessors clamp every index into the cache, so a
 // device-side value that could not be checked on the host never moves a read or write outside
