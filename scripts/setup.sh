@@ -11,7 +11,9 @@
 #                     run on CPU tensors without a GPU. PyPI's Linux wheel with its
 #                     dependencies (its CUDA libraries included: `import torch` needs them;
 #                     about 4.5 GB installed). A failed install is reported, a torch that does
-#                     not import is removed again, and the torch tests then skip.
+#                     not import is removed again, and the torch tests then skip. With a
+#                     working torch, also transformers (pinned; fa_setup_transformers) for
+#                     the transformers backend tests.
 # All set PYTHON to the interpreter to use. FLASHATTN_SETUP=0 skips every install.
 # shellcheck shell=bash
 
@@ -115,7 +117,10 @@ fa_torch_works() {
 
 fa_setup_torch() {
   [ "${FLASHATTN_SETUP:-1}" = 0 ] && return 0
-  fa_torch_works && return 0
+  if fa_torch_works; then
+    fa_setup_transformers
+    return 0
+  fi
   fa_setup_pip || return 0
   echo "flashattn setup: installing $FLASHATTN_CI_TORCH for the torch tests (CPU tensors)" >&2
   local log
@@ -127,6 +132,30 @@ fa_setup_torch() {
     echo "flashattn setup: WARNING: no working torch; the torch tests will be skipped" >&2
     # A torch that does not import would fail the tests instead of skipping them.
     "$PYTHON" -m pip uninstall -y -q torch >/dev/null 2>&1 || true
+  fi
+  rm -f "$log"
+  fa_torch_works && fa_setup_transformers
+  return 0
+}
+
+# transformers for tests/python/test_transformers.py (the "fattn" attention backend on tiny
+# Llama / Mistral / Qwen2 / gpt-oss models, CPU backend), pinned like torch; pure Python.
+FLASHATTN_CI_TRANSFORMERS=${FLASHATTN_CI_TRANSFORMERS:-transformers==5.25.0}
+
+fa_transformers_works() {
+  "$PYTHON" -c "import transformers; transformers.GptOssConfig" >/dev/null 2>&1
+}
+
+fa_setup_transformers() {
+  fa_transformers_works && return 0
+  echo "flashattn setup: installing $FLASHATTN_CI_TRANSFORMERS for the transformers tests" >&2
+  local log
+  log=$(mktemp) || return 0
+  if ! "$PYTHON" -m pip install -q --disable-pip-version-check --no-cache-dir \
+         "$FLASHATTN_CI_TRANSFORMERS" >"$log" 2>&1 || ! fa_transformers_works; then
+    tail -n 5 "$log" >&2
+    echo "flashattn setup: WARNING: no working transformers; its tests will be skipped" >&2
+    "$PYTHON" -m pip uninstall -y -q transformers >/dev/null 2>&1 || true
   fi
   rm -f "$log"
   return 0

@@ -24,6 +24,9 @@ flash-attention-2 integration:
   ``kv_idx > q_idx - sliding_window``.
 * ``softcap``, ``scaling`` (softmax scale), ``dropout`` as given; causal from
   ``module.is_causal`` (or an ``is_causal`` keyword); GQA/MQA without repeating k and v.
+* ``s_aux`` (gpt-oss's attention sinks, ``(heads,)`` logits of any float dtype) becomes
+  ``learnable_sink``: each row's softmax denominator gains ``exp(s_aux[h] - m)``, as in
+  transformers' eager gpt-oss attention, and the sinks get their gradient.
 * float32 inputs on a GPU run in the module's half dtype (the CUDA backend has no float32) and
   come back in float32, as transformers' integration does.
 """
@@ -71,9 +74,12 @@ def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
                       sliding_window: Optional[int] = None, softcap: Optional[float] = None,
                       **kwargs):
     """transformers' attention-function signature; see the module docs for the conventions."""
-    if kwargs.get("s_aux") is not None or kwargs.get("sinks") is not None:
-        raise NotImplementedError("flashattn's transformers integration: attention sinks "
-                                  "(s_aux) are not supported yet")
+    # gpt-oss passes its per-head sink logits as s_aux; transformers' own flash integration
+    # forwards them to FlashAttention-4 as learnable_sink, the keyword every flashattn function
+    # takes (float32 inside; autograd returns their gradient in the sink's dtype).
+    sink = kwargs.get("s_aux")
+    if sink is None:
+        sink = kwargs.get("learnable_sink")
     if attention_mask is not None and attention_mask.dim() != 2:
         raise ValueError(
             "flashattn's transformers integration takes a 2D padding mask (batch, seq_k); got "
@@ -94,7 +100,8 @@ def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
     window = (sliding_window - 1, sliding_window - 1) if sliding_window and sliding_window > 0 else (-1, -1)
     options = dict(dropout_p=float(dropout), softmax_scale=scaling, causal=bool(causal),
                    window_size=window, softcap=float(softcap or 0.0),
-                   deterministic=bool(kwargs.get("deterministic") or False))
+                   deterministic=bool(kwargs.get("deterministic") or False),
+                   learnable_sink=sink)
 
     if attention_mask is not None:
         kv_mask = attention_mask[:, -seq_k:].to(torch.bool)
