@@ -12,7 +12,8 @@ backward (two kernels) at d128, and the forward
 with attn_mask alone (the mask tile), with a key-padding mask, and attn_bias with attn_mask (the
 mask as bits) at d64 and d128, and the backward with attn_bias and dbias (d128 causal, d64 key
 padding), and the block-sparse backward at d64 and d128 (more tiles than SMs, tiles without a
-step), and paged K/V in varlen calls (the sm80-class cache kernels). Needs a GPU and torch."""
+step), and paged K/V in varlen calls (the sm80-class cache kernels), and device cu_seqlens out of every
+bound (the kernels' clamps). Needs a GPU and torch."""
 import argparse
 import sys
 
@@ -166,6 +167,33 @@ def paged_varlen_case(name, seqlens_q, seqlens_k, h=8, hk=2, d=128, page=16):
     return ok
 
 
+def bad_cu_case(d=128):
+    """Device cu_seqlens past the rows, decreasing and negative, max_seqlen below a real length
+    (the kernels clamp them: docs/SEMANTICS.md "Varlen metadata"): forward and backward, plus a
+    paged varlen call whose key count is past every bound. Run memcheck with
+    PYTORCH_NO_CUDA_MEMORY_CACHING=1 so that each tensor is its own allocation. The sequences
+    the clamps define ([0, 64) and [64, 164) of 200 rows) are checked."""
+    total, h = 200, 2
+    cu = torch.tensor([0, 64, 1 << 30, 100, -5], device="cuda", dtype=torch.int32)
+    q, k, v = (rnd(total, h, d, grad=True) for _ in range(3))
+    out = flashattn.flash_attn_varlen_func(q, k, v, cu, cu, 100, 100, causal=True)
+    g = torch.autograd.grad(out, (q, k, v), torch.ones_like(out))
+    ok = True
+    for lo, hi in [(0, 64), (64, 164)]:
+        qr, kr, vr = (x.detach()[lo:hi].float()[None] for x in (q, k, v))
+        ok &= check(f"bad cu rows {lo}:{hi} out", out[lo:hi], ref(qr, kr, vr, True)[0], 0.03)
+        ok &= bool(all(torch.isfinite(x[lo:hi]).all() for x in g))
+    page, blocks = 16, 4
+    kp, vp = rnd(blocks, page, h, d), rnd(blocks, page, h, d)
+    table = torch.arange(blocks, device="cuda", dtype=torch.int32)[None]
+    cu_q = torch.tensor([0, 3], device="cuda", dtype=torch.int32)
+    cu_k = torch.tensor([-7, 1 << 30], device="cuda", dtype=torch.int32)  # count cut to max_seqlen_k 40
+    out = flashattn.flash_attn_varlen_func(q[:3], kp, vp, cu_q, cu_k, 3, 40, causal=True, block_table=table)
+    kk, vv = (x.reshape(-1, h, d)[:40][None] for x in (kp, vp))
+    ok &= check("bad cu paged", out, ref(q.detach()[:3][None], kk, vv, True)[0], 0.03)
+    return ok
+
+
 CASES = {
     "bwd_d64": lambda: bwd_case("bwd_d64", 1, 1024, 2, 64, 64, False),
     "bwd_d64_causal": lambda: bwd_case("bwd_d64_causal", 1, 1024, 2, 64, 64, True),
@@ -217,6 +245,8 @@ CASES = {
     # and a chunked prefill among decode rows (the 128-row tile).
     "paged_varlen_decode": lambda: paged_varlen_case("paged_varlen_decode", [1] * 6, [4000, 1, 17, 900, 2048, 33]),
     "paged_varlen_prefill": lambda: paged_varlen_case("paged_varlen_prefill", [1, 300, 1], [517, 800, 33]),
+    "varlen_bad_cu": bad_cu_case,
+    "varlen_bad_cu_d64": lambda: bad_cu_case(64),
 }
 
 

@@ -16,16 +16,17 @@ chunks r and 2R-1-r, concatenated) so that every rank does the same work; non-ca
 uses contiguous shards. ``ring_shard`` cuts a full tensor accordingly.
 
 This module mirrors the C++ ring (``src/ring/schedule.cpp``: ``Sharding``,
-``causal_block_call``, ``plan_step``; ``src/ring/merge.h``) line for line. Keep the two in
-sync: the C++ tests check the schedule exhaustively, and tests/python/test_ring.py checks this
+``causal_block_call``, ``plan_step``, ``sink_calls``; ``src/ring/merge.h``) line for line. Keep
+the two in sync: the C++ tests check the schedule exhaustively, and tests/python/test_ring.py checks this
 port against one call on the whole sequence. The derivation of the local windows is in
 docs/RING.md.
 
 Status: tested on CPU tensors with the gloo backend (2 processes). The NCCL path (CUDA tensors)
 has not run yet (no multi-GPU machine); with NCCL set the device of each rank
 (``torch.cuda.set_device``) before the first call, and keep ``NCCL_NVLS_ENABLE=0``.
-Dropout, ALiBi, softcap, sliding windows and varlen are not supported (the dropout mask and
-ALiBi depend on global positions; docs/RING.md), so they are not parameters here. All ranks must
+``softcap`` and ``learnable_sink`` (with its gradient) are taken; dropout, ALiBi, sliding
+windows and varlen are not (the dropout mask and ALiBi depend on global positions;
+docs/RING.md), so they are not parameters here. All ranks must
 pass the same ``global_seqlen``, ``layout``, ``causal`` and shapes: a mismatch between ranks
 cannot be detected without communicating (gloo then aborts on a size mismatch, NCCL may hang).
 """
@@ -173,6 +174,32 @@ def _plan_step(sh: _Sharding, rank: int, step: int, causal: bool) -> List[Call]:
 
 # ---- public helpers ---------------------------------------------------------------------------
 
+def _sink_calls(calls: List[Call], local_rows: int) -> List[bool]:
+    """Which calls carry the learnable sink (a key without a value row, added to each row's
+    softmax exactly once): the first call of each set of query rows; used with step 0's calls,
+    which every local row is in (src/ring/schedule.h: sink_calls)."""
+    carries, taken, covered = [], [], 0
+    for (q0, q1), _, _, _ in calls:
+        if q1 <= q0:
+            carries.append(False)
+            continue
+        same = any((q0, q1) == t for t in taken)
+        overlaps = any(max(q0, t0) < min(q1, t1) for t0, t1 in taken)
+        if same:
+            carries.append(False)
+            continue
+        if overlaps:
+            raise RuntimeError("ring: the calls' query rows overlap partly; the learnable sink "
+                               "cannot be added exactly once per row")
+        taken.append((q0, q1))
+        covered += q1 - q0
+        carries.append(True)
+    if covered != local_rows:
+        raise RuntimeError(f"ring: the calls of the step that adds the learnable sink cover "
+                           f"{covered} of the {local_rows} local rows")
+    return carries
+
+
 def ring_shard_spans(seqlen: int, world_size: int, rank: int, causal: bool,
                      layout: str = "auto") -> List[Span]:
     """The global rows [begin, end) making up ``rank``'s shard, in local order."""
@@ -268,7 +295,13 @@ def _wait(reqs) -> None:
         r.wait()
 
 
-def _ring_forward(q, k, v, ring: _Ring, scale: float):
+def _step_sink(ring: _Ring, step: int, calls: List[Call], sink, local_rows: int) -> List[bool]:
+    if sink is not None and step == 0:
+        return _sink_calls(calls, local_rows)
+    return [False] * len(calls)
+
+
+def _ring_forward(q, k, v, sink, ring: _Ring, scale: float, softcap: float):
     b, seqlen, heads, _ = q.shape
     heads_k, d, dv = k.shape[2], k.shape[3], v.shape[3]
     o_acc = torch.zeros((b, seqlen, heads, dv), dtype=torch.float32, device=q.device)
@@ -281,10 +314,13 @@ def _ring_forward(q, k, v, ring: _Ring, scale: float):
             k_next = k.new_empty((b, ln, heads_k, d))
             v_next = v.new_empty((b, ln, heads_k, dv))
             reqs = ring.exchange([k_cur, v_cur], [k_next, v_next])
-        for (q0, q1), (k0, k1), wl, wr in ring.plan(step):
+        calls = ring.plan(step)
+        carries = _step_sink(ring, step, calls, sink, seqlen)
+        for ((q0, q1), (k0, k1), wl, wr), carry in zip(calls, carries):
             out_s, lse_s, _ = flash_attn_func(
                 q[:, q0:q1], k_cur[:, k0:k1], v_cur[:, k0:k1], softmax_scale=scale,
-                causal=False, window_size=(wl, wr), return_attn_probs=True)
+                causal=False, window_size=(wl, wr), softcap=softcap, return_attn_probs=True,
+                learnable_sink=sink if carry else None)
             _merge_(o_acc[:, q0:q1], lse_acc[:, :, q0:q1], out_s, lse_s)
         if reqs:
             _wait(reqs)
@@ -292,12 +328,13 @@ def _ring_forward(q, k, v, ring: _Ring, scale: float):
     return o_acc.to(q.dtype), lse_acc
 
 
-def _ring_backward(dout, q, k, v, out, lse, ring: _Ring, scale: float):
+def _ring_backward(dout, q, k, v, out, lse, sink, ring: _Ring, scale: float, softcap: float):
     b, seqlen, heads, d = q.shape
     heads_k, dv = k.shape[2], v.shape[3]
     f32 = torch.float32
     dout = dout.contiguous()
     dq_acc = torch.zeros(q.shape, dtype=f32, device=q.device)
+    dsink = None if sink is None else torch.zeros(heads, dtype=f32, device=q.device)
     k_cur, v_cur = k.contiguous(), v.contiguous()
     dk_out = dv_out = None  # the accumulator completed at the previous step
     for step in range(ring.world):
@@ -319,14 +356,21 @@ def _ring_backward(dout, q, k, v, out, lse, ring: _Ring, scale: float):
 
         dk_step = torch.zeros((b, lk, heads_k, d), dtype=f32, device=q.device)
         dv_step = torch.zeros((b, lk, heads_k, dv), dtype=f32, device=q.device)
-        for (q0, q1), (k0, k1), wl, wr in ring.plan(step):
+        calls = ring.plan(step)
+        carries = _step_sink(ring, step, calls, sink, seqlen)
+        for ((q0, q1), (k0, k1), wl, wr), carry in zip(calls, carries):
+            dsink_p = torch.empty(heads, dtype=f32, device=q.device) if carry else None
             dq_p = q.new_empty((b, q1 - q0, heads, d))
             dk_p = k.new_empty((b, k1 - k0, heads_k, d))
             dv_p = v.new_empty((b, k1 - k0, heads_k, dv))
             # The final out and lse: P and D = rowsum(dout * out) are the global ones.
             _lowlevel_backward(dout[:, q0:q1], q[:, q0:q1], k_cur[:, k0:k1], v_cur[:, k0:k1],
                                out[:, q0:q1], lse[:, :, q0:q1], dq_p, dk_p, dv_p,
-                               softmax_scale=scale, causal=False, window_size=(wl, wr))
+                               softmax_scale=scale, causal=False, window_size=(wl, wr),
+                               softcap=softcap, learnable_sink=sink if carry else None,
+                               dsink=dsink_p)
+            if carry:
+                dsink += dsink_p
             dq_acc[:, q0:q1] += dq_p
             dk_step[:, k0:k1] += dk_p
             dv_step[:, k0:k1] += dv_p
@@ -343,29 +387,31 @@ def _ring_backward(dout, q, k, v, out, lse, ring: _Ring, scale: float):
         dv_home = torch.empty((b, seqlen, heads_k, dv), dtype=f32, device=q.device)
         _wait(ring.exchange([dk_out, dv_out], [dk_home, dv_home]))
         dk_out, dv_out = dk_home, dv_home
-    return dq_acc.to(q.dtype), dk_out.to(k.dtype), dv_out.to(v.dtype)
+    return dq_acc.to(q.dtype), dk_out.to(k.dtype), dv_out.to(v.dtype), dsink
 
 
 class _RingAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, ring, scale):
-        out, lse = _ring_forward(q, k, v, ring, scale)
-        ctx.save_for_backward(q, k, v, out, lse)
-        ctx.ring, ctx.scale = ring, scale
+    def forward(ctx, q, k, v, sink, ring, scale, softcap):
+        out, lse = _ring_forward(q, k, v, sink, ring, scale, softcap)
+        ctx.save_for_backward(q, k, v, out, lse, sink)
+        ctx.ring, ctx.scale, ctx.softcap = ring, scale, softcap
         ctx.mark_non_differentiable(lse)
         return out, lse
 
     @staticmethod
     def backward(ctx, dout, _dlse):
-        q, k, v, out, lse = ctx.saved_tensors
-        dq, dk, dv = _ring_backward(dout, q, k, v, out, lse, ctx.ring, ctx.scale)
-        return dq, dk, dv, None, None
+        q, k, v, out, lse, sink = ctx.saved_tensors
+        dq, dk, dv, dsink = _ring_backward(dout, q, k, v, out, lse, sink, ctx.ring, ctx.scale,
+                                           ctx.softcap)
+        return dq, dk, dv, dsink, None, None, None
 
 
 def ring_flash_attn_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, group=None,
                          causal: bool = False, softmax_scale: Optional[float] = None, *,
                          global_seqlen: Optional[int] = None, layout: str = "auto",
-                         return_lse: bool = False):
+                         return_lse: bool = False, softcap: float = 0.0,
+                         learnable_sink: Optional[torch.Tensor] = None):
     """Exact attention over a sequence sharded across the ranks of ``group``.
 
     q: (batch, local_seqlen, heads, head_dim); k, v: (batch, local_seqlen, heads_k, head_dim
@@ -373,7 +419,10 @@ def ring_flash_attn_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, grou
     Every rank of ``group`` (None = the default group) calls this at the same time with the
     same arguments but its own shard. ``global_seqlen``: the whole sequence's length, needed
     only when the shards are unequal (default world_size * local_seqlen). ``layout``: 'auto'
-    (zig-zag when causal, contiguous otherwise), 'zigzag' or 'contiguous'.
+    (zig-zag when causal, contiguous otherwise), 'zigzag' or 'contiguous'. ``softcap``: as in
+    flash_attn_func. ``learnable_sink``: (heads,) sink logits (FlashAttention-4's keyword), the
+    same on every rank; each row's softmax gets it once, and its gradient on each rank is that
+    rank's rows' share: all-reduce it over the group as for any parameter shared by the ranks.
 
     Returns out (batch, local_seqlen, heads, head_dim_v) for this rank's rows, and with
     ``return_lse`` also the float32 lse (batch, heads, local_seqlen). Differentiable in q, k, v.
@@ -386,5 +435,11 @@ def ring_flash_attn_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, grou
                          f"{q.shape[1]}, {k.shape[1]}, {v.shape[1]}")
     scale = float(softmax_scale) if softmax_scale else 1.0 / math.sqrt(q.shape[-1])
     ring = _Ring(group, q.shape[1], causal, global_seqlen, layout)
-    out, lse = _RingAttention.apply(q, k, v, ring, scale)
+    sink = None
+    if learnable_sink is not None:
+        if learnable_sink.shape != (q.shape[2],):
+            raise ValueError(f"learnable_sink must have shape (heads,) = ({q.shape[2]},), got "
+                             f"{tuple(learnable_sink.shape)}")
+        sink = learnable_sink.to(device=q.device, dtype=torch.float32).contiguous()
+    out, lse = _RingAttention.apply(q, k, v, sink, ring, scale, float(softcap))
     return (out, lse) if return_lse else out

@@ -113,6 +113,17 @@ void set_call_options(const RingProblem& p, const LocalCall& call, AttentionOpti
   o->window_right = call.window_right;
 }
 
+// Which of the step's calls add the learnable sink: it is a key without a value row, so it joins
+// each row's softmax in exactly one call, and the (O, LSE) merge carries it like any key (the
+// LSE of the result includes it). Step 0 holds the rank's own shard, which every local row sees
+// (sink_calls, schedule.h). The backward's calls with it give dsink the same rows' share.
+Status step_sink_calls(const AttentionOptions& o, const RingProblem& p, int32_t step,
+                       const std::vector<LocalCall>& calls, std::vector<char>* carries) {
+  if (o.learnable_sink.defined() && step == 0) return sink_calls(calls, p.local_seqlen, carries);
+  carries->assign(calls.size(), 0);
+  return Status::Ok();
+}
+
 #define FLASHATTN_RING_TRY(expr)        \
   do {                                  \
     if (Status s_ = (expr); !s_.ok()) { \
@@ -151,6 +162,7 @@ Status forward_loop(const RingForwardArgs& args, const RingProblem& p, RingOps& 
   FLASHATTN_RING_TRY(ops.fill(lse_acc, -INFINITY));
 
   int cur = 0;
+  std::vector<char> carries;  // which of the step's calls add the learnable sink
   for (int32_t step = 0; step < world; ++step) {
     const int64_t lk = p.sharding.shard_length(kv_source_rank(p.rank, step, world));
     const bool more = step + 1 < world;
@@ -165,10 +177,14 @@ Status forward_loop(const RingForwardArgs& args, const RingProblem& p, RingOps& 
     }
     const TensorView k_held = views.kv(ws.at(k_off[cur]), dt, lk, d);
     const TensorView v_held = views.kv(ws.at(v_off[cur]), dt, lk, dv);
-    for (const LocalCall& call : plan_step(p.sharding, p.rank, step, p.causal, p.coalesce).calls) {
+    const std::vector<LocalCall> calls = plan_step(p.sharding, p.rank, step, p.causal, p.coalesce).calls;
+    FLASHATTN_RING_TRY(step_sink_calls(args, p, step, calls, &carries));
+    for (size_t i = 0; i < calls.size(); ++i) {
+      const LocalCall& call = calls[i];
       ForwardArgs fa;
       static_cast<AttentionOptions&>(fa) = args;
       set_call_options(p, call, &fa);
+      if (!carries[i]) fa.learnable_sink = TensorView{};
       fa.num_splits = args.num_splits;
       fa.q = slice_rows(args.q, call.q_rows);
       fa.k = slice_rows(k_held, call.k_rows);
@@ -214,10 +230,18 @@ Status backward_loop(const RingBackwardArgs& args, const RingProblem& p, RingOps
   const size_t dv_step_off = ws.reserve(views.kv_bytes(f32, lmax, dv));
   const size_t dq_acc_off = ws.reserve(views.q_bytes(f32, d));
   const size_t dq_part_off = ws.reserve(views.q_bytes(dt, d));
+  const bool sink_grad = args.dsink.defined();
+  const size_t dsink_off[2] = {ws.reserve(sink_grad ? sizeof(float) * p.heads : 0),
+                               ws.reserve(sink_grad ? sizeof(float) * p.heads : 0)};
   FLASHATTN_RING_TRY(ws.commit());
 
   const TensorView dq_acc = views.q(ws.at(dq_acc_off), f32, d);
   const TensorView dq_part = views.q(ws.at(dq_part_off), dt, d);
+  // dsink: the sum over the sink-carrying calls (acc) of each call's (part), as (1, 1, heads).
+  const TensorView dsink_acc = views.make(ws.at(dsink_off[0]), f32, {1, 1, p.heads});
+  const TensorView dsink_part = views.make(ws.at(dsink_off[1]), f32, {1, 1, p.heads});
+  if (sink_grad) FLASHATTN_RING_TRY(ops.fill(dsink_acc, 0.0f));
+  std::vector<char> carries;
 
   FLASHATTN_RING_TRY(ops.copy(args.k, views.kv(ws.at(k_off[0]), dt, p.local_seqlen, d)));
   FLASHATTN_RING_TRY(ops.copy(args.v, views.kv(ws.at(v_off[0]), dt, p.local_seqlen, dv)));
@@ -266,11 +290,20 @@ Status backward_loop(const RingBackwardArgs& args, const RingProblem& p, RingOps
       FLASHATTN_RING_TRY(ops.fill(dk_step, 0.0f));
       FLASHATTN_RING_TRY(ops.fill(dv_step, 0.0f));
     }
-    for (const LocalCall& call : calls) {
+    FLASHATTN_RING_TRY(step_sink_calls(args, p, step, calls, &carries));
+    for (size_t i = 0; i < calls.size(); ++i) {
+      const LocalCall& call = calls[i];
       BackwardArgs ba;
       static_cast<AttentionOptions&>(ba) = args;
       set_call_options(p, call, &ba);
       ba.deterministic = args.deterministic;
+      if (!carries[i]) ba.learnable_sink = TensorView{};
+      if (carries[i] && sink_grad) {
+        ba.dsink = dsink_part;
+        ba.dsink.ndim = 1;
+        ba.dsink.shape[0] = p.heads;
+        ba.dsink.strides[0] = 1;
+      }
       ba.q = slice_rows(args.q, call.q_rows);
       ba.k = slice_rows(k_held, call.k_rows);
       ba.v = slice_rows(v_held, call.k_rows);
@@ -281,6 +314,7 @@ Status backward_loop(const RingBackwardArgs& args, const RingProblem& p, RingOps
       ba.dk = slice_rows(dk_part, call.k_rows);
       ba.dv = slice_rows(dv_part, call.k_rows);
       FLASHATTN_RING_TRY(backward(ba));
+      if (ba.dsink.defined()) FLASHATTN_RING_TRY(ops.accumulate(dsink_acc, dsink_part));
       FLASHATTN_RING_TRY(ops.accumulate(slice_rows(dq_acc, call.q_rows), ba.dq));
       if (summed) {
         FLASHATTN_RING_TRY(ops.accumulate(slice_rows(dk_step, call.k_rows), ba.dk));
@@ -321,6 +355,15 @@ Status backward_loop(const RingBackwardArgs& args, const RingProblem& p, RingOps
     final_slot = recv;
   }
   FLASHATTN_RING_TRY(ops.copy(dq_acc, args.dq));
+  if (sink_grad) {
+    TensorView dsink = args.dsink;  // (heads), stride 1 (validated): seen as (1, 1, heads)
+    dsink.ndim = 3;
+    dsink.shape[0] = dsink.shape[1] = 1;
+    dsink.shape[2] = p.heads;
+    dsink.strides[0] = dsink.strides[1] = p.heads;
+    dsink.strides[2] = 1;
+    FLASHATTN_RING_TRY(ops.copy(dsink_acc, dsink));
+  }
   FLASHATTN_RING_TRY(
       ops.copy(views.kv(ws.at(dk_off[final_slot]), f32, p.local_seqlen, d), args.dk));
   FLASHATTN_RING_TRY(
@@ -366,21 +409,11 @@ Status check_ring_unsupported(const AttentionOptions& o) {
   if (o.alibi_slopes.defined()) {
     return Status::NotSupported(std::string("ring attention: alibi_slopes is not supported") + why);
   }
-  if (o.softcap != 0.0f) {
-    return Status::NotSupported("ring attention: softcap must be 0, got " +
-                                std::to_string(o.softcap) +
-                                " (not yet plumbed through the ring; docs/RING.md)");
-  }
   if (o.window_left != -1 || o.window_right != -1) {
     return Status::NotSupported(
         "ring attention: sliding windows are not supported, got "
         "window_left " +
         std::to_string(o.window_left) + ", window_right " + std::to_string(o.window_right) + why);
-  }
-  if (o.learnable_sink.defined()) {
-    return Status::NotSupported(
-        "ring attention: learnable_sink is not supported (each per-step call would add the sink "
-        "again; it belongs in the merged LSE once; docs/RING.md)");
   }
   if (o.cu_seqlens_q.defined() || o.cu_seqlens_k.defined()) {
     return Status::NotSupported(

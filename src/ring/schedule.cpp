@@ -190,4 +190,32 @@ StepPlan plan_step(const Sharding& sharding, int32_t rank, int32_t step, bool ca
   return plan;
 }
 
+Status sink_calls(const std::vector<LocalCall>& calls, int64_t local_rows, std::vector<char>* carries) {
+  carries->assign(calls.size(), 0);
+  std::vector<Span> taken;
+  int64_t covered = 0;
+  for (size_t i = 0; i < calls.size(); ++i) {
+    const Span rows = calls[i].q_rows;
+    if (rows.empty()) continue;
+    bool same = false, overlaps = false;
+    for (const Span& t : taken) {
+      same = same || rows == t;
+      overlaps = overlaps || !intersect(rows, t).empty();
+    }
+    if (same) continue;
+    if (overlaps) {
+      return Status::Internal("ring: the calls' query rows overlap partly; the learnable sink cannot be added "
+                              "exactly once per row");
+    }
+    taken.push_back(rows);
+    covered += rows.length();
+    (*carries)[i] = 1;
+  }
+  if (covered != local_rows) {
+    return Status::Internal("ring: the calls of the step that adds the learnable sink cover " + std::to_string(covered) +
+                            " of the " + std::to_string(local_rows) + " local rows");
+  }
+  return Status::Ok();
+}
+
 }  // namespace flashattn::ring

@@ -128,4 +128,12 @@ struct StepPlan {
 StepPlan plan_step(const Sharding& sharding, int32_t rank, int32_t step, bool causal,
                    bool coalesce = true);
 
+// Which calls of a step carry the learnable sink (a key with no value row that must join each
+// row's softmax once; the merge then treats it as any other key): the first call of each set of
+// query rows, so that every one of the rank's local_rows rows gets it exactly once. Used with
+// step 0's calls, which hold the rank's own shard: every local row sees at least its own key
+// there. Fails (kInternal) when the calls' query rows overlap only partly or miss a row, which
+// no plan does. (*carries)[i] != 0 for the calls that carry it.
+Status sink_calls(const std::vector<LocalCall>& calls, int64_t local_rows, std::vector<char>* carries);
+
 }  // namespace flashattn::ring

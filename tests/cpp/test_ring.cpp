@@ -319,6 +319,34 @@ TEST(RingSchedule, PlansCoverEveryPairExactlyOnce) {
         }
 }
 
+TEST(RingSchedule, SinkCallsCoverEveryRowOnceInStepZero) {
+  for (int32_t world = 1; world <= 8; ++world)
+    for (bool causal : {false, true})
+      for (RingLayout layout : {RingLayout::kContiguous, RingLayout::kZigZag})
+        for (bool coalesce : {true, false}) {
+          ring::Sharding s;
+          const int64_t n = 5 * world + 3;
+          ASSERT_TRUE(ring::Sharding::make(n, world, layout, &s).ok());
+          for (int32_t r = 0; r < world; ++r) {
+            const std::vector<ring::LocalCall> calls = ring::plan_step(s, r, 0, causal, coalesce).calls;
+            std::vector<char> carries;
+            const Status st = ring::sink_calls(calls, s.shard_length(r), &carries);
+            ASSERT_TRUE(st.ok()) << st.message();
+            std::vector<int> hits(s.shard_length(r), 0);
+            for (size_t i = 0; i < calls.size(); ++i)
+              if (carries[i])
+                for (int64_t row = calls[i].q_rows.begin; row < calls[i].q_rows.end; ++row) ++hits[row];
+            for (int h : hits) ASSERT_EQ(h, 1) << "world " << world << " rank " << r;
+          }
+        }
+  // Calls that cannot carry it exactly once per row.
+  std::vector<char> carries;
+  EXPECT_EQ(ring::sink_calls({{{0, 5}, {0, 5}}, {{3, 8}, {0, 8}}}, 8, &carries).code(), StatusCode::kInternal);
+  EXPECT_EQ(ring::sink_calls({{{0, 5}, {0, 5}}}, 8, &carries).code(), StatusCode::kInternal);
+  EXPECT_TRUE(ring::sink_calls({{{0, 5}, {0, 5}}, {{0, 5}, {5, 8}}, {{5, 8}, {0, 8}}}, 8, &carries).ok());
+  EXPECT_EQ(carries, (std::vector<char>{1, 0, 1}));
+}
+
 TEST(RingSchedule, ZigZagBalancesCausalWork) {
   for (int32_t world = 1; world <= 6; ++world) {
     for (int64_t n : {int64_t(6) * world, int64_t(16) * world}) {  // divisible by 2R: exact balance
@@ -530,6 +558,8 @@ struct RingCase {
   bool pass_global_seqlen = true;  // else 0 (= world * local seqlen)
   bool strided = false;            // every 4-d shard as a non-contiguous view
   bool per_pair_calls = false;     // no coalescing: several calls per step
+  bool sink = false;               // a learnable sink (and its gradient)
+  float softcap = 0.0f;
 
   std::string describe() const {
     return "R=" + std::to_string(world) + " N=" + std::to_string(seqlen) +
@@ -539,7 +569,8 @@ struct RingCase {
            (layout == RingLayout::kContiguous ? " contiguous"
             : layout == RingLayout::kZigZag   ? " zig-zag"
                                               : "") +
-           (strided ? " strided" : "") + (per_pair_calls ? " per-pair" : "") + " " +
+           (strided ? " strided" : "") + (per_pair_calls ? " per-pair" : "") + (sink ? " sink" : "") +
+           (softcap > 0.0f ? " softcap" : "") + " " +
            dtype_name(dtype);
   }
 };
@@ -567,13 +598,18 @@ void run_ring_case(const RingCase& c) {
   HostTensor q = random_tensor(dt, {B, N, H, D}, rng), k = random_tensor(dt, {B, N, Hk, D}, rng),
              v = random_tensor(dt, {B, N, Hk, Dv}, rng),
              dout = random_tensor(dt, {B, N, H, Dv}, rng);
+  // Sink logits of either sign around the rows' LSE scale, so that they matter.
+  HostTensor sink = random_tensor(DType::kFloat32, {H}, rng), dsink(DType::kFloat32, {H});
+  for (float& x : sink.f32) x = 2.0f * x + 2.0f;
 
   // One call on the whole sequence.
   HostTensor out(dt, {B, N, H, Dv}), lse(DType::kFloat32, {B, H, N});
   HostTensor dq(dt, {B, N, H, D}), dk(dt, {B, N, Hk, D}), dv(dt, {B, N, Hk, Dv});
   ForwardArgs fa;
   fa.causal = c.causal;
+  fa.softcap = c.softcap;
   fa.num_threads = 1;
+  if (c.sink) fa.learnable_sink = sink.view();
   fa.q = q.view();
   fa.k = k.view();
   fa.v = v.view();
@@ -591,12 +627,14 @@ void run_ring_case(const RingCase& c) {
   ba.dq = dq.view();
   ba.dk = dk.view();
   ba.dv = dv.view();
+  if (c.sink) ba.dsink = dsink.view();
   ASSERT_TRUE(flashattn::backward(ba).ok());
 
   // The ring: one thread per rank, each with its own shard.
   struct Rank {
     std::vector<int64_t> rows;
     HostTensor q, k, v, dout, out, lse, dq, dk, dv;
+    HostTensor dsink{DType::kFloat32, {0}};
     Status fwd, bwd;
     bool padding_ok = true;
   };
@@ -620,6 +658,7 @@ void run_ring_case(const RingCase& c) {
                          HostTensor(dt, {B, L, H, D}),
                          HostTensor(dt, {B, L, Hk, D}),
                          HostTensor(dt, {B, L, Hk, Dv}),
+                         HostTensor(DType::kFloat32, {H}),
                          {},
                          {},
                          true});
@@ -637,7 +676,9 @@ void run_ring_case(const RingCase& c) {
       };
       RingForwardArgs rf;
       rf.causal = c.causal;
+      rf.softcap = c.softcap;
       rf.num_threads = 1;
+      if (c.sink) rf.learnable_sink = sink.view();
       rf.transport = group.transport(r);
       rf.layout = c.layout;
       rf.global_seqlen = c.pass_global_seqlen ? N : 0;
@@ -662,6 +703,7 @@ void run_ring_case(const RingCase& c) {
       rb.dq = view(me.dq, pdq);
       rb.dk = view(me.dk, pdk);
       rb.dv = view(me.dv, pdv);
+      if (c.sink) rb.dsink = me.dsink.view();
       me.bwd = ring::ring_backward(rb, tuning);
       if (c.strided) {
         me.out = pout.unpadded();
@@ -688,6 +730,13 @@ void run_ring_case(const RingCase& c) {
     EXPECT_LE(rel_error(me.dq, gather(dq, 1, me.rows)), tol) << "dq, rank " << r;
     EXPECT_LE(rel_error(me.dk, gather(dk, 1, me.rows)), tol) << "dk, rank " << r;
     EXPECT_LE(rel_error(me.dv, gather(dv, 1, me.rows)), tol) << "dv, rank " << r;
+  }
+  if (c.sink) {
+    // Each rank's dsink is its rows' share: they add up to the one call's.
+    HostTensor sum(DType::kFloat32, {H});
+    for (const Rank& me : ranks)
+      for (int64_t h = 0; h < H; ++h) sum.f32[h] += me.dsink.f32[h];
+    EXPECT_LE(rel_error(sum, dsink), dt == DType::kFloat32 ? 1e-5 : 8 * unit_roundoff(dt)) << "dsink";
   }
 }
 
@@ -743,6 +792,27 @@ std::vector<RingCase> ring_cases() {
   cases.push_back(c);
   c.causal = false, c.dtype = DType::kFloat16;
   cases.push_back(c);
+  // Learnable sinks (added once per row, in step 0's calls) and softcap, over both layouts,
+  // coalesced and per-pair calls, GQA, 16-bit.
+  for (int32_t world : {1, 2, 3, 4})
+    for (bool causal : {false, true}) {
+      c = RingCase{};
+      c.world = world, c.causal = causal, c.seqlen = 8 * world + 3, c.sink = true;
+      cases.push_back(c);
+    }
+  c = RingCase{};
+  c.world = 3, c.seqlen = 25, c.per_pair_calls = true, c.sink = true, c.softcap = 5.0f;
+  cases.push_back(c);
+  c.layout = RingLayout::kContiguous, c.per_pair_calls = false;
+  cases.push_back(c);
+  c = RingCase{};
+  c.world = 4, c.seqlen = 37, c.softcap = 3.0f;
+  cases.push_back(c);
+  c.causal = false;
+  cases.push_back(c);
+  c = RingCase{};
+  c.world = 3, c.seqlen = 48, c.dtype = DType::kBFloat16, c.sink = true, c.softcap = 8.0f;
+  cases.push_back(c);
   return cases;
 }
 
@@ -790,8 +860,6 @@ TEST(RingErrors, UnsupportedOptionsAreNamed) {
        [](RingForwardArgs& a, SmallProblem&) { a.dropout_p = 0.1f; }},
       {"alibi", StatusCode::kNotSupported, "alibi_slopes",
        [](RingForwardArgs& a, SmallProblem& p) { a.alibi_slopes = p.alibi.view(); }},
-      {"softcap", StatusCode::kNotSupported, "softcap",
-       [](RingForwardArgs& a, SmallProblem&) { a.softcap = 30.0f; }},
       {"window", StatusCode::kNotSupported, "sliding windows",
        [](RingForwardArgs& a, SmallProblem&) { a.window_left = 4; }},
       {"varlen", StatusCode::kNotSupported, "varlen",

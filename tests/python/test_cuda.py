@@ -89,6 +89,34 @@ def test_varlen_matches_per_sequence():
         torch.testing.assert_close(out, ref, rtol=0, atol=2e-2)
 
 
+@pytest.mark.parametrize("d", [64, 128])
+def test_bad_device_cu_seqlens_stay_inside_the_rows(d):
+    """cu_seqlens on the device past the rows, decreasing and negative, and a max_seqlen below a
+    real length: the kernels clamp what they read (docs/SEMANTICS.md "Varlen metadata"), so the
+    call returns without a CUDA error, and what the clamps define is exact attention, forward and
+    backward: over 200 rows, cu = [0, 64, 2^30, 100, -5] with max_seqlen 100 is the sequences
+    [0, 64) and [64, 164) (the second cut at max_seqlen; the rest empty)."""
+    total, h, hk = 200, 4, 2
+    g = torch.Generator(device=DEV).manual_seed(45)
+    q = torch.randn(total, h, d, generator=g, device=DEV, dtype=torch.bfloat16)
+    k, v = (torch.randn(total, hk, d, generator=g, device=DEV, dtype=torch.bfloat16) for _ in range(2))
+    dout = torch.randn(total, h, d, generator=g, device=DEV, dtype=torch.bfloat16)
+    cu = torch.tensor([0, 64, 1 << 30, 100, -5], dtype=torch.int32, device=DEV)
+    fa = torch_ref.values_and_grads(
+        lambda q, k, v: flashattn.flash_attn_varlen_func(q, k, v, cu, cu, 100, 100, causal=True),
+        [q, k, v], dout)
+    torch.cuda.synchronize()  # a kernel that left its rows would fail here (or under memcheck)
+    for lo, hi in [(0, 64), (64, 164)]:
+        sl = slice(lo, hi)
+        part = [t[None, sl] for t in (q, k, v)]
+        fn = lambda q, k, v: torch_ref.attention(q, k, v, causal=True)[0]  # noqa: E731
+        ref = torch_ref.values_and_grads(fn, [t.double() for t in part], dout[None, sl])
+        naive = torch_ref.values_and_grads(fn, part, dout[None, sl])
+        for name, o, r, n in zip(["out", "dq", "dk", "dv"], fa, ref, naive):
+            attn_ref.assert_fa_close(f"{name}[{lo}:{hi}]", o[None, sl], r, n,
+                                     ATOL[torch.bfloat16] * (1 if name == "out" else 4))
+
+
 def test_noncontiguous_inputs():
     b, sq, sk, h, d = 2, 100, 150, 4, 64
     g = torch.Generator(device=DEV).manual_seed(2)

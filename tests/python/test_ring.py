@@ -6,7 +6,8 @@
 * The merge against a softmax over the union of key sets.
 * ring_flash_attn_func over gloo (3 processes, torch.multiprocessing): a ring of 3 on the
   default group and a ring of 2 on a subgroup, against one flash_attn_func call on the whole
-  sequence: out, lse and the gradients of q, k, v.
+  sequence: out, lse and the gradients of q, k, v (and of a learnable sink, summed over the
+  ranks; softcap too).
 
 Skipped without torch or without torch.distributed's gloo backend. The NCCL path (CUDA
 tensors, several GPUs) is not exercised here.
@@ -89,6 +90,24 @@ def test_schedule_covers_every_pair_once(world):
                 assert max_calls <= 1
 
 
+def test_sink_calls_cover_every_row_once_in_step_zero():
+    for world in (1, 2, 3, 4):
+        for layout in ("zigzag", "contiguous"):
+            for causal in (True, False):
+                sh = ring._Sharding(5 * world + 3, world, layout)
+                for r in range(world):
+                    calls = ring._plan_step(sh, r, 0, causal)
+                    hits = [0] * sh.shard_length(r)
+                    for ((q0, q1), _, _, _), carry in zip(calls, ring._sink_calls(calls, len(hits))):
+                        for row in range(q0, q1):
+                            hits[row] += carry
+                    assert hits == [1] * len(hits), (world, layout, causal, r)
+    with pytest.raises(RuntimeError, match="overlap partly"):
+        ring._sink_calls([((0, 5), (0, 5), -1, -1), ((3, 8), (0, 8), -1, -1)], 8)
+    with pytest.raises(RuntimeError, match="cover 5 of the 8"):
+        ring._sink_calls([((0, 5), (0, 5), -1, -1)], 8)
+
+
 def test_zigzag_balance():
     for world in (2, 3, 4):
         work, _ = _coverage(4 * world, world, "zigzag", True)
@@ -139,6 +158,10 @@ CASES = [
     dict(n=16, causal=False, h=4, hk=2, d=16, dv=16),
     dict(n=19, causal=True, h=2, hk=1, d=8, dv=12),   # uneven shards (needs global_seqlen)
     dict(n=23, causal=False, h=3, hk=3, d=16, dv=16),
+    # Learnable sinks (each row's softmax gets them once; dsink summed over the ranks) and softcap.
+    dict(n=16, causal=True, h=4, hk=2, d=16, dv=16, sink=True, softcap=5.0),
+    dict(n=19, causal=False, h=2, hk=1, d=8, dv=12, sink=True),
+    dict(n=17, causal=True, h=2, hk=2, d=16, dv=16, softcap=3.0),
 ]
 
 
@@ -157,22 +180,30 @@ def _check_cases(group, world, rank, failures):
         v = torch.randn(b, n, c["hk"], c["dv"], generator=g)
         dout = torch.randn(b, n, c["h"], c["dv"], generator=g)
 
+        sink = 2 * torch.randn(c["h"], generator=g) + 2 if c.get("sink") else None
+        opts = dict(causal=c["causal"], softcap=c.get("softcap", 0.0))
         # One call on the whole sequence.
         qf, kf, vf = (t.clone().requires_grad_() for t in (q, k, v))
-        out, lse, _ = flashattn.flash_attn_func(qf, kf, vf, causal=c["causal"],
-                                                return_attn_probs=True)
+        sf = None if sink is None else sink.clone().requires_grad_()
+        out, lse, _ = flashattn.flash_attn_func(qf, kf, vf, return_attn_probs=True,
+                                                learnable_sink=sf, **opts)
         out.backward(dout)
 
         def shard(t, dim=1):
             return ring.ring_shard(t, world, rank, causal=c["causal"], dim=dim)
 
         ql, kl, vl = (shard(t).clone().requires_grad_() for t in (q, k, v))
-        out_l, lse_l = ring.ring_flash_attn_func(ql, kl, vl, group, causal=c["causal"],
-                                                 global_seqlen=n, return_lse=True)
+        sl = None if sink is None else sink.clone().requires_grad_()
+        out_l, lse_l = ring.ring_flash_attn_func(ql, kl, vl, group, global_seqlen=n,
+                                                 return_lse=True, learnable_sink=sl, **opts)
         out_l.backward(shard(dout))
         checks = dict(out=(out_l, shard(out.detach())), lse=(lse_l, shard(lse, dim=2)),
                       dq=(ql.grad, shard(qf.grad)), dk=(kl.grad, shard(kf.grad)),
                       dv=(vl.grad, shard(vf.grad)))
+        if sink is not None:
+            dsink = sl.grad.clone()  # this rank's rows' share
+            dist.all_reduce(dsink, group=group)
+            checks["dsink"] = (dsink, sf.grad)
         for name, (got, want) in checks.items():
             err = _rel_err(got, want)
             if not err <= 1e-5:

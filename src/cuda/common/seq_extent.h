@@ -1,11 +1,55 @@
 // Where one batch entry's sequences lie, shared by the forward and backward kernels.
 #pragma once
 
+#include <climits>
 #include <cstdint>
 
+#include "core/host_device.h"
 #include "core/params.h"
 
 namespace flashattn::cuda {
+
+// Varlen metadata on the device cannot be checked on the host without a synchronisation
+// (docs/SEMANTICS.md "Varlen metadata"), so the kernels clamp what they read: a sequence
+// [cu[b], cu[b + 1]) of a packed tensor of `total` rows starts at cu[b] clamped to [0, total]
+// and is at most total - start rows and at most max_len (max_seqlen_*: the extent of a varlen
+// bias, mask or block mask) long, never negative. Valid metadata (0 <= cu[b] <= cu[b + 1] <=
+// total, lengths <= max_seqlen) passes unchanged; bad metadata gives wrong rows but cannot move
+// any read or write outside q, k, v, out, lse, the bias / mask extents or the workspaces.
+// Checked on the host (tests/cpp/test_seq_extent.cpp).
+//
+// 32-bit arithmetic throughout (cu_seqlens are int32, so no sequence reaches past row 2^31 - 1;
+// a larger tensor only has rows no sequence can name): `total` is rows_limit(total rows).
+FLASHATTN_HOST_DEVICE int32_t rows_limit(int64_t total) {
+  return total < int64_t(INT32_MAX) ? int32_t(total) : INT32_MAX;
+}
+
+#if !defined(FLASHATTN_DEV_NO_VARLEN_CLAMP)
+FLASHATTN_HOST_DEVICE int32_t clamp_row0(int32_t begin, int32_t total) {
+  return begin < 0 ? 0 : (begin > total ? total : begin);
+}
+
+// The length of a sequence that starts at row0 (clamped) and ends at `end` (as read).
+FLASHATTN_HOST_DEVICE int32_t clamp_seqlen(int32_t row0, int32_t end, int32_t total, int32_t max_len) {
+  if (end <= row0) return 0;  // first, so that end - row0 cannot overflow (row0 >= 0)
+  int32_t n = end - row0;
+  if (n > total - row0) n = total - row0;
+  return n > max_len ? max_len : n;
+}
+
+// A key count end - begin (a block table's cu_seqlens_k) in [0, max_len], without overflow.
+FLASHATTN_HOST_DEVICE int32_t clamp_count(int32_t begin, int32_t end, int32_t max_len) {
+  if (end <= begin) return 0;
+  const uint32_t n = uint32_t(end) - uint32_t(begin);  // in [1, 2^32 - 1]
+  return n > uint32_t(max_len) ? max_len : int32_t(n);
+}
+#else
+// A/B only (dev/NOTES.md to-do 22): the values as read, as before 2026-12-05 (the clamps cost
+// ptxas a few spill slots in some kernels; this measures what that costs). Not memory-safe.
+FLASHATTN_HOST_DEVICE int32_t clamp_row0(int32_t begin, int32_t) { return begin; }
+FLASHATTN_HOST_DEVICE int32_t clamp_seqlen(int32_t row0, int32_t end, int32_t, int32_t) { return end - row0; }
+FLASHATTN_HOST_DEVICE int32_t clamp_count(int32_t begin, int32_t end, int32_t) { return end - begin; }
+#endif
 
 // One sequence of a batch entry: where its rows start in the packed tensors (varlen) and its
 // lengths. Dense tensors have row offsets 0 and the common lengths.
@@ -14,17 +58,31 @@ struct SeqExtent {
   int seqlen_q = 0, seqlen_k = 0;
 };
 
-__device__ __forceinline__ SeqExtent seq_extent(const QKVParams& p, int batch) {
+#if defined(__CUDACC__)
+// paged_keys: a varlen call with a block table, whose cu_seqlens_k count each sequence's keys on
+// its pages (rows [0, count)); pages may be shared, so the counts may add up to more than k's
+// rows: row0_k is 0 and the count is clamped to [0, max_seqlen_k] only (the caller clamps it to
+// the block table's capacity).
+__device__ __forceinline__ SeqExtent seq_extent(const QKVParams& p, int batch, bool paged_keys = false) {
   SeqExtent e;
   e.seqlen_q = p.seqlen_q;
   e.seqlen_k = p.seqlen_k;
   if (p.is_varlen()) {
-    e.row0_q = p.cu_seqlens_q[batch];
-    e.row0_k = p.cu_seqlens_k[batch];
-    e.seqlen_q = p.cu_seqlens_q[batch + 1] - int(e.row0_q);
-    e.seqlen_k = p.cu_seqlens_k[batch + 1] - int(e.row0_k);
+    const int32_t total_q = rows_limit(p.total_q);
+    const int32_t q0 = clamp_row0(p.cu_seqlens_q[batch], total_q);
+    e.row0_q = q0;
+    e.seqlen_q = clamp_seqlen(q0, p.cu_seqlens_q[batch + 1], total_q, p.seqlen_q);
+    if (paged_keys) {
+      e.seqlen_k = clamp_count(p.cu_seqlens_k[batch], p.cu_seqlens_k[batch + 1], p.seqlen_k);
+    } else {
+      const int32_t total_k = rows_limit(p.total_k);
+      const int32_t k0 = clamp_row0(p.cu_seqlens_k[batch], total_k);
+      e.row0_k = k0;
+      e.seqlen_k = clamp_seqlen(k0, p.cu_seqlens_k[batch + 1], total_k, p.seqlen_k);
+    }
   }
   return e;
 }
+#endif
 
 }  // namespace flashattn::cuda

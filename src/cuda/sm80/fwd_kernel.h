@@ -595,8 +595,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
   CachePages pages;
   if constexpr (Traits::kCache) {
     if (params.is_varlen()) {
-      extent = seq_extent(params, batch);
-      extent.row0_k = 0;
+      extent = seq_extent(params, batch, /*paged_keys=*/true);
       extent.seqlen_k = params.kv.clamp_rows(extent.seqlen_k);
     } else {
       extent.row0_k = params.kv.first(batch);
@@ -977,7 +976,9 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
   // a varlen one's (with a block table) is read again here rather than held across the key loop.
   int64_t row0_q_out = row0_q;
   if constexpr (Traits::kCache) {
-    row0_q_out = params.is_varlen() ? ptx::ld_global_nc_here(params.cu_seqlens_q + batch) : 0;
+    row0_q_out =
+        params.is_varlen() ? clamp_row0(ptx::ld_global_nc_here(params.cu_seqlens_q + batch), rows_limit(params.total_q))
+                           : 0;
     gO = out_tile(row0_q_out);
   }
   const int64_t global_row0 = params.is_varlen() ? row0_q_out + m0 : int64_t(batch) * params.seqlen_q + m0;
@@ -1206,7 +1207,8 @@ __global__ void __launch_bounds__(128) fwd_combine_kernel(const __grid_constant_
 #endif
   const int64_t row = int64_t(blockIdx.x) * 4 + threadIdx.x / 32;  // global row
   // Varlen rows past cu_seqlens_q[batch] belong to no sequence: leave them untouched.
-  const int64_t rows = params.is_varlen() ? params.cu_seqlens_q[params.batch] : params.total_q;
+  const int64_t rows = params.is_varlen() ? clamp_row0(params.cu_seqlens_q[params.batch], rows_limit(params.total_q))
+                                          : params.total_q;
   if (row >= rows) return;
   combine_split_row<Element, kHeadDim, 64>(params, GlobalPartials<kHeadDim>(params, row, blockIdx.y, threadIdx.x % 32),
                                            row, blockIdx.y, threadIdx.x % 32);
