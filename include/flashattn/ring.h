@@ -135,12 +135,13 @@ struct RingOptions {
 //   q (batch, seqlen, heads, head_dim), k (batch, seqlen, heads_k, head_dim),
 //   v (batch, seqlen, heads_k, head_dim_v), out (batch, seqlen, heads, head_dim_v),
 //   lse float32 (batch, heads, seqlen), optional (the backward needs it).
-// Of the AttentionOptions, softmax_scale, causal, softcap, learnable_sink, stream and num_threads
-// apply (and num_splits of ForwardArgs, deterministic and dsink of BackwardArgs: each rank's dsink
-// is its own rows' share, to be summed over the ranks). Dropout, ALiBi, sliding windows and varlen
-// are kNotSupported: the dropout mask is indexed by the global row and column and ALiBi by the
-// global distance, which the per-step calls would need as offsets; windows and varlen are not
-// plumbed through the ring yet. Future work (docs/RING.md).
+// Of the AttentionOptions, softmax_scale, causal, softcap, window_left / window_right (a sliding
+// window over the global sequence), learnable_sink, stream and num_threads apply (and num_splits
+// of ForwardArgs, deterministic and dsink of BackwardArgs: each rank's dsink is its own rows'
+// share, to be summed over the ranks). Dropout, ALiBi and varlen are kNotSupported: the dropout
+// mask is indexed by the global row and column and ALiBi by the global distance, which the
+// per-step calls would need as offsets; varlen is not plumbed through the ring yet. Future work
+// (docs/RING.md).
 // All ranks must pass the same global_seqlen, layout, causal flag and shapes (not checkable
 // without communicating; the thread transport reports size mismatches, NCCL cannot).
 struct RingForwardArgs : ForwardArgs, RingOptions {};

@@ -16,7 +16,7 @@ chunks r and 2R-1-r, concatenated) so that every rank does the same work; non-ca
 uses contiguous shards. ``ring_shard`` cuts a full tensor accordingly.
 
 This module mirrors the C++ ring (``src/ring/schedule.cpp``: ``Sharding``,
-``causal_block_call``, ``plan_step``, ``sink_calls``; ``src/ring/merge.h``) line for line. Keep
+``window_block_call``, ``plan_step``, ``sink_calls``; ``src/ring/merge.h``) line for line. Keep
 the two in sync: the C++ tests check the schedule exhaustively, and tests/python/test_ring.py checks this
 port against one call on the whole sequence. The derivation of the local windows is in
 docs/RING.md.
@@ -24,8 +24,8 @@ docs/RING.md.
 Status: tested on CPU tensors with the gloo backend (2 processes). The NCCL path (CUDA tensors)
 has not run yet (no multi-GPU machine); with NCCL set the device of each rank
 (``torch.cuda.set_device``) before the first call, and keep ``NCCL_NVLS_ENABLE=0``.
-``softcap`` and ``learnable_sink`` (with its gradient) are taken; dropout, ALiBi, sliding
-windows and varlen are not (the dropout mask and ALiBi depend on global positions;
+``softcap``, ``window_size`` and ``learnable_sink`` (with its gradient) are taken; dropout,
+ALiBi and varlen are not (the dropout mask and ALiBi depend on global positions;
 docs/RING.md), so they are not parameters here. All ranks must
 pass the same ``global_seqlen``, ``layout``, ``causal`` and shapes: a mismatch between ranks
 cannot be detected without communicating (gloo then aborts on a size mismatch, NCCL may hang).
@@ -101,27 +101,42 @@ def _kv_source_rank(rank: int, step: int, world: int) -> int:
     return (rank - step) % world
 
 
-# ---- local calls (src/ring/schedule.cpp: causal_block_call, plan_step) ---------------------
+# ---- local calls (src/ring/schedule.cpp: window_block_call, plan_step) ---------------------
 
-def _causal_block_call(q: Span, k: Span) -> Optional[Call]:
-    """The global causal mask (key j visible to query i iff j <= i) of query rows q against
-    key rows k as one call over trimmed rows, in global positions; None if nothing is visible.
+def _window_block_call(q: Span, k: Span, left: int, right: int) -> Optional[Call]:
+    """The global window mask (key j visible to query i iff -left <= j - i <= right, -1 =
+    unbounded; causal is (-1, 0)) of query rows q against key rows k as one call over trimmed
+    rows, in global positions; None if nothing is visible.
 
-    Local positions i' = i - qa, j' = j - ka; flashattn's bottom-right window (-1, w) shows
-    j' <= i' + sk - sq + w, and j <= i <=> j' <= i' + qa - ka, so w = qb - kb. Keys at or
-    after qb and queries before ka see nothing: trim them first, which makes w >= 0.
+    Local positions i' = i - qa, j' = j - ka; flashattn's bottom-right window (l, r) shows
+    i' + sk - sq - l <= j' <= i' + sk - sq + r, so r = right + qb - kb and l = left + kb - qb.
+    Keys and queries that see nothing of the block are trimmed first, edge by edge until
+    stable, which makes both >= 0; an edge that hides no pair is -1.
     """
-    k_end = min(k[1], q[1])
-    if k_end <= k[0]:
-        return None
-    q_begin = max(q[0], k[0])
-    w = -1 if q_begin >= k_end - 1 else q[1] - k_end
-    return ((q_begin, q[1]), (k[0], k_end), -1, w)
+    (qa, qb), (ka, kb) = q, k
+    while True:
+        before = (qa, qb, ka, kb)
+        if right >= 0:
+            kb = min(kb, qb + right)
+            qa = max(qa, ka - right)
+        if left >= 0:
+            ka = max(ka, qa - left)
+            qb = min(qb, kb + left)
+        if qb <= qa or kb <= ka:
+            return None
+        if (qa, qb, ka, kb) == before:
+            break
+    wr = right + qb - kb if right >= 0 and (kb - 1) - qa > right else -1
+    wl = left + kb - qb if left >= 0 and ka - (qb - 1) < -left else -1
+    return ((qa, qb), (ka, kb), wl, wr)
 
 
-def _plan_step(sh: _Sharding, rank: int, step: int, causal: bool) -> List[Call]:
+def _plan_step(sh: _Sharding, rank: int, step: int, causal: bool,
+               window: Tuple[int, int] = (-1, -1)) -> List[Call]:
     kv_rank = _kv_source_rank(rank, step, sh.world)
-    if not causal:
+    # The global mask: -left <= j - i <= right (-1: unbounded); causal clamps right to 0.
+    left, right = window[0], (0 if causal else window[1])
+    if left < 0 and right < 0:
         return [((0, sh.shard_length(rank)), (0, sh.shard_length(kv_rank)), -1, -1)]
     n = sh.chunks_per_rank
     q_off = [sh.global_span(rank, a)[0] - sh.local_span(rank, a)[0] for a in range(n)]
@@ -130,12 +145,13 @@ def _plan_step(sh: _Sharding, rank: int, step: int, causal: bool) -> List[Call]:
     pairs: List[Call] = []
     for a in range(n):
         for b in range(n):
-            c = _causal_block_call(sh.global_span(rank, a), sh.global_span(kv_rank, b))
+            c = _window_block_call(sh.global_span(rank, a), sh.global_span(kv_rank, b), left, right)
             if c is None:
                 continue
             (q0, q1), (k0, k1), wl, wr = c
             pairs.append(((q0 - q_off[a], q1 - q_off[a]), (k0 - k_off[b], k1 - k_off[b]), wl, wr))
-    if len(pairs) <= 1:
+    # Coalescing is derived for the causal mask alone; windows keep one call per pair.
+    if len(pairs) <= 1 or left >= 0 or right != 0:
         return pairs
 
     # One call over the hull of the pairs if a single window reproduces every block's mask:
@@ -176,24 +192,23 @@ def _plan_step(sh: _Sharding, rank: int, step: int, causal: bool) -> List[Call]:
 
 def _sink_calls(calls: List[Call], local_rows: int) -> List[bool]:
     """Which calls carry the learnable sink (a key without a value row, added to each row's
-    softmax exactly once): the first call of each set of query rows; used with step 0's calls,
-    which every local row is in (src/ring/schedule.h: sink_calls)."""
-    carries, taken, covered = [], [], 0
-    for (q0, q1), _, _, _ in calls:
+    softmax exactly once): the longest first, each unless its query rows lie inside a taken
+    call's; used with step 0's calls, which every local row is in (src/ring/schedule.h:
+    sink_calls)."""
+    carries, taken, covered = [False] * len(calls), [], 0
+    order = sorted(range(len(calls)), key=lambda i: -_length(calls[i][0]))  # stable
+    for i in order:
+        q0, q1 = calls[i][0]
         if q1 <= q0:
-            carries.append(False)
             continue
-        same = any((q0, q1) == t for t in taken)
-        overlaps = any(max(q0, t0) < min(q1, t1) for t0, t1 in taken)
-        if same:
-            carries.append(False)
+        if any(t0 <= q0 and q1 <= t1 for t0, t1 in taken):
             continue
-        if overlaps:
+        if any(max(q0, t0) < min(q1, t1) for t0, t1 in taken):
             raise RuntimeError("ring: the calls' query rows overlap partly; the learnable sink "
                                "cannot be added exactly once per row")
         taken.append((q0, q1))
         covered += q1 - q0
-        carries.append(True)
+        carries[i] = True
     if covered != local_rows:
         raise RuntimeError(f"ring: the calls of the step that adds the learnable sink cover "
                            f"{covered} of the {local_rows} local rows")
@@ -248,7 +263,7 @@ class _Ring:
     """The process group, this rank's place in it and the sharding."""
 
     def __init__(self, group, local_seqlen: int, causal: bool, global_seqlen: Optional[int],
-                 layout: str):
+                 layout: str, window: Tuple[int, int] = (-1, -1)):
         if not dist.is_available() or not dist.is_initialized():
             raise RuntimeError("ring_flash_attn_func needs an initialised torch.distributed "
                                "process group")
@@ -258,6 +273,7 @@ class _Ring:
         if self.rank < 0:
             raise ValueError("this process is not a member of the ring's process group")
         self.causal = bool(causal)
+        self.window = (int(window[0]), int(window[1]))
         seqlen = int(global_seqlen) if global_seqlen else self.world * int(local_seqlen)
         self.sharding = _Sharding(seqlen, self.world, _resolve_layout(layout, causal))
         expected = self.sharding.shard_length(self.rank)
@@ -279,7 +295,7 @@ class _Ring:
         return self.sharding.shard_length(_kv_source_rank(self.rank, step, self.world))
 
     def plan(self, step: int) -> List[Call]:
-        return _plan_step(self.sharding, self.rank, step, self.causal)
+        return _plan_step(self.sharding, self.rank, step, self.causal, self.window)
 
     def exchange(self, sends: Sequence[torch.Tensor], recvs: Sequence[torch.Tensor]):
         """Starts sending ``sends`` to rank + 1 and receiving ``recvs`` from rank - 1."""
@@ -411,7 +427,8 @@ def ring_flash_attn_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, grou
                          causal: bool = False, softmax_scale: Optional[float] = None, *,
                          global_seqlen: Optional[int] = None, layout: str = "auto",
                          return_lse: bool = False, softcap: float = 0.0,
-                         learnable_sink: Optional[torch.Tensor] = None):
+                         learnable_sink: Optional[torch.Tensor] = None,
+                         window_size: Tuple[int, int] = (-1, -1)):
     """Exact attention over a sequence sharded across the ranks of ``group``.
 
     q: (batch, local_seqlen, heads, head_dim); k, v: (batch, local_seqlen, heads_k, head_dim
@@ -419,8 +436,9 @@ def ring_flash_attn_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, grou
     Every rank of ``group`` (None = the default group) calls this at the same time with the
     same arguments but its own shard. ``global_seqlen``: the whole sequence's length, needed
     only when the shards are unequal (default world_size * local_seqlen). ``layout``: 'auto'
-    (zig-zag when causal, contiguous otherwise), 'zigzag' or 'contiguous'. ``softcap``: as in
-    flash_attn_func. ``learnable_sink``: (heads,) sink logits (FlashAttention-4's keyword), the
+    (zig-zag when causal, contiguous otherwise), 'zigzag' or 'contiguous'. ``softcap`` and
+    ``window_size`` (a sliding window over the global sequence, -1 = unbounded; with causal the
+    right side is 0): as in flash_attn_func. ``learnable_sink``: (heads,) sink logits (FlashAttention-4's keyword), the
     same on every rank; each row's softmax gets it once, and its gradient on each rank is that
     rank's rows' share: all-reduce it over the group as for any parameter shared by the ranks.
 
@@ -434,7 +452,9 @@ def ring_flash_attn_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, grou
         raise ValueError(f"q, k and v must hold the same shard of the sequence, got seqlens "
                          f"{q.shape[1]}, {k.shape[1]}, {v.shape[1]}")
     scale = float(softmax_scale) if softmax_scale else 1.0 / math.sqrt(q.shape[-1])
-    ring = _Ring(group, q.shape[1], causal, global_seqlen, layout)
+    if len(window_size) != 2 or min(window_size) < -1:
+        raise ValueError(f"window_size must be (left, right) with values >= -1, got {window_size}")
+    ring = _Ring(group, q.shape[1], causal, global_seqlen, layout, tuple(window_size))
     sink = None
     if learnable_sink is not None:
         if learnable_sink.shape != (q.shape[2],):

@@ -177,7 +177,8 @@ Status forward_loop(const RingForwardArgs& args, const RingProblem& p, RingOps& 
     }
     const TensorView k_held = views.kv(ws.at(k_off[cur]), dt, lk, d);
     const TensorView v_held = views.kv(ws.at(v_off[cur]), dt, lk, dv);
-    const std::vector<LocalCall> calls = plan_step(p.sharding, p.rank, step, p.causal, p.coalesce).calls;
+    const std::vector<LocalCall> calls =
+        plan_step(p.sharding, p.rank, step, p.causal, p.coalesce, p.window_left, p.window_right).calls;
     FLASHATTN_RING_TRY(step_sink_calls(args, p, step, calls, &carries));
     for (size_t i = 0; i < calls.size(); ++i) {
       const LocalCall& call = calls[i];
@@ -282,7 +283,7 @@ Status backward_loop(const RingBackwardArgs& args, const RingProblem& p, RingOps
     const TensorView dk_step = views.kv(ws.at(dk_step_off), f32, lk, d);
     const TensorView dv_step = views.kv(ws.at(dv_step_off), f32, lk, dv);
     const std::vector<LocalCall> calls =
-        plan_step(p.sharding, p.rank, step, p.causal, p.coalesce).calls;
+        plan_step(p.sharding, p.rank, step, p.causal, p.coalesce, p.window_left, p.window_right).calls;
     // One call: its dK/dV are added to the accumulator straight from dk_part/dv_part after the
     // exchange. Several: they are summed in dk_step/dv_step first (their key rows may overlap).
     const bool summed = calls.size() > 1;
@@ -409,12 +410,6 @@ Status check_ring_unsupported(const AttentionOptions& o) {
   if (o.alibi_slopes.defined()) {
     return Status::NotSupported(std::string("ring attention: alibi_slopes is not supported") + why);
   }
-  if (o.window_left != -1 || o.window_right != -1) {
-    return Status::NotSupported(
-        "ring attention: sliding windows are not supported, got "
-        "window_left " +
-        std::to_string(o.window_left) + ", window_right " + std::to_string(o.window_right) + why);
-  }
   if (o.cu_seqlens_q.defined() || o.cu_seqlens_k.defined()) {
     return Status::NotSupported(
         "ring attention: varlen (cu_seqlens_q / cu_seqlens_k) is not supported; pass dense "
@@ -450,6 +445,8 @@ Status make_ring_problem(const AttentionOptions& o, const RingOptions& ring, con
   }
   const int64_t global = ring.global_seqlen > 0 ? ring.global_seqlen : p->world * local;
   p->causal = o.causal;
+  p->window_left = o.window_left;
+  p->window_right = o.window_right;
   if (Status s =
           Sharding::make(global, p->world, resolve_layout(ring.layout, o.causal), &p->sharding);
       !s.ok()) {

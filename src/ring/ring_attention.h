@@ -26,6 +26,8 @@ struct RingProblem {
   int32_t rank = 0;
   int32_t world = 1;
   bool causal = false;
+  int32_t window_left = -1;  // the global sliding window (flashattn's, -1 = unbounded)
+  int32_t window_right = -1;
   Sharding sharding;
 
   DType dtype = DType::kFloat32;

@@ -94,28 +94,45 @@ int32_t kv_source_rank(int32_t rank, int32_t step, int32_t world_size) {
   return r < 0 ? r + world_size : r;
 }
 
-bool causal_block_call(Span q, Span k, LocalCall* call) {
-  // Keys at or after the block's last query row + 1 are seen by no query of the block, and
-  // queries before the first key see none of them: trim both (schedule.h).
-  const int64_t k_end = std::min(k.end, q.end);
-  if (k_end <= k.begin) return false;
-  const int64_t q_begin = std::max(q.begin, k.begin);
-  call->q_rows = {q_begin, q.end};
-  call->k_rows = {k.begin, k_end};
-  call->window_left = -1;
-  // The first query sees the last key: every pair is visible, no mask. Otherwise the window
-  // right edge is qb - kb' >= 0 (0 when the block straddles the diagonal).
-  call->window_right = q_begin >= k_end - 1 ? -1 : static_cast<int32_t>(q.end - k_end);
+bool window_block_call(Span q, Span k, int64_t left, int64_t right, LocalCall* call) {
+  // Trim keys no query of the block sees and queries that see no key of the block, edge by
+  // edge, until nothing changes (schedule.h); each trim only shrinks the spans.
+  for (;;) {
+    const Span q0 = q, k0 = k;
+    if (right >= 0) {
+      k.end = std::min(k.end, q.end + right);        // keys past the last query's right edge
+      q.begin = std::max(q.begin, k.begin - right);  // queries whose right edge is before the keys
+    }
+    if (left >= 0) {
+      k.begin = std::max(k.begin, q.begin - left);  // keys before the first query's left edge
+      q.end = std::min(q.end, k.end + left);        // queries whose left edge is past the keys
+    }
+    if (q.empty() || k.empty()) return false;
+    if (q == q0 && k == k0) break;
+  }
+  call->q_rows = q;
+  call->k_rows = k;
+  // An edge that hides no pair of the trimmed block is unbounded (-1); otherwise in the call's
+  // own coordinates right = R + qb - kb and left = L + kb - qb, both >= 0 after the trims.
+  const bool right_cuts = right >= 0 && (k.end - 1) - q.begin > right;
+  const bool left_cuts = left >= 0 && k.begin - (q.end - 1) < -left;
+  call->window_right = right_cuts ? static_cast<int32_t>(right + q.end - k.end) : -1;
+  call->window_left = left_cuts ? static_cast<int32_t>(left + k.end - q.end) : -1;
   return true;
 }
 
+bool causal_block_call(Span q, Span k, LocalCall* call) { return window_block_call(q, k, -1, 0, call); }
+
 StepPlan plan_step(const Sharding& sharding, int32_t rank, int32_t step, bool causal,
-                   bool coalesce) {
+                   bool coalesce, int32_t window_left, int32_t window_right) {
   StepPlan plan;
   const int32_t world = sharding.world_size();
   plan.kv_rank = kv_source_rank(rank, step, world);
   const int32_t n_chunks = sharding.chunks_per_rank();
-  if (!causal) {
+  // The global mask: key j visible to query i iff -left <= j - i <= right (-1: unbounded);
+  // causal clamps the right edge to 0, as flashattn does.
+  const int64_t left = window_left, right = causal ? 0 : window_right;
+  if (left < 0 && right < 0) {
     plan.calls.push_back(
         {{0, sharding.shard_length(rank)}, {0, sharding.shard_length(plan.kv_rank)}, -1, -1});
     return plan;
@@ -135,8 +152,8 @@ StepPlan plan_step(const Sharding& sharding, int32_t rank, int32_t step, bool ca
   for (int32_t a = 0; a < n_chunks; ++a) {
     for (int32_t b = 0; b < n_chunks; ++b) {
       LocalCall c;
-      if (!causal_block_call(sharding.global_span(rank, a), sharding.global_span(plan.kv_rank, b),
-                             &c)) {
+      if (!window_block_call(sharding.global_span(rank, a), sharding.global_span(plan.kv_rank, b),
+                             left, right, &c)) {
         continue;
       }
       c.q_rows = {c.q_rows.begin - q_off[a], c.q_rows.end - q_off[a]};
@@ -144,7 +161,9 @@ StepPlan plan_step(const Sharding& sharding, int32_t rank, int32_t step, bool ca
       pairs.push_back(c);
     }
   }
-  if (pairs.size() <= 1 || !coalesce) {
+  // Coalescing is derived for the causal mask alone (right edges); windows keep one call per
+  // pair, each exact by construction.
+  if (pairs.size() <= 1 || !coalesce || left >= 0 || right != 0) {
     plan.calls = pairs;
     return plan;
   }
@@ -192,17 +211,24 @@ StepPlan plan_step(const Sharding& sharding, int32_t rank, int32_t step, bool ca
 
 Status sink_calls(const std::vector<LocalCall>& calls, int64_t local_rows, std::vector<char>* carries) {
   carries->assign(calls.size(), 0);
+  // Longest first (then in order), so that a call whose rows lie inside a taken one's is skipped:
+  // with windows a chunk's diagonal call covers it and the calls against other chunks only part.
+  std::vector<size_t> order(calls.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return calls[a].q_rows.length() > calls[b].q_rows.length();
+  });
   std::vector<Span> taken;
   int64_t covered = 0;
-  for (size_t i = 0; i < calls.size(); ++i) {
+  for (const size_t i : order) {
     const Span rows = calls[i].q_rows;
     if (rows.empty()) continue;
-    bool same = false, overlaps = false;
+    bool inside = false, overlaps = false;
     for (const Span& t : taken) {
-      same = same || rows == t;
+      inside = inside || (rows.begin >= t.begin && rows.end <= t.end);
       overlaps = overlaps || !intersect(rows, t).empty();
     }
-    if (same) continue;
+    if (inside) continue;
     if (overlaps) {
       return Status::Internal("ring: the calls' query rows overlap partly; the learnable sink cannot be added "
                               "exactly once per row");

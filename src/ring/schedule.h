@@ -38,7 +38,8 @@
 // straddles the diagonal (kb' == qb): the plain causal call.
 //
 // Several chunk pairs of a step are coalesced into one call when one window reproduces the
-// mask of every pair (zig-zag and contiguous layouts always need exactly one call per step);
+// causal mask of every pair (zig-zag and contiguous layouts always need exactly one call per step;
+// windowed plans keep one call per pair);
 // this is checked per pair with diagonal offsets, see plan_step.
 #pragma once
 
@@ -116,6 +117,14 @@ struct LocalCall {
 // trimmed rows (global positions) and the window; see the derivation above.
 bool causal_block_call(Span q, Span k, LocalCall* call);
 
+// The same for a sliding window: key j visible to query i iff -left <= j - i <= right (-1 =
+// unbounded on that side; the causal mask is left = -1, right = 0). Trimmed edge by edge until
+// stable: keys j >= qb + right and queries i < ka - right (right edge), keys j < qa - left and
+// queries i >= kb + left (left edge) see nothing. In the call's coordinates the edges are then
+// right' = right + qb - kb and left' = left + kb - qb (both >= 0 after the trims), or -1 where
+// the edge hides no pair of the trimmed block.
+bool window_block_call(Span q, Span k, int64_t left, int64_t right, LocalCall* call);
+
 // The calls of one step of one rank: at most one per (query chunk, key chunk) pair, usually
 // (always, for the contiguous and zig-zag layouts) a single coalesced call; none when every
 // pair is masked. coalesce = false keeps one call per pair (tests use it to exercise the
@@ -125,12 +134,15 @@ struct StepPlan {
   std::vector<LocalCall> calls;
 };
 
+// window_left / window_right: a sliding window of the global sequence as flashattn takes it
+// (-1 = unbounded; with causal the right edge is 0); windowed plans keep one call per pair.
 StepPlan plan_step(const Sharding& sharding, int32_t rank, int32_t step, bool causal,
-                   bool coalesce = true);
+                   bool coalesce = true, int32_t window_left = -1, int32_t window_right = -1);
 
 // Which calls of a step carry the learnable sink (a key with no value row that must join each
-// row's softmax once; the merge then treats it as any other key): the first call of each set of
-// query rows, so that every one of the rank's local_rows rows gets it exactly once. Used with
+// row's softmax once; the merge then treats it as any other key): the longest calls first, each
+// taken unless its query rows lie inside a taken call's, so that every one of the rank's
+// local_rows rows gets it exactly once. Used with
 // step 0's calls, which hold the rank's own shard: every local row sees at least its own key
 // there. Fails (kInternal) when the calls' query rows overlap only partly or miss a row, which
 // no plan does. (*carries)[i] != 0 for the calls that carry it.

@@ -207,36 +207,53 @@ bool call_sees(int64_t i, int64_t j, int64_t sq, int64_t sk, int32_t left, int32
   return (left < 0 || j >= diag - left) && (right < 0 || j <= diag + right);
 }
 
-TEST(RingSchedule, BlockWindowReproducesTheGlobalCausalMask) {
+// The global mask of a window (-1 = unbounded; causal = (-1, 0)).
+bool global_sees(int64_t i, int64_t j, int64_t left, int64_t right) {
+  return (left < 0 || j >= i - left) && (right < 0 || j <= i + right);
+}
+
+TEST(RingSchedule, BlockWindowReproducesTheGlobalWindowMask) {
   const int64_t n = 10;
-  for (int64_t qa = 0; qa < n; ++qa)
-    for (int64_t qb = qa + 1; qb <= n; ++qb)
-      for (int64_t ka = 0; ka < n; ++ka)
-        for (int64_t kb = ka + 1; kb <= n; ++kb) {
-          LocalCall call;
-          const bool any = ring::causal_block_call({qa, qb}, {ka, kb}, &call);
-          SCOPED_TRACE("q [" + std::to_string(qa) + "," + std::to_string(qb) + ") k [" +
-                       std::to_string(ka) + "," + std::to_string(kb) + ")");
-          if (any) {
-            ASSERT_GE(call.q_rows.begin, qa);
-            ASSERT_LE(call.q_rows.end, qb);
-            ASSERT_GE(call.k_rows.begin, ka);
-            ASSERT_LE(call.k_rows.end, kb);
-            ASSERT_FALSE(call.q_rows.empty());
-            ASSERT_FALSE(call.k_rows.empty());
-            ASSERT_EQ(call.window_left, -1);
-            ASSERT_GE(call.window_right, -1);
-          }
-          const int64_t sq = call.q_rows.length(), sk = call.k_rows.length();
-          for (int64_t i = qa; i < qb; ++i)
-            for (int64_t j = ka; j < kb; ++j) {
-              const bool inside = any && i >= call.q_rows.begin && i < call.q_rows.end &&
-                                  j >= call.k_rows.begin && j < call.k_rows.end;
-              const bool got = inside && call_sees(i - call.q_rows.begin, j - call.k_rows.begin, sq,
-                                                   sk, call.window_left, call.window_right);
-              ASSERT_EQ(got, j <= i) << "i " << i << " j " << j;
+  const std::pair<int64_t, int64_t> windows[] = {{-1, 0}, {0, 0}, {2, 0}, {3, -1}, {-1, 2}, {1, 3}, {0, -1},
+                                                 {-1, -1}, {12, 0}, {4, 4}};
+  for (const auto& [left, right] : windows) {
+    for (int64_t qa = 0; qa < n; ++qa)
+      for (int64_t qb = qa + 1; qb <= n; ++qb)
+        for (int64_t ka = 0; ka < n; ++ka)
+          for (int64_t kb = ka + 1; kb <= n; ++kb) {
+            LocalCall call;
+            const bool any = left == -1 && right == 0 ? ring::causal_block_call({qa, qb}, {ka, kb}, &call)
+                                                      : ring::window_block_call({qa, qb}, {ka, kb}, left, right, &call);
+            SCOPED_TRACE("window (" + std::to_string(left) + "," + std::to_string(right) + ") q [" +
+                         std::to_string(qa) + "," + std::to_string(qb) + ") k [" + std::to_string(ka) + "," +
+                         std::to_string(kb) + ")");
+            if (any) {
+              ASSERT_GE(call.q_rows.begin, qa);
+              ASSERT_LE(call.q_rows.end, qb);
+              ASSERT_GE(call.k_rows.begin, ka);
+              ASSERT_LE(call.k_rows.end, kb);
+              ASSERT_FALSE(call.q_rows.empty());
+              ASSERT_FALSE(call.k_rows.empty());
+              ASSERT_GE(call.window_left, -1);
+              ASSERT_GE(call.window_right, -1);
+              if (left < 0) {
+                ASSERT_EQ(call.window_left, -1);
+              }
+              if (right < 0) {
+                ASSERT_EQ(call.window_right, -1);
+              }
             }
-        }
+            const int64_t sq = call.q_rows.length(), sk = call.k_rows.length();
+            for (int64_t i = qa; i < qb; ++i)
+              for (int64_t j = ka; j < kb; ++j) {
+                const bool inside = any && i >= call.q_rows.begin && i < call.q_rows.end &&
+                                    j >= call.k_rows.begin && j < call.k_rows.end;
+                const bool got = inside && call_sees(i - call.q_rows.begin, j - call.k_rows.begin, sq,
+                                                     sk, call.window_left, call.window_right);
+                ASSERT_EQ(got, global_sees(i, j, left, right)) << "i " << i << " j " << j;
+              }
+          }
+  }
 }
 
 struct Coverage {
@@ -248,7 +265,7 @@ struct Coverage {
 // Runs every rank's plans, maps each visible (local query, local key) of each call back to the
 // global positions and checks that the union is the global mask with every pair exactly once.
 Coverage check_coverage(int64_t n, int32_t world, RingLayout layout, bool causal,
-                        bool coalesce = true) {
+                        bool coalesce = true, int32_t window_left = -1, int32_t window_right = -1) {
   Coverage cov;
   Sharding sh;
   const Status st = Sharding::make(n, world, layout, &sh);
@@ -269,7 +286,7 @@ Coverage check_coverage(int64_t n, int32_t world, RingLayout layout, bool causal
   cov.visible_per_step.assign(world, std::vector<int64_t>(world, 0));
   for (int32_t r = 0; r < world; ++r) {
     for (int32_t s = 0; s < world; ++s) {
-      const ring::StepPlan plan = ring::plan_step(sh, r, s, causal, coalesce);
+      const ring::StepPlan plan = ring::plan_step(sh, r, s, causal, coalesce, window_left, window_right);
       EXPECT_EQ(plan.kv_rank, ((r - s) % world + world) % world);
       cov.max_calls_per_step = std::max(cov.max_calls_per_step, int(plan.calls.size()));
       const auto& gk = global[plan.kv_rank];
@@ -293,7 +310,7 @@ Coverage check_coverage(int64_t n, int32_t world, RingLayout layout, bool causal
   }
   for (int64_t i = 0; i < n; ++i)
     for (int64_t j = 0; j < n; ++j) {
-      const int want = (!causal || j <= i) ? 1 : 0;
+      const int want = global_sees(i, j, window_left, causal ? 0 : window_right) ? 1 : 0;
       EXPECT_EQ(count[i * n + j], want) << "query " << i << " key " << j;
     }
   return cov;
@@ -319,31 +336,50 @@ TEST(RingSchedule, PlansCoverEveryPairExactlyOnce) {
         }
 }
 
+TEST(RingSchedule, WindowedPlansCoverEveryPairExactlyOnce) {
+  const std::pair<int32_t, int32_t> windows[] = {{0, 0}, {3, 0}, {5, 2}, {-1, 4}, {2, -1}, {7, 7}, {40, 0}};
+  for (int32_t world = 1; world <= 4; ++world)
+    for (RingLayout layout : {RingLayout::kZigZag, RingLayout::kContiguous})
+      for (bool causal : {true, false})
+        for (const auto& [left, right] : windows)
+          for (int64_t n : {int64_t(2) * world + 1, int64_t(7) * world + 3, int64_t(37)}) {
+            SCOPED_TRACE("world " + std::to_string(world) + " n " + std::to_string(n) +
+                         (layout == RingLayout::kZigZag ? " zig-zag" : " contiguous") + (causal ? " causal" : "") +
+                         " window (" + std::to_string(left) + "," + std::to_string(right) + ")");
+            check_coverage(n, world, layout, causal, /*coalesce=*/true, left, right);
+          }
+}
+
 TEST(RingSchedule, SinkCallsCoverEveryRowOnceInStepZero) {
   for (int32_t world = 1; world <= 8; ++world)
     for (bool causal : {false, true})
       for (RingLayout layout : {RingLayout::kContiguous, RingLayout::kZigZag})
-        for (bool coalesce : {true, false}) {
-          ring::Sharding s;
-          const int64_t n = 5 * world + 3;
-          ASSERT_TRUE(ring::Sharding::make(n, world, layout, &s).ok());
-          for (int32_t r = 0; r < world; ++r) {
-            const std::vector<ring::LocalCall> calls = ring::plan_step(s, r, 0, causal, coalesce).calls;
-            std::vector<char> carries;
-            const Status st = ring::sink_calls(calls, s.shard_length(r), &carries);
-            ASSERT_TRUE(st.ok()) << st.message();
-            std::vector<int> hits(s.shard_length(r), 0);
-            for (size_t i = 0; i < calls.size(); ++i)
-              if (carries[i])
-                for (int64_t row = calls[i].q_rows.begin; row < calls[i].q_rows.end; ++row) ++hits[row];
-            for (int h : hits) ASSERT_EQ(h, 1) << "world " << world << " rank " << r;
+        for (bool coalesce : {true, false})
+          for (int32_t left : {-1, 0, 3}) {
+            ring::Sharding s;
+            const int64_t n = 5 * world + 3;
+            ASSERT_TRUE(ring::Sharding::make(n, world, layout, &s).ok());
+            for (int32_t r = 0; r < world; ++r) {
+              const std::vector<ring::LocalCall> calls =
+                  ring::plan_step(s, r, 0, causal, coalesce, left, left < 0 ? -1 : 2).calls;
+              std::vector<char> carries;
+              const Status st = ring::sink_calls(calls, s.shard_length(r), &carries);
+              ASSERT_TRUE(st.ok()) << st.message();
+              std::vector<int> hits(s.shard_length(r), 0);
+              for (size_t i = 0; i < calls.size(); ++i)
+                if (carries[i])
+                  for (int64_t row = calls[i].q_rows.begin; row < calls[i].q_rows.end; ++row) ++hits[row];
+              for (int h : hits) ASSERT_EQ(h, 1) << "world " << world << " rank " << r;
+            }
           }
-        }
   // Calls that cannot carry it exactly once per row.
   std::vector<char> carries;
   EXPECT_EQ(ring::sink_calls({{{0, 5}, {0, 5}}, {{3, 8}, {0, 8}}}, 8, &carries).code(), StatusCode::kInternal);
   EXPECT_EQ(ring::sink_calls({{{0, 5}, {0, 5}}}, 8, &carries).code(), StatusCode::kInternal);
   EXPECT_TRUE(ring::sink_calls({{{0, 5}, {0, 5}}, {{0, 5}, {5, 8}}, {{5, 8}, {0, 8}}}, 8, &carries).ok());
+  EXPECT_EQ(carries, (std::vector<char>{1, 0, 1}));
+  // A call inside a longer one (a window's partial chunk pair) is skipped, whatever the order.
+  EXPECT_TRUE(ring::sink_calls({{{0, 4}, {0, 4}}, {{4, 6}, {0, 4}}, {{4, 9}, {4, 9}}}, 9, &carries).ok());
   EXPECT_EQ(carries, (std::vector<char>{1, 0, 1}));
 }
 
@@ -560,6 +596,7 @@ struct RingCase {
   bool per_pair_calls = false;     // no coalescing: several calls per step
   bool sink = false;               // a learnable sink (and its gradient)
   float softcap = 0.0f;
+  int32_t window_left = -1, window_right = -1;
 
   std::string describe() const {
     return "R=" + std::to_string(world) + " N=" + std::to_string(seqlen) +
@@ -570,7 +607,11 @@ struct RingCase {
             : layout == RingLayout::kZigZag   ? " zig-zag"
                                               : "") +
            (strided ? " strided" : "") + (per_pair_calls ? " per-pair" : "") + (sink ? " sink" : "") +
-           (softcap > 0.0f ? " softcap" : "") + " " +
+           (softcap > 0.0f ? " softcap" : "") +
+           (window_left >= 0 || window_right >= 0
+                ? " window " + std::to_string(window_left) + "/" + std::to_string(window_right)
+                : "") +
+           " " +
            dtype_name(dtype);
   }
 };
@@ -608,6 +649,8 @@ void run_ring_case(const RingCase& c) {
   ForwardArgs fa;
   fa.causal = c.causal;
   fa.softcap = c.softcap;
+  fa.window_left = c.window_left;
+  fa.window_right = c.window_right;
   fa.num_threads = 1;
   if (c.sink) fa.learnable_sink = sink.view();
   fa.q = q.view();
@@ -677,6 +720,8 @@ void run_ring_case(const RingCase& c) {
       RingForwardArgs rf;
       rf.causal = c.causal;
       rf.softcap = c.softcap;
+      rf.window_left = c.window_left;
+      rf.window_right = c.window_right;
       rf.num_threads = 1;
       if (c.sink) rf.learnable_sink = sink.view();
       rf.transport = group.transport(r);
@@ -813,6 +858,24 @@ std::vector<RingCase> ring_cases() {
   c = RingCase{};
   c.world = 3, c.seqlen = 48, c.dtype = DType::kBFloat16, c.sink = true, c.softcap = 8.0f;
   cases.push_back(c);
+  // Sliding windows (one call per chunk pair): causal with a left edge shorter than a chunk and
+  // longer than a shard, non-causal two-sided, with sinks (gpt-oss's sliding layers).
+  for (int32_t world : {1, 2, 3, 4})
+    for (int32_t left : {3, 11}) {
+      c = RingCase{};
+      c.world = world, c.seqlen = 8 * world + 3, c.window_left = left, c.window_right = 0;
+      cases.push_back(c);
+    }
+  c = RingCase{};
+  c.world = 3, c.seqlen = 29, c.causal = false, c.window_left = 4, c.window_right = 6;
+  cases.push_back(c);
+  c.window_left = -1, c.window_right = 2;
+  cases.push_back(c);
+  c = RingCase{};
+  c.world = 4, c.seqlen = 37, c.window_left = 5, c.window_right = 0, c.sink = true;
+  cases.push_back(c);
+  c.layout = RingLayout::kContiguous, c.per_pair_calls = true, c.dtype = DType::kBFloat16;
+  cases.push_back(c);
   return cases;
 }
 
@@ -860,8 +923,6 @@ TEST(RingErrors, UnsupportedOptionsAreNamed) {
        [](RingForwardArgs& a, SmallProblem&) { a.dropout_p = 0.1f; }},
       {"alibi", StatusCode::kNotSupported, "alibi_slopes",
        [](RingForwardArgs& a, SmallProblem& p) { a.alibi_slopes = p.alibi.view(); }},
-      {"window", StatusCode::kNotSupported, "sliding windows",
-       [](RingForwardArgs& a, SmallProblem&) { a.window_left = 4; }},
       {"varlen", StatusCode::kNotSupported, "varlen",
        [](RingForwardArgs& a, SmallProblem& p) {
          a.cu_seqlens_q = p.lse.view();

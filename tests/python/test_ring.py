@@ -54,7 +54,7 @@ def _call_sees(i, j, sq, sk, left, right):
     return (left < 0 or j >= diag - left) and (right < 0 or j <= diag + right)
 
 
-def _coverage(n, world, layout, causal):
+def _coverage(n, world, layout, causal, window=(-1, -1)):
     sh = ring._Sharding(n, world, layout)
     rows = [[p for i in range(sh.chunks_per_rank)
              for p in range(*sh.global_span(r, i))] for r in range(world)]
@@ -64,7 +64,7 @@ def _coverage(n, world, layout, causal):
     for r in range(world):
         for s in range(world):
             kv = (r - s) % world
-            calls = ring._plan_step(sh, r, s, causal)
+            calls = ring._plan_step(sh, r, s, causal, window)
             max_calls = max(max_calls, len(calls))
             for (q0, q1), (k0, k1), wl, wr in calls:
                 sq, sk = q1 - q0, k1 - k0
@@ -76,7 +76,8 @@ def _coverage(n, world, layout, causal):
                             work[r] += 1
     for i in range(n):
         for j in range(n):
-            want = 1 if (not causal or j <= i) else 0
+            left, right = window[0], (0 if causal else window[1])
+            want = 1 if ((left < 0 or j >= i - left) and (right < 0 or j <= i + right)) else 0
             assert count.get((i, j), 0) == want, (n, world, layout, causal, i, j)
     return work, max_calls
 
@@ -106,6 +107,24 @@ def test_sink_calls_cover_every_row_once_in_step_zero():
         ring._sink_calls([((0, 5), (0, 5), -1, -1), ((3, 8), (0, 8), -1, -1)], 8)
     with pytest.raises(RuntimeError, match="cover 5 of the 8"):
         ring._sink_calls([((0, 5), (0, 5), -1, -1)], 8)
+
+
+@pytest.mark.parametrize("world", [1, 2, 3])
+def test_windowed_schedule_covers_every_pair_once(world):
+    for layout in ("zigzag", "contiguous"):
+        for causal in (True, False):
+            for window in ((0, 0), (3, 0), (5, 2), (-1, 4), (2, -1), (40, 0)):
+                for n in (2 * world + 1, 7 * world + 3):
+                    _coverage(n, world, layout, causal, window)
+
+
+def test_window_block_call_matches_the_cpp_derivation():
+    # Spot values of src/ring/schedule.cpp's window_block_call (tests/cpp/test_ring.cpp checks
+    # it exhaustively): a causal window of 3 on chunk pairs.
+    assert ring._window_block_call((0, 10), (0, 10), -1, 0) == ((0, 10), (0, 10), -1, 0)
+    assert ring._window_block_call((10, 20), (0, 10), 3, 0) == ((10, 13), (7, 10), 0, -1)
+    assert ring._window_block_call((20, 30), (0, 10), 3, 0) is None
+    assert ring._window_block_call((0, 10), (0, 10), 3, 0) == ((0, 10), (0, 10), 3, 0)
 
 
 def test_zigzag_balance():
@@ -162,6 +181,9 @@ CASES = [
     dict(n=16, causal=True, h=4, hk=2, d=16, dv=16, sink=True, softcap=5.0),
     dict(n=19, causal=False, h=2, hk=1, d=8, dv=12, sink=True),
     dict(n=17, causal=True, h=2, hk=2, d=16, dv=16, softcap=3.0),
+    # Sliding windows (gpt-oss's sliding layers: with a sink), causal and two-sided.
+    dict(n=22, causal=True, h=4, hk=2, d=16, dv=16, window=(5, 0), sink=True),
+    dict(n=21, causal=False, h=2, hk=1, d=16, dv=16, window=(3, 6)),
 ]
 
 
@@ -181,7 +203,8 @@ def _check_cases(group, world, rank, failures):
         dout = torch.randn(b, n, c["h"], c["dv"], generator=g)
 
         sink = 2 * torch.randn(c["h"], generator=g) + 2 if c.get("sink") else None
-        opts = dict(causal=c["causal"], softcap=c.get("softcap", 0.0))
+        opts = dict(causal=c["causal"], softcap=c.get("softcap", 0.0),
+                    window_size=c.get("window", (-1, -1)))
         # One call on the whole sequence.
         qf, kf, vf = (t.clone().requires_grad_() for t in (q, k, v))
         sf = None if sink is None else sink.clone().requires_grad_()
