@@ -22,7 +22,7 @@ dim), ``RuntimeError`` for CUDA and internal errors. See python/README.md.
 
 from . import _C
 from ._lowlevel import backward, check_paged_metadata, check_varlen_metadata, forward
-from .compat import install_as_flash_attn
+from .compat import install_as_flash_attn, install_as_flash_attn_interface
 from .flash_attn_interface import (
     flash_attn_func,
     flash_attn_kvpacked_func,
@@ -74,4 +74,5 @@ __all__ = [
     "forward",
     "forward_kvcache",
     "install_as_flash_attn",
+    "install_as_flash_attn_interface",
 ]

@@ -1,5 +1,6 @@
-"""``import flash_attn`` served by flashattn: an opt-in import alias for code that cannot be
-edited (a model repository's modeling file, FlashAttention's own test suite).
+"""``import flash_attn`` (and FlashAttention-3's ``import flash_attn_interface``) served by
+flashattn: opt-in import aliases for code that cannot be edited (a model repository's modeling
+file, FlashAttention's own test suite).
 
     import flashattn
     flashattn.install_as_flash_attn()
@@ -28,6 +29,26 @@ ALIASES = {
 }
 
 
+def _install(aliases: dict, caller: str) -> None:
+    for alias, target in aliases.items():
+        present = sys.modules.get(alias)
+        if present is not None and present.__name__ != target:
+            raise RuntimeError(
+                f"{alias} is already imported from {getattr(present, '__file__', present)!r}; "
+                f"call flashattn.{caller}() before anything imports {alias}")
+    # Import every target first: the submodules then exist as attributes of their parents, so
+    # both `import flash_attn.layers.rotary` and `flash_attn.layers.rotary.f` resolve.
+    modules = {alias: importlib.import_module(target) for alias, target in aliases.items()}
+    sys.modules.update(modules)
+
+
+def install_as_flash_attn_interface() -> None:
+    """Makes ``import flash_attn_interface`` (FlashAttention-3's module) resolve to
+    ``flashattn.fa3``, FlashAttention-3's functions served by flashattn, for the rest of the
+    process. Raises RuntimeError when a real flash_attn_interface is already imported."""
+    _install({"flash_attn_interface": "flashattn.fa3"}, "install_as_flash_attn_interface")
+
+
 def install_as_flash_attn() -> None:
     """Makes ``import flash_attn`` (and the submodules in ``ALIASES``) resolve to flashattn's
     modules for the rest of the process. Call it before anything imports flash_attn; calling it
@@ -36,13 +57,4 @@ def install_as_flash_attn() -> None:
     Raises RuntimeError when a real flash_attn module is already imported: replacing it under
     code that holds references to it would mix the two libraries silently.
     """
-    for alias, target in ALIASES.items():
-        present = sys.modules.get(alias)
-        if present is not None and present.__name__ != target:
-            raise RuntimeError(
-                f"{alias} is already imported from {getattr(present, '__file__', present)!r}; "
-                "call flashattn.install_as_flash_attn() before anything imports flash_attn")
-    # Import every target first: the submodules then exist as attributes of their parents, so
-    # both `import flash_attn.layers.rotary` and `flash_attn.layers.rotary.f` resolve.
-    modules = {alias: importlib.import_module(target) for alias, target in ALIASES.items()}
-    sys.modules.update(modules)
+    _install(ALIASES, "install_as_flash_attn")

@@ -311,7 +311,7 @@ def _wait(reqs) -> None:
         r.wait()
 
 
-def _step_sink(ring: _Ring, step: int, calls: List[Call], sink, local_rows: int) -> List[bool]:
+def _step_sink(step: int, calls: List[Call], sink, local_rows: int) -> List[bool]:
     if sink is not None and step == 0:
         return _sink_calls(calls, local_rows)
     return [False] * len(calls)
@@ -331,7 +331,7 @@ def _ring_forward(q, k, v, sink, ring: _Ring, scale: float, softcap: float):
             v_next = v.new_empty((b, ln, heads_k, dv))
             reqs = ring.exchange([k_cur, v_cur], [k_next, v_next])
         calls = ring.plan(step)
-        carries = _step_sink(ring, step, calls, sink, seqlen)
+        carries = _step_sink(step, calls, sink, seqlen)
         for ((q0, q1), (k0, k1), wl, wr), carry in zip(calls, carries):
             out_s, lse_s, _ = flash_attn_func(
                 q[:, q0:q1], k_cur[:, k0:k1], v_cur[:, k0:k1], softmax_scale=scale,
@@ -373,7 +373,7 @@ def _ring_backward(dout, q, k, v, out, lse, sink, ring: _Ring, scale: float, sof
         dk_step = torch.zeros((b, lk, heads_k, d), dtype=f32, device=q.device)
         dv_step = torch.zeros((b, lk, heads_k, dv), dtype=f32, device=q.device)
         calls = ring.plan(step)
-        carries = _step_sink(ring, step, calls, sink, seqlen)
+        carries = _step_sink(step, calls, sink, seqlen)
         for ((q0, q1), (k0, k1), wl, wr), carry in zip(calls, carries):
             dsink_p = torch.empty(heads, dtype=f32, device=q.device) if carry else None
             dq_p = q.new_empty((b, q1 - q0, heads, d))
@@ -443,7 +443,8 @@ def ring_flash_attn_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, grou
     rank's rows' share: all-reduce it over the group as for any parameter shared by the ranks.
 
     Returns out (batch, local_seqlen, heads, head_dim_v) for this rank's rows, and with
-    ``return_lse`` also the float32 lse (batch, heads, local_seqlen). Differentiable in q, k, v.
+    ``return_lse`` also the float32 lse (batch, heads, local_seqlen). Differentiable in q, k, v
+    and learnable_sink.
     """
     if q.dim() != 4:
         raise ValueError(f"q must have shape (batch, local_seqlen, heads, head_dim), got "

@@ -28,8 +28,11 @@ transformers = pytest.importorskip("transformers")
 import flashattn  # noqa: E402
 import flashattn.integrations.transformers as fa_hf  # noqa: E402  (registers "fattn")
 
-from transformers import AttentionInterface  # noqa: E402
-from transformers.masking_utils import AttentionMaskInterface, flash_attention_mask  # noqa: E402
+try:
+    from transformers import AttentionInterface, GptOssConfig  # noqa: F401
+    from transformers.masking_utils import AttentionMaskInterface, flash_attention_mask
+except ImportError as e:  # transformers older than the integration's (5.x, gpt-oss)
+    pytest.skip(f"transformers {transformers.__version__} lacks {e.name or e}", allow_module_level=True)
 
 DEVICES = ["cpu"]
 if flashattn.cuda_built() and flashattn.cuda_available() and torch.cuda.is_available():

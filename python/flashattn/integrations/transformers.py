@@ -80,6 +80,10 @@ def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
     sink = kwargs.get("s_aux")
     if sink is None:
         sink = kwargs.get("learnable_sink")
+    if kwargs.get("sinks") is not None:
+        raise NotImplementedError("flashattn's transformers integration: `sinks` (per-token "
+                                  "attention sinks) are not supported; per-head sinks are, as "
+                                  "s_aux")
     if attention_mask is not None and attention_mask.dim() != 2:
         raise ValueError(
             "flashattn's transformers integration takes a 2D padding mask (batch, seq_k); got "
