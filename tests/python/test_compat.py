@@ -1,7 +1,7 @@
 """The flash_attn import alias (flashattn.install_as_flash_attn) and the flash_attn 2.x helpers
-it serves: bert_padding (unpad_input, pad_input, index_first_axis) and
-layers.rotary.apply_rotary_emb, checked on the CPU against formulas written here (the rotary
-one in float64). scripts/flash-attn-tests.sh runs flash_attn's own test file through the alias
+it serves: bert_padding (unpad_input, pad_input, index_first_axis) and layers.rotary
+(apply_rotary_emb, the in-place qkv / kv forms, the RotaryEmbedding module with XPos), checked on
+the CPU against formulas written here (the rotary ones in float64). scripts/flash-attn-tests.sh runs flash_attn's own test file through the alias
 on the GPU."""
 
 import sys
@@ -299,3 +299,80 @@ def test_rotary_errors():
         apply_rotary_emb(x[0], cos, sin, cu_seqlens=torch.tensor([0, 4], dtype=torch.int32))
     with pytest.raises(ValueError, match=r"\(seqlen_ro, rotary_dim / 2\)"):
         apply_rotary_emb(x, cos, sin[:, :2])
+
+
+def test_rotary_qkv_and_kv_in_place():
+    from flashattn.layers.rotary import apply_rotary_emb_kv_, apply_rotary_emb_qkv_
+    cos, sin = table(9, 4)
+    cos_k, sin_k = table(9, 4, seed=17)
+    qkv = torch.randn(2, 5, 3, 2, 8, generator=gen(18))
+    before = qkv.clone()
+    assert apply_rotary_emb_qkv_(qkv, cos, sin, cos_k, sin_k, seqlen_offsets=3) is qkv
+    assert torch.equal(qkv[:, :, 0], apply_rotary_emb(before[:, :, 0], cos, sin, seqlen_offsets=3))
+    assert torch.equal(qkv[:, :, 1], apply_rotary_emb(before[:, :, 1], cos_k, sin_k, seqlen_offsets=3))
+    assert torch.equal(qkv[:, :, 2], before[:, :, 2])
+    # GQA packing: 4 query heads, 1 + 1 kv heads.
+    packed = torch.randn(2, 5, 6, 8, generator=gen(19))
+    before = packed.clone()
+    apply_rotary_emb_qkv_(packed, cos, sin, interleaved=True, num_heads_q=4)
+    assert torch.equal(packed[:, :, :4], apply_rotary_emb(before[:, :, :4], cos, sin, interleaved=True))
+    assert torch.equal(packed[:, :, 4:5], apply_rotary_emb(before[:, :, 4:5], cos, sin, interleaved=True))
+    assert torch.equal(packed[:, :, 5:], before[:, :, 5:])
+    with pytest.raises(ValueError, match="num_heads_q"):
+        apply_rotary_emb_qkv_(packed, cos, sin)
+    kv = torch.randn(2, 5, 2, 2, 8, generator=gen(20))
+    before = kv.clone()
+    assert apply_rotary_emb_kv_(kv, cos, sin) is kv
+    assert torch.equal(kv[:, :, 0], apply_rotary_emb(before[:, :, 0], cos, sin))
+    assert torch.equal(kv[:, :, 1], before[:, :, 1])
+
+
+@pytest.mark.parametrize("interleaved", [False, True])
+@pytest.mark.parametrize("scale_base", [None, 64.0])
+def test_rotary_embedding_module_matches_float64(interleaved, scale_base):
+    from flashattn.layers.rotary import RotaryEmbedding
+    dim, base, b, s, h, offset = 8, 500.0, 2, 6, 3, 4
+    rope = RotaryEmbedding(dim, base=base, interleaved=interleaved, scale_base=scale_base)
+    qkv = torch.randn(b, s, 3, h, dim + 4, generator=gen(21), dtype=torch.float64)
+    before = qkv.clone()
+    assert rope(qkv, seqlen_offset=offset) is qkv
+    # The tables, written out: angle t * base^(-2i / dim); XPos scales q by
+    # zeta_i^((t - L // 2) / scale_base) and k by its inverse, L = the cached length.
+    length = s + offset
+    t = np.arange(length, dtype=np.float64)[:, None]
+    i = np.arange(dim // 2, dtype=np.float64)[None, :]
+    angle = t * base ** (-2 * i / dim)
+    zeta = (2 * i + 0.4 * dim) / (1.4 * dim)
+    xpos = zeta ** ((t - length // 2) / scale_base) if scale_base else np.ones_like(angle)
+    positions = np.tile(np.arange(offset, offset + s), (b, 1))
+    for part, factor in ((0, xpos), (1, 1 / xpos)):
+        ref = rotary_ref(before[:, :, part].numpy(), np.cos(angle) * factor, np.sin(angle) * factor,
+                         positions, interleaved)
+        np.testing.assert_allclose(qkv[:, :, part].numpy(), ref, rtol=0, atol=1e-6)
+    assert torch.equal(qkv[:, :, 2], before[:, :, 2])
+    # q and kv separately, tensor offsets with max_seqlen.
+    q, kv = before[:, :, 0].clone(), before[:, :, 1:].clone()
+    offsets = torch.tensor([4, 0])
+    rope2 = RotaryEmbedding(dim, base=base, interleaved=interleaved, scale_base=scale_base)
+    q_out, kv_out = rope2(q, kv, seqlen_offset=offsets, max_seqlen=length)
+    assert q_out is q and kv_out is kv
+    positions = offsets.numpy()[:, None] + np.arange(s)[None, :]
+    ref_q = rotary_ref(before[:, :, 0].numpy(), np.cos(angle) * xpos, np.sin(angle) * xpos, positions, interleaved)
+    np.testing.assert_allclose(q.numpy(), ref_q, rtol=0, atol=1e-6)
+    assert torch.equal(kv[:, :, 1], before[:, :, 2])
+    with pytest.raises(ValueError, match="needs max_seqlen"):
+        RotaryEmbedding(dim)(before[:, :, 0].clone(), before[:, :, 1:].clone(), seqlen_offset=offsets)
+
+
+def test_rotary_embedding_gradient_through_in_place():
+    from flashattn.layers.rotary import RotaryEmbedding
+    w = torch.randn(2, 4, 3, 2, 8, generator=gen(22), requires_grad=True)
+    qkv = w * 1.0  # not a leaf: in-place rotation is recorded by autograd
+    out = RotaryEmbedding(8)(qkv)
+    g = torch.randn_like(out)
+    (dw,) = torch.autograd.grad(out, w, g)
+    t = torch.arange(4, dtype=torch.float64)[:, None] * 10000.0 ** (-torch.arange(0, 8, 2) / 8.0)
+    ref = rotary_ref(g[:, :, 0].numpy(), torch.cos(t).numpy(), torch.sin(t).numpy(),
+                     np.tile(np.arange(4), (2, 1)), False, conjugate=True)
+    np.testing.assert_allclose(dw[:, :, 0].numpy(), ref, rtol=0, atol=1e-5)
+    assert torch.equal(dw[:, :, 2], g[:, :, 2])

@@ -1,5 +1,7 @@
-"""Rotary position embedding with flash_attn 2.x's name, arguments and semantics
-(``flash_attn.layers.rotary.apply_rotary_emb``), in plain torch.
+"""Rotary position embedding with flash_attn 2.x's names, arguments and semantics
+(``flash_attn.layers.rotary``: ``apply_rotary_emb`` (also as ``apply_rotary_emb_func``),
+``apply_rotary_emb_qkv_``, ``apply_rotary_emb_kv_`` and the ``RotaryEmbedding`` module, with
+its XPos scaling), in plain torch.
 
 flash_attn computes it with a Triton kernel; here it is torch operations in float32, so it runs
 on any device, under autograd (the gradient is the rotation by the opposite angle, which
@@ -14,7 +16,8 @@ from typing import Optional, Union
 import torch
 from torch import Tensor
 
-__all__ = ["apply_rotary_emb"]
+__all__ = ["RotaryEmbedding", "apply_rotary_emb", "apply_rotary_emb_func", "apply_rotary_emb_kv_",
+           "apply_rotary_emb_qkv_"]
 
 
 def _positions(x: Tensor, seqlen_offsets: Union[int, Tensor], cu_seqlens: Optional[Tensor]):
@@ -102,3 +105,124 @@ def apply_rotary_emb(x: Tensor, cos: Tensor, sin: Tensor, interleaved: bool = Fa
         x[..., :rotary_dim].copy_(rotated)
         return x
     return torch.cat((rotated, x[..., rotary_dim:]), dim=-1)
+
+
+# flash_attn's older name for the same function.
+apply_rotary_emb_func = apply_rotary_emb
+
+
+def _qk_views(qkv: Tensor, num_heads_q: Optional[int]):
+    """The q and k parts of a packed qkv, as views: (batch, seqlen, 3, nheads, headdim), or
+    (batch, seqlen, num_heads_q + 2 * num_heads_k, headdim) with num_heads_q."""
+    if qkv.dim() == 5:
+        if qkv.shape[2] != 3:
+            raise ValueError(f"qkv must be (batch, seqlen, 3, nheads, headdim), got shape "
+                             f"{tuple(qkv.shape)}")
+        return qkv[:, :, 0], qkv[:, :, 1]
+    if qkv.dim() != 4 or num_heads_q is None:
+        raise ValueError("qkv must be (batch, seqlen, 3, nheads, headdim), or (batch, seqlen, "
+                         "num_heads_q + 2 * num_heads_k, headdim) with num_heads_q given")
+    num_heads_k = (qkv.shape[2] - num_heads_q) // 2
+    if num_heads_q <= 0 or num_heads_k <= 0 or num_heads_q + 2 * num_heads_k != qkv.shape[2]:
+        raise ValueError(f"qkv has {qkv.shape[2]} heads, which is not num_heads_q = {num_heads_q} "
+                         "plus twice a number of kv heads")
+    return qkv[:, :, :num_heads_q], qkv[:, :, num_heads_q:num_heads_q + num_heads_k]
+
+
+def apply_rotary_emb_qkv_(qkv: Tensor, cos: Tensor, sin: Tensor, cos_k: Optional[Tensor] = None,
+                          sin_k: Optional[Tensor] = None, interleaved: bool = False,
+                          seqlen_offsets: Union[int, Tensor] = 0,
+                          num_heads_q: Optional[int] = None) -> Tensor:
+    """Rotates q and k of a packed qkv in place (v untouched) and returns qkv: k with cos_k /
+    sin_k when given (XPos), else with cos / sin. Layouts as in ``_qk_views``."""
+    q, k = _qk_views(qkv, num_heads_q)
+    apply_rotary_emb(q, cos, sin, interleaved, True, seqlen_offsets)
+    apply_rotary_emb(k, cos if cos_k is None else cos_k, sin if sin_k is None else sin_k,
+                     interleaved, True, seqlen_offsets)
+    return qkv
+
+
+def apply_rotary_emb_kv_(kv: Tensor, cos: Tensor, sin: Tensor, interleaved: bool = False,
+                         seqlen_offsets: Union[int, Tensor] = 0) -> Tensor:
+    """Rotates k of a packed kv (batch, seqlen, 2, nheads, headdim) in place; returns kv."""
+    if kv.dim() != 5 or kv.shape[2] != 2:
+        raise ValueError(f"kv must be (batch, seqlen, 2, nheads, headdim), got shape "
+                         f"{tuple(kv.shape)}")
+    apply_rotary_emb(kv[:, :, 0], cos, sin, interleaved, True, seqlen_offsets)
+    return kv
+
+
+class RotaryEmbedding(torch.nn.Module):
+    """flash_attn's rotary module: angle t * base^(-2i / dim) for position t and channel pair i,
+    the cos / sin tables cached up to the longest position seen (in the input's dtype, computed
+    in float32), applied in place to packed qkv or to q and kv. scale_base switches on XPos
+    (Sun et al., 2022): q is scaled by zeta_i^((t - L / 2) / scale_base) and k by its inverse,
+    zeta_i = (2i + 0.4 dim) / (1.4 dim), L the cached length, as flash_attn does."""
+
+    def __init__(self, dim: int, base: float = 10000.0, interleaved: bool = False,
+                 scale_base: Optional[float] = None, device=None):
+        super().__init__()
+        self.dim = dim
+        self.base = float(base)
+        self.interleaved = interleaved
+        self.scale_base = scale_base
+        self.register_buffer("inv_freq", self._inv_freq(device), persistent=False)
+        self.register_buffer("scale", self._zeta(device) if scale_base is not None else None,
+                             persistent=False)
+        self._seq_len_cached = 0
+        self._cos_cached = self._sin_cached = None
+        self._cos_k_cached = self._sin_k_cached = None
+
+    def _inv_freq(self, device=None) -> Tensor:
+        exponent = torch.arange(0, self.dim, 2, device=device, dtype=torch.float32) / self.dim
+        return 1.0 / (self.base ** exponent)
+
+    def _zeta(self, device=None) -> Tensor:
+        pairs = torch.arange(0, self.dim, 2, device=device, dtype=torch.float32)
+        return (pairs + 0.4 * self.dim) / (1.4 * self.dim)
+
+    def _update_cos_sin_cache(self, seqlen: int, device=None, dtype=None) -> None:
+        cached = self._cos_cached
+        if (cached is not None and seqlen <= self._seq_len_cached and cached.device == device
+                and cached.dtype == dtype and not (self.training and cached.is_inference())):
+            return
+        self._seq_len_cached = seqlen
+        # float32 throughout (positions times frequencies are large numbers); the buffers may
+        # have been cast to a half dtype with the module.
+        inv_freq = self.inv_freq if self.inv_freq.dtype == torch.float32 else self._inv_freq(device)
+        t = torch.arange(seqlen, device=device, dtype=torch.float32)
+        freqs = torch.outer(t, inv_freq.to(device))
+        cos, sin = torch.cos(freqs), torch.sin(freqs)
+        if self.scale is None:
+            self._cos_cached, self._sin_cached = cos.to(dtype), sin.to(dtype)
+            return
+        zeta = self.scale if self.scale.dtype == torch.float32 else self._zeta(self.scale.device)
+        power = (torch.arange(seqlen, dtype=torch.float32, device=device) - seqlen // 2) / self.scale_base
+        scale = zeta.to(device) ** power[:, None]
+        self._cos_cached, self._sin_cached = (cos * scale).to(dtype), (sin * scale).to(dtype)
+        self._cos_k_cached, self._sin_k_cached = (cos / scale).to(dtype), (sin / scale).to(dtype)
+
+    def forward(self, qkv: Tensor, kv: Optional[Tensor] = None,
+                seqlen_offset: Union[int, Tensor] = 0, max_seqlen: Optional[int] = None,
+                num_heads_q: Optional[int] = None):
+        """qkv: packed (``apply_rotary_emb_qkv_``'s layouts), or q (batch, seqlen, nheads,
+        headdim) when kv (batch, seqlen, 2, nheads_k, headdim) is given. seqlen_offset: an int
+        or a (batch,) tensor of position offsets; with a tensor pass max_seqlen, the length the
+        tables must cover. Rotates in place; returns qkv, or (q, kv)."""
+        if max_seqlen is not None:
+            self._update_cos_sin_cache(max_seqlen, device=qkv.device, dtype=qkv.dtype)
+        elif isinstance(seqlen_offset, int):
+            self._update_cos_sin_cache(qkv.shape[1] + seqlen_offset, device=qkv.device,
+                                       dtype=qkv.dtype)
+        elif self._cos_cached is None:
+            raise ValueError("RotaryEmbedding: a tensor seqlen_offset needs max_seqlen (the table "
+                             "length) on the first call")
+        xpos = self.scale is not None
+        cos_k = self._cos_k_cached if xpos else self._cos_cached
+        sin_k = self._sin_k_cached if xpos else self._sin_cached
+        if kv is None:
+            return apply_rotary_emb_qkv_(qkv, self._cos_cached, self._sin_cached, cos_k, sin_k,
+                                         self.interleaved, seqlen_offset, num_heads_q)
+        q = apply_rotary_emb(qkv, self._cos_cached, self._sin_cached, self.interleaved, True,
+                             seqlen_offset)
+        return q, apply_rotary_emb_kv_(kv, cos_k, sin_k, self.interleaved, seqlen_offset)
