@@ -17,9 +17,9 @@ Taken as in FlashAttention-3: causal, ``window_size``, ``softcap``, GQA/MQA, ``d
 ``num_splits`` of ``flash_attn_with_kvcache`` without ``cu_seqlens_q`` (0 = the heuristic,
 1 = none; the other calls choose their own split and ignore it), paged caches (``page_table``,
 any page size), ``cache_seqlens`` as an int or a tensor, and in ``flash_attn_with_kvcache`` a
-varlen query (``cu_seqlens_q`` with ``max_seqlen_q``) against the cache without new keys: chunked prefill and
-mixed prefill / decode batches, run as ``flash_attn_varlen_func`` with a block table (a dense
-cache is seen as one page per sequence). ``pack_gqa``, ``sm_margin`` and ``scheduler_metadata``
+varlen query (``cu_seqlens_q`` with ``max_seqlen_q``) against the cache without new keys:
+chunked prefill and mixed prefill / decode batches, run as ``flash_attn_varlen_func`` with a
+block table (a dense cache is seen as one page per sequence). ``pack_gqa``, ``sm_margin`` and ``scheduler_metadata``
 are performance hints of FlashAttention-3's scheduler: accepted and ignored (flashattn chooses
 its own schedule; ``get_scheduler_metadata`` returns None). ``flash_attn_with_kvcache(...,
 return_softmax_lse=True)`` returns ``(out, softmax_lse)`` (FlashAttention-3 appends its split
