@@ -14,14 +14,14 @@ with the same options; autograd, torch.compile and every backend come with it.
 
 Taken as in FlashAttention-3: causal, ``window_size``, ``softcap``, GQA/MQA, ``deterministic``,
 ``q_descale`` / ``k_descale`` / ``v_descale`` with float8_e4m3fn inputs (forward only),
-``num_splits`` of ``flash_attn_with_kvcache`` without ``cu_seqlens_q`` (0 = the heuristic,
-1 = none; the other calls choose their own split and ignore it), paged caches (``page_table``,
-any page size), ``cache_seqlens`` as an int or a tensor, and in ``flash_attn_with_kvcache`` a
-varlen query (``cu_seqlens_q`` with ``max_seqlen_q``) against the cache without new keys:
-chunked prefill and mixed prefill / decode batches, run as ``flash_attn_varlen_func`` with a
-block table (a dense cache is seen as one page per sequence). ``pack_gqa``, ``sm_margin`` and ``scheduler_metadata``
-are performance hints of FlashAttention-3's scheduler: accepted and ignored (flashattn chooses
-its own schedule; ``get_scheduler_metadata`` returns None). ``flash_attn_with_kvcache(...,
+``num_splits`` of ``flash_attn_with_kvcache`` without ``cu_seqlens_q`` (0 = the heuristic, 1 =
+none; the other calls choose their own split and ignore it), paged caches (``page_table``, any
+page size), ``cache_seqlens`` as an int or a tensor, and in ``flash_attn_with_kvcache`` a varlen
+query (``cu_seqlens_q`` with ``max_seqlen_q``) against the cache without new keys: chunked prefill
+and mixed prefill / decode batches, run as ``flash_attn_varlen_func`` with a block table (a dense
+cache is seen as one page per sequence). ``pack_gqa``, ``sm_margin`` and ``scheduler_metadata``
+are performance hints of FlashAttention-3's scheduler: accepted and ignored (flashattn chooses its
+own schedule; ``get_scheduler_metadata`` returns None). ``flash_attn_with_kvcache(...,
 return_softmax_lse=True)`` returns ``(out, softmax_lse)`` (FlashAttention-3 appends its split
 buffers: ``out, lse, *rest = ...`` works with both).
 

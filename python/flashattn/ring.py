@@ -17,18 +17,18 @@ uses contiguous shards. ``ring_shard`` cuts a full tensor accordingly.
 
 This module mirrors the C++ ring (``src/ring/schedule.cpp``: ``Sharding``,
 ``window_block_call``, ``plan_step``, ``sink_calls``; ``src/ring/merge.h``) line for line. Keep
-the two in sync: the C++ tests check the schedule exhaustively, and tests/python/test_ring.py checks this
-port against one call on the whole sequence. The derivation of the local windows is in
-docs/RING.md.
+the two in sync: the C++ tests check the schedule exhaustively, and tests/python/test_ring.py
+checks this port against one call on the whole sequence. The derivation of the local windows is
+in docs/RING.md.
 
 Status: tested on CPU tensors with the gloo backend (2 processes). The NCCL path (CUDA tensors)
 has not run yet (no multi-GPU machine); with NCCL set the device of each rank
 (``torch.cuda.set_device``) before the first call, and keep ``NCCL_NVLS_ENABLE=0``.
 ``softcap``, ``window_size`` and ``learnable_sink`` (with its gradient) are taken; dropout,
-ALiBi and varlen are not (the dropout mask and ALiBi depend on global positions;
-docs/RING.md), so they are not parameters here. All ranks must
-pass the same ``global_seqlen``, ``layout``, ``causal`` and shapes: a mismatch between ranks
-cannot be detected without communicating (gloo then aborts on a size mismatch, NCCL may hang).
+ALiBi and varlen are not (the dropout mask and ALiBi depend on global positions; docs/RING.md),
+so they are not parameters here. All ranks must pass the same ``global_seqlen``, ``layout``,
+``causal`` and shapes: a mismatch between ranks cannot be detected without communicating (gloo
+then aborts on a size mismatch, NCCL may hang).
 """
 
 from __future__ import annotations
@@ -438,9 +438,10 @@ def ring_flash_attn_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, grou
     only when the shards are unequal (default world_size * local_seqlen). ``layout``: 'auto'
     (zig-zag when causal, contiguous otherwise), 'zigzag' or 'contiguous'. ``softcap`` and
     ``window_size`` (a sliding window over the global sequence, -1 = unbounded; with causal the
-    right side is 0): as in flash_attn_func. ``learnable_sink``: (heads,) sink logits (FlashAttention-4's keyword), the
-    same on every rank; each row's softmax gets it once, and its gradient on each rank is that
-    rank's rows' share: all-reduce it over the group as for any parameter shared by the ranks.
+    right side is 0): as in flash_attn_func. ``learnable_sink``: (heads,) sink logits
+    (FlashAttention-4's keyword), the same on every rank; each row's softmax gets it once, and
+    its gradient on each rank is that rank's rows' share: all-reduce it over the group as for
+    any parameter shared by the ranks.
 
     Returns out (batch, local_seqlen, heads, head_dim_v) for this rank's rows, and with
     ``return_lse`` also the float32 lse (batch, heads, local_seqlen). Differentiable in q, k, v

@@ -32,7 +32,8 @@ try:
     from transformers import AttentionInterface, GptOssConfig  # noqa: F401
     from transformers.masking_utils import AttentionMaskInterface, flash_attention_mask
 except ImportError as e:  # transformers older than the integration's (5.x, gpt-oss)
-    pytest.skip(f"transformers {transformers.__version__} lacks {e.name or e}", allow_module_level=True)
+    pytest.skip(f"transformers {transformers.__version__} lacks {e.name or e}",
+                allow_module_level=True)
 
 DEVICES = ["cpu"]
 if flashattn.cuda_built() and flashattn.cuda_available() and torch.cuda.is_available():
@@ -118,7 +119,8 @@ def close(name, ours, naive, ref):
     err = (ours - ref).abs().max().item()
     base = (naive - ref).abs().max().item()
     bound = 2 * base + 0.01 * ref.abs().max().item()
-    assert err == err and err <= bound, f"{name}: max error {err:.3g} > bound {bound:.3g} (bf16 peer error {base:.3g})"
+    assert err == err and err <= bound, \
+        f"{name}: max error {err:.3g} > bound {bound:.3g} (bf16 peer error {base:.3g})"
 
 
 def padded_batch(device, padding, seed, lengths=(48, 37, 20)):
@@ -219,7 +221,8 @@ def test_sliding_window_is_the_last_w_keys(device):
     # against that mask written out directly.
     w, s, h, d = 5, 23, 4, 64
     g = torch.Generator(device=device).manual_seed(2)
-    q, k, v = (torch.randn(1, h, s, d, generator=g, device=device, dtype=torch.bfloat16) for _ in range(3))
+    q, k, v = (torch.randn(1, h, s, d, generator=g, device=device, dtype=torch.bfloat16)
+               for _ in range(3))
 
     class Module(torch.nn.Module):
         is_causal = True

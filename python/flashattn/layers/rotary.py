@@ -197,7 +197,8 @@ class RotaryEmbedding(torch.nn.Module):
             self._cos_cached, self._sin_cached = cos.to(dtype), sin.to(dtype)
             return
         zeta = self.scale if self.scale.dtype == torch.float32 else self._zeta(self.scale.device)
-        power = (torch.arange(seqlen, dtype=torch.float32, device=device) - seqlen // 2) / self.scale_base
+        t_centered = torch.arange(seqlen, dtype=torch.float32, device=device) - seqlen // 2
+        power = t_centered / self.scale_base
         scale = zeta.to(device) ** power[:, None]
         self._cos_cached, self._sin_cached = (cos * scale).to(dtype), (sin * scale).to(dtype)
         self._cos_k_cached, self._sin_k_cached = (cos / scale).to(dtype), (sin / scale).to(dtype)
