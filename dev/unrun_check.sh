@@ -9,6 +9,7 @@
 #   own allocations) and racecheck of the paged varlen cases, the bad-cu_seqlens cases and the
 #   short-rows tile cases; then the decode suite (kvcache rows against
 #   bench/results/h200-2026-12-04-decode-b3a666a.json; varlen_paged16 for the first time).
+# Carry [".whl/transformers"] (31 MB, `pip download` here, to-do 22) for test_transformers.
 # Logs and JSON in $OUT/unrun.tar.gz; a short summary printed last. The forward record (two
 # passes, d64-d256 512-16k) is PART=record, a second call:
 #   OUT=$OUT PART=record bash dev/unrun_check.sh
@@ -48,8 +49,17 @@ for path in sm90 auto; do
       -LE "^(large|install)\$" >$L/ctest-$path.log 2>&1
     echo "ctest $path rc=$? $(grep -E 'tests passed|tests failed' $L/ctest-$path.log) $(el)" ) &
 done
-( FLASHATTN_CUDA_PATH=sm90 PYTHONPATH=/tmp/fa-def timeout 200 python3 -m pytest tests/python/test_cuda.py \
+# transformers from the wheels carried in .whl/transformers (pip download on the dev machine,
+# to-do 22), for test_transformers' first run with flashattn really in the models.
+tf=""
+if [ -d .whl/transformers ]; then
+  python3 -m pip install -q --no-index --find-links .whl/transformers --target /tmp/tf transformers \
+    >$L/pip-tf.log 2>&1 && tf=/tmp/tf
+  echo "transformers wheels rc=$? $(el)"
+fi
+( FLASHATTN_CUDA_PATH=sm90 PYTHONPATH=/tmp/fa-def${tf:+:$tf} timeout 200 python3 -m pytest tests/python/test_cuda.py \
     tests/python/test_sink.py tests/python/test_paged_varlen.py tests/python/test_kvcache.py \
+    tests/python/test_transformers.py tests/python/test_fa3.py \
     -q -p no:cacheprovider >$L/pytest.log 2>&1; echo "pytest rc=$? $(tail -1 $L/pytest.log) $(el)" ) &
 ( export PYTHONPATH=/tmp/fa-def
   PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout 200 compute-sanitizer --tool memcheck python3 dev/san_cases.py \
