@@ -35,6 +35,7 @@ from __future__ import annotations
 from typing import Optional
 
 from . import flash_attn_interface as _fa2
+from ._packed import split_qkv_heads
 
 __all__ = ["flash_attn_func", "flash_attn_qkvpacked_func", "flash_attn_varlen_func",
            "flash_attn_with_kvcache", "get_scheduler_metadata"]
@@ -87,14 +88,7 @@ def flash_attn_qkvpacked_func(qkv, softmax_scale=None, causal=False, q_descale=N
                                              softcap, None, deterministic, return_attn_probs,
                                              **opts)
     else:
-        if qkv.dim() != 4 or num_heads_q is None:
-            raise ValueError("flashattn.fa3: qkv must be (batch, seqlen, 3, nheads, headdim), or "
-                             "(batch, seqlen, nheads_q + 2 * nheads_k, headdim) with num_heads_q")
-        num_heads_k = (qkv.shape[2] - num_heads_q) // 2
-        if num_heads_q <= 0 or num_heads_k <= 0 or num_heads_q + 2 * num_heads_k != qkv.shape[2]:
-            raise ValueError(f"flashattn.fa3: qkv has {qkv.shape[2]} heads, which is not "
-                             f"num_heads_q = {num_heads_q} plus twice a number of kv heads")
-        q, k, v = qkv.split([num_heads_q, num_heads_k, num_heads_k], dim=2)
+        q, k, v = split_qkv_heads(qkv, num_heads_q, "flashattn.fa3")
         res = _fa2.flash_attn_func(q, k, v, 0.0, softmax_scale, causal, _window(window_size),
                                    softcap, None, deterministic, return_attn_probs, **opts)
     return res[:2] if return_attn_probs else res

@@ -16,6 +16,8 @@ from typing import Optional, Union
 import torch
 from torch import Tensor
 
+from .._packed import split_qkv_heads
+
 __all__ = ["RotaryEmbedding", "apply_rotary_emb", "apply_rotary_emb_func", "apply_rotary_emb_kv_",
            "apply_rotary_emb_qkv_"]
 
@@ -119,14 +121,8 @@ def _qk_views(qkv: Tensor, num_heads_q: Optional[int]):
             raise ValueError(f"qkv must be (batch, seqlen, 3, nheads, headdim), got shape "
                              f"{tuple(qkv.shape)}")
         return qkv[:, :, 0], qkv[:, :, 1]
-    if qkv.dim() != 4 or num_heads_q is None:
-        raise ValueError("qkv must be (batch, seqlen, 3, nheads, headdim), or (batch, seqlen, "
-                         "num_heads_q + 2 * num_heads_k, headdim) with num_heads_q given")
-    num_heads_k = (qkv.shape[2] - num_heads_q) // 2
-    if num_heads_q <= 0 or num_heads_k <= 0 or num_heads_q + 2 * num_heads_k != qkv.shape[2]:
-        raise ValueError(f"qkv has {qkv.shape[2]} heads, which is not num_heads_q = {num_heads_q} "
-                         "plus twice a number of kv heads")
-    return qkv[:, :, :num_heads_q], qkv[:, :, num_heads_q:num_heads_q + num_heads_k]
+    q, k, _ = split_qkv_heads(qkv, num_heads_q, "apply_rotary_emb_qkv_")
+    return q, k
 
 
 def apply_rotary_emb_qkv_(qkv: Tensor, cos: Tensor, sin: Tensor, cos_k: Optional[Tensor] = None,
