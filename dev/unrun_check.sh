@@ -9,7 +9,7 @@
 #   own allocations) and racecheck of the paged varlen cases, the bad-cu_seqlens cases and the
 #   short-rows tile cases; then the decode suite (kvcache rows against
 #   bench/results/h200-2026-12-04-decode-b3a666a.json; varlen_paged16 for the first time).
-# Carry [".whl/transformers"] (31 MB, `pip download` here, to-do 22) for test_transformers.
+# Carry [".whl/transformers"] (32 MB, `pip download` here, to-do 22) for test_transformers.
 # Logs and JSON in $OUT/unrun.tar.gz; a short summary printed last. The forward record (two
 # passes, d64-d256 512-16k) is PART=record, a second call:
 #   OUT=$OUT PART=record bash dev/unrun_check.sh
@@ -53,7 +53,8 @@ done
 # to-do 22), for test_transformers' first run with flashattn really in the models.
 tf=""
 if [ -d .whl/transformers ]; then
-  python3 -m pip install -q --no-index --find-links .whl/transformers --target /tmp/tf transformers \
+  # --no-deps, wheel by wheel: with --target pip would look for numpy among the wheels too.
+  python3 -m pip install -q --no-index --no-deps --target /tmp/tf .whl/transformers/*.whl \
     >$L/pip-tf.log 2>&1 && tf=/tmp/tf
   echo "transformers wheels rc=$? $(el)"
 fi

@@ -142,8 +142,8 @@ struct RingOptions {
 // mask is indexed by the global row and column and ALiBi by the global distance, which the
 // per-step calls would need as offsets; varlen is not plumbed through the ring yet. Future work
 // (docs/RING.md).
-// All ranks must pass the same global_seqlen, layout, causal flag and shapes (not checkable
-// without communicating; the thread transport reports size mismatches, NCCL cannot).
+// All ranks must pass the same global_seqlen, layout, causal flag, window, sink and shapes (not
+// checkable without communicating; the thread transport reports size mismatches, NCCL cannot).
 struct RingForwardArgs : ForwardArgs, RingOptions {};
 
 // Local shards as in RingForwardArgs; out and lse are what ring_forward returned for this

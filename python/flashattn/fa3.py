@@ -27,7 +27,8 @@ buffers: ``out, lse, *rest = ...`` works with both).
 
 Not taken (NotImplementedError naming the argument): ``qv``, ``attention_chunk`` > 0,
 ``seqused_q`` / ``seqused_k``, ``rotary_seqlens``, ``cu_seqlens_k_new``, and in a varlen
-``flash_attn_with_kvcache`` call new ``k`` / ``v``, rotary tables or ``cache_leftpad``.
+``flash_attn_with_kvcache`` call new ``k`` / ``v``, rotary tables, ``cache_leftpad`` or float8
+queries (``q_descale``; float8 caches under bfloat16 / float16 queries are taken).
 """
 
 from __future__ import annotations
@@ -129,15 +130,15 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
             None, num_splits, return_softmax_lse, q_descale=q_descale, k_descale=k_descale,
             v_descale=v_descale)
         return res
-    return _varlen_against_cache(q, k_cache, v_cache, k, v, rotary_cos, cache_seqlens,
+    return _varlen_against_cache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens,
                                  cache_batch_idx, cache_leftpad, page_table, cu_seqlens_q,
                                  max_seqlen_q, q_descale, k_descale, v_descale, softmax_scale,
                                  causal, window, softcap, num_splits, return_softmax_lse)
 
 
-def _varlen_against_cache(q, k_cache, v_cache, k, v, rotary_cos, cache_seqlens, cache_batch_idx,
-                          cache_leftpad, page_table, cu_seqlens_q, max_seqlen_q, q_descale,
-                          k_descale, v_descale, softmax_scale, causal, window, softcap,
+def _varlen_against_cache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens,
+                          cache_batch_idx, cache_leftpad, page_table, cu_seqlens_q, max_seqlen_q,
+                          q_descale, k_descale, v_descale, softmax_scale, causal, window, softcap,
                           num_splits, return_softmax_lse):
     """A varlen query (total_q, nheads, headdim) against the cache, no new keys: sequence b has
     the rows [cu_seqlens_q[b], cu_seqlens_q[b + 1]) and the first cache_seqlens[b] cache rows
@@ -145,13 +146,15 @@ def _varlen_against_cache(q, k_cache, v_cache, k, v, rotary_cos, cache_seqlens, 
     key counts' prefix sums are its cu_seqlens_k; a dense cache is one page per sequence."""
     import torch  # the kvcache path of FlashAttention-3 is torch-only as well
 
-    for name, value in (("k", k), ("v", v), ("rotary_cos", rotary_cos),
-                        ("cache_leftpad", cache_leftpad)):
+    for name, value in (("k", k), ("v", v), ("rotary_cos", rotary_cos), ("rotary_sin", rotary_sin),
+                        ("cache_leftpad", cache_leftpad), ("q_descale", q_descale)):
         if value is not None:
-            raise NotImplementedError(
-                f"flashattn.fa3: {name} is not supported together with cu_seqlens_q in "
-                "flash_attn_with_kvcache (a varlen query reads the cache without appending); "
-                "append first, or call without cu_seqlens_q")
+            why = ("float8 queries do not read a paged or varlen cache here (bfloat16 / float16 "
+                   "queries over a float8 cache do)" if name == "q_descale" else
+                   "a varlen query reads the cache without appending or rotating; append first, or "
+                   "call without cu_seqlens_q")
+            raise NotImplementedError(f"flashattn.fa3: {name} is not supported together with "
+                                      f"cu_seqlens_q in flash_attn_with_kvcache: {why}")
     if max_seqlen_q is None:
         raise ValueError("flashattn.fa3: max_seqlen_q is required with cu_seqlens_q")
     batch = cu_seqlens_q.shape[0] - 1

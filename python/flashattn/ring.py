@@ -27,7 +27,7 @@ has not run yet (no multi-GPU machine); with NCCL set the device of each rank
 ``softcap``, ``window_size`` and ``learnable_sink`` (with its gradient) are taken; dropout,
 ALiBi and varlen are not (the dropout mask and ALiBi depend on global positions; docs/RING.md),
 so they are not parameters here. All ranks must pass the same ``global_seqlen``, ``layout``,
-``causal`` and shapes: a mismatch between ranks cannot be detected without communicating (gloo
+``causal``, ``window_size`` and shapes: a mismatch between ranks cannot be detected without communicating (gloo
 then aborts on a size mismatch, NCCL may hang).
 """
 
@@ -454,9 +454,11 @@ def ring_flash_attn_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, grou
         raise ValueError(f"q, k and v must hold the same shard of the sequence, got seqlens "
                          f"{q.shape[1]}, {k.shape[1]}, {v.shape[1]}")
     scale = float(softmax_scale) if softmax_scale else 1.0 / math.sqrt(q.shape[-1])
-    if len(window_size) != 2 or min(window_size) < -1:
-        raise ValueError(f"window_size must be (left, right) with values >= -1, got {window_size}")
-    ring = _Ring(group, q.shape[1], causal, global_seqlen, layout, tuple(window_size))
+    window = tuple(-1 if w is None else w for w in window_size)
+    if len(window) != 2 or not all(isinstance(w, int) and w >= -1 for w in window):
+        raise ValueError(f"window_size must be (left, right), ints >= -1 (or None: unbounded), got "
+                         f"{window_size}")
+    ring = _Ring(group, q.shape[1], causal, global_seqlen, layout, window)
     sink = None
     if learnable_sink is not None:
         if learnable_sink.shape != (q.shape[2],):

@@ -376,3 +376,20 @@ def test_rotary_embedding_gradient_through_in_place():
                      np.tile(np.arange(4), (2, 1)), False, conjugate=True)
     np.testing.assert_allclose(dw[:, :, 0].numpy(), ref, rtol=0, atol=1e-5)
     assert torch.equal(dw[:, :, 2], g[:, :, 2])
+
+
+def test_rotary_embedding_signature_and_pos_idx_in_fp32():
+    from flashattn.layers.rotary import RotaryEmbedding
+    # flash_attn's positional order: dim, base, interleaved, scale_base, pos_idx_in_fp32, device.
+    rope = RotaryEmbedding(8, 10000.0, False, None, True, "cpu")
+    assert rope.pos_idx_in_fp32 and rope.inv_freq.device.type == "cpu"
+    x = torch.randn(1, 300, 3, 1, 8, generator=gen(23))
+    a = RotaryEmbedding(8)(x.clone())
+    # float32 buffers: positions in float32 either way.
+    assert torch.equal(RotaryEmbedding(8, pos_idx_in_fp32=False)(x.clone()), a)
+    # A module cast to bfloat16: False takes positions in bfloat16 (rounded beyond 256), True
+    # recomputes float32 frequencies.
+    half = RotaryEmbedding(8, pos_idx_in_fp32=False).to(torch.bfloat16)
+    exact = RotaryEmbedding(8).to(torch.bfloat16)
+    assert torch.equal(exact(x.clone()), a)
+    assert not torch.equal(half(x.clone()), a)

@@ -110,6 +110,21 @@ def test_kvcache_varlen_query_reads_the_cache(device, paged):
                                                cu_seqlens_q=cu_q, max_seqlen_q=20, causal=True,
                                                return_softmax_lse=True)
         assert lse.shape == (h, 24)
+        # A strided cache (a slice of a longer one, rows in another order by cache_batch_idx)
+        # with a window and window_size=(None, None)-style edges.
+        big_k = torch.zeros(batch, cap + 8, hk, d, device=device, dtype=q.dtype)
+        big_v = torch.zeros_like(big_k)
+        order = torch.tensor([2, 0, 1], dtype=torch.int32, device=device)
+        big_k[order.long(), :cap], big_v[order.long(), :cap] = dense_k, dense_v
+        win = fa3.flash_attn_with_kvcache(q, big_k[:, :cap], big_v[:, :cap], cache_seqlens=seqlens,
+                                          cache_batch_idx=order, cu_seqlens_q=cu_q,
+                                          max_seqlen_q=20, causal=True, window_size=(6, None))
+        for b in range(batch):
+            rows = slice(int(cu_q[b]), int(cu_q[b + 1]))
+            want = flashattn.flash_attn_func(q[None, rows], dense_k[b:b + 1, :lens_k[b]],
+                                             dense_v[b:b + 1, :lens_k[b]], causal=True,
+                                             window_size=(6, -1))[0]
+            torch.testing.assert_close(win[rows], want, atol=TOL[device], rtol=0)
     for b in range(batch):
         rows = slice(int(cu_q[b]), int(cu_q[b + 1]))
         want = flashattn.flash_attn_func(q[None, rows], dense_k[b:b + 1, :lens_k[b]],
@@ -148,6 +163,10 @@ def test_unsupported_arguments_are_named(kwargs, name):
         fa3.flash_attn_with_kvcache(q, q, q, cu_seqlens_k_new=cu)
     with pytest.raises(NotImplementedError, match="k is not supported together with cu_seqlens_q"):
         fa3.flash_attn_with_kvcache(q[0], q, q, k=q, v=q, cu_seqlens_q=cu, max_seqlen_q=4)
+    with pytest.raises(NotImplementedError, match="rotary_sin is not supported together"):
+        fa3.flash_attn_with_kvcache(q[0], q, q, rotary_sin=q, cu_seqlens_q=cu, max_seqlen_q=4)
+    with pytest.raises(NotImplementedError, match="q_descale is not supported together"):
+        fa3.flash_attn_with_kvcache(q[0], q, q, q_descale=q, cu_seqlens_q=cu, max_seqlen_q=4)
 
 
 def test_flash_attn_interface_alias():

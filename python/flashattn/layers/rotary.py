@@ -156,12 +156,15 @@ class RotaryEmbedding(torch.nn.Module):
     zeta_i = (2i + 0.4 dim) / (1.4 dim), L the cached length, as flash_attn does."""
 
     def __init__(self, dim: int, base: float = 10000.0, interleaved: bool = False,
-                 scale_base: Optional[float] = None, device=None):
+                 scale_base: Optional[float] = None, pos_idx_in_fp32: bool = True, device=None):
         super().__init__()
         self.dim = dim
         self.base = float(base)
         self.interleaved = interleaved
         self.scale_base = scale_base
+        # False: positions in inv_freq's dtype (a module cast to bfloat16 rounds them), as
+        # flash_attn does; True (the default): float32 positions and frequencies.
+        self.pos_idx_in_fp32 = pos_idx_in_fp32
         self.register_buffer("inv_freq", self._inv_freq(device), persistent=False)
         self.register_buffer("scale", self._zeta(device) if scale_base is not None else None,
                              persistent=False)
@@ -183,10 +186,14 @@ class RotaryEmbedding(torch.nn.Module):
                 and cached.dtype == dtype and not (self.training and cached.is_inference())):
             return
         self._seq_len_cached = seqlen
-        # float32 throughout (positions times frequencies are large numbers); the buffers may
-        # have been cast to a half dtype with the module.
-        inv_freq = self.inv_freq if self.inv_freq.dtype == torch.float32 else self._inv_freq(device)
-        t = torch.arange(seqlen, device=device, dtype=torch.float32)
+        # float32 (positions times frequencies are large numbers) unless pos_idx_in_fp32 is
+        # False; the buffers may have been cast to a half dtype with the module.
+        if self.pos_idx_in_fp32:
+            inv_freq = self.inv_freq if self.inv_freq.dtype == torch.float32 else self._inv_freq(device)
+            t = torch.arange(seqlen, device=device, dtype=torch.float32)
+        else:
+            inv_freq = self.inv_freq
+            t = torch.arange(seqlen, device=device, dtype=inv_freq.dtype)
         freqs = torch.outer(t, inv_freq.to(device))
         cos, sin = torch.cos(freqs), torch.sin(freqs)
         if self.scale is None:
