@@ -1,6 +1,6 @@
 """flashattn as a transformers attention backend (flashattn.integrations.transformers): tiny
-randomly initialised Llama-, Mistral- (sliding window), Qwen2- and gpt-oss-style (attention sinks,
-alternating sliding and full layers) models run with attn_implementation="fattn" (flashattn) and
+randomly initialised Llama-, Mistral- (sliding window), Qwen2-, gpt-oss-style (attention sinks,
+alternating sliding and full layers) and Llama-4-style (chunked attention) models run with attn_implementation="fattn" (flashattn) and
 with a transformers implementation (SDPA; eager for gpt-oss, which has no SDPA path) in bfloat16
 on a padded batch; logits and parameter gradients must agree within bfloat16 noise. A greedy
 decode through transformers' KV cache is checked the same way.
@@ -72,6 +72,13 @@ def configs():
             num_experts_per_tok=2, sliding_window=16, max_position_embeddings=512,
             layer_types=["sliding_attention", "full_attention"],
             rope_parameters={"rope_type": "default", "rope_theta": 10000.0}), "eager"),
+        # Llama 4: a chunked-attention layer (chunks of 8, so that every batch below spans
+        # several) and a full one; one expert, so that routing cannot flip.
+        "llama4": (transformers.Llama4TextConfig(
+            vocab_size=1000, hidden_size=256, intermediate_size=256, intermediate_size_mlp=512,
+            num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=64,
+            num_local_experts=1, num_experts_per_tok=1, attention_chunk_size=8,
+            no_rope_layers=[1, 0], max_position_embeddings=512), "sdpa"),
     }
 
 
@@ -138,7 +145,7 @@ def padded_batch(device, padding, seed, lengths=(48, 37, 20)):
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("padding", ["left", "right"])
-@pytest.mark.parametrize("arch", ["llama", "mistral", "qwen2", "gpt_oss"])
+@pytest.mark.parametrize("arch", ["llama", "mistral", "qwen2", "gpt_oss", "llama4"])
 def test_model_matches_transformers(arch, padding, device):
     fa, naive, ref = models(arch, device)
     ids, mask, g = padded_batch(device, padding, seed=1)
@@ -165,7 +172,7 @@ def test_model_matches_transformers(arch, padding, device):
         close(f"grad {name}", grads_fa[name], grads_naive[name], grads_ref[name])
 
 
-@pytest.mark.parametrize("arch", ["llama", "mistral", "qwen2", "gpt_oss"])
+@pytest.mark.parametrize("arch", ["llama", "mistral", "qwen2", "gpt_oss", "llama4"])
 def test_float32_model_matches_transformers(arch):
     # The CPU backend computes float32 models in float32 (CUDA runs them in a half dtype), so
     # every logit and gradient, the sinks' included, must match the float32 peer closely.
@@ -187,7 +194,7 @@ def test_float32_model_matches_transformers(arch):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("arch", ["llama", "gpt_oss"])
+@pytest.mark.parametrize("arch", ["llama", "gpt_oss", "llama4"])
 def test_cached_decode_matches_transformers(arch, device):
     # Greedy decoding through transformers' KV cache with a left-padded batch: each step's
     # logits (queries = the last position, keys = the cache) against the peer's logits for the
@@ -197,6 +204,15 @@ def test_cached_decode_matches_transformers(arch, device):
         m.eval()
     ids, mask, _ = padded_batch(device, "left", seed=3, lengths=(20, 13))
     steps = 4
+    if arch == "llama4":
+        # A chunked layer's cache holds its last chunk - 1 keys, passed without positions: the
+        # integration refuses to decode past the first chunk rather than guess.
+        with pytest.raises(NotImplementedError, match="attention_chunk_size = 8"), torch.no_grad():
+            fa.generate(input_ids=ids, attention_mask=mask, max_new_tokens=2, do_sample=False,
+                        pad_token_id=0)
+        # Within the first chunk it decodes as usual: prompts of 5 and 3, three new tokens.
+        ids, mask, _ = padded_batch(device, "left", seed=3, lengths=(5, 3))
+        steps = 3
     CALLS.clear()
     with torch.no_grad():
         gen = fa.generate(input_ids=ids, attention_mask=mask, max_new_tokens=steps,

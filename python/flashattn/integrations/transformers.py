@@ -24,6 +24,13 @@ flash-attention-2 integration:
   ``kv_idx > q_idx - sliding_window``.
 * ``softcap``, ``scaling`` (softmax scale), ``dropout`` as given; causal from
   ``module.is_causal`` (or an ``is_causal`` keyword); GQA/MQA without repeating k and v.
+* Chunked-attention layers (Llama 4: ``layer_types[i] == "chunked_attention"``, chunk
+  ``attention_chunk_size``): on whole sequences (training, prefill) with more keys than one
+  chunk, each (row, chunk) runs as one sequence of a varlen call (exact; the chunk boundaries
+  are found on the host, a device synchronisation per such layer and call). Decoding with a
+  KV cache of at least one chunk raises NotImplementedError: transformers then passes the last
+  chunk_size - 1 keys without their positions (it refuses that case for flash_attention_2
+  too); before that point decoding runs as usual.
 * ``s_aux`` (gpt-oss's attention sinks, ``(heads,)`` logits of any float dtype) becomes
   ``learnable_sink``: each row's softmax denominator gains ``exp(s_aux[h] - m)``, as in
   transformers' eager gpt-oss attention, and the sinks get their gradient.
@@ -68,6 +75,63 @@ def _packed_from_position_ids(position_ids: torch.Tensor, seq: int):
     return cu, int(torch.diff(cu).max())
 
 
+def _attention_chunk(module: torch.nn.Module) -> Optional[int]:
+    """The chunk size of a chunked-attention layer (Llama 4: `layer_types[i] ==
+    "chunked_attention"` with `attention_chunk_size`), else None."""
+    config = getattr(module, "config", None)
+    types = getattr(config, "layer_types", None)
+    index = getattr(module, "layer_idx", None)
+    if types is None or index is None or not 0 <= index < len(types):
+        return None
+    if types[index] != "chunked_attention":
+        return None
+    return getattr(config, "attention_chunk_size", None)
+
+
+def _chunked_attention(q, k, v, kv_mask, chunk: int, options: dict) -> torch.Tensor:
+    """Chunked causal attention (transformers' chunked_causal_mask_function): query i sees key j
+    iff j <= i, both are real tokens and (j - lp) // chunk == (i - lp) // chunk, lp being the
+    row's left padding, so that chunks start at each sequence's first token. Exact, as one varlen
+    call: each (row, chunk) is a sequence whose keys are the chunk's real keys and whose queries
+    are its real queries, which are the last of those keys (the queries are the last seq_q
+    positions of the keys), so the varlen call's bottom-right causal mask is the chunk's.
+    q (batch, seq_q, heads, dim), k / v (batch, seq_k, heads_k, dim), kv_mask bool (batch,
+    seq_k) or None. The segments are built on the host (one device synchronisation)."""
+    batch, seq_q = q.shape[:2]
+    seq_k = k.shape[1]
+    device = q.device
+    if kv_mask is None:
+        kv_mask = torch.ones(batch, seq_k, dtype=torch.bool, device=device)
+    mask = kv_mask.cpu()
+    left_pad = (mask.cumsum(-1) == 0).sum(-1)
+    q_index, k_index, cu_q, cu_k = [], [], [0], [0]
+    for b in range(batch):
+        keys = torch.nonzero(mask[b]).flatten()
+        ids = torch.div(keys - left_pad[b], chunk, rounding_mode="floor")
+        is_query = keys >= seq_k - seq_q
+        for c in torch.unique(ids[is_query]).tolist():
+            in_chunk = ids == c
+            ks, qs = keys[in_chunk], keys[in_chunk & is_query]
+            k_index.append(ks + b * seq_k)
+            q_index.append(qs - (seq_k - seq_q) + b * seq_q)
+            cu_k.append(cu_k[-1] + ks.numel())
+            cu_q.append(cu_q[-1] + qs.numel())
+    out = q.new_zeros(batch * seq_q, q.shape[2], v.shape[3])
+    if len(cu_q) == 1:  # no real query
+        return out.view(batch, seq_q, *out.shape[1:])
+    max_q = max(b - a for a, b in zip(cu_q, cu_q[1:]))
+    max_k = max(b - a for a, b in zip(cu_k, cu_k[1:]))
+    q_index = torch.cat(q_index).to(device)
+    k_index = torch.cat(k_index).to(device)
+    rows = flash_attn_varlen_func(
+        q.reshape(-1, *q.shape[2:]).index_select(0, q_index),
+        k.reshape(-1, *k.shape[2:]).index_select(0, k_index),
+        v.reshape(-1, *v.shape[2:]).index_select(0, k_index),
+        torch.tensor(cu_q, dtype=torch.int32, device=device),
+        torch.tensor(cu_k, dtype=torch.int32, device=device), max_q, max_k, **options)
+    return out.index_copy(0, q_index, rows).view(batch, seq_q, *out.shape[1:])
+
+
 def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor,
                       value: torch.Tensor, attention_mask: Optional[torch.Tensor],
                       scaling: Optional[float] = None, dropout: float = 0.0,
@@ -107,7 +171,30 @@ def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
                    deterministic=bool(kwargs.get("deterministic") or False),
                    learnable_sink=sink)
 
-    if attention_mask is not None:
+    chunk = _attention_chunk(module)
+    if chunk is not None and seq_q < seq_k and seq_k >= chunk:
+        # A chunked layer reading a cache: transformers keeps its last chunk_size - 1 keys and
+        # passes no mask, so the keys' positions, and with them the chunk boundaries, are not
+        # known here (transformers refuses this case for its flash implementations too).
+        raise NotImplementedError(
+            "flashattn's transformers integration: chunked attention (attention_chunk_size = "
+            f"{chunk}) with a KV cache of {seq_k} >= {chunk} keys: the chunk boundaries are not "
+            "known to the attention function; use another attn_implementation for decoding past "
+            "the first chunk")
+    if chunk is not None and seq_k > chunk:
+        # Llama 4's chunked layers on a whole sequence (training, prefill): more keys than one
+        # chunk, so the chunks cut the causal mask.
+        packed = (kwargs.get("cu_seq_lens_q") is not None or
+                  (batch == 1 and seq_q == seq_k and kwargs.get("position_ids") is not None and
+                   _packed_from_position_ids(kwargs["position_ids"], seq_q) is not None))
+        if not causal or packed or sliding_window:
+            raise NotImplementedError(
+                "flashattn's transformers integration: chunked attention (attention_chunk_size) "
+                "is supported for causal layers on padded batches, without packed sequences or "
+                "a sliding window")
+        kv_mask = None if attention_mask is None else attention_mask[:, -seq_k:].to(torch.bool)
+        out = _chunked_attention(q, k, v, kv_mask, int(chunk), options)
+    elif attention_mask is not None:
         kv_mask = attention_mask[:, -seq_k:].to(torch.bool)
         q_mask = kv_mask[:, -seq_q:]
         q_rows, q_index, cu_q, max_q, _ = unpad_input(q, q_mask)
