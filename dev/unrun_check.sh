@@ -58,7 +58,7 @@ if [ -d .whl/transformers ]; then
     >$L/pip-tf.log 2>&1 && tf=/tmp/tf
   echo "transformers wheels rc=$? $(el)"
 fi
-( FLASHATTN_CUDA_PATH=sm90 PYTHONPATH=/tmp/fa-def${tf:+:$tf} timeout 200 python3 -m pytest tests/python/test_cuda.py \
+( FLASHATTN_CUDA_PATH=sm90 PYTHONPATH=/tmp/fa-def${tf:+:$tf} timeout 260 python3 -m pytest tests/python/test_cuda.py \
     tests/python/test_sink.py tests/python/test_paged_varlen.py tests/python/test_kvcache.py \
     tests/python/test_transformers.py tests/python/test_fa3.py \
     -q -p no:cacheprovider >$L/pytest.log 2>&1; echo "pytest rc=$? $(tail -1 $L/pytest.log) $(el)" ) &
