@@ -1,9 +1,10 @@
 """flashattn as a transformers attention backend (flashattn.integrations.transformers): tiny
 randomly initialised Llama-, Mistral- (sliding window), Qwen2-, gpt-oss-style (attention sinks,
-alternating sliding and full layers) and Llama-4-style (chunked attention) models run with attn_implementation="fattn" (flashattn) and
-with a transformers implementation (SDPA; eager for gpt-oss, which has no SDPA path) in bfloat16
-on a padded batch; logits and parameter gradients must agree within bfloat16 noise. A greedy
-decode through transformers' KV cache is checked the same way.
+alternating sliding and full layers) and Llama-4-style (chunked attention) models run with
+attn_implementation="fattn" (flashattn) and with a transformers implementation (SDPA; eager for
+gpt-oss, which has no SDPA path) in bfloat16 on a padded batch; logits and parameter gradients
+must agree within bfloat16 noise. A greedy decode through transformers' KV cache is checked the
+same way.
 
 Tolerance: both bfloat16 models are compared with the same model (same bfloat16-rounded
 weights) computed in float32 with the transformers implementation. flashattn passes when, per

@@ -27,10 +27,13 @@ flash-attention-2 integration:
 * Chunked-attention layers (Llama 4: ``layer_types[i] == "chunked_attention"``, chunk
   ``attention_chunk_size``): on whole sequences (training, prefill) with more keys than one
   chunk, each (row, chunk) runs as one sequence of a varlen call (exact; the chunk boundaries
-  are found on the host, a device synchronisation per such layer and call). Decoding with a
-  KV cache of at least one chunk raises NotImplementedError: transformers then passes the last
-  chunk_size - 1 keys without their positions (it refuses that case for flash_attention_2
-  too); before that point decoding runs as usual.
+  are found on the host, a device synchronisation per such layer and call). A call with a KV
+  cache (fewer queries than keys) whose keys, cached and new, reach chunk_size raises
+  NotImplementedError: transformers' cache for such a layer then holds its last chunk_size - 1
+  keys and passes neither their positions nor a mask (it refuses that case for
+  flash_attention_2 too); below that, decoding runs as usual. Sequences packed into one row and
+  marked only by position_ids are not detected when the model does not pass position_ids to
+  its attention (Llama 4 does not), as with transformers' flash_attention_2.
 * ``s_aux`` (gpt-oss's attention sinks, ``(heads,)`` logits of any float dtype) becomes
   ``learnable_sink``: each row's softmax denominator gains ``exp(s_aux[h] - m)``, as in
   transformers' eager gpt-oss attention, and the sinks get their gradient.
@@ -178,9 +181,9 @@ def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
         # known here (transformers refuses this case for its flash implementations too).
         raise NotImplementedError(
             "flashattn's transformers integration: chunked attention (attention_chunk_size = "
-            f"{chunk}) with a KV cache of {seq_k} >= {chunk} keys: the chunk boundaries are not "
-            "known to the attention function; use another attn_implementation for decoding past "
-            "the first chunk")
+            f"{chunk}) with a KV cache whose keys, cached and new, number {seq_k} >= {chunk}: "
+            "the cache passes no positions, so the chunk boundaries are not known to the "
+            "attention function; use another attn_implementation to decode this far")
     if chunk is not None and seq_k > chunk:
         # Llama 4's chunked layers on a whole sequence (training, prefill): more keys than one
         # chunk, so the chunks cut the causal mask.
