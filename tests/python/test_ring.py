@@ -276,3 +276,11 @@ def test_ring_rejects_a_wrong_shard_without_a_group():
         ring.ring_flash_attn_func(q, q, q, None, causal=True)
     with pytest.raises(ValueError, match="same shard"):
         ring.ring_flash_attn_func(q, q[:, :4], q, None, causal=True)
+
+
+def test_ring_window_size_is_checked_before_the_ring():
+    q = torch.zeros(1, 4, 2, 8)
+    with pytest.raises(ValueError, match="window_size"):
+        ring.ring_flash_attn_func(q, q, q, None, window_size=(-2, 0))
+    with pytest.raises(ValueError, match="window_size"):
+        ring.ring_flash_attn_func(q, q, q, None, window_size=(3,))
