@@ -290,3 +290,20 @@ def test_sinks_are_the_eager_gpt_oss_softmax(device, padded):
     torch.testing.assert_close(out.double(), ref.detach(), atol=2e-2, rtol=0)
     torch.testing.assert_close(sinks.grad.double(), sinks64.grad,
                                atol=2e-2 * sinks64.grad.abs().max().item(), rtol=0)
+
+
+def test_chunk_segments_are_built_once_per_mask():
+    # Every chunked layer of a forward gets the same mask object: one host synchronisation.
+    segments = fa_hf._chunk_segments
+    cpu = torch.device("cpu")
+    mask = torch.ones(2, 20, dtype=torch.long)
+    mask[1, :3] = 0
+    first = segments(mask, 2, 20, 20, 8, cpu)
+    again = segments(mask, 2, 20, 20, 8, cpu)
+    assert again is first  # reused
+    mask[0, 0] = 0  # changed in place: rebuilt
+    changed = segments(mask, 2, 20, 20, 8, cpu)
+    assert changed is not first and not torch.equal(changed[1], first[1])
+    other = segments(mask.clone(), 2, 20, 20, 8, cpu)
+    assert other is not changed  # another tensor object: rebuilt
+    assert segments(None, 2, 20, 20, 8, cpu) is not other

@@ -25,15 +25,15 @@ flash-attention-2 integration:
 * ``softcap``, ``scaling`` (softmax scale), ``dropout`` as given; causal from
   ``module.is_causal`` (or an ``is_causal`` keyword); GQA/MQA without repeating k and v.
 * Chunked-attention layers (Llama 4: ``layer_types[i] == "chunked_attention"``, chunk
-  ``attention_chunk_size``): on whole sequences (training, prefill) with more keys than one
-  chunk, each (row, chunk) runs as one sequence of a varlen call (exact; the chunk boundaries
-  are found on the host, a device synchronisation per such layer and call). A call with a KV
-  cache (fewer queries than keys) whose keys, cached and new, reach chunk_size raises
+  ``attention_chunk_size``): on whole sequences (training, prefill) with more keys than one chunk,
+  each (row, chunk) runs as one sequence of a varlen call (exact; the chunk boundaries are found
+  on the host: a device synchronisation per forward, the layers sharing one mask). A call with a
+  KV cache (fewer queries than keys) whose keys, cached and new, reach chunk_size raises
   NotImplementedError: transformers' cache for such a layer then holds its last chunk_size - 1
-  keys and passes neither their positions nor a mask (it refuses that case for
-  flash_attention_2 too); below that, decoding runs as usual. Sequences packed into one row and
-  marked only by position_ids are not detected when the model does not pass position_ids to
-  its attention (Llama 4 does not), as with transformers' flash_attention_2.
+  keys and passes neither their positions nor a mask (it refuses that case for flash_attention_2
+  too); below that, decoding runs as usual. Sequences packed into one row and marked only by
+  position_ids are not detected when the model does not pass position_ids to its attention (Llama
+  4 does not), as with transformers' flash_attention_2.
 * ``s_aux`` (gpt-oss's attention sinks, ``(heads,)`` logits of any float dtype) becomes
   ``learnable_sink``: each row's softmax denominator gains ``exp(s_aux[h] - m)``, as in
   transformers' eager gpt-oss attention, and the sinks get their gradient.
@@ -43,6 +43,7 @@ flash-attention-2 integration:
 
 from __future__ import annotations
 
+import weakref
 from typing import Optional
 
 import torch
@@ -91,21 +92,26 @@ def _attention_chunk(module: torch.nn.Module) -> Optional[int]:
     return getattr(config, "attention_chunk_size", None)
 
 
-def _chunked_attention(q, k, v, kv_mask, chunk: int, options: dict) -> torch.Tensor:
-    """Chunked causal attention (transformers' chunked_causal_mask_function): query i sees key j
-    iff j <= i, both are real tokens and (j - lp) // chunk == (i - lp) // chunk, lp being the
-    row's left padding, so that chunks start at each sequence's first token. Exact, as one varlen
-    call: each (row, chunk) is a sequence whose keys are the chunk's real keys and whose queries
-    are its real queries, which are the last of those keys (the queries are the last seq_q
-    positions of the keys), so the varlen call's bottom-right causal mask is the chunk's.
-    q (batch, seq_q, heads, dim), k / v (batch, seq_k, heads_k, dim), kv_mask bool (batch,
-    seq_k) or None. The segments are built on the host (one device synchronisation)."""
-    batch, seq_q = q.shape[:2]
-    seq_k = k.shape[1]
-    device = q.device
-    if kv_mask is None:
-        kv_mask = torch.ones(batch, seq_k, dtype=torch.bool, device=device)
-    mask = kv_mask.cpu()
+# The last chunk segments built, reused while the same mask object (unchanged) and shapes come
+# back: transformers passes one mask to every chunked layer of a forward, so the host
+# synchronisation happens once per forward rather than once per layer.
+_SEGMENTS = {"key": None, "mask": None, "value": None}
+
+
+def _chunk_segments(attention_mask, batch: int, seq_q: int, seq_k: int, chunk: int, device):
+    """(q_index, k_index, cu_q, cu_k, max_q, max_k) of the chunk segments (_chunked_attention),
+    on `device`, or None when no query is a real token."""
+    version = None if attention_mask is None else attention_mask._version
+    key = (version, batch, seq_q, seq_k, chunk, str(device))
+    held = _SEGMENTS["mask"]
+    same_mask = (attention_mask is None and held is None) or (
+        attention_mask is not None and held is not None and held() is attention_mask)
+    if same_mask and _SEGMENTS["key"] == key:
+        return _SEGMENTS["value"]
+    if attention_mask is None:
+        mask = torch.ones(batch, seq_k, dtype=torch.bool)
+    else:
+        mask = attention_mask[:, -seq_k:].to(device="cpu", dtype=torch.bool)
     left_pad = (mask.cumsum(-1) == 0).sum(-1)
     q_index, k_index, cu_q, cu_k = [], [], [0], [0]
     for b in range(batch):
@@ -119,19 +125,40 @@ def _chunked_attention(q, k, v, kv_mask, chunk: int, options: dict) -> torch.Ten
             q_index.append(qs - (seq_k - seq_q) + b * seq_q)
             cu_k.append(cu_k[-1] + ks.numel())
             cu_q.append(cu_q[-1] + qs.numel())
+    value = None
+    if len(cu_q) > 1:
+        value = (torch.cat(q_index).to(device), torch.cat(k_index).to(device),
+                 torch.tensor(cu_q, dtype=torch.int32, device=device),
+                 torch.tensor(cu_k, dtype=torch.int32, device=device),
+                 max(b - a for a, b in zip(cu_q, cu_q[1:])),
+                 max(b - a for a, b in zip(cu_k, cu_k[1:])))
+    _SEGMENTS.update(key=key, value=value,
+                     mask=None if attention_mask is None else weakref.ref(attention_mask))
+    return value
+
+
+def _chunked_attention(q, k, v, attention_mask, chunk: int, options: dict) -> torch.Tensor:
+    """Chunked causal attention (transformers' chunked_causal_mask_function): query i sees key j
+    iff j <= i, both are real tokens and (j - lp) // chunk == (i - lp) // chunk, lp being the
+    row's left padding, so that chunks start at each sequence's first token. Exact, as one varlen
+    call: each (row, chunk) is a sequence whose keys are the chunk's real keys and whose queries
+    are its real queries, which are the last of those keys (the queries are the last seq_q
+    positions of the keys), so the varlen call's bottom-right causal mask is the chunk's.
+    q (batch, seq_q, heads, dim), k / v (batch, seq_k, heads_k, dim), attention_mask the 2D
+    padding mask (its last seq_k columns are the keys') or None. The segments are built on the
+    host (one device synchronisation per new mask: _chunk_segments)."""
+    batch, seq_q = q.shape[:2]
+    seq_k = k.shape[1]
     out = q.new_zeros(batch * seq_q, q.shape[2], v.shape[3])
-    if len(cu_q) == 1:  # no real query
+    segments = _chunk_segments(attention_mask, batch, seq_q, seq_k, chunk, q.device)
+    if segments is None:  # no real query
         return out.view(batch, seq_q, *out.shape[1:])
-    max_q = max(b - a for a, b in zip(cu_q, cu_q[1:]))
-    max_k = max(b - a for a, b in zip(cu_k, cu_k[1:]))
-    q_index = torch.cat(q_index).to(device)
-    k_index = torch.cat(k_index).to(device)
+    q_index, k_index, cu_q, cu_k, max_q, max_k = segments
     rows = flash_attn_varlen_func(
         q.reshape(-1, *q.shape[2:]).index_select(0, q_index),
         k.reshape(-1, *k.shape[2:]).index_select(0, k_index),
         v.reshape(-1, *v.shape[2:]).index_select(0, k_index),
-        torch.tensor(cu_q, dtype=torch.int32, device=device),
-        torch.tensor(cu_k, dtype=torch.int32, device=device), max_q, max_k, **options)
+        cu_q, cu_k, max_q, max_k, **options)
     return out.index_copy(0, q_index, rows).view(batch, seq_q, *out.shape[1:])
 
 
@@ -195,8 +222,7 @@ def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
                 "flashattn's transformers integration: chunked attention (attention_chunk_size) "
                 "is supported for causal layers on padded batches, without packed sequences or "
                 "a sliding window")
-        kv_mask = None if attention_mask is None else attention_mask[:, -seq_k:].to(torch.bool)
-        out = _chunked_attention(q, k, v, kv_mask, int(chunk), options)
+        out = _chunked_attention(q, k, v, attention_mask, int(chunk), options)
     elif attention_mask is not None:
         kv_mask = attention_mask[:, -seq_k:].to(torch.bool)
         q_mask = kv_mask[:, -seq_q:]
