@@ -13,6 +13,8 @@
 # Logs and JSON in $OUT/unrun.tar.gz; a short summary printed last. The forward record (two
 # passes, d64-d256 512-16k) is PART=record, a second call:
 #   OUT=$OUT PART=record bash dev/unrun_check.sh
+# which also runs the varlen clamps' A/B (a d128 package with -DFLASHATTN_DEV_NO_VARLEN_CLAMP;
+# dev/varlen_probe.py on sm90, sm80 and with softcap, bench.py d128; ratios clamp / no clamp).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"; L=/tmp/unrun-logs; mkdir -p $L
@@ -26,7 +28,14 @@ pkg() {  # pkg DIR DTYPES
 }
 
 if [ "${PART:-tests}" = record ]; then
-  pkg /tmp/fa-def bf16 >$L/pip-rec.log 2>&1; echo "pip rc=$? $(el)"
+  # The default package and, for the clamps' A/B (to-do 22), a d128 package without them.
+  ( pkg /tmp/fa-def bf16 >$L/pip-rec.log 2>&1; echo "pip rc=$? $(el)" ) &
+  ( CMAKE_BUILD_PARALLEL_LEVEL=8 python3 -m pip install --no-build-isolation --no-deps -q --target /tmp/fa-noclamp \
+      -Cbuild-dir=build-noclamp -Ccmake.define.FLASHATTN_CUDA_ARCHITECTURES=90 \
+      -Ccmake.define.FLASHATTN_CUDA_HEAD_DIMS=128 -Ccmake.define.FLASHATTN_CUDA_DTYPES=bf16 \
+      -Ccmake.define.CMAKE_CUDA_FLAGS=-DFLASHATTN_DEV_NO_VARLEN_CLAMP . >$L/pip-noclamp.log 2>&1
+    echo "pip noclamp rc=$? $(el)" ) &
+  wait; pack
   for p in 1 2; do
     PYTHONPATH=/tmp/fa-def python3 bench/bench.py --suite full --impls flashattn,sdpa_cudnn --dtypes bf16 \
       --no-backward --head-dims 64,128,256 --seqlens 512,1024,2048,16384 --repeats 30 \
@@ -34,6 +43,43 @@ if [ "${PART:-tests}" = record ]; then
     echo "record pass $p rc=$? $(el)"; pack
   done
   python3 dev/ab_table.py $L/rec-1.json $L/rec-2.json 2>&1 | tail -26
+  # Clamp A/B, two passes in alternating order: varlen packs on sm90 (plain and softcap: the
+  # modifier backward whose spills moved) and sm80 (its forward's spills moved), and the dense
+  # d128 rows (their kernels share the prologue's SASS changes).
+  if [ -d /tmp/fa-noclamp/flashattn ]; then
+    for p in 1 2; do
+      order="def noclamp"; [ $p = 2 ] && order="noclamp def"
+      for v in $order; do
+        for path in sm90 sm80; do
+          FLASHATTN_CUDA_PATH=$path PYTHONPATH=/tmp/fa-$v:dev timeout 60 python3 dev/varlen_probe.py \
+            --out $L/ab-varlen-$path-$v-$p.json >>$L/ab.txt 2>&1 || echo "varlen $path $v failed" >>$L/ab.txt
+        done
+        FLASHATTN_CUDA_PATH=sm90 PYTHONPATH=/tmp/fa-$v:dev timeout 60 python3 dev/varlen_probe.py --softcap 30 \
+          --out $L/ab-varlen-cap-$v-$p.json >>$L/ab.txt 2>&1 || echo "varlen cap $v failed" >>$L/ab.txt
+        PYTHONPATH=/tmp/fa-$v timeout 90 python3 bench/bench.py --suite full --impls flashattn --dtypes bf16 \
+          --head-dims 128 --seqlens 2048,16384 --repeats 20 --out $L/ab-dense-$v-$p.json >>$L/ab.txt 2>&1
+        echo "ab pass $p $v $(el)"; pack
+      done
+    done
+    python3 - $L <<'PYAB'
+import glob, json, statistics, sys
+L = sys.argv[1]
+def fig(r):
+    return [(k, r[k]) for k in ("fwd_tflops", "bwd_tflops", "tb_per_s") if k in r]
+for kind in ("varlen-sm90", "varlen-sm80", "varlen-cap", "dense"):
+    base = {}
+    for v in ("def", "noclamp"):
+        for f in sorted(glob.glob(f"{L}/ab-{kind}-{v}-*.json")):
+            for r in json.load(open(f))["rows"]:
+                key = (r.get("d"), r.get("pack", r.get("n")), r.get("causal"))
+                for name, x in fig(r) if "pack" in r else [(n, r.get("flashattn", {}).get(n)) for n in ("fwd_tflops", "bwd_tflops")]:
+                    if x: base.setdefault((key, name), {}).setdefault(v, []).append(x)
+    for (key, name), d in sorted(base.items(), key=str):
+        if len(d) == 2:
+            a, b = statistics.mean(d["def"]), statistics.mean(d["noclamp"])
+            print(f"{kind:12s} {str(key):28s} {name:11s} clamp {a:8.2f} noclamp {b:8.2f} ratio {a / b:.3f}")
+PYAB
+  fi
   pack; exit 0
 fi
 
