@@ -512,9 +512,13 @@ NB_MODULE(_C, m) {
           s = d::Switch::kFwdSm80;
         } else if (n == "bwd_sm80") {
           s = d::Switch::kBwdSm80;
+        } else if (n == "no_token_fold") {
+          s = d::Switch::kNoTokenFold;
         } else {
           throw nb::value_error(("_set_switch: unknown switch '" + std::string(n) +
-                                 "' (split_combine_kernel, split_combine_counter, bwd_single_buffer, fwd_sm80, bwd_sm80)").c_str());
+                                 "' (split_combine_kernel, split_combine_counter, bwd_single_buffer, fwd_sm80, bwd_sm80, "
+                                 "no_token_fold)")
+                                    .c_str());
         }
         const bool was = d::switch_on(s);
         d::set_switch(s, on);
@@ -562,6 +566,10 @@ NB_MODULE(_C, m) {
       "_split_cluster_launches", [] { return fa::detail::split_cluster_launches(); },
       "For tests: how many split-KV decode launches merged their splits within thread-block "
       "clusters (sm90) in this process (src/core/switches.h).");
+  m.def(
+      "_token_fold_calls", [] { return fa::detail::token_fold_calls(); },
+      "For tests: how many forward calls of 2-16 query tokens folded their GQA groups into the "
+      "decode tile's rows in this process (src/core/switches.h).");
   m.def(
       "_sm90_mask_bits_calls", [] { return fa::detail::sm90_mask_bits_calls(); },
       "For tests: how many sm90 forward calls read attn_mask as packed bits in this process "

@@ -304,6 +304,16 @@ struct ForwardParams : QKVParams {
   KVCacheParams kv;
   // Set by the CUDA launcher for calls with a block mask (either form).
   BlockTilePlan block_tiles;
+  // (Below: last, so that the fields above keep their offsets in the kernels' parameter space.)
+  // Set by the CUDA backend when it folds a GQA group of several query tokens into the rows of the
+  // decode tile (sm80/fwd_dispatch.cu fold_gqa_tokens): row r of kernel head h (a KV head) is
+  // token r / q_fold of query head h * q_fold + r % q_fold, so rows are not evenly spaced in q
+  // and out: their offsets are (r / q_fold) * strides.row + (r % q_fold) * the *_fold_head
+  // stride below (the query head's own stride; strides.head then steps a whole group), and the
+  // LSE's (r % q_fold) * lse_fold_head + r / q_fold. The mask sees tokens (seqlen_q / q_fold of
+  // them). 1 = rows are rows (the one-token fold keeps evenly spaced rows and 1 here).
+  int32_t q_fold = 1;
+  int64_t q_fold_head = 0, out_fold_head = 0, lse_fold_head = 0;
 };
 
 struct BackwardParams : QKVParams {

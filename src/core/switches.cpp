@@ -32,6 +32,10 @@ bool from_environment(Switch s) {
       const char* v = std::getenv("FLASHATTN_DEV_BWD_SM80");
       return v != nullptr && v[0] == '1';
     }
+    case Switch::kNoTokenFold: {
+      const char* v = std::getenv("FLASHATTN_DEV_NO_TOKEN_FOLD");
+      return v != nullptr && v[0] == '1';
+    }
     case Switch::kCount:
       break;
   }
@@ -40,12 +44,13 @@ bool from_environment(Switch s) {
 
 // -1: not read yet; 0 off; 1 on. Two threads reading an unread switch at once both read the
 // same environment, so the race is benign.
-std::atomic<int> g_state[kCount] = {-1, -1, -1, -1, -1};
-static_assert(kCount == 5, "one initial state per switch");
+std::atomic<int> g_state[kCount] = {-1, -1, -1, -1, -1, -1};
+static_assert(kCount == 6, "one initial state per switch");
 
 std::atomic<unsigned long long> g_sm90_backward_calls{0};
 std::atomic<unsigned long long> g_native_head_dim_v_backward_calls{0};
 std::atomic<unsigned long long> g_split_cluster_launches{0};
+std::atomic<unsigned long long> g_token_fold_calls{0};
 std::atomic<unsigned long long> g_sm90_forward_calls{0};
 std::atomic<unsigned long long> g_sm90_mask_bits_calls{0};
 std::atomic<unsigned long long> g_sm90_mask_kernel_calls{0};
@@ -74,6 +79,9 @@ void count_native_head_dim_v_backward() { g_native_head_dim_v_backward_calls.fet
 
 unsigned long long split_cluster_launches() { return g_split_cluster_launches.load(std::memory_order_relaxed); }
 void count_split_cluster_launch() { g_split_cluster_launches.fetch_add(1, std::memory_order_relaxed); }
+
+unsigned long long token_fold_calls() { return g_token_fold_calls.load(std::memory_order_relaxed); }
+void count_token_fold() { g_token_fold_calls.fetch_add(1, std::memory_order_relaxed); }
 
 unsigned long long sm90_forward_calls() { return g_sm90_forward_calls.load(std::memory_order_relaxed); }
 void count_sm90_forward() { g_sm90_forward_calls.fetch_add(1, std::memory_order_relaxed); }

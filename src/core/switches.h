@@ -26,6 +26,11 @@ enum class Switch {
   // backward's kFwdSm80 (tests/cpp/test_sparse_cuda.cpp compares the sm90 block-sparse backward
   // with the sm80 one in one process).
   kBwdSm80,
+  // FLASHATTN_DEV_NO_TOKEN_FOLD=1: decode calls of 2-16 query tokens with GQA keep one query
+  // head per CTA instead of folding the group's (token, head) pairs into the rows of one KV head
+  // (sm80/fwd_dispatch.cu fold_gqa_tokens), so that tests and A/B runs compare the two in one
+  // process.
+  kNoTokenFold,
   kCount,
 };
 
@@ -48,6 +53,10 @@ void count_native_head_dim_v_backward();
 // (sm80/fwd_launch.h), so that a test can tell that path ran (tests/cpp/test_special.cpp).
 unsigned long long split_cluster_launches();
 void count_split_cluster_launch();
+// Forward calls of 2-16 query tokens whose GQA groups were folded into the decode tile's rows
+// (sm80/fwd_dispatch.cu), so that a test can tell the fold ran.
+unsigned long long token_fold_calls();
+void count_token_fold();
 unsigned long long sm90_forward_calls();
 void count_sm90_forward();
 // Of those, the bias-kernel calls whose attn_mask was packed into bits before the launch

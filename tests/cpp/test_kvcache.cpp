@@ -701,7 +701,39 @@ TEST_P(KVCache, LearnableSinkDecodeGqaPagedAppend) {
   }
 }
 
-// Several query tokens (no folding) with left padding, cache_batch_idx and rotary; then the
+// 2-16 query tokens with grouped KV heads: the CUDA backend folds (token, query head) pairs of a
+// group into one KV head's decode tile where they fit (tokens x group <= 16; ForwardParams::
+// q_fold), so each row must find its own q, out, LSE, mask token and sink, split or not. Groups
+// of 4 and 8, paged and dense, causal, a left window, the append with rotary.
+TEST_P(KVCache, GqaTokensFoldedIntoRows) {
+  struct Shape {
+    int heads, heads_k, tokens;
+  };
+  for (const Shape sh : {Shape{32, 8, 2}, Shape{32, 8, 4}, Shape{16, 2, 2}, Shape{8, 2, 3}}) {
+    for (int splits : {1, 3, 0}) {
+      for (int page : {0, 16}) {
+        KVCase kc;
+        kc.heads = sh.heads;
+        kc.heads_k = sh.heads_k;
+        kc.seqlen_q = kc.seqlen_new = sh.tokens;
+        kc.capacity = 320;
+        kc.page_size = page;
+        kc.cache_seqlens = {0, 1, 150, 320 - sh.tokens};
+        kc.causal = true;
+        kc.window_left = splits == 3 ? 40 : -1;
+        kc.rotary_dim = page == 16 ? 64 : 0;
+        kc.num_splits = splits;
+        kc.sink = sink_logits(kc.heads, 95);
+        SCOPED_TRACE("heads " + std::to_string(sh.heads) + "/" + std::to_string(sh.heads_k) + ", tokens " +
+                     std::to_string(sh.tokens) + ", num_splits " + std::to_string(splits) + ", page " +
+                     std::to_string(page));
+        KV_RUN_OR_SKIP(o, GetParam(), kc, true);
+      }
+    }
+  }
+}
+
+// Several query tokens (folded: 2 x 2 rows) with left padding, cache_batch_idx and rotary; then the
 // modifiers (window, softcap, ALiBi) with GQA.
 TEST_P(KVCache, LearnableSinkWithOtherOptions) {
   KVCase kc = left_pad_case();

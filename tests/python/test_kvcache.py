@@ -390,6 +390,11 @@ CUDA_CASES = [
     dict(d=128, snew=1, page_size=256, capacity=1024),
     dict(d=128, snew=2, sq=2, leftpad=[3, 0, 10], seqlens=[20, 5, 40], causal=True, batch_idx=True),
     dict(d=128, h=32, hk=8, snew=1, page_size=16, capacity=4096),
+    # 2-16 query tokens with GQA (the decode tile's folded rows: tokens x group <= 16).
+    dict(d=128, h=32, hk=8, snew=4, sq=4, causal=True, page_size=16, capacity=1024, seqlens=[0, 3, 900]),
+    dict(d=128, h=16, hk=2, snew=2, sq=2, causal=True, capacity=512, window=(20, 0), seqlens=[7, 300, 0]),
+    dict(d=128, h=8, hk=2, sq=3, causal=True, capacity=256, rotary_dim=64, seqlens=[2, 100, 250]),
+    dict(d=64, h=32, hk=8, snew=3, sq=3, causal=True, capacity=512, seqlens=[0, 40, 511]),
     # Head dims the build did not instantiate: padded copies of q, the cache and k/v.
     dict(d=80, snew=2, sq=2, rotary_dim=40, causal=True, page_size=16, capacity=256),
     dict(d=40, snew=1, rotary_dim=40, interleaved=False, capacity=64, seqlens=[0, 7, 60]),
@@ -455,6 +460,60 @@ def test_cuda_split_vs_unsplit_and_paged_vs_dense():
     assert (results[(0, 1)].float() - results[(0, 4)].float()).abs().max().item() < 2e-2
 
 
+@pytest.mark.parametrize("h,hk,sq", [(32, 8, 2), (32, 8, 4), (16, 2, 2), (8, 2, 4), (32, 4, 2), (28, 4, 2)])
+def test_cuda_gqa_tokens_fold(h, hk, sq):
+    """Several query tokens with GQA run on folded rows (token, query head) of one KV head
+    (tokens x group <= 16). Against the same call with the fold switched off (one query head per
+    CTA): the same bits at a fixed split count (each row's arithmetic is the same), and against
+    K/V repeated to one KV head per query head (never folded); for causal, a left window, splits
+    (merged by the decode kernels or the combine kernel), a paged cache, a sink, q with its heads
+    outermost (rows not evenly spaced in either layout), LSE."""
+    torch = cuda_torch()
+    gen = torch.Generator(device="cuda").manual_seed(h * 100 + hk * 10 + sq)
+    b, d, cap, page = 3, 128, 768, 16
+    rnd = lambda *s: torch.randn(*s, generator=gen, device="cuda").to(torch.bfloat16)  # noqa: E731
+    q = rnd(b, h, sq, d).transpose(1, 2)  # (b, sq, h, d), token stride d, head stride sq * d
+    kc, vc = rnd(b, cap, hk, d), rnd(b, cap, hk, d)
+    seqlens = torch.tensor([sq, 300, cap - sq], dtype=torch.int32, device="cuda")
+    sink = torch.randn(h, generator=gen, device="cuda")
+    rep = lambda x: x.repeat_interleave(h // hk, dim=2)  # noqa: E731
+    nblk = cap // page
+    table = torch.randperm(b * nblk, generator=gen, device="cuda").to(torch.int32).view(b, nblk)
+    paged = lambda x: x.reshape(b * nblk, page, x.shape[2], d)[table.view(-1).argsort()].contiguous()  # noqa: E731
+    for causal, window in ((False, (-1, -1)), (True, (-1, -1)), (True, (37, 0))):
+        for splits in (1, 3, 0):
+            for use_pages in (False, True):
+                where = f"causal {causal} window {window} splits {splits} paged {use_pages}"
+                kw = dict(cache_seqlens=seqlens, causal=causal, window_size=window, num_splits=splits,
+                          return_softmax_lse=True, learnable_sink=sink)
+                if use_pages:
+                    kw["block_table"] = table
+                    call = lambda k, v: flashattn.flash_attn_with_kvcache(q, paged(k), paged(v), **kw)  # noqa: E731
+                else:
+                    call = lambda k, v: flashattn.flash_attn_with_kvcache(q, k, v, **kw)  # noqa: E731
+                folds = flashattn._C._token_fold_calls()
+                got, got_lse = call(kc, vc)
+                assert flashattn._C._token_fold_calls() == folds + 1, "not folded: " + where
+                was = flashattn._C._set_switch("no_token_fold", True)
+                try:
+                    plain, plain_lse = call(kc, vc)
+                finally:
+                    flashattn._C._set_switch("no_token_fold", was)
+                assert flashattn._C._token_fold_calls() == folds + 1, "folded under the switch: " + where
+                want, want_lse = call(rep(kc), rep(vc))
+                torch.cuda.synchronize()
+                assert torch.isfinite(got.float()).all(), where
+                diff = (got.float() - plain.float()).abs().max().item()
+                lse_diff = (got_lse - plain_lse).abs().max().item()
+                if splits:
+                    assert torch.equal(got, plain) and torch.equal(got_lse, plain_lse), \
+                        f"{where}: folded != unfolded (out {diff}, lse {lse_diff})"
+                else:  # the heuristic's split counts differ (heads_k CTAs per row group against heads)
+                    assert diff < 1e-2 and lse_diff < 1e-3, where
+                assert (got.float() - want.float()).abs().max().item() < 1e-2, where
+                assert (got_lse - want_lse).abs().max().item() < 1e-3, where
+
+
 def test_cuda_graph_capture_decode_step():
     """A decode step captured once and replayed with changed cache_seqlens (the split count is
     chosen from shapes only, so the captured launch stays valid): each replay matches eager."""
@@ -498,6 +557,9 @@ CUDA_SINK_CASES = [
     dict(d=128, h=32, hk=8, snew=1, causal=True, capacity=256, seqlens=[5, 0, 200]),
     dict(d=128, h=8, hk=2, seqlens=[0, 0, 40]),  # sequences without keys: out 0, lse = sink
     dict(d=128, snew=3, sq=3, causal=True, page_size=16, capacity=256, seqlens=[0, 1, 250]),
+    # 2-16 query tokens with GQA: tokens x group rows folded into one KV head's decode tile.
+    dict(d=128, h=32, hk=8, snew=4, sq=4, causal=True, page_size=16, capacity=512, seqlens=[0, 3, 500]),
+    dict(d=128, h=16, hk=2, snew=2, sq=2, causal=True, capacity=256, seqlens=[1, 0, 240], window=(9, 0)),
 ]
 
 

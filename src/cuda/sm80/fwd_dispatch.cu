@@ -2,8 +2,10 @@
 #include <atomic>
 #include <cstdlib>
 
+#include "core/switches.h"
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/kernel_facts.h"
+#include "cuda/common/tile_size.h"
 #include "cuda/common/variants.h"
 #include "cuda/sm80/fwd.h"
 #include "cuda/sm80/fwd_kernel.h"
@@ -41,17 +43,60 @@ ForwardParams fold_gqa_decode(const ForwardParams& p) {
   return f;
 }
 
+// The decode tile's rows, the same at every head dim and cache dtype (run_fwd picks that tile
+// for calls of at most this many rows).
+constexpr int kDecodeRows = fwd_decode_tile(64).block_m;
+static_assert(fwd_decode_tile(128).block_m == kDecodeRows && fwd_decode_tile(256).block_m == kDecodeRows &&
+                  fwd_decode_tile(128, true).block_m == kDecodeRows &&
+                  fwd_fp8_cache_decode_tile(64, false, false).block_m == kDecodeRows &&
+                  fwd_fp8_cache_decode_tile(128, true, true).block_m == kDecodeRows &&
+                  fwd_fp8_cache_decode_tile(256, false, false).block_m == kDecodeRows,
+              "one decode tile height");
+
+// Decode with grouped KV heads and 2-16 query tokens (speculative decoding, chunked decode):
+// the same reason to fold, but the rows of a KV head are (token, group member) pairs, r = t *
+// group + j, which q, out and LSE do not hold evenly spaced: the decode kernels place each row
+// from ForwardParams::q_fold (fwd_kernel.h FoldedRows) and mask by token (the mask of the
+// seqlen_q tokens, so causal and windows stay exact per token). Only where the folded rows fit
+// the decode tile (tokens x group <= 16: the kernels that know q_fold); the row-split tile keeps
+// one query head per CTA. Exact under the same conditions as the one-token fold except windows,
+// which the token mask keeps.
+ForwardParams fold_gqa_tokens(const ForwardParams& p) {
+  const int group = p.heads_k > 0 ? p.heads / p.heads_k : 1;
+  const bool foldable = p.seqlen_q >= 2 && group > 1 && int64_t(p.seqlen_q) * group <= kDecodeRows &&
+                        !p.is_varlen() && p.alibi == nullptr && !p.has_dropout() && !p.has_score_mods();
+  if (!foldable || detail::switch_on(detail::Switch::kNoTokenFold)) return p;
+  detail::count_token_fold();
+  ForwardParams f = p;
+  f.seqlen_q = p.seqlen_q * group;
+  f.heads = p.heads_k;
+  f.total_q = int64_t(p.batch) * f.seqlen_q;
+  f.q_fold = group;
+  f.sink_fold = group;  // row r of kv head h is query head h * group + r % group: its sink
+  f.q_fold_head = p.q_strides.head;
+  f.out_fold_head = p.out_strides.head;
+  f.lse_fold_head = p.lse_head_stride;
+  f.q_strides.head = p.q_strides.head * group;
+  f.out_strides.head = p.out_strides.head * group;
+  f.lse_head_stride = p.lse_head_stride * group;
+  return f;
+}
+
+ForwardParams fold_gqa(const ForwardParams& p) {
+  return p.seqlen_q == 1 ? fold_gqa_decode(p) : fold_gqa_tokens(p);
+}
+
 }  // namespace
 
 Status dispatch_fwd(const ForwardParams& params, cudaStream_t stream) {
-  const ForwardParams p = fold_gqa_decode(params);
+  const ForwardParams p = fold_gqa(params);
   return dispatch_variant<true>(p, [&]<typename Element, int kHeadDim, MaskMode kMask, ScoreMods kMods>() {
     return run_fwd<FwdTraits<Element, kHeadDim, kMask, kMods>>(p, stream);
   });
 }
 
 Status dispatch_fwd_kvcache(const ForwardParams& params, cudaStream_t stream) {
-  const ForwardParams p = fold_gqa_decode(params);
+  const ForwardParams p = fold_gqa(params);
   if (p.kv_dtype == DType::kFloat8E4M3) {
     return dispatch_variant<false, kFp8CacheHeadDims>(
         p, [&]<typename Element, int kHeadDim, MaskMode kMask, ScoreMods kMods>() {

@@ -172,6 +172,20 @@ __device__ __forceinline__ int sink_head(const ForwardParams& p, int head, int64
   return p.sink_fold == 1 ? head : head * p.sink_fold + int(pos % p.sink_fold);
 }
 
+// Where the rows of a decode tile lie when fwd_dispatch folded a GQA group of several query
+// tokens into them (ForwardParams::q_fold > 1): row r is token r / fold of the group's query
+// head r % fold, so its element offset from the tile's (batch, kv head) origin is
+// (r / fold) * row + (r % fold) * head, and the mask sees token r / fold. fold == 1: rows are
+// rows. Only the decode kernels (FwdTraits::kSplitKeys) read it; the others keep fold 1.
+struct FoldedRows {
+  int fold = 1;
+  __device__ __forceinline__ int token(int r) const { return fold == 1 ? r : r / fold; }
+  // r < 2^31 (a position in a sequence): 32-bit division.
+  __device__ __forceinline__ int64_t offset(int64_t r, int64_t row, int64_t head) const {
+    return fold == 1 ? r * row : int64_t(int(r) / fold) * row + int64_t(int(r) % fold) * head;
+  }
+};
+
 // Reduces v[0..n) pairwise (depth log2 n instead of a chain of n - 1 dependent operations);
 // overwrites v.
 template <int n, typename Op>
@@ -417,18 +431,22 @@ __device__ __forceinline__ void combine_split_row(const ForwardParams& params, c
       }
     }
   }
-  // Global row -> (batch, position) for the strided output and LSE.
+  // Global row -> (batch, position) for the strided output and LSE (a folded position is a
+  // (token, query head) pair: FoldedRows).
   int64_t b = 0, pos = row;
   if (!params.is_varlen()) {
     b = row / params.seqlen_q;
     pos = row % params.seqlen_q;
   }
+  const FoldedRows fold{params.q_fold};
   Element* out = static_cast<Element*>(params.out) + b * params.out_strides.batch +
-                 pos * params.out_strides.row + int64_t(head) * params.out_strides.head + lane * kPerLane;
+                 fold.offset(pos, params.out_strides.row, params.out_fold_head) +
+                 int64_t(head) * params.out_strides.head + lane * kPerLane;
 #pragma unroll
   for (int e = 0; e < kPerLane; ++e) out[e] = Element(acc[e]);
   if (params.lse != nullptr && lane == 0) {
-    params.lse[b * params.lse_batch_stride + int64_t(head) * params.lse_head_stride + pos] = lse;
+    params.lse[b * params.lse_batch_stride + int64_t(head) * params.lse_head_stride +
+               fold.offset(pos, 1, params.lse_fold_head)] = lse;
   }
 }
 
@@ -613,12 +631,17 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
   const int m0 = m_block * kBlockM;
   if (m0 >= seqlen_q) return;
   const int rows_here = min(kBlockM, seqlen_q - m0);
+  // The decode kernels' rows may be (token, query head) pairs (FoldedRows); the mask and its
+  // block ranges then see the tokens, [tok_begin, tok_end) for this tile's rows.
+  const FoldedRows fold{Traits::kSplitKeys ? params.q_fold : 1};
+  const int tok_begin = Traits::kSplitKeys ? fold.token(m0) : m0;
+  const int tok_end = Traits::kSplitKeys ? fold.token(m0 + rows_here - 1) + 1 : m0 + rows_here;
 
   const WindowMask mask = make_window_mask<Traits::kMask == MaskMode::kWindow>(
-      seqlen_q, seqlen_k, params.window_left, params.window_right);
+      Traits::kSplitKeys ? fold.token(seqlen_q) : seqlen_q, seqlen_k, params.window_left, params.window_right);
   int n_lo = 0, n_hi = (seqlen_k + kBlockN - 1) / kBlockN;
   if constexpr (Traits::kMask == MaskMode::kWindow) {
-    mask.block_range(m0, m0 + rows_here, kBlockN, &n_lo, &n_hi);
+    mask.block_range(tok_begin, tok_end, kBlockN, &n_lo, &n_hi);
   }
   if (num_splits > 1) {
     // Split-KV: this CTA takes an equal share of the key blocks of the longest sequence (KV
@@ -708,7 +731,18 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
   // (The plain kernels keep their original expressions, which compile to the same code as
   // before this walk existed: verified on the SASS.)
   if (kBiasMask ? n_first >= n_lo : n_hi > n_lo) {
-    if (rows_here == kBlockM) {
+    if (Traits::kSplitKeys && fold.fold > 1) {
+      // Folded rows (FoldedRows): each thread's row from its own offset; gQ is row 0's.
+      const char* q0 = static_cast<const char*>(gQ.row(-m0));
+      constexpr int kRowsPerPass = Traits::kThreads / Traits::kChunksPerRow;
+      load_rows_gather<Element, kBlockM, Traits::kThreads, Traits::kChunksPerRow, typename Traits::SmemLayout>(
+          sQ,
+          [&](int p) {
+            const int r = m0 + tid / Traits::kChunksPerRow + p * kRowsPerPass;
+            return q0 + sizeof(Element) * fold.offset(r, params.q_strides.row, params.q_fold_head);
+          },
+          q0, rows_here, tid);
+    } else if (rows_here == kBlockM) {
       load_tile<Traits, kBlockM, true>(sQ, gQ, kBlockM, tid);
     } else {
       load_tile<Traits, kBlockM, false>(sQ, gQ, rows_here, tid);
@@ -797,7 +831,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
     }
 
     // Score modifiers, then the mask (only on blocks that straddle a boundary).
-    const bool needs_mask = mask.block_needs_mask(m0, m0 + rows_here, key0, key0 + Traits::kWarpKeys);
+    const bool needs_mask = mask.block_needs_mask(tok_begin, tok_end, key0, key0 + Traits::kWarpKeys);
     if (kMods || needs_mask) {
 #pragma unroll
       for (int mt = 0; mt < kMTiles; ++mt) {
@@ -807,7 +841,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
           // Visible keys of row i relative to this lane's first column key0 + 2t: one interval,
           // so each element costs two compares and a select.
           int lo, hi;
-          mask.row_range(i, &lo, &hi);
+          mask.row_range(Traits::kSplitKeys ? fold.token(i) : i, &lo, &hi);
           lo -= key0 + 2 * t;
           hi -= key0 + 2 * t;
           ScoreRow mods_row{};
@@ -1117,8 +1151,12 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
           }
         }
       } else if (params.lse != nullptr && t == 0 && r < rows_here) {
-        params.lse[batch * params.lse_batch_stride + int64_t(head) * params.lse_head_stride + row0_q_out +
-                   m0 + r] = lse;
+        float* lse_row = params.lse + batch * params.lse_batch_stride + int64_t(head) * params.lse_head_stride;
+        if constexpr (Traits::kSplitKeys) {
+          lse_row[row0_q_out + fold.offset(m0 + r, 1, params.lse_fold_head)] = lse;  // FoldedRows
+        } else {
+          lse_row[row0_q_out + m0 + r] = lse;
+        }
       }
     }
   }
@@ -1188,7 +1226,13 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
     const int col = (c % Traits::kChunksPerRow) * 8;
     if (r < rows_here) {
       const uint4 v = *reinterpret_cast<const uint4*>(Layout::at(sQ, r, col));
-      *reinterpret_cast<uint4*>(gO + r * o_row_bytes + col * sizeof(Element)) = v;
+      // gO is row m0's; a folded row lies elsewhere (FoldedRows).
+      const int64_t row_off =
+          Traits::kSplitKeys && fold.fold > 1
+              ? int64_t(sizeof(Element)) *
+                    (fold.offset(m0 + r, params.out_strides.row, params.out_fold_head) - m0 * params.out_strides.row)
+              : r * o_row_bytes;
+      *reinterpret_cast<uint4*>(gO + row_off + col * sizeof(Element)) = v;
     }
   }
 }

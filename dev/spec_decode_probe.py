@@ -1,0 +1,64 @@
+"""Speculative-decoding steps (2-4 query tokens, causal, against a KV cache; bf16, d128, 32 query
+heads over 8 KV heads): flash_attn_with_kvcache with the GQA group folded into the decode tile's
+rows (the default) and without (the no_token_fold switch, one query head per CTA), dense and paged
+(16-row pages), and SDPA cuDNN on the same tensors (enable_gqa, no mask: the same bytes; its
+causal mask would be top-left aligned), all in one process. Device time (CUDA events, median of
+--repeats); effective bandwidth = the cache bytes the step reads (2 * B * N * Hk * d * 2) / time.
+Usage: python3 dev/spec_decode_probe.py --out X.json"""
+import argparse
+import json
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+import flashattn
+from probe_timing import timed
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--out", required=True)
+ap.add_argument("--repeats", type=int, default=30)
+args = ap.parse_args()
+
+h, hk, d, page = 32, 8, 128, 16
+rows = []
+for b, n in ((1, 4096), (8, 4096), (8, 16384), (32, 8192), (64, 4096)):
+    kc = torch.randn(b, n, hk, d, device="cuda", dtype=torch.bfloat16)
+    vc = torch.randn(b, n, hk, d, device="cuda", dtype=torch.bfloat16)
+    nblk = n // page
+    table = torch.randperm(b * nblk, device="cuda").to(torch.int32).view(b, nblk)
+    kp = kc.reshape(b * nblk, page, hk, d)[table.view(-1).argsort()].contiguous()
+    vp = vc.reshape(b * nblk, page, hk, d)[table.view(-1).argsort()].contiguous()
+    seqlens = torch.full((b,), n, dtype=torch.int32, device="cuda")
+    kt, vt = kc.transpose(1, 2), vc.transpose(1, 2)
+    gbytes = 2 * b * n * hk * d * 2
+    for sq in (2, 4):
+        q = torch.randn(b, sq, h, d, device="cuda", dtype=torch.bfloat16)
+        row = {"batch": b, "seqlen_k": n, "seqlen_q": sq}
+        for name, kk, vv, tab in (("dense", kc, vc, None), ("paged16", kp, vp, table)):
+            def step():
+                return flashattn.flash_attn_with_kvcache(q, kk, vv, cache_seqlens=seqlens, block_table=tab, causal=True)
+            for fold in (True, False):
+                was = flashattn._C._set_switch("no_token_fold", not fold)
+                try:
+                    with torch.no_grad():
+                        t = timed(step, args.repeats)
+                finally:
+                    flashattn._C._set_switch("no_token_fold", was)
+                key = f"{name}_{'fold' if fold else 'nofold'}"
+                row[key + "_us"] = t * 1e6
+                row[key + "_tbs"] = gbytes / t / 1e12
+        qt = q.transpose(1, 2)
+
+        def cudnn():
+            with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]), torch.no_grad():
+                return F.scaled_dot_product_attention(qt, kt, vt, enable_gqa=True)
+        try:
+            t = timed(cudnn, args.repeats)
+            row["cudnn_us"], row["cudnn_tbs"] = t * 1e6, gbytes / t / 1e12
+        except Exception as e:  # noqa: BLE001
+            row["cudnn_error"] = str(e)[:200]
+        rows.append(row)
+        print(" ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()), flush=True)
+env = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "cudnn": torch.backends.cudnn.version()}
+json.dump({"environment": env, "rows": rows}, open(args.out, "w"), indent=1)
