@@ -194,6 +194,29 @@ def bad_cu_case(d=128):
     return ok
 
 
+def token_fold_case(name, h=32, hk=8, sq=4, d=128, page=16):
+    """flash_attn_with_kvcache with several query tokens and GQA (tokens x group <= 16: the
+    group's (token, query head) pairs folded into one KV head's decode tile), q with its heads
+    outermost, a shuffled paged cache, causal, unsplit / 3 splits / the heuristic's, against
+    float32 attention per sequence."""
+    lens = [sq, 300, 1000]
+    b, nblk = len(lens), -(-max(lens) // page)
+    table = torch.randperm(b * nblk, device="cuda").to(torch.int32).view(b, nblk)
+    kp, vp = rnd(b * nblk, page, hk, d), rnd(b * nblk, page, hk, d)
+    q = rnd(b, h, sq, d).transpose(1, 2)
+    seqlens = torch.tensor(lens, dtype=torch.int32, device="cuda")
+    ok = True
+    for splits in (1, 3, 0):
+        out = flashattn.flash_attn_with_kvcache(q, kp, vp, cache_seqlens=seqlens, block_table=table, causal=True,
+                                                num_splits=splits)
+        for i in range(b):
+            rows = table[i].long()
+            k = kp[rows].reshape(-1, hk, d)[:lens[i]].repeat_interleave(h // hk, 1)
+            v = vp[rows].reshape(-1, hk, d)[:lens[i]].repeat_interleave(h // hk, 1)
+            ok &= check(f"{name} splits {splits} seq {i}", out[i], ref(q[i][None], k[None], v[None], True)[0], 0.03)
+    return ok
+
+
 CASES = {
     "bwd_d64": lambda: bwd_case("bwd_d64", 1, 1024, 2, 64, 64, False),
     "bwd_d64_causal": lambda: bwd_case("bwd_d64_causal", 1, 1024, 2, 64, 64, True),
@@ -245,6 +268,8 @@ CASES = {
     # and a chunked prefill among decode rows (the 128-row tile).
     "paged_varlen_decode": lambda: paged_varlen_case("paged_varlen_decode", [1] * 6, [4000, 1, 17, 900, 2048, 33]),
     "paged_varlen_prefill": lambda: paged_varlen_case("paged_varlen_prefill", [1, 300, 1], [517, 800, 33]),
+    "decode_tokens_fold": lambda: token_fold_case("decode_tokens_fold"),
+    "decode_tokens_fold_g7": lambda: token_fold_case("decode_tokens_fold_g7", h=28, hk=4, sq=2),
     "varlen_bad_cu": bad_cu_case,
     "varlen_bad_cu_d64": lambda: bad_cu_case(64),
 }

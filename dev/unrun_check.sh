@@ -14,7 +14,8 @@
 # passes, d64-d256 512-16k) is PART=record, a second call:
 #   OUT=$OUT PART=record bash dev/unrun_check.sh
 # which also runs the varlen clamps' A/B (a d128 package with -DFLASHATTN_DEV_NO_VARLEN_CLAMP;
-# dev/varlen_probe.py on sm90, sm80 and with softcap, bench.py d128; ratios clamp / no clamp).
+# dev/varlen_probe.py on sm90, sm80 and with softcap, bench.py d128; ratios clamp / no clamp)
+# and dev/spec_decode_probe.py (the 2-16-token GQA fold against the no_token_fold switch).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"; L=/tmp/unrun-logs; mkdir -p $L
@@ -80,6 +81,13 @@ for kind in ("varlen-sm90", "varlen-sm80", "varlen-cap", "dense"):
             print(f"{kind:12s} {str(key):28s} {name:11s} clamp {a:8.2f} noclamp {b:8.2f} ratio {a / b:.3f}")
 PYAB
   fi
+  # Speculative decoding (2-4 tokens, 32/8 heads): the token fold against no_token_fold and
+  # cuDNN, one process, twice.
+  for p in 1 2; do
+    PYTHONPATH=/tmp/fa-def:dev timeout 120 python3 dev/spec_decode_probe.py --out $L/spec-$p.json >>$L/spec.txt 2>&1
+    echo "spec pass $p rc=$? $(el)"
+  done
+  tail -10 $L/spec.txt
   pack; exit 0
 fi
 
@@ -110,14 +118,14 @@ fi
     -q -p no:cacheprovider >$L/pytest.log 2>&1; echo "pytest rc=$? $(tail -1 $L/pytest.log) $(el)" ) &
 ( export PYTHONPATH=/tmp/fa-def
   PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout 200 compute-sanitizer --tool memcheck python3 dev/san_cases.py \
-    --only varlen_bad_cu,varlen_bad_cu_d64,paged_varlen_decode,paged_varlen_prefill >$L/san-memcheck.log 2>&1
+    --only varlen_bad_cu,varlen_bad_cu_d64,paged_varlen_decode,paged_varlen_prefill,decode_tokens_fold,decode_tokens_fold_g7 >$L/san-memcheck.log 2>&1
   echo "memcheck rc=$? $(grep -E 'SUMMARY|FAIL' $L/san-memcheck.log | tr '\n' ' ') $(el)"
   FLASHATTN_CUDA_PATH=sm80 PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout 100 compute-sanitizer --tool memcheck \
     python3 dev/san_cases.py --only varlen_bad_cu,varlen_bad_cu_d64 >$L/san-memcheck-sm80.log 2>&1
   echo "memcheck sm80 rc=$? $(grep -E 'SUMMARY|FAIL' $L/san-memcheck-sm80.log | tr '\n' ' ') $(el)" ) &
 ( export PYTHONPATH=/tmp/fa-def FLASHATTN_CUDA_PATH=sm90
   timeout 200 compute-sanitizer --tool racecheck python3 dev/san_cases.py --only paged_varlen_decode,\
-paged_varlen_prefill,varlen_bad_cu,fwd_d128_short_tiles_causal,fwd_d128_short_tiles,fwd_d64_short_tiles_causal \
+paged_varlen_prefill,varlen_bad_cu,decode_tokens_fold,fwd_d128_short_tiles_causal,fwd_d128_short_tiles,fwd_d64_short_tiles_causal \
     >$L/san-racecheck.log 2>&1
   echo "racecheck rc=$? $(grep -E 'SUMMARY|FAIL' $L/san-racecheck.log | tr '\n' ' ') $(el)" ) &
 wait
