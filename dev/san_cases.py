@@ -195,8 +195,8 @@ def bad_cu_case(d=128):
 
 
 def token_fold_case(name, h=32, hk=8, sq=4, d=128, page=16):
-    """flash_attn_with_kvcache with several query tokens and GQA (tokens x group <= 16: the
-    group's (token, query head) pairs folded into one KV head's decode tile), q with its heads
+    """flash_attn_with_kvcache with several query tokens and GQA (the group's (token, query head)
+    pairs folded into the rows of one KV head's decode tiles), q with its heads
     outermost, a shuffled paged cache, causal, unsplit / 3 splits / the heuristic's, against
     float32 attention per sequence."""
     lens = [sq, 300, 1000]
@@ -270,6 +270,7 @@ CASES = {
     "paged_varlen_prefill": lambda: paged_varlen_case("paged_varlen_prefill", [1, 300, 1], [517, 800, 33]),
     "decode_tokens_fold": lambda: token_fold_case("decode_tokens_fold"),
     "decode_tokens_fold_g7": lambda: token_fold_case("decode_tokens_fold_g7", h=28, hk=4, sq=2),
+    "decode_tokens_fold_2tiles": lambda: token_fold_case("decode_tokens_fold_2tiles", h=64, hk=8, sq=5),
     "varlen_bad_cu": bad_cu_case,
     "varlen_bad_cu_d64": lambda: bad_cu_case(64),
 }

@@ -118,7 +118,7 @@ fi
     -q -p no:cacheprovider >$L/pytest.log 2>&1; echo "pytest rc=$? $(tail -1 $L/pytest.log) $(el)" ) &
 ( export PYTHONPATH=/tmp/fa-def
   PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout 200 compute-sanitizer --tool memcheck python3 dev/san_cases.py \
-    --only varlen_bad_cu,varlen_bad_cu_d64,paged_varlen_decode,paged_varlen_prefill,decode_tokens_fold,decode_tokens_fold_g7 >$L/san-memcheck.log 2>&1
+    --only varlen_bad_cu,varlen_bad_cu_d64,paged_varlen_decode,paged_varlen_prefill,decode_tokens_fold,decode_tokens_fold_g7,decode_tokens_fold_2tiles >$L/san-memcheck.log 2>&1
   echo "memcheck rc=$? $(grep -E 'SUMMARY|FAIL' $L/san-memcheck.log | tr '\n' ' ') $(el)"
   FLASHATTN_CUDA_PATH=sm80 PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout 100 compute-sanitizer --tool memcheck \
     python3 dev/san_cases.py --only varlen_bad_cu,varlen_bad_cu_d64 >$L/san-memcheck-sm80.log 2>&1

@@ -701,15 +701,17 @@ TEST_P(KVCache, LearnableSinkDecodeGqaPagedAppend) {
   }
 }
 
-// 2-16 query tokens with grouped KV heads: the CUDA backend folds (token, query head) pairs of a
-// group into one KV head's decode tile where they fit (tokens x group <= 16; ForwardParams::
-// q_fold), so each row must find its own q, out, LSE, mask token and sink, split or not. Groups
-// of 4 and 8, paged and dense, causal, a left window, the append with rotary.
+// 2-16 query tokens with grouped KV heads: the CUDA backend folds the (token, query head) pairs
+// of a group into the rows of one KV head's decode tiles (ForwardParams::q_fold; one tile up to
+// 16 rows, several beyond), so each row must find its own q, out, LSE, mask token and sink,
+// split or not. Groups of 4, 8 and 3, paged and dense, causal, a left window, the append with
+// rotary.
 TEST_P(KVCache, GqaTokensFoldedIntoRows) {
   struct Shape {
     int heads, heads_k, tokens;
   };
-  for (const Shape sh : {Shape{32, 8, 2}, Shape{32, 8, 4}, Shape{16, 2, 2}, Shape{8, 2, 3}}) {
+  for (const Shape sh : {Shape{32, 8, 2}, Shape{32, 8, 4}, Shape{16, 2, 2}, Shape{8, 2, 3}, Shape{64, 8, 4},
+                         Shape{12, 4, 9}}) {
     for (int splits : {1, 3, 0}) {
       for (int page : {0, 16}) {
         KVCase kc;

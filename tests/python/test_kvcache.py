@@ -390,11 +390,12 @@ CUDA_CASES = [
     dict(d=128, snew=1, page_size=256, capacity=1024),
     dict(d=128, snew=2, sq=2, leftpad=[3, 0, 10], seqlens=[20, 5, 40], causal=True, batch_idx=True),
     dict(d=128, h=32, hk=8, snew=1, page_size=16, capacity=4096),
-    # 2-16 query tokens with GQA (the decode tile's folded rows: tokens x group <= 16).
+    # 2-16 query tokens with GQA (folded into decode tiles: 16, 16, 12, 12 and 32 rows).
     dict(d=128, h=32, hk=8, snew=4, sq=4, causal=True, page_size=16, capacity=1024, seqlens=[0, 3, 900]),
     dict(d=128, h=16, hk=2, snew=2, sq=2, causal=True, capacity=512, window=(20, 0), seqlens=[7, 300, 0]),
     dict(d=128, h=8, hk=2, sq=3, causal=True, capacity=256, rotary_dim=64, seqlens=[2, 100, 250]),
     dict(d=64, h=32, hk=8, snew=3, sq=3, causal=True, capacity=512, seqlens=[0, 40, 511]),
+    dict(d=128, h=64, hk=8, snew=4, sq=4, causal=True, page_size=16, capacity=512, seqlens=[2, 100, 507]),
     # Head dims the build did not instantiate: padded copies of q, the cache and k/v.
     dict(d=80, snew=2, sq=2, rotary_dim=40, causal=True, page_size=16, capacity=256),
     dict(d=40, snew=1, rotary_dim=40, interleaved=False, capacity=64, seqlens=[0, 7, 60]),
@@ -460,10 +461,12 @@ def test_cuda_split_vs_unsplit_and_paged_vs_dense():
     assert (results[(0, 1)].float() - results[(0, 4)].float()).abs().max().item() < 2e-2
 
 
-@pytest.mark.parametrize("h,hk,sq", [(32, 8, 2), (32, 8, 4), (16, 2, 2), (8, 2, 4), (32, 4, 2), (28, 4, 2)])
+@pytest.mark.parametrize("h,hk,sq", [(32, 8, 2), (32, 8, 4), (16, 2, 2), (28, 4, 2), (64, 8, 4), (32, 8, 16),
+                                     (12, 4, 7)])
 def test_cuda_gqa_tokens_fold(h, hk, sq):
     """Several query tokens with GQA run on folded rows (token, query head) of one KV head
-    (tokens x group <= 16). Against the same call with the fold switched off (one query head per
+    (tokens x group rows: one decode tile up to 16, several beyond, e.g. 32 at 64/8 heads x 4
+    tokens, 64 at 32/8 x 16, 21 at 12/4 x 7). Against the same call with the fold switched off (one query head per
     CTA): the same bits at a fixed split count (each row's arithmetic is the same), and against
     K/V repeated to one KV head per query head (never folded); for causal, a left window, splits
     (merged by the decode kernels or the combine kernel), a paged cache, a sink, q with its heads
@@ -560,6 +563,7 @@ CUDA_SINK_CASES = [
     # 2-16 query tokens with GQA: tokens x group rows folded into one KV head's decode tile.
     dict(d=128, h=32, hk=8, snew=4, sq=4, causal=True, page_size=16, capacity=512, seqlens=[0, 3, 500]),
     dict(d=128, h=16, hk=2, snew=2, sq=2, causal=True, capacity=256, seqlens=[1, 0, 240], window=(9, 0)),
+    dict(d=128, h=16, hk=2, snew=5, sq=5, causal=True, page_size=16, capacity=256, seqlens=[0, 9, 250]),
 ]
 
 

@@ -44,7 +44,7 @@ ForwardParams fold_gqa_decode(const ForwardParams& p) {
 }
 
 // The decode tile's rows, the same at every head dim and cache dtype (run_fwd picks that tile
-// for calls of at most this many rows).
+// for calls of at most this many rows, and for folded tokens: fold_gqa_tokens).
 constexpr int kDecodeRows = fwd_decode_tile(64).block_m;
 static_assert(fwd_decode_tile(128).block_m == kDecodeRows && fwd_decode_tile(256).block_m == kDecodeRows &&
                   fwd_decode_tile(128, true).block_m == kDecodeRows &&
@@ -57,14 +57,15 @@ static_assert(fwd_decode_tile(128).block_m == kDecodeRows && fwd_decode_tile(256
 // the same reason to fold, but the rows of a KV head are (token, group member) pairs, r = t *
 // group + j, which q, out and LSE do not hold evenly spaced: the decode kernels place each row
 // from ForwardParams::q_fold (fwd_kernel.h FoldedRows) and mask by token (the mask of the
-// seqlen_q tokens, so causal and windows stay exact per token). Only where the folded rows fit
-// the decode tile (tokens x group <= 16: the kernels that know q_fold); the row-split tile keeps
-// one query head per CTA. Exact under the same conditions as the one-token fold except windows,
-// which the token mask keeps.
+// seqlen_q tokens, so causal and windows stay exact per token). The folded rows run on the
+// decode tile (run_fwd), ceil(tokens x group / 16) tiles per KV head, each reading the head's
+// keys once, where unfolded each of the group's query heads reads them (with at most 16 tokens
+// the unfolded call takes one decode tile per query head: never fewer reads). Exact under the
+// same conditions as the one-token fold except windows, which the token mask keeps.
 ForwardParams fold_gqa_tokens(const ForwardParams& p) {
   const int group = p.heads_k > 0 ? p.heads / p.heads_k : 1;
-  const bool foldable = p.seqlen_q >= 2 && group > 1 && int64_t(p.seqlen_q) * group <= kDecodeRows &&
-                        !p.is_varlen() && p.alibi == nullptr && !p.has_dropout() && !p.has_score_mods();
+  const bool foldable = p.seqlen_q >= 2 && p.seqlen_q <= kDecodeRows && group > 1 && !p.is_varlen() &&
+                        p.alibi == nullptr && !p.has_dropout() && !p.has_score_mods();
   if (!foldable || detail::switch_on(detail::Switch::kNoTokenFold)) return p;
   detail::count_token_fold();
   ForwardParams f = p;
