@@ -132,6 +132,9 @@ wait
 grep -E "^\s*[0-9]+/[0-9]+ Test.*(Failed|Timeout|Exception)" $L/ctest-*.log | head -10
 grep -E "^(FAILED|ERROR)" $L/pytest.log | head -10
 pack
+# The 2-16-token GQA fold's payoff (dev/spec_decode_probe.py: fold / no_token_fold / cuDNN).
+PYTHONPATH=/tmp/fa-def:dev timeout 90 python3 dev/spec_decode_probe.py --repeats 20 --out $L/spec-0.json >$L/spec0.txt 2>&1
+echo "spec rc=$? $(el)"; cat $L/spec0.txt | cut -c1-400; pack
 PYTHONPATH=/tmp/fa-def timeout 150 python3 bench/bench.py --suite decode \
   --impls kvcache,kvcache_paged16,varlen_paged16,sdpa_cudnn --out $L/decode.json >$L/bench-decode.txt 2>&1
 echo "decode rc=$? $(el)"
