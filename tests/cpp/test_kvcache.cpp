@@ -710,6 +710,8 @@ TEST_P(KVCache, GqaTokensFoldedIntoRows) {
   struct Shape {
     int heads, heads_k, tokens;
   };
+  const bool cuda = GetParam() == Backend::kCuda;
+  ScopedSwitch fold_on(detail::Switch::kNoTokenFold, false);
   for (const Shape sh : {Shape{32, 8, 2}, Shape{32, 8, 4}, Shape{16, 2, 2}, Shape{8, 2, 3}, Shape{64, 8, 4},
                          Shape{12, 4, 9}}) {
     for (int splits : {1, 3, 0}) {
@@ -729,7 +731,21 @@ TEST_P(KVCache, GqaTokensFoldedIntoRows) {
         SCOPED_TRACE("heads " + std::to_string(sh.heads) + "/" + std::to_string(sh.heads_k) + ", tokens " +
                      std::to_string(sh.tokens) + ", num_splits " + std::to_string(splits) + ", page " +
                      std::to_string(page));
+        const unsigned long long folds = detail::token_fold_calls();
         KV_RUN_OR_SKIP(o, GetParam(), kc, true);
+        if (!cuda) continue;
+        EXPECT_EQ(detail::token_fold_calls(), folds + 1) << "not folded";
+        if (splits == 0) continue;  // the heuristic's count depends on the CTAs per row group
+        // The same call with one query head per CTA: the same bits (each row's arithmetic is the
+        // same at a fixed split count).
+        KVOutcome plain;
+        {
+          ScopedSwitch off(detail::Switch::kNoTokenFold, true);
+          plain = run_case(GetParam(), kc, false);
+        }
+        ASSERT_TRUE(plain.status.ok());
+        EXPECT_EQ(o.out_bytes, plain.out_bytes) << "folded != unfolded (out)";
+        EXPECT_EQ(o.lse, plain.lse) << "folded != unfolded (LSE)";
       }
     }
   }

@@ -461,60 +461,86 @@ def test_cuda_split_vs_unsplit_and_paged_vs_dense():
     assert (results[(0, 1)].float() - results[(0, 4)].float()).abs().max().item() < 2e-2
 
 
-@pytest.mark.parametrize("h,hk,sq", [(32, 8, 2), (32, 8, 4), (16, 2, 2), (28, 4, 2), (64, 8, 4), (32, 8, 16),
-                                     (12, 4, 7)])
+@pytest.mark.parametrize("h,hk,sq", [(32, 8, 2), (32, 8, 4), (16, 2, 2), (28, 4, 2), (64, 8, 4), (12, 4, 7),
+                                     (32, 8, 16), (32, 8, 1)])
 def test_cuda_gqa_tokens_fold(h, hk, sq):
-    """Several query tokens with GQA run on folded rows (token, query head) of one KV head
-    (tokens x group rows: one decode tile up to 16, several beyond, e.g. 32 at 64/8 heads x 4
-    tokens, 64 at 32/8 x 16, 21 at 12/4 x 7). Against the same call with the fold switched off (one query head per
-    CTA): the same bits at a fixed split count (each row's arithmetic is the same), and against
-    K/V repeated to one KV head per query head (never folded); for causal, a left window, splits
-    (merged by the decode kernels or the combine kernel), a paged cache, a sink, q with its heads
-    outermost (rows not evenly spaced in either layout), LSE."""
+    """Query tokens with GQA run on folded rows (token, query head) of one KV head's decode tiles
+    where that reads the keys fewer times (ceil(tokens x group / 16) tiles < group: not at 32/8
+    heads x 16 tokens; one token takes it only with a left window, else the one-token fold):
+    one tile up to 16 rows, several beyond (32 at 64/8 x 4, 21 at 12/4 x 7). Against the same
+    call with the fold switched off (one query head per CTA): the same bits at a fixed split
+    count, under each split-KV merge (each row's arithmetic is the same); and against K/V
+    repeated to one KV head per query head (never folded). Causal, a left window, softcap, splits,
+    a paged cache, an e4m3 cache, a sink, q with its heads outermost (rows not evenly spaced in
+    either layout), LSE."""
     torch = cuda_torch()
     gen = torch.Generator(device="cuda").manual_seed(h * 100 + hk * 10 + sq)
-    b, d, cap, page = 3, 128, 768, 16
+    b, d, cap, page, g = 3, 128, 768, 16, h // hk
     rnd = lambda *s: torch.randn(*s, generator=gen, device="cuda").to(torch.bfloat16)  # noqa: E731
     q = rnd(b, h, sq, d).transpose(1, 2)  # (b, sq, h, d), token stride d, head stride sq * d
     kc, vc = rnd(b, cap, hk, d), rnd(b, cap, hk, d)
+    descale = torch.rand(b, hk, generator=gen, device="cuda") + 0.5
+    kc8, vc8 = ((x.float() / descale[:, None, :, None]).to(torch.float8_e4m3fn) for x in (kc, vc))
     seqlens = torch.tensor([sq, 300, cap - sq], dtype=torch.int32, device="cuda")
     sink = torch.randn(h, generator=gen, device="cuda")
-    rep = lambda x: x.repeat_interleave(h // hk, dim=2)  # noqa: E731
+    rep = lambda x: x.view(torch.uint8).repeat_interleave(g, dim=2).view(x.dtype)  # noqa: E731  (bytes: e4m3 too)
     nblk = cap // page
     table = torch.randperm(b * nblk, generator=gen, device="cuda").to(torch.int32).view(b, nblk)
     paged = lambda x: x.reshape(b * nblk, page, x.shape[2], d)[table.view(-1).argsort()].contiguous()  # noqa: E731
-    for causal, window in ((False, (-1, -1)), (True, (-1, -1)), (True, (37, 0))):
-        for splits in (1, 3, 0):
-            for use_pages in (False, True):
-                where = f"causal {causal} window {window} splits {splits} paged {use_pages}"
-                kw = dict(cache_seqlens=seqlens, causal=causal, window_size=window, num_splits=splits,
-                          return_softmax_lse=True, learnable_sink=sink)
-                if use_pages:
-                    kw["block_table"] = table
-                    call = lambda k, v: flashattn.flash_attn_with_kvcache(q, paged(k), paged(v), **kw)  # noqa: E731
-                else:
-                    call = lambda k, v: flashattn.flash_attn_with_kvcache(q, k, v, **kw)  # noqa: E731
-                folds = flashattn._C._token_fold_calls()
-                got, got_lse = call(kc, vc)
-                assert flashattn._C._token_fold_calls() == folds + 1, "not folded: " + where
-                was = flashattn._C._set_switch("no_token_fold", True)
-                try:
-                    plain, plain_lse = call(kc, vc)
-                finally:
-                    flashattn._C._set_switch("no_token_fold", was)
-                assert flashattn._C._token_fold_calls() == folds + 1, "folded under the switch: " + where
-                want, want_lse = call(rep(kc), rep(vc))
-                torch.cuda.synchronize()
-                assert torch.isfinite(got.float()).all(), where
-                diff = (got.float() - plain.float()).abs().max().item()
-                lse_diff = (got_lse - plain_lse).abs().max().item()
-                if splits:
-                    assert torch.equal(got, plain) and torch.equal(got_lse, plain_lse), \
-                        f"{where}: folded != unfolded (out {diff}, lse {lse_diff})"
-                else:  # the heuristic's split counts differ (heads_k CTAs per row group against heads)
-                    assert diff < 1e-2 and lse_diff < 1e-3, where
-                assert (got.float() - want.float()).abs().max().item() < 1e-2, where
-                assert (got_lse - want_lse).abs().max().item() < 1e-3, where
+    tiles = -(-sq * g // 16)
+    switches = ("no_token_fold", "split_combine_counter", "split_combine_kernel")
+    saved = {name: flashattn._C._set_switch(name, False) for name in switches}
+    try:
+        for causal, window, softcap in ((False, (-1, -1), 0.0), (True, (-1, -1), 0.0), (True, (37, 0), 0.0),
+                                        (True, (-1, -1), 20.0)):
+            folded = tiles < g and (sq > 1 or window[0] >= 0)
+            for splits in (1, 3, 0):
+                for cache in ("dense", "paged", "e4m3"):
+                    kw = dict(cache_seqlens=seqlens, causal=causal, window_size=window, softcap=softcap,
+                              num_splits=splits, return_softmax_lse=True, learnable_sink=sink)
+
+                    def call(k, v, cache=cache, kw=kw):
+                        if cache == "paged":
+                            return flashattn.flash_attn_with_kvcache(q, paged(k), paged(v), block_table=table, **kw)
+                        if cache == "e4m3":  # descales per (sequence, KV head): repeated with the heads
+                            ds = descale if k.shape[2] == hk else descale.repeat_interleave(g, dim=1)
+                            return flashattn.flash_attn_with_kvcache(q, k, v, k_descale=ds, v_descale=ds, **kw)
+                        return flashattn.flash_attn_with_kvcache(q, k, v, **kw)
+                    pair = (kc8, vc8) if cache == "e4m3" else (kc, vc)
+                    rpair = tuple(rep(x) for x in pair)
+                    for merge in ((None, "split_combine_counter", "split_combine_kernel") if splits == 3 else (None,)):
+                        where = (f"causal {causal} window {window} softcap {softcap} splits {splits} {cache} "
+                                 f"merge {merge}")
+                        if merge:
+                            flashattn._C._set_switch(merge, True)
+                        try:
+                            folds = flashattn._C._token_fold_calls()
+                            got, got_lse = call(*pair)
+                            assert flashattn._C._token_fold_calls() == folds + int(folded), "fold count: " + where
+                            flashattn._C._set_switch("no_token_fold", True)
+                            try:
+                                plain, plain_lse = call(*pair)
+                            finally:
+                                flashattn._C._set_switch("no_token_fold", False)
+                            assert flashattn._C._token_fold_calls() == folds + int(folded), "under the switch: " + where
+                            want, want_lse = call(*rpair)
+                        finally:
+                            if merge:
+                                flashattn._C._set_switch(merge, False)
+                        torch.cuda.synchronize()
+                        assert torch.isfinite(got.float()).all(), where
+                        diff = (got.float() - plain.float()).abs().max().item()
+                        lse_diff = (got_lse - plain_lse).abs().max().item()
+                        if splits:
+                            assert torch.equal(got, plain) and torch.equal(got_lse, plain_lse), \
+                                f"{where}: folded != unfolded (out {diff}, lse {lse_diff})"
+                        else:  # the heuristic's split counts differ (heads_k CTAs per row group against heads)
+                            assert diff < 1e-2 and lse_diff < 1e-3, where
+                        assert (got.float() - want.float()).abs().max().item() < 1e-2, where
+                        assert (got_lse - want_lse).abs().max().item() < 1e-3, where
+    finally:
+        for name, was in saved.items():
+            flashattn._C._set_switch(name, was)
 
 
 def test_cuda_graph_capture_decode_step():

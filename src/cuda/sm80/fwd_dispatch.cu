@@ -53,19 +53,23 @@ static_assert(fwd_decode_tile(128).block_m == kDecodeRows && fwd_decode_tile(256
                   fwd_fp8_cache_decode_tile(256, false, false).block_m == kDecodeRows,
               "one decode tile height");
 
-// Decode with grouped KV heads and 2-16 query tokens (speculative decoding, chunked decode):
+// Decode with grouped KV heads and 2-16 query tokens (speculative decoding, chunked decode), and
+// one token where fold_gqa_decode declines (a left window, an LSE without unit head stride):
 // the same reason to fold, but the rows of a KV head are (token, group member) pairs, r = t *
 // group + j, which q, out and LSE do not hold evenly spaced: the decode kernels place each row
 // from ForwardParams::q_fold (fwd_kernel.h FoldedRows) and mask by token (the mask of the
 // seqlen_q tokens, so causal and windows stay exact per token). The folded rows run on the
 // decode tile (run_fwd), ceil(tokens x group / 16) tiles per KV head, each reading the head's
 // keys once, where unfolded each of the group's query heads reads them (with at most 16 tokens
-// the unfolded call takes one decode tile per query head: never fewer reads). Exact under the
-// same conditions as the one-token fold except windows, which the token mask keeps.
+// the unfolded call takes one decode tile per query head). So only where that is fewer reads:
+// not at 16 tokens, nor at 9-15 with pairs of heads, where the fold would change nothing but the
+// split count. Exact under the same conditions as the one-token fold except windows, which the
+// token mask keeps.
 ForwardParams fold_gqa_tokens(const ForwardParams& p) {
   const int group = p.heads_k > 0 ? p.heads / p.heads_k : 1;
-  const bool foldable = p.seqlen_q >= 2 && p.seqlen_q <= kDecodeRows && group > 1 && !p.is_varlen() &&
-                        p.alibi == nullptr && !p.has_dropout() && !p.has_score_mods();
+  const int64_t tiles = (int64_t(p.seqlen_q) * group + kDecodeRows - 1) / kDecodeRows;
+  const bool foldable = p.seqlen_q >= 1 && p.seqlen_q <= kDecodeRows && group > 1 && tiles < group &&
+                        !p.is_varlen() && p.alibi == nullptr && !p.has_dropout() && !p.has_score_mods();
   if (!foldable || detail::switch_on(detail::Switch::kNoTokenFold)) return p;
   detail::count_token_fold();
   ForwardParams f = p;
@@ -84,7 +88,11 @@ ForwardParams fold_gqa_tokens(const ForwardParams& p) {
 }
 
 ForwardParams fold_gqa(const ForwardParams& p) {
-  return p.seqlen_q == 1 ? fold_gqa_decode(p) : fold_gqa_tokens(p);
+  if (p.seqlen_q == 1) {
+    ForwardParams f = fold_gqa_decode(p);
+    if (f.sink_fold > 1) return f;  // folded
+  }
+  return fold_gqa_tokens(p);
 }
 
 }  // namespace

@@ -166,8 +166,9 @@ __device__ __forceinline__ RowPtr row_ptr(const void* p, const Strides3& s, int 
 }
 
 // The query head whose learnable sink row `pos` (its position in the sequence, or its global
-// row: with folding seqlen_q == sink_fold, so both agree) of kernel head `head` uses: the head
-// itself unless fwd_dispatch folded a GQA group into the rows (ForwardParams::sink_fold).
+// row: with folding seqlen_q is a multiple of sink_fold, so both agree) of kernel head `head`
+// uses: the head itself unless fwd_dispatch folded a GQA group into the rows
+// (ForwardParams::sink_fold).
 __device__ __forceinline__ int sink_head(const ForwardParams& p, int head, int64_t pos) {
   return p.sink_fold == 1 ? head : head * p.sink_fold + int(pos % p.sink_fold);
 }
