@@ -171,15 +171,20 @@ def bad_cu_case(d=128):
     """Device cu_seqlens past the rows, decreasing and negative, max_seqlen below a real length
     (the kernels clamp them: docs/SEMANTICS.md "Varlen metadata"): forward and backward, plus a
     paged varlen call whose key count is past every bound. Run memcheck with
-    PYTORCH_NO_CUDA_MEMORY_CACHING=1 so that each tensor is its own allocation. The sequences
-    the clamps define ([0, 64) and [64, 164) of 200 rows) are checked."""
+    PYTORCH_NO_CUDA_MEMORY_CACHING=1 so that each tensor is its own allocation. Where the
+    clamped sequences tile the rows ([0, 64), [64, 164) and [164, 200) of 200 rows) they are
+    checked; a negative last entry (undefined values: the split-KV combine stops there) only
+    runs."""
     total, h = 200, 2
-    cu = torch.tensor([0, 64, 1 << 30, 100, -5], device="cuda", dtype=torch.int32)
+    cu = torch.tensor([0, 64, 1 << 30, 164, 200], device="cuda", dtype=torch.int32)
     q, k, v = (rnd(total, h, d, grad=True) for _ in range(3))
     out = flashattn.flash_attn_varlen_func(q, k, v, cu, cu, 100, 100, causal=True)
     g = torch.autograd.grad(out, (q, k, v), torch.ones_like(out))
     ok = True
-    for lo, hi in [(0, 64), (64, 164)]:
+    neg = torch.tensor([0, 64, -5], device="cuda", dtype=torch.int32)
+    o2 = flashattn.flash_attn_varlen_func(q, k, v, neg, neg, 100, 100, causal=True)
+    torch.autograd.grad(o2, (q, k, v), torch.ones_like(o2))
+    for lo, hi in [(0, 64), (64, 164), (164, 200)]:
         qr, kr, vr = (x.detach()[lo:hi].float()[None] for x in (q, k, v))
         ok &= check(f"bad cu rows {lo}:{hi} out", out[lo:hi], ref(qr, kr, vr, True)[0], 0.03)
         ok &= bool(all(torch.isfinite(x[lo:hi]).all() for x in g))

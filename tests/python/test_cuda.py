@@ -91,22 +91,24 @@ def test_varlen_matches_per_sequence():
 
 @pytest.mark.parametrize("d", [64, 128])
 def test_bad_device_cu_seqlens_stay_inside_the_rows(d):
-    """cu_seqlens on the device past the rows, decreasing and negative, and a max_seqlen below a
-    real length: the kernels clamp what they read (docs/SEMANTICS.md "Varlen metadata"), so the
-    call returns without a CUDA error, and what the clamps define is exact attention, forward and
-    backward: over 200 rows, cu = [0, 64, 2^30, 100, -5] with max_seqlen 100 is the sequences
-    [0, 64) and [64, 164) (the second cut at max_seqlen; the rest empty)."""
+    """cu_seqlens on the device past the rows and decreasing, and a max_seqlen below a real length:
+    the kernels clamp what they read (docs/SEMANTICS.md "Varlen metadata"), so the call returns
+    without a CUDA error, and here, where the clamped sequences still tile the rows, what they
+    define is exact attention, forward and backward: over 200 rows, cu = [0, 64, 2^30, 164, 200]
+    with max_seqlen 100 is the sequences [0, 64), [64, 164) (cut at max_seqlen), an empty one
+    (from row 2^30 clamped to 200, to 164) and [164, 200). A negative last entry returns without a CUDA error too (its values are
+    undefined: the split-KV combine stops at that entry)."""
     total, h, hk = 200, 4, 2
     g = torch.Generator(device=DEV).manual_seed(45)
     q = torch.randn(total, h, d, generator=g, device=DEV, dtype=torch.bfloat16)
     k, v = (torch.randn(total, hk, d, generator=g, device=DEV, dtype=torch.bfloat16) for _ in range(2))
     dout = torch.randn(total, h, d, generator=g, device=DEV, dtype=torch.bfloat16)
-    cu = torch.tensor([0, 64, 1 << 30, 100, -5], dtype=torch.int32, device=DEV)
+    cu = torch.tensor([0, 64, 1 << 30, 164, 200], dtype=torch.int32, device=DEV)
     fa = torch_ref.values_and_grads(
         lambda q, k, v: flashattn.flash_attn_varlen_func(q, k, v, cu, cu, 100, 100, causal=True),
         [q, k, v], dout)
     torch.cuda.synchronize()  # a kernel that left its rows would fail here (or under memcheck)
-    for lo, hi in [(0, 64), (64, 164)]:
+    for lo, hi in [(0, 64), (64, 164), (164, 200)]:
         sl = slice(lo, hi)
         part = [t[None, sl] for t in (q, k, v)]
         fn = lambda q, k, v: torch_ref.attention(q, k, v, causal=True)[0]  # noqa: E731
@@ -115,6 +117,11 @@ def test_bad_device_cu_seqlens_stay_inside_the_rows(d):
         for name, o, r, n in zip(["out", "dq", "dk", "dv"], fa, ref, naive):
             attn_ref.assert_fa_close(f"{name}[{lo}:{hi}]", o[None, sl], r, n,
                                      ATOL[torch.bfloat16] * (1 if name == "out" else 4))
+    neg = torch.tensor([0, 64, -5], dtype=torch.int32, device=DEV)
+    qg = q.detach().requires_grad_()
+    out = flashattn.flash_attn_varlen_func(qg, k, v, neg, neg, 100, 100, causal=True)
+    torch.autograd.grad(out, qg, torch.ones_like(out))
+    torch.cuda.synchronize()
 
 
 def test_noncontiguous_inputs():

@@ -393,8 +393,8 @@ CUDA_CASES = [
     # 2-16 query tokens with GQA (folded into decode tiles: 16, 16, 12, 12 and 32 rows).
     dict(d=128, h=32, hk=8, snew=4, sq=4, causal=True, page_size=16, capacity=1024, seqlens=[0, 3, 900]),
     dict(d=128, h=16, hk=2, snew=2, sq=2, causal=True, capacity=512, window=(20, 0), seqlens=[7, 300, 0]),
-    dict(d=128, h=8, hk=2, sq=3, causal=True, capacity=256, rotary_dim=64, seqlens=[2, 100, 250]),
-    dict(d=64, h=32, hk=8, snew=3, sq=3, causal=True, capacity=512, seqlens=[0, 40, 511]),
+    dict(d=128, h=8, hk=2, snew=3, sq=3, causal=True, capacity=256, rotary_dim=64, seqlens=[2, 100, 250]),
+    dict(d=64, h=32, hk=8, snew=3, sq=3, causal=True, capacity=512, seqlens=[0, 40, 509]),
     dict(d=128, h=64, hk=8, snew=4, sq=4, causal=True, page_size=16, capacity=512, seqlens=[2, 100, 507]),
     # Head dims the build did not instantiate: padded copies of q, the cache and k/v.
     dict(d=80, snew=2, sq=2, rotary_dim=40, causal=True, page_size=16, capacity=256),
