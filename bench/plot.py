@@ -57,7 +57,8 @@ def load(path):
 
 
 def kind(doc):
-    """"attention", "decode", "mla", "io", "memory", "cpu_vs_torch", or None for an unknown file."""
+    """"attention", "decode", "mla", "spec_decode", "io", "memory", "cpu_vs_torch", or None for an
+    unknown file."""
     if not isinstance(doc, dict):
         return None
     suite = doc.get("suite")
@@ -69,6 +70,8 @@ def kind(doc):
             return "decode"
         if all(r.get("kind") == "mla" for r in rows):
             return "mla"
+        if all(r.get("kind") == "spec_decode" for r in rows):  # dev/spec_decode_probe.py
+            return "spec_decode"
         if all("n" in r and "d" in r and "dtype" in r for r in rows):
             return "attention"
     if "cpu_model" in doc and isinstance(doc.get("results"), list):

@@ -2,10 +2,13 @@
 heads over 8 KV heads): flash_attn_with_kvcache with the GQA group folded into the decode tile's
 rows (the default) and without (the no_token_fold switch, one query head per CTA), dense and paged
 (16-row pages), and SDPA cuDNN on the same tensors (enable_gqa, no mask: the same bytes; its
-causal mask would be top-left aligned), all in one process. Device time (CUDA events, median of
---repeats); effective bandwidth = the cache bytes the step reads (2 * B * N * Hk * d * 2) / time.
+causal mask would be top-left aligned), all in one process. Eager timing: CUDA events around
+each call (dev/probe_timing.py), median of --repeats, so the host's dispatch is included (rows of
+a few tens of µs are host-bound: batch 1 here, where bench.py's device timing of one token gives
+~12 µs); effective bandwidth = the cache bytes the step reads (2 * B * N * Hk * d * 2) / time.
 Usage: python3 dev/spec_decode_probe.py --out X.json"""
 import argparse
+import datetime
 import json
 
 import torch
@@ -34,7 +37,7 @@ for b, n in ((1, 4096), (8, 4096), (8, 16384), (32, 8192), (64, 4096)):
     gbytes = 2 * b * n * hk * d * 2
     for sq in (2, 4):
         q = torch.randn(b, sq, h, d, device="cuda", dtype=torch.bfloat16)
-        row = {"batch": b, "seqlen_k": n, "seqlen_q": sq}
+        row = {"kind": "spec_decode", "batch": b, "seqlen_k": n, "seqlen_q": sq}
         for name, kk, vv, tab in (("dense", kc, vc, None), ("paged16", kp, vp, table)):
             def step():
                 return flashattn.flash_attn_with_kvcache(q, kk, vv, cache_seqlens=seqlens, block_table=tab, causal=True)
@@ -60,5 +63,7 @@ for b, n in ((1, 4096), (8, 4096), (8, 16384), (32, 8192), (64, 4096)):
             row["cudnn_error"] = str(e)[:200]
         rows.append(row)
         print(" ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()), flush=True)
-env = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "cudnn": torch.backends.cudnn.version()}
-json.dump({"environment": env, "rows": rows}, open(args.out, "w"), indent=1)
+env = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "cudnn": torch.backends.cudnn.version(),
+       "date_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+json.dump({"suite": "spec_decode", "repeats": args.repeats, "environment": env, "rows": rows}, open(args.out, "w"),
+          indent=1)

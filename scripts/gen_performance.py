@@ -624,6 +624,37 @@ def mla_section(files):
     return out
 
 
+def spec_decode_section(files):
+    """dev/spec_decode_probe.py: speculative-decoding steps with the GQA token fold, without it
+    (the no_token_fold switch) and cuDNN, one process."""
+    out = ["## Speculative decoding (2-4 query tokens, GQA)", ""]
+    if not files:
+        out.append("Not measured: no results. Run `python3 dev/spec_decode_probe.py --out "
+                   "bench/results/<gpu>-<date>-spec-decode.json` (PYTHONPATH with dev/).")
+        return out
+    for path, doc in files:
+        extra = (f"causal `flash_attn_with_kvcache`, bf16, d128, 32 query heads over 8 KV heads, {doc.get('repeats', '?')} "
+                 "repeats, eager timing (CUDA events around each call: host dispatch included, so the batch-1 rows "
+                 "are host-bound); fold = the group's (token, query head) pairs in one KV head's decode tile "
+                 "(default), unfolded = one query head per CTA (no_token_fold switch); cuDNN = SDPA with enable_gqa "
+                 "and no mask on the dense cache (the same bytes; its causal mask is top-left aligned); TB/s = cache "
+                 "bytes / time")
+        out += [run_heading(doc, path, extra), ""]
+        body = []
+        for r in doc["rows"]:
+            cells = [r["batch"], r["seqlen_k"], r["seqlen_q"]]
+            for cache in ("dense", "paged16"):
+                f, u = r.get(f"{cache}_fold_us"), r.get(f"{cache}_nofold_us")
+                cells += [f"{fmt_sig(f)} µs, {fmt(r.get(f'{cache}_fold_tbs'), 2)} TB/s" if f else "—",
+                          f"{fmt_sig(u)} µs" if u else "—", fmt_ratio(u, f) if f and u else "—"]
+            c = r.get("cudnn_us")
+            cells += [f"{fmt_sig(c)} µs" if c else "—", fmt_ratio(c, r.get("dense_fold_us")) if c else "—"]
+            body.append(cells)
+        out += [table(["batch", "KV length", "tokens", "dense fold", "dense unfolded", "fold speed-up",
+                       "paged-16 fold", "paged-16 unfolded", "fold speed-up", "cuDNN", "dense fold / cuDNN"], body), ""]
+    return out
+
+
 def classify(results_dir):
     """{kind: [(path, doc)]} for every *.json in the folder, sorted by file name."""
     groups = {}
@@ -658,7 +689,8 @@ def existing_notes(out_path):
 
 def runs_index(groups):
     body = []
-    labels = {"attention": "bench.py attention", "decode": "bench.py decode", "mla": "bench.py mla", "io": "io_repro.py",
+    labels = {"attention": "bench.py attention", "decode": "bench.py decode", "mla": "bench.py mla",
+              "spec_decode": "dev/spec_decode_probe.py", "io": "io_repro.py",
               "memory": "memory.py", "cpu_vs_torch": "cpu_vs_torch.py", "flashattn_bench": "flashattn-bench"}
     items = [(path, k, doc) for k, files in groups.items() if k is not None for path, doc in files]
     for path, k, doc in sorted(items, key=lambda t: os.path.basename(t[0])):
@@ -704,6 +736,7 @@ def generate(results_dir, out_path, plot_dir):
     lines += attention_section(groups.get("attention", [])) + [""]
     lines += decode_section(groups.get("decode", [])) + [""]
     lines += mla_section(groups.get("mla", [])) + [""]
+    lines += spec_decode_section(groups.get("spec_decode", [])) + [""]
     lines += io_section(groups.get("io", [])) + [""]
     lines += block_size_section(groups.get("io", []))
     lines += memory_section(groups.get("memory", [])) + [""]
