@@ -2,26 +2,40 @@
 heads over 8 KV heads): flash_attn_with_kvcache with the GQA group folded into the decode tile's
 rows (the default) and without (the no_token_fold switch, one query head per CTA), dense and paged
 (16-row pages), and SDPA cuDNN on the same tensors (enable_gqa, no mask: the same bytes; its
-causal mask would be top-left aligned), all in one process. Eager timing: CUDA events around
-each call (dev/probe_timing.py), median of --repeats, so the host's dispatch is included (rows of
-a few tens of µs are host-bound: batch 1 here, where bench.py's device timing of one token gives
-~12 µs); effective bandwidth = the cache bytes the step reads (2 * B * N * Hk * d * 2) / time.
+causal mask would be top-left aligned), all in one process. --timing device (default): bench.py's
+median_ms with a GPU sleep queued before each timed call, so the figure is GPU execution alone;
+eager: CUDA events around each call on an idle GPU, host dispatch included (the first run,
+2026-12-05, was eager: its batch-1 rows were host-bound). Effective bandwidth = the cache bytes
+the step reads (2 * B * N * Hk * d * 2) / time.
 Usage: python3 dev/spec_decode_probe.py --out X.json"""
 import argparse
 import datetime
 import json
+
+import os
+import sys
 
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import flashattn
-from probe_timing import timed
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench"))
+import bench  # noqa: E402  (median_ms and its device timing)
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--out", required=True)
 ap.add_argument("--repeats", type=int, default=30)
+ap.add_argument("--timing", choices=("device", "eager"), default="device")
 args = ap.parse_args()
+bench.TIMING["mode"] = args.timing
+
+
+def timed(fn, repeats):
+    """Median seconds of one call (bench.median_ms)."""
+    return bench.median_ms(fn, repeats) * 1e-3
+
 
 h, hk, d, page = 32, 8, 128, 16
 rows = []
@@ -65,5 +79,5 @@ for b, n in ((1, 4096), (8, 4096), (8, 16384), (32, 8192), (64, 4096)):
         print(" ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()), flush=True)
 env = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "cudnn": torch.backends.cudnn.version(),
        "date_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
-json.dump({"suite": "spec_decode", "repeats": args.repeats, "environment": env, "rows": rows}, open(args.out, "w"),
-          indent=1)
+json.dump({"suite": "spec_decode", "repeats": args.repeats, "timing_mode": args.timing, "environment": env,
+           "rows": rows}, open(args.out, "w"), indent=1)

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# GPU machine (device tool), s37's second call: what the first call (dev/unrun_check.sh) left
+# unrun or failed on. ~560 s at most.
+#   - ctest tests 515-1201 of the 64;128;256 fp16+bf16 build under auto and sm90 (the first call's
+#     200 s cap stopped both at 530 of 1201; none of those 530 failed), -LE large|install.
+#   - pytest: test_cuda -k "bad_device or varlen" and test_kvcache under sm80 and sm90 (the bad
+#     cu_seqlens test rewritten, two kvcache cases fixed), test_paged_varlen under sm80.
+#   - memcheck of dev/san_cases.py varlen_bad_cu / _d64 (rewritten) under auto and sm80.
+#   - dev/spec_decode_probe.py with device timing (the first call's was eager).
+# Logs in $OUT/call2.tar.gz, a summary last.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"; L=/tmp/call2-logs; mkdir -p $L
+start=$(date +%s)
+el() { echo "[$(( $(date +%s) - start )) s]"; }
+pack() { tar -czf "$OUT/call2.tar.gz" -C $L . 2>/dev/null; }
+( cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DFLASHATTN_CUDA_ARCHITECTURES=90 \
+    "-DFLASHATTN_CUDA_HEAD_DIMS=64;128;256" >$L/build.log 2>&1 && cmake --build build-gpu -j 16 >>$L/build.log 2>&1
+  echo "cmake rc=$? $(el)" ) &
+( CMAKE_BUILD_PARALLEL_LEVEL=16 python3 -m pip install --no-build-isolation --no-deps -q --target /tmp/fa-def \
+    -Cbuild-dir=build-fa-def -Ccmake.define.FLASHATTN_CUDA_ARCHITECTURES=90 \
+    "-Ccmake.define.FLASHATTN_CUDA_HEAD_DIMS=64;128;256" -Ccmake.define.FLASHATTN_CUDA_DTYPES=bf16 . >$L/pip.log 2>&1
+  echo "pip rc=$? $(el)" ) &
+wait
+pack
+for path in auto sm90; do
+  ( FLASHATTN_CUDA_PATH=$path timeout 280 ctest --test-dir build-gpu -j 6 -I 515,1201 --output-on-failure \
+      -LE "^(large|install)\$" >$L/ctest-$path.log 2>&1
+    echo "ctest $path rc=$? $(grep -E 'tests passed|tests failed' $L/ctest-$path.log) $(el)" ) &
+done
+( export PYTHONPATH=/tmp/fa-def
+  for path in sm80 sm90; do
+    FLASHATTN_CUDA_PATH=$path timeout 150 python3 -m pytest tests/python/test_cuda.py -k "bad_device or varlen" \
+      tests/python/test_kvcache.py -q -p no:cacheprovider >$L/pytest-$path.log 2>&1
+    echo "pytest $path rc=$? $(tail -1 $L/pytest-$path.log) $(el)"
+  done
+  FLASHATTN_CUDA_PATH=sm80 timeout 100 python3 -m pytest tests/python/test_paged_varlen.py -q -p no:cacheprovider \
+    >$L/pytest-pv-sm80.log 2>&1
+  echo "pytest paged_varlen sm80 rc=$? $(tail -1 $L/pytest-pv-sm80.log) $(el)" ) &
+( export PYTHONPATH=/tmp/fa-def
+  for path in auto sm80; do
+    FLASHATTN_CUDA_PATH=$path PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout 120 compute-sanitizer --tool memcheck \
+      python3 dev/san_cases.py --only varlen_bad_cu,varlen_bad_cu_d64 >$L/san-memcheck-$path.log 2>&1
+    echo "memcheck $path rc=$? $(grep -E 'SUMMARY|FAIL' $L/san-memcheck-$path.log | tr '\n' ' ') $(el)"
+  done ) &
+wait
+grep -hE "^\s*[0-9]+/[0-9]+ Test.*(Failed|Timeout|Exception)" $L/ctest-*.log | head -10
+grep -hE "^(FAILED|ERROR)" $L/pytest-*.log | head -10
+pack
+PYTHONPATH=/tmp/fa-def:dev timeout 100 python3 dev/spec_decode_probe.py --repeats 20 --out $L/spec-device.json \
+  >$L/spec.txt 2>&1
+echo "spec rc=$? $(el)"; cut -c1-300 $L/spec.txt
+pack
+echo "done $(el)"
