@@ -31,10 +31,10 @@ done
 ( export PYTHONPATH=/tmp/fa-def
   for path in sm80 sm90; do
     FLASHATTN_CUDA_PATH=$path timeout 150 python3 -m pytest tests/python/test_cuda.py -k "bad_device or varlen" \
-      tests/python/test_kvcache.py -q -p no:cacheprovider >$L/pytest-$path.log 2>&1
+      tests/python/test_kvcache.py -q -rs -p no:cacheprovider >$L/pytest-$path.log 2>&1
     echo "pytest $path rc=$? $(tail -1 $L/pytest-$path.log) $(el)"
   done
-  FLASHATTN_CUDA_PATH=sm80 timeout 100 python3 -m pytest tests/python/test_paged_varlen.py -q -p no:cacheprovider \
+  FLASHATTN_CUDA_PATH=sm80 timeout 100 python3 -m pytest tests/python/test_paged_varlen.py -q -rs -p no:cacheprovider \
     >$L/pytest-pv-sm80.log 2>&1
   echo "pytest paged_varlen sm80 rc=$? $(tail -1 $L/pytest-pv-sm80.log) $(el)" ) &
 ( export PYTHONPATH=/tmp/fa-def
