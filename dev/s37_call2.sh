@@ -3,10 +3,12 @@
 # unrun or failed on. ~560 s at most.
 #   - ctest tests 515-1201 of the 64;128;256 fp16+bf16 build under auto and sm90 (the first call's
 #     200 s cap stopped both at 530 of 1201; none of those 530 failed), -LE large|install.
-#   - pytest: test_cuda -k "bad_device or varlen" and test_kvcache under sm80 and sm90 (the bad
-#     cu_seqlens test rewritten, two kvcache cases fixed), test_paged_varlen under sm80.
-#   - memcheck of dev/san_cases.py varlen_bad_cu / _d64 (rewritten) under auto and sm80.
-#   - dev/spec_decode_probe.py with device timing (the first call's was eager).
+#   - pytest: test_cuda -k "bad_device or varlen" and test_paged_varlen under sm80 and auto (the
+#     bad cu_seqlens test rewritten; the varlen GQA fold), test_kvcache under sm80 (two cases fixed).
+#   - memcheck of dev/san_cases.py varlen_bad_cu / _d64 (rewritten), varlen_bad_cu_fold,
+#     paged_varlen_decode (now folded) under auto and sm80; racecheck of the folded varlen cases.
+#   - dev/spec_decode_probe.py with device timing (the first call's was eager), and the decode
+#     suite's kvcache_paged16 / varlen_paged16 (vLLM's call, folded now).
 # Logs in $OUT/call2.tar.gz, a summary last.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -24,28 +26,36 @@ pack() { tar -czf "$OUT/call2.tar.gz" -C $L . 2>/dev/null; }
 wait
 pack
 for path in auto sm90; do
-  ( FLASHATTN_CUDA_PATH=$path timeout 280 ctest --test-dir build-gpu -j 6 -I 515,1201 --output-on-failure \
+  ( FLASHATTN_CUDA_PATH=$path timeout 230 ctest --test-dir build-gpu -j 6 -I 515,1201 --output-on-failure \
       -LE "^(large|install)\$" >$L/ctest-$path.log 2>&1
     echo "ctest $path rc=$? $(grep -E 'tests passed|tests failed' $L/ctest-$path.log) $(el)" ) &
 done
 ( export PYTHONPATH=/tmp/fa-def
-  for path in sm80 sm90; do
-    FLASHATTN_CUDA_PATH=$path timeout 150 python3 -m pytest tests/python/test_cuda.py -k "bad_device or varlen" \
-      tests/python/test_kvcache.py -q -rs -p no:cacheprovider >$L/pytest-$path.log 2>&1
+  for path in sm80 auto; do
+    FLASHATTN_CUDA_PATH=$path timeout 170 python3 -m pytest tests/python/test_cuda.py -k "bad_device or varlen" \
+      tests/python/test_paged_varlen.py $([ $path = sm80 ] && echo tests/python/test_kvcache.py) \
+      -q -rs -p no:cacheprovider >$L/pytest-$path.log 2>&1
     echo "pytest $path rc=$? $(tail -1 $L/pytest-$path.log) $(el)"
-  done
-  FLASHATTN_CUDA_PATH=sm80 timeout 100 python3 -m pytest tests/python/test_paged_varlen.py -q -rs -p no:cacheprovider \
-    >$L/pytest-pv-sm80.log 2>&1
-  echo "pytest paged_varlen sm80 rc=$? $(tail -1 $L/pytest-pv-sm80.log) $(el)" ) &
+  done ) &
 ( export PYTHONPATH=/tmp/fa-def
   for path in auto sm80; do
+    cases=varlen_bad_cu,varlen_bad_cu_d64,varlen_bad_cu_fold
+    [ $path = auto ] && cases=$cases,paged_varlen_decode
     FLASHATTN_CUDA_PATH=$path PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout 120 compute-sanitizer --tool memcheck \
-      python3 dev/san_cases.py --only varlen_bad_cu,varlen_bad_cu_d64 >$L/san-memcheck-$path.log 2>&1
+      python3 dev/san_cases.py --only $cases >$L/san-memcheck-$path.log 2>&1
     echo "memcheck $path rc=$? $(grep -E 'SUMMARY|FAIL' $L/san-memcheck-$path.log | tr '\n' ' ') $(el)"
-  done ) &
+  done
+  PYTHONPATH=/tmp/fa-def timeout 100 compute-sanitizer --tool racecheck python3 dev/san_cases.py \
+    --only varlen_bad_cu_fold,paged_varlen_decode >$L/san-racecheck.log 2>&1
+  echo "racecheck rc=$? $(grep -E 'SUMMARY|FAIL' $L/san-racecheck.log | tr '\n' ' ') $(el)" ) &
 wait
 grep -hE "^\s*[0-9]+/[0-9]+ Test.*(Failed|Timeout|Exception)" $L/ctest-*.log | head -10
 grep -hE "^(FAILED|ERROR)" $L/pytest-*.log | head -10
+pack
+# vLLM's decode call (varlen with a block table) now folded: against the cache call, one process.
+PYTHONPATH=/tmp/fa-def timeout 90 python3 bench/bench.py --suite decode --impls kvcache_paged16,varlen_paged16 \
+  --repeats 20 --out $L/decode-varlen.json >$L/decode-varlen.txt 2>&1
+echo "decode varlen rc=$? $(el)"; grep "^decode" $L/decode-varlen.txt
 pack
 PYTHONPATH=/tmp/fa-def:dev timeout 100 python3 dev/spec_decode_probe.py --repeats 20 --out $L/spec-device.json \
   >$L/spec.txt 2>&1

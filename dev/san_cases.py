@@ -222,6 +222,35 @@ def token_fold_case(name, h=32, hk=8, sq=4, d=128, page=16):
     return ok
 
 
+def bad_cu_fold_case():
+    """Bad device cu_seqlens on a varlen decode call with grouped heads (the token fold: rows are
+    (token, query head) pairs of each sequence's clamped tokens): past the rows, decreasing,
+    negative, a token count past max_seqlen_q; packed and paged K/V, splits by the heuristic.
+    Values undefined; memcheck (PYTORCH_NO_CUDA_MEMORY_CACHING=1) says whether every access stays
+    inside q, k, v, out, lse and the pages. Then a valid call of the same shape is checked."""
+    h, hk, d, total_q, total_k = 8, 2, 128, 12, 600
+    q = rnd(total_q, h, d)
+    k, v = rnd(total_k, hk, d), rnd(total_k, hk, d)
+    cu_q = torch.tensor([0, 1, 1 << 30, 3, -5, 12], device="cuda", dtype=torch.int32)
+    cu_k = torch.tensor([0, 64, 1 << 30, 100, -5, 600], device="cuda", dtype=torch.int32)
+    flashattn.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 4, 300, causal=True)
+    page, blocks = 16, 40
+    kp, vp = rnd(blocks, page, hk, d), rnd(blocks, page, hk, d)
+    table = torch.randperm(blocks, device="cuda").to(torch.int32).view(5, 8)
+    flashattn.flash_attn_varlen_func(q, kp, vp, cu_q, cu_k, 4, 128, causal=True, block_table=table)
+    torch.cuda.synchronize()
+    good_q = torch.tensor([0, 1, 4, 5, 9, 12], device="cuda", dtype=torch.int32)
+    good_k = torch.tensor([0, 64, 200, 260, 500, 600], device="cuda", dtype=torch.int32)
+    out = flashattn.flash_attn_varlen_func(q, k, v, good_q, good_k, 4, 200, causal=True)
+    ok = True
+    for i in range(5):
+        a, b_, c, e = int(good_q[i]), int(good_q[i + 1]), int(good_k[i]), int(good_k[i + 1])
+        kk = k[c:e].repeat_interleave(h // hk, 1)[None]
+        vv = v[c:e].repeat_interleave(h // hk, 1)[None]
+        ok &= check(f"bad cu fold valid seq {i}", out[a:b_], ref(q[a:b_][None], kk, vv, True)[0], 0.03)
+    return ok
+
+
 CASES = {
     "bwd_d64": lambda: bwd_case("bwd_d64", 1, 1024, 2, 64, 64, False),
     "bwd_d64_causal": lambda: bwd_case("bwd_d64_causal", 1, 1024, 2, 64, 64, True),
@@ -277,6 +306,7 @@ CASES = {
     "decode_tokens_fold_g7": lambda: token_fold_case("decode_tokens_fold_g7", h=28, hk=4, sq=2),
     "decode_tokens_fold_2tiles": lambda: token_fold_case("decode_tokens_fold_2tiles", h=64, hk=8, sq=5),
     "varlen_bad_cu": bad_cu_case,
+    "varlen_bad_cu_fold": bad_cu_fold_case,
     "varlen_bad_cu_d64": lambda: bad_cu_case(64),
 }
 

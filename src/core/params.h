@@ -312,8 +312,13 @@ struct ForwardParams : QKVParams {
   // stride below (the query head's own stride; strides.head then steps a whole group), and the
   // LSE's (r % q_fold) * lse_fold_head + r / q_fold. The mask sees tokens (seqlen_q / q_fold of
   // them). 1 = rows are rows (the one-token fold keeps evenly spaced rows and 1 here).
+  // seqlen_q then counts rows (max tokens x q_fold) and total_q still counts q's token rows (the
+  // clamps of varlen metadata: common/seq_extent.h); the split-KV workspace holds split_rows().
   int32_t q_fold = 1;
   int64_t q_fold_head = 0, out_fold_head = 0, lse_fold_head = 0;
+
+  // Rows of the split-KV partials (num_splits > 1): one per kernel row.
+  FLASHATTN_HOST_DEVICE int64_t split_rows() const { return total_q * q_fold; }
 };
 
 struct BackwardParams : QKVParams {

@@ -4,6 +4,8 @@ importable (through the registered op too), CUDA tensors when a GPU is present (
 visibly, otherwise). Every result is held to the float64 reference of attn_ref on the keys
 gathered from the pages here; pages nobody reads hold NaN."""
 
+import os
+
 import numpy as np
 import pytest
 
@@ -331,13 +333,15 @@ def test_cuda_host_table_checked_for_free():
                                          torch.from_numpy(case.cu_k), 7, 70, block_table=table)
 
 
-def test_cuda_equals_kvcache_bitwise():
+@pytest.mark.parametrize("h,hk", [(4, 4), (32, 8)])
+def test_cuda_equals_kvcache_bitwise(h, hk):
     """Equal query counts: the kernels of flash_attn_with_kvcache on the same pages
     (cache_seqlens = the key counts) in the same order. max_seqlen_k = the table's rows, so that
-    the split heuristic sees the capacity the cache call sees: the same bits."""
+    the split heuristic sees the capacity the cache call sees: the same bits. With grouped heads
+    both calls fold each group's (token, query head) pairs into one KV head's rows."""
     torch = cuda_torch()
     for sq in (1, 4):
-        case = Case(d=128, h=4, hk=4, page_size=16, seqlens_q=(sq,) * 3, seqlens_k=(900, 1, 200), causal=True)
+        case = Case(d=128, h=h, hk=hk, page_size=16, seqlens_q=(sq,) * 3, seqlens_k=(900, 1, 200), causal=True)
         t = _torch(case, "cuda", torch.bfloat16)
         q, kp, vp, table = t(case.q), t(case.k_pages), t(case.v_pages), t(case.block_table)
         capacity = table.shape[1] * 16
@@ -345,10 +349,60 @@ def test_cuda_equals_kvcache_bitwise():
             q, kp, vp, t(case.cu_q), t(case.cu_k), sq, capacity, causal=True, block_table=table,
             return_attn_probs=True)
         out_c, lse_c = flashattn.flash_attn_with_kvcache(
-            q.view(3, sq, 4, 128), kp, vp, cache_seqlens=t(np.array(case.seqlens_k, np.int32)),
+            q.view(3, sq, h, 128), kp, vp, cache_seqlens=t(np.array(case.seqlens_k, np.int32)),
             block_table=table, causal=True, return_softmax_lse=True)
-        assert torch.equal(out_v, out_c.view(3 * sq, 4, 128)), f"seqlen_q {sq}"
-        assert torch.equal(lse_v, lse_c.permute(1, 0, 2).reshape(4, 3 * sq)), f"seqlen_q {sq}"
+        assert torch.equal(out_v, out_c.view(3 * sq, h, 128)), f"seqlen_q {sq}"
+        assert torch.equal(lse_v, lse_c.permute(1, 0, 2).reshape(h, 3 * sq)), f"seqlen_q {sq}"
+
+
+@pytest.mark.parametrize("paged", [True, False])
+def test_cuda_gqa_fold(paged):
+    """Varlen calls with grouped KV heads and at most 16 query tokens per sequence (vLLM's decode
+    and mixed decode batches) fold each group's (token, query head) pairs into one KV head's
+    decode tiles: counted, against the float64 reference, and against the same call with the
+    fold switched off (one query head per CTA; its split count may differ, so to rounding):
+    pages (NaN in every row past a sequence) and packed K/V, empty sequences, causal, a left
+    window, sinks, LSE."""
+    torch = cuda_torch()
+    saved = flashattn._C._set_switch("no_token_fold", False)
+    try:
+        for seqlens_q, window in (((1, 1, 1, 1), (-1, -1)), ((1, 3, 0, 5), (-1, -1)), ((2, 1, 4, 1), (30, 0))):
+            case = Case(d=128, h=32, hk=8, page_size=16, seqlens_q=seqlens_q, seqlens_k=(900, 40, 7, 300),
+                        causal=True, window=window, sink=True)
+            t = _torch(case, "cuda", torch.bfloat16)
+            kw = {k: t(v) if isinstance(v, np.ndarray) else v for k, v in case.kwargs().items()}
+            if paged:
+                kv, extra = (t(case.k_pages), t(case.v_pages)), dict(block_table=t(case.block_table))
+            else:
+                kv, extra = (t(np.concatenate(case.k_log)), t(np.concatenate(case.v_log))), {}
+
+            def call():
+                return flashattn.flash_attn_varlen_func(
+                    t(case.q), *kv, t(case.cu_q), t(case.cu_k), max(seqlens_q), max(case.seqlens_k),
+                    return_attn_probs=True, **extra, **kw)[:2]
+            where = f"seqlens_q {seqlens_q} window {window} paged {paged}"
+            folds = flashattn._C._token_fold_calls()
+            out, lse = call()
+            # FLASHATTN_CUDA_PATH=sm90 gives packed K/V calls to the Hopper kernels (no fold there).
+            sm80 = paged or os.environ.get("FLASHATTN_CUDA_PATH", "auto") != "sm90"
+            assert flashattn._C._token_fold_calls() == folds + int(sm80), "fold count: " + where
+            flashattn._C._set_switch("no_token_fold", True)
+            try:
+                plain, plain_lse = call()
+            finally:
+                flashattn._C._set_switch("no_token_fold", False)
+            torch.cuda.synchronize()
+            assert (out.float() - plain.float()).abs().max().item() < 1e-2, where
+            fin = torch.isfinite(plain_lse)
+            assert torch.equal(torch.isfinite(lse), fin), where
+            assert (lse[fin] - plain_lse[fin]).abs().max().item() < 1e-3, where
+            rounded = lambda x: torch.from_numpy(x).to(torch.bfloat16).float().numpy()  # noqa: E731
+            case.q = rounded(case.q)
+            case.k_log = [rounded(x) for x in case.k_log]
+            case.v_log = [rounded(x) for x in case.v_log]
+            check(case, out.float().cpu().numpy(), lse.cpu().numpy(), atol=2e-2)
+    finally:
+        flashattn._C._set_switch("no_token_fold", saved)
 
 
 def test_cuda_graph_capture_chunked_prefill():

@@ -54,7 +54,9 @@ static_assert(fwd_decode_tile(128).block_m == kDecodeRows && fwd_decode_tile(256
               "one decode tile height");
 
 // Decode with grouped KV heads and 2-16 query tokens (speculative decoding, chunked decode), and
-// one token where fold_gqa_decode declines (a left window, an LSE without unit head stride):
+// one token where fold_gqa_decode declines (a left window, an LSE without unit head stride,
+// varlen calls: vLLM's decode and mixed batches through flash_attn_varlen_func, max_seqlen_q
+// <= 16, each sequence's rows from its own token count):
 // the same reason to fold, but the rows of a KV head are (token, group member) pairs, r = t *
 // group + j, which q, out and LSE do not hold evenly spaced: the decode kernels place each row
 // from ForwardParams::q_fold (fwd_kernel.h FoldedRows) and mask by token (the mask of the
@@ -69,13 +71,12 @@ ForwardParams fold_gqa_tokens(const ForwardParams& p) {
   const int group = p.heads_k > 0 ? p.heads / p.heads_k : 1;
   const int64_t tiles = (int64_t(p.seqlen_q) * group + kDecodeRows - 1) / kDecodeRows;
   const bool foldable = p.seqlen_q >= 1 && p.seqlen_q <= kDecodeRows && group > 1 && tiles < group &&
-                        !p.is_varlen() && p.alibi == nullptr && !p.has_dropout() && !p.has_score_mods();
+                        p.alibi == nullptr && !p.has_dropout() && !p.has_score_mods();
   if (!foldable || detail::switch_on(detail::Switch::kNoTokenFold)) return p;
   detail::count_token_fold();
   ForwardParams f = p;
-  f.seqlen_q = p.seqlen_q * group;
+  f.seqlen_q = p.seqlen_q * group;  // rows; total_q keeps counting tokens (ForwardParams::q_fold)
   f.heads = p.heads_k;
-  f.total_q = int64_t(p.batch) * f.seqlen_q;
   f.q_fold = group;
   f.sink_fold = group;  // row r of kv head h is query head h * group + r % group: its sink
   f.q_fold_head = p.q_strides.head;

@@ -326,10 +326,10 @@ struct GlobalPartials {
   int64_t o_split_stride;
 
   __device__ __forceinline__ GlobalPartials(const ForwardParams& params, int64_t row, int head, int lane)
-      : lse_s(params.split_lse + int64_t(head) * params.total_q + row),
-        lse_split_stride(int64_t(params.heads) * params.total_q),
+      : lse_s(params.split_lse + int64_t(head) * params.split_rows() + row),
+        lse_split_stride(int64_t(params.heads) * params.split_rows()),
         o(params.split_out + (row * params.heads + head) * kHeadDim + lane * (kHeadDim / 32)),
-        o_split_stride(params.total_q * params.heads * kHeadDim) {}
+        o_split_stride(params.split_rows() * params.heads * kHeadDim) {}
   __device__ __forceinline__ float lse(int s) const { return __ldcg(lse_s + s * lse_split_stride); }
   // kVec floats of split s from this lane's column e on.
   template <int kVec>
@@ -439,15 +439,16 @@ __device__ __forceinline__ void combine_split_row(const ForwardParams& params, c
     b = row / params.seqlen_q;
     pos = row % params.seqlen_q;
   }
-  const FoldedRows fold{params.q_fold};
-  Element* out = static_cast<Element*>(params.out) + b * params.out_strides.batch +
-                 fold.offset(pos, params.out_strides.row, params.out_fold_head) +
-                 int64_t(head) * params.out_strides.head + lane * kPerLane;
+  // A varlen row is global: (token row) * fold + j, below split_rows(), so 64-bit here.
+  const int fold = params.q_fold;
+  const int64_t tok = fold == 1 ? pos : pos / fold, j = fold == 1 ? 0 : pos % fold;
+  Element* out = static_cast<Element*>(params.out) + b * params.out_strides.batch + tok * params.out_strides.row +
+                 j * params.out_fold_head + int64_t(head) * params.out_strides.head + lane * kPerLane;
 #pragma unroll
   for (int e = 0; e < kPerLane; ++e) out[e] = Element(acc[e]);
   if (params.lse != nullptr && lane == 0) {
-    params.lse[b * params.lse_batch_stride + int64_t(head) * params.lse_head_stride +
-               fold.offset(pos, 1, params.lse_fold_head)] = lse;
+    params.lse[b * params.lse_batch_stride + int64_t(head) * params.lse_head_stride + tok +
+               j * params.lse_fold_head] = lse;
   }
 }
 
@@ -626,6 +627,14 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
   } else {
     extent = seq_extent(params, batch);
   }
+  // Folded rows (FoldedRows): a varlen sequence's token count becomes its rows, its tokens at
+  // most max_seqlen_q (params.seqlen_q counts rows then); a dense call's seqlen_q counts rows.
+  const FoldedRows fold{Traits::kSplitKeys ? params.q_fold : 1};
+  if constexpr (Traits::kSplitKeys) {
+    if (fold.fold > 1 && params.is_varlen()) {
+      extent.seqlen_q = min(extent.seqlen_q, params.seqlen_q / fold.fold) * fold.fold;
+    }
+  }
   const auto [row0_q, row0_k, seqlen_q, seqlen_k] = extent;
   const bool paged = Traits::kCache && pages.table != nullptr;
   PageFetch<Traits> fetch;  // paged: the pages of the key block after the next one
@@ -634,7 +643,6 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
   const int rows_here = min(kBlockM, seqlen_q - m0);
   // The decode kernels' rows may be (token, query head) pairs (FoldedRows); the mask and its
   // block ranges then see the tokens, [tok_begin, tok_end) for this tile's rows.
-  const FoldedRows fold{Traits::kSplitKeys ? params.q_fold : 1};
   const int tok_begin = Traits::kSplitKeys ? fold.token(m0) : m0;
   const int tok_end = Traits::kSplitKeys ? fold.token(m0 + rows_here - 1) + 1 : m0 + rows_here;
 
@@ -1016,7 +1024,9 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
                            : 0;
     gO = out_tile(row0_q_out);
   }
-  const int64_t global_row0 = params.is_varlen() ? row0_q_out + m0 : int64_t(batch) * params.seqlen_q + m0;
+  // (Folded varlen rows: the sequence's first token row times the fold, FoldedRows.)
+  const int64_t global_row0 = params.is_varlen() ? (Traits::kSplitKeys ? row0_q_out * fold.fold : row0_q_out) + m0
+                                                 : int64_t(batch) * params.seqlen_q + m0;
   if constexpr (Traits::kSplitKeys) {
     // The warps hold partial results for the same rows over disjoint keys. Warps 1.. leave O,
     // their kept row maxima and their lane's partial row sums in the K/V buffers, laid out
@@ -1101,6 +1111,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
   const float out_scale = (use_dropout ? params.dropout_rescale : 1.0f) * v_descale;
   const bool sink_here = params.learnable_sink != nullptr && num_splits == 1;
   const bool split_writer = !Traits::kSplitKeys || warp == 0;  // the split-key warps merged into warp 0
+  const int64_t split_rows = Traits::kSplitKeys ? params.split_rows() : params.total_q;  // (q_fold 1 there)
 #pragma unroll
   for (int mt = 0; mt < kMTiles; ++mt) {
 #pragma unroll
@@ -1130,10 +1141,10 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
         if (r < rows_here && split_writer) {
           const int64_t row = global_row0 + r;
           float* lse_dst = cluster_merge ? part + kBlockM * Traits::kHeadDim + r
-                                         : params.split_lse + (int64_t(split) * params.heads + head) * params.total_q + row;
+                                         : params.split_lse + (int64_t(split) * params.heads + head) * split_rows + row;
           if (t == 0) *lse_dst = lse;
           float* dst = cluster_merge ? part + r * Traits::kHeadDim
-                                     : params.split_out + ((int64_t(split) * params.total_q + row) * params.heads + head) *
+                                     : params.split_out + ((int64_t(split) * split_rows + row) * params.heads + head) *
                                                               Traits::kHeadDim;
           if constexpr (Traits::kFp8Cache) {
             // Tiles 2c and 2c + 1 hold chunk c's even and odd columns (o_col_e4m3): four adjacent.
@@ -1252,8 +1263,10 @@ __global__ void __launch_bounds__(128) fwd_combine_kernel(const __grid_constant_
 #endif
   const int64_t row = int64_t(blockIdx.x) * 4 + threadIdx.x / 32;  // global row
   // Varlen rows past cu_seqlens_q[batch] belong to no sequence: leave them untouched.
-  const int64_t rows = params.is_varlen() ? clamp_row0(params.cu_seqlens_q[params.batch], rows_limit(params.total_q))
-                                          : params.total_q;
+  const int64_t rows =
+      params.is_varlen()
+          ? int64_t(clamp_row0(params.cu_seqlens_q[params.batch], rows_limit(params.total_q))) * params.q_fold
+          : params.split_rows();
   if (row >= rows) return;
   combine_split_row<Element, kHeadDim, 64>(params, GlobalPartials<kHeadDim>(params, row, blockIdx.y, threadIdx.x % 32),
                                            row, blockIdx.y, threadIdx.x % 32);

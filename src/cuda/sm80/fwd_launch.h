@@ -27,7 +27,7 @@ namespace flashattn::cuda {
 template <typename Element, int kHeadDimV>
 Status launch_split_combine(const ForwardParams& params, cudaStream_t stream) {
   return launch_combine_after_splits(fwd_combine_kernel<Element, kHeadDimV>,
-                                     dim3(unsigned((params.total_q + 3) / 4), unsigned(params.heads)), dim3(128),
+                                     dim3(unsigned((params.split_rows() + 3) / 4), unsigned(params.heads)), dim3(128),
                                      params, stream, "launching the split-KV combine kernel");
 }
 
@@ -117,7 +117,7 @@ Status launch_fwd(const ForwardParams& params_in, cudaStream_t stream) {
 
   float* workspace = nullptr;
   if (splits > 1 && !cluster) {
-    const size_t rows = size_t(params.total_q) * params.heads * splits;
+    const size_t rows = size_t(params.split_rows()) * params.heads * splits;
     if (Status s = workspace_alloc(reinterpret_cast<void**>(&workspace),
                                    rows * (Traits::kHeadDim + 1) * sizeof(float), stream);
         !s.ok()) {
