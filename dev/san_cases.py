@@ -233,15 +233,21 @@ def bad_cu_fold_case():
     k, v = rnd(total_k, hk, d), rnd(total_k, hk, d)
     cu_q = torch.tensor([0, 1, 1 << 30, 3, -5, 12], device="cuda", dtype=torch.int32)
     cu_k = torch.tensor([0, 64, 1 << 30, 100, -5, 600], device="cuda", dtype=torch.int32)
-    flashattn.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 4, 300, causal=True)
-    page, blocks = 16, 40
+    page, blocks = 16, 80
     kp, vp = rnd(blocks, page, hk, d), rnd(blocks, page, hk, d)
-    table = torch.randperm(blocks, device="cuda").to(torch.int32).view(5, 8)
-    flashattn.flash_attn_varlen_func(q, kp, vp, cu_q, cu_k, 4, 128, causal=True, block_table=table)
-    torch.cuda.synchronize()
+    table = torch.randperm(blocks, device="cuda").to(torch.int32).view(5, 16)
+    # Each split-KV merge (cluster, counters, the combine kernel): the partials' rows too.
+    for merge in (None, "split_combine_counter", "split_combine_kernel"):
+        if merge:
+            flashattn._C._set_switch(merge, True)
+        flashattn.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 4, 300, causal=True)
+        flashattn.flash_attn_varlen_func(q, kp, vp, cu_q, cu_k, 4, 256, causal=True, block_table=table)
+        torch.cuda.synchronize()
+        if merge:
+            flashattn._C._set_switch(merge, False)
     good_q = torch.tensor([0, 1, 4, 5, 9, 12], device="cuda", dtype=torch.int32)
     good_k = torch.tensor([0, 64, 200, 260, 500, 600], device="cuda", dtype=torch.int32)
-    out = flashattn.flash_attn_varlen_func(q, k, v, good_q, good_k, 4, 200, causal=True)
+    out = flashattn.flash_attn_varlen_func(q, k, v, good_q, good_k, 4, 240, causal=True)
     ok = True
     for i in range(5):
         a, b_, c, e = int(good_q[i]), int(good_q[i + 1]), int(good_k[i]), int(good_k[i + 1])

@@ -132,7 +132,8 @@ struct QKVParams {
   // Dense: the sequence lengths. Varlen: the largest ones (max_seqlen_*).
   int32_t seqlen_q = 0;
   int32_t seqlen_k = 0;
-  int64_t total_q = 0;  // rows of q in varlen mode (= batch * seqlen_q when dense)
+  int64_t total_q = 0;  // rows of q in varlen mode (= batch * seqlen_q when dense; token rows
+                        // under ForwardParams::q_fold, where seqlen_q counts folded rows)
   int64_t total_k = 0;
 
   // Varlen: int32 (batch + 1), on the tensors' device. Null when dense.
@@ -281,9 +282,10 @@ struct ForwardParams : QKVParams {
   Strides3 out_strides;
   // Requested key/value splits (0 = heuristic). The CUDA backend resolves it to >= 1 and, when
   // > 1, points split_out / split_lse at its workspace:
-  //   split_out (num_splits, total_q, heads, head_dim_v) f32, normalised per split
-  //   split_lse (num_splits, heads, total_q) f32
-  // where a row's global index is cu_seqlens_q[b] + i (varlen) or b * seqlen_q + i (dense).
+  //   split_out (num_splits, split_rows(), heads, head_dim_v) f32, normalised per split
+  //   split_lse (num_splits, heads, split_rows()) f32
+  // where a row's global index is cu_seqlens_q[b] * q_fold + i (varlen) or b * seqlen_q + i
+  // (dense); split_rows() = total_q * q_fold (q_fold 1 unless the CUDA backend folded tokens).
   int32_t num_splits = 0;
   float* split_out = nullptr;
   float* split_lse = nullptr;

@@ -480,7 +480,7 @@ TEST_P(PagedVarlen, EqualsKVCacheBitwise) {
   for (int sq : {1, 4}) {
     for (int splits : {1, 3}) {
       PagedCase pc;
-      pc.heads = pc.heads_k = 4;  // no GQA: forward_kvcache would fold a one-token group into rows
+      pc.heads = pc.heads_k = 4;  // (with GQA both fold: tests/python/test_paged_varlen.py)
       pc.seqlens_q = std::vector<int>(3, sq);
       pc.seqlens_k = {90, 1, 200};
       pc.causal = true;

@@ -338,7 +338,9 @@ def test_cuda_equals_kvcache_bitwise(h, hk):
     """Equal query counts: the kernels of flash_attn_with_kvcache on the same pages
     (cache_seqlens = the key counts) in the same order. max_seqlen_k = the table's rows, so that
     the split heuristic sees the capacity the cache call sees: the same bits. With grouped heads
-    both calls fold each group's (token, query head) pairs into one KV head's rows."""
+    both calls fold each group's query heads into one KV head's rows (one token: the cache call
+    by the one-token fold without a mask, the varlen call by the token fold with the causal mask,
+    which hides no key there; same split count and merge), the same bits too."""
     torch = cuda_torch()
     for sq in (1, 4):
         case = Case(d=128, h=h, hk=hk, page_size=16, seqlens_q=(sq,) * 3, seqlens_k=(900, 1, 200), causal=True)
@@ -364,10 +366,18 @@ def test_cuda_gqa_fold(paged):
     pages (NaN in every row past a sequence) and packed K/V, empty sequences, causal, a left
     window, sinks, LSE."""
     torch = cuda_torch()
-    saved = flashattn._C._set_switch("no_token_fold", False)
+    switches = ("no_token_fold", "split_combine_counter", "split_combine_kernel")
+    saved = {name: flashattn._C._set_switch(name, False) for name in switches}
     try:
-        for seqlens_q, window in (((1, 1, 1, 1), (-1, -1)), ((1, 3, 0, 5), (-1, -1)), ((2, 1, 4, 1), (30, 0))):
-            case = Case(d=128, h=32, hk=8, page_size=16, seqlens_q=seqlens_q, seqlens_k=(900, 40, 7, 300),
+        for seqlens_q, seqlens_k, window, merge in (
+                ((1, 1, 1, 1), (900, 40, 7, 300), (-1, -1), None),
+                ((1, 3, 0, 5), (900, 40, 7, 300), (-1, -1), None),
+                ((1, 3, 0, 5), (900, 40, 7, 300), (-1, -1), "split_combine_kernel"),
+                ((2, 1, 4, 1), (900, 40, 7, 300), (30, 0), "split_combine_counter"),
+                ((2, 1, 4, 1), (100, 40, 7, 128), (-1, -1), None)):  # one key block: unsplit
+            if merge:
+                flashattn._C._set_switch(merge, True)
+            case = Case(d=128, h=32, hk=8, page_size=16, seqlens_q=seqlens_q, seqlens_k=seqlens_k,
                         causal=True, window=window, sink=True)
             t = _torch(case, "cuda", torch.bfloat16)
             kw = {k: t(v) if isinstance(v, np.ndarray) else v for k, v in case.kwargs().items()}
@@ -380,7 +390,7 @@ def test_cuda_gqa_fold(paged):
                 return flashattn.flash_attn_varlen_func(
                     t(case.q), *kv, t(case.cu_q), t(case.cu_k), max(seqlens_q), max(case.seqlens_k),
                     return_attn_probs=True, **extra, **kw)[:2]
-            where = f"seqlens_q {seqlens_q} window {window} paged {paged}"
+            where = f"seqlens_q {seqlens_q} seqlens_k {seqlens_k} window {window} merge {merge} paged {paged}"
             folds = flashattn._C._token_fold_calls()
             out, lse = call()
             # FLASHATTN_CUDA_PATH=sm90 gives packed K/V calls to the Hopper kernels (no fold there).
@@ -401,8 +411,11 @@ def test_cuda_gqa_fold(paged):
             case.k_log = [rounded(x) for x in case.k_log]
             case.v_log = [rounded(x) for x in case.v_log]
             check(case, out.float().cpu().numpy(), lse.cpu().numpy(), atol=2e-2)
+            if merge:
+                flashattn._C._set_switch(merge, False)
     finally:
-        flashattn._C._set_switch("no_token_fold", saved)
+        for name, was in saved.items():
+            flashattn._C._set_switch(name, was)
 
 
 def test_cuda_graph_capture_chunked_prefill():
