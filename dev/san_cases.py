@@ -238,13 +238,14 @@ def bad_cu_fold_case():
     table = torch.randperm(blocks, device="cuda").to(torch.int32).view(5, 16)
     # Each split-KV merge (cluster, counters, the combine kernel): the partials' rows too.
     for merge in (None, "split_combine_counter", "split_combine_kernel"):
-        if merge:
-            flashattn._C._set_switch(merge, True)
-        flashattn.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 4, 300, causal=True)
-        flashattn.flash_attn_varlen_func(q, kp, vp, cu_q, cu_k, 4, 256, causal=True, block_table=table)
-        torch.cuda.synchronize()
-        if merge:
-            flashattn._C._set_switch(merge, False)
+        was = flashattn._C._set_switch(merge, True) if merge else None
+        try:
+            flashattn.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 4, 300, causal=True)
+            flashattn.flash_attn_varlen_func(q, kp, vp, cu_q, cu_k, 4, 256, causal=True, block_table=table)
+            torch.cuda.synchronize()
+        finally:
+            if merge:
+                flashattn._C._set_switch(merge, was)
     good_q = torch.tensor([0, 1, 4, 5, 9, 12], device="cuda", dtype=torch.int32)
     good_k = torch.tensor([0, 64, 200, 260, 500, 600], device="cuda", dtype=torch.int32)
     out = flashattn.flash_attn_varlen_func(q, k, v, good_q, good_k, 4, 240, causal=True)

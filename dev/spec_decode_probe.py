@@ -9,7 +9,6 @@ eager: CUDA events around each call on an idle GPU, host dispatch included (the 
 the step reads (2 * B * N * Hk * d * 2) / time.
 Usage: python3 dev/spec_decode_probe.py --out X.json"""
 import argparse
-import datetime
 import json
 
 import os
@@ -77,7 +76,6 @@ for b, n in ((1, 4096), (8, 4096), (8, 16384), (32, 8192), (64, 4096)):
             row["cudnn_error"] = str(e)[:200]
         rows.append(row)
         print(" ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()), flush=True)
-env = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "cudnn": torch.backends.cudnn.version(),
-       "date_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+env = bench.environment()  # GPU, versions, date, git state (bench.py's)
 json.dump({"suite": "spec_decode", "repeats": args.repeats, "timing_mode": args.timing, "environment": env,
            "rows": rows}, open(args.out, "w"), indent=1)

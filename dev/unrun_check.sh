@@ -12,10 +12,10 @@
 # Carry [".whl/transformers"] (32 MB, `pip download` here, to-do 22) for test_transformers.
 # Logs and JSON in $OUT/unrun.tar.gz; a short summary printed last. The forward record (two
 # passes, d64-d256 512-16k) is PART=record, a second call:
-#   OUT=$OUT PART=record bash dev/unrun_check.sh
-# which also runs the varlen clamps' A/B (a d128 package with -DFLASHATTN_DEV_NO_VARLEN_CLAMP;
-# dev/varlen_probe.py on sm90, sm80 and with softcap, bench.py d128; ratios clamp / no clamp)
-# and dev/spec_decode_probe.py (the 2-16-token GQA fold against the no_token_fold switch).
+#   OUT=$OUT PART=record bash dev/unrun_check.sh      (~150 s build + 2 x ~100 s, not timed)
+# and the varlen clamps' A/B a third (a d128 package with -DFLASHATTN_DEV_NO_VARLEN_CLAMP;
+# dev/varlen_probe.py on sm90, sm80 and with softcap, bench.py d128; ratios clamp / no clamp):
+#   OUT=$OUT PART=ab bash dev/unrun_check.sh          (~150 s build + 2 passes, not timed)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"; L=/tmp/unrun-logs; mkdir -p $L
@@ -29,14 +29,7 @@ pkg() {  # pkg DIR DTYPES
 }
 
 if [ "${PART:-tests}" = record ]; then
-  # The default package and, for the clamps' A/B (to-do 22), a d128 package without them.
-  ( pkg /tmp/fa-def bf16 >$L/pip-rec.log 2>&1; echo "pip rc=$? $(el)" ) &
-  ( CMAKE_BUILD_PARALLEL_LEVEL=8 python3 -m pip install --no-build-isolation --no-deps -q --target /tmp/fa-noclamp \
-      -Cbuild-dir=build-noclamp -Ccmake.define.FLASHATTN_CUDA_ARCHITECTURES=90 \
-      -Ccmake.define.FLASHATTN_CUDA_HEAD_DIMS=128 -Ccmake.define.FLASHATTN_CUDA_DTYPES=bf16 \
-      -Ccmake.define.CMAKE_CUDA_FLAGS=-DFLASHATTN_DEV_NO_VARLEN_CLAMP . >$L/pip-noclamp.log 2>&1
-    echo "pip noclamp rc=$? $(el)" ) &
-  wait; pack
+  pkg /tmp/fa-def bf16 >$L/pip-rec.log 2>&1; echo "pip rc=$? $(el)"; pack
   for p in 1 2; do
     PYTHONPATH=/tmp/fa-def python3 bench/bench.py --suite full --impls flashattn,sdpa_cudnn --dtypes bf16 \
       --no-backward --head-dims 64,128,256 --seqlens 512,1024,2048,16384 --repeats 30 \
@@ -44,10 +37,23 @@ if [ "${PART:-tests}" = record ]; then
     echo "record pass $p rc=$? $(el)"; pack
   done
   python3 dev/ab_table.py $L/rec-1.json $L/rec-2.json 2>&1 | tail -26
+  pack; exit 0
+fi
+if [ "${PART:-tests}" = ab ]; then
+  # d128 bf16 packages with the clamps (the default code) and without (to-do 22/23).
+  for v in def noclamp; do
+    flags=""; [ $v = noclamp ] && flags=-DFLASHATTN_DEV_NO_VARLEN_CLAMP
+    ( CMAKE_BUILD_PARALLEL_LEVEL=8 python3 -m pip install --no-build-isolation --no-deps -q --target /tmp/fa-$v \
+        -Cbuild-dir=build-ab-$v -Ccmake.define.FLASHATTN_CUDA_ARCHITECTURES=90 \
+        -Ccmake.define.FLASHATTN_CUDA_HEAD_DIMS=128 -Ccmake.define.FLASHATTN_CUDA_DTYPES=bf16 \
+        "-Ccmake.define.CMAKE_CUDA_FLAGS=$flags" . >$L/pip-$v.log 2>&1
+      echo "pip $v rc=$? $(el)" ) &
+  done
+  wait; pack
   # Clamp A/B, two passes in alternating order: varlen packs on sm90 (plain and softcap: the
   # modifier backward whose spills moved) and sm80 (its forward's spills moved), and the dense
   # d128 rows (their kernels share the prologue's SASS changes).
-  if [ -d /tmp/fa-noclamp/flashattn ]; then
+  if [ -d /tmp/fa-noclamp/flashattn ] && [ -d /tmp/fa-def/flashattn ]; then
     for p in 1 2; do
       order="def noclamp"; [ $p = 2 ] && order="noclamp def"
       for v in $order; do
@@ -81,13 +87,6 @@ for kind in ("varlen-sm90", "varlen-sm80", "varlen-cap", "dense"):
             print(f"{kind:12s} {str(key):28s} {name:11s} clamp {a:8.2f} noclamp {b:8.2f} ratio {a / b:.3f}")
 PYAB
   fi
-  # Speculative decoding (2-4 tokens, 32/8 heads): the token fold against no_token_fold and
-  # cuDNN, one process, twice.
-  for p in 1 2; do
-    PYTHONPATH=/tmp/fa-def:dev timeout 120 python3 dev/spec_decode_probe.py --out $L/spec-$p.json >>$L/spec.txt 2>&1
-    echo "spec pass $p rc=$? $(el)"
-  done
-  tail -10 $L/spec.txt
   pack; exit 0
 fi
 
@@ -132,9 +131,6 @@ wait
 grep -E "^\s*[0-9]+/[0-9]+ Test.*(Failed|Timeout|Exception)" $L/ctest-*.log | head -10
 grep -E "^(FAILED|ERROR)" $L/pytest.log | head -10
 pack
-# The 2-16-token GQA fold's payoff (dev/spec_decode_probe.py: fold / no_token_fold / cuDNN).
-PYTHONPATH=/tmp/fa-def:dev timeout 90 python3 dev/spec_decode_probe.py --repeats 20 --out $L/spec-0.json >$L/spec0.txt 2>&1
-echo "spec rc=$? $(el)"; cat $L/spec0.txt | cut -c1-400; pack
 PYTHONPATH=/tmp/fa-def timeout 150 python3 bench/bench.py --suite decode \
   --impls kvcache,kvcache_paged16,varlen_paged16,sdpa_cudnn --out $L/decode.json >$L/bench-decode.txt 2>&1
 echo "decode rc=$? $(el)"

@@ -568,8 +568,8 @@ NB_MODULE(_C, m) {
       "clusters (sm90) in this process (src/core/switches.h).");
   m.def(
       "_token_fold_calls", [] { return fa::detail::token_fold_calls(); },
-      "For tests: how many forward calls of 2-16 query tokens folded their GQA groups into the "
-      "decode tile's rows in this process (src/core/switches.h).");
+      "For tests: how many forward calls folded their GQA groups' (token, query head) pairs into the "
+      "decode tiles' rows (fold_gqa_tokens, 1-16 query tokens) in this process (src/core/switches.h).");
   m.def(
       "_sm90_mask_bits_calls", [] { return fa::detail::sm90_mask_bits_calls(); },
       "For tests: how many sm90 forward calls read attn_mask as packed bits in this process "

@@ -307,13 +307,13 @@ struct ForwardParams : QKVParams {
   // Set by the CUDA launcher for calls with a block mask (either form).
   BlockTilePlan block_tiles;
   // (Below: last, so that the fields above keep their offsets in the kernels' parameter space.)
-  // Set by the CUDA backend when it folds a GQA group of several query tokens into the rows of the
-  // decode tile (sm80/fwd_dispatch.cu fold_gqa_tokens): row r of kernel head h (a KV head) is
+  // Set by the CUDA backend when it folds a GQA group's query tokens (1-16) into the rows of the
+  // decode tiles (sm80/fwd_dispatch.cu fold_gqa_tokens): row r of kernel head h (a KV head) is
   // token r / q_fold of query head h * q_fold + r % q_fold, so rows are not evenly spaced in q
   // and out: their offsets are (r / q_fold) * strides.row + (r % q_fold) * the *_fold_head
   // stride below (the query head's own stride; strides.head then steps a whole group), and the
   // LSE's (r % q_fold) * lse_fold_head + r / q_fold. The mask sees tokens (seqlen_q / q_fold of
-  // them). 1 = rows are rows (the one-token fold keeps evenly spaced rows and 1 here).
+  // them). 1 = rows are rows (fold_gqa_decode's one-token fold keeps evenly spaced rows and 1).
   // seqlen_q then counts rows (max tokens x q_fold) and total_q still counts q's token rows (the
   // clamps of varlen metadata: common/seq_extent.h); the split-KV workspace holds split_rows().
   int32_t q_fold = 1;

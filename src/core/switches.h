@@ -26,10 +26,10 @@ enum class Switch {
   // backward's kFwdSm80 (tests/cpp/test_sparse_cuda.cpp compares the sm90 block-sparse backward
   // with the sm80 one in one process).
   kBwdSm80,
-  // FLASHATTN_DEV_NO_TOKEN_FOLD=1: decode calls of 2-16 query tokens with GQA keep one query
+  // FLASHATTN_DEV_NO_TOKEN_FOLD=1: decode calls of 1-16 query tokens with GQA keep one query
   // head per CTA instead of folding the group's (token, head) pairs into the rows of one KV head
   // (sm80/fwd_dispatch.cu fold_gqa_tokens), so that tests and A/B runs compare the two in one
-  // process.
+  // process. It does not turn off fold_gqa_decode (one token, evenly spaced rows).
   kNoTokenFold,
   kCount,
 };
@@ -53,8 +53,9 @@ void count_native_head_dim_v_backward();
 // (sm80/fwd_launch.h), so that a test can tell that path ran (tests/cpp/test_special.cpp).
 unsigned long long split_cluster_launches();
 void count_split_cluster_launch();
-// Forward calls of 2-16 query tokens whose GQA groups were folded into the decode tile's rows
-// (sm80/fwd_dispatch.cu), so that a test can tell the fold ran.
+// Forward calls whose GQA groups fold_gqa_tokens folded into the decode tiles' rows (1-16 query
+// tokens; one token only where fold_gqa_decode declines: a left window, an LSE head stride other
+// than 1, varlen calls), so that a test can tell the fold ran (sm80/fwd_dispatch.cu).
 unsigned long long token_fold_calls();
 void count_token_fold();
 unsigned long long sm90_forward_calls();

@@ -390,7 +390,7 @@ CUDA_CASES = [
     dict(d=128, snew=1, page_size=256, capacity=1024),
     dict(d=128, snew=2, sq=2, leftpad=[3, 0, 10], seqlens=[20, 5, 40], causal=True, batch_idx=True),
     dict(d=128, h=32, hk=8, snew=1, page_size=16, capacity=4096),
-    # 2-16 query tokens with GQA (folded into decode tiles: 16, 16, 12, 12 and 32 rows).
+    # 2-16 query tokens with GQA (folded into decode tiles: 16, 16, 12, 12, 40 and 32 rows).
     dict(d=128, h=32, hk=8, snew=4, sq=4, causal=True, page_size=16, capacity=1024, seqlens=[0, 3, 900]),
     dict(d=128, h=16, hk=2, snew=2, sq=2, causal=True, capacity=512, window=(20, 0), seqlens=[7, 300, 0]),
     dict(d=128, h=8, hk=2, snew=3, sq=3, causal=True, capacity=256, rotary_dim=64, seqlens=[2, 100, 250]),
@@ -586,7 +586,7 @@ CUDA_SINK_CASES = [
     dict(d=128, h=32, hk=8, snew=1, causal=True, capacity=256, seqlens=[5, 0, 200]),
     dict(d=128, h=8, hk=2, seqlens=[0, 0, 40]),  # sequences without keys: out 0, lse = sink
     dict(d=128, snew=3, sq=3, causal=True, page_size=16, capacity=256, seqlens=[0, 1, 250]),
-    # 2-16 query tokens with GQA: tokens x group rows folded into one KV head's decode tile.
+    # 2-16 query tokens with GQA: tokens x group rows folded into one KV head's decode tiles.
     dict(d=128, h=32, hk=8, snew=4, sq=4, causal=True, page_size=16, capacity=512, seqlens=[0, 3, 500]),
     dict(d=128, h=16, hk=2, snew=2, sq=2, causal=True, capacity=256, seqlens=[1, 0, 240], window=(9, 0)),
     dict(d=128, h=16, hk=2, snew=5, sq=5, causal=True, page_size=16, capacity=256, seqlens=[0, 9, 250]),

@@ -50,7 +50,7 @@ constexpr FwdTile fwd_bias_mask_tile(int head_dim) {
 }
 
 // Decode-shaped forward (at most block_m query rows per (head, batch), e.g. one token, or the
-// query heads of a GQA group folded into rows): the warps share the block_m = 16 rows and split
+// query heads of a GQA group folded into rows; folded tokens may take several such tiles): the warps share the block_m = 16 rows and split
 // each K/V tile's keys between them (FwdTraits::kSplitKeys), merging their partial (O, max, sum)
 // once at the end. The 128-row tile would spend 8x the tensor-core work on rows that do not
 // exist, which bounded the split-KV forward at about 3 TB/s on H200 (0.66x FA2 at batch 8 and

@@ -173,8 +173,8 @@ __device__ __forceinline__ int sink_head(const ForwardParams& p, int head, int64
   return p.sink_fold == 1 ? head : head * p.sink_fold + int(pos % p.sink_fold);
 }
 
-// Where the rows of a decode tile lie when fwd_dispatch folded a GQA group of several query
-// tokens into them (ForwardParams::q_fold > 1): row r is token r / fold of the group's query
+// Where the rows of a decode tile lie when fwd_dispatch folded a GQA group's query tokens (1-16)
+// into them (ForwardParams::q_fold > 1): row r is token r / fold of the group's query
 // head r % fold, so its element offset from the tile's (batch, kv head) origin is
 // (r / fold) * row + (r % fold) * head, and the mask sees token r / fold. fold == 1: rows are
 // rows. Only the decode kernels (FwdTraits::kSplitKeys) read it; the others keep fold 1.

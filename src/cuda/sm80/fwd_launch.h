@@ -174,7 +174,7 @@ Status launch_fwd(const ForwardParams& params_in, cudaStream_t stream) {
 
 // Launches the decode shape (warps split the keys, fwd_decode_tile) when no sequence has more
 // query rows than its 16-row tile or the rows are folded tokens (ForwardParams::q_fold: only
-// the decode kernels place them; 16-256 rows take several tiles), else the row-split tile of
+// the decode kernels place them; more than 16 rows take several tiles), else the row-split tile of
 // fwd_tile.
 template <typename Traits>
 Status run_fwd(const ForwardParams& params, cudaStream_t stream) {
