@@ -634,9 +634,7 @@ def spec_decode_section(files):
         return out
     for path, doc in files:
         extra = (f"causal `flash_attn_with_kvcache`, bf16, d128, 32 query heads over 8 KV heads, {doc.get('repeats', '?')} "
-                 "repeats, " + ("device timing (GPU execution alone)" if doc.get("timing_mode") == "device" else
-                              "eager timing (CUDA events around each call: host dispatch included, so the "
-                              "batch-1 rows are host-bound)") + "; fold = the group's (token, query head) pairs in one KV head's decode tile "
+                 f"repeats, {timing_label(doc)}; fold = the group's (token, query head) pairs in one KV head's decode tile "
                  "(default), unfolded = one query head per CTA (no_token_fold switch); cuDNN = SDPA with enable_gqa "
                  "and no mask on the dense cache (the same bytes; its causal mask is top-left aligned); TB/s = cache "
                  "bytes / time")
