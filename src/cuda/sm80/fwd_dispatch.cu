@@ -65,8 +65,8 @@ static_assert(fwd_decode_tile(128).block_m == kDecodeRows && fwd_decode_tile(256
 // keys once, where unfolded each of the group's query heads reads them (with at most 16 tokens
 // the unfolded call takes one decode tile per query head). So only where that is fewer reads,
 // i.e. tokens <= floor(16 (group - 1) / group): up to 12 tokens at 32/8 heads, 8 with pairs, 14
-// at 64/8; beyond, the fold would change nothing but the split count. Exact under the same conditions as the one-token fold except windows, which the
-// token mask keeps.
+// at 64/8; beyond, the fold would change nothing but the split count. Exact under the same
+// conditions as the one-token fold except windows, which the token mask keeps.
 ForwardParams fold_gqa_tokens(const ForwardParams& p) {
   const int group = p.heads_k > 0 ? p.heads / p.heads_k : 1;
   const int64_t tiles = (int64_t(p.seqlen_q) * group + kDecodeRows - 1) / kDecodeRows;
