@@ -96,8 +96,8 @@ def test_bad_device_cu_seqlens_stay_inside_the_rows(d):
     without a CUDA error, and here, where the clamped sequences still tile the rows, what they
     define is exact attention, forward and backward: over 200 rows, cu = [0, 64, 2^30, 164, 200]
     with max_seqlen 100 is the sequences [0, 64), [64, 164) (cut at max_seqlen), an empty one
-    (from row 2^30 clamped to 200, to 164) and [164, 200). A negative last entry returns without a CUDA error too (its values are
-    undefined: the split-KV combine stops at that entry)."""
+    (from row 2^30 clamped to 200, to 164) and [164, 200). A negative last entry returns without
+    a CUDA error too (its values are undefined: the split-KV combine stops at that entry)."""
     total, h, hk = 200, 4, 2
     g = torch.Generator(device=DEV).manual_seed(45)
     q = torch.randn(total, h, d, generator=g, device=DEV, dtype=torch.bfloat16)

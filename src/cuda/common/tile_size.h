@@ -49,15 +49,16 @@ constexpr FwdTile fwd_bias_mask_tile(int head_dim) {
   return {64, 16, 4};
 }
 
-// Decode-shaped forward (at most block_m query rows per (head, batch), e.g. one token, or the
-// query heads of a GQA group folded into rows; folded tokens may take several such tiles): the warps share the block_m = 16 rows and split
-// each K/V tile's keys between them (FwdTraits::kSplitKeys), merging their partial (O, max, sum)
-// once at the end. The 128-row tile would spend 8x the tensor-core work on rows that do not
-// exist, which bounded the split-KV forward at about 3 TB/s on H200 (0.66x FA2 at batch 8 and
-// 64k-128k keys, bench/results/superseded/h200-2026-11-29-decode-0abcc38.json). Each warp keeps a 16-row O (head_dim
-// / 8 registers) and 16 x block_n / warps scores, so registers are no constraint; block_n is as
-// large as keeps three CTAs (68-72 KB of shared memory) on an sm90 SM, which keeps about 96 KB of
-// K/V copies in flight per SM; the registers are capped to match (168 per thread). At d > 128
+// Decode-shaped forward (at most block_m query rows per (head, batch), e.g. one token, or the query
+// heads of a GQA group folded into rows; folded tokens may take several such tiles): the warps
+// share the block_m = 16 rows and split each K/V tile's keys between them (FwdTraits::kSplitKeys),
+// merging their partial (O, max, sum) once at the end. The 128-row tile would spend 8x the
+// tensor-core work on rows that do not exist, which bounded the split-KV forward at about 3 TB/s on
+// H200 (0.66x FA2 at batch 8 and 64k-128k keys,
+// bench/results/superseded/h200-2026-11-29-decode-0abcc38.json). Each warp keeps a 16-row O
+// (head_dim / 8 registers) and 16 x block_n / warps scores, so registers are no constraint; block_n
+// is as large as keeps three CTAs (68-72 KB of shared memory) on an sm90 SM, which keeps about 96
+// KB of K/V copies in flight per SM; the registers are capped to match (168 per thread). At d > 128
 // the 16-row O alone takes 96-128 registers, so two CTAs. Measured (d128, bf16, H200,
 // bench/results/h200-2026-11-29-decode.json): 3.96-4.48 TB/s from batch 8 or 128k keys on,
 // 1.00x FA2 at batch 8 and 1.6x at batch 64. d64 (256-key tiles) and d256 are unmeasured.
