@@ -27,8 +27,8 @@ has not run yet (no multi-GPU machine); with NCCL set the device of each rank
 ``softcap``, ``window_size`` and ``learnable_sink`` (with its gradient) are taken; dropout,
 ALiBi and varlen are not (the dropout mask and ALiBi depend on global positions; docs/RING.md),
 so they are not parameters here. All ranks must pass the same ``global_seqlen``, ``layout``,
-``causal``, ``window_size`` and shapes: a mismatch between ranks cannot be detected without communicating (gloo
-then aborts on a size mismatch, NCCL may hang).
+``causal``, ``window_size`` and shapes: a mismatch between ranks cannot be detected without
+communicating (gloo then aborts on a size mismatch, NCCL may hang).
 """
 
 from __future__ import annotations

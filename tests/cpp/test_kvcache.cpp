@@ -702,9 +702,9 @@ TEST_P(KVCache, LearnableSinkDecodeGqaPagedAppend) {
 }
 
 // 2-16 query tokens with grouped KV heads (one token: fold_gqa_decode's): the CUDA backend folds
-// the (token, query head) pairs of a group into the rows of one KV head's decode tiles (ForwardParams::q_fold; one tile up to
-// 16 rows, several beyond), so each row must find its own q, out, LSE, mask token and sink,
-// split or not. Groups of 4, 8 and 3, paged and dense, causal, a left window, the append with
+// the (token, query head) pairs of a group into the rows of one KV head's decode tiles
+// (ForwardParams::q_fold; one tile up to 16 rows, several beyond), so each row must find its own
+// q, out, LSE, mask token and sink, split or not. Groups of 4, 8 and 3, paged and dense, causal, a left window, the append with
 // rotary.
 TEST_P(KVCache, GqaTokensFoldedIntoRows) {
   struct Shape {

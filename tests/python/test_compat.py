@@ -1,8 +1,8 @@
 """The flash_attn import alias (flashattn.install_as_flash_attn) and the flash_attn 2.x helpers
 it serves: bert_padding (unpad_input, pad_input, index_first_axis) and layers.rotary
 (apply_rotary_emb, the in-place qkv / kv forms, the RotaryEmbedding module with XPos), checked on
-the CPU against formulas written here (the rotary ones in float64). scripts/flash-attn-tests.sh runs flash_attn's own test file through the alias
-on the GPU."""
+the CPU against formulas written here (the rotary ones in float64). scripts/flash-attn-tests.sh
+runs flash_attn's own test file through the alias on the GPU."""
 
 import sys
 import types
