@@ -10,10 +10,13 @@ alone. --merges times each split count under each split-KV merge (cluster: the d
 Hopper GPU up to 16 splits; counter: the last split CTA, FLASHATTN_SPLIT_COMBINE=counter; kernel:
 the combine kernel), switched in-process and alternated over --passes passes. --page-size P times
 the paged cache instead (flash_attn_with_kvcache with a shuffled block table of P-row pages).
-Writes JSON with --out.
+--tokens T times T causal query tokens per step (speculative decoding; flash_attn_with_kvcache on
+the dense cache too), and --no-fold-too times each split count with the GQA token fold switched
+off as well (no_token_fold; keys suffixed "/nofold"). Writes JSON with --out.
 
     python3 dev/decode_splits.py --shapes 64x4096,8x131072 --splits 0,1,2,3,4,6,8,12 --out $OUT/splits.json
     python3 dev/decode_splits.py --shapes 1x4096 --splits 0,8,16 --merges cluster,counter --passes 2
+    python3 dev/decode_splits.py --shapes 1x4096 --tokens 4 --page-size 16 --splits 0,8,16,32 --no-fold-too
 """
 import argparse
 import contextlib
@@ -48,6 +51,8 @@ def main():
     ap.add_argument("--merges", default="default", help="comma list of default, cluster, counter, kernel")
     ap.add_argument("--passes", type=int, default=1, help="passes over the merges (alternated)")
     ap.add_argument("--page-size", type=int, default=0, help="0: dense K/V; P: a paged cache of P-row pages")
+    ap.add_argument("--tokens", type=int, default=1, help="query tokens per step (causal when > 1)")
+    ap.add_argument("--no-fold-too", action="store_true", help="also time each count with the token fold off")
     ap.add_argument("--out")
     args = ap.parse_args()
 
@@ -58,12 +63,13 @@ def main():
     rows = []
     for shape in args.shapes.split(","):
         b, sk = (int(x) for x in shape.split("x"))
-        q = torch.randn(b, 1, 32, 128, device="cuda", dtype=torch.bfloat16)
+        t = args.tokens
+        q = torch.randn(b, t, 32, 128, device="cuda", dtype=torch.bfloat16)
         k = torch.randn(b, sk, 8, 128, device="cuda", dtype=torch.bfloat16)
         v = torch.randn_like(k)
         out = torch.empty_like(q)
         kv_bytes = 2 * k.numel() * k.element_size()
-        row = {"batch": b, "seqlen_k": sk, "page_size": args.page_size, "by_splits": {}}
+        row = {"batch": b, "seqlen_k": sk, "tokens": t, "page_size": args.page_size, "by_splits": {}}
         if args.page_size:
             ps = args.page_size
             assert sk % ps == 0, "--page-size must divide each seqlen_k"
@@ -76,25 +82,36 @@ def main():
             vc[perm] = v.reshape(pages, ps, 8, 128)
             seqlens = torch.full((b,), sk, dtype=torch.int32, device="cuda")
             del k, v
+        elif t > 1:
+            seqlens = torch.full((b,), sk, dtype=torch.int32, device="cuda")
+        folds = [False, True] if args.no_fold_too else [False]
         for splits in (int(x) for x in args.splits.split(",")):
             if args.page_size:
                 def call():
                     flashattn.flash_attn_with_kvcache(q, kc, vc, cache_seqlens=seqlens, block_table=block_table,
-                                                      num_splits=splits)
+                                                      causal=t > 1, num_splits=splits)
+            elif t > 1:
+                def call():
+                    flashattn.flash_attn_with_kvcache(q, k, v, cache_seqlens=seqlens, causal=True, num_splits=splits)
             else:
                 def call():
                     _lowlevel.forward(q, k, v, out, None, num_splits=splits)
             for p in range(args.passes):
                 for merge in args.merges.split(","):
-                    with merge_switches(merge):
-                        eager = bench.median_ms(call, args.repeats)
-                        graph = bench.graph_median_ms(call, args.repeats)
-                    key = str(splits) if merge == "default" else f"{splits}/{merge}"
-                    row["by_splits"].setdefault(key, []).append(
-                        {"fwd_ms": eager, "fwd_ms_graph": graph, "kv_tb_per_s": kv_bytes / eager / 1e9,
-                         "kv_tb_per_s_graph": kv_bytes / graph / 1e9})
+                    for nofold in folds:
+                        was = flashattn._C._set_switch("no_token_fold", nofold)
+                        try:
+                            with merge_switches(merge):
+                                eager = bench.median_ms(call, args.repeats)
+                                graph = bench.graph_median_ms(call, args.repeats)
+                        finally:
+                            flashattn._C._set_switch("no_token_fold", was)
+                        key = (str(splits) if merge == "default" else f"{splits}/{merge}") + ("/nofold" if nofold else "")
+                        row["by_splits"].setdefault(key, []).append(
+                            {"fwd_ms": eager, "fwd_ms_graph": graph, "kv_tb_per_s": kv_bytes / eager / 1e9,
+                             "kv_tb_per_s_graph": kv_bytes / graph / 1e9})
         rows.append(row)
-        print(f"b{b} sk{sk}{f' page {args.page_size}' if args.page_size else ''}: " + "  ".join(
+        print(f"b{b} sk{sk} t{t}{f' page {args.page_size}' if args.page_size else ''}: " + "  ".join(
             f"s{s} " + ",".join(f"{1e3 * r['fwd_ms']:.1f}/{1e3 * r['fwd_ms_graph']:.1f}" for r in rs)
             for s, rs in row["by_splits"].items()) + "  (us eager/graph per pass; s0 = heuristic)", flush=True)
     if args.out:

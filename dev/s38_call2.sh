@@ -26,6 +26,17 @@ for d in 128 64 256; do
     --repeats 15 --gpu-state --out $L/rec-fa4-d$d.json >$L/bench-d$d.txt 2>&1
   echo "record d$d rc=$? $(el)"; pack
 done
+# Issue 17's open fold row (paged b1 x 4k x 4 tokens 0.96x unfolded): split counts with the fold
+# on and off, dense and 16-row pages, 2 and 4 tokens (dev/decode_splits.py --tokens).
+for t in 4 2; do
+  for ps in 16 0; do
+    PYTHONPATH=/tmp/ab-base timeout 60 python3 dev/decode_splits.py --shapes 1x4096,4x4096 --tokens $t --page-size $ps \
+      --splits 0,4,8,12,16,24,32 --no-fold-too --out $L/splits-t$t-p$ps.json >>$L/splits.txt 2>&1
+    echo "splits t$t p$ps rc=$? $(el)"
+  done
+done
+pack
+cat $L/splits.txt | cut -c1-400
 for d in 128 64 256; do grep -E "^bf16 " $L/bench-d$d.txt | head -14; done
 pack
 echo "done $(el)"
