@@ -11,12 +11,13 @@ Hopper GPU up to 16 splits; counter: the last split CTA, FLASHATTN_SPLIT_COMBINE
 the combine kernel), switched in-process and alternated over --passes passes. --page-size P times
 the paged cache instead (flash_attn_with_kvcache with a shuffled block table of P-row pages).
 --tokens T times T causal query tokens per step (speculative decoding; flash_attn_with_kvcache on
-the dense cache too), and --no-fold-too times each split count with the GQA token fold switched
-off as well (no_token_fold; keys suffixed "/nofold"). Writes JSON with --out.
+the dense cache too), and --switches times each split count under each of the listed
+_C._set_switch switches in turn ("none": the default; e.g. no_token_fold, no_decode_fold; keys
+suffixed "/SWITCH"). Writes JSON with --out.
 
     python3 dev/decode_splits.py --shapes 64x4096,8x131072 --splits 0,1,2,3,4,6,8,12 --out $OUT/splits.json
     python3 dev/decode_splits.py --shapes 1x4096 --splits 0,8,16 --merges cluster,counter --passes 2
-    python3 dev/decode_splits.py --shapes 1x4096 --tokens 4 --page-size 16 --splits 0,8,16,32 --no-fold-too
+    python3 dev/decode_splits.py --shapes 1x4096 --tokens 4 --page-size 16 --splits 0,8,16,32 --switches none,no_token_fold
 """
 import argparse
 import contextlib
@@ -52,7 +53,7 @@ def main():
     ap.add_argument("--passes", type=int, default=1, help="passes over the merges (alternated)")
     ap.add_argument("--page-size", type=int, default=0, help="0: dense K/V; P: a paged cache of P-row pages")
     ap.add_argument("--tokens", type=int, default=1, help="query tokens per step (causal when > 1)")
-    ap.add_argument("--no-fold-too", action="store_true", help="also time each count with the token fold off")
+    ap.add_argument("--switches", default="none", help="comma list: none (the default) or _C._set_switch names")
     ap.add_argument("--out")
     args = ap.parse_args()
 
@@ -84,7 +85,7 @@ def main():
             del k, v
         elif t > 1:
             seqlens = torch.full((b,), sk, dtype=torch.int32, device="cuda")
-        folds = [False, True] if args.no_fold_too else [False]
+        switches = args.switches.split(",")
         for splits in (int(x) for x in args.splits.split(",")):
             if args.page_size:
                 def call():
@@ -98,15 +99,17 @@ def main():
                     _lowlevel.forward(q, k, v, out, None, num_splits=splits)
             for p in range(args.passes):
                 for merge in args.merges.split(","):
-                    for nofold in folds:
-                        was = flashattn._C._set_switch("no_token_fold", nofold)
+                    for switch in switches:
+                        was = None if switch == "none" else flashattn._C._set_switch(switch, True)
                         try:
                             with merge_switches(merge):
                                 eager = bench.median_ms(call, args.repeats)
                                 graph = bench.graph_median_ms(call, args.repeats)
                         finally:
-                            flashattn._C._set_switch("no_token_fold", was)
-                        key = (str(splits) if merge == "default" else f"{splits}/{merge}") + ("/nofold" if nofold else "")
+                            if switch != "none":
+                                flashattn._C._set_switch(switch, was)
+                        key = (str(splits) if merge == "default" else f"{splits}/{merge}") + (
+                            "" if switch == "none" else f"/{switch}")
                         row["by_splits"].setdefault(key, []).append(
                             {"fwd_ms": eager, "fwd_ms_graph": graph, "kv_tb_per_s": kv_bytes / eager / 1e9,
                              "kv_tb_per_s_graph": kv_bytes / graph / 1e9})

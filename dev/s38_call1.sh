@@ -68,6 +68,8 @@ san() {  # pkg tool cases
 if [ "$(left)" -gt 60 ]; then
   pt q2w "64 or 128" &
   pt s1k "128" &
+  ( PYTHONPATH=/tmp/ab-base timeout $(( $(left) - 10 )) python3 -m pytest tests/python/test_kvcache.py -k gqa_tokens_fold \
+      -q -p no:cacheprovider >$L/pytest-fold.log 2>&1; echo "pytest fold (base) rc=$? $(tail -1 $L/pytest-fold.log) $(el)" ) &
   san q2w racecheck fwd_d64_window_tiles_causal,fwd_d128_window_tiles_causal,fwd_d128_short_tiles_causal,fwd_mask_tile &
   san q2w synccheck fwd_d64_window_tiles_causal,fwd_d128_window_tiles_causal &
   san s1k racecheck fwd_d128_window_tiles_causal,fwd_d128_short_tiles &

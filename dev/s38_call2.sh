@@ -31,9 +31,15 @@ done
 for t in 4 2; do
   for ps in 16 0; do
     PYTHONPATH=/tmp/ab-base timeout 60 python3 dev/decode_splits.py --shapes 1x4096,4x4096 --tokens $t --page-size $ps \
-      --splits 0,4,8,12,16,24,32 --no-fold-too --out $L/splits-t$t-p$ps.json >>$L/splits.txt 2>&1
+      --splits 0,4,8,12,16,24,32 --switches none,no_token_fold --out $L/splits-t$t-p$ps.json >>$L/splits.txt 2>&1
     echo "splits t$t p$ps rc=$? $(el)"
   done
+done
+# One token: fold_gqa_decode against the token fold taking its calls (no_decode_fold), alternated.
+for ps in 0 16; do
+  PYTHONPATH=/tmp/ab-base timeout 60 python3 dev/decode_splits.py --shapes 1x4096,8x16384,64x4096 --page-size $ps \
+    --splits 0 --passes 3 --switches none,no_decode_fold --out $L/splits-t1-p$ps.json >>$L/splits.txt 2>&1
+  echo "splits t1 p$ps rc=$? $(el)"
 done
 pack
 cat $L/splits.txt | cut -c1-400

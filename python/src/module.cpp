@@ -514,6 +514,8 @@ NB_MODULE(_C, m) {
           s = d::Switch::kBwdSm80;
         } else if (n == "no_token_fold") {
           s = d::Switch::kNoTokenFold;
+        } else if (n == "no_decode_fold") {
+          s = d::Switch::kNoDecodeFold;
         } else {
           throw nb::value_error(("_set_switch: unknown switch '" + std::string(n) +
                                  "' (split_combine_kernel, split_combine_counter, bwd_single_buffer, fwd_sm80, bwd_sm80, "

@@ -36,6 +36,10 @@ bool from_environment(Switch s) {
       const char* v = std::getenv("FLASHATTN_DEV_NO_TOKEN_FOLD");
       return v != nullptr && v[0] == '1';
     }
+    case Switch::kNoDecodeFold: {
+      const char* v = std::getenv("FLASHATTN_DEV_NO_DECODE_FOLD");
+      return v != nullptr && v[0] == '1';
+    }
     case Switch::kCount:
       break;
   }
@@ -44,8 +48,8 @@ bool from_environment(Switch s) {
 
 // -1: not read yet; 0 off; 1 on. Two threads reading an unread switch at once both read the
 // same environment, so the race is benign.
-std::atomic<int> g_state[kCount] = {-1, -1, -1, -1, -1, -1};
-static_assert(kCount == 6, "one initial state per switch");
+std::atomic<int> g_state[kCount] = {-1, -1, -1, -1, -1, -1, -1};
+static_assert(kCount == 7, "one initial state per switch");
 
 std::atomic<unsigned long long> g_sm90_backward_calls{0};
 std::atomic<unsigned long long> g_native_head_dim_v_backward_calls{0};

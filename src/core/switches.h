@@ -31,6 +31,10 @@ enum class Switch {
   // (sm80/fwd_dispatch.cu fold_gqa_tokens), so that tests and A/B runs compare the two in one
   // process. It does not turn off fold_gqa_decode (one token, evenly spaced rows).
   kNoTokenFold,
+  // FLASHATTN_DEV_NO_DECODE_FOLD=1: one-token calls skip fold_gqa_decode (the group's query heads
+  // as evenly spaced rows), so that fold_gqa_tokens takes them: the dev A/B and the test of
+  // whether the token fold can replace the one-token fold (same rows, same bits expected).
+  kNoDecodeFold,
   kCount,
 };
 

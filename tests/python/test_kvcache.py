@@ -472,7 +472,8 @@ def test_cuda_gqa_tokens_fold(h, hk, sq):
     count, under each split-KV merge (each row's arithmetic is the same); and against K/V
     repeated to one KV head per query head (never folded). Causal, a left window, softcap, splits,
     a paged cache, an e4m3 cache, a sink, q with its heads outermost (rows not evenly spaced in
-    either layout), LSE."""
+    either layout), LSE. One token: the one-token fold against the token fold in its place
+    (no_decode_fold), the same bits."""
     torch = cuda_torch()
     gen = torch.Generator(device="cuda").manual_seed(h * 100 + hk * 10 + sq)
     b, d, cap, page, g = 3, 128, 768, 16, h // hk
@@ -488,7 +489,7 @@ def test_cuda_gqa_tokens_fold(h, hk, sq):
     table = torch.randperm(b * nblk, generator=gen, device="cuda").to(torch.int32).view(b, nblk)
     paged = lambda x: x.reshape(b * nblk, page, x.shape[2], d)[table.view(-1).argsort()].contiguous()  # noqa: E731
     tiles = -(-sq * g // 16)
-    switches = ("no_token_fold", "split_combine_counter", "split_combine_kernel")
+    switches = ("no_token_fold", "no_decode_fold", "split_combine_counter", "split_combine_kernel")
     saved = {name: flashattn._C._set_switch(name, False) for name in switches}
     try:
         for causal, window, softcap in ((False, (-1, -1), 0.0), (True, (-1, -1), 0.0), (True, (37, 0), 0.0),
@@ -523,6 +524,14 @@ def test_cuda_gqa_tokens_fold(h, hk, sq):
                             finally:
                                 flashattn._C._set_switch("no_token_fold", False)
                             assert flashattn._C._token_fold_calls() == folds + int(folded), "under the switch: " + where
+                            alt = None
+                            if sq == 1 and not folded:  # fold_gqa_decode's call: the token fold in its place
+                                flashattn._C._set_switch("no_decode_fold", True)
+                                try:
+                                    alt, alt_lse = call(*pair)
+                                finally:
+                                    flashattn._C._set_switch("no_decode_fold", False)
+                                assert flashattn._C._token_fold_calls() == folds + 1, "no_decode_fold: " + where
                             want, want_lse = call(*rpair)
                         finally:
                             if merge:
@@ -538,6 +547,9 @@ def test_cuda_gqa_tokens_fold(h, hk, sq):
                             assert diff < 1e-2 and lse_diff < 1e-3, where
                         assert (got.float() - want.float()).abs().max().item() < 1e-2, where
                         assert (got_lse - want_lse).abs().max().item() < 1e-3, where
+                        if alt is not None:  # the same rows in the same tiles: the same bits
+                            assert torch.equal(got, alt) and torch.equal(got_lse, alt_lse), \
+                                f"{where}: token fold != one-token fold"
     finally:
         for name, was in saved.items():
             flashattn._C._set_switch(name, was)

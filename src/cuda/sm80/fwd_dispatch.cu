@@ -89,7 +89,7 @@ ForwardParams fold_gqa_tokens(const ForwardParams& p) {
 }
 
 ForwardParams fold_gqa(const ForwardParams& p) {
-  if (p.seqlen_q == 1) {
+  if (p.seqlen_q == 1 && !detail::switch_on(detail::Switch::kNoDecodeFold)) {
     ForwardParams f = fold_gqa_decode(p);
     if (f.sink_fold > 1) return f;  // folded
   }
