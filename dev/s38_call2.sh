@@ -9,7 +9,12 @@ OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"; L=/tmp/s38logs2; mkdir -p $L
 start=$(date +%s)
 el() { echo "[$(( $(date +%s) - start )) s]"; }
 pack() { tar -czf "$OUT/logs2.tar.gz" -C $L . 2>/dev/null; }
-[ -d /tmp/ab-base/flashattn ] || { echo "no base package from call 1"; exit 1; }
+if [ ! -d /tmp/ab-base/flashattn ]; then  # call 1's base build failed on the A/B's extra instantiation
+  rm -f src/cuda/instantiations/sm90fwdshort_hdim128_bf16_window.cu
+  CMAKE_BUILD_PARALLEL_LEVEL=16 python3 -m pip install --no-build-isolation --no-deps -q --target /tmp/ab-base \
+    -Cbuild-dir=build-ab-base -Ccmake.define.FLASHATTN_CUDA_ARCHITECTURES=90 "-Ccmake.define.FLASHATTN_CUDA_HEAD_DIMS=64;128;256" \
+    -Ccmake.define.FLASHATTN_CUDA_DTYPES=bf16 . >$L/pip-base.log 2>&1; echo "pip base rc=$? $(el)"
+fi
 w=/tmp/fa4w
 [ -f $w/cu13.part1 ] || { echo "no first half in $w (machine not call 1's)"; exit 1; }
 cat $w/cu13.part1 .carry/fa4b/cu13.part2 >$w/nvidia_cutlass_dsl_libs_cu13-4.8.1-cp312-cp312-manylinux_2_28_x86_64.whl

@@ -283,7 +283,7 @@ CASES = {
     "fwd_d128_short_tiles_causal": lambda: fwd_case("fwd_d128_short_tiles_causal", 8, 500, 500, 16, 128, True),
     "fwd_d64_short_tiles_causal": lambda: fwd_case("fwd_d64_short_tiles_causal", 8, 1000, 600, 16, 64, True),
     # The window kernels with several tiles per CTA (past the short-rows bound: d64 > 1024 rows,
-    # d128 > 512): the Q2_WINDOW A/B's two Q slots reused across tiles; sq > sk leaves rows without keys.
+    # d128 > 512), the Q slot reused across tiles; sq > sk leaves rows without keys.
     "fwd_d64_window_tiles_causal": lambda: fwd_case("fwd_d64_window_tiles_causal", 4, 2000, 1500, 16, 64, True),
     "fwd_d128_window_tiles_causal": lambda: fwd_case("fwd_d128_window_tiles_causal", 8, 1000, 700, 16, 128, True),
     # d256's short masked rows (64-key blocks) and its backward (the dQ kernel's 16-byte stores).

@@ -432,22 +432,24 @@ TEST_P(Special, SplitKvManySplits) {
 // of each row group (merge_if_last_split; the kSplitCombineCounter switch keeps it on Hopper
 // too); the kSplitCombineKernel switch (core/switches.h) merges them with the combine kernel
 // instead. All add the splits in split order: the same bits, at one query (GQA folded, with a
-// sink), at 7 causal rows (not folded), varlen, with 3, 8 (the largest cluster), 16, 36 (beyond
-// one warp's 32 lanes) and the heuristic's splits; a second call gives the same bits again (the
-// counters were left at zero).
+// sink), at 7 causal rows without GQA (not folded: with 16 / 4 heads the token fold would put
+// them on two row tiles, where no cluster runs), varlen with one query (the token fold), with 3,
+// 8 (the largest cluster), 16, 36 (beyond one warp's 32 lanes) and the heuristic's splits; a
+// second call gives the same bits again (the counters were left at zero).
 TEST_P(Special, FusedSplitCombineMatchesTheCombineKernelBitwise) {
   const Backend backend = GetParam();
   FLASHATTN_SKIP_IF_UNAVAILABLE(backend);
   if (backend != Backend::kCuda) GTEST_SKIP() << "the split-KV combine is a CUDA path";
   struct Case {
-    int seqlen_q, head_dim;
+    int seqlen_q, heads_k, head_dim;
     bool causal, varlen;
     Sink sink;
   };
-  for (const Case& c : {Case{1, 128, false, false, Sink::kRandom}, Case{7, 64, true, false, Sink::kNone},
-                        Case{1, 96, false, true, Sink::kLarge}}) {
+  for (const Case& c : {Case{1, 4, 128, false, false, Sink::kRandom}, Case{7, 16, 64, true, false, Sink::kNone},
+                        Case{1, 4, 96, false, true, Sink::kLarge}}) {
     for (int splits : {3, 8, 16, 36, 0}) {
-      ProblemSpec s = ProblemSpec::dense(DType::kBFloat16, 2, c.seqlen_q, 4600, 16, 4, c.head_dim, c.head_dim);
+      ProblemSpec s =
+          ProblemSpec::dense(DType::kBFloat16, 2, c.seqlen_q, 4600, 16, c.heads_k, c.head_dim, c.head_dim);
       s.causal = c.causal;
       s.sink = c.sink;
       s.num_splits = splits;
@@ -476,9 +478,9 @@ TEST_P(Special, FusedSplitCombineMatchesTheCombineKernelBitwise) {
           EXPECT_EQ(ran_clusters, 0u) << "call " << call << ": the switch did not keep clusters off";
         }
         if (ran && call == 0 && (splits == 3 || splits == 8)) {
-          // Row groups: one query token is folded into the rows of its KV head (batch x heads_k),
-          // the 7-row and varlen cases are not (batch x heads).
-          const long long groups = c.seqlen_q == 1 && !c.varlen ? 2LL * 4 : 2LL * 16;
+          // Row groups, one row tile each: batch x heads_k (one query token folded into the rows
+          // of its KV head, dense or varlen; the 7-row case has no GQA, so heads_k = heads).
+          const long long groups = 2LL * c.heads_k;
           const bool expected = split_clusters_expected(groups * splits);
           EXPECT_EQ(ran_clusters, expected ? 1u : 0u) << "the cluster merge " << (expected ? "did not run" : "ran");
         }

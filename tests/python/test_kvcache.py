@@ -547,9 +547,16 @@ def test_cuda_gqa_tokens_fold(h, hk, sq):
                             assert diff < 1e-2 and lse_diff < 1e-3, where
                         assert (got.float() - want.float()).abs().max().item() < 1e-2, where
                         assert (got_lse - want_lse).abs().max().item() < 1e-3, where
-                        if alt is not None:  # the same rows in the same tiles: the same bits
-                            assert torch.equal(got, alt) and torch.equal(got_lse, alt_lse), \
-                                f"{where}: token fold != one-token fold"
+                        if alt is not None:
+                            # The same rows in the same tiles: the same bits, but for a causal call
+                            # on the e4m3 cache, where the one-token fold drops the (no-op) mask and
+                            # the masked e4m3 kernel has another tile (H200, 2026-12-05).
+                            alt_diff = (got.float() - alt.float()).abs().max().item()
+                            if causal and cache == "e4m3":
+                                assert alt_diff < 1e-2 and (got_lse - alt_lse).abs().max().item() < 1e-3, where
+                            else:
+                                assert torch.equal(got, alt) and torch.equal(got_lse, alt_lse), \
+                                    f"{where}: token fold != one-token fold (out {alt_diff})"
     finally:
         for name, was in saved.items():
             flashattn._C._set_switch(name, was)

@@ -109,13 +109,17 @@ constexpr FwdTile fwd_tile(int head_dim, int head_dim_v, bool windowed) {
 //    (dev/results/h200-2026-12-02-ab-s13-2-*.json). Predicted +10%: not S's latency either.
 constexpr int kFwdShortRowsMaxSeqlen = 1024;
 // The short-rows kernels (FwdShortRowsTraits, the row sums on the tensor cores): d64 with and
-// without a mask up to kFwdShortRowsMaxSeqlen rows, d128 without one up to
+// without a mask up to kFwdShortRowsMaxSeqlen rows, d128 with and without one up to
 // kFwdShortRowsMaxSeqlen128. d128 on them against the 128 x 176 kernel, H200 bf16, two pairs of
 // processes (dev/results/h200-2026-12-02-ab-s13-3-*.json, run-to-run spread 0.3% on the rows both
 // share): +2.4 / +2.2% at 512, -0.6 / -0.3% at 1k; predicted +4-8% at 512 from the loop's
 // instruction count (64 FADD of ~470 per 128-key block).
 // Moving the threshold to 1k with O stored through shared memory and a bulk tensor store (no
 // room for it in the 128 x 176 tile) was measured in s15: 1k -0.3%, so 512 stays (dev/NOTES.md).
+// With two Q slots and the Q first (s38, 2026-12-05, four passes in rotated order with cuDNN in
+// each process, dev/results/h200-2026-12-05-s38-fwd-ab-8149d27.json) 1k rows on the short kernel
+// again moved within the run's noise (unmasked +0.4%, causal +1.7%; rows of unchanged kernels
+// moved up to +1.6%): 512 stays.
 constexpr int kFwdShortRowsMaxSeqlen128 = 512;
 // d256 under a causal or window mask: 128 x 64 (2 stages: 64 + 2 x 64 KB) instead of 128 x 80. The
 // diagonal block of a 128-row tile is two whole 64-key blocks rather than parts of three 80-key
@@ -125,20 +129,9 @@ constexpr int kFwdShortRowsMaxSeqlen128 = 512;
 // -5.0 / -6.4%. So masked launches up to 2048 rows take it; unmasked ones keep 128 x 80.
 constexpr int kFwdShortRowsMaxSeqlen256 = 2048;
 constexpr bool fwd_has_short_rows(int head_dim, int head_dim_v, bool windowed) {
-#if defined(FLASHATTN_DEV_SM90_FWD_SHORT128_MASKED)
-  // dev A/B (s34): masked d128 up to 512 rows on the short-rows kernel too (two Q slots, the Q
-  // first). Needs its instantiation, generated at e7f01dc and not since (an A/B script writes it:
-  // git show e7f01dc:src/cuda/instantiations/sm90fwdshort_hdim128_bf16_window.cu > ...).
-  if (head_dim == 128 && head_dim_v == 128) return true;
-#endif
-  return head_dim == head_dim_v && (head_dim == 64 || (head_dim == 128 && !windowed) || (head_dim == 256 && windowed));
+  return head_dim == head_dim_v && (head_dim == 64 || head_dim == 128 || (head_dim == 256 && windowed));
 }
 constexpr int fwd_short_rows_max_seqlen(int head_dim) {
-#if defined(FLASHATTN_DEV_SM90_FWD_SHORT128_MAX)
-  // dev A/B (s34, not yet run): d128's short rows, masked or not, up to this many rows (1024: with
-  // two Q slots and the Q first, against the 128 x 176 and window kernels at 1k).
-  if (head_dim == 128) return FLASHATTN_DEV_SM90_FWD_SHORT128_MAX;
-#endif
   return head_dim == 128   ? kFwdShortRowsMaxSeqlen128
          : head_dim == 256 ? kFwdShortRowsMaxSeqlen256
                            : kFwdShortRowsMaxSeqlen;
@@ -156,8 +149,10 @@ constexpr int fwd_short_rows_max_seqlen(int head_dim) {
 // tile start, trace) but K first, the short kernel won at causal 512 in four of four passes in
 // rotated order, +2.0% (320-325 against 314-319 TFLOP/s; `dev/results/h200-2026-12-04-s34-qfirst-ab-365d30f.json`;
 // rows of unchanged kernels moved up to +2.5% in those passes, so only just clear of the noise).
-// Not taken yet: with the Q first (the shipped order on the short kernels) it has not run on a
-// GPU; the next A/B is FLASHATTN_DEV_SM90_FWD_SHORT128_MASKED (above).
+// With the Q first (the order of every short kernel), s38's four rotated passes gave +2.3% and
+// +3.4% at causal 512 in two builds that both had it (the ratio to cuDNN 0.958 -> 0.982 / 0.993;
+// dev/results/h200-2026-12-05-s38-fwd-ab-8149d27.json): so masked d128 up to 512 rows takes the
+// short kernel too (the same 128 x 128 tile, two Q slots).
 // The masked d64 short tile: 64 x 64 at three CTAs per SM (above).
 constexpr FwdTile fwd_short_rows_tile(int head_dim, bool windowed) {
   return head_dim == 256 ? FwdTile{2, 64, 2, true}

@@ -40,7 +40,7 @@ struct FwdTraitsBody {
   // tensor cores (kRowSumMma).
   static constexpr bool kShortRows = kShortRows_;
   static_assert(!kShortRows || (fwd_has_short_rows(kHeadDim, kHeadDimV, kMask == MaskMode::kWindow) && !kSparse && !kMods),
-                "the short-rows kernels: d64, d128 without a mask or d256 with one, without score modifiers");
+                "the short-rows kernels: d64, d128, d256 with a mask, without score modifiers");
   // attn_bias (16-bit, q's dtype) and/or attn_mask, no block mask (fwd_kernel.h, "Bias"): the
   // producer copies each (query tile, key tile) tile of the bias with the K tile of its stage
   // (one more bulk tensor copy per 64 keys, on the K stage's "full" barrier) into a slot of the
@@ -119,20 +119,14 @@ struct FwdTraitsBody {
   // with the Q first +4.4% / +1.6% more (4 of 4 passes; -s34-qfirst-ab-365d30f.json), and the
   // traced Q wait at d128 512's tile start fell from 676 to 264 cycles, the tile from 14664 to 14114
   // (-s34-fwd-trace-365d30f.txt against -s33-fwd-trace-843927b.txt; d64 causal 1k's stayed ~200).
-  // Shared memory: d128 short 230496 (masked, the dev A/B: 230536, the tile feed's barriers) of
-  // 232448 bytes; d64 masked short 3 x 58504.
-#if defined(FLASHATTN_DEV_SM90_FWD_Q2_WINDOW)
-  // dev A/B (s34, not yet run): the plain window kernels at d64 / d128, and with them the
-  // attn_mask-only kernels (FwdMaskTraits, the same loop) (d64 causal 2k 0.97x
-  // cuDNN; the d128 window kernel's trace waited ~1600-2000 cycles for Q at its tiles' start)
-  // with two Q slots and the Q first too; they fit (d64 3 x 64 rows: 24 + 24 + 2 x 32 KB, d128
-  // 32 + 32 + 2 x 64 KB); d128 without a mask (128 x 176) and d192 / d256 do not.
-  static constexpr bool kQ2Window = kMask == MaskMode::kWindow && kHeadDim == kHeadDimV && kHeadDim <= 128 &&
-                                    !kSparse && !kBias && !kMods;
-#else
-  static constexpr bool kQ2Window = false;
-#endif
-  static constexpr int kQSlots = kCrossTile || (kShortRows && kHeadDim <= 128) || kQ2Window ? 2 : 1;
+  // Shared memory: d128 short 230496 (masked: 230536, the tile feed's barriers) of 232448 bytes;
+  // d64 masked short 3 x 58504.
+  // On the plain d64 / d128 window kernels (and the attn_mask-only kernels that share their loop)
+  // two Q slots and the Q first fit too (d64 3 x 64 rows: 24 + 24 + 2 x 32 KB, d128 32 + 32 + 2 x
+  // 64 KB) but moved their rows within noise: d64 causal 2k +0.9%, d128 causal 1k / 2k +1.4 /
+  // +0.7%, where rows of unchanged kernels moved up to +1.6% (s38, four rotated passes,
+  // dev/results/h200-2026-12-05-s38-fwd-ab-8149d27.json; the macro that built it is gone).
+  static constexpr int kQSlots = kCrossTile || (kShortRows && kHeadDim <= 128) ? 2 : 1;
   // Beyond the Q and Q barriers fwd_smem_bytes and fwd_smem_bound count (kBarriers has them).
   static constexpr int kExtraQSlots = kQSlots - (kCrossTile ? 2 : 1);
   static constexpr int kExtraQBytes = kExtraQSlots * kTileBytesQ;
@@ -228,7 +222,7 @@ template <typename Element_, int kHeadDim_, MaskMode kMask_, bool kMods_ = false
 struct FwdSparseTraits : FwdTraitsBody<Element_, kHeadDim_, kMask_, kMods_, kHeadDimV_, true> {};
 
 // Short rows (at most fwd_short_rows_max_seqlen queries: 1024 at d64, 512 at d128, 2048 at d256)
-// without score modifiers, d64, d128 without a mask and d256 with one (fwd_tile.h
+// without score modifiers, d64, d128 and d256 with a mask (fwd_tile.h
 // fwd_has_short_rows): at d64/d128 the row sums on the tensor cores (kRowSumMma), at d64 under a
 // causal or window mask the one-consumer 64 x 64 tile at three CTAs per SM, at d256 64-key blocks
 // (fwd_short_rows_tile); sm90fwdshort_hdim{64,128,256}_{dtype}_{window,nomask}.cu.
