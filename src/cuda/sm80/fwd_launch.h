@@ -76,8 +76,16 @@ Status launch_fwd(const ForwardParams& params_in, cudaStream_t stream) {
     // Paged caches keep the heuristic's count (b1 x 4k, 16-row pages: 15.3 us at 8 splits in
     // clusters against 14.3 at 16 by the counters,
     // dev/results/h200-2026-12-04-s30-decode-capped-paged-361c7ce.json: each split's key blocks
-    // cost their page work in turn).
-    const bool cap = chosen && !params.kv.paged() && splits > kMaxSplitCluster && splits <= 2 * kMaxSplitCluster;
+    // cost their page work in turn), but for several query tokens folded into the rows
+    // (fold_gqa_tokens: q_fold > 1 and more rows than the group): there the counters' merge of
+    // whole 16-row tiles costs more than the page work saved. H200, 32 / 8 heads, d128, 16-row
+    // pages, us (dev/results/h200-2026-12-05-s38-decode-splits-fold-8149d27.json): b1 x 4k 4
+    // tokens 21.0 (the heuristic's 16) against 16.6 at 8 in clusters, 2 tokens 17.1 / 16.2;
+    // b4 x 4k 35.8 / 27.4 and 31.0 / 27.2 (the unfolded call's best, 20.1 and 19.7 at b1, kept
+    // the heuristic's count).
+    const bool tokens_folded = params.q_fold > 1 && params.seqlen_q > params.q_fold;
+    const bool cap = chosen && (!params.kv.paged() || tokens_folded) && splits > kMaxSplitCluster &&
+                     splits <= 2 * kMaxSplitCluster;
     const int capped = cap ? kMaxSplitCluster : splits;
     if (capped > 1 && capped <= kMaxSplitCluster && m_blocks == 1) {
       if (sms == 0) {
