@@ -281,6 +281,8 @@ CASES = {
     # tiles on 396, those of the first 400 rows without a key).
     "fwd_d128_short_tiles": lambda: fwd_case("fwd_d128_short_tiles", 8, 500, 500, 16, 128, False),
     "fwd_d128_short_tiles_causal": lambda: fwd_case("fwd_d128_short_tiles_causal", 8, 500, 500, 16, 128, True),
+    # Masked d128 short rows with fewer keys than rows (causal rows without a key; s38's default).
+    "fwd_d128_short_tiles_causal_nokeys": lambda: fwd_case("fwd_d128_short_tiles_causal_nokeys", 8, 500, 300, 16, 128, True),
     "fwd_d64_short_tiles_causal": lambda: fwd_case("fwd_d64_short_tiles_causal", 8, 1000, 600, 16, 64, True),
     # The window kernels with several tiles per CTA (past the short-rows bound: d64 > 1024 rows,
     # d128 > 512), the Q slot reused across tiles; sq > sk leaves rows without keys.

@@ -519,7 +519,7 @@ NB_MODULE(_C, m) {
         } else {
           throw nb::value_error(("_set_switch: unknown switch '" + std::string(n) +
                                  "' (split_combine_kernel, split_combine_counter, bwd_single_buffer, fwd_sm80, bwd_sm80, "
-                                 "no_token_fold)")
+                                 "no_token_fold, no_decode_fold)")
                                     .c_str());
         }
         const bool was = d::switch_on(s);

@@ -545,7 +545,7 @@ TEST(Sm90FwdTile, ShortRowsTileFitsAndDividesTheThreshold) {
 }
 
 // Without a mask d64's short rows keep the three-consumer tile; their kernel differs by the row
-// sums on the tensor cores alone (fwd_traits.h kRowSumMma). d128's (without a mask) take the
+// sums on the tensor cores alone (fwd_traits.h kRowSumMma). d128's (masked or not) take the
 // masked 128 x 128 tile, whose stages fit a ones panel beside each V (kOnesPerStage) and a second
 // Q slot (fwd_traits.h kQSlots): 2 x Q + stages x (K + V + ones).
 TEST(Sm90FwdTile, UnmaskedShortRowsTiles) {
@@ -562,7 +562,9 @@ TEST(Sm90FwdTile, UnmaskedShortRowsTiles) {
   EXPECT_EQ(w.block_n, 128);
   EXPECT_EQ(w.consumers, 2);
   EXPECT_FALSE(w.cross_tile);
-  EXPECT_FALSE(sm90::fwd_has_short_rows(128, 128, true));
+  EXPECT_TRUE(sm90::fwd_has_short_rows(128, 128, true));  // masked d128 too (s38)
+  EXPECT_FALSE(sm90::fwd_has_short_rows(128, 64, true));
+  EXPECT_FALSE(sm90::fwd_has_short_rows(192, 128, true));
   const size_t ones = size_t(w.stages) * w.block_n * 128;    // one 64-column panel per stage
   const size_t q2 = size_t(64 * w.consumers) * 128 * 2 + 16;  // the second Q slot and its barriers
   EXPECT_LE(sm90::fwd_smem_bound(w, 128, 128) + ones + q2, sm90::fwd_smem_limit(w.ctas_per_sm));

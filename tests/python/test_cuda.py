@@ -423,12 +423,15 @@ LONG_SHAPES = [
     dict(b=3, sq=1111, sk=1111, h=16, hk=16, d=64),
     # At most 1024 query rows under a mask: d64's short-rows tile (sm90/fwd_tile.h).
     dict(b=3, sq=1000, sk=1250, h=16, hk=4, d=64),
-    # The short-rows kernels at several tiles per CTA on an H200: d128 unmasked up to 512 rows
-    # (512 tiles of 128 rows), d64 masked (2048 tiles of 64 rows, the causal ones of the first 400
-    # rows without a key); d128 with GQA and more keys than rows (masked: the window kernel).
+    # The short-rows kernels at several tiles per CTA on an H200: d128 up to 512 rows (512 tiles of
+    # 128 rows), d64 masked (2048 tiles of 64 rows, the causal ones of the first 400 rows without a
+    # key); d128 with GQA and more keys than rows, and with fewer (causal rows without a key).
     dict(b=8, sq=500, sk=500, h=16, hk=16, d=128),
     dict(b=8, sq=1000, sk=600, h=16, hk=4, d=64),
     dict(b=3, sq=300, sk=450, h=16, hk=4, d=128),
+    dict(b=4, sq=480, sk=300, h=16, hk=8, d=128),
+    # d128 past 512 rows under a mask: the window kernel, several tiles per CTA.
+    dict(b=4, sq=700, sk=900, h=16, hk=4, d=128),
     # Masked d256 up to 2048 query rows takes 64-key blocks (the short-rows kernel), beyond it 80.
     dict(b=2, sq=777, sk=600, h=16, hk=8, d=256),
     dict(b=1, sq=2100, sk=2300, h=8, hk=4, d=256),

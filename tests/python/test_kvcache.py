@@ -549,10 +549,11 @@ def test_cuda_gqa_tokens_fold(h, hk, sq):
                         assert (got_lse - want_lse).abs().max().item() < 1e-3, where
                         if alt is not None:
                             # The same rows in the same tiles: the same bits, but for a causal call
-                            # on the e4m3 cache, where the one-token fold drops the (no-op) mask and
-                            # the masked e4m3 kernel has another tile (H200, 2026-12-05).
+                            # without softcap on the e4m3 cache, where the one-token fold drops the
+                            # (no-op) mask and the masked e4m3 kernel has 128 keys per tile against
+                            # 256 (with softcap both have 128; H200, 2026-12-05).
                             alt_diff = (got.float() - alt.float()).abs().max().item()
-                            if causal and cache == "e4m3":
+                            if causal and cache == "e4m3" and softcap == 0.0:
                                 assert alt_diff < 1e-2 and (got_lse - alt_lse).abs().max().item() < 1e-3, where
                             else:
                                 assert torch.equal(got, alt) and torch.equal(got_lse, alt_lse), \

@@ -36,7 +36,7 @@ bool takes_mask_kernel(const ForwardParams& p) {
   return p.mask.defined() && !p.bias.defined() && p.softcap <= 0.0f && p.alibi == nullptr;
 }
 // Whether a call without bias, masks or block masks takes the short-rows kernels
-// (FwdShortRowsTraits: d64 masked or not, d128 unmasked, d256 masked): the dispatch below, and the tile whose
+// (FwdShortRowsTraits: d64 and d128 masked or not, d256 masked): the dispatch below, and the tile whose
 // CTAs fwd_declines' split heuristic counts. The conditions are by_mask's (variants.h) for the
 // instantiations without score modifiers.
 bool takes_short_rows(const ForwardParams& p) {

@@ -811,7 +811,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kCtasPerSm) fwd_kern
         ++it;
       } else {
         // With two Q slots and no cross-tile pipeline (the short-rows kernels of masked d64 and of
-        // unmasked d128; unmasked d64's run the cross-tile pipeline and keep K first) the
+        // d128; unmasked d64's run the cross-tile pipeline and keep K first) the
         // slot this Q takes freed a whole tile ago: the Q goes first, not after the first K's wait
         // for its stage. H200 bf16, four passes in rotated order against K first, same processes
         // as cuDNN (dev/results/h200-2026-12-04-s34-qfirst-ab-365d30f.json): d128 512 +4.4% (4 of 4

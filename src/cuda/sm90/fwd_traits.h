@@ -40,7 +40,7 @@ struct FwdTraitsBody {
   // tensor cores (kRowSumMma).
   static constexpr bool kShortRows = kShortRows_;
   static_assert(!kShortRows || (fwd_has_short_rows(kHeadDim, kHeadDimV, kMask == MaskMode::kWindow) && !kSparse && !kMods),
-                "the short-rows kernels: d64, d128, d256 with a mask, without score modifiers");
+                "the short-rows kernels: d64 and d128 masked or not, d256 masked; no score modifiers");
   // attn_bias (16-bit, q's dtype) and/or attn_mask, no block mask (fwd_kernel.h, "Bias"): the
   // producer copies each (query tile, key tile) tile of the bias with the K tile of its stage
   // (one more bulk tensor copy per 64 keys, on the K stage's "full" barrier) into a slot of the
@@ -159,8 +159,8 @@ struct FwdTraitsBody {
   //    -2.1/-2.9% at 16k (the tensor cores bound the longer rows);
   //  - the short-rows tile (masked): +2.6/+3.2% at 512, +0.3/+0.9% at 1k;
   //  - the three-consumer masked tile: +2.1/+2.5% at 2k, -0.1/+0.4% at 4k, -2.0/-0.2% at 16k.
-  // So d64 takes it up to 1024 rows, masked or not (FwdShortRowsTraits), and d128 without a mask up
-  // to 512 (fwd_tile.h kFwdShortRowsMaxSeqlen128: +2.3% there). Not pinned (kPinSoftmax stores the
+  // So d64 takes it up to 1024 rows, masked or not (FwdShortRowsTraits), and d128 up to 512
+  // (fwd_tile.h kFwdShortRowsMaxSeqlen128: +2.3% there unmasked; masked since s38). Not pinned (kPinSoftmax stores the
   // row sums; the pin gained 0-2% at d64).
   // The ones must sit where the product's N = head_dim_v..+7 reads: at d64 the leading offset can
   // point each stage's one V panel at a single shared panel after the ring (kOnesBytes); with two
