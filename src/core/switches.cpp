@@ -9,41 +9,29 @@ namespace {
 
 constexpr int kCount = static_cast<int>(Switch::kCount);
 
+// Each switch's environment variable and the value that turns it on (nullptr: any value that
+// starts with '1'), in Switch order.
+struct EnvRule {
+  const char* variable;
+  const char* value;
+};
+constexpr EnvRule kEnvRules[] = {
+    {"FLASHATTN_SPLIT_COMBINE", "kernel"},          // kSplitCombineKernel
+    {"FLASHATTN_SPLIT_COMBINE", "counter"},         // kSplitCombineCounter
+    {"FLASHATTN_DEV_BWD_SINGLE_BUFFER", nullptr},   // kBwdSingleBuffer
+    {"FLASHATTN_DEV_FWD_SM80", nullptr},            // kFwdSm80
+    {"FLASHATTN_DEV_BWD_SM80", nullptr},            // kBwdSm80
+    {"FLASHATTN_DEV_NO_TOKEN_FOLD", nullptr},       // kNoTokenFold
+    {"FLASHATTN_DEV_NO_DECODE_FOLD", nullptr},      // kNoDecodeFold
+};
+static_assert(sizeof(kEnvRules) / sizeof(kEnvRules[0]) == kCount, "one environment rule per switch");
+
 // What the environment says, read at the switch's first use.
 bool from_environment(Switch s) {
-  switch (s) {
-    case Switch::kSplitCombineKernel: {
-      const char* v = std::getenv("FLASHATTN_SPLIT_COMBINE");
-      return v != nullptr && std::strcmp(v, "kernel") == 0;
-    }
-    case Switch::kSplitCombineCounter: {
-      const char* v = std::getenv("FLASHATTN_SPLIT_COMBINE");
-      return v != nullptr && std::strcmp(v, "counter") == 0;
-    }
-    case Switch::kBwdSingleBuffer: {
-      const char* v = std::getenv("FLASHATTN_DEV_BWD_SINGLE_BUFFER");
-      return v != nullptr && v[0] == '1';
-    }
-    case Switch::kFwdSm80: {
-      const char* v = std::getenv("FLASHATTN_DEV_FWD_SM80");
-      return v != nullptr && v[0] == '1';
-    }
-    case Switch::kBwdSm80: {
-      const char* v = std::getenv("FLASHATTN_DEV_BWD_SM80");
-      return v != nullptr && v[0] == '1';
-    }
-    case Switch::kNoTokenFold: {
-      const char* v = std::getenv("FLASHATTN_DEV_NO_TOKEN_FOLD");
-      return v != nullptr && v[0] == '1';
-    }
-    case Switch::kNoDecodeFold: {
-      const char* v = std::getenv("FLASHATTN_DEV_NO_DECODE_FOLD");
-      return v != nullptr && v[0] == '1';
-    }
-    case Switch::kCount:
-      break;
-  }
-  return false;
+  const EnvRule& rule = kEnvRules[static_cast<int>(s)];
+  const char* v = std::getenv(rule.variable);
+  if (v == nullptr) return false;
+  return rule.value != nullptr ? std::strcmp(v, rule.value) == 0 : v[0] == '1';
 }
 
 // -1: not read yet; 0 off; 1 on. Two threads reading an unread switch at once both read the
