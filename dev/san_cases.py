@@ -12,8 +12,8 @@ backward (two kernels) at d128, and the forward
 with attn_mask alone (the mask tile), with a key-padding mask, and attn_bias with attn_mask (the
 mask as bits) at d64 and d128, and the backward with attn_bias and dbias (d128 causal, d64 key
 padding), and the block-sparse backward at d64 and d128 (more tiles than SMs, tiles without a
-step), and paged K/V in varlen calls (the sm80-class cache kernels), and device cu_seqlens out of every
-bound (the kernels' clamps). Needs a GPU and torch."""
+step), and paged K/V in varlen calls (the sm80-class cache kernels and the sm90 cache kernel), and
+device cu_seqlens out of every bound (the kernels' clamps). Needs a GPU and torch."""
 import argparse
 import sys
 
@@ -139,10 +139,12 @@ def sparse_case(name, n, h, d, bs=64, density=0.4):
     return ok
 
 
-def paged_varlen_case(name, seqlens_q, seqlens_k, h=8, hk=2, d=128, page=16):
-    """flash_attn_varlen_func with block_table (the KV-cache kernels, sm80-class): shuffled
-    16-row pages, GQA, causal, against float32 attention on the gathered keys, sequence by
-    sequence."""
+def paged_varlen_case(name, seqlens_q, seqlens_k, h=8, hk=2, d=128, page=16, sm90=False):
+    """flash_attn_varlen_func with block_table (the KV-cache kernels, sm80-class; sm90: the sm90
+    cache kernel under its switch; its grids need enough query tiles that the split heuristic
+    does not leave them to sm80): shuffled 16-row pages, GQA, causal, NaN in every
+    page row past a sequence's keys (no kernel may read them), against float32 attention on the
+    gathered keys, sequence by sequence."""
     b = len(seqlens_q)
     blocks = [-(-n // page) for n in seqlens_k]
     perm = torch.randperm(sum(blocks), device="cuda").to(torch.int32)
@@ -152,11 +154,25 @@ def paged_varlen_case(name, seqlens_q, seqlens_k, h=8, hk=2, d=128, page=16):
         table[i, :nb] = perm[at:at + nb]
         at += nb
     kp, vp = rnd(sum(blocks), page, hk, d), rnd(sum(blocks), page, hk, d)
+    for i, nb in enumerate(blocks):
+        if nb and seqlens_k[i] % page:
+            last = int(table[i, nb - 1])
+            kp[last, seqlens_k[i] % page:] = float("nan")
+            vp[last, seqlens_k[i] % page:] = float("nan")
     cu_q = torch.tensor([0] + seqlens_q, device="cuda").cumsum(0).to(torch.int32)
     cu_k = torch.tensor([0] + seqlens_k, device="cuda").cumsum(0).to(torch.int32)
     q = rnd(int(cu_q[-1]), h, d)
-    out = flashattn.flash_attn_varlen_func(q, kp, vp, cu_q, cu_k, max(seqlens_q), max(seqlens_k), causal=True,
-                                           block_table=table)
+    was = flashattn._C._set_switch("sm90_cache", sm90)
+    try:
+        calls = flashattn._C._sm90_forward_calls()
+        out = flashattn.flash_attn_varlen_func(q, kp, vp, cu_q, cu_k, max(seqlens_q), max(seqlens_k), causal=True,
+                                               block_table=table)
+        torch.cuda.synchronize()
+        if sm90 and flashattn._C._sm90_forward_calls() == calls:
+            print(f"{name}: did not run on the sm90 cache kernel FAIL", flush=True)
+            return False
+    finally:
+        flashattn._C._set_switch("sm90_cache", was)
     ok = True
     for i in range(b):
         rows = table[i, :blocks[i]].long()
@@ -315,6 +331,12 @@ CASES = {
     # and a chunked prefill among decode rows (the 128-row tile).
     "paged_varlen_decode": lambda: paged_varlen_case("paged_varlen_decode", [1] * 6, [4000, 1, 17, 900, 2048, 33]),
     "paged_varlen_prefill": lambda: paged_varlen_case("paged_varlen_prefill", [1, 300, 1], [517, 800, 33]),
+    # The sm90 cache kernel (switch sm90_cache): a chunked prefill among decode rows, and one at
+    # 64-row pages with more key blocks (> 8) than the ring has stages.
+    "paged_varlen_prefill_sm90": lambda: paged_varlen_case("paged_varlen_prefill_sm90", [1, 700, 1], [517, 900, 33],
+                                                           h=32, hk=8, sm90=True),
+    "paged_varlen_prefill_sm90_p64": lambda: paged_varlen_case("paged_varlen_prefill_sm90_p64", [600, 129, 2],
+                                                               [1500, 129, 70], h=32, hk=8, page=64, sm90=True),
     "decode_tokens_fold": lambda: token_fold_case("decode_tokens_fold"),
     "decode_tokens_fold_g7": lambda: token_fold_case("decode_tokens_fold_g7", h=28, hk=4, sq=2),
     "decode_tokens_fold_2tiles": lambda: token_fold_case("decode_tokens_fold_2tiles", h=64, hk=8, sq=5),

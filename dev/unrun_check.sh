@@ -1,16 +1,24 @@
 #!/usr/bin/env bash
 # GPU machine (device tool): what the default has not had on a GPU. The default part is s38's
-# (dev/NOTES.md to-do 24 (0); s36's list, which ran in s37, is in git history): one call of
-# ~5-7 min (not timed), a C++ build (64;128;256, fp16 and bf16, tests) and a package (the same)
-# concurrently; then
+# and s39's (dev/NOTES.md to-do 24 (0) and 25; s36's list, which ran in s37, is in git history):
+# one call of ~7-9 min (not timed), a C++ build (64;128;256, fp16 and bf16, tests) and a package
+# (the same) concurrently; then
 #   - ctest of s38's two test fixes (FusedSplitCombine, Sm90BackwardRunsUnpaddedAt192_128), the
-#     layout test and GqaTokensFoldedIntoRows, under sm90 and auto, with --output-on-failure;
-#   - pytest: test_kvcache -k gqa_tokens_fold (the one-token fold against the token fold),
-#     test_cuda / test_sink -k 128 under sm90 in both dtypes (masked d128 short rows' first fp16
-#     run, the new LONG_SHAPES: short rows without keys, the window kernel past 512 rows);
-#   - compute-sanitizer synccheck / racecheck of the masked d128 short kernel's tile cases;
+#     layout test and GqaTokensFoldedIntoRows, and s39's sm90 cache kernel (KVCacheSm90.*,
+#     PagedVarlen.ChunkedPrefillOnTheSm90CacheKernel: the switch flipped in-process), under sm90
+#     and auto, with --output-on-failure;
+#   - pytest: test_kvcache -k "gqa_tokens_fold or sm90_cache" (the one-token fold against the
+#     token fold; the cache kernel against the CPU backend, the reference and the sm80 kernels),
+#     test_paged_varlen, test_cuda / test_sink -k 128 under sm90 in both dtypes (masked d128
+#     short rows' first fp16 run, the new LONG_SHAPES: short rows without keys, the window kernel
+#     past 512 rows);
+#   - compute-sanitizer synccheck / racecheck of the masked d128 short kernel's tile cases, and
+#     memcheck / racecheck / synccheck of the sm90 cache kernel (paged_varlen_prefill_sm90*:
+#     NaN in every page row past a sequence, cp.async rows, arrive.noinc barriers);
 #   - dev/spec_decode_probe.py: the paged split cap for folded steps (predicted: paged b1 x 4k x 4
-#     tokens 21.0 -> ~16.6 us, against bench/results/h200-2026-12-05-spec-decode-bf8e838.json).
+#     tokens 21.0 -> ~16.6 us, against bench/results/h200-2026-12-05-spec-decode-bf8e838.json);
+#   - dev/cache_prefill_probe.py: the cache kernel against the sm80 cache kernels and the packed
+#     sm90 forward on prefill chunks (dev/NOTES.md "The sm90 cache kernel": predictions).
 # Logs in $OUT/unrun.tar.gz, a short summary printed last. dev/fwd_regress_ab.sh (to-do 24 (00))
 # is a call of its own, and the varlen clamps' A/B another (a d128 package with
 # -DFLASHATTN_DEV_NO_VARLEN_CLAMP; dev/varlen_probe.py on sm90, sm80 and with softcap, bench.py
@@ -87,12 +95,16 @@ wait
 pack
 for path in sm90 auto; do
   ( FLASHATTN_CUDA_PATH=$path timeout 200 ctest --test-dir build-gpu -j 4 --output-on-failure \
-      -R "FusedSplitCombine|Sm90BackwardRunsUnpaddedAt192_128|Sm90FwdTile|GqaTokensFolded" >$L/ctest-$path.log 2>&1
+      -R "FusedSplitCombine|Sm90BackwardRunsUnpaddedAt192_128|Sm90FwdTile|GqaTokensFolded|KVCacheSm90|OnTheSm90CacheKernel" \
+      >$L/ctest-$path.log 2>&1
     echo "ctest $path rc=$? $(grep -E 'tests passed|tests failed' $L/ctest-$path.log) $(el)" ) &
 done
 ( export PYTHONPATH=/tmp/fa-def FLASHATTN_CUDA_PATH=sm90
-  timeout 300 python3 -m pytest tests/python/test_kvcache.py -k gqa_tokens_fold -q -p no:cacheprovider >$L/pytest-fold.log 2>&1
-  echo "pytest fold rc=$? $(tail -1 $L/pytest-fold.log) $(el)"
+  timeout 300 python3 -m pytest tests/python/test_kvcache.py -k "gqa_tokens_fold or sm90_cache" -q -p no:cacheprovider \
+    >$L/pytest-fold.log 2>&1
+  echo "pytest fold, sm90 cache rc=$? $(tail -1 $L/pytest-fold.log) $(el)"
+  timeout 200 python3 -m pytest tests/python/test_paged_varlen.py -q -p no:cacheprovider >$L/pytest-paged.log 2>&1
+  echo "pytest paged varlen rc=$? $(tail -1 $L/pytest-paged.log) $(el)"
   timeout 300 python3 -m pytest tests/python/test_cuda.py tests/python/test_sink.py -k "128" -q -p no:cacheprovider \
     >$L/pytest-128.log 2>&1
   echo "pytest -k 128 (sm90, both dtypes) rc=$? $(tail -1 $L/pytest-128.log) $(el)" ) &
@@ -101,11 +113,19 @@ done
     timeout 200 compute-sanitizer --tool $tool python3 dev/san_cases.py \
       --only fwd_d128_short_tiles_causal,fwd_d128_short_tiles_causal_nokeys,fwd_d128_window_tiles_causal >$L/san-$tool.log 2>&1
     echo "$tool rc=$? $(grep -E 'SUMMARY|FAIL' $L/san-$tool.log | tr '\n' ' ') $(el)"
+  done
+  for tool in memcheck racecheck synccheck; do
+    timeout 200 compute-sanitizer --tool $tool python3 dev/san_cases.py \
+      --only paged_varlen_prefill_sm90,paged_varlen_prefill_sm90_p64 >$L/san-cache-$tool.log 2>&1
+    echo "cache kernel $tool rc=$? $(grep -E 'SUMMARY|FAIL|did not run' $L/san-cache-$tool.log | tr '\n' ' ') $(el)"
   done ) &
 wait
 grep -E "Failed|FAILED|Error" $L/ctest-*.log $L/pytest-*.log | head -12
 pack
 PYTHONPATH=/tmp/fa-def:dev timeout 150 python3 dev/spec_decode_probe.py --out $L/spec-decode.json >$L/spec.txt 2>&1
 echo "spec decode rc=$? $(el)"; tail -14 $L/spec.txt
+pack
+OUT=$L PYTHONPATH=/tmp/fa-def timeout 150 python3 dev/cache_prefill_probe.py >$L/cache-prefill.txt 2>&1
+echo "cache prefill probe rc=$? $(el)"; tail -4 $L/cache-prefill.txt | cut -c1-400
 pack
 echo "done $(el)"

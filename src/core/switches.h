@@ -35,6 +35,11 @@ enum class Switch {
   // as evenly spaced rows), so that fold_gqa_tokens takes them: the dev A/B and the test of
   // whether the token fold can replace the one-token fold (same rows, same bits expected).
   kNoDecodeFold,
+  // FLASHATTN_DEV_SM90_CACHE=1: KV-cache calls of prefill shape (forward_kvcache, varlen calls
+  // with a block table; sm90/fwd.h fwd_cache_declines) run on the sm90 cache kernel instead of
+  // the sm80 cache kernels on a Hopper GPU. Off by default until the kernel has run on a GPU
+  // (written in s39 without one; dev/NOTES.md "The sm90 cache kernel").
+  kSm90Cache,
   kCount,
 };
 

@@ -633,6 +633,21 @@ Status run_kvcache(const ForwardParams& p, cudaStream_t stream) {
   // Sequences with no row to attend to (an empty cache included) are the kernels' empty key
   // ranges: out 0 and LSE -inf, or the sink's (SEMANTICS.md).
   if (cuda::mla::is_mla_shape(p)) return cuda::mla::dispatch_decode(attend, stream);
+#if defined(FLASHATTN_CUDA_SM90)
+  // Prefill-shaped calls on the sm90 cache kernel (detail::Switch::kSm90Cache, off by default
+  // until it has run on a GPU); decode shapes, FP8 caches and the rest on the sm80 cache kernels.
+  if (detail::switch_on(detail::Switch::kSm90Cache) && cuda_path() != CudaPath::kSm80 &&
+      cuda::sm90::fwd_cache_declines(attend).empty()) {
+    int major = 0;
+    FLASHATTN_CUDA_TRY(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, p.device.index));
+    if (major == 9) {
+      // NotSupported: nothing was launched (q the copy engine cannot describe): the sm80 kernels.
+      Status s = cuda::sm90::dispatch_fwd_cache(attend, stream);
+      if (s.ok()) detail::count_sm90_forward();
+      if (s.code() != StatusCode::kNotSupported) return s;
+    }
+  }
+#endif
   return cuda::dispatch_fwd_kvcache(attend, stream);
 }
 

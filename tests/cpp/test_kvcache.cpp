@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "core/params.h"
+#include "core/switches.h"
 #include "flashattn/c_api.h"
 #include "test_util.h"
 
@@ -834,6 +835,122 @@ TEST(KVCacheCpuVsCuda, SameInputs) {
   for (size_t i = 0; i < cpu.out.size(); ++i) worst = std::max(worst, std::abs(cpu.out[i] - gpu.out[i]));
   EXPECT_LE(worst, 8 * unit_roundoff(kc.dtype));
 }
+
+// ---- the sm90 cache kernel (prefill shapes on a Hopper GPU) ---------------------------------
+
+// Prefill-shaped calls (at least a 128-row tile of queries per sequence) with the sm90 cache
+// kernel switched on, against the fp64 reference: dense and paged caches (page sizes 1 to 256,
+// shuffled pages), ragged cache lengths with sequences shorter than the query count (causal rows
+// with no key: out 0, lse -inf), an append with rotary, left padding and cache_batch_idx, GQA,
+// windows, softcap, ALiBi and sinks, head dims 64 / 128 / 256 and both 16-bit dtypes. Each call
+// must have run on the sm90 kernel where sm90_cache_expected(); the same call with the switch off
+// (the sm80 cache kernels) meets the criterion too and agrees with it within the criterion's
+// own scale.
+struct Sm90CacheCase {
+  std::string name;
+  KVCase kc;
+};
+
+std::vector<Sm90CacheCase> sm90_cache_cases() {
+  std::vector<Sm90CacheCase> cases;
+  const auto prefill = [](int seqlen_q) {
+    KVCase kc;
+    kc.num_splits = 1;  // these grids are small: the split heuristic would leave them to sm80
+    kc.seqlen_q = seqlen_q;
+    kc.capacity = 512;
+    kc.cache_seqlens = {300, 0, 129, 511 - seqlen_q};
+    return kc;
+  };
+  {
+    KVCase kc = prefill(128);
+    cases.push_back({"dense_full", kc});
+    kc.causal = true;
+    cases.push_back({"dense_causal", kc});
+  }
+  for (int page : {1, 16, 64, 256}) {
+    KVCase kc = prefill(160);
+    kc.page_size = page;
+    kc.causal = true;
+    kc.seqlen_new = 160;  // append the chunk, then attend to it and the cache before it
+    kc.cache_seqlens = {200, 0, 37, 351 - 160 + 1};
+    kc.rotary_dim = 64;
+    cases.push_back({"paged" + std::to_string(page) + "_append_rotary_causal", kc});
+  }
+  {
+    KVCase kc = prefill(130);
+    kc.cache_seqlens = {140, 300, 90};
+    kc.leftpad = {7, 0, 90};  // the last sequence attends to the appended rows only
+    kc.batch_idx = true;
+    kc.seqlen_new = 130;
+    kc.causal = true;
+    kc.rotary_dim = 128;
+    kc.rotary_interleaved = false;
+    cases.push_back({"leftpad_batch_idx", kc});
+  }
+  {
+    KVCase kc = prefill(200);
+    kc.heads = 8;
+    kc.heads_k = 1;
+    kc.page_size = 16;
+    kc.window_left = 100;
+    kc.window_right = 20;
+    kc.softcap = 15.0f;
+    kc.alibi = true;
+    kc.sink = {0.5f, -1.0f, 2.0f, -INFINITY, 0.0f, 1.0f, -0.5f, 3.0f};
+    cases.push_back({"gqa_window_softcap_alibi_sink", kc});
+  }
+  for (int d : {64, 256}) {
+    KVCase kc = prefill(192);
+    kc.head_dim = kc.head_dim_v = d;
+    kc.page_size = 64;
+    kc.causal = true;
+    cases.push_back({"paged_causal_d" + std::to_string(d), kc});
+  }
+  {
+    KVCase kc = prefill(256);
+    kc.dtype = DType::kFloat16;
+    kc.page_size = 16;
+    cases.push_back({"paged_fp16", kc});
+  }
+  return cases;
+}
+
+class KVCacheSm90 : public testing::TestWithParam<size_t> {};
+
+TEST_P(KVCacheSm90, MatchesTheReferenceAndTheSm80Kernels) {
+  const Sm90CacheCase c = sm90_cache_cases()[GetParam()];
+  SCOPED_TRACE(c.name);
+  // The case itself on the CPU backend first (so that it is checked to be a valid call whose
+  // reference the CPU meets everywhere, GPU or not).
+  const KVOutcome cpu = run_case(Backend::kCpu, c.kc, true);
+  ASSERT_TRUE(cpu.status.ok());
+  if (!backend_available(Backend::kCuda)) GTEST_SKIP() << "no CUDA device";
+  KVOutcome runs[2];
+  for (bool sm90 : {false, true}) {
+    ScopedSwitch on(detail::Switch::kSm90Cache, sm90);
+    const unsigned long long before = detail::sm90_forward_calls();
+    runs[sm90] = run_case(Backend::kCuda, c.kc, true);
+    if (runs[sm90].skipped) GTEST_SKIP() << runs[sm90].skip_reason;
+    ASSERT_TRUE(runs[sm90].status.ok());
+    const unsigned long long ran = detail::sm90_forward_calls() - before;
+    EXPECT_EQ(ran, sm90 && sm90_cache_expected() ? 1u : 0u) << (sm90 ? "switch on" : "switch off");
+  }
+  ASSERT_EQ(runs[0].out.size(), runs[1].out.size());
+  double worst = 0.0;
+  for (size_t i = 0; i < runs[0].out.size(); ++i) worst = std::max(worst, std::abs(runs[0].out[i] - runs[1].out[i]));
+  EXPECT_LE(worst, 8 * unit_roundoff(c.kc.dtype));
+  for (size_t i = 0; i < runs[0].lse.size(); ++i) {
+    const double a = runs[0].lse[i], b = runs[1].lse[i];
+    if (std::isinf(a) || std::isinf(b)) {
+      EXPECT_EQ(a, b) << "lse " << i;  // a row without keys on both paths
+    } else {
+      EXPECT_NEAR(a, b, 1e-3) << "lse " << i;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, KVCacheSm90, testing::Range<size_t>(0, sm90_cache_cases().size()),
+                         [](const testing::TestParamInfo<size_t>& param_info) { return sm90_cache_cases()[param_info.param].name; });
 
 // ---- bad inputs (CPU tensors: every value is checkable on the host) -------------------------
 

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "core/params.h"
+#include "core/switches.h"
 #include "test_util.h"
 
 namespace flashattn::test {
@@ -364,6 +365,32 @@ TEST_P(PagedVarlen, DecodeAndChunkedPrefill) {
       pc.shuffle_pages = shuffle;
       SCOPED_TRACE(std::string(prefill ? "chunked prefill" : "decode") + (shuffle ? " shuffled" : " in order"));
       PAGED_RUN_OR_SKIP(pc);
+    }
+  }
+}
+
+// A chunked prefill batch whose longest query run fills a tile (max_seqlen_q >= 128) with the
+// sm90 cache kernel switched on (detail::Switch::kSm90Cache): it must run there on a Hopper GPU
+// (sm90_cache_expected) and meet the reference, decoding sequences and empty tails included.
+TEST_P(PagedVarlen, ChunkedPrefillOnTheSm90CacheKernel) {
+  for (int page : {16, 64}) {
+    for (bool causal : {true, false}) {
+      PagedCase pc;
+      pc.heads = 8;
+      pc.heads_k = 2;
+      pc.head_dim = pc.head_dim_v = 128;
+      pc.page_size = page;
+      pc.seqlens_q = {1, 300, 0, 129, 1};
+      pc.seqlens_k = {517, 400, 5, 129, 1};
+      pc.causal = causal;
+      pc.softcap = causal ? 0.0f : 20.0f;
+      pc.num_splits = 1;  // a small grid: the split heuristic would leave it to sm80
+      SCOPED_TRACE("page size " + std::to_string(page) + (causal ? " causal" : " softcap"));
+      ScopedSwitch on(detail::Switch::kSm90Cache, true);
+      const unsigned long long before = detail::sm90_forward_calls();
+      PAGED_RUN_OR_SKIP(pc);
+      const unsigned long long expected = GetParam() == Backend::kCuda && sm90_cache_expected() ? 1u : 0u;
+      EXPECT_EQ(detail::sm90_forward_calls() - before, expected);
     }
   }
 }

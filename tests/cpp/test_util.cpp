@@ -3,12 +3,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <new>
 #include <set>
 #include <sstream>
 #include <stdexcept>
+#include <string>
 
 #if defined(FLASHATTN_WITH_CUDA)
 #include <cuda_runtime.h>
@@ -36,6 +38,17 @@ bool split_clusters_expected(long long ctas) {
   return major == 9 && ctas <= 2LL * sms;
 #else
   (void)ctas;
+  return false;
+#endif
+}
+
+bool sm90_cache_expected() {
+#if defined(FLASHATTN_WITH_CUDA) && defined(FLASHATTN_TEST_CUDA_SM90)
+  int major = 0;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0) != cudaSuccess) return false;
+  const char* path = std::getenv("FLASHATTN_CUDA_PATH");
+  return major == 9 && !(path != nullptr && std::string(path) == "sm80");
+#else
   return false;
 #endif
 }

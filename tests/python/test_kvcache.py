@@ -3,6 +3,7 @@ CUDA tensors when a GPU is present (skipped, visibly, otherwise). Every result i
 float64 reference of attn_ref (the cache gathered to dense here, rotary written again here),
 learnable sinks included."""
 
+import os
 import re
 
 import numpy as np
@@ -402,17 +403,19 @@ CUDA_CASES = [
 ]
 
 
-@pytest.mark.parametrize("spec", CUDA_CASES, ids=lambda s: "-".join(f"{k}{v}" for k, v in s.items()))
-def test_cuda_bf16_matches_cpu_and_reference(spec):
-    torch = cuda_torch()
-    case = Case(**spec)
+def _cuda_bf16_vs_cpu(torch, case, reference=False, **extra):
+    """The case in bf16 on CUDA against the CPU backend's bf16 run of it and against its float32
+    CPU run, which `reference` also holds to the float64 reference (check); the CUDA out."""
     cpu = _torch_call(case, "cpu")
+    if reference:
+        check(case, *(x.numpy() for x in cpu))
     # bf16 copies of every floating input; the CPU backend runs the same bf16 problem.
     conv = lambda x: None if x is None else torch.from_numpy(np.ascontiguousarray(x)).to(torch.bfloat16)  # noqa: E731
     q, kc, vc = conv(case.q), conv(case.k_cache), conv(case.v_cache)
     kw = {k: (conv(v) if isinstance(v, np.ndarray) and v.dtype == np.float32 and k != "alibi_slopes"
               else (torch.from_numpy(v) if isinstance(v, np.ndarray) else v))
           for k, v in case.kwargs().items()}
+    kw.update(extra)
     ref_out, ref_lse = flashattn.flash_attn_with_kvcache(q, kc.clone(), vc.clone(), return_softmax_lse=True, **kw)
     dev = {k: (v.cuda() if isinstance(v, torch.Tensor) else v) for k, v in kw.items()}
     kc_d, vc_d = kc.cuda(), vc.cuda()
@@ -424,6 +427,48 @@ def test_cuda_bf16_matches_cpu_and_reference(spec):
     assert (lse.cpu()[fin] - ref_lse[fin]).abs().max().item() < 2e-2 if fin.any() else True
     # The fp32 run of the same logical problem holds both to the float64 reference.
     assert (out.float().cpu() - cpu[0]).abs().max().item() < 5e-2
+    return out
+
+
+@pytest.mark.parametrize("spec", CUDA_CASES, ids=lambda s: "-".join(f"{k}{v}" for k, v in s.items()))
+def test_cuda_bf16_matches_cpu_and_reference(spec):
+    _cuda_bf16_vs_cpu(cuda_torch(), Case(**spec))
+
+
+# Prefill chunks (at least one 128-row tile of queries) for the sm90 cache kernel: paged at 16
+# and 64 rows a page, dense through cache_batch_idx with left padding, an append with rotary,
+# GQA, a window with softcap, sinks, a sequence without keys; unused cache rows hold NaN (Case).
+SM90_CACHE_CASES = [
+    dict(d=128, h=8, hk=2, sq=160, snew=160, causal=True, page_size=16, capacity=512, rotary_dim=64,
+         seqlens=[0, 200, 351]),
+    dict(d=128, h=4, hk=4, sq=128, causal=True, page_size=64, capacity=512, seqlens=[0, 129, 500]),
+    dict(d=128, h=8, hk=1, sq=200, page_size=16, capacity=512, window=(100, 20), softcap=15.0, sink=True,
+         seqlens=[300, 7, 511]),
+    dict(d=64, h=4, hk=2, sq=130, snew=130, causal=True, capacity=512, leftpad=[7, 0, 90], batch_idx=True,
+         seqlens=[140, 300, 90]),
+]
+
+
+@pytest.mark.parametrize("spec", SM90_CACHE_CASES, ids=lambda s: "-".join(f"{k}{v}" for k, v in s.items()))
+def test_cuda_sm90_cache_kernel_prefill(spec):
+    """The sm90 cache kernel (switch sm90_cache; off by default until measured) against the CPU
+    backend and the float64 reference, and against the sm80 cache kernels on the same call. On a
+    Hopper GPU with the sm90a kernels built it must have run (the sm90 forward counter)."""
+    torch = cuda_torch()
+    hopper = (torch.cuda.get_device_capability()[0] == 9 and flashattn._C._cuda_sm90_built()
+              and os.environ.get("FLASHATTN_CUDA_PATH") != "sm80")
+    case = Case(**spec)  # one set of inputs for both runs (a rerun of its append writes the same rows)
+    outs = {}
+    for on in (False, True):
+        was = flashattn._C._set_switch("sm90_cache", on)
+        try:
+            calls = flashattn._C._sm90_forward_calls()
+            outs[on] = _cuda_bf16_vs_cpu(torch, case, reference=not on, num_splits=1)
+            ran = flashattn._C._sm90_forward_calls() - calls
+        finally:
+            flashattn._C._set_switch("sm90_cache", was)
+        assert ran == (1 if on and hopper else 0), f"switch {on}: {ran} sm90 forwards"
+    assert (outs[True].float() - outs[False].float()).abs().max().item() < 2e-2
 
 
 def test_cuda_split_vs_unsplit_and_paged_vs_dense():

@@ -83,6 +83,24 @@ __device__ __forceinline__ SeqExtent seq_extent(const QKVParams& p, int batch, b
   }
   return e;
 }
+
+// One forward_kvcache sequence (params.h KVCacheParams), for the cache kernels of both paths
+// (sm80/fwd_kernel.h, sm90/fwd_kernel.h kCache): a varlen call with a block table takes its query
+// rows from cu_seqlens_q and its key count from cu_seqlens_k (keys at page rows [0, count),
+// clamped to the capacity); otherwise the dense queries attend to the cache rows [first, end) of
+// the sequence: row0_k is the cache row of its first key (leftpad), seqlen_k their count.
+__device__ __forceinline__ SeqExtent cache_seq_extent(const ForwardParams& p, int batch) {
+  SeqExtent e;
+  if (p.is_varlen()) {
+    e = seq_extent(p, batch, /*paged_keys=*/true);
+    e.seqlen_k = p.kv.clamp_rows(e.seqlen_k);
+  } else {
+    e.row0_k = p.kv.first(batch);
+    e.seqlen_q = p.seqlen_q;
+    e.seqlen_k = p.kv.end(batch) - int(e.row0_k);
+  }
+  return e;
+}
 #endif
 
 }  // namespace flashattn::cuda

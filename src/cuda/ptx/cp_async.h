@@ -21,4 +21,13 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
 }
 
+// Arrives on the mbarrier at `bar` once every cp.async this thread issued before it has
+// landed, without waiting here. .noinc: the arrival is one of the barrier's expected arrivals (the
+// barrier is initialised with one per copying thread), not an extra pending one it adds and
+// completes itself.
+__device__ __forceinline__ void cp_async_mbarrier_arrive_noinc(uint64_t* bar) {
+  const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(bar));
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(addr) : "memory");
+}
+
 }  // namespace flashattn::ptx

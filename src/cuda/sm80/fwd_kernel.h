@@ -614,14 +614,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kTile.min_ctas)
   int kv_batch = batch;
   CachePages pages;
   if constexpr (Traits::kCache) {
-    if (params.is_varlen()) {
-      extent = seq_extent(params, batch, /*paged_keys=*/true);
-      extent.seqlen_k = params.kv.clamp_rows(extent.seqlen_k);
-    } else {
-      extent.row0_k = params.kv.first(batch);
-      extent.seqlen_q = params.seqlen_q;
-      extent.seqlen_k = params.kv.end(batch) - int(extent.row0_k);
-    }
+    extent = cache_seq_extent(params, batch);
     pages = cache_pages(params.kv, batch);
     if (pages.table == nullptr) kv_batch = params.kv.cache_batch(batch);
   } else {

@@ -43,6 +43,16 @@ size_t mask_bits_bytes(const QKVParams& p, MaskBitsOrder order = MaskBitsOrder::
 Status build_mask_bits(const QKVParams& p, void* workspace, cudaStream_t stream, MaskBits* out,
                        MaskBitsOrder order = MaskBitsOrder::kRowMajor);
 
+// KV-cache calls (forward_kvcache, varlen calls with a block table: p.kv) of prefill shape on
+// the cache kernel (fwd_traits.h FwdCacheTraits: K and V copied row by row from a dense or paged
+// cache by the producer warpgroup). Why it does not take p (empty when it does): not a cache
+// call, a head dim other than 64, 128 and 256 or head_dim_v != head_dim, a head dim not built, a
+// float8_e4m3 cache, dropout, bias / masks, requested splits, folded rows, fewer than
+// kFwdCacheMinQueries query rows (the decode shapes: the sm80 split-KV kernels), a broadcast q.
+// Not yet run on a GPU: cuda_backend.cu takes it only under Switch::kSm90Cache.
+std::string fwd_cache_declines(const ForwardParams& p);
+Status dispatch_fwd_cache(const ForwardParams& p, cudaStream_t stream);
+
 // The FP8 forward (q, k, v float8 e4m3, out bf16; fwd8_kernel.h). Why it does not take p (empty
 // when it does): a head dim other than 64, 128 and 256, head_dim_v != head_dim, a head dim not
 // built, dropout, attn_bias / attn_mask / block masks, requested key splits, a broadcast

@@ -166,4 +166,54 @@ Status dispatch_fwd(const ForwardParams& p, cudaStream_t stream) {
   });
 }
 
+// The cache kernel (FwdCacheTraits): head dims 64, 128 and 256, head_dim_v the same, 16-bit
+// caches (sm90fwdcache{,mods}_* instantiations).
+constexpr int kCacheHeadDims = head_dim_bit(64) | head_dim_bit(128) | head_dim_bit(256);
+
+std::string fwd_cache_declines(const ForwardParams& p) {
+  if (!p.kv.enabled) return "not a KV-cache call";
+  if (!head_dim_in(p.head_dim, kCacheHeadDims) || p.head_dim_v != p.head_dim) {
+    return "head_dim is not 64, 128 or 256 with head_dim_v the same";
+  }
+  if (!head_dim_built(p.head_dim)) return "head_dim not built";
+  if (p.kv_dtype != p.dtype) return "a float8_e4m3 cache runs on sm80";
+  if (p.has_dropout()) return "dropout runs on sm80";
+  if (p.has_score_mods()) return "attn_bias, attn_mask and block masks run on sm80";
+  if (p.num_splits > 1) return "split-KV runs on sm80";
+  if (p.q_fold != 1) return "folded query rows run on sm80";
+  if (p.seqlen_q < kFwdCacheMinQueries) return "a decode shape (fewer query rows than one tile): the sm80 split-KV kernels";
+  if (p.q_strides.row == 0 || (p.heads > 1 && p.q_strides.head == 0) ||
+      (!p.is_varlen() && p.batch > 1 && p.q_strides.batch == 0)) {
+    return "a broadcast (stride 0) q";
+  }
+  if (p.num_splits == 0) {
+    // As fwd_declines: a grid the sm80 launcher would split (too few tiles for the SMs) stays
+    // there. The keys per sequence are not known on the host: the capacity (max_seqlen_k for a
+    // varlen call) stands for them, as in the sm80 split choice.
+    int sms = 0;
+    if (!multiprocessors(&sms).ok()) return "device query failed";
+    const FwdTile tile = fwd_sparse_tile(p.head_dim, p.head_dim_v);
+    const int bm = 64 * tile.consumers, bn = tile.block_n;
+    const long long ctas = static_cast<long long>((p.seqlen_q + bm - 1) / bm) * p.heads * p.batch;
+    const int keys = p.is_varlen() ? p.seqlen_k : p.kv.capacity;
+    if (choose_num_splits(ctas, (keys + bn - 1) / bn, sms, 1) > 1) return "the split-KV heuristic splits";
+  }
+  return {};
+}
+
+// Whatever kMask says (the window kernel serves calls without a window); kMods picks the plain or
+// the modifier kernel (softcap, ALiBi at run time).
+Status dispatch_fwd_cache(const ForwardParams& p, cudaStream_t stream) {
+  return dispatch_variant<false, kCacheHeadDims>(
+      p, [&]<typename Element, int kHeadDim, MaskMode kMask, ScoreMods kMods>() -> Status {
+        if constexpr (kMods == ScoreMods::kNone) {
+          return run_fwd<FwdCacheTraits<Element, kHeadDim, false>>(p, stream);
+        } else if constexpr (kMods == ScoreMods::kAny) {
+          return run_fwd<FwdCacheTraits<Element, kHeadDim, true>>(p, stream);
+        } else {
+          return Status::NotSupported("the sm90 KV-cache forward takes no attn_bias or masks");
+        }
+      });
+}
+
 }  // namespace flashattn::cuda::sm90

@@ -20,8 +20,11 @@ namespace flashattn::cuda::sm90 {
 // head_dim wide, v head_dim_v; boxes of block_m / block_n rows and `cols` columns under a
 // `swizzle`-byte swizzle; q in params.dtype, k and v in kv_dtype) and the tile order of
 // block_m-row query tiles. NotSupported names the operand the copy engine cannot describe.
+// kv_maps false (the cache kernel, FwdTraits kCache): k and v are a KV cache its producer threads
+// copy themselves, and only q gets a map.
 inline Status make_fwd_params(const ForwardParams& params, DType kv_dtype, int head_dim, int head_dim_v, int block_m,
-                              int block_n, int cols, int swizzle, const char* what, FwdParams* kp) {
+                              int block_n, int cols, int swizzle, const char* what, FwdParams* kp,
+                              bool kv_maps = true) {
   kp->p = params;
   kp->p.num_splits = 1;
   kp->tile_counter = nullptr;
@@ -43,6 +46,7 @@ inline Status make_fwd_params(const ForwardParams& params, DType kv_dtype, int h
                   {&kp->k, "k: ", params.k, kv_dtype, head_dim, rows_k, params.heads_k, params.k_strides, block_n},
                   {&kp->v, "v: ", params.v, kv_dtype, head_dim_v, rows_k, params.heads_k, params.v_strides, block_n}};
   for (const auto& o : operands) {
+    if (!kv_maps && o.map != &kp->q) continue;
     if (Status s = make_operand_map(o.map, o.ptr, o.dtype, o.dim, o.rows, o.heads, map_batch, o.strides, o.box_rows,
                                     cols, swizzle);
         !s.ok()) {

@@ -42,6 +42,8 @@
 #include "cuda/common/mask.h"
 #include "cuda/common/score_tensors.h"
 #include "cuda/common/seq_extent.h"
+#include "cuda/common/smem_layout.h"
+#include "cuda/ptx/cp_async.h"
 #include "cuda/ptx/ldmatrix.h"
 #include "cuda/ptx/math.h"
 #include "cuda/ptx/mbarrier.h"
@@ -487,7 +489,7 @@ __device__ __forceinline__ TileWork tile_work(const ForwardParams& params, const
   const TileCoord c = order.at(t);
   w.m_block = c.m_block;
   order.head_batch(c.plane, &w.head, &w.batch);
-  const SeqExtent e = seq_extent(params, w.batch);
+  const SeqExtent e = Traits::kCache ? cache_seq_extent(params, w.batch) : seq_extent(params, w.batch);
   w.row0_q = e.row0_q;
   w.row0_k = e.row0_k;
   w.seqlen_q = e.seqlen_q;
@@ -540,6 +542,97 @@ __device__ __forceinline__ int take_tile(const TileFeed& feed, const SparseSlots
 // barrier.
 __device__ __forceinline__ int sparse_entry(const SparseSlots& sparse, int stage, int lane) {
   return int(uniform_word(&sparse.entry[stage], lane));
+}
+
+// Traits::kCache (FwdCacheTraits): the producer warpgroup of the cache kernel. K and V live in a
+// KV cache whose rows the copy engine cannot find by itself (a block table maps each page_size
+// rows of a sequence to a page of the pool; a dense cache has a leftpad and cache_batch_idx per
+// sequence), so all 128 threads of warpgroup 0 copy them with cp.async: thread i takes key row
+// i / kThreadsPerRow of every K and V tile, kChunks 16-byte chunks from column
+// (i % kThreadsPerRow) * 8 * kChunks, finds the row in the cache as it copies (kv.row_offset: one
+// block-table word per row and tile, pages clamped into the pool) and writes each chunk where the
+// copy engine's 128-byte swizzle puts it (SwizzledPanels: the layout the consumers' descriptors
+// read). Keys past the sequence's end are zero-filled (src-size 0): a cache row outside
+// [first, end) may hold anything, NaN included, and P V would turn 0 x NaN into NaN. Each thread
+// then arrives on the stage's full barrier once its own copies have landed
+// (cp.async.mbarrier.arrive.noinc; the barriers expect 128 arrivals, FwdTraits kKvArrivals), so
+// no thread waits for its copies and the ring runs as with the copy engine. Q still comes by the
+// copy engine, issued by thread 0. The tiles are the consumers' fixed rounds
+// (TileOrder::cta_tile), loaded in the other kernels' order (K one block ahead of V).
+template <typename Traits>
+__device__ __forceinline__ void cache_producer(const FwdParams& kp, const Ring& ring, unsigned char* sQ,
+                                               unsigned char* sK, unsigned char* sV) {
+  using Element = typename Traits::Element;
+  constexpr int kBlockN = Traits::kBlockN;
+  constexpr int kStages = Traits::kStages;
+  constexpr int kQ = Traits::kQSlots;
+  constexpr int kThreadsPerRow = 128 / kBlockN;
+  constexpr int kChunks = Traits::kHeadDim / 8 / kThreadsPerRow;
+  using Layout = SwizzledPanels<Traits::kHeadDim, kBlockN>;
+  static_assert(Layout::kPanelBytes == Traits::kPanelBytesKV && Traits::kVStageBytes == Traits::kTileBytesV,
+                "the copies' layout is the ring's");
+  const ForwardParams& params = kp.p;
+  const KVCacheParams& kv = params.kv;
+  const TileOrder order = kp.order;
+  const int group = params.heads / params.heads_k;
+  const int tid = threadIdx.x;
+  const int row = tid / kThreadsPerRow;
+  const int col0 = (tid % kThreadsPerRow) * kChunks * 8;
+  const int map_batch_varlen = params.is_varlen();
+  if (tid == 0) ptx::tma_prefetch_map(&kp.q);
+  int it = 0;      // K/V tiles issued so far, across tiles: slot it % kStages, pass it / kStages
+  int q_pass = 0;  // Q tiles issued so far (by thread 0)
+#pragma unroll 1
+  for (int k = 0;; ++k) {
+    const int t = order.cta_tile(k, blockIdx.x, gridDim.x);
+    if (t >= order.tiles) break;
+    const TileWork w = tile_work<Traits>(params, order, t);
+    if (!w.exists() || !w.has_keys()) continue;
+    const int64_t head_k = w.head / group;
+    // This thread's row of key block n_block into `stage` of a ring whose stages are
+    // `stage_bytes` apart, from `cache` (strides in elements: batch = the page stride when paged).
+    const auto copy_row = [&](unsigned char* ring_base, int stage_bytes, const void* cache, const Strides3& strides,
+                              int n_block, int index, uint64_t* full, uint64_t* empty) {
+      const int stage = index % kStages;
+      ptx::mbarrier_wait(&empty[stage], ((index / kStages) & 1) ^ 1);
+      const int key = n_block * kBlockN + row;
+      const bool valid = key < w.seqlen_k;
+      const Element* src = static_cast<const Element*>(cache);
+      if (valid) src += kv.row_offset(strides, w.batch, w.row0_k + key) + head_k * strides.head + col0;
+      const uint32_t dst = ptx::smem_u32(ring_base + stage * stage_bytes);
+#pragma unroll
+      for (int c = 0; c < kChunks; ++c) ptx::cp_async_16(dst + Layout::offset(row, col0 + 8 * c), src + 8 * c, valid);
+      ptx::cp_async_mbarrier_arrive_noinc(&full[stage]);
+    };
+    const auto load_k = [&](int n_block, int index) {
+      copy_row(sK, Traits::kTileBytesK, params.k, params.k_strides, n_block, index, ring.k_full, ring.k_empty);
+    };
+    const auto load_v = [&](int n_block, int index) {
+      copy_row(sV, Traits::kTileBytesV, params.v, params.v_strides, n_block, index, ring.v_full, ring.v_empty);
+    };
+    const auto load_q = [&] {
+      if (tid == 0) {
+        const int slot = q_pass % kQ;
+        ptx::mbarrier_wait(&ring.q_empty[slot], ((q_pass / kQ) & 1) ^ 1);
+        ptx::mbarrier_arrive_expect_tx(&ring.q_full[slot], Traits::kTileBytesQ);
+#pragma unroll
+        for (int panel = 0; panel < Traits::kPanels; ++panel) {
+          ptx::tma_load_4d(sQ + slot * Traits::kTileBytesQ + panel * Traits::kPanelBytesQ, &kp.q, &ring.q_full[slot],
+                           64 * panel, int(w.row0_q) + w.m0, w.head, map_batch_varlen ? 0 : w.batch);
+        }
+      }
+      ++q_pass;
+    };
+    load_k(w.n_hi - 1, it);
+    load_q();
+#pragma unroll 1
+    for (int n_block = w.n_hi - 2; n_block >= w.n_lo; --n_block, ++it) {
+      load_k(n_block, it + 1);
+      load_v(n_block + 1, it);
+    }
+    load_v(w.n_lo, it);
+    ++it;
+  }
 }
 
 // Persistent: one CTA per SM. Each CTA walks its tiles of TileOrder, in fixed rounds
@@ -631,8 +724,8 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kCtasPerSm) fwd_kern
       ptx::mbarrier_init(&ring.q_empty[s], 4 * Traits::kConsumers);
     }
     for (int s = 0; s < kStages; ++s) {
-      ptx::mbarrier_init(&ring.k_full[s], 1);
-      ptx::mbarrier_init(&ring.v_full[s], 1);
+      ptx::mbarrier_init(&ring.k_full[s], Traits::kKvArrivals);
+      ptx::mbarrier_init(&ring.v_full[s], Traits::kKvArrivals);
       ptx::mbarrier_init(&ring.k_empty[s], 4 * Traits::kConsumers);
       ptx::mbarrier_init(&ring.v_empty[s], 4 * Traits::kConsumers);
     }
@@ -664,6 +757,10 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kCtasPerSm) fwd_kern
 
   if (warpgroup == 0) {
     ptx::warpgroup_reg_dealloc<Traits::kProducerRegs>();
+    if constexpr (Traits::kCache) {
+      cache_producer<Traits>(kp, ring, sQ, sK, sV);
+      return;
+    }
     if (warp != 0 || lane != 0) return;
     ptx::tma_prefetch_map(&kp.q);
     ptx::tma_prefetch_map(&kp.k);

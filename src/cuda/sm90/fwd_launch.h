@@ -19,7 +19,7 @@ template <typename Traits>
 Status run_fwd(const ForwardParams& params, cudaStream_t stream) {
   FwdParams kp;
   if (Status s = make_fwd_params(params, params.dtype, Traits::kHeadDim, Traits::kHeadDimV, Traits::kBlockM,
-                                 Traits::kBlockN, 64, 128, "the sm90 forward", &kp);
+                                 Traits::kBlockN, 64, 128, "the sm90 forward", &kp, /*kv_maps=*/!Traits::kCache);
       !s.ok()) {
     return s;
   }
@@ -75,6 +75,7 @@ Status run_fwd(const ForwardParams& params, cudaStream_t stream) {
         return Status::Ok();
       },
       Traits::kSparse ? "the sm90 block-sparse forward kernel"
+      : Traits::kCache    ? "the sm90 KV-cache forward kernel"
       : Traits::kBias     ? "the sm90 bias forward kernel"
       : Traits::kMaskOnly ? "the sm90 mask forward kernel"
                           : "the sm90 forward kernel",

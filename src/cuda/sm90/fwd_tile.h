@@ -183,6 +183,12 @@ constexpr FwdTile fwd_sparse_tile(int head_dim, int head_dim_v) {
   return {2, 64, 2, true};
 }
 
+// The cache kernel (FwdCacheTraits) takes KV-cache calls with at least this many query rows per
+// sequence (seqlen_q, or max_seqlen_q of a varlen call): one whole 128-row tile. Fewer (decode,
+// speculative decoding) stay on the sm80 cache kernels, which split keys, fold GQA groups into
+// rows and merge in-kernel. A guess, not measured yet.
+constexpr int kFwdCacheMinQueries = 128;
+
 // The dynamic shared memory a CTA may use on sm90 (227 KB), and its share when `ctas` CTAs are
 // resident per SM (228 KB less 1 KB reserved per CTA).
 constexpr size_t fwd_smem_limit(int ctas) { return 233472 / size_t(ctas) - 1024; }

@@ -20,7 +20,7 @@ namespace flashattn::cuda::sm90 {
 // their symbols and their code.
 // kBias: attn_bias and/or attn_mask without a block mask (FwdBiasTraits below).
 template <typename Element_, int kHeadDim_, MaskMode kMask_, bool kMods_, int kHeadDimV_, bool kSparse_,
-          bool kShortRows_ = false, bool kBias_ = false, bool kMaskOnly_ = false>
+          bool kShortRows_ = false, bool kBias_ = false, bool kMaskOnly_ = false, bool kCache_ = false>
 struct FwdTraitsBody {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
@@ -62,7 +62,18 @@ struct FwdTraitsBody {
                 "the mask kernel: attn_mask alone, on the window kernel");
   // The consumers test attn_mask's packed bits (fwd_kernel.h mask_bits_scores).
   static constexpr bool kMaskBits = kBias || kMaskOnly;
-  static constexpr FwdTile kTile = kSparse || kBias ? fwd_sparse_tile(kHeadDim, kHeadDimV)
+  // kCache: K and V from a KV cache (params.kv: forward_kvcache, or a varlen call with a block
+  // table), dense or paged at any page size, for prefill-shaped calls (FwdCacheTraits below). The
+  // copy engine cannot follow a block table row by row, so the whole producer warpgroup copies
+  // K and V with cp.async, one key row per thread (two at 64-key blocks), each row's page looked
+  // up as it goes and rows past the sequence zero-filled (fwd_kernel.h cache_producer). The
+  // sparse kernel's tile (128 keys at d64 / d128, 64 at d256: a key row per thread or two), fixed
+  // rounds of tiles (every producer thread walks them; no feed to hand out).
+  static constexpr bool kCache = kCache_;
+  static_assert(!kCache || (!kSparse && !kBias && !kMaskOnly && !kShortRows && kMask == MaskMode::kWindow &&
+                            kHeadDimV == kHeadDim),
+                "the cache kernel: the window kernel's masks, no bias, masks or block masks");
+  static constexpr FwdTile kTile = kSparse || kBias || kCache ? fwd_sparse_tile(kHeadDim, kHeadDimV)
                                    : kMaskOnly      ? fwd_mask_tile(kHeadDim)
                                    : kShortRows     ? fwd_short_rows_tile(kHeadDim, kMask == MaskMode::kWindow)
                                                     : fwd_tile(kHeadDim, kHeadDimV, kMask == MaskMode::kWindow);
@@ -75,8 +86,15 @@ struct FwdTraitsBody {
   static constexpr int kCtasPerSm = kTile.ctas_per_sm;
   // setmaxnreg: the producer gives its registers to the consumers. 65536 per SM (one CTA):
   // 128 x 24 + 256 x 240 = 64512.
-  static constexpr int kProducerRegs = kBias_ ? kFwdBiasProducerRegs : fwd_producer_regs(kTile);  // fwd_tile.h
-  static constexpr int kConsumerRegs = kBias_ ? kFwdBiasConsumerRegs : fwd_consumer_regs(kTile);
+  // kCache: 128 copying threads (their row's pointers live across the copies): the bias kernel's
+  // split, 40 / 232.
+  static constexpr int kProducerRegs = kBias_ || kCache_ ? kFwdBiasProducerRegs : fwd_producer_regs(kTile);  // fwd_tile.h
+  static constexpr int kConsumerRegs = kBias_ || kCache_ ? kFwdBiasConsumerRegs : fwd_consumer_regs(kTile);
+  // Arrivals that fill a K or V stage: the one producer thread's (with the copy engine's bytes),
+  // or, kCache, one per copying thread (cp.async.mbarrier.arrive.noinc after its row's copies).
+  static constexpr int kKvArrivals = kCache ? 128 : 1;
+  static_assert(!kCache || (128 % kBlockN == 0 && (kHeadDim / 8) % (128 / kBlockN) == 0),
+                "kCache: each key row of a tile is copied by one or two whole threads");
 
   // Tiles are 64-column panels of 128-byte rows (the widest swizzled row the copy engine writes):
   // kPanels of them in a Q or K tile, kPanelsV in a V tile.
@@ -107,7 +125,8 @@ struct FwdTraitsBody {
   // unmasked -5% at d128 (1k-16k), -2% at d256, within 2% at d64.
   // Block-sparse launches take the feed too: a query tile's cost is its number of kept key
   // tiles, which varies from row to row of the block mask as under a causal mask.
-  static constexpr bool kDynamicTiles = kMask == MaskMode::kWindow || kSparse;
+  // kCache: fixed rounds (the 128 copying threads walk the tiles too; not measured against a feed).
+  static constexpr bool kDynamicTiles = (kMask == MaskMode::kWindow || kSparse) && !kCache;
   // fwd_tile.h: the key-block pipeline runs across tiles, over two Q buffers.
   static constexpr bool kCrossTile = kTile.cross_tile;
   // Q slots: two on the cross-tile pipeline (it runs over both) and on the plain short-rows
@@ -242,12 +261,20 @@ template <typename Element_, int kHeadDim_>
 struct FwdMaskTraits
     : FwdTraitsBody<Element_, kHeadDim_, MaskMode::kWindow, false, kHeadDim_, false, false, false, true> {};
 
+// K and V from a KV cache (kCache, forward_kvcache and varlen calls with a block table) for
+// prefill-shaped calls: the window kernel (it serves calls without a window too), plain or with
+// softcap / ALiBi, at head dims 64, 128 and 256 (sm90fwdcache{,mods}_hdim{D}_{dtype}_window.cu;
+// fwd_dispatch.cu fwd_cache_declines says which calls take it).
+template <typename Element_, int kHeadDim_, bool kMods_ = false>
+struct FwdCacheTraits
+    : FwdTraitsBody<Element_, kHeadDim_, MaskMode::kWindow, kMods_, kHeadDim_, false, false, false, false, true> {};
+
 // Kernel parameters: the validated problem and the three operand maps (copied into the
 // kernel's parameter space, where the copy engine reads them: __grid_constant__).
 struct FwdParams {
   CUtensorMap q;  // boxes of 64 columns x block_m rows
-  CUtensorMap k;  // 64 x block_n (head_dim columns)
-  CUtensorMap v;  // 64 x block_n (head_dim_v columns)
+  CUtensorMap k;  // 64 x block_n (head_dim columns); unused (not encoded) by kCache
+  CUtensorMap v;  // 64 x block_n (head_dim_v columns); unused (not encoded) by kCache
   ForwardParams p;
   TileOrder order;
   int* tile_counter;  // kDynamicTiles: tiles handed out so far beyond the first wave (zeroed per launch)

@@ -1,0 +1,95 @@
+"""The sm90 cache kernel against the sm80 cache kernels (dev probe for the GPU machine, not a
+bench/results run): prefill chunks through flash_attn_with_kvcache on a paged cache (bf16, d128,
+32 query heads over 8 KV heads, causal, pages shuffled), with detail::Switch::kSm90Cache off and
+on in one process, and the same attention on dense keys through flash_attn_func (the sm90 forward
+on packed K/V: what the cache kernel should approach) and, where the chunk is the whole sequence,
+SDPA's cuDNN backend. Each cache run is first checked against the dense one (max |diff|).
+Timed like bench.py's device mode (CUDA events, median). Prints one JSON row per shape and writes
+$OUT/cache-prefill-probe.json when OUT is set.
+
+    PYTHONPATH=<package> python3 dev/cache_prefill_probe.py [--pages 16,64] [--repeats 20]
+"""
+import argparse
+import json
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench"))
+import bench  # noqa: E402
+import flashattn  # noqa: E402
+
+HEADS, HEADS_K, D = 32, 8, 128
+
+
+def causal_pairs(sq, sk):
+    """(query, key) pairs a bottom-right causal mask keeps, sq <= sk."""
+    return sq * sk - sq * (sq - 1) // 2
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--pages", default="16,64")
+    ap.add_argument("--repeats", type=int, default=20)
+    args = ap.parse_args()
+    pages = [int(p) for p in args.pages.split(",")]
+    # (batch, chunk = seqlen_q, keys before the chunk): a fresh prompt and chunks on a long context.
+    shapes = [(8, 1024, 0), (2, 4096, 0), (4, 2048, 6144), (1, 4096, 28672)]
+    rows = []
+    for b, sq, prefix in shapes:
+        sk = prefix + sq
+        q = torch.randn(b, sq, HEADS, D, device="cuda", dtype=torch.bfloat16)
+        k = torch.randn(b, sk, HEADS_K, D, device="cuda", dtype=torch.bfloat16)
+        v = torch.randn_like(k)
+        seqlens = torch.full((b,), sk, dtype=torch.int32, device="cuda")
+        tflop = 4.0 * b * HEADS * causal_pairs(sq, sk) * D / 1e12
+        row = {"batch": b, "seqlen_q": sq, "seqlen_k": sk}
+        dense = flashattn.flash_attn_func(q, k, v, causal=True)
+
+        def rate(name, fn):
+            ms = bench.median_ms(fn, args.repeats)
+            row[name] = {"ms": round(ms, 4), "tflops": round(tflop / ms * 1e3, 1)}
+
+        rate("packed_sm90", lambda: flashattn.flash_attn_func(q, k, v, causal=True))
+        if prefix == 0:
+            qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
+            kt, vt = (x.repeat_interleave(HEADS // HEADS_K, dim=1) for x in (kt, vt))
+            from torch.nn.attention import SDPBackend, sdpa_kernel
+            with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+                rate("sdpa_cudnn", lambda: torch.nn.functional.scaled_dot_product_attention(qt, kt, vt, is_causal=True))
+        for page in pages:
+            n = b * sk // page
+            perm = torch.randperm(n, device="cuda")
+            kc = torch.empty((n, page, HEADS_K, D), dtype=k.dtype, device="cuda")
+            vc = torch.empty_like(kc)
+            kc[perm] = k.reshape(n, page, HEADS_K, D)
+            vc[perm] = v.reshape(n, page, HEADS_K, D)
+            table = perm.to(torch.int32).view(b, -1)
+            for sm90 in (False, True):
+                was = flashattn._C._set_switch("sm90_cache", sm90)
+                try:
+                    calls = flashattn._C._sm90_forward_calls()
+
+                    def fn():
+                        return flashattn.flash_attn_with_kvcache(q, kc, vc, cache_seqlens=seqlens, block_table=table,
+                                                                 causal=True)
+                    out = fn()
+                    torch.cuda.synchronize()
+                    name = f"page{page}_{'sm90' if sm90 else 'sm80'}"
+                    row[name + "_ran_sm90"] = flashattn._C._sm90_forward_calls() > calls
+                    row[name + "_max_diff"] = float((out.float() - dense.float()).abs().max())
+                    rate(name, fn)
+                finally:
+                    flashattn._C._set_switch("sm90_cache", was)
+            del kc, vc
+        print(json.dumps(row), flush=True)
+        rows.append(row)
+    out_dir = os.environ.get("OUT")
+    if out_dir:
+        with open(os.path.join(out_dir, "cache-prefill-probe.json"), "w") as f:
+            json.dump({"environment": bench.environment(), "rows": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
