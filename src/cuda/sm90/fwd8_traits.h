@@ -44,6 +44,7 @@ struct Fwd8Traits : Fwd8Shape<kHeadDim_> {
   static constexpr int kTransposeThreads = 96;
 
   static constexpr bool kDynamicTiles = kMask == MaskMode::kWindow;  // as the 16-bit kernel (fwd_traits.h)
+  static constexpr bool kCache = false;  // tile_work: the extents of q, k and v themselves (FwdTraits::kCache)
   // Q full/empty; K, V, Vt full and empty per stage; the tile feed's pairs and slots.
   static constexpr int kBarriers = 2 + 6 * Shape::kStages + (kDynamicTiles ? 4 + 1 : 0);
   // The softmax pinned between the two waits (FwdTraits::kPinSoftmax, fwd_kernel.h): unpinned,
