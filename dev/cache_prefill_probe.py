@@ -3,7 +3,8 @@ bench/results run): prefill chunks through flash_attn_with_kvcache on a paged ca
 32 query heads over 8 KV heads, causal, pages shuffled), with detail::Switch::kSm90Cache off and
 on in one process, and the same attention on dense keys through flash_attn_func (the sm90 forward
 on packed K/V: what the cache kernel should approach) and, where the chunk is the whole sequence,
-SDPA's cuDNN backend. Each cache run is first checked against the dense one (max |diff|).
+SDPA's cuDNN backend. Each cache run is first checked against the dense one (max |diff|). Then
+two mixed varlen batches (prefill chunks among decoding sequences) with the switch off and on.
 Timed like bench.py's device mode (CUDA events, median). Prints one JSON row per shape and writes
 $OUT/cache-prefill-probe.json when OUT is set.
 
@@ -19,6 +20,7 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench"))
 import bench  # noqa: E402
 import flashattn  # noqa: E402
+from paged_probe import to_pages  # noqa: E402
 
 HEADS, HEADS_K, D = 32, 8, 128
 
@@ -59,12 +61,8 @@ def main():
             with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
                 rate("sdpa_cudnn", lambda: torch.nn.functional.scaled_dot_product_attention(qt, kt, vt, is_causal=True))
         for page in pages:
-            n = b * sk // page
-            perm = torch.randperm(n, device="cuda")
-            kc = torch.empty((n, page, HEADS_K, D), dtype=k.dtype, device="cuda")
-            vc = torch.empty_like(kc)
-            kc[perm] = k.reshape(n, page, HEADS_K, D)
-            vc[perm] = v.reshape(n, page, HEADS_K, D)
+            perm = torch.randperm(b * sk // page, device="cuda")
+            kc, vc = to_pages(k, page, perm), to_pages(v, page, perm)
             table = perm.to(torch.int32).view(b, -1)
             for sm90 in (False, True):
                 was = flashattn._C._set_switch("sm90_cache", sm90)
@@ -83,6 +81,48 @@ def main():
                 finally:
                     flashattn._C._set_switch("sm90_cache", was)
             del kc, vc
+        print(json.dumps(row), flush=True)
+        rows.append(row)
+    # Varlen batches through flash_attn_varlen_func(block_table=...) (vLLM's chunked prefill): four
+    # 1k chunks among 16 decoding sequences (205 query rows per sequence on average: the cache
+    # kernel takes it, and pays whole tiles for the decode rows), and one 2k chunk among 64 (32 on
+    # average: declined, both runs on sm80).
+    for chunks, decodes in ((4, 16), (1, 64)):
+        sq = [1024 if chunks == 4 else 2048] * chunks + [1] * decodes
+        sk = [4096] * len(sq)
+        page = 16
+        blocks = [n // page for n in sk]
+        perm = torch.randperm(sum(blocks), device="cuda")
+        table = perm.to(torch.int32).view(len(sq), -1)
+        kc = torch.randn(sum(blocks), page, HEADS_K, D, device="cuda", dtype=torch.bfloat16)
+        vc = torch.randn_like(kc)
+        cu_q = torch.tensor([0] + sq, device="cuda").cumsum(0).to(torch.int32)
+        cu_k = torch.tensor([0] + sk, device="cuda").cumsum(0).to(torch.int32)
+        q = torch.randn(int(cu_q[-1]), HEADS, D, device="cuda", dtype=torch.bfloat16)
+        tflop = 4.0 * HEADS * D * sum(causal_pairs(a, b) for a, b in zip(sq, sk)) / 1e12
+        row = {"varlen": f"{chunks} x {sq[0]} chunk + {decodes} decode", "seqlen_k": 4096}
+
+        def rate(name, fn):
+            ms = bench.median_ms(fn, args.repeats)
+            row[name] = {"ms": round(ms, 4), "tflops": round(tflop / ms * 1e3, 1)}
+
+        outs = {}
+        for sm90 in (False, True):
+            was = flashattn._C._set_switch("sm90_cache", sm90)
+            try:
+                calls = flashattn._C._sm90_forward_calls()
+
+                def fn():
+                    return flashattn.flash_attn_varlen_func(q, kc, vc, cu_q, cu_k, max(sq), max(sk), causal=True,
+                                                            block_table=table)
+                outs[sm90] = fn()
+                torch.cuda.synchronize()
+                name = "sm90" if sm90 else "sm80"
+                row[name + "_ran_sm90"] = flashattn._C._sm90_forward_calls() > calls
+                rate(name, fn)
+            finally:
+                flashattn._C._set_switch("sm90_cache", was)
+        row["max_diff"] = float((outs[True].float() - outs[False].float()).abs().max())
         print(json.dumps(row), flush=True)
         rows.append(row)
     out_dir = os.environ.get("OUT")

@@ -15,6 +15,14 @@ import bench  # noqa: E402
 import flashattn  # noqa: E402
 
 
+def to_pages(x, page, perm):
+    """x (b, sk, hk, d) as a pool of b * sk / page pages, sequence i's block j at page
+    perm[i * (sk / page) + j]."""
+    pool = torch.empty((perm.numel(), page) + tuple(x.shape[2:]), dtype=x.dtype, device=x.device)
+    pool[perm] = x.reshape(perm.numel(), page, *x.shape[2:])
+    return pool
+
+
 def main():
     rows = []
     for b, sk in ((1, 4096), (8, 65536), (64, 16384)):
@@ -37,10 +45,7 @@ def main():
             for order in ("inorder", "shuffled"):
                 perm = (torch.arange(pages, device="cuda") if order == "inorder"
                         else torch.randperm(pages, device="cuda"))
-                kc = torch.empty((pages, page, 8, 128), dtype=k.dtype, device="cuda")
-                vc = torch.empty_like(kc)
-                kc[perm] = k.reshape(pages, page, 8, 128)
-                vc[perm] = v.reshape(pages, page, 8, 128)
+                kc, vc = to_pages(k, page, perm), to_pages(v, page, perm)
                 timed(f"page{page}_{order}", kc, vc, perm.to(torch.int32).view(b, -1))
                 del kc, vc
         print(json.dumps(row), flush=True)

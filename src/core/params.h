@@ -268,12 +268,15 @@ struct KVCacheParams {
     return cb < 0 ? 0 : (cb >= batch_cache ? batch_cache - 1 : cb);
   }
   // Element offset (without the head) of absolute cache row `row` (0 <= row < capacity) of
-  // sequence b, for a cache with strides s (batch = the page stride when paged).
+  // sequence b, for a cache with strides s (batch = the page stride when paged). The page
+  // arithmetic is 32-bit (rows are below the int32 capacity): a 64-bit division is a long
+  // software sequence on the GPU.
   FLASHATTN_HOST_DEVICE int64_t row_offset(const Strides3& s, int b, int64_t row) const {
     if (block_table == nullptr) return cache_batch(b) * s.batch + row * s.row;
-    int32_t page = block_table[b * block_table_stride + row / page_size];
+    const int32_t r = static_cast<int32_t>(row), block = r / page_size;
+    int32_t page = block_table[b * block_table_stride + block];
     page = page < 0 ? 0 : (page >= num_blocks ? num_blocks - 1 : page);
-    return page * s.batch + (row % page_size) * s.row;
+    return page * s.batch + int64_t(r - block * page_size) * s.row;
   }
 };
 

@@ -612,9 +612,11 @@ Status cuda_backward(const BackwardParams& p) {
 
 namespace {
 
-// forward_kvcache after the checks: the append (with rotary) into the cache, then the sm80
-// kernels reading the cache (FwdTraits::kCache; the decode shapes they serve are memory-bound,
-// where the sm90 kernels bring nothing).
+// forward_kvcache after the checks: the append (with rotary) into the cache, then the kernels
+// reading the cache: the sm80 cache kernels (FwdTraits::kCache: decode shapes, memory-bound,
+// where split keys and folded GQA groups matter and wgmma brings nothing), or for prefill shapes
+// on a Hopper GPU the sm90 cache kernel (sm90 FwdCacheTraits, under Switch::kSm90Cache until it
+// has run on a GPU).
 Status run_kvcache(const ForwardParams& p, cudaStream_t stream) {
   const KVCacheParams& kv = p.kv;
   if (p.batch == 0 || p.seqlen_q == 0) {

@@ -50,6 +50,9 @@ struct KVCase {
   bool alibi = false;
   int num_splits = 0;
   std::vector<float> sink;  // learnable_sink (heads); empty = none
+  // Cache rows outside [leftpad, end) hold NaN instead of random values (a kernel that read one
+  // would show NaN; end = cache_seqlens + seqlen_new).
+  bool nan_outside = false;
   uint32_t seed = 7;
 
   int batch() const { return static_cast<int>(cache_seqlens.size()); }
@@ -151,6 +154,13 @@ class KVRun {
     return ((r0 * rows1_ + r1) * kc_.heads_k + h) * width;
   }
 
+  // Whether logical cache row r of sequence b lies outside the rows the call attends to,
+  // [leftpad, cache_seqlens + seqlen_new).
+  bool outside(int b, int64_t r) const {
+    const int64_t lp = kc_.leftpad.empty() ? 0 : kc_.leftpad[b];
+    return r < lp || r >= int64_t(seqlens_host_[b]) + kc_.seqlen_new;
+  }
+
   // Checks out/lse against the fp64 reference and the cache against the expected append.
   void check(const KVOutcome& o) const {
     const int B = kc_.batch(), H = kc_.heads, HK = kc_.heads_k, d = kc_.head_dim,
@@ -183,6 +193,7 @@ class KVRun {
     for (int b = 0; b < B; ++b) {
       for (int64_t r = 0; r < kc_.capacity; ++r) {
         if (kc_.page_size > 0 && table_host_[b * kc_.max_blocks() + r / kc_.page_size] < 0) continue;
+        if (kc_.nan_outside && outside(b, r)) continue;  // NaN before and after
         for (int h = 0; h < HK; ++h) {
           const int64_t ki = cache_index(b, r, h, d), vi = cache_index(b, r, h, dv);
           const int64_t ko = ((int64_t(b) * kc_.capacity + r) * HK + h) * d;
@@ -309,6 +320,15 @@ class KVRun {
     fill(q_host_, int64_t(B) * kc_.seqlen_q * H * d);
     fill(klog_, int64_t(B) * cap * HK * d);
     fill(vlog_, int64_t(B) * cap * HK * dv);
+    if (kc_.nan_outside) {
+      for (int b = 0; b < B; ++b) {
+        for (int64_t r = 0; r < cap; ++r) {
+          if (!outside(b, r)) continue;
+          std::fill_n(klog_.begin() + ((int64_t(b) * cap + r) * HK) * d, HK * d, std::nan(""));
+          std::fill_n(vlog_.begin() + ((int64_t(b) * cap + r) * HK) * dv, HK * dv, std::nan(""));
+        }
+      }
+    }
     fill(knew_host_, int64_t(B) * kc_.seqlen_new * HK * d);
     fill(vnew_host_, int64_t(B) * kc_.seqlen_new * HK * dv);
     const int half = kc_.rotary_dim / 2;
@@ -856,6 +876,7 @@ std::vector<Sm90CacheCase> sm90_cache_cases() {
   const auto prefill = [](int seqlen_q) {
     KVCase kc;
     kc.num_splits = 1;  // these grids are small: the split heuristic would leave them to sm80
+    kc.nan_outside = true;  // rows past each sequence in its last page or cache row: NaN
     kc.seqlen_q = seqlen_q;
     kc.capacity = 512;
     kc.cache_seqlens = {300, 0, 129, 511 - seqlen_q};

@@ -185,6 +185,52 @@ TEST(Sm90FwdTile, SparseTilesFitAndDivideBlocksOf128) {
   EXPECT_EQ(sm90::fwd_sparse_tile(128, 128).block_n, 128);
 }
 
+// The cache kernel's copies (fwd_kernel.h cache_producer, the plan in fwd_tile.h): over the 128
+// producer threads, their block_n / 16 rows and every panel, each 16-byte chunk of a K/V tile is
+// copied exactly once; each cp.async of a warp covers four whole 128-byte rows (eight lanes each,
+// chunks 0-7 once); and the lane a thread takes its row's cache offset from is in the same warp
+// and looks up exactly that row. At the cache kernel's tiles (the sparse ones: 128 keys at d64 /
+// d128, 64 at d256).
+TEST(Sm90FwdTile, CacheCopiesCoverTheTileOnceInWholeRows) {
+  for (int d : {64, 128, 256}) {
+    const FwdTile t = sm90::fwd_sparse_tile(d, d);
+    const int panels = d / 64, rows_per_group = t.block_n / 16;
+    SCOPED_TRACE(std::to_string(d) + " head dim, block_n " + std::to_string(t.block_n));
+    ASSERT_EQ(t.block_n % 16, 0);
+    ASSERT_LE(t.block_n / 4, 32) << "a warp's rows have a lane each to look them up";
+    std::vector<int> copies(static_cast<size_t>(t.block_n) * panels * 8, 0);
+    for (int tid = 0; tid < 128; ++tid) {
+      const int warp = tid / 32;
+      for (int q = 0; q < rows_per_group; ++q) {
+        const int row = sm90::cache_copy_row(tid, q), chunk = sm90::cache_copy_chunk(tid);
+        ASSERT_GE(row, 0);
+        ASSERT_LT(row, t.block_n);
+        for (int p = 0; p < panels; ++p) ++copies[(static_cast<size_t>(row) * panels + p) * 8 + chunk];
+        const int src = sm90::cache_lookup_lane(tid, q);
+        ASSERT_GE(src, 0);
+        ASSERT_LT(src, t.block_n / 4) << "only the looking-up lanes hold an offset";
+        EXPECT_EQ(sm90::cache_lookup_row(src, warp), row) << "tid " << tid << " q " << q;
+      }
+    }
+    for (size_t i = 0; i < copies.size(); ++i) ASSERT_EQ(copies[i], 1) << "chunk " << i;
+    // One warp's cp.async (fixed q and panel): four rows, each row's chunks 0-7 once.
+    for (int warp = 0; warp < 4; ++warp) {
+      for (int q = 0; q < rows_per_group; ++q) {
+        std::vector<int> per_row(static_cast<size_t>(t.block_n), 0);
+        for (int lane = 0; lane < 32; ++lane) per_row[sm90::cache_copy_row(32 * warp + lane, q)] |= 1 << sm90::cache_copy_chunk(32 * warp + lane);
+        int rows = 0;
+        for (int m : per_row) {
+          if (m != 0) {
+            EXPECT_EQ(m, 0xff);
+            ++rows;
+          }
+        }
+        EXPECT_EQ(rows, 4);
+      }
+    }
+  }
+}
+
 // The bias forward (FwdBiasTraits, head dims 64 and 128): the sparse tile plus one 16-bit bias
 // slot of block_m x block_n per stage within the 227 KB, whole 64-key panels, and its register
 // split (producer 40, two consumers 232) within the 384 threads' pool of 168 each, with room

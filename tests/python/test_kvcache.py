@@ -49,7 +49,7 @@ class Case:
     def __init__(self, *, b=3, sq=1, snew=0, h=4, hk=2, d=32, capacity=64, seqlens=None,
                  leftpad=None, page_size=0, batch_idx=False, rotary_dim=0, interleaved=True,
                  causal=False, window=(-1, -1), softcap=0.0, alibi=False, sink=False,
-                 dtype=np.float32):
+                 nan_outside=False, dtype=np.float32):
         self.__dict__.update(locals())
         del self.__dict__["self"]
         self.seqlens = np.asarray(seqlens if seqlens is not None else RNG.integers(0, capacity - snew + 1, b), np.int32)
@@ -58,6 +58,12 @@ class Case:
         self.q = rnd(b, sq, h, d)
         self.k_log = rnd(b, capacity, hk, d)
         self.v_log = rnd(b, capacity, hk, d)
+        if nan_outside:  # rows the call must not read hold NaN (otherwise random values)
+            lp = self.leftpad_arr if self.leftpad_arr is not None else np.zeros(b, np.int32)
+            for i in range(b):
+                for x in (self.k_log, self.v_log):
+                    x[i, :lp[i]] = np.nan
+                    x[i, self.seqlens[i] + snew:] = np.nan
         self.k_new = rnd(b, snew, hk, d) if snew else None
         self.v_new = rnd(b, snew, hk, d) if snew else None
         if rotary_dim:
@@ -437,7 +443,8 @@ def test_cuda_bf16_matches_cpu_and_reference(spec):
 
 # Prefill chunks (at least one 128-row tile of queries) for the sm90 cache kernel: paged at 16
 # and 64 rows a page, dense through cache_batch_idx with left padding, an append with rotary,
-# GQA, a window with softcap, sinks, a sequence without keys; unused cache rows hold NaN (Case).
+# GQA, a window with softcap, sinks, a sequence without keys; every cache row outside a
+# sequence's [leftpad, end) holds NaN (nan_outside).
 SM90_CACHE_CASES = [
     dict(d=128, h=8, hk=2, sq=160, snew=160, causal=True, page_size=16, capacity=512, rotary_dim=64,
          seqlens=[0, 200, 351]),
@@ -447,6 +454,7 @@ SM90_CACHE_CASES = [
     dict(d=64, h=4, hk=2, sq=130, snew=130, causal=True, capacity=512, leftpad=[7, 0, 90], batch_idx=True,
          seqlens=[140, 300, 90]),
 ]
+SM90_CACHE_CASES = [dict(spec, nan_outside=True) for spec in SM90_CACHE_CASES]
 
 
 @pytest.mark.parametrize("spec", SM90_CACHE_CASES, ids=lambda s: "-".join(f"{k}{v}" for k, v in s.items()))

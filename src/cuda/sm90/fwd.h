@@ -48,7 +48,9 @@ Status build_mask_bits(const QKVParams& p, void* workspace, cudaStream_t stream,
 // cache by the producer warpgroup). Why it does not take p (empty when it does): not a cache
 // call, a head dim other than 64, 128 and 256 or head_dim_v != head_dim, a head dim not built, a
 // float8_e4m3 cache, dropout, bias / masks, requested splits, folded rows, fewer than
-// kFwdCacheMinQueries query rows (the decode shapes: the sm80 split-KV kernels), a broadcast q.
+// kFwdCacheMinQueries query rows per sequence (at most, or on average: decode shapes and varlen
+// batches of mostly decoding sequences stay on the sm80 cache kernels), a broadcast q, a grid the
+// split heuristic would split.
 // Not yet run on a GPU: cuda_backend.cu takes it only under Switch::kSm90Cache.
 std::string fwd_cache_declines(const ForwardParams& p);
 Status dispatch_fwd_cache(const ForwardParams& p, cudaStream_t stream);

@@ -181,7 +181,14 @@ std::string fwd_cache_declines(const ForwardParams& p) {
   if (p.has_score_mods()) return "attn_bias, attn_mask and block masks run on sm80";
   if (p.num_splits > 1) return "split-KV runs on sm80";
   if (p.q_fold != 1) return "folded query rows run on sm80";
-  if (p.seqlen_q < kFwdCacheMinQueries) return "a decode shape (fewer query rows than one tile): the sm80 split-KV kernels";
+  // Decode shapes stay on sm80, and so do varlen batches of mostly decoding sequences (a
+  // chunked-prefill step among them): each sequence here costs whole 128-row tiles per query
+  // head over all its keys, so at fewer than 128 query rows per sequence on average (total_q is
+  // known on the host) the padding could outweigh the faster products many times over.
+  const int64_t rows = p.is_varlen() ? p.total_q : int64_t(p.seqlen_q) * p.batch;
+  if (p.seqlen_q < kFwdCacheMinQueries || rows < int64_t(kFwdCacheMinQueries) * p.batch) {
+    return "a decode shape (fewer than 128 query rows per sequence on average): the sm80 cache kernels";
+  }
   if (p.q_strides.row == 0 || (p.heads > 1 && p.q_strides.head == 0) ||
       (!p.is_varlen() && p.batch > 1 && p.q_strides.batch == 0)) {
     return "a broadcast (stride 0) q";

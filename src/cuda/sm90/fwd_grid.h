@@ -28,6 +28,7 @@ inline Status make_fwd_params(const ForwardParams& params, DType kv_dtype, int h
   kp->p = params;
   kp->p.num_splits = 1;
   kp->tile_counter = nullptr;
+  if (!kv_maps) kp->k = kp->v = CUtensorMap{};  // never read; not left undefined
   const bool varlen = params.is_varlen();
   const int map_batch = varlen ? 1 : params.batch;
   const int64_t rows_q = varlen ? params.total_q : params.seqlen_q;

@@ -544,71 +544,122 @@ __device__ __forceinline__ int sparse_entry(const SparseSlots& sparse, int stage
   return int(uniform_word(&sparse.entry[stage], lane));
 }
 
+// The loads of one tile's key blocks [n_lo, n_hi), last to first, K one block ahead of V (the
+// order the consumers use them in: S_j is issued with P_{j+1} V_{j+1}), with the tile's Q first
+// (kQFirst) or after the first K; `it` counts K/V tiles across the CTA's tiles (the ring's slots).
+template <bool kQFirst, typename LoadK, typename LoadV, typename LoadQ>
+__device__ __forceinline__ void load_tile_blocks(const TileWork& w, int& it, LoadK&& load_k, LoadV&& load_v,
+                                                 LoadQ&& load_q) {
+  if constexpr (kQFirst) load_q();
+  load_k(w.n_hi - 1, it);
+  if constexpr (!kQFirst) load_q();
+#pragma unroll 1
+  for (int n_block = w.n_hi - 2; n_block >= w.n_lo; --n_block, ++it) {
+    load_k(n_block, it + 1);
+    load_v(n_block + 1, it);
+  }
+  load_v(w.n_lo, it);
+  ++it;
+}
+
 // Traits::kCache (FwdCacheTraits): the producer warpgroup of the cache kernel. K and V live in a
 // KV cache whose rows the copy engine cannot find by itself (a block table maps each page_size
 // rows of a sequence to a page of the pool; a dense cache has a leftpad and cache_batch_idx per
-// sequence), so all 128 threads of warpgroup 0 copy them with cp.async: thread i takes key row
-// i / kThreadsPerRow of every K and V tile, kChunks 16-byte chunks from column
-// (i % kThreadsPerRow) * 8 * kChunks, finds the row in the cache as it copies (kv.row_offset: one
-// block-table word per row and tile, pages clamped into the pool) and writes each chunk where the
-// copy engine's 128-byte swizzle puts it (SwizzledPanels: the layout the consumers' descriptors
-// read). Keys past the sequence's end are zero-filled (src-size 0): a cache row outside
-// [first, end) may hold anything, NaN included, and P V would turn 0 x NaN into NaN. Each thread
-// then arrives on the stage's full barrier once its own copies have landed
-// (cp.async.mbarrier.arrive.noinc; the barriers expect 128 arrivals, FwdTraits kKvArrivals), so
-// no thread waits for its copies and the ring runs as with the copy engine. Q still comes by the
-// copy engine, issued by thread 0. The tiles are the consumers' fixed rounds
-// (TileOrder::cta_tile), loaded in the other kernels' order (K one block ahead of V).
+// sequence), so all 128 threads of warpgroup 0 copy them with cp.async into the stages the copy
+// engine would fill, each 16-byte chunk where its 128-byte swizzle puts it (SwizzledPanels: the
+// layout the consumers' descriptors read). Eight lanes take the eight chunks of one 128-byte
+// panel row, so each cp.async of a warp moves four whole rows of 128 bytes (whole 32-byte
+// sectors; a row per lane would fetch every sector twice from L2); the sixteen 8-lane groups of
+// the warpgroup take rows g, g + 16, ... of the tile, all their panels. Each row is found in the
+// cache once (kv.row_offset: a block-table word, the page clamped into the pool) by one lane of
+// its warp (lane 4q + j: row 16q + 4w + j of warp w) and passed to its group by shuffle. Keys
+// past the sequence's end are zero-filled (src-size 0): a cache row outside [first, end) may
+// hold anything, NaN included, and P V would turn 0 x NaN into NaN. Each thread then arrives on
+// the stage's full barrier once its own copies have landed (cp.async.mbarrier.arrive.noinc; the
+// barriers expect 128 arrivals, FwdTraits kKvArrivals), so no thread waits for its copies and the
+// ring runs as with the copy engine. Q still comes by the copy engine, issued by thread 0. The
+// tiles are the consumers' fixed rounds (TileOrder::cta_tile; the tile feed under
+// FLASHATTN_DEV_SM90_CACHE_FEED), loaded in the other kernels' order (K one block ahead of V).
 template <typename Traits>
-__device__ __forceinline__ void cache_producer(const FwdParams& kp, const Ring& ring, unsigned char* sQ,
-                                               unsigned char* sK, unsigned char* sV) {
+__device__ __forceinline__ void cache_producer(const FwdParams& kp, const Ring& ring, const TileFeed& feed,
+                                               unsigned char* sQ, unsigned char* sK, unsigned char* sV) {
   using Element = typename Traits::Element;
   constexpr int kBlockN = Traits::kBlockN;
   constexpr int kStages = Traits::kStages;
   constexpr int kQ = Traits::kQSlots;
-  constexpr int kThreadsPerRow = 128 / kBlockN;
-  constexpr int kChunks = Traits::kHeadDim / 8 / kThreadsPerRow;
+  constexpr int kRowsPerGroup = kBlockN / 16;  // rows of a tile per 8-lane group
   using Layout = SwizzledPanels<Traits::kHeadDim, kBlockN>;
-  static_assert(Layout::kPanelBytes == Traits::kPanelBytesKV && Traits::kVStageBytes == Traits::kTileBytesV,
+  static_assert(Layout::kPanelBytes == Traits::kPanelBytesKV && Traits::kVStageBytes == Traits::kTileBytesV &&
+                    Traits::kPanelsV == Traits::kPanels,
                 "the copies' layout is the ring's");
+  static_assert(kBlockN % 16 == 0 && kBlockN / 4 <= 32, "a warp's rows of a tile have a lane each to look them up");
   const ForwardParams& params = kp.p;
   const KVCacheParams& kv = params.kv;
   const TileOrder order = kp.order;
   const int group = params.heads / params.heads_k;
   const int tid = threadIdx.x;
-  const int row = tid / kThreadsPerRow;
-  const int col0 = (tid % kThreadsPerRow) * kChunks * 8;
+  const int lane = tid % 32;
+  const int chunk = cache_copy_chunk(tid);  // fwd_tile.h: the copies' plan
+  const int lookup_row = cache_lookup_row(lane, tid / 32);
+  static_assert(cache_copy_row(0, 1) - cache_copy_row(0, 0) == 16, "a thread's rows 16 apart: one swizzle phase");
+  const uint32_t dst_chunk = Layout::offset(cache_copy_row(tid, 0), 8 * chunk);
   const int map_batch_varlen = params.is_varlen();
   if (tid == 0) ptx::tma_prefetch_map(&kp.q);
   int it = 0;      // K/V tiles issued so far, across tiles: slot it % kStages, pass it / kStages
   int q_pass = 0;  // Q tiles issued so far (by thread 0)
 #pragma unroll 1
   for (int k = 0;; ++k) {
-    const int t = order.cta_tile(k, blockIdx.x, gridDim.x);
+    int t;
+    if constexpr (Traits::kDynamicTiles) {
+      // FLASHATTN_DEV_SM90_CACHE_FEED (fwd_traits.h): thread 0 takes the next tile from the
+      // counter and publishes it as the other producers do; every producer warp then reads it
+      // from the feed like a consumer warp (the feed's empty barriers count them).
+      if (tid == 0) {
+        publish_tile(feed, k, k == 0 ? int(blockIdx.x)
+                                     : int(__reduce_max_sync(1u, unsigned(atomicAdd(kp.tile_counter, 1)))) +
+                                           int(gridDim.x));
+      }
+      t = take_tile(feed, k, lane);
+    } else {
+      t = order.cta_tile(k, blockIdx.x, gridDim.x);
+    }
     if (t >= order.tiles) break;
     const TileWork w = tile_work<Traits>(params, order, t);
     if (!w.exists() || !w.has_keys()) continue;
     const int64_t head_k = w.head / group;
-    // This thread's row of key block n_block into `stage` of a ring whose stages are
-    // `stage_bytes` apart, from `cache` (strides in elements: batch = the page stride when paged).
-    const auto copy_row = [&](unsigned char* ring_base, int stage_bytes, const void* cache, const Strides3& strides,
-                              int n_block, int index, uint64_t* full, uint64_t* empty) {
+    // Key block n_block of `cache` (strides in elements: batch = the page stride when paged) into
+    // `stage` of a ring whose stages are `stage_bytes` apart.
+    const auto copy_tile = [&](unsigned char* ring_base, int stage_bytes, const void* cache, const Strides3& strides,
+                               int n_block, int index, uint64_t* full, uint64_t* empty) {
       const int stage = index % kStages;
       ptx::mbarrier_wait(&empty[stage], ((index / kStages) & 1) ^ 1);
-      const int key = n_block * kBlockN + row;
-      const bool valid = key < w.seqlen_k;
-      const Element* src = static_cast<const Element*>(cache);
-      if (valid) src += kv.row_offset(strides, w.batch, w.row0_k + key) + head_k * strides.head + col0;
-      const uint32_t dst = ptx::smem_u32(ring_base + stage * stage_bytes);
+      const int key0 = n_block * kBlockN;
+      int64_t found = 0;
+      if (lane < kBlockN / 4 && key0 + lookup_row < w.seqlen_k) {
+        found = kv.row_offset(strides, w.batch, w.row0_k + key0 + lookup_row) + head_k * strides.head;
+      }
+      const Element* base = static_cast<const Element*>(cache);
+      // This thread's rows are 16 apart, so they share the swizzle's row phase (row % 8) and its
+      // chunk's place in every row: one address plus constant steps of 16 rows and one panel
+      // (spelled out, ptxas kept all sixteen addresses live across the tile loop and spilled).
+      const uint32_t dst = ptx::smem_u32(ring_base + stage * stage_bytes) + dst_chunk;
 #pragma unroll
-      for (int c = 0; c < kChunks; ++c) ptx::cp_async_16(dst + Layout::offset(row, col0 + 8 * c), src + 8 * c, valid);
+      for (int q = 0; q < kRowsPerGroup; ++q) {
+        const int64_t offset = __shfl_sync(0xffffffffu, found, cache_lookup_lane(tid, q));
+        const bool valid = key0 + cache_copy_row(tid, q) < w.seqlen_k;
+        const Element* src = base + (valid ? offset : 0) + 8 * chunk;
+#pragma unroll
+        for (int panel = 0; panel < Traits::kPanels; ++panel) {
+          ptx::cp_async_16(dst + uint32_t(q * 16 * 128 + panel * Layout::kPanelBytes), src + 64 * panel, valid);
+        }
+      }
       ptx::cp_async_mbarrier_arrive_noinc(&full[stage]);
     };
     const auto load_k = [&](int n_block, int index) {
-      copy_row(sK, Traits::kTileBytesK, params.k, params.k_strides, n_block, index, ring.k_full, ring.k_empty);
+      copy_tile(sK, Traits::kTileBytesK, params.k, params.k_strides, n_block, index, ring.k_full, ring.k_empty);
     };
     const auto load_v = [&](int n_block, int index) {
-      copy_row(sV, Traits::kTileBytesV, params.v, params.v_strides, n_block, index, ring.v_full, ring.v_empty);
+      copy_tile(sV, Traits::kTileBytesV, params.v, params.v_strides, n_block, index, ring.v_full, ring.v_empty);
     };
     const auto load_q = [&] {
       if (tid == 0) {
@@ -623,15 +674,7 @@ __device__ __forceinline__ void cache_producer(const FwdParams& kp, const Ring& 
       }
       ++q_pass;
     };
-    load_k(w.n_hi - 1, it);
-    load_q();
-#pragma unroll 1
-    for (int n_block = w.n_hi - 2; n_block >= w.n_lo; --n_block, ++it) {
-      load_k(n_block, it + 1);
-      load_v(n_block + 1, it);
-    }
-    load_v(w.n_lo, it);
-    ++it;
+    load_tile_blocks<false>(w, it, load_k, load_v, load_q);
   }
 }
 
@@ -732,7 +775,8 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kCtasPerSm) fwd_kern
     if constexpr (Traits::kDynamicTiles) {
       for (int s = 0; s < 2; ++s) {
         ptx::mbarrier_init(&feed.full[s], 1);
-        ptx::mbarrier_init(&feed.empty[s], 4 * Traits::kConsumers);
+        // kCache: the producer's four warps read the feed too (cache_producer).
+        ptx::mbarrier_init(&feed.empty[s], 4 * Traits::kConsumers + (Traits::kCache ? 4 : 0));
       }
     }
     ptx::mbarrier_init_fence();
@@ -758,7 +802,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kCtasPerSm) fwd_kern
   if (warpgroup == 0) {
     ptx::warpgroup_reg_dealloc<Traits::kProducerRegs>();
     if constexpr (Traits::kCache) {
-      cache_producer<Traits>(kp, ring, sQ, sK, sV);
+      cache_producer<Traits>(kp, ring, feed, sQ, sK, sV);
       return;
     }
     if (warp != 0 || lane != 0) return;
@@ -913,17 +957,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kCtasPerSm) fwd_kern
         // for its stage. H200 bf16, four passes in rotated order against K first, same processes
         // as cuDNN (dev/results/h200-2026-12-04-s34-qfirst-ab-365d30f.json): d128 512 +4.4% (4 of 4
         // passes), d64 causal 1k +1.6% (fwd_traits.h kQSlots: the traced Q wait).
-        constexpr bool kQFirst = kQ == 2 && !Traits::kCrossTile;
-        if constexpr (kQFirst) load_q();
-        load_k(w.n_hi - 1, it);
-        if constexpr (!kQFirst) load_q();
-#pragma unroll 1
-        for (int n_block = w.n_hi - 2; n_block >= w.n_lo; --n_block, ++it) {
-          load_k(n_block, it + 1);
-          load_v(n_block + 1, it);
-        }
-        load_v(w.n_lo, it);
-        ++it;
+        load_tile_blocks<kQ == 2 && !Traits::kCrossTile>(w, it, load_k, load_v, load_q);
       }
     }
     return;

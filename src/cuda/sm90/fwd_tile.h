@@ -184,10 +184,22 @@ constexpr FwdTile fwd_sparse_tile(int head_dim, int head_dim_v) {
 }
 
 // The cache kernel (FwdCacheTraits) takes KV-cache calls with at least this many query rows per
-// sequence (seqlen_q, or max_seqlen_q of a varlen call): one whole 128-row tile. Fewer (decode,
-// speculative decoding) stay on the sm80 cache kernels, which split keys, fold GQA groups into
-// rows and merge in-kernel. A guess, not measured yet.
+// sequence (seqlen_q, or max_seqlen_q of a varlen call, and total_q / batch): one whole 128-row
+// tile. Fewer (decode, speculative decoding, chunked prefill among many decoding sequences) stay
+// on the sm80 cache kernels, which split keys, fold GQA groups into rows and merge in-kernel. A
+// guess, not measured yet.
 constexpr int kFwdCacheMinQueries = 128;
+
+// The cache kernel's copies (fwd_kernel.h cache_producer): producer thread `tid` (0-127) copies
+// 16-byte chunk cache_copy_chunk(tid) of each 128-byte panel row of tile rows cache_copy_row(tid,
+// q), q < block_n / 16, in every panel: eight lanes per row, four rows per warp and cp.async. Lane
+// cache_lookup_lane(tid, q) of its warp looks that row up in the cache (the row it looks up is
+// cache_lookup_row(lane, warp)). tests/cpp/test_sm90_layout.cpp checks that the copies cover every
+// chunk of a tile once and that each lookup is of the row copied.
+constexpr int cache_copy_chunk(int tid) { return tid % 8; }
+constexpr int cache_copy_row(int tid, int q) { return 16 * q + 4 * (tid / 32) + tid % 32 / 8; }
+constexpr int cache_lookup_lane(int tid, int q) { return 4 * q + tid % 32 / 8; }
+constexpr int cache_lookup_row(int lane, int warp) { return 16 * (lane / 4) + 4 * warp + lane % 4; }
 
 // The dynamic shared memory a CTA may use on sm90 (227 KB), and its share when `ctas` CTAs are
 // resident per SM (228 KB less 1 KB reserved per CTA).
@@ -218,6 +230,13 @@ constexpr size_t fwd_bias_bytes(const FwdTile& t) { return size_t(t.stages) * 64
 // 384 threads at 168); the consumers hold 32 bias words per block besides O, S and P.
 constexpr int kFwdBiasProducerRegs = 40;
 constexpr int kFwdBiasConsumerRegs = 232;
+
+// setmaxnreg of the cache kernel (FwdCacheTraits): its 128 producer threads copy K and V
+// themselves (fwd_kernel.h cache_producer) and hold a tile's walk, a row's cache offset and the
+// copies' addresses; at 40 registers ptxas spilled 76-80 bytes in their loop (d128, d256). Two
+// consumers keep 224 (O 64 + S 64 + P 32 at d128; d256 128 + 32 + 16).
+constexpr int kFwdCacheProducerRegs = 56;
+constexpr int kFwdCacheConsumerRegs = 224;
 
 // Registers of a consumer thread's accumulators (O, S, P), and what setmaxnreg gives it.
 constexpr int fwd_accumulator_regs(const FwdTile& t, int head_dim_v) {

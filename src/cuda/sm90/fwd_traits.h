@@ -65,10 +65,10 @@ struct FwdTraitsBody {
   // kCache: K and V from a KV cache (params.kv: forward_kvcache, or a varlen call with a block
   // table), dense or paged at any page size, for prefill-shaped calls (FwdCacheTraits below). The
   // copy engine cannot follow a block table row by row, so the whole producer warpgroup copies
-  // K and V with cp.async, one key row per thread (two at 64-key blocks), each row's page looked
-  // up as it goes and rows past the sequence zero-filled (fwd_kernel.h cache_producer). The
-  // sparse kernel's tile (128 keys at d64 / d128, 64 at d256: a key row per thread or two), fixed
-  // rounds of tiles (every producer thread walks them; no feed to hand out).
+  // K and V with cp.async, eight lanes per 128-byte row, each row's page looked up once and rows
+  // past the sequence zero-filled (fwd_kernel.h cache_producer; the plan in fwd_tile.h). The
+  // sparse kernel's tile (128 keys at d64 / d128, 64 at d256), fixed rounds of tiles (every
+  // producer thread walks them; no feed to hand out).
   static constexpr bool kCache = kCache_;
   static_assert(!kCache || (!kSparse && !kBias && !kMaskOnly && !kShortRows && kMask == MaskMode::kWindow &&
                             kHeadDimV == kHeadDim),
@@ -86,15 +86,18 @@ struct FwdTraitsBody {
   static constexpr int kCtasPerSm = kTile.ctas_per_sm;
   // setmaxnreg: the producer gives its registers to the consumers. 65536 per SM (one CTA):
   // 128 x 24 + 256 x 240 = 64512.
-  // kCache: 128 copying threads (their row's pointers live across the copies): the bias kernel's
-  // split, 40 / 232.
-  static constexpr int kProducerRegs = kBias_ || kCache_ ? kFwdBiasProducerRegs : fwd_producer_regs(kTile);  // fwd_tile.h
-  static constexpr int kConsumerRegs = kBias_ || kCache_ ? kFwdBiasConsumerRegs : fwd_consumer_regs(kTile);
+  // kCache: 128 copying threads (fwd_tile.h kFwdCacheProducerRegs).
+  static constexpr int kProducerRegs = kBias_    ? kFwdBiasProducerRegs
+                                       : kCache_ ? kFwdCacheProducerRegs
+                                                 : fwd_producer_regs(kTile);  // fwd_tile.h
+  static constexpr int kConsumerRegs = kBias_    ? kFwdBiasConsumerRegs
+                                       : kCache_ ? kFwdCacheConsumerRegs
+                                                 : fwd_consumer_regs(kTile);
   // Arrivals that fill a K or V stage: the one producer thread's (with the copy engine's bytes),
   // or, kCache, one per copying thread (cp.async.mbarrier.arrive.noinc after its row's copies).
   static constexpr int kKvArrivals = kCache ? 128 : 1;
-  static_assert(!kCache || (128 % kBlockN == 0 && (kHeadDim / 8) % (128 / kBlockN) == 0),
-                "kCache: each key row of a tile is copied by one or two whole threads");
+  static_assert(!kCache || (kBlockN % 16 == 0 && kBlockN <= 128),
+                "kCache: sixteen 8-lane groups take a tile's rows 16 apart (fwd_tile.h cache_copy_row)");
 
   // Tiles are 64-column panels of 128-byte rows (the widest swizzled row the copy engine writes):
   // kPanels of them in a Q or K tile, kPanelsV in a V tile.
@@ -125,8 +128,14 @@ struct FwdTraitsBody {
   // unmasked -5% at d128 (1k-16k), -2% at d256, within 2% at d64.
   // Block-sparse launches take the feed too: a query tile's cost is its number of kept key
   // tiles, which varies from row to row of the block mask as under a causal mask.
-  // kCache: fixed rounds (the 128 copying threads walk the tiles too; not measured against a feed).
+  // kCache: fixed rounds (the 128 copying threads walk the tiles too); with
+  // -DFLASHATTN_DEV_SM90_CACHE_FEED the feed, its producer warps reading it as the consumers do
+  // (dev/ A/B, not measured yet: the feed gained 3-18% on causal launches of the other kernels).
+#if defined(FLASHATTN_DEV_SM90_CACHE_FEED)
+  static constexpr bool kDynamicTiles = kMask == MaskMode::kWindow || kSparse;
+#else
   static constexpr bool kDynamicTiles = (kMask == MaskMode::kWindow || kSparse) && !kCache;
+#endif
   // fwd_tile.h: the key-block pipeline runs across tiles, over two Q buffers.
   static constexpr bool kCrossTile = kTile.cross_tile;
   // Q slots: two on the cross-tile pipeline (it runs over both) and on the plain short-rows
