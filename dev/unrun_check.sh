@@ -5,8 +5,10 @@
 # (the same) concurrently; then
 #   - ctest of s38's two test fixes (FusedSplitCombine, Sm90BackwardRunsUnpaddedAt192_128), the
 #     layout test and GqaTokensFoldedIntoRows, and s39's sm90 cache kernel (KVCacheSm90.*,
-#     PagedVarlen.ChunkedPrefillOnTheSm90CacheKernel: the switch flipped in-process), under sm90
-#     and auto, with --output-on-failure;
+#     PagedVarlen.ChunkedPrefillOnTheSm90CacheKernel: the switch flipped in-process) with the
+#     rest of KVCache.* and Mla.* (s39 made KVCacheParams::row_offset's page arithmetic 32-bit:
+#     the append and MLA kernels' lookups; the C++ build has 576 for them), under sm90 and auto,
+#     with --output-on-failure;
 #   - pytest: test_kvcache -k "gqa_tokens_fold or sm90_cache" (the one-token fold against the
 #     token fold; the cache kernel against the CPU backend, the reference and the sm80 kernels),
 #     test_paged_varlen, test_cuda / test_sink -k 128 under sm90 in both dtypes (masked d128
@@ -88,14 +90,14 @@ PYAB
 fi
 
 ( cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DFLASHATTN_CUDA_ARCHITECTURES=90 \
-    "-DFLASHATTN_CUDA_HEAD_DIMS=64;128;256" >$L/build.log 2>&1 && cmake --build build-gpu -j 16 >>$L/build.log 2>&1
+    "-DFLASHATTN_CUDA_HEAD_DIMS=64;128;256;576" >$L/build.log 2>&1 && cmake --build build-gpu -j 16 >>$L/build.log 2>&1
   echo "cmake rc=$? $(el)" ) &
 ( pkg /tmp/fa-def "fp16;bf16" >$L/pip.log 2>&1; echo "pip rc=$? $(el)" ) &
 wait
 pack
 for path in sm90 auto; do
   ( FLASHATTN_CUDA_PATH=$path timeout 200 ctest --test-dir build-gpu -j 4 --output-on-failure \
-      -R "FusedSplitCombine|Sm90BackwardRunsUnpaddedAt192_128|Sm90FwdTile|GqaTokensFolded|KVCacheSm90|OnTheSm90CacheKernel" \
+      -R "FusedSplitCombine|Sm90BackwardRunsUnpaddedAt192_128|Sm90FwdTile|GqaTokensFolded|KVCacheSm90|OnTheSm90CacheKernel|KVCache|Mla" \
       >$L/ctest-$path.log 2>&1
     echo "ctest $path rc=$? $(grep -E 'tests passed|tests failed' $L/ctest-$path.log) $(el)" ) &
 done
