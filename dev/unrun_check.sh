@@ -9,6 +9,9 @@
 #     rest of KVCache.* and Mla.* (s39 made KVCacheParams::row_offset's page arithmetic 32-bit:
 #     the append and MLA kernels' lookups; the C++ build has 576 for them), under sm90 and auto,
 #     with --output-on-failure;
+#   - s39's dbias with softcap (the sm80 backward's factor_later): ctest ScoreMods.* (its
+#     softcap cases with dbias, declined before), SparseCuda.*, SparseCudaDifferential.*, and
+#     pytest test_bias -k "dbias_with_softcap or sm90_bias_backward" (the refactored helper too);
 #   - pytest: test_kvcache -k "gqa_tokens_fold or sm90_cache" (the one-token fold against the
 #     token fold; the cache kernel against the CPU backend, the reference and the sm80 kernels),
 #     test_paged_varlen, test_cuda / test_sink -k 128 under sm90 in both dtypes (masked d128
@@ -97,7 +100,7 @@ wait
 pack
 for path in sm90 auto; do
   ( FLASHATTN_CUDA_PATH=$path timeout 200 ctest --test-dir build-gpu -j 4 --output-on-failure \
-      -R "FusedSplitCombine|Sm90BackwardRunsUnpaddedAt192_128|Sm90FwdTile|GqaTokensFolded|KVCacheSm90|OnTheSm90CacheKernel|KVCache|Mla" \
+      -R "FusedSplitCombine|Sm90BackwardRunsUnpaddedAt192_128|Sm90FwdTile|GqaTokensFolded|KVCache|OnTheSm90CacheKernel|Mla|ScoreMods\.|SparseCuda\.|SparseCudaDifferential" \
       >$L/ctest-$path.log 2>&1
     echo "ctest $path rc=$? $(grep -E 'tests passed|tests failed' $L/ctest-$path.log) $(el)" ) &
 done
@@ -107,6 +110,9 @@ done
   echo "pytest fold, sm90 cache rc=$? $(tail -1 $L/pytest-fold.log) $(el)"
   timeout 200 python3 -m pytest tests/python/test_paged_varlen.py -q -p no:cacheprovider >$L/pytest-paged.log 2>&1
   echo "pytest paged varlen rc=$? $(tail -1 $L/pytest-paged.log) $(el)"
+  timeout 300 python3 -m pytest tests/python/test_bias.py -k "dbias_with_softcap or sm90_bias_backward" -q \
+    -p no:cacheprovider >$L/pytest-dbias.log 2>&1
+  echo "pytest dbias with softcap, sm90 bias backward rc=$? $(tail -1 $L/pytest-dbias.log) $(el)"
   timeout 300 python3 -m pytest tests/python/test_cuda.py tests/python/test_sink.py -k "128" -q -p no:cacheprovider \
     >$L/pytest-128.log 2>&1
   echo "pytest -k 128 (sm90, both dtypes) rc=$? $(tail -1 $L/pytest-128.log) $(el)" ) &

@@ -562,14 +562,10 @@ Status cuda_forward(const ForwardParams& p) {
 }
 
 Status cuda_backward(const BackwardParams& p) {
-  // attn_bias, attn_mask and block masks run on the sm80 kernels (ScoreMods::kBiasMask), dbias
-  // included, except dbias with softcap: the kernels' dS already carries softcap's factor
-  // (1 - tanh^2), and dbias needs it without (SEMANTICS.md "Gradient"). Checked first, before
-  // any other CUDA-specific check.
-  if (p.dbias.defined() && p.softcap > 0.0f) {
-    return Status::NotSupported("dbias with softcap is not supported by the CUDA backward yet (the cpu backend "
-                                "implements it; attn_bias without dbias runs with softcap)");
-  }
+  // attn_bias, attn_mask and block masks run on the sm80 kernels (ScoreMods::kBiasMask) or the
+  // sm90 bias kernels, dbias included; dbias with softcap on the sm80 kernels only (sm90
+  // bwd_declines), which leave softcap's factor out of dS until dbias has taken it
+  // (BwdScoreState::factor_later; SEMANTICS.md "Gradient").
   cuda::DeviceScope restore_device;  // prepare() selects the tensors' device
   PadPlan plan;
   if (Status s = prepare(p, &plan); !s.ok()) return s;

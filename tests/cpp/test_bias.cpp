@@ -3,8 +3,8 @@
 // (summed over the broadcast dimensions) and the reference's dbias against float64 finite
 // differences, reproducibility of dbias, and the argument checks, on dense calls (varlen calls
 // and the compressed block mask: test_block_sparse.cpp). CUDA runs each case in bfloat16
-// (float32 is CPU-only), gradients included, and declines dbias with softcap naming it
-// (score_mods_util.h run_and_check; skipped without a GPU; the CUDA-specific cases are in
+// (float32 is CPU-only), gradients included, dbias with softcap too (score_mods_util.h
+// run_and_check; skipped without a GPU; the CUDA-specific cases are in
 // test_sparse_cuda.cpp). BiasSm90: the Hopper forward's bias kernel (sm90/fwd_kernel.h,
 // FwdBiasTraits) at head dims 64 and 128 (attn_mask alone: FwdMaskTraits, 256 too), with the sm80
 // forward on the same inputs.

@@ -8,7 +8,7 @@
 // (B, 1, 1, Nk), (1, H, Nq, Nk), (1, 1, Nq, Nk), (B, H, 1, Nk), (1, 1, 1, Nk)), GQA, causal and
 // windowed masks, softcap, ALiBi, dropout, split-KV and the decode shape; every case also runs
 // the deterministic backward (dQ kernel), which must be bitwise repeatable; dbias with softcap
-// is declined naming it, softcap with a bias but no dbias runs. Differential tests: CUDA against
+// (the sm80 backward's factor_later) and softcap with a bias but no dbias. Differential tests: CUDA against
 // the CPU backend (dbias included), split-KV against one split, and NaN in keys only absent
 // blocks cover (never loaded, forward and backward); the first GPU run's failing pattern (a
 // float32 bias summed over the query rows, causal, atomics dQ) repeated, bitwise in both dQ
@@ -239,8 +239,8 @@ TEST(SparseCudaDifferential, MatchesCpuBackend) {
   }
 }
 
-// Softcap with a bias runs the backward when dbias is not asked for (with dbias it is declined,
-// the case above): dq, dk and dv against the reference.
+// Softcap with a bias and no dbias (with dbias: the case above and DbiasMatchesCpuBackend): dq,
+// dk and dv against the reference.
 TEST(SparseCudaDifferential, SoftcapBiasWithoutDbias) {
   FLASHATTN_SKIP_IF_UNAVAILABLE(Backend::kCuda);
   Spec s = cases()[8];
@@ -254,11 +254,13 @@ TEST(SparseCudaDifferential, SoftcapBiasWithoutDbias) {
 
 // dbias on the GPU against the CPU backend's on the same bf16 inputs, for a full bias (stored
 // directly), one broadcast over the batch (element partials), over the query rows (row sums
-// stored directly) and a varlen key-padding bias (row sums into partials): the CPU's float32
+// stored directly), a varlen key-padding bias (row sums into partials) and a bias with softcap
+// (softcap's factor applied after dbias, sm80/bwd_common.h factor_later): the CPU's float32
 // dbias stands in for the reference at the dtype's atol.
 TEST(SparseCudaDifferential, DbiasMatchesCpuBackend) {
   FLASHATTN_SKIP_IF_UNAVAILABLE(Backend::kCuda);
-  for (const size_t index : {size_t(1), size_t(13), size_t(20), size_t(21)}) {
+  ASSERT_EQ(cases()[8].name, "bias_f32_heads_softcap_alibi_blocks");
+  for (const size_t index : {size_t(1), size_t(13), size_t(20), size_t(21), size_t(8)}) {
     const Spec s = cases()[index];
     if (cuda_not_built(s.dtype, s.head_dim, s.head_dim_v)) GTEST_SKIP() << "not in this build";
     Built gpu = build(s, Backend::kCuda), cpu = build(s, Backend::kCpu);

@@ -4,7 +4,7 @@ against a float64 numpy reference, torch autograd (dq, dk, dv and the bias gradi
 biases included) against float64 torch autograd, and the CUDA forward and backward (bf16, bias in
 float32 and bfloat16; dq, dk, dv and dbias, deterministic mode bitwise repeatable) against
 float64 torch with the naive bf16 computation as the yardstick, each broadcast pattern of dbias
-at lengths of several kernel tiles; the CUDA backward refuses dbias with softcap naming it; the
+at lengths of several kernel tiles; dbias with softcap (the sm80 backward) against float64; the
 Hopper forward's bias kernel (head dims 64 and 128; a mask alone 256 too) against float64 and the sm80 forward in one
 process, and which calls reach it; the Hopper backward's bias kernel (every dbias pattern, varlen)
 against float64 and the sm80 backward (the CUDA tests skip without a GPU)."""
@@ -270,20 +270,6 @@ def dbias_atol(ref):
     rowsum(dO * out) reads the bf16 out (a bf16 CPU run of these cases measured up to 2.5x the
     naive error on the row-summed dbias, well inside this)."""
     return max(1e-2, 2 * 2.0**-8 * (np.abs(ref).max() + 0.3))
-
-
-def test_cuda_backward_declines_dbias_with_softcap():
-    """dbias with softcap is refused naming it; softcap with a bias that needs no gradient runs."""
-    torch = _cuda_torch()
-    (q, k, v, dout), bias, _, _, _, keep = cuda_case(torch, CASES[0], torch.bfloat16, torch.float32)
-    leaf = [x.clone().requires_grad_() for x in (q, k, v)]
-    bias_leaf = bias.clone().requires_grad_()
-    out = flashattn.flash_attn_func(*leaf, softcap=5.0, attn_bias=bias_leaf)
-    with pytest.raises(NotImplementedError, match="dbias with softcap"):
-        out.backward(dout)
-    out = flashattn.flash_attn_func(*leaf, softcap=5.0, attn_bias=bias)
-    out.backward(dout)
-    assert all(torch.isfinite(x.grad).all() for x in leaf)
 
 
 def test_torch_bias_is_the_only_leaf():
@@ -582,10 +568,35 @@ def test_cuda_sm90_bias_backward_matches_float64(case):
     if torch.cuda.get_device_capability()[0] != 9:
         pytest.skip("the sm90 backward runs on Hopper only")
     c = SM90_BWD_CASES[case]
-    q, k, v, bias, mask, keep = _sm90_bias_case(torch, c, 9300 + case)
+    fa, ref, inputs, dout = _bias_grad_problem(torch, c, 9300 + case)
+    names = ("out", "dq", "dk", "dv", "dbias")[:len(inputs) + 1]
+    results = {}
+    for sm80 in (False, True):
+        saved = flashattn._C._set_switch("bwd_sm80", sm80)
+        try:
+            before = flashattn._C._backward_calls()[0]
+            results[sm80] = torch_ref.values_and_grads(fa, inputs, dout)
+            ran90 = flashattn._C._backward_calls()[0] - before
+        finally:
+            flashattn._C._set_switch("bwd_sm80", saved)
+        assert ran90 == (0 if sm80 else 1), f"sm90 backward calls {ran90} (bwd_sm80 switch: {sm80})"
+    ref64 = torch_ref.values_and_grads(ref, [x.double() for x in inputs], dout)
+    naive = torch_ref.values_and_grads(ref, inputs, dout)
+    for name, o, o80, r, n in zip(names, results[False], results[True], ref64, naive):
+        tol = {"out": 1e-3, "dbias": dbias_atol(r)}.get(name, 1e-2)
+        assert np.isfinite(o).all(), f"{name}: not finite"
+        assert_fa_close(name, o, r, n, tol)
+        assert_fa_close(f"{name} (sm80 backward)", o80, r, n, tol)
+
+
+def _bias_grad_problem(torch, c, seed):
+    """The inputs of a bias case (_sm90_bias_case), dout, and the flashattn call and the float64
+    reference of it (softcap, ALiBi as a float64 bias, the keep mask) as functions of (q, k, v[,
+    bias]): the bias is an input when the case wants its gradient."""
+    q, k, v, bias, mask, keep = _sm90_bias_case(torch, c, seed)
     b, sq, h = q.shape[0], q.shape[1], q.shape[2]
     sk, d = k.shape[1], c["d"]
-    g = torch.Generator(device="cuda").manual_seed(9400 + case)
+    g = torch.Generator(device="cuda").manual_seed(seed + 100)
     dout = torch.randn(b, sq, h, d, device="cuda", generator=g).to(q.dtype)
     scale = 1 / np.sqrt(d)
     softcap = c.get("softcap", 0.0)
@@ -610,25 +621,35 @@ def test_cuda_sm90_bias_backward_matches_float64(case):
                                                                                              device=q.device))
         return torch_reference(q, k, v, ref_bias_fn(b), keep, scale, softcap)
 
-    inputs = [q, k, v] + ([bias] if grad else [])
-    names = ("out", "dq", "dk", "dv", "dbias")[:len(inputs) + 1]
-    results = {}
-    for sm80 in (False, True):
-        saved = flashattn._C._set_switch("bwd_sm80", sm80)
-        try:
-            before = flashattn._C._backward_calls()[0]
-            results[sm80] = torch_ref.values_and_grads(fa, inputs, dout)
-            ran90 = flashattn._C._backward_calls()[0] - before
-        finally:
-            flashattn._C._set_switch("bwd_sm80", saved)
-        assert ran90 == (0 if sm80 else 1), f"sm90 backward calls {ran90} (bwd_sm80 switch: {sm80})"
+    return fa, ref, [q, k, v] + ([bias] if grad else []), dout
+
+
+# dbias with softcap (any GPU: the sm80 backward, which applies softcap's factor to dS after dbias
+# has taken P (dP - D); the Hopper bias kernel declines it): each dbias pattern, causal, window.
+DBIAS_SOFTCAP_CASES = [
+    dict(d=64, bias=(2, 8, 300, 520), softcap=5.0),                        # dbias stored per element
+    dict(d=128, bias=(1, 8, 300, 520), softcap=20.0, causal=True),         # partials over the batch
+    dict(d=64, bias=(2, 1, 1, 520), softcap=5.0, window=(64, 16)),         # key padding: row sums
+    dict(d=128, bias=(2, 8, 300, 520), softcap=2.0, alibi=True),           # saturated tanh, ALiBi
+]
+
+
+@pytest.mark.parametrize("case", range(len(DBIAS_SOFTCAP_CASES)))
+def test_cuda_dbias_with_softcap_matches_float64(case):
+    """dq, dk, dv and dbias with softcap through autograd against float64 torch autograd (the naive
+    bf16 autograd as the yardstick); never on the sm90 backward."""
+    torch = _cuda_torch()
+    import torch_ref
+    c = DBIAS_SOFTCAP_CASES[case]
+    fa, ref, inputs, dout = _bias_grad_problem(torch, c, 9700 + case)
+    before = flashattn._C._backward_calls()[0]
+    got = torch_ref.values_and_grads(fa, inputs, dout)
+    assert flashattn._C._backward_calls()[0] == before, "dbias with softcap reached the sm90 backward"
     ref64 = torch_ref.values_and_grads(ref, [x.double() for x in inputs], dout)
     naive = torch_ref.values_and_grads(ref, inputs, dout)
-    for name, o, o80, r, n in zip(names, results[False], results[True], ref64, naive):
-        tol = {"out": 1e-3, "dbias": dbias_atol(r)}.get(name, 1e-2)
+    for name, o, r, n in zip(("out", "dq", "dk", "dv", "dbias"), got, ref64, naive):
         assert np.isfinite(o).all(), f"{name}: not finite"
-        assert_fa_close(name, o, r, n, tol)
-        assert_fa_close(f"{name} (sm80 backward)", o80, r, n, tol)
+        assert_fa_close(name, o, r, n, {"out": 1e-3, "dbias": dbias_atol(r)}.get(name, 1e-2))
 
 
 def test_cuda_sm90_bias_backward_dispatch():

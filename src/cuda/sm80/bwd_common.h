@@ -279,6 +279,10 @@ struct BwdScoreState {
   float dropout_rescale;
   uint64_t seed, offset;
   uint32_t batch_head;      // Philox counter word: batch * heads + head
+  // kBiasMask with softcap and dbias (the main kernel sets it): scores_to_probs leaves softcap's
+  // factor (1 - tanh^2) out of P, so that probs_to_grads gives dbias's term P (dP - D), and the
+  // kernel applies the factor to dS afterwards (softcap_factor).
+  bool factor_later = false;
 };
 
 template <ScoreMods kMods>
@@ -450,7 +454,7 @@ __device__ __forceinline__ void scores_to_probs(float (&s)[kMT][kNT][4], KeepBit
             if (st.use_softcap) {
               const float th = ptx::tanh_approx(x * st.softcap_in);
               x = th * st.softcap_out;
-              dtanh[e] = fmaf(-th, th, 1.0f);
+              dtanh[e] = kBiasMask && st.factor_later ? 1.0f : fmaf(-th, th, 1.0f);
             } else {
               x *= st.scale_log2;
             }
@@ -533,10 +537,30 @@ __device__ __forceinline__ void probs_to_grads(const float (&s)[kMT][kNT][4], fl
   }
 }
 
+// BwdScoreState::factor_later: softcap's factor (1 - tanh^2 of the raw score times softcap_in,
+// the tanh scores_to_probs took) applied to dS = dp after dbias took P (dP - D). s holds S = Q K^T
+// of the same slice computed again (the same product on the same operands: the same bits, so the
+// same tanh as in scores_to_probs). Hidden scores have dS = 0 already.
+template <int kMT, int kNT>
+__device__ __forceinline__ void softcap_factor(float (&dp)[kMT][kNT][4], const float (&s)[kMT][kNT][4],
+                                               const BwdScoreState& st) {
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const float th = ptx::tanh_approx(s[mt][nt][i] * st.softcap_in);
+        dp[mt][nt][i] *= fmaf(-th, th, 1.0f);
+      }
+    }
+  }
+}
+
 // ScoreMods::kBiasMask with dbias: stores this lane's dS (dp after probs_to_grads: P (dP - D),
-// before the softmax scale and, since the CUDA backward declines dbias with softcap, without
-// its factor) at params.dbias_out for the rows and keys inside the sequence. Element (mt, nt, e)
-// as in scores_to_probs; m0 + row0 and n0 + col0 are the warp tile's first query and key.
+// before the softmax scale and without softcap's factor: BwdScoreState::factor_later) at
+// params.dbias_out for the rows and keys inside the sequence. Element (mt, nt, e) as in
+// scores_to_probs; m0 + row0 and n0 + col0 are the warp tile's first query and key.
 // Scalar stores: a row of dbias starts at any float (seqlen_k odd), so pairs may be misaligned.
 template <int kMT, int kNT>
 __device__ __forceinline__ void store_dbias(const float (&ds)[kMT][kNT][4], const BwdKernelParams& params,

@@ -295,7 +295,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     // (kSdpRows x kSdpCols) tile.
     const bool needs_mask = mask.block_needs_mask(m0, min(m0 + kBlockM, seq.seqlen_q), n0, n0 + kBlockN);
     const float* stats = reinterpret_cast<const float*>(step_bufs + buf * Traits::kStepBufBytes + kStatsOffset);
-    const BwdScoreState st = score_state<Traits::kMods>(params, batch, head);
+    BwdScoreState st = score_state<Traits::kMods>(params, batch, head);
+    if constexpr (kBiasMask) st.factor_later = st.use_softcap && params.dbias_out.defined();
     const StepScores step{batch, head, kind, seq.seqlen_q, seq.seqlen_k,
                           Traits::kBiasSmem && bias_smem
                               ? int(step_bufs - smem_raw) + buf * int(Traits::kStepBufBytes) + int(Traits::kBiasOffset)
@@ -325,6 +326,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
           add_dbias_cols<kBlockN, kPStride>(dp, sP, warp % Traits::kSdpWarpsM, sdp_col0);
         } else if (params.dbias_out.defined()) {
           store_dbias(dp, params, step, m0 + row0, n0 + sdp_col0, lane);
+        }
+        if (st.factor_later) {  // dbias with softcap: S again for softcap's factor
+          zero_acc(s);
+          warp_gemm_abt<Element, kMT, kNT, kHeadDim / 16, RowLayout, RowLayout>(s, q_addr, k_b_addr);
+          softcap_factor(dp, s, st);
         }
       }
       store_acc_16bit<Element, kMT, kNT, PLayout>(sdS, dp, row0, sdp_col0, lane);
