@@ -653,7 +653,17 @@ __device__ __forceinline__ void cache_producer(const FwdParams& kp, const Ring& 
           ptx::cp_async_16(dst + uint32_t(q * 16 * 128 + panel * Layout::kPanelBytes), src + 64 * panel, valid);
         }
       }
+#if defined(FLASHATTN_DEV_SM90_CACHE_FENCE)
+      // dev/ fallback (dev/NOTES.md "The sm90 cache kernel"): the writer-side proxy fence of
+      // generic shared-memory writes read by the async proxy (wgmma), after this thread's copies
+      // have landed, then a plain arrival (the barrier's count is the same 128).
+      ptx::cp_async_commit();
+      ptx::cp_async_wait<0>();
+      ptx::fence_proxy_async_smem();
+      ptx::mbarrier_arrive(&full[stage]);
+#else
       ptx::cp_async_mbarrier_arrive_noinc(&full[stage]);
+#endif
     };
     const auto load_k = [&](int n_block, int index) {
       copy_tile(sK, Traits::kTileBytesK, params.k, params.k_strides, n_block, index, ring.k_full, ring.k_empty);
