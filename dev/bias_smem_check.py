@@ -33,7 +33,7 @@ def rand(*shape, dtype=torch.bfloat16):
 def run(name, q, k, v, leaf, view, fn, **kw):
     """Forward and backward (deterministic: dQ comes from the dQ kernel, which reads the bias per
     element either way; dK, dV and dBias from the main kernel) of one case."""
-    grad_bias = not kw.get("softcap")  # dbias with softcap is declined
+    grad_bias = not kw.get("softcap")  # (dbias with softcap was declined when this was written)
     for x in (q, k, v, leaf) if grad_bias else (q, k, v):
         x.requires_grad_(True)
     out, lse, _ = fn(q, k, v, attn_bias=view(leaf), return_attn_probs=True, deterministic=True, **kw)

@@ -47,8 +47,8 @@ per query block the partial and full key blocks, FlexAttention's layout; it brin
 size and element mask; build one with ``flashattn.block_mask_from_dense``,
 ``block_mask_from_mask_mod`` or ``block_mask_from_flex``). Absent blocks are skipped. The
 varlen functions take them over (max_seqlen_q, max_seqlen_k), indexed by positions inside each
-sequence. On CUDA, forward and backward run on the sm80 kernels (every GPU); the backward
-raises NotImplementedError for a bias gradient with softcap (docs/SEMANTICS.md).
+sequence. On CUDA, forward and backward run on the sm80 kernels on every GPU, and on Hopper on the
+sm90 kernels where those take the call (a bias gradient with softcap: sm80; docs/SEMANTICS.md).
 
 Addition (issue 21, FlashAttention-3's keywords): every function takes keyword-only
 ``q_descale``, ``k_descale``, ``v_descale`` for float8_e4m3fn inputs (torch tensors): float32

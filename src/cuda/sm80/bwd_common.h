@@ -279,10 +279,6 @@ struct BwdScoreState {
   float dropout_rescale;
   uint64_t seed, offset;
   uint32_t batch_head;      // Philox counter word: batch * heads + head
-  // kBiasMask with softcap and dbias (the main kernel sets it): scores_to_probs leaves softcap's
-  // factor (1 - tanh^2) out of P, so that probs_to_grads gives dbias's term P (dP - D), and the
-  // kernel applies the factor to dS afterwards (softcap_factor).
-  bool factor_later = false;
 };
 
 template <ScoreMods kMods>
@@ -382,7 +378,11 @@ __device__ __forceinline__ void for_each_masked_pair(const WindowMask& mask, int
 
 // Pass 1. Also records the dropout keep mask in `keep` for pass 2 (written only when dropout is
 // on). kPStride = 0: Pd is not stored (the deterministic dQ kernel needs dS only).
-template <ScoreMods kMods, typename Element, int kMT, int kNT, int kPStride, int kBiasKeys = 64>
+// kFactorLater (kBiasMask with softcap and dbias: bwd_kernel's own instantiation): softcap's
+// factor (1 - tanh^2) is left out of P, so that probs_to_grads gives dbias's term P (dP - D), and
+// the kernel applies it to dS afterwards (softcap_factor).
+template <ScoreMods kMods, typename Element, int kMT, int kNT, int kPStride, int kBiasKeys = 64,
+          bool kFactorLater = false>
 __device__ __forceinline__ void scores_to_probs(float (&s)[kMT][kNT][4], KeepBits<kMT, kNT>& keep,
                                                 Element* sP, int row0, int col0, int m0, int n0,
                                                 const float* stat_lse, bool needs_mask, const WindowMask& mask,
@@ -454,7 +454,7 @@ __device__ __forceinline__ void scores_to_probs(float (&s)[kMT][kNT][4], KeepBit
             if (st.use_softcap) {
               const float th = ptx::tanh_approx(x * st.softcap_in);
               x = th * st.softcap_out;
-              dtanh[e] = kBiasMask && st.factor_later ? 1.0f : fmaf(-th, th, 1.0f);
+              dtanh[e] = kFactorLater ? 1.0f : fmaf(-th, th, 1.0f);
             } else {
               x *= st.scale_log2;
             }
@@ -537,7 +537,7 @@ __device__ __forceinline__ void probs_to_grads(const float (&s)[kMT][kNT][4], fl
   }
 }
 
-// BwdScoreState::factor_later: softcap's factor (1 - tanh^2 of the raw score times softcap_in,
+// kFactorLater (scores_to_probs): softcap's factor (1 - tanh^2 of the raw score times softcap_in,
 // the tanh scores_to_probs took) applied to dS = dp after dbias took P (dP - D). s holds S = Q K^T
 // of the same slice computed again (the same product on the same operands: the same bits, so the
 // same tanh as in scores_to_probs). Hidden scores have dS = 0 already.
@@ -558,7 +558,7 @@ __device__ __forceinline__ void softcap_factor(float (&dp)[kMT][kNT][4], const f
 }
 
 // ScoreMods::kBiasMask with dbias: stores this lane's dS (dp after probs_to_grads: P (dP - D),
-// before the softmax scale and without softcap's factor: BwdScoreState::factor_later) at
+// before the softmax scale and without softcap's factor: scores_to_probs' kFactorLater) at
 // params.dbias_out for the rows and keys inside the sequence. Element (mt, nt, e) as in
 // scores_to_probs; m0 + row0 and n0 + col0 are the warp tile's first query and key.
 // Scalar stores: a row of dbias starts at any float (seqlen_k odd), so pairs may be misaligned.

@@ -105,7 +105,11 @@ __device__ __forceinline__ auto bwd_cta_index(const BwdKernelParams& params, int
   }
 }
 
-template <typename Traits>
+// kFactorLater: the kBiasMask instantiation for calls with softcap and dbias (launch_bwd_kernels
+// picks it), whose dS takes softcap's factor only after dbias has taken P (dP - D)
+// (scores_to_probs, softcap_factor); a kernel of its own so that the others' code stays as it was
+// (with the factor as a run-time choice ptxas spilled more in every biasmask kernel on sm_90a).
+template <typename Traits, bool kFactorLater = false>
 __global__ void __launch_bounds__(Traits::kThreads, 1)
     bwd_kernel(const __grid_constant__ BwdKernelParams params) {
   using Element = typename Traits::Element;
@@ -295,8 +299,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     // (kSdpRows x kSdpCols) tile.
     const bool needs_mask = mask.block_needs_mask(m0, min(m0 + kBlockM, seq.seqlen_q), n0, n0 + kBlockN);
     const float* stats = reinterpret_cast<const float*>(step_bufs + buf * Traits::kStepBufBytes + kStatsOffset);
-    BwdScoreState st = score_state<Traits::kMods>(params, batch, head);
-    if constexpr (kBiasMask) st.factor_later = st.use_softcap && params.dbias_out.defined();
+    const BwdScoreState st = score_state<Traits::kMods>(params, batch, head);
     const StepScores step{batch, head, kind, seq.seqlen_q, seq.seqlen_k,
                           Traits::kBiasSmem && bias_smem
                               ? int(step_bufs - smem_raw) + buf * int(Traits::kStepBufBytes) + int(Traits::kBiasOffset)
@@ -311,7 +314,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       zero_acc(s);
       warp_gemm_abt<Element, kMT, kNT, kHeadDim / 16, RowLayout, RowLayout>(s, q_addr, k_b_addr);
       KeepBits<kMT, kNT> keep;
-      scores_to_probs<Traits::kMods, Element, kMT, kNT, kPStride, kBlockN>(
+      scores_to_probs<Traits::kMods, Element, kMT, kNT, kPStride, kBlockN, kBiasMask && kFactorLater>(
           s, keep, sP, row0, sdp_col0, m0, n0, stats, needs_mask, mask, st, lane, params, step);
       float dp[kMT][kNT][4];
       zero_acc(dp);
@@ -327,7 +330,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
         } else if (params.dbias_out.defined()) {
           store_dbias(dp, params, step, m0 + row0, n0 + sdp_col0, lane);
         }
-        if (st.factor_later) {  // dbias with softcap: S again for softcap's factor
+        if constexpr (kFactorLater) {  // dbias with softcap: S again for softcap's factor
           zero_acc(s);
           warp_gemm_abt<Element, kMT, kNT, kHeadDim / 16, RowLayout, RowLayout>(s, q_addr, k_b_addr);
           softcap_factor(dp, s, st);

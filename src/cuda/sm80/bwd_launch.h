@@ -126,7 +126,11 @@ Status launch_bwd_kernels(const BwdKernelParams& kp, cudaStream_t stream) {
                                        stream));
   }
   if (kp.seqlen_k > 0) {
-    const auto kernel = bwd_kernel<Traits>;
+    // dbias with softcap: the instantiation that applies softcap's factor after dbias.
+    auto kernel = bwd_kernel<Traits>;
+    if constexpr (Traits::kMods == ScoreMods::kBiasMask) {
+      if (kp.softcap > 0.0f && kp.dbias_out.defined()) kernel = bwd_kernel<Traits, true>;
+    }
     const size_t smem = kp.step_buffers == 1 ? Traits::kSmemBytesSingle : Traits::kSmemBytes;
     // The kernel's limit is the same for every call on a device (the largest variant that fits),
     // so calls of either variant from several host threads never lower it under one another.
