@@ -544,6 +544,22 @@ __device__ __forceinline__ int sparse_entry(const SparseSlots& sparse, int stage
   return int(uniform_word(&sparse.entry[stage], lane));
 }
 
+// The copy engine's load of tile w's Q into slot q_pass % kQSlots once the consumers have freed
+// it (map_batch: the tensor map's batch coordinate, 0 for varlen's packed rows).
+template <typename Traits>
+__device__ __forceinline__ void load_q_tile(const FwdParams& kp, const Ring& ring, unsigned char* sQ,
+                                            const TileWork& w, int q_pass, int map_batch) {
+  constexpr int kQ = Traits::kQSlots;
+  const int slot = q_pass % kQ;
+  ptx::mbarrier_wait(&ring.q_empty[slot], ((q_pass / kQ) & 1) ^ 1);
+  ptx::mbarrier_arrive_expect_tx(&ring.q_full[slot], Traits::kTileBytesQ);
+#pragma unroll
+  for (int panel = 0; panel < Traits::kPanels; ++panel) {
+    ptx::tma_load_4d(sQ + slot * Traits::kTileBytesQ + panel * Traits::kPanelBytesQ, &kp.q, &ring.q_full[slot],
+                     64 * panel, int(w.row0_q) + w.m0, w.head, map_batch);
+  }
+}
+
 // The loads of one tile's key blocks [n_lo, n_hi), last to first, K one block ahead of V (the
 // order the consumers use them in: S_j is issued with P_{j+1} V_{j+1}), with the tile's Q first
 // (kQFirst) or after the first K; `it` counts K/V tiles across the CTA's tiles (the ring's slots).
@@ -586,7 +602,6 @@ __device__ __forceinline__ void cache_producer(const FwdParams& kp, const Ring& 
   using Element = typename Traits::Element;
   constexpr int kBlockN = Traits::kBlockN;
   constexpr int kStages = Traits::kStages;
-  constexpr int kQ = Traits::kQSlots;
   constexpr int kRowsPerGroup = kBlockN / 16;  // rows of a tile per 8-lane group
   using Layout = SwizzledPanels<Traits::kHeadDim, kBlockN>;
   static_assert(Layout::kPanelBytes == Traits::kPanelBytesKV && Traits::kVStageBytes == Traits::kTileBytesV &&
@@ -672,16 +687,7 @@ __device__ __forceinline__ void cache_producer(const FwdParams& kp, const Ring& 
       copy_tile(sV, Traits::kTileBytesV, params.v, params.v_strides, n_block, index, ring.v_full, ring.v_empty);
     };
     const auto load_q = [&] {
-      if (tid == 0) {
-        const int slot = q_pass % kQ;
-        ptx::mbarrier_wait(&ring.q_empty[slot], ((q_pass / kQ) & 1) ^ 1);
-        ptx::mbarrier_arrive_expect_tx(&ring.q_full[slot], Traits::kTileBytesQ);
-#pragma unroll
-        for (int panel = 0; panel < Traits::kPanels; ++panel) {
-          ptx::tma_load_4d(sQ + slot * Traits::kTileBytesQ + panel * Traits::kPanelBytesQ, &kp.q, &ring.q_full[slot],
-                           64 * panel, int(w.row0_q) + w.m0, w.head, map_batch_varlen ? 0 : w.batch);
-        }
-      }
+      if (tid == 0) load_q_tile<Traits>(kp, ring, sQ, w, q_pass, map_batch_varlen ? 0 : w.batch);
       ++q_pass;
     };
     load_tile_blocks<false>(w, it, load_k, load_v, load_q);
@@ -916,14 +922,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kCtasPerSm) fwd_kern
         }
       };
       const auto load_q = [&] {
-        const int slot = q_pass % kQ;
-        ptx::mbarrier_wait(&ring.q_empty[slot], ((q_pass / kQ) & 1) ^ 1);
-        ptx::mbarrier_arrive_expect_tx(&ring.q_full[slot], Traits::kTileBytesQ);
-#pragma unroll
-        for (int panel = 0; panel < Traits::kPanels; ++panel) {
-          ptx::tma_load_4d(sQ + slot * Traits::kTileBytesQ + panel * Traits::kPanelBytesQ, &kp.q, &ring.q_full[slot],
-                           64 * panel, int(w.row0_q) + w.m0, w.head, map_batch);
-        }
+        load_q_tile<Traits>(kp, ring, sQ, w, q_pass, map_batch);
         ++q_pass;
       };
       // K runs one block ahead of V, as the consumers use them (S_j is issued with P_{j+1} V_{j+1}):
