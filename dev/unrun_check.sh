@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # GPU machine (device tool): what the default has not had on a GPU. The default part is s38's
 # and s39's (dev/NOTES.md to-do 24 (0) and 25; s36's list, which ran in s37, is in git history):
-# one call of ~7-9 min (not timed), a C++ build (64;128;256, fp16 and bf16, tests) and a package
-# (the same) concurrently; then
+# one call of ~6-8 min (not timed), a C++ build (64;128;256;576, fp16 and bf16, tests) and a
+# package (64;128;256) concurrently; then
 #   - ctest of s38's two test fixes (FusedSplitCombine, Sm90BackwardRunsUnpaddedAt192_128), the
 #     layout test and GqaTokensFoldedIntoRows, and s39's sm90 cache kernel (KVCacheSm90.*,
 #     PagedVarlen.ChunkedPrefillOnTheSm90CacheKernel: the switch flipped in-process) with the
@@ -21,6 +21,8 @@
 #   - compute-sanitizer synccheck / racecheck of the masked d128 short kernel's tile cases, and
 #     memcheck / racecheck / synccheck of the sm90 cache kernel (paged_varlen_prefill_sm90*:
 #     NaN in every page row past a sequence, cp.async rows, arrive.noinc barriers);
+# and, in a second call on the same warm machine (OUT=$OUT PART=probes bash dev/unrun_check.sh,
+# ~3-5 min; the whole would pass the device's 600 s a command):
 #   - dev/spec_decode_probe.py: the paged split cap for folded steps (predicted: paged b1 x 4k x 4
 #     tokens 21.0 -> ~16.6 us, against bench/results/h200-2026-12-05-spec-decode-bf8e838.json);
 #   - dev/cache_prefill_probe.py: the cache kernel against the sm80 cache kernels and the packed
@@ -41,6 +43,17 @@ pkg() {  # pkg DIR DTYPES
     -Cbuild-dir=build-"$(basename "$1")" -Ccmake.define.FLASHATTN_CUDA_ARCHITECTURES=90 \
     "-Ccmake.define.FLASHATTN_CUDA_HEAD_DIMS=64;128;256" "-Ccmake.define.FLASHATTN_CUDA_DTYPES=$2" .
 }
+
+if [ "${PART:-tests}" = probes ]; then
+  # The timings, in a second call on the same warm machine (the package from the first).
+  [ -d /tmp/fa-def/flashattn ] || pkg /tmp/fa-def "fp16;bf16" >$L/pip.log 2>&1
+  PYTHONPATH=/tmp/fa-def:dev timeout 150 python3 dev/spec_decode_probe.py --out $L/spec-decode.json >$L/spec.txt 2>&1
+  echo "spec decode rc=$? $(el)"; tail -14 $L/spec.txt
+  pack
+  OUT=$L PYTHONPATH=/tmp/fa-def timeout 200 python3 dev/cache_prefill_probe.py >$L/cache-prefill.txt 2>&1
+  echo "cache prefill probe rc=$? $(el)"; tail -6 $L/cache-prefill.txt | cut -c1-400
+  pack; exit 0
+fi
 
 if [ "${PART:-tests}" = ab ]; then
   # d128 bf16 packages with the clamps (the default code) and without (to-do 22/23).
@@ -100,7 +113,7 @@ fi
 wait
 pack
 for path in sm90 auto; do
-  ( FLASHATTN_CUDA_PATH=$path timeout 200 ctest --test-dir build-gpu -j 4 --output-on-failure \
+  ( FLASHATTN_CUDA_PATH=$path timeout 240 ctest --test-dir build-gpu -j 4 --timeout 60 --output-on-failure \
       -R "FusedSplitCombine|Sm90BackwardRunsUnpaddedAt192_128|Sm90FwdTile|GqaTokensFolded|KVCache|OnTheSm90CacheKernel|Mla|ScoreMods\.MatchesReference/cuda|SparseCudaDifferential|SparseCuda\.[A-Za-z]+/bias" \
       >$L/ctest-$path.log 2>&1
     echo "ctest $path rc=$? $(grep -E 'tests passed|tests failed' $L/ctest-$path.log) $(el)" ) &
@@ -130,11 +143,5 @@ done
   done ) &
 wait
 grep -E "Failed|FAILED|Error" $L/ctest-*.log $L/pytest-*.log | head -12
-pack
-PYTHONPATH=/tmp/fa-def:dev timeout 150 python3 dev/spec_decode_probe.py --out $L/spec-decode.json >$L/spec.txt 2>&1
-echo "spec decode rc=$? $(el)"; tail -14 $L/spec.txt
-pack
-OUT=$L PYTHONPATH=/tmp/fa-def timeout 150 python3 dev/cache_prefill_probe.py >$L/cache-prefill.txt 2>&1
-echo "cache prefill probe rc=$? $(el)"; tail -4 $L/cache-prefill.txt | cut -c1-400
 pack
 echo "done $(el)"
