@@ -15,6 +15,7 @@
 #include "cuda/bwd_dbias.h"
 #include "cuda/common/build_config.h"
 #include "cuda/common/cuda_check.h"
+#include "cuda/common/kernel_facts.h"
 #include "cuda/common/variants.h"
 #include "cuda/common/workspace.h"
 #include "cuda/kvcache.h"
@@ -636,8 +637,8 @@ Status run_kvcache(const ForwardParams& p, cudaStream_t stream) {
   // until it has run on a GPU); decode shapes, FP8 caches and the rest on the sm80 cache kernels.
   if (detail::switch_on(detail::Switch::kSm90Cache) && cuda_path() != CudaPath::kSm80 &&
       cuda::sm90::fwd_cache_declines(attend).empty()) {
-    int major = 0;
-    FLASHATTN_CUDA_TRY(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, p.device.index));
+    int major = 0;  // of the current device, which prepare() made the tensors'; cached per device
+    if (Status s = cuda::compute_major(&major); !s.ok()) return s;
     if (major == 9) {
       // NotSupported: nothing was launched (q the copy engine cannot describe): the sm80 kernels.
       Status s = cuda::sm90::dispatch_fwd_cache(attend, stream);
