@@ -863,7 +863,7 @@ TEST(KVCacheCpuVsCuda, SameInputs) {
 // shuffled pages), ragged cache lengths with sequences shorter than the query count (causal rows
 // with no key: out 0, lse -inf), an append with rotary, left padding and cache_batch_idx, GQA,
 // windows, softcap, ALiBi and sinks, head dims 64 / 128 / 256 and both 16-bit dtypes. Each call
-// must have run on the sm90 kernel where sm90_cache_expected(); the same call with the switch off
+// must have run on the sm90 kernel where sm90_cache_expected(d); the same call with the switch off
 // (the sm80 cache kernels) meets the criterion too and agrees with it within the criterion's
 // own scale.
 struct Sm90CacheCase {
@@ -954,7 +954,8 @@ TEST_P(KVCacheSm90, MatchesTheReferenceAndTheSm80Kernels) {
     if (runs[sm90].skipped) GTEST_SKIP() << runs[sm90].skip_reason;
     ASSERT_TRUE(runs[sm90].status.ok());
     const unsigned long long ran = detail::sm90_forward_calls() - before;
-    EXPECT_EQ(ran, sm90 && sm90_cache_expected() ? 1u : 0u) << (sm90 ? "switch on" : "switch off");
+    const bool expected = sm90 && sm90_cache_expected(c.kc.head_dim);
+    EXPECT_EQ(ran, expected ? 1u : 0u) << (sm90 ? "switch on" : "switch off");
   }
   ASSERT_EQ(runs[0].out.size(), runs[1].out.size());
   double worst = 0.0;

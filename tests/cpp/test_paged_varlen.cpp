@@ -389,7 +389,7 @@ TEST_P(PagedVarlen, ChunkedPrefillOnTheSm90CacheKernel) {
       ScopedSwitch on(detail::Switch::kSm90Cache, true);
       const unsigned long long before = detail::sm90_forward_calls();
       PAGED_RUN_OR_SKIP(pc);
-      const unsigned long long expected = GetParam() == Backend::kCuda && sm90_cache_expected() ? 1u : 0u;
+      const unsigned long long expected = GetParam() == Backend::kCuda && sm90_cache_expected(pc.head_dim) ? 1u : 0u;
       EXPECT_EQ(detail::sm90_forward_calls() - before, expected);
     }
   }

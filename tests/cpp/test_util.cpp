@@ -1,6 +1,8 @@
 // Implementation of test_util.h except the naive low-precision emulation (naive_lowp.cpp).
 #include "test_util.h"
 
+#include "core/switches.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -42,13 +44,14 @@ bool split_clusters_expected(long long ctas) {
 #endif
 }
 
-bool sm90_cache_expected() {
+bool sm90_cache_expected(int head_dim) {
 #if defined(FLASHATTN_WITH_CUDA) && defined(FLASHATTN_TEST_CUDA_SM90)
   int major = 0;
   if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0) != cudaSuccess) return false;
   const char* path = std::getenv("FLASHATTN_CUDA_PATH");
-  return major == 9 && !(path != nullptr && std::string(path) == "sm80");
+  return major == 9 && !(path != nullptr && std::string(path) == "sm80") && detail::cuda_head_dim_built(head_dim);
 #else
+  (void)head_dim;
   return false;
 #endif
 }

@@ -56,10 +56,10 @@ bool backend_available(Backend b);
 // within thread-block clusters here: a Hopper GPU, a build with sm_90a code, and at most two CTAs
 // per SM (sm80/fwd_launch.h).
 bool split_clusters_expected(long long ctas);
-// Whether a CUDA KV-cache call of prefill shape runs on the sm90 cache kernel here when
-// detail::Switch::kSm90Cache is on (sm90/fwd.h fwd_cache_declines): a Hopper GPU, a build with
-// sm_90a code, FLASHATTN_CUDA_PATH not sm80.
-bool sm90_cache_expected();
+// Whether a CUDA KV-cache call of prefill shape at head dim d runs on the sm90 cache kernel here
+// when detail::Switch::kSm90Cache is on (sm90/fwd.h fwd_cache_declines): a Hopper GPU, a build
+// with sm_90a code and head dim d, FLASHATTN_CUDA_PATH not sm80.
+bool sm90_cache_expected(int head_dim);
 
 #define FLASHATTN_SKIP_IF_UNAVAILABLE(backend)                                            \
   do {                                                                                    \
