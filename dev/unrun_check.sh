@@ -9,7 +9,7 @@
 #     rest of KVCache.* and Mla.* (s39 made KVCacheParams::row_offset's page arithmetic 32-bit:
 #     the append and MLA kernels' lookups; the C++ build has 576 for them), under sm90 and auto,
 #     with --output-on-failure;
-#   - s39's dbias with softcap (the sm80 backward's factor_later): ctest ScoreMods' CUDA cases
+#   - s39's dbias with softcap (the sm80 backward's kFactorLater kernel): ctest ScoreMods' CUDA cases
 #     (its softcap cases with dbias, declined before), SparseCuda's bias cases (the whole suite
 #     takes ~350 s), SparseCudaDifferential.*, and
 #     pytest test_bias -k "dbias_with_softcap or sm90_bias_backward" (the refactored helper too);
@@ -45,7 +45,8 @@ pkg() {  # pkg DIR DTYPES
 }
 
 if [ "${PART:-tests}" = probes ]; then
-  # The timings, in a second call on the same warm machine (the package from the first).
+  # The timings, in a second call on the same warm machine (the package from the first; if the
+  # machine was handed back, its rebuild takes ~100 s of the 600).
   [ -d /tmp/fa-def/flashattn ] || pkg /tmp/fa-def "fp16;bf16" >$L/pip.log 2>&1
   PYTHONPATH=/tmp/fa-def:dev timeout 150 python3 dev/spec_decode_probe.py --out $L/spec-decode.json >$L/spec.txt 2>&1
   echo "spec decode rc=$? $(el)"; tail -14 $L/spec.txt
@@ -113,7 +114,7 @@ fi
 wait
 pack
 for path in sm90 auto; do
-  ( FLASHATTN_CUDA_PATH=$path timeout 240 ctest --test-dir build-gpu -j 4 --timeout 60 --output-on-failure \
+  ( FLASHATTN_CUDA_PATH=$path timeout 300 ctest --test-dir build-gpu -j 4 --timeout 60 --output-on-failure \
       -R "FusedSplitCombine|Sm90BackwardRunsUnpaddedAt192_128|Sm90FwdTile|GqaTokensFolded|KVCache|OnTheSm90CacheKernel|Mla|ScoreMods\.MatchesReference/cuda|SparseCudaDifferential|SparseCuda\.[A-Za-z]+/bias" \
       >$L/ctest-$path.log 2>&1
     echo "ctest $path rc=$? $(grep -E 'tests passed|tests failed' $L/ctest-$path.log) $(el)" ) &

@@ -565,8 +565,8 @@ Status cuda_forward(const ForwardParams& p) {
 Status cuda_backward(const BackwardParams& p) {
   // attn_bias, attn_mask and block masks run on the sm80 kernels (ScoreMods::kBiasMask) or the
   // sm90 bias kernels, dbias included; dbias with softcap on the sm80 kernels only (sm90
-  // bwd_declines), which leave softcap's factor out of dS until dbias has taken it
-  // (BwdScoreState::factor_later; SEMANTICS.md "Gradient").
+  // bwd_declines), whose instantiation for it leaves softcap's factor out of dS until dbias has
+  // taken it (sm80/bwd_kernel.h bwd_kernel<Traits, true>; SEMANTICS.md "CUDA backward").
   cuda::DeviceScope restore_device;  // prepare() selects the tensors' device
   PadPlan plan;
   if (Status s = prepare(p, &plan); !s.ok()) return s;

@@ -8,7 +8,7 @@
 // (B, 1, 1, Nk), (1, H, Nq, Nk), (1, 1, Nq, Nk), (B, H, 1, Nk), (1, 1, 1, Nk)), GQA, causal and
 // windowed masks, softcap, ALiBi, dropout, split-KV and the decode shape; every case also runs
 // the deterministic backward (dQ kernel), which must be bitwise repeatable; dbias with softcap
-// (the sm80 backward's factor_later) and softcap with a bias but no dbias. Differential tests: CUDA against
+// (the sm80 backward's kFactorLater instantiation) and softcap with a bias but no dbias. Differential tests: CUDA against
 // the CPU backend (dbias included), split-KV against one split, and NaN in keys only absent
 // blocks cover (never loaded, forward and backward); the first GPU run's failing pattern (a
 // float32 bias summed over the query rows, causal, atomics dQ) repeated, bitwise in both dQ
@@ -255,7 +255,7 @@ TEST(SparseCudaDifferential, SoftcapBiasWithoutDbias) {
 // dbias on the GPU against the CPU backend's on the same bf16 inputs, for a full bias (stored
 // directly), one broadcast over the batch (element partials), over the query rows (row sums
 // stored directly), a varlen key-padding bias (row sums into partials) and a bias with softcap
-// (softcap's factor applied after dbias, sm80/bwd_common.h factor_later): the CPU's float32
+// (softcap's factor applied after dbias, sm80/bwd_kernel.h kFactorLater): the CPU's float32
 // dbias stands in for the reference at the dtype's atol.
 TEST(SparseCudaDifferential, DbiasMatchesCpuBackend) {
   FLASHATTN_SKIP_IF_UNAVAILABLE(Backend::kCuda);

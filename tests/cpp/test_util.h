@@ -58,7 +58,8 @@ bool backend_available(Backend b);
 bool split_clusters_expected(long long ctas);
 // Whether a CUDA KV-cache call of prefill shape at head dim d runs on the sm90 cache kernel here
 // when detail::Switch::kSm90Cache is on (sm90/fwd.h fwd_cache_declines): a Hopper GPU, a build
-// with sm_90a code and head dim d, FLASHATTN_CUDA_PATH not sm80.
+// with sm_90a code, FLASHATTN_CUDA_PATH not sm80, and d running at a built 64, 128 or 256
+// (cuda_run_head_dim: a head dim not built runs padded to the next built one).
 bool sm90_cache_expected(int head_dim);
 
 #define FLASHATTN_SKIP_IF_UNAVAILABLE(backend)                                            \

@@ -627,7 +627,7 @@ def _bias_grad_problem(torch, c, seed):
 # dbias with softcap (any GPU: the sm80 backward, which applies softcap's factor to dS after dbias
 # has taken P (dP - D); the Hopper bias kernel declines it): each dbias pattern, causal, window.
 DBIAS_SOFTCAP_CASES = [
-    dict(d=64, bias=(2, 8, 300, 520), softcap=5.0),                        # dbias stored per element
+    dict(d=64, bias=(2, 8, 300, 520), softcap=5.0),                        # dbias per element (bf16: partials)
     dict(d=128, bias=(1, 8, 300, 520), softcap=3.0, causal=True),          # partials over the batch
     dict(d=64, bias=(2, 1, 1, 520), softcap=5.0, window=(64, 16)),         # key padding: row sums
     dict(d=128, bias=(2, 8, 300, 520), softcap=2.0, alibi=True),           # saturated tanh, ALiBi

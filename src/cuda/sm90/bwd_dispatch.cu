@@ -48,7 +48,7 @@ std::string bwd_declines(const BackwardParams& p) {
     }
     if (p.deterministic) return "the deterministic backward with attn_bias or attn_mask runs on sm80";
     // dbias needs P (dP - D) without softcap's factor, which the fused kernel's dS carries: the
-    // sm80 kernels apply it after dbias (sm80/bwd_common.h BwdScoreState::factor_later).
+    // sm80 kernels apply it after dbias (sm80/bwd_kernel.h bwd_kernel<Traits, true>).
     if (p.dbias.defined() && p.softcap > 0.0f) return "dbias with softcap runs on sm80";
   } else if (p.bias.defined()) {
     return "attn_bias with a block mask runs on sm80";

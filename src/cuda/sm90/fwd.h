@@ -44,8 +44,8 @@ Status build_mask_bits(const QKVParams& p, void* workspace, cudaStream_t stream,
                        MaskBitsOrder order = MaskBitsOrder::kRowMajor);
 
 // KV-cache calls (forward_kvcache, varlen calls with a block table: p.kv) of prefill shape on
-// the cache kernel (fwd_traits.h FwdCacheTraits: K and V copied row by row from a dense or paged
-// cache by the producer warpgroup). Why it does not take p (empty when it does): not a cache
+// the cache kernel (fwd_traits.h FwdCacheTraits: K and V copied from a dense or paged cache by
+// the producer warpgroup with cp.async, eight lanes a row, each row looked up once). Why it does not take p (empty when it does): not a cache
 // call, a head dim other than 64, 128 and 256 or head_dim_v != head_dim, a head dim not built, a
 // float8_e4m3 cache, dropout, bias / masks, requested splits, folded rows, fewer than
 // kFwdCacheMinQueries query rows per sequence (at most, or on average: decode shapes and varlen

@@ -233,7 +233,8 @@ constexpr int kFwdBiasConsumerRegs = 232;
 
 // setmaxnreg of the cache kernel (FwdCacheTraits): its 128 producer threads copy K and V
 // themselves (fwd_kernel.h cache_producer) and hold a tile's walk, a row's cache offset and the
-// copies' addresses; at 40 registers ptxas spilled 76-80 bytes in their loop (d128, d256). Two
+// copies' addresses; at 40 registers ptxas spilled 76-80 bytes in their loop (d128, d256; before
+// the copies' addresses shared one register, 152-340 bytes at every head dim). Two
 // consumers keep 224 (O 64 + S 64 + P 32 at d128; d256 128 + 32 + 16).
 constexpr int kFwdCacheProducerRegs = 56;
 constexpr int kFwdCacheConsumerRegs = 224;

@@ -94,7 +94,7 @@ struct FwdTraitsBody {
                                        : kCache_ ? kFwdCacheConsumerRegs
                                                  : fwd_consumer_regs(kTile);
   // Arrivals that fill a K or V stage: the one producer thread's (with the copy engine's bytes),
-  // or, kCache, one per copying thread (cp.async.mbarrier.arrive.noinc after its row's copies).
+  // or, kCache, one per copying thread (cp.async.mbarrier.arrive.noinc after its copies).
   static constexpr int kKvArrivals = kCache ? 128 : 1;
   static_assert(!kCache || (kBlockN % 16 == 0 && kBlockN <= 128),
                 "kCache: sixteen 8-lane groups take a tile's rows 16 apart (fwd_tile.h cache_copy_row)");
