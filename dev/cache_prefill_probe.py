@@ -20,7 +20,7 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench"))
 import bench  # noqa: E402
 import flashattn  # noqa: E402
-from paged_probe import to_pages  # noqa: E402
+from paged_probe import to_pages, write_results  # noqa: E402
 
 HEADS, HEADS_K, D = 32, 8, 128
 
@@ -125,10 +125,7 @@ def main():
         row["max_diff"] = float((outs[True].float() - outs[False].float()).abs().max())
         print(json.dumps(row), flush=True)
         rows.append(row)
-    out_dir = os.environ.get("OUT")
-    if out_dir:
-        with open(os.path.join(out_dir, "cache-prefill-probe.json"), "w") as f:
-            json.dump({"environment": bench.environment(), "rows": rows}, f, indent=1)
+    write_results("cache-prefill-probe.json", rows)
 
 
 if __name__ == "__main__":

@@ -23,6 +23,14 @@ def to_pages(x, page, perm):
     return pool
 
 
+def write_results(name, rows):
+    """$OUT/<name> (when OUT is set): the rows with the run's environment."""
+    out = os.environ.get("OUT")
+    if out:
+        with open(os.path.join(out, name), "w") as f:
+            json.dump({"environment": bench.environment(), "rows": rows}, f, indent=1)
+
+
 def main():
     rows = []
     for b, sk in ((1, 4096), (8, 65536), (64, 16384)):
@@ -50,10 +58,7 @@ def main():
                 del kc, vc
         print(json.dumps(row), flush=True)
         rows.append(row)
-    out = os.environ.get("OUT")
-    if out:
-        with open(os.path.join(out, "paged-probe.json"), "w") as f:
-            json.dump({"environment": bench.environment(), "rows": rows}, f, indent=1)
+    write_results("paged-probe.json", rows)
 
 
 if __name__ == "__main__":

@@ -58,11 +58,8 @@ std::string bwd_declines(const BackwardParams& p) {
       return "softcap and ALiBi at head_dim 192 and 256, and at 128 with a causal or window mask, run on sm80";
     }
   }
-  const auto broadcast = [&](const Strides3& s, int heads) {
-    return s.row == 0 || (heads > 1 && s.head == 0) || (!p.is_varlen() && p.batch > 1 && s.batch == 0);
-  };
-  if (broadcast(p.q_strides, p.heads) || broadcast(p.k_strides, p.heads_k) || broadcast(p.v_strides, p.heads_k) ||
-      broadcast(p.dout_strides, p.heads)) {
+  if (broadcast_operand(p, p.q_strides, p.heads) || broadcast_operand(p, p.k_strides, p.heads_k) ||
+      broadcast_operand(p, p.v_strides, p.heads_k) || broadcast_operand(p, p.dout_strides, p.heads)) {
     return "a broadcast (stride 0) operand";
   }
   return {};

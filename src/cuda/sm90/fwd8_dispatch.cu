@@ -6,6 +6,7 @@
 #include "cuda/common/variants.h"
 #include "cuda/sm90/fwd.h"
 #include "cuda/sm90/fwd8_traits.h"
+#include "cuda/sm90/tensor_map.h"
 
 namespace flashattn::cuda::sm90 {
 namespace {
@@ -28,12 +29,9 @@ std::string fwd8_declines(const ForwardParams& p) {
   if (p.has_dropout()) return "dropout_p > 0";
   if (p.has_score_mods()) return "attn_bias, attn_mask and block masks";
   if (p.num_splits > 1) return "num_splits > 1 (the FP8 kernels do not split keys)";
-  const auto broadcast = [&](const Strides3& s, int heads) {
-    return s.row == 0 || (heads > 1 && s.head == 0) || (!p.is_varlen() && p.batch > 1 && s.batch == 0);
-  };
-  if (broadcast(p.q_strides, p.heads)) return "q broadcast (stride 0)";
-  if (broadcast(p.k_strides, p.heads_k)) return "k broadcast (stride 0)";
-  if (broadcast(p.v_strides, p.heads_k)) return "v broadcast (stride 0)";
+  if (broadcast_operand(p, p.q_strides, p.heads)) return "q broadcast (stride 0)";
+  if (broadcast_operand(p, p.k_strides, p.heads_k)) return "k broadcast (stride 0)";
+  if (broadcast_operand(p, p.v_strides, p.heads_k)) return "v broadcast (stride 0)";
   return {};
 }
 

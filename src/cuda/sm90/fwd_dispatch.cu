@@ -44,6 +44,17 @@ bool takes_short_rows(const ForwardParams& p) {
          !p.has_dropout() && p.seqlen_q <= fwd_short_rows_max_seqlen(p.head_dim);
 }
 
+// Requested-split-free launches (num_splits 0) that the sm80 launcher would split, since the grid
+// of `tile`'s query tiles leaves SMs idle (split_heuristic.h) over `keys` keys: those stay on sm80
+// until the sm90 kernels split keys themselves. Empty when the grid is not split.
+std::string split_heuristic_declines(const ForwardParams& p, const FwdTile& tile, int keys) {
+  int sms = 0;
+  if (!multiprocessors(&sms).ok()) return "device query failed";
+  const int bm = 64 * tile.consumers, bn = tile.block_n;
+  const long long ctas = static_cast<long long>((p.seqlen_q + bm - 1) / bm) * p.heads * p.batch;
+  return choose_num_splits(ctas, (keys + bn - 1) / bn, sms, 1) > 1 ? "the split-KV heuristic splits" : "";
+}
+
 }  // namespace
 
 std::string fwd_declines(const ForwardParams& p, bool any_runnable) {
@@ -71,21 +82,14 @@ std::string fwd_declines(const ForwardParams& p, bool any_runnable) {
       if (const char* why = bias_map_declines(p.bias)) return why;
     }
   }
-  // A broadcast operand (stride 0 over a dimension of extent > 1) has no tensor map.
-  const auto broadcast = [&](const Strides3& s, int heads) {
-    return s.row == 0 || (heads > 1 && s.head == 0) || (!p.is_varlen() && p.batch > 1 && s.batch == 0);
-  };
-  if (broadcast(p.q_strides, p.heads) || broadcast(p.k_strides, p.heads_k) || broadcast(p.v_strides, p.heads_k)) {
+  if (broadcast_operand(p, p.q_strides, p.heads) || broadcast_operand(p, p.k_strides, p.heads_k) ||
+      broadcast_operand(p, p.v_strides, p.heads_k)) {
     return "a broadcast (stride 0) operand";
   }
   if (p.num_splits > 1) return "split-KV runs on sm80";
   if (any_runnable) return {};
   if (p.seqlen_q <= 16) return "at most 16 query rows: the sm80 decode shape";
   if (p.num_splits == 0) {
-    // The sm80 launcher would split a grid that leaves SMs idle (split_heuristic.h); keep those
-    // launches there until the sm90 kernel splits keys itself.
-    int sms = 0;
-    if (!multiprocessors(&sms).ok()) return "device query failed";
     // Not sparse here with a bias or mask: the bias kernel's tile, or the window kernel's.
     const bool bias = (p.bias.defined() || p.mask.defined()) && !takes_mask_kernel(p);
     const FwdTile tile = sparse || bias             ? fwd_sparse_tile(p.head_dim, p.head_dim_v)
@@ -94,9 +98,7 @@ std::string fwd_declines(const ForwardParams& p, bool any_runnable) {
                                                     : fwd_tile(p.head_dim, p.head_dim_v, p.has_window());
     // (The masked d64 short tile's 64-key blocks (s33) count twice the blocks of the 128-key tile
     // before it: such a call with fewer than ~66 64-row tiles and 65-128 keys now goes to sm80.)
-    const int bm = 64 * tile.consumers, bn = tile.block_n;
-    const long long ctas = static_cast<long long>((p.seqlen_q + bm - 1) / bm) * p.heads * p.batch;
-    if (choose_num_splits(ctas, (p.seqlen_k + bn - 1) / bn, sms, 1) > 1) return "the split-KV heuristic splits";
+    return split_heuristic_declines(p, tile, p.seqlen_k);
   }
   return {};
 }
@@ -189,21 +191,12 @@ std::string fwd_cache_declines(const ForwardParams& p) {
   if (p.seqlen_q < kFwdCacheMinQueries || rows < int64_t(kFwdCacheMinQueries) * p.batch) {
     return "a decode shape (fewer than 128 query rows per sequence on average): the sm80 cache kernels";
   }
-  if (p.q_strides.row == 0 || (p.heads > 1 && p.q_strides.head == 0) ||
-      (!p.is_varlen() && p.batch > 1 && p.q_strides.batch == 0)) {
-    return "a broadcast (stride 0) q";
-  }
+  if (broadcast_operand(p, p.q_strides, p.heads)) return "a broadcast (stride 0) q";
+  // As fwd_declines; the keys per sequence are not known on the host: the capacity
+  // (max_seqlen_k for a varlen call) stands for them, as in the sm80 split choice.
   if (p.num_splits == 0) {
-    // As fwd_declines: a grid the sm80 launcher would split (too few tiles for the SMs) stays
-    // there. The keys per sequence are not known on the host: the capacity (max_seqlen_k for a
-    // varlen call) stands for them, as in the sm80 split choice.
-    int sms = 0;
-    if (!multiprocessors(&sms).ok()) return "device query failed";
-    const FwdTile tile = fwd_sparse_tile(p.head_dim, p.head_dim_v);
-    const int bm = 64 * tile.consumers, bn = tile.block_n;
-    const long long ctas = static_cast<long long>((p.seqlen_q + bm - 1) / bm) * p.heads * p.batch;
-    const int keys = p.is_varlen() ? p.seqlen_k : p.kv.capacity;
-    if (choose_num_splits(ctas, (keys + bn - 1) / bn, sms, 1) > 1) return "the split-KV heuristic splits";
+    return split_heuristic_declines(p, fwd_sparse_tile(p.head_dim, p.head_dim_v),
+                                    p.is_varlen() ? p.seqlen_k : p.kv.capacity);
   }
   return {};
 }

@@ -23,6 +23,14 @@ Status make_operand_map(CUtensorMap* map, const void* ptr, DType dtype, int head
                         int batch, const Strides3& strides, int box_rows, int box_cols = 64,
                         int swizzle_bytes = 128);
 
+// Whether an operand of p with strides s over `heads` heads broadcasts (stride 0 over a dimension
+// of extent > 1: rows, heads, or a dense call's batch): the copy engine has no map for it, so the
+// dispatchers leave such calls to sm80 (fwd_declines, fwd8_declines, fwd_cache_declines,
+// bwd_declines).
+inline bool broadcast_operand(const QKVParams& p, const Strides3& s, int heads) {
+  return s.row == 0 || (heads > 1 && s.head == 0) || (!p.is_varlen() && p.batch > 1 && s.batch == 0);
+}
+
 // attn_bias's map for the Hopper bias kernels (forward and backward): (keys, rows, heads, batch)
 // with extent 1 where it broadcasts (stride 0; the kernels then ask for coordinate 0), boxes of 64
 // keys x `box_rows` rows (1 row when it broadcasts over the rows), 128-byte swizzle. Keys and
