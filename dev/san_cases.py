@@ -11,7 +11,7 @@ causal (the split-role kernel), the d64 and d256 short-rows forwards (causal), t
 backward (two kernels) at d128, and the forward
 with attn_mask alone (the mask tile), with a key-padding mask, and attn_bias with attn_mask (the
 mask as bits) at d64 and d128, and the backward with attn_bias and dbias (d128 causal, d64 key
-padding), and the block-sparse backward at d64 and d128 (more tiles than SMs, tiles without a
+padding; with softcap too), and the block-sparse backward at d64 and d128 (more tiles than SMs, tiles without a
 step), and paged K/V in varlen calls (the sm80-class cache kernels and the sm90 cache kernel), and
 device cu_seqlens out of every bound (the kernels' clamps). Needs a GPU and torch."""
 import argparse
@@ -22,11 +22,13 @@ import torch
 import flashattn
 
 
-def ref(q, k, v, causal, keep=None, bias=None):
+def ref(q, k, v, causal, keep=None, bias=None, softcap=0.0):
     """float32 attention on (B, N, H, D) tensors; keep: bool (B, 1, Nq, Nk) or None; bias:
-    (B, H, Nq, Nk) added after the scale, or None."""
+    (B, H, Nq, Nk) added after the scale and softcap (SEMANTICS.md's order), or None."""
     qf, kf, vf = (x.float().transpose(1, 2) for x in (q, k, v))
     s = qf @ kf.transpose(-1, -2) * q.shape[-1] ** -0.5
+    if softcap:
+        s = softcap * torch.tanh(s / softcap)
     if bias is not None:
         s = s + bias.float()
     if causal:
@@ -50,10 +52,11 @@ def check(name, got, want, tol):
     return ok
 
 
-def bwd_case(name, b, n, h, d, dv, causal, deterministic=False, bias_shape=None, with_mask=False):
+def bwd_case(name, b, n, h, d, dv, causal, deterministic=False, bias_shape=None, with_mask=False, softcap=0.0):
     """A backward against float32 autograd; bias_shape: a bf16 attn_bias of that shape that
     requires grad (the Hopper bias backward), its dbias checked too; with_mask: an attn_mask
-    (packed into bits there) that keeps every row's first key."""
+    (packed into bits there) that keeps every row's first key; softcap: the cap (with a bias
+    that requires grad, the sm80 backward's own kernel that leaves the cap's factor for later)."""
     q, k = rnd(b, n, h, d, grad=True), rnd(b, n, h, d, grad=True)
     v = rnd(b, n, h, dv, grad=True)
     bias = rnd(*bias_shape, grad=True) if bias_shape is not None else None
@@ -63,11 +66,11 @@ def bwd_case(name, b, n, h, d, dv, causal, deterministic=False, bias_shape=None,
         keep[..., 0] = True
     inputs = (q, k, v) + ((bias,) if bias is not None else ())
     out = flashattn.flash_attn_func(q, k, v, causal=causal, deterministic=deterministic, attn_bias=bias,
-                                    attn_mask=keep)
+                                    attn_mask=keep, softcap=softcap)
     do = torch.randn_like(out)
     g = torch.autograd.grad(out, inputs, do)
     refs = tuple(x.detach().float().requires_grad_() for x in inputs)
-    o_ref = ref(*refs[:3], causal, keep, refs[3] if bias is not None else None)
+    o_ref = ref(*refs[:3], causal, keep, refs[3] if bias is not None else None, softcap)
     g_ref = torch.autograd.grad(o_ref, refs, do.float())
     ok = check(f"{name} out", out, o_ref, 0.03)
     for label, x, y in zip(("dq", "dk", "dv", "dbias"), g, g_ref):
@@ -319,6 +322,13 @@ CASES = {
     "bwd_bias_d64_keypad": lambda: bwd_case("bwd_bias_d64_keypad", 2, 1024, 2, 64, 64, False, bias_shape=(2, 1, 1, 1024)),
     "bwd_bias_mask_bits_d128": lambda: bwd_case("bwd_bias_mask_bits_d128", 2, 1024, 2, 128, 128, False,
                                                 bias_shape=(2, 2, 1024, 1024), with_mask=True),
+    # dbias with softcap (the sm80 backward's kFactorLater kernel: a second Q K^T per slice for the
+    # cap's tanh after dbias is stored; s39, not yet run on a GPU): per-element dbias under
+    # causal, and key padding summed over the rows.
+    "bwd_bias_softcap_d128_causal": lambda: bwd_case("bwd_bias_softcap_d128_causal", 1, 1024, 2, 128, 128, True,
+                                                     bias_shape=(1, 2, 1024, 1024), softcap=2.0),
+    "bwd_bias_softcap_d64_keypad": lambda: bwd_case("bwd_bias_softcap_d64_keypad", 2, 700, 2, 64, 64, False,
+                                                    bias_shape=(2, 1, 1, 700), softcap=2.0),
     # attn_mask alone on the Hopper backward: its bits copied into the bias slot per step (ragged:
     # the last query block reads the pack's padding rows).
     "bwd_mask_d128_ragged": lambda: bwd_case("bwd_mask_d128_ragged", 2, 1000, 2, 128, 128, False, with_mask=True),

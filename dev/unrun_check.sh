@@ -18,9 +18,10 @@
 #     test_paged_varlen, test_cuda / test_sink -k 128 under sm90 in both dtypes (masked d128
 #     short rows' first fp16 run, the new LONG_SHAPES: short rows without keys, the window kernel
 #     past 512 rows);
-#   - compute-sanitizer synccheck / racecheck of the masked d128 short kernel's tile cases, and
+#   - compute-sanitizer synccheck / racecheck of the masked d128 short kernel's tile cases,
 #     memcheck / racecheck / synccheck of the sm90 cache kernel (paged_varlen_prefill_sm90*:
-#     NaN in every page row past a sequence, cp.async rows, arrive.noinc barriers);
+#     NaN in every page row past a sequence, cp.async rows, arrive.noinc barriers), and
+#     memcheck / racecheck of dbias with softcap (bwd_bias_softcap_*);
 # and, in a second call on the same warm machine (OUT=$OUT PART=probes bash dev/unrun_check.sh,
 # ~3-5 min; the whole would pass the device's 600 s a command):
 #   - dev/spec_decode_probe.py: the paged split cap for folded steps (predicted: paged b1 x 4k x 4
@@ -141,6 +142,11 @@ done
     timeout 200 compute-sanitizer --tool $tool python3 dev/san_cases.py \
       --only paged_varlen_prefill_sm90,paged_varlen_prefill_sm90_p64 >$L/san-cache-$tool.log 2>&1
     echo "cache kernel $tool rc=$? $(grep -E 'SUMMARY|FAIL|did not run' $L/san-cache-$tool.log | tr '\n' ' ') $(el)"
+  done
+  for tool in memcheck racecheck; do
+    timeout 200 compute-sanitizer --tool $tool python3 dev/san_cases.py \
+      --only bwd_bias_softcap_d128_causal,bwd_bias_softcap_d64_keypad >$L/san-dbias-cap-$tool.log 2>&1
+    echo "dbias with softcap $tool rc=$? $(grep -E 'SUMMARY|FAIL' $L/san-dbias-cap-$tool.log | tr '\n' ' ') $(el)"
   done ) &
 wait
 grep -E "Failed|FAILED|Error" $L/ctest-*.log $L/pytest-*.log | head -12
