@@ -14,9 +14,11 @@ Suites: quick (5 rows for gpu-check), full (bf16/fp16, head dims 64/128/256, seq
 batch = 16k/seqlen and 2048/head_dim heads, causal or not), decode (one query token, 32 query heads
 over 8 KV heads, d128, bf16), sparse (block-sparse forward: a random mask of --block-size square
 blocks kept with probability --block-density, one row per density, bf16, d128, 16 heads, seqlen
-16k, batch 16k/seqlen; peers flashattn (block_mask=) and flex = PyTorch FlexAttention compiled
-(torch.compile(flex_attention)) on the same blocks as a BlockMask of full blocks; figures are
-effective TFLOP/s, the FLOPs of the kept blocks), dsv3 (DeepSeek-V3 prefill: head_dim 192 for q/k,
+16k, batch 16k/seqlen; peers flashattn (block_mask=), flex = PyTorch FlexAttention compiled
+(torch.compile(flex_attention)) on the same blocks as a BlockMask of full blocks, and fa4 with
+block-sparse tensors from that BlockMask; figures are effective TFLOP/s, the FLOPs of the kept
+blocks; each peer's row records max_abs_diff_vs_flashattn, its out / dq / dk / dv against ours
+on one shared input), dsv3 (DeepSeek-V3 prefill: head_dim 192 for q/k,
 head_dim_v 128 for v and out, bf16, 16 heads, batch = 16k/seqlen, seqlen 1k..16k, causal or not;
 SDPA takes a v of another width, a peer that refuses it gets {"error": ...}). --block-density alone
 selects the sparse suite.
@@ -78,7 +80,7 @@ IMPLS = ("flashattn", "sdpa_cudnn", "sdpa_flash", "fa4", "sdpa_efficient", "sdpa
 KVCACHE_IMPLS = ("kvcache", "kvcache_paged16", "varlen_paged16")
 DECODE_IMPLS = ("flashattn", "kvcache", "kvcache_paged16", "varlen_paged16", "sdpa_cudnn", "sdpa_flash",
                 "sdpa_efficient", "sdpa_math")
-SPARSE_IMPLS = ("flashattn", "flex")
+SPARSE_IMPLS = ("flashattn", "flex", "fa4")
 # Named only on request (not in the default --impls): dev measurements beside flashattn's own row.
 OPT_IN_IMPLS = ("flashattn_sink", "flashattn_fp8", "flashattn_det")
 DESCRIPTIONS = {
@@ -88,7 +90,8 @@ DESCRIPTIONS = {
     "sdpa_efficient": "torch SDPA, memory-efficient backend (SDPBackend.EFFICIENT_ATTENTION)",
     "sdpa_math": "torch SDPA, math backend: materialises the N x N scores (standard attention)",
     "triton": "bench/triton_attention.py: this project's Triton forward kernel (not upstream's); forward only",
-    "fa4": "FlashAttention-4 (flash-attn-4 wheel, CuTe DSL JIT): flash_attn.cute.flash_attn_func (layout B, N, H, d)",
+    "fa4": "FlashAttention-4 (flash-attn-4 wheel, CuTe DSL JIT): flash_attn.cute.flash_attn_func (layout B, N, H, d); "
+           "in the sparse suite with block_sparse_tensors / block_sparse_tensors_bwd from flex's BlockMask",
     "kvcache": "this library: flashattn.flash_attn_with_kvcache on a dense cache holding exactly the keys, with "
                "cache_seqlens (decode suite only)",
     "kvcache_paged16": "this library: flashattn.flash_attn_with_kvcache on a paged cache of 16-row pages in "
@@ -167,9 +170,12 @@ def format_sparse_row(row):
                          (f" bwd {r['bwd_tflops']:.0f}" if "bwd_tflops" in r else ""))
         elif isinstance(r, dict):
             parts.append(f"{name} n/a")
-    ours, flex = row.get("flashattn", {}), row.get("flex", {})
-    if "fwd_ms" in ours and "fwd_ms" in flex:
-        parts.append(f"vs Flex fwd {flex['fwd_ms'] / ours['fwd_ms']:.2f}x")
+    ours = row.get("flashattn", {})
+    for name, label in (("flex", "Flex"), ("fa4", "FA4")):
+        peer = row.get(name, {})
+        if "fwd_ms" in ours and "fwd_ms" in peer:
+            parts.append(f"vs {label} fwd {peer['fwd_ms'] / ours['fwd_ms']:.2f}x" +
+                         (f" bwd {peer['bwd_ms'] / ours['bwd_ms']:.2f}x" if "bwd_ms" in ours and "bwd_ms" in peer else ""))
     return "  ".join(parts)
 
 
@@ -829,7 +835,66 @@ def sparse_impls(names, block_mask, block_size):
                 _FLEX["flex"] = torch.compile(flex_attention)
             bm = flex_block_mask(BlockMask, block_mask, block_size)
             impls["flex"] = Impl("bhsd", lambda q, k, v, causal: _FLEX["flex"](q, k, v, block_mask=bm))
+    if "fa4" in names:
+        try:
+            from torch.nn.attention.flex_attention import BlockMask
+            from flash_attn.cute import flash_attn_func as fa4_func
+            from flash_attn.cute.block_sparsity import BlockSparseTensorsTorch
+        except Exception as e:  # not installed, its JIT stack failing to load, or torch < 2.5
+            unavailable["fa4"] = "not available: " + short_error(e)
+        else:
+            impls["fa4"] = fa4_sparse_impl(fa4_func, BlockSparseTensorsTorch,
+                                           flex_block_mask(BlockMask, block_mask, block_size), block_size)
     return impls, unavailable
+
+
+def fa4_sparse_impl(fa4_func, tensors_cls, bm, block_size):
+    """FA4's block-sparse call on the blocks of flex's BlockMask bm (every kept block full): the
+    forward walks each query block's key blocks (kv_*), its backward each key block's query
+    blocks (q_*, which BlockMask.from_kv_blocks derives). Errors of FA4's JIT stack that are not
+    RuntimeErrors become them, so measure() records them as this row's error."""
+    size = (block_size, block_size)
+    fwd = tensors_cls(bm.kv_num_blocks, bm.kv_indices, bm.full_kv_num_blocks, bm.full_kv_indices, block_size=size)
+    bwd = tensors_cls(bm.q_num_blocks, bm.q_indices, bm.full_q_num_blocks, bm.full_q_indices, block_size=size)
+
+    def run(q, k, v, causal):
+        try:
+            out = fa4_func(q, k, v, block_sparse_tensors=fwd, block_sparse_tensors_bwd=bwd)
+        except (RuntimeError, ValueError, TypeError, NotImplementedError, AssertionError):
+            raise
+        except Exception as e:
+            raise RuntimeError(f"{type(e).__name__}: {e}") from e
+        return out[0] if isinstance(out, tuple) else out
+    return Impl("bshd", run)
+
+
+def sparse_agreement(impls, b, h, n, d, dtype, backward):
+    """{peer: {"out": max |peer - flashattn|, and "dq", "dk", "dv" with backward}} on one shared
+    input: a peer that read the block mask differently would be timed on another problem, so
+    each row records how far every peer's results are from ours (bf16 rounding: ~1e-2)."""
+    import torch
+    if "flashattn" not in impls:
+        return {}
+    g = torch.Generator(device="cuda").manual_seed(7)
+    q, k, v, do = (torch.randn((b, n, h, d), generator=g, device="cuda", dtype=dtype) for _ in range(4))
+    got = {}
+    for name, impl in impls.items():
+        bhsd = impl.layout == "bhsd"
+        grads = backward and impl.backward
+        xs = [(x.transpose(1, 2) if bhsd else x).detach().requires_grad_(grads) for x in (q, k, v)]
+        try:
+            out = impl.fn(*xs, False)
+            out = out.transpose(1, 2) if bhsd else out
+            res = {"out": out.detach()}
+            if grads:
+                for label, gr in zip(("dq", "dk", "dv"), torch.autograd.grad(out, xs, do)):
+                    res[label] = gr.transpose(1, 2) if bhsd else gr
+        except (RuntimeError, ValueError, TypeError, NotImplementedError, AssertionError):
+            continue  # measure() records the peer's error
+        got[name] = res
+    ours = got.get("flashattn", {})
+    return {name: {key: (res[key].float() - ours[key].float()).abs().max().item() for key in res if key in ours}
+            for name, res in got.items() if name != "flashattn"}
 
 
 _FLEX = {}  # the compiled flex_attention, made once per process
@@ -860,9 +925,12 @@ def run_sparse_suite(rows_cfg, names, repeats, backward, block_size, save=lambda
         fl = flops(b, h, n, n, d, False) * kept
         impls, unavailable = sparse_impls(names, mask, block_size)
         row.update({name: {"unavailable": reason} for name, reason in unavailable.items()})
+        agree = sparse_agreement(impls, b, h, n, d, dtype, backward)
         for name, impl in impls.items():
             r = measure(impl, name, (b, h, h, n, n, d, False), dtype, backward, repeats)
             row[name] = add_rates(r, fl) if "fwd_ms" in r and fl > 0 else r
+            if name in agree:
+                row[name]["max_abs_diff_vs_flashattn"] = agree[name]
         rows.append(row)
         save(rows)
         print(format_sparse_row(row), flush=True)
