@@ -2,8 +2,8 @@
 window, for dev/ncu_attn.sh. The pass is "fwd" (one forward each), "fwd8" (ours with q, k, v
 converted to float8 e4m3, descales 1; the peers in bf16 as with "fwd") or "bwd" (one backward
 each, from a forward run outside the window). Peers (PEERS, comma-separated, default sdpa_flash):
-sdpa_flash (FlashAttention-2), sdpa_cudnn, fa4 (flash_attn.cute, forward only; its JIT
-compile happens in the warm-up, outside the window).
+sdpa_flash (FlashAttention-2), sdpa_cudnn, fa4 (flash_attn.cute, forward and backward on the same
+q, k, v as ours; its JIT compiles happen in the warm-up, outside the window).
 D may be D/DV: v and out have head dim DV (e.g. 192/128, DeepSeek-V3's prefill). BIAS=full: a bf16
 (B, H, N, N) attn_bias (the peers' attn_mask) that requires grad in the backward (not with causal).
 MASK=full: a bool (B, 1, N, N) attn_mask, a random half of the keys of each row kept (the peers'
@@ -62,8 +62,6 @@ names = os.environ.get("PEERS", "sdpa_flash").split(",")
 unknown = [n for n in names if n not in peers]
 if unknown:
     sys.exit(f"PEERS: unknown {unknown}; known: {sorted(peers)}")
-if backward and "fa4" in names:
-    sys.exit("PEERS: fa4 is profiled forward only here")
 calls = [ours] + [peers[n] for n in names]
 
 for _ in range(3):  # warm-up outside the profiled window
