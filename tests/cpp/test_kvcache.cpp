@@ -53,6 +53,10 @@ struct KVCase {
   // Cache rows outside [leftpad, end) hold NaN instead of random values (a kernel that read one
   // would show NaN; end = cache_seqlens + seqlen_new).
   bool nan_outside = false;
+  // v_cache's rows are head_dim_v + v_row_pad elements apart in memory (the call sees a view of
+  // the first head_dim_v columns), so its strides differ from k_cache's; the pad columns are
+  // padding the call must not write.
+  int v_row_pad = 0;
   uint32_t seed = 7;
 
   int batch() const { return static_cast<int>(cache_seqlens.size()); }
@@ -96,6 +100,12 @@ class KVRun {
     a.q = make_contiguous_view(q_->device_data(), dt, dev, {B, kc_.seqlen_q, kc_.heads, d});
     a.k_cache = make_contiguous_view(kcache_->device_data(), dt, dev, {rows0_, rows1_, hk, d});
     a.v_cache = make_contiguous_view(vcache_->device_data(), dt, dev, {rows0_, rows1_, hk, dv});
+    if (kc_.v_row_pad > 0) {  // the first dv columns of rows dv + v_row_pad wide
+      const int64_t w = dv + kc_.v_row_pad;
+      a.v_cache.strides[2] = w;
+      a.v_cache.strides[1] = hk * w;
+      a.v_cache.strides[0] = rows1_ * hk * w;
+    }
     if (kc_.seqlen_new > 0) {
       a.k = make_contiguous_view(knew_->device_data(), dt, dev, {B, kc_.seqlen_new, hk, d});
       a.v = make_contiguous_view(vnew_->device_data(), dt, dev, {B, kc_.seqlen_new, hk, dv});
@@ -195,7 +205,7 @@ class KVRun {
         if (kc_.page_size > 0 && table_host_[b * kc_.max_blocks() + r / kc_.page_size] < 0) continue;
         if (kc_.nan_outside && outside(b, r)) continue;  // NaN before and after
         for (int h = 0; h < HK; ++h) {
-          const int64_t ki = cache_index(b, r, h, d), vi = cache_index(b, r, h, dv);
+          const int64_t ki = cache_index(b, r, h, d), vi = cache_index(b, r, h, dv + kc_.v_row_pad);
           const int64_t ko = ((int64_t(b) * kc_.capacity + r) * HK + h) * d;
           const int64_t vo = ((int64_t(b) * kc_.capacity + r) * HK + h) * dv;
           for (int c = 0; c < d; ++c) {
@@ -346,7 +356,7 @@ class KVRun {
     q_ = arena(dt, q_host_.size());
     for (size_t i = 0; i < q_host_.size(); ++i) q_->set(i, q_host_[i]);
     kcache_ = arena(dt, rows0_ * rows1_ * HK * d);
-    vcache_ = arena(dt, rows0_ * rows1_ * HK * dv);
+    vcache_ = arena(dt, rows0_ * rows1_ * HK * (dv + kc_.v_row_pad));
     // Rows of the logical cache that exist physically: all of them (dense), those on a page
     // (paged). Rows outside [leftpad, end) hold random values the call must not read (it would
     // change the result) and rows past end must not be written except by the append.
@@ -354,7 +364,7 @@ class KVRun {
       for (int64_t r = 0; r < cap; ++r) {
         if (kc_.page_size > 0 && table_host_[b * kc_.max_blocks() + r / kc_.page_size] < 0) continue;
         for (int h = 0; h < HK; ++h) {
-          const int64_t ki = cache_index(b, r, h, d), vi = cache_index(b, r, h, dv);
+          const int64_t ki = cache_index(b, r, h, d), vi = cache_index(b, r, h, dv + kc_.v_row_pad);
           const int64_t ko = ((int64_t(b) * cap + r) * HK + h) * d;
           const int64_t vo = ((int64_t(b) * cap + r) * HK + h) * dv;
           for (int c = 0; c < d; ++c) {
@@ -933,6 +943,31 @@ std::vector<Sm90CacheCase> sm90_cache_cases() {
     kc.page_size = 16;
     cases.push_back({"paged_fp16", kc});
   }
+  {
+    // More tiles than an H100 / H200 has SMs (4 x 32 x 2 = 256 at d64), so CTAs take a second
+    // tile: the K/V ring's slots and phases and the Q slot carried across tiles, tiles without
+    // keys (the empty sequence, causal rows past a short one) skipped between others.
+    KVCase kc = prefill(256);
+    kc.head_dim = kc.head_dim_v = 64;
+    kc.heads = 32;
+    kc.heads_k = 8;
+    kc.capacity = 640;
+    kc.cache_seqlens = {600, 0, 100, 383};
+    kc.page_size = 16;
+    kc.causal = true;
+    cases.push_back({"paged_causal_second_tiles", kc});
+  }
+  {
+    // v_cache a view of wider rows (its strides are not k_cache's), dense and paged.
+    KVCase kc = prefill(128);
+    kc.v_row_pad = 64;
+    kc.causal = true;
+    cases.push_back({"dense_v_strides", kc});
+    kc.page_size = 64;
+    kc.seqlen_new = 128;
+    kc.cache_seqlens = {200, 0, 37, 255};
+    cases.push_back({"paged64_append_v_strides", kc});
+  }
   return cases;
 }
 
@@ -1068,6 +1103,20 @@ TEST_F(KVCacheErrors, OtherArguments) {
     a.k_cache.shape[3] = 16;
     EXPECT_FALSE(forward_kvcache(a).ok());
   }
+}
+
+// The append writes into the caches: an expanded (stride 0) cache would make rows share memory
+// (which write survives is unspecified, a race on a GPU); reading such a cache is fine.
+TEST_F(KVCacheErrors, AppendIntoStrideZeroCache) {
+  KVRun run(Backend::kCpu, base());
+  KVCacheArgs a = run.args();
+  a.k_cache.strides[0] = 0;  // every page is page 0
+  expect_invalid(forward_kvcache(a), "k_cache is written by the call and must not have stride 0 in dimension 0");
+  a = run.args();
+  a.v_cache.strides[1] = 0;  // every row of a page is its row 0
+  expect_invalid(forward_kvcache(a), "v_cache is written by the call and must not have stride 0 in dimension 1");
+  a.k = a.v = TensorView{};  // no append: the caches are only read
+  EXPECT_TRUE(forward_kvcache(a).ok()) << forward_kvcache(a).message();
 }
 
 TEST_F(KVCacheErrors, RotaryArguments) {

@@ -692,6 +692,11 @@ __device__ __forceinline__ void cache_producer(const FwdParams& kp, const Ring& 
     };
     load_tile_blocks<false>(w, it, load_k, load_v, load_q);
   }
+  // The last tile's copies may still be in flight (their arrivals pending): the CTA lives on
+  // while the consumers wait for them, but the PTX ISA does not say that a thread may exit with
+  // cp.async outstanding, so each thread waits for its own before it leaves (once per CTA).
+  ptx::cp_async_commit();
+  ptx::cp_async_wait<0>();
 }
 
 // Persistent: one CTA per SM. Each CTA walks its tiles of TileOrder, in fixed rounds
