@@ -291,9 +291,10 @@ Status check_score_mods(const AttentionOptions& o, QKVParams* p) {
               std::to_string(o.block_size_q) + ", " + std::to_string(o.block_size_k) + ")");
   }
   if (!c.ok()) return c.status();
+  // In 64 bits: seqlen + block_size - 1 overflows int32 for block sizes near 2^31.
   const int64_t blocks[4] = {p->batch, p->heads,
-                             (p->seqlen_q + o.block_size_q - 1) / o.block_size_q,
-                             (p->seqlen_k + o.block_size_k - 1) / o.block_size_k};
+                             (int64_t{p->seqlen_q} + o.block_size_q - 1) / o.block_size_q,
+                             (int64_t{p->seqlen_k} + o.block_size_k - 1) / o.block_size_k};
   const std::string q_blocks = varlen ? "ceil(max_seqlen_q / block_size_q)" : "ceil(seqlen_q / block_size_q)";
   const std::string k_blocks = varlen ? "ceil(max_seqlen_k / block_size_k)" : "ceil(seqlen_k / block_size_k)";
   if (o.block_mask.defined()) {
@@ -316,8 +317,11 @@ Status check_score_mods(const AttentionOptions& o, QKVParams* p) {
       check_block_list_values(c, *p, blocks[2], blocks[3]);
     }
   }
-  p->block_size_q = o.block_size_q;
-  p->block_size_k = o.block_size_k;
+  // A block at least as long as the sequences is one block whatever its size (every position
+  // i has i / block_size = 0), so cap it there: the backends then never form seqlen +
+  // block_size - 1 near the int32 limits (as the window sides are capped in make_qkv_params).
+  p->block_size_q = std::min(o.block_size_q, std::max(p->seqlen_q, int32_t{1}));
+  p->block_size_k = std::min(o.block_size_k, std::max(p->seqlen_k, int32_t{1}));
   return c.status();
 }
 
@@ -637,6 +641,21 @@ void check_like(Checker& c, const char* name, const TensorView& t, const std::ve
   c.shape(name, t, shape, layout);
 }
 
+// A tensor the call writes (an output, or a cache it appends to): a stride of 0 in a dimension
+// of size > 1 (an expand()ed view) makes elements share memory, which would end up holding
+// whichever write came last (on a GPU, a race between threads).
+void check_writable(Checker& c, const char* name, const TensorView& t) {
+  if (!c.ok() || !t.defined() || t.numel() == 0) return;
+  for (int i = 0; i < t.ndim; ++i) {
+    if (t.shape[i] > 1 && t.strides[i] == 0) {
+      c.invalid(std::string(name) + " is written by the call and must not have stride 0 in dimension " +
+                std::to_string(i) + " (size " + std::to_string(t.shape[i]) +
+                "): its elements would share memory; pass a tensor of its own");
+      return;
+    }
+  }
+}
+
 void check_lse(Checker& c, const char* name, const TensorView& lse, const QKVParams& p, QKVParams* out) {
   const bool varlen = p.is_varlen();
   const char* layout = varlen ? "(heads, total_q)" : "(batch, heads, seqlen_q)";
@@ -760,8 +779,10 @@ Status forward_params(const ForwardArgs& args, ForwardParams* p, bool fp8_cache)
                                                   "q, got ") + dtype_name(args.out.dtype));
   }
   check_like(c, "out", args.out, q_like_shape(*p, p->head_dim_v), p->out_dtype, p->device, o_layout);
+  check_writable(c, "out", args.out);
   check_descales(c, args.q_descale, args.k_descale, args.v_descale, p);
   if (args.lse.defined()) check_lse(c, "lse", args.lse, *p, p);
+  check_writable(c, "lse", args.lse);
   if (c.ok() && args.num_splits < 0) {
     c.invalid("num_splits must be >= 0 (0 = heuristic), got " + std::to_string(args.num_splits));
   }
@@ -954,6 +975,9 @@ Status make_backward_params(const BackwardArgs& args, BackwardParams* p) {
   check_like(c, "dq", args.dq, q_like_shape(*p, p->head_dim), p->dtype, p->device, q_layout);
   check_like(c, "dk", args.dk, k_like_shape(*p, p->head_dim), p->dtype, p->device, k_layout);
   check_like(c, "dv", args.dv, k_like_shape(*p, p->head_dim_v), p->dtype, p->device, v_layout);
+  check_writable(c, "dq", args.dq);
+  check_writable(c, "dk", args.dk);
+  check_writable(c, "dv", args.dv);
   if (!c.ok()) return c.status();
   p->out = args.out.data;
   p->dout = args.dout.data;
@@ -972,6 +996,7 @@ Status make_backward_params(const BackwardArgs& args, BackwardParams* p) {
       return c.status();
     }
     check_like(c, "dsink", args.dsink, {p->heads}, DType::kFloat32, p->device, "(heads)");
+    check_writable(c, "dsink", args.dsink);
     if (!c.ok()) return c.status();
     p->dsink = static_cast<float*>(args.dsink.data);
   }
@@ -1189,6 +1214,9 @@ Status make_kvcache_params(const KVCacheArgs& a, ForwardParams* p) {
                "(batch, seqlen_new, heads_k, head_dim)");
     check_like(c, "v", a.v, {batch, seqlen_new, p->heads_k, p->head_dim_v}, p->dtype, dev,
                "(batch, seqlen_new, heads_k, head_dim_v)");
+    // The append writes into the caches.
+    check_writable(c, "k_cache", kc);
+    check_writable(c, "v_cache", vc);
     if (c.ok() && seqlen_new > capacity) {
       c.invalid("the cache is too short for the append: k has seqlen_new " + std::to_string(seqlen_new) +
                 " but the cache holds " + std::to_string(capacity) + " rows per sequence");

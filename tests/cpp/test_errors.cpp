@@ -30,6 +30,7 @@ struct Buffers {
   std::vector<float> dk = std::vector<float>(B * Sk * Hk * D);
   std::vector<float> dv = std::vector<float>(B * Sk * Hk * D);
   std::vector<float> alibi = std::vector<float>(B * H, 0.125f);
+  std::vector<uint8_t> block_mask = std::vector<uint8_t>(1, 1);  // (1, 1, 1, 1): everything kept
   // Varlen: sequences of (q, k) lengths (4, 6), (0, 3), (6, 5) -> total_q 10, total_k 14.
   std::vector<int32_t> cu_q = {0, 4, 4, 10};
   std::vector<int32_t> cu_k = {0, 6, 9, 14};
@@ -160,6 +161,12 @@ std::vector<ErrorCase> error_cases() {
   f("head_dim_too_large", S::kNotSupported, "q has head_dim 1100", [](ForwardArgs& a) {
     for (TensorView* t : {&a.q, &a.k, &a.v, &a.out}) t->shape[3] = 1100;
   });
+  // Outputs written element by element: an expanded (stride 0) view would make elements share
+  // memory, so the call's result would be whichever write came last.
+  f("out_stride_zero", kInv, "out is written by the call and must not have stride 0 in dimension 1",
+    [](ForwardArgs& a) { a.out.strides[1] = 0; });
+  f("lse_stride_zero", kInv, "lse is written by the call and must not have stride 0 in dimension 1",
+    [](ForwardArgs& a) { a.lse.strides[1] = 0; });
 
   // Options.
   f("negative_window_left", kInv, "window_left and window_right must be >= -1",
@@ -259,6 +266,18 @@ std::vector<ErrorCase> error_cases() {
      [](BackwardArgs& a) { a.dout.strides[3] = 3; });
   bw("bwd_dropout_p_one", kInv, "dropout_p must be in [0, 1)",
      [](BackwardArgs& a) { a.dropout_p = 1.0f; });
+  bw("bwd_dk_stride_zero", kInv, "dk is written by the call and must not have stride 0 in dimension 0",
+     [](BackwardArgs& a) { a.dk.strides[0] = 0; });
+  bw("bwd_dq_stride_zero", kInv, "dq is written by the call and must not have stride 0 in dimension 2",
+     [](BackwardArgs& a) { a.dq.strides[2] = 0; });
+
+  // A block size near 2^31: seqlen + block_size - 1 overflowed int32, so the expected block
+  // mask had 0 (or -1) blocks and an empty mask passed, to be read out of bounds.
+  f("block_mask_empty_with_int32_max_block_size", kInv, "block_mask must be broadcastable to (2, 4, 1, 1)",
+    [](ForwardArgs& a) {
+      a.block_mask = view(buffers().block_mask.data(), {1, 1, 0, 0}, DType::kUInt8);
+      a.block_size_q = a.block_size_k = std::numeric_limits<int32_t>::max();
+    });
 
 #if !defined(FLASHATTN_WITH_CUDA)
   f("cuda_tensors_without_cuda_backend", S::kNotSupported, "no CUDA backend", [](ForwardArgs& a) {
@@ -312,6 +331,22 @@ TEST(ErrorBaselines, ValidCallsSucceed) {
   s = backward(dense_backward());
   ASSERT_TRUE(s.ok()) << s.message();
   for (float x : buffers().dq) ASSERT_FALSE(std::isnan(x));
+}
+
+// A block as long as the sequences or longer, up to 2^31 - 1, is one block: a (1, 1, 1, 1)
+// block mask that keeps it gives the call without a block mask, bit for bit.
+TEST(ErrorBaselines, BlockSizeUpToInt32MaxIsOneBlock) {
+  ForwardArgs f = dense_forward();
+  ASSERT_TRUE(forward(f).ok());
+  const std::vector<float> plain = buffers().out;
+  for (int32_t bs : {Sk, 1 << 30, std::numeric_limits<int32_t>::max() - 3, std::numeric_limits<int32_t>::max()}) {
+    std::fill(buffers().out.begin(), buffers().out.end(), kNaN);
+    f.block_mask = view(buffers().block_mask.data(), {1, 1, 1, 1}, DType::kUInt8);
+    f.block_size_q = f.block_size_k = bs;
+    const Status s = forward(f);
+    ASSERT_TRUE(s.ok()) << "block size " << bs << ": " << s.message();
+    EXPECT_EQ(buffers().out, plain) << "block size " << bs;
+  }
 }
 
 TEST(ErrorBaselines, AtLeastFifteenDistinctInvalidCalls) { EXPECT_GE(error_cases().size(), 15u); }
