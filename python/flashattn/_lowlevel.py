@@ -129,14 +129,33 @@ def check_rank(name: str, shape, varlen: bool) -> None:
         raise ValueError(f"{name} must have {rank} dimensions {layout}, got shape {tuple(shape)}")
 
 
+# The library takes softmax_scale in float32, where 0 means 1/sqrt(head_dim): anything up to
+# 2^-150 rounds to that 0.
+_FLOAT32_UNDERFLOW = 2.0 ** -150
+
+
 def resolve_scale(softmax_scale: Optional[float]) -> float:
     """None -> 0.0, which the library reads as 1/sqrt(head_dim)."""
     if softmax_scale is None:
         return 0.0
-    scale = float(softmax_scale)
+    scale = real("softmax_scale", softmax_scale)
     if not scale > 0.0:
         raise ValueError(f"softmax_scale must be > 0 (or None for 1/sqrt(head_dim)), got {scale}")
+    if scale <= _FLOAT32_UNDERFLOW:
+        raise ValueError(f"softmax_scale = {scale} rounds to 0 in float32, which would mean the "
+                         "default 1/sqrt(head_dim); pass at least 2**-149")
     return scale
+
+
+def real(name: str, value: Any) -> float:
+    """float(value); TypeError naming the argument when it is not a real number (a string is
+    not one, though float() parses it)."""
+    try:
+        if isinstance(value, (str, bytes)):
+            raise TypeError
+        return float(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name} must be a real number, got {value!r}") from None
 
 
 _INT32_MIN, _INT32_MAX = -(1 << 31), (1 << 31) - 1
@@ -149,6 +168,8 @@ def int32(name: str, value: Any) -> int:
         result = int(value)
     except (TypeError, ValueError):
         raise ValueError(f"{name} must be an integer, got {value!r}") from None
+    if isinstance(value, float) and value != result:  # (int() would truncate it silently)
+        raise ValueError(f"{name} must be an integer, got {value!r}")
     if not _INT32_MIN <= result <= _INT32_MAX:
         raise ValueError(f"{name} must fit in int32, got {result}")
     return result
@@ -205,7 +226,11 @@ def block_sizes(block_size, block_mask) -> tuple:
         raise ValueError("block_mask needs block_size=(block_size_q, block_size_k)")
     if isinstance(block_size, int):
         return int32("block_size", block_size), int32("block_size", block_size)
-    bq, bk = block_size
+    try:
+        bq, bk = block_size
+    except (TypeError, ValueError):
+        raise ValueError(f"block_size must be an int or a pair (block_size_q, block_size_k), got "
+                         f"{block_size!r}") from None
     return int32("block_size[0]", bq), int32("block_size[1]", bk)
 
 
@@ -252,6 +277,9 @@ def resolve_score_mods(attn_bias, attn_mask, block_mask, block_size, lengths) ->
             if attn_mask is not None:
                 raise ValueError("attn_mask was given with a BlockMask that has its own element "
                                  "mask (BlockMask.mask); combine them into the BlockMask's mask")
+            if len(mask.shape) < 2:
+                raise ValueError(f"BlockMask.mask must have at least 2 dimensions (.., Q_LEN, "
+                                 f"KV_LEN), got shape {tuple(mask.shape)}")
             seqlen_q, seqlen_k = lengths()
             rows, cols = mask.shape[-2], mask.shape[-1]
             if (rows != 1 and rows < seqlen_q) or cols < seqlen_k:
@@ -340,8 +368,9 @@ def forward(q, k, v, out, lse=None, *, cu_seqlens_q=None, cu_seqlens_k=None, max
                    max_seqlen_k=int32("max_seqlen_k", max_seqlen_k),
                    softmax_scale=resolve_scale(softmax_scale),
                    causal=bool(causal), window_left=window_left, window_right=window_right,
-                   softcap=float(softcap), dropout_p=float(dropout_p), seed=int(seed) & _U64,
-                   offset=int(offset) & _U64, num_splits=int32("num_splits", num_splits),
+                   softcap=real("softcap", softcap), dropout_p=real("dropout_p", dropout_p),
+                   seed=int(seed) & _U64, offset=int(offset) & _U64,
+                   num_splits=int32("num_splits", num_splits),
                    check_cu_seqlens=_check_flag(check_cu_seqlens), stream=int(stream),
                    num_threads=int32("num_threads", num_threads),
                    learnable_sink=_plain(learnable_sink), q_descale=_plain(q_descale),
@@ -377,8 +406,9 @@ def backward(dout, q, k, v, out, lse, dq, dk, dv, *, cu_seqlens_q=None, cu_seqle
                     max_seqlen_k=int32("max_seqlen_k", max_seqlen_k),
                     softmax_scale=resolve_scale(softmax_scale), causal=bool(causal),
                     window_left=window_left, window_right=window_right,
-                    softcap=float(softcap), dropout_p=float(dropout_p), seed=int(seed) & _U64,
-                    offset=int(offset) & _U64, deterministic=bool(deterministic),
+                    softcap=real("softcap", softcap), dropout_p=real("dropout_p", dropout_p),
+                    seed=int(seed) & _U64, offset=int(offset) & _U64,
+                    deterministic=bool(deterministic),
                     check_cu_seqlens=_check_flag(check_cu_seqlens), stream=int(stream),
                     num_threads=int32("num_threads", num_threads),
                     learnable_sink=_plain(learnable_sink), dsink=_plain(dsink),
@@ -415,7 +445,8 @@ def forward_kvcache(q, k_cache, v_cache, out, lse=None, *, k=None, v=None, rotar
             _plain(q), k_cache, v_cache, _plain(k), _plain(v), _plain(rotary_cos),
             _plain(rotary_sin), cache_seqlens, cache_batch_idx, cache_leftpad, block_table,
             _plain(alibi_slopes), _plain(out), _plain(lse), resolve_scale(softmax_scale),
-            bool(causal), window_left, window_right, float(softcap), bool(rotary_interleaved),
-            int32("num_splits", num_splits), int(stream), int32("num_threads", num_threads),
+            bool(causal), window_left, window_right, real("softcap", softcap),
+            bool(rotary_interleaved), int32("num_splits", num_splits), int(stream),
+            int32("num_threads", num_threads),
             _plain(learnable_sink), _plain(q_descale), _plain(k_descale), _plain(v_descale),
             float8))

@@ -115,7 +115,10 @@ def _seed_of(rng_state: Optional[Tensor]) -> int:
 def _kernel_ready(t: Tensor) -> Tensor:
     """t as the kernels read it: last dimension contiguous (flash_attn copies otherwise too) and,
     on a GPU, a 16-byte aligned pointer with strides in whole 16-byte chunks (8 elements: the
-    CUDA kernels copy 16 bytes at a time). Anything else becomes a contiguous copy."""
+    CUDA kernels copy 16 bytes at a time). Anything else becomes a contiguous copy. None (a
+    missing operand) stays None, for the library to name."""
+    if t is None:
+        return t
     if t.stride(-1) != 1 and t.shape[-1] > 1:
         return t.contiguous()
     # A head dim that is not a multiple of 8 is never instantiated: the CUDA backend pads it
@@ -169,8 +172,9 @@ def _lse_shape(q: Tensor, varlen: bool) -> tuple:
     return (q.shape[0], q.shape[2], q.shape[1])
 
 
-def _out_shape(q: Tensor, v: Tensor) -> tuple:
-    return (*q.shape[:-1], v.shape[-1])
+def _out_shape(q: Tensor, v: Optional[Tensor]) -> tuple:
+    # Without v (a missing operand, which the library names) any out will do.
+    return (*q.shape[:-1], q.shape[-1] if v is None else v.shape[-1])
 
 
 def _dsink_like(q: Tensor, learnable_sink: Optional[Tensor]) -> Tensor:
@@ -460,6 +464,7 @@ def _schema(params: Sequence[tuple], returns: str) -> str:
 
 
 _IMPLS = {}
+_PARAMS = {}  # forward op -> its (name, schema type[, default]) parameters (check_tensor_arguments)
 _EAGER_AUTOGRAD = {}  # forward op -> its autograd formula as an autograd.Function (_define)
 
 # The route of the latest forward and backward (tests and bench/host_time.py read it; one dict
@@ -554,6 +559,7 @@ def _define(lay: _Layout):
     fwd.register_autograd(backward, setup_context=setup_context)
     _IMPLS[fwd] = fwd_impl
     _IMPLS[bwd] = bwd_impl
+    _PARAMS[fwd] = tensors + tail + _FWD_EXTRA
 
     class EagerAutograd(torch.autograd.Function):
         """The op's autograd formula (the same setup_context and backward) as a plain
@@ -644,6 +650,7 @@ def _(q, k_cache, v_cache, *args):
 
 
 _IMPLS[fwd_kvcache] = _fwd_kvcache_impl
+_PARAMS[fwd_kvcache] = _KVCACHE_ARGS
 
 
 # ---- paged K/V in a varlen call (flash_attn_varlen_func's block_table): forward only -----------
@@ -712,6 +719,7 @@ def _paged_backward(ctx, dout, dlse):
 torch.library.register_autograd("flashattn::fwd_paged", _paged_backward,
                                 setup_context=_paged_setup_context)
 _IMPLS[fwd_paged] = _fwd_paged_impl
+_PARAMS[fwd_paged] = _PAGED_ARGS
 
 
 # ---- eager inference without the dispatcher ---------------------------------------------------
@@ -792,14 +800,31 @@ def call_forward(op, *args):
     setup_context and backward, without the custom op's autograd wrapper). Otherwise it goes
     through the op, so torch.compile, tracers, transforms and dispatch modes see it."""
     route = _route(args)
-    if route == _DIRECT:
-        last_route["forward"] = "direct"
-        return _IMPLS[op](*args)
-    if route == _EAGER_GRAPH and op in _EAGER_AUTOGRAD:
-        last_route["forward"] = "eager_autograd"
-        return _EAGER_AUTOGRAD[op].apply(*args)
+    try:
+        if route == _DIRECT:
+            last_route["forward"] = "direct"
+            return _IMPLS[op](*args)
+        if route == _EAGER_GRAPH and op in _EAGER_AUTOGRAD:
+            last_route["forward"] = "eager_autograd"
+            return _EAGER_AUTOGRAD[op].apply(*args)
+    except (AttributeError, TypeError):
+        # These routes skip the op's schema check: name an argument that is not a tensor (a
+        # list, a numpy array, a float) rather than report where the code tripped over it.
+        check_tensor_arguments(op, args)
+        raise
     last_route["forward"] = "op"
     return op(*args)
+
+
+def check_tensor_arguments(op, args) -> None:
+    """TypeError naming the first of ``args`` that is not a tensor where ``op``'s schema
+    (_PARAMS) takes one (or None, where it is optional), as the op's own check would."""
+    for (name, kind, *_), value in zip(_PARAMS.get(op, ()), args):
+        optional = kind == "Tensor?"
+        if (kind.startswith("Tensor") and not isinstance(value, Tensor)
+                and not (optional and value is None)):
+            raise TypeError(f"{name} must be a torch.Tensor{' or None' if optional else ''}, got "
+                            f"{type(value).__name__}")
 
 
 # ---- flash_attn_func's training call ------------------------------------------------------------

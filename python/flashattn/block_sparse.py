@@ -50,12 +50,17 @@ class BlockMask(NamedTuple):
 
 def _pair(block_size) -> Tuple[int, int]:
     if isinstance(block_size, int):
-        return block_size, block_size
-    try:
-        bq, bk = block_size
-    except (TypeError, ValueError):
-        raise ValueError(f"block_size must be an int or a pair (bq, bk), got {block_size!r}") from None
-    return int(bq), int(bk)
+        bq = bk = block_size
+    else:
+        try:
+            bq, bk = block_size
+        except (TypeError, ValueError):
+            raise ValueError(f"block_size must be an int or a pair (bq, bk), got "
+                             f"{block_size!r}") from None
+    bq, bk = int(bq), int(bk)
+    if bq < 1 or bk < 1:  # (a size 0 would divide by zero on the way)
+        raise ValueError(f"block_size must be >= 1, got {block_size!r}")
+    return bq, bk
 
 
 # mask_mod evaluation: rows per chunk so that one chunk has about this many elements (vmap's
@@ -144,6 +149,9 @@ def block_mask_from_dense(block_mask, block_size, attn_mask=None) -> BlockMask:
     import torch
 
     bq, bk = _pair(block_size)
+    if block_mask.dim() != 4:
+        raise ValueError(f"block_mask must have 4 dimensions (B|1, H|1, ceil(seqlen_q / bq), "
+                         f"ceil(seqlen_k / bk)), got shape {tuple(block_mask.shape)}")
     kept = block_mask.to(torch.bool)
     if attn_mask is None:
         return _compressed(kept, torch.zeros_like(kept), (bq, bk), None)

@@ -70,6 +70,8 @@ import numpy
 
 from . import _lowlevel
 
+_real = _lowlevel.real  # float() naming the argument
+
 try:  # torch is optional
     import torch
 except ImportError:  # pragma: no cover - exercised where torch is absent
@@ -137,13 +139,21 @@ def _torch_mods(mods: dict, lengths) -> tuple:
     return tuple(resolved[name] for name in _torch_ops.SCORE_MOD_OPTIONS)
 
 
+def _dim(x, i: int) -> int:
+    """x.shape[i], or -1 where x has no such dimension (then the library names x's rank)."""
+    shape = getattr(x, "shape", ())
+    return shape[i] if -len(shape) <= i < len(shape) else -1
+
+
 def _descales(q_descale, k_descale, v_descale, batch: int, heads_k: int) -> tuple:
     """The descale factors as the ops take them: torch tensors broadcast (a view, no copy) to
     (batch, heads_k); None stays None. ValueError naming the argument when one does not
-    broadcast."""
+    broadcast. batch or heads_k -1 (_dim: an operand of the wrong rank): left as given, for
+    the library to name the operand."""
     out = []
     for name, d in (("q_descale", q_descale), ("k_descale", k_descale), ("v_descale", v_descale)):
-        if d is not None and _is_torch(d) and tuple(d.shape) != (batch, heads_k):
+        if (d is not None and _is_torch(d) and batch >= 0 and heads_k >= 0
+                and tuple(d.shape) != (batch, heads_k)):
             try:
                 d = torch.broadcast_to(d, (batch, heads_k))
             except RuntimeError:
@@ -214,6 +224,7 @@ def _array_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     out = _empty(q, q_shape[:-1] + v_shape[-1:])
     lse_shape = (q_shape[1], q_shape[0]) if varlen else (q_shape[0], q_shape[2], q_shape[1])
     lse = _empty(q, lse_shape, "float32")
+    dropout_p = _real("dropout_p", dropout_p)
     seed = int(numpy.random.randint(0, 2**64, dtype=numpy.uint64)) if dropout_p > 0 else 0
     _lowlevel.forward(q, k, v, out, lse, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
                       max_seqlen_q=max_seqlen_q or 0, max_seqlen_k=max_seqlen_k or 0,
@@ -277,11 +288,11 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
                                 learnable_sink, score_mods=mods,
                                 descales=(q_descale, k_descale, v_descale))
     wl, wr = _lowlevel.resolve_window(window_size)
-    descales = _descales(q_descale, k_descale, v_descale, q.shape[0], k.shape[2])
+    descales = _descales(q_descale, k_descale, v_descale, _dim(q, 0), _dim(k, 2))
     out, lse = _torch_ops.call_forward(
         _torch_ops.fwd,
         q, k, v, None, None, 0, 0, alibi_slopes, _lowlevel.resolve_scale(softmax_scale),
-        bool(causal), wl, wr, float(softcap), float(dropout_p),
+        bool(causal), wl, wr, _real("softcap", softcap), _real("dropout_p", dropout_p),
         _torch_ops.draw_rng_state(dropout_p), bool(deterministic), _torch_sink(learnable_sink),
         *_torch_tail(mods, lambda: (q.shape[1], k.shape[1]), descales))
     return _finish(out, lse, return_attn_probs)
@@ -304,12 +315,12 @@ def flash_attn_qkvpacked_func(qkv, dropout_p=0.0, softmax_scale=None, causal=Fal
                                 learnable_sink, score_mods=mods,
                                 descales=(q_descale, k_descale, v_descale))
     wl, wr = _lowlevel.resolve_window(window_size)
-    descales = _descales(q_descale, k_descale, v_descale, qkv.shape[0], qkv.shape[-2])
+    descales = _descales(q_descale, k_descale, v_descale, _dim(qkv, 0), _dim(qkv, -2))
     out, lse = _torch_ops.call_forward(
         _torch_ops.fwd_qkvpacked,
         qkv, None, 0, alibi_slopes, _lowlevel.resolve_scale(softmax_scale), bool(causal), wl,
-        wr, float(softcap), float(dropout_p), _torch_ops.draw_rng_state(dropout_p),
-        bool(deterministic), _torch_sink(learnable_sink),
+        wr, _real("softcap", softcap), _real("dropout_p", dropout_p),
+        _torch_ops.draw_rng_state(dropout_p), bool(deterministic), _torch_sink(learnable_sink),
         *_torch_tail(mods, lambda: (qkv.shape[1], qkv.shape[1]), descales))
     return _finish(out, lse, return_attn_probs)
 
@@ -330,11 +341,11 @@ def flash_attn_kvpacked_func(q, kv, dropout_p=0.0, softmax_scale=None, causal=Fa
                                 learnable_sink, score_mods=mods,
                                 descales=(q_descale, k_descale, v_descale))
     wl, wr = _lowlevel.resolve_window(window_size)
-    descales = _descales(q_descale, k_descale, v_descale, q.shape[0], kv.shape[-2])
+    descales = _descales(q_descale, k_descale, v_descale, _dim(q, 0), _dim(kv, -2))
     out, lse = _torch_ops.call_forward(
         _torch_ops.fwd_kvpacked,
         q, kv, None, None, 0, 0, alibi_slopes, _lowlevel.resolve_scale(softmax_scale),
-        bool(causal), wl, wr, float(softcap), float(dropout_p),
+        bool(causal), wl, wr, _real("softcap", softcap), _real("dropout_p", dropout_p),
         _torch_ops.draw_rng_state(dropout_p), bool(deterministic), _torch_sink(learnable_sink),
         *_torch_tail(mods, lambda: (q.shape[1], kv.shape[1]), descales))
     return _finish(out, lse, return_attn_probs)
@@ -344,7 +355,8 @@ def _paged_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_
                   softmax_scale, causal, window_size, softcap, alibi_slopes, return_attn_probs,
                   block_table, learnable_sink, check_cu_seqlens, mods, descales):
     """flash_attn_varlen_func with block_table: k and v are pages (forward only)."""
-    if dropout_p > 0.0 or any(x is not None and not isinstance(x, int) for x in mods.values()):
+    if (_real("dropout_p", dropout_p) > 0.0
+            or any(x is not None and not isinstance(x, int) for x in mods.values())):
         raise NotImplementedError("block_table (paged K/V) takes no dropout_p, attn_bias, "
                                   "attn_mask or block_mask: it is an inference path")
     if descales[0] is not None:
@@ -374,16 +386,16 @@ def _paged_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_
         _lowlevel.check_paged_metadata(block_table, cu_seqlens_k, k.shape[0], k.shape[1])
     # The key counts are not rows of k (a page may serve several sequences): no bound on them.
     cu_seqlens_q, cu_seqlens_k = _torch_ops.varlen_metadata(
-        q.device, q.shape[0], 2**31 - 1, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+        q.device, _dim(q, 0), 2**31 - 1, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
         check_cu_seqlens)
-    if block_table.device != q.device and q.is_cuda:
+    if q.is_cuda and block_table.device != q.device:
         block_table = block_table.to(q.device, non_blocking=True)
-    k_descale, v_descale = _descales(None, descales[1], descales[2], len(cu_seqlens_q) - 1,
-                                     k.shape[-2])[1:]
+    k_descale, v_descale = _descales(None, descales[1], descales[2], _dim(cu_seqlens_q, 0) - 1,
+                                     _dim(k, -2))[1:]
     out, lse = _torch_ops.call_forward(
         _torch_ops.fwd_paged, q, k, v, block_table, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
         max_seqlen_k, alibi_slopes, _lowlevel.resolve_scale(softmax_scale), bool(causal), wl, wr,
-        float(softcap), 0, _torch_sink(learnable_sink), k_descale, v_descale)
+        _real("softcap", softcap), 0, _torch_sink(learnable_sink), k_descale, v_descale)
     return _finish(out, lse, return_attn_probs)
 
 
@@ -419,19 +431,19 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
                                 learnable_sink, check_cu_seqlens, mods,
                                 (q_descale, k_descale, v_descale))
     cu_seqlens_q, cu_seqlens_k = _torch_ops.varlen_metadata(
-        q.device, q.shape[0], k.shape[0], cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+        q.device, _dim(q, 0), _dim(k, 0), cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
         max_seqlen_k, check_cu_seqlens)
     wl, wr = _lowlevel.resolve_window(window_size)
     out, lse = _torch_ops.call_forward(
         _torch_ops.fwd,
         q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, alibi_slopes,
-        _lowlevel.resolve_scale(softmax_scale), bool(causal), wl, wr, float(softcap),
-        float(dropout_p), _torch_ops.draw_rng_state(dropout_p), bool(deterministic),
+        _lowlevel.resolve_scale(softmax_scale), bool(causal), wl, wr, _real("softcap", softcap),
+        _real("dropout_p", dropout_p), _torch_ops.draw_rng_state(dropout_p), bool(deterministic),
         _torch_sink(learnable_sink),
         *_torch_tail(mods, _varlen_lengths(cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                            max_seqlen_k),
-                     _descales(q_descale, k_descale, v_descale, len(cu_seqlens_q) - 1,
-                               k.shape[-2])))
+                     _descales(q_descale, k_descale, v_descale, _dim(cu_seqlens_q, 0) - 1,
+                               _dim(k, -2))))
     return _finish(out, lse, return_attn_probs)
 
 
@@ -452,17 +464,17 @@ def flash_attn_varlen_qkvpacked_func(qkv, cu_seqlens, max_seqlen, dropout_p=0.0,
                                 learnable_sink, check_cu_seqlens, mods,
                                 (q_descale, k_descale, v_descale))
     cu_seqlens, _ = _torch_ops.varlen_metadata(
-        qkv.device, qkv.shape[0], qkv.shape[0], cu_seqlens, cu_seqlens, max_seqlen, max_seqlen,
+        qkv.device, _dim(qkv, 0), _dim(qkv, 0), cu_seqlens, cu_seqlens, max_seqlen, max_seqlen,
         check_cu_seqlens)
     wl, wr = _lowlevel.resolve_window(window_size)
     out, lse = _torch_ops.call_forward(
         _torch_ops.fwd_qkvpacked,
         qkv, cu_seqlens, max_seqlen, alibi_slopes, _lowlevel.resolve_scale(softmax_scale),
-        bool(causal), wl, wr, float(softcap), float(dropout_p),
+        bool(causal), wl, wr, _real("softcap", softcap), _real("dropout_p", dropout_p),
         _torch_ops.draw_rng_state(dropout_p), bool(deterministic), _torch_sink(learnable_sink),
         *_torch_tail(mods, _varlen_lengths(cu_seqlens, cu_seqlens, max_seqlen, max_seqlen),
-                     _descales(q_descale, k_descale, v_descale, len(cu_seqlens) - 1,
-                               qkv.shape[-2])))
+                     _descales(q_descale, k_descale, v_descale, _dim(cu_seqlens, 0) - 1,
+                               _dim(qkv, -2))))
     return _finish(out, lse, return_attn_probs)
 
 
@@ -484,24 +496,25 @@ def flash_attn_varlen_kvpacked_func(q, kv, cu_seqlens_q, cu_seqlens_k, max_seqle
                                 learnable_sink, check_cu_seqlens, mods,
                                 (q_descale, k_descale, v_descale))
     cu_seqlens_q, cu_seqlens_k = _torch_ops.varlen_metadata(
-        q.device, q.shape[0], kv.shape[0], cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+        q.device, _dim(q, 0), _dim(kv, 0), cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
         max_seqlen_k, check_cu_seqlens)
     wl, wr = _lowlevel.resolve_window(window_size)
     out, lse = _torch_ops.call_forward(
         _torch_ops.fwd_kvpacked,
         q, kv, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, alibi_slopes,
-        _lowlevel.resolve_scale(softmax_scale), bool(causal), wl, wr, float(softcap),
-        float(dropout_p), _torch_ops.draw_rng_state(dropout_p), bool(deterministic),
+        _lowlevel.resolve_scale(softmax_scale), bool(causal), wl, wr, _real("softcap", softcap),
+        _real("dropout_p", dropout_p), _torch_ops.draw_rng_state(dropout_p), bool(deterministic),
         _torch_sink(learnable_sink),
         *_torch_tail(mods, _varlen_lengths(cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                            max_seqlen_k),
-                     _descales(q_descale, k_descale, v_descale, len(cu_seqlens_q) - 1,
-                               kv.shape[-2])))
+                     _descales(q_descale, k_descale, v_descale, _dim(cu_seqlens_q, 0) - 1,
+                               _dim(kv, -2))))
     return _finish(out, lse, return_attn_probs)
 
 
 def _seqlens_array(cache_seqlens, q, batch: int):
     """An int cache_seqlens as an int32 (batch,) array in q's framework and on q's device."""
+    cache_seqlens = _lowlevel.int32("cache_seqlens", cache_seqlens)
     if _is_torch(q):
         return torch.full((batch,), cache_seqlens, dtype=torch.int32, device=q.device)
     out = _empty(q, (batch,), "int32")
@@ -541,7 +554,9 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     return_softmax_lse (lse float32 (batch, nheads, seqlen_q)). No backward.
     """
     if isinstance(cache_seqlens, int):
-        cache_seqlens = _seqlens_array(cache_seqlens, q, _shape("q", q)[0])
+        _shape("q", q)  # (a TypeError naming q when it is not an array)
+        # (q of rank 0: no sequences, and the library names q's rank)
+        cache_seqlens = _seqlens_array(cache_seqlens, q, max(_dim(q, 0), 0))
     if (q_descale is None and k_descale is None and v_descale is None and _C is not None
             and not _is_compiling()):
         # As in flash_attn_func: the whole call in the extension, or None for the path below.
@@ -556,11 +571,12 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     wl, wr = _lowlevel.resolve_window(window_size)
     scale = _lowlevel.resolve_scale(softmax_scale)
     if _is_torch(q):
-        descales = _descales(q_descale, k_descale, v_descale, q.shape[0], k_cache.shape[-2])
+        descales = _descales(q_descale, k_descale, v_descale, _dim(q, 0), _dim(k_cache, -2))
         out, lse = _torch_ops.call_forward(
             _torch_ops.fwd_kvcache, q, k_cache, v_cache, k, v, rotary_cos, rotary_sin,
             cache_seqlens, cache_batch_idx, cache_leftpad, block_table, alibi_slopes, scale,
-            bool(causal), wl, wr, float(softcap), bool(rotary_interleaved), int(num_splits),
+            bool(causal), wl, wr, _real("softcap", softcap), bool(rotary_interleaved),
+            int(num_splits),
             _torch_sink(learnable_sink), *descales)
         return (out, lse) if return_softmax_lse else out
     q_shape, v_shape = _shape("q", q), _shape("v_cache", v_cache)

@@ -149,17 +149,17 @@ bool read_bool(PyObject* obj, bool* out) {
 }
 
 // softmax_scale: None -> 0 (the library's 1/sqrt(head_dim)). A user's value (direct) must be
-// > 0 (resolve_scale raises for anything else, on the DLPack path); an op's is already resolved
-// (0 = the default).
+// > 0 in float32, where the library reads it (resolve_scale raises for anything else, a value
+// that rounds to 0 included, on the DLPack path); an op's is already resolved (0 = the default).
 bool read_scale(PyObject* obj, bool direct, float* out) {
   if (obj == Py_None) {
     *out = 0.0f;
     return true;
   }
   double v = 0.0;
-  if (!read_double(obj, &v) || (direct && !(v > 0.0))) return false;
+  if (!read_double(obj, &v)) return false;
   *out = static_cast<float>(v);
-  return true;
+  return !direct || *out > 0.0f;
 }
 
 // window_size: a tuple or list of two ints that fit int32 (resolve_window's checks).
@@ -504,8 +504,11 @@ nb::object torch_forward(nb::handle q_obj, nb::handle k_obj, nb::handle v_obj,
     return nb::none();
   }
   const bool varlen = !cu_seqlens_q.is_none();
-  // q's rank decides the output shapes (check_rank raises on the DLPack path otherwise).
-  if (args.q.dtype == fa::DType::kInt32 || args.q.ndim != (varlen ? 3 : 4)) return nb::none();
+  // q's rank and v's head dim decide the output shapes (the DLPack path names a wrong rank or a
+  // missing v).
+  if (args.q.dtype == fa::DType::kInt32 || args.q.ndim != (varlen ? 3 : 4) || !args.v.defined()) {
+    return nb::none();
+  }
   if (!launch_target(args.q, &args.stream, &args.num_threads)) return nb::none();
   // A direct call that records an autograd graph is flash_attn_func's autograd.Function's to
   // run (_torch_ops.FuncAutograd: it draws the dropout seed and calls back with direct=false):

@@ -259,3 +259,108 @@ def test_window_wider_than_the_sequence_equals_unbounded():
     wide = flashattn.flash_attn_func(q, k, v, window_size=(2**31 - 1, 2**31 - 1))
     full = flashattn.flash_attn_func(q, k, v)
     np.testing.assert_array_equal(wide, full)
+
+
+# ---- found by the input-validation audit (each was a crash-free but wrong or unnamed outcome) ----
+
+def test_softmax_scale_that_rounds_to_zero_in_float32_is_refused():
+    # The library takes the scale in float32, where 0 means 1/sqrt(head_dim): 1e-50 silently ran
+    # with the default scale.
+    q, k, v = qkv()
+    with pytest.raises(ValueError, match="softmax_scale = 1e-50 rounds to 0 in float32"):
+        flashattn.flash_attn_func(q, k, v, softmax_scale=1e-50)
+    tiny = flashattn.flash_attn_func(q, k, v, softmax_scale=2.0**-149)  # float32's smallest
+    np.testing.assert_allclose(tiny, np.broadcast_to(v.mean(axis=1, keepdims=True), v.shape), atol=1e-5)
+    torch = pytest.importorskip("torch")  # the torch calls' own host path reads the scale too
+    tq, tk, tv = (torch.from_numpy(t) for t in (q, k, v))
+    with pytest.raises(ValueError, match="softmax_scale = 1e-50 rounds to 0"):
+        flashattn.flash_attn_func(tq, tk, tv, softmax_scale=1e-50)
+    with pytest.raises(ValueError, match="softmax_scale = 1e-50 rounds to 0"):
+        flashattn.flash_attn_with_kvcache(tq, tk, tv, softmax_scale=1e-50)
+
+
+def test_block_size_of_the_wrong_form_names_block_size():
+    q, k, v = qkv()
+    mask = np.ones((1, 1, 2, 2), dtype=np.bool_)
+    for bad in ((4,), (4, 4, 4), 4.0, "4"):
+        with pytest.raises(ValueError, match="block_size must be an int or a pair"):
+            flashattn.flash_attn_func(q, k, v, block_mask=mask, block_size=bad)
+
+
+def test_scalar_options_of_the_wrong_type_are_named():
+    q, k, v = qkv()
+    for name, bad in (("softcap", None), ("softcap", "x"), ("dropout_p", None), ("dropout_p", "0.1")):
+        with pytest.raises(TypeError, match=f"{name} must be a real number"):
+            flashattn.flash_attn_func(q, k, v, **{name: bad})
+    with pytest.raises(ValueError, match=r"window_size\[0\] must be an integer, got 1.5"):
+        flashattn.flash_attn_func(q, k, v, window_size=(1.5, 0))  # int() truncated it to 1
+
+
+def _torch():
+    return pytest.importorskip("torch")
+
+
+def test_torch_calls_name_arguments_that_are_not_tensors():
+    # The eager routes skip the custom op's schema check; a list or numpy array where a tensor
+    # belongs failed with an AttributeError deep inside instead.
+    torch = _torch()
+    q, k, v = (torch.from_numpy(t) for t in qkv())
+    cu = torch.tensor([0, 8, 16], dtype=torch.int32)
+    calls = [
+        ("alibi_slopes", lambda: flashattn.flash_attn_func(q, k, v, alibi_slopes=[0.5] * 4)),
+        ("attn_bias", lambda: flashattn.flash_attn_func(q, k, v, attn_bias=np.zeros((2, 4, 8, 8), np.float32))),
+        (r"\bk\b", lambda: flashattn.flash_attn_func(q, k.numpy(), v.numpy())),
+        ("q_descale", lambda: flashattn.flash_attn_func(q, k, v, q_descale=2.0)),
+        ("cu_seqlens_q", lambda: flashattn.flash_attn_varlen_func(
+            q.reshape(16, 4, 16), k.reshape(16, 4, 16), v.reshape(16, 4, 16), cu.tolist(), cu, 8, 8)),
+        ("cache_seqlens", lambda: flashattn.flash_attn_with_kvcache(q[:, :1], k, v, cache_seqlens=[5, 7])),
+    ]
+    for name, call in calls:
+        with pytest.raises(TypeError, match=name + ".* must be a torch.Tensor"):
+            call()
+
+
+def test_torch_calls_name_missing_and_low_rank_operands():
+    torch = _torch()
+    q, k, v = (torch.from_numpy(t) for t in qkv())
+    cu = torch.tensor([0, 8, 16], dtype=torch.int32)
+    with pytest.raises(ValueError, match=r"\bv is required"):
+        flashattn.flash_attn_func(q, k, None)
+    with pytest.raises(ValueError, match=r"\bk is required"):
+        flashattn.flash_attn_varlen_func(q.reshape(16, 4, 16), None, v.reshape(16, 4, 16), cu, cu, 8, 8)
+    with pytest.raises(ValueError, match="v_cache is required"):
+        flashattn.flash_attn_with_kvcache(q[:, :1], k, None, cache_seqlens=5)
+    with pytest.raises(ValueError, match=r"\bq must have 4 dimensions"):
+        flashattn.flash_attn_func(torch.tensor(1.0), k, v)
+    with pytest.raises(ValueError, match="cu_seqlens_q must have 1 (to 4 )?dimensions"):
+        flashattn.flash_attn_varlen_func(q.reshape(16, 4, 16), k.reshape(16, 4, 16), v.reshape(16, 4, 16),
+                                         cu[0], cu[0], 8, 8)
+    with pytest.raises(ValueError, match="cache_seqlens must fit in int32"):
+        flashattn.flash_attn_with_kvcache(q[:, :1], k, v, cache_seqlens=2**40)
+
+
+def test_block_mask_builders_name_their_arguments():
+    torch = _torch()
+    with pytest.raises(ValueError, match="block_size must be >= 1"):
+        flashattn.block_mask_from_dense(torch.ones(1, 1, 2, 2, dtype=torch.bool), 0)
+    with pytest.raises(ValueError, match="block_size must be >= 1"):  # was a ZeroDivisionError
+        flashattn.block_mask_from_mask_mod(lambda b, h, i, j: i >= j, 1, 1, 8, 8, block_size=(4, 0), device="cpu")
+    with pytest.raises(ValueError, match="block_mask must have 4 dimensions"):
+        flashattn.block_mask_from_dense(torch.ones(2, 2, dtype=torch.bool), 4)
+    q, k, v = (torch.from_numpy(t) for t in qkv())
+    bm = flashattn.block_mask_from_dense(torch.ones(1, 1, 2, 2, dtype=torch.bool), 4)
+    with pytest.raises(ValueError, match="BlockMask.mask must have at least 2 dimensions"):
+        flashattn.flash_attn_func(q, k, v, block_mask=bm._replace(mask=torch.ones(8, dtype=torch.bool)))
+
+
+def test_appending_into_a_cache_that_shares_memory_is_refused():
+    # An expand()ed cache (stride 0) made the append's rows overwrite each other.
+    torch = _torch()
+    q = torch.randn(2, 1, 4, 16)
+    k_cache = torch.randn(1, 16, 4, 16).expand(2, -1, -1, -1)
+    v_cache = torch.randn(1, 16, 4, 16).expand(2, -1, -1, -1)
+    new = torch.randn(2, 1, 4, 16)
+    with pytest.raises(ValueError, match="k_cache is written by the call and must not have stride 0 in dimension 0"):
+        flashattn.flash_attn_with_kvcache(q, k_cache, v_cache, k=new, v=new, cache_seqlens=5)
+    out = flashattn.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=5)  # read only: fine
+    assert torch.isfinite(out).all()
