@@ -67,7 +67,13 @@ constexpr FwdTile fwd_tile(int head_dim, int head_dim_v, bool windowed) {
 #if !defined(FLASHATTN_DEV_SM90_CTAS)
 #define FLASHATTN_DEV_SM90_CTAS 1
 #endif
+#if defined(FLASHATTN_DEV_SM90_UNMASKED_ONLY)
+  // ... of unmasked launches only (the masked kernels keep theirs: the short-rows tiles' ones
+  // panels leave no room for wider blocks).
+  if (head_dim == FLASHATTN_DEV_SM90_HDIM && head_dim_v == FLASHATTN_DEV_SM90_HDIMV && !windowed) {
+#else
   if (head_dim == FLASHATTN_DEV_SM90_HDIM && head_dim_v == FLASHATTN_DEV_SM90_HDIMV) {
+#endif
     return {FLASHATTN_DEV_SM90_CONSUMERS, FLASHATTN_DEV_SM90_BN, FLASHATTN_DEV_SM90_STAGES, FLASHATTN_DEV_SM90_PINGPONG != 0,
             FLASHATTN_DEV_SM90_CROSS != 0, FLASHATTN_DEV_SM90_CTAS};
   }
