@@ -4,7 +4,7 @@ bench/results run): prefill chunks through flash_attn_with_kvcache on a paged ca
 on in one process, and the same attention on dense keys through flash_attn_func (the sm90 forward
 on packed K/V: what the cache kernel should approach) and, where the chunk is the whole sequence,
 SDPA's cuDNN backend. Each cache run is first checked against the dense one (max |diff|). Then
-two mixed varlen batches (prefill chunks among decoding sequences) with the switch off and on.
+three mixed varlen batches (prefill chunks among decoding sequences) with the switch off and on.
 Timed like bench.py's device mode (CUDA events, median). Prints one JSON row per shape and writes
 $OUT/cache-prefill-probe.json when OUT is set.
 
@@ -85,9 +85,10 @@ def main():
         rows.append(row)
     # Varlen batches through flash_attn_varlen_func(block_table=...) (vLLM's chunked prefill): four
     # 1k chunks among 16 decoding sequences (205 query rows per sequence on average: the cache
-    # kernel takes it, and pays whole tiles for the decode rows), and one 2k chunk among 64 (32 on
-    # average: declined, both runs on sm80).
-    for chunks, decodes in ((4, 16), (1, 64)):
+    # kernel takes it, and pays whole tiles for the decode rows), and one 2k chunk among 64 and
+    # among 200 (32 and 10 on average: with the switch on, split between the cache kernel, the
+    # chunk, and the sm80 cache kernels, the decodes, in two launches; s40, not yet run).
+    for chunks, decodes in ((4, 16), (1, 64), (1, 200)):
         sq = [1024 if chunks == 4 else 2048] * chunks + [1] * decodes
         sk = [4096] * len(sq)
         page = 16

@@ -347,6 +347,12 @@ CASES = {
                                                            h=32, hk=8, sm90=True),
     "paged_varlen_prefill_sm90_p64": lambda: paged_varlen_case("paged_varlen_prefill_sm90_p64", [600, 129, 2],
                                                                [1500, 129, 70], h=32, hk=8, page=64, sm90=True),
+    # A chunked prefill among decode rows (fewer than 128 rows per sequence on average): split
+    # by query rows between the sm90 cache kernel (300 and 128 rows) and the sm80 cache kernels
+    # (the rest, 127 rows among them), both writing out of one packed batch.
+    "paged_varlen_mixed_sm90": lambda: paged_varlen_case("paged_varlen_mixed_sm90", [1, 300, 1, 0, 127, 128, 2, 1, 3, 1],
+                                                         [517, 400, 33, 5, 127, 300, 90, 1, 700, 17],
+                                                         h=32, hk=8, sm90=True),
     "decode_tokens_fold": lambda: token_fold_case("decode_tokens_fold"),
     "decode_tokens_fold_g7": lambda: token_fold_case("decode_tokens_fold_g7", h=28, hk=4, sq=2),
     "decode_tokens_fold_2tiles": lambda: token_fold_case("decode_tokens_fold_2tiles", h=64, hk=8, sq=5),

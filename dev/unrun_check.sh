@@ -116,7 +116,7 @@ wait
 pack
 for path in sm90 auto; do
   ( FLASHATTN_CUDA_PATH=$path timeout 300 ctest --test-dir build-gpu -j 4 --timeout 60 --output-on-failure \
-      -R "FusedSplitCombine|Sm90BackwardRunsUnpaddedAt192_128|Sm90FwdTile|GqaTokensFolded|KVCache|OnTheSm90CacheKernel|Mla|ScoreMods\.MatchesReference/cuda|SparseCudaDifferential|SparseCuda\.[A-Za-z]+/bias" \
+      -R "FusedSplitCombine|Sm90BackwardRunsUnpaddedAt192_128|Sm90FwdTile|GqaTokensFolded|KVCache|OnTheSm90CacheKernel|SplitBetweenKernels|Mla|ScoreMods\.MatchesReference/cuda|SparseCudaDifferential|SparseCuda\.[A-Za-z]+/bias" \
       >$L/ctest-$path.log 2>&1
     echo "ctest $path rc=$? $(grep -E 'tests passed|tests failed' $L/ctest-$path.log) $(el)" ) &
 done
@@ -151,7 +151,7 @@ done
   done
   for tool in memcheck racecheck synccheck; do
     timeout 200 compute-sanitizer --tool $tool python3 dev/san_cases.py \
-      --only paged_varlen_prefill_sm90,paged_varlen_prefill_sm90_p64 >$L/san-cache-$tool.log 2>&1
+      --only paged_varlen_prefill_sm90,paged_varlen_prefill_sm90_p64,paged_varlen_mixed_sm90 >$L/san-cache-$tool.log 2>&1
     echo "cache kernel $tool rc=$? $(grep -E 'SUMMARY|FAIL|did not run' $L/san-cache-$tool.log | tr '\n' ' ') $(el)"
   done
   for tool in memcheck racecheck; do

@@ -6,6 +6,7 @@
 // where row_offset(b) = cu_seqlens[b] in varlen mode and 0 otherwise (batch_stride is then 0).
 #pragma once
 
+#include <climits>
 #include <cstdint>
 
 #include "core/host_device.h"
@@ -321,6 +322,13 @@ struct ForwardParams : QKVParams {
   // clamps of varlen metadata: common/seq_extent.h); the split-KV workspace holds split_rows().
   int32_t q_fold = 1;
   int64_t q_fold_head = 0, out_fold_head = 0, lse_fold_head = 0;
+  // Set by the CUDA backend when it splits a varlen KV-cache call between two launches by each
+  // sequence's query rows (a chunked-prefill step among decoding sequences: cuda_backend.cu
+  // run_kvcache): a launch attends the sequences of cache_rows_min to cache_rows_max rows only,
+  // and the others have no rows in it (cuda/common/seq_extent.h cache_seq_extent). Every
+  // sequence by default.
+  int32_t cache_rows_min = 0;
+  int32_t cache_rows_max = INT32_MAX;
 
   // Rows of the split-KV partials (num_splits > 1): one per kernel row.
   FLASHATTN_HOST_DEVICE int64_t split_rows() const { return total_q * q_fold; }

@@ -25,6 +25,7 @@
 #include "cuda/sm80/fwd.h"
 #include "cuda/sm90/bwd.h"
 #include "cuda/sm90/fwd.h"
+#include "cuda/sm90/fwd_tile.h"  // kFwdCacheMinQueries
 
 namespace flashattn {
 namespace {
@@ -635,15 +636,30 @@ Status run_kvcache(const ForwardParams& p, cudaStream_t stream) {
 #if defined(FLASHATTN_CUDA_SM90)
   // Prefill-shaped calls on the sm90 cache kernel (detail::Switch::kSm90Cache, off by default
   // until it has run on a GPU); decode shapes, FP8 caches and the rest on the sm80 cache kernels.
-  if (detail::switch_on(detail::Switch::kSm90Cache) && cuda_path() != CudaPath::kSm80 &&
-      cuda::sm90::fwd_cache_declines(attend).empty()) {
+  // A varlen batch of mostly decoding sequences (a chunked-prefill step among them) is split by
+  // query rows: its sequences of kFwdCacheMinQueries rows or more on the cache kernel, the rest
+  // on the sm80 kernels in a second launch without split keys (their combine merges every row of
+  // the packed batch, the other launch's too: sm80/fwd_kernel.h fwd_combine_kernel).
+  if (detail::switch_on(detail::Switch::kSm90Cache) && cuda_path() != CudaPath::kSm80) {
+    const bool whole = cuda::sm90::fwd_cache_declines(attend).empty();
+    const bool split = !whole && cuda::sm90::fwd_cache_split_declines(attend).empty();
     int major = 0;  // of the current device, which prepare() made the tensors'; cached per device
-    if (Status s = cuda::compute_major(&major); !s.ok()) return s;
+    if (whole || split) {
+      if (Status s = cuda::compute_major(&major); !s.ok()) return s;
+    }
     if (major == 9) {
+      ForwardParams long_rows = attend;
+      if (split) long_rows.cache_rows_min = cuda::sm90::kFwdCacheMinQueries;
       // NotSupported: nothing was launched (q the copy engine cannot describe): the sm80 kernels.
-      Status s = cuda::sm90::dispatch_fwd_cache(attend, stream);
+      Status s = cuda::sm90::dispatch_fwd_cache(long_rows, stream);
       if (s.ok()) detail::count_sm90_forward();
-      if (s.code() != StatusCode::kNotSupported) return s;
+      if (s.code() != StatusCode::kNotSupported) {
+        if (!s.ok() || whole) return s;
+        ForwardParams short_rows = attend;
+        short_rows.cache_rows_max = cuda::sm90::kFwdCacheMinQueries - 1;
+        short_rows.num_splits = 1;
+        return cuda::dispatch_fwd_kvcache(short_rows, stream);
+      }
     }
   }
 #endif

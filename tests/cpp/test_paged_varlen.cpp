@@ -395,6 +395,34 @@ TEST_P(PagedVarlen, ChunkedPrefillOnTheSm90CacheKernel) {
   }
 }
 
+// A chunked-prefill step among decoding sequences (fewer than 128 query rows per sequence on
+// average, some of 128 or more) with the sm90 cache kernel switched on: on a Hopper GPU the long
+// sequences run there and the rest on the sm80 cache kernels in a second launch (cuda_backend.cu
+// run_kvcache, ForwardParams::cache_rows_min / _max), each sequence in exactly one of them.
+// Sequences of 127 and 128 rows sit at the boundary, one without keys and one empty among them.
+TEST_P(PagedVarlen, ChunkedPrefillAmongDecodesSplitBetweenKernels) {
+  for (int page : {16, 64}) {
+    for (bool causal : {true, false}) {
+      PagedCase pc;
+      pc.heads = 8;
+      pc.heads_k = 2;
+      pc.head_dim = pc.head_dim_v = 128;
+      pc.page_size = page;
+      pc.seqlens_q = {1, 300, 1, 0, 127, 128, 2, 1, 3, 1};  // 464 rows, 46 per sequence on average
+      pc.seqlens_k = {517, 400, 33, 5, 127, 300, 90, 0, 700, 17};
+      pc.causal = causal;
+      pc.softcap = causal ? 0.0f : 20.0f;
+      pc.num_splits = 1;  // the cache kernel's share takes no split either way
+      SCOPED_TRACE("page size " + std::to_string(page) + (causal ? " causal" : " softcap"));
+      ScopedSwitch on(detail::Switch::kSm90Cache, true);
+      const unsigned long long before = detail::sm90_forward_calls();
+      PAGED_RUN_OR_SKIP(pc);
+      const unsigned long long expected = GetParam() == Backend::kCuda && sm90_cache_expected(pc.head_dim) ? 1u : 0u;
+      EXPECT_EQ(detail::sm90_forward_calls() - before, expected);
+    }
+  }
+}
+
 // vLLM's prefix caching: sequences share their first page.
 TEST_P(PagedVarlen, SharedPrefixPages) {
   PagedCase pc;

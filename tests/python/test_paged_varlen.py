@@ -302,22 +302,51 @@ CUDA_CASES = [
 ]
 
 
-@pytest.mark.parametrize("spec", CUDA_CASES, ids=lambda s: "-".join(f"{k}{v}" for k, v in s.items()))
-def test_cuda_bf16_matches_reference(spec):
-    torch = cuda_torch()
-    case = Case(**spec)
+def _cuda_bf16_vs_reference(torch, case):
+    """The CUDA call in bfloat16 against the reference on the inputs as the kernel saw them; its
+    out. Leaves case's inputs rounded."""
     t = _torch(case, "cuda", torch.bfloat16)
     kw = {k: t(v) if isinstance(v, np.ndarray) else v for k, v in case.kwargs().items()}
     out, lse, _ = flashattn.flash_attn_varlen_func(
         t(case.q), t(case.k_pages), t(case.v_pages), t(case.cu_q), t(case.cu_k), max(case.seqlens_q),
         max(case.seqlens_k), block_table=t(case.block_table), return_attn_probs=True, **kw)
     torch.cuda.synchronize()
-    # The reference on the inputs as the kernel saw them (rounded to bfloat16).
     rounded = lambda x: torch.from_numpy(x).to(torch.bfloat16).float().numpy()  # noqa: E731
     case.q = rounded(case.q)
     case.k_log = [rounded(x) for x in case.k_log]
     case.v_log = [rounded(x) for x in case.v_log]
     check(case, out.float().cpu().numpy(), lse.cpu().numpy(), atol=2e-2)
+    return out
+
+
+@pytest.mark.parametrize("spec", CUDA_CASES, ids=lambda s: "-".join(f"{k}{v}" for k, v in s.items()))
+def test_cuda_bf16_matches_reference(spec):
+    _cuda_bf16_vs_reference(cuda_torch(), Case(**spec))
+
+
+@pytest.mark.parametrize("page_size", [16, 64])
+def test_cuda_sm90_cache_kernel_mixed_batch(page_size):
+    """A chunked-prefill step among decoding sequences (46 query rows per sequence on average)
+    with the sm90 cache kernel switched on: on a Hopper GPU its sequences of 128 rows or more run
+    there and the rest on the sm80 cache kernels in a second launch; each run meets the
+    reference, switch on and off, and the two agree. 240 query tiles of 128 rows: more than the
+    SMs, so the split heuristic leaves the call unsplit (split calls stay on sm80)."""
+    torch = cuda_torch()
+    hopper = (torch.cuda.get_device_capability()[0] == 9 and flashattn._C._cuda_sm90_built()
+              and os.environ.get("FLASHATTN_CUDA_PATH") != "sm80" and flashattn._C._cuda_head_dim_built(128))
+    spec = dict(d=128, h=8, hk=2, page_size=page_size, causal=True, seqlens_q=(1, 300, 1, 0, 127, 128, 2, 1, 3, 1),
+                seqlens_k=(517, 400, 33, 5, 127, 300, 90, 0, 700, 17))
+    outs = {}
+    for on in (False, True):
+        was = flashattn._C._set_switch("sm90_cache", on)
+        try:
+            calls = flashattn._C._sm90_forward_calls()
+            outs[on] = _cuda_bf16_vs_reference(torch, Case(**spec))
+            ran = flashattn._C._sm90_forward_calls() - calls
+        finally:
+            flashattn._C._set_switch("sm90_cache", was)
+        assert ran == (1 if on and hopper else 0), f"switch {on}: {ran} sm90 forwards"
+    assert (outs[True].float() - outs[False].float()).abs().max().item() < 2e-2
 
 
 def test_cuda_host_table_checked_for_free():

@@ -87,13 +87,18 @@ __device__ __forceinline__ SeqExtent seq_extent(const QKVParams& p, int batch, b
 // One forward_kvcache sequence (params.h KVCacheParams), for the cache kernels of both paths
 // (sm80/fwd_kernel.h, sm90/fwd_kernel.h kCache): a varlen call with a block table takes its query
 // rows from cu_seqlens_q and its key count from cu_seqlens_k (keys at page rows [0, count),
-// clamped to the capacity); otherwise the dense queries attend to the cache rows [first, end) of
-// the sequence: row0_k is the cache row of its first key (leftpad), seqlen_k their count.
+// clamped to the capacity; none where the launch leaves the sequence to another one); otherwise
+// the dense queries attend to the cache rows [first, end) of the sequence: row0_k is the cache
+// row of its first key (leftpad), seqlen_k their count.
 __device__ __forceinline__ SeqExtent cache_seq_extent(const ForwardParams& p, int batch) {
   SeqExtent e;
   if (p.is_varlen()) {
     e = seq_extent(p, batch, /*paged_keys=*/true);
     e.seqlen_k = p.kv.clamp_rows(e.seqlen_k);
+    // A call split between two launches by query rows (ForwardParams::cache_rows_min / _max):
+    // the other launch's sequences have none here (every launch clamps to the same
+    // max_seqlen_q, so each sequence is in exactly one).
+    if (e.seqlen_q < p.cache_rows_min || e.seqlen_q > p.cache_rows_max) e.seqlen_q = 0;
   } else {
     e.row0_k = p.kv.first(batch);
     e.seqlen_q = p.seqlen_q;

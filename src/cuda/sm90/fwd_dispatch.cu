@@ -172,7 +172,10 @@ Status dispatch_fwd(const ForwardParams& p, cudaStream_t stream) {
 // caches (sm90fwdcache{,mods}_* instantiations).
 constexpr int kCacheHeadDims = head_dim_bit(64) | head_dim_bit(128) | head_dim_bit(256);
 
-std::string fwd_cache_declines(const ForwardParams& p) {
+namespace {
+
+// What keeps the cache kernel from a call whatever its query rows.
+std::string cache_kernel_declines(const ForwardParams& p) {
   if (!p.kv.enabled) return "not a KV-cache call";
   if (!head_dim_in(p.head_dim, kCacheHeadDims) || p.head_dim_v != p.head_dim) {
     return "head_dim is not 64, 128 or 256 with head_dim_v the same";
@@ -183,13 +186,8 @@ std::string fwd_cache_declines(const ForwardParams& p) {
   if (p.has_score_mods()) return "attn_bias, attn_mask and block masks run on sm80";
   if (p.num_splits > 1) return "split-KV runs on sm80";
   if (p.q_fold != 1) return "folded query rows run on sm80";
-  // Decode shapes stay on sm80, and so do varlen batches of mostly decoding sequences (a
-  // chunked-prefill step among them): each sequence here costs whole 128-row tiles per query
-  // head over all its keys, so at fewer than 128 query rows per sequence on average (total_q is
-  // known on the host) the padding could outweigh the faster products many times over.
-  const int64_t rows = p.is_varlen() ? p.total_q : int64_t(p.seqlen_q) * p.batch;
-  if (p.seqlen_q < kFwdCacheMinQueries || rows < int64_t(kFwdCacheMinQueries) * p.batch) {
-    return "a decode shape (fewer than 128 query rows per sequence on average): the sm80 cache kernels";
+  if (p.seqlen_q < kFwdCacheMinQueries) {
+    return "a decode shape (fewer than 128 query rows in every sequence): the sm80 cache kernels";
   }
   if (broadcast_operand(p, p.q_strides, p.heads)) return "a broadcast (stride 0) q";
   // As fwd_declines; the keys per sequence are not known on the host: the capacity
@@ -198,6 +196,32 @@ std::string fwd_cache_declines(const ForwardParams& p) {
     return split_heuristic_declines(p, fwd_sparse_tile(p.head_dim, p.head_dim_v),
                                     p.is_varlen() ? p.seqlen_k : p.kv.capacity);
   }
+  return {};
+}
+
+// Fewer than kFwdCacheMinQueries query rows per sequence on average (total_q is known on the
+// host): each sequence costs whole 128-row tiles per query head over all its keys here, so a
+// batch of mostly decoding sequences could pay for padding many times over what the faster
+// products save.
+bool decode_rows_on_average(const ForwardParams& p) {
+  const int64_t rows = p.is_varlen() ? p.total_q : int64_t(p.seqlen_q) * p.batch;
+  return rows < int64_t(kFwdCacheMinQueries) * p.batch;
+}
+
+}  // namespace
+
+std::string fwd_cache_declines(const ForwardParams& p) {
+  if (std::string why = cache_kernel_declines(p); !why.empty()) return why;
+  if (decode_rows_on_average(p)) {
+    return "a decode shape (fewer than 128 query rows per sequence on average): the sm80 cache kernels";
+  }
+  return {};
+}
+
+std::string fwd_cache_split_declines(const ForwardParams& p) {
+  if (std::string why = cache_kernel_declines(p); !why.empty()) return why;
+  if (!p.is_varlen()) return "not a varlen call (its sequences have one query length)";
+  if (!decode_rows_on_average(p)) return "the cache kernel takes the whole call";
   return {};
 }
 

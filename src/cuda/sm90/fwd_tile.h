@@ -191,9 +191,10 @@ constexpr FwdTile fwd_sparse_tile(int head_dim, int head_dim_v) {
 
 // The cache kernel (FwdCacheTraits) takes KV-cache calls with at least this many query rows per
 // sequence (seqlen_q, or max_seqlen_q of a varlen call, and total_q / batch): one whole 128-row
-// tile. Fewer (decode, speculative decoding, chunked prefill among many decoding sequences) stay
-// on the sm80 cache kernels, which split keys, fold GQA groups into rows and merge in-kernel. A
-// guess, not measured yet.
+// tile. Fewer (decode, speculative decoding) stay on the sm80 cache kernels, which split keys,
+// fold GQA groups into rows and merge in-kernel. A varlen batch of mostly decoding sequences
+// (chunked prefill among them) is split: its sequences of this many rows or more here, the rest
+// there (cuda_backend.cu run_kvcache). A guess, not measured yet.
 constexpr int kFwdCacheMinQueries = 128;
 
 // The cache kernel's copies (fwd_kernel.h cache_producer): producer thread `tid` (0-127) copies
