@@ -27,7 +27,9 @@
 #   - dev/spec_decode_probe.py: the paged split cap for folded steps (predicted: paged b1 x 4k x 4
 #     tokens 21.0 -> ~16.6 us, against bench/results/h200-2026-12-05-spec-decode-bf8e838.json);
 #   - dev/cache_prefill_probe.py: the cache kernel against the sm80 cache kernels and the packed
-#     sm90 forward on prefill chunks (dev/NOTES.md "The sm90 cache kernel": predictions).
+#     sm90 forward on prefill chunks, and mixed batches split between them (dev/NOTES.md "The
+#     sm90 cache kernel": predictions);
+#   - bench.py flashattn against flashattn_sink (issue 19's sink cost, to-do 26 (c)).
 # Logs in $OUT/unrun.tar.gz, a short summary printed last. dev/fwd_regress_ab.sh (to-do 24 (00))
 # is a call of its own, and the varlen clamps' A/B another (a d128 package with
 # -DFLASHATTN_DEV_NO_VARLEN_CLAMP; dev/varlen_probe.py on sm90, sm80 and with softcap, bench.py
@@ -54,6 +56,11 @@ if [ "${PART:-tests}" = probes ]; then
   pack
   OUT=$L PYTHONPATH=/tmp/fa-def timeout 280 python3 dev/cache_prefill_probe.py >$L/cache-prefill.txt 2>&1
   echo "cache prefill probe rc=$? $(el)"; tail -6 $L/cache-prefill.txt | cut -c1-400
+  pack
+  # Issue 19's sink cost (to-do 26 (c)): with and without learnable_sink in one process.
+  PYTHONPATH=/tmp/fa-def timeout 150 python3 bench/bench.py --suite full --impls flashattn,flashattn_sink \
+    --dtypes bf16 --head-dims 64,128 --seqlens 2048,8192 --repeats 20 --out $L/sink-cost.json >$L/sink.txt 2>&1
+  echo "sink cost rc=$? $(el)"; tail -9 $L/sink.txt | cut -c1-300
   pack; exit 0
 fi
 
