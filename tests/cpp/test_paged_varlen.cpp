@@ -300,6 +300,8 @@ bool cuda_may_not_support(const PagedCase& pc) {
 
 class PagedVarlen : public testing::TestWithParam<Backend> {
  protected:
+  std::string run_on_sm90_cache_kernel(const std::vector<int>& seqlens_q, const std::vector<int>& seqlens_k);
+
   // Runs the case and checks it against the reference; false when the test is to be skipped.
   bool run_checked(const PagedCase& pc, PagedOutcome* out = nullptr, std::string* skip = nullptr) {
     if (!backend_available(GetParam())) {
@@ -369,10 +371,11 @@ TEST_P(PagedVarlen, DecodeAndChunkedPrefill) {
   }
 }
 
-// A chunked prefill batch whose longest query run fills a tile (max_seqlen_q >= 128) with the
-// sm90 cache kernel switched on (detail::Switch::kSm90Cache): it must run there on a Hopper GPU
-// (sm90_cache_expected) and meet the reference, decoding sequences and empty tails included.
-TEST_P(PagedVarlen, ChunkedPrefillOnTheSm90CacheKernel) {
+// A chunked-prefill batch (d128, 8 query heads over 2, pages of 16 and 64 rows, causal and with
+// softcap, no split keys) with the sm90 cache kernel switched on (detail::Switch::kSm90Cache),
+// against the reference; on a Hopper GPU (sm90_cache_expected) the cache kernel must have run
+// once per call. Returns why the backend skipped it, or an empty string.
+std::string PagedVarlen::run_on_sm90_cache_kernel(const std::vector<int>& seqlens_q, const std::vector<int>& seqlens_k) {
   for (int page : {16, 64}) {
     for (bool causal : {true, false}) {
       PagedCase pc;
@@ -380,46 +383,42 @@ TEST_P(PagedVarlen, ChunkedPrefillOnTheSm90CacheKernel) {
       pc.heads_k = 2;
       pc.head_dim = pc.head_dim_v = 128;
       pc.page_size = page;
-      pc.seqlens_q = {1, 600, 0, 129, 1};  // 146 rows per sequence on average (fwd_cache_declines)
-      pc.seqlens_k = {517, 700, 5, 129, 1};
+      pc.seqlens_q = seqlens_q;
+      pc.seqlens_k = seqlens_k;
       pc.causal = causal;
       pc.softcap = causal ? 0.0f : 20.0f;
-      pc.num_splits = 1;  // a small grid: the split heuristic would leave it to sm80
+      pc.num_splits = 1;  // small grids: the split heuristic would leave them to sm80
       SCOPED_TRACE("page size " + std::to_string(page) + (causal ? " causal" : " softcap"));
       ScopedSwitch on(detail::Switch::kSm90Cache, true);
       const unsigned long long before = detail::sm90_forward_calls();
-      PAGED_RUN_OR_SKIP(pc);
+      std::string skip;
+      if (!run_checked(pc, nullptr, &skip) && !skip.empty()) return skip;
       const unsigned long long expected = GetParam() == Backend::kCuda && sm90_cache_expected(pc.head_dim) ? 1u : 0u;
       EXPECT_EQ(detail::sm90_forward_calls() - before, expected);
     }
   }
+  return {};
 }
 
-// A chunked-prefill step among decoding sequences (fewer than 128 query rows per sequence on
-// average, some of 128 or more) with the sm90 cache kernel switched on: on a Hopper GPU the long
-// sequences run there and the rest on the sm80 cache kernels in a second launch (cuda_backend.cu
-// run_kvcache, ForwardParams::cache_rows_min / _max), each sequence in exactly one of them.
-// Sequences of 127 and 128 rows sit at the boundary, one without keys and one empty among them.
+// A batch whose longest query run fills a tile (max_seqlen_q >= 128) and whose sequences average
+// 128 rows or more (146 here): the cache kernel takes the whole call, decoding sequences and
+// empty tails included.
+TEST_P(PagedVarlen, ChunkedPrefillOnTheSm90CacheKernel) {
+  if (const std::string skip = run_on_sm90_cache_kernel({1, 600, 0, 129, 1}, {517, 700, 5, 129, 1}); !skip.empty()) {
+    GTEST_SKIP() << skip;
+  }
+}
+
+// A chunked-prefill step among decoding sequences (46 query rows per sequence on average, some
+// of 128 or more): on a Hopper GPU the long sequences run on the cache kernel and the rest on the
+// sm80 cache kernels in a second launch (cuda_backend.cu run_kvcache, ForwardParams::
+// cache_rows_min / _max), each sequence in exactly one of them. Sequences of 127 and 128 rows
+// sit at the boundary, one without keys and one empty among them.
 TEST_P(PagedVarlen, ChunkedPrefillAmongDecodesSplitBetweenKernels) {
-  for (int page : {16, 64}) {
-    for (bool causal : {true, false}) {
-      PagedCase pc;
-      pc.heads = 8;
-      pc.heads_k = 2;
-      pc.head_dim = pc.head_dim_v = 128;
-      pc.page_size = page;
-      pc.seqlens_q = {1, 300, 1, 0, 127, 128, 2, 1, 3, 1};  // 464 rows, 46 per sequence on average
-      pc.seqlens_k = {517, 400, 33, 5, 127, 300, 90, 0, 700, 17};
-      pc.causal = causal;
-      pc.softcap = causal ? 0.0f : 20.0f;
-      pc.num_splits = 1;  // the cache kernel's share takes no split either way
-      SCOPED_TRACE("page size " + std::to_string(page) + (causal ? " causal" : " softcap"));
-      ScopedSwitch on(detail::Switch::kSm90Cache, true);
-      const unsigned long long before = detail::sm90_forward_calls();
-      PAGED_RUN_OR_SKIP(pc);
-      const unsigned long long expected = GetParam() == Backend::kCuda && sm90_cache_expected(pc.head_dim) ? 1u : 0u;
-      EXPECT_EQ(detail::sm90_forward_calls() - before, expected);
-    }
+  if (const std::string skip = run_on_sm90_cache_kernel({1, 300, 1, 0, 127, 128, 2, 1, 3, 1},
+                                                        {517, 400, 33, 5, 127, 300, 90, 0, 700, 17});
+      !skip.empty()) {
+    GTEST_SKIP() << skip;
   }
 }
 
