@@ -231,6 +231,40 @@ TEST(Sm90FwdTile, CacheCopiesCoverTheTileOnceInWholeRows) {
   }
 }
 
+// A split call's tile list (cache_tiles.h) holds every (sequence, query block) pair of the
+// sequences the cache kernel takes: those of rows_min rows or more among ragged batches whose
+// rows add up to total_q, at every block size and row minimum the launcher may pass, boundary
+// lengths (rows_min, rows_min + 1, multiples of block_m) included.
+TEST(Sm90FwdTile, CacheTileCapHoldsEveryListedPair) {
+  uint64_t state = 12345;
+  const auto next = [&](int64_t n) {  // [0, n)
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    return int64_t((state >> 33) % uint64_t(n));
+  };
+  for (int block_m : {64, 128}) {
+    for (int rows_min : {64, 128, 129, 300}) {
+      for (int trial = 0; trial < 2000; ++trial) {
+        const int batch = 1 + int(next(300));
+        int64_t total = 0, listed = 0;
+        for (int b = 0; b < batch; ++b) {
+          const int64_t pick = next(6);
+          const int64_t rows = pick == 0   ? rows_min
+                               : pick == 1 ? rows_min + 1
+                               : pick == 2 ? block_m * (1 + next(8))
+                               : pick == 3 ? next(4)
+                                           : next(3000);
+          total += rows;
+          if (rows >= rows_min) listed += (rows + block_m - 1) / block_m;
+        }
+        ASSERT_LE(listed, sm90::cache_tile_cap(total, block_m, rows_min))
+            << "block_m " << block_m << " rows_min " << rows_min << " trial " << trial;
+      }
+    }
+  }
+  EXPECT_EQ(sm90::cache_tile_cap(0, 128, 128), 1);
+  EXPECT_EQ(sm90::cache_tiles_bytes(3), 32u);
+}
+
 // The bias forward (FwdBiasTraits, head dims 64 and 128): the sparse tile plus one 16-bit bias
 // slot of block_m x block_n per stage within the 227 KB, whole 64-key panels, and its register
 // split (producer 40, two consumers 232) within the 384 threads' pool of 168 each, with room

@@ -69,8 +69,9 @@ inline Status make_fwd_params(const ForwardParams& params, DType kv_dtype, int h
 // counter (the dynamic feed: causal, window and block-sparse launches) CTAs take tiles from it,
 // zeroed here in stream order in workspace after `plan_bytes` (a multiple of 16) for the caller's
 // plan, which build_plan(workspace) writes first on the stream; one CTA per tile, the previous
-// choice under a mask, was 0-18% slower (shortest rows the most). Workspace is freed in stream
-// order after the launch.
+// choice under a mask, was 0-18% slower (shortest rows the most). A plan without a counter (the
+// cache kernel's tile list of a split call) gets its workspace the same way. Workspace is freed
+// in stream order after the launch.
 template <typename Kernel, typename BuildPlan>
 Status launch_fwd(Kernel kernel, FwdParams& kp, int threads, int ctas_per_sm, size_t smem, bool counter, size_t plan_bytes,
                   BuildPlan build_plan, const char* what, cudaStream_t stream) {
@@ -79,16 +80,18 @@ Status launch_fwd(Kernel kernel, FwdParams& kp, int threads, int ctas_per_sm, si
   if (Status s = multiprocessors(&sms); !s.ok()) return s;
   const int ctas = std::min(kp.order.tiles, sms * ctas_per_sm);
   const std::string launching = std::string("launching ") + what;
-  if (!counter) {
+  if (!counter && plan_bytes == 0) {
     kernel<<<ctas, threads, smem, stream>>>(kp);
     return cuda_status(cudaGetLastError(), launching.c_str());
   }
   void* ws = nullptr;
-  if (Status st = workspace_alloc(&ws, plan_bytes + sizeof(int), stream); !st.ok()) return st;
+  if (Status st = workspace_alloc(&ws, plan_bytes + (counter ? sizeof(int) : 0), stream); !st.ok()) return st;
   Status launched = build_plan(ws);
-  kp.tile_counter = reinterpret_cast<int*>(static_cast<char*>(ws) + plan_bytes);
-  if (launched.ok()) {
-    launched = cuda_status(cudaMemsetAsync(kp.tile_counter, 0, sizeof(int), stream), "zeroing the tile counter");
+  if (counter) {
+    kp.tile_counter = reinterpret_cast<int*>(static_cast<char*>(ws) + plan_bytes);
+    if (launched.ok()) {
+      launched = cuda_status(cudaMemsetAsync(kp.tile_counter, 0, sizeof(int), stream), "zeroing the tile counter");
+    }
   }
   if (launched.ok()) {
     kernel<<<ctas, threads, smem, stream>>>(kp);

@@ -9,6 +9,7 @@
 
 #include "core/switches.h"
 #include "cuda/block_tiles.h"
+#include "cuda/sm90/cache_tiles.h"
 #include "cuda/sm90/fwd.h"
 #include "cuda/sm90/fwd_grid.h"
 #include "cuda/sm90/fwd_kernel.h"
@@ -41,6 +42,20 @@ Status run_fwd(const ForwardParams& params, cudaStream_t stream) {
   if constexpr (Traits::kSparse) {
     plan_bytes = (block_tiles_bytes(params, Traits::kBlockM, Traits::kBlockN) + 15) / 16 * 16;
   }
+  // kCache, a split call's share (params.cache_rows_min > 0): its tiles listed on the device
+  // (cache_tiles.h), one query block of one listed sequence per plane.
+  [[maybe_unused]] int64_t cache_cap = 0;
+  if constexpr (Traits::kCache) {
+    if (params.cache_rows_min > 0) {
+      cache_cap = cache_tile_cap(params.total_q, Traits::kBlockM, params.cache_rows_min);
+      if (cache_cap * params.heads >= (int64_t(1) << 31)) {
+        return Status::NotSupported("more than 2^31 query tiles for the sm90 KV-cache forward kernel");
+      }
+      const int planes = int(cache_cap * params.heads);
+      kp.order = TileOrder(planes, 1, planes, 1, params.heads);
+      plan_bytes = (cache_tiles_bytes(cache_cap) + 15) / 16 * 16;
+    }
+  }
   [[maybe_unused]] bool pack_mask = false;
   if constexpr (Traits::kMaskOnly) {  // its consumers read the bits unconditionally (fwd_kernel.h mask_packed)
     if (!params.mask.defined()) return Status::Internal("the sm90 mask forward kernel needs an attn_mask");
@@ -69,6 +84,12 @@ Status run_fwd(const ForwardParams& params, cudaStream_t stream) {
       fwd_kernel<Traits>, kp, Traits::kThreads, Traits::kCtasPerSm, Traits::kSmemBytes, Traits::kDynamicTiles, plan_bytes,
       [&](void* workspace) {
         if constexpr (Traits::kSparse) return build_block_tiles(&kp.p, Traits::kBlockM, Traits::kBlockN, workspace, stream);
+        if constexpr (Traits::kCache) {
+          if (cache_cap > 0) {
+            kp.p.cache_tiles = static_cast<const int32_t*>(workspace);
+            return build_cache_tiles(kp.p, Traits::kBlockM, cache_cap, workspace, stream);
+          }
+        }
         if constexpr (Traits::kMaskBits) {
           if (pack_mask) return build_mask_bits(params, workspace, stream, &kp.mask_bits);
         }

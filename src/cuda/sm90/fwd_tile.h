@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 namespace flashattn::cuda::sm90 {
 
@@ -196,6 +197,19 @@ constexpr FwdTile fwd_sparse_tile(int head_dim, int head_dim_v) {
 // (chunked prefill among them) is split: its sequences of this many rows or more here, the rest
 // there (cuda_backend.cu run_kvcache). A guess, not measured yet.
 constexpr int kFwdCacheMinQueries = 128;
+
+// A split call's list of the cache kernel's tiles (cache_tiles.h): the pairs it can hold, from
+// the host's total_q. A listed sequence has r >= rows_min rows, so its ceil(r / block_m) <=
+// r / block_m + 1 <= r / block_m + r / rows_min query blocks, and the sequences' rows are at most
+// total_q in all (ill-formed cu_seqlens that overlap could ask for more: the list is cut at the
+// cap, which leaves rows unwritten but writes nothing outside it). Host-tested.
+constexpr int64_t cache_tile_cap(int64_t total_q, int block_m, int rows_min) {
+  const int64_t cap = total_q / block_m + total_q / (rows_min > 1 ? rows_min : 1) + 1;
+  return cap > 1 ? cap : 1;
+}
+// The list in workspace: 8-byte slots (int2); slot 0's first int is the count, slot 1 + i pair i
+// (sequence, query block).
+constexpr size_t cache_tiles_bytes(int64_t cap) { return static_cast<size_t>(cap + 1) * 8; }
 
 // The cache kernel's copies (fwd_kernel.h cache_producer): producer thread `tid` (0-127) copies
 // 16-byte chunk cache_copy_chunk(tid) of each 128-byte panel row of tile rows cache_copy_row(tid,
