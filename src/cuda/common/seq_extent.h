@@ -86,10 +86,10 @@ __device__ __forceinline__ SeqExtent seq_extent(const QKVParams& p, int batch, b
 
 // One forward_kvcache sequence (params.h KVCacheParams), for the cache kernels of both paths
 // (sm80/fwd_kernel.h, sm90/fwd_kernel.h kCache): a varlen call with a block table takes its query
-// rows from cu_seqlens_q and its key count from cu_seqlens_k (keys at page rows [0, count),
-// clamped to the capacity; none where the launch leaves the sequence to another one); otherwise
-// the dense queries attend to the cache rows [first, end) of the sequence: row0_k is the cache
-// row of its first key (leftpad), seqlen_k their count.
+// rows from cu_seqlens_q (none where the launch leaves the sequence to another one) and its key
+// count from cu_seqlens_k (keys at page rows [0, count), clamped to the capacity); otherwise the
+// dense queries attend to the cache rows [first, end) of the sequence: row0_k is the cache row
+// of its first key (leftpad), seqlen_k their count.
 __device__ __forceinline__ SeqExtent cache_seq_extent(const ForwardParams& p, int batch) {
   SeqExtent e;
   if (p.is_varlen()) {
