@@ -43,7 +43,8 @@ __global__ void __launch_bounds__(kThreads) list_cache_tiles(const __grid_consta
     __syncthreads();
     const int64_t first = base + (warp > 0 ? warp_sums[warp - 1] : 0) + x - n;
     // Each sequence's last query blocks first: under a causal mask they see the most keys, and
-    // the persistent CTAs take the list in order (heaviest first, as the other launches).
+    // the persistent CTAs take the list in order (heaviest first within a sequence; across
+    // sequences the list keeps their order, which the other launches do not).
     for (int64_t m = 0; m < n && first + m < cap; ++m) list[1 + first + m] = make_int2(b, int(n - 1 - m));
     base += warp_sums[kWarps - 1];
     __syncthreads();  // warp_sums is rewritten by the next chunk

@@ -489,14 +489,19 @@ __device__ __forceinline__ TileWork tile_work(const ForwardParams& params, const
   const TileCoord c = order.at(t);
   w.m_block = c.m_block;
   order.head_batch(c.plane, &w.head, &w.batch);
-  bool listed = true;
   if constexpr (Traits::kCache) {
     if (params.cache_tiles != nullptr) {
       // A split call's share (cache_tiles.h): "batch" w.batch is pair w.batch of the device's
-      // list (one query block per plane); pairs past its count are empty tiles.
+      // list (one query block per plane); planes past its count are empty tiles, returned
+      // without their sequence's extent (no load but the count's).
       const int2* list = reinterpret_cast<const int2*>(params.cache_tiles);
-      listed = w.batch < list[0].x;
-      const int2 pair = listed ? list[1 + w.batch] : make_int2(0, 0);
+      if (w.batch >= list[0].x) {
+        w.m_block = w.batch = 0;
+        w.row0_q = w.row0_k = 0;
+        w.seqlen_q = w.seqlen_k = w.m0 = w.rows_here = w.n_lo = w.n_hi = 0;
+        return w;
+      }
+      const int2 pair = list[1 + w.batch];
       w.batch = pair.x;
       w.m_block = pair.y;
     }
@@ -504,7 +509,7 @@ __device__ __forceinline__ TileWork tile_work(const ForwardParams& params, const
   const SeqExtent e = Traits::kCache ? cache_seq_extent(params, w.batch) : seq_extent(params, w.batch);
   w.row0_q = e.row0_q;
   w.row0_k = e.row0_k;
-  w.seqlen_q = listed ? e.seqlen_q : 0;
+  w.seqlen_q = e.seqlen_q;
   w.seqlen_k = e.seqlen_k;
   w.m0 = w.m_block * Traits::kBlockM;
   w.rows_here = min(Traits::kBlockM, w.seqlen_q - w.m0);

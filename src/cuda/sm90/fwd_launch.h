@@ -46,7 +46,7 @@ Status run_fwd(const ForwardParams& params, cudaStream_t stream) {
   // (cache_tiles.h), one query block of one listed sequence per plane.
   [[maybe_unused]] int64_t cache_cap = 0;
   if constexpr (Traits::kCache) {
-    if (params.cache_rows_min > 0) {
+    if (params.cache_rows_min > 0 && params.is_varlen()) {  // (only varlen calls are split)
       cache_cap = cache_tile_cap(params.total_q, Traits::kBlockM, params.cache_rows_min);
       if (cache_cap * params.heads >= (int64_t(1) << 31)) {
         return Status::NotSupported("more than 2^31 query tiles for the sm90 KV-cache forward kernel");
