@@ -4,6 +4,7 @@
 // head_dim, or no kernel at all for empty inputs.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -655,8 +656,12 @@ Status run_kvcache(const ForwardParams& p, cudaStream_t stream) {
       if (s.ok()) detail::count_sm90_forward();
       if (s.code() != StatusCode::kNotSupported) {
         if (!s.ok() || whole) return s;
+        // Its max_seqlen_q at most its sequences' rows: its grid has one row tile per (sequence,
+        // head), not max_seqlen_q / 128 of them, nearly all empty CTAs (cache_seq_extent decides
+        // by the rows themselves, so the two launches still split every sequence one way).
         ForwardParams short_rows = attend;
         short_rows.cache_rows_max = cuda::sm90::kFwdCacheMinQueries - 1;
+        short_rows.seqlen_q = std::min(attend.seqlen_q, short_rows.cache_rows_max);
         short_rows.num_splits = 1;
         return cuda::dispatch_fwd_kvcache(short_rows, stream);
       }
