@@ -20,6 +20,7 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench"))
 import bench  # noqa: E402
 import flashattn  # noqa: E402
+from kernel_split import kernel_times  # noqa: E402
 from paged_probe import to_pages, write_results  # noqa: E402
 
 HEADS, HEADS_K, D = 32, 8, 128
@@ -121,6 +122,11 @@ def main():
                 name = "sm90" if sm90 else "sm80"
                 row[name + "_ran_sm90"] = flashattn._C._sm90_forward_calls() > calls
                 rate(name, fn)
+                # Each launch's own time (torch.profiler): with the split, the tile list, the
+                # cache kernel (the chunk) and the sm80 kernels (the decodes alone); without
+                # it, the sm80 kernels' whole grid (its empty CTAs included).
+                row[name + "_kernels_us"] = [[round(us, 2), round(cnt, 2), nm[:90]]
+                                             for us, cnt, nm in kernel_times(fn, 5)]
             finally:
                 flashattn._C._set_switch("sm90_cache", was)
         row["max_diff"] = float((outs[True].float() - outs[False].float()).abs().max())
