@@ -87,7 +87,7 @@ def main():
     # Varlen batches through flash_attn_varlen_func(block_table=...) (vLLM's chunked prefill): four
     # 1k chunks among 16 decoding sequences (205 query rows per sequence on average: the cache
     # kernel takes it, and pays whole tiles for the decode rows), and one 2k chunk among 64 and
-    # among 200 (32 and 10 on average: with the switch on, split between the cache kernel, the
+    # among 200 (32 and 11 on average: with the switch on, split between the cache kernel, the
     # chunk, and the sm80 cache kernels, the decodes, in two launches; s40, not yet run).
     for chunks, decodes in ((4, 16), (1, 64), (1, 200)):
         sq = [1024 if chunks == 4 else 2048] * chunks + [1] * decodes

@@ -33,10 +33,12 @@ setup)
   echo "package rc=$? $(el)"; ls $w | wc -l
   ;;
 sparse)
-  [ -f $w/cu13.part1 ] || { echo "no first half in $w (not the setup call's machine)"; exit 1; }
+  joined=$w/nvidia_cutlass_dsl_libs_cu13-4.8.1-cp312-cp312-manylinux_2_28_x86_64.whl
+  [ -f $joined ] || [ -f $w/cu13.part1 ] || { echo "no first half in $w (not the setup call's machine)"; exit 1; }
   [ -d $pkg/flashattn ] || { echo "no package from the setup call"; exit 1; }
-  cat $w/cu13.part1 .carry/fa4b/cu13.part2 >$w/nvidia_cutlass_dsl_libs_cu13-4.8.1-cp312-cp312-manylinux_2_28_x86_64.whl
-  rm $w/cu13.part1
+  if [ ! -f $joined ]; then  # (a second run of this part finds it joined)
+    cat $w/cu13.part1 .carry/fa4b/cu13.part2 >$joined && rm $w/cu13.part1
+  fi
   rm -rf $site
   python3 -m pip install -q --no-index --no-deps --no-compile --target $site \
     $(ls $w/*.whl | grep -v cutlass_dsl_libs_core) >$L/fa4-install.log 2>&1 || tail -5 $L/fa4-install.log

@@ -13,8 +13,8 @@
 #   new    this tree (64;128;256)
 #   bn192  this tree, 128 x 192 tiles for unmasked d128 (FLASHATTN_DEV_SM90_UNMASKED_ONLY; ptxas
 #          0 spills, 852 key-loop instructions per 192 keys against 794 per 176, 1.6% fewer
-#          per key; the partial last block wastes the same 128 key slots at 2k and 4k, 0.8
-#          against 1.0% at 16k): predicted 0 to +2% unmasked from 2k
+#          per key; the partial last block wastes the same 64 key slots at 2k and 128 at 4k,
+#          0.8 against 1.0% of them at 16k): predicted 0 to +2% unmasked from 2k
 # On the dev machine first (the old trees travel as carries, ~10 MB each):
 #   for c in 095f963 2755787; do rm -rf .carry/$c && mkdir -p .carry/$c && git archive $c | tar -x -C .carry/$c; done
 # then the device tool with carry [".carry/095f963", ".carry/2755787"] and
@@ -46,12 +46,12 @@ for p in ${PASSES:-1}; do
   for v in $order; do
     [ -d /tmp/rg-$v/flashattn ] || continue
     dims=128; case $v in new|old) dims=64,128,256 ;; esac
-    PYTHONPATH=/tmp/rg-$v timeout 120 python3 bench/bench.py --suite full --impls flashattn,sdpa_cudnn --dtypes bf16 \
+    PYTHONPATH=/tmp/rg-$v timeout 90 python3 bench/bench.py --suite full --impls flashattn,sdpa_cudnn --dtypes bf16 \
       --no-backward --head-dims $dims --seqlens 2048,4096,16384 --repeats 20 --gpu-state \
       --out $L/ab-$v-$p.json >>$L/bench.txt 2>&1
     echo "pass $p $v rc=$? $(el)"
+    tar -czf "$OUT/regress.tar.gz" -C $L .  # after each variant: a call cut at 600 s keeps what ran
   done
-  tar -czf "$OUT/regress.tar.gz" -C $L .
 done
 python3 dev/ab_table.py "old=$L/ab-old-*.json" "new=$L/ab-new-*.json" 2>&1 | tail -22
 python3 dev/ab_table.py "pre=$L/ab-pre-*.json" "new=$L/ab-new-*.json" "bn192=$L/ab-bn192-*.json" 2>&1 | tail -12

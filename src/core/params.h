@@ -6,7 +6,6 @@
 // where row_offset(b) = cu_seqlens[b] in varlen mode and 0 otherwise (batch_stride is then 0).
 #pragma once
 
-#include <climits>
 #include <cstdint>
 
 #include "core/host_device.h"

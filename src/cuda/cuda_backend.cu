@@ -657,7 +657,7 @@ Status run_kvcache(const ForwardParams& p, cudaStream_t stream) {
       if (s.code() != StatusCode::kNotSupported) {
         if (!s.ok() || whole) return s;
         // Its max_seqlen_q at most its sequences' rows: its grid has one row tile per (sequence,
-        // head), not max_seqlen_q / 128 of them, nearly all empty CTAs (cache_seq_extent decides
+        // head) (two at d256), not max_seqlen_q / 128 of them, nearly all empty CTAs (cache_seq_extent decides
         // by the rows themselves, so the two launches still split every sequence one way).
         ForwardParams short_rows = attend;
         short_rows.cache_rows_max = cuda::sm90::kFwdCacheMinQueries - 1;

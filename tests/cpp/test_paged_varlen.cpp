@@ -371,7 +371,7 @@ TEST_P(PagedVarlen, DecodeAndChunkedPrefill) {
   }
 }
 
-// A chunked-prefill batch (d128, 8 query heads over 2, pages of 16 and 64 rows, causal and with
+// A chunked-prefill batch (d128, 8 query heads over 2, pages of 16 and 64 rows, causal or with
 // softcap, no split keys) with the sm90 cache kernel switched on (detail::Switch::kSm90Cache),
 // against the reference; on a Hopper GPU (sm90_cache_expected) the cache kernel must have run
 // once per call. Returns why the backend skipped it, or an empty string.
@@ -409,7 +409,7 @@ TEST_P(PagedVarlen, ChunkedPrefillOnTheSm90CacheKernel) {
   }
 }
 
-// A chunked-prefill step among decoding sequences (46 query rows per sequence on average, some
+// A chunked-prefill step among decoding sequences (56 query rows per sequence on average, some
 // of 128 or more): on a Hopper GPU the long sequences run on the cache kernel and the rest on the
 // sm80 cache kernels in a second launch (cuda_backend.cu run_kvcache, ForwardParams::
 // cache_rows_min / _max), each sequence in exactly one of them. Sequences of 127 and 128 rows

@@ -174,7 +174,7 @@ constexpr int kCacheHeadDims = head_dim_bit(64) | head_dim_bit(128) | head_dim_b
 
 namespace {
 
-// What keeps the cache kernel from a call whatever its query rows.
+// What keeps the cache kernel from a call whatever its average query rows per sequence.
 std::string cache_kernel_declines(const ForwardParams& p) {
   if (!p.kv.enabled) return "not a KV-cache call";
   if (!head_dim_in(p.head_dim, kCacheHeadDims) || p.head_dim_v != p.head_dim) {

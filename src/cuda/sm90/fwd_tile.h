@@ -56,9 +56,10 @@ struct FwdTile {
 //    causal (ab-cross-{base,x}).
 constexpr FwdTile fwd_tile(int head_dim, int head_dim_v, bool windowed) {
 #if defined(FLASHATTN_DEV_SM90_BN)
-  // dev/ experiments: -DFLASHATTN_DEV_SM90_{HDIM,CONSUMERS,BN,STAGES,PINGPONG}=... replace the
-  // tile of head dim FLASHATTN_DEV_SM90_HDIM (and head_dim_v FLASHATTN_DEV_SM90_HDIMV, default
-  // the same).
+  // dev/ experiments: -DFLASHATTN_DEV_SM90_{HDIM,CONSUMERS,BN,STAGES,PINGPONG}=... (and
+  // optionally CROSS, CTAS: the cross-tile pipeline, CTAs per SM) replace the tile of head dim
+  // FLASHATTN_DEV_SM90_HDIM (and head_dim_v FLASHATTN_DEV_SM90_HDIMV, default the same), of every
+  // launch or, with -DFLASHATTN_DEV_SM90_UNMASKED_ONLY, of unmasked ones only.
 #if !defined(FLASHATTN_DEV_SM90_HDIMV)
 #define FLASHATTN_DEV_SM90_HDIMV FLASHATTN_DEV_SM90_HDIM
 #endif
