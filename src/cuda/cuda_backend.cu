@@ -641,13 +641,11 @@ Status run_kvcache(const ForwardParams& p, cudaStream_t stream) {
   // query rows: its sequences of kFwdCacheMinQueries rows or more on the cache kernel, the rest
   // on the sm80 kernels in a second launch without split keys (their combine merges every row of
   // the packed batch, the other launch's too: sm80/fwd_kernel.h fwd_combine_kernel).
-  if (detail::switch_on(detail::Switch::kSm90Cache) && cuda_path() != CudaPath::kSm80) {
-    const bool whole = cuda::sm90::fwd_cache_declines(attend).empty();
-    const bool split = !whole && cuda::sm90::fwd_cache_split_declines(attend).empty();
+  bool split = false;
+  if (detail::switch_on(detail::Switch::kSm90Cache) && cuda_path() != CudaPath::kSm80 &&
+      cuda::sm90::fwd_cache_declines(attend, &split).empty()) {
     int major = 0;  // of the current device, which prepare() made the tensors'; cached per device
-    if (whole || split) {
-      if (Status s = cuda::compute_major(&major); !s.ok()) return s;
-    }
+    if (Status s = cuda::compute_major(&major); !s.ok()) return s;
     if (major == 9) {
       ForwardParams long_rows = attend;
       if (split) long_rows.cache_rows_min = cuda::sm90::kFwdCacheMinQueries;
@@ -655,10 +653,11 @@ Status run_kvcache(const ForwardParams& p, cudaStream_t stream) {
       Status s = cuda::sm90::dispatch_fwd_cache(long_rows, stream);
       if (s.ok()) detail::count_sm90_forward();
       if (s.code() != StatusCode::kNotSupported) {
-        if (!s.ok() || whole) return s;
+        if (!s.ok() || !split) return s;
         // Its max_seqlen_q at most its sequences' rows: its grid has one row tile per (sequence,
-        // head) (two at d256), not max_seqlen_q / 128 of them, nearly all empty CTAs (cache_seq_extent decides
-        // by the rows themselves, so the two launches still split every sequence one way).
+        // head) (two at d256), not max_seqlen_q / 128 of them, nearly all empty CTAs
+        // (cache_seq_extent decides by the rows themselves, so the two launches still split every
+        // sequence one way).
         ForwardParams short_rows = attend;
         short_rows.cache_rows_max = cuda::sm90::kFwdCacheMinQueries - 1;
         short_rows.seqlen_q = std::min(attend.seqlen_q, short_rows.cache_rows_max);

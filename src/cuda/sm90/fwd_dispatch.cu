@@ -210,18 +210,14 @@ bool decode_rows_on_average(const ForwardParams& p) {
 
 }  // namespace
 
-std::string fwd_cache_declines(const ForwardParams& p) {
+std::string fwd_cache_declines(const ForwardParams& p, bool* long_rows_only) {
+  *long_rows_only = false;
   if (std::string why = cache_kernel_declines(p); !why.empty()) return why;
   if (decode_rows_on_average(p)) {
-    return "a decode shape (fewer than 128 query rows per sequence on average): the sm80 cache kernels";
+    // (A dense call's sequences all have seqlen_q rows: cache_kernel_declines took it already.)
+    if (!p.is_varlen()) return "a decode shape (fewer than 128 query rows per sequence): the sm80 cache kernels";
+    *long_rows_only = true;
   }
-  return {};
-}
-
-std::string fwd_cache_split_declines(const ForwardParams& p) {
-  if (std::string why = cache_kernel_declines(p); !why.empty()) return why;
-  if (!p.is_varlen()) return "not a varlen call (its sequences have one query length)";
-  if (!decode_rows_on_average(p)) return "the cache kernel takes the whole call";
   return {};
 }
 
