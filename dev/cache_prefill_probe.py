@@ -4,7 +4,8 @@ bench/results run): prefill chunks through flash_attn_with_kvcache on a paged ca
 on in one process, and the same attention on dense keys through flash_attn_func (the sm90 forward
 on packed K/V: what the cache kernel should approach) and, where the chunk is the whole sequence,
 SDPA's cuDNN backend. Each cache run is first checked against the dense one (max |diff|). Then
-three mixed varlen batches (prefill chunks among decoding sequences) with the switch off and on.
+four mixed varlen batches (prefill chunks among decoding sequences) under the sm90_cache and
+one_cache_launch switches.
 Timed like bench.py's device mode (CUDA events, median). Prints one JSON row per shape and writes
 $OUT/cache-prefill-probe.json when OUT is set.
 
@@ -84,13 +85,21 @@ def main():
             del kc, vc
         print(json.dumps(row), flush=True)
         rows.append(row)
-    # Varlen batches through flash_attn_varlen_func(block_table=...) (vLLM's chunked prefill): four
-    # 1k chunks among 16 decoding sequences (205 query rows per sequence on average: the cache
-    # kernel takes it, and pays whole tiles for the decode rows), and one 2k chunk among 64 and
-    # among 200 (32 and 11 on average: with the switch on, split between the cache kernel, the
-    # chunk, and the sm80 cache kernels, the decodes, in two launches; s40, not yet run).
-    for chunks, decodes in ((4, 16), (1, 64), (1, 200)):
-        sq = [1024 if chunks == 4 else 2048] * chunks + [1] * decodes
+    # Varlen batches through flash_attn_varlen_func(block_table=...) (vLLM's chunked prefill):
+    # four 1k chunks among 16 decoding sequences, one 2k chunk among 64 and among 200, a 100-row
+    # chunk among 32 decodes and 32 speculative steps of 4 tokens. Each under the four settings
+    # of two switches: sm90_cache (the chunks on the sm90 cache kernel or the sm80 cache
+    # kernels) and one_cache_launch (the decodes in the chunks' launch, or, the default since
+    # s41, in a launch of their own on the decode tiles, GQA folded: cuda_backend.cu
+    # run_kvcache decode_share); s41's first run (H100) had 64 decodes cost 1.55 ms on 128-row
+    # tiles beside the 2k chunk's 0.2 ms.
+    for chunks, decodes in ((4, 16), (1, 64), (1, 200), (100, 64)):
+        if chunks == 100:  # one 100-row chunk, 32 one-token decodes, 32 four-token steps
+            sq = [100] + [1] * (decodes // 2) + [4] * (decodes // 2)
+            label = "1 x 100 chunk + 32 decode + 32 x 4-token"
+        else:
+            sq = [1024 if chunks == 4 else 2048] * chunks + [1] * decodes
+            label = f"{chunks} x {sq[0]} chunk + {decodes} decode"
         sk = [4096] * len(sq)
         page = 16
         blocks = [n // page for n in sk]
@@ -102,7 +111,7 @@ def main():
         cu_k = torch.tensor([0] + sk, device="cuda").cumsum(0).to(torch.int32)
         q = torch.randn(int(cu_q[-1]), HEADS, D, device="cuda", dtype=torch.bfloat16)
         tflop = 4.0 * HEADS * D * sum(causal_pairs(a, b) for a, b in zip(sq, sk)) / 1e12
-        row = {"varlen": f"{chunks} x {sq[0]} chunk + {decodes} decode", "seqlen_k": 4096}
+        row = {"varlen": label, "seqlen_k": 4096}
 
         def rate(name, fn):
             ms = bench.median_ms(fn, args.repeats)
@@ -110,26 +119,29 @@ def main():
 
         outs = {}
         for sm90 in (False, True):
-            was = flashattn._C._set_switch("sm90_cache", sm90)
-            try:
-                calls = flashattn._C._sm90_forward_calls()
+            for one in (True, False):
+                was = flashattn._C._set_switch("sm90_cache", sm90)
+                was_one = flashattn._C._set_switch("one_cache_launch", one)
+                try:
+                    calls = flashattn._C._sm90_forward_calls()
 
-                def fn():
-                    return flashattn.flash_attn_varlen_func(q, kc, vc, cu_q, cu_k, max(sq), max(sk), causal=True,
-                                                            block_table=table)
-                outs[sm90] = fn()
-                torch.cuda.synchronize()
-                name = "sm90" if sm90 else "sm80"
-                row[name + "_ran_sm90"] = flashattn._C._sm90_forward_calls() > calls
-                rate(name, fn)
-                # Each launch's own time (torch.profiler): with the split, the tile list, the
-                # cache kernel (the chunk) and the sm80 kernels (the decodes alone); without
-                # it, the sm80 kernels' whole grid (its empty CTAs included).
-                row[name + "_kernels_us"] = [[round(us, 2), round(cnt, 2), nm[:90]]
-                                             for us, cnt, nm in kernel_times(fn, 5)]
-            finally:
-                flashattn._C._set_switch("sm90_cache", was)
-        row["max_diff"] = float((outs[True].float() - outs[False].float()).abs().max())
+                    def fn():
+                        return flashattn.flash_attn_varlen_func(q, kc, vc, cu_q, cu_k, max(sq), max(sk), causal=True,
+                                                                block_table=table)
+                    name = ("sm90" if sm90 else "sm80") + ("_one" if one else "_split")
+                    outs[name] = fn()
+                    torch.cuda.synchronize()
+                    row[name + "_ran_sm90"] = flashattn._C._sm90_forward_calls() > calls
+                    rate(name, fn)
+                    # Each launch's own time (torch.profiler): the decode launch, the tile list,
+                    # the chunks' kernel (its empty CTAs included).
+                    row[name + "_kernels_us"] = [[round(us, 2), round(cnt, 2), nm[:90]]
+                                                 for us, cnt, nm in kernel_times(fn, 5)]
+                finally:
+                    flashattn._C._set_switch("sm90_cache", was)
+                    flashattn._C._set_switch("one_cache_launch", was_one)
+        base = outs["sm80_one"].float()
+        row["max_diff"] = {k: float((v.float() - base).abs().max()) for k, v in outs.items() if k != "sm80_one"}
         print(json.dumps(row), flush=True)
         rows.append(row)
     write_results("cache-prefill-probe.json", rows)

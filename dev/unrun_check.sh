@@ -1,39 +1,20 @@
 #!/usr/bin/env bash
-# GPU machine (device tool): what the default has not had on a GPU. The default part is s38's,
-# s39's and s40's (dev/NOTES.md to-do 24 (0), 25 and 26; s36's list, which ran in s37, is in git
-# history): one call of ~6-8 min (not timed; every step packs its logs, so a call cut at the
-# device's 600 s keeps what ran), a C++ build (64;128;256;576, fp16 and bf16, tests) and a
-# package (64;128;256) concurrently; then
-#   - ctest of s38's two test fixes (FusedSplitCombine, Sm90BackwardRunsUnpaddedAt192_128), the
-#     layout test and GqaTokensFoldedIntoRows, and s39's sm90 cache kernel (KVCacheSm90.*,
-#     PagedVarlen.ChunkedPrefillOnTheSm90CacheKernel, and s40's mixed batches split between it
-#     and the sm80 kernels, ...SplitBetweenKernels: the switch flipped in-process) with the
-#     rest of KVCache.* and Mla.* (s39 made KVCacheParams::row_offset's page arithmetic 32-bit:
-#     the append and MLA kernels' lookups; the C++ build has 576 for them), under sm90 and auto,
-#     with --output-on-failure;
-#   - s39's dbias with softcap (the sm80 backward's kFactorLater kernel): ctest ScoreMods' CUDA cases
-#     (its softcap cases with dbias, declined before), SparseCuda's bias cases (the whole suite
-#     takes ~350 s), SparseCudaDifferential.*, and
-#     pytest test_bias -k "dbias_with_softcap or sm90_bias_backward" (the refactored helper too);
-#   - pytest: test_kvcache -k "gqa_tokens_fold or sm90_cache" (the one-token fold against the
-#     token fold; the cache kernel against the CPU backend, the reference and the sm80 kernels),
-#     test_paged_varlen, test_cuda / test_sink -k 128 under sm90 in both dtypes (masked d128
-#     short rows' first fp16 run, the new LONG_SHAPES: short rows without keys, the window kernel
-#     past 512 rows);
-#   - compute-sanitizer synccheck / racecheck of the masked d128 short kernel's tile cases,
-#     memcheck / racecheck / synccheck of the sm90 cache kernel (paged_varlen_prefill_sm90*,
-#     paged_varlen_mixed_sm90: NaN in every page row past a sequence, cp.async rows,
-#     arrive.noinc barriers, the split's tile list), and
-#     memcheck / racecheck of dbias with softcap (bwd_bias_softcap_*);
-# and, in a second call on the same warm machine (OUT=$OUT PART=probes bash dev/unrun_check.sh,
-# ~5-8 min, timeouts 580 s in all: a cold machine's ~100 s rebuild cuts the last one short; the
-# whole would pass the device's 600 s a command), shortest first:
-#   - bench.py flashattn against flashattn_sink, two processes (issue 19's sink cost, to-do 26 (c));
-#   - dev/spec_decode_probe.py: the paged split cap for folded steps (predicted: paged b1 x 4k x 4
-#     tokens 21.0 -> ~16.6 us, against bench/results/h200-2026-12-05-spec-decode-bf8e838.json);
-#   - dev/cache_prefill_probe.py: the cache kernel against the sm80 cache kernels and the packed
-#     sm90 forward on prefill chunks, and mixed batches split between them, each launch's kernel
-#     time too (dev/NOTES.md "The sm90 cache kernel": predictions).
+# GPU machine (device tool): what the default has not had on a GPU. The default part is s41's
+# (s38-s40's lists ran in s41's first calls, H100; they are in git history): one call of ~7 min
+# (not timed; every step packs its logs, so a call cut at the device's 600 s keeps what ran), a
+# C++ build (64;128;256, tests) and a package (64;128;256, fp16 and bf16) concurrently; then
+#   - ctest PagedVarlen.*, KVCache*.*, GqaTokensFolded, Sm90FwdTile under sm90 and auto (the
+#     decodes' own launch of a varlen cache call: cuda_backend.cu run_kvcache decode_share, and
+#     its test DecodesOnTheirOwnBesideChunks);
+#   - pytest test_paged_varlen (all; the four switch settings of the mixed batch) and
+#     test_kvcache -k "fold or sm90_cache or paged or graph";
+#   - compute-sanitizer memcheck / racecheck / synccheck of paged_varlen_prefill (the split on
+#     the sm80 kernels), paged_varlen_decode and paged_varlen_mixed_sm90;
+#   - last, on an idle GPU: dev/cache_prefill_probe.py (the cache kernel against the sm80 cache
+#     kernels and the packed forward; the mixed batches under sm90_cache x one_cache_launch).
+# The earlier probes (sink cost, spec_decode_probe) stay as PART=probes in a second call on the
+# same warm machine (~2 min):
+#   OUT=$OUT PART=probes bash dev/unrun_check.sh
 # Logs in $OUT/unrun.tar.gz, a short summary printed last. dev/fwd_regress_ab.sh (to-do 26 (00))
 # is a call of its own, and the varlen clamps' A/B another (a d128 package with
 # -DFLASHATTN_DEV_NO_VARLEN_CLAMP; dev/varlen_probe.py on sm90, sm80 and with softcap, bench.py
@@ -126,61 +107,33 @@ PYAB
 fi
 
 ( cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DFLASHATTN_CUDA_ARCHITECTURES=90 \
-    "-DFLASHATTN_CUDA_HEAD_DIMS=64;128;256;576" >$L/build.log 2>&1 && cmake --build build-gpu -j 16 >>$L/build.log 2>&1
+    "-DFLASHATTN_CUDA_HEAD_DIMS=64;128;256" >$L/build.log 2>&1 && cmake --build build-gpu -j 16 >>$L/build.log 2>&1
   echo "cmake rc=$? $(el)" ) &
 ( pkg /tmp/fa-def "fp16;bf16" >$L/pip.log 2>&1; echo "pip rc=$? $(el)" ) &
 wait
 pack
 for path in sm90 auto; do
-  ( FLASHATTN_CUDA_PATH=$path timeout 300 ctest --test-dir build-gpu -j 4 --timeout 60 --output-on-failure \
-      -R "FusedSplitCombine|Sm90BackwardRunsUnpaddedAt192_128|Sm90FwdTile|GqaTokensFolded|KVCache|OnTheSm90CacheKernel|SplitBetweenKernels|Mla|ScoreMods\.MatchesReference/cuda|SparseCudaDifferential|SparseCuda\.[A-Za-z]+/bias" \
-      >$L/ctest-$path.log 2>&1
+  ( FLASHATTN_CUDA_PATH=$path timeout 240 ctest --test-dir build-gpu -j 4 --timeout 60 --output-on-failure \
+      -R "PagedVarlen|KVCache|GqaTokensFolded|Sm90FwdTile" >$L/ctest-$path.log 2>&1
     echo "ctest $path rc=$? $(grep -E 'tests passed|tests failed' $L/ctest-$path.log) $(el)"; pack ) &
 done
-( export PYTHONPATH=/tmp/fa-def FLASHATTN_CUDA_PATH=sm90
-  timeout 300 python3 -m pytest tests/python/test_kvcache.py -k "gqa_tokens_fold or sm90_cache" -q -p no:cacheprovider \
-    >$L/pytest-fold.log 2>&1
-  rc_cache=$?; echo "pytest fold, sm90 cache rc=$rc_cache $(tail -1 $L/pytest-fold.log) $(el)"; pack
+( export PYTHONPATH=/tmp/fa-def
   timeout 200 python3 -m pytest tests/python/test_paged_varlen.py -q -p no:cacheprovider >$L/pytest-paged.log 2>&1
   echo "pytest paged varlen rc=$? $(tail -1 $L/pytest-paged.log) $(el)"; pack
-  timeout 300 python3 -m pytest tests/python/test_bias.py -k "dbias_with_softcap or sm90_bias_backward" -q \
-    -p no:cacheprovider >$L/pytest-dbias.log 2>&1
-  echo "pytest dbias with softcap, sm90 bias backward rc=$? $(tail -1 $L/pytest-dbias.log) $(el)"; pack
-  timeout 300 python3 -m pytest tests/python/test_cuda.py tests/python/test_sink.py -k "128" -q -p no:cacheprovider \
-    >$L/pytest-128.log 2>&1
-  echo "pytest -k 128 (sm90, both dtypes) rc=$? $(tail -1 $L/pytest-128.log) $(el)"; pack
-  if [ $rc_cache != 0 ] && grep -q "sm90_cache" $L/pytest-fold.log; then
-    # The cache kernel wrong: whether the writer-side proxy fence is what it lacks (dev/NOTES.md
-    # "The sm90 cache kernel"; the review's first risk): a d128 package with the fence variant
-    # (last, so that it cannot hold the other steps past the device's 600 s).
-    timeout 150 env CMAKE_BUILD_PARALLEL_LEVEL=8 python3 -m pip install --no-build-isolation --no-deps -q \
-      --target /tmp/fa-fence -Cbuild-dir=build-fence -Ccmake.define.FLASHATTN_CUDA_ARCHITECTURES=90 \
-      -Ccmake.define.FLASHATTN_CUDA_HEAD_DIMS=128 -Ccmake.define.FLASHATTN_CUDA_DTYPES=bf16 \
-      -Ccmake.define.CMAKE_CUDA_FLAGS=-DFLASHATTN_DEV_SM90_CACHE_FENCE . >$L/pip-fence.log 2>&1
-    PYTHONPATH=/tmp/fa-fence timeout 120 python3 -m pytest tests/python/test_kvcache.py -k sm90_cache -q \
-      -p no:cacheprovider >$L/pytest-fence.log 2>&1
-    echo "pytest sm90 cache, FENCE variant rc=$? $(tail -1 $L/pytest-fence.log) $(el)"; pack
-  fi ) &
-( export PYTHONPATH=/tmp/fa-def FLASHATTN_CUDA_PATH=sm90
-  for tool in synccheck racecheck; do
-    timeout 200 compute-sanitizer --tool $tool python3 dev/san_cases.py \
-      --only fwd_d128_short_tiles_causal,fwd_d128_short_tiles_causal_nokeys,fwd_d128_window_tiles_causal >$L/san-$tool.log 2>&1
-    echo "$tool rc=$? $(grep -E 'SUMMARY|FAIL' $L/san-$tool.log | tr '\n' ' ') $(el)"; pack
-  done
+  timeout 200 python3 -m pytest tests/python/test_kvcache.py -k "fold or sm90_cache or paged or graph" -q \
+    -p no:cacheprovider >$L/pytest-kvcache.log 2>&1
+  echo "pytest kvcache rc=$? $(tail -1 $L/pytest-kvcache.log) $(el)"; pack ) &
+( export PYTHONPATH=/tmp/fa-def
   for tool in memcheck racecheck synccheck; do
     timeout 200 compute-sanitizer --tool $tool python3 dev/san_cases.py \
-      --only paged_varlen_prefill_sm90,paged_varlen_prefill_sm90_p64,paged_varlen_mixed_sm90 >$L/san-cache-$tool.log 2>&1
-    echo "cache kernel $tool rc=$? $(grep -E 'SUMMARY|FAIL|did not run' $L/san-cache-$tool.log | tr '\n' ' ') $(el)"; pack
-  done ) &
-( export PYTHONPATH=/tmp/fa-def
-  # dbias with softcap: the sm80 backward's own kernel (beside the other sanitizer runs, so that
-  # the part stays within the device's 600 s a command).
-  for tool in memcheck racecheck; do
-    timeout 200 compute-sanitizer --tool $tool python3 dev/san_cases.py \
-      --only bwd_bias_softcap_d128_causal,bwd_bias_softcap_d64_keypad >$L/san-dbias-cap-$tool.log 2>&1
-    echo "dbias with softcap $tool rc=$? $(grep -E 'SUMMARY|FAIL' $L/san-dbias-cap-$tool.log | tr '\n' ' ') $(el)"; pack
+      --only paged_varlen_prefill,paged_varlen_decode,paged_varlen_mixed_sm90 >$L/san-cache-$tool.log 2>&1
+    echo "cache kernels $tool rc=$? $(grep -E 'SUMMARY|FAIL|did not run' $L/san-cache-$tool.log | tr '\n' ' ') $(el)"; pack
   done ) &
 wait
 grep -E "Failed|FAILED|Error" $L/ctest-*.log $L/pytest-*.log | head -12
+pack
+# The timings last, on an idle GPU.
+OUT=$L PYTHONPATH=/tmp/fa-def timeout 200 python3 dev/cache_prefill_probe.py >$L/cache-prefill.txt 2>&1
+echo "cache prefill probe rc=$? $(el)"; grep -v Warn $L/cache-prefill.txt | cut -c1-300 | tail -12
 pack
 echo "done $(el)"

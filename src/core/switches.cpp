@@ -24,6 +24,7 @@ constexpr EnvRule kEnvRules[] = {
     {"FLASHATTN_DEV_NO_TOKEN_FOLD", nullptr},       // kNoTokenFold
     {"FLASHATTN_DEV_NO_DECODE_FOLD", nullptr},      // kNoDecodeFold
     {"FLASHATTN_DEV_SM90_CACHE", nullptr},          // kSm90Cache
+    {"FLASHATTN_DEV_ONE_CACHE_LAUNCH", nullptr},    // kOneCacheLaunch
 };
 static_assert(sizeof(kEnvRules) / sizeof(kEnvRules[0]) == kCount, "one environment rule per switch");
 
@@ -37,8 +38,8 @@ bool from_environment(Switch s) {
 
 // -1: not read yet; 0 off; 1 on. Two threads reading an unread switch at once both read the
 // same environment, so the race is benign.
-std::atomic<int> g_state[kCount] = {-1, -1, -1, -1, -1, -1, -1, -1};
-static_assert(kCount == 8, "one initial state per switch");
+std::atomic<int> g_state[kCount] = {-1, -1, -1, -1, -1, -1, -1, -1, -1};
+static_assert(kCount == 9, "one initial state per switch");
 
 std::atomic<unsigned long long> g_sm90_backward_calls{0};
 std::atomic<unsigned long long> g_native_head_dim_v_backward_calls{0};

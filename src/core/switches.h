@@ -40,6 +40,10 @@ enum class Switch {
   // the sm80 cache kernels on a Hopper GPU. Off by default until the kernel has run on a GPU
   // (written in s39 without one; dev/NOTES.md "The sm90 cache kernel").
   kSm90Cache,
+  // FLASHATTN_DEV_ONE_CACHE_LAUNCH=1: a varlen cache call runs in one launch even where its
+  // sequences of a few tokens would have one of their own on the decode tiles (cuda_backend.cu
+  // run_kvcache decode_share), for the A/B of that split (dev/cache_prefill_probe.py).
+  kOneCacheLaunch,
   kCount,
 };
 

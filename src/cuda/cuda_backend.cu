@@ -26,7 +26,6 @@
 #include "cuda/sm80/fwd.h"
 #include "cuda/sm90/bwd.h"
 #include "cuda/sm90/fwd.h"
-#include "cuda/sm90/fwd_tile.h"  // kFwdCacheMinQueries
 
 namespace flashattn {
 namespace {
@@ -611,6 +610,19 @@ Status cuda_backward(const BackwardParams& p) {
 
 namespace {
 
+// The most query tokens of the sequences that run_kvcache gives a launch of their own on the
+// decode tiles (sm80 decode_tokens_max), or 0 for one launch: a varlen call (paged) of two or
+// more sequences whose longest is longer than that, where one might be that short (q's rows
+// leave room for it: total_q <= (batch - 1) x max_seqlen_q + tokens), and no forced splits.
+int decode_share(const ForwardParams& p) {
+  if (!p.is_varlen() || p.batch < 2 || p.num_splits > 1 || detail::switch_on(detail::Switch::kOneCacheLaunch)) {
+    return 0;
+  }
+  const int tokens = cuda::decode_tokens_max(p);
+  const bool room = p.total_q <= int64_t(p.batch - 1) * p.seqlen_q + tokens;
+  return p.seqlen_q > tokens && room ? tokens : 0;
+}
+
 // forward_kvcache after the checks: the append (with rotary) into the cache, then the kernels
 // reading the cache: the sm80 cache kernels (FwdTraits::kCache: decode shapes, memory-bound,
 // where split keys and folded GQA groups matter and wgmma brings nothing), or for prefill shapes
@@ -634,40 +646,41 @@ Status run_kvcache(const ForwardParams& p, cudaStream_t stream) {
   // Sequences with no row to attend to (an empty cache included) are the kernels' empty key
   // ranges: out 0 and LSE -inf, or the sink's (SEMANTICS.md).
   if (cuda::mla::is_mla_shape(p)) return cuda::mla::dispatch_decode(attend, stream);
+  // A varlen step of a chunked prefill (vLLM): decoding sequences of a few tokens among prefill
+  // chunks. In one launch every sequence would take max_seqlen_q / 128 tiles of 128 rows per
+  // query head, and a decoding token fills one row of its tile yet pays the whole tile's products
+  // over all its keys (H100, 2026-12-05: 64 one-token sequences of 4k keys beside a 2k chunk took
+  // 1.55 ms of a 1.75 ms call; dev/NOTES.md "Chunked prefill: decodes on their own"). So the
+  // sequences of at most decode_tokens_max tokens run in a launch of their own on the decode
+  // tiles, GQA folded, and the rest in a second; each sequence is in exactly one
+  // (ForwardParams::cache_rows_min / _max, read by cache_seq_extent). Neither splits keys: the
+  // split combine walks every row of the packed batch, the other launch's too.
+  ForwardParams rest = attend;
+  if (const int tokens = decode_share(attend); tokens > 0) {
+    ForwardParams decodes = attend;
+    decodes.cache_rows_max = tokens;
+    decodes.seqlen_q = tokens;  // its grid: one row tile per (sequence, head)
+    decodes.num_splits = 1;
+    if (Status s = cuda::dispatch_fwd_kvcache(decodes, stream); !s.ok()) return s;
+    rest.cache_rows_min = tokens + 1;
+    rest.num_splits = 1;
+  }
 #if defined(FLASHATTN_CUDA_SM90)
-  // Prefill-shaped calls on the sm90 cache kernel (detail::Switch::kSm90Cache, off by default
-  // until it has run on a GPU); decode shapes, FP8 caches and the rest on the sm80 cache kernels.
-  // A varlen batch of mostly decoding sequences (a chunked-prefill step among them) is split by
-  // query rows: its sequences of kFwdCacheMinQueries rows or more on the cache kernel, the rest
-  // on the sm80 kernels in a second launch without split keys (their combine merges every row of
-  // the packed batch, the other launch's too: sm80/fwd_kernel.h fwd_combine_kernel).
-  bool split = false;
+  // Prefill-shaped calls on the sm90 cache kernel (detail::Switch::kSm90Cache, off by default);
+  // decode shapes, FP8 caches and the rest on the sm80 cache kernels.
   if (detail::switch_on(detail::Switch::kSm90Cache) && cuda_path() != CudaPath::kSm80 &&
-      cuda::sm90::fwd_cache_declines(attend, &split).empty()) {
+      cuda::sm90::fwd_cache_declines(rest).empty()) {
     int major = 0;  // of the current device, which prepare() made the tensors'; cached per device
     if (Status s = cuda::compute_major(&major); !s.ok()) return s;
     if (major == 9) {
-      ForwardParams long_rows = attend;
-      if (split) long_rows.cache_rows_min = cuda::sm90::kFwdCacheMinQueries;
       // NotSupported: nothing was launched (q the copy engine cannot describe): the sm80 kernels.
-      Status s = cuda::sm90::dispatch_fwd_cache(long_rows, stream);
+      Status s = cuda::sm90::dispatch_fwd_cache(rest, stream);
       if (s.ok()) detail::count_sm90_forward();
-      if (s.code() != StatusCode::kNotSupported) {
-        if (!s.ok() || !split) return s;
-        // Its max_seqlen_q at most its sequences' rows: its grid has one row tile per (sequence,
-        // head) (two at d256), not max_seqlen_q / 128 of them, nearly all empty CTAs
-        // (cache_seq_extent decides by the rows themselves, so the two launches still split every
-        // sequence one way).
-        ForwardParams short_rows = attend;
-        short_rows.cache_rows_max = cuda::sm90::kFwdCacheMinQueries - 1;
-        short_rows.seqlen_q = std::min(attend.seqlen_q, short_rows.cache_rows_max);
-        short_rows.num_splits = 1;
-        return cuda::dispatch_fwd_kvcache(short_rows, stream);
-      }
+      if (s.code() != StatusCode::kNotSupported) return s;
     }
   }
 #endif
-  return cuda::dispatch_fwd_kvcache(attend, stream);
+  return cuda::dispatch_fwd_kvcache(rest, stream);
 }
 
 // forward_kvcache at MLA decode's head dims (576 / 512) on the MLA kernel (cuda/mla/mla.h), with

@@ -371,6 +371,61 @@ TEST_P(PagedVarlen, DecodeAndChunkedPrefill) {
   }
 }
 
+// A chunked-prefill step whose sequences of a few tokens run in a launch of their own on the
+// decode tiles (cuda_backend.cu run_kvcache decode_share): as many tokens as the GQA token fold
+// takes (12 at 32/8 heads, 13 at 6/1) or, unfolded, 16 (4/4 heads, ALiBi). Sequences at that
+// bound and one past it, of 16 and 17 tokens, one empty and one without keys, beside a long
+// chunk (max_seqlen_q 150 or 300), under each option; on CUDA the decode launch folds once
+// where GQA allows it (detail::token_fold_calls; the chunk's launch does not: 150 rows).
+TEST_P(PagedVarlen, DecodesOnTheirOwnBesideChunks) {
+  struct Option {
+    const char* name;
+    int heads, heads_k, bound;  // bound: decode_tokens_max for the case
+    bool folds;
+    PagedCase pc;
+  };
+  std::vector<Option> options;
+  auto add = [&](const char* name, int heads, int heads_k, int bound, bool folds, auto&& edit) {
+    Option o{name, heads, heads_k, bound, folds, {}};
+    o.pc.heads = heads;
+    o.pc.heads_k = heads_k;
+    o.pc.head_dim = o.pc.head_dim_v = 128;
+    o.pc.causal = true;
+    edit(o.pc);
+    options.push_back(o);
+  };
+  add("gqa 32/8", 32, 8, 12, true, [](PagedCase&) {});
+  add("mqa 6/1 window", 6, 1, 13, true, [](PagedCase& pc) {
+    pc.causal = false;
+    pc.window_left = 40;
+    pc.window_right = 2;
+  });
+  add("gqa 8/2 softcap, page 1", 8, 2, 12, true, [](PagedCase& pc) {
+    pc.softcap = 8.0f;
+    pc.page_size = 1;
+  });
+  add("gqa 8/2 sink", 8, 2, 12, true, [](PagedCase& pc) {
+    pc.sink = {0.5f, -1.0f, 2.0f, -INFINITY, 0.0f, 1.0f, -2.0f, 3.0f};
+  });
+  add("gqa 8/2 alibi (unfolded)", 8, 2, 16, false, [](PagedCase& pc) { pc.alibi = true; });
+  add("mha 4/4 (unfolded)", 4, 4, 16, false, [](PagedCase&) {});
+  for (Option& o : options) {
+    const int t = o.bound;
+    o.pc.seqlens_q = {1, 150, t, t + 1, 0, 16, 17, 3, 1, 2};
+    o.pc.seqlens_k = {517, 400, 60, 33, 9, 16, 300, 0, 1, 129};
+    o.pc.seed = 5;
+    SCOPED_TRACE(o.name);
+    const unsigned long long folds = detail::token_fold_calls();
+    std::string skip;
+    if (!run_checked(o.pc, nullptr, &skip)) {
+      if (!skip.empty()) GTEST_SKIP() << skip;
+      continue;
+    }
+    const bool cuda = GetParam() == Backend::kCuda;
+    EXPECT_EQ(detail::token_fold_calls() - folds, cuda && o.folds ? 1u : 0u);
+  }
+}
+
 // A chunked-prefill batch (d128, 8 query heads over 2, pages of 16 and 64 rows, causal or with
 // softcap, no split keys) with the sm90 cache kernel switched on (detail::Switch::kSm90Cache),
 // against the reference; on a Hopper GPU (sm90_cache_expected) the cache kernel must have run
@@ -400,20 +455,20 @@ std::string PagedVarlen::run_on_sm90_cache_kernel(const std::vector<int>& seqlen
   return {};
 }
 
-// A batch whose longest query run fills a tile (max_seqlen_q >= 128) and whose sequences average
-// 128 rows or more (146 here): the cache kernel takes the whole call, decoding sequences and
-// empty tails included.
+// A batch whose longest query run fills a tile (max_seqlen_q >= 128): the cache kernel takes its
+// sequences of more than 12 rows (600 and 129), the sm80 decode tiles the one-row ones in a
+// launch of their own, and the empty one is in neither.
 TEST_P(PagedVarlen, ChunkedPrefillOnTheSm90CacheKernel) {
   if (const std::string skip = run_on_sm90_cache_kernel({1, 600, 0, 129, 1}, {517, 700, 5, 129, 1}); !skip.empty()) {
     GTEST_SKIP() << skip;
   }
 }
 
-// A chunked-prefill step among decoding sequences (56 query rows per sequence on average, some
-// of 128 or more): on a Hopper GPU the long sequences run on the cache kernel and the rest on the
-// sm80 cache kernels in a second launch (cuda_backend.cu run_kvcache, ForwardParams::
-// cache_rows_min / _max), each sequence in exactly one of them. Sequences of 127 and 128 rows
-// sit at the boundary, one without keys and one empty among them.
+// A chunked-prefill step among decoding sequences (56 query rows per sequence on average): on a
+// Hopper GPU the sequences of more than 12 rows (127, 128 and 300) run on the cache kernel and
+// the rest on the sm80 decode tiles in a launch of their own (cuda_backend.cu run_kvcache,
+// ForwardParams::cache_rows_min / _max), each sequence in exactly one of them; one without keys
+// and one empty among them.
 TEST_P(PagedVarlen, ChunkedPrefillAmongDecodesSplitBetweenKernels) {
   if (const std::string skip = run_on_sm90_cache_kernel({1, 300, 1, 0, 127, 128, 2, 1, 3, 1},
                                                         {517, 400, 33, 5, 127, 300, 90, 0, 700, 17});

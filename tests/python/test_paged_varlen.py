@@ -327,28 +327,37 @@ def test_cuda_bf16_matches_reference(spec):
 
 @pytest.mark.parametrize("page_size", [16, 64])
 def test_cuda_sm90_cache_kernel_mixed_batch(page_size):
-    """A chunked-prefill step among decoding sequences (56 query rows per sequence on average)
-    with the sm90 cache kernel switched on: on a Hopper GPU its sequences of 128 rows or more run
-    there and the rest on the sm80 cache kernels in a second launch; each run meets the
-    reference, switch on and off, and the two agree. 240 query tiles of 128 rows: more than the
-    SMs, so the split heuristic leaves the call unsplit (split calls stay on sm80)."""
+    """A chunked-prefill step among decoding sequences (sequences of 0-300 query rows, 12 and 13
+    at the decode launch's bound for 8 query heads over 2) under the four settings of two
+    switches: sm90_cache (on a Hopper GPU the sequences of more than 12 rows run on the sm90
+    cache kernel) and one_cache_launch (off, the default: the sequences of at most 12 rows run in
+    a launch of their own on the sm80 decode tiles, GQA folded; on: in the same launch as the
+    rest). Each run meets the reference and all agree. 240 query tiles of 128 rows: more than the
+    SMs, so the split heuristic leaves the one-launch call unsplit (split calls stay on sm80)."""
     torch = cuda_torch()
     hopper = (torch.cuda.get_device_capability()[0] == 9 and flashattn._C._cuda_sm90_built()
               and os.environ.get("FLASHATTN_CUDA_PATH") != "sm80" and flashattn._C._cuda_head_dim_built(128))
-    spec = dict(d=128, h=8, hk=2, page_size=page_size, causal=True, seqlens_q=(1, 300, 1, 0, 127, 128, 2, 1, 3, 1),
+    spec = dict(d=128, h=8, hk=2, page_size=page_size, causal=True, seqlens_q=(1, 300, 12, 0, 127, 128, 13, 1, 3, 1),
                 seqlens_k=(517, 400, 33, 5, 127, 300, 90, 0, 700, 17))
-    case = Case(**spec)  # one set of inputs for both runs (Case draws from the module's RNG)
+    case = Case(**spec)  # one set of inputs for every run (Case draws from the module's RNG)
     outs = {}
     for on in (False, True):
-        was = flashattn._C._set_switch("sm90_cache", on)
-        try:
-            calls = flashattn._C._sm90_forward_calls()
-            outs[on] = _cuda_bf16_vs_reference(torch, copy.deepcopy(case))
-            ran = flashattn._C._sm90_forward_calls() - calls
-        finally:
-            flashattn._C._set_switch("sm90_cache", was)
-        assert ran == (1 if on and hopper else 0), f"switch {on}: {ran} sm90 forwards"
-    assert (outs[True].float() - outs[False].float()).abs().max().item() < 2e-2
+        for one in (False, True):
+            was = flashattn._C._set_switch("sm90_cache", on)
+            was_one = flashattn._C._set_switch("one_cache_launch", one)
+            try:
+                calls = flashattn._C._sm90_forward_calls()
+                folds = flashattn._C._token_fold_calls()
+                outs[on, one] = _cuda_bf16_vs_reference(torch, copy.deepcopy(case))
+                ran = flashattn._C._sm90_forward_calls() - calls
+                folded = flashattn._C._token_fold_calls() - folds
+            finally:
+                flashattn._C._set_switch("sm90_cache", was)
+                flashattn._C._set_switch("one_cache_launch", was_one)
+            assert ran == (1 if on and hopper else 0), f"sm90_cache {on}, one launch {one}: {ran} sm90 forwards"
+            assert folded == (0 if one else 1), f"sm90_cache {on}, one launch {one}: {folded} token folds"
+    for key, out in outs.items():
+        assert (out.float() - outs[False, False].float()).abs().max().item() < 2e-2, key
 
 
 def test_cuda_host_table_checked_for_free():

@@ -67,12 +67,22 @@ static_assert(fwd_decode_tile(128).block_m == kDecodeRows && fwd_decode_tile(256
 // i.e. tokens <= floor(16 (group - 1) / group): up to 12 tokens at 32/8 heads, 8 with pairs, 14
 // at 64/8; beyond, the fold would change nothing but the split count. Exact under the same
 // conditions as the one-token fold except windows, which the token mask keeps.
+// The most tokens fold_gqa_tokens folds for p's options (0: it folds none): the largest t <= 16
+// with ceil(t x group / 16) < group.
+int token_fold_max(const ForwardParams& p) {
+  const int group = p.heads_k > 0 ? p.heads / p.heads_k : 1;
+  if (group < 2 || p.alibi != nullptr || p.has_dropout() || p.has_score_mods() ||
+      detail::switch_on(detail::Switch::kNoTokenFold)) {
+    return 0;
+  }
+  int tokens = kDecodeRows;
+  while (tokens > 0 && (int64_t(tokens) * group + kDecodeRows - 1) / kDecodeRows >= group) --tokens;
+  return tokens;
+}
+
 ForwardParams fold_gqa_tokens(const ForwardParams& p) {
   const int group = p.heads_k > 0 ? p.heads / p.heads_k : 1;
-  const int64_t tiles = (int64_t(p.seqlen_q) * group + kDecodeRows - 1) / kDecodeRows;
-  const bool foldable = p.seqlen_q >= 1 && p.seqlen_q <= kDecodeRows && group > 1 && tiles < group &&
-                        p.alibi == nullptr && !p.has_dropout() && !p.has_score_mods();
-  if (!foldable || detail::switch_on(detail::Switch::kNoTokenFold)) return p;
+  if (p.seqlen_q < 1 || p.seqlen_q > token_fold_max(p)) return p;
   detail::count_token_fold();
   ForwardParams f = p;
   f.seqlen_q = p.seqlen_q * group;  // rows; total_q keeps counting tokens (ForwardParams::q_fold)
@@ -97,6 +107,11 @@ ForwardParams fold_gqa(const ForwardParams& p) {
 }
 
 }  // namespace
+
+int decode_tokens_max(const ForwardParams& params) {
+  const int folded = token_fold_max(params);
+  return folded > 0 ? folded : kDecodeRows;
+}
 
 Status dispatch_fwd(const ForwardParams& params, cudaStream_t stream) {
   const ForwardParams p = fold_gqa(params);

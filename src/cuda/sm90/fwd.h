@@ -45,16 +45,16 @@ Status build_mask_bits(const QKVParams& p, void* workspace, cudaStream_t stream,
 
 // KV-cache calls (forward_kvcache, varlen calls with a block table: p.kv) of prefill shape on
 // the cache kernel (fwd_traits.h FwdCacheTraits: K and V copied from a dense or paged cache by
-// the producer warpgroup with cp.async, eight lanes a row, each row looked up once). Why it does not take p (empty when it does): not a cache
-// call, a head dim other than 64, 128 and 256 or head_dim_v != head_dim, a head dim not built, a
+// the producer warpgroup with cp.async, eight lanes a row, each row looked up once). Why it does
+// not take p (empty when it does): not a cache call, a head dim other than 64, 128 and 256 or head_dim_v != head_dim, a head dim not built, a
 // float8_e4m3 cache, dropout, bias / masks, requested splits, folded rows, fewer than
 // kFwdCacheMinQueries query rows in every sequence (decode shapes stay on the sm80 cache
-// kernels), a broadcast q, a grid the split heuristic would split. *long_rows_only: it takes a
-// varlen batch of fewer rows per sequence on average (mostly decoding sequences, a chunked-prefill
-// step among them) only for its sequences of kFwdCacheMinQueries rows or more, and the sm80 cache
-// kernels take the rest (ForwardParams::cache_rows_min / _max; cuda_backend.cu run_kvcache).
-// Not yet run on a GPU: cuda_backend.cu takes it only under Switch::kSm90Cache.
-std::string fwd_cache_declines(const ForwardParams& p, bool* long_rows_only);
+// kernels), a broadcast q, a grid the split heuristic would split. A varlen call's sequences of
+// a few tokens (decoding among a chunked-prefill step's chunks) are not its: cuda_backend.cu
+// run_kvcache gives them to the sm80 decode tiles in a launch of their own and this kernel the
+// rest (ForwardParams::cache_rows_min / _max).
+// Not yet the default: cuda_backend.cu takes it only under Switch::kSm90Cache.
+std::string fwd_cache_declines(const ForwardParams& p);
 Status dispatch_fwd_cache(const ForwardParams& p, cudaStream_t stream);
 
 // The FP8 forward (q, k, v float8 e4m3, out bf16; fwd8_kernel.h). Why it does not take p (empty

@@ -172,10 +172,7 @@ Status dispatch_fwd(const ForwardParams& p, cudaStream_t stream) {
 // caches (sm90fwdcache{,mods}_* instantiations).
 constexpr int kCacheHeadDims = head_dim_bit(64) | head_dim_bit(128) | head_dim_bit(256);
 
-namespace {
-
-// What keeps the cache kernel from a call whatever its average query rows per sequence.
-std::string cache_kernel_declines(const ForwardParams& p) {
+std::string fwd_cache_declines(const ForwardParams& p) {
   if (!p.kv.enabled) return "not a KV-cache call";
   if (!head_dim_in(p.head_dim, kCacheHeadDims) || p.head_dim_v != p.head_dim) {
     return "head_dim is not 64, 128 or 256 with head_dim_v the same";
@@ -186,6 +183,9 @@ std::string cache_kernel_declines(const ForwardParams& p) {
   if (p.has_score_mods()) return "attn_bias, attn_mask and block masks run on sm80";
   if (p.num_splits > 1) return "split-KV runs on sm80";
   if (p.q_fold != 1) return "folded query rows run on sm80";
+  // A dense call's sequences all have seqlen_q rows; a varlen call's longest has max_seqlen_q
+  // (its decoding sequences, a chunked-prefill step's, run in a launch of their own on the sm80
+  // decode tiles: cuda_backend.cu run_kvcache).
   if (p.seqlen_q < kFwdCacheMinQueries) {
     return "a decode shape (fewer than 128 query rows in every sequence): the sm80 cache kernels";
   }
@@ -195,28 +195,6 @@ std::string cache_kernel_declines(const ForwardParams& p) {
   if (p.num_splits == 0) {
     return split_heuristic_declines(p, fwd_sparse_tile(p.head_dim, p.head_dim_v),
                                     p.is_varlen() ? p.seqlen_k : p.kv.capacity);
-  }
-  return {};
-}
-
-// Fewer than kFwdCacheMinQueries query rows per sequence on average (total_q is known on the
-// host): each sequence costs whole 128-row tiles per query head over all its keys here, so a
-// batch of mostly decoding sequences could pay for padding many times over what the faster
-// products save.
-bool decode_rows_on_average(const ForwardParams& p) {
-  const int64_t rows = p.is_varlen() ? p.total_q : int64_t(p.seqlen_q) * p.batch;
-  return rows < int64_t(kFwdCacheMinQueries) * p.batch;
-}
-
-}  // namespace
-
-std::string fwd_cache_declines(const ForwardParams& p, bool* long_rows_only) {
-  *long_rows_only = false;
-  if (std::string why = cache_kernel_declines(p); !why.empty()) return why;
-  if (decode_rows_on_average(p)) {
-    // (A dense call's sequences all have seqlen_q rows: cache_kernel_declines took it already.)
-    if (!p.is_varlen()) return "a decode shape (fewer than 128 query rows per sequence): the sm80 cache kernels";
-    *long_rows_only = true;
   }
   return {};
 }
