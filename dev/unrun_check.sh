@@ -56,6 +56,25 @@ if [ "${PART:-tests}" = probes ]; then
   pack; exit 0
 fi
 
+if [ "${PART:-tests}" = lean ]; then
+  # The default part cut to fit ~5 min of device time: a bf16 d128 package, pytest
+  # test_paged_varlen (its d128 cases; the others skip as not built), memcheck of the two split
+  # cases, then the probe (all d128 bf16).
+  CMAKE_BUILD_PARALLEL_LEVEL=16 python3 -m pip install --no-build-isolation --no-deps -q --target /tmp/fa-def \
+    -Cbuild-dir=build-lean -Ccmake.define.FLASHATTN_CUDA_ARCHITECTURES=90 -Ccmake.define.FLASHATTN_CUDA_HEAD_DIMS=128 \
+    -Ccmake.define.FLASHATTN_CUDA_DTYPES=bf16 . >$L/pip.log 2>&1
+  echo "pip rc=$? $(el)"; pack
+  export PYTHONPATH=/tmp/fa-def
+  timeout 90 python3 -m pytest tests/python/test_paged_varlen.py -q -p no:cacheprovider -k cuda >$L/pytest-paged.log 2>&1
+  echo "pytest paged varlen rc=$? $(tail -1 $L/pytest-paged.log) $(el)"; pack
+  timeout 60 compute-sanitizer --tool memcheck python3 dev/san_cases.py \
+    --only paged_varlen_prefill,paged_varlen_mixed_sm90 >$L/san-cache-memcheck.log 2>&1
+  echo "memcheck rc=$? $(grep -E 'SUMMARY|FAIL|did not run' $L/san-cache-memcheck.log | tr '\n' ' ') $(el)"; pack
+  OUT=$L timeout 150 python3 dev/cache_prefill_probe.py >$L/cache-prefill.txt 2>&1
+  echo "cache prefill probe rc=$? $(el)"; grep -v Warn $L/cache-prefill.txt | cut -c1-300 | tail -12
+  pack; exit 0
+fi
+
 if [ "${PART:-tests}" = ab ]; then
   # d128 bf16 packages with the clamps (the default code) and without (to-do 22/23).
   for v in def noclamp; do
