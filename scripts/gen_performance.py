@@ -654,6 +654,152 @@ def spec_decode_section(files):
     return out
 
 
+CACHE_SETTINGS = ("sm80", "sm90", "sm80_one", "sm80_split", "sm90_one", "sm90_split")
+CACHE_SPEEDUPS = (("sm80_one", "sm80_split", "split speed-up (sm80 one / sm80 split)"),
+                  ("sm80_split", "sm90_split", "sm90 split speed-up (sm80 split / sm90 split)"),
+                  ("sm80", "sm90", "sm90 speed-up (sm80 / sm90)"))
+
+
+def fmt_ms(ms):
+    """A time in ms, or in µs below 1 ms."""
+    return "—" if ms is None else f"{fmt_sig(ms)} ms" if ms >= 1 else f"{fmt_sig(ms * 1e3)} µs"
+
+
+def kernel_label(name):
+    """A profiler kernel name (cut at 90 characters) shortened: "sm80 fwd_kernel", "sm90 cache", "tile list"."""
+    if "::" not in name:
+        return name  # e.g. "Memset (Device)"
+    bare = re.split(r"[<(]", re.sub(r"^void\s+", "", name).replace("(anonymous namespace)::", ""))[0]
+    parts = [x for x in bare.split("::") if x not in ("flashattn", "cuda", "")]
+    short = parts[-1] if parts else name
+    if short == "list_cache_tiles":
+        return "tile list"
+    if "sm90" in parts[:-1]:
+        return "sm90 cache" if short == "fwd_kernel" and "FwdCacheTraits" in name else f"sm90 {short}"
+    return f"sm80 {short}" if short in ("fwd_kernel", "fwd_combine_kernel") else short
+
+
+def kernel_summary(entries):
+    """[[us, launches, name]] of one call: µs per shortened kernel name, summed, longest first."""
+    sums = {}
+    for us, count, name in entries or []:
+        label = kernel_label(name)
+        sums.setdefault(label, [0.0, 0.0])
+        sums[label][0] += us
+        sums[label][1] += count
+    return ", ".join(f"{label} {fmt_sig(us)} µs" + (f" ({round(n, 2):g} launches)" if round(n, 2) != 1 else "")
+                     for label, (us, n) in sorted(sums.items(), key=lambda t: -t[1][0]))
+
+
+def cache_prefill_rows(rows):
+    """The prefill shapes of dev/cache_prefill_probe.py: TFLOP/s per page size, sm80 against sm90
+    cache kernels and the packed sm90 forward; then the probe's checks."""
+    pages = sorted({int(m.group(1)) for r in rows for k in r for m in [re.fullmatch(r"page(\d+)_sm(?:80|90)", k)] if m})
+    cudnn = any("sdpa_cudnn" in r for r in rows)
+    out = ["Prefill chunks through `flash_attn_with_kvcache` on a paged cache (pages shuffled): sm90 cache = the sm90 "
+           "cache kernel (`sm90_cache` switch on), sm80 cache = the sm80-class cache kernels (switch off); packed = the "
+           "same attention through `flash_attn_func` on dense K/V (the sm90 forward, what the cache kernel should "
+           "approach)" + ("; cuDNN = SDPA's cuDNN backend (K/V repeated to the query heads), only where the chunk is "
+                          "the whole sequence" if cudnn else "") +
+           ". TFLOP/s; ratios of two figures of the same row (> 1: the first is faster).", ""]
+    tf = lambda r, k: (r.get(k) or {}).get("tflops")  # noqa: E731
+    body = []
+    for r in rows:
+        packed = tf(r, "packed_sm90")
+        cells = [r.get("batch", "—"), r.get("seqlen_q", "—"), r.get("seqlen_k", "—"), fmt_tflops(packed)]
+        if cudnn:
+            cells.append(fmt_tflops(tf(r, "sdpa_cudnn")))
+        for p in pages:
+            s80, s90 = tf(r, f"page{p}_sm80"), tf(r, f"page{p}_sm90")
+            cells += [fmt_tflops(s80), fmt_tflops(s90), fmt_ratio(s90, s80), fmt_ratio(s90, packed)]
+        body.append(cells)
+    header = ["batch", "chunk", "KV length", "packed sm90"] + (["cuDNN"] if cudnn else [])
+    for p in pages:
+        header += [f"page {p} sm80 cache", f"page {p} sm90 cache", f"page {p} sm90 / sm80", f"page {p} sm90 / packed"]
+    out += [table(header, body), ""]
+    # The probe's checks: each cache call against the packed call's output, and which reached the sm90 cache kernel.
+    diffs, wrong = [], []
+    for p in pages:
+        for k in ("sm80", "sm90"):
+            name = f"page{p}_{k}"
+            d = [r[name + "_max_diff"] for r in rows if isinstance(r.get(name + "_max_diff"), (int, float))]
+            if d:
+                diffs.append(f"page {p} {k} cache {fmt_sig(max(d))}")
+            wrong += [f"page {p} {k} cache at batch {r.get('batch')}, chunk {r.get('seqlen_q')}, KV {r.get('seqlen_k')} "
+                      f"{'did not reach' if k == 'sm90' else 'reached'} the sm90 cache kernel"
+                      for r in rows if name + "_ran_sm90" in r and r[name + "_ran_sm90"] != (k == "sm90")]
+    checks = ["max |diff| against the packed call's output, over the rows: " + ", ".join(diffs)] if diffs else []
+    if any(k.endswith("_ran_sm90") for r in rows for k in r):
+        checks.append("; ".join(wrong) or "every sm90 cache call reached the sm90 cache kernel and no sm80 cache call did")
+    return out + (["Checks: " + "; ".join(checks) + ".", ""] if checks else [])
+
+
+def cache_mixed_rows(rows):
+    """The mixed varlen batches of dev/cache_prefill_probe.py: time per setting of the sm90_cache
+    (and, since s41, one_cache_launch) switches, speed-ups, and each setting's kernel times."""
+    settings = [s for s in CACHE_SETTINGS if any(isinstance(r.get(s), dict) for r in rows)]
+    new = any(s.endswith(("_one", "_split")) for s in settings)
+    if new:
+        what = ("sm80 / sm90 = the chunks on the sm80 cache kernels or, `sm90_cache` switch on, on the sm90 cache "
+                "kernel; one = the whole batch in one launch (`one_cache_launch` switch on); split = the default since "
+                "s41: the sequences of at most a few tokens (12 at 32/8 heads) in a launch of their own on the sm80 "
+                "decode tiles, GQA folded, the rest in a second")
+    else:
+        what = ("sm80 = the sm80 cache kernels, the whole batch in one launch; sm90 = `sm90_cache` switch on (s40: the "
+                "sequences of >= 128 rows on the sm90 cache kernel and the rest on the sm80 cache kernels when the "
+                "batch averages < 128 rows per sequence, else the whole batch on the sm90 cache kernel)")
+    out = [f"Mixed varlen batches through `flash_attn_varlen_func(block_table=...)` (chunked prefill: chunks among "
+           f"decoding sequences, KV length {rows[0].get('seqlen_k', '?')}, pages of 16): {what}. Time and TFLOP/s per "
+           "call; speed-ups are time over time of the same row.", ""]
+    ratios = [(n, d, label) for n, d, label in CACHE_SPEEDUPS if n in settings and d in settings]
+    ms = lambda r, s: (r.get(s) or {}).get("ms")  # noqa: E731
+    body, kernels = [], []
+    for r in rows:
+        cells = [r["varlen"]]
+        for s in settings:
+            e = r.get(s) or {}
+            missed = s.startswith("sm90") and r.get(f"{s}_ran_sm90") is False
+            cells.append("—" if e.get("ms") is None else f"{fmt_ms(e['ms'])}, {fmt_tflops(e.get('tflops'))} TFLOP/s" +
+                         (" (sm90 cache kernel not reached)" if missed else ""))
+        cells += [fmt_ratio(ms(r, n), ms(r, d)) for n, d, _ in ratios]
+        md = r.get("max_diff")
+        if isinstance(md, dict):
+            cells.append(", ".join(f"{k.replace('_', ' ')} {fmt_sig(v)}" for k, v in md.items()) or "—")
+        else:
+            cells.append(fmt_sig(md) if isinstance(md, (int, float)) else "—")
+        body.append(cells)
+        per = [f"{s.replace('_', ' ')}: {kernel_summary(r[s + '_kernels_us'])}" for s in settings
+               if r.get(s + "_kernels_us")]
+        if per:
+            kernels.append(f"- {r['varlen']} — " + "; ".join(per))
+    header = ["batch"] + [s.replace("_", " ") for s in settings] + [label for _, _, label in ratios] + \
+             ["max abs diff against sm80 one" if new else "max abs diff, sm90 against sm80"]
+    out += [table(header, body), ""]
+    if kernels:
+        out += ["Kernel time per call (torch.profiler, µs per kernel, launches of one name summed):", ""] + kernels + [""]
+    return out
+
+
+def cache_prefill_section(files):
+    """dev/cache_prefill_probe.py: prefill chunks through flash_attn_with_kvcache on a paged cache,
+    the sm90 cache kernel (sm90_cache switch) against the sm80 cache kernels and the packed sm90
+    forward; then mixed varlen batches (chunks among decoding sequences) under the sm90_cache and
+    one_cache_launch switches."""
+    out = ["## Prefill through the KV cache (the sm90 cache kernel)", ""]
+    if not files:
+        out.append("Not measured: no results. Run `OUT=<dir> python3 dev/cache_prefill_probe.py` (PYTHONPATH with the "
+                   "package) and copy <dir>/cache-prefill-probe.json to bench/results/<gpu>-<date>-cache-prefill.json.")
+        return out
+    for path, doc in files:
+        repeats = f"{doc['repeats']} repeats, " if doc.get("repeats") else ""
+        extra = (f"causal, bf16, d128, 32 query heads over 8 KV heads, {repeats}CUDA events, median (bench.py's "
+                 "device timing); TFLOP/s from the causal (query, key) pairs")
+        out += [run_heading(doc, path, extra), ""]
+        prefill = [r for r in doc["rows"] if "varlen" not in r]
+        mixed = [r for r in doc["rows"] if "varlen" in r]
+        out += (cache_prefill_rows(prefill) if prefill else []) + (cache_mixed_rows(mixed) if mixed else [])
+    return out
+
 def classify(results_dir):
     """{kind: [(path, doc)]} for every *.json in the folder, sorted by file name."""
     groups = {}
@@ -666,6 +812,8 @@ def classify(results_dir):
         k = plot.kind(doc)
         if k is None and is_flashattn_bench(doc):
             k = "flashattn_bench"
+        if k is None and is_cache_prefill(doc):
+            k = "cache_prefill"
         groups.setdefault(k, []).append((path, doc))
     return groups
 
@@ -674,6 +822,15 @@ def is_flashattn_bench(doc):
     items = doc if isinstance(doc, list) else [doc]
     return bool(items) and all(isinstance(d, dict) and {"device", "seqlen_q", "head_dim", "fwd_ms"} <= d.keys()
                                for d in items)
+
+
+def is_cache_prefill(doc):
+    """dev/cache_prefill_probe.py: {"environment", "rows"}, each row a prefill shape (page<P>_sm80 /
+    page<P>_sm90 entries) or a mixed varlen batch ("varlen" label)."""
+    rows = doc.get("rows") if isinstance(doc, dict) else None
+    return isinstance(rows, list) and bool(rows) and "suite" not in doc and all(
+        isinstance(r, dict) and ("varlen" in r or ("seqlen_q" in r and any(re.fullmatch(r"page\d+_sm(80|90)", k)
+                                                                             for k in r))) for r in rows)
 
 
 def existing_notes(out_path):
@@ -689,7 +846,8 @@ def existing_notes(out_path):
 def runs_index(groups):
     body = []
     labels = {"attention": "bench.py attention", "decode": "bench.py decode", "mla": "bench.py mla",
-              "spec_decode": "dev/spec_decode_probe.py", "io": "io_repro.py",
+              "spec_decode": "dev/spec_decode_probe.py", "cache_prefill": "dev/cache_prefill_probe.py",
+              "io": "io_repro.py",
               "memory": "memory.py", "cpu_vs_torch": "cpu_vs_torch.py", "flashattn_bench": "flashattn-bench"}
     items = [(path, k, doc) for k, files in groups.items() if k is not None for path, doc in files]
     for path, k, doc in sorted(items, key=lambda t: os.path.basename(t[0])):
@@ -736,6 +894,7 @@ def generate(results_dir, out_path, plot_dir):
     lines += decode_section(groups.get("decode", [])) + [""]
     lines += mla_section(groups.get("mla", [])) + [""]
     lines += spec_decode_section(groups.get("spec_decode", [])) + [""]
+    lines += cache_prefill_section(groups.get("cache_prefill", [])) + [""]
     lines += io_section(groups.get("io", [])) + [""]
     lines += block_size_section(groups.get("io", []))
     lines += memory_section(groups.get("memory", [])) + [""]
