@@ -36,10 +36,11 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--pages", default="16,64")
     ap.add_argument("--repeats", type=int, default=20)
+    ap.add_argument("--mixed-only", action="store_true", help="only the mixed varlen batches")
     args = ap.parse_args()
     pages = [int(p) for p in args.pages.split(",")]
     # (batch, chunk = seqlen_q, keys before the chunk): a fresh prompt and chunks on a long context.
-    shapes = [(8, 1024, 0), (2, 4096, 0), (4, 2048, 6144), (1, 4096, 28672)]
+    shapes = [] if args.mixed_only else [(8, 1024, 0), (2, 4096, 0), (4, 2048, 6144), (1, 4096, 28672)]
     rows = []
     for b, sq, prefix in shapes:
         sk = prefix + sq

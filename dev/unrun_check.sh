@@ -56,6 +56,21 @@ if [ "${PART:-tests}" = probes ]; then
   pack; exit 0
 fi
 
+if [ "${PART:-tests}" = carried ]; then
+  # The leanest: a package built on the dev machine for Python 3.12 (d128 bf16, sm_90a), carried
+  # as .carry/fa-s41: pytest test_paged_varlen's CUDA cases, memcheck of the two split cases,
+  # the probe's mixed batches (~2 min).
+  export PYTHONPATH=$PWD/.carry/fa-s41
+  timeout 60 python3 -m pytest tests/python/test_paged_varlen.py -q -p no:cacheprovider -k cuda >$L/pytest-paged.log 2>&1
+  echo "pytest paged varlen rc=$? $(tail -1 $L/pytest-paged.log) $(el)"; pack
+  timeout 40 compute-sanitizer --tool memcheck python3 dev/san_cases.py \
+    --only paged_varlen_prefill,paged_varlen_mixed_sm90 >$L/san-cache-memcheck.log 2>&1
+  echo "memcheck rc=$? $(grep -E 'SUMMARY|FAIL|did not run' $L/san-cache-memcheck.log | tr '\n' ' ') $(el)"; pack
+  OUT=$L timeout 80 python3 dev/cache_prefill_probe.py --mixed-only >$L/cache-prefill.txt 2>&1
+  echo "cache prefill probe rc=$? $(el)"; grep -v Warn $L/cache-prefill.txt | cut -c1-600 | tail -8
+  pack; exit 0
+fi
+
 if [ "${PART:-tests}" = lean ]; then
   # The default part cut to fit ~5 min of device time: a bf16 d128 package, pytest
   # test_paged_varlen (its d128 cases; the others skip as not built), memcheck of the two split
