@@ -5,7 +5,7 @@ on in one process, and the same attention on dense keys through flash_attn_func 
 on packed K/V: what the cache kernel should approach) and, where the chunk is the whole sequence,
 SDPA's cuDNN backend. Each cache run is first checked against the dense one (max |diff|). Then
 four mixed varlen batches (prefill chunks among decoding sequences) under the sm90_cache and
-one_cache_launch switches.
+decode_share switches.
 Timed like bench.py's device mode (CUDA events, median). Prints one JSON row per shape and writes
 $OUT/cache-prefill-probe.json when OUT is set.
 
@@ -90,10 +90,10 @@ def main():
     # four 1k chunks among 16 decoding sequences, one 2k chunk among 64 and among 200, a 100-row
     # chunk among 32 decodes and 32 speculative steps of 4 tokens. Each under the four settings
     # of two switches: sm90_cache (the chunks on the sm90 cache kernel or the sm80 cache
-    # kernels) and one_cache_launch (the decodes in the chunks' launch, or, the default since
-    # s41, in a launch of their own on the decode tiles, GQA folded: cuda_backend.cu
-    # run_kvcache decode_share); s41's first run (H100) had 64 decodes cost 1.55 ms on 128-row
-    # tiles beside the 2k chunk's 0.2 ms.
+    # kernels) and decode_share (the decodes in the chunks' launch, the default, or in a launch
+    # of their own on the decode tiles, GQA folded: cuda_backend.cu run_kvcache decode_share,
+    # s41, not yet run); s41's first run (H100) had 64 decodes cost 1.55 ms on 128-row tiles
+    # beside the 2k chunk's 0.2 ms.
     for chunks, decodes in ((4, 16), (1, 64), (1, 200), (100, 64)):
         if chunks == 100:  # one 100-row chunk, 32 one-token decodes, 32 four-token steps
             sq = [100] + [1] * (decodes // 2) + [4] * (decodes // 2)
@@ -122,7 +122,7 @@ def main():
         for sm90 in (False, True):
             for one in (True, False):
                 was = flashattn._C._set_switch("sm90_cache", sm90)
-                was_one = flashattn._C._set_switch("one_cache_launch", one)
+                was_share = flashattn._C._set_switch("decode_share", not one)
                 try:
                     calls = flashattn._C._sm90_forward_calls()
 
@@ -140,7 +140,7 @@ def main():
                                                  for us, cnt, nm in kernel_times(fn, 5)]
                 finally:
                     flashattn._C._set_switch("sm90_cache", was)
-                    flashattn._C._set_switch("one_cache_launch", was_one)
+                    flashattn._C._set_switch("decode_share", was_share)
         base = outs["sm80_one"].float()
         row["max_diff"] = {k: float((v.float() - base).abs().max()) for k, v in outs.items() if k != "sm80_one"}
         print(json.dumps(row), flush=True)

@@ -144,10 +144,11 @@ def sparse_case(name, n, h, d, bs=64, density=0.4):
     return ok
 
 
-def paged_varlen_case(name, seqlens_q, seqlens_k, h=8, hk=2, d=128, page=16, sm90=False):
+def paged_varlen_case(name, seqlens_q, seqlens_k, h=8, hk=2, d=128, page=16, sm90=False, share=False):
     """flash_attn_varlen_func with block_table (the KV-cache kernels, sm80-class; sm90: the sm90
     cache kernel under its switch; its grids need enough query tiles that the split heuristic
-    does not leave them to sm80): shuffled 16-row pages, GQA, causal, NaN in every
+    does not leave them to sm80; share: the decode_share switch on, the sequences of a few tokens
+    in a launch of their own on the decode tiles): shuffled 16-row pages, GQA, causal, NaN in every
     page row past a sequence's keys (no kernel may read them), against float32 attention on the
     gathered keys, sequence by sequence."""
     b = len(seqlens_q)
@@ -168,6 +169,7 @@ def paged_varlen_case(name, seqlens_q, seqlens_k, h=8, hk=2, d=128, page=16, sm9
     cu_k = torch.tensor([0] + seqlens_k, device="cuda").cumsum(0).to(torch.int32)
     q = rnd(int(cu_q[-1]), h, d)
     was = flashattn._C._set_switch("sm90_cache", sm90)
+    was_share = flashattn._C._set_switch("decode_share", share)
     try:
         calls = flashattn._C._sm90_forward_calls()
         out = flashattn.flash_attn_varlen_func(q, kp, vp, cu_q, cu_k, max(seqlens_q), max(seqlens_k), causal=True,
@@ -178,6 +180,7 @@ def paged_varlen_case(name, seqlens_q, seqlens_k, h=8, hk=2, d=128, page=16, sm9
             return False
     finally:
         flashattn._C._set_switch("sm90_cache", was)
+        flashattn._C._set_switch("decode_share", was_share)
     ok = True
     for i in range(b):
         rows = table[i, :blocks[i]].long()
@@ -343,19 +346,23 @@ CASES = {
     # and a chunked prefill among decode rows (the 128-row tile).
     "paged_varlen_decode": lambda: paged_varlen_case("paged_varlen_decode", [1] * 6, [4000, 1, 17, 900, 2048, 33]),
     "paged_varlen_prefill": lambda: paged_varlen_case("paged_varlen_prefill", [1, 300, 1], [517, 800, 33]),
+    # The same with the decodes in a launch of their own (decode_share), at 32/8 heads with
+    # sequences at the decode tiles' bound (12) and past it (13).
+    "paged_varlen_prefill_share": lambda: paged_varlen_case("paged_varlen_prefill_share", [1, 300, 12, 13, 0, 1],
+                                                            [517, 800, 33, 40, 3, 1], h=32, hk=8, share=True),
     # The sm90 cache kernel (switch sm90_cache): a chunked prefill among decode rows, and one at
     # 64-row pages with more key blocks (> 8) than the ring has stages.
     "paged_varlen_prefill_sm90": lambda: paged_varlen_case("paged_varlen_prefill_sm90", [1, 700, 1], [517, 900, 33],
-                                                           h=32, hk=8, sm90=True),
+                                                           h=32, hk=8, sm90=True, share=True),
     "paged_varlen_prefill_sm90_p64": lambda: paged_varlen_case("paged_varlen_prefill_sm90_p64", [600, 129, 2],
                                                                [1500, 129, 70], h=32, hk=8, page=64, sm90=True),
-    # A chunked prefill among decode rows: split by query rows between the sm80 decode tiles
-    # (sequences of at most 12 rows at 32/8 heads, GQA folded) and the sm90 cache kernel (13,
-    # 127, 128 and 300 rows), both writing out of one packed batch. (paged_varlen_prefill above
-    # splits the same way with the sm80 cache kernels for the rest.)
+    # A chunked prefill among decode rows (decode_share): split by query rows between the sm80
+    # decode tiles (sequences of at most 12 rows at 32/8 heads, GQA folded) and the sm90 cache
+    # kernel (13, 127, 128 and 300 rows), both writing out of one packed batch.
+    # (paged_varlen_prefill_share above splits the same way with the sm80 cache kernels.)
     "paged_varlen_mixed_sm90": lambda: paged_varlen_case("paged_varlen_mixed_sm90", [1, 300, 12, 0, 127, 128, 13, 1, 3, 1],
                                                          [517, 400, 33, 5, 127, 300, 90, 1, 700, 17],
-                                                         h=32, hk=8, sm90=True),
+                                                         h=32, hk=8, sm90=True, share=True),
     "decode_tokens_fold": lambda: token_fold_case("decode_tokens_fold"),
     "decode_tokens_fold_g7": lambda: token_fold_case("decode_tokens_fold_g7", h=28, hk=4, sq=2),
     "decode_tokens_fold_2tiles": lambda: token_fold_case("decode_tokens_fold_2tiles", h=64, hk=8, sq=5),

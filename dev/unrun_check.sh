@@ -4,14 +4,14 @@
 # (not timed; every step packs its logs, so a call cut at the device's 600 s keeps what ran), a
 # C++ build (64;128;256, tests) and a package (64;128;256, fp16 and bf16) concurrently; then
 #   - ctest PagedVarlen.*, KVCache*.*, GqaTokensFolded, Sm90FwdTile under sm90 and auto (the
-#     decodes' own launch of a varlen cache call: cuda_backend.cu run_kvcache decode_share, and
-#     its test DecodesOnTheirOwnBesideChunks);
+#     decodes' own launch of a varlen cache call under Switch::kDecodeShare: cuda_backend.cu
+#     run_kvcache decode_share, and its test DecodesOnTheirOwnBesideChunks);
 #   - pytest test_paged_varlen (all; the four switch settings of the mixed batch) and
 #     test_kvcache -k "fold or sm90_cache or paged or graph";
-#   - compute-sanitizer memcheck / racecheck / synccheck of paged_varlen_prefill (the split on
-#     the sm80 kernels), paged_varlen_decode and paged_varlen_mixed_sm90;
+#   - compute-sanitizer memcheck / racecheck / synccheck of paged_varlen_prefill{,_share} (the
+#     split on the sm80 kernels), paged_varlen_decode and paged_varlen_mixed_sm90;
 #   - last, on an idle GPU: dev/cache_prefill_probe.py (the cache kernel against the sm80 cache
-#     kernels and the packed forward; the mixed batches under sm90_cache x one_cache_launch).
+#     kernels and the packed forward; the mixed batches under sm90_cache x decode_share).
 # The earlier probes (sink cost, spec_decode_probe) stay as PART=probes in a second call on the
 # same warm machine (~2 min):
 #   OUT=$OUT PART=probes bash dev/unrun_check.sh
@@ -64,7 +64,7 @@ if [ "${PART:-tests}" = carried ]; then
   timeout 60 python3 -m pytest tests/python/test_paged_varlen.py -q -p no:cacheprovider -k cuda >$L/pytest-paged.log 2>&1
   echo "pytest paged varlen rc=$? $(tail -1 $L/pytest-paged.log) $(el)"; pack
   timeout 40 compute-sanitizer --tool memcheck python3 dev/san_cases.py \
-    --only paged_varlen_prefill,paged_varlen_mixed_sm90 >$L/san-cache-memcheck.log 2>&1
+    --only paged_varlen_prefill_share,paged_varlen_mixed_sm90 >$L/san-cache-memcheck.log 2>&1
   echo "memcheck rc=$? $(grep -E 'SUMMARY|FAIL|did not run' $L/san-cache-memcheck.log | tr '\n' ' ') $(el)"; pack
   OUT=$L timeout 80 python3 dev/cache_prefill_probe.py --mixed-only >$L/cache-prefill.txt 2>&1
   echo "cache prefill probe rc=$? $(el)"; grep -v Warn $L/cache-prefill.txt | cut -c1-600 | tail -8
@@ -83,7 +83,7 @@ if [ "${PART:-tests}" = lean ]; then
   timeout 90 python3 -m pytest tests/python/test_paged_varlen.py -q -p no:cacheprovider -k cuda >$L/pytest-paged.log 2>&1
   echo "pytest paged varlen rc=$? $(tail -1 $L/pytest-paged.log) $(el)"; pack
   timeout 60 compute-sanitizer --tool memcheck python3 dev/san_cases.py \
-    --only paged_varlen_prefill,paged_varlen_mixed_sm90 >$L/san-cache-memcheck.log 2>&1
+    --only paged_varlen_prefill_share,paged_varlen_mixed_sm90 >$L/san-cache-memcheck.log 2>&1
   echo "memcheck rc=$? $(grep -E 'SUMMARY|FAIL|did not run' $L/san-cache-memcheck.log | tr '\n' ' ') $(el)"; pack
   OUT=$L timeout 150 python3 dev/cache_prefill_probe.py >$L/cache-prefill.txt 2>&1
   echo "cache prefill probe rc=$? $(el)"; grep -v Warn $L/cache-prefill.txt | cut -c1-300 | tail -12
@@ -161,7 +161,7 @@ done
 ( export PYTHONPATH=/tmp/fa-def
   for tool in memcheck racecheck synccheck; do
     timeout 200 compute-sanitizer --tool $tool python3 dev/san_cases.py \
-      --only paged_varlen_prefill,paged_varlen_decode,paged_varlen_mixed_sm90 >$L/san-cache-$tool.log 2>&1
+      --only paged_varlen_prefill,paged_varlen_prefill_share,paged_varlen_decode,paged_varlen_mixed_sm90 >$L/san-cache-$tool.log 2>&1
     echo "cache kernels $tool rc=$? $(grep -E 'SUMMARY|FAIL|did not run' $L/san-cache-$tool.log | tr '\n' ' ') $(el)"; pack
   done ) &
 wait

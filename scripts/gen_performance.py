@@ -736,14 +736,14 @@ def cache_prefill_rows(rows):
 
 def cache_mixed_rows(rows):
     """The mixed varlen batches of dev/cache_prefill_probe.py: time per setting of the sm90_cache
-    (and, since s41, one_cache_launch) switches, speed-ups, and each setting's kernel times."""
+    (and, since s41, decode_share) switches, speed-ups, and each setting's kernel times."""
     settings = [s for s in CACHE_SETTINGS if any(isinstance(r.get(s), dict) for r in rows)]
     new = any(s.endswith(("_one", "_split")) for s in settings)
     if new:
         what = ("sm80 / sm90 = the chunks on the sm80 cache kernels or, `sm90_cache` switch on, on the sm90 cache "
-                "kernel; one = the whole batch in one launch (`one_cache_launch` switch on); split = the default since "
-                "s41: the sequences of at most a few tokens (12 at 32/8 heads) in a launch of their own on the sm80 "
-                "decode tiles, GQA folded, the rest in a second")
+                "kernel; one = the whole batch in one launch (the default); split = `decode_share` switch on (s41): the "
+                "sequences of at most a few tokens (12 at 32/8 heads) in a launch of their own on the sm80 decode "
+                "tiles, GQA folded, the rest in a second")
     else:
         what = ("sm80 = the sm80 cache kernels, the whole batch in one launch; sm90 = `sm90_cache` switch on (s40: the "
                 "sequences of >= 128 rows on the sm90 cache kernel and the rest on the sm80 cache kernels when the "
@@ -784,7 +784,7 @@ def cache_prefill_section(files):
     """dev/cache_prefill_probe.py: prefill chunks through flash_attn_with_kvcache on a paged cache,
     the sm90 cache kernel (sm90_cache switch) against the sm80 cache kernels and the packed sm90
     forward; then mixed varlen batches (chunks among decoding sequences) under the sm90_cache and
-    one_cache_launch switches."""
+    decode_share switches."""
     out = ["## Prefill through the KV cache (the sm90 cache kernel)", ""]
     if not files:
         out.append("Not measured: no results. Run `OUT=<dir> python3 dev/cache_prefill_probe.py` (PYTHONPATH with the "

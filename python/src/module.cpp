@@ -518,12 +518,12 @@ NB_MODULE(_C, m) {
           s = d::Switch::kNoDecodeFold;
         } else if (n == "sm90_cache") {
           s = d::Switch::kSm90Cache;
-        } else if (n == "one_cache_launch") {
-          s = d::Switch::kOneCacheLaunch;
+        } else if (n == "decode_share") {
+          s = d::Switch::kDecodeShare;
         } else {
           throw nb::value_error(("_set_switch: unknown switch '" + std::string(n) +
                                  "' (split_combine_kernel, split_combine_counter, bwd_single_buffer, fwd_sm80, bwd_sm80, "
-                                 "no_token_fold, no_decode_fold, sm90_cache, one_cache_launch)")
+                                 "no_token_fold, no_decode_fold, sm90_cache, decode_share)")
                                     .c_str());
         }
         const bool was = d::switch_on(s);

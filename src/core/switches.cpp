@@ -24,7 +24,7 @@ constexpr EnvRule kEnvRules[] = {
     {"FLASHATTN_DEV_NO_TOKEN_FOLD", nullptr},       // kNoTokenFold
     {"FLASHATTN_DEV_NO_DECODE_FOLD", nullptr},      // kNoDecodeFold
     {"FLASHATTN_DEV_SM90_CACHE", nullptr},          // kSm90Cache
-    {"FLASHATTN_DEV_ONE_CACHE_LAUNCH", nullptr},    // kOneCacheLaunch
+    {"FLASHATTN_DEV_DECODE_SHARE", nullptr},        // kDecodeShare
 };
 static_assert(sizeof(kEnvRules) / sizeof(kEnvRules[0]) == kCount, "one environment rule per switch");
 

@@ -40,10 +40,13 @@ enum class Switch {
   // the sm80 cache kernels on a Hopper GPU. Off by default until the kernel has run on a GPU
   // (written in s39 without one; dev/NOTES.md "The sm90 cache kernel").
   kSm90Cache,
-  // FLASHATTN_DEV_ONE_CACHE_LAUNCH=1: a varlen cache call runs in one launch even where its
-  // sequences of a few tokens would have one of their own on the decode tiles (cuda_backend.cu
-  // run_kvcache decode_share), for the A/B of that split (dev/cache_prefill_probe.py).
-  kOneCacheLaunch,
+  // FLASHATTN_DEV_DECODE_SHARE=1: a varlen cache call's sequences of a few tokens (decoding
+  // among a chunked prefill's chunks) run in a launch of their own on the sm80 decode tiles, GQA
+  // folded, and the rest in a second (cuda_backend.cu run_kvcache decode_share), instead of all
+  // in one launch of 128-row tiles. Off by default until it has run on a GPU (written in s41
+  // after that session's device time was spent; dev/NOTES.md "Chunked prefill: decodes on
+  // their own").
+  kDecodeShare,
   kCount,
 };
 

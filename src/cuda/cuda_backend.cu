@@ -613,9 +613,10 @@ namespace {
 // The most query tokens of the sequences that run_kvcache gives a launch of their own on the
 // decode tiles (sm80 decode_tokens_max), or 0 for one launch: a varlen call (paged) of two or
 // more sequences whose longest is longer than that, where one might be that short (q's rows
-// leave room for it: total_q <= (batch - 1) x max_seqlen_q + tokens), and no forced splits.
+// leave room for it: total_q <= (batch - 1) x max_seqlen_q + tokens), and no forced splits;
+// under detail::Switch::kDecodeShare until it has run on a GPU.
 int decode_share(const ForwardParams& p) {
-  if (!p.is_varlen() || p.batch < 2 || p.num_splits > 1 || detail::switch_on(detail::Switch::kOneCacheLaunch)) {
+  if (!detail::switch_on(detail::Switch::kDecodeShare) || !p.is_varlen() || p.batch < 2 || p.num_splits > 1) {
     return 0;
   }
   const int tokens = cuda::decode_tokens_max(p);
@@ -654,7 +655,8 @@ Status run_kvcache(const ForwardParams& p, cudaStream_t stream) {
   // sequences of at most decode_tokens_max tokens run in a launch of their own on the decode
   // tiles, GQA folded, and the rest in a second; each sequence is in exactly one
   // (ForwardParams::cache_rows_min / _max, read by cache_seq_extent). Neither splits keys: the
-  // split combine walks every row of the packed batch, the other launch's too.
+  // split combine walks every row of the packed batch, the other launch's too. (Under
+  // Switch::kDecodeShare, off by default, until it has run on a GPU.)
   ForwardParams rest = attend;
   if (const int tokens = decode_share(attend); tokens > 0) {
     ForwardParams decodes = attend;

@@ -372,7 +372,8 @@ TEST_P(PagedVarlen, DecodeAndChunkedPrefill) {
 }
 
 // A chunked-prefill step whose sequences of a few tokens run in a launch of their own on the
-// decode tiles (cuda_backend.cu run_kvcache decode_share): as many tokens as the GQA token fold
+// decode tiles (cuda_backend.cu run_kvcache decode_share, under detail::Switch::kDecodeShare;
+// here with it on and off): as many tokens as the GQA token fold
 // takes (12 at 32/8 heads, 13 at 6/1) or, unfolded, 16 (4/4 heads, ALiBi). Sequences at that
 // bound and one past it, of 16 and 17 tokens, one empty and one without keys, beside a long
 // chunk (max_seqlen_q 150 or 300), under each option; on CUDA the decode launch folds once
@@ -414,15 +415,18 @@ TEST_P(PagedVarlen, DecodesOnTheirOwnBesideChunks) {
     o.pc.seqlens_q = {1, 150, t, t + 1, 0, 16, 17, 3, 1, 2};
     o.pc.seqlens_k = {517, 400, 60, 33, 9, 16, 300, 0, 1, 129};
     o.pc.seed = 5;
-    SCOPED_TRACE(o.name);
-    const unsigned long long folds = detail::token_fold_calls();
-    std::string skip;
-    if (!run_checked(o.pc, nullptr, &skip)) {
-      if (!skip.empty()) GTEST_SKIP() << skip;
-      continue;
+    for (bool share : {true, false}) {
+      SCOPED_TRACE(std::string(o.name) + (share ? ", decodes on their own" : ", one launch"));
+      ScopedSwitch on(detail::Switch::kDecodeShare, share);
+      const unsigned long long folds = detail::token_fold_calls();
+      std::string skip;
+      if (!run_checked(o.pc, nullptr, &skip)) {
+        if (!skip.empty()) GTEST_SKIP() << skip;
+        continue;
+      }
+      const bool cuda = GetParam() == Backend::kCuda;
+      EXPECT_EQ(detail::token_fold_calls() - folds, cuda && share && o.folds ? 1u : 0u);
     }
-    const bool cuda = GetParam() == Backend::kCuda;
-    EXPECT_EQ(detail::token_fold_calls() - folds, cuda && o.folds ? 1u : 0u);
   }
 }
 
@@ -443,21 +447,26 @@ std::string PagedVarlen::run_on_sm90_cache_kernel(const std::vector<int>& seqlen
       pc.causal = causal;
       pc.softcap = causal ? 0.0f : 20.0f;
       pc.num_splits = 1;  // small grids: the split heuristic would leave them to sm80
-      SCOPED_TRACE("page size " + std::to_string(page) + (causal ? " causal" : " softcap"));
-      ScopedSwitch on(detail::Switch::kSm90Cache, true);
-      const unsigned long long before = detail::sm90_forward_calls();
-      std::string skip;
-      if (!run_checked(pc, nullptr, &skip) && !skip.empty()) return skip;
-      const unsigned long long expected = GetParam() == Backend::kCuda && sm90_cache_expected(pc.head_dim) ? 1u : 0u;
-      EXPECT_EQ(detail::sm90_forward_calls() - before, expected);
+      for (bool share : {true, false}) {
+        SCOPED_TRACE("page size " + std::to_string(page) + (causal ? " causal" : " softcap") +
+                     (share ? ", decodes on their own" : ", one launch"));
+        ScopedSwitch on(detail::Switch::kSm90Cache, true);
+        ScopedSwitch decodes(detail::Switch::kDecodeShare, share);
+        const unsigned long long before = detail::sm90_forward_calls();
+        std::string skip;
+        if (!run_checked(pc, nullptr, &skip) && !skip.empty()) return skip;
+        const unsigned long long expected = GetParam() == Backend::kCuda && sm90_cache_expected(pc.head_dim) ? 1u : 0u;
+        EXPECT_EQ(detail::sm90_forward_calls() - before, expected);
+      }
     }
   }
   return {};
 }
 
-// A batch whose longest query run fills a tile (max_seqlen_q >= 128): the cache kernel takes its
-// sequences of more than 12 rows (600 and 129), the sm80 decode tiles the one-row ones in a
-// launch of their own, and the empty one is in neither.
+// A batch whose longest query run fills a tile (max_seqlen_q >= 128): the cache kernel takes the
+// whole call, or (decodes on their own) its sequences of more than 12 rows (600 and 129) while
+// the sm80 decode tiles take the one-row ones in a launch of their own; the empty one is in
+// neither.
 TEST_P(PagedVarlen, ChunkedPrefillOnTheSm90CacheKernel) {
   if (const std::string skip = run_on_sm90_cache_kernel({1, 600, 0, 129, 1}, {517, 700, 5, 129, 1}); !skip.empty()) {
     GTEST_SKIP() << skip;
@@ -465,10 +474,10 @@ TEST_P(PagedVarlen, ChunkedPrefillOnTheSm90CacheKernel) {
 }
 
 // A chunked-prefill step among decoding sequences (56 query rows per sequence on average): on a
-// Hopper GPU the sequences of more than 12 rows (127, 128 and 300) run on the cache kernel and
-// the rest on the sm80 decode tiles in a launch of their own (cuda_backend.cu run_kvcache,
-// ForwardParams::cache_rows_min / _max), each sequence in exactly one of them; one without keys
-// and one empty among them.
+// Hopper GPU the whole call runs on the cache kernel, or (decodes on their own) the sequences of
+// more than 12 rows (127, 128 and 300) there and the rest on the sm80 decode tiles in a launch
+// of their own (cuda_backend.cu run_kvcache, ForwardParams::cache_rows_min / _max), each
+// sequence in exactly one of them; one without keys and one empty among them.
 TEST_P(PagedVarlen, ChunkedPrefillAmongDecodesSplitBetweenKernels) {
   if (const std::string skip = run_on_sm90_cache_kernel({1, 300, 1, 0, 127, 128, 2, 1, 3, 1},
                                                         {517, 400, 33, 5, 127, 300, 90, 0, 700, 17});

@@ -329,10 +329,10 @@ def test_cuda_bf16_matches_reference(spec):
 def test_cuda_sm90_cache_kernel_mixed_batch(page_size):
     """A chunked-prefill step among decoding sequences (sequences of 0-300 query rows, 12 and 13
     at the decode launch's bound for 8 query heads over 2) under the four settings of two
-    switches: sm90_cache (on a Hopper GPU the sequences of more than 12 rows run on the sm90
-    cache kernel) and one_cache_launch (off, the default: the sequences of at most 12 rows run in
-    a launch of their own on the sm80 decode tiles, GQA folded; on: in the same launch as the
-    rest). Each run meets the reference and all agree. 240 query tiles of 128 rows: more than the
+    switches: sm90_cache (on a Hopper GPU the sequences of more than 12 rows, or all, run on the
+    sm90 cache kernel) and decode_share (on: the sequences of at most 12 rows run in a launch of
+    their own on the sm80 decode tiles, GQA folded; off, the default until it has run on a GPU:
+    in the same launch as the rest). Each run meets the reference and all agree. 240 query tiles of 128 rows: more than the
     SMs, so the split heuristic leaves the one-launch call unsplit (split calls stay on sm80)."""
     torch = cuda_torch()
     hopper = (torch.cuda.get_device_capability()[0] == 9 and flashattn._C._cuda_sm90_built()
@@ -342,20 +342,20 @@ def test_cuda_sm90_cache_kernel_mixed_batch(page_size):
     case = Case(**spec)  # one set of inputs for every run (Case draws from the module's RNG)
     outs = {}
     for on in (False, True):
-        for one in (False, True):
+        for share in (True, False):
             was = flashattn._C._set_switch("sm90_cache", on)
-            was_one = flashattn._C._set_switch("one_cache_launch", one)
+            was_share = flashattn._C._set_switch("decode_share", share)
             try:
                 calls = flashattn._C._sm90_forward_calls()
                 folds = flashattn._C._token_fold_calls()
-                outs[on, one] = _cuda_bf16_vs_reference(torch, copy.deepcopy(case))
+                outs[on, share] = _cuda_bf16_vs_reference(torch, copy.deepcopy(case))
                 ran = flashattn._C._sm90_forward_calls() - calls
                 folded = flashattn._C._token_fold_calls() - folds
             finally:
                 flashattn._C._set_switch("sm90_cache", was)
-                flashattn._C._set_switch("one_cache_launch", was_one)
-            assert ran == (1 if on and hopper else 0), f"sm90_cache {on}, one launch {one}: {ran} sm90 forwards"
-            assert folded == (0 if one else 1), f"sm90_cache {on}, one launch {one}: {folded} token folds"
+                flashattn._C._set_switch("decode_share", was_share)
+            assert ran == (1 if on and hopper else 0), f"sm90_cache {on}, decode_share {share}: {ran} sm90 forwards"
+            assert folded == int(share), f"sm90_cache {on}, decode_share {share}: {folded} token folds"
     for key, out in outs.items():
         assert (out.float() - outs[False, False].float()).abs().max().item() < 2e-2, key
 

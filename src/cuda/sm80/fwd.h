@@ -65,8 +65,8 @@ Status dispatch_fwd(const ForwardParams& params, cudaStream_t stream);
 Status dispatch_fwd_kvcache(const ForwardParams& params, cudaStream_t stream);
 // The most query tokens per sequence that the decode tiles take well for params' options: as
 // many as fold_gqa_tokens folds (GQA, 8-15 tokens), else one decode tile's 16 rows. A varlen
-// cache call's sequences of at most this many tokens run in a launch of their own
-// (cuda_backend.cu run_kvcache).
+// cache call's sequences of at most this many tokens run in a launch of their own under
+// detail::Switch::kDecodeShare (cuda_backend.cu run_kvcache).
 int decode_tokens_max(const ForwardParams& params);
 
 }  // namespace flashattn::cuda

@@ -1,6 +1,6 @@
 // The tiles of the sm90 cache kernel's share of a split call (ForwardParams::cache_rows_min > 0:
-// a varlen batch whose sequences of a few tokens run on the sm80 decode tiles and the rest here;
-// cuda_backend.cu run_kvcache). The persistent
+// a varlen batch whose sequences of a few tokens run on the sm80 decode tiles, under
+// Switch::kDecodeShare, and the rest here; cuda_backend.cu run_kvcache). The persistent
 // grid would otherwise walk every (query block, head, sequence) of the batch and find nearly all
 // of them empty, each after an L2 round trip for its sequence's extent: with a 2k chunk among
 // 200 one-row sequences at 32 heads, ~103k tiles, ~780 per CTA, for ~4 real ones each (review,

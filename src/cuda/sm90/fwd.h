@@ -50,9 +50,9 @@ Status build_mask_bits(const QKVParams& p, void* workspace, cudaStream_t stream,
 // float8_e4m3 cache, dropout, bias / masks, requested splits, folded rows, fewer than
 // kFwdCacheMinQueries query rows in every sequence (decode shapes stay on the sm80 cache
 // kernels), a broadcast q, a grid the split heuristic would split. A varlen call's sequences of
-// a few tokens (decoding among a chunked-prefill step's chunks) are not its: cuda_backend.cu
-// run_kvcache gives them to the sm80 decode tiles in a launch of their own and this kernel the
-// rest (ForwardParams::cache_rows_min / _max).
+// a few tokens (decoding among a chunked-prefill step's chunks) are not its under
+// Switch::kDecodeShare: cuda_backend.cu run_kvcache gives them to the sm80 decode tiles in a
+// launch of their own and this kernel the rest (ForwardParams::cache_rows_min / _max).
 // Not yet the default: cuda_backend.cu takes it only under Switch::kSm90Cache.
 std::string fwd_cache_declines(const ForwardParams& p);
 Status dispatch_fwd_cache(const ForwardParams& p, cudaStream_t stream);

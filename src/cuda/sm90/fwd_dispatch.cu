@@ -184,8 +184,8 @@ std::string fwd_cache_declines(const ForwardParams& p) {
   if (p.num_splits > 1) return "split-KV runs on sm80";
   if (p.q_fold != 1) return "folded query rows run on sm80";
   // A dense call's sequences all have seqlen_q rows; a varlen call's longest has max_seqlen_q
-  // (its decoding sequences, a chunked-prefill step's, run in a launch of their own on the sm80
-  // decode tiles: cuda_backend.cu run_kvcache).
+  // (under Switch::kDecodeShare its decoding sequences, a chunked-prefill step's, run in a
+  // launch of their own on the sm80 decode tiles: cuda_backend.cu run_kvcache).
   if (p.seqlen_q < kFwdCacheMinQueries) {
     return "a decode shape (fewer than 128 query rows in every sequence): the sm80 cache kernels";
   }
