@@ -172,9 +172,13 @@ def paged_varlen_case(name, seqlens_q, seqlens_k, h=8, hk=2, d=128, page=16, sm9
     was_share = flashattn._C._set_switch("decode_share", share)
     try:
         calls = flashattn._C._sm90_forward_calls()
+        shares = flashattn._C._decode_share_calls()
         out = flashattn.flash_attn_varlen_func(q, kp, vp, cu_q, cu_k, max(seqlens_q), max(seqlens_k), causal=True,
                                                block_table=table)
         torch.cuda.synchronize()
+        if share and flashattn._C._decode_share_calls() == shares:
+            print(f"{name}: the decodes did not run in a launch of their own FAIL", flush=True)
+            return False
         if sm90 and flashattn._C._sm90_forward_calls() == calls:
             print(f"{name}: did not run on the sm90 cache kernel FAIL", flush=True)
             return False
@@ -350,10 +354,10 @@ CASES = {
     # sequences at the decode tiles' bound (12) and past it (13).
     "paged_varlen_prefill_share": lambda: paged_varlen_case("paged_varlen_prefill_share", [1, 300, 12, 13, 0, 1],
                                                             [517, 800, 33, 40, 3, 1], h=32, hk=8, share=True),
-    # The sm90 cache kernel (switch sm90_cache): a chunked prefill among decode rows, and one at
-    # 64-row pages with more key blocks (> 8) than the ring has stages.
+    # The sm90 cache kernel (switch sm90_cache, the whole call on it): a chunked prefill among
+    # decode rows, and one at 64-row pages with more key blocks (> 8) than the ring has stages.
     "paged_varlen_prefill_sm90": lambda: paged_varlen_case("paged_varlen_prefill_sm90", [1, 700, 1], [517, 900, 33],
-                                                           h=32, hk=8, sm90=True, share=True),
+                                                           h=32, hk=8, sm90=True),
     "paged_varlen_prefill_sm90_p64": lambda: paged_varlen_case("paged_varlen_prefill_sm90_p64", [600, 129, 2],
                                                                [1500, 129, 70], h=32, hk=8, page=64, sm90=True),
     # A chunked prefill among decode rows (decode_share): split by query rows between the sm80

@@ -577,6 +577,10 @@ NB_MODULE(_C, m) {
       "For tests: how many forward calls folded their GQA groups' (token, query head) pairs into the "
       "decode tiles' rows (fold_gqa_tokens, 1-16 query tokens) in this process (src/core/switches.h).");
   m.def(
+      "_decode_share_calls", [] { return fa::detail::decode_share_calls(); },
+      "For tests: how many varlen cache calls ran their sequences of a few tokens in a launch of their own "
+      "(the decode_share switch) in this process (src/core/switches.h).");
+  m.def(
       "_sm90_mask_bits_calls", [] { return fa::detail::sm90_mask_bits_calls(); },
       "For tests: how many sm90 forward calls read attn_mask as packed bits in this process "
       "(src/core/switches.h).");

@@ -328,8 +328,9 @@ struct ForwardParams : QKVParams {
   // sequence by default.
   int32_t cache_rows_min = 0;
   int32_t cache_rows_max = INT32_MAX;
-  // Set by the sm90 launcher for such a launch's share (cache_rows_min > 0): the (sequence, query
-  // block) pairs it attends, listed on the device (cuda/sm90/cache_tiles.h). Null otherwise.
+  // Set by the sm90 launcher for a varlen call on its cache kernel (such a launch's share too):
+  // the (sequence, query block) pairs it attends, listed on the device (cuda/sm90/cache_tiles.h).
+  // Null otherwise.
   const int32_t* cache_tiles = nullptr;
 
   // Rows of the split-KV partials (num_splits > 1): one per kernel row.

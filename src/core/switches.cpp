@@ -45,6 +45,7 @@ std::atomic<unsigned long long> g_sm90_backward_calls{0};
 std::atomic<unsigned long long> g_native_head_dim_v_backward_calls{0};
 std::atomic<unsigned long long> g_split_cluster_launches{0};
 std::atomic<unsigned long long> g_token_fold_calls{0};
+std::atomic<unsigned long long> g_decode_share_calls{0};
 std::atomic<unsigned long long> g_sm90_forward_calls{0};
 std::atomic<unsigned long long> g_sm90_mask_bits_calls{0};
 std::atomic<unsigned long long> g_sm90_mask_kernel_calls{0};
@@ -76,6 +77,8 @@ void count_split_cluster_launch() { g_split_cluster_launches.fetch_add(1, std::m
 
 unsigned long long token_fold_calls() { return g_token_fold_calls.load(std::memory_order_relaxed); }
 void count_token_fold() { g_token_fold_calls.fetch_add(1, std::memory_order_relaxed); }
+unsigned long long decode_share_calls() { return g_decode_share_calls.load(std::memory_order_relaxed); }
+void count_decode_share() { g_decode_share_calls.fetch_add(1, std::memory_order_relaxed); }
 
 unsigned long long sm90_forward_calls() { return g_sm90_forward_calls.load(std::memory_order_relaxed); }
 void count_sm90_forward() { g_sm90_forward_calls.fetch_add(1, std::memory_order_relaxed); }

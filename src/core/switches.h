@@ -74,6 +74,10 @@ void count_split_cluster_launch();
 // than 1, varlen calls), so that a test can tell the fold ran (sm80/fwd_dispatch.cu).
 unsigned long long token_fold_calls();
 void count_token_fold();
+// Varlen cache calls whose sequences of a few tokens ran in a launch of their own
+// (Switch::kDecodeShare, cuda_backend.cu run_kvcache), so that a test can tell the split ran.
+unsigned long long decode_share_calls();
+void count_decode_share();
 unsigned long long sm90_forward_calls();
 void count_sm90_forward();
 // Of those, the bias-kernel calls whose attn_mask was packed into bits before the launch

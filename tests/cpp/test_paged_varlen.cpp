@@ -375,9 +375,10 @@ TEST_P(PagedVarlen, DecodeAndChunkedPrefill) {
 // decode tiles (cuda_backend.cu run_kvcache decode_share, under detail::Switch::kDecodeShare;
 // here with it on and off): as many tokens as the GQA token fold
 // takes (12 at 32/8 heads, 13 at 6/1) or, unfolded, 16 (4/4 heads, ALiBi). Sequences at that
-// bound and one past it, of 16 and 17 tokens, one empty and one without keys, beside a long
-// chunk (max_seqlen_q 150 or 300), under each option; on CUDA the decode launch folds once
-// where GQA allows it (detail::token_fold_calls; the chunk's launch does not: 150 rows).
+// bound and one past it (one of them without keys), of 16 and 17 tokens, one empty and one
+// without keys, beside a 150-row chunk, under each option; on CUDA with the switch on the call
+// splits (detail::decode_share_calls) and its decode launch folds once where GQA allows it
+// (detail::token_fold_calls; the chunk's launch does not: 150 rows).
 TEST_P(PagedVarlen, DecodesOnTheirOwnBesideChunks) {
   struct Option {
     const char* name;
@@ -412,19 +413,20 @@ TEST_P(PagedVarlen, DecodesOnTheirOwnBesideChunks) {
   add("mha 4/4 (unfolded)", 4, 4, 16, false, [](PagedCase&) {});
   for (Option& o : options) {
     const int t = o.bound;
-    o.pc.seqlens_q = {1, 150, t, t + 1, 0, 16, 17, 3, 1, 2};
-    o.pc.seqlens_k = {517, 400, 60, 33, 9, 16, 300, 0, 1, 129};
+    o.pc.seqlens_q = {1, 150, t, t + 1, 0, 16, 17, 3, 1, 2, t + 1};
+    o.pc.seqlens_k = {517, 400, 60, 33, 9, 16, 300, 0, 1, 129, 0};
     o.pc.seed = 5;
     for (bool share : {true, false}) {
       SCOPED_TRACE(std::string(o.name) + (share ? ", decodes on their own" : ", one launch"));
       ScopedSwitch on(detail::Switch::kDecodeShare, share);
-      const unsigned long long folds = detail::token_fold_calls();
+      const unsigned long long folds = detail::token_fold_calls(), shares = detail::decode_share_calls();
       std::string skip;
       if (!run_checked(o.pc, nullptr, &skip)) {
         if (!skip.empty()) GTEST_SKIP() << skip;
         continue;
       }
       const bool cuda = GetParam() == Backend::kCuda;
+      EXPECT_EQ(detail::decode_share_calls() - shares, cuda && share ? 1u : 0u);
       EXPECT_EQ(detail::token_fold_calls() - folds, cuda && share && o.folds ? 1u : 0u);
     }
   }
@@ -452,11 +454,12 @@ std::string PagedVarlen::run_on_sm90_cache_kernel(const std::vector<int>& seqlen
                      (share ? ", decodes on their own" : ", one launch"));
         ScopedSwitch on(detail::Switch::kSm90Cache, true);
         ScopedSwitch decodes(detail::Switch::kDecodeShare, share);
-        const unsigned long long before = detail::sm90_forward_calls();
+        const unsigned long long before = detail::sm90_forward_calls(), shares = detail::decode_share_calls();
         std::string skip;
         if (!run_checked(pc, nullptr, &skip) && !skip.empty()) return skip;
         const unsigned long long expected = GetParam() == Backend::kCuda && sm90_cache_expected(pc.head_dim) ? 1u : 0u;
         EXPECT_EQ(detail::sm90_forward_calls() - before, expected);
+        EXPECT_EQ(detail::decode_share_calls() - shares, GetParam() == Backend::kCuda && share ? 1u : 0u);
       }
     }
   }

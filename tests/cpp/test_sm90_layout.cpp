@@ -231,7 +231,7 @@ TEST(Sm90FwdTile, CacheCopiesCoverTheTileOnceInWholeRows) {
   }
 }
 
-// A split call's tile list (cache_tiles.h) holds every (sequence, query block) pair of the
+// A varlen call's tile list (cache_tiles.h) holds every (sequence, query block) pair of the
 // sequences the cache kernel takes: those of rows_min rows or more among ragged batches whose
 // rows add up to total_q, at every block size and row minimum the launcher may pass, boundary
 // lengths (rows_min, rows_min + 1, multiples of block_m) included.
@@ -242,7 +242,7 @@ TEST(Sm90FwdTile, CacheTileCapHoldsEveryListedPair) {
     return int64_t((state >> 33) % uint64_t(n));
   };
   for (int block_m : {64, 128}) {
-    for (int rows_min : {64, 128, 129, 300}) {
+    for (int rows_min : {0, 1, 13, 64, 128, 129, 300}) {
       for (int trial = 0; trial < 2000; ++trial) {
         const int batch = 1 + int(next(300));
         int64_t total = 0, listed = 0;
@@ -256,12 +256,15 @@ TEST(Sm90FwdTile, CacheTileCapHoldsEveryListedPair) {
           total += rows;
           if (rows >= rows_min) listed += (rows + block_m - 1) / block_m;
         }
-        ASSERT_LE(listed, sm90::cache_tile_cap(total, block_m, rows_min))
+        ASSERT_LE(listed, sm90::cache_tile_cap(total, batch, block_m, rows_min))
             << "block_m " << block_m << " rows_min " << rows_min << " trial " << trial;
       }
     }
   }
-  EXPECT_EQ(sm90::cache_tile_cap(0, 128, 128), 1);
+  EXPECT_EQ(sm90::cache_tile_cap(0, 4, 128, 128), 1);
+  // The batch bounds the sequences listed: 1000 one-row sequences at rows_min 0, 1000 pairs.
+  EXPECT_EQ(sm90::cache_tile_cap(1000, 1000, 128, 0), 1000 / 128 + 1000 + 1);
+  EXPECT_EQ(sm90::cache_tile_cap(100000, 3, 128, 0), 100000 / 128 + 3 + 1);
   EXPECT_EQ(sm90::cache_tiles_bytes(3), 32u);
 }
 

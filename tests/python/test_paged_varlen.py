@@ -332,8 +332,9 @@ def test_cuda_sm90_cache_kernel_mixed_batch(page_size):
     switches: sm90_cache (on a Hopper GPU the sequences of more than 12 rows, or all, run on the
     sm90 cache kernel) and decode_share (on: the sequences of at most 12 rows run in a launch of
     their own on the sm80 decode tiles, GQA folded; off, the default until it has run on a GPU:
-    in the same launch as the rest). Each run meets the reference and all agree. 240 query tiles of 128 rows: more than the
-    SMs, so the split heuristic leaves the one-launch call unsplit (split calls stay on sm80)."""
+    in the same launch as the rest). Each run meets the reference and all agree. 240 query tiles
+    of 128 rows: more than the SMs, so the split heuristic leaves the one-launch call unsplit
+    (split calls stay on sm80)."""
     torch = cuda_torch()
     hopper = (torch.cuda.get_device_capability()[0] == 9 and flashattn._C._cuda_sm90_built()
               and os.environ.get("FLASHATTN_CUDA_PATH") != "sm80" and flashattn._C._cuda_head_dim_built(128))
@@ -348,14 +349,17 @@ def test_cuda_sm90_cache_kernel_mixed_batch(page_size):
             try:
                 calls = flashattn._C._sm90_forward_calls()
                 folds = flashattn._C._token_fold_calls()
+                shares = flashattn._C._decode_share_calls()
                 outs[on, share] = _cuda_bf16_vs_reference(torch, copy.deepcopy(case))
                 ran = flashattn._C._sm90_forward_calls() - calls
                 folded = flashattn._C._token_fold_calls() - folds
+                shared = flashattn._C._decode_share_calls() - shares
             finally:
                 flashattn._C._set_switch("sm90_cache", was)
                 flashattn._C._set_switch("decode_share", was_share)
             assert ran == (1 if on and hopper else 0), f"sm90_cache {on}, decode_share {share}: {ran} sm90 forwards"
             assert folded == int(share), f"sm90_cache {on}, decode_share {share}: {folded} token folds"
+            assert shared == int(share), f"sm90_cache {on}, decode_share {share}: {shared} decode launches"
     for key, out in outs.items():
         assert (out.float() - outs[False, False].float()).abs().max().item() < 2e-2, key
 

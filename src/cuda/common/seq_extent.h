@@ -98,7 +98,7 @@ __device__ __forceinline__ SeqExtent cache_seq_extent(const ForwardParams& p, in
     // A call split between two launches by query rows (ForwardParams::cache_rows_min / _max):
     // the other launch's sequences have none here. Each sequence goes by its rows clamped to
     // q's rows only, the same in both launches, so that it is in exactly one of them whatever
-    // max_seqlen_q each has (the sm80 launch's is at most cache_rows_max: its grid).
+    // max_seqlen_q each has (the decode launch's is cache_rows_max: its grid).
     if (p.cache_rows_min > 0 || p.cache_rows_max < INT32_MAX) {
       const int32_t rows = clamp_seqlen(int32_t(e.row0_q), p.cu_seqlens_q[batch + 1], rows_limit(p.total_q), INT32_MAX);
       if (rows < p.cache_rows_min || rows > p.cache_rows_max) e.seqlen_q = 0;

@@ -1,6 +1,7 @@
-// The tiles of the sm90 cache kernel's share of a split call (ForwardParams::cache_rows_min > 0:
-// a varlen batch whose sequences of a few tokens run on the sm80 decode tiles, under
-// Switch::kDecodeShare, and the rest here; cuda_backend.cu run_kvcache). The persistent
+// The tiles of a varlen call on the sm90 cache kernel (all its sequences, or its share of a split
+// call, ForwardParams::cache_rows_min > 0: under Switch::kDecodeShare a varlen batch's sequences
+// of a few tokens run on the sm80 decode tiles and the rest here; cuda_backend.cu run_kvcache).
+// The persistent
 // grid would otherwise walk every (query block, head, sequence) of the batch and find nearly all
 // of them empty, each after an L2 round trip for its sequence's extent: with a 2k chunk among
 // 200 one-row sequences at 32 heads, ~103k tiles, ~780 per CTA, for ~4 real ones each (review,
@@ -19,7 +20,7 @@
 
 namespace flashattn::cuda::sm90 {
 
-// Writes the list of p's share (p.cache_rows_min / _max, as cache_seq_extent reads them) into
+// Writes the list of p's sequences (p.cache_rows_min / _max, as cache_seq_extent reads them) into
 // `workspace` (cache_tiles_bytes(cap) bytes) on `stream`.
 Status build_cache_tiles(const ForwardParams& p, int block_m, int64_t cap, void* workspace, cudaStream_t stream);
 

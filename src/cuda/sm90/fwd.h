@@ -46,8 +46,9 @@ Status build_mask_bits(const QKVParams& p, void* workspace, cudaStream_t stream,
 // KV-cache calls (forward_kvcache, varlen calls with a block table: p.kv) of prefill shape on
 // the cache kernel (fwd_traits.h FwdCacheTraits: K and V copied from a dense or paged cache by
 // the producer warpgroup with cp.async, eight lanes a row, each row looked up once). Why it does
-// not take p (empty when it does): not a cache call, a head dim other than 64, 128 and 256 or head_dim_v != head_dim, a head dim not built, a
-// float8_e4m3 cache, dropout, bias / masks, requested splits, folded rows, fewer than
+// not take p (empty when it does): not a cache call, a head dim other than 64, 128 and 256 or
+// head_dim_v != head_dim, a head dim not built, a float8_e4m3 cache, dropout, bias / masks,
+// requested splits, folded rows, fewer than
 // kFwdCacheMinQueries query rows in every sequence (decode shapes stay on the sm80 cache
 // kernels), a broadcast q, a grid the split heuristic would split. A varlen call's sequences of
 // a few tokens (decoding among a chunked-prefill step's chunks) are not its under

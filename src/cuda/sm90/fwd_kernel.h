@@ -491,7 +491,7 @@ __device__ __forceinline__ TileWork tile_work(const ForwardParams& params, const
   order.head_batch(c.plane, &w.head, &w.batch);
   if constexpr (Traits::kCache) {
     if (params.cache_tiles != nullptr) {
-      // A split call's share (cache_tiles.h): "batch" w.batch is pair w.batch of the device's
+      // A varlen call's list (cache_tiles.h): "batch" w.batch is pair w.batch of the device's
       // list (one query block per plane); planes past its count are empty tiles, returned
       // without their sequence's extent (no load but the count's).
       const int2* list = reinterpret_cast<const int2*>(params.cache_tiles);

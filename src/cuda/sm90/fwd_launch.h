@@ -42,12 +42,14 @@ Status run_fwd(const ForwardParams& params, cudaStream_t stream) {
   if constexpr (Traits::kSparse) {
     plan_bytes = (block_tiles_bytes(params, Traits::kBlockM, Traits::kBlockN) + 15) / 16 * 16;
   }
-  // kCache, a split call's share (params.cache_rows_min > 0): its tiles listed on the device
-  // (cache_tiles.h), one query block of one listed sequence per plane.
+  // kCache, a varlen call (its share of a split call too: params.cache_rows_min > 0): its tiles
+  // listed on the device (cache_tiles.h), one query block of one listed sequence per plane, so
+  // that the grid does not walk max_seqlen_q / block_m blocks of every sequence, nearly all
+  // empty where most sequences are short.
   [[maybe_unused]] int64_t cache_cap = 0;
   if constexpr (Traits::kCache) {
-    if (params.cache_rows_min > 0 && params.is_varlen()) {  // (only varlen calls are split)
-      cache_cap = cache_tile_cap(params.total_q, Traits::kBlockM, params.cache_rows_min);
+    if (params.is_varlen()) {
+      cache_cap = cache_tile_cap(params.total_q, params.batch, Traits::kBlockM, params.cache_rows_min);
       if (cache_cap * params.heads >= (int64_t(1) << 31)) {
         return Status::NotSupported("more than 2^31 query tiles for the sm90 KV-cache forward kernel");
       }

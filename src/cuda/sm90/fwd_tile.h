@@ -191,21 +191,22 @@ constexpr FwdTile fwd_sparse_tile(int head_dim, int head_dim_v) {
   return {2, 64, 2, true};
 }
 
-// The cache kernel (FwdCacheTraits) takes KV-cache calls with at least this many query rows per
-// sequence (seqlen_q, or max_seqlen_q of a varlen call, and total_q / batch): one whole 128-row
-// tile. Fewer (decode, speculative decoding) stay on the sm80 cache kernels, which split keys,
-// fold GQA groups into rows and merge in-kernel. A varlen batch of mostly decoding sequences
-// (chunked prefill among them) is split: its sequences of this many rows or more here, the rest
-// there (cuda_backend.cu run_kvcache). A guess, not measured yet.
+// The cache kernel (FwdCacheTraits) takes KV-cache calls with at least this many query rows
+// (seqlen_q, or max_seqlen_q of a varlen call): one whole 128-row tile. Fewer (decode,
+// speculative decoding) stay on the sm80 cache kernels, which split keys, fold GQA groups into
+// rows and merge in-kernel. Under Switch::kDecodeShare a varlen batch's sequences of a few
+// tokens run on those in a launch of their own and the rest here (cuda_backend.cu run_kvcache).
 constexpr int kFwdCacheMinQueries = 128;
 
-// A split call's list of the cache kernel's tiles (cache_tiles.h): the pairs it can hold, from
-// the host's total_q. A listed sequence has r >= rows_min rows, so its ceil(r / block_m) <=
-// r / block_m + 1 <= r / block_m + r / rows_min query blocks, and the sequences' rows are at most
-// total_q in all (ill-formed cu_seqlens that overlap could ask for more: the list is cut at the
-// cap, which leaves rows unwritten but writes nothing outside it). Host-tested.
-constexpr int64_t cache_tile_cap(int64_t total_q, int block_m, int rows_min) {
-  const int64_t cap = total_q / block_m + total_q / (rows_min > 1 ? rows_min : 1) + 1;
+// A varlen call's list of the cache kernel's tiles (cache_tiles.h): the pairs it can hold, from
+// the host's total_q and batch. A listed sequence has r >= max(rows_min, 1) rows (one without
+// rows has no block), so its ceil(r / block_m) <= r / block_m + 1 query blocks; the sequences'
+// rows are at most total_q in all, so at most min(batch, total_q / max(rows_min, 1)) of them are
+// listed (ill-formed cu_seqlens that overlap could ask for more: the list is cut at the cap,
+// which leaves rows unwritten but writes nothing outside it). Host-tested.
+constexpr int64_t cache_tile_cap(int64_t total_q, int64_t batch, int block_m, int rows_min) {
+  const int64_t per = total_q / (rows_min > 1 ? rows_min : 1);
+  const int64_t cap = total_q / block_m + (batch < per ? batch : per) + 1;
   return cap > 1 ? cap : 1;
 }
 // The list in workspace: 8-byte slots (int2); slot 0's first int is the count, slot 1 + i pair i
