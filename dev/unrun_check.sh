@@ -39,14 +39,10 @@ if [ "${PART:-tests}" = probes ]; then
   # The timings, in a second call on the same warm machine (the package from the first; if the
   # machine was handed back, its rebuild takes ~100 s of the 600).
   [ -d /tmp/fa-def/flashattn ] || pkg /tmp/fa-def "fp16;bf16" >$L/pip.log 2>&1
-  # Issue 19's sink cost (to-do 26 (c)): with and without learnable_sink in one process (bench.py
-  # times them in that order whatever --impls says), in two processes.
-  for pass in 1 2; do
-    PYTHONPATH=/tmp/fa-def timeout 80 python3 bench/bench.py --suite full --impls flashattn,flashattn_sink --dtypes bf16 \
-      --head-dims 64,128 --seqlens 2048,8192 --repeats 20 --out $L/sink-cost-$pass.json >>$L/sink.txt 2>&1
-    echo "sink cost pass $pass rc=$? $(el)"
-  done
-  grep -E "^bf16" $L/sink.txt | cut -c1-300 | tail -16
+  # Issue 19's sink cost (to-do 27): paired rounds in one loop (s41's two bench.py processes
+  # swung +-10% per row: dev/NOTES.md "Sinks: what they cost").
+  PYTHONPATH=/tmp/fa-def timeout 120 python3 dev/sink_cost_probe.py --out $L/sink-cost-paired.json >$L/sink.txt 2>&1
+  echo "sink cost rc=$? $(el)"; tail -9 $L/sink.txt | cut -c1-300
   pack
   PYTHONPATH=/tmp/fa-def:dev timeout 150 python3 dev/spec_decode_probe.py --out $L/spec-decode.json >$L/spec.txt 2>&1
   echo "spec decode rc=$? $(el)"; tail -14 $L/spec.txt
