@@ -664,12 +664,15 @@ __device__ __forceinline__ void cache_producer(const FwdParams& kp, const Ring& 
     const auto copy_tile = [&](unsigned char* ring_base, int stage_bytes, const void* cache, const Strides3& strides,
                                int n_block, int index, uint64_t* full, uint64_t* empty) {
       const int stage = index % kStages;
-      ptx::mbarrier_wait(&empty[stage], ((index / kStages) & 1) ^ 1);
+      // The row's lookup (a block-table word: a dependent L2 or HBM load) goes out before the
+      // wait for the stage: it needs nothing of the ring, so its latency hides under the wait
+      // instead of following it on the way to the copies (s41, not yet measured).
       const int key0 = n_block * kBlockN;
       int64_t found = 0;
       if (lane < kBlockN / 4 && key0 + lookup_row < w.seqlen_k) {
         found = kv.row_offset(strides, w.batch, w.row0_k + key0 + lookup_row) + head_k * strides.head;
       }
+      ptx::mbarrier_wait(&empty[stage], ((index / kStages) & 1) ^ 1);
       const Element* base = static_cast<const Element*>(cache);
       // This thread's rows are 16 apart, so they share the swizzle's row phase (row % 8) and its
       // chunk's place in every row: one address plus constant steps of 16 rows and one panel
