@@ -654,17 +654,19 @@ Status run_kvcache(const ForwardParams& p, cudaStream_t stream) {
   // 1.55 ms of a 1.75 ms call; dev/NOTES.md "Chunked prefill: decodes on their own"). So the
   // sequences of at most decode_tokens_max tokens run in a launch of their own on the decode
   // tiles, GQA folded, and the rest in a second; each sequence is in exactly one
-  // (ForwardParams::cache_rows_min / _max, read by cache_seq_extent). Neither splits keys: the
-  // split combine walks every row of the packed batch, the other launch's too (so a call the
-  // split heuristic would split runs unsplit: a few decodes over long keys, a short chunk on a
-  // long context; the decodes could take the in-kernel merges, to be measured). Under
-  // Switch::kDecodeShare, off by default, until it has run on a GPU.
+  // (ForwardParams::cache_rows_min / _max, read by cache_seq_extent). The decode launch splits
+  // keys as any decode call (the heuristic's count: a few decodes over long keys need the SMs),
+  // since the decode kernels merge their splits per row group in the kernel (counters or a
+  // cluster: sm80/fwd_launch.h), never touching another sequence's rows; but not under the
+  // combine-kernel switch, nor the second launch: the combine kernel walks every row of the
+  // packed batch, the other launch's too (so a short chunk on a long context runs unsplit there).
+  // Under Switch::kDecodeShare, off by default, until it has run on a GPU.
   ForwardParams rest = attend;
   if (const int tokens = decode_share(attend); tokens > 0) {
     ForwardParams decodes = attend;
     decodes.cache_rows_max = tokens;
     decodes.seqlen_q = tokens;  // its grid: ceil(tokens x group / 16) decode tiles per (sequence, KV head)
-    decodes.num_splits = 1;
+    if (detail::switch_on(detail::Switch::kSplitCombineKernel)) decodes.num_splits = 1;
     if (Status s = cuda::dispatch_fwd_kvcache(decodes, stream); !s.ok()) return s;
     detail::count_decode_share();
     rest.cache_rows_min = tokens + 1;

@@ -432,6 +432,35 @@ TEST_P(PagedVarlen, DecodesOnTheirOwnBesideChunks) {
   }
 }
 
+// The decodes' own launch splits keys where the heuristic would (here: 18 decode CTAs over up
+// to 4000 keys) and merges each row group's splits in the kernel, by counters or, with one
+// unfolded tile per row group, a cluster; under the combine-kernel switch it runs unsplit.
+// Against the reference under each merge, with and without GQA folding.
+TEST_P(PagedVarlen, DecodesOnTheirOwnSplitKeys) {
+  for (int heads_k : {2, 8}) {
+    for (const char* merge : {"default", "counter", "kernel"}) {
+      PagedCase pc;
+      pc.heads = 8;
+      pc.heads_k = heads_k;
+      pc.head_dim = pc.head_dim_v = 128;
+      pc.causal = true;
+      pc.seqlens_q = {1, 200, 3, 0, 12};
+      pc.seqlens_k = {4000, 300, 2500, 7, 1500};
+      SCOPED_TRACE(std::string(heads_k == 2 ? "gqa 8/2" : "mha 8/8") + ", merge " + merge);
+      ScopedSwitch on(detail::Switch::kDecodeShare, true);
+      ScopedSwitch counter(detail::Switch::kSplitCombineCounter, std::string(merge) == "counter");
+      ScopedSwitch kernel(detail::Switch::kSplitCombineKernel, std::string(merge) == "kernel");
+      const unsigned long long shares = detail::decode_share_calls();
+      std::string skip;
+      if (!run_checked(pc, nullptr, &skip)) {
+        if (!skip.empty()) GTEST_SKIP() << skip;
+        continue;
+      }
+      EXPECT_EQ(detail::decode_share_calls() - shares, GetParam() == Backend::kCuda ? 1u : 0u);
+    }
+  }
+}
+
 // A chunked-prefill batch (d128, 8 query heads over 2, pages of 16 and 64 rows, causal or with
 // softcap, no split keys) with the sm90 cache kernel switched on (detail::Switch::kSm90Cache),
 // against the reference; on a Hopper GPU (sm90_cache_expected) the cache kernel must have run
