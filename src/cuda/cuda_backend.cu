@@ -657,16 +657,21 @@ Status run_kvcache(const ForwardParams& p, cudaStream_t stream) {
   // (ForwardParams::cache_rows_min / _max, read by cache_seq_extent). The decode launch splits
   // keys as any decode call (the heuristic's count: a few decodes over long keys need the SMs),
   // since the decode kernels merge their splits per row group in the kernel (counters or a
-  // cluster: sm80/fwd_launch.h), never touching another sequence's rows; but not under the
-  // combine-kernel switch, nor the second launch: the combine kernel walks every row of the
-  // packed batch, the other launch's too (so a short chunk on a long context runs unsplit there).
-  // Under Switch::kDecodeShare, off by default, until it has run on a GPU.
+  // cluster: sm80/fwd_launch.h), never touching another sequence's rows, but only where q's
+  // packed rows are few (16 per sequence on average at most): the partials' workspace is indexed
+  // by packed row, the other launch's rows included, so beside a long chunk it would hold chunk
+  // rows x heads x splits x (d + 1) floats that no row uses (an 8k chunk at 32 heads, 8 splits:
+  // ~1 GB). Not under the combine-kernel switch either, nor in the second launch: the combine
+  // kernel walks every row of the packed batch (so a short chunk on a long context runs unsplit
+  // there). Under Switch::kDecodeShare, off by default, until it has run on a GPU.
   ForwardParams rest = attend;
   if (const int tokens = decode_share(attend); tokens > 0) {
     ForwardParams decodes = attend;
     decodes.cache_rows_max = tokens;
     decodes.seqlen_q = tokens;  // its grid: ceil(tokens x group / 16) decode tiles per (sequence, KV head)
-    if (detail::switch_on(detail::Switch::kSplitCombineKernel)) decodes.num_splits = 1;
+    if (detail::switch_on(detail::Switch::kSplitCombineKernel) || attend.total_q > int64_t(16) * attend.batch) {
+      decodes.num_splits = 1;
+    }
     if (Status s = cuda::dispatch_fwd_kvcache(decodes, stream); !s.ok()) return s;
     detail::count_decode_share();
     rest.cache_rows_min = tokens + 1;

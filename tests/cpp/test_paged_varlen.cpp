@@ -432,10 +432,13 @@ TEST_P(PagedVarlen, DecodesOnTheirOwnBesideChunks) {
   }
 }
 
-// The decodes' own launch splits keys where the heuristic would (here: 18 decode CTAs over up
-// to 4000 keys) and merges each row group's splits in the kernel, by counters or, with one
-// unfolded tile per row group, a cluster; under the combine-kernel switch it runs unsplit.
-// Against the reference under each merge, with and without GQA folding.
+// The decodes' own launch splits keys where the heuristic would and q's packed rows are few (58
+// here, at most 16 per sequence on average: the partials' workspace is indexed by packed row) and
+// merges each row group's splits in the kernel: by counters (GQA 8/2 folded: three tiles per row
+// group, ~11 splits over 4000 keys) or, by the heuristic's count on a 132-SM GPU (one unfolded
+// tile per row group, ~6 splits over 1500 keys, 40 CTAs), within a cluster; under the
+// combine-kernel switch it runs unsplit. Against the reference under each merge; one decode
+// has rows but no keys.
 TEST_P(PagedVarlen, DecodesOnTheirOwnSplitKeys) {
   for (int heads_k : {2, 8}) {
     for (const char* merge : {"default", "counter", "kernel"}) {
@@ -444,8 +447,9 @@ TEST_P(PagedVarlen, DecodesOnTheirOwnSplitKeys) {
       pc.heads_k = heads_k;
       pc.head_dim = pc.head_dim_v = 128;
       pc.causal = true;
-      pc.seqlens_q = {1, 200, 3, 0, 12};
-      pc.seqlens_k = {4000, 300, 2500, 7, 1500};
+      pc.seqlens_q = {1, 40, 3, 2, 12};
+      pc.seqlens_k = heads_k == 2 ? std::vector<int>{4000, 300, 2500, 0, 1500}
+                                  : std::vector<int>{1500, 300, 1200, 0, 1000};
       SCOPED_TRACE(std::string(heads_k == 2 ? "gqa 8/2" : "mha 8/8") + ", merge " + merge);
       ScopedSwitch on(detail::Switch::kDecodeShare, true);
       ScopedSwitch counter(detail::Switch::kSplitCombineCounter, std::string(merge) == "counter");
