@@ -4,7 +4,6 @@
 // head_dim, or no kernel at all for empty inputs.
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -648,30 +647,24 @@ Status run_kvcache(const ForwardParams& p, cudaStream_t stream) {
   // ranges: out 0 and LSE -inf, or the sink's (SEMANTICS.md).
   if (cuda::mla::is_mla_shape(p)) return cuda::mla::dispatch_decode(attend, stream);
   // A varlen step of a chunked prefill (vLLM): decoding sequences of a few tokens among prefill
-  // chunks. In one launch every sequence would take max_seqlen_q / 128 tiles of 128 rows per
-  // query head, and a decoding token fills one row of its tile yet pays the whole tile's products
-  // over all its keys (H100, 2026-12-05: 64 one-token sequences of 4k keys beside a 2k chunk took
-  // 1.55 ms of a 1.75 ms call; dev/NOTES.md "Chunked prefill: decodes on their own"). So the
-  // sequences of at most decode_tokens_max tokens run in a launch of their own on the decode
-  // tiles, GQA folded, and the rest in a second; each sequence is in exactly one
-  // (ForwardParams::cache_rows_min / _max, read by cache_seq_extent). The decode launch splits
-  // keys as any decode call (the heuristic's count: a few decodes over long keys need the SMs),
-  // since the decode kernels merge their splits per row group in the kernel (counters or a
-  // cluster: sm80/fwd_launch.h), never touching another sequence's rows, but only where q's
-  // packed rows are few (16 per sequence on average at most): the partials' workspace is indexed
-  // by packed row, the other launch's rows included, so beside a long chunk it would hold chunk
-  // rows x heads x splits x (d + 1) floats that no row uses (an 8k chunk at 32 heads, 8 splits:
-  // ~1 GB). Not under the combine-kernel switch either, nor in the second launch: the combine
-  // kernel walks every row of the packed batch (so a short chunk on a long context runs unsplit
-  // there). Under Switch::kDecodeShare, off by default, until it has run on a GPU.
+  // chunks. In one launch each decoding token fills one row of a 128-row tile per query head and
+  // pays the whole tile's products over all its keys (H100, 2026-12-05: 64 one-token sequences
+  // beside a 2k chunk took 1.55 ms of 1.75; dev/NOTES.md "Chunked prefill: decodes on their
+  // own"). So the sequences of at most decode_tokens_max tokens run in a launch of their own on
+  // the decode tiles, GQA folded, and the rest in a second; each sequence is in exactly one
+  // (ForwardParams::cache_rows_min / _max, read by cache_seq_extent). The decode kernels merge
+  // split keys per row group in the kernel (sm80/fwd_launch.h), so the decode launch may split,
+  // but only where q's packed rows are few: the partials' workspace is indexed by packed row,
+  // the chunks' included (~1 GB beside an 8k chunk at 32 heads and 8 splits), and not under the
+  // combine-kernel switch. The second launch never splits: the combine kernel walks every packed
+  // row. Under Switch::kDecodeShare, off by default, until it has run on a GPU.
   ForwardParams rest = attend;
   if (const int tokens = decode_share(attend); tokens > 0) {
     ForwardParams decodes = attend;
     decodes.cache_rows_max = tokens;
-    decodes.seqlen_q = tokens;  // its grid: ceil(tokens x group / 16) decode tiles per (sequence, KV head)
-    if (detail::switch_on(detail::Switch::kSplitCombineKernel) || attend.total_q > int64_t(16) * attend.batch) {
-      decodes.num_splits = 1;
-    }
+    decodes.seqlen_q = tokens;  // its grid: ceil(tokens x group / 16) tiles per (sequence, KV head)
+    const bool few_rows = attend.total_q <= int64_t(16) * attend.batch;
+    if (!few_rows || detail::switch_on(detail::Switch::kSplitCombineKernel)) decodes.num_splits = 1;
     if (Status s = cuda::dispatch_fwd_kvcache(decodes, stream); !s.ok()) return s;
     detail::count_decode_share();
     rest.cache_rows_min = tokens + 1;

@@ -66,18 +66,15 @@ static_assert(fwd_decode_tile(128).block_m == kDecodeRows && fwd_decode_tile(256
 // the unfolded call takes one decode tile per query head). So only where that is fewer reads,
 // i.e. tokens <= floor(16 (group - 1) / group): up to 12 tokens at 32/8 heads, 8 with pairs, 14
 // at 64/8; beyond, the fold would change nothing but the split count. Exact under the same
-// conditions as the one-token fold except windows, which the token mask keeps.
-// The most tokens fold_gqa_tokens folds for p's options (0: it folds none): the largest t <= 16
-// with ceil(t x group / 16) < group.
+// conditions as the one-token fold except windows, which the token mask keeps. token_fold_max
+// is that bound for p's options (0: no fold).
 int token_fold_max(const ForwardParams& p) {
   const int group = p.heads_k > 0 ? p.heads / p.heads_k : 1;
   if (group < 2 || p.alibi != nullptr || p.has_dropout() || p.has_score_mods() ||
       detail::switch_on(detail::Switch::kNoTokenFold)) {
     return 0;
   }
-  int tokens = kDecodeRows;
-  while (tokens > 0 && (int64_t(tokens) * group + kDecodeRows - 1) / kDecodeRows >= group) --tokens;
-  return tokens;
+  return kDecodeRows * (group - 1) / group;  // ceil(t x group / 16) < group <=> t <= this
 }
 
 ForwardParams fold_gqa_tokens(const ForwardParams& p) {

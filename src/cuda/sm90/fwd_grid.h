@@ -70,7 +70,7 @@ inline Status make_fwd_params(const ForwardParams& params, DType kv_dtype, int h
 // zeroed here in stream order in workspace after `plan_bytes` (a multiple of 16) for the caller's
 // plan, which build_plan(workspace) writes first on the stream; one CTA per tile, the previous
 // choice under a mask, was 0-18% slower (shortest rows the most). A plan without a counter (the
-// cache kernel's tile list of a split call) gets its workspace the same way. Workspace is freed
+// cache kernel's tile list of a varlen call) gets its workspace the same way. Workspace is freed
 // in stream order after the launch.
 template <typename Kernel, typename BuildPlan>
 Status launch_fwd(Kernel kernel, FwdParams& kp, int threads, int ctas_per_sm, size_t smem, bool counter, size_t plan_bytes,
